@@ -1,0 +1,1 @@
+"""fleetplan.costmodels."""

@@ -1,0 +1,166 @@
+"""Typed records for accelerators and model architectures, and the memory arithmetic on them.
+
+Units: bytes, bytes/s, FLOP/s, watts. GB in the shipped CSV is decimal (1e9 bytes), as vendors label memory
+and bandwidth; the loaders in ``fleetplan.datasets`` convert when they build these records.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from fleetplan.errors import InputError
+
+#: Bytes per stored element for each weight / KV-cache data type. bf16 and fp16 are 2 bytes, fp8 1 byte,
+#: int4 half a byte (4-bit weight-only quantization; scales and zero points are ignored, a < 2% overhead
+#: for group size 128).
+BYTES_PER_ELEMENT: dict[str, float] = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}
+
+
+def bytes_per_element(dtype: str, *, field: str = "dtype") -> float:
+    """Bytes per element of ``dtype`` ('bf16', 'fp16', 'fp8', 'int8', 'int4'); raises InputError otherwise."""
+    try:
+        return BYTES_PER_ELEMENT[dtype.lower()]
+    except (KeyError, AttributeError):
+        raise InputError(f"unknown data type {dtype!r}; use one of {', '.join(BYTES_PER_ELEMENT)}", field=field,
+                         value=dtype) from None
+
+
+def _positive(name: str, value: float, owner: str) -> None:
+    if value is None or not isinstance(value, int | float) or math.isnan(value) or value <= 0:
+        raise InputError(f"{owner}: must be a positive number, got {value!r}", field=name, value=value)
+
+
+@dataclass(frozen=True)
+class GPU:
+    """One accelerator type.
+
+    Attributes:
+        name: catalog name, e.g. 'H100-SXM-80GB'.
+        memory_bytes: HBM/GDDR capacity in bytes (vendor 'GB' label × 1e9).
+        hbm_bandwidth_bytes_per_s: peak memory bandwidth, bytes/s.
+        bf16_flops_per_s: dense (no 2:4 sparsity) BF16 tensor throughput, FLOP/s; for GPUs without BF16
+            (T4, V100) the FP16 figure.
+        fp8_flops_per_s: dense FP8 throughput, FLOP/s, or None where the GPU has no FP8.
+        interconnect_bytes_per_s: GPU-to-GPU link bandwidth (aggregate, bidirectional as datasheets state),
+            bytes/s, or None where the GPU has no NVLink/Infinity Fabric (then tensor parallelism runs over PCIe).
+        pcie_bytes_per_s: host link bandwidth (bidirectional), bytes/s.
+        tdp_w: board power, watts.
+        vendor: 'NVIDIA' or 'AMD'.
+        source: where the numbers come from (the catalog row's source column).
+    """
+
+    name: str
+    memory_bytes: float
+    hbm_bandwidth_bytes_per_s: float
+    bf16_flops_per_s: float
+    fp8_flops_per_s: float | None = None
+    interconnect_bytes_per_s: float | None = None
+    pcie_bytes_per_s: float | None = None
+    tdp_w: float | None = None
+    vendor: str = ""
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        for f in ("memory_bytes", "hbm_bandwidth_bytes_per_s", "bf16_flops_per_s"):
+            _positive(f, getattr(self, f), f"GPU {self.name}")
+        if self.memory_bytes < 1e9 or self.memory_bytes > 2e12:
+            raise InputError(f"GPU {self.name}: memory {self.memory_bytes:g} bytes is outside 1 GB..2 TB; "
+                             "give bytes, not GB", field="memory_bytes", value=self.memory_bytes)
+
+    @property
+    def tp_link_bytes_per_s(self) -> float:
+        """Per-direction bandwidth for tensor-parallel all-reduce: half the bidirectional NVLink figure, or
+        half the PCIe figure where the GPU has no NVLink (PCIe Gen4 x16 = 64 GB/s bidir when unknown)."""
+        if self.interconnect_bytes_per_s:
+            return self.interconnect_bytes_per_s / 2
+        if self.pcie_bytes_per_s:
+            return self.pcie_bytes_per_s / 2
+        return 32e9
+
+
+@dataclass(frozen=True)
+class Model:
+    """One model architecture (numbers from its config.json; see datasets/data/models/PROVENANCE.md).
+
+    Attributes:
+        name: catalog name, e.g. 'Llama-3.1-8B'.
+        num_layers, hidden_size, num_attention_heads: transformer shape.
+        num_kv_heads: key/value heads (GQA); None for MLA models.
+        head_dim: per-head dimension (attention heads and KV heads share it).
+        params_total: total parameters (all experts), count (not billions).
+        params_active: parameters used per token (MoE: shared + top-k experts), count.
+        attention_type: 'GQA', 'MHA' or 'MLA'.
+        arch_type: 'dense' or 'moe'.
+        num_routed_experts, experts_per_token, moe_intermediate_size: MoE shape (0 for dense models).
+        kv_lora_rank, qk_rope_head_dim: MLA compressed-cache shape (DeepSeek-V3); 0 otherwise.
+        max_context_tokens: longest context the model supports.
+        sliding_window_tokens: per-sequence KV cap for sliding-window models (Mistral-7B-v0.1: 4096), else None.
+        source: provenance.
+    """
+
+    name: str
+    num_layers: int
+    hidden_size: int
+    num_attention_heads: int
+    num_kv_heads: int | None
+    head_dim: int
+    params_total: float
+    params_active: float
+    attention_type: str = "GQA"
+    arch_type: str = "dense"
+    num_routed_experts: int = 0
+    experts_per_token: int = 0
+    moe_intermediate_size: int = 0
+    kv_lora_rank: int = 0
+    qk_rope_head_dim: int = 0
+    max_context_tokens: int = 131072
+    sliding_window_tokens: int | None = None
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        for f in ("num_layers", "hidden_size", "num_attention_heads", "head_dim", "params_total", "params_active"):
+            _positive(f, getattr(self, f), f"model {self.name}")
+        if self.is_mla:
+            if self.kv_lora_rank <= 0:
+                raise InputError(f"model {self.name}: MLA needs kv_lora_rank > 0", field="kv_lora_rank",
+                                 value=self.kv_lora_rank)
+        elif not self.num_kv_heads or self.num_kv_heads <= 0:
+            raise InputError(f"model {self.name}: num_kv_heads must be a positive integer (GQA/MHA)",
+                             field="num_kv_heads", value=self.num_kv_heads)
+        if self.params_active > self.params_total * (1 + 1e-9):
+            raise InputError(f"model {self.name}: params_active {self.params_active:g} exceeds params_total "
+                             f"{self.params_total:g}", field="params_active", value=self.params_active)
+
+    @property
+    def is_mla(self) -> bool:
+        """True for multi-head latent attention (a compressed KV cache), as in DeepSeek-V3."""
+        return self.attention_type.upper().startswith("MLA")
+
+    @property
+    def is_moe(self) -> bool:
+        return self.arch_type.lower() == "moe" and self.num_routed_experts > 0
+
+    def weight_bytes(self, dtype: str = "bf16") -> float:
+        """Bytes of all weights in ``dtype`` = params_total × bytes per element (bf16 2, fp8 1, int4 0.5)."""
+        return self.params_total * bytes_per_element(dtype)
+
+    def kv_bytes_per_token(self, dtype: str = "bf16") -> float:
+        """KV-cache bytes one token occupies, all layers.
+
+        GQA/MHA: 2 (K and V) × layers × KV heads × head dim × bytes per element (the KV heads, never the
+        attention heads). MLA: (kv_lora_rank + qk_rope_head_dim) × layers × bytes per element (one compressed
+        latent plus the decoupled RoPE key per layer, no separate V). Examples in bf16: Llama-3.1-8B
+        2·32·8·128·2 = 131,072 B; Llama-3.1-70B 2·80·8·128·2 = 327,680 B; DeepSeek-V3 (512+64)·61·2 = 70,272 B.
+        """
+        b = bytes_per_element(dtype)
+        if self.is_mla:
+            return (self.kv_lora_rank + self.qk_rope_head_dim) * self.num_layers * b
+        assert self.num_kv_heads is not None
+        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * b
+
+    def kv_tokens_cached(self, context_tokens: float) -> float:
+        """Tokens of one sequence actually held in the KV cache (a sliding window caps it)."""
+        if self.sliding_window_tokens:
+            return min(context_tokens, self.sliding_window_tokens)
+        return context_tokens
