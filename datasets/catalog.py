@@ -1,0 +1,526 @@
+"""Readers for the shipped data catalogs (GPU specs, model architectures, prices, egress) and user additions.
+
+Every loader reads a shipped CSV under ``fleetplan/datasets/data`` through :mod:`importlib.resources` and, when
+``extra=`` names a user file (CSV with the same header, or YAML holding a list of row mappings with the same keys),
+adds its rows; a user row overrides the shipped row of the same name (case-insensitive). A bad cell raises
+:class:`fleetplan.errors.InputError` naming the file, the 1-based data row, the field and the fix.
+
+Units: the CSVs use vendor units (GB = 1e9 bytes, GB/s, TFLOPS, billions of parameters); the records hold bytes,
+bytes/s, FLOP/s and parameter counts. Sources of every number are in the PROVENANCE.md beside each file.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from fleetplan.costmodels.hardware import GPU, Model
+from fleetplan.errors import InputError, UnknownNameError, check_range
+
+GB = 1e9  #: bytes per (decimal) GB, the unit of vendors and clouds
+TERA = 1e12
+
+# --------------------------------------------------------------------------------------------------------------
+# Reading rows from shipped and user files
+# --------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Rows:
+    """Rows of one file: ``source`` names the file in messages; ``rows`` are (1-based data row, mapping) pairs."""
+
+    source: str
+    rows: tuple[tuple[int, dict[str, str]], ...]
+    columns: tuple[str, ...]
+
+
+def _data_text(*parts: str) -> str:
+    return resources.files("fleetplan.datasets").joinpath("data", *parts).read_text(encoding="utf-8")
+
+
+def _parse_csv_text(text: str, source: str) -> _Rows:
+    reader = csv.DictReader(io.StringIO(text))
+    if not reader.fieldnames:
+        raise InputError("the file is empty; give a header row and at least one data row", source=source)
+    columns = tuple(c.strip() for c in reader.fieldnames)
+    rows = []
+    for i, raw in enumerate(reader, start=1):
+        if None in raw:
+            raise InputError(f"the row has more cells than the header's {len(columns)} columns; quote cells "
+                             "that contain commas", source=source, row=i)
+        row = {k.strip(): (v or "").strip() for k, v in raw.items() if k is not None}
+        if not any(row.values()):
+            continue
+        rows.append((i, row))
+    return _Rows(source, tuple(rows), columns)
+
+
+def _shipped_rows(*parts: str) -> _Rows:
+    return _parse_csv_text(_data_text(*parts), "/".join(("datasets", "data", *parts)))
+
+
+def read_user_rows(path: str | Path) -> _Rows:
+    """Read a user's CSV (header row) or YAML (a list of mappings) file into rows.
+
+    Raises:
+        InputError: the file is missing, unreadable, not CSV/YAML, or its YAML is not a list of mappings.
+    """
+    p = Path(path)
+    source = str(p)
+    if not p.is_file():
+        raise InputError("file not found; give the path of a CSV or YAML file", source=source)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"cannot read the file ({exc}); save it as UTF-8 text", source=source) from None
+    if p.suffix.lower() in (".yaml", ".yml"):
+        import yaml
+
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise InputError(f"not valid YAML ({exc})", source=source) from None
+        if isinstance(data, dict) and len(data) == 1 and isinstance(next(iter(data.values())), list):
+            data = next(iter(data.values()))  # allow `gpus: [...]` as well as a bare list
+        if not isinstance(data, list) or not all(isinstance(r, dict) for r in data):
+            raise InputError("a YAML catalog file must hold a list of row mappings (- name: ..., field: value)",
+                             source=source)
+        columns: list[str] = []
+        rows = []
+        for i, r in enumerate(data, start=1):
+            row = {str(k).strip(): ("" if v is None else str(v).strip()) for k, v in r.items()}
+            columns.extend(k for k in row if k not in columns)
+            rows.append((i, row))
+        return _Rows(source, tuple(rows), tuple(columns))
+    if p.suffix.lower() not in (".csv", ".txt", ""):
+        raise InputError(f"unsupported file type {p.suffix!r}; give a .csv or .yaml file", source=source)
+    return _parse_csv_text(text, source)
+
+
+def _require_columns(rows: _Rows, required: Iterable[str], what: str) -> None:
+    missing = [c for c in required if c not in rows.columns]
+    if missing:
+        raise InputError(f"missing column(s) {', '.join(missing)} for {what}; the header must include "
+                         f"{', '.join(required)}", source=rows.source, field=missing[0])
+
+
+_NUMBER = re.compile(r"^[-+]?(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?")
+
+
+def _cell_number(row: dict[str, str], name: str, rows: _Rows, i: int, *, required: bool, low: float | None = None,
+                 high: float | None = None, unit: str = "", fix: str = "", leading: bool = False) -> float | None:
+    """The number in cell ``name`` (None when blank and not required); range-checked with :func:`check_range`.
+
+    ``leading=True`` accepts a number followed by a note ('671 (+14 MTP = 685 on HF)' -> 671).
+    """
+    text = row.get(name, "").replace(",", "") if leading else row.get(name, "")
+    if text == "":
+        if required:
+            raise InputError(f"value is missing{'; ' + fix if fix else ''}", source=rows.source, row=i, field=name)
+        return None
+    if leading:
+        m = _NUMBER.match(text)
+        if m and text.lower() not in ("nan", "inf"):
+            text = m.group(0)
+    return check_range(text, field=name, low=low, high=high, unit=unit, source=rows.source, row=i, fix=fix)
+
+
+def _merge(shipped: dict[str, Any], user: dict[str, Any]) -> dict[str, Any]:
+    """Shipped records overridden by user records of the same name (case-insensitive); user-only names added."""
+    out = dict(shipped)
+    lower = {k.lower(): k for k in out}
+    for name, rec in user.items():
+        old = lower.get(name.lower())
+        if old is not None:
+            del out[old]
+        out[name] = rec
+        lower[name.lower()] = name
+    return out
+
+
+# --------------------------------------------------------------------------------------------------------------
+# GPUs
+# --------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    """One row of the GPU catalog, eligible for the analytic model or not.
+
+    Attributes:
+        name: catalog name ('H100-SXM-80GB').
+        gpu: the :class:`GPU` record, or None when the row lacks a number the analytic latency model needs.
+        missing: the blank fields that make the row ineligible (empty when ``gpu`` is set).
+        vendor, form_factor: as in the file.
+        memory_bytes: capacity (vendor GB × 1e9) even for ineligible rows, or None.
+        source: the row's source column.
+    """
+
+    name: str
+    gpu: GPU | None
+    missing: tuple[str, ...] = ()
+    vendor: str = ""
+    form_factor: str = ""
+    memory_bytes: float | None = None
+    source: str = ""
+
+    @property
+    def eligible(self) -> bool:
+        """True when the analytic model can use this GPU (every needed number is in the data)."""
+        return self.gpu is not None
+
+
+GPU_COLUMNS = ("gpu", "memory_gb_vendor", "mem_bandwidth_GBps", "bf16_dense_tflops", "fp16_dense_tflops")
+
+
+@lru_cache(maxsize=1)
+def _pcie_table() -> dict[str, float]:
+    rows = _shipped_rows("hardware", "pcie.csv")
+    return {r["generation"].lower(): float(r["x16_bidir_GBps"]) * GB for _, r in rows.rows}
+
+
+def pcie_bytes_per_s(text: str) -> float | None:
+    """Host-link bandwidth (bidirectional bytes/s) from a pcie cell.
+
+    'Gen5 (128 GB/s bidir)' -> 128e9 (the stated figure); 'Gen4 x16' -> 64e9 from the generation table
+    datasets/data/hardware/pcie.csv (Gen3 32, Gen4 64, Gen5 128 GB/s, x16 bidirectional; PCI-SIG); 'see note' or
+    blank -> None.
+    """
+    m = re.search(r"(\d+(?:\.\d+)?)\s*GB/s", text, re.IGNORECASE)
+    if m:
+        return float(m.group(1)) * GB
+    m = re.search(r"gen\s*(\d)", text, re.IGNORECASE)
+    if m:
+        return _pcie_table().get(f"gen{m.group(1)}")
+    return None
+
+
+def _gpu_from_row(row: dict[str, str], rows: _Rows, i: int) -> GpuSpec:
+    name = row.get("gpu", "")
+    if not name:
+        raise InputError("the GPU name is missing", source=rows.source, row=i, field="gpu")
+    fix_gb = "give the capacity in GB (e.g. 80 for an 80 GB part)"
+    mem_gb = _cell_number(row, "memory_gb_vendor", rows, i, required=True, low=1, high=2000, unit="GB", fix=fix_gb)
+    bw = _cell_number(row, "mem_bandwidth_GBps", rows, i, required=False, low=10, high=100_000, unit="GB/s",
+                      fix="give the peak memory bandwidth in GB/s (e.g. 3350 for H100 SXM)")
+    tflops_fix = "give the dense (no sparsity) tensor TFLOPS (e.g. 989.4 for H100 SXM BF16)"
+    bf16 = _cell_number(row, "bf16_dense_tflops", rows, i, required=False, low=1, high=100_000, unit="TFLOPS",
+                        fix=tflops_fix)
+    fp16 = _cell_number(row, "fp16_dense_tflops", rows, i, required=False, low=1, high=100_000, unit="TFLOPS",
+                        fix=tflops_fix)
+    fp8 = _cell_number(row, "fp8_dense_tflops", rows, i, required=False, low=1, high=200_000, unit="TFLOPS",
+                       fix=tflops_fix)
+    link = _cell_number(row, "interconnect_GBps", rows, i, required=False, low=1, high=100_000, unit="GB/s",
+                        fix="give the GPU-to-GPU link bandwidth in GB/s (bidirectional aggregate)")
+    tdp = _cell_number(row, "tdp_w", rows, i, required=False, low=5, high=5000, unit="W",
+                       fix="give the board power in watts")
+    # A GPU without NVLink/Infinity Fabric ("none (no NVLink)", "PCIe ...") does tensor parallelism over PCIe;
+    # the GPU record then holds the PCIe figure in pcie_bytes_per_s and no interconnect figure.
+    inter_text = row.get("interconnect", "").strip().lower()
+    if inter_text.startswith(("none", "pcie")):
+        link = None
+    pcie = pcie_bytes_per_s(row.get("pcie", ""))
+    flops = bf16 if bf16 is not None else fp16  # no BF16 (T4, V100, A10G entry): the FP16 tensor figure
+    missing = tuple(f for f, v in (("mem_bandwidth_GBps", bw), ("bf16_dense_tflops|fp16_dense_tflops", flops))
+                    if v is None)
+    common = dict(vendor=row.get("vendor", ""), form_factor=row.get("form_factor", ""),
+                  memory_bytes=mem_gb * GB, source=row.get("source", ""))
+    if missing:
+        return GpuSpec(name=name, gpu=None, missing=missing, **common)
+    try:
+        gpu = GPU(name=name, memory_bytes=mem_gb * GB, hbm_bandwidth_bytes_per_s=bw * GB,
+                  bf16_flops_per_s=flops * TERA, fp8_flops_per_s=None if fp8 is None else fp8 * TERA,
+                  interconnect_bytes_per_s=None if link is None else link * GB, pcie_bytes_per_s=pcie,
+                  tdp_w=tdp, vendor=row.get("vendor", ""), source=row.get("source", ""))
+    except InputError as exc:
+        raise InputError(str(exc), source=rows.source, row=i, field=exc.field, value=exc.value) from None
+    return GpuSpec(name=name, gpu=gpu, **common)
+
+
+def _gpu_specs_from(rows: _Rows) -> dict[str, GpuSpec]:
+    _require_columns(rows, GPU_COLUMNS, "GPU specs")
+    out: dict[str, GpuSpec] = {}
+    for i, row in rows.rows:
+        spec = _gpu_from_row(row, rows, i)
+        out[spec.name] = spec
+    return out
+
+
+@lru_cache(maxsize=1)
+def _shipped_gpu_specs() -> dict[str, GpuSpec]:
+    return _gpu_specs_from(_shipped_rows("hardware", "gpus.csv"))
+
+
+def load_gpu_specs(extra: str | Path | None = None) -> dict[str, GpuSpec]:
+    """Every GPU catalog row by name, eligible for the analytic model or not (see :class:`GpuSpec`).
+
+    Args:
+        extra: a user CSV/YAML file with the gpus.csv header (required columns: gpu, memory_gb_vendor,
+            mem_bandwidth_GBps, bf16_dense_tflops, fp16_dense_tflops; blank cells allowed); its rows override
+            shipped rows of the same name.
+
+    Raises:
+        InputError: a missing column or a bad cell (negative, NaN, out of range), naming file, row and field.
+    """
+    shipped = _shipped_gpu_specs()
+    if extra is None:
+        return dict(shipped)
+    return _merge(shipped, _gpu_specs_from(read_user_rows(extra)))
+
+
+def load_gpus(extra: str | Path | None = None) -> dict[str, GPU]:
+    """The GPUs the analytic model can use, by catalog name -> :class:`GPU` (bytes, bytes/s, FLOP/s).
+
+    Conversions: GB × 1e9 -> bytes, GB/s × 1e9 -> bytes/s, TFLOPS × 1e12 -> FLOP/s; BF16 falls back to the FP16
+    tensor figure where BF16 is blank (T4, V100, A10G); the PCIe figure is the one the row states, else the
+    generation's x16 bidirectional rate from hardware/pcie.csv. Rows lacking memory bandwidth or dense
+    TFLOPS (H100-PCIe-80GB in the shipped file) are NOT returned: no number is invented for them; they are listed
+    by :func:`load_gpu_specs` and ``fleetplan data gpus`` as not eligible.
+
+    Raises:
+        InputError: see :func:`load_gpu_specs`.
+    """
+    return {n: s.gpu for n, s in load_gpu_specs(extra).items() if s.gpu is not None}
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Models
+# --------------------------------------------------------------------------------------------------------------
+
+MODEL_COLUMNS = ("model", "attention_type", "num_layers", "hidden_size", "num_attention_heads", "num_kv_heads",
+                 "head_dim")
+
+
+def _int_cell(row: dict[str, str], name: str, rows: _Rows, i: int, *, required: bool, low: float, high: float,
+              fix: str) -> int | None:
+    v = _cell_number(row, name, rows, i, required=required, low=low, high=high, fix=fix)
+    if v is None:
+        return None
+    if v != int(v):
+        raise InputError(f"{v:g} is not a whole number; {fix}", source=rows.source, row=i, field=name, value=v)
+    return int(v)
+
+
+def _head_dim(row: dict[str, str], rows: _Rows, i: int, mla: bool) -> int:
+    """head_dim; for MLA rows like 'qk 192 (=128 nope+64 rope), v 128' the V head dim (128) is used.
+
+    MLA's KV cache does not use head_dim (it caches kv_lora_rank + qk_rope_head_dim per layer), so the choice
+    only affects the record's descriptive field; the V head dim is the per-head width of the attention output.
+    """
+    text = row.get("head_dim", "")
+    if mla and not _NUMBER.fullmatch(text):
+        m = re.search(r"\bv\s*(\d+)", text)
+        if m:
+            return int(m.group(1))
+    v = _int_cell(row, "head_dim", rows, i, required=True, low=8, high=1024,
+                  fix="give the per-head dimension (hidden_size / num_attention_heads unless the config says)")
+    assert v is not None
+    return v
+
+
+_SLIDING = re.compile(r"\+\s*sliding window\s+(\d+)", re.IGNORECASE)
+
+
+def _model_from_row(row: dict[str, str], rows: _Rows, i: int) -> Model:
+    name = row.get("model", "")
+    if not name:
+        raise InputError("the model name is missing", source=rows.source, row=i, field="model")
+    att_raw = row.get("attention_type", "") or "GQA"
+    attention = re.split(r"[\s;(+]", att_raw.strip(), maxsplit=1)[0].upper()
+    if attention not in ("GQA", "MHA", "MQA", "MLA"):
+        raise InputError(f"attention type {att_raw!r} not understood; start it with GQA, MHA, MQA or MLA",
+                         source=rows.source, row=i, field="attention_type", value=att_raw)
+    mla = attention == "MLA"
+    arch = (row.get("arch_type", "") or "dense").lower()
+    if arch not in ("dense", "moe"):
+        raise InputError(f"arch_type {arch!r} must be 'dense' or 'moe'", source=rows.source, row=i,
+                         field="arch_type", value=arch)
+    layers = _int_cell(row, "num_layers", rows, i, required=True, low=1, high=1000, fix="give the layer count")
+    hidden = _int_cell(row, "hidden_size", rows, i, required=True, low=64, high=200_000, fix="give hidden_size")
+    heads = _int_cell(row, "num_attention_heads", rows, i, required=True, low=1, high=4096,
+                      fix="give num_attention_heads")
+    kv_heads = None if mla else _int_cell(row, "num_kv_heads", rows, i, required=True, low=1, high=4096,
+                                          fix="give num_key_value_heads from config.json (GQA), or the attention "
+                                              "head count for MHA")
+    if kv_heads is not None and heads is not None and kv_heads > heads:
+        raise InputError(f"num_kv_heads {kv_heads} exceeds num_attention_heads {heads}; swap them?",
+                         source=rows.source, row=i, field="num_kv_heads", value=kv_heads)
+    head_dim = _head_dim(row, rows, i, mla)
+    fix_p = "give parameters in billions (e.g. 8.03 for Llama-3.1-8B)"
+    total_b = _cell_number(row, "params_total_b_computed", rows, i, required=False, low=0.01, high=100_000,
+                           fix=fix_p)
+    if total_b is None:
+        total_b = _cell_number(row, "params_total_b_stated", rows, i, required=True, low=0.01, high=100_000,
+                               fix=fix_p, leading=True)
+    active_b = _cell_number(row, "params_active_b_computed", rows, i, required=False, low=0.01, high=100_000,
+                            fix=fix_p)
+    if active_b is None:
+        active_b = _cell_number(row, "params_active_b_stated", rows, i, required=False, low=0.01, high=100_000,
+                                fix=fix_p, leading=True)
+    if active_b is None:
+        active_b = total_b
+    opt = dict(required=False, low=0, high=1_000_000, fix="give a whole number or leave the cell blank")
+    experts = _int_cell(row, "num_routed_experts", rows, i, **opt) or 0
+    topk = _int_cell(row, "experts_per_token", rows, i, **opt) or 0
+    moe_inter = _int_cell(row, "moe_intermediate_size", rows, i, **opt) or 0
+    lora = _int_cell(row, "kv_lora_rank", rows, i, **opt) or 0
+    rope = _int_cell(row, "qk_rope_head_dim", rows, i, **opt) or 0
+    ctx = _int_cell(row, "max_context_tokens", rows, i, required=False, low=128, high=100_000_000,
+                    fix="give the longest supported context in tokens") or 131072
+    window = _int_cell(row, "sliding_window_tokens", rows, i, required=False, low=1, high=100_000_000,
+                       fix="give the sliding window in tokens or leave blank")
+    if window is None:
+        # 'GQA + sliding window 4096' (every layer windowed, Mistral-7B-v0.1) caps the cached tokens; an
+        # alternating full/windowed layout (gpt-oss) does not, so it is not matched.
+        m = _SLIDING.search(att_raw)
+        window = int(m.group(1)) if m else None
+    try:
+        model = Model(name=name, num_layers=layers, hidden_size=hidden, num_attention_heads=heads,
+                      num_kv_heads=kv_heads, head_dim=head_dim, params_total=round(total_b * 1e9),
+                      params_active=round(active_b * 1e9), attention_type=attention, arch_type=arch,
+                      num_routed_experts=experts, experts_per_token=topk, moe_intermediate_size=moe_inter,
+                      kv_lora_rank=lora, qk_rope_head_dim=rope, max_context_tokens=ctx,
+                      sliding_window_tokens=window, source=row.get("source", ""))
+    except InputError as exc:
+        raise InputError(str(exc), source=rows.source, row=i, field=exc.field, value=exc.value) from None
+    stated_kv = _cell_number(row, "kv_cache_bytes_per_token_bf16", rows, i, required=False, low=1, high=1e8,
+                             unit="bytes")
+    if stated_kv is not None and not math.isclose(stated_kv, model.kv_bytes_per_token("bf16"), rel_tol=1e-9):
+        raise InputError(f"states {stated_kv:g} KV bytes/token but the architecture gives "
+                         f"{model.kv_bytes_per_token('bf16'):g} (2 x layers x KV heads x head dim x 2 bytes, or "
+                         "(kv_lora_rank + qk_rope_head_dim) x layers x 2 for MLA); fix the shape or the figure",
+                         source=rows.source, row=i, field="kv_cache_bytes_per_token_bf16", value=stated_kv)
+    return model
+
+
+def _models_from(rows: _Rows) -> tuple[dict[str, Model], dict[str, str]]:
+    _require_columns(rows, MODEL_COLUMNS, "model architectures")
+    out: dict[str, Model] = {}
+    repos: dict[str, str] = {}
+    for i, row in rows.rows:
+        m = _model_from_row(row, rows, i)
+        out[m.name] = m
+        if row.get("hf_repo"):
+            repos[row["hf_repo"]] = m.name
+    return out, repos
+
+
+@lru_cache(maxsize=1)
+def _shipped_models() -> tuple[dict[str, Model], dict[str, str]]:
+    return _models_from(_shipped_rows("models", "models.csv"))
+
+
+def load_models(extra: str | Path | None = None) -> dict[str, Model]:
+    """Model architectures by catalog name -> :class:`Model` (parameter counts, not billions).
+
+    Parameters: the computed count where the file has one (params_total_b_computed), else the stated one
+    (gpt-oss-120b: 117 B stated; DeepSeek-V3: 671 B, its note '(+14 MTP ...)' dropped). MLA (DeepSeek-V3):
+    num_kv_heads None, head_dim = the V head dim (128) parsed from 'qk 192 ..., v 128'; its KV cache uses
+    kv_lora_rank + qk_rope_head_dim. Mistral-7B-v0.1: sliding_window_tokens 4096 from 'GQA + sliding window 4096'.
+    Where a row states kv_cache_bytes_per_token_bf16, it must equal ``Model.kv_bytes_per_token('bf16')``.
+
+    Args:
+        extra: a user CSV/YAML file with the models.csv header (required: model, attention_type, num_layers,
+            hidden_size, num_attention_heads, num_kv_heads, head_dim and params_total_b_stated or
+            params_total_b_computed); optional sliding_window_tokens column.
+
+    Raises:
+        InputError: a missing column or bad cell, naming file, row and field.
+    """
+    shipped, _ = _shipped_models()
+    if extra is None:
+        return dict(shipped)
+    user, _ = _models_from(read_user_rows(extra))
+    return _merge(shipped, user)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Names and aliases
+# --------------------------------------------------------------------------------------------------------------
+
+
+@lru_cache(maxsize=1)
+def load_aliases() -> dict[str, dict[str, str]]:
+    """The alias table datasets/data/aliases.csv as {kind: {alias lower-case: catalog name}} (kind 'gpu'/'model')."""
+    out: dict[str, dict[str, str]] = {}
+    for _, row in _shipped_rows("aliases.csv").rows:
+        out.setdefault(row["kind"], {})[row["alias"].lower()] = row["name"]
+    return out
+
+
+def _squash(s: str) -> str:
+    return re.sub(r"[^a-z0-9]", "", s.lower())
+
+
+def resolve_name(kind: str, name: str, known: Iterable[str], extra_aliases: dict[str, str] | None = None) -> str:
+    """The catalog name that ``name`` refers to among ``known``.
+
+    Tries, in order: exact; case-insensitive; the alias table (case-insensitive); the same ignoring spaces,
+    hyphens and punctuation ('h100 sxm 80gb' -> 'H100-SXM-80GB').
+
+    Raises:
+        UnknownNameError: no match; the message suggests close names ("did you mean ...").
+    """
+    known = list(known)
+    if name in known:
+        return name
+    lower = {k.lower(): k for k in known}
+    key = name.strip().lower()
+    if key in lower:
+        return lower[key]
+    aliases = dict(load_aliases().get(kind, {}))
+    aliases.update({k.lower(): v for k, v in (extra_aliases or {}).items()})
+    if key in aliases and aliases[key].lower() in lower:
+        return lower[aliases[key].lower()]
+    squashed = {_squash(k): k for k in known}
+    if _squash(name) in squashed:
+        return squashed[_squash(name)]
+    for alias, target in aliases.items():
+        if _squash(alias) == _squash(name) and target.lower() in lower:
+            return lower[target.lower()]
+    # Suggest aliases too (an 'H10' typo should suggest 'H100', not only the long catalog names).
+    raise UnknownNameError(kind, name, known + [a for a, t in aliases.items() if t.lower() in lower])
+
+
+def get_gpu(name: str, extra: str | Path | None = None) -> GPU:
+    """The :class:`GPU` named ``name`` (case-insensitive, aliases such as 'H100', 'A100-80GB', 'L4', 'A10G').
+
+    Raises:
+        UnknownNameError: no such GPU ("did you mean ...").
+        InputError: the GPU is in the catalog but lacks numbers the analytic model needs (names them and says
+            how to add them with an extra file).
+    """
+    specs = load_gpu_specs(extra)
+    canonical = resolve_name("gpu", name, specs)
+    spec = specs[canonical]
+    if spec.gpu is None:
+        raise InputError(f"GPU {canonical!r} is in the catalog but has no {', '.join(spec.missing)} in a cited "
+                         "source, so the analytic model cannot use it; add the numbers in your own GPU file "
+                         "(same columns as gpus.csv) passed with --extra", field="gpu", value=name)
+    return spec.gpu
+
+
+def get_model(name: str, extra: str | Path | None = None) -> Model:
+    """The :class:`Model` named ``name`` (case-insensitive, aliases such as 'llama-3.1-70b', 'Mixtral-8x7B',
+    or the Hugging Face repo id 'meta-llama/Llama-3.1-8B').
+
+    Raises:
+        UnknownNameError: no such model ("did you mean ...").
+    """
+    models = load_models(extra)
+    _, repos = _shipped_models()
+    return models[resolve_name("model", name, models, extra_aliases=repos)]
+
+
+__all__ = [
+    "GPU_COLUMNS", "MODEL_COLUMNS", "GpuSpec", "get_gpu", "get_model", "load_aliases", "load_gpu_specs",
+    "load_gpus", "load_models", "pcie_bytes_per_s", "read_user_rows", "resolve_name",
+]
