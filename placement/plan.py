@@ -1,0 +1,230 @@
+"""Plans (answers to a :class:`~fleetplan.placement.problem.Problem`) and their evaluation in plain Python.
+
+A Plan is a new object; the Problem is never mutated. :func:`evaluate` computes a plan's cost and utilization from
+its decisions alone (no solver), and is what reports, baselines and ``validate`` use.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+from fleetplan.placement.problem import Problem
+
+OptionKey = tuple[str, str, int, int]  # (model, pool id, tp, pp)
+
+
+class Status(enum.Enum):
+    """Outcome of a solve."""
+
+    OPTIMAL = "optimal"
+    """Proven optimal (within the requested relative gap, which defaults to 1e-4)."""
+    FEASIBLE = "feasible"
+    """A feasible plan, interrupted (time limit) before optimality was proven; ``gap`` says how far it may be."""
+    INFEASIBLE = "infeasible"
+    """Proven that no plan meets every constraint; ``message`` explains which model, window or site."""
+    NO_SOLUTION = "no_solution"
+    """No feasible plan found within the time limit, and infeasibility not proven either."""
+    HEURISTIC = "heuristic"
+    """Made by a heuristic or baseline, with no optimality claim."""
+
+
+#: Statuses that carry a plan.
+SOLUTION_PRESENT = frozenset({Status.OPTIMAL, Status.FEASIBLE, Status.HEURISTIC})
+
+
+@dataclass(frozen=True)
+class SharedGPU:
+    """One GPU shared by several models all day (their weights stay resident).
+
+    Attributes:
+        pool: pool id.
+        models: resident models.
+        served_req_per_s: {model: rate served by this GPU in each window} (req/s).
+    """
+
+    pool: str
+    models: tuple[str, ...]
+    served_req_per_s: dict[str, tuple[float, ...]]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Replicas per (model, pool, tp, pp) and window, plus shared GPUs.
+
+    Attributes:
+        replicas: {(model, pool, tp, pp): replicas in each window}.
+        shared: shared GPUs (on in every window).
+        status: see :class:`Status`.
+        backend: 'highs', 'cbc', 'cpsat', or a baseline name.
+        objective_usd: cost over the horizon (GPU + starts + egress), USD, as the solver reports it.
+        bound_usd: a proven lower bound on the optimum (LP relaxation or the solver's dual bound), or None.
+        gap: (objective - bound) / objective, or None.
+        solve_time_s: wall time of the solve, seconds.
+        message: explanation (infeasibility, time limit, warm start used ...).
+    """
+
+    replicas: dict[OptionKey, tuple[int, ...]] = field(default_factory=dict)
+    shared: tuple[SharedGPU, ...] = ()
+    status: Status = Status.HEURISTIC
+    backend: str = ""
+    objective_usd: float | None = None
+    bound_usd: float | None = None
+    gap: float | None = None
+    solve_time_s: float = 0.0
+    message: str = ""
+
+    @property
+    def has_solution(self) -> bool:
+        return self.status in SOLUTION_PRESENT
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """What a plan costs and delivers, computed from its decisions alone.
+
+    Attributes:
+        gpu_usd, start_usd, egress_usd, total_usd: cost over the horizon, USD.
+        gpu_hours: GPU-hours over the horizon.
+        gpus_per_window: GPUs provisioned in each window.
+        utilization_per_window: busy share of provisioned GPU compute in each window (0..1).
+        capacity_req_per_s: {model: usable capacity (after the margin) in each window}.
+        served_away_req_per_s: {model: rate served away from its origin in each window}.
+    """
+
+    gpu_usd: float
+    start_usd: float
+    egress_usd: float
+    gpu_hours: float
+    gpus_per_window: tuple[int, ...]
+    utilization_per_window: tuple[float, ...]
+    capacity_req_per_s: dict[str, tuple[float, ...]]
+    served_away_req_per_s: dict[str, tuple[float, ...]]
+
+    @property
+    def total_usd(self) -> float:
+        return self.gpu_usd + self.start_usd + self.egress_usd
+
+    @property
+    def mean_utilization(self) -> float:
+        """GPU-weighted mean utilization over the horizon."""
+        g = sum(self.gpus_per_window)
+        return sum(u * n for u, n in zip(self.utilization_per_window, self.gpus_per_window, strict=True)) / g if g else 0.0
+
+    @property
+    def peak_utilization(self) -> float:
+        return max(self.utilization_per_window, default=0.0)
+
+
+def starts(counts: tuple[int, ...]) -> int:
+    """Replica starts over a cyclic horizon: sum over windows of max(0, n[w] - n[w-1]), n[-1] = n[last]."""
+    n = len(counts)
+    return sum(max(0, counts[w] - counts[w - 1]) for w in range(n)) if n > 1 else 0
+
+
+def site_capacity(problem: Problem, plan: Plan) -> dict[str, list[dict[str, float]]]:
+    """{model: per window {site: usable req/s}}: dedicated capacity × (1 - margin) plus shared GPUs' served rate."""
+    pools = problem.pool_by_id
+    opts = problem.option_by_key
+    out: dict[str, list[dict[str, float]]] = {m.name: [dict() for _ in range(problem.n_windows)]
+                                               for m in problem.models}
+    for key, counts in plan.replicas.items():
+        o = opts[key]
+        site = pools[o.pool].site
+        for w, n in enumerate(counts):
+            if n:
+                d = out[o.model][w]
+                d[site] = d.get(site, 0.0) + n * o.capacity_req_per_s * (1 - problem.margin)
+    for g in plan.shared:
+        site = pools[g.pool].site
+        for m, served in g.served_req_per_s.items():
+            for w, f in enumerate(served):
+                if f > 0:
+                    d = out[m][w]
+                    d[site] = d.get(site, 0.0) + f
+    return out
+
+
+def route(problem: Problem, plan: Plan) -> dict[str, tuple[float, ...]]:
+    """Egress USD per model per window when each window's demand is served at its origin first, then at the other
+    sites in order of increasing egress rate (optimal for one origin: every unit away costs that site's rate)."""
+    caps = site_capacity(problem, plan)
+    out: dict[str, tuple[float, ...]] = {}
+    for m in problem.models:
+        usd = []
+        for w, d in enumerate(m.demand_req_per_s):
+            left = d
+            cost = 0.0
+            sites = sorted(caps[m.name][w].items(),
+                           key=lambda kv: (kv[0] != m.origin_site, problem.egress_rate(m.origin_site, kv[0])))
+            for site, c in sites:
+                take = min(left, c)
+                if take <= 0:
+                    break
+                cost += take * problem.egress_usd_per_req_per_s_window(m, site)
+                left -= take
+            usd.append(cost)
+        out[m.name] = tuple(usd)
+    return out
+
+
+def evaluate(problem: Problem, plan: Plan) -> Evaluation:
+    """Cost and utilization of ``plan`` on ``problem`` (plain Python; no solver).
+
+    GPU cost = GPU-hours × the pool's $/GPU-hour (shared GPUs are on in every window); start cost = replica starts
+    (cyclic, see :func:`starts`) × the option's start cost; egress = rate served away from the origin × window
+    length × request bytes × the route's $/GB. Utilization per window = busy GPUs / provisioned GPUs, where a
+    dedicated replica set is busy in proportion to the share of its capacity the model needs after its shared GPUs,
+    and a shared GPU in proportion to sum(served / capacity) over its models.
+    """
+    pools = problem.pool_by_id
+    opts = problem.option_by_key
+    shares = problem.share_by_key
+    W = problem.n_windows
+    hours = problem.window_hours
+    gpu_usd = 0.0
+    start_usd = 0.0
+    gpus = [0] * W
+    busy = [0.0] * W
+    ded_cap = {m.name: [0.0] * W for m in problem.models}
+    ded_gpus = {m.name: [0.0] * W for m in problem.models}
+    shared_served = {m.name: [0.0] * W for m in problem.models}
+    for key, counts in plan.replicas.items():
+        o = opts[key]
+        price = pools[o.pool].usd_per_gpu_hour
+        for w, n in enumerate(counts):
+            gpu_usd += n * o.gpus * price * hours
+            gpus[w] += n * o.gpus
+            ded_cap[o.model][w] += n * o.capacity_req_per_s
+            ded_gpus[o.model][w] += n * o.gpus
+        start_usd += starts(counts) * o.start_cost_usd
+    for g in plan.shared:
+        price = pools[g.pool].usd_per_gpu_hour
+        gpu_usd += price * hours * W
+        for w in range(W):
+            gpus[w] += 1
+        for m, served in g.served_req_per_s.items():
+            cap = shares[(m, g.pool)].capacity_req_per_s
+            for w, f in enumerate(served):
+                busy[w] += f / cap
+                shared_served[m][w] += f
+    for m in problem.models:
+        for w, d in enumerate(m.demand_req_per_s):
+            need = max(0.0, d - shared_served[m.name][w])
+            if ded_cap[m.name][w] > 0:
+                busy[w] += min(1.0, need / ded_cap[m.name][w]) * ded_gpus[m.name][w]
+    egress = route(problem, plan)
+    egress_usd = sum(sum(v) for v in egress.values())
+    caps = site_capacity(problem, plan)
+    cap_total = {m: tuple(sum(d.values()) for d in per_w) for m, per_w in caps.items()}
+    away = {}
+    for m in problem.models:
+        rows = []
+        for w, d in enumerate(m.demand_req_per_s):
+            at_origin = caps[m.name][w].get(m.origin_site, 0.0) if m.origin_site else d
+            rows.append(max(0.0, d - at_origin))
+        away[m.name] = tuple(rows)
+    util = tuple(busy[w] / gpus[w] if gpus[w] else 0.0 for w in range(W))
+    return Evaluation(gpu_usd=gpu_usd, start_usd=start_usd, egress_usd=egress_usd, gpu_hours=sum(gpus) * hours,
+                      gpus_per_window=tuple(gpus), utilization_per_window=util, capacity_req_per_s=cap_total,
+                      served_away_req_per_s=away)

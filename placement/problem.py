@@ -1,0 +1,301 @@
+"""The time-windowed placement problem, as plain numbers.
+
+A :class:`Problem` holds everything a solver needs and nothing it must compute: the GPU pools per site, the
+models with their demand per window, and, for every (model, pool, tp, pp) the capacity one replica sustains under
+the model's SLO (computed beforehand by ``fleetplan.costmodels.capacity``; see ``fleetplan.placement.scenario``).
+Keeping the Problem numeric makes the solvers, the baselines and :func:`fleetplan.placement.validate.validate`
+independent of the cost models, and lets tests build golden instances by hand.
+
+Units: seconds, req/s, bytes, USD. The planning horizon is ``n_windows × window_length_s`` (a day for 24 × 1 h),
+and plans repeat daily: the window before the first is the last (cyclic), which matters for start-up costs.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from fleetplan.errors import InputError
+
+
+def _finite(v: float, name: str, owner: str, low: float = 0.0) -> None:
+    if not isinstance(v, int | float) or math.isnan(v) or math.isinf(v) or v < low:
+        raise InputError(f"{owner}: {v!r} must be a finite number >= {low:g}", field=name, value=v)
+
+
+@dataclass(frozen=True)
+class Pool:
+    """GPUs of one type at one site.
+
+    Attributes:
+        site: site name 'cloud:region' or 'cloud:region:zone', e.g. 'aws:us-east-1'.
+        gpu: catalog GPU name, e.g. 'H100-SXM-80GB'.
+        nodes: number of nodes available (inventory).
+        gpus_per_node: GPUs in one node (tensor-parallel groups stay inside a node).
+        usd_per_gpu_hour: price of one GPU for one hour (node price / gpus_per_node), USD.
+        memory_bytes_per_gpu: GPU memory, bytes.
+        pricing_model: 'on-demand', 'spot', ... (reported, not used by the math).
+        price_source: where the price comes from.
+    """
+
+    site: str
+    gpu: str
+    nodes: int
+    gpus_per_node: int
+    usd_per_gpu_hour: float
+    memory_bytes_per_gpu: float
+    pricing_model: str = "on-demand"
+    price_source: str = ""
+
+    def __post_init__(self) -> None:
+        owner = f"pool {self.id}"
+        if not isinstance(self.nodes, int) or self.nodes < 0:
+            raise InputError(f"{owner}: nodes must be a whole number >= 0", field="nodes", value=self.nodes)
+        if self.gpus_per_node not in (1, 2, 4, 8, 16):
+            raise InputError(f"{owner}: gpus_per_node must be 1, 2, 4, 8 or 16", field="gpus_per_node",
+                             value=self.gpus_per_node)
+        _finite(self.usd_per_gpu_hour, "usd_per_gpu_hour", owner)
+        _finite(self.memory_bytes_per_gpu, "memory_bytes_per_gpu", owner, low=1e9)
+
+    @property
+    def id(self) -> str:
+        """'site/gpu', the key used everywhere else."""
+        return f"{self.site}/{self.gpu}"
+
+    @property
+    def gpus(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+
+@dataclass(frozen=True)
+class ReplicaOption:
+    """One way to run a dedicated replica of a model: pool, tensor-parallel degree tp, pipeline stages pp.
+
+    Attributes:
+        model: model name.
+        pool: pool id ('site/gpu').
+        tp: GPUs per pipeline stage (inside one node); a power of two dividing gpus_per_node.
+        pp: pipeline stages, one node each (pp > 1 only with tp = gpus_per_node).
+        capacity_req_per_s: request rate one replica sustains while TTFT p95 and TPOT p95 meet the SLO.
+        memory_bytes_per_gpu: memory the replica occupies on each of its GPUs, bytes.
+        start_cost_usd: cost of starting one replica (loading its weights), USD.
+        ttft_p95_s, tpot_p95_s: the capacity model's latency at capacity (checked against the SLO).
+    """
+
+    model: str
+    pool: str
+    tp: int
+    pp: int
+    capacity_req_per_s: float
+    memory_bytes_per_gpu: float
+    start_cost_usd: float = 0.0
+    ttft_p95_s: float = 0.0
+    tpot_p95_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        owner = f"option {self.key}"
+        if self.tp not in (1, 2, 4, 8, 16):
+            raise InputError(f"{owner}: tp must be a power of two up to 16", field="tp", value=self.tp)
+        if not isinstance(self.pp, int) or self.pp < 1:
+            raise InputError(f"{owner}: pp must be a whole number >= 1", field="pp", value=self.pp)
+        _finite(self.capacity_req_per_s, "capacity_req_per_s", owner)
+        if self.capacity_req_per_s <= 0:
+            raise InputError(f"{owner}: capacity must be positive (leave out options that cannot meet the SLO)",
+                             field="capacity_req_per_s", value=self.capacity_req_per_s)
+        _finite(self.memory_bytes_per_gpu, "memory_bytes_per_gpu", owner)
+        _finite(self.start_cost_usd, "start_cost_usd", owner)
+
+    @property
+    def key(self) -> tuple[str, str, int, int]:
+        """(model, pool, tp, pp): the key of a plan's replica counts."""
+        return (self.model, self.pool, self.tp, self.pp)
+
+    @property
+    def gpus(self) -> int:
+        return self.tp * self.pp
+
+
+@dataclass(frozen=True)
+class ShareOption:
+    """A model may reside on a GPU of ``pool`` that it shares with other models (tp = 1).
+
+    Attributes:
+        model, pool: as in :class:`ReplicaOption`.
+        capacity_req_per_s: rate the model sustains under its SLO when it has the whole GPU's compute but only
+            its own memory footprint; on a shared GPU, in every window, the sum over resident models of
+            served / capacity stays <= 1 - margin (time-sharing of the compute).
+        memory_bytes: the footprint (weights + its KV-cache reservation), bytes.
+    """
+
+    model: str
+    pool: str
+    capacity_req_per_s: float
+    memory_bytes: float
+    ttft_p95_s: float = 0.0
+    tpot_p95_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        owner = f"share option {self.model}@{self.pool}"
+        _finite(self.capacity_req_per_s, "capacity_req_per_s", owner)
+        if self.capacity_req_per_s <= 0:
+            raise InputError(f"{owner}: capacity must be positive", field="capacity_req_per_s",
+                             value=self.capacity_req_per_s)
+        _finite(self.memory_bytes, "memory_bytes", owner, low=1.0)
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A model to serve.
+
+    Attributes:
+        name: model name.
+        demand_req_per_s: request rate to serve in each window, req/s (length = the problem's n_windows).
+        ttft_p95_s, tpot_p95_s: the SLO targets (seconds).
+        min_replicas: replicas kept in every window (1 keeps the model warm, 2 gives redundancy).
+        max_replicas: most replicas in any window, or None for no limit.
+        origin_site: site where the model's traffic originates (users, gateway), or None when it does not matter.
+        request_bytes: bytes that cross the network per request when it is served at another site
+            (prompt + response, both directions), bytes.
+        demand_source: provenance of the demand, shown in reports.
+    """
+
+    name: str
+    demand_req_per_s: tuple[float, ...]
+    ttft_p95_s: float
+    tpot_p95_s: float
+    min_replicas: int = 0
+    max_replicas: int | None = None
+    origin_site: str | None = None
+    request_bytes: float = 0.0
+    demand_source: str = ""
+
+    def __post_init__(self) -> None:
+        owner = f"model {self.name}"
+        for i, d in enumerate(self.demand_req_per_s):
+            _finite(d, f"demand_req_per_s[{i}]", owner)
+        if not isinstance(self.min_replicas, int) or self.min_replicas < 0:
+            raise InputError(f"{owner}: min_replicas must be a whole number >= 0", field="min_replicas",
+                             value=self.min_replicas)
+        if self.max_replicas is not None and (not isinstance(self.max_replicas, int)
+                                              or self.max_replicas < max(1, self.min_replicas)):
+            raise InputError(f"{owner}: max_replicas must be a whole number >= max(1, min_replicas)",
+                             field="max_replicas", value=self.max_replicas)
+        _finite(self.request_bytes, "request_bytes", owner)
+
+
+@dataclass(frozen=True)
+class Problem:
+    """A time-windowed placement problem.
+
+    Attributes:
+        window_length_s: seconds per window.
+        n_windows: number of windows in the (cyclic) horizon.
+        pools: GPU pools.
+        models: models with demand per window.
+        options: dedicated replica options (only those that meet the SLO).
+        share_options: shared-GPU options (tp = 1).
+        margin: safety margin; capacity is used up to (1 - margin) in every window, dedicated or shared.
+        shared_memory_utilization: share of a shared GPU's memory the resident footprints may fill.
+        max_shared_gpus_per_pool: candidate shared GPUs per pool the exact models may open.
+        egress_usd_per_gb: {(from_site, to_site): $/GB} for traffic served away from its origin.
+        name, notes: labels and provenance for reports.
+    """
+
+    window_length_s: float
+    n_windows: int
+    pools: tuple[Pool, ...]
+    models: tuple[ModelSpec, ...]
+    options: tuple[ReplicaOption, ...]
+    share_options: tuple[ShareOption, ...] = ()
+    margin: float = 0.1
+    shared_memory_utilization: float = 0.9
+    max_shared_gpus_per_pool: int = 8
+    egress_usd_per_gb: dict[tuple[str, str], float] = field(default_factory=dict)
+    name: str = "problem"
+    notes: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not (0 <= self.margin < 1):
+            raise InputError(f"margin {self.margin!r} must be in [0, 1); e.g. 0.1 keeps 10% headroom",
+                             field="margin", value=self.margin)
+        if not (self.window_length_s > 0) or not isinstance(self.n_windows, int) or self.n_windows < 1:
+            raise InputError("window_length_s must be > 0 and n_windows a whole number >= 1", field="n_windows",
+                             value=self.n_windows)
+        pool_ids = [p.id for p in self.pools]
+        if len(set(pool_ids)) != len(pool_ids):
+            raise InputError("two pools have the same site and GPU type; merge them", field="pools")
+        names = [m.name for m in self.models]
+        if len(set(names)) != len(names):
+            raise InputError("two models have the same name", field="models")
+        for m in self.models:
+            if len(m.demand_req_per_s) != self.n_windows:
+                raise InputError(f"model {m.name}: {len(m.demand_req_per_s)} demand values for "
+                                 f"{self.n_windows} windows", field="demand_req_per_s")
+        pools = self.pool_by_id
+        seen = set()
+        for o in self.options:
+            if o.pool not in pools:
+                raise InputError(f"option {o.key}: unknown pool", field="pool", value=o.pool)
+            if o.model not in names:
+                raise InputError(f"option {o.key}: unknown model", field="model", value=o.model)
+            p = pools[o.pool]
+            if p.gpus_per_node % o.tp:
+                raise InputError(f"option {o.key}: tp {o.tp} does not divide the {p.gpus_per_node} GPUs of a node",
+                                 field="tp", value=o.tp)
+            if o.pp > 1 and o.tp != p.gpus_per_node:
+                raise InputError(f"option {o.key}: pipeline stages span whole nodes; use tp = {p.gpus_per_node}",
+                                 field="tp", value=o.tp)
+            if o.key in seen:
+                raise InputError(f"option {o.key} given twice", field="options")
+            seen.add(o.key)
+        for s in self.share_options:
+            if s.pool not in pools or s.model not in names:
+                raise InputError(f"share option {s.model}@{s.pool}: unknown model or pool", field="share_options")
+        for (a, b), rate in self.egress_usd_per_gb.items():
+            _finite(rate, f"egress_usd_per_gb[{a}->{b}]", "problem")
+
+    # ---- lookups -------------------------------------------------------------------------------------------
+    @property
+    def pool_by_id(self) -> dict[str, Pool]:
+        return {p.id: p for p in self.pools}
+
+    @property
+    def model_by_name(self) -> dict[str, ModelSpec]:
+        return {m.name: m for m in self.models}
+
+    @property
+    def option_by_key(self) -> dict[tuple[str, str, int, int], ReplicaOption]:
+        return {o.key: o for o in self.options}
+
+    @property
+    def share_by_key(self) -> dict[tuple[str, str], ShareOption]:
+        return {(s.model, s.pool): s for s in self.share_options}
+
+    @property
+    def window_hours(self) -> float:
+        return self.window_length_s / 3600.0
+
+    @property
+    def horizon_hours(self) -> float:
+        return self.n_windows * self.window_hours
+
+    @property
+    def sites(self) -> list[str]:
+        return sorted({p.site for p in self.pools})
+
+    def egress_rate(self, origin: str | None, site: str) -> float:
+        """$/GB for traffic that originates at ``origin`` and is served at ``site`` (0 when the same or no origin).
+
+        Raises InputError when the pair has no rate: the scenario must give one for every site pair it uses.
+        """
+        if origin is None or origin == site:
+            return 0.0
+        try:
+            return self.egress_usd_per_gb[(origin, site)]
+        except KeyError:
+            raise InputError(f"no egress rate from {origin} to {site}; add it to the scenario's egress table",
+                             field="egress_usd_per_gb", value=(origin, site)) from None
+
+    def egress_usd_per_req_per_s_window(self, model: ModelSpec, site: str) -> float:
+        """Egress USD for 1 req/s of ``model`` served at ``site`` for one window."""
+        return self.egress_rate(model.origin_site, site) * model.request_bytes / 1e9 * self.window_length_s

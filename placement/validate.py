@@ -1,0 +1,172 @@
+"""Independent feasibility check of a plan, in plain Python, with no solver.
+
+``validate(problem, plan)`` re-derives every constraint from the plan's decisions: per-window capacity against
+demand (after the safety margin), the SLO of every option used, memory and compute share of every shared GPU,
+inventory per pool and window with tensor-parallel groups placed inside nodes (first-fit decreasing onto the
+pool's nodes), replica floor and ceiling, and the reported objective against the recomputed cost.
+It is used by every solver test, by the CLI before it prints a plan, and by the service before it adopts one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fleetplan.errors import FleetplanError
+from fleetplan.placement.plan import Plan, evaluate
+from fleetplan.placement.problem import Problem
+
+#: Relative tolerance for floating-point comparisons (solvers work to ~1e-7 feasibility tolerance).
+REL_TOL = 1e-6
+ABS_TOL = 1e-6
+
+
+class InvalidPlanError(FleetplanError):
+    """A plan that breaks a constraint; ``violations`` lists each broken constraint in words."""
+
+    def __init__(self, violations: list[str]) -> None:
+        self.violations = violations
+        more = f" (+{len(violations) - 10} more)" if len(violations) > 10 else ""
+        super().__init__("plan fails validation: " + "; ".join(violations[:10]) + more)
+
+
+@dataclass(frozen=True)
+class ValidationReport:
+    """Result of :func:`validate`: ``ok`` and the list of violations (empty when ok)."""
+
+    violations: tuple[str, ...]
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations
+
+    def raise_if_invalid(self) -> None:
+        if self.violations:
+            raise InvalidPlanError(list(self.violations))
+
+
+def _ffd_fits(groups: list[int], nodes: int, gpus_per_node: int) -> bool:
+    """First-fit decreasing of GPU groups (each must stay inside one node) onto ``nodes`` nodes."""
+    free = [gpus_per_node] * nodes
+    for g in sorted(groups, reverse=True):
+        for i, f in enumerate(free):
+            if f >= g:
+                free[i] -= g
+                break
+        else:
+            return False
+    return True
+
+
+def validate(problem: Problem, plan: Plan, *, check_objective: bool = True) -> ValidationReport:
+    """Check ``plan`` against every constraint of ``problem``; returns a :class:`ValidationReport`.
+
+    Checks: (1) keys and shapes; (2) SLO of every option used (its latency at capacity within the model's
+    targets); (3) capacity: usable capacity covers demand in every window; (4) shared GPUs: residency allowed,
+    memory fits, compute share <= 1 - margin in every window, served rates >= 0; (5) inventory: in every window
+    and pool the replicas' tp groups and the shared GPUs fit onto the pool's nodes; (6) replica floor and ceiling;
+    (7) the reported objective equals the recomputed cost (when the plan reports one).
+    """
+    v: list[str] = []
+    W = problem.n_windows
+    opts = problem.option_by_key
+    pools = problem.pool_by_id
+    shares = problem.share_by_key
+    models = problem.model_by_name
+    tol_margin = 1 - problem.margin
+
+    # (1) keys and shapes
+    for key, counts in plan.replicas.items():
+        if key not in opts:
+            v.append(f"replica key {key} is not an option of the problem")
+            continue
+        if len(counts) != W:
+            v.append(f"{key}: {len(counts)} windows, expected {W}")
+        if any((not isinstance(n, int)) or n < 0 for n in counts):
+            v.append(f"{key}: replica counts must be whole numbers >= 0, got {counts}")
+    for i, g in enumerate(plan.shared):
+        if g.pool not in pools:
+            v.append(f"shared GPU {i}: unknown pool {g.pool}")
+        for m in g.models:
+            if (m, g.pool) not in shares:
+                v.append(f"shared GPU {i} ({g.pool}): {m} may not share a GPU there")
+        for m, served in g.served_req_per_s.items():
+            if m not in g.models:
+                v.append(f"shared GPU {i}: serves {m}, which is not resident")
+            if len(served) != W:
+                v.append(f"shared GPU {i}: {m} has {len(served)} windows, expected {W}")
+            if any(f < -ABS_TOL for f in served):
+                v.append(f"shared GPU {i}: negative served rate for {m}")
+    if v:
+        return ValidationReport(tuple(v))
+
+    # (2) SLO of every option used
+    for key, counts in plan.replicas.items():
+        o = opts[key]
+        m = models[o.model]
+        if any(counts) and (o.ttft_p95_s > m.ttft_p95_s * (1 + REL_TOL) or o.tpot_p95_s > m.tpot_p95_s * (1 + REL_TOL)):
+            v.append(f"{key}: latency at capacity (TTFT {o.ttft_p95_s:.3f} s, TPOT {o.tpot_p95_s * 1e3:.1f} ms) "
+                     f"misses the SLO (TTFT {m.ttft_p95_s:.3f} s, TPOT {m.tpot_p95_s * 1e3:.1f} ms)")
+    for g in plan.shared:
+        for name in g.models:
+            s = shares[(name, g.pool)]
+            m = models[name]
+            if s.ttft_p95_s > m.ttft_p95_s * (1 + REL_TOL) or s.tpot_p95_s > m.tpot_p95_s * (1 + REL_TOL):
+                v.append(f"shared {name}@{g.pool}: latency at capacity misses the SLO")
+
+    # (3) capacity covers demand
+    cap = {m.name: [0.0] * W for m in problem.models}
+    for key, counts in plan.replicas.items():
+        o = opts[key]
+        for w, n in enumerate(counts):
+            cap[o.model][w] += n * o.capacity_req_per_s * tol_margin
+    for g in plan.shared:
+        for name, served in g.served_req_per_s.items():
+            for w, f in enumerate(served):
+                cap[name][w] += f
+    for m in problem.models:
+        for w, d in enumerate(m.demand_req_per_s):
+            if cap[m.name][w] < d * (1 - REL_TOL) - ABS_TOL:
+                v.append(f"{m.name} window {w}: usable capacity {cap[m.name][w]:.3f} req/s < demand {d:.3f} req/s")
+
+    # (4) shared GPUs: memory and compute share
+    for i, g in enumerate(plan.shared):
+        pool = pools[g.pool]
+        mem = sum(shares[(name, g.pool)].memory_bytes for name in g.models)
+        limit = pool.memory_bytes_per_gpu * problem.shared_memory_utilization
+        if mem > limit * (1 + REL_TOL):
+            v.append(f"shared GPU {i} ({g.pool}): resident memory {mem / 1e9:.1f} GB > {limit / 1e9:.1f} GB")
+        for w in range(W):
+            share = sum(served[w] / shares[(name, g.pool)].capacity_req_per_s
+                        for name, served in g.served_req_per_s.items())
+            if share > tol_margin * (1 + REL_TOL) + ABS_TOL:
+                v.append(f"shared GPU {i} ({g.pool}) window {w}: compute share {share:.3f} > {tol_margin:.3f}")
+
+    # (5) inventory with tp groups inside nodes
+    for pid, pool in pools.items():
+        n_shared = sum(1 for g in plan.shared if g.pool == pid)
+        for w in range(W):
+            groups = [1] * n_shared
+            for key, counts in plan.replicas.items():
+                o = opts[key]
+                if o.pool == pid and counts[w]:
+                    groups += [o.tp] * (o.pp * counts[w])
+            if sum(groups) > pool.gpus or not _ffd_fits(groups, pool.nodes, pool.gpus_per_node):
+                v.append(f"{pid} window {w}: {sum(groups)} GPUs in groups {sorted(set(groups))} do not fit "
+                         f"{pool.nodes} nodes × {pool.gpus_per_node} GPUs")
+
+    # (6) replica floor and ceiling
+    resident = {m.name: sum(1 for g in plan.shared if m.name in g.models) for m in problem.models}
+    for m in problem.models:
+        for w in range(W):
+            n = resident[m.name] + sum(c[w] for k, c in plan.replicas.items() if k[0] == m.name)
+            if n < m.min_replicas:
+                v.append(f"{m.name} window {w}: {n} replicas < floor {m.min_replicas}")
+            if m.max_replicas is not None and n > m.max_replicas:
+                v.append(f"{m.name} window {w}: {n} replicas > ceiling {m.max_replicas}")
+
+    # (7) objective
+    if check_objective and plan.objective_usd is not None and not v:
+        total = evaluate(problem, plan).total_usd
+        if abs(total - plan.objective_usd) > 1e-4 * max(1.0, abs(total)) + 0.01:
+            v.append(f"reported objective ${plan.objective_usd:,.2f} differs from the recomputed cost ${total:,.2f}")
+    return ValidationReport(tuple(v))

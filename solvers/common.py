@@ -1,0 +1,128 @@
+"""Index sets shared by the MILP and CP-SAT builders, taken from the Problem's own keys."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from fleetplan.placement.plan import Plan, route, site_capacity
+from fleetplan.placement.problem import Problem, ReplicaOption, ShareOption
+
+
+@dataclass(frozen=True)
+class Index:
+    """Index sets of the placement model.
+
+    Attributes:
+        W: window indices.
+        options: dedicated replica options.
+        bins: candidate shared GPUs as (pool id, b) pairs, b = 0..B_p-1.
+        share: {(model, pool)} -> ShareOption.
+        residents: {(pool, b)}: models that may reside on that candidate GPU.
+        sites_of: {model: sites where it has any capacity option}; q[m, s, w] exists only when len > 1.
+        ub: {option key: upper bound on replicas per window}.
+    """
+
+    W: range
+    options: tuple[ReplicaOption, ...]
+    bins: tuple[tuple[str, int], ...]
+    share: dict[tuple[str, str], ShareOption]
+    residents: dict[tuple[str, int], tuple[str, ...]]
+    sites_of: dict[str, tuple[str, ...]]
+    ub: dict[tuple[str, str, int, int], int]
+
+
+def shared_candidates(problem: Problem) -> dict[str, list[ShareOption]]:
+    """Share options worth a shared GPU, per pool: the model's peak demand fits in (1 - margin) of one GPU
+    (a model that needs more than a GPU at its peak gains little from sharing and is served by dedicated
+    replicas), and at least two models qualify in the pool."""
+    models = problem.model_by_name
+    out: dict[str, list[ShareOption]] = {}
+    for s in problem.share_options:
+        peak = max(models[s.model].demand_req_per_s)
+        if peak <= (1 - problem.margin) * s.capacity_req_per_s:
+            out.setdefault(s.pool, []).append(s)
+    return {p: v for p, v in out.items() if len(v) >= 2}
+
+
+def build_index(problem: Problem) -> Index:
+    pools = problem.pool_by_id
+    cands = shared_candidates(problem)
+    bins = []
+    residents = {}
+    share = {}
+    for pid, lst in cands.items():
+        n_bins = min(problem.max_shared_gpus_per_pool, pools[pid].gpus, math.ceil(len(lst) / 1))
+        for b in range(n_bins):
+            bins.append((pid, b))
+            residents[(pid, b)] = tuple(s.model for s in lst)
+        for s in lst:
+            share[(s.model, pid)] = s
+    sites_of: dict[str, set[str]] = {m.name: set() for m in problem.models}
+    for o in problem.options:
+        sites_of[o.model].add(pools[o.pool].site)
+    for (m, pid) in share:
+        sites_of[m].add(pools[pid].site)
+    ub = {}
+    models = problem.model_by_name
+    for o in problem.options:
+        u = pools[o.pool].gpus // o.gpus
+        mx = models[o.model].max_replicas
+        if mx is not None:
+            u = min(u, mx)
+        ub[o.key] = u
+    return Index(W=range(problem.n_windows), options=tuple(o for o in problem.options if ub[o.key] > 0),
+                 bins=tuple(bins), share=share, residents=residents,
+                 sites_of={m: tuple(sorted(s)) for m, s in sites_of.items()}, ub=ub)
+
+
+def warm_values(problem: Problem, idx: Index, plan: Plan) -> dict[str, dict]:
+    """Variable values of ``plan`` in the index space: n, st, y, a, f, q (for warm starts and hints).
+
+    Shared GPUs of the plan are mapped onto the candidate bins of their pool in order; a plan whose shared GPUs
+    do not fit the candidates (more GPUs, or a resident not among the candidates) returns {}.
+    """
+    W = idx.W
+    n = {}
+    for o in idx.options:
+        counts = plan.replicas.get(o.key, (0,) * len(W))
+        n[o.key] = list(counts)
+    for key in plan.replicas:
+        if key not in n and any(plan.replicas[key]):
+            return {}
+    st = {}
+    for k, c in n.items():
+        st[k] = [max(0, c[w] - c[w - 1]) if len(W) > 1 else 0 for w in W]
+    y = {b: 0 for b in idx.bins}
+    a = {}
+    f = {}
+    used: dict[str, int] = {}
+    for g in plan.shared:
+        b = used.get(g.pool, 0)
+        if (g.pool, b) not in y:
+            return {}
+        used[g.pool] = b + 1
+        y[(g.pool, b)] = 1
+        for m in g.models:
+            if m not in idx.residents[(g.pool, b)]:
+                return {}
+            a[(m, g.pool, b)] = 1
+            f[(m, g.pool, b)] = list(g.served_req_per_s.get(m, (0.0,) * len(W)))
+    # q: the origin-first routing of evaluate()
+    caps = site_capacity(problem, plan)
+    q = {}
+    models = problem.model_by_name
+    for m, sites in idx.sites_of.items():
+        if len(sites) <= 1:
+            continue
+        spec = models[m]
+        for w in W:
+            left = spec.demand_req_per_s[w]
+            order = sorted(sites, key=lambda s, spec=spec: (s != spec.origin_site,
+                                                            problem.egress_rate(spec.origin_site, s)))
+            for s in order:
+                take = min(left, caps[m][w].get(s, 0.0))
+                q[(m, s, w)] = max(0.0, take)
+                left -= max(0.0, take)
+    _ = route  # evaluate() uses the same rule
+    return {"n": n, "st": st, "y": y, "a": a, "f": f, "q": q}

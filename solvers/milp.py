@@ -1,0 +1,293 @@
+"""MILP of time-windowed placement (PuLP; HiGHS by default, CBC available).
+
+Notation (all from the Problem; w ∈ W windows, cyclic; o ∈ O dedicated options (model m_o, pool p_o, tp, pp);
+p ∈ P pools at site s_p with G_p GPUs at c_p $/GPU-hour; b ∈ B_p candidate shared GPUs of pool p; μ the margin;
+h the window length in hours; d[m,w] demand req/s; cap_o replica capacity req/s; k_o = tp·pp GPUs per replica;
+cs[m,p], ms[m,p] capacity and memory footprint of m on a shared GPU of p; M_p the GPU memory × the shared-memory
+utilization; e[m,s] egress USD per req/s per window when m is served at site s; σ_o the start cost of o.)
+
+Variables:
+    n[o,w] ∈ Z≥0      dedicated replicas of option o in window w
+    st[o,w] ≥ 0       replicas of o started in window w
+    y[p,b] ∈ {0,1}    candidate shared GPU b of pool p is on (all day)
+    a[m,p,b] ∈ {0,1}  model m resides on shared GPU (p,b)
+    f[m,p,b,w] ≥ 0    req/s of m served by shared GPU (p,b) in window w
+    q[m,s,w] ≥ 0      req/s of m served at site s (only for models with capacity at several sites)
+
+Minimize  Σ n[o,w]·k_o·c_{p_o}·h + Σ y[p,b]·c_p·h·|W| + Σ σ_o·st[o,w] + Σ e[m,s]·q[m,s,w]
+subject to
+    (1) coverage at each site:   Σ_{o: m_o=m, s_{p_o}=s} (1-μ)·cap_o·n[o,w] + Σ_{p at s, b} f[m,p,b,w] ≥ q[m,s,w]
+        (for a model with one site, q is replaced by d[m,w])
+    (2) demand is served:         Σ_s q[m,s,w] ≥ d[m,w]
+    (3) shared compute share:     Σ_m f[m,p,b,w] / cs[m,p] ≤ (1-μ)·y[p,b]
+    (4) only residents serve:     f[m,p,b,w] ≤ (1-μ)·cs[m,p]·a[m,p,b]
+    (5) shared memory:            Σ_m ms[m,p]·a[m,p,b] ≤ M_p·y[p,b]
+    (6) inventory:                Σ_{o in p} k_o·n[o,w] + Σ_b y[p,b] ≤ G_p
+        (tp and the node size are powers of two with tp | node size and pp > 1 only with whole nodes, so any
+        multiset of groups within the GPU count packs onto the nodes: groups of divisible sizes pack perfectly)
+    (7) replica floor/ceiling:    L_m ≤ Σ_{o: m_o=m} n[o,w] + Σ_{p,b} a[m,p,b] ≤ U_m
+    (8) starts:                   st[o,w] ≥ n[o,w] - n[o,w-1]   (w-1 of the first window is the last)
+    (9) symmetry breaking:        y[p,b] ≥ y[p,b+1]
+With ``relax=True`` every integer and binary variable is continuous: the LP relaxation, a lower bound.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import pulp
+
+from fleetplan.errors import SolverError
+from fleetplan.placement.plan import Plan, SharedGPU, Status
+from fleetplan.placement.problem import Problem
+from fleetplan.solvers.common import Index, build_index, warm_values
+
+
+@dataclass
+class MilpModel:
+    """A built PuLP model with its variables, keyed by the Problem's own keys."""
+
+    lp: pulp.LpProblem
+    idx: Index
+    n: dict
+    st: dict
+    y: dict
+    a: dict
+    f: dict
+    q: dict
+    relax: bool
+
+
+def build_milp(problem: Problem, *, relax: bool = False) -> MilpModel:
+    """Build the MILP (or, with ``relax=True``, its LP relaxation) of ``problem``; a pure function of it."""
+    idx = build_index(problem)
+    W = idx.W
+    mu = 1 - problem.margin
+    h = problem.window_hours
+    pools = problem.pool_by_id
+    models = problem.model_by_name
+    icat = pulp.LpContinuous if relax else pulp.LpInteger
+    bcat = pulp.LpContinuous if relax else pulp.LpBinary
+    lp = pulp.LpProblem("placement", pulp.LpMinimize)
+
+    # Variables, indexed by the data's own keys.
+    n = {(o.key, w): pulp.LpVariable(f"n_{i}_{w}", 0, idx.ub[o.key], icat)
+         for i, o in enumerate(idx.options) for w in W}
+    st = {(o.key, w): pulp.LpVariable(f"st_{i}_{w}", 0) for i, o in enumerate(idx.options) for w in W
+          if o.start_cost_usd > 0 and len(W) > 1}
+    y = {(p, b): pulp.LpVariable(f"y_{j}", 0, 1, bcat) for j, (p, b) in enumerate(idx.bins)}
+    a = {}
+    f = {}
+    for j, (p, b) in enumerate(idx.bins):
+        for m in idx.residents[(p, b)]:
+            a[(m, p, b)] = pulp.LpVariable(f"a_{j}_{len(a)}", 0, 1, bcat)
+            for w in W:
+                f[(m, p, b, w)] = pulp.LpVariable(f"f_{j}_{len(f)}", 0)
+    q = {}
+    for m, sites in idx.sites_of.items():
+        if len(sites) > 1:
+            for s in sites:
+                for w in W:
+                    q[(m, s, w)] = pulp.LpVariable(f"q_{len(q)}", 0)
+
+    # Objective: GPU-hours × price + starts × start cost + egress.
+    obj = []
+    for o in idx.options:
+        c = o.gpus * pools[o.pool].usd_per_gpu_hour * h
+        obj += [c * n[(o.key, w)] for w in W]
+        obj += [o.start_cost_usd * st[(o.key, w)] for w in W if (o.key, w) in st]
+    for (p, b), var in y.items():
+        obj.append(pools[p].usd_per_gpu_hour * h * len(W) * var)
+    for (m, s, w), var in q.items():
+        e = problem.egress_usd_per_req_per_s_window(models[m], s)
+        if e:
+            obj.append(e * var)
+    lp += pulp.lpSum(obj)
+
+    opts_of: dict[tuple[str, str], list] = {}
+    for o in idx.options:
+        opts_of.setdefault((o.model, pools[o.pool].site), []).append(o)
+    bins_of: dict[tuple[str, str], list] = {}
+    for (m, p, b) in a:
+        bins_of.setdefault((m, pools[p].site), []).append((p, b))
+
+    for m in problem.models:
+        sites = idx.sites_of[m.name]
+        for w in W:
+            # (1) Coverage at each site (or of the demand itself for a model with one site).
+            for s in sites:
+                supply = [mu * o.capacity_req_per_s * n[(o.key, w)] for o in opts_of.get((m.name, s), [])]
+                supply += [f[(m.name, p, b, w)] for (p, b) in bins_of.get((m.name, s), [])]
+                rhs = q[(m.name, s, w)] if len(sites) > 1 else m.demand_req_per_s[w]
+                lp += pulp.lpSum(supply) >= rhs, f"c1_cover_{m.name}_{s}_{w}"
+            # (2) Demand is served across sites.
+            if len(sites) > 1:
+                lp += pulp.lpSum(q[(m.name, s, w)] for s in sites) >= m.demand_req_per_s[w], f"c2_demand_{m.name}_{w}"
+            if not sites and m.demand_req_per_s[w] > 0:
+                lp += pulp.lpSum([]) >= m.demand_req_per_s[w], f"c1_no_option_{m.name}_{w}"
+
+    for (p, b) in idx.bins:
+        residents = idx.residents[(p, b)]
+        for w in W:
+            # (3) Compute share of a shared GPU stays within 1 - margin.
+            lp += (pulp.lpSum(f[(m, p, b, w)] * (1.0 / idx.share[(m, p)].capacity_req_per_s) for m in residents)
+                   <= mu * y[(p, b)], f"c3_share_{p}_{b}_{w}")
+            # (4) Only resident models are served.
+            for m in residents:
+                lp += f[(m, p, b, w)] <= mu * idx.share[(m, p)].capacity_req_per_s * a[(m, p, b)], f"c4_{m}_{p}_{b}_{w}"
+        # (5) Resident footprints fit the GPU's memory.
+        lim = pools[p].memory_bytes_per_gpu * problem.shared_memory_utilization
+        lp += (pulp.lpSum(idx.share[(m, p)].memory_bytes / 1e9 * a[(m, p, b)] for m in residents)
+               <= lim / 1e9 * y[(p, b)], f"c5_mem_{p}_{b}")
+        # (9) Symmetry breaking among a pool's candidate shared GPUs.
+        if b > 0:
+            lp += y[(p, b)] <= y[(p, b - 1)], f"c9_sym_{p}_{b}"
+
+    for pid, pool in pools.items():
+        bins = [y[(p, b)] for (p, b) in idx.bins if p == pid]
+        opts = [o for o in idx.options if o.pool == pid]
+        if not opts and not bins:
+            continue
+        for w in W:
+            # (6) Inventory: GPUs in use fit the pool.
+            lp += (pulp.lpSum(o.gpus * n[(o.key, w)] for o in opts) + pulp.lpSum(bins) <= pool.gpus,
+                   f"c6_inv_{pid}_{w}")
+
+    for m in problem.models:
+        resident = [var for (mm, p, b), var in a.items() if mm == m.name]
+        for w in W:
+            reps = [n[(o.key, w)] for o in idx.options if o.model == m.name] + resident
+            # (7) Replica floor and ceiling.
+            if m.min_replicas:
+                lp += pulp.lpSum(reps) >= m.min_replicas, f"c7_floor_{m.name}_{w}"
+            if m.max_replicas is not None:
+                lp += pulp.lpSum(reps) <= m.max_replicas, f"c7_ceil_{m.name}_{w}"
+
+    # (8) Starts between consecutive windows (cyclic).
+    for (key, w), var in st.items():
+        lp += var >= n[(key, w)] - n[(key, W[w - 1])], f"c8_start_{len(lp.constraints)}"
+    return MilpModel(lp=lp, idx=idx, n=n, st=st, y=y, a=a, f=f, q=q, relax=relax)
+
+
+class _HiGHSWarm(pulp.HiGHS):
+    """PuLP's HiGHS (highspy) interface, plus an optional MIP start from the variables' initial values."""
+
+    def callSolver(self, lp, callback=None):  # noqa: N802 (PuLP's name)
+        if self.optionsDict.get("warm_values"):
+            import highspy
+
+            sol = highspy.HighsSolution()
+            vals = [0.0] * lp.solverModel.getNumCol()
+            for var in lp.variables():
+                if var.varValue is not None:
+                    vals[var.index] = float(var.varValue)
+            sol.col_value = vals
+            sol.value_valid = True
+            lp.solverModel.setSolution(sol)
+        return super().callSolver(lp, callback) if callback is not None else super().callSolver(lp)
+
+    def createAndConfigureSolver(self, lp):  # noqa: N802
+        warm = self.optionsDict.pop("warm_values", None)
+        super().createAndConfigureSolver(lp)
+        if warm:
+            self.optionsDict["warm_values"] = warm
+
+
+def _set_initial(model: MilpModel, warm: dict) -> bool:
+    if not warm:
+        return False
+    for (key, w), var in model.n.items():
+        var.setInitialValue(warm["n"][key][w])
+    for (key, w), var in model.st.items():
+        var.setInitialValue(warm["st"][key][w])
+    for k, var in model.y.items():
+        var.setInitialValue(warm["y"].get(k, 0))
+    for k, var in model.a.items():
+        var.setInitialValue(warm["a"].get(k, 0))
+    for (m, p, b, w), var in model.f.items():
+        var.setInitialValue(warm["f"].get((m, p, b), [0.0] * len(model.idx.W))[w])
+    for k, var in model.q.items():
+        var.setInitialValue(warm["q"].get(k, 0.0))
+    return True
+
+
+def extract_plan(problem: Problem, model: MilpModel) -> tuple[dict, tuple[SharedGPU, ...]]:
+    """Read replica counts and shared GPUs from a solved (integer) model."""
+    W = model.idx.W
+    replicas = {}
+    for o in model.idx.options:
+        counts = tuple(int(round(model.n[(o.key, w)].value() or 0)) for w in W)
+        if any(counts):
+            replicas[o.key] = counts
+    shared = []
+    for (p, b), var in model.y.items():
+        if (var.value() or 0) > 0.5:
+            residents = tuple(m for m in model.idx.residents[(p, b)] if (model.a[(m, p, b)].value() or 0) > 0.5)
+            served = {m: tuple(max(0.0, model.f[(m, p, b, w)].value() or 0.0) for w in W) for m in residents}
+            shared.append(SharedGPU(pool=p, models=residents, served_req_per_s=served))
+    return replicas, tuple(shared)
+
+
+def solve_lp_bound(problem: Problem, *, time_limit_s: float = 60, threads: int | None = None) -> float | None:
+    """Objective of the LP relaxation (a lower bound on the optimum), USD, or None if not solved."""
+    model = build_milp(problem, relax=True)
+    solver = pulp.HiGHS(msg=False, timeLimit=time_limit_s, threads=threads)
+    model.lp.solve(solver)
+    if model.lp.status == pulp.LpStatusOptimal and model.lp.sol_status == pulp.LpSolutionOptimal:
+        return float(pulp.value(model.lp.objective) or 0.0)
+    return None
+
+
+def solve_milp(problem: Problem, *, backend: str = "highs", time_limit_s: float = 60, threads: int | None = None,
+               gap: float = 1e-4, warm_start: Plan | None = None, msg: bool = False) -> Plan:
+    """Solve the MILP with HiGHS (``backend='highs'``) or CBC (``'cbc'``); returns a new Plan.
+
+    The status reads PuLP's ``sol_status`` as well as ``status``: a time-limited HiGHS or CBC stop reports
+    status 'Optimal' with sol_status 'integer feasible', which is FEASIBLE here, never OPTIMAL.
+    The bound is HiGHS's MIP dual bound, or for CBC the LP relaxation's objective.
+    Raises SolverError if the backend is unknown or not available.
+    """
+    t0 = time.perf_counter()
+    model = build_milp(problem)
+    warm = warm_values(problem, model.idx, warm_start) if warm_start is not None else {}
+    used_warm = _set_initial(model, warm)
+    if backend == "highs":
+        solver = _HiGHSWarm(msg=msg, timeLimit=time_limit_s, threads=threads, gapRel=gap)
+        if used_warm:
+            solver.optionsDict["warm_values"] = True
+    elif backend == "cbc":
+        solver = pulp.PULP_CBC_CMD(msg=msg, timeLimit=time_limit_s, threads=threads, gapRel=gap, warmStart=used_warm)
+    else:
+        raise SolverError(f"unknown MILP backend {backend!r}; use 'highs' or 'cbc'")
+    if not solver.available():
+        raise SolverError(f"MILP backend {backend!r} is not available in this environment; install highspy "
+                          "(for highs) or use PuLP's bundled CBC")
+    model.lp.solve(solver)
+    elapsed = time.perf_counter() - t0
+    st, sol = model.lp.status, model.lp.sol_status
+    if sol == pulp.LpSolutionInfeasible or st == pulp.LpStatusInfeasible:
+        return Plan(status=Status.INFEASIBLE, backend=backend, solve_time_s=elapsed)
+    if sol not in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible):
+        return Plan(status=Status.NO_SOLUTION, backend=backend, solve_time_s=elapsed,
+                    message=f"no feasible plan within {time_limit_s:g} s")
+    replicas, shared = extract_plan(problem, model)
+    from fleetplan.placement.plan import evaluate
+
+    candidate = Plan(replicas=replicas, shared=shared)
+    objective = evaluate(problem, candidate).total_usd
+    bound = None
+    if backend == "highs":
+        info = model.lp.solverModel.getInfo()
+        bound = float(info.mip_dual_bound)
+    status = Status.OPTIMAL if sol == pulp.LpSolutionOptimal else Status.FEASIBLE
+    if bound is None or status is Status.FEASIBLE and backend == "cbc":
+        bound = solve_lp_bound(problem, threads=threads) if status is Status.FEASIBLE else objective
+    if status is Status.OPTIMAL and bound is None:
+        bound = objective
+    bound = min(bound, objective) if bound is not None else None
+    g = (objective - bound) / objective if bound is not None and objective > 0 else (0.0 if bound is not None else None)
+    message = ("warm-started from the greedy plan; " if used_warm else "") + (
+        "proven optimal" if status is Status.OPTIMAL else f"time limit {time_limit_s:g} s reached")
+    return Plan(replicas=replicas, shared=shared, status=status, backend=backend, objective_usd=objective,
+                bound_usd=bound, gap=g, solve_time_s=time.perf_counter() - t0, message=message)
