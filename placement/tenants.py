@@ -1,0 +1,636 @@
+"""Multi-tenant allocation of a shared GPU pool: records, objectives and an independent checker.
+
+Notation (used by the solvers in ``fleetplan.solvers.tenants_milp`` / ``tenants_cpsat`` and by this module):
+
+- nodes n with ``gpus`` G_n of one GPU type; tenants t; windows w = 0..W-1 (``window_s`` seconds each).
+- decision: x[t, w, n] = whole GPUs tenant t holds on node n in window w (an :class:`Allocation`).
+- served[t, w] = min(demand[t, w], delivered GPUs), where delivered GPUs count the interference loss (below).
+- guaranteed[t, w] = min(quota_gpus[t], demand[t, w]): the part of the demand the tenant's quota guarantees.
+
+Interference. Each tenant has an interference class; an :class:`InterferenceTable` gives, per pair of classes, the
+fraction of throughput lost when the two share a node (shipped defaults with sources in
+``datasets/data/interference``). On a node shared by two or more tenants in a window, the node's coefficient
+s[n, w] is the largest pair coefficient among its tenants (the worst neighbour pair). Its interference-adjusted
+capacity is G_n × (1 − s[n, w]); an interference-aware allocation keeps the GPUs it hands out on that node within
+that capacity (the reserved headroom G_n × s[n, w] is the margin). An allocation that overfills a shared node (the
+baselines do not reserve headroom) delivers only ``adjusted capacity / allocated`` of each allocated GPU.
+
+Objectives (:class:`Objectives`), all summed over windows:
+
+- utilization = Σ served / Σ_n,w G_n (maximize);
+- isolation = Σ_{n,w shared} s[n, w], i.e. the shared node-windows weighted by their pair coefficient (minimize);
+- sla = Σ weight_t × max(0, sla_target_t × demand[t, w] − served[t, w]) in GPU-windows (minimize); the report also
+  gives the unmet guaranteed demand and each tenant's attainment (served / demand) against its SLA target.
+
+Errors: bad records raise :class:`~fleetplan.errors.InputError` naming the field; an allocation that breaks a rule
+raises :class:`AllocationError` from :func:`validate_allocation`; a guarantee set the pool cannot meet raises
+:class:`~fleetplan.errors.InfeasibleError` from :func:`explain_guarantees` naming the tenants and shortfalls.
+"""
+
+from __future__ import annotations
+
+import csv
+import enum
+import importlib.resources
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from fleetplan.errors import FleetplanError, InfeasibleError, InputError, UnknownNameError, check_range
+
+#: The three objectives, with their optimisation sense (+1 maximize, -1 minimize).
+OBJECTIVE_SENSE: dict[str, int] = {"utilization": 1, "isolation": -1, "sla": -1}
+
+
+class AllocationError(FleetplanError):
+    """An allocation breaks a rule of its problem (capacity, burst, guarantee, GPU type, margin)."""
+
+
+class SolveStatus(enum.Enum):
+    """Outcome of a solver run."""
+
+    OPTIMAL = "optimal"
+    """Proven optimal (within the solver's default gap tolerance)."""
+    FEASIBLE = "feasible"
+    """An integer-feasible answer; the solver stopped (time limit) before proving optimality; see the gap."""
+    INFEASIBLE = "infeasible"
+    """No allocation satisfies the constraints."""
+    NO_SOLUTION = "no_solution"
+    """The solver stopped before finding any feasible answer."""
+    HEURISTIC = "heuristic"
+    """Produced by a rule (a baseline), not an optimiser: no bound."""
+
+
+# ----------------------------------------------------------------------------------------------------- records
+
+
+def _gpu_names() -> set[str]:
+    """Known GPU type names: the catalog when it exists, else the shipped hardware CSV (same source)."""
+    try:
+        from fleetplan.datasets import catalog  # type: ignore[attr-defined]
+
+        return {g.name for g in catalog.load_gpus()}
+    except (ImportError, AttributeError):
+        path = importlib.resources.files("fleetplan.datasets") / "data" / "hardware" / "gpus.csv"
+        with path.open(encoding="utf-8") as fh:
+            return {row["gpu"] for row in csv.DictReader(fh)}
+
+
+@dataclass(frozen=True)
+class Node:
+    """One node of the pool.
+
+    Attributes:
+        name: unique node name.
+        gpu: GPU type, a catalog name (e.g. 'H100-SXM-80GB').
+        gpus: GPUs in the node (1..64).
+        site: where it runs (free text, e.g. 'us-east-1'); informational.
+    """
+
+    name: str
+    gpu: str
+    gpus: int
+    site: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            raise InputError("node name is empty; give each node a name", field="name", value=self.name)
+        if not isinstance(self.gpus, int) or isinstance(self.gpus, bool) or not 1 <= self.gpus <= 64:
+            raise InputError(f"node {self.name}: gpus must be an integer 1..64, got {self.gpus!r}", field="gpus",
+                             value=self.gpus)
+
+
+@dataclass(frozen=True)
+class Tenant:
+    """One team sharing the pool.
+
+    Attributes:
+        name: unique tenant name.
+        quota_gpus: guaranteed GPUs: in each window the tenant gets min(quota_gpus, demand) GPUs.
+        burst_gpus: most GPUs the tenant may hold in a window (≥ quota_gpus).
+        weight: priority weight (> 0): scales its SLA shortfall and its share of lent idle capacity.
+        demand_gpus: GPUs wanted in each window (one value per window, ≥ 0, may be fractional).
+        sla_target: share of demand that must be served (0 < sla_target ≤ 1).
+        interference_class: a class of the interference table (e.g. 'interactive', 'batch').
+        gpu_types: GPU types the tenant can run on; empty means any.
+    """
+
+    name: str
+    quota_gpus: int
+    burst_gpus: int
+    weight: float
+    demand_gpus: tuple[float, ...]
+    sla_target: float
+    interference_class: str
+    gpu_types: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            raise InputError("tenant name is empty", field="name", value=self.name)
+        src = f"tenant {self.name}"
+        for f in ("quota_gpus", "burst_gpus"):
+            v = getattr(self, f)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 0 or v > 100_000:
+                raise InputError(f"{src}: {f} must be a whole number of GPUs 0..100000, got {v!r}", field=f,
+                                 value=v)
+        if self.burst_gpus < self.quota_gpus:
+            raise InputError(f"{src}: burst_gpus {self.burst_gpus} is below quota_gpus {self.quota_gpus}; the burst "
+                             "limit must be at least the guarantee", field="burst_gpus", value=self.burst_gpus)
+        check_range(self.weight, field="weight", low=1e-6, high=1e6, source=src, fix="give a positive weight")
+        check_range(self.sla_target, field="sla_target", low=1e-6, high=1.0, source=src,
+                    fix="give the share of demand to serve, e.g. 0.99")
+        if not self.demand_gpus:
+            raise InputError(f"{src}: demand_gpus is empty; give one value per window", field="demand_gpus")
+        for w, d in enumerate(self.demand_gpus):
+            check_range(d, field=f"demand_gpus[{w}]", low=0, high=100_000, unit="GPUs", source=src,
+                        fix="give GPUs wanted in that window")
+        if not self.interference_class:
+            raise InputError(f"{src}: interference_class is empty", field="interference_class")
+
+    def guaranteed(self, w: int) -> float:
+        """GPUs guaranteed in window ``w``: min(quota_gpus, demand_gpus[w])."""
+        return min(float(self.quota_gpus), float(self.demand_gpus[w]))
+
+    def wanted(self, w: int) -> int:
+        """Most whole GPUs worth allocating in window ``w``: min(burst_gpus, ceil(demand))."""
+        return min(self.burst_gpus, math.ceil(self.demand_gpus[w] - 1e-9))
+
+    def runs_on(self, gpu: str) -> bool:
+        """True if the tenant may use GPU type ``gpu``."""
+        return not self.gpu_types or gpu in self.gpu_types
+
+
+@dataclass(frozen=True)
+class InterferenceTable:
+    """Pairwise interference coefficients by class: the fraction of throughput lost when two classes share a node.
+
+    Attributes:
+        coefficients: {(class_a, class_b): fraction in [0, 0.9]}; symmetric, both orders accepted.
+        source: where the numbers come from.
+    """
+
+    coefficients: Mapping[tuple[str, str], float]
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        for (a, b), c in self.coefficients.items():
+            check_range(c, field=f"coefficient[{a},{b}]", low=0.0, high=0.9, source=self.source or None,
+                        fix="give the throughput loss as a fraction, e.g. 0.15")
+
+    @property
+    def classes(self) -> set[str]:
+        """All classes the table names."""
+        return {c for pair in self.coefficients for c in pair}
+
+    def coefficient(self, a: str, b: str) -> float:
+        """Loss fraction when classes ``a`` and ``b`` share a node; raises UnknownNameError for a missing pair."""
+        if (a, b) in self.coefficients:
+            return float(self.coefficients[(a, b)])
+        if (b, a) in self.coefficients:
+            return float(self.coefficients[(b, a)])
+        for c in (a, b):
+            if c not in self.classes:
+                raise UnknownNameError("interference class", c, self.classes)
+        raise InputError(f"interference table has no coefficient for the pair ({a}, {b}); add a row",
+                         source=self.source or None, field="coefficient")
+
+
+def load_interference(path: str | Path | None = None) -> InterferenceTable:
+    """Read an interference CSV (columns class_a, class_b, coefficient, source); the shipped defaults if no path.
+
+    Raises InputError for a missing file, column or bad value (file and row named).
+    """
+    if path is None:
+        res = importlib.resources.files("fleetplan.datasets") / "data" / "interference" / "coefficients.csv"
+        text, src = res.read_text(encoding="utf-8"), "interference/coefficients.csv"
+    else:
+        p = Path(path)
+        if not p.is_file():
+            raise InputError(f"interference file {p} does not exist", source=str(p))
+        text, src = p.read_text(encoding="utf-8"), str(p)
+    rows = list(csv.DictReader(text.splitlines()))
+    need = {"class_a", "class_b", "coefficient"}
+    if not rows or not need <= set(rows[0]):
+        raise InputError(f"needs columns {', '.join(sorted(need))}", source=src)
+    coef: dict[tuple[str, str], float] = {}
+    for i, r in enumerate(rows, start=1):
+        coef[(r["class_a"].strip(), r["class_b"].strip())] = check_range(
+            r["coefficient"], field="coefficient", low=0.0, high=0.9, source=src, row=i,
+            fix="a throughput-loss fraction, e.g. 0.15")
+    return InterferenceTable(coef, source=src)
+
+
+@dataclass(frozen=True)
+class TenantProblem:
+    """A pool, its tenants and the interference table.
+
+    Attributes:
+        nodes: the pool's nodes (unique names).
+        tenants: the tenants (unique names, same number of windows each).
+        interference: coefficients for every pair of the tenants' classes.
+        window_s: window length in seconds (informational).
+        name: scenario name.
+    """
+
+    nodes: tuple[Node, ...]
+    tenants: tuple[Tenant, ...]
+    interference: InterferenceTable
+    window_s: float = 3600.0
+    name: str = ""
+    _coef: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not self.nodes:
+            raise InputError("the pool has no nodes", field="nodes")
+        if not self.tenants:
+            raise InputError("there are no tenants", field="tenants")
+        for kind, items in (("node", self.nodes), ("tenant", self.tenants)):
+            seen: set[str] = set()
+            for it in items:
+                if it.name in seen:
+                    raise InputError(f"{kind} name {it.name!r} appears twice; names must be unique", field="name",
+                                     value=it.name)
+                seen.add(it.name)
+        n_w = {len(t.demand_gpus) for t in self.tenants}
+        if len(n_w) != 1:
+            raise InputError(f"tenants give different numbers of windows {sorted(n_w)}; give every tenant one "
+                             "demand value per window", field="demand_gpus")
+        check_range(self.window_s, field="window_s", low=1, high=86400, unit="s")
+        gpu_types = {n.gpu for n in self.nodes}
+        for t in self.tenants:
+            for g in t.gpu_types:
+                if g not in gpu_types:
+                    raise UnknownNameError("GPU type in the pool", g, gpu_types, field=f"{t.name}.gpu_types")
+        classes = sorted({t.interference_class for t in self.tenants})
+        for i, a in enumerate(classes):
+            for b in classes[i:]:
+                self._coef[(a, b)] = self._coef[(b, a)] = self.interference.coefficient(a, b)
+
+    @property
+    def n_windows(self) -> int:
+        return len(self.tenants[0].demand_gpus)
+
+    @property
+    def capacity_gpu_windows(self) -> int:
+        """Σ_n G_n × windows: the denominator of utilization."""
+        return sum(n.gpus for n in self.nodes) * self.n_windows
+
+    def tenant(self, name: str) -> Tenant:
+        for t in self.tenants:
+            if t.name == name:
+                return t
+        raise UnknownNameError("tenant", name, [t.name for t in self.tenants])
+
+    def pair_coefficient(self, a: Tenant, b: Tenant) -> float:
+        """Interference coefficient of two tenants sharing a node (by their classes)."""
+        return self._coef[(a.interference_class, b.interference_class)]
+
+    def class_coefficient(self, a: str, b: str) -> float:
+        return self._coef[(a, b)]
+
+    def node_coefficient(self, tenants: Iterable[Tenant]) -> float:
+        """s of a node holding ``tenants``: 0 if fewer than two, else the largest pair coefficient."""
+        ts = list(tenants)
+        best = 0.0
+        for i, a in enumerate(ts):
+            for b in ts[i + 1:]:
+                best = max(best, self.pair_coefficient(a, b))
+        return best
+
+
+def _gpus_in_catalog(names: Iterable[str], source: str) -> None:
+    known = _gpu_names()
+    for g in names:
+        if g not in known:
+            raise UnknownNameError("GPU type", g, known, source=source, field="gpu")
+
+
+def problem_from_dict(data: Mapping, *, source: str = "scenario") -> TenantProblem:
+    """Build a :class:`TenantProblem` from a scenario mapping (the YAML layout of
+    ``datasets/scenarios/tenants_default.yaml``): keys ``name``, ``window_s``, ``interference`` (optional CSV path),
+    ``pool`` (list of {name, gpu, gpus_per_node, count, site}) and ``tenants`` (list of {name, quota_gpus,
+    burst_gpus, weight, sla_target, interference_class, gpu_types, demand_gpus}).
+
+    Raises InputError / UnknownNameError naming the entry and field.
+    """
+    if not isinstance(data, Mapping):
+        raise InputError("the scenario must be a mapping with 'pool' and 'tenants'", source=source)
+    for key in ("pool", "tenants"):
+        if not isinstance(data.get(key), list) or not data[key]:
+            raise InputError(f"missing or empty list '{key}'", source=source, field=key)
+    nodes: list[Node] = []
+    for i, p in enumerate(data["pool"], start=1):
+        if not isinstance(p, Mapping):
+            raise InputError("each pool entry must be a mapping", source=source, row=i, field="pool")
+        for k in ("name", "gpu", "gpus_per_node"):
+            if k not in p:
+                raise InputError(f"pool entry lacks '{k}'", source=source, row=i, field=k)
+        count = p.get("count", 1)
+        if not isinstance(count, int) or count < 1 or count > 100_000:
+            raise InputError(f"count must be a positive integer, got {count!r}", source=source, row=i,
+                             field="count", value=count)
+        _gpus_in_catalog([p["gpu"]], source)
+        for k in range(count):
+            nm = f"{p['name']}-{k}" if count > 1 else str(p["name"])
+            nodes.append(Node(nm, str(p["gpu"]), p["gpus_per_node"], str(p.get("site", ""))))
+    tenants: list[Tenant] = []
+    for i, t in enumerate(data["tenants"], start=1):
+        if not isinstance(t, Mapping):
+            raise InputError("each tenant entry must be a mapping", source=source, row=i, field="tenants")
+        for k in ("name", "quota_gpus", "demand_gpus", "interference_class"):
+            if k not in t:
+                raise InputError(f"tenant entry lacks '{k}'", source=source, row=i, field=k)
+        if "demand" in t or "models" in t:
+            raise InputError("demand from models and request rates is not supported yet; give demand_gpus",
+                             source=source, row=i, field="demand")
+        d = t["demand_gpus"]
+        if not isinstance(d, list):
+            raise InputError("demand_gpus must be a list with one value per window", source=source, row=i,
+                             field="demand_gpus", value=d)
+        try:
+            tenants.append(Tenant(
+                name=str(t["name"]), quota_gpus=t["quota_gpus"], burst_gpus=t.get("burst_gpus", t["quota_gpus"]),
+                weight=t.get("weight", 1.0), demand_gpus=tuple(d), sla_target=t.get("sla_target", 1.0),
+                interference_class=str(t["interference_class"]), gpu_types=tuple(t.get("gpu_types", ()) or ())))
+        except InputError as exc:
+            raise InputError(str(exc), source=source, row=i) from None
+    interference = load_interference(data.get("interference"))
+    return TenantProblem(tuple(nodes), tuple(tenants), interference, window_s=float(data.get("window_s", 3600)),
+                         name=str(data.get("name", "")))
+
+
+def load_scenario(path: str | Path | None = None) -> tuple[TenantProblem, dict]:
+    """Read a scenario YAML (the shipped ``tenants_default.yaml`` if no path).
+
+    Returns (problem, options) where options holds the optional keys 'weights', 'order', 'tolerance'.
+    Raises InputError for a missing or malformed file.
+    """
+    import yaml
+
+    if path is None:
+        res = importlib.resources.files("fleetplan.datasets") / "scenarios" / "tenants_default.yaml"
+        text, src = res.read_text(encoding="utf-8"), "tenants_default.yaml"
+    else:
+        p = Path(path)
+        if not p.is_file():
+            raise InputError(f"scenario file {p} does not exist", source=str(p))
+        text, src = p.read_text(encoding="utf-8"), str(p)
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise InputError(f"not valid YAML: {exc}".splitlines()[0], source=src) from None
+    problem = problem_from_dict(data, source=src)
+    opts = {k: data[k] for k in ("weights", "order", "tolerance") if k in data}
+    return problem, opts
+
+
+# ------------------------------------------------------------------------------------------------ allocations
+
+
+@dataclass(frozen=True)
+class Allocation:
+    """GPUs per (tenant, window, node): the answer of a policy.
+
+    Attributes:
+        policy: who produced it ('optimizer', 'static', 'fair-share', ...).
+        gpus: {(tenant, window, node): GPUs > 0}.
+        margin: True if the policy keeps shared nodes within their interference-adjusted capacity.
+        status: solver status (HEURISTIC for rules).
+        bound: best bound of the solver's objective (None for rules), gap: relative gap (None if unknown).
+        solve_s: wall time of the solve, seconds.
+    """
+
+    policy: str
+    gpus: Mapping[tuple[str, int, str], int]
+    margin: bool = True
+    status: SolveStatus = SolveStatus.HEURISTIC
+    bound: float | None = None
+    gap: float | None = None
+    solve_s: float = 0.0
+
+    def by_node(self, w: int) -> dict[str, dict[str, int]]:
+        """{node: {tenant: GPUs}} in window ``w``."""
+        out: dict[str, dict[str, int]] = {}
+        for (t, ww, n), g in self.gpus.items():
+            if ww == w and g:
+                out.setdefault(n, {})[t] = g
+        return out
+
+
+@dataclass(frozen=True)
+class Objectives:
+    """Objective values of one allocation (see the module docstring for definitions).
+
+    Attributes:
+        utilization: Σ served / pool capacity (fraction).
+        isolation: Σ over shared node-windows of the node coefficient.
+        sla: weighted SLA shortfall, GPU-windows.
+        shared_node_windows: count of (node, window) held by two or more tenants.
+        unmet_guaranteed_gpu_windows: Σ max(0, guaranteed − served).
+        interference_adjusted_capacity_gpu_windows: Σ_n,w G_n × (1 − s[n, w]).
+        allocated_gpu_windows, served_gpu_windows: totals.
+        attainment: {tenant: served / demand (1.0 where demand is 0)}.
+        sla_met: {tenant: attainment ≥ sla_target (1e-9 tolerance)}.
+    """
+
+    utilization: float
+    isolation: float
+    sla: float
+    shared_node_windows: int
+    unmet_guaranteed_gpu_windows: float
+    interference_adjusted_capacity_gpu_windows: float
+    allocated_gpu_windows: int
+    served_gpu_windows: float
+    attainment: dict[str, float]
+    sla_met: dict[str, bool]
+
+    def value(self, name: str) -> float:
+        """The named objective ('utilization', 'isolation', 'sla')."""
+        return float(getattr(self, name))
+
+    def as_dict(self) -> dict:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+def evaluate(problem: TenantProblem, allocation: Allocation) -> Objectives:
+    """Objective values of ``allocation``, computed in plain Python.
+
+    On a node whose allocated GPUs exceed its interference-adjusted capacity G (1 − s), every allocated GPU
+    delivers the fraction G (1 − s) / allocated (proportional sharing of the degraded node).
+    """
+    tenants = {t.name: t for t in problem.tenants}
+    W = problem.n_windows
+    delivered: dict[tuple[str, int], float] = {}
+    allocated = 0
+    isolation = 0.0
+    shared = 0
+    adj_cap = 0.0
+    for w in range(W):
+        by_node = allocation.by_node(w)
+        for n in problem.nodes:
+            held = by_node.get(n.name, {})
+            s = problem.node_coefficient(tenants[t] for t in held)
+            cap = n.gpus * (1.0 - s)
+            adj_cap += cap
+            tot = sum(held.values())
+            allocated += tot
+            if len(held) >= 2:
+                shared += 1
+                isolation += s
+            factor = 1.0 if tot <= cap + 1e-9 else cap / tot
+            for t, g in held.items():
+                delivered[(t, w)] = delivered.get((t, w), 0.0) + g * factor
+    served_total = 0.0
+    sla = 0.0
+    unmet_g = 0.0
+    attainment: dict[str, float] = {}
+    sla_met: dict[str, bool] = {}
+    for t in problem.tenants:
+        dem = sum(t.demand_gpus)
+        srv_t = 0.0
+        for w in range(W):
+            srv = min(float(t.demand_gpus[w]), delivered.get((t.name, w), 0.0))
+            srv_t += srv
+            sla += t.weight * max(0.0, t.sla_target * t.demand_gpus[w] - srv)
+            unmet_g += max(0.0, t.guaranteed(w) - srv)
+        served_total += srv_t
+        attainment[t.name] = srv_t / dem if dem > 0 else 1.0
+        sla_met[t.name] = attainment[t.name] >= t.sla_target - 1e-9
+    return Objectives(
+        utilization=served_total / problem.capacity_gpu_windows, isolation=isolation, sla=sla,
+        shared_node_windows=shared, unmet_guaranteed_gpu_windows=unmet_g,
+        interference_adjusted_capacity_gpu_windows=adj_cap, allocated_gpu_windows=allocated,
+        served_gpu_windows=served_total, attainment=attainment, sla_met=sla_met)
+
+
+def validate_allocation(problem: TenantProblem, allocation: Allocation, *, check_guarantees: bool = True
+                        ) -> Objectives:
+    """Re-check ``allocation`` against ``problem`` with no solver; return its :class:`Objectives`.
+
+    Rules: known tenant, node and window; whole GPUs > 0; per node and window Σ GPUs ≤ G_n; the tenant runs on
+    the node's GPU type; per tenant and window Σ GPUs ≤ min(burst, ceil(demand)); if ``allocation.margin``, every
+    shared node stays within G_n (1 − s); if ``check_guarantees``, each tenant's delivered GPUs reach its
+    guarantee min(quota, demand) in every window.
+
+    Raises AllocationError listing up to 10 violations.
+    """
+    tenants = {t.name: t for t in problem.tenants}
+    nodes = {n.name: n for n in problem.nodes}
+    W = problem.n_windows
+    bad: list[str] = []
+    per_node: dict[tuple[str, int], dict[str, int]] = {}
+    per_tenant: dict[tuple[str, int], int] = {}
+    for (t, w, n), g in allocation.gpus.items():
+        if t not in tenants:
+            bad.append(f"unknown tenant {t!r}")
+            continue
+        if n not in nodes:
+            bad.append(f"unknown node {n!r}")
+            continue
+        if not isinstance(w, int) or not 0 <= w < W:
+            bad.append(f"window {w!r} outside 0..{W - 1}")
+            continue
+        if not isinstance(g, int) or isinstance(g, bool) or g < 0:
+            bad.append(f"{t} on {n} in window {w}: {g!r} is not a whole number of GPUs")
+            continue
+        if g and not tenants[t].runs_on(nodes[n].gpu):
+            bad.append(f"{t} holds {g} GPUs on {n} ({nodes[n].gpu}) but runs only on {', '.join(tenants[t].gpu_types)}")
+        per_node.setdefault((n, w), {})[t] = per_node.get((n, w), {}).get(t, 0) + g
+        per_tenant[(t, w)] = per_tenant.get((t, w), 0) + g
+    for (n, w), held in per_node.items():
+        held = {t: g for t, g in held.items() if g}
+        tot = sum(held.values())
+        if tot > nodes[n].gpus:
+            bad.append(f"node {n} window {w}: {tot} GPUs allocated, node has {nodes[n].gpus}")
+        if allocation.margin and len(held) >= 2:
+            s = problem.node_coefficient(tenants[t] for t in held)
+            cap = nodes[n].gpus * (1 - s)
+            if tot > cap + 1e-9:
+                bad.append(f"node {n} window {w}: {tot} GPUs on a shared node exceed its interference-adjusted "
+                           f"capacity {cap:.2f} (coefficient {s:.3f})")
+    for (t, w), g in per_tenant.items():
+        lim = tenants[t].wanted(w)
+        if g > lim:
+            bad.append(f"{t} window {w}: {g} GPUs exceed min(burst, ceil(demand)) = {lim}")
+    obj = evaluate(problem, allocation)
+    if check_guarantees and not bad:
+        got = _delivered(problem, allocation)
+        for t in problem.tenants:
+            for w in range(W):
+                short = t.guaranteed(w) - got.get((t.name, w), 0.0)
+                if short > 1e-6:
+                    bad.append(f"{t.name} window {w}: guarantee {t.guaranteed(w):g} GPUs, delivered "
+                               f"{got.get((t.name, w), 0.0):.2f}")
+    if bad:
+        more = f" (and {len(bad) - 10} more)" if len(bad) > 10 else ""
+        raise AllocationError(f"allocation '{allocation.policy}' is invalid: " + "; ".join(bad[:10]) + more)
+    return obj
+
+
+def _delivered(problem: TenantProblem, allocation: Allocation) -> dict[tuple[str, int], float]:
+    tenants = {t.name: t for t in problem.tenants}
+    gpus = {n.name: n.gpus for n in problem.nodes}
+    out: dict[tuple[str, int], float] = {}
+    for w in range(problem.n_windows):
+        for n, held in allocation.by_node(w).items():
+            s = problem.node_coefficient(tenants[t] for t in held)
+            cap = gpus[n] * (1 - s)
+            tot = sum(held.values())
+            f = 1.0 if tot <= cap + 1e-9 else cap / tot
+            for t, g in held.items():
+                out[(t, w)] = out.get((t, w), 0.0) + g * f
+    return out
+
+
+def explain_guarantees(problem: TenantProblem) -> None:
+    """Raise InfeasibleError if the pool cannot hold every tenant's guarantee min(quota, demand) in some window.
+
+    Exact for whole GPUs without interference headroom: a max-flow per window from tenants (guaranteed GPUs,
+    rounded up) through the GPU types they run on to the pool's GPUs of each type (networkx). The message names
+    the window and, filling guarantees by weight (highest first), whose quota cannot be met and by how many GPUs.
+    """
+    import networkx as nx
+
+    by_type: dict[str, int] = {}
+    for n in problem.nodes:
+        by_type[n.gpu] = by_type.get(n.gpu, 0) + n.gpus
+    problems: list[str] = []
+    for w in range(problem.n_windows):
+        need = {t.name: math.ceil(t.guaranteed(w) - 1e-9) for t in problem.tenants}
+        total = sum(need.values())
+        if total == 0:
+            continue
+        g = nx.DiGraph()
+        for t in problem.tenants:
+            if need[t.name]:
+                g.add_edge("src", ("t", t.name), capacity=need[t.name])
+                for gt in by_type:
+                    if t.runs_on(gt):
+                        g.add_edge(("t", t.name), ("g", gt))
+        for gt, cap in by_type.items():
+            g.add_edge(("g", gt), "sink", capacity=cap)
+        if "sink" not in g:
+            g.add_node("sink")
+        flow, fdict = nx.maximum_flow(g, "src", "sink")
+        if flow >= total:
+            continue
+        # Greedy explanation: fill guarantees by weight, highest first, on the GPU types each may use.
+        left = dict(by_type)
+        short: list[str] = []
+        for t in sorted(problem.tenants, key=lambda t: (-t.weight, t.name)):
+            want = need[t.name]
+            for gt in sorted(left, key=lambda k: -left[k]):
+                if t.runs_on(gt):
+                    take = min(want, left[gt])
+                    left[gt] -= take
+                    want -= take
+            if want > 0:
+                types = ", ".join(t.gpu_types) if t.gpu_types else "any GPU type"
+                short.append(f"{t.name} (quota {t.quota_gpus}, guaranteed {need[t.name]} on {types}) is short by "
+                             f"{want} GPUs")
+        problems.append(f"window {w}: guarantees need {total} GPUs, at most {int(flow)} fit; " + "; ".join(short))
+    if problems:
+        more = f" (and {len(problems) - 3} more windows)" if len(problems) > 3 else ""
+        raise InfeasibleError("the pool cannot honor every guaranteed quota: " + " | ".join(problems[:3]) + more
+                              + ". Lower those quotas or add nodes.")
