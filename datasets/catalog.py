@@ -23,6 +23,15 @@ from pathlib import Path
 from typing import Any
 
 from fleetplan.costmodels.hardware import GPU, Model
+from fleetplan.costmodels.prices import (
+    CATEGORY_TO_ROUTE_CLASS,
+    GIB_PER_GB,
+    ROUTE_CLASSES,
+    EgressTable,
+    EgressTier,
+    GpuPrice,
+)
+from fleetplan.costmodels.prices import find_price as _find_price
 from fleetplan.errors import InputError, UnknownNameError, check_range
 
 GB = 1e9  #: bytes per (decimal) GB, the unit of vendors and clouds
@@ -449,10 +458,10 @@ def load_models(extra: str | Path | None = None) -> dict[str, Model]:
 
 @lru_cache(maxsize=1)
 def load_aliases() -> dict[str, dict[str, str]]:
-    """The alias table datasets/data/aliases.csv as {kind: {alias lower-case: catalog name}} (kind 'gpu'/'model')."""
+    """The alias table datasets/data/aliases.csv as {kind: {alias: catalog name}} (kind 'gpu' or 'model')."""
     out: dict[str, dict[str, str]] = {}
     for _, row in _shipped_rows("aliases.csv").rows:
-        out.setdefault(row["kind"], {})[row["alias"].lower()] = row["name"]
+        out.setdefault(row["kind"], {})[row["alias"]] = row["name"]
     return out
 
 
@@ -477,9 +486,10 @@ def resolve_name(kind: str, name: str, known: Iterable[str], extra_aliases: dict
     if key in lower:
         return lower[key]
     aliases = dict(load_aliases().get(kind, {}))
-    aliases.update({k.lower(): v for k, v in (extra_aliases or {}).items()})
-    if key in aliases and aliases[key].lower() in lower:
-        return lower[aliases[key].lower()]
+    aliases.update(extra_aliases or {})
+    by_lower = {a.lower(): t for a, t in aliases.items()}
+    if key in by_lower and by_lower[key].lower() in lower:
+        return lower[by_lower[key].lower()]
     squashed = {_squash(k): k for k in known}
     if _squash(name) in squashed:
         return squashed[_squash(name)]
@@ -520,7 +530,358 @@ def get_model(name: str, extra: str | Path | None = None) -> Model:
     return models[resolve_name("model", name, models, extra_aliases=repos)]
 
 
+# --------------------------------------------------------------------------------------------------------------
+# GPU prices
+# --------------------------------------------------------------------------------------------------------------
+
+PRICE_COLUMNS = ("provider", "instance", "region", "gpu", "gpu_count", "usd_per_hour", "pricing_model")
+_SKY = ("pricing", "skypilot_catalog")
+
+
+@dataclass(frozen=True)
+class SkippedPriceRow:
+    """A shipped price row left out of :func:`load_gpu_prices`, and why (its GPU is not in the catalog, ...)."""
+
+    source: str
+    row: int
+    instance: str
+    price_gpu: str
+    reason: str
+
+
+@lru_cache(maxsize=1)
+def _gpu_name_map() -> tuple[tuple[str, str, str, float | None, str, str], ...]:
+    rows = _shipped_rows("pricing", "gpu_name_map.csv")
+    return tuple((r["source"], r["instance_prefix"], r["price_gpu"],
+                  float(r["gpu_memory_gb"]) if r["gpu_memory_gb"] else None, r["gpu"], r["note"])
+                 for _, r in rows.rows)
+
+
+def price_gpu_to_catalog(source: str, instance: str, price_gpu: str, memory_gb: float | None = None
+                         ) -> tuple[str | None, str]:
+    """Map a price file's GPU name to a catalog GPU name: (name or None, reason).
+
+    First the rules of datasets/data/pricing/gpu_name_map.csv (by source 'gpu_prices'/'aws'/'gcp'/'azure',
+    instance prefix, price-file name and memory; a blank ``gpu`` there means 'not in the catalog'), then the alias
+    table and case-insensitive names (:func:`resolve_name`). None when the GPU is not in the catalog.
+    """
+    for src, prefix, pname, mem, gpu, note in _gpu_name_map():
+        if src != source or pname.lower() != price_gpu.lower() or not instance.startswith(prefix):
+            continue
+        if mem is not None and (memory_gb is None or abs(mem - memory_gb) > 0.5):
+            continue
+        return (gpu or None), note or ("mapped" if gpu else "not in the GPU catalog")
+    if not price_gpu:
+        return None, "no GPU name in the row"
+    try:
+        return resolve_name("gpu", price_gpu, load_gpu_specs()), "alias"
+    except UnknownNameError:
+        return None, "not in the GPU catalog"
+
+
+def _pricing_model(text: str, rows: _Rows, i: int) -> str:
+    t = text.strip().lower()
+    if "capacity block" in t or t.startswith("capacity-block"):
+        return "capacity-block"
+    for m in ("on-demand-equivalent", "on-demand", "spot", "reserved", "negotiated"):
+        if t.startswith(m):
+            return m
+    raise InputError(f"pricing model {text!r} not understood; start it with on-demand, spot, reserved, "
+                     "negotiated or capacity-block", source=rows.source, row=i, field="pricing_model", value=text)
+
+
+def _regions(text: str) -> list[str]:
+    """'us-east-1 / us-east-2' -> both; '(not stated in excerpt)' -> ['']."""
+    if not text or text.startswith("("):
+        return [""]
+    return [r.strip() for r in text.split("/") if r.strip()]
+
+
+def _prices_from_table(rows: _Rows, *, user: bool, skipped: list[SkippedPriceRow]) -> list[GpuPrice]:
+    """Rows with the gpu_prices.csv header (plus optional zone column)."""
+    _require_columns(rows, PRICE_COLUMNS, "GPU prices")
+    out = []
+    for i, row in rows.rows:
+        cloud = row["provider"].lower()
+        if not cloud:
+            raise InputError("the cloud/provider name is missing", source=rows.source, row=i, field="provider")
+        mem = _cell_number(row, "gpu_memory_gb", rows, i, required=False, low=1, high=2000, unit="GB")
+        count = _int_cell(row, "gpu_count", rows, i, required=True, low=1, high=64,
+                          fix="give the number of GPUs in the instance")
+        node = _cell_number(row, "usd_per_hour", rows, i, required=True, low=0, high=1000, unit="USD/h",
+                            fix="give the instance price in USD per hour")
+        per_gpu = _cell_number(row, "usd_per_gpu_hour", rows, i, required=False, low=0, high=1000, unit="USD/h")
+        model = _pricing_model(row["pricing_model"], rows, i)
+        if user:
+            gpu = resolve_name("gpu", row["gpu"], load_gpu_specs()) if row["gpu"] else None
+            if gpu is None:
+                raise InputError("the GPU name is missing", source=rows.source, row=i, field="gpu")
+        else:
+            gpu, reason = price_gpu_to_catalog("gpu_prices", row["instance"], row["gpu"], mem)
+            if gpu is None:
+                skipped.append(SkippedPriceRow(rows.source, i, row["instance"], row["gpu"], reason))
+                continue
+        for region in _regions(row["region"]):
+            try:
+                out.append(GpuPrice(cloud=cloud, region=region, zone=row.get("zone", ""), gpu=gpu,
+                                    instance=row["instance"], gpus_per_node=count, node_usd_per_hour=node,
+                                    usd_per_gpu_hour=per_gpu, pricing_model=model,
+                                    source=row.get("source", "") or rows.source))
+            except InputError as exc:
+                raise InputError(str(exc), source=rows.source, row=i, field=exc.field, value=exc.value) from None
+    return out
+
+
+def _sky_price(row: dict[str, str], name: str, rows: _Rows, i: int) -> float | None:
+    return _cell_number(row, name, rows, i, required=False, low=0, high=1000, unit="USD/h")
+
+
+def _aws_azure_prices(file: str, cloud: str, skipped: list[SkippedPriceRow]) -> list[GpuPrice]:
+    """SkyPilot AWS v7 (per zone) and Azure v6 (per region) rows: Price = on-demand, SpotPrice = spot, $/h."""
+    rows = _shipped_rows(*_SKY, file)
+    src = f"SkyPilot catalog extract {file} (datasets/data/pricing/skypilot_catalog/README.md)"
+    out = []
+    for i, row in rows.rows:
+        gpu, reason = price_gpu_to_catalog(cloud, row["InstanceType"], row["AcceleratorName"])
+        if gpu is None:
+            skipped.append(SkippedPriceRow(rows.source, i, row["InstanceType"], row["AcceleratorName"], reason))
+            continue
+        count = _int_cell(row, "AcceleratorCount", rows, i, required=True, low=1, high=64, fix="")
+        assert count is not None
+        for col, model in (("Price", "on-demand"), ("SpotPrice", "spot")):
+            price = _sky_price(row, col, rows, i)
+            if price is None:  # blank = not offered under that model there
+                continue
+            out.append(GpuPrice(cloud=cloud, region=row["Region"], zone=row.get("AvailabilityZone", ""), gpu=gpu,
+                                instance=row["InstanceType"], gpus_per_node=count, node_usd_per_hour=price,
+                                pricing_model=model, source=src))
+    return out
+
+
+def _gcp_prices(skipped: list[SkippedPriceRow]) -> list[GpuPrice]:
+    """GCP node prices = host VM row + GPU row of the same zone, accelerator and count (SkyPilot adds the two).
+
+    The host shapes (a2-highgpu-Ng: N x A100 40 GB, a2-megagpu-16g: 16 x A100 40 GB, a2-ultragpu-Ng:
+    N x A100 80 GB, a3-highgpu-Ng: N x H100 80 GB) come from datasets/data/pricing/gcp_host_shapes.csv (Google's
+    accelerator-optimized machine docs). GPU rows with no host row in the extract (H100 x4/x8, H100-MEGA, H200,
+    B200, L4) and host rows with no GPU row give no node price: a GPU-only price would understate the cost.
+    """
+    shapes = {r["instance"]: (r["accelerator"], int(r["accelerator_count"]))
+              for _, r in _shipped_rows("pricing", "gcp_host_shapes.csv").rows}
+    hosts = _shipped_rows(*_SKY, "gcp_v7_gpu_host_vm_rows_extract.csv")
+    gpus = _shipped_rows(*_SKY, "gcp_v7_accelerator_rows_extract.csv")
+    gpu_rows: dict[tuple[str, str, str, int], tuple[int, dict[str, str]]] = {}
+    for i, row in gpus.rows:
+        count = _int_cell(row, "AcceleratorCount", gpus, i, required=True, low=1, high=64, fix="")
+        gpu_rows[(row["Region"], row["AvailabilityZone"], row["AcceleratorName"], count or 0)] = (i, row)
+    used = set()
+    src = ("SkyPilot catalog extracts gcp_v7_gpu_host_vm_rows_extract.csv + gcp_v7_accelerator_rows_extract.csv "
+           "(host VM + GPUs)")
+    out = []
+    for i, host in hosts.rows:
+        inst = host["InstanceType"]
+        if inst not in shapes:
+            skipped.append(SkippedPriceRow(hosts.source, i, inst, "", "host shape not in gcp_host_shapes.csv"))
+            continue
+        accel, count = shapes[inst]
+        key = (host["Region"], host["AvailabilityZone"], accel, count)
+        if key not in gpu_rows:
+            skipped.append(SkippedPriceRow(hosts.source, i, inst, accel, "no GPU price row for this zone"))
+            continue
+        used.add(key)
+        j, grow = gpu_rows[key]
+        gpu, reason = price_gpu_to_catalog("gcp", inst, accel)
+        if gpu is None:
+            skipped.append(SkippedPriceRow(hosts.source, i, inst, accel, reason))
+            continue
+        for col, model in (("Price", "on-demand"), ("SpotPrice", "spot")):
+            h = _sky_price(host, col, hosts, i)
+            g = _sky_price(grow, col, gpus, j)
+            if h is None or g is None:
+                continue
+            out.append(GpuPrice(cloud="gcp", region=host["Region"], zone=host["AvailabilityZone"], gpu=gpu,
+                                instance=inst, gpus_per_node=count, node_usd_per_hour=h + g, pricing_model=model,
+                                source=src))
+    for key, (j, _) in gpu_rows.items():
+        if key not in used:
+            skipped.append(SkippedPriceRow(gpus.source, j, "", f"{key[2]} x{key[3]}",
+                                           "GPU-only row with no host VM row in the extract"))
+    return out
+
+
+@lru_cache(maxsize=1)
+def _shipped_prices() -> tuple[tuple[GpuPrice, ...], tuple[SkippedPriceRow, ...]]:
+    skipped: list[SkippedPriceRow] = []
+    prices = _prices_from_table(_shipped_rows("pricing", "gpu_prices.csv"), user=False, skipped=skipped)
+    prices += _aws_azure_prices("aws_v7_accelerator_rows_extract.csv", "aws", skipped)
+    prices += _aws_azure_prices("azure_v6_gpu_rows_extract.csv", "azure", skipped)
+    prices += _gcp_prices(skipped)
+    return tuple(prices), tuple(skipped)
+
+
+def _price_key(p: GpuPrice) -> tuple[str, str, str, str, str]:
+    return (p.cloud, p.region, p.zone, p.instance.lower(), p.pricing_model)
+
+
+def load_gpu_prices(extra: str | Path | None = None) -> list[GpuPrice]:
+    """Every GPU price the shipped files give, as :class:`GpuPrice` rows (one per site, instance, pricing model).
+
+    Sources: pricing/gpu_prices.csv (hand-collected, cited per row; 'us-east-1 / us-east-2' gives one row per
+    region; 'EC2 Capacity Block' rows get pricing_model 'capacity-block'); the SkyPilot catalog extracts: AWS v7
+    per zone (Price -> 'on-demand', SpotPrice -> 'spot'; blank = not offered), Azure v6 per region (zone ''),
+    GCP v7 host VM + GPU rows summed (see ``_gcp_prices``). Price-file GPU names are mapped to catalog names by
+    :func:`price_gpu_to_catalog`; rows whose GPU is not in the catalog are left out (see
+    :func:`skipped_price_rows`).
+
+    Args:
+        extra: a user CSV/YAML file with the gpu_prices.csv header (required: provider, instance, region, gpu,
+            gpu_count, usd_per_hour, pricing_model; optional zone, usd_per_gpu_hour, gpu_memory_gb, source).
+            Its GPU names must resolve (else "did you mean"); a user row replaces shipped rows with the same
+            cloud, region, zone, instance and pricing model.
+
+    Raises:
+        InputError / UnknownNameError: a bad user row, naming file, row and field.
+    """
+    shipped, _ = _shipped_prices()
+    if extra is None:
+        return list(shipped)
+    user = _prices_from_table(read_user_rows(extra), user=True, skipped=[])
+    keys = {_price_key(p) for p in user}
+    return [p for p in shipped if _price_key(p) not in keys] + user
+
+
+def skipped_price_rows() -> list[SkippedPriceRow]:
+    """Shipped price rows :func:`load_gpu_prices` leaves out, each with its reason."""
+    return list(_shipped_prices()[1])
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Egress
+# --------------------------------------------------------------------------------------------------------------
+
+EGRESS_COLUMNS = ("provider", "category", "scope", "tier_from_gb", "tier_to_gb", "usd_per_unit_low",
+                  "usd_per_unit_high", "unit")
+
+
+def _egress_from(rows: _Rows, bound: str) -> list[EgressTable]:
+    """Group rows by (provider, category, scope) into tables, in file order.
+
+    A group whose first band starts above 0 continues the previous tiered group of the same cloud and class
+    (GCP internet: 'to North America' 0-1,024 GiB, then 'any source/destination' from 1,024 GB; Azure internet:
+    0-100 GB free, then the range above 100 GB); where the pieces overlap the later one starts where the
+    earlier one ends.
+    """
+    _require_columns(rows, EGRESS_COLUMNS, "egress prices")
+    if bound not in ("high", "low"):
+        raise InputError(f"range bound {bound!r} must be 'high' (conservative, the default) or 'low'",
+                         field="bound", value=bound)
+    groups: dict[tuple[str, str, str], list[tuple[int, dict[str, str]]]] = {}
+    for i, row in rows.rows:
+        groups.setdefault((row["provider"].lower(), row["category"], row["scope"]), []).append((i, row))
+    tables: list[EgressTable] = []
+    for (cloud, category, scope), grp in groups.items():
+        i0, first = grp[0]
+        route = CATEGORY_TO_ROUTE_CLASS.get(category, category if category in ROUTE_CLASSES else "")
+        if not route:
+            raise InputError(f"category {category!r} is not one of {', '.join(CATEGORY_TO_ROUTE_CLASS)} (or "
+                             f"{', '.join(ROUTE_CLASSES)})", source=rows.source, row=i0, field="category",
+                             value=category)
+        bands = []
+        ranged = False
+        per_direction = False
+        for i, row in grp:
+            unit = row["unit"].strip()
+            u = unit.lower()
+            if not u.startswith(("usd/gb", "usd/gib")):
+                raise InputError(f"unit {unit!r} must be USD/GB or USD/GiB (optionally 'each direction')",
+                                 source=rows.source, row=i, field="unit", value=unit)
+            gib = u.startswith("usd/gib")
+            per_direction = per_direction or "each direction" in u
+            low = _cell_number(row, "usd_per_unit_low", rows, i, required=True, low=0, high=5, unit="USD",
+                               fix="give the price per GB (e.g. 0.09)")
+            high = _cell_number(row, "usd_per_unit_high", rows, i, required=False, low=0, high=5, unit="USD")
+            if high is None:
+                high = low
+            assert low is not None
+            if high < low:
+                raise InputError(f"high {high:g} is below low {low:g}; swap them", source=rows.source, row=i,
+                                 field="usd_per_unit_high", value=high)
+            ranged = ranged or high != low
+            rate = high if bound == "high" else low
+            frm = _cell_number(row, "tier_from_gb", rows, i, required=False, low=0, high=1e12, unit="GB") or 0.0
+            to = _cell_number(row, "tier_to_gb", rows, i, required=False, low=0, high=1e12, unit="GB")
+            scale = GIB_PER_GB if gib else 1.0  # GiB bounds -> GB; $/GiB -> $/GB
+            bands.append(EgressTier(frm * scale, None if to is None else to * scale, rate / scale))
+        bands.sort(key=lambda t: t.from_gb)
+        both_sides = 2 if per_direction else 1  # 'each direction': sender and receiver both pay
+        tiers = tuple(EgressTier(t.from_gb, t.to_gb, t.usd_per_gb * both_sides) for t in bands)
+        source = first.get("source", "")
+        historical = "historical" in first.get("source_type", "").lower() or "old" in scope.lower().split()
+        rb = bound if ranged else "single"
+        if tiers[0].from_gb > 0:
+            prev = next((t for t in reversed(tables) if t.cloud == cloud and t.route_class == route
+                         and t.tiers[-1].to_gb is not None), None)
+            if prev is None:
+                raise InputError(f"the first band of {cloud} {category} ({scope}) starts at {tiers[0].from_gb:g} "
+                                 "GB; add the band from 0", source=rows.source, row=i0, field="tier_from_gb",
+                                 value=tiers[0].from_gb)
+            end = prev.tiers[-1].to_gb
+            assert end is not None
+            cont = [EgressTier(max(t.from_gb, end), t.to_gb, t.usd_per_gb) for t in tiers
+                    if t.to_gb is None or t.to_gb > end]
+            merged = EgressTable(cloud, route, f"{prev.scope} + {scope}", prev.tiers + tuple(cont),
+                                 prev.usd_per_gb_per_direction, prev.historical or historical,
+                                 rb if rb != "single" else prev.range_bound, f"{prev.source} | {source}")
+            tables[tables.index(prev)] = merged
+            continue
+        try:
+            tables.append(EgressTable(cloud, route, scope, tiers,
+                                      usd_per_gb_per_direction=tiers[0].usd_per_gb / 2 if per_direction else None,
+                                      historical=historical, range_bound=rb, source=source))
+        except InputError as exc:
+            raise InputError(str(exc), source=rows.source, row=i0, field=exc.field, value=exc.value) from None
+    return tables
+
+
+@lru_cache(maxsize=2)
+def _shipped_egress(bound: str) -> tuple[EgressTable, ...]:
+    return tuple(_egress_from(_shipped_rows("pricing", "egress.csv"), bound))
+
+
+def load_egress(extra: str | Path | None = None, *, bound: str = "high") -> list[EgressTable]:
+    """Egress price tables from pricing/egress.csv, one per (cloud, route class, scope), rates in USD per GB.
+
+    Conversions: USD/GiB rates ÷ 1.073741824 and GiB band bounds × 1.073741824 (GCP quotes GiB). Rows quoted as a
+    range use the ``high`` end by default (conservative: a plan's cost is not understated); ``bound='low'``
+    takes the other end. AWS cross-AZ "USD/GB each direction" (0.01) is charged on both sides: the table's rate
+    is per GB moved (0.02) and ``usd_per_gb_per_direction`` keeps 0.01. Rows the source marks historical are
+    kept but never chosen by default (see :func:`fleetplan.costmodels.prices.select_egress_table`).
+
+    Args:
+        extra: a user CSV/YAML with the egress.csv header; its tables come first (so they are the defaults) and
+            replace shipped tables of the same cloud, category and scope.
+        bound: 'high' or 'low' end of quoted ranges.
+
+    Raises:
+        InputError: a missing column, a bad cell, bands that are not contiguous from 0.
+    """
+    shipped = list(_shipped_egress(bound))
+    if extra is None:
+        return shipped
+    user = _egress_from(read_user_rows(extra), bound)
+    keys = {(t.cloud, t.route_class, t.scope) for t in user}
+    return user + [t for t in shipped if (t.cloud, t.route_class, t.scope) not in keys]
+
+
+def find_price(gpu: str, cloud: str, region: str | None = None, pricing_model: str = "on-demand",
+               prices: Iterable[GpuPrice] | None = None, *, zone: str | None = None) -> GpuPrice:
+    """Cheapest matching price; see :func:`fleetplan.costmodels.prices.find_price` (same arguments)."""
+    return _find_price(gpu, cloud, region, pricing_model, prices, zone=zone)
+
+
 __all__ = [
-    "GPU_COLUMNS", "MODEL_COLUMNS", "GpuSpec", "get_gpu", "get_model", "load_aliases", "load_gpu_specs",
-    "load_gpus", "load_models", "pcie_bytes_per_s", "read_user_rows", "resolve_name",
+    "EGRESS_COLUMNS", "GPU_COLUMNS", "MODEL_COLUMNS", "PRICE_COLUMNS", "GpuSpec", "SkippedPriceRow", "find_price",
+    "get_gpu", "get_model", "load_aliases", "load_egress", "load_gpu_prices", "load_gpu_specs", "load_gpus",
+    "load_models", "pcie_bytes_per_s", "price_gpu_to_catalog", "read_user_rows", "resolve_name",
+    "skipped_price_rows",
 ]

@@ -1,0 +1,322 @@
+"""GPU prices per node and per GPU-hour, and network egress prices with monthly volume tiers.
+
+Records are built by :mod:`fleetplan.datasets.catalog` (``load_gpu_prices``, ``load_egress``) from the shipped
+files under datasets/data/pricing (sources and dates in PROVENANCE.md there); user rows can be added.
+
+Units: USD, USD per hour, USD per GB with GB = 1e9 bytes (the clouds' unit; GiB-quoted prices are divided by
+1.073741824 when loaded, GiB volume bounds multiplied by it).
+
+Route classes (:data:`ROUTE_CLASSES`): 'same_zone', 'cross_zone', 'inter_region', 'internet' (the shipped CSV's
+intra_zone, inter_zone, inter_region, internet_egress).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from fleetplan.errors import InputError, UnknownNameError
+
+#: Route classes, in order of distance.
+ROUTE_CLASSES: tuple[str, ...] = ("same_zone", "cross_zone", "inter_region", "internet")
+
+#: The shipped egress CSV's category names -> route classes.
+CATEGORY_TO_ROUTE_CLASS: dict[str, str] = {
+    "intra_zone": "same_zone", "inter_zone": "cross_zone", "inter_region": "inter_region",
+    "internet_egress": "internet",
+}
+
+#: Bytes in one GiB over bytes in one GB: a price per GiB / this = a price per GB.
+GIB_PER_GB = 1.073741824
+
+PRICING_MODELS: tuple[str, ...] = ("on-demand", "spot", "capacity-block", "on-demand-equivalent", "reserved",
+                                   "negotiated")
+
+
+def _finite_nonneg(name: str, value: float, owner: str) -> None:
+    if not isinstance(value, int | float) or math.isnan(value) or math.isinf(value) or value < 0:
+        raise InputError(f"{owner}: must be a finite number >= 0, got {value!r}", field=name, value=value)
+
+
+@dataclass(frozen=True)
+class GpuPrice:
+    """The price of one node shape (instance) at one site, under one pricing model.
+
+    Attributes:
+        cloud: 'aws', 'gcp', 'azure' or a user's name (lower-case).
+        region: e.g. 'us-east-1'; '' when the source does not say.
+        zone: availability zone ('use1-az1', 'us-central1-a') or '' for a region-level price.
+        gpu: catalog GPU name (``fleetplan.datasets.catalog.load_gpus`` key), e.g. 'H100-SXM-80GB'.
+        instance: instance type, e.g. 'p5.48xlarge'.
+        gpus_per_node: GPUs in the instance (>= 1).
+        node_usd_per_hour: the instance's price per hour, USD (for GCP: host VM + its GPUs).
+        usd_per_gpu_hour: node_usd_per_hour / gpus_per_node; computed when not given, checked when given
+            (within 0.5 %, the rounding of the shipped files).
+        pricing_model: one of :data:`PRICING_MODELS` ('on-demand', 'spot', ...).
+        source: where the price comes from (file and upstream source).
+    """
+
+    cloud: str
+    region: str
+    zone: str
+    gpu: str
+    instance: str
+    gpus_per_node: int
+    node_usd_per_hour: float
+    usd_per_gpu_hour: float | None = None
+    pricing_model: str = "on-demand"
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        owner = f"price {self.cloud}/{self.region}/{self.instance}"
+        if not isinstance(self.gpus_per_node, int) or isinstance(self.gpus_per_node, bool) or not (
+                1 <= self.gpus_per_node <= 64):
+            raise InputError(f"{owner}: gpus_per_node must be a whole number 1..64, got {self.gpus_per_node!r}",
+                             field="gpus_per_node", value=self.gpus_per_node)
+        _finite_nonneg("node_usd_per_hour", self.node_usd_per_hour, owner)
+        if self.node_usd_per_hour > 1000:
+            raise InputError(f"{owner}: {self.node_usd_per_hour:g} USD/hour per node is absurd (> 1000); give "
+                             "USD per hour, not per month", field="node_usd_per_hour", value=self.node_usd_per_hour)
+        if self.pricing_model not in PRICING_MODELS:
+            raise InputError(f"{owner}: pricing model {self.pricing_model!r} is not one of "
+                             f"{', '.join(PRICING_MODELS)}", field="pricing_model", value=self.pricing_model)
+        per_gpu = self.node_usd_per_hour / self.gpus_per_node
+        if self.usd_per_gpu_hour is None:
+            object.__setattr__(self, "usd_per_gpu_hour", per_gpu)
+        else:
+            _finite_nonneg("usd_per_gpu_hour", self.usd_per_gpu_hour, owner)
+            if not math.isclose(self.usd_per_gpu_hour, per_gpu, rel_tol=5e-3, abs_tol=1e-4):
+                raise InputError(f"{owner}: usd_per_gpu_hour {self.usd_per_gpu_hour:g} differs from node price / "
+                                 f"GPUs = {per_gpu:g}; fix one of them", field="usd_per_gpu_hour",
+                                 value=self.usd_per_gpu_hour)
+
+
+@dataclass(frozen=True)
+class EgressTier:
+    """One monthly volume band of an egress price: the rate applies to the GB inside [from_gb, to_gb).
+
+    Attributes:
+        from_gb: band start, GB per month (1e9 bytes).
+        to_gb: band end, GB per month, or None for an open top band.
+        usd_per_gb: price per GB moved inside this band.
+    """
+
+    from_gb: float
+    to_gb: float | None
+    usd_per_gb: float
+
+    def __post_init__(self) -> None:
+        _finite_nonneg("from_gb", self.from_gb, "egress tier")
+        _finite_nonneg("usd_per_gb", self.usd_per_gb, "egress tier")
+        if self.usd_per_gb > 5:
+            raise InputError(f"egress tier: {self.usd_per_gb:g} USD/GB is absurd (> 5); give USD per GB",
+                             field="usd_per_gb", value=self.usd_per_gb)
+        if self.to_gb is not None:
+            _finite_nonneg("to_gb", self.to_gb, "egress tier")
+            if self.to_gb <= self.from_gb:
+                raise InputError(f"egress tier: band end {self.to_gb:g} GB is not above its start {self.from_gb:g}",
+                                 field="to_gb", value=self.to_gb)
+
+
+@dataclass(frozen=True)
+class EgressTable:
+    """The egress price of one route class of one cloud for one scope (e.g. 'us-east-1 to internet').
+
+    Attributes:
+        cloud: 'aws', 'gcp', 'azure' (lower-case).
+        route_class: one of :data:`ROUTE_CLASSES`.
+        scope: what traffic the table covers, as the source says.
+        tiers: contiguous bands from 0 GB/month, sorted; the last may be open (to_gb None). A flat price is one
+            band [0, None).
+        usd_per_gb_per_direction: for routes charged on both the sending and the receiving side (AWS cross-AZ
+            "$0.01/GB in each direction"), the one-side rate; the tiers then hold the per-GB-moved rate
+            (2 × 0.01 = 0.02). None when only the sender pays.
+        historical: True for rows the source marks as old (kept for comparison, never a default).
+        range_bound: 'high' or 'low' — which end of a quoted range the rates use ('single' when no range).
+        source: the upstream source(s).
+    """
+
+    cloud: str
+    route_class: str
+    scope: str
+    tiers: tuple[EgressTier, ...]
+    usd_per_gb_per_direction: float | None = None
+    historical: bool = False
+    range_bound: str = "single"
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        if self.route_class not in ROUTE_CLASSES:
+            raise InputError(f"egress: route class {self.route_class!r} is not one of {', '.join(ROUTE_CLASSES)}",
+                             field="route_class", value=self.route_class)
+        check_tiers(self.tiers, owner=f"egress {self.cloud}/{self.route_class}/{self.scope}")
+
+    @property
+    def is_flat(self) -> bool:
+        """True when one rate applies to every GB (a single open band from 0, or equal rates in all bands)."""
+        return self.tiers[-1].to_gb is None and len({t.usd_per_gb for t in self.tiers}) == 1
+
+    @property
+    def covered_gb(self) -> float:
+        """Largest monthly volume the table prices, GB (inf for an open top band)."""
+        top = self.tiers[-1].to_gb
+        return math.inf if top is None else top
+
+
+def check_tiers(tiers: Sequence[EgressTier], *, owner: str = "egress tiers") -> None:
+    """Check that ``tiers`` start at 0 GB and are contiguous and sorted, with only the last band open.
+
+    Raises:
+        InputError: empty, a gap or overlap between bands, or an open band before the last.
+    """
+    if not tiers:
+        raise InputError(f"{owner}: no price bands", field="tiers")
+    if tiers[0].from_gb != 0:
+        raise InputError(f"{owner}: the first band starts at {tiers[0].from_gb:g} GB, not 0; add the band from 0",
+                         field="tier_from_gb", value=tiers[0].from_gb)
+    for a, b in zip(tiers, tiers[1:], strict=False):
+        if a.to_gb is None:
+            raise InputError(f"{owner}: an open band (no end) is followed by another band", field="tier_to_gb")
+        if not math.isclose(a.to_gb, b.from_gb, rel_tol=1e-12, abs_tol=1e-9):
+            raise InputError(f"{owner}: band ending at {a.to_gb:g} GB is followed by one starting at "
+                             f"{b.from_gb:g} GB; bands must be contiguous", field="tier_from_gb", value=b.from_gb)
+
+
+def egress_cost_usd(volume_gb: float, tiers: Sequence[EgressTier] | EgressTable) -> float:
+    """Cost in USD of moving ``volume_gb`` GB in one month through a tiered price, band by band.
+
+    Each band's rate applies only to the GB that fall inside the band (like income-tax brackets), so the cost is
+    continuous and never falls as the volume grows. Example (AWS us-east-1 to internet: 100 GB free, 0.09 to
+    10,240 GB, 0.085 to 51,200 GB, ...): 10,240 GB cost (10,240 - 100) × 0.09 = 912.60 USD.
+
+    Args:
+        volume_gb: GB per month (1e9 bytes), >= 0.
+        tiers: the bands (see :func:`check_tiers`) or an :class:`EgressTable`.
+
+    Raises:
+        InputError: a negative/NaN volume, or a volume above the last band of a table whose top rate is not in
+            the data (no rate is invented).
+    """
+    if isinstance(tiers, EgressTable):
+        tiers = tiers.tiers
+    if not isinstance(volume_gb, int | float) or math.isnan(volume_gb) or math.isinf(volume_gb) or volume_gb < 0:
+        raise InputError(f"egress volume must be a finite number of GB >= 0, got {volume_gb!r}", field="volume_gb",
+                         value=volume_gb)
+    check_tiers(tiers)
+    top = tiers[-1].to_gb
+    if top is not None and volume_gb > top * (1 + 1e-12):
+        raise InputError(f"{volume_gb:g} GB/month is above {top:g} GB, the last band with a price in the data; "
+                         "add the higher band in your own egress file (--extra) or split the volume",
+                         field="volume_gb", value=volume_gb)
+    cost = 0.0
+    for t in tiers:
+        hi = volume_gb if t.to_gb is None else min(volume_gb, t.to_gb)
+        if hi <= t.from_gb:
+            break
+        cost += (hi - t.from_gb) * t.usd_per_gb
+    return cost
+
+
+def select_egress_table(cloud: str, route_class: str, tables: Iterable[EgressTable] | None = None, *,
+                        scope: str | None = None) -> EgressTable:
+    """The egress table for (cloud, route class); ``scope`` picks one by a case-insensitive substring.
+
+    Without ``scope`` the default is the first non-historical table the file lists for that pair (the shipped
+    file lists the US / North America / same-continent scope first). ``tables`` defaults to the shipped ones
+    (``fleetplan.datasets.catalog.load_egress()``).
+
+    Raises:
+        UnknownNameError: unknown cloud or route class (lists the known ones).
+        InputError: no table for the pair or no scope matching.
+    """
+    if tables is None:
+        from fleetplan.datasets.catalog import load_egress
+
+        tables = load_egress()
+    tables = list(tables)
+    if route_class not in ROUTE_CLASSES:
+        route_class = CATEGORY_TO_ROUTE_CLASS.get(route_class, route_class)
+    if route_class not in ROUTE_CLASSES:
+        raise UnknownNameError("route class", route_class, ROUTE_CLASSES)
+    clouds = {t.cloud for t in tables}
+    if cloud.lower() not in clouds:
+        raise UnknownNameError("cloud", cloud, clouds)
+    cands = [t for t in tables if t.cloud == cloud.lower() and t.route_class == route_class]
+    if scope is not None:
+        cands = [t for t in cands if scope.lower() in t.scope.lower()]
+    else:
+        cands = [t for t in cands if not t.historical]
+    if not cands:
+        known = sorted({t.scope for t in tables if t.cloud == cloud.lower() and t.route_class == route_class})
+        raise InputError(f"no {route_class} egress price for {cloud}" + (f" with scope {scope!r}" if scope else "")
+                         + (f"; scopes in the data: {'; '.join(known)}" if known else
+                            "; add one in your own egress file (--extra)"), field="scope", value=scope)
+    return cands[0]
+
+
+def egress_rate_usd_per_gb(cloud: str, route_class: str, tables: Iterable[EgressTable] | None = None, *,
+                           scope: str | None = None, per_direction: bool = False) -> float:
+    """Flat egress price, USD per GB moved, for a route class without volume tiers.
+
+    Args:
+        cloud, route_class, tables, scope: see :func:`select_egress_table`.
+        per_direction: return the one-side rate of routes charged on both sides (AWS cross-AZ 0.01 instead of
+            the 0.02 per GB moved); for other routes the same as the per-GB-moved rate.
+
+    Raises:
+        InputError: the class is tiered (use :func:`egress_cost_usd` with the table's tiers) or unknown.
+    """
+    table = select_egress_table(cloud, route_class, tables, scope=scope)
+    if not table.is_flat:
+        raise InputError(f"{cloud} {route_class} egress ({table.scope}) has monthly volume tiers; use "
+                         "egress_cost_usd(volume_gb, table) instead of a flat rate", field="route_class",
+                         value=route_class)
+    if per_direction and table.usd_per_gb_per_direction is not None:
+        return table.usd_per_gb_per_direction
+    return table.tiers[0].usd_per_gb
+
+
+def find_price(gpu: str, cloud: str, region: str | None = None, pricing_model: str = "on-demand",
+               prices: Iterable[GpuPrice] | None = None, *, zone: str | None = None) -> GpuPrice:
+    """The cheapest price per GPU-hour for ``gpu`` at (cloud, region[, zone]) under ``pricing_model``.
+
+    Args:
+        gpu: a GPU name or alias ('H100', 'A100-80GB'), resolved through the catalog.
+        cloud: 'aws', 'gcp', 'azure' (case-insensitive).
+        region: a region ('us-east-1'), or None for any region.
+        pricing_model: 'on-demand' (default), 'spot', ...
+        prices: the rows to search; default the shipped ones (``fleetplan.datasets.catalog.load_gpu_prices()``).
+        zone: restrict to one zone.
+
+    Raises:
+        UnknownNameError: unknown GPU or cloud.
+        InputError: no row matches; the message lists the regions / pricing models that do have a price.
+    """
+    from fleetplan.datasets.catalog import load_gpu_prices, load_gpu_specs, resolve_name
+
+    rows = list(load_gpu_prices() if prices is None else prices)
+    gpu_name = resolve_name("gpu", gpu, set(load_gpu_specs()) | {p.gpu for p in rows})
+    clouds = {p.cloud for p in rows}
+    if cloud.lower() not in clouds:
+        raise UnknownNameError("cloud", cloud, clouds)
+    for_gpu = [p for p in rows if p.gpu == gpu_name and p.cloud == cloud.lower()]
+    if not for_gpu:
+        have = sorted({p.cloud for p in rows if p.gpu == gpu_name})
+        raise InputError(f"no price for {gpu_name} on {cloud}" + (f"; priced on: {', '.join(have)}" if have else
+                         "; add one in your own price file (--extra)"), field="gpu", value=gpu)
+    match = [p for p in for_gpu if (region is None or p.region == region) and (zone is None or p.zone == zone)
+             and p.pricing_model == pricing_model]
+    if not match:
+        options = sorted({f"{p.region or '?'}{'/' + p.zone if p.zone else ''} {p.pricing_model}" for p in for_gpu})
+        shown = ", ".join(options[:15]) + (" ..." if len(options) > 15 else "")
+        raise InputError(f"no {pricing_model} price for {gpu_name} on {cloud} in "
+                         f"{region or 'any region'}{'/' + zone if zone else ''}; available: {shown}",
+                         field="region", value=region)
+    return min(match, key=lambda p: (round(p.usd_per_gpu_hour, 9), p.gpus_per_node, p.region, p.zone, p.instance))
+
+
+__all__ = [
+    "CATEGORY_TO_ROUTE_CLASS", "GIB_PER_GB", "PRICING_MODELS", "ROUTE_CLASSES", "EgressTable", "EgressTier",
+    "GpuPrice", "check_tiers", "egress_cost_usd", "egress_rate_usd_per_gb", "find_price", "select_egress_table",
+]
