@@ -1,0 +1,217 @@
+"""``fleetplan data``: list the shipped catalogs (GPUs, models, prices, egress, traces) with any user rows.
+
+Thin layer: each subcommand calls a loader of :mod:`fleetplan.datasets.catalog` (or ``datasets.traces``), turns
+the records into rows whose keys carry their units, and renders them as a rich table (default), JSON or CSV.
+Bad input raises a fleetplan error, which the ``fleetplan`` group prints as one line with exit code 2.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import click
+from fleetplan.errors import FleetplanError
+
+GB = 1e9
+
+
+def _format_option(f: Callable) -> Callable:
+    return click.option("--format", "fmt", type=click.Choice(["table", "json", "csv"]), default="table",
+                        show_default=True, help="Output format.")(f)
+
+
+def _extra_option(what: str) -> Callable:
+    def deco(f: Callable) -> Callable:
+        return click.option("--extra", type=click.Path(dir_okay=False), default=None,
+                            help=f"Your own CSV or YAML file of {what} (same columns as the shipped file); its rows "
+                                 "override shipped rows of the same name.")(f)
+    return deco
+
+
+def _clean(v: Any) -> Any:
+    if isinstance(v, float) and (math.isnan(v) or math.isinf(v)):
+        return None
+    return v
+
+
+def _render(rows: Sequence[dict[str, Any]], fmt: str, *, title: str, table_columns: Sequence[str] | None = None,
+            numbers: dict[str, str] | None = None) -> None:
+    """Print ``rows`` as a rich table, JSON (a list of objects) or CSV (header + rows) on stdout."""
+    rows = [{k: _clean(v) for k, v in r.items()} for r in rows]
+    if fmt == "json":
+        click.echo(json.dumps(rows, indent=2))
+        return
+    if fmt == "csv":
+        buf = io.StringIO()
+        cols = list(rows[0]) if rows else list(table_columns or [])
+        w = csv.DictWriter(buf, fieldnames=cols, lineterminator="\n")
+        w.writeheader()
+        for r in rows:
+            w.writerow({k: "" if v is None else v for k, v in r.items()})
+        click.echo(buf.getvalue(), nl=False)
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    cols = list(table_columns or (rows[0] if rows else []))
+    numbers = numbers or {}
+    table = Table(title=title, show_lines=False)
+    for c in cols:
+        table.add_column(c, justify="right" if c in numbers else "left", overflow="fold")
+    for r in rows:
+        cells = []
+        for c in cols:
+            v = r.get(c)
+            if v is None:
+                cells.append("")
+            elif c in numbers and isinstance(v, int | float):
+                cells.append(format(v, numbers[c]))
+            else:
+                cells.append(str(v))
+        table.add_row(*cells)
+    Console(width=None if sys.stdout.isatty() else 250).print(table)
+
+
+@click.group("data")
+def data() -> None:
+    """List the shipped data catalogs (and your own rows added with --extra)."""
+
+
+@data.command("gpus")
+@_format_option
+@_extra_option("GPUs")
+def gpus(fmt: str, extra: str | None) -> None:
+    """GPU specs (memory, HBM bandwidth, dense BF16/FP8 TFLOPS, links, TDP); 'eligible' says whether the
+    analytic latency model can use the GPU (rows missing a number it needs are listed, never filled in)."""
+    from fleetplan.datasets.catalog import load_gpu_specs
+
+    rows = []
+    for name, s in load_gpu_specs(extra).items():
+        g = s.gpu
+        rows.append({
+            "name": name, "vendor": s.vendor, "form_factor": s.form_factor,
+            "memory_gb": None if s.memory_bytes is None else s.memory_bytes / GB,
+            "hbm_gb_per_s": g and g.hbm_bandwidth_bytes_per_s / GB,
+            "bf16_tflops": g and g.bf16_flops_per_s / 1e12,
+            "fp8_tflops": g and g.fp8_flops_per_s and g.fp8_flops_per_s / 1e12,
+            "interconnect_gb_per_s": g and g.interconnect_bytes_per_s and g.interconnect_bytes_per_s / GB,
+            "pcie_gb_per_s": g and g.pcie_bytes_per_s and g.pcie_bytes_per_s / GB,
+            "tdp_w": g and g.tdp_w,
+            "eligible": s.eligible,
+            "missing": ", ".join(s.missing),
+            "source": s.source,
+        })
+    _render(rows, fmt, title="GPUs (GB = 1e9 bytes; dense TFLOPS; links bidirectional)",
+            table_columns=[c for c in (rows[0] if rows else {}) if c not in ("source", "form_factor")],
+            numbers={"memory_gb": "g", "hbm_gb_per_s": "g", "bf16_tflops": "g", "fp8_tflops": "g",
+                     "interconnect_gb_per_s": "g", "pcie_gb_per_s": "g", "tdp_w": "g"})
+
+
+@data.command("models")
+@_format_option
+@_extra_option("models")
+def models(fmt: str, extra: str | None) -> None:
+    """Model architectures with their weight bytes (bf16, fp8, int4) and KV-cache bytes per token, as
+    fleetplan.costmodels computes them (Model.weight_bytes, Model.kv_bytes_per_token)."""
+    from fleetplan.datasets.catalog import load_models
+
+    rows = []
+    for name, m in load_models(extra).items():
+        rows.append({
+            "name": name, "arch": m.arch_type, "attention": m.attention_type, "layers": m.num_layers,
+            "kv_heads": m.num_kv_heads, "head_dim": m.head_dim, "params_total": int(m.params_total),
+            "params_active": int(m.params_active),
+            "weight_bytes_bf16": int(m.weight_bytes("bf16")), "weight_bytes_fp8": int(m.weight_bytes("fp8")),
+            "weight_bytes_int4": int(m.weight_bytes("int4")),
+            "kv_bytes_per_token_bf16": int(m.kv_bytes_per_token("bf16")),
+            "kv_bytes_per_token_fp8": int(m.kv_bytes_per_token("fp8")),
+            "sliding_window_tokens": m.sliding_window_tokens, "max_context_tokens": m.max_context_tokens,
+        })
+    ints = {c: ",d" for c in ("params_total", "params_active", "weight_bytes_bf16", "weight_bytes_fp8",
+                              "weight_bytes_int4", "kv_bytes_per_token_bf16", "kv_bytes_per_token_fp8")}
+    _render(rows, fmt, title="Models (bytes; KV = 2 x layers x KV heads x head dim x bytes, MLA: latent)",
+            table_columns=[c for c in (rows[0] if rows else {}) if c not in ("max_context_tokens",)],
+            numbers=ints | {"layers": "d", "kv_heads": "d", "head_dim": "d", "sliding_window_tokens": "d"})
+
+
+@data.command("prices")
+@_format_option
+@_extra_option("GPU prices")
+@click.option("--gpu", default=None, help="Only this GPU (name or alias, e.g. H100, A100-80GB).")
+@click.option("--cloud", default=None, help="Only this cloud (aws, gcp, azure).")
+@click.option("--region", default=None, help="Only this region (e.g. us-east-1).")
+@click.option("--pricing-model", default=None, help="Only this pricing model (on-demand, spot, capacity-block, ...).")
+def prices(fmt: str, extra: str | None, gpu: str | None, cloud: str | None, region: str | None,
+           pricing_model: str | None) -> None:
+    """GPU prices per node and per GPU-hour (USD), one row per site, instance and pricing model. GCP node prices
+    are host VM + GPUs."""
+    from fleetplan.datasets.catalog import load_gpu_prices, load_gpu_specs, resolve_name
+    from fleetplan.errors import InputError, UnknownNameError
+
+    rows_in = load_gpu_prices(extra)
+    if gpu is not None:
+        gpu = resolve_name("gpu", gpu, set(load_gpu_specs()) | {p.gpu for p in rows_in})
+        rows_in = [p for p in rows_in if p.gpu == gpu]
+    if cloud is not None:
+        clouds = {p.cloud for p in load_gpu_prices(extra)}
+        if cloud.lower() not in clouds:
+            raise UnknownNameError("cloud", cloud, clouds, field="--cloud")
+        rows_in = [p for p in rows_in if p.cloud == cloud.lower()]
+    if region is not None:
+        rows_in = [p for p in rows_in if p.region == region]
+    if pricing_model is not None:
+        rows_in = [p for p in rows_in if p.pricing_model == pricing_model.lower()]
+    if not rows_in:
+        raise InputError("no price matches these filters; drop a filter to see what is available",
+                         field="--region" if region else None)
+    rows = [{"cloud": p.cloud, "region": p.region, "zone": p.zone, "gpu": p.gpu, "instance": p.instance,
+             "gpus_per_node": p.gpus_per_node, "node_usd_per_hour": round(p.node_usd_per_hour, 6),
+             "usd_per_gpu_hour": round(p.usd_per_gpu_hour or 0.0, 6), "pricing_model": p.pricing_model,
+             "source": p.source} for p in rows_in]
+    _render(rows, fmt, title="GPU prices (USD)", table_columns=[c for c in rows[0] if c != "source"],
+            numbers={"gpus_per_node": "d", "node_usd_per_hour": ".4f", "usd_per_gpu_hour": ".4f"})
+
+
+@data.command("egress")
+@_format_option
+@_extra_option("egress prices")
+@click.option("--bound", type=click.Choice(["high", "low"]), default="high", show_default=True,
+              help="Which end of a price quoted as a range to use (high is conservative).")
+def egress(fmt: str, extra: str | None, bound: str) -> None:
+    """Egress prices in USD per GB (1e9 bytes; GiB quotes converted) by cloud, route class and scope, one row per
+    monthly volume band; per_direction_usd_per_gb is the one-side rate where both sides pay (AWS cross-AZ)."""
+    from fleetplan.datasets.catalog import load_egress
+
+    rows = []
+    for t in load_egress(extra, bound=bound):
+        for tier in t.tiers:
+            rows.append({"cloud": t.cloud, "route_class": t.route_class, "scope": t.scope,
+                         "from_gb": round(tier.from_gb, 6),
+                         "to_gb": None if tier.to_gb is None else round(tier.to_gb, 6),
+                         "usd_per_gb": round(tier.usd_per_gb, 6),
+                         "per_direction_usd_per_gb": t.usd_per_gb_per_direction,
+                         "range_bound": t.range_bound, "historical": t.historical, "source": t.source})
+    _render(rows, fmt, title=f"Egress (USD per GB moved; ranges: {bound} end)",
+            table_columns=[c for c in (rows[0] if rows else {}) if c != "source"],
+            numbers={"from_gb": "g", "to_gb": "g", "usd_per_gb": "g", "per_direction_usd_per_gb": "g"})
+
+
+@data.command("traces")
+@_format_option
+def traces(fmt: str) -> None:
+    """The shipped request traces: name, file, request count, time span, license and source."""
+    try:
+        from fleetplan.datasets.traces import list_traces
+    except ImportError as exc:  # the trace module is another part of the build
+        raise FleetplanError(f"the trace catalog is not available in this build ({exc})") from None
+    rows = [{k: r.get(k) for k in ("name", "file", "requests", "span_s", "license", "source")} | {
+        k: v for k, v in r.items() if k not in ("name", "file", "requests", "span_s", "license", "source")}
+        for r in list_traces()]
+    _render(rows, fmt, title="Shipped traces", table_columns=["name", "file", "requests", "span_s", "license"],
+            numbers={"requests": ",d", "span_s": ".1f"})
