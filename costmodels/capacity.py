@@ -1,1 +1,262 @@
-"""Capacity of one replica under an SLO (to be implemented: see the module docstring of latency.py)."""
+"""Capacity of one replica (model on tp × pp GPUs of one type) under a latency SLO.
+
+The request rate a replica sustains while the p95 time to first token (TTFT) and the p95 time per output token
+(TPOT) meet their targets, with the running batch bounded by the KV-cache memory left after the weights.
+
+Model and approximations (λ = arrival rate, req/s; I, O = input and output tokens per request):
+
+1. Continuous batching with prefill priority: prefills pre-empt decode steps (vLLM's default scheduler). The prefill
+   share of time is ρ_p = λ × prefill_time(I_mean); decode gets the rest, so the effective TPOT is
+   decode_step(B, ctx) / (1 − ρ_p). Chunked prefill, prefix caching and speculative decoding are not modelled.
+2. Concurrency by Little's law: B = λ × O_mean × TPOT (each request stays O_mean steps). TPOT depends on B, so B and
+   TPOT are solved together by fixed-point iteration from B = 1 (both increase together; the iteration climbs to the
+   least fixed point, or diverges when none exists — then the rate is infeasible). B below 1 is treated as 1.
+3. The TPOT p95 is the step time with every sequence at the p95 context, I_p95 + O_p95/2 (a sequence's mean context
+   over its decode): a conservative stand-in for the p95 of a mixed batch. Step time uses that context for all B
+   sequences; Little's law uses the same TPOT (conservative).
+4. TTFT p95 = prefill_time(I_p95) + W_p95 + one decode step, where W_p95 is the p95 wait of an M/M/1 queue on the
+   prefill server: W_p95 = max(0, ln(ρ/0.05)) / (μ − λ), μ = 1/prefill_time(I_mean), ρ = λ/μ (Poisson arrivals,
+   exponential service: an approximation for real, burstier arrivals and near-deterministic prefill times).
+5. KV memory: B × (I_mean + O_mean) × KV bytes per token ≤ KV budget (mean footprint; a sliding window caps the
+   tokens cached). The budget is memory_utilization × tp × pp × GPU memory − weights, or ``kv_budget_bytes`` when
+   given (the planner passes a smaller budget for GPUs shared between models).
+6. Memory per GPU = weights/(tp·pp) + KV budget/(tp·pp) + a runtime reserve of (1 − memory_utilization) × GPU memory
+   (CUDA context, activations, fragmentation: the share a serving engine leaves free). With the default budget a
+   replica therefore occupies its GPUs entirely.
+7. Every term is non-decreasing in λ, so the largest feasible λ is found by bisection on [0, 1/prefill_time(I_mean)).
+
+Latencies come from :mod:`fleetplan.costmodels.latency` (analytic roofline) or from a measured profile through
+:func:`replica_capacity_from_latency`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from fleetplan.costmodels.calibration import Calibration, load_calibration
+from fleetplan.costmodels.hardware import GPU, Model
+from fleetplan.costmodels.latency import decode_step_time_s, prefill_time_s
+from fleetplan.costmodels.network import Link
+from fleetplan.errors import InputError, check_range
+from fleetplan.placement.demand import TokenMix
+
+#: Tail probability for the TTFT queueing term (p95).
+_TAIL = 0.05
+
+
+@dataclass(frozen=True)
+class SLO:
+    """Latency targets of one model's traffic.
+
+    Attributes:
+        ttft_p95_s: 95th-percentile time to first token, seconds (0.01..120).
+        tpot_p95_s: 95th-percentile time per output token, seconds (0.001..2).
+    Raises InputError outside those ranges (e.g. a TTFT of 500, milliseconds where seconds are expected).
+    """
+
+    ttft_p95_s: float
+    tpot_p95_s: float
+
+    def __post_init__(self) -> None:
+        check_range(self.ttft_p95_s, field="ttft_p95_s", low=0.01, high=120, unit="s",
+                    fix="give seconds (e.g. 0.5 for 500 ms)")
+        check_range(self.tpot_p95_s, field="tpot_p95_s", low=0.001, high=2, unit="s",
+                    fix="give seconds (e.g. 0.05 for 50 ms)")
+
+
+@dataclass(frozen=True)
+class ReplicaCapacity:
+    """What one replica sustains under an SLO.
+
+    Attributes:
+        req_per_s: largest request rate meeting both SLOs (0.0 when nothing meets them), req/s.
+        max_batch: largest concurrent batch the KV budget holds at the mix's mean length (sequences).
+        batch_at_capacity: concurrent sequences at req_per_s (Little's law).
+        tpot_p95_s, ttft_p95_s: p95 TPOT and TTFT at req_per_s (at rate → 0 when req_per_s is 0), seconds.
+        weights_bytes_per_gpu: weight bytes on each GPU (weights / (tp·pp)).
+        kv_bytes_available: KV-cache budget of the whole replica, bytes.
+        memory_bytes_per_gpu: what the replica occupies on each GPU: weights/(tp·pp) + KV budget/(tp·pp) +
+            runtime reserve (module docstring, point 6), bytes.
+        gpus: tp × pp.
+        limiting: what stops a higher rate: 'tpot', 'ttft', 'kv_memory', 'prefill_saturated',
+            'weights_do_not_fit', 'context_too_long', 'batch_limit' (profile), 'no_data', 'profile' or
+            'profile_infeasible'.
+        reason: human explanation when req_per_s is 0, else ''.
+        source: where the latencies came from.
+    """
+
+    req_per_s: float
+    max_batch: float
+    batch_at_capacity: float
+    tpot_p95_s: float
+    ttft_p95_s: float
+    weights_bytes_per_gpu: float
+    kv_bytes_available: float
+    memory_bytes_per_gpu: float
+    gpus: int
+    limiting: str
+    reason: str = ""
+    source: str = ""
+
+
+@dataclass(frozen=True)
+class _Eval:
+    ok: bool
+    limiting: str
+    batch: float
+    tpot_s: float
+    ttft_s: float
+
+
+def _evaluate(lam: float, pre_mean_s: float, pre_p95_s: float, decode: Callable[[float], float], o_mean: float,
+              slo: SLO, max_batch: float) -> _Eval:
+    """Check the SLOs at arrival rate ``lam`` (module docstring, points 1-5)."""
+    rho = lam * pre_mean_s
+    if rho >= 1.0:
+        return _Eval(False, "prefill_saturated", math.inf, math.inf, math.inf)
+    b = 1.0
+    tpot = decode(1.0) / (1.0 - rho)
+    for _ in range(200):
+        b_new = max(1.0, lam * o_mean * tpot)
+        if b_new > max_batch:
+            return _Eval(False, "kv_memory", b_new, tpot, math.inf)
+        tpot_new = decode(b_new) / (1.0 - rho)
+        if not math.isfinite(tpot_new):
+            return _Eval(False, "batch_limit", b_new, tpot_new, math.inf)
+        converged = abs(b_new - b) <= 1e-6 * b_new
+        b, tpot = b_new, tpot_new
+        if converged:
+            break
+    else:
+        return _Eval(False, "tpot", b, tpot, math.inf)
+    mu = 1.0 / pre_mean_s
+    wait = max(0.0, math.log(rho / _TAIL)) / (mu - lam) if lam > 0 else 0.0
+    ttft = pre_p95_s + wait + decode(b)
+    if tpot > slo.tpot_p95_s:
+        return _Eval(False, "tpot", b, tpot, ttft)
+    if ttft > slo.ttft_p95_s:
+        return _Eval(False, "ttft", b, tpot, ttft)
+    return _Eval(True, "", b, tpot, ttft)
+
+
+def replica_capacity_from_latency(prefill_s: Callable[[float], float], decode_step_s: Callable[[float, float], float],
+                                  mix: TokenMix, slo: SLO, *, kv_bytes_per_seq: float, kv_budget_bytes: float,
+                                  gpus: int = 1, weights_bytes_per_gpu: float = math.nan,
+                                  memory_bytes_per_gpu: float = math.nan, source: str = "") -> ReplicaCapacity:
+    """Capacity from any latency functions (analytic or measured; module docstring for the model).
+
+    Args:
+        prefill_s: seconds to prefill one prompt of the given length (tokens).
+        decode_step_s: seconds per decode step for (batch, context tokens); math.inf where not measured.
+        mix, slo: token mix and latency targets.
+        kv_bytes_per_seq: KV bytes one sequence of mean length (I_mean + O_mean) holds.
+        kv_budget_bytes: KV bytes the replica may use (<= 0: nothing fits).
+        gpus, weights_bytes_per_gpu, memory_bytes_per_gpu, source: copied into the result.
+    """
+    ctx95 = mix.input_tokens_p95 + mix.output_tokens_p95 / 2
+    max_batch = kv_budget_bytes / kv_bytes_per_seq if kv_bytes_per_seq > 0 else math.inf
+    common = dict(max_batch=max_batch, weights_bytes_per_gpu=weights_bytes_per_gpu,
+                  kv_bytes_available=kv_budget_bytes, memory_bytes_per_gpu=memory_bytes_per_gpu, gpus=gpus,
+                  source=source)
+    if max_batch < 1.0:
+        return ReplicaCapacity(0.0, batch_at_capacity=0.0, tpot_p95_s=math.nan, ttft_p95_s=math.nan,
+                               limiting="kv_memory",
+                               reason=f"KV budget {kv_budget_bytes / 1e9:.2f} GB holds less than one sequence of "
+                                      f"{mix.input_tokens_mean + mix.output_tokens_mean:.0f} tokens "
+                                      f"({kv_bytes_per_seq / 1e9:.3f} GB)", **common)
+    pre_mean, pre_p95 = prefill_s(mix.input_tokens_mean), prefill_s(mix.input_tokens_p95)
+
+    def decode(b: float) -> float:
+        return decode_step_s(b, ctx95)
+
+    low = _evaluate(0.0, pre_mean, pre_p95, decode, mix.output_tokens_mean, slo, max_batch)
+    if not low.ok:
+        what = {"tpot": f"TPOT p95 {low.tpot_s * 1e3:.1f} ms at batch 1 exceeds the target "
+                        f"{slo.tpot_p95_s * 1e3:.1f} ms",
+                "ttft": f"TTFT p95 {low.ttft_s:.3f} s with no queueing exceeds the target {slo.ttft_p95_s:.3f} s",
+                }.get(low.limiting, f"infeasible even at a vanishing rate ({low.limiting})")
+        return ReplicaCapacity(0.0, batch_at_capacity=0.0, tpot_p95_s=low.tpot_s, ttft_p95_s=low.ttft_s,
+                               limiting=low.limiting, reason=what, **common)
+    lo, hi = 0.0, 1.0 / pre_mean
+    best = low
+    for _ in range(60):
+        mid = 0.5 * (lo + hi)
+        e = _evaluate(mid, pre_mean, pre_p95, decode, mix.output_tokens_mean, slo, max_batch)
+        if e.ok:
+            lo, best = mid, e
+        else:
+            hi = mid
+        if hi - lo <= 1e-6 * hi:
+            break
+    lim = _evaluate(hi, pre_mean, pre_p95, decode, mix.output_tokens_mean, slo, max_batch).limiting
+    return ReplicaCapacity(lo, batch_at_capacity=best.batch if lo > 0 else 0.0, tpot_p95_s=best.tpot_s,
+                           ttft_p95_s=best.ttft_s, limiting=lim or "tpot", **common)
+
+
+def replica_capacity(model: Model, gpu: GPU, mix: TokenMix, slo: SLO, *, tp: int = 1, pp: int = 1,
+                     weight_dtype: str = "bf16", kv_dtype: str = "bf16", kv_budget_bytes: float | None = None,
+                     memory_utilization: float = 0.9, link: Link | None = None,
+                     calib: Calibration | None = None) -> ReplicaCapacity:
+    """Capacity of one replica of ``model`` on ``tp × pp`` GPUs of type ``gpu`` for token mix ``mix`` under ``slo``,
+    with the analytic roofline latencies (module docstring for the model and its approximations).
+
+    Returns a :class:`ReplicaCapacity`; req_per_s is 0.0 with ``limiting`` and ``reason`` set when the weights do
+    not fit, the p95 request is longer than the model's context, the KV budget holds no sequence, or the SLO fails
+    even at a vanishing rate. Raises InputError for memory_utilization outside 0.1..1, a negative
+    kv_budget_bytes, or bad tp/pp/dtypes.
+    """
+    check_range(memory_utilization, field="memory_utilization", low=0.1, high=1.0,
+                fix="give a fraction of GPU memory, e.g. 0.9")
+    if kv_budget_bytes is not None:
+        check_range(kv_budget_bytes, field="kv_budget_bytes", low=0.0, high=1e14, unit="bytes")
+    calib = calib or load_calibration(gpu)
+    n = tp * pp
+    # Validates tp/pp and dtypes early (raises InputError).
+    decode_step_time_s(model, gpu, 1, 1, tp=tp, pp=pp, weight_dtype=weight_dtype, kv_dtype=kv_dtype, link=link,
+                       calib=calib)
+    weights = model.weight_bytes(weight_dtype)
+    usable = memory_utilization * n * gpu.memory_bytes
+    reserve = (1.0 - memory_utilization) * gpu.memory_bytes
+    base = dict(weights_bytes_per_gpu=weights / n, gpus=n, source=f"roofline ({calib.gpu} calibration)")
+    if weights > usable:
+        par = f"tp {tp}" + (f" × pp {pp}" if pp > 1 else "")
+        return ReplicaCapacity(0.0, max_batch=0.0, batch_at_capacity=0.0, tpot_p95_s=math.nan, ttft_p95_s=math.nan,
+                               kv_bytes_available=0.0, memory_bytes_per_gpu=weights / n + reserve,
+                               limiting="weights_do_not_fit",
+                               reason=f"weights {weights / 1e9:.0f} GB exceed {memory_utilization:g} × "
+                                      f"{gpu.memory_bytes / 1e9:.0f} GB × {par}", **base)
+    budget = usable - weights if kv_budget_bytes is None else float(kv_budget_bytes)
+    memory = (weights + budget) / n + reserve
+    longest = mix.input_tokens_p95 + mix.output_tokens_p95
+    if longest > model.max_context_tokens:
+        return ReplicaCapacity(0.0, max_batch=0.0, batch_at_capacity=0.0, tpot_p95_s=math.nan, ttft_p95_s=math.nan,
+                               kv_bytes_available=budget, memory_bytes_per_gpu=memory, limiting="context_too_long",
+                               reason=f"p95 request of {longest:.0f} tokens exceeds {model.name}'s context of "
+                                      f"{model.max_context_tokens} tokens", **base)
+    kv_seq = model.kv_tokens_cached(mix.input_tokens_mean + mix.output_tokens_mean) * model.kv_bytes_per_token(kv_dtype)
+    kw = dict(tp=tp, pp=pp, weight_dtype=weight_dtype, link=link, calib=calib)
+    return replica_capacity_from_latency(
+        lambda i: prefill_time_s(model, gpu, i, **kw),
+        lambda b, c: decode_step_time_s(model, gpu, b, c, kv_dtype=kv_dtype, **kw),
+        mix, slo, kv_bytes_per_seq=kv_seq, kv_budget_bytes=budget, memory_bytes_per_gpu=memory, **base)
+
+
+def profile_replica_capacity(profile, mix: TokenMix, slo: SLO, *, model: Model, gpu: GPU,
+                             kv_budget_bytes: float | None = None, memory_utilization: float = 0.9,
+                             weight_dtype: str = "bf16", kv_dtype: str = "bf16") -> ReplicaCapacity:
+    """Capacity from a measured :class:`~fleetplan.costmodels.profiles.SplitwiseProfile` instead of the roofline
+    (same queueing and memory model; decode beyond the profile's largest measured batch is refused)."""
+    n = profile.tp
+    weights = model.weight_bytes(weight_dtype)
+    budget = memory_utilization * n * gpu.memory_bytes - weights if kv_budget_bytes is None else kv_budget_bytes
+    if budget <= 0:
+        raise InputError(f"weights {weights / 1e9:.0f} GB leave no KV memory on {n} × {gpu.name}",
+                         field="kv_budget_bytes", value=budget)
+    kv_seq = model.kv_tokens_cached(mix.input_tokens_mean + mix.output_tokens_mean) * model.kv_bytes_per_token(kv_dtype)
+    return replica_capacity_from_latency(
+        lambda i: profile.prefill_time_s(i), profile.decode_step_time_s, mix, slo, kv_bytes_per_seq=kv_seq,
+        kv_budget_bytes=budget, gpus=n, weights_bytes_per_gpu=weights / n,
+        memory_bytes_per_gpu=(weights + budget) / n + (1 - memory_utilization) * gpu.memory_bytes,
+        source=f"measured Splitwise profile {profile.model}/{profile.hardware}/tp{profile.tp}")

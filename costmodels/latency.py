@@ -1,0 +1,162 @@
+"""Analytic roofline model of LLM serving latency: prefill time and decode step time.
+
+Units: seconds, bytes, FLOP. Efficiency constants (MFU, bandwidth efficiency, overheads, all-reduce latency) are
+data, fitted to measurements: see :mod:`fleetplan.costmodels.calibration` and ``benchmarks/calibrate_roofline.py``.
+
+Model (every approximation listed):
+
+* Prefill is compute-bound. FLOPs = 2 × params_active × tokens (one multiply-add per parameter per token) plus
+  causal attention 2 × layers × prompt² × (attention heads × head_dim) per sequence (QKᵀ and PV are 2·T²·d each,
+  halved by the causal mask). Time = FLOPs / (tp × peak dense FLOP/s × prefill_mfu); FP8 peak when the weights are
+  fp8 and the GPU has FP8, else BF16.
+* Decode is memory-bound: one step reads the weights once (per GPU: weight bytes / (tp × pp)) and every sequence's
+  KV cache (batch × context × KV bytes per token / (tp × pp)) at HBM bandwidth × decode_bw_efficiency. A MoE model
+  reads its dense part plus only the experts the batch touches: with E routed experts, k per token and b tokens,
+  the expected distinct experts per layer are E·(1 − (1 − k/E)^b) (tokens routed independently and uniformly — an
+  approximation; real routers are skewed, which reads fewer experts). Per-expert and dense parameter counts are
+  derived from the model's total and active counts: expert = (total − active)/(E − k), dense = active − k·expert.
+  The step takes max(memory time, compute time) (compute = 2·params_active·batch + attention 4·layers·context·
+  heads·head_dim per sequence).
+* Tensor parallelism (inside a node): 2 all-reduces per layer (after attention and after the MLP) of
+  tokens × hidden × 2 bytes (bf16 activations), ring algorithm, α–β model: 2(tp−1) steps of
+  allreduce_step_latency_s plus 2(tp−1)/tp × bytes / (GPU.tp_link_bytes_per_s × allreduce_bw_efficiency).
+  Not overlapped with compute.
+* Pipeline parallelism (across nodes): each stage holds layers/pp. A batch is split into m = min(batch, pp)
+  micro-batches (GPipe schedule). Prefill takes (m + pp − 1) stage times (the pipeline bubble) plus (pp − 1)
+  activation hops; a decode step (the time between two tokens of one sequence) takes pp stage times (each micro-batch
+  passes every stage; with m < pp some stages idle: the bubble) plus (pp − 1) hops. A hop moves the micro-batch's
+  activations (tokens × hidden × 2 bytes, split over the tp GPUs of a stage, each on its own NIC) over the
+  inter-node ``link`` (network.Link: bytes / per-GPU bandwidth + RTT/2); the default link is the inter-node default
+  of datasets/data/network/links.csv. The return of the sampled token to stage 1 is not counted.
+* Overheads: prefill_overhead_s per prefill pass; decode_overhead_per_layer_s × layers + decode_overhead_per_seq_s
+  × batch per decode step (kernel launches per layer; sampling and scheduling per sequence).
+* Not modelled: prefix caching, speculative decoding, chunked prefill interleaving (see capacity.py for how prefill
+  and decode share time), CUDA-graph effects, quantization kernels' own efficiency (fp8/int4 weights simply read
+  fewer bytes).
+"""
+
+from __future__ import annotations
+
+import math
+
+from fleetplan.costmodels.calibration import Calibration, load_calibration, load_reference_models
+from fleetplan.costmodels.hardware import GPU, Model, bytes_per_element
+from fleetplan.costmodels.network import Link, default_inter_node_link
+from fleetplan.errors import InputError
+
+__all__ = ["Calibration", "load_calibration", "load_reference_models", "prefill_time_s", "decode_step_time_s",
+           "allreduce_time_s", "moe_params_read", "flops_per_s", "ACTIVATION_BYTES"]
+
+#: Bytes per activation element exchanged between GPUs (serving runs activations in bf16/fp16).
+ACTIVATION_BYTES = 2.0
+
+
+def _check_parallel(tp: int, pp: int) -> None:
+    for name, v in (("tp", tp), ("pp", pp)):
+        if not isinstance(v, int) or isinstance(v, bool) or not 1 <= v <= 64:
+            raise InputError(f"{name} must be an integer in 1..64, got {v!r}", field=name, value=v)
+
+
+def _check_count(name: str, v: float, low: float = 1.0) -> float:
+    if not isinstance(v, int | float) or isinstance(v, bool) or math.isnan(v) or v < low or v > 1e8:
+        raise InputError(f"{name} must be a number in {low:g}..1e8, got {v!r}", field=name, value=v)
+    return float(v)
+
+
+def flops_per_s(gpu: GPU, weight_dtype: str = "bf16") -> float:
+    """Peak dense FLOP/s used for ``weight_dtype``: FP8 when the weights are fp8 and the GPU has FP8, else BF16."""
+    bytes_per_element(weight_dtype, field="weight_dtype")
+    if weight_dtype.lower() == "fp8" and gpu.fp8_flops_per_s:
+        return gpu.fp8_flops_per_s
+    return gpu.bf16_flops_per_s
+
+
+def moe_params_read(model: Model, tokens: float) -> float:
+    """Parameters a forward pass over ``tokens`` tokens reads (count).
+
+    Dense model: params_total. MoE: dense part + expected distinct experts × per-expert parameters, with
+    distinct = E·(1 − (1 − k/E)^tokens) (uniform independent routing), expert = (total − active)/(E − k),
+    dense = active − k·expert.
+    """
+    if not model.is_moe or model.num_routed_experts <= model.experts_per_token:
+        return model.params_total
+    e, k = model.num_routed_experts, model.experts_per_token
+    expert = (model.params_total - model.params_active) / (e - k)
+    dense = max(model.params_active - k * expert, 0.0)
+    distinct = e * (1.0 - (1.0 - k / e) ** max(tokens, 1.0))
+    return min(dense + distinct * expert, model.params_total)
+
+
+def allreduce_time_s(nbytes: float, tp: int, gpu: GPU, calib: Calibration) -> float:
+    """One ring all-reduce of ``nbytes`` over ``tp`` GPUs: 2(tp−1)·α + 2(tp−1)/tp · nbytes / (link B/s × eff);
+    0 when tp == 1. α = calib.allreduce_step_latency_s, link = GPU.tp_link_bytes_per_s (per direction)."""
+    if tp <= 1:
+        return 0.0
+    steps = 2 * (tp - 1)
+    return steps * calib.allreduce_step_latency_s + steps / tp * nbytes / (
+        gpu.tp_link_bytes_per_s * calib.allreduce_bw_efficiency)
+
+
+def _hop_time_s(tokens: float, model: Model, tp: int, link: Link) -> float:
+    return link.transfer_time_s(tokens * model.hidden_size * ACTIVATION_BYTES / tp)
+
+
+def prefill_time_s(model: Model, gpu: GPU, prompt_tokens: float, *, tp: int = 1, pp: int = 1, batch: float = 1,
+                   weight_dtype: str = "bf16", link: Link | None = None, calib: Calibration | None = None) -> float:
+    """Seconds to prefill ``batch`` prompts of ``prompt_tokens`` tokens each on one replica (tp × pp GPUs).
+
+    See the module docstring for the formula. ``calib`` defaults to the GPU's calibration row (or the default row);
+    ``link`` (used when pp > 1) defaults to the inter-node default link. Raises InputError for tp/pp outside 1..64,
+    prompt_tokens or batch below 1, or an unknown dtype.
+
+    Example (hand arithmetic): Llama-3.1-8B (8.03e9 params, 32 layers, 32 heads × 128) on H100 (989.4e12 FLOP/s),
+    2048 tokens, tp 1: FLOPs = 2·8.03e9·2048 + 2·32·2048²·4096 = 3.289e13 + 1.100e12 = 3.399e13.
+    """
+    _check_parallel(tp, pp)
+    prompt = _check_count("prompt_tokens", prompt_tokens)
+    b = _check_count("batch", batch)
+    calib = calib or load_calibration(gpu)
+    tokens = b * prompt
+    attn = b * 2.0 * model.num_layers * prompt * prompt * model.num_attention_heads * model.head_dim
+    flops = 2.0 * model.params_active * tokens + attn
+    m = min(b, pp)
+    stage_compute = flops / pp / m / (tp * flops_per_s(gpu, weight_dtype) * calib.prefill_mfu)
+    stage_ar = 2.0 * model.num_layers / pp * allreduce_time_s(
+        tokens / m * model.hidden_size * ACTIVATION_BYTES, tp, gpu, calib)
+    total = (m + pp - 1) * (stage_compute + stage_ar)
+    if pp > 1:
+        total += (pp - 1) * _hop_time_s(tokens / m, model, tp, link or default_inter_node_link())
+    return total + calib.prefill_overhead_s
+
+
+def decode_step_time_s(model: Model, gpu: GPU, batch: float, context_tokens: float, *, tp: int = 1, pp: int = 1,
+                       weight_dtype: str = "bf16", kv_dtype: str = "bf16", link: Link | None = None,
+                       calib: Calibration | None = None) -> float:
+    """Seconds per decode step (= time per output token of each sequence) with ``batch`` sequences of
+    ``context_tokens`` tokens of context each, on one replica (tp × pp GPUs).
+
+    ``batch`` may be fractional (an average concurrency, >= 1). See the module docstring for the formula.
+    Raises InputError as :func:`prefill_time_s` does.
+
+    Example (hand arithmetic): Llama-3.1-8B bf16 on H100, tp 1, batch 1, context 1: bytes = 8.03e9·2 + 131,072
+    = 1.606e10; time = 1.606e10 / (3.35e12 × decode_bw_efficiency) + 32 × decode_overhead_per_layer_s
+    + 1 × decode_overhead_per_seq_s.
+    """
+    _check_parallel(tp, pp)
+    b = _check_count("batch", batch)
+    ctx = _check_count("context_tokens", context_tokens)
+    calib = calib or load_calibration(gpu)
+    m = min(b, pp)
+    mb = b / m
+    weight_bytes = moe_params_read(model, mb) * bytes_per_element(weight_dtype, field="weight_dtype")
+    kv_bytes = mb * model.kv_tokens_cached(ctx) * model.kv_bytes_per_token(kv_dtype)
+    mem_s = (weight_bytes + kv_bytes) / (tp * pp) / (gpu.hbm_bandwidth_bytes_per_s * calib.decode_bw_efficiency)
+    flops = mb * (2.0 * model.params_active
+                  + 4.0 * model.num_layers * model.kv_tokens_cached(ctx) * model.num_attention_heads * model.head_dim)
+    comp_s = flops / pp / (tp * flops_per_s(gpu, weight_dtype) * calib.prefill_mfu)
+    stage_ar = 2.0 * model.num_layers / pp * allreduce_time_s(mb * model.hidden_size * ACTIVATION_BYTES, tp, gpu,
+                                                              calib)
+    total = pp * (max(mem_s, comp_s) + stage_ar)
+    if pp > 1:
+        total += (pp - 1) * _hop_time_s(mb, model, tp, link or default_inter_node_link())
+    return total + calib.decode_overhead_per_layer_s * model.num_layers + calib.decode_overhead_per_seq_s * b
