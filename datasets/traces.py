@@ -245,14 +245,15 @@ def _numbers(df: pd.DataFrame, col: str, display: str, what: str) -> np.ndarray:
     return vals
 
 
-def _timestamps(raw: pd.Series, display: str, field: str, fmt: str | None) -> tuple[np.ndarray, str]:
-    """Parse datetimes; return (seconds since the first, ISO start). Errors name the first unparseable row."""
+def _timestamps(raw: pd.Series, display: str, field: str, want: str) -> tuple[np.ndarray, str]:
+    """Parse ISO 8601 datetimes ('T' or space, any number of fractional digits; with a UTC offset or 'Z' on any
+    row, all rows are read as UTC). Return (seconds since the first row, ISO start). ``want`` is the format hint
+    for the error naming the first unparseable row."""
     s = raw.astype(str).str.strip()
-    parsed = pd.to_datetime(s, format=fmt, errors="coerce") if fmt else pd.to_datetime(
-        s, format="ISO8601", errors="coerce", utc=s.str.contains(r"[+-]\d\d:?\d\d$|Z$", regex=True).any())
+    parsed = pd.to_datetime(s, format="ISO8601", errors="coerce",
+                            utc=bool(s.str.contains(r"[+-]\d\d:?\d\d$|Z$", regex=True).any()))
     i = _first(parsed.isna().to_numpy())
     if i is not None:
-        want = "YYYY-MM-DD HH:MM:SS.fffffff" if fmt else "seconds or an ISO datetime (YYYY-MM-DDTHH:MM:SS)"
         raise InputError(f"{s.iloc[i]!r} is not a timestamp; use {want}", source=display, row=i + 1, field=field,
                          value=s.iloc[i])
     ns = parsed.to_numpy().astype("datetime64[ns]").astype(np.int64) if parsed.dt.tz is None else \
@@ -300,12 +301,7 @@ def read_azure_csv(path_or_name: str | Path) -> Trace:
     path, display, row = _resolve(path_or_name, "azure-csv")
     df = _read_csv_frame(path, display)
     cols = _require_columns(df, ("TIMESTAMP", "ContextTokens", "GeneratedTokens"), display, "Azure trace CSV")
-    ts = df[cols["TIMESTAMP"]].astype(str).str.strip()
-    offset = ts.str.contains(r"[+-]\d\d:\d\d$", regex=True).any()
-    if offset:
-        t, start = _timestamps(ts, display, cols["TIMESTAMP"], None)
-    else:
-        t, start = _timestamps(ts, display, cols["TIMESTAMP"], "%Y-%m-%d %H:%M:%S.%f")
+    t, start = _timestamps(df[cols["TIMESTAMP"]], display, cols["TIMESTAMP"], "YYYY-MM-DD HH:MM:SS.fffffff")
     tin = _numbers(df, cols["ContextTokens"], display, "the prompt length in tokens")
     tout = _numbers(df, cols["GeneratedTokens"], display, "the output length in tokens")
     return _finish(display, t, tin, tout, (cols["TIMESTAMP"], cols["ContextTokens"], cols["GeneratedTokens"]),
@@ -389,7 +385,8 @@ def read_generic_csv(path: str | Path) -> Trace:
         raise InputError(f"{ts.iloc[i]!r} is not a number of seconds; use one timestamp format in the whole column",
                          source=display, row=i + 1, field=cols["timestamp"], value=ts.iloc[i])
     else:
-        t, start = _timestamps(ts, display, cols["timestamp"], None)
+        t, start = _timestamps(ts, display, cols["timestamp"],
+                               "seconds or an ISO datetime (YYYY-MM-DDTHH:MM:SS)")
     tin = _numbers(df, cols["input_tokens"], display, "the prompt length in tokens")
     tout = _numbers(df, cols["output_tokens"], display, "the output length in tokens")
     extra: dict[str, np.ndarray | None] = {}
@@ -459,9 +456,9 @@ def load_trace(name_or_path: str | Path) -> Trace:
             if {"timestamp", "contexttokens", "generatedtokens"} <= header:
                 return read_azure_csv(path)
         return read_generic_csv(path)
-    if path.is_file():
-        raise InputError(f"cannot tell the trace format from the extension {ext or '(none)'!r}; use .csv or .jsonl",
-                         source=name)
+    if path.is_file() or ext:
+        raise InputError(f"cannot tell the trace format from the extension {ext or '(none)'!r}; use .csv or .jsonl, "
+                         f"or a shipped trace name ({', '.join(_catalog())})", source=name)
     raise UnknownNameError("trace", name, _catalog())
 
 
@@ -558,7 +555,7 @@ def trace_to_demand(trace: Trace, window_length_s: float = 3600, by: Sequence[st
     """
     length = _check_window_length(window_length_s)
     keys = _group_keys(trace, tuple(by))
-    t = trace.arrival_s - trace.arrival_s[0] if trace.arrival_s[0] < 0 else trace.arrival_s
+    t = trace.arrival_s
     n_sub = max(10, math.ceil(length / 60.0 - 1e-9))
     sub_s = length / n_sub
     n_win = int(math.floor(t[-1] / length)) + 1

@@ -99,6 +99,10 @@ def test_iso_timestamps_and_azure_and_mooncake_formats(tmp_path):
     # 50.9951690 - 46.6805900 = 4.3145790 s; one minute later exactly 60 s.
     assert tr.arrival_s == pytest.approx([0.0, 4.314579, 60.0], abs=1e-6)
     assert tr.input_tokens.tolist() == [374, 396, 10] and tr.start_datetime.startswith("2023-11-16T18:15:46")
+    # 2024-style offsets: 01:00:00.5+01:00 is 00:00:00.5 UTC, half a second after the first row.
+    az24 = ("TIMESTAMP,ContextTokens,GeneratedTokens\n2024-05-10 00:00:00.000000+00:00,1,1\n"
+            "2024-05-10 01:00:00.500000+01:00,1,1\n")
+    assert read_azure_csv(write(tmp_path, "az24.csv", az24)).arrival_s.tolist() == [0.0, 0.5]
     mc = ('{"timestamp": 0, "input_length": 10, "output_length": 2, "hash_ids": [0]}\n\n'
           '{"timestamp": 1500, "input_length": 20, "output_length": 3, "hash_ids": [0, 1]}\n'
           '{"timestamp": 61000, "input_length": 30, "output_length": 4, "hash_ids": []}\n')
@@ -157,6 +161,7 @@ BAD_CSV = [
                                                                       "sort the file"]),
     ("timestamp,input_tokens,output_tokens\n0,5,5\n40000000000,5,5\n", ["row 2", "366 days", "milliseconds"]),
     ("timestamp,input_tokens,output_tokens\nnoon,5,5\n", ["row 1", "not a timestamp"]),
+    ("timestamp,input_tokens,output_tokens\n0,5,5\nnoon,5,5\n", ["row 2", "not a number of seconds"]),
     ("timestamp,input_tokens,output_tokens,model\n0,5,5,a\n1,5,5,\n", ["row 2", "'model'", "empty model"]),
 ]
 
