@@ -308,8 +308,10 @@ def find_price(gpu: str, cloud: str, region: str | None = None, pricing_model: s
     match = [p for p in for_gpu if (region is None or p.region == region) and (zone is None or p.zone == zone)
              and p.pricing_model == pricing_model]
     if not match:
-        options = sorted({f"{p.region or '?'}{'/' + p.zone if p.zone else ''} {p.pricing_model}" for p in for_gpu})
-        shown = ", ".join(options[:15]) + (" ..." if len(options) > 15 else "")
+        by_region: dict[str, set[str]] = {}
+        for p in for_gpu:
+            by_region.setdefault(p.region or "(region not stated)", set()).add(p.pricing_model)
+        shown = "; ".join(f"{r} ({', '.join(sorted(m))})" for r, m in sorted(by_region.items()))
         raise InputError(f"no {pricing_model} price for {gpu_name} on {cloud} in "
                          f"{region or 'any region'}{'/' + zone if zone else ''}; available: {shown}",
                          field="region", value=region)

@@ -187,7 +187,7 @@ class GpuSpec:
         return self.gpu is not None
 
 
-GPU_COLUMNS = ("gpu", "memory_gb_vendor", "mem_bandwidth_GBps", "bf16_dense_tflops", "fp16_dense_tflops")
+GPU_COLUMNS = ("gpu", "memory_gb_vendor", "mem_bandwidth_GBps")  # plus bf16_dense_tflops or fp16_dense_tflops
 
 
 @lru_cache(maxsize=1)
@@ -256,6 +256,9 @@ def _gpu_from_row(row: dict[str, str], rows: _Rows, i: int) -> GpuSpec:
 
 def _gpu_specs_from(rows: _Rows) -> dict[str, GpuSpec]:
     _require_columns(rows, GPU_COLUMNS, "GPU specs")
+    if "bf16_dense_tflops" not in rows.columns and "fp16_dense_tflops" not in rows.columns:
+        raise InputError("missing column bf16_dense_tflops (or fp16_dense_tflops for GPUs without BF16)",
+                         source=rows.source, field="bf16_dense_tflops")
     out: dict[str, GpuSpec] = {}
     for i, row in rows.rows:
         spec = _gpu_from_row(row, rows, i)
@@ -273,8 +276,8 @@ def load_gpu_specs(extra: str | Path | None = None) -> dict[str, GpuSpec]:
 
     Args:
         extra: a user CSV/YAML file with the gpus.csv header (required columns: gpu, memory_gb_vendor,
-            mem_bandwidth_GBps, bf16_dense_tflops, fp16_dense_tflops; blank cells allowed); its rows override
-            shipped rows of the same name.
+            mem_bandwidth_GBps, and bf16_dense_tflops or fp16_dense_tflops; the others optional); its rows
+            override shipped rows of the same name.
 
     Raises:
         InputError: a missing column or a bad cell (negative, NaN, out of range), naming file, row and field.
