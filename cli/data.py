@@ -154,12 +154,12 @@ def prices(fmt: str, extra: str | None, gpu: str | None, cloud: str | None, regi
     from fleetplan.datasets.catalog import load_gpu_prices, load_gpu_specs, resolve_name
     from fleetplan.errors import InputError, UnknownNameError
 
-    rows_in = load_gpu_prices(extra)
+    rows_in = all_rows = load_gpu_prices(extra)
     if gpu is not None:
         gpu = resolve_name("gpu", gpu, set(load_gpu_specs()) | {p.gpu for p in rows_in})
         rows_in = [p for p in rows_in if p.gpu == gpu]
     if cloud is not None:
-        clouds = {p.cloud for p in load_gpu_prices(extra)}
+        clouds = {p.cloud for p in all_rows}
         if cloud.lower() not in clouds:
             raise UnknownNameError("cloud", cloud, clouds, field="--cloud")
         rows_in = [p for p in rows_in if p.cloud == cloud.lower()]

@@ -15,8 +15,8 @@ import csv
 import io
 import math
 import re
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
@@ -142,16 +142,18 @@ def _cell_number(row: dict[str, str], name: str, rows: _Rows, i: int, *, require
     return check_range(text, field=name, low=low, high=high, unit=unit, source=rows.source, row=i, fix=fix)
 
 
-def _merge(shipped: dict[str, Any], user: dict[str, Any]) -> dict[str, Any]:
-    """Shipped records overridden by user records of the same name (case-insensitive); user-only names added."""
+def _merge(shipped: dict[str, Any], user: dict[str, Any], rename: Callable[[Any, str], Any]) -> dict[str, Any]:
+    """Shipped records overridden by user records of the same name (case-insensitive; the override takes the
+    shipped spelling through ``rename(record, name)``); user-only names are added."""
     out = dict(shipped)
     lower = {k.lower(): k for k in out}
     for name, rec in user.items():
         old = lower.get(name.lower())
         if old is not None:
-            del out[old]
-        out[name] = rec
-        lower[name.lower()] = name
+            out[old] = rename(rec, old) if old != name else rec
+        else:
+            out[name] = rec
+            lower[name.lower()] = name
     return out
 
 
@@ -266,6 +268,10 @@ def _gpu_specs_from(rows: _Rows) -> dict[str, GpuSpec]:
     return out
 
 
+def _rename_spec(spec: GpuSpec, name: str) -> GpuSpec:
+    return replace(spec, name=name, gpu=None if spec.gpu is None else replace(spec.gpu, name=name))
+
+
 @lru_cache(maxsize=1)
 def _shipped_gpu_specs() -> dict[str, GpuSpec]:
     return _gpu_specs_from(_shipped_rows("hardware", "gpus.csv"))
@@ -285,7 +291,7 @@ def load_gpu_specs(extra: str | Path | None = None) -> dict[str, GpuSpec]:
     shipped = _shipped_gpu_specs()
     if extra is None:
         return dict(shipped)
-    return _merge(shipped, _gpu_specs_from(read_user_rows(extra)))
+    return _merge(shipped, _gpu_specs_from(read_user_rows(extra)), _rename_spec)
 
 
 def load_gpus(extra: str | Path | None = None) -> dict[str, GPU]:
@@ -451,7 +457,7 @@ def load_models(extra: str | Path | None = None) -> dict[str, Model]:
     if extra is None:
         return dict(shipped)
     user, _ = _models_from(read_user_rows(extra))
-    return _merge(shipped, user)
+    return _merge(shipped, user, lambda m, name: replace(m, name=name))
 
 
 # --------------------------------------------------------------------------------------------------------------

@@ -146,8 +146,9 @@ def test_user_gpu_rows_csv_override(tmp_path):
                  "h100-sxm-80gb,NVIDIA,SXM5,80,HBM3,3000,900,900,,,NVLink 4,900,Gen5,700,my lab,measured\n"
                  "MyGPU,ACME,PCIe,48,GDDR6,1000,200,,,,none,,Gen4,300,vendor sheet,\n")
     gpus = load_gpus(f)
-    assert "H100-SXM-80GB" not in gpus  # the user row (same name, other case) replaced it
-    assert gpus["h100-sxm-80gb"].hbm_bandwidth_bytes_per_s == 3000e9
+    # The user row (same name, other case) replaced the shipped one and keeps the catalog spelling.
+    assert "h100-sxm-80gb" not in gpus and gpus["H100-SXM-80GB"].name == "H100-SXM-80GB"
+    assert gpus["H100-SXM-80GB"].hbm_bandwidth_bytes_per_s == 3000e9 and gpus["H100-SXM-80GB"].source == "my lab"
     assert get_gpu("H100", extra=f).hbm_bandwidth_bytes_per_s == 3000e9  # alias still resolves
     assert gpus["MyGPU"].pcie_bytes_per_s == 64e9 and gpus["MyGPU"].memory_bytes == 48e9
     assert load_gpus()["H100-SXM-80GB"].hbm_bandwidth_bytes_per_s == 3350e9  # shipped data untouched
