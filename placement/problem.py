@@ -198,6 +198,7 @@ class Problem:
         shared_memory_utilization: share of a shared GPU's memory the resident footprints may fill.
         max_shared_gpus_per_pool: candidate shared GPUs per pool the exact models may open.
         egress_usd_per_gb: {(from_site, to_site): $/GB} for traffic served away from its origin.
+        option_notes: {model: why options were left out (weights do not fit, SLO missed ...)}, for explanations.
         name, notes: labels and provenance for reports.
     """
 
@@ -211,6 +212,7 @@ class Problem:
     shared_memory_utilization: float = 0.9
     max_shared_gpus_per_pool: int = 8
     egress_usd_per_gb: dict[tuple[str, str], float] = field(default_factory=dict)
+    option_notes: dict[str, tuple[str, ...]] = field(default_factory=dict)
     name: str = "problem"
     notes: tuple[str, ...] = ()
 

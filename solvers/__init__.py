@@ -1,1 +1,4 @@
-"""fleetplan.solvers."""
+"""fleetplan.solvers: MILP (PuLP; HiGHS, CBC) and CP-SAT (OR-Tools) models built from a placement Problem.
+
+Use :func:`fleetplan.solvers.solve.solve`.
+"""

@@ -22,6 +22,15 @@ from fleetplan.placement.problem import Problem
 from fleetplan.solvers.common import build_index, warm_values
 
 RATE_SCALE = 1000  # 1 unit = 0.001 req/s
+_FUZZ = 1e-9  # relative: keeps 8999.999999 (float noise of 9000) from rounding to 8999; far inside validate's 1e-6
+
+
+def _down(x: float) -> int:
+    return math.floor(x * (1 + _FUZZ))
+
+
+def _up(x: float) -> int:
+    return math.ceil(x * (1 - _FUZZ))
 SHARE_SCALE = 1000  # a shared GPU's compute in permille
 COST_SCALE = 1e6  # micro-dollars
 
@@ -48,7 +57,7 @@ def solve_cpsat(problem: Problem, *, time_limit_s: float = 60, threads: int = 2,
           for w in W if o.start_cost_usd > 0 and len(W) > 1}
     y = {(p, b): md.new_bool_var(f"y_{j}") for j, (p, b) in enumerate(idx.bins)}
     a, u = {}, {}
-    share_cap_units = math.floor(SHARE_SCALE * mu)
+    share_cap_units = _down(SHARE_SCALE * mu)
     for j, (p, b) in enumerate(idx.bins):
         for m in idx.residents[(p, b)]:
             a[(m, p, b)] = md.new_bool_var(f"a_{j}_{m}")
@@ -63,7 +72,7 @@ def solve_cpsat(problem: Problem, *, time_limit_s: float = 60, threads: int = 2,
                     q[(m, s, w)] = md.new_int_var(0, math.ceil(dmax * RATE_SCALE), f"q_{m}_{s}_{w}")
 
     def served_coef(m: str, p: str) -> int:
-        return math.floor(idx.share[(m, p)].capacity_req_per_s * RATE_SCALE / SHARE_SCALE)
+        return _down(idx.share[(m, p)].capacity_req_per_s * RATE_SCALE / SHARE_SCALE)
 
     opts_of: dict[tuple[str, str], list] = {}
     for o in idx.options:
@@ -75,10 +84,10 @@ def solve_cpsat(problem: Problem, *, time_limit_s: float = 60, threads: int = 2,
     for m in problem.models:
         sites = idx.sites_of[m.name]
         for w in W:
-            demand_units = math.ceil(m.demand_req_per_s[w] * RATE_SCALE - 1e-9)
+            demand_units = _up(m.demand_req_per_s[w] * RATE_SCALE)
             # (1) Coverage at each site.
             for s in sites:
-                supply = [math.floor(mu * o.capacity_req_per_s * RATE_SCALE) * n[(o.key, w)]
+                supply = [_down(mu * o.capacity_req_per_s * RATE_SCALE) * n[(o.key, w)]
                           for o in opts_of.get((m.name, s), [])]
                 supply += [served_coef(m.name, p) * u[(m.name, p, b, w)] for (p, b) in bins_of.get((m.name, s), [])]
                 rhs = q[(m.name, s, w)] if len(sites) > 1 else demand_units

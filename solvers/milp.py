@@ -43,6 +43,9 @@ from fleetplan.placement.plan import Plan, SharedGPU, Status
 from fleetplan.placement.problem import Problem
 from fleetplan.solvers.common import Index, build_index, warm_values
 
+#: Penalty per req/s of unmet demand (or per missing replica) in the elastic model: far above any GPU price.
+ELASTIC_PENALTY_USD = 1e6
+
 
 @dataclass
 class MilpModel:
@@ -57,10 +60,17 @@ class MilpModel:
     f: dict
     q: dict
     relax: bool
+    short: dict
+    floor_short: dict
 
 
-def build_milp(problem: Problem, *, relax: bool = False) -> MilpModel:
-    """Build the MILP (or, with ``relax=True``, its LP relaxation) of ``problem``; a pure function of it."""
+def build_milp(problem: Problem, *, relax: bool = False, elastic: bool = False) -> MilpModel:
+    """Build the MILP (or, with ``relax=True``, its LP relaxation) of ``problem``; a pure function of it.
+
+    ``elastic=True`` adds a shortfall variable short[m,w] >= 0 (req/s, penalty ELASTIC_PENALTY_USD each) to the
+    demand side of (1)/(2) and floor_short[m,w] to the floor in (7): an always-feasible model whose positive
+    shortfalls say which model and window cannot be served and by how much (used to explain infeasibility).
+    """
     idx = build_index(problem)
     W = idx.W
     mu = 1 - problem.margin
@@ -91,8 +101,16 @@ def build_milp(problem: Problem, *, relax: bool = False) -> MilpModel:
                 for w in W:
                     q[(m, s, w)] = pulp.LpVariable(f"q_{len(q)}", 0)
 
+    short = {}
+    floor_short = {}
+    if elastic:
+        for i, m in enumerate(problem.models):
+            for w in W:
+                short[(m.name, w)] = pulp.LpVariable(f"short_{i}_{w}", 0)
+                floor_short[(m.name, w)] = pulp.LpVariable(f"fshort_{i}_{w}", 0)
+
     # Objective: GPU-hours × price + starts × start cost + egress.
-    obj = []
+    obj = [ELASTIC_PENALTY_USD * v for v in short.values()] + [ELASTIC_PENALTY_USD * v for v in floor_short.values()]
     for o in idx.options:
         c = o.gpus * pools[o.pool].usd_per_gpu_hour * h
         obj += [c * n[(o.key, w)] for w in W]
@@ -120,12 +138,17 @@ def build_milp(problem: Problem, *, relax: bool = False) -> MilpModel:
                 supply = [mu * o.capacity_req_per_s * n[(o.key, w)] for o in opts_of.get((m.name, s), [])]
                 supply += [f[(m.name, p, b, w)] for (p, b) in bins_of.get((m.name, s), [])]
                 rhs = q[(m.name, s, w)] if len(sites) > 1 else m.demand_req_per_s[w]
+                if elastic and len(sites) == 1:
+                    supply.append(short[(m.name, w)])
                 lp += pulp.lpSum(supply) >= rhs, f"c1_cover_{m.name}_{s}_{w}"
             # (2) Demand is served across sites.
             if len(sites) > 1:
-                lp += pulp.lpSum(q[(m.name, s, w)] for s in sites) >= m.demand_req_per_s[w], f"c2_demand_{m.name}_{w}"
+                extra = [short[(m.name, w)]] if elastic else []
+                lp += (pulp.lpSum([q[(m.name, s, w)] for s in sites] + extra) >= m.demand_req_per_s[w],
+                       f"c2_demand_{m.name}_{w}")
             if not sites and m.demand_req_per_s[w] > 0:
-                lp += pulp.lpSum([]) >= m.demand_req_per_s[w], f"c1_no_option_{m.name}_{w}"
+                extra = [short[(m.name, w)]] if elastic else []
+                lp += pulp.lpSum(extra) >= m.demand_req_per_s[w], f"c1_no_option_{m.name}_{w}"
 
     for (p, b) in idx.bins:
         residents = idx.residents[(p, b)]
@@ -160,14 +183,44 @@ def build_milp(problem: Problem, *, relax: bool = False) -> MilpModel:
             reps = [n[(o.key, w)] for o in idx.options if o.model == m.name] + resident
             # (7) Replica floor and ceiling.
             if m.min_replicas:
-                lp += pulp.lpSum(reps) >= m.min_replicas, f"c7_floor_{m.name}_{w}"
+                extra = [floor_short[(m.name, w)]] if elastic else []
+                lp += pulp.lpSum(reps + extra) >= m.min_replicas, f"c7_floor_{m.name}_{w}"
             if m.max_replicas is not None:
                 lp += pulp.lpSum(reps) <= m.max_replicas, f"c7_ceil_{m.name}_{w}"
 
     # (8) Starts between consecutive windows (cyclic).
     for (key, w), var in st.items():
-        lp += var >= n[(key, w)] - n[(key, W[w - 1])], f"c8_start_{len(lp.constraints)}"
-    return MilpModel(lp=lp, idx=idx, n=n, st=st, y=y, a=a, f=f, q=q, relax=relax)
+        lp += var >= n[(key, w)] - n[(key, W[w - 1])], f"c8_start_{key[0]}_{key[1]}_{key[2]}_{key[3]}_{w}"
+    return MilpModel(lp=lp, idx=idx, n=n, st=st, y=y, a=a, f=f, q=q, relax=relax, short=short,
+                     floor_short=floor_short)
+
+
+_BANNER_SILENCED = False
+
+
+def silence_highs_banner() -> None:
+    """HiGHS prints a banner to the process's stdout (file descriptor 1) when its first model is created, before
+    any option can turn output off; create that first model with fd 1 pointed at /dev/null, so that JSON or CSV
+    written to stdout stays clean."""
+    global _BANNER_SILENCED
+    if _BANNER_SILENCED:
+        return
+    import os
+    import sys
+
+    import highspy
+
+    sys.stdout.flush()
+    saved = os.dup(1)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 1)
+        highspy.Highs()
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+        os.close(devnull)
+    _BANNER_SILENCED = True
 
 
 class _HiGHSWarm(pulp.HiGHS):
@@ -231,6 +284,7 @@ def extract_plan(problem: Problem, model: MilpModel) -> tuple[dict, tuple[Shared
 
 def solve_lp_bound(problem: Problem, *, time_limit_s: float = 60, threads: int | None = None) -> float | None:
     """Objective of the LP relaxation (a lower bound on the optimum), USD, or None if not solved."""
+    silence_highs_banner()
     model = build_milp(problem, relax=True)
     solver = pulp.HiGHS(msg=False, timeLimit=time_limit_s, threads=threads)
     model.lp.solve(solver)
@@ -249,6 +303,7 @@ def solve_milp(problem: Problem, *, backend: str = "highs", time_limit_s: float 
     Raises SolverError if the backend is unknown or not available.
     """
     t0 = time.perf_counter()
+    silence_highs_banner()
     model = build_milp(problem)
     warm = warm_values(problem, model.idx, warm_start) if warm_start is not None else {}
     used_warm = _set_initial(model, warm)

@@ -1,0 +1,200 @@
+"""Baseline plans, to measure what time-windowed packing adds, and the greedy plan that warm-starts the solvers.
+
+(a) ``dedicated_peak``: each model on its own GPUs, sized for its own peak window, on the cheapest option that
+    meets its SLO, all day.
+(b) ``ffd_peak``: time-agnostic packing: models small enough to share a GPU are packed by first-fit decreasing
+    on their peak compute share (and memory), all day; the others get dedicated replicas sized for their peak,
+    all day.
+(c) ``autoscale_dedicated``: each window, each model sized on its own on dedicated GPUs (what a per-model
+    autoscaler does): no sharing, so (c) against the optimum isolates what packing complementary models adds.
+``greedy``: first-fit decreasing of the small models by their per-window vector of compute shares (models with
+    complementary curves land together), plus per-window autoscaling of the rest: the solvers' warm start.
+
+Every baseline respects the inventory where it can: it picks the cheapest option whose pool still has room in
+every window it needs, and falls back to the cheapest option otherwise (then ``validate`` reports the overflow).
+"""
+
+from __future__ import annotations
+
+import math
+
+from fleetplan.placement.plan import Plan, SharedGPU, Status, evaluate
+from fleetplan.placement.problem import Problem, ReplicaOption
+from fleetplan.placement.validate import validate
+from fleetplan.solvers.common import shared_candidates
+
+
+class _Inventory:
+    """GPUs used per pool and window while a heuristic builds a plan."""
+
+    def __init__(self, problem: Problem) -> None:
+        self.problem = problem
+        self.free = {p.id: [p.gpus] * problem.n_windows for p in problem.pools}
+
+    def fits(self, pool: str, gpus_per_window: list[int]) -> bool:
+        return all(g <= f for g, f in zip(gpus_per_window, self.free[pool], strict=True))
+
+    def take(self, pool: str, gpus_per_window: list[int]) -> None:
+        self.free[pool] = [f - g for f, g in zip(self.free[pool], gpus_per_window, strict=True)]
+
+
+def _replicas_needed(demand: float, o: ReplicaOption, margin: float) -> int:
+    return math.ceil(demand / (o.capacity_req_per_s * (1 - margin)) - 1e-9) if demand > 0 else 0
+
+
+def _option_cost(problem: Problem, o: ReplicaOption, counts: list[int], demand: list[float]) -> float:
+    pool = problem.pool_by_id[o.pool]
+    model = problem.model_by_name[o.model]
+    gpu = sum(counts) * o.gpus * pool.usd_per_gpu_hour * problem.window_hours
+    egress = sum(demand) * problem.egress_usd_per_req_per_s_window(model, pool.site)
+    n = len(counts)
+    st = sum(max(0, counts[w] - counts[w - 1]) for w in range(n)) if n > 1 else 0
+    return gpu + egress + st * o.start_cost_usd
+
+
+def _dedicated(problem: Problem, inv: _Inventory, model: str, demand: list[float], floor: int,
+               per_window: bool) -> dict:
+    """Cheapest single option for ``model`` serving ``demand`` (per window, or its peak all day)."""
+    margin = problem.margin
+    best = None
+    fallback = None
+    for o in problem.options:
+        if o.model != model:
+            continue
+        if per_window:
+            counts = [max(floor, _replicas_needed(d, o, margin)) for d in demand]
+        else:
+            counts = [max(floor, _replicas_needed(max(demand), o, margin))] * len(demand)
+        spec = problem.model_by_name[model]
+        if spec.max_replicas is not None and max(counts) > spec.max_replicas:
+            continue
+        cost = _option_cost(problem, o, counts, demand)
+        gpus = [c * o.gpus for c in counts]
+        cand = (cost, o.key, counts, gpus, o)
+        if fallback is None or cand[:2] < fallback[:2]:
+            fallback = cand
+        if inv.fits(o.pool, gpus) and (best is None or cand[:2] < best[:2]):
+            best = cand
+    choice = best or fallback
+    if choice is None or not any(choice[2]):
+        return {}
+    inv.take(choice[4].pool, choice[3])
+    return {choice[1]: tuple(choice[2])}
+
+
+def _pack_shared(problem: Problem, inv: _Inventory, time_aware: bool) -> tuple[list[SharedGPU], set[str]]:
+    """First-fit decreasing of share-eligible models onto shared GPUs; returns the GPUs and the packed models.
+
+    time_aware=False packs by each model's peak share (one number); True by its share in every window.
+    """
+    cands = shared_candidates(problem)
+    models = problem.model_by_name
+    pools = problem.pool_by_id
+    mu = 1 - problem.margin
+    W = problem.n_windows
+    lim = {pid: pools[pid].memory_bytes_per_gpu * problem.shared_memory_utilization for pid in cands}
+    eligible: dict[str, list] = {}
+    for pid, lst in cands.items():
+        for s in lst:
+            eligible.setdefault(s.model, []).append(s)
+    # Items: larger peak share first (the share on its cheapest eligible pool).
+    def peak_share(m: str) -> float:
+        s = min(eligible[m], key=lambda s: pools[s.pool].usd_per_gpu_hour)
+        return max(models[m].demand_req_per_s) / s.capacity_req_per_s
+
+    bins: list[dict] = []  # {pool, models, load per window, mem}
+    packed = set()
+    for m in sorted(eligible, key=lambda m: (-peak_share(m), m)):
+        d = models[m].demand_req_per_s
+        placed = False
+        for b in bins:
+            s = next((s for s in eligible[m] if s.pool == b["pool"]), None)
+            if s is None or b["mem"] + s.memory_bytes > lim[b["pool"]]:
+                continue
+            share = [x / s.capacity_req_per_s for x in d]
+            if time_aware:
+                ok = all(b["load"][w] + share[w] <= mu + 1e-12 for w in range(W))
+            else:
+                ok = b["peak"] + max(share) <= mu + 1e-12
+            if ok:
+                b["models"].append(m)
+                b["mem"] += s.memory_bytes
+                b["load"] = [b["load"][w] + share[w] for w in range(W)]
+                b["peak"] += max(share)
+                placed = True
+                break
+        if not placed:
+            for s in sorted(eligible[m], key=lambda s: (pools[s.pool].usd_per_gpu_hour, s.pool)):
+                if inv.fits(s.pool, [1] * W) and s.memory_bytes <= lim[s.pool]:
+                    inv.take(s.pool, [1] * W)
+                    share = [x / s.capacity_req_per_s for x in d]
+                    bins.append({"pool": s.pool, "models": [m], "mem": s.memory_bytes, "load": share,
+                                 "peak": max(share)})
+                    placed = True
+                    break
+        if placed:
+            packed.add(m)
+    shared = [SharedGPU(pool=b["pool"], models=tuple(b["models"]),
+                        served_req_per_s={m: tuple(models[m].demand_req_per_s) for m in b["models"]}) for b in bins]
+    # A bin holding one model only is a dedicated replica in disguise: keep it (it is still a valid plan).
+    return shared, packed
+
+
+def _finish(problem: Problem, replicas: dict, shared: list[SharedGPU], name: str) -> Plan:
+    plan = Plan(replicas=replicas, shared=tuple(shared), status=Status.HEURISTIC, backend=name)
+    ev = evaluate(problem, plan)
+    report = validate(problem, plan, check_objective=False)
+    msg = "" if report.ok else "does not fit the problem: " + "; ".join(report.violations[:3])
+    return Plan(replicas=replicas, shared=tuple(shared), status=Status.HEURISTIC, backend=name,
+                objective_usd=ev.total_usd, message=msg)
+
+
+def dedicated_peak(problem: Problem) -> Plan:
+    """Baseline (a): every model on dedicated GPUs sized for its peak window, all day."""
+    inv = _Inventory(problem)
+    replicas: dict = {}
+    for m in sorted(problem.models, key=lambda m: -max(m.demand_req_per_s)):
+        replicas.update(_dedicated(problem, inv, m.name, list(m.demand_req_per_s), m.min_replicas, per_window=False))
+    return _finish(problem, replicas, [], "dedicated_peak")
+
+
+def autoscale_dedicated(problem: Problem) -> Plan:
+    """Baseline (c): every model on dedicated GPUs sized for each window's demand (no sharing)."""
+    inv = _Inventory(problem)
+    replicas: dict = {}
+    for m in sorted(problem.models, key=lambda m: -max(m.demand_req_per_s)):
+        replicas.update(_dedicated(problem, inv, m.name, list(m.demand_req_per_s), m.min_replicas, per_window=True))
+    return _finish(problem, replicas, [], "autoscale_dedicated")
+
+
+def _packed_plan(problem: Problem, time_aware: bool, name: str) -> Plan:
+    inv = _Inventory(problem)
+    shared, packed = _pack_shared(problem, inv, time_aware=time_aware)
+    replicas: dict = {}
+    for m in sorted(problem.models, key=lambda m: -max(m.demand_req_per_s)):
+        if m.name in packed:
+            extra = max(0, m.min_replicas - 1)
+            if extra:
+                replicas.update(_dedicated(problem, inv, m.name, [0.0] * problem.n_windows, extra,
+                                           per_window=time_aware))
+            continue
+        replicas.update(_dedicated(problem, inv, m.name, list(m.demand_req_per_s), m.min_replicas,
+                                   per_window=time_aware))
+    return _finish(problem, replicas, shared, name)
+
+
+def ffd_peak(problem: Problem) -> Plan:
+    """Baseline (b): time-agnostic first-fit-decreasing packing on peak demand, all day."""
+    return _packed_plan(problem, time_aware=False, name="ffd_peak")
+
+
+def greedy(problem: Problem) -> Plan:
+    """The solvers' warm start: the cheapest plan that passes ``validate`` among the time-aware packing
+    heuristic and baselines (b) and (c); if none passes, the time-aware packing heuristic (invalid, with its
+    message)."""
+    cands = [_packed_plan(problem, time_aware=True, name="greedy"), ffd_peak(problem), autoscale_dedicated(problem)]
+    valid = [p for p in cands if not p.message]
+    return min(valid, key=lambda p: p.objective_usd) if valid else cands[0]
+
+
+BASELINES = {"dedicated_peak": dedicated_peak, "ffd_peak": ffd_peak, "autoscale_dedicated": autoscale_dedicated}

@@ -1,0 +1,94 @@
+"""Explain why a placement problem has no answer: which model, window or site cannot be served, and by how much."""
+
+from __future__ import annotations
+
+import math
+
+from fleetplan.placement.problem import Problem
+
+
+def precheck(problem: Problem) -> list[str]:
+    """Reasons, in words, why ``problem`` is certainly infeasible (empty list when none is found).
+
+    Checks, each a necessary condition: (a) a model with demand has no option that meets its SLO anywhere;
+    (b) in some window a model's demand exceeds what the whole inventory could give it alone (or its replica
+    ceiling allows); (c) in some window the GPUs all models need at their most GPU-efficient option exceed the
+    inventory; (d) replica floors need more GPUs than the inventory has.
+    """
+    out: list[str] = []
+    pools = problem.pool_by_id
+    mu = 1 - problem.margin
+    total_gpus = sum(p.gpus for p in problem.pools)
+    best_gpu_per_req: dict[str, float] = {}
+    for m in problem.models:
+        opts = [o for o in problem.options if o.model == m.name]
+        shares = [s for s in problem.share_options if s.model == m.name]
+        if not opts and not shares:
+            if max(m.demand_req_per_s) > 0 or m.min_replicas:
+                why = problem.option_notes.get(m.name)
+                detail = f": {'; '.join(why)}" if why else ""
+                out.append(f"model {m.name} has no GPU type, tp and site that meets its SLO (TTFT p95 "
+                           f"{m.ttft_p95_s:g} s, TPOT p95 {m.tpot_p95_s * 1e3:g} ms){detail}")
+            continue
+        # Most a model could get with the whole inventory to itself: per pool, its best option.
+        best = 0.0
+        for pid, pool in pools.items():
+            caps = [pool.gpus // o.gpus * o.capacity_req_per_s * mu for o in opts if o.pool == pid]
+            caps += [pool.gpus * s.capacity_req_per_s * mu for s in shares if s.pool == pid]
+            best += max(caps, default=0.0)
+        if m.max_replicas is not None:
+            per_rep = max([o.capacity_req_per_s * mu for o in opts] + [s.capacity_req_per_s * mu for s in shares])
+            best = min(best, m.max_replicas * per_rep)
+        for w, d in enumerate(m.demand_req_per_s):
+            if d > best * (1 + 1e-9):
+                out.append(f"model {m.name} in window {w} needs {d:.2f} req/s but the whole inventory gives it at "
+                           f"most {best:.2f} req/s (short by {d - best:.2f} req/s)")
+                break
+        ratios = [o.gpus / (o.capacity_req_per_s * mu) for o in opts] + [1 / (s.capacity_req_per_s * mu)
+                                                                         for s in shares]
+        best_gpu_per_req[m.name] = min(ratios)
+    for w in range(problem.n_windows):
+        need = sum(m.demand_req_per_s[w] * best_gpu_per_req[m.name] for m in problem.models
+                   if m.name in best_gpu_per_req)
+        if need > total_gpus * (1 + 1e-9):
+            out.append(f"window {w} needs at least {math.ceil(need - 1e-9)} GPUs at the most GPU-efficient options "
+                       f"but the inventory has {total_gpus}")
+            break
+    floors = 0
+    for m in problem.models:
+        if m.min_replicas:
+            g = min([o.gpus for o in problem.options if o.model == m.name] + [1] * bool(
+                [s for s in problem.share_options if s.model == m.name]), default=0)
+            floors += m.min_replicas * g if g else 0
+    if floors > total_gpus:
+        out.append(f"replica floors need at least {floors} GPUs but the inventory has {total_gpus}")
+    return out
+
+
+def explain_infeasible(problem: Problem, *, time_limit_s: float = 30) -> list[str]:
+    """Reasons why ``problem`` is infeasible: the prechecks, else the shortfalls of the elastic LP relaxation
+    (demand or replica floors that cannot be met even fractionally, per model and window, with the amount)."""
+    reasons = precheck(problem)
+    if reasons:
+        return reasons
+    import pulp
+
+    from fleetplan.solvers.milp import build_milp, silence_highs_banner
+
+    silence_highs_banner()
+    model = build_milp(problem, relax=True, elastic=True)
+    model.lp.solve(pulp.HiGHS(msg=False, timeLimit=time_limit_s))
+    out = []
+    for (m, w), var in model.short.items():
+        v = var.value() or 0.0
+        if v > 1e-6:
+            out.append(f"model {m} in window {w}: {v:.2f} req/s cannot be served within the inventory, "
+                       "even with fractional replicas")
+    for (m, w), var in model.floor_short.items():
+        v = var.value() or 0.0
+        if v > 1e-6:
+            out.append(f"model {m} in window {w}: its replica floor is short by {v:.2f} replicas")
+    if out:
+        return out
+    return ["no single model or window is short even with fractional replicas; the conflict is in the whole "
+            "numbers: tensor-parallel groups, shared-GPU memory or replica ceilings together with the inventory"]
