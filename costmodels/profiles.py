@@ -159,7 +159,8 @@ class SplitwiseProfile:
 
     Attributes:
         model, hardware, tp: the slice.
-        prefill_tokens, prefill_s: total prefill tokens (batch × prompt) and measured seconds, sorted by tokens.
+        prefill_tokens, prefill_s: prompt length and measured seconds of single-prompt prefills (batch 1), sorted;
+            a batch of b prompts is looked up at b × prompt tokens.
         decode_batch, decode_s: batch size and measured seconds per decode step (prompt 512 sweep), sorted.
     Lookups interpolate linearly; prefill extrapolates linearly past the last point (time grows with tokens);
     decode beyond the largest measured batch is refused by :attr:`max_batch` (capacity stops there). Decode time
@@ -181,7 +182,7 @@ class SplitwiseProfile:
         if d.empty:
             raise InputError(f"no Splitwise rows for model {model!r}, hardware {hardware!r}, tp {tp}",
                              field="hardware", value=hardware)
-        pre = d.assign(tokens=d.prompt_tokens * d.batch).groupby("tokens").prompt_time_s.median()
+        pre = d[d.batch == 1].groupby("prompt_tokens").prompt_time_s.median()
         dec = d[d.prompt_tokens == d.prompt_tokens.mode().iloc[0]].groupby("batch").token_time_s.median()
         return cls(model, hardware, int(tp), tuple(pre.index.astype(float)), tuple(pre.to_numpy(float)),
                    tuple(dec.index.astype(float)), tuple(dec.to_numpy(float)))

@@ -1,0 +1,115 @@
+"""Replica capacity under an SLO: queueing arithmetic by hand, memory limits, monotonicity, SLO range checks."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from fleetplan.costmodels.capacity import SLO, replica_capacity, replica_capacity_from_latency
+from fleetplan.costmodels.hardware import GPU, Model
+from fleetplan.errors import InputError
+from fleetplan.placement.demand import TokenMix
+from scipy.optimize import brentq
+
+H100 = GPU("H100-SXM-80GB", 80e9, 3350e9, 989.4e12, 1978.9e12, 900e9, 128e9, 700)
+L8B = Model("Llama-3.1-8B", 32, 4096, 32, 8, 128, 8.03e9, 8.03e9)
+L70B = Model("Llama-3.1-70B", 80, 8192, 64, 8, 128, 70.554e9, 70.554e9)
+MIX = TokenMix(input_tokens_mean=1000, input_tokens_p95=3000, output_tokens_mean=200, output_tokens_p95=600)
+# Constant latencies make the queueing model solvable by hand: prefill 0.1 s, decode step 0.02 s, O_mean 100.
+FLAT = TokenMix(100, 100, 100, 100)
+
+
+def _flat(slo: SLO, max_batch: float = 1e9):
+    return replica_capacity_from_latency(lambda i: 0.1, lambda b, c: 0.02, FLAT, slo, kv_bytes_per_seq=1.0,
+                                         kv_budget_bytes=max_batch)
+
+
+def test_slo_rejects_milliseconds():
+    with pytest.raises(InputError, match="give seconds"):
+        SLO(ttft_p95_s=500, tpot_p95_s=0.05)
+    with pytest.raises(InputError, match="give seconds"):
+        SLO(ttft_p95_s=1.0, tpot_p95_s=50)
+    with pytest.raises(InputError):
+        SLO(ttft_p95_s=math.nan, tpot_p95_s=0.05)
+    with pytest.raises(InputError):
+        SLO(ttft_p95_s=-1, tpot_p95_s=0.05)
+
+
+def test_tpot_limited_rate_by_hand():
+    # TPOT = 0.02 / (1 − 0.1 λ) <= 0.04  <=>  λ <= 5 req/s. At λ = 5: ρ = 0.5, μ = 10,
+    # W_p95 = ln(0.5/0.05)/(10 − 5) = 0.4605 s, TTFT = 0.1 + 0.4605 + 0.02 = 0.5805 s (< 10 s target).
+    # Batch by Little's law = 5 × 100 × 0.04 = 20.
+    c = _flat(SLO(ttft_p95_s=10, tpot_p95_s=0.04))
+    assert c.req_per_s == pytest.approx(5.0, rel=1e-4)
+    assert c.limiting == "tpot"
+    assert c.batch_at_capacity == pytest.approx(20.0, rel=1e-3)
+    assert c.ttft_p95_s == pytest.approx(0.1 + math.log(10) / 5 + 0.02, rel=1e-3)
+
+
+def test_ttft_limited_rate_matches_independent_root():
+    # 0.1 + ln((λ/10)/0.05)/(10 − λ) + 0.02 = 0.3, solved by scipy's brentq (independent of the bisection).
+    lam = brentq(lambda x: 0.12 + math.log(x / 10 / 0.05) / (10 - x) - 0.3, 0.6, 9.99)
+    c = _flat(SLO(ttft_p95_s=0.3, tpot_p95_s=1.0))
+    assert c.limiting == "ttft"
+    assert c.req_per_s == pytest.approx(lam, rel=1e-4)
+
+
+def test_kv_limited_rate_by_hand():
+    # Budget holds 10 sequences: B = λ·100·0.02/(1 − 0.1λ) = 10  <=>  2λ = 10 − λ  <=>  λ = 10/3.
+    c = _flat(SLO(ttft_p95_s=10, tpot_p95_s=0.5), max_batch=10)
+    assert c.limiting == "kv_memory"
+    assert c.req_per_s == pytest.approx(10 / 3, rel=1e-4)
+
+
+def test_weights_that_do_not_fit_give_zero_with_reason():
+    # 70.554e9 × 2 B = 141 GB > 0.9 × 80 GB on one GPU.
+    c = replica_capacity(L70B, H100, MIX, SLO(2.0, 0.05), tp=1)
+    assert c.req_per_s == 0.0
+    assert c.limiting == "weights_do_not_fit"
+    assert "weights 141 GB exceed 0.9 × 80 GB × tp 1" in c.reason
+
+
+def test_slo_impossible_at_any_rate_gives_zero_with_reason():
+    c = replica_capacity(L8B, H100, MIX, SLO(2.0, 0.002))
+    assert c.req_per_s == 0.0 and c.limiting == "tpot" and "TPOT p95" in c.reason
+
+
+def test_context_too_long():
+    short = Model("short", 32, 4096, 32, 8, 128, 8.03e9, 8.03e9, max_context_tokens=2048)
+    c = replica_capacity(short, H100, MIX, SLO(2.0, 0.05))
+    assert c.req_per_s == 0.0 and c.limiting == "context_too_long"
+
+
+def test_memory_accounting_by_hand():
+    # 8B bf16 on one H100: weights 16.06 GB; KV budget 0.9·80 − 16.06 = 55.94 GB; reserve 0.1·80 = 8 GB;
+    # memory per GPU = 16.06 + 55.94 + 8 = 80 GB. Max batch = 55.94e9 / (1200 tokens × 131,072 B) = 355.66.
+    c = replica_capacity(L8B, H100, MIX, SLO(2.0, 0.05))
+    assert c.weights_bytes_per_gpu == pytest.approx(16.06e9)
+    assert c.kv_bytes_available == pytest.approx(55.94e9)
+    assert c.memory_bytes_per_gpu == pytest.approx(80e9)
+    assert c.max_batch == pytest.approx(55.94e9 / (1200 * 131072))
+    assert c.gpus == 1 and c.req_per_s > 0
+    # A smaller budget (a shared GPU) occupies less memory and never sustains more.
+    small = replica_capacity(L8B, H100, MIX, SLO(2.0, 0.05), kv_budget_bytes=2e9)
+    assert small.memory_bytes_per_gpu == pytest.approx(16.06e9 + 2e9 + 8e9)
+    assert small.req_per_s <= c.req_per_s and small.limiting == "kv_memory"
+
+
+def test_capacity_non_increasing_as_tpot_tightens():
+    caps = [replica_capacity(L8B, H100, MIX, SLO(5.0, t)).req_per_s for t in (0.2, 0.1, 0.05, 0.03, 0.02, 0.01)]
+    assert all(a >= b for a, b in zip(caps, caps[1:], strict=False))
+    assert caps[0] > caps[-1]
+
+
+def test_capacity_non_decreasing_with_tp_for_a_large_model():
+    caps = [replica_capacity(L70B, H100, MIX, SLO(2.0, 0.05), tp=tp).req_per_s for tp in (1, 2, 4, 8)]
+    assert caps[0] == 0.0
+    assert all(a <= b for a, b in zip(caps, caps[1:], strict=False))
+    assert caps[-1] > 0
+
+
+def test_bad_options_rejected():
+    with pytest.raises(InputError):
+        replica_capacity(L8B, H100, MIX, SLO(2.0, 0.05), memory_utilization=90)
+    with pytest.raises(InputError):
+        replica_capacity(L8B, H100, MIX, SLO(2.0, 0.05), kv_budget_bytes=-1)
