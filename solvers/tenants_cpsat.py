@@ -1,0 +1,342 @@
+"""Tenant allocation with OR-Tools CP-SAT: the node-level model (same notation and numbered constraints as
+``fleetplan.solvers.tenants_milp``) and the second level, the split inside one node into MIG slices or MPS shares.
+
+CP-SAT works on integers, so the node-level model counts served GPUs and SLA shortfall in milli-GPUs and the
+node coefficient s in thousandths (coefficients are rounded to 0.001, the precision of the shipped table); the
+objective is made integer (each objective's factor relative to the smallest, ×1000, rounded). A greedy answer
+(static partitioning, then on re-solves the previous answer) is given as a hint. Time and thread limits are
+always explicit.
+
+Second level (:func:`split_mig`, :func:`split_mps`): given the tenants' needs on one node, choose MIG instances
+(profiles and start slots from ``datasets/data/mig/profiles.csv``: an instance spans memory slots
+[start, start + memory_slices) of 8, instances on a GPU do not overlap and use at most 7 compute slices) or MPS
+active-thread percentages per GPU (with interference headroom where tenants share a GPU).
+"""
+
+from __future__ import annotations
+
+import csv
+import importlib.resources
+import math
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from fleetplan.errors import InputError, SolverError, UnknownNameError
+from fleetplan.placement.tenants import OBJECTIVE_SENSE, SolveStatus, TenantProblem
+from fleetplan.solvers.tenants_milp import SolveOutcome
+
+SCALE = 1000
+
+
+def _status(cp_model, code) -> SolveStatus:
+    return {cp_model.OPTIMAL: SolveStatus.OPTIMAL, cp_model.FEASIBLE: SolveStatus.FEASIBLE,
+            cp_model.INFEASIBLE: SolveStatus.INFEASIBLE}.get(code, SolveStatus.NO_SOLUTION)
+
+
+class CpSatModel:
+    """The node-level allocation model over ``windows`` in CP-SAT (interface of ``tenants_milp.MilpModel``)."""
+
+    def __init__(self, problem: TenantProblem, windows: Sequence[int], *, margin: bool = True,
+                 hint: Mapping[tuple[str, int, str], int] | None = None) -> None:
+        from fleetplan.placement.tenant_baselines import static_partition
+        from ortools.sat.python import cp_model
+
+        self.cp = cp_model
+        self.problem, self.windows, self.margin = problem, list(windows), margin
+        P = problem
+        md = cp_model.CpModel()
+        self.x: dict[tuple[str, int, str], object] = {}
+        self.y: dict[tuple[str, int, str], object] = {}
+        classes = sorted({t.interference_class for t in P.tenants})
+        cmax = max([round(SCALE * P.class_coefficient(a, b)) for a in classes for b in classes] + [0])
+        self.s: dict[tuple[int, str], object] = {}
+        self.v: dict[tuple[str, int], object] = {}
+        self.u: dict[tuple[str, int], object] = {}
+        for w in self.windows:
+            for n in P.nodes:
+                here = [t for t in P.tenants if t.runs_on(n.gpu) and t.wanted(w) > 0]
+                for t in here:
+                    ub = min(n.gpus, t.wanted(w))
+                    x = self.x[t.name, w, n.name] = md.new_int_var(0, ub, f"x_{t.name}_{w}_{n.name}")
+                    y = self.y[t.name, w, n.name] = md.new_bool_var(f"y_{t.name}_{w}_{n.name}")
+                    # (1) A GPU count needs presence.
+                    md.add(x <= ub * y)
+                    md.add(x >= 1).only_enforce_if(y)
+                s = self.s[w, n.name] = md.new_int_var(0, cmax if len(here) >= 2 else 0, f"s_{w}_{n.name}")
+                if len(here) >= 2:
+                    p = {}
+                    for k in sorted({t.interference_class for t in here}):
+                        members = [self.y[t.name, w, n.name] for t in here if t.interference_class == k]
+                        p[k] = md.new_bool_var(f"p_{k}_{w}_{n.name}")
+                        # (2) Class presence; two or more of one class set m.
+                        md.add_max_equality(p[k], members)
+                        if len(members) >= 2:
+                            m = md.new_bool_var(f"m_{k}_{w}_{n.name}")
+                            md.add(sum(members) <= 1 + (len(members) - 1) * m)
+                            # (3) Same-class pair.
+                            md.add(s >= round(SCALE * P.class_coefficient(k, k)) * m)
+                    ks = sorted(p)
+                    for i, a in enumerate(ks):
+                        for b in ks[i + 1:]:
+                            # (3) The worst co-located class pair sets the node coefficient.
+                            md.add(s >= round(SCALE * P.class_coefficient(a, b)) * (p[a] + p[b] - 1))
+                # (4) Capacity minus the interference headroom (thousandths of a GPU).
+                load = sum(self.x[t.name, w, n.name] for t in here)
+                md.add(SCALE * load + (n.gpus * s if margin else 0) <= SCALE * n.gpus)
+            # (7) Identical nodes are used in order of non-increasing load.
+            prev = None
+            for n in P.nodes:
+                if prev is not None and (prev.gpu, prev.gpus) == (n.gpu, n.gpus):
+                    md.add(sum(v for k, v in self.x.items() if k[1] == w and k[2] == prev.name)
+                           >= sum(v for k, v in self.x.items() if k[1] == w and k[2] == n.name))
+                prev = n
+            for t in P.tenants:
+                d_m = round(SCALE * float(t.demand_gpus[w]))
+                g_m = math.ceil(SCALE * t.guaranteed(w) - 1e-6)
+                v = self.v[t.name, w] = md.new_int_var(g_m, d_m, f"v_{t.name}_{w}")
+                u = self.u[t.name, w] = md.new_int_var(0, d_m, f"u_{t.name}_{w}")
+                held = sum(self.x[t.name, w, n.name] for n in P.nodes if (t.name, w, n.name) in self.x)
+                # (5) Served GPUs are allocated GPUs; (6) burst limit and no GPUs beyond the demand.
+                md.add(v <= SCALE * held)
+                md.add(held <= t.wanted(w))
+                md.add(u >= round(SCALE * t.sla_target * t.demand_gpus[w]) - v)
+        cap = P.capacity_gpu_windows
+        wts = {t.name: round(SCALE * t.weight) for t in P.tenants}
+        self.int_expr = {
+            "utilization": sum(self.v.values()),
+            "isolation": sum(self.s.values()),
+            "sla": sum(wts[t] * u for (t, _), u in self.u.items()),
+        }
+        self.unit = {"utilization": 1.0 / (SCALE * cap), "isolation": 1.0 / SCALE, "sla": 1.0 / (SCALE * SCALE)}
+        self.md = md
+        self._last: dict | None = None
+        if hint is None:
+            base = static_partition(P).gpus
+            hint = {k: v for k, v in base.items() if k[1] in set(self.windows)}
+        self._hint(hint)
+
+    def _hint(self, gpus: Mapping[tuple[str, int, str], int]) -> None:
+        self.md.clear_hints()
+        for k, var in self.x.items():
+            g = min(int(gpus.get(k, 0)), self.x_ub(k))
+            self.md.add_hint(var, g)
+            self.md.add_hint(self.y[k], 1 if g > 0 else 0)
+
+    def x_ub(self, k: tuple[str, int, str]) -> int:
+        return int(self.x[k].proto.domain[-1])
+
+    def set_objective(self, coefs: dict[str, float]) -> None:
+        """Maximize Σ coef_k · sense_k · objective_k (objective_k in Objectives units)."""
+        # An integer objective (CP-SAT's float objectives are scaled with limited precision): each term's factor
+        # relative to the smallest one, times 1000, rounded.
+        a = {k: c * self.unit[k] for k, c in coefs.items() if c}
+        lo = min(a.values())
+        self._obj_scale = 1000.0 / lo
+        self.md.maximize(sum(round(1000 * v / lo) * OBJECTIVE_SENSE[k] * self.int_expr[k] for k, v in a.items()))
+
+    def add_limit(self, name: str, value: float) -> None:
+        """utilization ≥ value, or isolation / sla ≤ value (Objectives units, rounded to the integer grid)."""
+        scaled = value / self.unit[name]
+        if OBJECTIVE_SENSE[name] > 0:
+            self.md.add(self.int_expr[name] >= math.ceil(scaled - 1e-6))
+        else:
+            self.md.add(self.int_expr[name] <= math.floor(scaled + 1e-6))
+
+    def solve(self, time_limit_s: float, threads: int = 1) -> SolveOutcome:
+        cp = self.cp
+        if self._last is not None:
+            self._hint(self._last)
+        solver = cp.CpSolver()
+        solver.parameters.max_time_in_seconds = max(0.05, float(time_limit_s))
+        solver.parameters.num_workers = max(1, int(threads))
+        t0 = time.perf_counter()
+        code = solver.solve(self.md)
+        dt = time.perf_counter() - t0
+        status = _status(cp, code)
+        if status not in (SolveStatus.OPTIMAL, SolveStatus.FEASIBLE):
+            if code == cp.MODEL_INVALID:
+                raise SolverError(f"CP-SAT rejected the model: {self.md.validate()}")
+            return SolveOutcome(status, {}, {}, None, None, dt)
+        gpus = {k: int(solver.value(v)) for k, v in self.x.items() if solver.value(v) > 0}
+        self._last = gpus
+        values = {k: solver.value(e) * self.unit[k] for k, e in self.int_expr.items()}
+        k = self._obj_scale
+        return SolveOutcome(status, gpus, values, float(solver.objective_value) / k,
+                            float(solver.best_objective_bound) / k, dt)
+
+
+# ------------------------------------------------------------------------------------------- second level
+
+
+@dataclass(frozen=True)
+class MigProfile:
+    """One MIG GPU-instance profile of a GPU type (datasets/data/mig/profiles.csv).
+
+    Attributes: gpu, name ('3g.40gb'), compute_slices (of 7), memory_slices (span of 8), memory_gb,
+    max_instances per GPU, placements (allowed start slots), source (URL).
+    """
+
+    gpu: str
+    name: str
+    compute_slices: int
+    memory_slices: int
+    memory_gb: float
+    max_instances: int
+    placements: tuple[int, ...]
+    source: str
+
+
+def load_mig_profiles(gpu: str) -> list[MigProfile]:
+    """MIG profiles of GPU type ``gpu``; raises UnknownNameError if the table has none for it."""
+    res = importlib.resources.files("fleetplan.datasets") / "data" / "mig" / "profiles.csv"
+    rows = list(csv.DictReader(res.read_text(encoding="utf-8").splitlines()))
+    out = [MigProfile(r["gpu"], r["profile"], int(r["compute_slices"]), int(r["memory_slices"]),
+                      float(r["memory_gb"]), int(r["max_instances"]),
+                      tuple(int(s) for s in r["placements"].split(";")), r["source"]) for r in rows if r["gpu"] == gpu]
+    if not out:
+        raise UnknownNameError("MIG-capable GPU type", gpu, {r["gpu"] for r in rows})
+    return out
+
+
+@dataclass(frozen=True)
+class NodeSplit:
+    """The split of one node between tenants.
+
+    Attributes:
+        kind: 'mig' or 'mps'.
+        parts: MIG: (gpu index, profile, start slot, tenant); MPS: (gpu index, tenant, active-thread percent).
+        granted: {tenant: compute granted (MIG: slices of 7; MPS: percent of a GPU, summed over GPUs)}.
+        unmet: {tenant: compute asked but not granted, same units}.
+        shared_gpus: GPUs holding two or more tenants.
+        status: solver status.
+    """
+
+    kind: str
+    parts: tuple[tuple, ...]
+    granted: dict[str, int]
+    unmet: dict[str, int]
+    shared_gpus: int
+    status: SolveStatus
+
+
+def split_mig(gpu: str, gpus: int, needs: Mapping[str, int], *, memory_gb: Mapping[str, float] | None = None,
+              time_limit_s: float = 5.0, threads: int = 1) -> NodeSplit:
+    """Cut ``gpus`` GPUs of type ``gpu`` into MIG instances for tenants needing ``needs[t]`` compute slices
+    (of 7 per GPU) and at least ``memory_gb[t]`` GB in total.
+
+    Objective (lexicographic by weights): least unmet compute, then fewest GPUs shared by two or more tenants,
+    then fewest instances. Raises InputError for a negative need, UnknownNameError for a GPU without MIG.
+    """
+    from ortools.sat.python import cp_model
+
+    profiles = load_mig_profiles(gpu)
+    for t, n in needs.items():
+        if not isinstance(n, int) or n < 0:
+            raise InputError(f"need of {t} must be a whole number of compute slices ≥ 0, got {n!r}", field="needs")
+    tenants = sorted(needs)
+    md = cp_model.CpModel()
+    b: dict[tuple[int, str, int, str], object] = {}
+    for g in range(gpus):
+        for pr in profiles:
+            for st in pr.placements:
+                for t in tenants:
+                    b[g, pr.name, st, t] = md.new_bool_var(f"b_{g}_{pr.name}_{st}_{t}")
+    prof = {p.name: p for p in profiles}
+    on: dict[tuple[int, str], object] = {}
+    for g in range(gpus):
+        mine = {k: v for k, v in b.items() if k[0] == g}
+        # Instances on one GPU do not overlap in memory slots and use at most 7 compute slices.
+        for slot in range(8):
+            md.add(sum(v for k, v in mine.items() if k[2] <= slot < k[2] + prof[k[1]].memory_slices) <= 1)
+        md.add(sum(prof[k[1]].compute_slices * v for k, v in mine.items()) <= 7)
+        for pr in profiles:
+            md.add(sum(v for k, v in mine.items() if k[1] == pr.name) <= pr.max_instances)
+        for t in tenants:
+            on[g, t] = md.new_bool_var(f"on_{g}_{t}")
+            md.add_max_equality(on[g, t], [v for k, v in mine.items() if k[3] == t])
+    unmet = {}
+    for t in tenants:
+        got = sum(prof[k[1]].compute_slices * v for k, v in b.items() if k[3] == t)
+        unmet[t] = md.new_int_var(0, needs[t], f"unmet_{t}")
+        # Each tenant's compute need is met, or the shortfall is counted.
+        md.add(got + unmet[t] >= needs[t])
+        if memory_gb and memory_gb.get(t):
+            md.add(sum(int(prof[k[1]].memory_gb) * v for k, v in b.items() if k[3] == t)
+                   >= math.ceil(memory_gb[t]))
+    shared = []
+    for g in range(gpus):
+        sh = md.new_bool_var(f"shared_{g}")
+        md.add(sum(on[g, t] for t in tenants) <= 1 + len(tenants) * sh)
+        shared.append(sh)
+    big = 10_000
+    md.minimize(big * big * sum(unmet.values()) + big * sum(shared) + sum(b.values()))
+    solver = cp_model.CpSolver()
+    solver.parameters.max_time_in_seconds = float(time_limit_s)
+    solver.parameters.num_workers = max(1, threads)
+    status = _status(cp_model, solver.solve(md))
+    if status not in (SolveStatus.OPTIMAL, SolveStatus.FEASIBLE):
+        raise SolverError(f"MIG split of {gpus}× {gpu}: {status.value} (memory needs may exceed the GPUs)")
+    parts = tuple(sorted(k for k, v in b.items() if solver.value(v)))
+    granted = {t: sum(prof[p].compute_slices for (_, p, _, tt) in parts if tt == t) for t in tenants}
+    return NodeSplit("mig", parts, granted, {t: int(solver.value(unmet[t])) for t in tenants},
+                     int(sum(solver.value(s) for s in shared)), status)
+
+
+def split_mps(gpus: int, needs: Mapping[str, float], coefficient: Mapping[tuple[str, str], float], *,
+              step_pct: int = 5, time_limit_s: float = 5.0, threads: int = 1) -> NodeSplit:
+    """Give tenants MPS active-thread percentages on ``gpus`` GPUs for needs ``needs[t]`` in GPUs (e.g. 1.3).
+
+    On a GPU holding two or more tenants, the percentages sum to at most 100 − 100·c, c the largest pair
+    coefficient there (``coefficient[(a, b)]``, either order): the interference headroom. Shares move in steps of
+    ``step_pct``. Objective: least unmet percent, then fewest shared GPUs. Raises InputError for bad needs.
+    """
+    from ortools.sat.python import cp_model
+
+    for t, n in needs.items():
+        if not isinstance(n, int | float) or n < 0 or n > gpus:
+            raise InputError(f"need of {t} must be 0..{gpus} GPUs, got {n!r}", field="needs")
+    tenants = sorted(needs)
+
+    def coef(a: str, b: str) -> int:
+        c = coefficient.get((a, b), coefficient.get((b, a)))
+        if c is None:
+            raise InputError(f"no interference coefficient for ({a}, {b})", field="coefficient")
+        return math.ceil(100 * c - 1e-9)
+
+    md = cp_model.CpModel()
+    steps = 100 // step_pct
+    share = {(g, t): md.new_int_var(0, steps, f"share_{g}_{t}") for g in range(gpus) for t in tenants}
+    on = {(g, t): md.new_bool_var(f"on_{g}_{t}") for g in range(gpus) for t in tenants}
+    shared = []
+    for g in range(gpus):
+        head = md.new_int_var(0, 100, f"head_{g}")
+        for t in tenants:
+            md.add(share[g, t] <= steps * on[g, t])
+        for i, a in enumerate(tenants):
+            for bb in tenants[i + 1:]:
+                # A GPU shared by a and b keeps 100·c(a, b) percent free.
+                z = md.new_bool_var(f"z_{g}_{a}_{bb}")
+                md.add_bool_or([on[g, a].Not(), on[g, bb].Not(), z])
+                md.add(head >= coef(a, bb) * z)
+        md.add(step_pct * sum(share[g, t] for t in tenants) + head <= 100)
+        sh = md.new_bool_var(f"shared_{g}")
+        md.add(sum(on[g, t] for t in tenants) <= 1 + len(tenants) * sh)
+        shared.append(sh)
+    unmet = {}
+    for t in tenants:
+        want = math.ceil(100 * needs[t] - 1e-9)
+        unmet[t] = md.new_int_var(0, want, f"unmet_{t}")
+        md.add(step_pct * sum(share[g, t] for g in range(gpus)) + unmet[t] >= want)
+    md.minimize(1000 * sum(unmet.values()) + sum(shared))
+    solver = cp_model.CpSolver()
+    solver.parameters.max_time_in_seconds = float(time_limit_s)
+    solver.parameters.num_workers = max(1, threads)
+    status = _status(cp_model, solver.solve(md))
+    if status not in (SolveStatus.OPTIMAL, SolveStatus.FEASIBLE):
+        raise SolverError(f"MPS split of {gpus} GPUs: {status.value}")
+    parts = tuple((g, t, step_pct * solver.value(share[g, t])) for g in range(gpus) for t in tenants
+                  if solver.value(share[g, t]))
+    granted = {t: sum(p for (_, tt, p) in parts if tt == t) for t in tenants}
+    return NodeSplit("mps", parts, granted, {t: int(solver.value(unmet[t])) for t in tenants},
+                     int(sum(solver.value(s) for s in shared)), status)
