@@ -1,0 +1,163 @@
+"""`fleetplan allocate`: split a shared GPU pool between tenants (optimizer vs static partitioning vs fair share)."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import click
+from fleetplan.errors import InputError
+
+
+def _objectives_json(obj) -> dict:
+    d = obj.as_dict()
+    return {k: (round(v, 6) if isinstance(v, float) else v) for k, v in d.items()}
+
+
+def _write_atomic(path: Path, write) -> None:
+    path = Path(path)
+    if not path.parent.exists():
+        raise InputError(f"folder {path.parent} does not exist; create it or choose another path", source=str(path))
+    fd, tmp = tempfile.mkstemp(prefix=".allocate-", suffix=path.suffix, dir=str(path.parent))
+    os.close(fd)
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def _plot(path: Path, result, policies: dict) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4.2))
+    if result.pareto:
+        xs = [o.isolation for _, o in result.pareto]
+        ys = [100 * o.utilization for _, o in result.pareto]
+        ax.plot(xs, ys, "o-", label="Pareto front (optimizer)")
+    marks = {"optimizer": "*", "static": "s", "fair-share": "^"}
+    for name, obj in policies.items():
+        ax.scatter([obj.isolation], [100 * obj.utilization], marker=marks.get(name, "x"), s=90, label=name, zorder=3)
+    ax.set_xlabel("isolation (shared node-windows × interference coefficient)")
+    ax.set_ylabel("utilization (% of pool GPU-windows served)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    _write_atomic(path, lambda tmp: fig.savefig(tmp, format="png", dpi=120))
+    plt.close(fig)
+
+
+@click.command("allocate")
+@click.argument("scenario", required=False, type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--mode", type=click.Choice(["weighted", "lexicographic", "pareto"]), default="weighted",
+              show_default=True, help="Weighted sum, lexicographic order, or Pareto front (epsilon-constraint).")
+@click.option("--backend", type=click.Choice(["highs", "cpsat"]), default="highs", show_default=True,
+              help="MILP with HiGHS (PuLP) or OR-Tools CP-SAT.")
+@click.option("--time-limit", "time_limit_s", type=click.FloatRange(0.1, 86400), default=60.0, show_default=True,
+              help="Solver time budget in seconds for the whole run.")
+@click.option("--threads", type=click.IntRange(1, 256), default=1, show_default=True, help="Solver threads.")
+@click.option("--points", type=click.IntRange(2, 50), default=5, show_default=True,
+              help="Pareto points (mode pareto).")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Write a PNG of utilization vs isolation (Pareto front and the policies).")
+@click.option("--no-margin", is_flag=True, help="Do not reserve interference headroom on shared nodes.")
+def allocate(scenario: Path | None, mode: str, backend: str, time_limit_s: float, threads: int, points: int,
+             fmt: str, plot: Path | None, no_margin: bool) -> None:
+    """Allocate a shared GPU pool to tenants per time window and compare the optimizer with static partitioning
+    and quota-with-borrowing fair share. SCENARIO is a YAML file (default: the shipped tenants_default.yaml)."""
+    from fleetplan.placement.tenant_baselines import fair_share, static_partition
+    from fleetplan.placement.tenants import load_scenario, validate_allocation
+    from fleetplan.solvers.tenants_milp import solve_allocation
+    from rich.console import Console
+
+    problem, opts = load_scenario(scenario)
+    err = Console(stderr=True)
+    with err.status("allocating ...") as status:
+        result = solve_allocation(problem, mode=mode, backend=backend, weights=opts.get("weights"),
+                                  order=opts.get("order"), tolerance=float(opts.get("tolerance", 0.01)),
+                                  points=points, time_limit_s=time_limit_s, threads=threads, margin=not no_margin,
+                                  progress=lambda m: status.update(m))
+    # Every allocation is re-checked by the independent checker before it is shown.
+    policies = {"optimizer": validate_allocation(problem, result.allocation)}
+    for name, make in (("static", static_partition), ("fair-share", fair_share)):
+        policies[name] = validate_allocation(problem, make(problem), check_guarantees=False)
+    if plot is not None:
+        _plot(plot, result, policies)
+    alloc = result.allocation
+    if fmt == "json":
+        per_tenant: dict = {t.name: {} for t in problem.tenants}
+        for (t, w, n), g in sorted(alloc.gpus.items()):
+            per_tenant[t].setdefault(str(w), {})[n] = g
+        out = {
+            "scenario": problem.name, "mode": mode, "backend": backend, "status": alloc.status.value,
+            "gap": alloc.gap, "solve_s": round(alloc.solve_s, 3), "margin": alloc.margin,
+            "windows": problem.n_windows, "pool_gpus": sum(n.gpus for n in problem.nodes),
+            "allocation": per_tenant,
+            "policies": {k: _objectives_json(v) for k, v in policies.items()},
+            "pareto": [_objectives_json(o) for _, o in result.pareto],
+            "lexicographic_stages": [{"objective": n, "optimum": b, "kept": k} for n, b, k in result.stages],
+        }
+        click.echo(json.dumps(out, indent=2))
+        return
+    from rich.table import Table
+
+    con = Console()
+    gap = f", gap {100 * alloc.gap:.2f}%" if alloc.gap is not None else ""
+    con.print(f"[bold]{problem.name or 'scenario'}[/]: {len(problem.tenants)} tenants, {len(problem.nodes)} nodes "
+              f"({sum(n.gpus for n in problem.nodes)} GPUs), {problem.n_windows} windows; mode {mode}, backend "
+              f"{backend}: {alloc.status.value}{gap} in {alloc.solve_s:.1f} s")
+    tab = Table(title="Policies")
+    for c in ("policy", "utilization", "isolation", "shared node-windows", "SLA shortfall (GPU-w)",
+              "unmet guarantee (GPU-w)", "adjusted capacity (GPU-w)", "SLA met"):
+        tab.add_column(c, justify="right")
+    for name, o in policies.items():
+        tab.add_row(name, f"{100 * o.utilization:.1f}%", f"{o.isolation:.2f}", str(o.shared_node_windows),
+                    f"{o.sla:.1f}", f"{o.unmet_guaranteed_gpu_windows:.1f}",
+                    f"{o.interference_adjusted_capacity_gpu_windows:.0f}",
+                    f"{sum(o.sla_met.values())}/{len(o.sla_met)}")
+    con.print(tab)
+    att = Table(title="SLA attainment per tenant (served / demand)")
+    att.add_column("tenant")
+    att.add_column("target", justify="right")
+    for name in policies:
+        att.add_column(name, justify="right")
+    for t in problem.tenants:
+        att.add_row(t.name, f"{100 * t.sla_target:.0f}%",
+                    *[f"{100 * o.attainment[t.name]:.1f}%" for o in policies.values()])
+    con.print(att)
+    if result.stages:
+        st = Table(title="Lexicographic stages")
+        for c in ("objective", "optimum", "kept within"):
+            st.add_column(c, justify="right")
+        for n, b, k in result.stages:
+            st.add_row(n, f"{b:.4f}", f"{k:.4f}")
+        con.print(st)
+    if result.pareto:
+        pt = Table(title="Pareto front (non-dominated)")
+        for c in ("point", "utilization", "isolation", "SLA shortfall", "shared node-windows"):
+            pt.add_column(c, justify="right")
+        for i, (_, o) in enumerate(result.pareto):
+            pt.add_row(str(i), f"{100 * o.utilization:.2f}%", f"{o.isolation:.2f}", f"{o.sla:.1f}",
+                       str(o.shared_node_windows))
+        con.print(pt)
+    gt = Table(title="Optimizer: GPUs per tenant and window (nodes in JSON)")
+    gt.add_column("window", justify="right")
+    for t in problem.tenants:
+        gt.add_column(t.name, justify="right")
+    for w in range(problem.n_windows):
+        held = {t.name: 0 for t in problem.tenants}
+        for (t, ww, _n), g in alloc.gpus.items():
+            if ww == w:
+                held[t] += g
+        gt.add_row(str(w), *[f"{held[t.name]}/{t.demand_gpus[w]:g}" for t in problem.tenants])
+    con.print(gt)
+    if plot is not None:
+        con.print(f"plot written to {plot}")
