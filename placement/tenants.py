@@ -510,8 +510,8 @@ def validate_allocation(problem: TenantProblem, allocation: Allocation, *, check
 
     Rules: known tenant, node and window; whole GPUs > 0; per node and window Σ GPUs ≤ G_n; the tenant runs on
     the node's GPU type; per tenant and window Σ GPUs ≤ min(burst, ceil(demand)); if ``allocation.margin``, every
-    shared node stays within G_n (1 − s); if ``check_guarantees``, each tenant's delivered GPUs reach its
-    guarantee min(quota, demand) in every window.
+    shared node stays within G_n (1 − s); if ``check_guarantees``, each tenant's delivered GPUs (allocated GPUs
+    when ``allocation.margin`` is False) reach its guarantee min(quota, demand) in every window.
 
     Raises AllocationError listing up to 10 violations.
     """
@@ -555,7 +555,8 @@ def validate_allocation(problem: TenantProblem, allocation: Allocation, *, check
             bad.append(f"{t} window {w}: {g} GPUs exceed min(burst, ceil(demand)) = {lim}")
     obj = evaluate(problem, allocation)
     if check_guarantees and not bad:
-        got = _delivered(problem, allocation)
+        # With a margin the guarantee must be delivered; without one (no headroom promised) it must be allocated.
+        got = _delivered(problem, allocation) if allocation.margin else {k: float(v) for k, v in per_tenant.items()}
         for t in problem.tenants:
             for w in range(W):
                 short = t.guaranteed(w) - got.get((t.name, w), 0.0)

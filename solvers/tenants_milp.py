@@ -125,6 +125,10 @@ class MilpModel:
         y: dict[tuple[str, int, str], pulp.LpVariable] = {}
         classes = sorted({t.interference_class for t in P.tenants})
         cmax = max([P.class_coefficient(a, b) for a in classes for b in classes] + [0.0])
+        # Names use indices: PuLP rewrites characters like '-' and ' ', which could make two names collide.
+        tid = {t.name: i for i, t in enumerate(P.tenants)}
+        nid = {n.name: i for i, n in enumerate(P.nodes)}
+        cid = {c: i for i, c in enumerate(classes)}
         self.s: dict[tuple[int, str], pulp.LpVariable] = {}
         self.v: dict[tuple[str, int], pulp.LpVariable] = {}
         self.u: dict[tuple[str, int], pulp.LpVariable] = {}
@@ -133,54 +137,56 @@ class MilpModel:
                 here = [t for t in P.tenants if t.runs_on(n.gpu) and t.wanted(w) > 0]
                 for t in here:
                     ub = min(n.gpus, t.wanted(w))
-                    self.x[t.name, w, n.name] = pulp.LpVariable(f"x_{t.name}_{w}_{n.name}", 0, ub, cat="Integer")
-                    y[t.name, w, n.name] = pulp.LpVariable(f"y_{t.name}_{w}_{n.name}", cat="Binary")
+                    tag = f"{tid[t.name]}_{w}_{nid[n.name]}"
+                    self.x[t.name, w, n.name] = lp.add_variable(f"x_{tag}", 0, ub, cat="Integer")
+                    y[t.name, w, n.name] = lp.add_variable(f"y_{tag}", cat="Binary")
                     # (1) A GPU count needs presence.
-                    lp += self.x[t.name, w, n.name] <= ub * y[t.name, w, n.name], f"presence_{t.name}_{w}_{n.name}"
-                s = self.s[w, n.name] = pulp.LpVariable(f"s_{w}_{n.name}", 0, cmax)
+                    lp += self.x[t.name, w, n.name] <= ub * y[t.name, w, n.name], f"presence_{tag}"
+                s = self.s[w, n.name] = lp.add_variable(f"s_{w}_{nid[n.name]}", 0, cmax)
                 if len(here) >= 2:
                     p = {}
                     for k in {t.interference_class for t in here}:
                         members = [t for t in here if t.interference_class == k]
-                        p[k] = pulp.LpVariable(f"p_{k}_{w}_{n.name}", cat="Binary")
+                        p[k] = lp.add_variable(f"p_{cid[k]}_{w}_{nid[n.name]}", cat="Binary")
                         # (2) Class presence; two or more of one class set m.
                         for t in members:
-                            lp += y[t.name, w, n.name] <= p[k], f"class_{t.name}_{w}_{n.name}"
+                            lp += y[t.name, w, n.name] <= p[k], f"class_{tid[t.name]}_{w}_{nid[n.name]}"
                         if len(members) >= 2:
-                            m = pulp.LpVariable(f"m_{k}_{w}_{n.name}", cat="Binary")
+                            m = lp.add_variable(f"m_{cid[k]}_{w}_{nid[n.name]}", cat="Binary")
                             lp += (pulp.lpSum(y[t.name, w, n.name] for t in members) <= 1 + (len(members) - 1) * m,
-                                   f"same_{k}_{w}_{n.name}")
+                                   f"same_{cid[k]}_{w}_{nid[n.name]}")
                             # (3) Same-class pair.
-                            lp += s >= P.class_coefficient(k, k) * m, f"pairkk_{k}_{w}_{n.name}"
+                            lp += s >= P.class_coefficient(k, k) * m, f"pairkk_{cid[k]}_{w}_{nid[n.name]}"
                     ks = sorted(p)
                     for i, a in enumerate(ks):
                         for b in ks[i + 1:]:
                             # (3) The worst co-located class pair sets the node coefficient.
-                            lp += s >= P.class_coefficient(a, b) * (p[a] + p[b] - 1), f"pair_{a}_{b}_{w}_{n.name}"
+                            lp += (s >= P.class_coefficient(a, b) * (p[a] + p[b] - 1),
+                                   f"pair_{cid[a]}_{cid[b]}_{w}_{nid[n.name]}")
                 else:
                     s.upBound = 0
                 # (4) Capacity minus the interference headroom.
                 head = n.gpus * s if margin else 0
                 lp += (pulp.lpSum(self.x[t.name, w, n.name] for t in here) + head <= n.gpus,
-                       f"capacity_{w}_{n.name}")
+                       f"capacity_{w}_{nid[n.name]}")
             # (7) Identical nodes are used in order of non-increasing load.
             prev = None
             for n in P.nodes:
                 if prev is not None and (prev.gpu, prev.gpus) == (n.gpu, n.gpus):
                     lp += (pulp.lpSum(v for k, v in self.x.items() if k[1] == w and k[2] == prev.name)
                            >= pulp.lpSum(v for k, v in self.x.items() if k[1] == w and k[2] == n.name),
-                           f"symmetry_{w}_{n.name}")
+                           f"symmetry_{w}_{nid[n.name]}")
                 prev = n
             for t in P.tenants:
                 d = float(t.demand_gpus[w])
-                v = self.v[t.name, w] = pulp.LpVariable(f"v_{t.name}_{w}", t.guaranteed(w), d)
-                self.u[t.name, w] = pulp.LpVariable(f"u_{t.name}_{w}", 0)
+                v = self.v[t.name, w] = lp.add_variable(f"v_{tid[t.name]}_{w}", t.guaranteed(w), d)
+                self.u[t.name, w] = lp.add_variable(f"u_{tid[t.name]}_{w}", 0)
                 # (5) Served GPUs are allocated GPUs; the guarantee is v's lower bound.
                 held = pulp.lpSum(self.x[t.name, w, n.name] for n in P.nodes if (t.name, w, n.name) in self.x)
-                lp += v <= held, f"served_{t.name}_{w}"
+                lp += v <= held, f"served_{tid[t.name]}_{w}"
                 # (6) Burst limit and no GPUs beyond the demand.
-                lp += held <= t.wanted(w), f"burst_{t.name}_{w}"
-                lp += self.u[t.name, w] >= t.sla_target * d - v, f"sla_{t.name}_{w}"
+                lp += held <= t.wanted(w), f"burst_{tid[t.name]}_{w}"
+                lp += self.u[t.name, w] >= t.sla_target * d - v, f"sla_{tid[t.name]}_{w}"
         cap = P.capacity_gpu_windows
         self.expr = {
             "utilization": pulp.lpSum(self.v.values()) * (1.0 / cap),
