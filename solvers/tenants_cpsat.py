@@ -27,6 +27,8 @@ from fleetplan.placement.tenants import OBJECTIVE_SENSE, SolveStatus, TenantProb
 from fleetplan.solvers.tenants_milp import SolveOutcome
 
 SCALE = 1000
+#: Greedy hints (static partitioning) of the last few problems, so per-window models do not recompute them.
+_HINTS: dict[int, tuple[TenantProblem, dict]] = {}
 
 
 def _status(cp_model, code) -> SolveStatus:
@@ -85,12 +87,11 @@ class CpSatModel:
                 load = sum(self.x[t.name, w, n.name] for t in here)
                 md.add(SCALE * load + (n.gpus * s if margin else 0) <= SCALE * n.gpus)
             # (7) Identical nodes are used in order of non-increasing load.
-            prev = None
-            for n in P.nodes:
-                if prev is not None and (prev.gpu, prev.gpus) == (n.gpu, n.gpus):
-                    md.add(sum(v for k, v in self.x.items() if k[1] == w and k[2] == prev.name)
-                           >= sum(v for k, v in self.x.items() if k[1] == w and k[2] == n.name))
-                prev = n
+            load = {n.name: sum(self.x[t.name, w, n.name] for t in P.tenants if (t.name, w, n.name) in self.x)
+                    for n in P.nodes}
+            for prev, n in zip(P.nodes, P.nodes[1:], strict=False):
+                if (prev.gpu, prev.gpus) == (n.gpu, n.gpus):
+                    md.add(load[prev.name] >= load[n.name])
             for t in P.tenants:
                 d_m = round(SCALE * float(t.demand_gpus[w]))
                 g_m = math.ceil(SCALE * t.guaranteed(w) - 1e-6)
@@ -112,8 +113,12 @@ class CpSatModel:
         self.md = md
         self._last: dict | None = None
         if hint is None:
-            base = static_partition(P).gpus
-            hint = {k: v for k, v in base.items() if k[1] in set(self.windows)}
+            cached = _HINTS.get(id(P))
+            if cached is None or cached[0] is not P:
+                cached = _HINTS[id(P)] = (P, static_partition(P).gpus)
+                while len(_HINTS) > 4:
+                    _HINTS.pop(next(iter(_HINTS)))
+            hint = {k: v for k, v in cached[1].items() if k[1] in set(self.windows)}
         self._hint(hint)
 
     def _hint(self, gpus: Mapping[tuple[str, int, str], int]) -> None:

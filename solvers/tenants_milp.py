@@ -170,13 +170,11 @@ class MilpModel:
                 lp += (pulp.lpSum(self.x[t.name, w, n.name] for t in here) + head <= n.gpus,
                        f"capacity_{w}_{nid[n.name]}")
             # (7) Identical nodes are used in order of non-increasing load.
-            prev = None
-            for n in P.nodes:
-                if prev is not None and (prev.gpu, prev.gpus) == (n.gpu, n.gpus):
-                    lp += (pulp.lpSum(v for k, v in self.x.items() if k[1] == w and k[2] == prev.name)
-                           >= pulp.lpSum(v for k, v in self.x.items() if k[1] == w and k[2] == n.name),
-                           f"symmetry_{w}_{nid[n.name]}")
-                prev = n
+            load = {n.name: pulp.lpSum(self.x[t.name, w, n.name] for t in P.tenants if (t.name, w, n.name) in self.x)
+                    for n in P.nodes}
+            for prev, n in zip(P.nodes, P.nodes[1:], strict=False):
+                if (prev.gpu, prev.gpus) == (n.gpu, n.gpus):
+                    lp += load[prev.name] >= load[n.name], f"symmetry_{w}_{nid[n.name]}"
             for t in P.tenants:
                 d = float(t.demand_gpus[w])
                 v = self.v[t.name, w] = lp.add_variable(f"v_{tid[t.name]}_{w}", t.guaranteed(w), d)
