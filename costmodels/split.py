@@ -1,0 +1,636 @@
+"""Prefill here, decode there: the cost of three ways to serve one model's demand.
+
+Options, on the same demand (rate λ req/s, token mix from a trace):
+
+(a) ``colocated``: prefill and decode on the same replicas at the decode site (near the users), sized by
+    :func:`fleetplan.costmodels.capacity.replica_capacity` (prefill pre-empts decode).
+(b) ``disaggregated``: a prefill pool and a decode pool at the decode site, sized separately; the KV cache crosses
+    the site's inter-node link (InfiniBand / NVLink class, links.csv ``inter_node`` default), no egress.
+(c) ``split``: the prefill pool at the prefill site, the decode pool at the decode site. The KV cache crosses the
+    WAN: bytes = KV-cached prompt tokens × KV bytes per token; time = bytes / (link bandwidth × streams) + RTT,
+    added to TTFT (the decode side asks for the cache and receives it: one round trip; ``streams`` = one connection
+    per tensor-parallel rank of the prefill replica, each sending its shard, as links.csv gives per-flow bandwidth).
+    Egress: KV at the route's class and tier, prompt text back the other way.
+
+Pool sizing (the capacity model, never guesses; replicas = ceil(λ / (capacity × (1 − margin)))):
+
+* prefill pool, by compute: a replica is an M/M/1 server with service time prefill_time_s(I_mean); its capacity
+  is the largest λ with prefill_time_s(I_p95) + W_p95(λ) + KV transfer ≤ TTFT SLO, W_p95 = max(0, ln(ρ/0.05)) /
+  (μ − λ) as in capacity.py (point 4);
+* decode pool, by memory bandwidth and KV memory: the largest batch B ≤ KV budget / (KV bytes of a mean sequence)
+  whose step time decode_step_time_s(B, I_p95 + O_p95/2) ≤ TPOT SLO; capacity = B / (O_mean × step(B))
+  (Little's law);
+* the tensor-parallel degree of each pool is the one needing the fewest GPUs (ties: smaller tp).
+
+Every option serves responses to the users from the decode site (internet egress, same for all options).
+Break-even values: the flat cross-site egress USD/GB at which (c) costs as much as the cheaper of (a) and (b), and
+the mean prompt length (p95 scaled with it) from which (c) stops saving money.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from fleetplan.costmodels.capacity import SLO, replica_capacity
+from fleetplan.costmodels.hardware import GPU, Model
+from fleetplan.costmodels.latency import decode_step_time_s, prefill_time_s
+from fleetplan.costmodels.ledger import SECONDS_PER_DAY, Flow, GpuPool, Ledger, build_ledger, load_assumptions
+from fleetplan.costmodels.network import Link, NetworkGraph, Site, default_graph, route_class
+from fleetplan.costmodels.prices import EgressTable, EgressTier, GpuPrice, find_price, select_egress_table
+from fleetplan.errors import InputError, check_range
+from fleetplan.placement.demand import TokenMix
+
+OPTIONS = ("colocated", "disaggregated", "split")
+_TAIL = 0.05  # p95 queueing tail, as capacity.py
+
+
+@dataclass(frozen=True)
+class SplitSpec:
+    """Everything the comparison needs, resolved (catalog lookups done; see :func:`make_spec`).
+
+    Attributes:
+        model: the model.
+        mix: token mix (tokens).
+        rate_req_per_s: steady request rate served all day, req/s.
+        slo: latency targets.
+        prefill_site, decode_site: sites (users are near the decode site).
+        prefill_gpu, decode_gpu: GPU records.
+        prefill_price, decode_price: price rows at those sites (decode price also used by (a) and (b)).
+        kv_table: egress table of the prefill→decode route; prompt_table: decode→prefill; response_table: decode
+            site to the internet.
+        wan_link: the prefill→decode link; local_link: the inter-node link inside a site.
+        margin: capacity headroom (replicas = ceil(λ / (capacity × (1 − margin)))).
+        text_bytes_per_token, usd_per_kwh, pue, energy_billed: ledger assumptions.
+        kv_dtype, weight_dtype: data types.
+        max_tp: largest tensor-parallel degree tried (the node size of the price rows).
+        trace: the trace name (for reports).
+    """
+
+    model: Model
+    mix: TokenMix
+    rate_req_per_s: float
+    slo: SLO
+    prefill_site: str
+    decode_site: str
+    prefill_gpu: GPU
+    decode_gpu: GPU
+    prefill_price: GpuPrice
+    decode_price: GpuPrice
+    kv_table: EgressTable
+    prompt_table: EgressTable
+    response_table: EgressTable
+    wan_link: Link
+    local_link: Link
+    margin: float = 0.1
+    text_bytes_per_token: float = 4.0
+    usd_per_kwh: float = 0.13
+    pue: float = 1.56
+    energy_billed: bool = False
+    kv_dtype: str = "bf16"
+    weight_dtype: str = "bf16"
+    trace: str = ""
+
+    def __post_init__(self) -> None:
+        check_range(self.rate_req_per_s, field="rate_req_per_s", low=1e-6, high=1e6, unit="req/s")
+        check_range(self.margin, field="margin", low=0.0, high=0.9)
+        check_range(self.text_bytes_per_token, field="text_bytes_per_token", low=0.0, high=100)
+
+    @property
+    def kv_bytes_per_token(self) -> float:
+        return self.model.kv_bytes_per_token(self.kv_dtype)
+
+    def kv_bytes(self, prompt_tokens: float) -> float:
+        """KV bytes of one prompt: KV-cached tokens × KV bytes per token."""
+        return self.model.kv_tokens_cached(prompt_tokens) * self.kv_bytes_per_token
+
+    @property
+    def requests_per_day(self) -> float:
+        return self.rate_req_per_s * SECONDS_PER_DAY
+
+
+@dataclass(frozen=True)
+class OptionResult:
+    """One option's pools, traffic, latency and ledger.
+
+    Attributes:
+        name: 'colocated', 'disaggregated' or 'split'.
+        pools: GPU pools; flows: traffic crossing a billed boundary.
+        ttft_added_s: TTFT the KV transfer adds for a p95 prompt, seconds (0 for colocated).
+        ttft_p95_s: p95 TTFT at the pools' capacity (an upper bound at the actual load), seconds.
+        slo_ok: True when the SLO holds; note: why not, or other remarks.
+        ledger: the line items.
+        kv_gb_per_request: KV GB one mean prompt moves (0 when nothing crosses a network).
+    """
+
+    name: str
+    pools: tuple[GpuPool, ...]
+    flows: tuple[Flow, ...]
+    ttft_added_s: float
+    ttft_p95_s: float
+    slo_ok: bool
+    note: str
+    ledger: Ledger
+    kv_gb_per_request: float = 0.0
+
+    @property
+    def cross_site_gb_per_day(self) -> float:
+        return sum(f.gb_per_day for f in self.flows if f.kind in ("kv", "prompt"))
+
+    @property
+    def cross_site_egress_usd_per_day(self) -> float:
+        """Egress USD per day the cross-site flows (KV, prompts) add: all egress minus that of the other flows
+        alone (so shared tables and tiers are handled)."""
+        from fleetplan.costmodels.ledger import egress_items
+
+        rest = [f for f in self.flows if f.kind not in ("kv", "prompt")]
+        return self.ledger.egress_usd_per_day - sum(i.amount_usd_per_day for i in egress_items(self.name, rest))
+
+    def summary(self) -> dict:
+        s = self.ledger.summary()
+        s.update(ttft_added_s=self.ttft_added_s, ttft_p95_s=self.ttft_p95_s, slo_ok=self.slo_ok, note=self.note,
+                 gpus={p.role: p.gpus for p in self.pools}, tp={p.role: p.tp for p in self.pools},
+                 sites={p.role: p.site for p in self.pools}, kv_gb_per_request=self.kv_gb_per_request)
+        return s
+
+
+@dataclass(frozen=True)
+class SplitResult:
+    """The three options and the break-even values.
+
+    Attributes:
+        spec: the inputs.
+        options: {name: OptionResult}.
+        best_single_site: 'colocated' or 'disaggregated' (the cheaper one).
+        break_even_egress_usd_per_gb: flat cross-site egress price at which (c) costs as much as the best
+            single-site option (negative: (c) costs more even with free egress).
+        break_even_prompt_tokens: mean prompt length at which (c) stops saving money (None: not computed, or no
+            crossing in the searched range; see ``break_even_note``).
+        verdict: one line.
+    """
+
+    spec: SplitSpec
+    options: dict[str, OptionResult]
+    best_single_site: str
+    break_even_egress_usd_per_gb: float | None
+    break_even_prompt_tokens: float | None
+    break_even_note: str
+    verdict: str
+
+    @property
+    def savings_usd_per_day(self) -> float:
+        """Best single-site total minus the split's total (positive: the split saves)."""
+        return (self.options[self.best_single_site].ledger.total_usd_per_day
+                - self.options["split"].ledger.total_usd_per_day)
+
+    def to_dict(self) -> dict:
+        """One JSON-able object: per option the totals and latencies, and the break-even values."""
+        s = self.spec
+        return {
+            "model": s.model.name, "trace": s.trace, "rate_req_per_s": s.rate_req_per_s,
+            "input_tokens_mean": s.mix.input_tokens_mean, "input_tokens_p95": s.mix.input_tokens_p95,
+            "output_tokens_mean": s.mix.output_tokens_mean, "prefill_site": s.prefill_site,
+            "decode_site": s.decode_site, "kv_bytes_per_token": s.kv_bytes_per_token,
+            "slo": {"ttft_p95_s": s.slo.ttft_p95_s, "tpot_p95_s": s.slo.tpot_p95_s},
+            "options": {k: v.summary() for k, v in self.options.items()},
+            "best_single_site": self.best_single_site, "savings_usd_per_day": self.savings_usd_per_day,
+            "break_even_egress_usd_per_gb": self.break_even_egress_usd_per_gb,
+            "break_even_prompt_tokens": self.break_even_prompt_tokens, "break_even_note": self.break_even_note,
+            "verdict": self.verdict,
+        }
+
+
+# ---- capacity of the two pools ----------------------------------------------------------------------------------
+
+def _p95_wait_s(lam: float, mu: float) -> float:
+    rho = lam / mu
+    return max(0.0, math.log(rho / _TAIL)) / (mu - lam) if lam > 0 else 0.0
+
+
+def prefill_replica_capacity(model: Model, gpu: GPU, mix: TokenMix, ttft_budget_s: float, *, tp: int,
+                             weight_dtype: str = "bf16") -> tuple[float, float]:
+    """(capacity req/s, p95 TTFT at capacity s) of one prefill replica on ``tp`` GPUs (module docstring).
+
+    Capacity is 0.0 when even an idle replica misses ``ttft_budget_s`` or the weights do not fit (90% of memory).
+    """
+    if model.weight_bytes(weight_dtype) > 0.9 * tp * gpu.memory_bytes:
+        return 0.0, math.nan
+    p_mean = prefill_time_s(model, gpu, mix.input_tokens_mean, tp=tp, weight_dtype=weight_dtype)
+    p95 = prefill_time_s(model, gpu, mix.input_tokens_p95, tp=tp, weight_dtype=weight_dtype)
+    if p95 > ttft_budget_s:
+        return 0.0, p95
+    mu = 1.0 / p_mean
+    lo, hi = 0.0, mu
+    for _ in range(80):
+        mid = 0.5 * (lo + hi)
+        if p95 + _p95_wait_s(mid, mu) <= ttft_budget_s:
+            lo = mid
+        else:
+            hi = mid
+    return lo, p95 + _p95_wait_s(lo, mu)
+
+
+def decode_replica_capacity(model: Model, gpu: GPU, mix: TokenMix, slo: SLO, *, tp: int, weight_dtype: str = "bf16",
+                            kv_dtype: str = "bf16", memory_utilization: float = 0.9) -> tuple[float, float, str]:
+    """(capacity req/s, batch at capacity, limiting) of one decode-only replica on ``tp`` GPUs (module docstring).
+
+    KV budget = memory_utilization × tp × GPU memory − weights, as capacity.py. Capacity 0.0 when the weights do
+    not fit, no sequence fits, or one sequence alone misses the TPOT target.
+    """
+    budget = memory_utilization * tp * gpu.memory_bytes - model.weight_bytes(weight_dtype)
+    kv_seq = model.kv_tokens_cached(mix.input_tokens_mean + mix.output_tokens_mean) * model.kv_bytes_per_token(kv_dtype)
+    max_batch = budget / kv_seq if budget > 0 else 0.0
+    if max_batch < 1:
+        return 0.0, 0.0, "kv_memory"
+    ctx = mix.input_tokens_p95 + mix.output_tokens_p95 / 2
+
+    def step(b: float) -> float:
+        return decode_step_time_s(model, gpu, b, ctx, tp=tp, weight_dtype=weight_dtype, kv_dtype=kv_dtype)
+
+    if step(1.0) > slo.tpot_p95_s:
+        return 0.0, 0.0, "tpot"
+    if step(max_batch) <= slo.tpot_p95_s:
+        b, lim = max_batch, "kv_memory"
+    else:
+        lo, hi = 1.0, max_batch
+        for _ in range(60):
+            mid = 0.5 * (lo + hi)
+            lo, hi = (mid, hi) if step(mid) <= slo.tpot_p95_s else (lo, mid)
+        b, lim = lo, "tpot"
+    return b / (mix.output_tokens_mean * step(b)), b, lim
+
+
+def _tp_choices(price: GpuPrice) -> list[int]:
+    return [t for t in (1, 2, 4, 8, 16) if t <= price.gpus_per_node]
+
+
+def _replicas(rate: float, cap: float, margin: float) -> int:
+    return max(1, math.ceil(rate / (cap * (1.0 - margin)) - 1e-9))
+
+
+def _kv_transfer_s(spec: SplitSpec, link: Link, streams: int, prompt_tokens: float) -> float:
+    return spec.kv_bytes(prompt_tokens) / (link.bandwidth_bytes_per_s * streams) + link.rtt_s
+
+
+def _pd_pools(spec: SplitSpec, link: Link, prefill_site: str, prefill_gpu: GPU, prefill_price: GpuPrice,
+              ) -> tuple[list[GpuPool], float, float, bool, str]:
+    """Prefill and decode pools for options (b)/(c): (pools, ttft_added_s, ttft_p95_s, slo_ok, note)."""
+    s = spec
+    dec = []
+    for tp in _tp_choices(s.decode_price):
+        cap, b, lim = decode_replica_capacity(s.model, s.decode_gpu, s.mix, s.slo, tp=tp, weight_dtype=s.weight_dtype,
+                                              kv_dtype=s.kv_dtype)
+        if cap > 0:
+            n = _replicas(s.rate_req_per_s, cap, s.margin)
+            dec.append((n * tp, tp, n, cap))
+    if not dec:
+        raise InputError(f"{s.model.name} cannot decode on {s.decode_gpu.name} at any tp within TPOT "
+                         f"{s.slo.tpot_p95_s:g} s (or its weights do not fit); choose a larger GPU or a looser SLO",
+                         field="decode_gpu", value=s.decode_gpu.name)
+    _, dtp, dn, dcap = min(dec)
+    pre = []
+    for tp in _tp_choices(prefill_price):
+        added = _kv_transfer_s(s, link, tp, s.mix.input_tokens_p95)
+        cap, ttft = prefill_replica_capacity(s.model, prefill_gpu, s.mix, s.slo.ttft_p95_s - added, tp=tp,
+                                             weight_dtype=s.weight_dtype)
+        if cap > 0:
+            n = _replicas(s.rate_req_per_s, cap, s.margin)
+            pre.append((n * tp, tp, n, cap, added, ttft + added, True))
+    note = ""
+    if not pre:  # the SLO cannot hold: size by compute alone and say so
+        for tp in _tp_choices(prefill_price):
+            if s.model.weight_bytes(s.weight_dtype) > 0.9 * tp * prefill_gpu.memory_bytes:
+                continue
+            p_mean = prefill_time_s(s.model, prefill_gpu, s.mix.input_tokens_mean, tp=tp, weight_dtype=s.weight_dtype)
+            p95 = prefill_time_s(s.model, prefill_gpu, s.mix.input_tokens_p95, tp=tp, weight_dtype=s.weight_dtype)
+            cap = 1.0 / p_mean
+            n = _replicas(s.rate_req_per_s, cap, s.margin)
+            added = _kv_transfer_s(s, link, tp, s.mix.input_tokens_p95)
+            ttft = p95 + _p95_wait_s(cap * (1 - s.margin), cap) + added
+            pre.append((n * tp, tp, n, cap, added, ttft, False))
+        if not pre:
+            raise InputError(f"{s.model.name}'s weights do not fit on {prefill_gpu.name} at any tp",
+                             field="prefill_gpu", value=prefill_gpu.name)
+    _, ptp, pn, pcap, added, ttft, ok = min(pre, key=lambda r: (r[0], r[1]))
+    if not ok:
+        note = (f"TTFT p95 {ttft:.2f} s exceeds the SLO {s.slo.ttft_p95_s:g} s (the KV transfer adds {added:.2f} s); "
+                "prefill pool sized by compute alone")
+    pools = [
+        GpuPool("prefill", prefill_site, prefill_gpu.name, ptp, pn, prefill_price, prefill_gpu.tdp_w,
+                utilization=min(1.0, s.rate_req_per_s * prefill_time_s(
+                    s.model, prefill_gpu, s.mix.input_tokens_mean, tp=ptp, weight_dtype=s.weight_dtype) / pn),
+                input_share=1.0, capacity_req_per_s=pcap),
+        GpuPool("decode", s.decode_site, s.decode_gpu.name, dtp, dn, s.decode_price, s.decode_gpu.tdp_w,
+                utilization=min(1.0, s.rate_req_per_s / (dn * dcap)), input_share=0.0, capacity_req_per_s=dcap),
+    ]
+    return pools, added, ttft, ok, note
+
+
+def _response_flow(spec: SplitSpec) -> Flow:
+    gb = spec.requests_per_day * spec.mix.output_tokens_mean * spec.text_bytes_per_token / 1e9
+    return Flow("response", spec.decode_site, "users", "internet", gb, spec.response_table, 0.0)
+
+
+def _ledger(spec: SplitSpec, name: str, pools, flows) -> Ledger:
+    d = spec.requests_per_day
+    return build_ledger(name, pools, flows, requests_per_day=d, input_tokens_per_day=d * spec.mix.input_tokens_mean,
+                        output_tokens_per_day=d * spec.mix.output_tokens_mean, usd_per_kwh=spec.usd_per_kwh,
+                        pue=spec.pue, energy_billed=spec.energy_billed)
+
+
+def colocated(spec: SplitSpec) -> OptionResult:
+    """Option (a): replicas serving prefill and decode at the decode site (capacity.replica_capacity)."""
+    s = spec
+    cands = []
+    for tp in _tp_choices(s.decode_price):
+        c = replica_capacity(s.model, s.decode_gpu, s.mix, s.slo, tp=tp, weight_dtype=s.weight_dtype,
+                             kv_dtype=s.kv_dtype)
+        if c.req_per_s > 0:
+            n = _replicas(s.rate_req_per_s, c.req_per_s, s.margin)
+            cands.append((n * tp, tp, n, c))
+    if not cands:
+        raise InputError(f"{s.model.name} on {s.decode_gpu.name} meets the SLO at no tp up to "
+                         f"{s.decode_price.gpus_per_node}; choose a larger GPU or a looser SLO", field="decode_gpu",
+                         value=s.decode_gpu.name)
+    _, tp, n, c = min(cands, key=lambda r: (r[0], r[1]))
+    lam = s.rate_req_per_s / n
+    p_mean = prefill_time_s(s.model, s.decode_gpu, s.mix.input_tokens_mean, tp=tp, weight_dtype=s.weight_dtype)
+    pool = GpuPool("colocated", s.decode_site, s.decode_gpu.name, tp, n, s.decode_price, s.decode_gpu.tdp_w,
+                   utilization=min(1.0, lam / c.req_per_s), input_share=min(1.0, lam * p_mean),
+                   capacity_req_per_s=c.req_per_s)
+    flows = (_response_flow(s),)
+    return OptionResult("colocated", (pool,), flows, 0.0, c.ttft_p95_s, True, "",
+                        _ledger(s, "colocated", [pool], flows))
+
+
+def disaggregated(spec: SplitSpec) -> OptionResult:
+    """Option (b): prefill and decode pools at the decode site; KV over the inter-node link, no egress."""
+    s = spec
+    pools, added, ttft, ok, note = _pd_pools(s, s.local_link, s.decode_site, s.decode_gpu, s.decode_price)
+    flows = (_response_flow(s),)
+    return OptionResult("disaggregated", tuple(pools), flows, added, ttft, ok, note,
+                        _ledger(s, "disaggregated", pools, flows), 0.0)
+
+
+def split(spec: SplitSpec) -> OptionResult:
+    """Option (c): prefill pool at the prefill site, decode pool at the decode site; KV and prompts cross the WAN."""
+    s = spec
+    pools, added, ttft, ok, note = _pd_pools(s, s.wan_link, s.prefill_site, s.prefill_gpu, s.prefill_price)
+    d = s.requests_per_day
+    kv_gb = d * s.kv_bytes(s.mix.input_tokens_mean) / 1e9
+    prompt_gb = d * s.mix.input_tokens_mean * s.text_bytes_per_token / 1e9
+    rc = route_class(s.prefill_site, s.decode_site)
+    flows = (Flow("kv", s.prefill_site, s.decode_site, rc, kv_gb, s.kv_table, 1.0),
+             Flow("prompt", s.decode_site, s.prefill_site, rc, prompt_gb, s.prompt_table, 1.0),
+             _response_flow(s))
+    return OptionResult("split", tuple(pools), flows, added, ttft, ok, note, _ledger(s, "split", pools, flows),
+                        s.kv_bytes(s.mix.input_tokens_mean) / 1e9)
+
+
+def flat_table(table: EgressTable, usd_per_gb: float) -> EgressTable:
+    """``table`` with one flat rate (a user override), scope marked."""
+    check_range(usd_per_gb, field="egress_usd_per_gb", low=0, high=5, unit="USD/GB", fix="give USD per GB")
+    return EgressTable(table.cloud, table.route_class, f"{table.scope} [flat {usd_per_gb:g} USD/GB given]",
+                       (EgressTier(0.0, None, float(usd_per_gb)),), source="user override")
+
+
+def with_prompt_tokens(spec: SplitSpec, prompt_tokens_mean: float) -> SplitSpec:
+    """``spec`` with the mean prompt length set (the p95 scaled by the same factor, capped by the context)."""
+    check_range(prompt_tokens_mean, field="prompt_tokens", low=1, high=spec.model.max_context_tokens, unit="tokens")
+    f = prompt_tokens_mean / spec.mix.input_tokens_mean
+    cap = max(1.0, spec.model.max_context_tokens - spec.mix.output_tokens_p95)
+    p95 = min(spec.mix.input_tokens_p95 * f, cap)
+    mix = dataclasses.replace(spec.mix, input_tokens_mean=min(prompt_tokens_mean, p95), input_tokens_p95=p95)
+    return dataclasses.replace(spec, mix=mix)
+
+
+def with_cross_site_egress(spec: SplitSpec, usd_per_gb: float) -> SplitSpec:
+    """``spec`` with a flat cross-site egress price, both directions."""
+    return dataclasses.replace(spec, kv_table=flat_table(spec.kv_table, usd_per_gb),
+                               prompt_table=flat_table(spec.prompt_table, usd_per_gb))
+
+
+def compare_options(spec: SplitSpec) -> dict[str, OptionResult]:
+    """The three options' results (no break-even search)."""
+    return {"colocated": colocated(spec), "disaggregated": disaggregated(spec), "split": split(spec)}
+
+
+def _savings(spec: SplitSpec) -> float:
+    o = compare_options(spec)
+    best = min(o["colocated"].ledger.total_usd_per_day, o["disaggregated"].ledger.total_usd_per_day)
+    return best - o["split"].ledger.total_usd_per_day
+
+
+def break_even_prompt_tokens(spec: SplitSpec, *, low: float = 16.0, points: int = 16) -> tuple[float | None, str]:
+    """Mean prompt length (tokens) from which (c) stops saving money, and a note.
+
+    Scans a geometric grid from ``low`` to the model's context (minus the p95 output) for the first length where the
+    savings are <= 0, then bisects between the last saving and the first non-saving length (12 steps). The pools
+    change in whole replicas, so the savings are a step function; the first crossing is reported.
+    """
+    hi = max(low * 2, (spec.model.max_context_tokens - spec.mix.output_tokens_p95) / (
+        spec.mix.input_tokens_p95 / spec.mix.input_tokens_mean))
+    grid = [low * (hi / low) ** (i / (points - 1)) for i in range(points)]
+    prev = None
+    for length in grid:
+        sv = _savings(with_prompt_tokens(spec, length))
+        if sv <= 0:
+            if prev is None:
+                return None, f"the split does not save money at any mean prompt length from {low:g} tokens"
+            a, b = prev, length
+            for _ in range(12):
+                mid = math.sqrt(a * b)
+                a, b = (mid, b) if _savings(with_prompt_tokens(spec, mid)) > 0 else (a, mid)
+            return b, f"the split saves money below about {b:,.0f} prompt tokens (mean)"
+        prev = length
+    return None, f"the split saves money at every mean prompt length up to {hi:,.0f} tokens"
+
+
+def compare(spec: SplitSpec, *, prompt_break_even: bool = True) -> SplitResult:
+    """Compare (a), (b) and (c) on ``spec``; the break-even values and a one-line verdict (module docstring)."""
+    opts = compare_options(spec)
+    best = min(("colocated", "disaggregated"), key=lambda k: opts[k].ledger.total_usd_per_day)
+    c = opts["split"]
+    cross_gb = c.cross_site_gb_per_day
+    fixed = c.ledger.total_usd_per_day - c.cross_site_egress_usd_per_day
+    be_egress = (opts[best].ledger.total_usd_per_day - fixed) / cross_gb if cross_gb > 0 else None
+    be_prompt, be_note = (break_even_prompt_tokens(spec) if prompt_break_even else (None, "not computed"))
+    tb, tc = opts[best].ledger.total_usd_per_day, c.ledger.total_usd_per_day
+    diff = tb - tc
+    slo = "the SLO holds" if c.slo_ok else "the SLO FAILS"
+    if diff > 0:
+        verdict = (f"split across sites saves ${diff:,.0f}/day ({diff / tb:.0%}) over {best} at {spec.decode_site} "
+                   f"(${tc:,.0f} vs ${tb:,.0f}/day); TTFT +{c.ttft_added_s:.2f} s, {slo}")
+        if be_egress is not None:
+            verdict += f"; it stops paying above ${be_egress:.4f}/GB cross-site egress"
+    else:
+        verdict = (f"keep it in one site: {best} at {spec.decode_site} costs ${tb:,.0f}/day, the split "
+                   f"${tc:,.0f}/day (+${-diff:,.0f}, of which ${c.cross_site_egress_usd_per_day:,.0f} egress); "
+                   f"TTFT +{c.ttft_added_s:.2f} s, {slo}")
+        if be_egress is not None:
+            verdict += (f"; it would pay below ${be_egress:.4f}/GB egress" if be_egress > 0 else
+                        "; not even free egress would make it pay")
+    return SplitResult(spec, opts, best, be_egress, be_prompt, be_note, verdict)
+
+
+# ---- building a spec from names ---------------------------------------------------------------------------------
+
+def _price_at(gpu: GPU, site: Site, pricing_model: str, prices, user_usd_per_gpu_hour: float | None,
+              option: str) -> GpuPrice:
+    if user_usd_per_gpu_hour is not None:
+        v = check_range(user_usd_per_gpu_hour, field=option, low=0.0, high=1000, unit="USD/GPU-hour",
+                        fix="give USD per GPU-hour")
+        return GpuPrice(site.cloud, site.region, site.zone, gpu.name, "user", 1, v, v, pricing_model,
+                        source=f"user ({option})")
+    from fleetplan.datasets.catalog import load_gpu_prices
+
+    rows = load_gpu_prices() if prices is None else list(prices)
+    try:
+        return find_price(gpu.name, site.cloud, site.region, pricing_model, rows, zone=site.zone or None)
+    except InputError as exc:
+        here = sorted({f"{p.gpu} ({p.pricing_model})" for p in rows if p.cloud == site.cloud
+                       and p.region == site.region and (not site.zone or p.zone == site.zone)})
+        raise InputError(f"site {site.name} has no {pricing_model} price for {gpu.name}: {exc}. Priced at "
+                         f"{site.name}: {', '.join(here) if here else 'nothing'}. Give a price with {option} "
+                         "USD_PER_GPU_HOUR, or add a row with --prices FILE (the shipped price file's columns)",
+                         field="price", value=f"{site.name}/{gpu.name}") from None
+
+
+def make_spec(model: str, prefill_site: str, decode_site: str, *, trace: str = "azure-conv",
+              gpu: str = "H100-SXM-80GB", prefill_gpu: str | None = None, decode_gpu: str | None = None,
+              rate_req_per_s: float | None = None, ttft_slo_s: float = 2.0, tpot_slo_s: float = 0.1,
+              pricing_model: str = "on-demand", prefill_usd_per_gpu_hour: float | None = None,
+              decode_usd_per_gpu_hour: float | None = None, prices_file: str | None = None,
+              egress_file: str | None = None, egress_usd_per_gb: float | None = None, margin: float = 0.1,
+              text_bytes_per_token: float | None = None, usd_per_kwh: float | None = None, pue: float | None = None,
+              energy_billed: bool = False, graph: NetworkGraph | None = None,
+              prompt_tokens: float | None = None, output_tokens: float | None = None) -> SplitSpec:
+    """Resolve names into a :class:`SplitSpec`: model and GPUs from the catalog, token mix and rate from the trace
+    (rate = requests / span unless given), prices from the catalog (or the user), egress tables for the routes,
+    links from the network graph, assumptions from datasets/data/ledger/assumptions.csv unless given.
+
+    Raises:
+        UnknownNameError: unknown model, GPU, trace, cloud.
+        InputError: malformed site, a missing price (names the site and GPU, lists what is priced there, and says how
+            to give one), a missing egress table, out-of-range numbers.
+    """
+    from fleetplan.datasets.catalog import get_gpu, get_model, load_egress, load_gpu_prices
+    from fleetplan.datasets.traces import load_trace, token_mix_from_trace
+
+    m = get_model(model)
+    ps, ds = Site.parse(prefill_site), Site.parse(decode_site)
+    pg = get_gpu(prefill_gpu or gpu)
+    dg = get_gpu(decode_gpu or gpu)
+    tr = load_trace(trace)
+    mix = token_mix_from_trace(tr)
+    rate = (len(tr) / tr.span_s) if rate_req_per_s is None else check_range(
+        rate_req_per_s, field="rate_req_per_s", low=1e-6, high=1e6, unit="req/s")
+    slo = SLO(ttft_slo_s, tpot_slo_s)
+    prices = load_gpu_prices(prices_file) if prices_file else None
+    pp = _price_at(pg, ps, pricing_model, prices, prefill_usd_per_gpu_hour, "--prefill-usd-per-gpu-hour")
+    dp = _price_at(dg, ds, pricing_model, prices, decode_usd_per_gpu_hour, "--decode-usd-per-gpu-hour")
+    tables = load_egress(egress_file) if egress_file else load_egress()
+    kv_t = select_egress_table(ps.cloud, route_class(ps, ds), tables)
+    pr_t = select_egress_table(ds.cloud, route_class(ds, ps), tables)
+    resp_t = select_egress_table(ds.cloud, "internet", tables)
+    g = graph or default_graph()
+    a = load_assumptions()
+    spec = SplitSpec(
+        m, mix, rate, slo, ps.name, ds.name, pg, dg, pp, dp, kv_t, pr_t, resp_t, g.link(ps, ds), g.inter_node_link(),
+        margin=check_range(margin, field="margin", low=0.0, high=0.9),
+        text_bytes_per_token=a["text_bytes_per_token"].value if text_bytes_per_token is None else text_bytes_per_token,
+        usd_per_kwh=a["electricity_usd_per_kwh"].value if usd_per_kwh is None else usd_per_kwh,
+        pue=a["pue"].value if pue is None else pue, energy_billed=energy_billed, trace=tr.name)
+    if egress_usd_per_gb is not None:
+        spec = with_cross_site_egress(spec, egress_usd_per_gb)
+    if prompt_tokens is not None:
+        spec = with_prompt_tokens(spec, prompt_tokens)
+    if output_tokens is not None:
+        check_range(output_tokens, field="output_tokens", low=1, high=spec.model.max_context_tokens, unit="tokens")
+        f = output_tokens / spec.mix.output_tokens_mean
+        spec = dataclasses.replace(spec, mix=dataclasses.replace(
+            spec.mix, output_tokens_mean=float(output_tokens), output_tokens_p95=spec.mix.output_tokens_p95 * f))
+    return spec
+
+
+# ---- sweeps -----------------------------------------------------------------------------------------------------
+
+#: Variables a sweep may vary, and what each sets.
+SWEEP_VARIABLES = {
+    "egress_usd_per_gb": "flat cross-site egress price, USD/GB (both directions)",
+    "prompt_tokens": "mean prompt length, tokens (p95 scaled with it)",
+    "output_tokens": "mean output length, tokens (p95 scaled with it)",
+    "rate_req_per_s": "request rate, req/s",
+    "gpu_price_factor": "factor on every GPU price (1.3 = +30%)",
+    "prefill_price_factor": "factor on the prefill site's GPU price",
+    "decode_price_factor": "factor on the decode site's GPU price",
+}
+
+
+def _scaled(price: GpuPrice, f: float) -> GpuPrice:
+    check_range(f, field="price_factor", low=0.0, high=100)
+    return dataclasses.replace(price, node_usd_per_hour=price.node_usd_per_hour * f,
+                               usd_per_gpu_hour=price.usd_per_gpu_hour * f,
+                               source=f"{price.source} × {f:g}")
+
+
+def apply_variables(spec: SplitSpec, values: dict[str, float]) -> SplitSpec:
+    """``spec`` with the sweep variables set (:data:`SWEEP_VARIABLES`). Raises UnknownNameError for others."""
+    from fleetplan.errors import UnknownNameError
+
+    for k, v in values.items():
+        if k == "egress_usd_per_gb":
+            spec = with_cross_site_egress(spec, v)
+        elif k == "prompt_tokens":
+            spec = with_prompt_tokens(spec, v)
+        elif k == "output_tokens":
+            check_range(v, field="output_tokens", low=1, high=spec.model.max_context_tokens, unit="tokens")
+            f = v / spec.mix.output_tokens_mean
+            spec = dataclasses.replace(spec, mix=dataclasses.replace(
+                spec.mix, output_tokens_mean=float(v), output_tokens_p95=spec.mix.output_tokens_p95 * f))
+        elif k == "rate_req_per_s":
+            spec = dataclasses.replace(spec, rate_req_per_s=float(v))
+        elif k == "gpu_price_factor":
+            spec = dataclasses.replace(spec, prefill_price=_scaled(spec.prefill_price, v),
+                                       decode_price=_scaled(spec.decode_price, v))
+        elif k == "prefill_price_factor":
+            spec = dataclasses.replace(spec, prefill_price=_scaled(spec.prefill_price, v))
+        elif k == "decode_price_factor":
+            spec = dataclasses.replace(spec, decode_price=_scaled(spec.decode_price, v))
+        else:
+            raise UnknownNameError("sweep variable", k, SWEEP_VARIABLES)
+    return spec
+
+
+def scenario_row(spec: SplitSpec, values: dict[str, float]) -> dict:
+    """One sweep cell: the variables, each option's total USD/day, the split's TTFT and SLO, the savings and a
+    short verdict ('split saves' / 'single site')."""
+    s = apply_variables(spec, values)
+    r = compare(s, prompt_break_even=False)
+    row = dict(values)
+    for k, o in r.options.items():
+        row[f"{k}_usd_per_day"] = o.ledger.total_usd_per_day
+    row["split_ttft_added_s"] = r.options["split"].ttft_added_s
+    row["split_slo_ok"] = r.options["split"].slo_ok
+    row["savings_usd_per_day"] = r.savings_usd_per_day
+    row["verdict"] = ("split saves" if r.savings_usd_per_day > 0 else f"{r.best_single_site} cheaper") + (
+        "" if r.options["split"].slo_ok else " (split misses SLO)")
+    return row
+
+
+def grid(variables: dict[str, Sequence[float]]) -> list[dict[str, float]]:
+    """All combinations of the variables' values, first variable slowest."""
+    import itertools
+
+    names = list(variables)
+    return [dict(zip(names, combo, strict=True)) for combo in itertools.product(*(variables[n] for n in names))]
+
+
+__all__ = [
+    "OPTIONS", "SWEEP_VARIABLES", "OptionResult", "SplitResult", "SplitSpec", "apply_variables",
+    "break_even_prompt_tokens", "colocated", "compare", "compare_options", "decode_replica_capacity",
+    "disaggregated", "flat_table", "grid", "make_spec", "prefill_replica_capacity", "scenario_row", "split",
+    "with_cross_site_egress", "with_prompt_tokens",
+]
