@@ -68,9 +68,10 @@ class SolveStatus(enum.Enum):
 def _gpu_names() -> set[str]:
     """Known GPU type names: the catalog when it exists, else the shipped hardware CSV (same source)."""
     try:
-        from fleetplan.datasets import catalog  # type: ignore[attr-defined]
+        from fleetplan.datasets import catalog
 
-        return {g.name for g in catalog.load_gpus()}
+        gpus = catalog.load_gpus()
+        return set(gpus) if isinstance(gpus, Mapping) else {g.name for g in gpus}
     except (ImportError, AttributeError):
         path = importlib.resources.files("fleetplan.datasets") / "data" / "hardware" / "gpus.csv"
         with path.open(encoding="utf-8") as fh:
