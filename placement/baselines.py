@@ -94,7 +94,7 @@ def _pack_shared(problem: Problem, inv: _Inventory, time_aware: bool) -> tuple[l
     W = problem.n_windows
     lim = {pid: pools[pid].memory_bytes_per_gpu * problem.shared_memory_utilization for pid in cands}
     eligible: dict[str, list] = {}
-    for pid, lst in cands.items():
+    for lst in cands.values():
         for s in lst:
             eligible.setdefault(s.model, []).append(s)
     # Items: larger peak share first (the share on its cheapest eligible pool).

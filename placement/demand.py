@@ -32,7 +32,8 @@ class TokenMix:
             if not isinstance(v, int | float) or math.isnan(v) or v < 1 or v > 2_000_000:
                 raise InputError(f"{v!r} tokens is outside 1..2,000,000; give token counts per request",
                                  field=f, value=v)
-        if self.input_tokens_p95 < self.input_tokens_mean * 0.5 or self.output_tokens_p95 < self.output_tokens_mean * 0.5:
+        if (self.input_tokens_p95 < self.input_tokens_mean * 0.5
+                or self.output_tokens_p95 < self.output_tokens_mean * 0.5):
             raise InputError("p95 token length is far below the mean; check the columns are not swapped",
                              field="input_tokens_p95", value=self.input_tokens_p95)
 

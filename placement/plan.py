@@ -109,11 +109,44 @@ class Evaluation:
     def mean_utilization(self) -> float:
         """GPU-weighted mean utilization over the horizon."""
         g = sum(self.gpus_per_window)
-        return sum(u * n for u, n in zip(self.utilization_per_window, self.gpus_per_window, strict=True)) / g if g else 0.0
+        pairs = zip(self.utilization_per_window, self.gpus_per_window, strict=True)
+        return sum(u * n for u, n in pairs) / g if g else 0.0
 
     @property
     def peak_utilization(self) -> float:
         return max(self.utilization_per_window, default=0.0)
+
+
+def tidy_shared(problem: Problem, replicas: dict[OptionKey, tuple[int, ...]],
+                shared: tuple[SharedGPU, ...]) -> tuple[SharedGPU, ...]:
+    """Shared GPUs whose served rates are trimmed to what each model needs after its dedicated replicas.
+
+    A solver may leave a shared GPU serving more than the remaining demand (it costs nothing); trimming scales a
+    model's served rates down proportionally across its shared GPUs, which only lowers compute shares, so a valid
+    plan stays valid and reports read naturally.
+    """
+    opts = problem.option_by_key
+    W = problem.n_windows
+    ded = {m.name: [0.0] * W for m in problem.models}
+    for key, counts in replicas.items():
+        o = opts[key]
+        for w, n in enumerate(counts):
+            ded[o.model][w] += n * o.capacity_req_per_s * (1 - problem.margin)
+    total = {m.name: [0.0] * W for m in problem.models}
+    for g in shared:
+        for m, v in g.served_req_per_s.items():
+            for w, f in enumerate(v):
+                total[m][w] += f
+    scale = {}
+    for m in problem.models:
+        row = []
+        for w, d in enumerate(m.demand_req_per_s):
+            need = max(0.0, d - ded[m.name][w])
+            row.append(need / total[m.name][w] if total[m.name][w] > need and total[m.name][w] > 0 else 1.0)
+        scale[m.name] = row
+    return tuple(SharedGPU(pool=g.pool, models=g.models,
+                           served_req_per_s={m: tuple(f * scale[m][w] for w, f in enumerate(v))
+                                             for m, v in g.served_req_per_s.items()}) for g in shared)
 
 
 def starts(counts: tuple[int, ...]) -> int:

@@ -17,7 +17,7 @@ import time
 
 from ortools.sat.python import cp_model
 
-from fleetplan.placement.plan import Plan, SharedGPU, Status, evaluate
+from fleetplan.placement.plan import Plan, SharedGPU, Status, evaluate, tidy_shared
 from fleetplan.placement.problem import Problem
 from fleetplan.solvers.common import build_index, warm_values
 
@@ -144,9 +144,9 @@ def solve_cpsat(problem: Problem, *, time_limit_s: float = 60, threads: int = 2,
         terms += [c * n[(o.key, w)] for w in W]
         sc = round(o.start_cost_usd * COST_SCALE)
         terms += [sc * st[(o.key, w)] for w in W if (o.key, w) in st]
-    for (p, b), var in y.items():
+    for (p, _b), var in y.items():
         terms.append(round(pools[p].usd_per_gpu_hour * h * len(W) * COST_SCALE) * var)
-    for (m, s, w), var in q.items():
+    for (m, s, _w), var in q.items():
         e = problem.egress_usd_per_req_per_s_window(models[m], s) / RATE_SCALE
         if e:
             terms.append(round(e * COST_SCALE) * var)
@@ -195,6 +195,7 @@ def solve_cpsat(problem: Problem, *, time_limit_s: float = 60, threads: int = 2,
             served = {m: tuple(solver.value(u[(m, p, b, w)]) * idx.share[(m, p)].capacity_req_per_s / SHARE_SCALE
                                for w in W) for m in residents}
             shared.append(SharedGPU(pool=p, models=residents, served_req_per_s=served))
+    shared = list(tidy_shared(problem, replicas, tuple(shared)))
     plan = Plan(replicas=replicas, shared=tuple(shared))
     objective = evaluate(problem, plan).total_usd
     bound = min(objective, solver.best_objective_bound / COST_SCALE)

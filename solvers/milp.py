@@ -39,7 +39,7 @@ from dataclasses import dataclass
 import pulp
 
 from fleetplan.errors import SolverError
-from fleetplan.placement.plan import Plan, SharedGPU, Status
+from fleetplan.placement.plan import Plan, SharedGPU, Status, tidy_shared
 from fleetplan.placement.problem import Problem
 from fleetplan.solvers.common import Index, build_index, warm_values
 
@@ -82,32 +82,32 @@ def build_milp(problem: Problem, *, relax: bool = False, elastic: bool = False) 
     lp = pulp.LpProblem("placement", pulp.LpMinimize)
 
     # Variables, indexed by the data's own keys.
-    n = {(o.key, w): pulp.LpVariable(f"n_{i}_{w}", 0, idx.ub[o.key], icat)
+    n = {(o.key, w): lp.add_variable(f"n_{i}_{w}", 0, idx.ub[o.key], icat)
          for i, o in enumerate(idx.options) for w in W}
-    st = {(o.key, w): pulp.LpVariable(f"st_{i}_{w}", 0) for i, o in enumerate(idx.options) for w in W
+    st = {(o.key, w): lp.add_variable(f"st_{i}_{w}", 0) for i, o in enumerate(idx.options) for w in W
           if o.start_cost_usd > 0 and len(W) > 1}
-    y = {(p, b): pulp.LpVariable(f"y_{j}", 0, 1, bcat) for j, (p, b) in enumerate(idx.bins)}
+    y = {(p, b): lp.add_variable(f"y_{j}", 0, 1, bcat) for j, (p, b) in enumerate(idx.bins)}
     a = {}
     f = {}
     for j, (p, b) in enumerate(idx.bins):
         for m in idx.residents[(p, b)]:
-            a[(m, p, b)] = pulp.LpVariable(f"a_{j}_{len(a)}", 0, 1, bcat)
+            a[(m, p, b)] = lp.add_variable(f"a_{j}_{len(a)}", 0, 1, bcat)
             for w in W:
-                f[(m, p, b, w)] = pulp.LpVariable(f"f_{j}_{len(f)}", 0)
+                f[(m, p, b, w)] = lp.add_variable(f"f_{j}_{len(f)}", 0)
     q = {}
     for m, sites in idx.sites_of.items():
         if len(sites) > 1:
             for s in sites:
                 for w in W:
-                    q[(m, s, w)] = pulp.LpVariable(f"q_{len(q)}", 0)
+                    q[(m, s, w)] = lp.add_variable(f"q_{len(q)}", 0)
 
     short = {}
     floor_short = {}
     if elastic:
         for i, m in enumerate(problem.models):
             for w in W:
-                short[(m.name, w)] = pulp.LpVariable(f"short_{i}_{w}", 0)
-                floor_short[(m.name, w)] = pulp.LpVariable(f"fshort_{i}_{w}", 0)
+                short[(m.name, w)] = lp.add_variable(f"short_{i}_{w}", 0)
+                floor_short[(m.name, w)] = lp.add_variable(f"fshort_{i}_{w}", 0)
 
     # Objective: GPU-hours × price + starts × start cost + egress.
     obj = [ELASTIC_PENALTY_USD * v for v in short.values()] + [ELASTIC_PENALTY_USD * v for v in floor_short.values()]
@@ -115,9 +115,9 @@ def build_milp(problem: Problem, *, relax: bool = False, elastic: bool = False) 
         c = o.gpus * pools[o.pool].usd_per_gpu_hour * h
         obj += [c * n[(o.key, w)] for w in W]
         obj += [o.start_cost_usd * st[(o.key, w)] for w in W if (o.key, w) in st]
-    for (p, b), var in y.items():
+    for (p, _b), var in y.items():
         obj.append(pools[p].usd_per_gpu_hour * h * len(W) * var)
-    for (m, s, w), var in q.items():
+    for (m, s, _w), var in q.items():
         e = problem.egress_usd_per_req_per_s_window(models[m], s)
         if e:
             obj.append(e * var)
@@ -279,7 +279,7 @@ def extract_plan(problem: Problem, model: MilpModel) -> tuple[dict, tuple[Shared
             residents = tuple(m for m in model.idx.residents[(p, b)] if (model.a[(m, p, b)].value() or 0) > 0.5)
             served = {m: tuple(max(0.0, model.f[(m, p, b, w)].value() or 0.0) for w in W) for m in residents}
             shared.append(SharedGPU(pool=p, models=residents, served_req_per_s=served))
-    return replicas, tuple(shared)
+    return replicas, tidy_shared(problem, replicas, tuple(shared))
 
 
 def solve_lp_bound(problem: Problem, *, time_limit_s: float = 60, threads: int | None = None) -> float | None:

@@ -41,8 +41,9 @@ class CpSatModel:
 
     def __init__(self, problem: TenantProblem, windows: Sequence[int], *, margin: bool = True,
                  hint: Mapping[tuple[str, int, str], int] | None = None) -> None:
-        from fleetplan.placement.tenant_baselines import static_partition
         from ortools.sat.python import cp_model
+
+        from fleetplan.placement.tenant_baselines import static_partition
 
         self.cp = cp_model
         self.problem, self.windows, self.margin = problem, list(windows), margin

@@ -1,0 +1,182 @@
+"""``fleetplan plan``: plan a scenario (the shipped default when none is given) and print the plan."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import sys
+
+import click
+
+from fleetplan.cli.output import atomic_path, progress_status, write_text_atomic
+from fleetplan.errors import FleetplanError
+from fleetplan.solvers.solve import BACKENDS
+
+
+def _fmt_counts(counts) -> str:
+    """Counts per window as one compact string ('0012221100...'), spaced when any count has two digits."""
+    return ("" if max(counts, default=0) < 10 else " ").join(str(c) for c in counts)
+
+
+def _render_table(problem, plan, d: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(width=None if sys.stdout.isatty() else 120)
+    console.print(f"[bold]{d['name']}[/bold]: {problem.n_windows} windows of {problem.window_length_s / 60:g} min; "
+                  f"status [bold]{d['status']}[/bold] ({d['backend']}, {d['solve_time_s']:.1f} s)")
+    if plan.message:
+        console.print(plan.message)
+    t = Table(title="Replicas per window (one digit per window, first to last)", title_justify="left")
+    for col in ("model", "GPU @ site", "tp×pp", "replicas per window", "GPU-h/day"):
+        t.add_column(col, justify="right" if col == "GPU-h/day" else "left", overflow="fold")
+    f = 24.0 / problem.horizon_hours
+    for r in d["replicas"]:
+        gh = sum(r["counts"]) * r["tp"] * r["pp"] * problem.window_hours * f
+        t.add_row(r["model"], f"{r['gpu']} @ {r['site']}", f"{r['tp']}×{r['pp']}", _fmt_counts(r["counts"]),
+                  f"{gh:.0f}")
+    for g in d["shared_gpus"]:
+        t.add_row(" + ".join(g["models"]), f"{g['gpu']} @ {g['site']}", "shared", "1 GPU, all day", "24")
+    console.print(t)
+    s = Table(title="Summary (per day)", title_justify="left")
+    s.add_column("plan")
+    for col in ("cost $/day", "GPU-hours/day", "vs this plan (GPU-h)", "note"):
+        s.add_column(col, justify="right" if col != "note" else "left")
+    s.add_row("this plan", f"{d['cost_usd_per_day']:,.2f}", f"{d['gpu_hours_per_day']:,.1f}", "1.00",
+              f"mean util {d['utilization']['mean']:.0%}, peak {d['utilization']['peak']:.0%}")
+    if d.get("lower_bound_usd_per_day") is not None:
+        s.add_row("lower bound (LP/dual)", f"{d['lower_bound_usd_per_day']:,.2f}", "", "",
+                  f"gap {d['gap']:.2%}" if d.get("gap") is not None else "")
+    for name, b in (d.get("baselines") or {}).items():
+        ratio = b["gpu_hours_per_day"] / d["gpu_hours_per_day"] if d["gpu_hours_per_day"] else float("nan")
+        s.add_row(name, f"{b['cost_usd_per_day']:,.2f}", f"{b['gpu_hours_per_day']:,.1f}", f"{ratio:.2f}",
+                  "" if b["valid"] else "exceeds the problem: " + b["message"][:60])
+    console.print(s)
+    bd = d["cost_breakdown_usd_per_day"]
+    console.print(f"cost/day: GPUs ${bd['gpu']:,.2f} + replica starts ${bd['starts']:,.2f} + egress "
+                  f"${bd['egress']:,.2f}")
+    for n in d.get("notes", []):
+        console.print(f"[dim]demand: {n}[/dim]")
+
+
+def _csv(d: dict) -> str:
+    buf = io.StringIO()
+    w = csv.writer(buf)
+    w.writerow(["model", "pool", "site", "gpu", "tp", "pp", "window", "start_s", "replicas", "kind"])
+    for r in d["replicas"]:
+        for i, c in enumerate(r["counts"]):
+            w.writerow([r["model"], r["pool"], r["site"], r["gpu"], r["tp"], r["pp"], i,
+                        i * d["window_length_s"], c, "dedicated"])
+    for g in d["shared_gpus"]:
+        for m in g["models"]:
+            for i in range(d["n_windows"]):
+                w.writerow([m, g["pool"], g["site"], g["gpu"], 1, 1, i, i * d["window_length_s"], 1, "shared"])
+    return buf.getvalue()
+
+
+def _plot(path: str, problem, plan) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from fleetplan.placement.plan import evaluate
+
+    ev = evaluate(problem, plan)
+    # Usable capacity per model: dedicated replicas after the margin, plus on each shared GPU what it serves and
+    # the compute headroom its co-residents leave.
+    avail = {m.name: list(ev.capacity_req_per_s[m.name]) for m in problem.models}
+    shares = problem.share_by_key
+    for g in plan.shared:
+        for w in range(problem.n_windows):
+            used = sum(v[w] / shares[(m, g.pool)].capacity_req_per_s for m, v in g.served_req_per_s.items())
+            free = max(0.0, 1 - problem.margin - used)
+            for m in g.models:
+                avail[m][w] += free * shares[(m, g.pool)].capacity_req_per_s
+    n = len(problem.models)
+    cols = 2 if n > 1 else 1
+    rows = (n + cols - 1) // cols
+    fig, axes = plt.subplots(rows, cols, figsize=(6 * cols, 2.6 * rows), squeeze=False, sharex=True)
+    hours = [w * problem.window_hours for w in range(problem.n_windows)]
+    for ax, m in zip(axes.flat, problem.models, strict=False):
+        ax.step(hours, avail[m.name], where="post", label="usable capacity", color="tab:blue", lw=1.5)
+        ax.step(hours, m.demand_req_per_s, where="post", label="demand (planned rate)", color="tab:red", lw=1.2,
+                ls="--")
+        ax.set_title(m.name, fontsize=9)
+        ax.set_ylabel("req/s")
+        ax.set_ylim(bottom=0)
+    for ax in axes.flat[n:]:
+        ax.set_visible(False)
+    for ax in axes[-1]:
+        ax.set_xlabel("hour of day")
+    axes.flat[0].legend(fontsize=8)
+    fig.suptitle(f"{problem.name}: demand vs provisioned capacity (after the {problem.margin:.0%} margin)",
+                 fontsize=10)
+    fig.tight_layout()
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png", dpi=110)
+    plt.close(fig)
+
+
+@click.command("plan")
+@click.argument("scenario", required=False)
+@click.option("--backend", type=click.Choice(BACKENDS), default="highs", show_default=True,
+              help="MILP with HiGHS or CBC (PuLP), or CP-SAT (OR-Tools).")
+@click.option("--time-limit", "time_limit_s", type=click.FloatRange(min=0.1, max=86400), default=60.0,
+              show_default=True, help="Solver time limit, seconds.")
+@click.option("--threads", type=click.IntRange(min=1, max=256), default=None, help="Solver threads (default: all).")
+@click.option("--gap", type=click.FloatRange(min=0, max=1), default=0.005, show_default=True,
+              help="Relative optimality gap at which the solver may stop.")
+@click.option("--window", "window_s", type=click.FloatRange(min=60, max=86400), default=None,
+              help="Window length in seconds (overrides the scenario's).")
+@click.option("--out", "out_path", type=click.Path(dir_okay=False), default=None, help="Write the plan as JSON.")
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "csv"]), default="table", show_default=True)
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
+              help="PNG of demand against provisioned capacity per model over the day.")
+@click.option("--xlsx", "xlsx_path", type=click.Path(dir_okay=False), default=None,
+              help="What-if workbook of the plan with live formulas.")
+@click.option("--no-baselines", is_flag=True, help="Skip the baselines.")
+def plan(scenario, backend, time_limit_s, threads, gap, window_s, out_path, fmt, plot_path, xlsx_path,
+         no_baselines) -> None:
+    """Plan SCENARIO (a YAML file or a shipped scenario's name; the shipped default when omitted): replicas per
+    model, GPU type, site and window at the lowest cost that meets every SLO. Every plan is re-checked by the
+    independent validator before it is printed."""
+    from fleetplan.placement.baselines import BASELINES
+    from fleetplan.placement.planio import plan_to_dict
+    from fleetplan.placement.scenario import build_problem, load_scenario, scenario_embed
+    from fleetplan.placement.validate import validate
+    from fleetplan.solvers.solve import solve
+
+    with progress_status(enabled=sys.stderr.isatty()) as say:
+        say("reading the scenario and its demand")
+        sc = load_scenario(scenario, window_length_s=window_s)
+        say("evaluating the capacity model")
+        problem = build_problem(sc, progress=say)
+        result = solve(problem, backend, time_limit_s=time_limit_s, threads=threads, gap=gap, progress=say)
+        baselines = {} if no_baselines else {name: fn(problem) for name, fn in BASELINES.items()}
+    if not result.has_solution:
+        raise FleetplanError(f"no plan ({result.status.value}): {result.message}")
+    report = validate(problem, result)
+    if not report.ok:
+        raise FleetplanError("the solver's plan fails the independent check (please report this): "
+                             + "; ".join(report.violations[:5]))
+    d = plan_to_dict(problem, result, scenario=scenario_embed(sc), baselines=baselines)
+    if out_path:
+        write_text_atomic(out_path, json.dumps(d, indent=1))
+    if plot_path:
+        _plot(plot_path, problem, result)
+    if xlsx_path:
+        try:
+            from fleetplan.costmodels.ledger import write_plan_workbook
+        except ImportError:
+            raise FleetplanError("--xlsx needs the cost ledger (fleetplan.costmodels.ledger), not in this build") \
+                from None
+        with atomic_path(xlsx_path) as tmp:
+            write_plan_workbook(tmp, problem, result)
+    if fmt == "json":
+        click.echo(json.dumps(d, indent=1))
+    elif fmt == "csv":
+        click.echo(_csv(d), nl=False)
+    else:
+        _render_table(problem, result, d)

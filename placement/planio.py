@@ -1,0 +1,157 @@
+"""Plans to and from JSON: the file ``fleetplan plan --out plan.json`` writes and ``fleetplan simulate`` and the
+service read. The scenario is embedded, so a plan file can be replayed without the scenario file.
+
+Format (version 1): status, backend, cost_usd_per_day, gpu_hours_per_day, lower_bound_usd_per_day, gap,
+solve_time_s, message, cost_breakdown_usd_per_day {gpu, starts, egress}, utilization {mean, peak},
+window_length_s, n_windows, replicas [{model, pool, site, gpu, tp, pp, capacity_req_per_s, counts[]}],
+shared_gpus [{pool, site, gpu, models[], served_req_per_s {model: []}}], windows [{index, start_s, gpus,
+utilization, demand_req_per_s {model}, capacity_req_per_s {model}, replicas {model: {"gpu@site tpN": n}}}],
+baselines {name: {cost_usd_per_day, gpu_hours_per_day, valid, message}}, validation {ok, violations},
+scenario {name, source, raw}. "per day" figures scale the horizon's totals to 24 h (the horizon is a day for
+24 one-hour windows; a shorter horizon is taken to repeat).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from fleetplan.errors import InputError
+from fleetplan.placement.plan import Plan, SharedGPU, Status, evaluate
+from fleetplan.placement.problem import Problem
+from fleetplan.placement.validate import validate
+
+FORMAT_VERSION = 1
+
+
+def per_day_factor(problem: Problem) -> float:
+    """Multiplier from the horizon's totals to a day's (1 for a 24-hour horizon)."""
+    return 24.0 / problem.horizon_hours
+
+
+def plan_to_dict(problem: Problem, plan: Plan, *, scenario: dict | None = None,
+                 baselines: dict[str, Plan] | None = None) -> dict[str, Any]:
+    """A JSON-ready dict of ``plan`` on ``problem`` (see the module docstring)."""
+    f = per_day_factor(problem)
+    ev = evaluate(problem, plan) if plan.has_solution else None
+    pools = problem.pool_by_id
+    opts = problem.option_by_key
+    report = validate(problem, plan) if plan.has_solution else None
+    out: dict[str, Any] = {
+        "fleetplan_plan_version": FORMAT_VERSION,
+        "name": problem.name,
+        "status": plan.status.value,
+        "backend": plan.backend,
+        "cost_usd_per_day": ev.total_usd * f if ev else None,
+        "gpu_hours_per_day": ev.gpu_hours * f if ev else None,
+        "lower_bound_usd_per_day": plan.bound_usd * f if plan.bound_usd is not None else None,
+        "gap": plan.gap,
+        "solve_time_s": plan.solve_time_s,
+        "message": plan.message,
+        "cost_breakdown_usd_per_day": ({"gpu": ev.gpu_usd * f, "starts": ev.start_usd * f,
+                                        "egress": ev.egress_usd * f} if ev else None),
+        "utilization": {"mean": ev.mean_utilization, "peak": ev.peak_utilization} if ev else None,
+        "window_length_s": problem.window_length_s,
+        "n_windows": problem.n_windows,
+        "replicas": [],
+        "shared_gpus": [],
+        "windows": [],
+        "notes": list(problem.notes),
+    }
+    for key, counts in sorted(plan.replicas.items()):
+        o = opts[key]
+        p = pools[o.pool]
+        out["replicas"].append({"model": o.model, "pool": o.pool, "site": p.site, "gpu": p.gpu, "tp": o.tp,
+                                "pp": o.pp, "capacity_req_per_s": o.capacity_req_per_s, "counts": list(counts)})
+    for g in plan.shared:
+        p = pools[g.pool]
+        out["shared_gpus"].append({"pool": g.pool, "site": p.site, "gpu": p.gpu, "models": list(g.models),
+                                   "served_req_per_s": {m: list(v) for m, v in g.served_req_per_s.items()}})
+    if ev:
+        for w in range(problem.n_windows):
+            reps: dict[str, dict[str, int]] = {}
+            for key, counts in plan.replicas.items():
+                if counts[w]:
+                    o = opts[key]
+                    p = pools[o.pool]
+                    label = f"{p.gpu}@{p.site} tp{o.tp}" + (f"xpp{o.pp}" if o.pp > 1 else "")
+                    reps.setdefault(o.model, {})[label] = counts[w]
+            for g in plan.shared:
+                p = pools[g.pool]
+                for m in g.models:
+                    label = f"{p.gpu}@{p.site} shared"
+                    reps.setdefault(m, {})[label] = reps.get(m, {}).get(label, 0) + 1
+            out["windows"].append({
+                "index": w, "start_s": w * problem.window_length_s, "gpus": ev.gpus_per_window[w],
+                "utilization": ev.utilization_per_window[w],
+                "demand_req_per_s": {m.name: m.demand_req_per_s[w] for m in problem.models},
+                "capacity_req_per_s": {m: c[w] for m, c in ev.capacity_req_per_s.items()},
+                "replicas": reps})
+    if baselines:
+        out["baselines"] = {}
+        for name, b in baselines.items():
+            be = evaluate(problem, b)
+            out["baselines"][name] = {"cost_usd_per_day": be.total_usd * f, "gpu_hours_per_day": be.gpu_hours * f,
+                                      "valid": not b.message, "message": b.message}
+    out["validation"] = {"ok": report.ok, "violations": list(report.violations)} if report else None
+    if scenario is not None:
+        out["scenario"] = scenario
+    return out
+
+
+def plan_from_dict(d: dict, problem: Problem | None = None) -> Plan:
+    """The :class:`Plan` stored in a plan dict (as written by :func:`plan_to_dict`).
+
+    Raises InputError when the dict is not a fleetplan plan or its replicas do not match ``problem`` (if given).
+    """
+    if not isinstance(d, dict) or d.get("fleetplan_plan_version") != FORMAT_VERSION:
+        raise InputError("not a fleetplan plan file (missing fleetplan_plan_version 1); write one with "
+                         "`fleetplan plan --out plan.json`", field="fleetplan_plan_version")
+    try:
+        replicas = {(r["model"], r["pool"], int(r["tp"]), int(r["pp"])): tuple(int(c) for c in r["counts"])
+                    for r in d["replicas"]}
+        shared = tuple(SharedGPU(pool=g["pool"], models=tuple(g["models"]),
+                                 served_req_per_s={m: tuple(float(x) for x in v)
+                                                   for m, v in g["served_req_per_s"].items()})
+                       for g in d["shared_gpus"])
+        status = Status(d["status"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise InputError(f"plan file is malformed: {exc!r}", field="replicas") from None
+    if problem is not None:
+        opts = problem.option_by_key
+        for k in replicas:
+            if k not in opts:
+                raise InputError(f"plan replica {k} is not an option of the scenario (the scenario changed since "
+                                 "the plan was made?)", field="replicas", value=k)
+    f = per_day_factor(problem) if problem is not None else 1.0
+    cost = d.get("cost_usd_per_day")
+    bound = d.get("lower_bound_usd_per_day")
+    return Plan(replicas=replicas, shared=shared, status=status, backend=d.get("backend", ""),
+                objective_usd=cost / f if cost is not None else None,
+                bound_usd=bound / f if bound is not None else None, gap=d.get("gap"),
+                solve_time_s=float(d.get("solve_time_s", 0.0)), message=d.get("message", ""))
+
+
+def read_plan_json(path: str | Path) -> dict:
+    """Read a plan file; raises InputError when it is missing or not JSON."""
+    p = Path(path)
+    if not p.is_file():
+        raise InputError(f"no such plan file {p}; write one with `fleetplan plan --out {p.name}`", source=str(p))
+    try:
+        return json.loads(p.read_text())
+    except json.JSONDecodeError as exc:
+        raise InputError(f"not JSON: {exc.msg}", source=str(p), row=exc.lineno) from None
+
+
+def problem_from_plan_dict(d: dict) -> tuple[Problem, Any]:
+    """Rebuild (Problem, Scenario) from the scenario embedded in a plan dict."""
+    from fleetplan.placement.scenario import build_problem, scenario_from_raw
+
+    sc = d.get("scenario")
+    if not isinstance(sc, dict) or "raw" not in sc:
+        raise InputError("plan file has no embedded scenario; re-create it with `fleetplan plan --out`",
+                         field="scenario")
+    scenario = scenario_from_raw(sc["raw"], source=sc.get("source", "plan file"), base=sc.get("base"),
+                                 window_length_s=d.get("window_length_s"))
+    return build_problem(scenario), scenario
