@@ -1,0 +1,301 @@
+"""``fleetplan ledger``: cost ledgers, the prefill-here/decode-there comparison, what-if workbooks and sweeps.
+
+Thin layer over :mod:`fleetplan.costmodels.split`, :mod:`fleetplan.costmodels.ledger` and
+:mod:`fleetplan.costmodels.ledger_xlsx`. Bad input raises a fleetplan error (one line, exit code 2); files are
+written to a temporary file and renamed.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+import click
+from fleetplan.errors import InputError
+
+
+def _clean(v):
+    if isinstance(v, float) and (math.isnan(v) or math.isinf(v)):
+        return None
+    if isinstance(v, dict):
+        return {k: _clean(x) for k, x in v.items()}
+    return v
+
+
+def _write_text_atomic(path: str, text: str) -> None:
+    p = Path(path)
+    folder = p.parent if str(p.parent) else Path(".")
+    if not folder.is_dir():
+        raise InputError(f"folder {str(folder)!r} does not exist", field="path", value=path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=folder)
+    try:
+        with os.fdopen(fd, "w", newline="") as f:
+            f.write(text)
+        os.replace(tmp, p)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def _csv(rows: list[dict]) -> str:
+    buf = io.StringIO()
+    if rows:
+        w = csv.DictWriter(buf, fieldnames=list(rows[0]), lineterminator="\n")
+        w.writeheader()
+        for r in rows:
+            w.writerow({k: "" if v is None else v for k, v in _clean(r).items()})
+    return buf.getvalue()
+
+
+def _split_options(f: Callable) -> Callable:
+    opts = [
+        click.option("--model", required=True, help="Model name or alias, e.g. llama-3.1-70b."),
+        click.option("--prefill-site", required=True, help="Site of the prefill pool, 'cloud:region[:zone]'."),
+        click.option("--decode-site", required=True, help="Site of the decode pool (near the users)."),
+        click.option("--trace", default="azure-conv", show_default=True, help="Trace giving the token mix and rate."),
+        click.option("--gpu", default="H100-SXM-80GB", show_default=True, help="GPU type of both pools."),
+        click.option("--prefill-gpu", default=None, help="GPU type of the prefill pool (default --gpu)."),
+        click.option("--decode-gpu", default=None, help="GPU type of the decode pool (default --gpu)."),
+        click.option("--rate-req-per-s", type=float, default=None, help="Request rate (default: the trace's)."),
+        click.option("--ttft-slo-s", type=float, default=2.0, show_default=True, help="p95 TTFT target, seconds."),
+        click.option("--tpot-slo-s", type=float, default=0.1, show_default=True, help="p95 TPOT target, seconds."),
+        click.option("--pricing-model", default="on-demand", show_default=True, help="on-demand, spot, ..."),
+        click.option("--prefill-usd-per-gpu-hour", type=float, default=None,
+                     help="Your price per GPU-hour at the prefill site (instead of the catalog's)."),
+        click.option("--decode-usd-per-gpu-hour", type=float, default=None,
+                     help="Your price per GPU-hour at the decode site (instead of the catalog's)."),
+        click.option("--prices", "prices_file", type=click.Path(dir_okay=False), default=None,
+                     help="Your own GPU price rows (CSV/YAML, the shipped price file's columns)."),
+        click.option("--egress", "egress_file", type=click.Path(dir_okay=False), default=None,
+                     help="Your own egress rows (CSV/YAML, the shipped egress file's columns)."),
+        click.option("--egress-usd-per-gb", type=float, default=None,
+                     help="Flat cross-site egress price, USD/GB (instead of the route's table)."),
+        click.option("--margin", type=float, default=0.1, show_default=True, help="Capacity headroom (0..0.9)."),
+        click.option("--usd-per-kwh", type=float, default=None, help="Electricity price (default: shipped)."),
+        click.option("--energy-billed/--energy-included", default=False, show_default=True,
+                     help="Add energy to the total (own hardware) or not (cloud prices include power)."),
+    ]
+    for o in reversed(opts):
+        f = o(f)
+    return f
+
+
+def _spec(kw: dict):
+    from fleetplan.costmodels.split import make_spec
+
+    return make_spec(kw["model"], kw["prefill_site"], kw["decode_site"], trace=kw["trace"], gpu=kw["gpu"],
+                     prefill_gpu=kw["prefill_gpu"], decode_gpu=kw["decode_gpu"], rate_req_per_s=kw["rate_req_per_s"],
+                     ttft_slo_s=kw["ttft_slo_s"], tpot_slo_s=kw["tpot_slo_s"], pricing_model=kw["pricing_model"],
+                     prefill_usd_per_gpu_hour=kw["prefill_usd_per_gpu_hour"],
+                     decode_usd_per_gpu_hour=kw["decode_usd_per_gpu_hour"], prices_file=kw["prices_file"],
+                     egress_file=kw["egress_file"], egress_usd_per_gb=kw["egress_usd_per_gb"], margin=kw["margin"],
+                     usd_per_kwh=kw["usd_per_kwh"], energy_billed=kw["energy_billed"])
+
+
+def parse_vary(text: str) -> tuple[str, list[float]]:
+    """'name=a:b:n' (n values from a to b) or 'name=v1,v2,...'. Raises InputError otherwise."""
+    import numpy as np
+
+    from fleetplan.costmodels.split import SWEEP_VARIABLES
+    from fleetplan.errors import UnknownNameError
+
+    if "=" not in text:
+        raise InputError(f"--vary {text!r}: write NAME=START:STOP:COUNT or NAME=V1,V2,...", field="vary", value=text)
+    name, spec = (x.strip() for x in text.split("=", 1))
+    if name not in SWEEP_VARIABLES:
+        raise UnknownNameError("sweep variable", name, SWEEP_VARIABLES, field="vary")
+    try:
+        if ":" in spec:
+            a, b, n = spec.split(":")
+            if int(n) < 1 or int(n) > 1000:
+                raise ValueError
+            vals = [float(x) for x in np.linspace(float(a), float(b), int(n))]
+        else:
+            vals = [float(x) for x in spec.split(",") if x.strip()]
+    except ValueError:
+        raise InputError(f"--vary {text!r}: values must be numbers (START:STOP:COUNT with COUNT 1..1000, or a "
+                         "comma-separated list)", field="vary", value=text) from None
+    if not vals:
+        raise InputError(f"--vary {text!r}: no values", field="vary", value=text)
+    return name, vals
+
+
+def _run_sweep(spec, variables: dict, workers: int, quiet: bool) -> list[dict]:
+    from concurrent.futures import ProcessPoolExecutor
+
+    from fleetplan.costmodels.split import apply_variables, grid, scenario_row
+
+    cells = grid(variables)
+    for c in cells:  # fail fast on bad values, before starting processes
+        apply_variables(spec, c)
+    if workers <= 1 or len(cells) == 1:
+        return [scenario_row(spec, c) for c in cells]
+    from rich.progress import Progress
+
+    with ProcessPoolExecutor(max_workers=workers) as ex, Progress(disable=quiet, transient=True) as bar:
+        task = bar.add_task("scenarios", total=len(cells))
+        futs = [ex.submit(scenario_row, spec, c) for c in cells]
+        out = []
+        for f in futs:
+            out.append(f.result())
+            bar.advance(task)
+    return out
+
+
+def _print_split(result, fmt: str) -> None:
+    if fmt == "json":
+        click.echo(json.dumps(_clean_deep(result.to_dict()), indent=2))
+        return
+    rows = [i.row() for o in result.options.values() for i in o.ledger.items]
+    if fmt == "csv":
+        click.echo(_csv(rows), nl=False)
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    con = Console(width=200)
+    t = Table(title=f"{result.spec.model.name}: line items per day")
+    for c in ("option", "category", "label", "tier", "quantity", "unit", "unit price USD", "USD/day", "in total"):
+        t.add_column(c, justify="right" if c in ("quantity", "unit price USD", "USD/day") else "left")
+    for r in rows:
+        t.add_row(r["option"], r["category"], r["label"], r["tier"], f"{r['quantity_per_day']:,.2f}", r["unit"],
+                  f"{r['unit_price_usd']:.4f}", f"{r['amount_usd_per_day']:,.2f}", "yes" if r["in_total"] else "no")
+    con.print(t)
+    s = Table(title="Options side by side")
+    cols = ("option", "sites", "GPUs", "USD/day", "USD/month", "GPU USD/day", "egress USD/day", "USD/request",
+            "USD/1M in", "USD/1M out", "TTFT added s", "TTFT p95 s", "SLO")
+    for c in cols:
+        s.add_column(c)
+    for name, o in result.options.items():
+        led = o.ledger
+        s.add_row(name, ", ".join(f"{p.role}@{p.site}" for p in o.pools),
+                  " + ".join(f"{p.replicas}×{p.tp}" for p in o.pools), f"{led.total_usd_per_day:,.2f}",
+                  f"{led.total_usd_per_month:,.0f}", f"{led.gpu_usd_per_day:,.2f}", f"{led.egress_usd_per_day:,.2f}",
+                  f"{led.usd_per_request:.5f}", f"{led.usd_per_1m_input_tokens:.3f}",
+                  f"{led.usd_per_1m_output_tokens:.3f}", f"{o.ttft_added_s:.3f}", f"{o.ttft_p95_s:.3f}",
+                  "ok" if o.slo_ok else "FAILS")
+    con.print(s)
+    be = result.break_even_egress_usd_per_gb
+    con.print(f"Break-even cross-site egress: {'n/a' if be is None else f'{be:.5f} USD/GB'}; "
+              f"prompt length: {result.break_even_note}")
+    for o in result.options.values():
+        if o.note:
+            con.print(f"{o.name}: {o.note}")
+    con.print(f"Verdict: {result.verdict}")
+
+
+def _clean_deep(obj):
+    if isinstance(obj, dict):
+        return {k: _clean_deep(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_clean_deep(v) for v in obj]
+    return _clean(obj)
+
+
+@click.group("ledger")
+def ledger() -> None:
+    """Cost ledgers: line items per day and month (GPU-hours, egress by route class and tier, energy)."""
+
+
+@ledger.command("split")
+@_split_options
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "csv"]), default="table", show_default=True,
+              help="table: line items and options side by side; json: one object; csv: line items.")
+@click.option("--xlsx", type=click.Path(dir_okay=False), default=None, help="Also write a what-if workbook.")
+@click.option("--csv-out", type=click.Path(dir_okay=False), default=None, help="Also write the line items as CSV.")
+@click.option("--no-prompt-break-even", is_flag=True, help="Skip the (slower) prompt-length break-even search.")
+def split_cmd(fmt: str, xlsx: str | None, csv_out: str | None, no_prompt_break_even: bool, **kw) -> None:
+    """Compare colocated, disaggregated in one site, and prefill-here/decode-there on the same demand."""
+    from fleetplan.costmodels.split import compare, scenario_row
+
+    spec = _spec(kw)
+    result = compare(spec, prompt_break_even=not no_prompt_break_even)
+    if xlsx:
+        from fleetplan.costmodels.ledger_xlsx import write_split_workbook
+
+        base = spec.kv_table.tiers[0].usd_per_gb
+        egress = sorted({round(x, 4) for x in (0.0, base / 2, base, base * 2, base * 4)})
+        prompts = [spec.mix.input_tokens_mean * f for f in (0.25, 1.0, 4.0)]
+        rows = [scenario_row(spec, {"egress_usd_per_gb": e, "prompt_tokens": p}) for e in egress for p in prompts]
+        write_split_workbook(xlsx, result, rows)
+    if csv_out:
+        _write_text_atomic(csv_out, _csv([i.row() for o in result.options.values() for i in o.ledger.items]))
+    _print_split(result, fmt)
+
+
+@ledger.command("whatif")
+@_split_options
+@click.option("--vary", "vary", multiple=True, required=True,
+              help="NAME=START:STOP:COUNT or NAME=V1,V2,... (repeat); names: egress_usd_per_gb, prompt_tokens, "
+                   "output_tokens, rate_req_per_s, gpu_price_factor, prefill_price_factor, decode_price_factor.")
+@click.option("--workers", type=click.IntRange(1, 64), default=max(1, min(4, os.cpu_count() or 1)),
+              show_default=True, help="Parallel processes.")
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "csv"]), default="table", show_default=True)
+@click.option("--out", type=click.Path(dir_okay=False), default=None, help="Also write the table as CSV.")
+@click.option("--plot", type=click.Path(dir_okay=False), default=None,
+              help="Write a PNG plot of the split's savings over the first variable.")
+def whatif_cmd(vary: tuple[str, ...], workers: int, fmt: str, out: str | None, plot: str | None, **kw) -> None:
+    """Evaluate a grid of scenarios (in parallel processes) and print the verdict per cell."""
+    variables = dict(parse_vary(v) for v in vary)
+    spec = _spec(kw)
+    rows = _run_sweep(spec, variables, workers, quiet=fmt != "table")
+    if out:
+        _write_text_atomic(out, _csv(rows))
+    if plot:
+        _plot(rows, list(variables), plot)
+    if fmt == "json":
+        click.echo(json.dumps([_clean(r) for r in rows], indent=2))
+    elif fmt == "csv":
+        click.echo(_csv(rows), nl=False)
+    else:
+        from rich.console import Console
+        from rich.table import Table
+
+        t = Table(title="What-if scenarios (USD per day)")
+        for c in rows[0]:
+            t.add_column(c)
+        for r in rows:
+            t.add_row(*(f"{v:,.4g}" if isinstance(v, float) else str(v) for v in r.values()))
+        Console(width=220).print(t)
+
+
+def _plot(rows: list[dict], names: list[str], path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    x = names[0]
+    others = names[1:]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    series: dict[tuple, list[tuple[float, float]]] = {}
+    for r in rows:
+        series.setdefault(tuple(r[n] for n in others), []).append((r[x], r["savings_usd_per_day"]))
+    for key, pts in series.items():
+        pts.sort()
+        label = ", ".join(f"{n}={v:g}" for n, v in zip(others, key, strict=True)) or "split"
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=label)
+    ax.axhline(0, color="grey", lw=0.8)
+    ax.set_xlabel(x)
+    ax.set_ylabel("split saves USD/day (negative: costs more)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    p = Path(path)
+    folder = p.parent if str(p.parent) else Path(".")
+    if not folder.is_dir():
+        raise InputError(f"folder {str(folder)!r} does not exist", field="plot", value=path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".png", dir=folder)
+    os.close(fd)
+    try:
+        fig.savefig(tmp, format="png")
+        os.replace(tmp, p)
+    finally:
+        plt.close(fig)
+        if os.path.exists(tmp):
+            os.unlink(tmp)

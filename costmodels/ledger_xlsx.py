@@ -1,0 +1,493 @@
+"""What-if workbooks (openpyxl): inputs a person can change, line items and totals as live formulas over them.
+
+Sheets:
+
+* ``Assumptions``: every input as a labeled cell (column B) with its unit (C) and source (D): demand, token lengths,
+  KV bytes per token, prices per GPU-hour, egress bands (from/to GB per month in E/F), energy figures, pool sizes.
+  Pool sizes (replicas, tp) come from the capacity model for the given rate: changing the rate in the sheet does
+  not resize the pools (run the command again for that).
+* ``Ledger``: traffic (GB per day, formulas), then one row per line item (quantity, unit price, amount per day and
+  per month, whether it counts in the total, input-token share, source), then the totals per option, USD per
+  request and per million input / output tokens, and the break-even cross-site egress price, all formulas.
+* ``Plan`` (plans only): replicas per model, GPU type, site and window; GPU-hours and starts as formulas.
+* ``Scenarios`` (split only): a sweep computed in Python (values, not formulas) with the verdict per cell.
+* A bar chart of the total USD per day per option (split) or per line category (plan).
+
+Files are written to a temporary file next to the target and renamed, so no half-written workbook is left.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+from openpyxl import Workbook
+from openpyxl.chart import BarChart, Reference
+from openpyxl.styles import Font
+from openpyxl.utils import get_column_letter
+
+from fleetplan.costmodels.ledger import DAYS_PER_MONTH, SECONDS_PER_DAY, Flow, table_key
+from fleetplan.errors import InputError
+
+_BOLD = Font(bold=True)
+LEDGER_HEADER = ("Option", "Category", "Item", "Site", "Quantity per day", "Unit", "Unit price USD",
+                 "Amount USD/day", "Amount USD/month", "In total (1/0)", "Billed USD/day", "Input share",
+                 "Source")
+
+
+def save_atomic(wb: Workbook, path: str | Path) -> Path:
+    """Save ``wb`` to ``path`` through a temporary file in the same folder and a rename.
+
+    Raises InputError when the folder does not exist or cannot be written.
+    """
+    path = Path(path)
+    folder = path.parent if str(path.parent) else Path(".")
+    if not folder.is_dir():
+        raise InputError(f"folder {str(folder)!r} does not exist; create it or choose another path", field="path",
+                         value=str(path))
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
+    os.close(fd)
+    try:
+        wb.save(tmp)
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise InputError(f"cannot write {path}: {exc.strerror or exc}", field="path", value=str(path)) from None
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return path
+
+
+class _Inputs:
+    """Writes labeled input cells on the Assumptions sheet and remembers their absolute references."""
+
+    def __init__(self, ws) -> None:
+        self.ws = ws
+        self.row = 1
+        self.ref: dict[str, str] = {}
+        ws.append(("Input", "Value", "Unit", "Source", "Band from GB/month", "Band to GB/month"))
+        for c in ws[1]:
+            c.font = _BOLD
+        ws.column_dimensions["A"].width = 58
+        ws.column_dimensions["B"].width = 16
+        ws.column_dimensions["C"].width = 16
+        ws.column_dimensions["D"].width = 80
+
+    def section(self, title: str) -> None:
+        self.row += 2
+        self.ws.cell(self.row, 1, title).font = _BOLD
+
+    def add(self, key: str, label: str, value, unit: str, source: str, *extra) -> str:
+        self.row += 1
+        r = self.row
+        self.ws.cell(r, 1, label)
+        self.ws.cell(r, 2, value)
+        self.ws.cell(r, 3, unit)
+        self.ws.cell(r, 4, source)
+        for i, v in enumerate(extra):
+            self.ws.cell(r, 5 + i, v)
+        self.ref[key] = f"Assumptions!$B${r}"
+        return self.ref[key]
+
+    def col(self, key: str, col: str) -> str:
+        return self.ref[key].replace("$B$", f"${col}$")
+
+
+class _LedgerSheet:
+    """Appends line-item rows with formulas to the Ledger sheet."""
+
+    def __init__(self, ws) -> None:
+        self.ws = ws
+        self.rows_by_option: dict[str, list[int]] = {}
+        self.rows_by_cat: dict[tuple[str, str], list[int]] = {}
+
+    def item(self, option: str, category: str, label: str, site: str, qty: str, unit: str, price: str,
+             in_total: str | int, share: str | float, source: str) -> int:
+        ws = self.ws
+        r = ws.max_row + 1
+        vals = (option, category, label, site, qty, unit, price, f"=E{r}*G{r}", f"=H{r}*{_f(DAYS_PER_MONTH)}",
+                in_total if isinstance(in_total, int) else f"={in_total}", f"=H{r}*J{r}",
+                share if not isinstance(share, str) else f"={share}", source)
+        for c, v in enumerate(vals, start=1):
+            ws.cell(r, c, v)
+        self.rows_by_option.setdefault(option, []).append(r)
+        self.rows_by_cat.setdefault((option, category), []).append(r)
+        return r
+
+
+def _f(x: float) -> str:
+    return repr(float(x))
+
+
+def _sum(col: str, rows: Sequence[int]) -> str:
+    return "(" + "+".join(f"{col}{r}" for r in rows) + ")" if rows else "0"
+
+
+def _traffic_formula(flow: Flow, a: _Inputs) -> str:
+    d = f"{a.ref['rate']}*{a.ref['seconds_per_day']}"
+    if flow.kind == "kv":
+        return f"={d}*{a.ref['kv_tokens']}*{a.ref['kv_bytes_per_token']}/1000000000"
+    if flow.kind == "prompt":
+        return f"={d}*{a.ref['input_tokens']}*{a.ref['text_bytes_per_token']}/1000000000"
+    return f"={d}*{a.ref['output_tokens']}*{a.ref['text_bytes_per_token']}/1000000000"
+
+
+def _band_qty(vol_ref: str, lo_ref: str, hi_ref: str | None, dpm: str) -> str:
+    top = vol_ref if hi_ref is None else f"MIN({vol_ref},{hi_ref})"
+    return f"=MAX(0,{top}-{lo_ref})/{dpm}"
+
+
+def _energy_qty(a: _Inputs, key: str, gpus: str, per_day_hours: str = "24") -> str:
+    tdp, idle, util = a.ref[f"{key}/tdp"], a.ref[f"{key}/idle"], a.ref[f"{key}/util"]
+    return (f"={gpus}*({idle}*{tdp}+({tdp}-{idle}*{tdp})*{util})*{per_day_hours}/1000*{a.ref['pue']}")
+
+
+def build_split_workbook(result, scenarios: Sequence[dict] | None = None) -> Workbook:
+    """Workbook for a :class:`fleetplan.costmodels.split.SplitResult` (module docstring for the sheets).
+
+    ``scenarios``: rows from :func:`fleetplan.costmodels.split.scenario_row` for the Scenarios sheet (None: none).
+    """
+    s = result.spec
+    wb = Workbook()
+    wa = wb.active
+    wa.title = "Assumptions"
+    a = _Inputs(wa)
+    a.section("Demand (steady rate all day)")
+    a.add("rate", "Request rate", s.rate_req_per_s, "req/s", f"trace {s.trace}: requests / span, or given")
+    a.add("seconds_per_day", "Seconds per day", SECONDS_PER_DAY, "s", "calendar")
+    a.add("dpm", "Days per month", DAYS_PER_MONTH, "days", "365 / 12 (730-hour billing month)")
+    a.add("input_tokens", "Prompt tokens per request (mean)", s.mix.input_tokens_mean, "tokens",
+          f"trace {s.trace}")
+    a.add("output_tokens", "Output tokens per request (mean)", s.mix.output_tokens_mean, "tokens",
+          f"trace {s.trace}")
+    a.add("kv_bytes_per_token", f"KV-cache bytes per token ({s.model.name}, {s.kv_dtype})", s.kv_bytes_per_token,
+          "bytes/token", "2 × layers × KV heads × head dim × bytes per element (model config)")
+    win = s.model.sliding_window_tokens
+    a.add("kv_tokens", "KV-cached tokens per prompt (formula)",
+          f"=MIN({a.ref['input_tokens']},{win})" if win else f"={a.ref['input_tokens']}", "tokens",
+          "prompt tokens, capped by the sliding window" if win else "the prompt tokens (no sliding window)")
+    from fleetplan.costmodels.ledger import load_assumptions
+
+    la = load_assumptions()
+    a.add("text_bytes_per_token", "Text bytes per token (prompts, responses)", s.text_bytes_per_token,
+          "bytes/token", la["text_bytes_per_token"].source)
+    a.section("Energy (cloud GPU prices include power: billed only when the flag is 1)")
+    a.add("usd_per_kwh", "Electricity price", s.usd_per_kwh, "USD/kWh", la["electricity_usd_per_kwh"].source)
+    a.add("pue", "Power usage effectiveness", s.pue, "ratio", la["pue"].source)
+    a.add("energy_billed", "Energy billed separately (1 = yes, 0 = no)", 1 if s.energy_billed else 0, "flag",
+          "choice")
+    for name, o in result.options.items():
+        a.section(f"Option {name}: GPU pools (sizes from the capacity model at the rate above)")
+        for p in o.pools:
+            k = f"{name}/{p.role}"
+            a.add(f"{k}/replicas", f"{name} {p.role} replicas at {p.site}", p.replicas, "replicas",
+                  f"capacity model: ceil(rate / ({p.capacity_req_per_s:.4g} req/s × (1 − margin {s.margin:g})))")
+            a.add(f"{k}/tp", f"{name} {p.role} GPUs per replica ({p.gpu})", p.tp, "GPUs",
+                  "fewest GPUs meeting the SLO")
+            a.add(f"{k}/price", f"{name} {p.role} price per GPU-hour ({p.gpu} at {p.site}, {p.price.pricing_model})",
+                  float(p.price.usd_per_gpu_hour), "USD/GPU-hour", p.price.source)
+            a.add(f"{k}/tdp", f"{name} {p.role} board power per GPU (TDP)", p.tdp_w or 0, "W", "GPU catalog")
+            a.add(f"{k}/idle", f"{name} {p.role} idle power share of TDP", p.idle, "fraction",
+                  "datasets/data/calibration/power.csv")
+            a.add(f"{k}/util", f"{name} {p.role} utilization", p.utilization, "fraction",
+                  "rate / (replicas × capacity)")
+            a.add(f"{k}/share", f"{name} {p.role} share of cost attributed to input tokens", p.input_share,
+                  "fraction", "prefill 1, decode 0, colocated the prefill share of busy time")
+    tables = {}
+    for o in result.options.values():
+        for f in o.flows:
+            tables.setdefault(table_key(f.table), f.table)
+    a.section("Egress prices (USD per GB moved inside each monthly volume band)")
+    for key, t in tables.items():
+        for j, band in enumerate(t.tiers):
+            a.add(f"eg/{key}/{j}", f"egress {key[0]} {key[1]} ({key[2]}) band {j + 1}", band.usd_per_gb, "USD/GB",
+                  t.source, band.from_gb, band.to_gb)
+
+    wl = wb.create_sheet("Ledger")
+    wl.append(("Traffic", "", "Flow", "Route", "GB per day"))
+    for c in wl[1]:
+        c.font = _BOLD
+    flow_ref: dict[tuple[str, int], str] = {}
+    for name, o in result.options.items():
+        for i, f in enumerate(o.flows):
+            r = wl.max_row + 1
+            wl.cell(r, 1, name)
+            wl.cell(r, 2, "traffic")
+            wl.cell(r, 3, f"{f.kind}: {f.src} -> {f.dst}")
+            wl.cell(r, 4, f"{f.table.cloud} {f.route_class}")
+            wl.cell(r, 5, _traffic_formula(f, a))
+            flow_ref[(name, i)] = f"$E${r}"
+    vol_ref: dict[tuple[str, tuple], tuple[str, str]] = {}
+    for name, o in result.options.items():
+        groups: dict[tuple, list[int]] = {}
+        for i, f in enumerate(o.flows):
+            groups.setdefault(table_key(f.table), []).append(i)
+        for key, idx in groups.items():
+            r = wl.max_row + 1
+            wl.cell(r, 1, name)
+            wl.cell(r, 2, "monthly volume")
+            wl.cell(r, 3, f"{key[0]} {key[1]} ({key[2]})")
+            wl.cell(r, 4, "GB per month")
+            wl.cell(r, 5, "=(" + "+".join(flow_ref[(name, i)] for i in idx) + f")*{a.ref['dpm']}")
+            ins = [flow_ref[(name, i)] for i in idx if o.flows[i].input_share > 0]
+            wl.cell(r, 6, "=IF(E{r}>0,({n})/({d}),0)".format(
+                r=r, n="+".join(ins) if ins else "0", d="+".join(flow_ref[(name, i)] for i in idx)))
+            vol_ref[(name, key)] = (f"$E${r}", f"$F${r}")
+    wl.cell(wl.max_row, 7, "(F: input share of the volume)")
+    wl.append(())
+    hr = wl.max_row + 1
+    for c, h in enumerate(LEDGER_HEADER, start=1):
+        wl.cell(hr, c, h).font = _BOLD
+    led = _LedgerSheet(wl)
+    cross_rows: dict[str, list[int]] = {}
+    for name, o in result.options.items():
+        for p in o.pools:
+            k = f"{name}/{p.role}"
+            led.item(name, "gpu", f"{p.role} GPU-hours ({p.gpu})", p.site,
+                     f"={a.ref[k + '/replicas']}*{a.ref[k + '/tp']}*24", "GPU-hour", f"={a.ref[k + '/price']}", 1,
+                     a.ref[k + "/share"], p.price.source)
+        groups = {}
+        for f in o.flows:
+            groups.setdefault(table_key(f.table), []).append(f)
+        for key, fl in groups.items():
+            t = fl[0].table
+            vol, share = vol_ref[(name, key)]
+            only_cross = all(f.kind in ("kv", "prompt") for f in fl)
+            for j, band in enumerate(t.tiers):
+                rk = f"eg/{key}/{j}"
+                hi = None if band.to_gb is None else a.col(rk, "F")
+                r = led.item(name, "egress", f"{'+'.join(sorted({f.kind for f in fl}))} egress {key[0]} {key[1]} "
+                             f"band {j + 1}", fl[0].src, _band_qty(vol, a.col(rk, "E"), hi, a.ref["dpm"]), "GB",
+                             f"={a.ref[rk]}", 1, share, t.source)
+                if only_cross:
+                    cross_rows.setdefault(name, []).append(r)
+        for p in o.pools:
+            k = f"{name}/{p.role}"
+            gpus = f"{a.ref[k + '/replicas']}*{a.ref[k + '/tp']}"
+            led.item(name, "energy", f"{p.role} GPU energy", p.site, _energy_qty(a, k, gpus), "kWh",
+                     f"={a.ref['usd_per_kwh']}", a.ref["energy_billed"], a.ref[k + "/share"],
+                     la["electricity_usd_per_kwh"].source)
+    wl.append(())
+    sr = wl.max_row + 1
+    heads = ("Summary", "Total USD/day", "Total USD/month", "GPU USD/day", "Egress USD/day", "Energy USD/day",
+             "USD per request", "USD per 1M input tokens", "USD per 1M output tokens", "Cross-site egress USD/day")
+    for c, h in enumerate(heads, start=1):
+        wl.cell(sr, c, h).font = _BOLD
+    req = f"({a.ref['rate']}*{a.ref['seconds_per_day']})"
+    total_ref = {}
+    for i, (name, _o) in enumerate(result.options.items()):
+        r = sr + 1 + i
+        rows = led.rows_by_option[name]
+        wl.cell(r, 1, name)
+        wl.cell(r, 2, f"={_sum('K', rows)}")
+        wl.cell(r, 3, f"=B{r}*{_f(DAYS_PER_MONTH)}")
+        wl.cell(r, 4, f"={_sum('K', led.rows_by_cat.get((name, 'gpu'), []))}")
+        wl.cell(r, 5, f"={_sum('K', led.rows_by_cat.get((name, 'egress'), []))}")
+        wl.cell(r, 6, f"={_sum('H', led.rows_by_cat.get((name, 'energy'), []))}")
+        wl.cell(r, 7, f"=B{r}/{req}")
+        inp = "(" + "+".join(f"K{x}*L{x}" for x in rows) + ")"
+        wl.cell(r, 8, f"={inp}/({req}*{a.ref['input_tokens']})*1000000")
+        wl.cell(r, 9, f"=(B{r}-{inp})/({req}*{a.ref['output_tokens']})*1000000")
+        wl.cell(r, 10, f"={_sum('K', cross_rows.get(name, []))}")
+        total_ref[name] = r
+    r = sr + 1 + len(result.options)
+    if "split" in total_ref and cross_rows.get("split"):
+        rs, rc, rd = total_ref["split"], total_ref["colocated"], total_ref["disaggregated"]
+        cross_gb = "+".join(flow_ref[("split", i)] for i, f in enumerate(result.options["split"].flows)
+                            if f.kind in ("kv", "prompt"))
+        wl.cell(r + 1, 1, "Break-even cross-site egress USD/GB (flat)").font = _BOLD
+        wl.cell(r + 1, 2, f"=(MIN(B{rc},B{rd})-(B{rs}-J{rs}))/({cross_gb})")
+        wl.cell(r + 2, 1, "Split saves USD/day (best single site minus split)").font = _BOLD
+        wl.cell(r + 2, 2, f"=MIN(B{rc},B{rd})-B{rs}")
+    wl.cell(r + 3, 1, "Verdict (Python, at the inputs as written)").font = _BOLD
+    wl.cell(r + 3, 2, result.verdict)
+    for col, w in zip("ABCDEFGHIJKLM", (16, 10, 44, 16, 16, 10, 14, 16, 16, 12, 16, 10, 60), strict=True):
+        wl.column_dimensions[col].width = w
+    chart = BarChart()
+    chart.title = "Total cost by option (USD/day)"
+    chart.y_axis.title = "USD/day"
+    chart.add_data(Reference(wl, min_col=2, min_row=sr, max_row=sr + len(result.options)), titles_from_data=True)
+    chart.set_categories(Reference(wl, min_col=1, min_row=sr + 1, max_row=sr + len(result.options)))
+    wl.add_chart(chart, f"O{sr}")
+    wl.freeze_panes = "A2"
+
+    if scenarios:
+        _scenario_sheet(wb, scenarios)
+    return wb
+
+
+def _scenario_sheet(wb: Workbook, rows: Sequence[dict]) -> None:
+    ws = wb.create_sheet("Scenarios")
+    ws.cell(1, 1, "Sweep computed in Python (values, not formulas): each row re-sizes the pools with the "
+                  "capacity model for its inputs.")
+    cols = list(rows[0])
+    for c, h in enumerate(cols, start=1):
+        ws.cell(2, c, h).font = _BOLD
+        ws.column_dimensions[get_column_letter(c)].width = max(14, len(h) + 2)
+    for i, row in enumerate(rows, start=3):
+        for c, h in enumerate(cols, start=1):
+            ws.cell(i, c, row[h])
+
+
+def write_split_workbook(path: str | Path, result, scenarios: Sequence[dict] | None = None) -> Path:
+    """Write :func:`build_split_workbook` to ``path`` atomically. Raises InputError when it cannot be written."""
+    return save_atomic(build_split_workbook(result, scenarios), path)
+
+
+# ---- plans ----------------------------------------------------------------------------------------------------
+
+def build_plan_workbook(problem, plan, **ledger_kw) -> Workbook:
+    """Workbook for a plan: Assumptions (prices, rates, start costs, energy), Plan (replicas per model, GPU type,
+    site and window; GPU-hours and starts as formulas), Ledger (per-day lines and totals as formulas) and a chart.
+
+    ``ledger_kw`` go to :func:`fleetplan.costmodels.ledger.plan_ledger` (energy_billed, usd_per_kwh, pue, gpus).
+    The totals equal the plan ledger's (and so :func:`fleetplan.placement.plan.evaluate`'s, per day).
+    """
+    from fleetplan.costmodels.energy import idle_fraction
+    from fleetplan.costmodels.ledger import load_assumptions, plan_ledger
+
+    pl = plan_ledger(problem, plan, **ledger_kw)
+    led = pl.ledger
+    la = load_assumptions()
+    wb = Workbook()
+    wa = wb.active
+    wa.title = "Assumptions"
+    a = _Inputs(wa)
+    a.section("Horizon")
+    a.add("window_h", "Window length", problem.window_hours, "hours", "problem")
+    a.add("day_factor", "Days in the horizon", pl.day_factor, "days", "n_windows × window hours / 24")
+    a.add("dpm", "Days per month", DAYS_PER_MONTH, "days", "365 / 12 (730-hour billing month)")
+    energy = {i.site + "/" + i.gpu: i for i in led.items if i.category == "energy"}
+    a.section("GPU prices per pool")
+    pools_used = sorted({i.site + "/" + i.gpu for i in led.items if i.category == "gpu"})
+    pools = problem.pool_by_id
+    for pid in pools_used:
+        p = pools[pid]
+        a.add(f"price/{pid}", f"{p.gpu} at {p.site} ({p.pricing_model})", p.usd_per_gpu_hour, "USD/GPU-hour",
+              p.price_source or "problem pool price")
+    a.section("Energy (cloud GPU prices include power: billed only when the flag is 1)")
+    a.add("usd_per_kwh", "Electricity price", energy[next(iter(energy))].unit_price_usd if energy else
+          la["electricity_usd_per_kwh"].value, "USD/kWh", la["electricity_usd_per_kwh"].source)
+    a.add("pue", "Power usage effectiveness", ledger_kw.get("pue") or la["pue"].value, "ratio", la["pue"].source)
+    a.add("energy_billed", "Energy billed separately (1 = yes, 0 = no)", 1 if ledger_kw.get("energy_billed") else 0,
+          "flag", "choice")
+    gpus = ledger_kw.get("gpus")
+    if gpus is None:
+        from fleetplan.datasets.catalog import load_gpus
+
+        gpus = load_gpus()
+    from fleetplan.placement.plan import evaluate
+
+    util = evaluate(problem, plan).mean_utilization
+    for pid in energy:
+        g = gpus[pools[pid].gpu]
+        a.add(f"{pid}/tdp", f"{pid} board power per GPU (TDP)", g.tdp_w, "W", "GPU catalog")
+        a.add(f"{pid}/idle", f"{pid} idle power share of TDP", idle_fraction(g.name), "fraction",
+              "datasets/data/calibration/power.csv")
+        a.add(f"{pid}/util", f"{pid} utilization", util, "fraction", "plan mean utilization (evaluate)")
+    a.section("Replica start costs")
+    opts = problem.option_by_key
+    for key in sorted(plan.replicas):
+        if opts[key].start_cost_usd > 0:
+            a.add(f"start/{key}", f"start {key[0]} on {key[1]} tp{key[2]} pp{key[3]}", opts[key].start_cost_usd,
+                  "USD/start", "problem option")
+    a.section("Traffic served away from its origin (routed from the plan's capacity)")
+    for (o, s), gb in sorted(pl.egress_gb.items()):
+        a.add(f"gb/{o}/{s}", f"GB over the horizon {o} -> {s}", gb, "GB", "plan routing (origin first)")
+        a.add(f"rate/{o}/{s}", f"egress price {o} -> {s}", problem.egress_rate(o, s), "USD/GB",
+              "problem egress table")
+
+    wp = wb.create_sheet("Plan")
+    W = problem.n_windows
+    head = ["Model", "Site", "GPU", "Pool", "tp", "pp", "GPUs per replica"] + [f"w{w}" for w in range(W)] + [
+        "GPU-hours", "Starts"]
+    wp.append(head)
+    for c in wp[1]:
+        c.font = _BOLD
+    first_w, last_w = get_column_letter(8), get_column_letter(7 + W)
+    gh_col, st_col = get_column_letter(8 + W), get_column_letter(9 + W)
+    start_ref = {}
+    for key in sorted(plan.replicas):
+        o = opts[key]
+        p = pools[o.pool]
+        r = wp.max_row + 1
+        vals = [key[0], p.site, p.gpu, o.pool, o.tp, o.pp, o.gpus] + list(plan.replicas[key])
+        for c, v in enumerate(vals, start=1):
+            wp.cell(r, c, v)
+        wp.cell(r, 8 + W, f"=SUM({first_w}{r}:{last_w}{r})*G{r}*{a.ref['window_h']}")
+        if W > 1:
+            terms = [f"MAX(0,{get_column_letter(8 + w)}{r}-{get_column_letter(8 + (w - 1) % W)}{r})"
+                     for w in range(W)]
+            wp.cell(r, 9 + W, "=" + "+".join(terms))
+        else:
+            wp.cell(r, 9 + W, 0)
+        start_ref[key] = f"Plan!${st_col}${r}"
+    for g in plan.shared:
+        p = pools[g.pool]
+        r = wp.max_row + 1
+        vals = ["shared: " + "+".join(g.models), p.site, p.gpu, g.pool, 1, 1, 1] + [1] * W
+        for c, v in enumerate(vals, start=1):
+            wp.cell(r, c, v)
+        wp.cell(r, 8 + W, f"=SUM({first_w}{r}:{last_w}{r})*G{r}*{a.ref['window_h']}")
+        wp.cell(r, 9 + W, 0)
+    n_plan = wp.max_row
+
+    wl = wb.create_sheet("Ledger")
+    for c, h in enumerate(LEDGER_HEADER, start=1):
+        wl.cell(1, c, h).font = _BOLD
+    ls = _LedgerSheet(wl)
+    dfac = a.ref["day_factor"]
+    gh_of = {}
+    for pid in pools_used:
+        p = pools[pid]
+        gh = f"SUMIF(Plan!$D$2:$D${n_plan},\"{pid}\",Plan!${gh_col}$2:${gh_col}${n_plan})"
+        gh_of[pid] = gh
+        ls.item("plan", "gpu", f"GPU-hours {p.gpu}", p.site, f"={gh}/{dfac}", "GPU-hour", f"={a.ref['price/' + pid]}",
+                1, 0.0, p.price_source or "problem pool price")
+    for key in sorted(plan.replicas):
+        if f"start/{key}" in a.ref and pl.starts.get(key):
+            ls.item("plan", "start", f"starts {key[0]} on {key[1]} tp{key[2]} pp{key[3]}", pools[key[1]].site,
+                    f"={start_ref[key]}/{dfac}", "start", f"={a.ref['start/' + str(key)]}", 1, 0.0,
+                    "problem option")
+    for (o, s) in sorted(pl.egress_gb):
+        ls.item("plan", "egress", f"requests served away {o} -> {s}", s, f"={a.ref[f'gb/{o}/{s}']}/{dfac}", "GB",
+                f"={a.ref[f'rate/{o}/{s}']}", 1, 0.0, "problem egress table")
+    for pid in energy:
+        ls.item("plan", "energy", f"energy {pid}", pools[pid].site,
+                _energy_qty(a, pid, f"{gh_of[pid]}/{dfac}", per_day_hours="1"), "kWh", f"={a.ref['usd_per_kwh']}",
+                a.ref["energy_billed"], 0.0, la["electricity_usd_per_kwh"].source)
+    rows = ls.rows_by_option.get("plan", [])
+    sr = wl.max_row + 2
+    heads = ("Summary", "Total USD/day", "Total USD/month", "GPU USD/day", "Start USD/day", "Egress USD/day",
+             "Energy USD/day", "USD per request")
+    for c, h in enumerate(heads, start=1):
+        wl.cell(sr, c, h).font = _BOLD
+    r = sr + 1
+    wl.cell(r, 1, "plan")
+    wl.cell(r, 2, f"={_sum('K', rows)}")
+    wl.cell(r, 3, f"=B{r}*{_f(DAYS_PER_MONTH)}")
+    for col, cat in (("D", "gpu"), ("E", "start"), ("F", "egress")):
+        wl[f"{col}{r}"] = f"={_sum('K', ls.rows_by_cat.get(('plan', cat), []))}"
+    wl.cell(r, 7, f"={_sum('H', ls.rows_by_cat.get(('plan', 'energy'), []))}")
+    wl.cell(r, 8, f"=B{r}/{led.requests_per_day!r}" if led.requests_per_day > 0 else "")
+    chart = BarChart()
+    chart.title = "Plan cost per day by category (USD)"
+    chart.add_data(Reference(wl, min_col=4, max_col=7, min_row=sr, max_row=r), titles_from_data=True)
+    wl.add_chart(chart, f"J{sr}")
+    for col, w in zip("ABCDEFGHIJKLM", (10, 10, 44, 16, 16, 10, 14, 16, 16, 12, 16, 10, 60), strict=True):
+        wl.column_dimensions[col].width = w
+    return wb
+
+
+def write_plan_workbook(path: str | Path, problem, plan, **ledger_kw) -> Path:
+    """Write :func:`build_plan_workbook` to ``path`` atomically (temporary file + rename).
+
+    Raises InputError when the folder does not exist or cannot be written, or for a plan that names no option.
+    """
+    return save_atomic(build_plan_workbook(problem, plan, **ledger_kw), path)
+
+
+__all__ = ["LEDGER_HEADER", "build_plan_workbook", "build_split_workbook", "save_atomic", "write_plan_workbook",
+           "write_split_workbook"]
