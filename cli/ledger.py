@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import click
+
 from fleetplan.errors import InputError
 
 
