@@ -482,11 +482,14 @@ def _price_at(gpu: GPU, site: Site, pricing_model: str, prices, user_usd_per_gpu
     if user_usd_per_gpu_hour is not None:
         v = check_range(user_usd_per_gpu_hour, field=option, low=0.0, high=1000, unit="USD/GPU-hour",
                         fix="give USD per GPU-hour")
-        return GpuPrice(site.cloud, site.region, site.zone, gpu.name, "user", 1, v, v, pricing_model,
-                        source=f"user ({option})")
     from fleetplan.datasets.catalog import load_gpu_prices
 
     rows = load_gpu_prices() if prices is None else list(prices)
+    if user_usd_per_gpu_hour is not None:
+        # Node size (the largest tensor-parallel degree tried): the catalog's largest node of this GPU, else 8.
+        n = max((p.gpus_per_node for p in rows if p.gpu == gpu.name), default=8)
+        return GpuPrice(site.cloud, site.region, site.zone, gpu.name, "user", n, v * n, v, pricing_model,
+                        source=f"user ({option})")
     try:
         return find_price(gpu.name, site.cloud, site.region, pricing_model, rows, zone=site.zone or None)
     except InputError as exc:

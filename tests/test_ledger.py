@@ -1,0 +1,139 @@
+"""Cost ledger and the prefill/decode split: hand arithmetic in the comments."""
+
+import math
+
+import pytest
+
+from fleetplan.costmodels.ledger import DAYS_PER_MONTH, Flow, GpuPool, build_ledger, egress_items, plan_ledger
+from fleetplan.costmodels.prices import GpuPrice, egress_cost_usd, select_egress_table
+from fleetplan.costmodels.split import compare, make_spec, with_cross_site_egress
+from fleetplan.errors import InputError
+from fleetplan.placement.plan import Plan, evaluate
+from fleetplan.placement.problem import ModelSpec, Pool, Problem, ReplicaOption
+
+
+@pytest.fixture(scope="module")
+def spec():
+    # User prices keep the figures independent of the shipped catalog.
+    return make_spec("llama-3.1-70b", "aws:us-east-1", "aws:us-west-2", rate_req_per_s=2.0,
+                     prefill_usd_per_gpu_hour=5.0, decode_usd_per_gpu_hour=10.0)
+
+
+def test_worked_check_kv_bytes_and_egress_per_request():
+    # Llama-3.1-70B bf16: 2 × 80 layers × 8 KV heads × 128 × 2 B = 327,680 B per token.
+    # 8,192 tokens × 327,680 B = 2,684,354,560 B = 2.684 GB; at $0.02/GB: 2.68435456 × 0.02 = $0.0537 per request.
+    s = make_spec("llama-3.1-70b", "aws:us-east-1", "aws:us-west-2", rate_req_per_s=1.0, prompt_tokens=8192,
+                  egress_usd_per_gb=0.02, ttft_slo_s=30.0, prefill_usd_per_gpu_hour=5.0, decode_usd_per_gpu_hour=10.0)
+    assert s.kv_bytes_per_token == 327_680
+    assert s.kv_bytes(8192) == 2_684_354_560
+    c = compare(s, prompt_break_even=False).options["split"]
+    kv = next(f for f in c.flows if f.kind == "kv")
+    per_request_gb = kv.gb_per_day / 86400.0
+    assert per_request_gb == pytest.approx(2.68435456)
+    assert round(per_request_gb * 0.02, 4) == 0.0537
+    # The ledger's cross-site egress: KV plus prompt text (8,192 × 4 B) at $0.02/GB, per request.
+    assert c.cross_site_egress_usd_per_day / 86400 == pytest.approx((2.68435456 + 8192 * 4 / 1e9) * 0.02)
+
+
+def test_tiers_band_by_band():
+    # AWS us-east-1 to internet: 100 GB free, 0.09 to 10,240 GB, 0.085 to 51,200 GB. 20,000 GB/month cost
+    # (10,240 − 100) × 0.09 + (20,000 − 10,240) × 0.085 = 912.60 + 829.60 = 1,742.20 USD/month.
+    t = select_egress_table("aws", "internet")
+    flow = Flow("response", "aws:us-east-1", "users", "internet", 20_000 / DAYS_PER_MONTH, t)
+    items = egress_items("x", [flow])
+    assert [round(i.quantity_per_day * DAYS_PER_MONTH, 6) for i in items] == [100, 10_140, 9_760]
+    assert [i.unit_price_usd for i in items] == [0.0, 0.09, 0.085]
+    assert sum(i.amount_usd_per_month for i in items) == pytest.approx(1742.20)
+    assert egress_cost_usd(20_000, t) == pytest.approx(1742.20)
+
+
+def test_gpu_line_and_per_token_figures():
+    # 2 replicas × 4 GPUs × 24 h = 192 GPU-hours × $3/h = $576/day; month 576 × 365/12 = 17,520.
+    price = GpuPrice("aws", "us-east-1", "", "H100-SXM-80GB", "x", 8, 24.0)
+    pool = GpuPool("prefill", "aws:us-east-1", "H100-SXM-80GB", 4, 2, price, 700.0, utilization=0.5, input_share=1)
+    led = build_ledger("o", [pool], requests_per_day=1000, input_tokens_per_day=1e6, output_tokens_per_day=2e5,
+                       usd_per_kwh=0.1, pue=1.5, energy_billed=False)
+    assert led.gpu_usd_per_day == pytest.approx(576.0)
+    assert led.total_usd_per_month == pytest.approx(17_520.0)
+    # Energy: 8 GPUs × (105 + 595 × 0.5 = 402.5 W) × 24 h / 1000 × 1.5 = 115.92 kWh; × $0.1 = $11.592, not billed.
+    assert led.energy_kwh_per_day == pytest.approx(115.92)
+    assert led.energy_usd_per_day == pytest.approx(11.592)
+    assert led.total_usd_per_day == pytest.approx(576.0)
+    assert led.usd_per_request == pytest.approx(0.576)
+    assert led.usd_per_1m_input_tokens == pytest.approx(576.0)  # all of it is prefill: 576 / 1e6 × 1e6
+    assert led.usd_per_1m_output_tokens == pytest.approx(0.0)
+    billed = build_ledger("o", [pool], usd_per_kwh=0.1, pue=1.5, energy_billed=True)
+    assert billed.total_usd_per_day == pytest.approx(576.0 + 11.592)
+
+
+def test_split_options_pools_and_break_even(spec):
+    r = compare(spec, prompt_break_even=False)
+    for name, o in r.options.items():
+        # GPU amount = GPUs × 24 × the site's price: decode site $10, prefill site $5 (user prices).
+        want = sum(p.gpus * 24 * (5.0 if p.site == "aws:us-east-1" else 10.0) for p in o.pools)
+        assert o.ledger.gpu_usd_per_day == pytest.approx(want), name
+        for p in o.pools:  # pools cover the demand with the margin
+            assert p.replicas * p.capacity_req_per_s * 0.9 >= 2.0 - 1e-9
+    assert r.options["colocated"].ttft_added_s == 0
+    c = r.options["split"]
+    # KV over 5 Gb/s per stream × tp streams + 70 ms RTT (links.csv aws-use1... us-west-2 has its own 65 ms row).
+    tp = next(p.tp for p in c.pools if p.role == "prefill")
+    kv_p95 = spec.kv_bytes(spec.mix.input_tokens_p95)
+    assert c.ttft_added_s == pytest.approx(kv_p95 / (5e9 / 8 * tp) + 0.065)
+    # At the break-even flat price the split costs exactly what the best single-site option costs.
+    be = r.break_even_egress_usd_per_gb
+    at = compare(with_cross_site_egress(spec, max(be, 0.0)), prompt_break_even=False) if be > 0 else None
+    if at is not None:
+        assert at.options["split"].ledger.total_usd_per_day == pytest.approx(
+            at.options[r.best_single_site].ledger.total_usd_per_day)
+    assert r.verdict
+
+
+def test_cheap_prefill_site_pays_below_break_even():
+    # Long prompts (4,000 tokens), prefill GPUs at $0.5/h against $10/h at the decode site: the split's GPU bill is
+    # lower, so it pays while cross-site egress stays below the break-even price (about $0.004/GB here).
+    s = make_spec("llama-3.1-70b", "aws:us-east-1", "aws:us-west-2", rate_req_per_s=2.0, prompt_tokens=4000,
+                  ttft_slo_s=10.0, prefill_usd_per_gpu_hour=0.5, decode_usd_per_gpu_hour=10.0)
+    be = compare(s, prompt_break_even=False).break_even_egress_usd_per_gb
+    assert 0 < be < 0.02
+    below = compare(with_cross_site_egress(s, be / 2), prompt_break_even=False)
+    above = compare(with_cross_site_egress(s, be * 2), prompt_break_even=False)
+    assert below.savings_usd_per_day > 0 and "saves" in below.verdict
+    assert above.savings_usd_per_day < 0 and "one site" in above.verdict
+    # Savings are linear in the flat price: half the break-even price saves half the cross-site egress bill at be.
+    cross_gb = below.options["split"].cross_site_gb_per_day
+    assert below.savings_usd_per_day == pytest.approx(be / 2 * cross_gb)
+
+
+def test_missing_price_names_site_and_gpu():
+    with pytest.raises(InputError) as e:
+        make_spec("llama-3.1-70b", "aws:us-east-1", "aws:eu-west-1")
+    msg = str(e.value)
+    assert "aws:eu-west-1" in msg and "H100-SXM-80GB" in msg and "us-east-1" in msg
+    assert "--decode-usd-per-gpu-hour" in msg
+
+
+def tiny_problem():
+    pools = (Pool("aws:us-east-1", "H100-SXM-80GB", 1, 8, 2.0, 80e9, price_source="test price"),
+             Pool("aws:us-west-2", "H100-SXM-80GB", 1, 8, 1.0, 80e9))
+    models = (ModelSpec("m", (1.0, 2.0), 2.0, 0.1, origin_site="aws:us-east-1", request_bytes=1e6),)
+    opts = (ReplicaOption("m", "aws:us-east-1/H100-SXM-80GB", 1, 1, 1.5, 70e9, start_cost_usd=0.5),
+            ReplicaOption("m", "aws:us-west-2/H100-SXM-80GB", 1, 1, 1.5, 70e9))
+    prob = Problem(3600.0, 2, pools, models, opts, egress_usd_per_gb={("aws:us-east-1", "aws:us-west-2"): 0.02})
+    plan = Plan({("m", "aws:us-east-1/H100-SXM-80GB", 1, 1): (1, 1),
+                 ("m", "aws:us-west-2/H100-SXM-80GB", 1, 1): (0, 1)})
+    return prob, plan
+
+
+def test_plan_ledger_matches_evaluate():
+    prob, plan = tiny_problem()
+    pl = plan_ledger(prob, plan)
+    ev = evaluate(prob, plan)
+    # Horizon 2 h = 1/12 day. GPU: east 2 GPU-h × $2 + west 1 GPU-h × $1 = $5 per horizon = $60/day.
+    assert pl.day_factor == pytest.approx(2 / 24)
+    assert pl.ledger.gpu_usd_per_day == pytest.approx(60.0)
+    # Window 2: demand 2, east serves 1.5 × 0.9 = 1.35, west 0.65 req/s × 3600 s × 1e6 B = 2.34 GB × $0.02.
+    assert pl.egress_gb[("aws:us-east-1", "aws:us-west-2")] == pytest.approx(2.34)
+    total = pl.ledger.gpu_usd_per_day + pl.ledger.egress_usd_per_day + pl.ledger.start_usd_per_day
+    assert total * pl.day_factor == pytest.approx(ev.total_usd)
+    assert math.isclose(pl.ledger.egress_usd_per_day * pl.day_factor, ev.egress_usd)
