@@ -1,0 +1,86 @@
+"""`fleetplan ledger split` and `fleetplan ledger whatif` through click's CliRunner."""
+
+import csv
+import io
+import json
+
+from click.testing import CliRunner
+
+from fleetplan.cli.main import main
+
+BASE = ["ledger", "split", "--model", "llama-3.1-70b", "--prefill-site", "aws:us-east-1", "--decode-site",
+        "aws:us-west-2", "--trace", "azure-conv", "--rate-req-per-s", "2", "--no-prompt-break-even"]
+
+
+def test_split_json_one_object():
+    r = CliRunner().invoke(main, BASE + ["--format", "json"])
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.output)
+    assert set(d["options"]) == {"colocated", "disaggregated", "split"}
+    for o in d["options"].values():
+        for k in ("total_usd_per_day", "egress_usd_per_day", "gpu_usd_per_day", "ttft_added_s"):
+            assert isinstance(o[k], float | int)
+        # total = GPU + egress when energy is not billed
+        assert o["total_usd_per_day"] == o["gpu_usd_per_day"] + o["egress_usd_per_day"] or abs(
+            o["total_usd_per_day"] - o["gpu_usd_per_day"] - o["egress_usd_per_day"]) < 1e-6
+    assert "break_even_egress_usd_per_gb" in d and "break_even_prompt_tokens" in d and d["verdict"]
+    # us-west-2's H100 price comes from the catalog (12.29 USD/GPU-hour, SkyPilot extract): GPUs × 24 × 12.29.
+    g = d["options"]["colocated"]["gpus"]["colocated"]
+    assert abs(d["options"]["colocated"]["gpu_usd_per_day"] - g * 24 * 12.29) < 1e-6
+
+
+def test_split_csv_and_files(tmp_path):
+    x, c = tmp_path / "l.xlsx", tmp_path / "l.csv"
+    r = CliRunner().invoke(main, BASE + ["--format", "csv", "--xlsx", str(x), "--csv-out", str(c)])
+    assert r.exit_code == 0, r.output
+    rows = list(csv.DictReader(io.StringIO(r.output)))
+    assert {row["category"] for row in rows} >= {"gpu", "egress", "energy"}
+    assert c.read_text() == r.output
+    assert x.stat().st_size > 0
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+def test_missing_price_exit_2_no_traceback_no_file(tmp_path):
+    x = tmp_path / "l.xlsx"
+    args = ["ledger", "split", "--model", "llama-3.1-70b", "--prefill-site", "aws:us-east-1", "--decode-site",
+            "aws:eu-west-1", "--xlsx", str(x)]
+    r = CliRunner().invoke(main, args)
+    assert r.exit_code == 2
+    assert "aws:eu-west-1" in r.output and "H100-SXM-80GB" in r.output and "Traceback" not in r.output
+    assert not x.exists()
+    ok = CliRunner().invoke(main, args + ["--decode-usd-per-gpu-hour", "9", "--no-prompt-break-even",
+                                          "--format", "json"])
+    assert ok.exit_code == 0, ok.output
+    assert x.exists()
+
+
+def test_bad_inputs_exit_2():
+    for extra in (["--model", "llama-9"], ["--decode-site", "nowhere"], ["--egress-usd-per-gb", "-1"]):
+        args = list(BASE)
+        if extra[0] in args:
+            args[args.index(extra[0]) + 1] = extra[1]
+        else:
+            args += extra
+        r = CliRunner().invoke(main, args)
+        assert r.exit_code == 2, (extra, r.output)
+        assert "Error:" in r.output and "Traceback" not in r.output
+
+
+def test_whatif_grid(tmp_path):
+    out, png = tmp_path / "w.csv", tmp_path / "w.png"
+    args = ["ledger", "whatif", "--model", "llama-3.1-70b", "--prefill-site", "aws:us-east-1", "--decode-site",
+            "aws:us-west-2", "--rate-req-per-s", "2", "--vary", "egress_usd_per_gb=0:0.02:2",
+            "--vary", "prompt_tokens=1024,2048", "--workers", "1", "--format", "json", "--out", str(out),
+            "--plot", str(png)]
+    r = CliRunner().invoke(main, args)
+    assert r.exit_code == 0, r.output
+    rows = json.loads(r.output)
+    assert [(x["egress_usd_per_gb"], x["prompt_tokens"]) for x in rows] == [
+        (0.0, 1024.0), (0.0, 2048.0), (0.02, 1024.0), (0.02, 2048.0)]
+    # Same prompt length: the split's cost moves by 0.02 × cross-site GB, the single-site options do not move.
+    assert rows[0]["colocated_usd_per_day"] == rows[2]["colocated_usd_per_day"]
+    assert rows[2]["split_usd_per_day"] > rows[0]["split_usd_per_day"]
+    assert all(x["verdict"] for x in rows)
+    assert out.exists() and png.stat().st_size > 0
+    bad = CliRunner().invoke(main, args[:-4] + ["--vary", "nonsense=1"])
+    assert bad.exit_code == 2 and "sweep variable" in bad.output
