@@ -116,7 +116,7 @@ def parse_vary(text: str) -> tuple[str, list[float]]:
             a, b, n = spec.split(":")
             if int(n) < 1 or int(n) > 1000:
                 raise ValueError
-            vals = [float(x) for x in np.linspace(float(a), float(b), int(n))]
+            vals = [round(float(x), 12) for x in np.linspace(float(a), float(b), int(n))]
         else:
             vals = [float(x) for x in spec.split(",") if x.strip()]
     except ValueError:
