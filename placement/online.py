@@ -1,0 +1,706 @@
+"""Online re-planning: keep a live plan for the current window and revise it every few minutes with few migrations.
+
+Pieces (used by the ``fleetplan serve`` service, usable on their own):
+
+* :func:`estimate_demand` turns one interval's counters into a demand rate from arrivals and queue growth (not
+  completions alone: completions under-count when the fleet is saturated).
+* :class:`Forecaster` forecasts a model's demand for a window of the day: the same window of the day curve
+  (the scenario's curve, slowly reshaped by what is observed) blended with a recent exponentially weighted
+  average (EWMA) of the observations; the newest observed rate is a floor (what arrives now is demand now).
+* :class:`Replanner` holds the live placement (replica instances on nodes, each ready or still loading its
+  weights, and shared GPUs) and runs heuristic rounds: add replicas where the forecast exceeds capacity (loading
+  replicas count as coming capacity), best fit onto nodes with free GPUs; remove with hysteresis, only when the
+  survivors carry the forecast at the target utilization after absorbing the removed replica's share; at most a
+  migration budget of starts + stops per round. :meth:`Replanner.consider` adopts a full MILP re-solve only when
+  its saving over ``resolve_horizon_s`` exceeds a threshold after the cost of the migrations it needs.
+
+The online plan is for one window: it is expressed as a one-window :class:`~fleetplan.placement.problem.Problem`
+(:func:`window_problem`) and :class:`~fleetplan.placement.plan.Plan`, so ``validate`` checks it like any plan;
+every plan a Replanner adopts passes it.
+
+Units: seconds, req/s, bytes, USD.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+
+from fleetplan.errors import InputError
+from fleetplan.placement.plan import Plan, SharedGPU, Status, evaluate
+from fleetplan.placement.problem import Problem, ReplicaOption
+from fleetplan.placement.validate import ValidationReport, validate
+
+OptionKey = tuple[str, str, int, int]
+_EPS = 1e-9
+
+
+@dataclass(frozen=True)
+class OnlineConfig:
+    """Policy knobs of the online re-planner (choices of the operator, not numbers about the world).
+
+    Attributes:
+        ewma_alpha: weight of the newest observation in the recent average, in (0, 1].
+        day_curve_weight: forecast = w × day curve[window] + (1 − w) × EWMA, in [0, 1].
+        day_curve_alpha: how fast observations reshape the day curve's value for their window, in [0, 1].
+        floor_on_latest: never forecast below the newest observed rate (a burst is met within one round).
+        latest_max_age_s: an observation older than this no longer sets the floor, seconds.
+        target_utilization: a replica is removed only if the survivors then run at most at this share of their
+            usable capacity, in (0, 1]; the gap to 1 is the hysteresis band.
+        migration_budget: most replica starts + stops in one heuristic round.
+        resolve_min_saving_usd: a MILP re-solve is adopted only if it saves more than this, USD.
+        resolve_horizon_s: the saving of a re-solve is counted over this long (until the next one), seconds.
+    """
+
+    ewma_alpha: float = 0.3
+    day_curve_weight: float = 0.5
+    day_curve_alpha: float = 0.1
+    floor_on_latest: bool = True
+    latest_max_age_s: float = 1800.0
+    target_utilization: float = 0.8
+    migration_budget: int = 8
+    resolve_min_saving_usd: float = 1.0
+    resolve_horizon_s: float = 3600.0
+
+    def __post_init__(self) -> None:
+        for name, low, high, low_open in (("ewma_alpha", 0, 1, True), ("day_curve_weight", 0, 1, False),
+                                          ("day_curve_alpha", 0, 1, False), ("target_utilization", 0, 1, True)):
+            v = getattr(self, name)
+            if not isinstance(v, int | float) or not (low < v <= high if low_open else low <= v <= high):
+                raise InputError(f"online config: {name} = {v!r} must be in {'(' if low_open else '['}{low}, {high}]",
+                                 field=name, value=v)
+        if not isinstance(self.migration_budget, int) or self.migration_budget < 0:
+            raise InputError("online config: migration_budget must be a whole number >= 0 (starts + stops per "
+                             "round)", field="migration_budget", value=self.migration_budget)
+        for name in ("resolve_min_saving_usd", "resolve_horizon_s", "latest_max_age_s"):
+            v = getattr(self, name)
+            if not isinstance(v, int | float) or not math.isfinite(v) or v < 0:
+                raise InputError(f"online config: {name} must be a finite number >= 0", field=name, value=v)
+
+
+# ---- demand estimate --------------------------------------------------------------------------------------------
+def estimate_demand(interval_s: float, *, arrivals: float | None = None, completions: float | None = None,
+                    waiting_start: float | None = None, waiting_end: float | None = None,
+                    running_start: float | None = None, running_end: float | None = None) -> float:
+    """Demand rate (req/s) over one interval from its counters.
+
+    With an arrival count: arrivals / interval_s. Otherwise requests that completed plus the growth of the queue
+    (waiting, and running when given) over the interval: (completions + Δwaiting + Δrunning) / interval_s — when the
+    fleet saturates, completions stay flat while the queue grows, and the growth is demand not yet served.
+    When both are given, the larger (arrival counters can be sampled late). Never negative.
+    Raises InputError when interval_s <= 0 or nothing to estimate from is given.
+    """
+    if not (isinstance(interval_s, int | float) and interval_s > 0 and math.isfinite(interval_s)):
+        raise InputError("interval_s must be a positive number of seconds", field="interval_s", value=interval_s)
+    est = []
+    if arrivals is not None:
+        est.append(arrivals / interval_s)
+    if completions is not None:
+        growth = 0.0
+        if waiting_start is not None and waiting_end is not None:
+            growth += waiting_end - waiting_start
+        if running_start is not None and running_end is not None:
+            growth += running_end - running_start
+        est.append((completions + growth) / interval_s)
+    if not est:
+        raise InputError("give arrivals, or completions (with queue sizes at the interval's start and end)",
+                         field="arrivals")
+    return max(0.0, max(est))
+
+
+# ---- forecast ---------------------------------------------------------------------------------------------------
+class Forecaster:
+    """Demand forecast per model for a window of the day.
+
+    Args:
+        day_curve: {model: req/s per window} — the scenario's curve (``ModelSpec.demand_req_per_s``).
+        window_length_s: seconds per window; the curve repeats every len(curve) × window_length_s.
+        config: see :class:`OnlineConfig`.
+
+    ``observe`` takes a rate per (model, tenant); a model's demand is the sum over its tenants.
+    ``forecast(model, window, now_s)`` = day_curve_weight × curve[window] + (1 − day_curve_weight) × Σ EWMA,
+    floored at the newest observed total when ``floor_on_latest`` (observations older than latest_max_age_s do
+    not set the floor). Without observations the EWMA term is the curve value itself.
+    Forecast error (|forecast − observed| / observed, EWMA over observations) is kept per model for metrics.
+    """
+
+    def __init__(self, day_curve: Mapping[str, tuple[float, ...] | list[float]], window_length_s: float,
+                 config: OnlineConfig | None = None) -> None:
+        self.config = config or OnlineConfig()
+        self.window_length_s = float(window_length_s)
+        self.curve = {m: [float(x) for x in v] for m, v in day_curve.items()}
+        self.n_windows = len(next(iter(self.curve.values()))) if self.curve else 1
+        self.ewma: dict[tuple[str, str], float] = {}
+        self.latest: dict[tuple[str, str], tuple[float, float]] = {}  # (rate, at_s)
+        self.error: dict[str, float] = {}
+        self.n_observations = 0
+
+    def window_at(self, at_s: float) -> int:
+        """Window index of the day curve at unix time ``at_s`` (the curve starts at 00:00 UTC)."""
+        return int((at_s % (self.n_windows * self.window_length_s)) // self.window_length_s) % self.n_windows
+
+    def observe(self, model: str, rate_req_per_s: float, at_s: float, tenant: str = "default") -> None:
+        """Record one interval's demand estimate (req/s) ending at ``at_s`` for (model, tenant)."""
+        if model not in self.curve:
+            raise InputError(f"unknown model {model!r}", field="model", value=model)
+        c = self.config
+        w = self.window_at(at_s)
+        before = self._blend(model, w)
+        key = (model, tenant)
+        prev = self.ewma.get(key)
+        self.ewma[key] = rate_req_per_s if prev is None else (1 - c.ewma_alpha) * prev + c.ewma_alpha * rate_req_per_s
+        old = self.latest.get(key)
+        if old is None or at_s >= old[1]:
+            self.latest[key] = (rate_req_per_s, at_s)
+        total = sum(r for (m, _), (r, _) in self.latest.items() if m == model)
+        if total > 0:
+            err = abs(before - total) / total
+            e = self.error.get(model)
+            self.error[model] = err if e is None else (1 - c.ewma_alpha) * e + c.ewma_alpha * err
+        self.curve[model][w] = (1 - c.day_curve_alpha) * self.curve[model][w] + c.day_curve_alpha * total
+        self.n_observations += 1
+
+    def _blend(self, model: str, window: int) -> float:
+        c = self.config
+        curve = self.curve[model][window]
+        vals = [v for (m, _), v in self.ewma.items() if m == model]
+        recent = sum(vals) if vals else curve
+        return c.day_curve_weight * curve + (1 - c.day_curve_weight) * recent
+
+    def forecast(self, model: str, window: int, now_s: float | None = None) -> float:
+        """Forecast demand (req/s) of ``model`` for ``window``; see the class docstring."""
+        f = self._blend(model, window)
+        if self.config.floor_on_latest:
+            fresh = [r for (m, _), (r, t) in self.latest.items()
+                     if m == model and (now_s is None or now_s - t <= self.config.latest_max_age_s)]
+            if fresh:
+                f = max(f, sum(fresh))
+        return f
+
+    def to_dict(self) -> dict:
+        """JSON-ready state (for storage and resume)."""
+        return {"curve": self.curve, "ewma": [[m, t, v] for (m, t), v in self.ewma.items()],
+                "latest": [[m, t, r, at] for (m, t), (r, at) in self.latest.items()], "error": self.error,
+                "n_observations": self.n_observations}
+
+    def load_dict(self, d: dict) -> None:
+        """Restore the state written by :meth:`to_dict` (models no longer known are dropped)."""
+        for m, v in d.get("curve", {}).items():
+            if m in self.curve and len(v) == self.n_windows:
+                self.curve[m] = [float(x) for x in v]
+        self.ewma = {(m, t): float(v) for m, t, v in d.get("ewma", []) if m in self.curve}
+        self.latest = {(m, t): (float(r), float(at)) for m, t, r, at in d.get("latest", []) if m in self.curve}
+        self.error = {m: float(v) for m, v in d.get("error", {}).items() if m in self.curve}
+        self.n_observations = int(d.get("n_observations", 0))
+
+
+# ---- one-window problems ----------------------------------------------------------------------------------------
+def window_problem(problem: Problem, demand_req_per_s: Mapping[str, float], *, name: str | None = None) -> Problem:
+    """A one-window copy of ``problem`` whose demand is ``demand_req_per_s`` ({model: req/s}; 0 for models not
+    given): the online plan is checked against it by ``validate``. Pools, options, margin, floors and ceilings
+    are the same; the window keeps the original length."""
+    models = tuple(replace(m, demand_req_per_s=(float(demand_req_per_s.get(m.name, 0.0)),)) for m in problem.models)
+    return replace(problem, n_windows=1, models=models, name=name or f"{problem.name} (online window)")
+
+
+def load_times(problem: Problem, load_bandwidth_bytes_per_s: float,
+               weight_bytes: Mapping[str, float] | None = None) -> dict[OptionKey, float]:
+    """Seconds a new replica of each option needs before it serves: its weights per GPU / load bandwidth per GPU
+    (every GPU of the replica loads its shard in parallel). ``weight_bytes`` {model: bytes}; a model missing
+    there is charged its whole per-GPU memory footprint (weights + KV reservation, an upper bound).
+    Raises InputError for a bandwidth <= 0."""
+    if not load_bandwidth_bytes_per_s > 0:
+        raise InputError("load bandwidth must be > 0 bytes/s", field="load_bandwidth_bytes_per_s",
+                         value=load_bandwidth_bytes_per_s)
+    out = {}
+    for o in problem.options:
+        if weight_bytes and o.model in weight_bytes:
+            per_gpu = weight_bytes[o.model] / (o.tp * o.pp)
+        else:
+            per_gpu = o.memory_bytes_per_gpu
+        out[o.key] = per_gpu / load_bandwidth_bytes_per_s
+    return out
+
+
+# ---- live placement ---------------------------------------------------------------------------------------------
+@dataclass
+class _Instance:
+    nodes: tuple[int, ...]
+    ready_at_s: float
+
+
+@dataclass
+class _Shared:
+    pool: str
+    models: tuple[str, ...]
+    node: int
+
+
+class _Nodes:
+    """Free GPUs per node of every pool; tensor-parallel groups stay inside a node, pipeline stages take whole
+    nodes."""
+
+    def __init__(self, problem: Problem) -> None:
+        self.size = {p.id: p.gpus_per_node for p in problem.pools}
+        self.free = {p.id: [p.gpus_per_node] * p.nodes for p in problem.pools}
+
+    def place(self, pool: str, tp: int, pp: int) -> tuple[int, ...] | None:
+        """Best fit: the node(s) with the fewest free GPUs that still hold the group; None when none does."""
+        free = self.free[pool]
+        if pp > 1:
+            whole = [i for i, f in enumerate(free) if f == self.size[pool]][:pp]
+            if len(whole) < pp:
+                return None
+            for i in whole:
+                free[i] = 0
+            return tuple(whole)
+        best = -1
+        for i, f in enumerate(free):
+            if f >= tp and (best < 0 or f < free[best]):
+                best = i
+                if f == tp:
+                    break
+        if best < 0:
+            return None
+        free[best] -= tp
+        return (best,)
+
+    def can_place(self, pool: str, tp: int, pp: int) -> bool:
+        free = self.free[pool]
+        if pp > 1:
+            return sum(1 for f in free if f == self.size[pool]) >= pp
+        return any(f >= tp for f in free)
+
+    def release(self, pool: str, nodes: tuple[int, ...], tp: int, pp: int) -> None:
+        for i in nodes:
+            self.free[pool][i] += self.size[pool] if pp > 1 else tp
+
+
+@dataclass(frozen=True)
+class Action:
+    """One change between two consecutive plans: ``count`` replicas of an option started or stopped, or a shared GPU
+    (``tp`` = 0, ``models`` its residents) started or stopped. ``ready_at_s``: when started replicas serve."""
+
+    action: str  # 'start' | 'stop'
+    model: str
+    pool: str
+    tp: int
+    pp: int
+    count: int
+    ready_at_s: float | None = None
+    models: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict:
+        d = {"action": self.action, "model": self.model, "pool": self.pool, "tp": self.tp, "pp": self.pp,
+             "count": self.count}
+        if self.ready_at_s is not None:
+            d["ready_at_s"] = self.ready_at_s
+        if self.models:
+            d["shared_models"] = list(self.models)
+        return d
+
+
+@dataclass(frozen=True)
+class OnlineResult:
+    """A plan the Replanner adopted (or the outcome of a round).
+
+    Attributes:
+        at_s: unix time of the round.
+        window: window index of the day curve the plan is for.
+        reason: 'initial', 'round', 'resolve' or 'restored'.
+        problem: the one-window Problem (demand = the demand the plan commits to: forecast minus ``unmet``).
+        plan: the one-window Plan (target state: loading replicas included).
+        report: ``validate(problem, plan)``.
+        forecast_req_per_s: {model: forecast}.
+        unmet_req_per_s: {model: forecast the plan cannot cover (migration budget or inventory exhausted)}.
+        loading: {option key: ready times (unix s) of replicas still loading}.
+        actions: changes against the previous plan.
+        migrations: replica starts + stops (shared GPUs count one each).
+        cost_usd_per_hour: GPU + egress cost of the plan per hour.
+        round_time_s: wall time of the computation, seconds.
+        message: notes (why a re-solve was or was not adopted, ...).
+    """
+
+    at_s: float
+    window: int
+    reason: str
+    problem: Problem
+    plan: Plan
+    report: ValidationReport
+    forecast_req_per_s: dict[str, float]
+    unmet_req_per_s: dict[str, float]
+    loading: dict[OptionKey, tuple[float, ...]]
+    actions: tuple[Action, ...]
+    migrations: int
+    cost_usd_per_hour: float
+    round_time_s: float
+    message: str = ""
+    extra: dict = field(default_factory=dict)
+
+
+class Replanner:
+    """The live placement of one fleet and the heuristic rounds that revise it.
+
+    Args:
+        problem: the (daily) Problem: pools, models with their day curves, options, margin.
+        config: see :class:`OnlineConfig`.
+        load_time_s: {option key: seconds before a new replica serves} (see :func:`load_times`); options missing
+            there are ready at once.
+        forecaster: a :class:`Forecaster` (default: one on the problem's day curves).
+
+    Not thread-safe: the service serializes calls with a lock.
+    """
+
+    def __init__(self, problem: Problem, config: OnlineConfig | None = None,
+                 load_time_s: Mapping[OptionKey, float] | None = None, forecaster: Forecaster | None = None) -> None:
+        self.problem = problem
+        self.config = config or OnlineConfig()
+        self.load_time_s = dict(load_time_s or {})
+        self.forecaster = forecaster or Forecaster({m.name: m.demand_req_per_s for m in problem.models},
+                                                   problem.window_length_s, self.config)
+        self.pools = problem.pool_by_id
+        self.models = problem.model_by_name
+        self.opts = problem.option_by_key
+        self.shares = problem.share_by_key
+        mu = 1 - problem.margin
+        self.usable = {o.key: o.capacity_req_per_s * mu for o in problem.options}
+        self.price_per_hour = {o.key: o.gpus * self.pools[o.pool].usd_per_gpu_hour for o in problem.options}
+        self.by_model: dict[str, list[ReplicaOption]] = {m.name: [] for m in problem.models}
+        for o in problem.options:
+            self.by_model[o.model].append(o)
+        self.egress_per_req_per_s_hour = {
+            (m.name, p.site): problem.egress_usd_per_req_per_s_window(m, p.site) / problem.window_hours
+            for m in problem.models for p in problem.pools}
+        self.nodes = _Nodes(problem)
+        self.instances: dict[OptionKey, list[_Instance]] = {}
+        self.shared: list[_Shared] = []
+        self.current: OnlineResult | None = None
+
+    # ---- state ---------------------------------------------------------------------------------------------
+    def _clear(self) -> None:
+        self.nodes = _Nodes(self.problem)
+        self.instances = {}
+        self.shared = []
+
+    def _install(self, replicas: Mapping[OptionKey, int], shared: list[tuple[str, tuple[str, ...]]],
+                 ready_at: Mapping[OptionKey, list[float]] | None = None) -> None:
+        """Replace the placement by these counts, packed onto nodes largest group first (FFD: for group sizes that
+        are powers of two dividing the node size, it packs whenever any packing exists)."""
+        self._clear()
+        ready_at = ready_at or {}
+        for pool, models in shared:
+            nodes = self.nodes.place(pool, 1, 1)
+            if nodes is None:
+                raise InputError(f"shared GPU on {pool} does not fit the pool's nodes", field="shared", value=pool)
+            self.shared.append(_Shared(pool, tuple(models), nodes[0]))
+        for key in sorted(replicas, key=lambda k: (-(k[2] * k[3]), k)):
+            n = replicas[key]
+            if key not in self.opts:
+                raise InputError(f"replica key {key} is not an option of the problem", field="replicas", value=key)
+            times = sorted(ready_at.get(key, []))[-n:] if n else []
+            times = [0.0] * (n - len(times)) + list(times)
+            for t in times:
+                nodes = self.nodes.place(key[1], key[2], key[3])
+                if nodes is None:
+                    raise InputError(f"{n} replicas of {key} do not fit the pool's nodes", field="replicas",
+                                     value=key)
+                self.instances.setdefault(key, []).append(_Instance(nodes, t))
+
+    def counts(self) -> dict[OptionKey, int]:
+        """{option key: replicas} of the live placement (loading ones included)."""
+        return {k: len(v) for k, v in self.instances.items() if v}
+
+    def snapshot(self) -> dict:
+        """JSON-ready live state: replicas with their ready times, shared GPUs, forecaster state."""
+        return {"replicas": [{"model": k[0], "pool": k[1], "tp": k[2], "pp": k[3],
+                              "ready_at_s": [i.ready_at_s for i in v]} for k, v in sorted(self.instances.items()) if v],
+                "shared": [{"pool": s.pool, "models": list(s.models)} for s in self.shared],
+                "forecaster": self.forecaster.to_dict()}
+
+    def restore(self, snap: dict, at_s: float) -> OnlineResult:
+        """Resume from :meth:`snapshot`; returns the restored plan, validated against the current forecast (it
+        is adopted even if the forecast moved: the next round repairs it). Raises InputError for a snapshot that
+        does not match the problem."""
+        self.forecaster.load_dict(snap.get("forecaster", {}))
+        reps, times = {}, {}
+        for r in snap.get("replicas", []):
+            key = (r["model"], r["pool"], int(r["tp"]), int(r["pp"]))
+            reps[key] = len(r["ready_at_s"])
+            times[key] = [float(t) for t in r["ready_at_s"]]
+        self._install(reps, [(s["pool"], tuple(s["models"])) for s in snap.get("shared", [])], times)
+        return self._result(at_s, "restored", t0=time.perf_counter(), before=self.counts())
+
+    # ---- capacity ------------------------------------------------------------------------------------------
+    def _dedicated(self) -> dict[str, float]:
+        cap = dict.fromkeys(self.models, 0.0)
+        for k, v in self.instances.items():
+            cap[k[0]] += len(v) * self.usable[k]
+        return cap
+
+    def _fill_shared(self, need: Mapping[str, float]) -> list[dict[str, float]]:
+        """Served rate of each shared GPU per resident model: each model's need (forecast − dedicated) spread over
+        its shared GPUs, each GPU's compute share Σ served / capacity kept <= 1 − margin."""
+        left = {m: max(0.0, v) for m, v in need.items()}
+        mu = 1 - self.problem.margin
+        out = []
+        for s in self.shared:
+            room = mu
+            served = {}
+            for m in s.models:
+                cap = self.shares[(m, s.pool)].capacity_req_per_s
+                take = min(left.get(m, 0.0), room * cap)
+                served[m] = take
+                left[m] = left.get(m, 0.0) - take
+                room -= take / cap
+            out.append(served)
+        return out
+
+    def _replica_count(self, model: str) -> int:
+        return sum(len(v) for k, v in self.instances.items() if k[0] == model) + sum(
+            1 for s in self.shared if model in s.models)
+
+    # ---- the heuristic round --------------------------------------------------------------------------------
+    def _choose_option(self, model: str, deficit: float) -> ReplicaOption | None:
+        spec = self.models[model]
+        best, best_score = None, None
+        for o in self.by_model[model]:
+            if not self.nodes.can_place(o.pool, o.tp, o.pp):
+                continue
+            if o.ttft_p95_s > spec.ttft_p95_s * (1 + 1e-6) or o.tpot_p95_s > spec.tpot_p95_s * (1 + 1e-6):
+                continue
+            u = self.usable[o.key]
+            n = max(1, math.ceil(deficit / u - _EPS))
+            site = self.pools[o.pool].site
+            hourly = n * self.price_per_hour[o.key] + min(deficit, n * u) * self.egress_per_req_per_s_hour[
+                (model, site)]
+            score = (hourly + o.start_cost_usd * 3600.0 / max(self.config.resolve_horizon_s, 1.0), -u, o.key)
+            if best_score is None or score < best_score:
+                best, best_score = o, score
+        return best
+
+    def round(self, at_s: float | None = None, *, budget: int | None = None, reason: str = "round") -> OnlineResult:
+        """One heuristic round at unix time ``at_s`` (default now) for the current window; adopts and returns
+        the new plan. ``budget`` overrides the config's migration budget (None: the config's; a negative value:
+        unlimited, for a cold start).
+
+        Order: (1) floors, then models whose forecast exceeds usable capacity (dedicated of ready and loading
+        replicas + what their shared GPUs can serve) get replicas of the option with the lowest hourly cost for
+        the deficit, best fit onto nodes; (2) while budget is left, the replica whose removal saves the most is
+        stopped if the survivors' usable capacity still covers forecast / target_utilization (for N equal
+        replicas: forecast / (N − 1) <= target × usable per replica: the survivors absorb the removed share,
+        N/(N − 1) more load each); loading replicas are stopped first (cancelling a load costs nothing served).
+        """
+        t0 = time.perf_counter()
+        at_s = time.time() if at_s is None else float(at_s)
+        c = self.config
+        budget = c.migration_budget if budget is None else budget
+        unlimited = budget < 0
+        before = self.counts()
+        w = self.forecaster.window_at(at_s)
+        forecast = {m: self.forecaster.forecast(m, w, at_s) for m in self.models}
+        moves = 0
+        ded = self._dedicated()
+        served = self._fill_shared({m: forecast[m] - ded[m] for m in self.models})
+        shared_cap = dict.fromkeys(self.models, 0.0)
+        for s in served:
+            for m, f in s.items():
+                shared_cap[m] += f
+
+        # (1) adds: floors first, then the largest deficit first.
+        def deficit(m: str) -> float:
+            return forecast[m] - ded[m] - shared_cap[m]
+
+        order = sorted(self.models, key=lambda m: (-deficit(m), m))
+        for m in order:
+            spec = self.models[m]
+            while unlimited or moves < budget:
+                n = self._replica_count(m)
+                short_floor = n < spec.min_replicas
+                d = deficit(m)
+                if not short_floor and d <= 1e-9 * max(1.0, forecast[m]):
+                    break
+                if spec.max_replicas is not None and n >= spec.max_replicas:
+                    break
+                o = self._choose_option(m, max(d, 0.0))
+                if o is None:
+                    break
+                nodes = self.nodes.place(o.pool, o.tp, o.pp)
+                self.instances.setdefault(o.key, []).append(
+                    _Instance(nodes, at_s + self.load_time_s.get(o.key, 0.0)))
+                ded[m] += self.usable[o.key]
+                moves += 1
+
+        # (2) removals with hysteresis.
+        target = c.target_utilization
+        while unlimited or moves < budget:
+            best = None
+            for key, insts in self.instances.items():
+                if not insts:
+                    continue
+                m = key[0]
+                spec = self.models[m]
+                if self._replica_count(m) - 1 < spec.min_replicas:
+                    continue
+                if ded[m] - self.usable[key] + shared_cap[m] < forecast[m] / target - 1e-9:
+                    continue
+                loading = max(i.ready_at_s for i in insts) > at_s
+                score = (loading, self.price_per_hour[key], key)
+                if best is None or score > best[0]:
+                    best = (score, key)
+            if best is None:
+                break
+            key = best[1]
+            insts = self.instances[key]
+            inst = max(insts, key=lambda i: i.ready_at_s)
+            insts.remove(inst)
+            self.nodes.release(key[1], inst.nodes, key[2], key[3])
+            ded[key[0]] -= self.usable[key]
+            moves += 1
+        return self._result(at_s, reason, t0=t0, before=before, forecast=forecast)
+
+    def _result(self, at_s: float, reason: str, *, t0: float, before: Mapping[OptionKey, int],
+                forecast: Mapping[str, float] | None = None, before_shared: list | None = None,
+                message: str = "") -> OnlineResult:
+        w = self.forecaster.window_at(at_s)
+        if forecast is None:
+            forecast = {m: self.forecaster.forecast(m, w, at_s) for m in self.models}
+        ded = self._dedicated()
+        served = self._fill_shared({m: forecast[m] - ded[m] for m in self.models})
+        cover = dict(ded)
+        for s in served:
+            for m, f in s.items():
+                cover[m] += f
+        unmet = {m: max(0.0, forecast[m] - cover[m]) for m in self.models}
+        committed = {m: forecast[m] - unmet[m] for m in self.models}
+        problem = window_problem(self.problem, committed)
+        counts = self.counts()
+        plan = Plan(replicas={k: (n,) for k, n in counts.items()},
+                    shared=tuple(SharedGPU(s.pool, s.models, {m: (f,) for m, f in sv.items()})
+                                 for s, sv in zip(self.shared, served, strict=True)),
+                    status=Status.HEURISTIC, backend=f"online-{reason}")
+        ev = evaluate(problem, plan)
+        plan = replace(plan, objective_usd=ev.total_usd)
+        report = validate(problem, plan)
+        actions = self._actions(before, counts, before_shared, at_s)
+        loading = {k: tuple(sorted(i.ready_at_s for i in v if i.ready_at_s > at_s)) for k, v in self.instances.items()}
+        loading = {k: v for k, v in loading.items() if v}
+        migrations = sum(a.count for a in actions)
+        res = OnlineResult(at_s=at_s, window=w, reason=reason, problem=problem, plan=plan, report=report,
+                           forecast_req_per_s=dict(forecast), unmet_req_per_s=unmet, loading=loading,
+                           actions=actions, migrations=migrations,
+                           cost_usd_per_hour=ev.total_usd / problem.window_hours,
+                           round_time_s=time.perf_counter() - t0, message=message)
+        self.current = res
+        return res
+
+    def _actions(self, before: Mapping[OptionKey, int], after: Mapping[OptionKey, int], before_shared: list | None,
+                 at_s: float) -> tuple[Action, ...]:
+        out = []
+        for key in sorted(set(before) | set(after)):
+            d = after.get(key, 0) - before.get(key, 0)
+            if d > 0:
+                out.append(Action("start", key[0], key[1], key[2], key[3], d,
+                                  ready_at_s=at_s + self.load_time_s.get(key, 0.0)))
+            elif d < 0:
+                out.append(Action("stop", key[0], key[1], key[2], key[3], -d))
+        if before_shared is not None:
+            now = [(s.pool, s.models) for s in self.shared]
+            old = list(before_shared)
+            for g in now:
+                if g in old:
+                    old.remove(g)
+                else:
+                    out.append(Action("start", "+".join(g[1]), g[0], 0, 1, 1, ready_at_s=at_s, models=g[1]))
+            for g in old:
+                out.append(Action("stop", "+".join(g[1]), g[0], 0, 1, 1, models=g[1]))
+        return tuple(out)
+
+    # ---- initial plan and full re-solves --------------------------------------------------------------------
+    def initial(self, at_s: float | None = None) -> OnlineResult:
+        """A cold-start plan for the current window: a heuristic round from an empty fleet with no migration
+        budget and replicas counted as ready (there is nothing to migrate from)."""
+        at_s = time.time() if at_s is None else float(at_s)
+        self._clear()
+        saved = self.load_time_s
+        self.load_time_s = {}
+        try:
+            return self.round(at_s, budget=-1, reason="initial")
+        finally:
+            self.load_time_s = saved
+
+    def migration_cost_usd(self, candidate: Plan) -> tuple[float, int]:
+        """(USD, count) of the replica starts ``candidate`` needs from the live placement: each start costs its
+        option's start cost; a new shared GPU costs the start cost of its models' tp-1 options in that pool."""
+        now = self.counts()
+        usd, n = 0.0, 0
+        for key, counts in candidate.replicas.items():
+            d = counts[0] - now.get(key, 0)
+            if d > 0:
+                usd += d * self.opts[key].start_cost_usd
+                n += d
+        for key, c in now.items():
+            n += max(0, c - (candidate.replicas.get(key, (0,))[0]))
+        old = [(s.pool, s.models) for s in self.shared]
+        for g in candidate.shared:
+            k = (g.pool, tuple(g.models))
+            if k in old:
+                old.remove(k)
+                continue
+            n += 1
+            usd += sum(self.opts[(m, g.pool, 1, 1)].start_cost_usd for m in g.models if (m, g.pool, 1, 1) in self.opts)
+        return usd, n + len(old)
+
+    def consider(self, candidate: Plan, at_s: float | None = None) -> tuple[bool, OnlineResult | None, str]:
+        """Offer a full re-solve's one-window plan; adopt it only if it is valid against the current forecast and
+        (current cost/h − its cost/h) × resolve_horizon_s − its migration cost > resolve_min_saving_usd.
+
+        Returns (adopted, the adopted result or None, a message with the figures).
+        """
+        at_s = time.time() if at_s is None else float(at_s)
+        t0 = time.perf_counter()
+        w = self.forecaster.window_at(at_s)
+        forecast = {m: self.forecaster.forecast(m, w, at_s) for m in self.models}
+        prob = window_problem(self.problem, forecast)
+        if not candidate.has_solution or not candidate.replicas and not candidate.shared:
+            return False, None, f"re-solve has no plan ({candidate.status.value}: {candidate.message[:200]})"
+        cand = replace(candidate, objective_usd=None)
+        rep = validate(prob, cand)
+        if not rep.ok:
+            return False, None, "re-solve plan fails the current forecast: " + "; ".join(rep.violations[:3])
+        cur = self.current
+        if cur is None:
+            cur = self._result(at_s, "round", t0=t0, before=self.counts(), forecast=forecast)
+        cost_new = evaluate(prob, cand).total_usd / prob.window_hours
+        cur_plan = replace(cur.plan, objective_usd=None)
+        cost_cur = evaluate(prob, cur_plan).total_usd / prob.window_hours
+        mig_usd, mig_n = self.migration_cost_usd(candidate)
+        saving = (cost_cur - cost_new) * self.config.resolve_horizon_s / 3600.0 - mig_usd
+        msg = (f"re-solve: ${cost_new:,.2f}/h vs current ${cost_cur:,.2f}/h, {mig_n} migrations costing "
+               f"${mig_usd:,.2f}, net saving ${saving:,.2f} over {self.config.resolve_horizon_s:g} s "
+               f"(threshold ${self.config.resolve_min_saving_usd:,.2f})")
+        if saving <= self.config.resolve_min_saving_usd:
+            return False, None, msg + ": kept the current plan"
+        before = self.counts()
+        before_shared = [(s.pool, s.models) for s in self.shared]
+        old_instances = {k: list(v) for k, v in self.instances.items()}
+        ready = {}
+        for key, counts in candidate.replicas.items():
+            keep = sorted(i.ready_at_s for i in old_instances.get(key, []))[:counts[0]]
+            new = [at_s + self.load_time_s.get(key, 0.0)] * (counts[0] - len(keep))
+            ready[key] = keep + new
+        snap = self.snapshot()
+        try:
+            self._install({k: v[0] for k, v in candidate.replicas.items() if v[0]},
+                          [(g.pool, tuple(g.models)) for g in candidate.shared], ready)
+        except InputError as exc:
+            self.restore(snap, at_s)
+            return False, None, f"{msg}: not adopted ({exc})"
+        res = self._result(at_s, "resolve", t0=t0, before=before, forecast=forecast, before_shared=before_shared,
+                           message=msg + ": adopted")
+        return True, res, msg + ": adopted"
+
+
+__all__ = ["Action", "Forecaster", "OnlineConfig", "OnlineResult", "Replanner", "estimate_demand", "load_times",
+           "window_problem"]
