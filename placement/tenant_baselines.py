@@ -116,3 +116,62 @@ def fair_share(problem: TenantProblem) -> Allocation:
             if moved == 0:
                 break
     return Allocation("fair-share", gpus, margin=False, status=SolveStatus.HEURISTIC)
+
+
+
+class _Packer:
+    """Margin-aware packing state of one window (see :func:`packed_greedy`)."""
+
+    def __init__(self, problem: TenantProblem, w: int, gpus: dict) -> None:
+        self.problem, self.w, self.gpus = problem, w, gpus
+        self.load = {n.name: 0 for n in problem.nodes}
+        self.holders: dict[str, list] = {n.name: [] for n in problem.nodes}
+        self.held = {t.name: 0 for t in problem.tenants}
+
+    def room(self, n, t) -> int:
+        hs = self.holders[n.name]
+        ts = hs if t in hs else hs + [t]
+        cap = n.gpus if len(ts) < 2 else math.floor(n.gpus * (1 - self.problem.node_coefficient(ts)) + 1e-9)
+        return max(0, cap - self.load[n.name])
+
+    def take(self, n, t, g: int) -> None:
+        self.load[n.name] += g
+        if t not in self.holders[n.name]:
+            self.holders[n.name].append(t)
+        self.held[t.name] += g
+        key = (t.name, self.w, n.name)
+        self.gpus[key] = self.gpus.get(key, 0) + g
+
+    def place(self, t, count: int) -> None:
+        mine = [n for n in self.problem.nodes if t.runs_on(n.gpu)]
+        for n in mine:  # whole empty nodes first
+            if count >= n.gpus and self.load[n.name] == 0:
+                self.take(n, t, n.gpus)
+                count -= n.gpus
+        own = [n for n in mine if t in self.holders[n.name]]
+        empty = [n for n in mine if self.load[n.name] == 0]
+        for group in (own, empty, mine):  # top up own nodes, then empty ones, then share
+            for n in sorted(group, key=lambda n: -self.load[n.name]):
+                if count <= 0:
+                    return
+                g = min(count, self.room(n, t))
+                if g > 0:
+                    self.take(n, t, g)
+                    count -= g
+
+
+def packed_greedy(problem: TenantProblem) -> Allocation:
+    """Margin-aware greedy packing (a quick feasible answer, used as the CP-SAT hint): per window, guarantees
+    first and then burst demand, tenants by weight (highest first); each tenant takes whole empty nodes first, then
+    tops up nodes it already holds, then empty nodes, and only then shares a node, never past the node's
+    interference-adjusted capacity floor(G (1 − s)). Returns an Allocation with ``margin=True``.
+    """
+    gpus: dict[tuple[str, int, str], int] = {}
+    order = sorted(problem.tenants, key=lambda t: (-t.weight, t.name))
+    for w in range(problem.n_windows):
+        pk = _Packer(problem, w, gpus)
+        for t in order:
+            pk.place(t, math.ceil(t.guaranteed(w) - 1e-9))
+        for t in order:
+            pk.place(t, t.wanted(w) - pk.held[t.name])
+    return Allocation("packed-greedy", gpus, margin=True, status=SolveStatus.HEURISTIC)
