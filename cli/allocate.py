@@ -8,6 +8,7 @@ import tempfile
 from pathlib import Path
 
 import click
+
 from fleetplan.errors import InputError
 
 
@@ -73,10 +74,11 @@ def allocate(scenario: Path | None, mode: str, backend: str, time_limit_s: float
              fmt: str, plot: Path | None, no_margin: bool) -> None:
     """Allocate a shared GPU pool to tenants per time window and compare the optimizer with static partitioning
     and quota-with-borrowing fair share. SCENARIO is a YAML file (default: the shipped tenants_default.yaml)."""
+    from rich.console import Console
+
     from fleetplan.placement.tenant_baselines import fair_share, static_partition
     from fleetplan.placement.tenants import load_scenario, validate_allocation
     from fleetplan.solvers.tenants_milp import solve_allocation
-    from rich.console import Console
 
     problem, opts = load_scenario(scenario)
     err = Console(stderr=True)

@@ -9,8 +9,9 @@ from __future__ import annotations
 import random
 
 import pytest
+
 from fleetplan.errors import InfeasibleError, InputError, UnknownNameError
-from fleetplan.placement.tenant_baselines import fair_share, static_partition
+from fleetplan.placement.tenant_baselines import fair_share, packed_greedy, static_partition
 from fleetplan.placement.tenants import (
     Allocation,
     AllocationError,
@@ -113,6 +114,16 @@ def test_fair_share_lends_by_weight_and_suffers_interference():
     # No headroom: the shared node delivers 7.4 of 8 -> a 5 × 0.925 = 4.625, b 3 × 0.925 = 2.775.
     assert o.served_gpu_windows == pytest.approx(7.4)
     assert o.attainment["a"] == pytest.approx(4.625 / 6)
+
+
+def test_packed_greedy_respects_margin():
+    # One node; a (weight 2) guaranteed 4 takes 4 first; b then shares: capacity floor(8 × 0.925) = 7 -> b gets 3.
+    p = TenantProblem(pool(1), (tenant("a", 4, [4], weight=2), tenant("b", 1, [6])), TABLE)
+    a = packed_greedy(p)
+    assert a.gpus == {("a", 0, "n0"): 4, ("b", 0, "n0"): 3}
+    validate_allocation(p, a)
+    problem, _ = load_scenario()
+    assert validate_allocation(problem, packed_greedy(problem)).unmet_guaranteed_gpu_windows == 0
 
 
 # --------------------------------------------------------------------------------------------- optimizer

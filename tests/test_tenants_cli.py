@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from click.testing import CliRunner
+
 from fleetplan.cli.main import main
 from fleetplan.placement.tenants import load_scenario
 
