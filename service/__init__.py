@@ -1,0 +1,1 @@
+"""The online re-planner service (``fleetplan serve``): FastAPI app, SQLAlchemy store, metrics."""
