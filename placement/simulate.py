@@ -1,0 +1,781 @@
+"""Replay requests against a plan's replicas and measure what the plan delivers: ``fleetplan simulate``.
+
+The discrete-event model is in :mod:`fleetplan.placement.sim_engine` (continuous batching, prefill priority, KV
+limit per replica, shared GPUs time-sliced between their models, least-work or round-robin router). This module
+builds the fleet of one window from a plan, draws or reads the requests, runs the engine and computes the metrics
+people judge serving by, per model and per window.
+
+Two replays:
+
+* :func:`simulate_day` (no trace): the plan's own scenario over the whole day. For each window, arrivals follow the
+  scenario's day curve. Where the curve comes from ServeGen, each 10-minute slot is a Gamma renewal process with the
+  slot's rate and ServeGen's fitted inter-arrival CV (``servegen_arrival_params``; ``arrivals='poisson'`` keeps the
+  rate and drops the burstiness, i.e. the capacity model's own assumption). Token lengths are drawn jointly (prompt,
+  output) from the token-mix trace, or lognormal from the four statistics. A model whose demand is a trace replays
+  that trace's requests. Windows are independent: each starts empty (queues do not carry over window boundaries).
+* :func:`simulate_trace`: a trace's requests against one window's replicas (the peak window by default), optionally
+  rate-scaled to the window's demand. A trace with no model column is split over the plan's models in proportion to
+  their demand in that window (seeded), or sent to one model.
+
+Slices: a window may be simulated for ``slice_s`` seconds instead of all of it (``simulate_day(slice_s=...)``). The
+slice is the window's busiest 10-minute slot (the one the plan is sized for, ``demand_rate: peak``) widened
+symmetrically to ``slice_s``, preceded by ``warmup_s`` seconds whose requests are simulated but not measured. Each
+report states the slice, the steady-state check (P95 TTFT of the slice's first and second halves) and a
+distribution-free 95% confidence interval of the P95 TTFT (binomial order statistics).
+
+Metrics (per model and window): TTFT and TPOT P50/P95/P99 (TPOT = (done − first token) / (output − 1), requests with
+one output token have none), SLO attainment = share of requests with TTFT ≤ the TTFT target and TPOT ≤ the TPOT
+target (a dropped request misses), goodput = such requests per second, queueing delay P99 (arrival → prefill start),
+utilization (busy share of the model's devices; a shared GPU counts 1/k per resident model), energy kWh (board power
+linear in utilization, :func:`fleetplan.costmodels.energy.energy_kwh`, per GPU, extrapolated to the whole window),
+cost per 1M tokens (GPU-hours × price of the model's devices over the window / prompt + output tokens of the window).
+A shared GPU's cost and energy are split between its models by busy time (equally when idle).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from fleetplan.errors import InputError, UnknownNameError
+from fleetplan.placement.plan import Plan
+from fleetplan.placement.problem import Problem
+from fleetplan.placement.sim_engine import FCFS, DeviceSpec, EngineSpec, Policy, RunResult, StepModel, run
+
+#: Quantiles reported for TTFT and TPOT.
+QUANTILES = (0.5, 0.95, 0.99)
+#: ServeGen slot length, seconds.
+_SLOT_S = 600.0
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The fleet of one window
+
+
+@dataclass
+class Fleet:
+    """Engines and devices of one window, plus the model each engine serves.
+
+    Attributes:
+        engines, devices: as :func:`fleetplan.placement.sim_engine.run` takes them.
+        device_models: per device, the models resident on it.
+    """
+
+    engines: list[EngineSpec]
+    devices: list[DeviceSpec]
+    device_models: list[tuple[str, ...]] = field(default_factory=list)
+
+
+class FleetBuilder:
+    """Builds :class:`Fleet` objects for a plan's windows, caching one :class:`StepModel` per replica type.
+
+    Step times come from the calibrated roofline (:func:`fleetplan.costmodels.latency.prefill_time_s`,
+    :func:`~fleetplan.costmodels.latency.decode_step_time_s`) with the scenario's dtypes and inter-node link; the KV
+    budget is memory_utilization × GPUs × GPU memory − weights for a dedicated replica (as in
+    :func:`fleetplan.costmodels.capacity.replica_capacity`) and the share option's footprint − weights on a shared GPU.
+    """
+
+    def __init__(self, problem: Problem, plan: Plan, scenario, *, max_tokens: float = 32768,
+                 step_models: dict[str, StepModel] | None = None):
+        self.problem, self.plan, self.scenario = problem, plan, scenario
+        self.max_tokens = max_tokens
+        self._cache: dict[tuple, StepModel] = {}
+        self._override = step_models or {}
+
+    def _file(self, key: str) -> str | None:
+        from pathlib import Path
+
+        files = (self.scenario.raw.get("files") or {}) if self.scenario is not None else {}
+        if key not in files:
+            return None
+        p = Path(files[key])
+        base = self.scenario.base_dir
+        return str(Path(base) / p) if base and not p.is_absolute() else str(p)
+
+    def step_model(self, model_name: str, pool_id: str, tp: int, pp: int, kv_budget_bytes: float | None) -> StepModel:
+        """The (cached) step model of ``model_name`` on ``tp × pp`` GPUs of ``pool_id``."""
+        if model_name in self._override:
+            return self._override[model_name]
+        key = (model_name, pool_id, tp, pp, kv_budget_bytes)
+        if key in self._cache:
+            return self._cache[key]
+        from fleetplan.costmodels.calibration import load_calibration
+        from fleetplan.costmodels.latency import decode_step_time_s, prefill_time_s
+        from fleetplan.costmodels.network import NetworkGraph
+        from fleetplan.datasets.catalog import get_gpu, get_model
+
+        opts = self.scenario.options if self.scenario is not None else {}
+        wd, kd = opts.get("weight_dtype", "bf16"), opts.get("kv_dtype", "bf16")
+        mu = opts.get("memory_utilization", 0.9)
+        pool = self.problem.pool_by_id[pool_id]
+        model = get_model(model_name, self._file("models"))
+        gpu = get_gpu(pool.gpu, self._file("gpus"))
+        calib = load_calibration(gpu)
+        link = NetworkGraph.load().inter_node_link(opts.get("inter_node_link")) if pp > 1 else None
+        kw = dict(tp=tp, pp=pp, weight_dtype=wd, link=link, calib=calib)
+        budget = mu * tp * pp * gpu.memory_bytes - model.weight_bytes(wd) if kv_budget_bytes is None \
+            else kv_budget_bytes
+        pcie = gpu.pcie_bytes_per_s / 2 * tp * pp if gpu.pcie_bytes_per_s else None
+        sm = StepModel(lambda i: prefill_time_s(model, gpu, i, **kw),
+                       lambda b, c: decode_step_time_s(model, gpu, b, c, kv_dtype=kd, **kw),
+                       kv_bytes_per_token=model.kv_bytes_per_token(kd), kv_budget_bytes=budget,
+                       max_tokens=min(self.max_tokens, model.max_context_tokens),
+                       sliding_window_tokens=model.sliding_window_tokens, pcie_bytes_per_s=pcie,
+                       label=f"{model_name} on {pool_id} tp{tp}" + (f"xpp{pp}" if pp > 1 else ""))
+        self._cache[key] = sm
+        return sm
+
+    def fleet(self, w: int) -> Fleet:
+        """The devices and engines of window ``w``: every dedicated replica of the plan in that window, and every
+        shared GPU (on all day)."""
+        from fleetplan.costmodels.energy import idle_fraction  # noqa: F401  (validates the power table early)
+        from fleetplan.datasets.catalog import get_gpu
+
+        pools = self.problem.pool_by_id
+        shares = self.problem.share_by_key
+        engines: list[EngineSpec] = []
+        devices: list[DeviceSpec] = []
+        dm: list[tuple[str, ...]] = []
+        for (m, pool_id, tp, pp), counts in sorted(self.plan.replicas.items()):
+            n = counts[w]
+            if not n:
+                continue
+            pool = pools[pool_id]
+            gpu = get_gpu(pool.gpu, self._file("gpus"))
+            sm = self.step_model(m, pool_id, tp, pp, None)
+            for r in range(n):
+                devices.append(DeviceSpec(f"{m} {pool.gpu}@{pool.site} tp{tp}x{pp} #{r + 1}", tp * pp,
+                                          pool.usd_per_gpu_hour, gpu.tdp_w or 0.0, gpu=pool.gpu))
+                engines.append(EngineSpec(m, len(devices) - 1, sm))
+                dm.append((m,))
+        for g_i, g in enumerate(self.plan.shared):
+            pool = pools[g.pool]
+            gpu = get_gpu(pool.gpu, self._file("gpus"))
+            devices.append(DeviceSpec(f"shared {pool.gpu}@{pool.site} #{g_i + 1} ({' + '.join(g.models)})", 1,
+                                      pool.usd_per_gpu_hour, gpu.tdp_w or 0.0, gpu=pool.gpu))
+            for m in g.models:
+                opt = shares[(m, g.pool)]
+                from fleetplan.datasets.catalog import get_model
+
+                wd = (self.scenario.options if self.scenario is not None else {}).get("weight_dtype", "bf16")
+                budget = opt.memory_bytes - get_model(m, self._file("models")).weight_bytes(wd)
+                engines.append(EngineSpec(m, len(devices) - 1, self.step_model(m, g.pool, 1, 1, budget)))
+            dm.append(tuple(g.models))
+        return Fleet(engines, devices, dm)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Workloads
+
+
+@dataclass(frozen=True, eq=False)
+class Workload:
+    """Requests to replay, sorted by arrival (numpy arrays of length n) and the measured interval.
+
+    Attributes:
+        arrival_s, input_tokens, output_tokens, model: per request.
+        measure_from_s, measure_to_s: requests arriving in [from, to) are measured (earlier ones warm the fleet up).
+        source: where the requests come from.
+    """
+
+    arrival_s: np.ndarray
+    input_tokens: np.ndarray
+    output_tokens: np.ndarray
+    model: np.ndarray
+    measure_from_s: float
+    measure_to_s: float
+    source: str = ""
+
+    @staticmethod
+    def concat(parts: list[Workload], measure_from_s: float, measure_to_s: float, source: str) -> Workload:
+        """Merge workloads into one sorted by arrival."""
+        if not parts:
+            z = np.zeros(0)
+            return Workload(z, z.astype(np.int64), z.astype(np.int64), np.zeros(0, dtype=object), measure_from_s,
+                            measure_to_s, source)
+        a = np.concatenate([p.arrival_s for p in parts])
+        order = np.argsort(a, kind="stable")
+        return Workload(a[order], np.concatenate([p.input_tokens for p in parts])[order],
+                        np.concatenate([p.output_tokens for p in parts])[order],
+                        np.concatenate([p.model for p in parts])[order], measure_from_s, measure_to_s, source)
+
+
+@functools.cache
+def _trace(name: str):
+    from fleetplan.datasets.traces import load_trace
+
+    return load_trace(name)
+
+
+def _lognormal(rng: np.random.Generator, mean: float, p95: float, n: int) -> np.ndarray:
+    """Lognormal draws with the given mean and 95th percentile: ln(p95/mean) = z·s − s²/2 (smaller root; z = the
+    normal 95th percentile, 1.6449), rounded to whole tokens >= 1."""
+    z = 1.6448536269514722
+    r = math.log(max(p95, 1.0) / mean)
+    disc = z * z - 2 * r
+    s = 0.0 if r <= 0 else (z - math.sqrt(disc) if disc > 0 else z)
+    mu = math.log(mean) - s * s / 2
+    return np.maximum(1, np.rint(rng.lognormal(mu, s, size=n))).astype(np.int64)
+
+
+def _tokens(model_raw: dict, scenario, rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:
+    spec = model_raw.get("token_mix") or {}
+    if isinstance(spec, dict) and "trace" in spec:
+        tr = _trace(spec["trace"])
+        idx = rng.integers(0, len(tr), size=n)
+        return tr.input_tokens[idx], tr.output_tokens[idx]
+    mix = scenario.token_mixes[model_raw["name"]]
+    return (_lognormal(rng, mix.input_tokens_mean, mix.input_tokens_p95, n),
+            _lognormal(rng, mix.output_tokens_mean, mix.output_tokens_p95, n))
+
+
+def gamma_renewal(rng: np.random.Generator, rate_req_per_s: float, cv: float, start_s: float,
+                  end_s: float) -> np.ndarray:
+    """Arrival times of a Gamma renewal process on [start_s, end_s): inter-arrivals Gamma(shape 1/cv², scale
+    cv²/rate) (mean 1/rate, coefficient of variation cv; cv = 1 is Poisson). The first arrival is a uniform fraction
+    of a first gap (an approximation of the stationary start). Empty for a zero rate."""
+    span = end_s - start_s
+    if rate_req_per_s <= 0 or span <= 0:
+        return np.zeros(0)
+    cv = cv if (cv and math.isfinite(cv) and cv > 0) else 1.0
+    shape, scale = 1.0 / cv ** 2, cv ** 2 / rate_req_per_s
+    expected = rate_req_per_s * span
+    chunks, total = [], 0.0
+    first = True
+    while total < span:
+        m = int(expected + 6 * math.sqrt(expected * max(cv * cv, 1.0)) + 16)
+        g = rng.gamma(shape, scale, size=m)
+        if first:
+            g[0] *= rng.uniform()
+            first = False
+        c = total + np.cumsum(g)
+        chunks.append(c)
+        total = float(c[-1])
+    t = np.concatenate(chunks)
+    return start_s + t[t < span]
+
+
+def _day_rate_profile(model_raw: dict, scenario, arrivals: str) -> tuple[np.ndarray, np.ndarray, float, str]:
+    """(rates per slot req/s, cv per slot, slot length s, description) over the day for one model's demand."""
+    dem = model_raw["demand"]
+    L = float(scenario.options["window_length_s"])
+    if "servegen" in dem:
+        from fleetplan.datasets.servegen import servegen_arrival_params, servegen_day_curve
+
+        body = dem["servegen"]
+        series, day, gaps = body["series"], body.get("day", "mean"), body.get("gaps", "interpolate")
+        factor = float(body["mean_rate_req_per_s"]) / float(servegen_day_curve(series, day, L, gaps).mean())
+        rates = servegen_day_curve(series, day, _SLOT_S, gaps) * factor
+        if arrivals == "servegen":
+            cv = servegen_arrival_params(series, day)["cv_rate_weighted"].to_numpy(dtype=np.float64)
+            cv = np.where(np.isfinite(cv) & (cv > 0), cv, 1.0)
+            what = f"ServeGen {series} 10-min rates × {factor:.4g}, Gamma inter-arrivals with ServeGen's fitted CV"
+        else:
+            cv = np.ones_like(rates)
+            what = f"ServeGen {series} 10-min rates × {factor:.4g}, Poisson arrivals"
+        return rates, cv, _SLOT_S, what
+    rates = np.asarray(scenario.demands[model_raw["name"]].rates_req_per_s, dtype=np.float64)
+    return rates, np.ones_like(rates), L, "window mean rates, Poisson arrivals"
+
+
+def scenario_workload(scenario, w: int, start_s: float, end_s: float, seed: int, *, arrivals: str = "servegen",
+                      measure_from_s: float | None = None, models: list[str] | None = None,
+                      names: list[str] | None = None) -> Workload:
+    """Requests of every model of ``scenario`` arriving in [start_s, end_s) of window ``w`` (seconds from the
+    window's start), drawn as the module docstring says. Deterministic for a given seed.
+
+    ``names`` gives the catalog name of each scenario model in order (``[m.name for m in problem.models]``; the
+    scenario may use an alias); ``models`` restricts the replay to those catalog names."""
+    if arrivals not in ("servegen", "poisson"):
+        raise InputError("arrivals must be 'servegen' or 'poisson'", field="arrivals", value=arrivals)
+    L = float(scenario.options["window_length_s"])
+    parts, what = [], []
+    for i, m in enumerate(scenario.raw["models"]):
+        name = names[i] if names is not None else m["name"]
+        if models is not None and name not in models:
+            continue
+        rng = np.random.default_rng([seed, w, i])
+        dem = m["demand"]
+        if "trace" in dem:
+            tr = _scenario_trace(dem, scenario)
+            lo, hi = np.searchsorted(tr.arrival_s, [w * L + start_s, w * L + end_s])
+            a = tr.arrival_s[lo:hi] - w * L
+            inp, out = tr.input_tokens[lo:hi], tr.output_tokens[lo:hi]
+            what.append(f"{name}: trace {tr.name} replayed")
+        else:
+            rates, cv, slot, desc = _day_rate_profile(m, scenario, arrivals)
+            t0, t1 = w * L + start_s, w * L + end_s
+            chunks = []
+            k0, k1 = int(t0 // slot), int(math.ceil(t1 / slot))
+            for k in range(k0, k1):
+                a0, a1 = max(t0, k * slot), min(t1, (k + 1) * slot)
+                r = rates[k % len(rates)]
+                chunks.append(gamma_renewal(rng, float(r), float(cv[k % len(cv)]), a0, a1))
+            a = np.concatenate(chunks) - w * L if chunks else np.zeros(0)
+            inp, out = _tokens(m, scenario, rng, len(a))
+            what.append(f"{name}: {desc}")
+        parts.append(Workload(np.asarray(a, dtype=np.float64), np.asarray(inp, dtype=np.int64),
+                              np.asarray(out, dtype=np.int64), np.full(len(a), name, dtype=object), 0, 0))
+    return Workload.concat(parts, start_s if measure_from_s is None else measure_from_s, end_s,
+                           "; ".join(what) + f"; seed {seed}")
+
+
+def _scenario_trace(dem: dict, scenario):
+    from pathlib import Path
+
+    from fleetplan.datasets.traces import load_trace
+
+    body = dem["trace"]
+    ref = body.get("file") or body.get("name")
+    if body.get("file") and scenario.base_dir and not Path(ref).is_absolute():
+        ref = str(Path(scenario.base_dir) / ref)
+    tr = load_trace(ref)
+    scale = float(body.get("rate_scale", 1.0) or 1.0)
+    return tr.time_scaled(scale) if scale != 1.0 else tr
+
+
+def peak_slot_start_s(scenario, w: int) -> float:
+    """Start (seconds from the window's start) of window ``w``'s busiest 10-minute slot, all models summed (0 when
+    the window is not longer than a slot or the curves have no finer detail than the window)."""
+    L = float(scenario.options["window_length_s"])
+    if L <= _SLOT_S:
+        return 0.0
+    n = int(L // _SLOT_S)
+    total = np.zeros(n)
+    for m in scenario.raw["models"]:
+        if "servegen" not in m["demand"]:
+            continue
+        rates, _, slot, _ = _day_rate_profile(m, scenario, "poisson")
+        k0 = int(w * L // slot)
+        total += np.resize(np.roll(rates, -k0)[:n], n)
+    return float(np.argmax(total) * _SLOT_S)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Metrics
+
+
+@dataclass(frozen=True)
+class ModelWindowMetrics:
+    """What one model got in one window (module docstring for the definitions).
+
+    Times in seconds; utilization 0..1; energy kWh and cost USD per 1M tokens over the whole window.
+    """
+
+    model: str
+    window: int
+    requests: int
+    dropped: int
+    ttft_p50_s: float
+    ttft_p95_s: float
+    ttft_p99_s: float
+    tpot_p50_s: float
+    tpot_p95_s: float
+    tpot_p99_s: float
+    slo_attainment: float
+    goodput_req_per_s: float
+    queue_delay_p99_s: float
+    utilization: float
+    energy_kwh: float
+    usd_per_1m_tokens: float
+    ttft_slo_s: float
+    tpot_slo_s: float
+    preemptions: int = 0
+
+    def as_dict(self) -> dict:
+        return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in self.__dict__.items()}
+
+
+def _q(x: np.ndarray, q: float) -> float:
+    return float(np.quantile(x, q)) if len(x) else math.nan
+
+
+def p95_confidence_interval(x: np.ndarray, q: float = 0.95, level: float = 0.95) -> tuple[float, float]:
+    """Distribution-free confidence interval of the ``q`` quantile of ``x`` (order statistics at the binomial
+    bounds: ranks n·q ∓ z·sqrt(n·q·(1−q)), z = 1.96 for 95%). (nan, nan) with fewer than 20 values."""
+    n = len(x)
+    if n < 20:
+        return math.nan, math.nan
+    z = 1.959963984540054 if abs(level - 0.95) < 1e-9 else float(__import__("scipy.stats").stats.norm.ppf(
+        0.5 + level / 2))
+    s = np.sort(x)
+    half = z * math.sqrt(n * q * (1 - q))
+    lo = int(max(0, math.floor(n * q - half) - 1))
+    hi = int(min(n - 1, math.ceil(n * q + half) - 1))
+    return float(s[lo]), float(s[hi])
+
+
+def request_latencies(wl: Workload, res: RunResult) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(ttft_s, tpot_s, queue_s) per request; tpot is 0 for one-token outputs, NaN where not reached."""
+    ttft = res.first_token_s - wl.arrival_s
+    with np.errstate(invalid="ignore", divide="ignore"):
+        tpot = np.where(wl.output_tokens > 1, (res.done_s - res.first_token_s) / (wl.output_tokens - 1), 0.0)
+    queue = res.prefill_start_s - wl.arrival_s
+    return ttft, tpot, queue
+
+
+def window_metrics(problem: Problem, fleet: Fleet, wl: Workload, res: RunResult, w: int,
+                   window_length_s: float) -> list[ModelWindowMetrics]:
+    """Per-model metrics of one simulated window (the measured interval of ``wl``; energy and cost extrapolated
+    from the measured interval to ``window_length_s``)."""
+    from fleetplan.costmodels.energy import energy_kwh, idle_fraction
+
+    dur = max(wl.measure_to_s - wl.measure_from_s, 1e-9)
+    span = max(res.end_s - 0.0, dur)
+    ttft, tpot, queue = request_latencies(wl, res)
+    measured = (wl.arrival_s >= wl.measure_from_s) & (wl.arrival_s < wl.measure_to_s)
+    specs = problem.model_by_name
+    # Device utilization over the simulated span (warm-up included: busy time is not attributable to requests).
+    dev_u = np.minimum(res.device_busy_s / span, 1.0)
+    eng_dev = np.asarray([e.device for e in fleet.engines])
+    eng_model = np.asarray([e.model for e in fleet.engines], dtype=object)
+    hours = window_length_s / 3600.0
+    out = []
+    for m in specs:
+        sel = measured & (wl.model == m)
+        n = int(sel.sum())
+        mine = np.flatnonzero(eng_model == m)
+        if n == 0 and len(mine) == 0:
+            continue
+        # Each of the model's engines owns a share of its device: busy share, or 1/k when the device was idle.
+        cost = energy = dev_equiv = busy = 0.0
+        for ei in mine:
+            di = eng_dev[ei]
+            on_dev = np.flatnonzero(eng_dev == di)
+            tot = res.engine_busy_s[on_dev].sum()
+            frac = res.engine_busy_s[ei] / tot if tot > 0 else 1.0 / len(on_dev)
+            d = fleet.devices[di]
+            cost += frac * d.gpus * d.usd_per_gpu_hour * hours
+            if d.tdp_w:
+                energy += frac * d.gpus * energy_kwh(d.tdp_w, float(dev_u[di]), hours, idle_fraction(d.gpu))
+            dev_equiv += 1.0 / len(on_dev)
+            busy += res.engine_busy_s[ei] / span
+        spec = specs[m]
+        dropped = res.dropped[sel]
+        t_ok = ttft[sel] <= spec.ttft_p95_s
+        p_ok = tpot[sel] <= spec.tpot_p95_s
+        meets = t_ok & p_ok & ~dropped
+        tt = ttft[sel][~dropped]
+        tp = tpot[sel][(~dropped) & (wl.output_tokens[sel] > 1)]
+        tokens = float((wl.input_tokens[sel] + wl.output_tokens[sel]).sum()) * window_length_s / dur
+        out.append(ModelWindowMetrics(
+            model=m, window=w, requests=n, dropped=int(dropped.sum()),
+            ttft_p50_s=_q(tt, .5), ttft_p95_s=_q(tt, .95), ttft_p99_s=_q(tt, .99),
+            tpot_p50_s=_q(tp, .5), tpot_p95_s=_q(tp, .95), tpot_p99_s=_q(tp, .99),
+            slo_attainment=float(meets.mean()) if n else math.nan,
+            goodput_req_per_s=float(meets.sum()) / dur,
+            queue_delay_p99_s=_q(queue[sel][~dropped], .99),
+            utilization=min(1.0, busy / dev_equiv) if dev_equiv else math.nan,
+            energy_kwh=energy, usd_per_1m_tokens=cost / tokens * 1e6 if tokens else math.nan,
+            ttft_slo_s=spec.ttft_p95_s, tpot_slo_s=spec.tpot_p95_s,
+            preemptions=int(res.preemptions[sel].sum())))
+    return out
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Replays
+
+
+@dataclass
+class SimReport:
+    """Result of a replay.
+
+    Attributes:
+        rows: per (model, window) metrics.
+        overall: per model metrics over every measured request (window = -1; energy and cost summed over windows).
+        notes: how the replay was made (sources, slices, steady-state checks, confidence intervals).
+        latencies: per model, (ttft_s, tpot_s) arrays of the measured requests (for plots).
+        wall_s: wall time of the replay, seconds.
+        requests: requests simulated (warm-up included).
+    """
+
+    rows: list[ModelWindowMetrics]
+    overall: list[ModelWindowMetrics]
+    notes: list[str]
+    latencies: dict[str, tuple[np.ndarray, np.ndarray]]
+    wall_s: float = 0.0
+    requests: int = 0
+    title: str = ""
+
+    def attainment(self) -> float:
+        """Share of all measured requests (all models) meeting both SLO targets."""
+        n = sum(r.requests for r in self.overall)
+        return sum(r.slo_attainment * r.requests for r in self.overall if r.requests) / n if n else math.nan
+
+    def to_dict(self) -> dict:
+        keys = ("ttft_p50_s", "ttft_p95_s", "ttft_p99_s", "tpot_p50_s", "tpot_p95_s", "tpot_p99_s", "slo_attainment",
+                "goodput_req_per_s", "queue_delay_p99_s", "utilization", "energy_kwh", "usd_per_1m_tokens",
+                "requests", "dropped", "preemptions")
+
+        def pick(r: ModelWindowMetrics) -> dict:
+            d = r.as_dict()
+            return {k: d[k] for k in keys}
+
+        per_model: dict[str, dict] = {}
+        for r in self.overall:
+            per_model[r.model] = {"overall": pick(r), "windows": {}}
+        for r in self.rows:
+            per_model.setdefault(r.model, {"overall": None, "windows": {}})["windows"][str(r.window)] = pick(r)
+        return {"title": self.title, "slo_attainment": _none(self.attainment()), "models": per_model,
+                "notes": self.notes, "wall_s": self.wall_s, "requests_simulated": self.requests}
+
+
+def _none(x: float):
+    return None if isinstance(x, float) and not math.isfinite(x) else x
+
+
+def _overall(problem: Problem, rows: list[ModelWindowMetrics], lat: dict[str, list]) -> list[ModelWindowMetrics]:
+    out = []
+    for m in problem.model_by_name:
+        rs = [r for r in rows if r.model == m]
+        if not rs:
+            continue
+        n = sum(r.requests for r in rs)
+        parts = lat.get(m, [])
+        tt = np.concatenate([p[0] for p in parts]) if parts else np.zeros(0)
+        tp = np.concatenate([p[1] for p in parts]) if parts else np.zeros(0)
+        qq = np.concatenate([p[2] for p in parts]) if parts else np.zeros(0)
+        ok = np.concatenate([p[3] for p in parts]) if parts else np.zeros(0, dtype=bool)
+        tokens_cost = [(r.usd_per_1m_tokens, r.energy_kwh) for r in rs]
+        costs = [c for c, _ in tokens_cost if math.isfinite(c)]
+        spec = problem.model_by_name[m]
+        out.append(ModelWindowMetrics(
+            model=m, window=-1, requests=n, dropped=sum(r.dropped for r in rs),
+            ttft_p50_s=_q(tt[np.isfinite(tt)], .5), ttft_p95_s=_q(tt[np.isfinite(tt)], .95),
+            ttft_p99_s=_q(tt[np.isfinite(tt)], .99),
+            tpot_p50_s=_q(tp[np.isfinite(tp)], .5), tpot_p95_s=_q(tp[np.isfinite(tp)], .95),
+            tpot_p99_s=_q(tp[np.isfinite(tp)], .99),
+            slo_attainment=float(ok.mean()) if len(ok) else math.nan,
+            goodput_req_per_s=float(np.mean([r.goodput_req_per_s for r in rs])),
+            queue_delay_p99_s=_q(qq[np.isfinite(qq)], .99),
+            utilization=float(np.mean([r.utilization for r in rs if math.isfinite(r.utilization)] or [math.nan])),
+            energy_kwh=sum(e for _, e in tokens_cost),
+            usd_per_1m_tokens=float(np.mean(costs)) if costs else math.nan,
+            ttft_slo_s=spec.ttft_p95_s, tpot_slo_s=spec.tpot_p95_s,
+            preemptions=sum(r.preemptions for r in rs)))
+    return out
+
+
+def _collect(problem: Problem, wl: Workload, res: RunResult, lat: dict[str, list]) -> None:
+    ttft, tpot, queue = request_latencies(wl, res)
+    measured = (wl.arrival_s >= wl.measure_from_s) & (wl.arrival_s < wl.measure_to_s)
+    for m, spec in problem.model_by_name.items():
+        sel = measured & (wl.model == m)
+        if not sel.any():
+            continue
+        ok = (ttft[sel] <= spec.ttft_p95_s) & (tpot[sel] <= spec.tpot_p95_s) & ~res.dropped[sel]
+        tp = np.where(wl.output_tokens[sel] > 1, tpot[sel], np.nan)
+        lat.setdefault(m, []).append((ttft[sel], tp, queue[sel], ok))
+
+
+def run_window(builder: FleetBuilder, wl: Workload, w: int, policy: Policy = FCFS) -> tuple[Fleet, RunResult]:
+    """Run ``wl`` on window ``w``'s fleet. Raises InputError when a request's model has no replica there."""
+    fleet = builder.fleet(w)
+    served = {e.model for e in fleet.engines}
+    missing = sorted(set(wl.model.tolist()) - served)
+    if missing:
+        known = sorted(builder.problem.model_by_name)
+        unknown = [m for m in missing if m not in known]
+        if unknown:
+            raise UnknownNameError("model", unknown[0], known, field="model")
+        raise InputError(f"the plan has no replica of {missing[0]} in window {w}, but requests for it arrive; "
+                         "plan with min_replicas >= 1 or pick another window", field="model", value=missing[0])
+    res = run(wl.arrival_s, wl.input_tokens, wl.output_tokens, wl.model, fleet.engines, fleet.devices, policy)
+    return fleet, res
+
+
+def simulate_day(problem: Problem, plan: Plan, scenario, *, seed: int = 0, slice_s: float | None = None,
+                 warmup_s: float = 120.0, arrivals: str = "servegen", policy: Policy = FCFS,
+                 windows: list[int] | None = None, models: list[str] | None = None,
+                 progress: Callable[[str], None] | None = None) -> SimReport:
+    """Replay the plan's own scenario, window by window (module docstring).
+
+    Args:
+        problem, plan, scenario: as :func:`fleetplan.placement.planio.problem_from_plan_dict` and
+            :func:`~fleetplan.placement.planio.plan_from_dict` return them.
+        seed: random seed (the same seed gives the same requests).
+        slice_s: simulate this many seconds of each window (its busiest 10-minute slot widened), or None for the
+            whole window.
+        warmup_s: seconds simulated before a slice but not measured (ignored for whole windows).
+        arrivals: 'servegen' (Gamma with ServeGen's fitted CV where the curve is ServeGen's) or 'poisson'.
+        windows: window indices to run (default all); models: models to replay (default all).
+        progress: called with a short status text before each window.
+    """
+    import time
+
+    t0 = time.perf_counter()
+    L = problem.window_length_s
+    builder = FleetBuilder(problem, plan, scenario)
+    rows: list[ModelWindowMetrics] = []
+    lat: dict[str, list] = {}
+    notes: list[str] = []
+    total = 0
+    halves: list[tuple[float, float]] = []
+    src = ""
+    for w in (windows if windows is not None else range(problem.n_windows)):
+        if progress:
+            progress(f"window {w + 1}/{problem.n_windows}")
+        if slice_s is None or slice_s >= L:
+            a, b, mf = 0.0, L, 0.0
+        else:
+            centre = peak_slot_start_s(scenario, w) + min(_SLOT_S, L) / 2
+            a = min(max(0.0, centre - slice_s / 2), L - slice_s)
+            b = a + slice_s
+            mf = a
+            a = max(0.0, a - warmup_s) if a - warmup_s >= 0 else a - warmup_s  # warm-up may start before the window
+        wl = scenario_workload(scenario, w, a, b, seed, arrivals=arrivals, measure_from_s=mf, models=models,
+                               names=[m.name for m in problem.models])
+        src = wl.source
+        total += len(wl.arrival_s)
+        if len(wl.arrival_s) == 0:
+            continue
+        fleet, res = run_window(builder, wl, w, policy)
+        rows += window_metrics(problem, fleet, wl, res, w, L)
+        _collect(problem, wl, res, lat)
+        if slice_s is not None and slice_s < L:
+            ttft, _, _ = request_latencies(wl, res)
+            mid = (mf + b) / 2
+            h1 = ttft[(wl.arrival_s >= mf) & (wl.arrival_s < mid)]
+            h2 = ttft[(wl.arrival_s >= mid) & (wl.arrival_s < b)]
+            halves.append((_q(h1[np.isfinite(h1)], .95), _q(h2[np.isfinite(h2)], .95)))
+    overall = _overall(problem, rows, lat)
+    notes.append(f"requests: {src}")
+    if slice_s is not None and slice_s < L:
+        notes.append(f"each {L:g}-s window is simulated for a {slice_s:g}-s slice around its busiest 10-minute slot "
+                     f"(the one the plan is sized for), after a {warmup_s:g}-s warm-up that is not measured; energy "
+                     "and cost are extrapolated to the whole window")
+        diffs = [abs(x - y) / max(x, y) for x, y in halves if math.isfinite(x) and math.isfinite(y) and max(x, y) > 0]
+        if diffs:
+            notes.append(f"steady state: P95 TTFT of a slice's first and second halves differ by a median of "
+                         f"{np.median(diffs):.0%} (max {max(diffs):.0%}) over the windows")
+    else:
+        notes.append(f"every window simulated whole ({L:g} s), starting empty")
+    for r in overall:
+        parts = lat.get(r.model, [])
+        tt = np.concatenate([p[0] for p in parts]) if parts else np.zeros(0)
+        lo, hi = p95_confidence_interval(tt[np.isfinite(tt)])
+        if math.isfinite(lo):
+            notes.append(f"{r.model}: P95 TTFT {r.ttft_p95_s:.3f} s, 95% confidence interval [{lo:.3f}, {hi:.3f}] s "
+                         f"over {r.requests} requests")
+    latencies = {m: (np.concatenate([p[0] for p in v]), np.concatenate([p[1] for p in v])) for m, v in lat.items()}
+    return SimReport(rows, overall, notes, latencies, wall_s=time.perf_counter() - t0, requests=total,
+                     title=f"{problem.name}: the scenario's day replayed (seed {seed}, arrivals {arrivals})")
+
+
+def peak_window(problem: Problem, models: list[str] | None = None) -> int:
+    """Index of the window with the highest total demand of ``models`` (all by default)."""
+    names = set(models) if models else set(problem.model_by_name)
+    tot = [sum(m.demand_req_per_s[w] for m in problem.models if m.name in names) for w in range(problem.n_windows)]
+    return int(np.argmax(tot))
+
+
+def parse_window(text: str | None, problem: Problem, models: list[str] | None = None) -> int:
+    """A window index from 'HH:MM' (time of day), a plain index, or None (the peak window)."""
+    if text is None:
+        return peak_window(problem, models)
+    s = str(text).strip()
+    try:
+        if ":" in s:
+            hh, mm = s.split(":", 1)
+            t = int(hh) * 3600 + int(mm) * 60
+            if not 0 <= t < 86400:
+                raise ValueError
+            w = int(t // problem.window_length_s)
+        else:
+            w = int(s)
+    except ValueError:
+        raise InputError(f"window {text!r} is not HH:MM or a window index", field="window", value=text) from None
+    if not 0 <= w < problem.n_windows:
+        raise InputError(f"window {text!r} is outside the plan's {problem.n_windows} windows", field="window",
+                         value=text)
+    return w
+
+
+def trace_workload(trace, problem: Problem, w: int, *, model: str | None = None, rate_scale: bool = False,
+                   time_scale: float | None = None, seed: int = 0) -> Workload:
+    """The requests of ``trace`` mapped onto the plan's models for window ``w`` (module docstring).
+
+    Raises UnknownNameError for a model (in the trace or given) that the plan does not serve.
+    """
+    names = list(problem.model_by_name)
+    specs = problem.model_by_name
+    if model is not None and model not in specs:
+        raise UnknownNameError("model", model, names, field="model")
+    if time_scale is not None:
+        trace = trace.time_scaled(time_scale)
+    n = len(trace)
+    rng = np.random.default_rng([seed, w])
+    if trace.model is not None and model is None:
+        mods = np.asarray(trace.model, dtype=object)
+        for m in sorted(set(mods.tolist())):
+            if m not in specs:
+                raise UnknownNameError("model", str(m), names, field="model")
+        what = "the trace's model column"
+    elif model is not None:
+        mods = np.full(n, model, dtype=object)
+        what = f"every request to {model}"
+    else:
+        d = np.asarray([specs[m].demand_req_per_s[w] for m in names], dtype=np.float64)
+        if d.sum() <= 0:
+            raise InputError(f"no model has demand in window {w}; give --model", field="window", value=w)
+        mods = np.asarray(names, dtype=object)[rng.choice(len(names), size=n, p=d / d.sum())]
+        what = "split over the plan's models in proportion to their demand in the window (" + ", ".join(
+            f"{m} {x / d.sum():.0%}" for m, x in zip(names, d, strict=True)) + ")"
+    arr = trace.arrival_s - trace.arrival_s[0]
+    factor = 1.0
+    if rate_scale:
+        want = sum(specs[m].demand_req_per_s[w] for m in set(mods.tolist()))
+        have = n / max(trace.span_s, 1e-9)
+        factor = want / have if have > 0 else 1.0
+        arr = arr / factor
+    end = float(arr[-1]) + 1e-9
+    src = f"trace {trace.name} ({n} requests), {what}" + (
+        f", rate-scaled x{factor:.3g} to the window's demand" if rate_scale else "")
+    return Workload(arr.astype(np.float64), np.asarray(trace.input_tokens, dtype=np.int64),
+                    np.asarray(trace.output_tokens, dtype=np.int64), mods, 0.0, end, src)
+
+
+def simulate_trace(problem: Problem, plan: Plan, scenario, trace, *, window: str | int | None = None,
+                   model: str | None = None, rate_scale: bool = False, time_scale: float | None = None,
+                   seed: int = 0, policy: Policy = FCFS) -> SimReport:
+    """Replay ``trace`` against one window's replicas (module docstring). ``window`` is 'HH:MM', an index or None
+    (the peak window of the models the trace goes to)."""
+    import time
+
+    t0 = time.perf_counter()
+    w = window if isinstance(window, int) else parse_window(window, problem, [model] if model else None)
+    wl = trace_workload(trace, problem, w, model=model, rate_scale=rate_scale, time_scale=time_scale, seed=seed)
+    builder = FleetBuilder(problem, plan, scenario, max_tokens=float((wl.input_tokens + wl.output_tokens).max()))
+    fleet, res = run_window(builder, wl, w, policy)
+    dur = wl.measure_to_s - wl.measure_from_s
+    rows = window_metrics(problem, fleet, wl, res, w, dur)
+    lat: dict[str, list] = {}
+    _collect(problem, wl, res, lat)
+    overall = _overall(problem, rows, lat)
+    notes = [f"requests: {wl.source}", f"replicas of window {w} ({w * problem.window_length_s / 3600:05.2f} h); "
+             f"energy and cost over the trace's {dur:.0f} s"]
+    for r in overall:
+        tt = np.concatenate([p[0] for p in lat.get(r.model, [])]) if lat.get(r.model) else np.zeros(0)
+        lo, hi = p95_confidence_interval(tt[np.isfinite(tt)])
+        if math.isfinite(lo):
+            notes.append(f"{r.model}: P95 TTFT {r.ttft_p95_s:.3f} s, 95% confidence interval [{lo:.3f}, {hi:.3f}] s")
+    latencies = {m: (np.concatenate([p[0] for p in v]), np.concatenate([p[1] for p in v])) for m, v in lat.items()}
+    return SimReport(rows, overall, notes, latencies, wall_s=time.perf_counter() - t0, requests=len(wl.arrival_s),
+                     title=f"{problem.name}: trace {trace.name} on window {w}")
+
+
+def load_plan_file(path: str) -> tuple[Problem, Plan, object, dict]:
+    """(problem, plan, scenario, plan dict) from a plan JSON written by ``fleetplan plan --out``."""
+    from fleetplan.placement.planio import plan_from_dict, problem_from_plan_dict, read_plan_json
+
+    d = read_plan_json(path)
+    problem, scenario = problem_from_plan_dict(d)
+    plan = plan_from_dict(d, problem)
+    if not plan.has_solution:
+        raise InputError(f"the plan file has no plan (status {plan.status.value}); nothing to simulate",
+                         source=str(path), field="status")
+    return problem, plan, scenario, d
