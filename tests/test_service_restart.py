@@ -1,0 +1,115 @@
+"""Kill and restart: a real `fleetplan serve` process on 127.0.0.1 is killed with SIGKILL while observations are being
+posted; the restarted process resumes from the stored plan and holds every observation acknowledged with a 2xx."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import httpx
+import pytest
+
+from fleetplan.service.store import Store
+
+TOKEN = "restart-token-42"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start(db: str, port: int, log) -> subprocess.Popen:
+    env = {**os.environ, "FLEETPLAN_TOKEN": TOKEN}
+    return subprocess.Popen([sys.executable, "-m", "fleetplan.cli.main", "serve", "--db", db, "--host", "127.0.0.1",
+                             "--port", str(port), "--interval", "0", "--resolve-every", "0", "--log-level", "warning"],
+                            env=env, stdout=log, stderr=subprocess.STDOUT)
+
+
+def wait_healthy(base: str, proc: subprocess.Popen, timeout_s: float = 60.0) -> dict:
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        if proc.poll() is not None:
+            pytest.fail(f"service exited with {proc.returncode}")
+        try:
+            r = httpx.get(base + "/healthz", timeout=1.0)
+            if r.status_code == 200:
+                return r.json()
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    pytest.fail("service did not become healthy")
+
+
+def test_sigkill_and_restart_keeps_plan_and_acknowledged_observations(tmp_path):
+    db = f"sqlite:///{tmp_path / 'fp.db'}"
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    log = open(tmp_path / "serve.log", "wb")
+    proc = start(db, port, log)
+    acked: list[int] = []
+    try:
+        assert wait_healthy(base, proc)["resumed"] is False
+        with httpx.Client(base_url=base, headers=AUTH, timeout=5.0) as c:
+            r = c.post("/v1/observations", json={"observations": [
+                {"model": "Llama-3.1-8B", "interval_s": 60, "arrivals": 1440}]})
+            acked += r.json()["ids"]
+            assert c.post("/v1/replan").status_code == 200
+            plan = c.get("/v1/plan").json()
+        stop = threading.Event()
+
+        def post_loop():
+            with httpx.Client(base_url=base, headers=AUTH, timeout=2.0) as c:
+                for k in range(5000):  # bounded; ends at the kill
+                    if stop.is_set():
+                        return
+                    try:
+                        r = c.post("/v1/observations", json={"observations": [
+                            {"model": "Qwen2.5-7B", "tenant": f"t{k % 3}", "interval_s": 60, "arrivals": k}]})
+                    except httpx.HTTPError:
+                        return
+                    if 200 <= r.status_code < 300:
+                        acked.extend(r.json()["ids"])
+
+        th = threading.Thread(target=post_loop)
+        th.start()
+        deadline = time.monotonic() + 10
+        while len(acked) < 50 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        os.kill(proc.pid, signal.SIGKILL)  # mid-stream: some requests are in flight
+        proc.wait(timeout=10)
+        stop.set()
+        th.join(timeout=10)
+        assert len(acked) >= 50
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+    port2 = free_port()
+    base2 = f"http://127.0.0.1:{port2}"
+    proc2 = start(db, port2, log)
+    try:
+        health = wait_healthy(base2, proc2)
+        assert health["resumed"] is True and health["plan_id"] == plan["id"]
+        again = httpx.get(base2 + "/v1/plan", timeout=5).json()
+        assert again["replicas"] == plan["replicas"] and again["online"]["state"]["replicas"] == \
+            plan["online"]["state"]["replicas"]
+        stored = Store(db).observation_ids()
+        missing = set(acked) - stored
+        assert not missing, f"{len(missing)} acknowledged observations lost"
+    finally:
+        proc2.send_signal(signal.SIGTERM)
+        try:
+            proc2.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc2.kill()
+            proc2.wait()
+        log.close()
