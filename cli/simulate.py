@@ -1,0 +1,254 @@
+"""``fleetplan simulate``: replay a plan's scenario (or a trace) against its replicas and report what it delivers."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import click
+
+from fleetplan.cli.output import atomic_path, progress_status, write_text_atomic
+from fleetplan.errors import InputError
+
+
+def _f(x, fmt: str = ".3f") -> str:
+    return "—" if x is None or (isinstance(x, float) and not math.isfinite(x)) else format(x, fmt)
+
+
+_COLS = (("model", None), ("requests", "d"), ("SLO attain.", ".1%"), ("TTFT p50/p95/p99 s", None),
+         ("TPOT p50/p95/p99 ms", None), ("queue p99 s", ".2f"), ("goodput req/s", ".2f"), ("util.", ".0%"),
+         ("energy kWh", ".1f"), ("$/1M tok", ".3f"))
+
+
+def _row(r) -> list[str]:
+    return [r.model, str(r.requests), _f(r.slo_attainment, ".1%"),
+            "/".join(_f(x, ".2f") for x in (r.ttft_p50_s, r.ttft_p95_s, r.ttft_p99_s)),
+            "/".join(_f(x * 1e3 if x is not None and math.isfinite(x) else x, ".0f")
+                     for x in (r.tpot_p50_s, r.tpot_p95_s, r.tpot_p99_s)),
+            _f(r.queue_delay_p99_s, ".2f"), _f(r.goodput_req_per_s, ".2f"), _f(r.utilization, ".0%"),
+            _f(r.energy_kwh, ".1f"), _f(r.usd_per_1m_tokens, ".3f")]
+
+
+def _window_table(rep) -> tuple[list[str], list[list[str]]]:
+    windows = sorted({r.window for r in rep.rows})
+    models = [r.model for r in rep.overall]
+    head = ["window"] + models
+    by = {(r.model, r.window): r for r in rep.rows}
+    body = []
+    for w in windows:
+        cells = [str(w)]
+        for m in models:
+            r = by.get((m, w))
+            cells.append("" if r is None else f"{_f(r.slo_attainment, '.0%')} ({_f(r.ttft_p95_s, '.2f')} s)")
+        body.append(cells)
+    return head, body
+
+
+def _md_table(head: list[str], body: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
+    lines += ["| " + " | ".join(row) + " |" for row in body]
+    return "\n".join(lines)
+
+
+def render_markdown(rep, whatif: dict | None = None) -> str:
+    """A markdown report: summary per model, SLO attainment (and P95 TTFT) per window, notes, what-ifs."""
+    out = [f"# {rep.title}", "", f"Overall SLO attainment: **{_f(rep.attainment(), '.1%')}** of measured requests "
+           f"meet both TTFT and TPOT targets ({rep.requests} requests simulated in {rep.wall_s:.1f} s).", "",
+           "## Per model", "", _md_table([c for c, _ in _COLS], [_row(r) for r in rep.overall]), "",
+           "## Per window: SLO attainment (P95 TTFT)", ""]
+    head, body = _window_table(rep)
+    out += [_md_table(head, body), "", "## How this was measured", ""]
+    out += [f"- {n}" for n in rep.notes]
+    out += ["- utilization = share of time a device runs an iteration (prefill or decode), as nvidia-smi reports it; "
+            "energy is an estimate (board power linear in utilization)"]
+    if whatif:
+        out += ["", "## What-if policies", ""]
+        p = whatif.get("preemption")
+        if p:
+            out += [f"FCFS vs progress-aware preemption (threshold {p.threshold_s:g} s, resume by {p.resume}):", "",
+                    _md_table(["policy", "P95 TTFT short requests s", "P95 TTFT all s"],
+                              [["FCFS", _f(p.short_ttft_p95_fcfs_s), _f(p.ttft_p95_fcfs_s)],
+                               ["preemption", _f(p.short_ttft_p95_preempt_s), _f(p.ttft_p95_preempt_s)]]), "",
+                    f"{p.preempted_requests} requests preempted ({p.preemptions} pauses); their end-to-end slowdown "
+                    f"vs FCFS: median {_f(p.slowdown_median, '.2f')}×, P95 {_f(p.slowdown_p95, '.2f')}×; swap traffic "
+                    f"{_f(p.swap_gb, '.2f')} GB.", ""]
+        t = whatif.get("two_tier")
+        if t:
+            out += ["Two-tier KV cache (HBM + host DRAM over PCIe):", "",
+                    _md_table(["host share", "KV capacity ×", "swap traffic GB", "P95 TTFT s", "P95 TPOT ms",
+                               "SLO attain."],
+                              [[f"{r.host_kv_share:.0%}", f"{r.kv_capacity_factor:.2f}", _f(r.swap_gb, ".1f"),
+                                _f(r.ttft_p95_s), _f(r.tpot_p95_s * 1e3, ".1f"), _f(r.slo_attainment, ".1%")]
+                               for r in t])]
+    return "\n".join(out) + "\n"
+
+
+def _print_table(rep) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(width=None if sys.stdout.isatty() else 140)
+    console.print(f"[bold]{rep.title}[/bold]")
+    t = Table(title="Per model (all measured requests)", title_justify="left")
+    for c, _ in _COLS:
+        t.add_column(c, justify="left" if c == "model" else "right")
+    for r in rep.overall:
+        t.add_row(*_row(r))
+    console.print(t)
+    head, body = _window_table(rep)
+    if len(body) > 1:
+        wt = Table(title="SLO attainment (P95 TTFT) per window", title_justify="left")
+        for c in head:
+            wt.add_column(c, justify="right")
+        for row in body:
+            wt.add_row(*row)
+        console.print(wt)
+    console.print(f"overall SLO attainment: [bold]{_f(rep.attainment(), '.1%')}[/bold]; {rep.requests} requests "
+                  f"simulated in {rep.wall_s:.1f} s")
+    for n in rep.notes:
+        console.print(f"[dim]{n}[/dim]")
+
+
+def _plots(folder: str, rep) -> list[str]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    d = Path(folder)
+    if d.exists() and not d.is_dir():
+        raise InputError(f"{d} is a file; give a folder for --plots", source=str(d))
+    d.mkdir(parents=True, exist_ok=True)
+    written = []
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for m, (ttft, tpot) in rep.latencies.items():
+        for ax, x in ((axes[0], ttft), (axes[1], tpot)):
+            x = np.sort(x[np.isfinite(x)])
+            if len(x):
+                ax.plot(x, np.arange(1, len(x) + 1) / len(x), label=m, lw=1.2)
+    for ax, name in ((axes[0], "TTFT (s)"), (axes[1], "TPOT (s)")):
+        ax.set_xscale("log")
+        ax.set_xlabel(name)
+        ax.set_ylabel("share of requests")
+        ax.axhline(0.95, color="grey", lw=0.6, ls=":")
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=7)
+    fig.suptitle(f"{rep.title}: latency CDF", fontsize=9)
+    fig.tight_layout()
+    with atomic_path(d / "latency_cdf.png") as tmp:
+        fig.savefig(tmp, format="png", dpi=110)
+    plt.close(fig)
+    written.append(str(d / "latency_cdf.png"))
+    fig, ax = plt.subplots(figsize=(9, 3.5))
+    for m in [r.model for r in rep.overall]:
+        rows = sorted((r.window, r.slo_attainment) for r in rep.rows if r.model == m)
+        ax.plot([w for w, _ in rows], [a for _, a in rows], marker="o", ms=3, label=m)
+    ax.axhline(0.95, color="grey", lw=0.8, ls="--")
+    ax.set_xlabel("window")
+    ax.set_ylabel("SLO attainment")
+    ax.set_ylim(0, 1.02)
+    ax.legend(fontsize=7)
+    ax.set_title("SLO attainment per window (dashed: 95%)", fontsize=9)
+    fig.tight_layout()
+    with atomic_path(d / "attainment_per_window.png") as tmp:
+        fig.savefig(tmp, format="png", dpi=110)
+    plt.close(fig)
+    written.append(str(d / "attainment_per_window.png"))
+    return written
+
+
+@click.command("simulate")
+@click.argument("plan_file", type=click.Path(dir_okay=False))
+@click.option("--trace", "trace_ref", default=None,
+              help="Replay this trace (shipped name such as azure-conv, or a CSV/JSONL path) against one window.")
+@click.option("--window", default=None, help="Window of the trace replay: HH:MM or an index (default: peak).")
+@click.option("--model", default=None, help="Send every trace request to this model.")
+@click.option("--rate-scale", is_flag=True, help="Rescale the trace's arrival rate to the window's demand.")
+@click.option("--time-scale", type=click.FloatRange(min=1e-6, max=1e6, min_open=True), default=None,
+              help="Multiply the trace's request rate by this factor.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Random seed.")
+@click.option("--router", type=click.Choice(["least-work", "round-robin"]), default="least-work", show_default=True)
+@click.option("--arrivals", type=click.Choice(["servegen", "poisson"]), default="servegen", show_default=True,
+              help="Day replay: ServeGen's fitted burstiness, or Poisson (the capacity model's assumption).")
+@click.option("--slice", "slice_s", type=click.FloatRange(min=60), default=None,
+              help="Day replay: simulate this many seconds of each window (around its busiest 10 minutes).")
+@click.option("--what-if", "what_if", is_flag=True,
+              help="Also run the what-if policies (preemption, two-tier KV) on the replayed (or peak) window.")
+@click.option("--preempt-after", type=click.FloatRange(min=0), default=1.0, show_default=True,
+              help="What-if: seconds a KV-blocked request waits before it preempts a decode.")
+@click.option("--resume", type=click.Choice(["recompute", "swap"]), default="recompute", show_default=True)
+@click.option("--report", "report_path", type=click.Path(dir_okay=False), default=None, help="Write a markdown report.")
+@click.option("--plots", "plots_dir", type=click.Path(file_okay=False), default=None,
+              help="Folder for latency-CDF and per-window attainment plots.")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+def simulate(plan_file, trace_ref, window, model, rate_scale, time_scale, seed, router, arrivals, slice_s, what_if,
+             preempt_after, resume, report_path, plots_dir, fmt) -> None:
+    """Replay PLAN_FILE (written by `fleetplan plan --out`): its own scenario over the whole day, or --trace against
+    one window's replicas; report TTFT/TPOT percentiles, SLO attainment, goodput, utilization, energy and cost."""
+    from fleetplan.placement.sim_engine import Policy
+    from fleetplan.placement.simulate import (
+        FleetBuilder,
+        load_plan_file,
+        parse_window,
+        scenario_workload,
+        simulate_day,
+        simulate_trace,
+        trace_workload,
+    )
+
+    if trace_ref is None and (window or model or rate_scale or time_scale):
+        raise click.UsageError("--window, --model, --rate-scale and --time-scale apply to a --trace replay")
+    policy = Policy(router=router)
+    whatif: dict = {}
+    with progress_status(enabled=sys.stderr.isatty()) as say:
+        say("reading the plan and rebuilding its problem")
+        problem, plan, scenario, _ = load_plan_file(plan_file)
+        if trace_ref is not None:
+            from fleetplan.datasets.traces import load_trace
+
+            say(f"reading trace {trace_ref}")
+            trace = load_trace(trace_ref)
+            say("replaying the trace")
+            rep = simulate_trace(problem, plan, scenario, trace, window=window, model=model, rate_scale=rate_scale,
+                                 time_scale=time_scale, seed=seed, policy=policy)
+            if what_if:
+                w = parse_window(window, problem, [model] if model else None)
+                wl = trace_workload(trace, problem, w, model=model, rate_scale=rate_scale, time_scale=time_scale,
+                                    seed=seed)
+        else:
+            rep = simulate_day(problem, plan, scenario, seed=seed, slice_s=slice_s, arrivals=arrivals, policy=policy,
+                               progress=say)
+            if what_if:
+                w = parse_window(None, problem)
+                wl = scenario_workload(scenario, w, 0.0, problem.window_length_s, seed, arrivals=arrivals,
+                                       names=[m.name for m in problem.models])
+        if what_if:
+            from fleetplan.placement.sim_whatif import preemption_whatif, two_tier_whatif
+
+            builder = FleetBuilder(problem, plan, scenario,
+                                   max_tokens=float((wl.input_tokens + wl.output_tokens).max()))
+            say("what-if: preemption")
+            whatif["preemption"] = preemption_whatif(builder, wl, w, threshold_s=preempt_after, resume=resume,
+                                                     router=router)
+            say("what-if: two-tier KV cache")
+            whatif["two_tier"] = two_tier_whatif(builder, wl, w, router=router)
+            rep.notes.append(f"what-ifs replayed on window {w}")
+    if report_path:
+        write_text_atomic(report_path, render_markdown(rep, whatif))
+    if plots_dir:
+        _plots(plots_dir, rep)
+    if fmt == "json":
+        d = rep.to_dict()
+        if whatif:
+            d["what_if"] = {"preemption": whatif["preemption"].__dict__,
+                            "two_tier": [r.__dict__ for r in whatif["two_tier"]]}
+        click.echo(json.dumps(d, indent=1, default=lambda x: None))
+    else:
+        _print_table(rep)
+        if whatif:
+            from rich.console import Console
+
+            Console(width=140).print(render_markdown(rep, whatif).split("## What-if policies", 1)[1])
