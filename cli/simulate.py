@@ -169,6 +169,8 @@ def _plots(folder: str, rep) -> list[str]:
 @click.option("--rate-scale", is_flag=True, help="Rescale the trace's arrival rate to the window's demand.")
 @click.option("--time-scale", type=click.FloatRange(min=1e-6, max=1e6, min_open=True), default=None,
               help="Multiply the trace's request rate by this factor.")
+@click.option("--bucket", "bucket_s", type=click.FloatRange(min=1), default=None,
+              help="Trace replay: report per BUCKET-second interval of the trace instead of per window.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Random seed.")
 @click.option("--router", type=click.Choice(["least-work", "round-robin"]), default="least-work", show_default=True)
 @click.option("--arrivals", type=click.Choice(["servegen", "poisson"]), default="servegen", show_default=True,
@@ -184,8 +186,8 @@ def _plots(folder: str, rep) -> list[str]:
 @click.option("--plots", "plots_dir", type=click.Path(file_okay=False), default=None,
               help="Folder for latency-CDF and per-window attainment plots.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
-def simulate(plan_file, trace_ref, window, model, rate_scale, time_scale, seed, router, arrivals, slice_s, what_if,
-             preempt_after, resume, report_path, plots_dir, fmt) -> None:
+def simulate(plan_file, trace_ref, window, model, rate_scale, time_scale, bucket_s, seed, router, arrivals, slice_s,
+             what_if, preempt_after, resume, report_path, plots_dir, fmt) -> None:
     """Replay PLAN_FILE (written by `fleetplan plan --out`): its own scenario over the whole day, or --trace against
     one window's replicas; report TTFT/TPOT percentiles, SLO attainment, goodput, utilization, energy and cost."""
     from fleetplan.placement.sim_engine import Policy
@@ -199,8 +201,8 @@ def simulate(plan_file, trace_ref, window, model, rate_scale, time_scale, seed, 
         trace_workload,
     )
 
-    if trace_ref is None and (window or model or rate_scale or time_scale):
-        raise click.UsageError("--window, --model, --rate-scale and --time-scale apply to a --trace replay")
+    if trace_ref is None and (window or model or rate_scale or time_scale or bucket_s):
+        raise click.UsageError("--window, --model, --rate-scale, --time-scale and --bucket apply to a --trace replay")
     policy = Policy(router=router)
     whatif: dict = {}
     with progress_status(enabled=sys.stderr.isatty()) as say:
@@ -213,7 +215,7 @@ def simulate(plan_file, trace_ref, window, model, rate_scale, time_scale, seed, 
             trace = load_trace(trace_ref)
             say("replaying the trace")
             rep = simulate_trace(problem, plan, scenario, trace, window=window, model=model, rate_scale=rate_scale,
-                                 time_scale=time_scale, seed=seed, policy=policy)
+                                 time_scale=time_scale, seed=seed, policy=policy, bucket_s=bucket_s)
             if what_if:
                 w = parse_window(window, problem, [model] if model else None)
                 wl = trace_workload(trace, problem, w, model=model, rate_scale=rate_scale, time_scale=time_scale,

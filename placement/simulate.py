@@ -741,9 +741,11 @@ def trace_workload(trace, problem: Problem, w: int, *, model: str | None = None,
 
 def simulate_trace(problem: Problem, plan: Plan, scenario, trace, *, window: str | int | None = None,
                    model: str | None = None, rate_scale: bool = False, time_scale: float | None = None,
-                   seed: int = 0, policy: Policy = FCFS) -> SimReport:
+                   seed: int = 0, policy: Policy = FCFS, bucket_s: float | None = None) -> SimReport:
     """Replay ``trace`` against one window's replicas (module docstring). ``window`` is 'HH:MM', an index or None
-    (the peak window of the models the trace goes to)."""
+    (the peak window of the models the trace goes to). With ``bucket_s``, the per-window rows are per
+    ``bucket_s``-second interval of the trace instead (their ``window`` field is the interval's index), e.g. to see
+    TTFT grow during a burst."""
     import time
 
     t0 = time.perf_counter()
@@ -752,7 +754,14 @@ def simulate_trace(problem: Problem, plan: Plan, scenario, trace, *, window: str
     builder = FleetBuilder(problem, plan, scenario, max_tokens=float((wl.input_tokens + wl.output_tokens).max()))
     fleet, res = run_window(builder, wl, w, policy)
     dur = wl.measure_to_s - wl.measure_from_s
-    rows = window_metrics(problem, fleet, wl, res, w, dur)
+    if bucket_s:
+        rows = []
+        for k in range(int(math.ceil(dur / bucket_s))):
+            part = Workload(wl.arrival_s, wl.input_tokens, wl.output_tokens, wl.model, k * bucket_s,
+                            min((k + 1) * bucket_s, wl.measure_to_s), wl.source)
+            rows += window_metrics(problem, fleet, part, res, k, part.measure_to_s - part.measure_from_s)
+    else:
+        rows = window_metrics(problem, fleet, wl, res, w, dur)
     lat: dict[str, list] = {}
     _collect(problem, wl, res, lat)
     overall = _overall(problem, rows, lat)
