@@ -1,0 +1,101 @@
+"""The service's store on a real PostgreSQL server: observations, plans and diffs stored, and a resume from them.
+
+The server is the one `.ci/run` starts (URL in FLEETPLAN_TEST_POSTGRES_URL); without it, the test setup starts a
+private one with Debian's initdb/pg_ctl on 127.0.0.1. Where neither works the test is skipped, saying why.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import uuid
+
+import pytest
+
+from fleetplan.service.runtime import ReplanService, ServiceSettings, load_problem
+
+pytestmark = pytest.mark.xdist_group("postgres")
+
+
+def _private_server():
+    """Start a throw-away PostgreSQL on 127.0.0.1 (as the postgres user when run as root); yields its URL."""
+    bins = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))
+    if not bins:
+        pytest.skip("PostgreSQL test skipped: no server installed (Debian's postgresql package; .ci/run installs it)")
+    bindir = os.path.dirname(bins[-1])
+    data = tempfile.mkdtemp(prefix="fleetplan-pg-")
+    pre: list[str] = []
+    if os.geteuid() == 0:
+        shutil.chown(data, "postgres", "postgres")
+        pre = ["runuser", "-u", "postgres", "--"]
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    try:
+        subprocess.run(pre + [f"{bindir}/initdb", "-D", data, "-U", "fleetplan", "--auth=trust"], check=True,
+                       capture_output=True, timeout=120)
+        subprocess.run(pre + [f"{bindir}/pg_ctl", "-D", data, "-l", f"{data}/log", "-w", "-t", "60", "-o",
+                              f"-p {port} -k {data} -c listen_addresses=127.0.0.1", "start"], check=True,
+                       capture_output=True, timeout=120)
+    except (subprocess.SubprocessError, OSError) as exc:
+        shutil.rmtree(data, ignore_errors=True)
+        pytest.skip(f"PostgreSQL test skipped: the server could not start ({exc})")
+    try:
+        yield f"postgresql://fleetplan@127.0.0.1:{port}/postgres"
+    finally:
+        subprocess.run(pre + [f"{bindir}/pg_ctl", "-D", data, "-m", "immediate", "stop"], capture_output=True,
+                       timeout=60)
+        shutil.rmtree(data, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def pg_url():
+    url = os.environ.get("FLEETPLAN_TEST_POSTGRES_URL")
+    if url:
+        yield url
+    else:
+        yield from _private_server()
+
+
+def test_postgres_store_keeps_observations_plans_and_resumes(pg_url):
+    import sqlalchemy
+
+    from fleetplan.service.store import Store, normalize_url
+
+    # A schema of its own, so runs never see each other's rows.
+    schema = "t_" + uuid.uuid4().hex[:10]
+    try:
+        admin = sqlalchemy.create_engine(normalize_url(pg_url))
+        with admin.begin() as c:
+            c.execute(sqlalchemy.text(f"CREATE SCHEMA {schema}"))
+    except sqlalchemy.exc.OperationalError as exc:
+        pytest.skip(f"PostgreSQL test skipped: the server at {pg_url.split('@')[-1]} is unreachable ({exc.orig})")
+    url = normalize_url(pg_url) + ("&" if "?" in pg_url else "?") + f"options=-csearch_path%3D{schema}"
+    problem, loads = load_problem(None)
+    settings = ServiceSettings(db_url=url, token="pg-test-token", interval_s=0, resolve_every_s=0)
+    try:
+        svc = ReplanService(settings, problem, loads, clock=lambda: 1_700_000_000.0)
+        assert svc.store.engine.dialect.name == "postgresql" and not svc.resumed
+        ids = svc.observe([{"model": "Llama-3.1-8B", "interval_s": 60.0, "arrivals": 1440.0},
+                           {"model": "Qwen2.5-7B", "interval_s": 60.0, "completions": 60.0, "waiting_start": 0.0,
+                            "waiting_end": 30.0}])
+        row = svc.replan()
+        assert row["id"] == 2 and svc.store.diff_for(2)["previous_plan_id"] == 1
+        svc.close()
+        again = ReplanService(settings, problem, loads, clock=lambda: 1_700_000_100.0)
+        assert again.resumed and again.plan_row["id"] == 2
+        assert again.store.observation_ids() == set(ids)
+        rows = again.store.observations_after(0)
+        # (60 completions + 30 queue growth) / 60 s = 1.5 req/s
+        assert [round(r["demand_req_per_s"], 6) for r in rows] == [24.0, 1.5]
+        assert again.replanner.counts() == svc.replanner.counts()
+        assert Store(url).count_plans() == 2
+        again.close()
+    finally:
+        with admin.begin() as c:
+            c.execute(sqlalchemy.text(f"DROP SCHEMA {schema} CASCADE"))
+        admin.dispose()
