@@ -1,0 +1,134 @@
+"""Service benchmark: load test of POST /v1/observations on loopback, and re-plan round latency by fleet size.
+
+Run: `.venv/bin/python benchmarks/bench_service.py [--requests 2000] [--concurrency 8]`.
+
+1. Starts `fleetplan serve` (shipped default scenario, a fresh SQLite file, token auth) on 127.0.0.1 at a free
+   port, posts a bounded number of single-observation requests from a few client threads (all traffic to
+   127.0.0.1; the loop stops after --requests or --max-seconds), prints requests/s and latency p50/p99, stops it.
+2. Round latency of the heuristic re-planner on synthetic fleets (placement.generators.random_instance) of about
+   100, 1,000 and 5,000 GPUs: a cold start, then rounds after demand changes on a third of the models; prints the
+   median and worst round and whether every plan passed validate().
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+import httpx
+
+from fleetplan.placement.generators import random_instance
+from fleetplan.placement.online import OnlineConfig, Replanner, load_times
+
+TOKEN = "bench-token-123"
+
+
+def load_test(n_requests: int, concurrency: int, max_seconds: float) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    tmp = tempfile.mkdtemp(prefix="fleetplan-bench-")
+    db = f"sqlite:///{tmp}/bench.db"
+    env = {**os.environ, "FLEETPLAN_TOKEN": TOKEN}
+    proc = subprocess.Popen([sys.executable, "-m", "fleetplan.cli.main", "serve", "--db", db, "--host", "127.0.0.1",
+                             "--port", str(port), "--interval", "0", "--resolve-every", "0", "--log-level",
+                             "warning"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        t_end = time.monotonic() + 60
+        while time.monotonic() < t_end:
+            try:
+                if httpx.get(base + "/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        lat: list[float] = []
+        errors = [0]
+        lock = threading.Lock()
+        counter = iter(range(n_requests))
+        deadline = time.monotonic() + max_seconds
+        models = ["Llama-3.1-8B", "Qwen2.5-7B", "Mistral-7B-v0.1", "Llama-3.1-70B"]
+
+        def worker() -> None:
+            with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=10) as c:
+                while time.monotonic() < deadline:
+                    with lock:
+                        k = next(counter, None)
+                    if k is None:
+                        return
+                    body = {"observations": [{"model": models[k % 4], "tenant": f"t{k % 7}", "interval_s": 60,
+                                              "arrivals": float(k % 500)}]}
+                    t0 = time.perf_counter()
+                    r = c.post("/v1/observations", json=body)
+                    dt = time.perf_counter() - t0
+                    with lock:
+                        lat.append(dt)
+                        if r.status_code != 202:
+                            errors[0] += 1
+
+        t0 = time.perf_counter()
+        threads = [threading.Thread(target=worker) for _ in range(concurrency)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        wall = time.perf_counter() - t0
+        lat.sort()
+        p99 = lat[min(len(lat) - 1, int(0.99 * len(lat)))]
+        print(f"POST /v1/observations on 127.0.0.1 (SQLite, committed per request, {concurrency} clients): "
+              f"{len(lat)} requests in {wall:.2f} s = {len(lat) / wall:,.0f} req/s; latency p50 "
+              f"{statistics.median(lat) * 1e3:.1f} ms, p99 {p99 * 1e3:.1f} ms; non-202: {errors[0]}")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def round_latency() -> None:
+    print("Re-plan round latency (heuristic round, validate() included; synthetic fleets, seed 0):")
+    for n_models, max_gpus in ((10, 100), (100, 1000), (500, 5000)):
+        p = random_instance(n_models, 24, seed=0, max_gpus=max_gpus)
+        gpus = sum(pool.gpus for pool in p.pools)
+        r = Replanner(p, OnlineConfig(), load_time_s=load_times(p, 1e9))
+        t0 = time.perf_counter()
+        first = r.initial(0.0)
+        cold = time.perf_counter() - t0
+        times, ok = [], first.report.ok
+        for k in range(1, 13):
+            t = k * 2 * 3600.0
+            w = r.forecaster.window_at(t)
+            for m in p.models[k % 3::3]:
+                r.forecaster.observe(m.name, m.demand_req_per_s[w] * (1.6 if k % 2 else 0.7), t)
+            t1 = time.perf_counter()
+            res = r.round(t)
+            times.append(time.perf_counter() - t1)
+            ok = ok and res.report.ok
+        print(f"  {gpus:5d} GPUs, {n_models:3d} models: cold start {cold * 1e3:7.1f} ms; round median "
+              f"{statistics.median(times) * 1e3:7.1f} ms, worst {max(times) * 1e3:7.1f} ms; all plans valid: {ok}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--requests", type=int, default=2000)
+    ap.add_argument("--concurrency", type=int, default=8)
+    ap.add_argument("--max-seconds", type=float, default=60.0)
+    ap.add_argument("--skip-load", action="store_true")
+    a = ap.parse_args()
+    round_latency()
+    if not a.skip_load:
+        load_test(a.requests, a.concurrency, a.max_seconds)
+
+
+if __name__ == "__main__":
+    main()
