@@ -51,7 +51,7 @@ import numpy as np
 from fleetplan.errors import InputError
 
 #: Longest decode run (steps) a shared device gives one engine before switching to the next engine with work.
-SHARED_DECODE_RUN_STEPS = 16
+SHARED_DECODE_RUN_STEPS = 4
 #: Routers known to :func:`run`.
 ROUTERS = ("least-work", "round-robin")
 #: Resume costs known to the preemption policy.
@@ -140,12 +140,15 @@ class Policy:
             or None for plain FCFS.
         resume: 'recompute' or 'swap' (cost of resuming a preempted sequence).
         host_kv_share: share of every sequence's KV kept in host DRAM and read over PCIe each step (0 ≤ s < 1).
+        max_decode_run_steps: cap on the steps of one decode run (None: until the next completion). 1 turns the
+            simulator into a step-by-step one (slow; a reference for benchmarks and checks).
     """
 
     router: str = "least-work"
     preempt_after_s: float | None = None
     resume: str = "recompute"
     host_kv_share: float = 0.0
+    max_decode_run_steps: int | None = None
 
     def __post_init__(self) -> None:
         if self.router not in ROUTERS:
@@ -157,6 +160,10 @@ class Policy:
         if self.preempt_after_s is not None and not (self.preempt_after_s >= 0):
             raise InputError("preempt_after_s must be >= 0 seconds", field="preempt_after_s",
                              value=self.preempt_after_s)
+        if self.max_decode_run_steps is not None and not (isinstance(self.max_decode_run_steps, int)
+                                                          and self.max_decode_run_steps >= 1):
+            raise InputError("max_decode_run_steps must be a whole number >= 1 or None", field="max_decode_run_steps",
+                             value=self.max_decode_run_steps)
         if not (0.0 <= self.host_kv_share < 1.0):
             raise InputError("host_kv_share must be in [0, 1)", field="host_kv_share", value=self.host_kv_share)
 
@@ -307,6 +314,7 @@ def run(arrival_s: Sequence[float] | np.ndarray, input_tokens: np.ndarray, outpu
     preempt_after = policy.preempt_after_s
     resume_swap = policy.resume == "swap"
     least_work = policy.router == "least-work"
+    max_run = policy.max_decode_run_steps
 
     def push(dev: _Dev, t: float) -> None:
         nonlocal seq
@@ -393,6 +401,8 @@ def run(arrival_s: Sequence[float] | np.ndarray, input_tokens: np.ndarray, outpu
         k = e.heap[0][0] - e.counter
         if len(active) > 1:
             k = min(k, SHARED_DECODE_RUN_STEPS)
+        if max_run:
+            k = min(k, max_run)
         B = e.B
         ctx_sum = e.s_base + B * e.counter
         step = e.sm.decode(B, ctx_sum / B + k / 2.0) + e.pcie_s_per_token * (ctx_sum + B * k / 2.0)
@@ -466,7 +476,10 @@ def run(arrival_s: Sequence[float] | np.ndarray, input_tokens: np.ndarray, outpu
                     w += d.end - now
                 for x in d.engines:
                     if x.B:
-                        w += (x.s_fin - x.B * x.counter) * x.tok_s
+                        c = x.counter
+                        if d.op == _DECODE and d.op_eng is x and d.step > 0:
+                            c += min(d.k, int((now - d.start) / d.step))  # steps of the current run done by now
+                        w += (x.s_fin - x.B * c) * x.tok_s
                 if w < best:
                     best, chosen = w, e
         else:
@@ -489,9 +502,16 @@ def run(arrival_s: Sequence[float] | np.ndarray, input_tokens: np.ndarray, outpu
         elif d.op == _DECODE and len(e.waiting) == 1 and not e.resume and admissible(e, rid):
             done = max(0, math.ceil((now - d.start) / d.step - 1e-9))
             if done < d.k:
-                d.k = done
-                d.end = d.start + done * d.step
-                push(d, d.end)
+                # The run stops after ``done`` steps: re-read its step time at those steps' mean context.
+                x = d.op_eng
+                cs = x.s_base + x.B * x.counter
+                st = x.sm.decode(x.B, cs / x.B + done / 2.0) + x.pcie_s_per_token * (cs + x.B * done / 2.0)
+                while d.start + done * st < now - 1e-12:
+                    done += 1
+                if done < d.k:
+                    d.k, d.step = done, st
+                    d.end = d.start + done * st
+                    push(d, d.end)
 
     ai = 0
     now = 0.0
