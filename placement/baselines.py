@@ -21,7 +21,7 @@ import math
 from fleetplan.placement.plan import Plan, SharedGPU, Status, evaluate
 from fleetplan.placement.problem import Problem, ReplicaOption
 from fleetplan.placement.validate import validate
-from fleetplan.solvers.common import shared_candidates
+from fleetplan.solvers.common import shared_bins_per_pool, shared_candidates
 
 
 class _Inventory:
@@ -125,6 +125,9 @@ def _pack_shared(problem: Problem, inv: _Inventory, time_aware: bool) -> tuple[l
                 break
         if not placed:
             for s in sorted(eligible[m], key=lambda s: (pools[s.pool].usd_per_gpu_hour, s.pool)):
+                opened = sum(1 for b in bins if b["pool"] == s.pool)
+                if opened >= shared_bins_per_pool(problem, s.pool, len(cands[s.pool])):
+                    continue  # the exact models have no more candidate shared GPUs in this pool
                 if inv.fits(s.pool, [1] * W) and s.memory_bytes <= lim[s.pool]:
                     inv.take(s.pool, [1] * W)
                     share = [x / s.capacity_req_per_s for x in d]
@@ -190,9 +193,10 @@ def ffd_peak(problem: Problem) -> Plan:
 
 def greedy(problem: Problem) -> Plan:
     """The solvers' warm start: the cheapest plan that passes ``validate`` among the time-aware packing
-    heuristic and baselines (b) and (c); if none passes, the time-aware packing heuristic (invalid, with its
-    message)."""
-    cands = [_packed_plan(problem, time_aware=True, name="greedy"), ffd_peak(problem), autoscale_dedicated(problem)]
+    heuristic and the three baselines (so the exact answer is never worse than any baseline that fits); if none
+    passes, the time-aware packing heuristic (invalid, with its message)."""
+    cands = [_packed_plan(problem, time_aware=True, name="greedy"), ffd_peak(problem), autoscale_dedicated(problem),
+             dedicated_peak(problem)]
     valid = [p for p in cands if not p.message]
     return min(valid, key=lambda p: p.objective_usd) if valid else cands[0]
 

@@ -21,6 +21,7 @@ class Index:
         residents: {(pool, b)}: models that may reside on that candidate GPU.
         sites_of: {model: sites where it has any capacity option}; q[m, s, w] exists only when len > 1.
         ub: {option key: upper bound on replicas per window}.
+        bin_ub: {bin: upper bound of its y and a variables} (1, or B_p for an aggregate bin).
     """
 
     W: range
@@ -30,6 +31,7 @@ class Index:
     residents: dict[tuple[str, int], tuple[str, ...]]
     sites_of: dict[str, tuple[str, ...]]
     ub: dict[tuple[str, str, int, int], int]
+    bin_ub: dict[tuple[str, int], int]
 
 
 def shared_candidates(problem: Problem) -> dict[str, list[ShareOption]]:
@@ -45,17 +47,27 @@ def shared_candidates(problem: Problem) -> dict[str, list[ShareOption]]:
     return {p: v for p, v in out.items() if len(v) >= 2}
 
 
-def build_index(problem: Problem) -> Index:
+def shared_bins_per_pool(problem: Problem, pool: str, n_candidates: int) -> int:
+    """Candidate shared GPUs of a pool: at most max_shared_gpus_per_pool, the pool's GPUs and its candidates."""
+    return min(problem.max_shared_gpus_per_pool, problem.pool_by_id[pool].gpus, n_candidates)
+
+
+def build_index(problem: Problem, *, aggregate: bool = False) -> Index:
+    """Index sets of ``problem``. With ``aggregate=True`` each pool's identical candidate shared GPUs collapse
+    into one aggregate bin whose variables range over 0..B_p (``bin_ub``): the same LP relaxation without the
+    symmetric copies, which simplex solves far faster (used for the LP lower bound)."""
     pools = problem.pool_by_id
     cands = shared_candidates(problem)
     bins = []
     residents = {}
     share = {}
+    bin_ub = {}
     for pid, lst in cands.items():
-        n_bins = min(problem.max_shared_gpus_per_pool, pools[pid].gpus, math.ceil(len(lst) / 1))
-        for b in range(n_bins):
+        n_bins = shared_bins_per_pool(problem, pid, len(lst))
+        for b in range(1 if aggregate else n_bins):
             bins.append((pid, b))
             residents[(pid, b)] = tuple(s.model for s in lst)
+            bin_ub[(pid, b)] = n_bins if aggregate else 1
         for s in lst:
             share[(s.model, pid)] = s
     sites_of: dict[str, set[str]] = {m.name: set() for m in problem.models}
@@ -73,7 +85,7 @@ def build_index(problem: Problem) -> Index:
         ub[o.key] = u
     return Index(W=range(problem.n_windows), options=tuple(o for o in problem.options if ub[o.key] > 0),
                  bins=tuple(bins), share=share, residents=residents,
-                 sites_of={m: tuple(sorted(s)) for m, s in sites_of.items()}, ub=ub)
+                 sites_of={m: tuple(sorted(s)) for m, s in sites_of.items()}, ub=ub, bin_ub=bin_ub)
 
 
 def warm_values(problem: Problem, idx: Index, plan: Plan) -> dict[str, dict]:

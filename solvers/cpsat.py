@@ -36,7 +36,7 @@ COST_SCALE = 1e6  # micro-dollars
 
 
 def solve_cpsat(problem: Problem, *, time_limit_s: float = 60, threads: int = 2, gap: float = 1e-4,
-                warm_start: Plan | None = None, log: bool = False) -> Plan:
+                warm_start: Plan | None = None, log: bool = False, deadline: float | None = None) -> Plan:
     """Build and solve the CP-SAT model; returns a new Plan (status, objective, bound and gap in USD).
 
     The bound is CP-SAT's best objective bound converted back to USD (approximate to the rounding of cost
@@ -171,6 +171,8 @@ def solve_cpsat(problem: Problem, *, time_limit_s: float = 60, threads: int = 2,
         for k, var in q.items():
             md.add_hint(var, math.ceil(warm["q"].get(k, 0.0) * RATE_SCALE))
 
+    if deadline is not None:
+        time_limit_s = max(1.0, min(time_limit_s, deadline - time.perf_counter()))
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = float(time_limit_s)
     solver.parameters.num_workers = max(1, int(threads or 1))

@@ -33,6 +33,7 @@ With ``relax=True`` every integer and binary variable is continuous: the LP rela
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 
@@ -64,14 +65,22 @@ class MilpModel:
     floor_short: dict
 
 
-def build_milp(problem: Problem, *, relax: bool = False, elastic: bool = False) -> MilpModel:
+def build_milp(problem: Problem, *, relax: bool = False, elastic: bool = False,
+               aggregate: bool = False, with_starts: bool = True) -> MilpModel:
     """Build the MILP (or, with ``relax=True``, its LP relaxation) of ``problem``; a pure function of it.
 
     ``elastic=True`` adds a shortfall variable short[m,w] >= 0 (req/s, penalty ELASTIC_PENALTY_USD each) to the
     demand side of (1)/(2) and floor_short[m,w] to the floor in (7): an always-feasible model whose positive
     shortfalls say which model and window cannot be served and by how much (used to explain infeasibility).
+    ``aggregate=True`` (with ``relax=True``) merges each pool's identical candidate shared GPUs into one bin with
+    y, a ∈ [0, B_p] and a ≤ y: the same LP bound (any aggregate solution splits evenly over the B_p bins) without
+    the symmetric copies.
+    ``with_starts=False`` drops the start variables and constraints (8): a weaker but still valid relaxation (start
+    costs are >= 0) whose windows couple only through the shared GPUs, for a fast bound on large problems.
     """
-    idx = build_index(problem)
+    if aggregate and not relax:
+        raise ValueError("aggregate=True is only valid for the LP relaxation (relax=True)")
+    idx = build_index(problem, aggregate=aggregate)
     W = idx.W
     mu = 1 - problem.margin
     h = problem.window_hours
@@ -85,13 +94,15 @@ def build_milp(problem: Problem, *, relax: bool = False, elastic: bool = False) 
     n = {(o.key, w): lp.add_variable(f"n_{i}_{w}", 0, idx.ub[o.key], icat)
          for i, o in enumerate(idx.options) for w in W}
     st = {(o.key, w): lp.add_variable(f"st_{i}_{w}", 0) for i, o in enumerate(idx.options) for w in W
-          if o.start_cost_usd > 0 and len(W) > 1}
-    y = {(p, b): lp.add_variable(f"y_{j}", 0, 1, bcat) for j, (p, b) in enumerate(idx.bins)}
+          if o.start_cost_usd > 0 and len(W) > 1 and with_starts}
+    y = {(p, b): lp.add_variable(f"y_{j}", 0, idx.bin_ub[(p, b)], bcat) for j, (p, b) in enumerate(idx.bins)}
     a = {}
     f = {}
     for j, (p, b) in enumerate(idx.bins):
         for m in idx.residents[(p, b)]:
-            a[(m, p, b)] = lp.add_variable(f"a_{j}_{len(a)}", 0, 1, bcat)
+            a[(m, p, b)] = lp.add_variable(f"a_{j}_{len(a)}", 0, idx.bin_ub[(p, b)], bcat)
+            if aggregate:
+                lp += a[(m, p, b)] <= y[(p, b)], f"agg_{j}_{len(a)}"
             for w in W:
                 f[(m, p, b, w)] = lp.add_variable(f"f_{j}_{len(f)}", 0)
     q = {}
@@ -282,11 +293,24 @@ def extract_plan(problem: Problem, model: MilpModel) -> tuple[dict, tuple[Shared
     return replicas, tidy_shared(problem, replicas, tuple(shared))
 
 
-def solve_lp_bound(problem: Problem, *, time_limit_s: float = 60, threads: int | None = None) -> float | None:
-    """Objective of the LP relaxation (a lower bound on the optimum), USD, or None if not solved."""
+#: Above this many replica variables (options × windows) the LP bound leaves out start costs (see build_milp).
+LP_BOUND_WITH_STARTS_MAX_VARS = 20_000
+
+
+def solve_lp_bound(problem: Problem, *, time_limit_s: float = 60, threads: int | None = None,
+                   with_starts: bool | None = None) -> float | None:
+    """Objective of the LP relaxation (a lower bound on the optimum), USD, or None if not solved in time.
+
+    ``with_starts`` None chooses: the full relaxation for problems up to LP_BOUND_WITH_STARTS_MAX_VARS replica
+    variables, the relaxation without start costs above (simplex stalls on the full one at 50+ models).
+    """
     silence_highs_banner()
-    model = build_milp(problem, relax=True)
-    solver = pulp.HiGHS(msg=False, timeLimit=time_limit_s, threads=threads)
+    if with_starts is None:
+        with_starts = len(problem.options) * problem.n_windows <= LP_BOUND_WITH_STARTS_MAX_VARS
+    model = build_milp(problem, relax=True, aggregate=True, with_starts=with_starts)
+    # Interior point (with crossover): dual simplex stalls on these degenerate LPs (60 s without an answer at 50
+    # models where IPM needs 3 s; 200 models: 12 s).
+    solver = pulp.HiGHS(msg=False, timeLimit=time_limit_s, threads=threads, solver="ipm")
     model.lp.solve(solver)
     if model.lp.status == pulp.LpStatusOptimal and model.lp.sol_status == pulp.LpSolutionOptimal:
         return float(pulp.value(model.lp.objective) or 0.0)
@@ -294,12 +318,15 @@ def solve_lp_bound(problem: Problem, *, time_limit_s: float = 60, threads: int |
 
 
 def solve_milp(problem: Problem, *, backend: str = "highs", time_limit_s: float = 60, threads: int | None = None,
-               gap: float = 1e-4, warm_start: Plan | None = None, msg: bool = False) -> Plan:
+               gap: float = 1e-4, warm_start: Plan | None = None, msg: bool = False,
+               deadline: float | None = None) -> Plan:
     """Solve the MILP with HiGHS (``backend='highs'``) or CBC (``'cbc'``); returns a new Plan.
 
     The status reads PuLP's ``sol_status`` as well as ``status``: a time-limited HiGHS or CBC stop reports
     status 'Optimal' with sol_status 'integer feasible', which is FEASIBLE here, never OPTIMAL.
     The bound is HiGHS's MIP dual bound, or for CBC the LP relaxation's objective.
+    ``deadline`` (a time.perf_counter() value) caps the solver's time limit after the model is built, so that
+    building counts against the caller's budget.
     Raises SolverError if the backend is unknown or not available.
     """
     t0 = time.perf_counter()
@@ -307,6 +334,8 @@ def solve_milp(problem: Problem, *, backend: str = "highs", time_limit_s: float 
     model = build_milp(problem)
     warm = warm_values(problem, model.idx, warm_start) if warm_start is not None else {}
     used_warm = _set_initial(model, warm)
+    if deadline is not None:
+        time_limit_s = max(1.0, min(time_limit_s, deadline - time.perf_counter()))
     if backend == "highs":
         solver = _HiGHSWarm(msg=msg, timeLimit=time_limit_s, threads=threads, gapRel=gap)
         if used_warm:
@@ -331,17 +360,15 @@ def solve_milp(problem: Problem, *, backend: str = "highs", time_limit_s: float 
 
     candidate = Plan(replicas=replicas, shared=shared)
     objective = evaluate(problem, candidate).total_usd
+    status = Status.OPTIMAL if sol == pulp.LpSolutionOptimal else Status.FEASIBLE
     bound = None
     if backend == "highs":
-        info = model.lp.solverModel.getInfo()
-        bound = float(info.mip_dual_bound)
-    status = Status.OPTIMAL if sol == pulp.LpSolutionOptimal else Status.FEASIBLE
-    if bound is None or status is Status.FEASIBLE and backend == "cbc":
-        bound = solve_lp_bound(problem, threads=threads) if status is Status.FEASIBLE else objective
-    if status is Status.OPTIMAL and bound is None:
-        bound = objective
+        b = float(model.lp.solverModel.getInfo().mip_dual_bound)
+        bound = b if math.isfinite(b) else None
+    if bound is None and status is Status.OPTIMAL:
+        bound = objective * (1 - gap)  # CBC proves optimality within the gap; PuLP does not expose its bound
     bound = min(bound, objective) if bound is not None else None
-    g = (objective - bound) / objective if bound is not None and objective > 0 else (0.0 if bound is not None else None)
+    g = None if bound is None else ((objective - bound) / objective if objective > 0 else 0.0)
     message = ("warm-started from the greedy plan; " if used_warm else "") + (
         "proven optimal" if status is Status.OPTIMAL else f"time limit {time_limit_s:g} s reached")
     return Plan(replicas=replicas, shared=shared, status=status, backend=backend, objective_usd=objective,
