@@ -173,8 +173,10 @@ def _plots(folder: str, rep) -> list[str]:
               help="Trace replay: report per BUCKET-second interval of the trace instead of per window.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Random seed.")
 @click.option("--router", type=click.Choice(["least-work", "round-robin"]), default="least-work", show_default=True)
-@click.option("--arrivals", type=click.Choice(["servegen", "poisson"]), default="servegen", show_default=True,
-              help="Day replay: ServeGen's fitted burstiness, or Poisson (the capacity model's assumption).")
+@click.option("--arrivals", type=click.Choice(["poisson", "servegen"]), default="poisson", show_default=True,
+              help="Day replay: Poisson arrivals at the day curve's 10-minute rates (what the plan was sized for), "
+                   "or 'servegen': one renewal process per ServeGen client with its fitted CV, a stress test "
+                   "(ServeGen's per-client CVs of 3-12 at rescaled rates give near-simultaneous bursts).")
 @click.option("--slice", "slice_s", type=click.FloatRange(min=60), default=None,
               help="Day replay: simulate this many seconds of each window (around its busiest 10 minutes).")
 @click.option("--what-if", "what_if", is_flag=True,

@@ -346,3 +346,38 @@ def servegen_arrival_params(series: str, day: int | str = 0) -> pd.DataFrame:
     return pd.DataFrame({"window_start_s": np.arange(SLOTS_PER_DAY) * SLOT_S, "rate_req_per_s": mean_rate,
                          "active_clients": clients, "cv_rate_weighted": cv, "gamma_share": gshare,
                          "gap": np.asarray(gap), "gamma_shape": shape, "gamma_scale_s": scale})
+
+
+@functools.cache
+def servegen_client_mix(series: str, day: int | str = 0) -> tuple[tuple[tuple[float, float], ...], ...]:
+    """Per 10-minute slot of the day (144 slots), the clients that send traffic: (share of the slot's rate, CV of
+    its inter-arrival times) for each, from the upstream per-client fits (:func:`servegen_client_windows`).
+
+    With day='mean' the clients of day 0 are used for every slot that has traffic on day 0, else those of the first
+    day that has (a day curve averaged over days has no single set of clients; the mix is the shape of the
+    burstiness, the day curve gives the rate). A slot with no client anywhere gets an empty tuple (callers fall
+    back to Poisson arrivals). Used by the simulator to superpose one renewal process per client: the faithful
+    way to reproduce the total stream's burstiness (see :func:`servegen_arrival_params`).
+    """
+    _check_series(series)
+    day = _check_day(series, day)
+    df = servegen_client_windows(series)
+    df = df[df["rate_req_per_s"] > 0]
+    slot = (df["window_start_s"] // SLOT_S).astype(np.int64).to_numpy()
+    dd = slot // SLOTS_PER_DAY
+    tod = slot % SLOTS_PER_DAY
+    days = [day] if day != "mean" else list(range(int(dd.max()) + 1))
+    rates = df["rate_req_per_s"].to_numpy()
+    cvs = df["cv"].to_numpy()
+    out = []
+    for k in range(SLOTS_PER_DAY):
+        mix: tuple[tuple[float, float], ...] = ()
+        for d in days:
+            sel = (dd == d) & (tod == k)
+            total = rates[sel].sum()
+            if total > 0:
+                mix = tuple((float(r / total), float(c) if np.isfinite(c) and c > 0 else 1.0)
+                            for r, c in zip(rates[sel], cvs[sel], strict=True))
+                break
+        out.append(mix)
+    return tuple(out)

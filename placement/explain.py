@@ -71,13 +71,12 @@ def explain_infeasible(problem: Problem, *, time_limit_s: float = 30) -> list[st
     reasons = precheck(problem)
     if reasons:
         return reasons
-    import pulp
 
-    from fleetplan.solvers.milp import build_milp, silence_highs_banner
+    from fleetplan.solvers.highs import HiGHS
+    from fleetplan.solvers.milp import build_milp
 
-    silence_highs_banner()
     model = build_milp(problem, relax=True, elastic=True)
-    model.lp.solve(pulp.HiGHS(msg=False, timeLimit=time_limit_s))
+    model.lp.solve(HiGHS(msg=False, timeLimit=time_limit_s))
     out = []
     for (m, w), var in model.short.items():
         v = var.value() or 0.0

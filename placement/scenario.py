@@ -476,9 +476,14 @@ def build_problem(scenario: Scenario, *, progress=None) -> Problem:
             if 1 in tps and share_budget > 0:
                 full = replica_capacity(model, gpu, mix, slo, tp=1, weight_dtype=opts["weight_dtype"],
                                         kv_dtype=opts["kv_dtype"], memory_utilization=mu_mem)
-                kv_seq = model.kv_tokens_cached(mix.input_tokens_mean + mix.output_tokens_mean) * \
-                    model.kv_bytes_per_token(opts["kv_dtype"])
-                needed = max(kv_seq, full.batch_at_capacity * kv_seq * 1.1) if full.req_per_s > 0 else share_budget
+                kvpt = model.kv_bytes_per_token(opts["kv_dtype"])
+                kv_seq = model.kv_tokens_cached(mix.input_tokens_mean + mix.output_tokens_mean) * kvpt
+                kv_seq95 = model.kv_tokens_cached(mix.input_tokens_p95 + mix.output_tokens_p95) * kvpt
+                # Room for the p95 running batch at mean length plus one p95-length request (capacity point 8),
+                # with 10% to spare; never more than the shared_kv_fraction budget.
+                b = full.batch_at_capacity
+                needed = (1.1 * ((b + 1.645 * b ** 0.5) * kv_seq + kv_seq95) if full.req_per_s > 0
+                          else share_budget)
                 budget = min(share_budget, needed)
                 cap = replica_capacity(model, gpu, mix, slo, tp=1, weight_dtype=opts["weight_dtype"],
                                        kv_dtype=opts["kv_dtype"], memory_utilization=mu_mem, kv_budget_bytes=budget)

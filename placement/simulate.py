@@ -8,9 +8,10 @@ people judge serving by, per model and per window.
 Two replays:
 
 * :func:`simulate_day` (no trace): the plan's own scenario over the whole day. For each window, arrivals follow the
-  scenario's day curve. Where the curve comes from ServeGen, each 10-minute slot is a Gamma renewal process with the
-  slot's rate and ServeGen's fitted inter-arrival CV (``servegen_arrival_params``; ``arrivals='poisson'`` keeps the
-  rate and drops the burstiness, i.e. the capacity model's own assumption). Token lengths are drawn jointly (prompt,
+  scenario's day curve. Where the curve comes from ServeGen, each 10-minute slot superposes one Gamma renewal
+  process per ServeGen client active in that slot, with the client's share of the slot's rate and its own fitted
+  inter-arrival CV (``servegen_client_mix``); ``arrivals='poisson'`` keeps the rate and drops the burstiness, i.e.
+  the capacity model's own assumption. Token lengths are drawn jointly (prompt,
   output) from the token-mix trace, or lognormal from the four statistics. A model whose demand is a trace replays
   that trace's requests. Windows are independent: each starts empty (queues do not carry over window boundaries).
 * :func:`simulate_trace`: a trace's requests against one window's replicas (the peak window by default), optionally
@@ -264,16 +265,18 @@ def _day_rate_profile(model_raw: dict, scenario, arrivals: str) -> tuple[np.ndar
     dem = model_raw["demand"]
     L = float(scenario.options["window_length_s"])
     if "servegen" in dem:
-        from fleetplan.datasets.servegen import servegen_arrival_params, servegen_day_curve
+        from fleetplan.datasets.servegen import servegen_client_mix, servegen_day_curve
 
         body = dem["servegen"]
         series, day, gaps = body["series"], body.get("day", "mean"), body.get("gaps", "interpolate")
         factor = float(body["mean_rate_req_per_s"]) / float(servegen_day_curve(series, day, L, gaps).mean())
         rates = servegen_day_curve(series, day, _SLOT_S, gaps) * factor
         if arrivals == "servegen":
-            cv = servegen_arrival_params(series, day)["cv_rate_weighted"].to_numpy(dtype=np.float64)
-            cv = np.where(np.isfinite(cv) & (cv > 0), cv, 1.0)
-            what = f"ServeGen {series} 10-min rates × {factor:.4g}, Gamma inter-arrivals with ServeGen's fitted CV"
+            # One Gamma renewal process per ServeGen client, each with its share of the slot's rate and its own
+            # fitted CV, superposed (servegen_client_mix): the total stream's burstiness as production had it.
+            cv = servegen_client_mix(series, day)
+            what = (f"ServeGen {series} 10-min rates × {factor:.4g}, one Gamma renewal process per ServeGen client "
+                    "(its share of the rate, its fitted CV), superposed")
         else:
             cv = np.ones_like(rates)
             what = f"ServeGen {series} 10-min rates × {factor:.4g}, Poisson arrivals"
@@ -282,7 +285,7 @@ def _day_rate_profile(model_raw: dict, scenario, arrivals: str) -> tuple[np.ndar
     return rates, np.ones_like(rates), L, "window mean rates, Poisson arrivals"
 
 
-def scenario_workload(scenario, w: int, start_s: float, end_s: float, seed: int, *, arrivals: str = "servegen",
+def scenario_workload(scenario, w: int, start_s: float, end_s: float, seed: int, *, arrivals: str = "poisson",
                       measure_from_s: float | None = None, models: list[str] | None = None,
                       names: list[str] | None = None) -> Workload:
     """Requests of every model of ``scenario`` arriving in [start_s, end_s) of window ``w`` (seconds from the
@@ -313,9 +316,13 @@ def scenario_workload(scenario, w: int, start_s: float, end_s: float, seed: int,
             k0, k1 = int(t0 // slot), int(math.ceil(t1 / slot))
             for k in range(k0, k1):
                 a0, a1 = max(t0, k * slot), min(t1, (k + 1) * slot)
-                r = rates[k % len(rates)]
-                chunks.append(gamma_renewal(rng, float(r), float(cv[k % len(cv)]), a0, a1))
-            a = np.concatenate(chunks) - w * L if chunks else np.zeros(0)
+                r = float(rates[k % len(rates)])
+                c = cv[k % len(cv)]
+                if isinstance(c, tuple) and c:  # per-client superposition
+                    chunks += [gamma_renewal(rng, r * share, ccv, a0, a1) for share, ccv in c]
+                else:
+                    chunks.append(gamma_renewal(rng, r, float(c) if not isinstance(c, tuple) else 1.0, a0, a1))
+            a = np.sort(np.concatenate(chunks)) - w * L if chunks else np.zeros(0)
             inp, out = _tokens(m, scenario, rng, len(a))
             what.append(f"{name}: {desc}")
         parts.append(Workload(np.asarray(a, dtype=np.float64), np.asarray(inp, dtype=np.int64),
@@ -589,7 +596,7 @@ def run_window(builder: FleetBuilder, wl: Workload, w: int, policy: Policy = FCF
 
 
 def simulate_day(problem: Problem, plan: Plan, scenario, *, seed: int = 0, slice_s: float | None = None,
-                 warmup_s: float = 120.0, arrivals: str = "servegen", policy: Policy = FCFS,
+                 warmup_s: float = 120.0, arrivals: str = "poisson", policy: Policy = FCFS,
                  windows: list[int] | None = None, models: list[str] | None = None,
                  progress: Callable[[str], None] | None = None) -> SimReport:
     """Replay the plan's own scenario, window by window (module docstring).

@@ -43,6 +43,7 @@ from fleetplan.errors import SolverError
 from fleetplan.placement.plan import Plan, SharedGPU, Status, tidy_shared
 from fleetplan.placement.problem import Problem
 from fleetplan.solvers.common import Index, build_index, warm_values
+from fleetplan.solvers.highs import HiGHS
 
 #: Penalty per req/s of unmet demand (or per missing replica) in the elastic model: far above any GPU price.
 ELASTIC_PENALTY_USD = 1e6
@@ -206,58 +207,6 @@ def build_milp(problem: Problem, *, relax: bool = False, elastic: bool = False,
                      floor_short=floor_short)
 
 
-_BANNER_SILENCED = False
-
-
-def silence_highs_banner() -> None:
-    """HiGHS prints a banner to the process's stdout (file descriptor 1) when its first model is created, before
-    any option can turn output off; create that first model with fd 1 pointed at /dev/null, so that JSON or CSV
-    written to stdout stays clean."""
-    global _BANNER_SILENCED
-    if _BANNER_SILENCED:
-        return
-    import os
-    import sys
-
-    import highspy
-
-    sys.stdout.flush()
-    saved = os.dup(1)
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    try:
-        os.dup2(devnull, 1)
-        highspy.Highs()
-    finally:
-        os.dup2(saved, 1)
-        os.close(saved)
-        os.close(devnull)
-    _BANNER_SILENCED = True
-
-
-class _HiGHSWarm(pulp.HiGHS):
-    """PuLP's HiGHS (highspy) interface, plus an optional MIP start from the variables' initial values."""
-
-    def callSolver(self, lp, callback=None):  # noqa: N802 (PuLP's name)
-        if self.optionsDict.get("warm_values"):
-            import highspy
-
-            sol = highspy.HighsSolution()
-            vals = [0.0] * lp.solverModel.getNumCol()
-            for var in lp.variables():
-                if var.varValue is not None:
-                    vals[var.index] = float(var.varValue)
-            sol.col_value = vals
-            sol.value_valid = True
-            lp.solverModel.setSolution(sol)
-        return super().callSolver(lp, callback) if callback is not None else super().callSolver(lp)
-
-    def createAndConfigureSolver(self, lp):  # noqa: N802
-        warm = self.optionsDict.pop("warm_values", None)
-        super().createAndConfigureSolver(lp)
-        if warm:
-            self.optionsDict["warm_values"] = warm
-
-
 def _set_initial(model: MilpModel, warm: dict) -> bool:
     if not warm:
         return False
@@ -304,13 +253,12 @@ def solve_lp_bound(problem: Problem, *, time_limit_s: float = 60, threads: int |
     ``with_starts`` None chooses: the full relaxation for problems up to LP_BOUND_WITH_STARTS_MAX_VARS replica
     variables, the relaxation without start costs above (simplex stalls on the full one at 50+ models).
     """
-    silence_highs_banner()
     if with_starts is None:
         with_starts = len(problem.options) * problem.n_windows <= LP_BOUND_WITH_STARTS_MAX_VARS
     model = build_milp(problem, relax=True, aggregate=True, with_starts=with_starts)
     # Interior point (with crossover): dual simplex stalls on these degenerate LPs (60 s without an answer at 50
     # models where IPM needs 3 s; 200 models: 12 s).
-    solver = pulp.HiGHS(msg=False, timeLimit=time_limit_s, threads=threads, solver="ipm")
+    solver = HiGHS(msg=False, timeLimit=time_limit_s, threads=threads, solver="ipm")
     model.lp.solve(solver)
     if model.lp.status == pulp.LpStatusOptimal and model.lp.sol_status == pulp.LpSolutionOptimal:
         return float(pulp.value(model.lp.objective) or 0.0)
@@ -330,16 +278,13 @@ def solve_milp(problem: Problem, *, backend: str = "highs", time_limit_s: float 
     Raises SolverError if the backend is unknown or not available.
     """
     t0 = time.perf_counter()
-    silence_highs_banner()
     model = build_milp(problem)
     warm = warm_values(problem, model.idx, warm_start) if warm_start is not None else {}
     used_warm = _set_initial(model, warm)
     if deadline is not None:
         time_limit_s = max(1.0, min(time_limit_s, deadline - time.perf_counter()))
     if backend == "highs":
-        solver = _HiGHSWarm(msg=msg, timeLimit=time_limit_s, threads=threads, gapRel=gap)
-        if used_warm:
-            solver.optionsDict["warm_values"] = True
+        solver = HiGHS(msg=msg, timeLimit=time_limit_s, threads=threads, gapRel=gap, warm_start=used_warm)
     elif backend == "cbc":
         solver = pulp.PULP_CBC_CMD(msg=msg, timeLimit=time_limit_s, threads=threads, gapRel=gap, warmStart=used_warm)
     else:

@@ -208,7 +208,9 @@ class MilpModel:
 
     def solve(self, time_limit_s: float, threads: int = 1) -> SolveOutcome:
         pulp = self.pulp
-        solver = pulp.HiGHS(msg=False, timeLimit=max(0.05, time_limit_s), threads=threads)
+        from fleetplan.solvers.highs import HiGHS
+
+        solver = HiGHS(msg=False, timeLimit=max(0.05, time_limit_s), threads=threads)
         t0 = time.perf_counter()
         try:
             with quiet_stdout():

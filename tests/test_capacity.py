@@ -55,10 +55,16 @@ def test_ttft_limited_rate_matches_independent_root():
 
 
 def test_kv_limited_rate_by_hand():
-    # Budget holds 10 sequences: B = λ·100·0.02/(1 − 0.1λ) = 10  <=>  2λ = 10 − λ  <=>  λ = 10/3.
+    # Budget holds 10 sequences; the p95 running batch B + 1.645·sqrt(B) must fit (capacity point 8):
+    # with x = sqrt(B): x² + 1.645x − 10 = 0  ->  x = (−1.645 + sqrt(1.645² + 40)) / 2 = 2.4450, B = 5.9780.
+    # B = λ·100·0.02/(1 − 0.1λ) = 5.9780  <=>  2λ = 5.9780 − 0.5978λ  <=>  λ = 5.9780 / 2.5978 = 2.3012.
     c = _flat(SLO(ttft_p95_s=10, tpot_p95_s=0.5), max_batch=10)
     assert c.limiting == "kv_memory"
-    assert c.req_per_s == pytest.approx(10 / 3, rel=1e-4)
+    z = 1.6448536269514722
+    x = (-z + math.sqrt(z * z + 40)) / 2
+    b = x * x
+    assert c.req_per_s == pytest.approx(b / (2 + 0.1 * b), rel=1e-4)
+    assert c.req_per_s == pytest.approx(2.3012, rel=1e-3)
 
 
 def test_weights_that_do_not_fit_give_zero_with_reason():
@@ -82,12 +88,13 @@ def test_context_too_long():
 
 def test_memory_accounting_by_hand():
     # 8B bf16 on one H100: weights 16.06 GB; KV budget 0.9·80 − 16.06 = 55.94 GB; reserve 0.1·80 = 8 GB;
-    # memory per GPU = 16.06 + 55.94 + 8 = 80 GB. Max batch = 55.94e9 / (1200 tokens × 131,072 B) = 355.66.
+    # memory per GPU = 16.06 + 55.94 + 8 = 80 GB. Max batch: room for one p95 request (3600 tokens) plus mean
+    # ones (1200 tokens): (55.94e9 − 3600 × 131,072) / (1200 × 131,072) + 1 = 353.66.
     c = replica_capacity(L8B, H100, MIX, SLO(2.0, 0.05))
     assert c.weights_bytes_per_gpu == pytest.approx(16.06e9)
     assert c.kv_bytes_available == pytest.approx(55.94e9)
     assert c.memory_bytes_per_gpu == pytest.approx(80e9)
-    assert c.max_batch == pytest.approx(55.94e9 / (1200 * 131072))
+    assert c.max_batch == pytest.approx((55.94e9 - 3600 * 131072) / (1200 * 131072) + 1)
     assert c.gpus == 1 and c.req_per_s > 0
     # A smaller budget (a shared GPU) occupies less memory and never sustains more.
     small = replica_capacity(L8B, H100, MIX, SLO(2.0, 0.05), kv_budget_bytes=2e9)

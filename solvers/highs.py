@@ -1,0 +1,73 @@
+"""PuLP's HiGHS interface (highspy), made safe to call many times in one process.
+
+- HiGHS keeps one task scheduler per process, set up by the first solve with that solve's ``threads``; a later
+  solve asking for a different number of threads fails at once with an error status (which PuLP reads as "not
+  solved"). :class:`HiGHS` resets that scheduler before every solve.
+- HiGHS prints a banner on stdout (file descriptor 1) when its first model is created, before any option can turn
+  output off; :func:`silence_highs_banner` creates that first model with fd 1 pointed at /dev/null, so JSON or CSV
+  written to stdout stays clean.
+- ``warm_start=True`` passes the variables' initial values to HiGHS as a MIP start (PuLP's HiGHS API class has no
+  warm start of its own).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+
+import pulp
+
+_BANNER_SILENCED = False
+_LOCK = threading.Lock()
+
+
+def silence_highs_banner() -> None:
+    """Create HiGHS's first model with stdout pointed at /dev/null (see the module docstring). Idempotent."""
+    global _BANNER_SILENCED
+    with _LOCK:
+        if _BANNER_SILENCED:
+            return
+        import highspy
+
+        sys.stdout.flush()
+        saved = os.dup(1)
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(devnull, 1)
+            highspy.Highs()
+        finally:
+            os.dup2(saved, 1)
+            os.close(saved)
+            os.close(devnull)
+        _BANNER_SILENCED = True
+
+
+class HiGHS(pulp.HiGHS):
+    """pulp.HiGHS plus a reset of HiGHS's process-wide scheduler before each solve and an optional MIP start."""
+
+    def __init__(self, *args, warm_start: bool = False, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._warm = warm_start
+
+    def actualSolve(self, lp, **kwargs):  # noqa: N802 (PuLP's name)
+        import highspy
+
+        silence_highs_banner()
+        with _LOCK:  # one HiGHS solve at a time per process: the scheduler is shared
+            highspy.Highs.resetGlobalScheduler(True)
+            return super().actualSolve(lp, **kwargs)
+
+    def callSolver(self, lp, callback=None):  # noqa: N802
+        if self._warm:
+            import highspy
+
+            sol = highspy.HighsSolution()
+            vals = [0.0] * lp.solverModel.getNumCol()
+            for var in lp.variables():
+                if var.varValue is not None:
+                    vals[var.index] = float(var.varValue)
+            sol.col_value = vals
+            sol.value_valid = True
+            lp.solverModel.setSolution(sol)
+        return super().callSolver(lp)
