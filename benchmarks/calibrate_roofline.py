@@ -27,9 +27,10 @@ from importlib import resources
 
 import numpy as np
 import pandas as pd
+from scipy.optimize import least_squares
+
 from fleetplan.costmodels.calibration import Calibration, load_calibration_table
 from fleetplan.costmodels.profiles import mdape_table, roofline_predictions, splitwise_fit_rows
-from scipy.optimize import least_squares
 
 NAMES = Calibration.parameter_names()
 LOW = np.array([Calibration.BOUNDS[n][0] for n in NAMES])

@@ -3,13 +3,9 @@
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 
 import click
-
-from fleetplan.errors import InputError
 
 
 def _objectives_json(obj) -> dict:
@@ -18,18 +14,10 @@ def _objectives_json(obj) -> dict:
 
 
 def _write_atomic(path: Path, write) -> None:
-    path = Path(path)
-    if not path.parent.exists():
-        raise InputError(f"folder {path.parent} does not exist; create it or choose another path", source=str(path))
-    fd, tmp = tempfile.mkstemp(prefix=".allocate-", suffix=path.suffix, dir=str(path.parent))
-    os.close(fd)
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    from fleetplan.fileio import atomic_path
+
+    with atomic_path(path) as tmp:
+        write(str(tmp))
 
 
 def _plot(path: Path, result, policies: dict) -> None:

@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import click
+
 from fleetplan.errors import FleetplanError
 
 GB = 1e9

@@ -12,9 +12,7 @@ import io
 import json
 import math
 import os
-import tempfile
 from collections.abc import Callable
-from pathlib import Path
 
 import click
 
@@ -30,18 +28,9 @@ def _clean(v):
 
 
 def _write_text_atomic(path: str, text: str) -> None:
-    p = Path(path)
-    folder = p.parent if str(p.parent) else Path(".")
-    if not folder.is_dir():
-        raise InputError(f"folder {str(folder)!r} does not exist", field="path", value=path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=folder)
-    try:
-        with os.fdopen(fd, "w", newline="") as f:
-            f.write(text)
-        os.replace(tmp, p)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    from fleetplan.fileio import write_text_atomic
+
+    write_text_atomic(path, text, field="path")
 
 
 def _csv(rows: list[dict]) -> str:
@@ -262,7 +251,7 @@ def whatif_cmd(vary: tuple[str, ...], workers: int, fmt: str, out: str | None, p
         for c in rows[0]:
             t.add_column(c)
         for r in rows:
-            t.add_row(*(f"{v:,.4g}" if isinstance(v, float) else str(v) for v in r.values()))
+            t.add_row(*(f"{v:,.4g}" if isinstance(v, float) else ("-" if v is None else str(v)) for v in r.values()))
         Console(width=220).print(t)
 
 
@@ -287,16 +276,10 @@ def _plot(rows: list[dict], names: list[str], path: str) -> None:
     ax.set_ylabel("split saves USD/day (negative: costs more)")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    p = Path(path)
-    folder = p.parent if str(p.parent) else Path(".")
-    if not folder.is_dir():
-        raise InputError(f"folder {str(folder)!r} does not exist", field="plot", value=path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".png", dir=folder)
-    os.close(fd)
+    from fleetplan.fileio import atomic_path
+
     try:
-        fig.savefig(tmp, format="png")
-        os.replace(tmp, p)
+        with atomic_path(path, field="plot") as tmp:
+            fig.savefig(tmp, format="png")
     finally:
         plt.close(fig)
-        if os.path.exists(tmp):
-            os.unlink(tmp)

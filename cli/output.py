@@ -3,44 +3,12 @@
 from __future__ import annotations
 
 import contextlib
-import os
-import tempfile
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
-from fleetplan.errors import InputError
+from fleetplan.fileio import atomic_path, write_text_atomic
 
-
-def _check_target(path: Path) -> None:
-    if path.is_dir():
-        raise InputError(f"{path} is a folder; give a file name", source=str(path))
-    parent = path.parent if str(path.parent) else Path(".")
-    if not parent.exists():
-        raise InputError(f"folder {parent} does not exist; create it first", source=str(path))
-
-
-@contextlib.contextmanager
-def atomic_path(path: str | Path) -> Iterator[Path]:
-    """Yield a temporary path next to ``path``; on success it replaces ``path`` in one step, on error it is
-    removed, so a reader never sees a half-written file and a failed run leaves the old file untouched."""
-    target = Path(path)
-    _check_target(target)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=target.suffix, dir=target.parent or ".")
-    os.close(fd)
-    try:
-        yield Path(tmp)
-        os.replace(tmp, target)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-
-
-def write_text_atomic(path: str | Path, text: str) -> None:
-    """Write ``text`` to ``path`` atomically (see :func:`atomic_path`)."""
-    with atomic_path(path) as tmp:
-        tmp.write_text(text)
+__all__ = ["atomic_path", "progress_status", "write_text_atomic"]
 
 
 @contextlib.contextmanager

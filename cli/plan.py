@@ -167,13 +167,9 @@ def plan(scenario, backend, time_limit_s, threads, gap, window_s, out_path, fmt,
     if plot_path:
         _plot(plot_path, problem, result)
     if xlsx_path:
-        try:
-            from fleetplan.costmodels.ledger import write_plan_workbook
-        except ImportError:
-            raise FleetplanError("--xlsx needs the cost ledger (fleetplan.costmodels.ledger), not in this build") \
-                from None
-        with atomic_path(xlsx_path) as tmp:
-            write_plan_workbook(tmp, problem, result)
+        from fleetplan.costmodels.ledger_xlsx import write_plan_workbook
+
+        write_plan_workbook(xlsx_path, problem, result)  # atomic: a temporary file, then a rename
     if fmt == "json":
         click.echo(json.dumps(d, indent=1))
     elif fmt == "csv":

@@ -154,7 +154,8 @@ def _evaluate(lam: float, pre_mean_s: float, pre_p95_s: float, decode: Callable[
 
 def replica_capacity_from_latency(prefill_s: Callable[[float], float], decode_step_s: Callable[[float, float], float],
                                   mix: TokenMix, slo: SLO, *, kv_bytes_per_seq: float, kv_budget_bytes: float,
-                                  kv_bytes_per_seq_p95: float | None = None, gpus: int = 1, weights_bytes_per_gpu: float = math.nan,
+                                  kv_bytes_per_seq_p95: float | None = None, gpus: int = 1,
+                                  weights_bytes_per_gpu: float = math.nan,
                                   memory_bytes_per_gpu: float = math.nan, source: str = "") -> ReplicaCapacity:
     """Capacity from any latency functions (analytic or measured; module docstring for the model).
 
@@ -256,7 +257,8 @@ def replica_capacity(model: Model, gpu: GPU, mix: TokenMix, slo: SLO, *, tp: int
     return replica_capacity_from_latency(
         lambda i: prefill_time_s(model, gpu, i, **kw),
         lambda b, c: decode_step_time_s(model, gpu, b, c, kv_dtype=kv_dtype, **kw),
-        mix, slo, kv_bytes_per_seq=kv_seq, kv_bytes_per_seq_p95=kv_seq95, kv_budget_bytes=budget, memory_bytes_per_gpu=memory, **base)
+        mix, slo, kv_bytes_per_seq=kv_seq, kv_bytes_per_seq_p95=kv_seq95, kv_budget_bytes=budget,
+        memory_bytes_per_gpu=memory, **base)
 
 
 def profile_replica_capacity(profile, mix: TokenMix, slo: SLO, *, model: Model, gpu: GPU,
@@ -273,7 +275,8 @@ def profile_replica_capacity(profile, mix: TokenMix, slo: SLO, *, model: Model, 
     kv_seq = model.kv_tokens_cached(mix.input_tokens_mean + mix.output_tokens_mean) * model.kv_bytes_per_token(kv_dtype)
     kv_seq95 = model.kv_tokens_cached(mix.input_tokens_p95 + mix.output_tokens_p95) * model.kv_bytes_per_token(kv_dtype)
     return replica_capacity_from_latency(
-        lambda i: profile.prefill_time_s(i), profile.decode_step_time_s, mix, slo, kv_bytes_per_seq=kv_seq, kv_bytes_per_seq_p95=kv_seq95,
+        lambda i: profile.prefill_time_s(i), profile.decode_step_time_s, mix, slo,
+        kv_bytes_per_seq=kv_seq, kv_bytes_per_seq_p95=kv_seq95,
         kv_budget_bytes=budget, gpus=n, weights_bytes_per_gpu=weights / n,
         memory_bytes_per_gpu=(weights + budget) / n + (1 - memory_utilization) * gpu.memory_bytes,
         source=f"measured Splitwise profile {profile.model}/{profile.hardware}/tp{profile.tp}")

@@ -18,8 +18,6 @@ Files are written to a temporary file next to the target and renamed, so no half
 
 from __future__ import annotations
 
-import os
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -29,7 +27,6 @@ from openpyxl.styles import Font
 from openpyxl.utils import get_column_letter
 
 from fleetplan.costmodels.ledger import DAYS_PER_MONTH, SECONDS_PER_DAY, Flow, table_key
-from fleetplan.errors import InputError
 
 _BOLD = Font(bold=True)
 LEDGER_HEADER = ("Option", "Category", "Item", "Site", "Quantity per day", "Unit", "Unit price USD",
@@ -42,21 +39,11 @@ def save_atomic(wb: Workbook, path: str | Path) -> Path:
 
     Raises InputError when the folder does not exist or cannot be written.
     """
+    from fleetplan.fileio import atomic_path
+
     path = Path(path)
-    folder = path.parent if str(path.parent) else Path(".")
-    if not folder.is_dir():
-        raise InputError(f"folder {str(folder)!r} does not exist; create it or choose another path", field="path",
-                         value=str(path))
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
-    os.close(fd)
-    try:
+    with atomic_path(path, field="path") as tmp:
         wb.save(tmp)
-        os.replace(tmp, path)
-    except OSError as exc:
-        raise InputError(f"cannot write {path}: {exc.strerror or exc}", field="path", value=str(path)) from None
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
     return path
 
 

@@ -21,6 +21,7 @@ import re
 from dataclasses import dataclass
 
 import networkx as nx
+
 from fleetplan.errors import InputError
 
 #: Route classes, cheapest first, as the egress price tables name them.

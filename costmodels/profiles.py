@@ -30,6 +30,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+
 from fleetplan.costmodels.calibration import Calibration, load_calibration, load_reference_models
 from fleetplan.costmodels.hardware import GPU, Model
 from fleetplan.errors import InputError

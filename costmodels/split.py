@@ -611,8 +611,17 @@ def scenario_row(spec: SplitSpec, values: dict[str, float]) -> dict:
     """One sweep cell: the variables, each option's total USD/day, the split's TTFT and SLO, the savings and a
     short verdict ('split saves' / 'single site')."""
     s = apply_variables(spec, values)
-    r = compare(s, prompt_break_even=False)
     row = dict(values)
+    try:
+        r = compare(s, prompt_break_even=False)
+    except InputError as exc:
+        # A cell whose design cannot meet the SLO at all (e.g. a 32k-token prompt on one GPU type) is reported as
+        # such; the rest of the grid still runs.
+        for k in OPTIONS:
+            row[f"{k}_usd_per_day"] = None
+        row.update(split_ttft_added_s=None, split_slo_ok=False, savings_usd_per_day=None,
+                   verdict=f"infeasible: {exc}")
+        return row
     for k, o in r.options.items():
         row[f"{k}_usd_per_day"] = o.ledger.total_usd_per_day
     row["split_ttft_added_s"] = r.options["split"].ttft_added_s

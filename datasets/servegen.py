@@ -26,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+
 from fleetplan.datasets.traces import day_curve_demand
 from fleetplan.errors import InputError, UnknownNameError
 from fleetplan.placement.demand import Demand, TokenMix

@@ -32,6 +32,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+
 from fleetplan.errors import InputError, UnknownNameError
 from fleetplan.placement.demand import Demand, TokenMix, WindowDemand
 

@@ -7,6 +7,7 @@ import io
 from importlib import resources
 
 import pytest
+
 from fleetplan.datasets.catalog import (
     get_gpu,
     get_model,

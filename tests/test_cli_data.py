@@ -8,6 +8,7 @@ import json
 
 import pytest
 from click.testing import CliRunner
+
 from fleetplan.cli.main import main
 
 

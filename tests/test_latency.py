@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
+
 from fleetplan.costmodels.calibration import Calibration, load_calibration, load_calibration_table
 from fleetplan.costmodels.hardware import GPU, Model
 from fleetplan.costmodels.latency import allreduce_time_s, decode_step_time_s, moe_params_read, prefill_time_s

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from fleetplan.costmodels.energy import energy_kwh, power_w
 from fleetplan.costmodels.network import (
     Link,

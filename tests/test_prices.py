@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from fleetplan.costmodels.prices import (
     GIB_PER_GB,
     EgressTier,

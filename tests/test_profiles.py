@@ -8,6 +8,7 @@ import math
 
 import pandas as pd
 import pytest
+
 from fleetplan.costmodels.capacity import SLO, profile_replica_capacity
 from fleetplan.costmodels.hardware import GPU, Model
 from fleetplan.costmodels.profiles import (

@@ -147,3 +147,31 @@ def test_cli_plan_default_scenario_beats_baselines(tmp_path):
     assert d["gpu_hours_per_day"] <= 0.75 * b["dedicated_peak"]["gpu_hours_per_day"]
     assert d["gpu_hours_per_day"] <= 0.90 * b["autoscale_dedicated"]["gpu_hours_per_day"]
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_cli_plan_xlsx_writes_a_live_workbook(tmp_path):
+    import openpyxl
+
+    out = tmp_path / "plan.xlsx"
+    res = CliRunner().invoke(main, ["plan", str(write(tmp_path, SMALL)), "--xlsx", str(out), "--no-baselines"])
+    assert res.exit_code == 0, res.output
+    wb = openpyxl.load_workbook(out)
+    assert {"Assumptions", "Plan", "Ledger"} <= set(wb.sheetnames)
+    assert str(wb["Ledger"]["H2"].value).startswith("=")  # amounts are formulas over the inputs
+
+
+def test_cli_whatif_on_the_shipped_split_design(tmp_path):
+    out = tmp_path / "grid.csv"
+    res = CliRunner().invoke(main, ["whatif", "--vary", "egress_usd_per_gb=0.01,0.09", "--workers", "1",
+                                    "--format", "json", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    rows = json.loads(res.output)
+    assert [r["egress_usd_per_gb"] for r in rows] == [0.01, 0.09]
+    # Egress only adds cost to the cross-site split: its total grows with the price, colocated does not move.
+    assert rows[1]["split_usd_per_day"] > rows[0]["split_usd_per_day"]
+    assert rows[1]["colocated_usd_per_day"] == pytest.approx(rows[0]["colocated_usd_per_day"])
+    assert out.read_text().startswith("egress_usd_per_gb,")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("modle: llama-3.1-70b\n")
+    res = CliRunner().invoke(main, ["whatif", str(bad), "--vary", "egress_usd_per_gb=0.01,0.02"])
+    assert res.exit_code == 2 and "did you mean 'model'" in res.output

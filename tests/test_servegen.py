@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from fleetplan.datasets.servegen import (
     fill_gaps,
     servegen_arrival_params,

@@ -1,0 +1,74 @@
+"""``fleetplan whatif [SCENARIO] --vary NAME=...``: a grid of prefill/decode split designs, evaluated in parallel."""
+
+from __future__ import annotations
+
+import click
+
+from fleetplan.cli.ledger import _split_options, whatif_cmd
+from fleetplan.errors import InputError
+
+DEFAULT = "split_default.yaml"
+
+
+def _read(scenario: str | None) -> tuple[dict, str]:
+    from importlib import resources
+    from pathlib import Path
+
+    import yaml
+
+    if scenario is None:
+        return yaml.safe_load((resources.files("fleetplan.datasets") / "scenarios" / DEFAULT).read_text()), DEFAULT
+    p = Path(scenario)
+    if not p.is_file():
+        raise InputError(f"no such scenario file {p}; give a YAML file of split options (see the shipped "
+                         f"{DEFAULT}) or none for the shipped one", source=str(p))
+    try:
+        data = yaml.safe_load(p.read_text())
+    except yaml.YAMLError as exc:
+        raise InputError(f"not valid YAML: {exc}", source=str(p)) from None
+    if not isinstance(data, dict):
+        raise InputError("a split scenario is a mapping of option names to values", source=str(p))
+    return data, str(p)
+
+
+def _with_optional(f):
+    """The split options of `fleetplan ledger split`, none required here: the scenario file may give them."""
+    f = _split_options(f)
+    for p in f.__click_params__:
+        p.required = False
+    return f
+
+
+@click.command("whatif")
+@click.argument("scenario", required=False)
+@_with_optional
+@click.option("--vary", "vary", multiple=True, required=True,
+              help="NAME=START:STOP:COUNT or NAME=V1,V2,... (repeat); names: egress_usd_per_gb, prompt_tokens, "
+                   "output_tokens, rate_req_per_s, gpu_price_factor, prefill_price_factor, decode_price_factor.")
+@click.option("--workers", type=click.IntRange(1, 64), default=2, show_default=True, help="Parallel processes.")
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "csv"]), default="table", show_default=True)
+@click.option("--out", type=click.Path(dir_okay=False), default=None, help="Also write the table as CSV.")
+@click.option("--plot", type=click.Path(dir_okay=False), default=None,
+              help="Write a PNG plot of the split's savings over the first variable.")
+@click.pass_context
+def whatif(ctx: click.Context, scenario: str | None, **kw) -> None:
+    """Sweep a prefill/decode split design: SCENARIO is a YAML file of `fleetplan ledger split` options (the shipped
+    split_default.yaml when omitted); options given on the command line override it. Prints the verdict per cell,
+    and writes a table (--out) and a plot (--plot)."""
+    data, where = _read(scenario)
+    known = {p.name for p in whatif.params}
+    for key, value in data.items():
+        if key not in known or key in ("vary", "workers", "fmt", "out", "plot", "scenario"):
+            import difflib
+
+            close = difflib.get_close_matches(str(key), sorted(known), n=1)
+            hint = f"; did you mean '{close[0]}'?" if close else ""
+            raise InputError(f"unknown key '{key}'{hint}", source=where, field=str(key), value=value)
+        src = ctx.get_parameter_source(key)
+        if src is None or src.name in ("DEFAULT", "DEFAULT_MAP"):
+            kw[key] = value
+    for key in ("model", "prefill_site", "decode_site"):
+        if not kw.get(key):
+            raise InputError(f"'{key}' is missing: give it in the scenario file or as --{key.replace('_', '-')}",
+                             source=where, field=key)
+    ctx.invoke(whatif_cmd, **kw)
