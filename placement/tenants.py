@@ -103,6 +103,172 @@ class Node:
 
 
 @dataclass(frozen=True)
+class ModelDemand:
+    """One model's share of a tenant's demand, derived through the cost models (:func:`demand_from_models`).
+
+    Attributes:
+        model: catalog model name.
+        gpu: GPU type the capacity was computed on.
+        tp: tensor-parallel degree used: the option with the most req/s per GPU.
+        replica_req_per_s: req/s one replica on ``tp`` GPUs sustains under the SLO
+            (``fleetplan.costmodels.capacity.replica_capacity``).
+        rates_req_per_s: request rate per window, req/s.
+        gpus: fractional GPUs per window, rate / replica_req_per_s × tp.
+    """
+
+    model: str
+    gpu: str
+    tp: int
+    replica_req_per_s: float
+    rates_req_per_s: tuple[float, ...]
+    gpus: tuple[float, ...]
+
+
+#: Keys of one model entry of a tenant whose demand is derived from models (:func:`demand_from_models`).
+MODEL_KEYS = ("name", "rates_req_per_s", "token_mix", "slo", "tp")
+#: Tensor-parallel degrees tried when a model entry gives no ``tp`` list.
+DEFAULT_TPS = (1, 2, 4, 8)
+
+
+def _bare(exc: InputError) -> str:
+    """The message of ``exc`` without its "source, row, field:" prefix."""
+    text = str(exc)
+    return text.split(": ", 1)[1] if (exc.source or exc.row is not None or exc.field) and ": " in text else text
+
+
+def demand_from_models(tenant: str, models: object, gpu: str, node_gpus: int, *, slo: object = None,
+                       token_mix: object = None, source: str = "scenario", row: int | None = None
+                       ) -> tuple[tuple[int, ...], tuple[ModelDemand, ...]]:
+    """GPUs a tenant needs per window, derived from its models' request rates through the cost models.
+
+    Args:
+        tenant: tenant name (for messages).
+        models: list of mappings with keys ``name`` (catalog model, aliases accepted), ``rates_req_per_s`` (one
+            rate ≥ 0 per window, req/s), optional ``token_mix`` ({trace: azure-conv} or the four token statistics,
+            as in the planner's scenarios), ``slo`` ({ttft_p95_s, tpot_p95_s}, seconds) and ``tp`` (degrees to
+            try, default 1, 2, 4, 8).
+        gpu: the tenant's GPU type (catalog name); node_gpus: GPUs per node of that type (tp must divide it).
+        slo, token_mix: tenant-level defaults for models that do not give their own.
+        source, row: where the entry came from (for messages).
+
+    Method: for each model and each tp option, one replica's capacity cap(tp) under the SLO comes from
+    ``fleetplan.costmodels.capacity.replica_capacity(model, gpu, mix, SLO(...), tp=tp)`` (bf16 weights and KV, 90%
+    of GPU memory usable: that function's defaults). The option with the most req/s per GPU, cap(tp) / tp, is
+    kept (ties: the smaller tp). The model then needs rate / cap × tp GPUs in a window (fractional: replicas are
+    not rounded per model, since the allocation hands out GPUs, not replicas); the tenant's demand is the sum over
+    its models, rounded UP to whole GPUs per window (GPUs are allocated whole, and rounding down would leave part
+    of the traffic without capacity).
+
+    Returns (demand in whole GPUs per window, one :class:`ModelDemand` per model).
+
+    Raises InputError naming the tenant, the model and the field, with the fix, for: no models, an unknown key, an
+    unknown model (UnknownNameError with "did you mean"), a negative or missing rate, rate lists of different
+    lengths, an SLO in milliseconds or out of range, a missing or bad token mix, and a model that fits no tp on
+    the GPU type (the cost model's reason for each tp is given).
+    """
+    import difflib
+
+    from fleetplan.costmodels.capacity import SLO, replica_capacity
+    from fleetplan.datasets.catalog import get_gpu, get_model
+    from fleetplan.placement.scenario import _token_mix
+
+    def err(msg: str, fld: str, value: object = None) -> InputError:
+        return InputError(f"tenant {tenant}: {msg}", source=source, row=row, field=fld, value=value)
+
+    if not isinstance(models, list) or not models:
+        raise err("models must be a non-empty list of {name, rates_req_per_s, token_mix, slo}", "models", models)
+    gpu_rec = get_gpu(gpu)
+    out: list[ModelDemand] = []
+    for j, m in enumerate(models):
+        f = f"models[{j}]"
+        if not isinstance(m, Mapping):
+            raise err(f"{f} must be a mapping with name, rates_req_per_s, token_mix and slo", f, m)
+        for k in m:
+            if k not in MODEL_KEYS:
+                close = difflib.get_close_matches(str(k), MODEL_KEYS, n=1)
+                hint = f"did you mean '{close[0]}'?" if close else f"known keys: {', '.join(MODEL_KEYS)}"
+                raise err(f"unknown key '{k}' in {f}; {hint}", f"{f}.{k}")
+        if "name" not in m:
+            raise err(f"{f} lacks 'name' (a catalog model such as Llama-3.1-8B)", f"{f}.name")
+        try:
+            model = get_model(str(m["name"]))
+        except UnknownNameError as exc:
+            raise UnknownNameError("model", str(m["name"]), _known_models() + list(exc.suggestions),
+                                   source=f"{source}{f', row {row}' if row is not None else ''}, tenant {tenant}",
+                                   field=f"{f}.name") from exc
+        who = f"model {model.name}"
+        rates = m.get("rates_req_per_s")
+        if not isinstance(rates, list) or not rates:
+            raise err(f"{who} needs rates_req_per_s: a list with one request rate (req/s) per window",
+                      f"{f}.rates_req_per_s", rates)
+        for w, r in enumerate(rates):
+            try:
+                check_range(r, field="rate", low=0.0, high=1e6, unit="req/s",
+                            fix="give the requests per second in that window (0 or more)")
+            except InputError as exc:
+                raise err(f"{who}: rates_req_per_s[{w}] = {r!r}: {_bare(exc)}", f"{f}.rates_req_per_s[{w}]",
+                          r) from None
+        if out and len(rates) != len(out[0].rates_req_per_s):
+            raise err(f"{who} gives {len(rates)} rates but {out[0].model} gives {len(out[0].rates_req_per_s)}; "
+                      "give one rate per window for every model", f"{f}.rates_req_per_s")
+        spec = m.get("slo", slo)
+        if not isinstance(spec, Mapping):
+            raise err(f"{who} needs slo: {{ttft_p95_s, tpot_p95_s}} in seconds (on the model or the tenant)",
+                      f"{f}.slo", spec)
+        for k in spec:
+            if str(k).endswith("_ms"):
+                base = str(k)[:-3] + "_s"
+                raise err(f"{who}: slo key '{k}' is in milliseconds; give seconds under '{base}' (e.g. {base}: 0.5 "
+                          "for 500 ms)", f"{f}.slo.{k}", spec[k])
+            if k not in ("ttft_p95_s", "tpot_p95_s"):
+                raise err(f"{who}: unknown slo key '{k}'; give ttft_p95_s and tpot_p95_s in seconds", f"{f}.slo.{k}")
+        if "ttft_p95_s" not in spec or "tpot_p95_s" not in spec:
+            raise err(f"{who}: slo needs both ttft_p95_s and tpot_p95_s (seconds)", f"{f}.slo", dict(spec))
+        try:
+            target = SLO(spec["ttft_p95_s"], spec["tpot_p95_s"])
+        except InputError as exc:
+            raise err(f"{who}: slo {exc.field} = {exc.value!r}: {_bare(exc)}", f"{f}.slo.{exc.field}",
+                      exc.value) from None
+        mix_spec = m.get("token_mix", token_mix)
+        try:
+            mix = _token_mix(dict(mix_spec) if isinstance(mix_spec, Mapping) else mix_spec,
+                             f"{source}{f', row {row}' if row is not None else ''}: tenant {tenant}, {who}")
+        except UnknownNameError as exc:  # an unknown trace name: say whose token mix it is
+            raise err(f"{who}: token_mix: {exc}", f"{f}.token_mix", exc.name) from None
+        tps = m.get("tp", list(DEFAULT_TPS))
+        tps = [tps] if isinstance(tps, int) and not isinstance(tps, bool) else tps
+        if not isinstance(tps, list) or not tps or not all(
+                isinstance(t, int) and not isinstance(t, bool) and t in (1, 2, 4, 8, 16) for t in tps):
+            raise err(f"{who}: tp must be a list of 1, 2, 4, 8 or 16, got {tps!r}", f"{f}.tp", tps)
+        why: list[str] = [f"tp {t}: larger than or not dividing the {node_gpus}-GPU node"
+                          for t in tps if t > node_gpus or node_gpus % t]
+        best: tuple[float, int, float] | None = None  # (req/s per GPU, tp, req/s per replica)
+        for t in sorted(t for t in set(tps) if t <= node_gpus and node_gpus % t == 0):
+            cap = replica_capacity(model, gpu_rec, mix, target, tp=t)
+            if cap.req_per_s <= 0:
+                why.append(f"tp {t}: {cap.reason or cap.limiting}")
+            elif best is None or cap.req_per_s / t > best[0] + 1e-12:
+                best = (cap.req_per_s / t, t, cap.req_per_s)
+        if best is None:
+            raise err(f"{who} fits no tensor-parallel degree on {gpu} nodes of {node_gpus} GPUs under its SLO "
+                      f"(TTFT {target.ttft_p95_s:g} s, TPOT {target.tpot_p95_s:g} s): " + "; ".join(why)
+                      + ". Give the tenant a GPU type with more memory or larger nodes, a larger tp, a smaller "
+                      "model or a looser SLO", f"{f}.name", model.name)
+        _, tp, cap_rps = best
+        rs = tuple(float(r) for r in rates)
+        out.append(ModelDemand(model.name, gpu, tp, cap_rps, rs, tuple(r / cap_rps * tp for r in rs)))
+    total = [sum(md.gpus[w] for md in out) for w in range(len(out[0].gpus))]
+    # Rounded up to whole GPUs per window (1e-9 absorbs float noise such as 3.0000000000000004).
+    return tuple(math.ceil(g - 1e-9) for g in total), tuple(out)
+
+
+def _known_models() -> list[str]:
+    from fleetplan.datasets.catalog import load_models
+
+    return list(load_models())
+
+
+@dataclass(frozen=True)
 class Tenant:
     """One team sharing the pool.
 
@@ -115,6 +281,8 @@ class Tenant:
         sla_target: share of demand that must be served (0 < sla_target ≤ 1).
         interference_class: a class of the interference table (e.g. 'interactive', 'batch').
         gpu_types: GPU types the tenant can run on; empty means any.
+        models: when the demand was derived from models and request rates (:func:`demand_from_models`), how each
+            model contributes; empty when demand_gpus was given directly. Informational (not compared).
     """
 
     name: str
@@ -125,6 +293,7 @@ class Tenant:
     sla_target: float
     interference_class: str
     gpu_types: tuple[str, ...] = ()
+    models: tuple[ModelDemand, ...] = field(default=(), compare=False)
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -313,6 +482,11 @@ def problem_from_dict(data: Mapping, *, source: str = "scenario") -> TenantProbl
     ``pool`` (list of {name, gpu, gpus_per_node, count, site}) and ``tenants`` (list of {name, quota_gpus,
     burst_gpus, weight, sla_target, interference_class, gpu_types, demand_gpus}).
 
+    Instead of ``demand_gpus`` a tenant may give ``models`` (list of {name, rates_req_per_s, token_mix, slo, tp}),
+    with optional tenant-level ``slo`` and ``token_mix`` used by models that give none: its demand is then derived
+    through the cost models by :func:`demand_from_models` on its GPU type (``gpu_types`` must name exactly one
+    type, or the pool has only one) and rounded up to whole GPUs per window.
+
     Raises InputError / UnknownNameError naming the entry and field.
     """
     if not isinstance(data, Mapping):
@@ -339,26 +513,59 @@ def problem_from_dict(data: Mapping, *, source: str = "scenario") -> TenantProbl
     for i, t in enumerate(data["tenants"], start=1):
         if not isinstance(t, Mapping):
             raise InputError("each tenant entry must be a mapping", source=source, row=i, field="tenants")
-        for k in ("name", "quota_gpus", "demand_gpus", "interference_class"):
+        for k in ("name", "quota_gpus", "interference_class"):
             if k not in t:
                 raise InputError(f"tenant entry lacks '{k}'", source=source, row=i, field=k)
-        if "demand" in t or "models" in t:
-            raise InputError("demand from models and request rates is not supported yet; give demand_gpus",
-                             source=source, row=i, field="demand")
-        d = t["demand_gpus"]
-        if not isinstance(d, list):
+        if "demand" in t:
+            raise InputError(f"tenant {t['name']}: unknown key 'demand'; give demand_gpus (GPUs per window) or "
+                             "models (request rates per window)", source=source, row=i, field="demand")
+        types = tuple(str(g) for g in (t.get("gpu_types", ()) or ()))
+        derived: tuple[ModelDemand, ...] = ()
+        if "models" in t:
+            if "demand_gpus" in t:
+                raise InputError(f"tenant {t['name']} gives both demand_gpus and models; give one of them",
+                                 source=source, row=i, field="demand_gpus")
+            d, derived = _derived_demand(t, types, nodes, source, i)
+        elif "demand_gpus" not in t:
+            raise InputError(f"tenant {t['name']} needs demand_gpus (GPUs per window) or models (request rates per "
+                             "window)", source=source, row=i, field="demand_gpus")
+        else:
+            d = t["demand_gpus"]
+        if not isinstance(d, list | tuple):
             raise InputError("demand_gpus must be a list with one value per window", source=source, row=i,
                              field="demand_gpus", value=d)
         try:
             tenants.append(Tenant(
                 name=str(t["name"]), quota_gpus=t["quota_gpus"], burst_gpus=t.get("burst_gpus", t["quota_gpus"]),
                 weight=t.get("weight", 1.0), demand_gpus=tuple(d), sla_target=t.get("sla_target", 1.0),
-                interference_class=str(t["interference_class"]), gpu_types=tuple(t.get("gpu_types", ()) or ())))
+                interference_class=str(t["interference_class"]), gpu_types=types, models=derived))
         except InputError as exc:
             raise InputError(str(exc), source=source, row=i) from None
     interference = load_interference(data.get("interference"))
     return TenantProblem(tuple(nodes), tuple(tenants), interference, window_s=float(data.get("window_s", 3600)),
                          name=str(data.get("name", "")))
+
+
+def _derived_demand(t: Mapping, types: tuple[str, ...], nodes: list[Node], source: str, row: int
+                    ) -> tuple[tuple[int, ...], tuple[ModelDemand, ...]]:
+    """Demand of a scenario tenant that gives ``models``: its one GPU type, that type's node size, then
+    :func:`demand_from_models`."""
+    name = str(t["name"])
+    pool_types = sorted({n.gpu for n in nodes})
+    if len(types) == 1:
+        gpu = types[0]
+    elif not types and len(pool_types) == 1:
+        gpu = pool_types[0]
+    else:
+        raise InputError(f"tenant {name} derives its demand from models, so it needs gpu_types with exactly one GPU "
+                         f"type of the pool (the GPUs needed depend on the type), e.g. gpu_types: [{pool_types[0]}]",
+                         source=source, row=row, field="gpu_types", value=list(types))
+    if gpu not in pool_types:
+        raise UnknownNameError("GPU type in the pool", gpu, pool_types,
+                               source=f"{source}, row {row}, tenant {name}", field="gpu_types")
+    node_gpus = min(n.gpus for n in nodes if n.gpu == gpu)
+    return demand_from_models(name, t["models"], gpu, node_gpus, slo=t.get("slo"), token_mix=t.get("token_mix"),
+                              source=source, row=row)
 
 
 def load_scenario(path: str | Path | None = None) -> tuple[TenantProblem, dict]:
