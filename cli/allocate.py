@@ -43,6 +43,60 @@ def _plot(path: Path, result, policies: dict) -> None:
     plt.close(fig)
 
 
+def _tenant_json(t) -> dict:
+    """A tenant's demand, and how it was derived when it came from models and request rates."""
+    out: dict = {"demand_gpus": list(t.demand_gpus)}
+    if t.models:
+        out["derived_from"] = [{"model": m.model, "gpu": m.gpu, "tp": m.tp,
+                                "replica_req_per_s": round(m.replica_req_per_s, 6),
+                                "rates_req_per_s": list(m.rates_req_per_s),
+                                "gpus": [round(g, 6) for g in m.gpus]} for m in t.models]
+    return out
+
+
+def _splits_json(problem, splits: dict) -> dict:
+    """{window: {node: split}} for the shared nodes: MIG instances (compute slices, 7 per GPU) or MPS shares
+    (percent of one GPU), with each tenant's need, grant and shortfall in those units."""
+    gpu = {n.name: n.gpu for n in problem.nodes}
+    out: dict = {}
+    for (w, n), s in splits.items():
+        d = {"kind": s.kind, "gpu": gpu[n], "status": s.status.value,
+             "unit": "compute slices (7 per GPU)" if s.kind == "mig" else "percent of one GPU",
+             "needs": dict(s.needs), "granted": dict(s.granted), "unmet": dict(s.unmet),
+             "used_gpus": s.used_gpus, "shared_gpus": s.shared_gpus}
+        if s.kind == "mig":
+            d["instances"] = [{"gpu_index": g, "profile": p, "start_slot": st, "tenant": t} for g, p, st, t in s.parts]
+        else:
+            d["shares"] = [{"gpu_index": g, "tenant": t, "active_thread_pct": pct} for g, t, pct in s.parts]
+        out.setdefault(str(w), {})[n] = d
+    return out
+
+
+def _split_table(problem, splits: dict, split: str):
+    """One row per (split kind, GPU type): shared node-windows, MIG instances or MPS shares, GPUs used and shared
+    by two or more tenants, unmet compute (MIG slices or percent of a GPU); solver statuses in the title."""
+    from rich.table import Table
+
+    gpu = {n.name: n.gpu for n in problem.nodes}
+    rows: dict[tuple[str, str], list[int]] = {}
+    statuses = set()
+    for (_w, n), s in splits.items():
+        r = rows.setdefault((s.kind, gpu[n]), [0, 0, 0, 0, 0])
+        for i, v in enumerate((1, len(s.parts), s.used_gpus, s.shared_gpus, sum(s.unmet.values()))):
+            r[i] += v
+        statuses.add(s.status.value)
+    st = f"; {', '.join(sorted(statuses))}" if statuses else ""
+    tab = Table(title=f"In-node split, --split {split}{st} (per node and window in JSON)")
+    for c in ("split", "GPU type", "node-windows", "parts", "GPUs used", "shared", "unmet"):
+        tab.add_column(c, justify="right")
+    for (kind, g), (nw, parts, used, shared, unmet) in sorted(rows.items()):
+        tab.add_row(kind.upper(), g, str(nw), str(parts), str(used), str(shared),
+                    f"{unmet} {'slices' if kind == 'mig' else '%'}")
+    if not rows:
+        tab.add_row("-", "no node is shared", "0", "0", "0", "0", "0")
+    return tab
+
+
 @click.command("allocate")
 @click.argument("scenario", required=False, type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--mode", type=click.Choice(["weighted", "lexicographic", "pareto"]), default="weighted",
@@ -58,23 +112,39 @@ def _plot(path: Path, result, policies: dict) -> None:
 @click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write a PNG of utilization vs isolation (Pareto front and the policies).")
 @click.option("--no-margin", is_flag=True, help="Do not reserve interference headroom on shared nodes.")
+@click.option("--split", "split", type=click.Choice(["auto", "mig", "mps", "none"]), default="auto",
+              show_default=True,
+              help="Split inside each shared node (second level): auto = MIG slices where the GPU type has MIG "
+                   "profiles (A100, H100, H200), MPS shares elsewhere; mig or mps for every node; none to skip.")
 def allocate(scenario: Path | None, mode: str, backend: str, time_limit_s: float, threads: int, points: int,
-             fmt: str, plot: Path | None, no_margin: bool) -> None:
+             fmt: str, plot: Path | None, no_margin: bool, split: str) -> None:
     """Allocate a shared GPU pool to tenants per time window and compare the optimizer with static partitioning
-    and quota-with-borrowing fair share. SCENARIO is a YAML file (default: the shipped tenants_default.yaml)."""
+    and quota-with-borrowing fair share, then split every node the optimizer shares into MIG slices or MPS shares.
+    SCENARIO is a YAML file (default: the shipped tenants_default.yaml).
+
+    The in-node split gets the time left of --time-limit (at least 1 s, and at least 0.1 s per distinct node
+    case). Nodes held by one tenant are not split: that tenant has whole GPUs."""
+    import time
+
     from rich.console import Console
 
     from fleetplan.placement.tenant_baselines import fair_share, static_partition
     from fleetplan.placement.tenants import load_scenario, validate_allocation
+    from fleetplan.solvers.tenants_cpsat import split_allocation, split_kind
     from fleetplan.solvers.tenants_milp import solve_allocation
 
+    t0 = time.perf_counter()
     problem, opts = load_scenario(scenario)
+    kinds = {} if split == "none" else {g: split_kind(split, g) for g in sorted({n.gpu for n in problem.nodes})}
     err = Console(stderr=True)
     with err.status("allocating ...") as status:
         result = solve_allocation(problem, mode=mode, backend=backend, weights=opts.get("weights"),
                                   order=opts.get("order"), tolerance=float(opts.get("tolerance", 0.01)),
                                   points=points, time_limit_s=time_limit_s, threads=threads, margin=not no_margin,
                                   progress=lambda m: status.update(m))
+        status.update("splitting shared nodes ...")
+        splits = split_allocation(problem, result.allocation, kind=split, threads=threads,
+                                  time_limit_s=max(1.0, time_limit_s - (time.perf_counter() - t0)))
     # Every allocation is re-checked by the independent checker before it is shown.
     policies = {"optimizer": validate_allocation(problem, result.allocation)}
     for name, make in (("static", static_partition), ("fair-share", fair_share)):
@@ -91,6 +161,8 @@ def allocate(scenario: Path | None, mode: str, backend: str, time_limit_s: float
             "gap": alloc.gap, "solve_s": round(alloc.solve_s, 3), "margin": alloc.margin,
             "windows": problem.n_windows, "pool_gpus": sum(n.gpus for n in problem.nodes),
             "allocation": per_tenant,
+            "tenants": {t.name: _tenant_json(t) for t in problem.tenants},
+            "split": {"mode": split, "kinds": kinds, "nodes": _splits_json(problem, splits)},
             "policies": {k: _objectives_json(v) for k, v in policies.items()},
             "pareto": [_objectives_json(o) for _, o in result.pareto],
             "lexicographic_stages": [{"objective": n, "optimum": b, "kept": k} for n, b, k in result.stages],
@@ -138,6 +210,13 @@ def allocate(scenario: Path | None, mode: str, backend: str, time_limit_s: float
             pt.add_row(str(i), f"{100 * o.utilization:.2f}%", f"{o.isolation:.2f}", f"{o.sla:.1f}",
                        str(o.shared_node_windows))
         con.print(pt)
+    derived = [t for t in problem.tenants if t.models]
+    for t in derived:
+        how = "; ".join(f"{m.model} tp {m.tp} ({m.replica_req_per_s:.2f} req/s per replica on {m.gpu})"
+                        for m in t.models)
+        con.print(f"{t.name}: demand from its models ({how}), rounded up to whole GPUs per window")
+    if split != "none":
+        con.print(_split_table(problem, splits, split))
     gt = Table(title="Optimizer: GPUs per tenant and window (nodes in JSON)")
     gt.add_column("window", justify="right")
     for t in problem.tenants:

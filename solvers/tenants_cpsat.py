@@ -11,6 +11,8 @@ Second level (:func:`split_mig`, :func:`split_mps`): given the tenants' needs on
 (profiles and start slots from ``datasets/data/mig/profiles.csv``: an instance spans memory slots
 [start, start + memory_slices) of 8, instances on a GPU do not overlap and use at most 7 compute slices) or MPS
 active-thread percentages per GPU (with interference headroom where tenants share a GPU).
+:func:`split_allocation` runs it for every node-window an allocation shares (``fleetplan allocate --split``):
+by default ('auto') MIG where the GPU type has MIG profiles in the table, MPS on the others.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import importlib.resources
 import math
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from fleetplan.errors import InputError, SolverError, UnknownNameError
 from fleetplan.placement.tenants import OBJECTIVE_SENSE, SolveStatus, TenantProblem
@@ -240,6 +242,8 @@ class NodeSplit:
         unmet: {tenant: compute asked but not granted, same units}.
         shared_gpus: GPUs holding two or more tenants.
         status: solver status.
+        needs: {tenant: compute asked, same units as granted (MPS: the GPUs asked × 100, rounded up)}.
+        used_gpus: GPUs holding at least one instance or share.
     """
 
     kind: str
@@ -248,6 +252,15 @@ class NodeSplit:
     unmet: dict[str, int]
     shared_gpus: int
     status: SolveStatus
+    needs: Mapping[str, int] = field(default_factory=dict)
+    used_gpus: int = 0
+
+
+def _renumber(parts: Sequence[tuple]) -> tuple[tuple, ...]:
+    """The GPUs of a node are interchangeable: renumber the used GPUs 0, 1, ... in their order (parts start with
+    the GPU index)."""
+    order = {g: i for i, g in enumerate(sorted({p[0] for p in parts}))}
+    return tuple(sorted((order[p[0]], *p[1:]) for p in parts))
 
 
 def split_mig(gpu: str, gpus: int, needs: Mapping[str, int], *, memory_gb: Mapping[str, float] | None = None,
@@ -307,10 +320,11 @@ def split_mig(gpu: str, gpus: int, needs: Mapping[str, int], *, memory_gb: Mappi
     status = _status(cp_model, solver.solve(md))
     if status not in (SolveStatus.OPTIMAL, SolveStatus.FEASIBLE):
         raise SolverError(f"MIG split of {gpus}× {gpu}: {status.value} (memory needs may exceed the GPUs)")
-    parts = tuple(sorted(k for k, v in b.items() if solver.value(v)))
+    parts = _renumber([k for k, v in b.items() if solver.value(v)])
     granted = {t: sum(prof[p].compute_slices for (_, p, _, tt) in parts if tt == t) for t in tenants}
     return NodeSplit("mig", parts, granted, {t: int(solver.value(unmet[t])) for t in tenants},
-                     int(sum(solver.value(s) for s in shared)), status)
+                     int(sum(solver.value(s) for s in shared)), status, needs={t: int(needs[t]) for t in tenants},
+                     used_gpus=len({p[0] for p in parts}))
 
 
 def split_mps(gpus: int, needs: Mapping[str, float], coefficient: Mapping[tuple[str, str], float], *,
@@ -365,8 +379,97 @@ def split_mps(gpus: int, needs: Mapping[str, float], coefficient: Mapping[tuple[
     status = _status(cp_model, solver.solve(md))
     if status not in (SolveStatus.OPTIMAL, SolveStatus.FEASIBLE):
         raise SolverError(f"MPS split of {gpus} GPUs: {status.value}")
-    parts = tuple((g, t, step_pct * solver.value(share[g, t])) for g in range(gpus) for t in tenants
-                  if solver.value(share[g, t]))
+    parts = _renumber([(g, t, step_pct * solver.value(share[g, t])) for g in range(gpus) for t in tenants
+                       if solver.value(share[g, t])])
     granted = {t: sum(p for (_, tt, p) in parts if tt == t) for t in tenants}
     return NodeSplit("mps", parts, granted, {t: int(solver.value(unmet[t])) for t in tenants},
-                     int(sum(solver.value(s) for s in shared)), status)
+                     int(sum(solver.value(s) for s in shared)), status,
+                     needs={t: math.ceil(100 * needs[t] - 1e-9) for t in tenants}, used_gpus=len({p[0] for p in parts}))
+
+
+#: Choices of the in-node split (``fleetplan allocate --split``); 'auto' is the default.
+SPLIT_KINDS = ("auto", "mig", "mps", "none")
+
+
+def mig_capable(gpu: str) -> bool:
+    """True if ``datasets/data/mig/profiles.csv`` has MIG profiles for GPU type ``gpu``."""
+    try:
+        load_mig_profiles(gpu)
+    except UnknownNameError:
+        return False
+    return True
+
+
+def split_kind(kind: str, gpu: str) -> str:
+    """The split used on nodes of type ``gpu`` for the choice ``kind`` (one of :data:`SPLIT_KINDS`).
+
+    'auto' is MIG where the GPU type has MIG profiles in the shipped table (A100, H100, H200: hardware-isolated
+    slices, the isolation the tenants ask for), MPS elsewhere (e.g. L4, A10G: no MIG). 'mig' on a GPU type without
+    profiles raises InputError naming it and the fix.
+    """
+    if kind not in SPLIT_KINDS:
+        raise InputError(f"split must be one of {', '.join(SPLIT_KINDS)}, got {kind!r}", field="split", value=kind)
+    if kind == "auto":
+        return "mig" if mig_capable(gpu) else "mps"
+    if kind == "mig" and not mig_capable(gpu):
+        raise InputError(f"GPU type {gpu} has no MIG profiles in the shipped table (datasets/data/mig/profiles.csv);"
+                         " use split 'auto' (MPS there) or 'mps'", field="split", value=kind)
+    return kind
+
+
+def node_needs(problem: TenantProblem, allocation, w: int, node: str) -> dict[str, float]:
+    """GPUs each tenant needs on ``node`` in window ``w``: its GPUs there × min(1, demand / GPUs it holds in the
+    window), i.e. its demand spread over its GPUs in proportion (a tenant holding 3 GPUs for a demand of 2.5 needs
+    2.5 × 3/3 on one node holding all 3, or 0.833 × k on a node holding k of them)."""
+    held: dict[str, int] = {}
+    for (t, ww, _n), g in allocation.gpus.items():
+        if ww == w:
+            held[t] = held.get(t, 0) + g
+    out: dict[str, float] = {}
+    for t, g in allocation.by_node(w).get(node, {}).items():
+        d = float(problem.tenant(t).demand_gpus[w])
+        out[t] = g * min(1.0, d / held[t]) if held[t] else 0.0
+    return out
+
+
+def split_allocation(problem: TenantProblem, allocation, *, kind: str = "auto", time_limit_s: float = 10.0,
+                     threads: int = 1) -> dict[tuple[int, str], NodeSplit]:
+    """The second level for every shared node-window of ``allocation`` (an :class:`~fleetplan.placement.tenants.
+    Allocation`): {(window, node): NodeSplit} for nodes held by two or more tenants in that window (a node held
+    by one tenant gives it whole GPUs: nothing to split). Empty for ``kind`` 'none'.
+
+    Needs come from :func:`node_needs` (GPUs, fractional). MIG (:func:`split_mig`): ceil(7 × need) compute slices
+    of 7 per GPU. MPS (:func:`split_mps`): the need in GPUs, shares in 5% steps, with the pair's interference
+    coefficient kept free on a GPU two tenants share. Identical cases are solved once; ``time_limit_s`` is shared
+    among the distinct cases (each gets at least 0.1 s and at most 5 s). Raises InputError for a bad ``kind`` or
+    'mig' on a GPU type without MIG profiles.
+    """
+    if kind == "none":
+        return {}
+    nodes = {n.name: n for n in problem.nodes}
+    kinds = {g: split_kind(kind, g) for g in {n.gpu for n in problem.nodes}}
+    todo: dict[tuple[int, str], tuple] = {}
+    for w in range(problem.n_windows):
+        for n, held in allocation.by_node(w).items():
+            if len(held) < 2:
+                continue
+            node = nodes[n]
+            need = node_needs(problem, allocation, w, n)
+            k = kinds[node.gpu]
+            if k == "mig":
+                key = ("mig", node.gpu, node.gpus, tuple(sorted((t, math.ceil(7 * v - 1e-9)) for t, v in need.items())))
+            else:
+                ts = sorted(need)
+                coef = tuple(((a, b), problem.pair_coefficient(problem.tenant(a), problem.tenant(b)))
+                             for i, a in enumerate(ts) for b in ts[i + 1:])
+                key = ("mps", node.gpu, node.gpus, tuple(sorted((t, round(v, 6)) for t, v in need.items())), coef)
+            todo[(w, n)] = key
+    distinct = sorted(set(todo.values()), key=repr)
+    per = min(5.0, max(0.1, float(time_limit_s) / max(1, len(distinct))))
+    solved: dict[tuple, NodeSplit] = {}
+    for key in distinct:
+        if key[0] == "mig":
+            solved[key] = split_mig(key[1], key[2], dict(key[3]), time_limit_s=per, threads=threads)
+        else:
+            solved[key] = split_mps(key[2], dict(key[3]), dict(key[4]), time_limit_s=per, threads=threads)
+    return {wn: solved[key] for wn, key in sorted(todo.items())}

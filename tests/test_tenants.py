@@ -267,3 +267,21 @@ def test_mps_split_headroom():
     # Two GPUs: each alone on a GPU, nothing unmet, nothing shared.
     s2 = split_mps(2, {"a": 0.5, "b": 0.5}, {("a", "b"): 0.1})
     assert sum(s2.unmet.values()) == 0 and s2.shared_gpus == 0
+
+
+def test_split_allocation_needs_and_kinds():
+    from fleetplan.solvers.tenants_cpsat import node_needs, split_allocation, split_kind
+
+    # a holds 2 GPUs on n0 and 1 on n1 for a demand of 2.5: needs 2 × 2.5/3 = 1.667 and 1 × 2.5/3 = 0.833 GPUs.
+    # b holds 4 on n0 for a demand of 4: needs 4. Only n0 is shared.
+    p = TenantProblem(pool(2), (tenant("a", 0, [2.5]), tenant("b", 0, [4])), TABLE)
+    alloc = Allocation("x", {("a", 0, "n0"): 2, ("a", 0, "n1"): 1, ("b", 0, "n0"): 4})
+    assert node_needs(p, alloc, 0, "n0") == pytest.approx({"a": 5 / 3, "b": 4.0})
+    assert node_needs(p, alloc, 0, "n1") == pytest.approx({"a": 2.5 / 3})
+    sp = split_allocation(p, alloc)
+    # H100 has MIG profiles: a ceil(7 × 5/3) = ceil(11.67) = 12 slices, b 28 slices.
+    assert list(sp) == [(0, "n0")] and sp[0, "n0"].kind == "mig" and sp[0, "n0"].needs == {"a": 12, "b": 28}
+    assert split_allocation(p, alloc, kind="none") == {}
+    assert split_kind("auto", "L4") == "mps" and split_kind("auto", H100) == "mig"
+    with pytest.raises(InputError, match="no MIG profiles"):
+        split_kind("mig", "L4")

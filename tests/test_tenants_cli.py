@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from click.testing import CliRunner
 
 from fleetplan.cli.main import main
@@ -35,6 +36,18 @@ def test_json_default_scenario():
     total = sum(per_node.values())
     assert total == d["policies"]["optimizer"]["allocated_gpu_windows"]
     assert d["windows"] == problem.n_windows == 24
+    # Every node-window held by two or more tenants has a split naming exactly those tenants (auto: MIG on both
+    # types, which have MIG profiles), and none other is split.
+    held: dict = {}
+    for t, windows in d["allocation"].items():
+        for w, nodes in windows.items():
+            for n in nodes:
+                held.setdefault((w, n), set()).add(t)
+    shared = {k for k, ts in held.items() if len(ts) >= 2}
+    splits = {(w, n): s for w, nodes in d["split"]["nodes"].items() for n, s in nodes.items()}
+    assert set(splits) == shared and shared
+    assert all(set(s["needs"]) == held[k] and s["kind"] == "mig" for k, s in splits.items())
+    assert d["tenants"]["copilot"]["derived_from"][0]["model"] == "Qwen2.5-7B"
 
 
 def test_small_scenario_table_and_plot(tmp_path):
@@ -80,3 +93,117 @@ def test_bad_inputs_exit_2_without_traceback(tmp_path):
     assert r.exit_code == 2 and "short by 2" in r.output
     r = runner.invoke(main, ["allocate", "--points", "1"])
     assert r.exit_code == 2
+
+
+# ------------------------------------------------------------------------------------- in-node split (--split)
+
+SPLIT = """
+name: split
+pool:
+  - {name: h, gpu: H100-SXM-80GB, gpus_per_node: 8}
+tenants:
+  - {name: a, quota_gpus: 3, burst_gpus: 8, demand_gpus: [2.5], interference_class: interactive}
+  - {name: b, quota_gpus: 3, burst_gpus: 8, demand_gpus: [3.5], interference_class: interactive}
+"""
+
+
+def _run_json(tmp_path, text, *args):
+    sc = tmp_path / "split.yaml"
+    sc.write_text(text)
+    r = CliRunner().invoke(main, ["allocate", str(sc), "--backend", "cpsat", "--format", "json", "--time-limit", "10",
+                                  *args])
+    assert r.exit_code == 0, r.output
+    return json.loads(r.stdout)
+
+
+def test_split_mig_per_node_and_window(tmp_path):
+    # One 8-GPU H100 node must hold both tenants: shared capacity 8 × (1 − 0.075) = 7.4, so a gets ceil(2.5) = 3
+    # and b ceil(3.5) = 4 GPUs (7 ≤ 7.4). Needs inside the node: a 3 × 2.5/3 = 2.5 GPUs -> ceil(7 × 2.5) = 18
+    # slices; b 4 × 3.5/4 = 3.5 GPUs -> ceil(24.5) = 25 slices. a's 4 leftover slices and b's 4 cannot share a
+    # GPU (8 > 7), so the fewest instances with nothing unmet and no GPU shared is a: 7 + 7 + ≥4, b: 7 + 7 + 7 + ≥4,
+    # 7 instances on 7 GPUs.
+    d = _run_json(tmp_path, SPLIT)  # --split auto: H100 has MIG profiles -> MIG
+    assert d["allocation"] == {"a": {"0": {"h": 3}}, "b": {"0": {"h": 4}}}
+    assert d["split"]["mode"] == "auto" and d["split"]["kinds"] == {"H100-SXM-80GB": "mig"}
+    s = d["split"]["nodes"]["0"]["h"]
+    assert s["kind"] == "mig" and s["needs"] == {"a": 18, "b": 25}
+    assert s["unmet"] == {"a": 0, "b": 0} and s["shared_gpus"] == 0 and s["used_gpus"] == 7
+    assert len(s["instances"]) == 7
+    slices: dict = {}
+    per_gpu: dict = {}
+    for inst in s["instances"]:
+        c = int(inst["profile"].split("g.")[0])  # '4g.40gb' -> 4 compute slices
+        slices[inst["tenant"]] = slices.get(inst["tenant"], 0) + c
+        per_gpu.setdefault(inst["gpu_index"], set()).add(inst["tenant"])
+    assert slices["a"] >= 18 and slices["b"] >= 25 and slices == s["granted"]
+    assert all(len(ts) == 1 for ts in per_gpu.values()) and sorted(per_gpu) == list(range(7))
+
+
+def test_split_mps_and_none(tmp_path):
+    d = _run_json(tmp_path, SPLIT, "--split", "mps")
+    s = d["split"]["nodes"]["0"]["h"]
+    # Needs 2.5 and 3.5 GPUs -> 250% and 350%; each GPU gives at most 100% and none is shared.
+    assert s["kind"] == "mps" and s["needs"] == {"a": 250, "b": 350} and s["unmet"] == {"a": 0, "b": 0}
+    got: dict = {}
+    for sh in s["shares"]:
+        assert 0 < sh["active_thread_pct"] <= 100
+        got[sh["tenant"]] = got.get(sh["tenant"], 0) + sh["active_thread_pct"]
+    assert got["a"] >= 250 and got["b"] >= 350 and s["shared_gpus"] == 0
+    d = _run_json(tmp_path, SPLIT, "--split", "none")
+    assert d["split"] == {"mode": "none", "kinds": {}, "nodes": {}}
+
+
+def test_split_auto_is_mps_without_mig_and_mig_is_refused(tmp_path):
+    l4 = SPLIT.replace("H100-SXM-80GB", "L4")
+    d = _run_json(tmp_path, l4)
+    assert d["split"]["kinds"] == {"L4": "mps"} and d["split"]["nodes"]["0"]["h"]["kind"] == "mps"
+    sc = tmp_path / "l4.yaml"
+    sc.write_text(l4)
+    r = CliRunner().invoke(main, ["allocate", str(sc), "--split", "mig"])
+    assert r.exit_code == 2 and "L4 has no MIG profiles" in r.output and "Traceback" not in r.output
+
+
+def test_split_table_summary(tmp_path):
+    sc = tmp_path / "split.yaml"
+    sc.write_text(SPLIT)
+    r = CliRunner().invoke(main, ["allocate", str(sc), "--backend", "cpsat", "--time-limit", "10"])
+    assert r.exit_code == 0, r.output
+    # One shared node-window, 7 MIG instances on 7 GPUs, none shared, nothing unmet.
+    row = next(line for line in r.stdout.splitlines() if "MIG" in line and "H100" in line)
+    assert [c.strip() for c in row.strip("│ ").split("│")][2:] == ["1", "7", "7", "0", "0 slices"]
+    r = CliRunner().invoke(main, ["allocate", str(sc), "--backend", "cpsat", "--split", "none"])
+    assert r.exit_code == 0 and "In-node split" not in r.stdout
+
+
+def test_derived_demand_through_cli(tmp_path):
+    # One A100 node; Llama-3.1-8B at 0 and 3 req/s: about 3 / 3.544 = 0.85 GPUs -> 1 GPU in window 1.
+    sc = tmp_path / "m.yaml"
+    sc.write_text("""
+pool:
+  - {name: a, gpu: A100-SXM4-80GB, gpus_per_node: 8}
+tenants:
+  - name: m
+    quota_gpus: 1
+    interference_class: interactive
+    slo: {ttft_p95_s: 2.0, tpot_p95_s: 0.1}
+    token_mix: {trace: azure-conv}
+    models:
+      - {name: Llama-3.1-8B, rates_req_per_s: [0, 3]}
+  - {name: g, quota_gpus: 2, demand_gpus: [2, 2], interference_class: batch}
+""")
+    r = CliRunner().invoke(main, ["allocate", str(sc), "--format", "json", "--time-limit", "10"])
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)
+    from fleetplan.costmodels.capacity import SLO, replica_capacity
+    from fleetplan.datasets.catalog import get_gpu, get_model
+    from fleetplan.datasets.traces import load_trace, token_mix_from_trace
+
+    cap = replica_capacity(get_model("Llama-3.1-8B"), get_gpu("A100-SXM4-80GB"),
+                           token_mix_from_trace(load_trace("azure-conv")), SLO(2.0, 0.1), tp=1).req_per_s
+    m = d["tenants"]["m"]
+    assert m["demand_gpus"] == [0, 1] and m["derived_from"][0]["gpus"][1] == pytest.approx(3 / cap, abs=1e-6)
+    assert d["allocation"]["m"] == {"1": {"a": 1}}
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(sc.read_text().replace("ttft_p95_s: 2.0", "ttft_p95_s: 2000"))
+    r = CliRunner().invoke(main, ["allocate", str(bad)])
+    assert r.exit_code == 2 and "tenant m" in r.output and "500 ms" in r.output and "Traceback" not in r.output
