@@ -5,6 +5,8 @@
    mode) against static partitioning and quota-with-borrowing fair share, run in the same process: utilization,
    SLA attainment, tenants meeting their SLA, shared node-windows, isolation, unmet guarantees, and ratios.
 2. Scale: 100 tenants × 500 nodes × 24 windows within a time limit, with the gap reported.
+3. In-node split of the quality instance's optimizer answer (MIG, as ``--split auto`` picks on these GPU types, and
+   MPS): shared node-windows, distinct cases solved, wall time, unmet compute, GPUs shared, solver statuses.
 
 Usage: python benchmarks/bench_tenants.py [--quick] [--backend cpsat|highs] [--scale-time-limit S]
 """
@@ -19,6 +21,7 @@ import time
 
 from fleetplan.placement.tenant_baselines import fair_share, static_partition
 from fleetplan.placement.tenants import Node, Tenant, TenantProblem, load_interference, validate_allocation
+from fleetplan.solvers.tenants_cpsat import split_allocation
 from fleetplan.solvers.tenants_milp import solve_allocation
 
 CLASSES = ["interactive", "prefill", "batch", "training"]
@@ -83,6 +86,15 @@ def quality(backend: str, n_tenants: int, n_nodes: int, time_limit_s: float) -> 
               f"{sum(o.sla_met.values())} vs {sum(b.sla_met.values())}, shared node-windows {o.shared_node_windows} "
               f"vs {b.shared_node_windows}, unmet guarantee {o.unmet_guaranteed_gpu_windows:.1f} vs "
               f"{b.unmet_guaranteed_gpu_windows:.1f} GPU-w")
+    for kind in ("mig", "mps"):
+        t0 = time.perf_counter()
+        sp = split_allocation(p, r.allocation, kind=kind, time_limit_s=60)
+        dt = time.perf_counter() - t0
+        unit = "slices" if kind == "mig" else "% of a GPU"
+        print(f"split {kind}: {len(sp)} shared node-windows, {len({id(v) for v in sp.values()})} distinct cases, "
+              f"{dt:.1f} s, unmet {sum(sum(v.unmet.values()) for v in sp.values())} {unit}, GPUs shared "
+              f"{sum(v.shared_gpus for v in sp.values())}, statuses "
+              f"{sorted({v.status.value for v in sp.values()})}")
 
 
 def scale(backend: str, time_limit_s: float, n_tenants: int = 100, n_nodes: int = 500) -> None:
