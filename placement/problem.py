@@ -36,6 +36,7 @@ class Pool:
         memory_bytes_per_gpu: GPU memory, bytes.
         pricing_model: 'on-demand', 'spot', ... (reported, not used by the math).
         price_source: where the price comes from.
+        reserved_gpus: single GPUs already taken (by shared GPUs fixed elsewhere); not available to this problem.
     """
 
     site: str
@@ -46,9 +47,13 @@ class Pool:
     memory_bytes_per_gpu: float
     pricing_model: str = "on-demand"
     price_source: str = ""
+    reserved_gpus: int = 0
 
     def __post_init__(self) -> None:
         owner = f"pool {self.id}"
+        if not isinstance(self.reserved_gpus, int) or not 0 <= self.reserved_gpus <= self.nodes * self.gpus_per_node:
+            raise InputError(f"{owner}: reserved_gpus must be a whole number within the pool", field="reserved_gpus",
+                             value=self.reserved_gpus)
         if not isinstance(self.nodes, int) or self.nodes < 0:
             raise InputError(f"{owner}: nodes must be a whole number >= 0", field="nodes", value=self.nodes)
         if self.gpus_per_node not in (1, 2, 4, 8, 16):
@@ -64,7 +69,8 @@ class Pool:
 
     @property
     def gpus(self) -> int:
-        return self.nodes * self.gpus_per_node
+        """GPUs available: nodes × GPUs per node, less the reserved ones."""
+        return self.nodes * self.gpus_per_node - self.reserved_gpus
 
 
 @dataclass(frozen=True)

@@ -145,12 +145,12 @@ def validate(problem: Problem, plan: Plan, *, check_objective: bool = True) -> V
     for pid, pool in pools.items():
         n_shared = sum(1 for g in plan.shared if g.pool == pid)
         for w in range(W):
-            groups = [1] * n_shared
+            groups = [1] * (n_shared + pool.reserved_gpus)
             for key, counts in plan.replicas.items():
                 o = opts[key]
                 if o.pool == pid and counts[w]:
                     groups += [o.tp] * (o.pp * counts[w])
-            if sum(groups) > pool.gpus or not _ffd_fits(groups, pool.nodes, pool.gpus_per_node):
+            if sum(groups) > pool.nodes * pool.gpus_per_node or not _ffd_fits(groups, pool.nodes, pool.gpus_per_node):
                 v.append(f"{pid} window {w}: {sum(groups)} GPUs in groups {sorted(set(groups))} do not fit "
                          f"{pool.nodes} nodes × {pool.gpus_per_node} GPUs")
 

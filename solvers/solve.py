@@ -14,6 +14,21 @@ BACKENDS = ("highs", "cbc", "cpsat")
 
 #: Share of the time limit the LP relaxation may use for the lower bound (it runs first).
 LP_BOUND_SHARE = 0.35
+#: Share of the time limit the fix-and-optimize pass by windows may use before the monolithic model.
+BY_WINDOW_SHARE = 0.3
+#: Above this many variables (estimated) the monolithic model is not built: at 200 models × 24 windows PuLP and
+#: HiGHS need over 4 GiB and the whole time limit without improving on the fix-and-optimize plan.
+MONOLITHIC_MAX_VARS = 150_000
+
+
+def model_size(problem) -> int:
+    """Estimated variables of the monolithic model: replicas and starts per option and window, and the shared
+    GPUs' residency and served-rate variables (candidate bins × candidate residents × windows)."""
+    from fleetplan.solvers.common import build_index
+
+    idx = build_index(problem)
+    shared = sum(len(r) for r in idx.residents.values()) * (problem.n_windows + 1)
+    return 2 * len(idx.options) * problem.n_windows + shared
 
 
 def solve(problem, backend: str = "highs", *, time_limit_s: float = 60, threads: int | None = None,
@@ -49,6 +64,30 @@ def solve(problem, backend: str = "highs", *, time_limit_s: float = 60, threads:
         from fleetplan.solvers.milp import solve_lp_bound
 
         lb = solve_lp_bound(problem, time_limit_s=max(1.0, LP_BOUND_SHARE * time_limit_s), threads=threads)
+    size = model_size(problem)
+    if start is not None:
+        from fleetplan.solvers.decompose import solve_by_windows
+
+        say("improving the greedy plan window by window")
+        share = 1.0 if size > MONOLITHIC_MAX_VARS else BY_WINDOW_SHARE
+        budget_end = min(deadline, time.perf_counter() + share * max(1.0, deadline - time.perf_counter()))
+        improved = solve_by_windows(problem, start, backend=backend, threads=threads, deadline=budget_end,
+                                    progress=say)
+        if improved is not start:
+            start = improved
+    if size > MONOLITHIC_MAX_VARS:
+        if start is None:
+            return Plan(status=Status.NO_SOLUTION, backend=backend, solve_time_s=time.perf_counter() - t0,
+                        message=f"the problem is too large for the exact model ({size:,} variables) and the greedy "
+                                "plan does not fit the inventory")
+        bound = min(lb, start.objective_usd) if lb is not None else None
+        gap_ = ((start.objective_usd - bound) / start.objective_usd
+                if bound is not None and start.objective_usd else None)
+        return Plan(replicas=start.replicas, shared=start.shared, status=Status.FEASIBLE, backend=backend,
+                    objective_usd=start.objective_usd, bound_usd=bound, gap=gap_,
+                    solve_time_s=time.perf_counter() - t0,
+                    message=f"large problem ({size:,} variables > {MONOLITHIC_MAX_VARS:,}): greedy plan improved "
+                            "window by window with exact one-window models; the bound is the LP relaxation's")
     remaining = max(1.0, deadline - time.perf_counter())
     say(f"solving with {backend} (at most {remaining:.0f} s)")
     if backend == "cpsat":
@@ -68,7 +107,8 @@ def solve(problem, backend: str = "highs", *, time_limit_s: float = 60, threads:
         plan = Plan(replicas=start.replicas, shared=start.shared, status=Status.FEASIBLE, backend=backend,
                     objective_usd=start.objective_usd, bound_usd=plan.bound_usd, gap=None,
                     solve_time_s=plan.solve_time_s,
-                    message=f"time limit {time_limit_s:g} s reached; the greedy warm start is the best plan found")
+                    message=f"time limit {time_limit_s:g} s reached; the warm start ({start.backend}) is the best "
+                            "plan found")
     if plan.status is Status.INFEASIBLE:
         say("explaining infeasibility")
         return Plan(status=Status.INFEASIBLE, backend=backend, solve_time_s=time.perf_counter() - t0,

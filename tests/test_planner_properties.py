@@ -180,3 +180,31 @@ def test_infeasibility_found_only_by_the_elastic_lp():
     assert plan.status is Status.INFEASIBLE
     shortfalls = [float(part.split(": ")[1].split(" req/s")[0]) for part in plan.message.split("; ")]
     assert sum(shortfalls) == pytest.approx(36.0)
+
+
+def test_fix_and_optimize_by_windows_is_valid_and_no_worse_than_greedy():
+    from fleetplan.placement.generators import random_instance
+    from fleetplan.solvers.decompose import solve_by_windows
+
+    problem = random_instance(8, 6, seed=3, max_gpus=200)
+    g = greedy(problem)
+    assert not g.message and validate(problem, g).ok
+    better = solve_by_windows(problem, g, time_limit_s=20, threads=1)
+    assert validate(problem, better).ok
+    assert evaluate(problem, better).total_usd <= evaluate(problem, g).total_usd + 1e-9
+    # The exact model is at least as good, and the LP bound is below both.
+    exact = solve(problem, "highs", time_limit_s=30, threads=1)
+    assert validate(problem, exact).ok and exact.objective_usd <= evaluate(problem, better).total_usd + 1e-6
+    assert exact.bound_usd <= exact.objective_usd + 1e-6
+
+
+def test_large_problems_skip_the_monolithic_model(monkeypatch):
+    import fleetplan.solvers.solve as solve_mod
+    from fleetplan.placement.generators import random_instance
+
+    problem = random_instance(8, 6, seed=3, max_gpus=200)
+    monkeypatch.setattr(solve_mod, "MONOLITHIC_MAX_VARS", 10)
+    plan = solve_mod.solve(problem, "highs", time_limit_s=20, threads=1)
+    assert plan.status is Status.FEASIBLE and "large problem" in plan.message
+    assert validate(problem, plan).ok
+    assert plan.bound_usd is not None and plan.bound_usd <= plan.objective_usd

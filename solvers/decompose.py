@@ -1,0 +1,93 @@
+"""Fix-and-optimize by windows, for problems too large for the monolithic model.
+
+Keep the shared GPUs of a base plan (the greedy one: which models share which GPU all day, and what each serves),
+then choose the dedicated replicas of each window with an exact one-window model (MILP or CP-SAT) over the residual
+demand, the residual replica floor and ceiling, and the inventory the shared GPUs leave. Windows are independent
+once the shared GPUs are fixed, except for start costs, which the one-window models ignore and the final evaluation
+counts. Each window's answer is at least as good as the base plan's choice for that window (it is a feasible
+solution of the window model and is passed as a warm start), so the combined plan costs at most the base plan's GPU
+and egress cost; the result is re-checked by ``validate`` like any other plan.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+
+from fleetplan.placement.plan import Plan, Status, evaluate
+from fleetplan.placement.problem import Problem
+from fleetplan.placement.validate import validate
+
+
+def _window_problem(problem: Problem, base: Plan, w: int) -> Problem:
+    """The one-window problem left for the dedicated replicas of window ``w`` once ``base``'s shared GPUs stay."""
+    served = {m.name: 0.0 for m in problem.models}
+    resident = {m.name: 0 for m in problem.models}
+    reserved = {p.id: 0 for p in problem.pools}
+    for g in base.shared:
+        reserved[g.pool] += 1
+        for m in g.models:
+            resident[m] += 1
+        for m, v in g.served_req_per_s.items():
+            served[m] += v[w]
+    models = []
+    drop = set()
+    for m in problem.models:
+        residual = max(0.0, m.demand_req_per_s[w] - served[m.name])
+        floor = max(0, m.min_replicas - resident[m.name])
+        ceil = None if m.max_replicas is None else m.max_replicas - resident[m.name]
+        if ceil is not None and ceil < max(1, floor):
+            drop.add(m.name)  # no dedicated replica allowed beyond its shared residency
+            ceil = None
+        models.append(replace(m, demand_req_per_s=(residual,), min_replicas=floor, max_replicas=ceil))
+    pools = tuple(replace(p, reserved_gpus=min(p.nodes * p.gpus_per_node, reserved[p.id])) for p in problem.pools)
+    options = tuple(o for o in problem.options if o.model not in drop)
+    return replace(problem, n_windows=1, pools=pools, models=tuple(models), options=options, share_options=(),
+                   max_shared_gpus_per_pool=0)
+
+
+def _base_window_plan(base: Plan, w: int) -> Plan:
+    return Plan(replicas={k: (c[w],) for k, c in base.replicas.items() if c[w]})
+
+
+def solve_by_windows(problem: Problem, base: Plan, *, backend: str = "highs", time_limit_s: float = 60,
+                     threads: int | None = None, gap: float = 1e-3, deadline: float | None = None,
+                     progress=None) -> Plan:
+    """Improve ``base`` window by window (module docstring); returns a HEURISTIC plan (never worse than ``base``
+    in GPU and egress cost; start costs are re-evaluated), or ``base`` itself if no window improves."""
+    t0 = time.perf_counter()
+    deadline = deadline if deadline is not None else t0 + time_limit_s
+    W = problem.n_windows
+    counts: dict = {}
+    for w in range(W):
+        left = deadline - time.perf_counter()
+        per = max(0.5, left / max(1, W - w))
+        if progress:
+            progress(f"window {w + 1}/{W} of the fix-and-optimize pass")
+        sub = _window_problem(problem, base, w)
+        warm = _base_window_plan(base, w)
+        if backend == "cpsat":
+            from fleetplan.solvers.cpsat import solve_cpsat
+
+            r = solve_cpsat(sub, time_limit_s=per, threads=threads or 2, gap=gap, warm_start=warm)
+        else:
+            from fleetplan.solvers.milp import solve_milp
+
+            r = solve_milp(sub, backend=backend, time_limit_s=per, threads=threads, gap=gap, warm_start=warm)
+        chosen = warm
+        if r.has_solution and r.objective_usd is not None:
+            warm_cost = evaluate(sub, warm).total_usd
+            if r.objective_usd < warm_cost - 1e-9 and validate(sub, r, check_objective=False).ok:
+                chosen = r
+        for key, c in chosen.replicas.items():
+            counts.setdefault(key, [0] * W)[w] = c[0]
+    replicas = {k: tuple(v) for k, v in counts.items() if any(v)}
+    plan = Plan(replicas=replicas, shared=base.shared, status=Status.HEURISTIC, backend=f"{backend}-by-window")
+    if not validate(problem, plan, check_objective=False).ok:
+        return base
+    cost = evaluate(problem, plan).total_usd
+    base_cost = evaluate(problem, base).total_usd
+    if cost >= base_cost - 1e-9:
+        return base
+    return replace(plan, objective_usd=cost, solve_time_s=time.perf_counter() - t0,
+                   message="fix-and-optimize by windows from the greedy plan's shared GPUs")
