@@ -28,6 +28,9 @@ def _render_table(problem, plan, d: dict) -> None:
                   f"status [bold]{d['status']}[/bold] ({d['backend']}, {d['solve_time_s']:.1f} s)")
     if plan.message:
         console.print(plan.message)
+    if abs(problem.horizon_hours - 24) > 1e-9:
+        console.print(f"[yellow]The scenario covers {problem.horizon_hours:g} h; figures 'per day' repeat it "
+                      f"{24 / problem.horizon_hours:g} times.[/yellow]")
     t = Table(title="Replicas per window (one digit per window, first to last)", title_justify="left")
     for col in ("model", "GPU @ site", "tp×pp", "replicas per window", "GPU-h/day"):
         t.add_column(col, justify="right" if col == "GPU-h/day" else "left", overflow="fold")
@@ -98,11 +101,13 @@ def _plot(path: str, problem, plan) -> None:
     cols = 2 if n > 1 else 1
     rows = (n + cols - 1) // cols
     fig, axes = plt.subplots(rows, cols, figsize=(6 * cols, 2.6 * rows), squeeze=False, sharex=True)
-    hours = [w * problem.window_hours for w in range(problem.n_windows)]
+    # Step plots need one point past the last window so that the last window shows its full width.
+    hours = [w * problem.window_hours for w in range(problem.n_windows + 1)]
     for ax, m in zip(axes.flat, problem.models, strict=False):
-        ax.step(hours, avail[m.name], where="post", label="usable capacity", color="tab:blue", lw=1.5)
-        ax.step(hours, m.demand_req_per_s, where="post", label="demand (planned rate)", color="tab:red", lw=1.2,
-                ls="--")
+        ax.step(hours, avail[m.name] + avail[m.name][-1:], where="post", label="usable capacity", color="tab:blue",
+                lw=1.5)
+        ax.step(hours, list(m.demand_req_per_s) + list(m.demand_req_per_s[-1:]), where="post",
+                label="demand (planned rate)", color="tab:red", lw=1.2, ls="--")
         ax.set_title(m.name, fontsize=9)
         ax.set_ylabel("req/s")
         ax.set_ylim(bottom=0)
@@ -148,6 +153,14 @@ def plan(scenario, backend, time_limit_s, threads, gap, window_s, out_path, fmt,
     from fleetplan.placement.validate import validate
     from fleetplan.solvers.solve import solve
 
+    from pathlib import Path
+
+    for opt, path in (("--out", out_path), ("--plot", plot_path), ("--xlsx", xlsx_path)):
+        if path:  # fail before a long solve, not after it
+            folder = Path(path).parent
+            if not folder.is_dir() or Path(path).is_dir():
+                raise FleetplanError(f"{opt} {path}: folder {folder} does not exist (or the path is a folder); "
+                                     "create it or choose another path")
     with progress_status(enabled=sys.stderr.isatty()) as say:
         say("reading the scenario and its demand")
         sc = load_scenario(scenario, window_length_s=window_s)

@@ -111,6 +111,8 @@ def _pack_shared(problem: Problem, inv: _Inventory, time_aware: bool) -> tuple[l
             s = next((s for s in eligible[m] if s.pool == b["pool"]), None)
             if s is None or b["mem"] + s.memory_bytes > lim[b["pool"]]:
                 continue
+            if problem.max_models_per_shared_gpu is not None and len(b["models"]) >= problem.max_models_per_shared_gpu:
+                continue
             share = [x / s.capacity_req_per_s for x in d]
             if time_aware:
                 ok = all(b["load"][w] + share[w] <= mu + 1e-12 for w in range(W))

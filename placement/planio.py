@@ -139,9 +139,14 @@ def read_plan_json(path: str | Path) -> dict:
     if not p.is_file():
         raise InputError(f"no such plan file {p}; write one with `fleetplan plan --out {p.name}`", source=str(p))
     try:
-        return json.loads(p.read_text())
-    except json.JSONDecodeError as exc:
-        raise InputError(f"not JSON: {exc.msg}", source=str(p), row=exc.lineno) from None
+        d = json.loads(p.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise InputError(f"not JSON: {getattr(exc, 'msg', exc)}", source=str(p),
+                         row=getattr(exc, "lineno", None)) from None
+    if not isinstance(d, dict) or d.get("fleetplan_plan_version") != FORMAT_VERSION:
+        raise InputError("not a fleetplan plan file (no fleetplan_plan_version 1); write one with "
+                         "`fleetplan plan --out plan.json`", source=str(p), field="fleetplan_plan_version")
+    return d
 
 
 def problem_from_plan_dict(d: dict) -> tuple[Problem, Any]:

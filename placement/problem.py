@@ -203,6 +203,9 @@ class Problem:
         margin: safety margin; capacity is used up to (1 - margin) in every window, dedicated or shared.
         shared_memory_utilization: share of a shared GPU's memory the resident footprints may fill.
         max_shared_gpus_per_pool: candidate shared GPUs per pool the exact models may open.
+        max_models_per_shared_gpu: most models resident on one shared GPU (None: memory alone limits it). Their
+            decode steps interleave, so the scenario builder sizes a shared model's capacity for a TPOT target
+            divided by this number.
         egress_usd_per_gb: {(from_site, to_site): $/GB} for traffic served away from its origin.
         option_notes: {model: why options were left out (weights do not fit, SLO missed ...)}, for explanations.
         name, notes: labels and provenance for reports.
@@ -217,12 +220,17 @@ class Problem:
     margin: float = 0.1
     shared_memory_utilization: float = 0.9
     max_shared_gpus_per_pool: int = 8
+    max_models_per_shared_gpu: int | None = None
     egress_usd_per_gb: dict[tuple[str, str], float] = field(default_factory=dict)
     option_notes: dict[str, tuple[str, ...]] = field(default_factory=dict)
     name: str = "problem"
     notes: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        if self.max_models_per_shared_gpu is not None and (not isinstance(self.max_models_per_shared_gpu, int)
+                                                           or self.max_models_per_shared_gpu < 1):
+            raise InputError("max_models_per_shared_gpu must be a whole number >= 1 (or None)",
+                             field="max_models_per_shared_gpu", value=self.max_models_per_shared_gpu)
         if not (0 <= self.margin < 1):
             raise InputError(f"margin {self.margin!r} must be in [0, 1); e.g. 0.1 keeps 10% headroom",
                              field="margin", value=self.margin)

@@ -15,6 +15,8 @@ Schema (all keys; unknown keys are errors that suggest the closest known key)::
       memory_utilization: 0.9        # share of GPU memory a replica may use (the rest is runtime reserve)
       shared_kv_fraction: 0.5        # a model on a shared GPU gets at most this share of its memory
       max_shared_gpus_per_pool: 8
+      max_models_per_shared_gpu: 2   # residents per shared GPU; a shared model is sized for TPOT target / this
+      min_batch: 8                   # a replica whose KV cache holds fewer sequences (mean length) is left out
       load_bandwidth_bytes_per_s: 1.0e9   # weight loading speed, for the cost of starting a replica
       usd_per_migration: 0.0         # flat cost added to every replica start
       bytes_per_token: 4             # network bytes per token of request/response text
@@ -64,6 +66,7 @@ DEFAULT_SCENARIO = "default.yaml"
 _OPTION_DEFAULTS: dict[str, Any] = {
     "window_length_s": 3600.0, "margin": 0.1, "demand_rate": "peak", "weight_dtype": "bf16", "kv_dtype": "bf16",
     "memory_utilization": 0.9, "shared_kv_fraction": 0.5, "max_shared_gpus_per_pool": 8,
+    "max_models_per_shared_gpu": 2, "min_batch": 8,
     "load_bandwidth_bytes_per_s": 1.0e9, "usd_per_migration": 0.0, "bytes_per_token": 4.0, "allowed_gpus": None,
     "pricing_model": "on-demand", "inter_node_link": None,
 }
@@ -163,8 +166,11 @@ def read_scenario(path: str | Path | None = None) -> tuple[dict, str, Path | Non
     else:
         p = Path(path)
         if not p.exists():
-            raise UnknownNameError("scenario", str(path), shipped_scenarios() + [s.rsplit(".", 1)[0]
-                                                                                for s in shipped_scenarios()])
+            names = [s.rsplit(".", 1)[0] for s in shipped_scenarios()]
+            if p.suffix in (".yaml", ".yml") or len(p.parts) > 1:
+                raise InputError(f"no such scenario file {p}; give a YAML file, or a shipped scenario's name "
+                                 f"({', '.join(names)})", source=str(p))
+            raise UnknownNameError("scenario", str(path), shipped_scenarios() + names)
         if p.is_dir():
             raise InputError(f"{p} is a folder; give a scenario YAML file", source=str(p))
         text = p.read_text()
@@ -191,6 +197,8 @@ def _options(raw: dict, where: str) -> dict:
     opts["memory_utilization"] = _number(opts, "memory_utilization", w, low=0.3, high=1.0)
     opts["shared_kv_fraction"] = _number(opts, "shared_kv_fraction", w, low=0.1, high=1.0)
     opts["max_shared_gpus_per_pool"] = _number(opts, "max_shared_gpus_per_pool", w, low=0, high=1000, integer=True)
+    opts["max_models_per_shared_gpu"] = _number(opts, "max_models_per_shared_gpu", w, low=1, high=16, integer=True)
+    opts["min_batch"] = _number(opts, "min_batch", w, low=1, high=4096)
     opts["load_bandwidth_bytes_per_s"] = _number(opts, "load_bandwidth_bytes_per_s", w, low=1e6, high=1e12,
                                                  unit="bytes/s", fix="give bytes per second, e.g. 1.0e9")
     opts["usd_per_migration"] = _number(opts, "usd_per_migration", w, low=0, high=1e4, unit="USD")
@@ -466,6 +474,11 @@ def build_problem(scenario: Scenario, *, progress=None) -> Problem:
                 if cap.req_per_s <= 0:
                     why.append(f"{pool.id} tp {tp}{f' pp {pp}' if pp > 1 else ''}: {cap.reason or cap.limiting}")
                     continue
+                if cap.max_batch < opts["min_batch"]:
+                    why.append(f"{pool.id} tp {tp}{f' pp {pp}' if pp > 1 else ''}: the KV cache left after the "
+                               f"weights holds {cap.max_batch:.1f} sequences, fewer than min_batch "
+                               f"{opts['min_batch']:g}")
+                    continue
                 load_s = weights / (tp * pp) / opts["load_bandwidth_bytes_per_s"]
                 start = load_s / 3600 * tp * pp * pool.usd_per_gpu_hour + opts["usd_per_migration"]
                 options.append(ReplicaOption(model.name, pool.id, tp, pp, cap.req_per_s, cap.memory_bytes_per_gpu,
@@ -474,7 +487,11 @@ def build_problem(scenario: Scenario, *, progress=None) -> Problem:
             # Shared GPU: tp 1, KV budget at most shared_kv_fraction of the GPU.
             share_budget = opts["shared_kv_fraction"] * mu_mem * gpu.memory_bytes - weights
             if 1 in tps and share_budget > 0:
-                full = replica_capacity(model, gpu, mix, slo, tp=1, weight_dtype=opts["weight_dtype"],
+                # Co-resident models' decode steps interleave: with K residents a model's token may wait for the
+                # other K - 1 steps, so its shared capacity is sized for TPOT target / K.
+                k = opts["max_models_per_shared_gpu"]
+                shared_slo = SLO(slo.ttft_p95_s, max(0.001, slo.tpot_p95_s / k))
+                full = replica_capacity(model, gpu, mix, shared_slo, tp=1, weight_dtype=opts["weight_dtype"],
                                         kv_dtype=opts["kv_dtype"], memory_utilization=mu_mem)
                 kvpt = model.kv_bytes_per_token(opts["kv_dtype"])
                 kv_seq = model.kv_tokens_cached(mix.input_tokens_mean + mix.output_tokens_mean) * kvpt
@@ -485,7 +502,7 @@ def build_problem(scenario: Scenario, *, progress=None) -> Problem:
                 needed = (1.1 * ((b + 1.645 * b ** 0.5) * kv_seq + kv_seq95) if full.req_per_s > 0
                           else share_budget)
                 budget = min(share_budget, needed)
-                cap = replica_capacity(model, gpu, mix, slo, tp=1, weight_dtype=opts["weight_dtype"],
+                cap = replica_capacity(model, gpu, mix, shared_slo, tp=1, weight_dtype=opts["weight_dtype"],
                                        kv_dtype=opts["kv_dtype"], memory_utilization=mu_mem, kv_budget_bytes=budget)
                 if cap.req_per_s > 0:
                     shares.append(ShareOption(model.name, pool.id, cap.req_per_s, weights + budget,
@@ -498,4 +515,5 @@ def build_problem(scenario: Scenario, *, progress=None) -> Problem:
     return Problem(window_length_s=opts["window_length_s"], n_windows=n_windows, pools=tuple(pools),
                    models=tuple(models), options=tuple(options), share_options=tuple(shares), margin=opts["margin"],
                    shared_memory_utilization=mu_mem, max_shared_gpus_per_pool=opts["max_shared_gpus_per_pool"],
+                   max_models_per_shared_gpu=opts["max_models_per_shared_gpu"],
                    egress_usd_per_gb=egress_table(site_names), option_notes=notes, name=scenario.name, notes=pnotes)

@@ -133,6 +133,9 @@ def validate(problem: Problem, plan: Plan, *, check_objective: bool = True) -> V
         pool = pools[g.pool]
         mem = sum(shares[(name, g.pool)].memory_bytes for name in g.models)
         limit = pool.memory_bytes_per_gpu * problem.shared_memory_utilization
+        k = problem.max_models_per_shared_gpu
+        if k is not None and len(g.models) > k:
+            v.append(f"shared GPU {i} ({g.pool}): {len(g.models)} resident models > {k} allowed")
         if mem > limit * (1 + REL_TOL):
             v.append(f"shared GPU {i} ({g.pool}): resident memory {mem / 1e9:.1f} GB > {limit / 1e9:.1f} GB")
         for w in range(W):

@@ -15,6 +15,7 @@ from contextlib import asynccontextmanager
 from datetime import datetime
 
 from fastapi import Depends, FastAPI, HTTPException, Query
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -28,7 +29,7 @@ class Observation(BaseModel):
     """One interval's counters for one model and tenant. Give ``arrivals``, or ``completions`` with the queue
     sizes at the interval's start and end (demand = completions + queue growth)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     model: str = Field(min_length=1, max_length=200, description="planned model name")
     tenant: str = Field("default", min_length=1, max_length=200)
@@ -54,12 +55,12 @@ class Observation(BaseModel):
 
 
 class ObservationBatch(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     observations: list[Observation] = Field(min_length=1, max_length=1000)
 
 
 class ReplanRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     full: bool = Field(False, description="run a full MILP re-solve (adopted only if worth its migrations)")
     time_limit_s: float | None = Field(None, gt=0, le=600, description="time limit of the re-solve, seconds")
 
@@ -143,6 +144,27 @@ def create_app(settings: ServiceSettings, service: ReplanService | None = None, 
                   description="Keeps a live plan for an LLM-serving GPU fleet and revises it as load changes.")
     app.state.service = svc
     app.add_middleware(_BodyLimit, max_bytes=settings.max_body_bytes)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid_body(request, exc: RequestValidationError):
+        """422 with the field named; the offending input is echoed only when it is JSON-safe (an infinity or NaN
+        would make the error response itself unserializable)."""
+        import math
+
+        from fastapi.encoders import jsonable_encoder
+        from fastapi.responses import JSONResponse
+
+        def safe(v):
+            if isinstance(v, float) and not math.isfinite(v):
+                return str(v)
+            if isinstance(v, dict):
+                return {k: safe(x) for k, x in v.items()}
+            if isinstance(v, list | tuple):
+                return [safe(x) for x in v]
+            return v
+
+        return JSONResponse(status_code=422, content={"detail": safe(jsonable_encoder(exc.errors(), custom_encoder={
+            float: lambda f: f if math.isfinite(f) else str(f)}))})
     bearer = HTTPBearer(auto_error=False)
     bearer_dep = Depends(bearer)
 

@@ -113,7 +113,15 @@ class Store:
                 cur.execute("PRAGMA journal_mode=WAL")
                 cur.execute("PRAGMA synchronous=FULL")
                 cur.close()
-        metadata.create_all(self.engine)
+        try:
+            metadata.create_all(self.engine)
+        except Exception as exc:  # noqa: BLE001 - any driver error becomes one clear line for the user
+            from sqlalchemy.engine import make_url
+
+            shown = make_url(self.url).render_as_string(hide_password=True)
+            reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
+            raise InputError(f"cannot open the database {shown}: {reason}; check the URL, that the folder exists "
+                             "and that the server is running", field="db", value=shown) from None
 
     def ping(self) -> bool:
         """True when the database answers."""

@@ -110,6 +110,9 @@ def solve_cpsat(problem: Problem, *, time_limit_s: float = 60, threads: int = 2,
         lim_mb = math.floor(pools[p].memory_bytes_per_gpu * problem.shared_memory_utilization / 1e6)
         md.add(sum(math.ceil(idx.share[(m, p)].memory_bytes / 1e6) * a[(m, p, b)] for m in residents)
                <= lim_mb * y[(p, b)])
+        # (10) At most K models reside on one shared GPU.
+        if problem.max_models_per_shared_gpu is not None:
+            md.add(sum(a[(m, p, b)] for m in residents) <= problem.max_models_per_shared_gpu * y[(p, b)])
         # (9) Symmetry breaking.
         if b > 0:
             md.add(y[(p, b)] <= y[(p, b - 1)])
@@ -203,7 +206,8 @@ def solve_cpsat(problem: Problem, *, time_limit_s: float = 60, threads: int = 2,
     bound = min(objective, solver.best_objective_bound / COST_SCALE)
     status = Status.OPTIMAL if code == cp_model.OPTIMAL else Status.FEASIBLE
     g = (objective - bound) / objective if objective > 0 else 0.0
-    message = ("hinted with the greedy plan; " if used_hint else "") + (
-        "proven optimal" if status is Status.OPTIMAL else f"time limit {time_limit_s:g} s reached")
+    message = ("hinted with the heuristic plan; " if used_hint else "") + (
+        f"optimal within the {gap:.2%} relative gap" if status is Status.OPTIMAL
+        else f"time limit {time_limit_s:.0f} s reached")
     return Plan(replicas=replicas, shared=tuple(shared), status=status, backend="cpsat", objective_usd=objective,
                 bound_usd=bound, gap=max(0.0, g), solve_time_s=time.perf_counter() - t0, message=message)

@@ -28,6 +28,7 @@ subject to
     (7) replica floor/ceiling:    L_m ≤ Σ_{o: m_o=m} n[o,w] + Σ_{p,b} a[m,p,b] ≤ U_m
     (8) starts:                   st[o,w] ≥ n[o,w] - n[o,w-1]   (w-1 of the first window is the last)
     (9) symmetry breaking:        y[p,b] ≥ y[p,b+1]
+    (10) residents per shared GPU: Σ_m a[m,p,b] ≤ K·y[p,b]   (K = max_models_per_shared_gpu, when set)
 With ``relax=True`` every integer and binary variable is continuous: the LP relaxation, a lower bound.
 """
 
@@ -175,6 +176,10 @@ def build_milp(problem: Problem, *, relax: bool = False, elastic: bool = False,
         lim = pools[p].memory_bytes_per_gpu * problem.shared_memory_utilization
         lp += (pulp.lpSum(idx.share[(m, p)].memory_bytes / 1e9 * a[(m, p, b)] for m in residents)
                <= lim / 1e9 * y[(p, b)], f"c5_mem_{p}_{b}")
+        # (10) At most K models reside on one shared GPU (their decode steps interleave).
+        if problem.max_models_per_shared_gpu is not None:
+            lp += (pulp.lpSum(a[(m, p, b)] for m in residents) <= problem.max_models_per_shared_gpu * y[(p, b)],
+                   f"c10_residents_{p}_{b}")
         # (9) Symmetry breaking among a pool's candidate shared GPUs.
         if b > 0:
             lp += y[(p, b)] <= y[(p, b - 1)], f"c9_sym_{p}_{b}"
@@ -314,7 +319,8 @@ def solve_milp(problem: Problem, *, backend: str = "highs", time_limit_s: float 
         bound = objective * (1 - gap)  # CBC proves optimality within the gap; PuLP does not expose its bound
     bound = min(bound, objective) if bound is not None else None
     g = None if bound is None else ((objective - bound) / objective if objective > 0 else 0.0)
-    message = ("warm-started from the greedy plan; " if used_warm else "") + (
-        "proven optimal" if status is Status.OPTIMAL else f"time limit {time_limit_s:g} s reached")
+    message = ("warm-started from the heuristic plan; " if used_warm else "") + (
+        f"optimal within the {gap:.2%} relative gap" if status is Status.OPTIMAL
+        else f"time limit {time_limit_s:.0f} s reached")
     return Plan(replicas=replicas, shared=shared, status=status, backend=backend, objective_usd=objective,
                 bound_usd=bound, gap=g, solve_time_s=time.perf_counter() - t0, message=message)

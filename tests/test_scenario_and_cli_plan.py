@@ -128,7 +128,7 @@ def test_cli_plan_errors_exit_2_without_traceback_or_files(tmp_path):
     assert "Traceback" not in res.output and "give seconds" in res.output
     assert not out.exists() and not list(tmp_path.glob(".plan.json*"))
     res = CliRunner().invoke(main, ["plan", str(tmp_path / "missing.yaml")])
-    assert res.exit_code == 2 and "unknown scenario" in res.output
+    assert res.exit_code == 2 and "no such scenario file" in res.output
     # An infeasible scenario: 500 req/s on 8 GPUs, explained.
     doc = json.loads(json.dumps(SMALL))
     doc["models"][0]["demand"] = {"rates": [1.0, 500.0, 1.0]}

@@ -85,6 +85,15 @@ def test_invalid_bodies_get_422_with_the_field_named_and_nothing_stored(shipped,
             r = c.post("/v1/observations", json=body, headers=AUTH)
             assert r.status_code == 422, body
             assert any(d["loc"] == loc for d in r.json()["detail"]), (loc, r.json())
+        # Non-finite numbers (1e400 parses as infinity; NaN is accepted by Python's JSON reader) are refused, so
+        # one bad sample cannot poison the forecast.
+        for raw, field in (('1e400', "arrivals"), ('NaN', "interval_s")):
+            body = '{"observations": [{"model": "Llama-3.1-8B", "interval_s": 60, "arrivals": 5}]}'
+            body = body.replace('"arrivals": 5', f'"arrivals": {raw}') if field == "arrivals" else body.replace(
+                '"interval_s": 60', f'"interval_s": {raw}')
+            r = c.post("/v1/observations", content=body, headers={**AUTH, "Content-Type": "application/json"})
+            assert r.status_code == 422, (raw, r.text)
+            assert any(d["loc"][-1] == field for d in r.json()["detail"])
         r = c.post("/v1/observations", json={"observations": [obs(model="Llama-3.1-8x")]}, headers=AUTH)
         assert "did you mean 'Llama-3.1-8B'" in r.json()["detail"][0]["msg"]
         assert svc.store.count_observations() == 0
