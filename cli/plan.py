@@ -147,13 +147,13 @@ def plan(scenario, backend, time_limit_s, threads, gap, window_s, out_path, fmt,
     """Plan SCENARIO (a YAML file or a shipped scenario's name; the shipped default when omitted): replicas per
     model, GPU type, site and window at the lowest cost that meets every SLO. Every plan is re-checked by the
     independent validator before it is printed."""
+    from pathlib import Path
+
     from fleetplan.placement.baselines import BASELINES
     from fleetplan.placement.planio import plan_to_dict
     from fleetplan.placement.scenario import build_problem, load_scenario, scenario_embed
     from fleetplan.placement.validate import validate
     from fleetplan.solvers.solve import solve
-
-    from pathlib import Path
 
     for opt, path in (("--out", out_path), ("--plot", plot_path), ("--xlsx", xlsx_path)):
         if path:  # fail before a long solve, not after it

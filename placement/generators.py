@@ -39,7 +39,8 @@ def planted_instance(n_gpus: int, models_per_gpu: int = 3, n_windows: int = 4, *
             options.append(ReplicaOption(name, pool.id, 1, 1, cap, 20e9))
             shares.append(ShareOption(name, pool.id, cap, 60e9 / models_per_gpu))
     problem = Problem(3600.0, n_windows, (pool,), tuple(models), tuple(options), tuple(shares), margin=margin,
-                      max_shared_gpus_per_pool=n_gpus, max_models_per_shared_gpu=models_per_gpu, name=f"synthetic planted {n_gpus} GPUs",
+                      max_shared_gpus_per_pool=n_gpus, max_models_per_shared_gpu=models_per_gpu,
+                      name=f"synthetic planted {n_gpus} GPUs",
                       notes=("synthetic: planted-optimum generator",))
     return problem, n_gpus * n_windows * usd_per_gpu_hour
 
