@@ -470,10 +470,47 @@ class TenantProblem:
 
 
 def _gpus_in_catalog(names: Iterable[str], source: str) -> None:
-    known = _gpu_names()
     for g in names:
-        if g not in known:
-            raise UnknownNameError("GPU type", g, known, source=source, field="gpu")
+        _canonical_gpu(g, source)
+
+
+def _canonical_gpu(name: str, source: str) -> str:
+    """The catalog's name for GPU ``name`` (aliases such as 'H100' or 'A100-80GB' resolved); UnknownNameError
+    with "did you mean" otherwise."""
+    try:
+        from fleetplan.datasets.catalog import load_gpu_specs, resolve_name
+
+        return resolve_name("gpu", str(name), load_gpu_specs())
+    except UnknownNameError as exc:
+        raise UnknownNameError("GPU type", str(name), exc_known(exc), source=source, field="gpu") from None
+    except ImportError:  # pragma: no cover - the catalog ships with fleetplan
+        known = _gpu_names()
+        if name not in known:
+            raise UnknownNameError("GPU type", name, known, source=source, field="gpu") from None
+        return name
+
+
+def exc_known(exc: UnknownNameError) -> list[str]:
+    """The names an UnknownNameError was raised against (its suggestions, else the catalog's names)."""
+    return list(exc.suggestions) or sorted(_gpu_names())
+
+
+_TOP_KEYS = {"name", "description", "window_s", "interference", "pool", "tenants", "weights", "order", "tolerance",
+             "notes"}
+_POOL_KEYS = {"name", "gpu", "gpus_per_node", "count", "site"}
+_TENANT_KEYS = {"name", "quota_gpus", "burst_gpus", "weight", "sla_target", "interference_class", "gpu_types",
+                "demand_gpus", "models", "slo", "token_mix", "demand", "notes", "description"}
+
+
+def _known_keys(d: Mapping, allowed: set[str], source: str, row: int | None, what: str) -> None:
+    """Raise InputError for a key that is not in ``allowed``, suggesting the closest known key."""
+    import difflib
+
+    for k in d:
+        if k not in allowed:
+            close = difflib.get_close_matches(str(k), sorted(allowed), n=1)
+            hint = f"did you mean '{close[0]}'?" if close else f"known keys: {', '.join(sorted(allowed))}"
+            raise InputError(f"unknown key '{k}' in {what}; {hint}", source=source, row=row, field=str(k))
 
 
 def problem_from_dict(data: Mapping, *, source: str = "scenario") -> TenantProblem:
@@ -491,6 +528,7 @@ def problem_from_dict(data: Mapping, *, source: str = "scenario") -> TenantProbl
     """
     if not isinstance(data, Mapping):
         raise InputError("the scenario must be a mapping with 'pool' and 'tenants'", source=source)
+    _known_keys(data, _TOP_KEYS, source, None, "the scenario")
     for key in ("pool", "tenants"):
         if not isinstance(data.get(key), list) or not data[key]:
             raise InputError(f"missing or empty list '{key}'", source=source, field=key)
@@ -498,6 +536,7 @@ def problem_from_dict(data: Mapping, *, source: str = "scenario") -> TenantProbl
     for i, p in enumerate(data["pool"], start=1):
         if not isinstance(p, Mapping):
             raise InputError("each pool entry must be a mapping", source=source, row=i, field="pool")
+        _known_keys(p, _POOL_KEYS, source, i, "a pool entry")
         for k in ("name", "gpu", "gpus_per_node"):
             if k not in p:
                 raise InputError(f"pool entry lacks '{k}'", source=source, row=i, field=k)
@@ -505,21 +544,22 @@ def problem_from_dict(data: Mapping, *, source: str = "scenario") -> TenantProbl
         if not isinstance(count, int) or count < 1 or count > 100_000:
             raise InputError(f"count must be a positive integer, got {count!r}", source=source, row=i,
                              field="count", value=count)
-        _gpus_in_catalog([p["gpu"]], source)
+        gpu = _canonical_gpu(p["gpu"], source)
         for k in range(count):
             nm = f"{p['name']}-{k}" if count > 1 else str(p["name"])
-            nodes.append(Node(nm, str(p["gpu"]), p["gpus_per_node"], str(p.get("site", ""))))
+            nodes.append(Node(nm, gpu, p["gpus_per_node"], str(p.get("site", ""))))
     tenants: list[Tenant] = []
     for i, t in enumerate(data["tenants"], start=1):
         if not isinstance(t, Mapping):
             raise InputError("each tenant entry must be a mapping", source=source, row=i, field="tenants")
+        _known_keys(t, _TENANT_KEYS, source, i, "a tenant entry")
         for k in ("name", "quota_gpus", "interference_class"):
             if k not in t:
                 raise InputError(f"tenant entry lacks '{k}'", source=source, row=i, field=k)
         if "demand" in t:
             raise InputError(f"tenant {t['name']}: unknown key 'demand'; give demand_gpus (GPUs per window) or "
                              "models (request rates per window)", source=source, row=i, field="demand")
-        types = tuple(str(g) for g in (t.get("gpu_types", ()) or ()))
+        types = tuple(_canonical_gpu(g, source) for g in (t.get("gpu_types", ()) or ()))
         derived: tuple[ModelDemand, ...] = ()
         if "models" in t:
             if "demand_gpus" in t:

@@ -207,3 +207,21 @@ tenants:
     bad.write_text(sc.read_text().replace("ttft_p95_s: 2.0", "ttft_p95_s: 2000"))
     r = CliRunner().invoke(main, ["allocate", str(bad)])
     assert r.exit_code == 2 and "tenant m" in r.output and "500 ms" in r.output and "Traceback" not in r.output
+
+
+def test_key_typos_and_gpu_aliases(tmp_path):
+    from click.testing import CliRunner
+
+    from fleetplan.cli.main import main
+
+    p = tmp_path / "t.yaml"
+    p.write_text("pool:\n  - {name: n, gpu: H100, gpus_per_node: 8, count: 2}\n"
+                 "tenants:\n  - {name: a, quota_gpus: 4, interference_class: interactive, gpu_type: [H100],"
+                 " demand_gpus: [1, 2]}\n")
+    res = CliRunner().invoke(main, ["allocate", str(p)])
+    assert res.exit_code == 2 and "did you mean 'gpu_types'" in res.output and "Traceback" not in res.output
+    # The alias 'H100' names the catalog's H100-SXM-80GB, in the pool and in gpu_types.
+    p.write_text(p.read_text().replace("gpu_type:", "gpu_types:"))
+    res = CliRunner().invoke(main, ["allocate", str(p), "--backend", "cpsat", "--format", "json", "--time-limit", "5"])
+    assert res.exit_code == 0, res.output
+    assert "H100-SXM-80GB" in res.output
