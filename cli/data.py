@@ -76,7 +76,7 @@ def _render(rows: Sequence[dict[str, Any]], fmt: str, *, title: str, table_colum
             else:
                 cells.append(str(v))
         table.add_row(*cells)
-    Console(width=None if sys.stdout.isatty() else 250).print(table)
+    Console(width=None if sys.stdout.isatty() else 200).print(table)
 
 
 @click.group("data")

@@ -12,6 +12,7 @@ import io
 import json
 import math
 import os
+import sys
 from collections.abc import Callable
 
 import click
@@ -149,7 +150,7 @@ def _print_split(result, fmt: str) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    con = Console(width=200)
+    con = Console(width=None if sys.stdout.isatty() else 160)
     t = Table(title=f"{result.spec.model.name}: line items per day")
     for c in ("option", "category", "label", "tier", "quantity", "unit", "unit price USD", "USD/day", "in total"):
         t.add_column(c, justify="right" if c in ("quantity", "unit price USD", "USD/day") else "left")
@@ -172,7 +173,13 @@ def _print_split(result, fmt: str) -> None:
                   "ok" if o.slo_ok else "FAILS")
     con.print(s)
     be = result.break_even_egress_usd_per_gb
-    con.print(f"Break-even cross-site egress: {'n/a' if be is None else f'{be:.5f} USD/GB'}; "
+    if be is None:
+        be_text = "n/a"
+    elif be < 0:
+        be_text = "none (the split costs more even with free egress)"
+    else:
+        be_text = f"{be:.5f} USD/GB"
+    con.print(f"Break-even cross-site egress: {be_text}; "
               f"prompt length: {result.break_even_note}")
     for o in result.options.values():
         if o.note:
@@ -252,7 +259,7 @@ def whatif_cmd(vary: tuple[str, ...], workers: int, fmt: str, out: str | None, p
             t.add_column(c)
         for r in rows:
             t.add_row(*(f"{v:,.4g}" if isinstance(v, float) else ("-" if v is None else str(v)) for v in r.values()))
-        Console(width=220).print(t)
+        Console(width=None if sys.stdout.isatty() else 200).print(t)
 
 
 def _plot(rows: list[dict], names: list[str], path: str) -> None:

@@ -188,15 +188,15 @@ def _check_arrivals(t: np.ndarray, *, field: str, source: str, rows: np.ndarray 
     if i is not None:
         raise InputError("the timestamp is missing or not a number; fill it or drop the row", source=source,
                          row=_row(i, rows), field=shown, value=t[i])
-    i = _first(t < 0)
-    if i is not None:
-        raise InputError(f"arrival time {t[i]:g} s is negative; times count seconds from the trace start",
-                         source=source, row=_row(i, rows), field=shown, value=t[i])
     i = _first(np.diff(t) < 0)
     if i is not None:
         raise InputError(f"timestamps out of order: this row is earlier than the row before it "
                          f"({t[i + 1]:g} s < {t[i]:g} s); sort the file by timestamp", source=source,
                          row=_row(i + 1, rows), field=shown, value=t[i + 1])
+    i = _first(t < 0)
+    if i is not None:
+        raise InputError(f"arrival time {t[i]:g} s is negative; times count seconds from the trace start",
+                         source=source, row=_row(i, rows), field=shown, value=t[i])
     if t[-1] - t[0] > MAX_TRACE_SPAN_S:
         raise InputError(f"the trace spans {t[-1] - t[0]:g} s, more than 366 days; timestamps must be seconds "
                          "(divide milliseconds by 1000)", source=source, row=len(t) if rows is None else int(rows[-1]),
@@ -227,7 +227,7 @@ def _require_columns(df: pd.DataFrame, required: Sequence[str], display: str, fm
     found = {}
     for col in required:
         if col.lower() not in lower:
-            raise InputError(f"missing column '{col}'; a {fmt} needs the columns {', '.join(required)} "
+            raise InputError(f"missing column '{col}'; the {fmt} format needs the columns {', '.join(required)} "
                              f"(found: {', '.join(df.columns) or 'none'})", source=display, field=col)
         found[col] = lower[col.lower()]
     if df.empty:
@@ -454,8 +454,8 @@ def load_trace(name_or_path: str | Path) -> Trace:
         if path.is_file():
             with path.open(encoding="utf-8", errors="replace") as fh:
                 header = {h.strip().lower() for h in fh.readline().split(",")}
-            if {"timestamp", "contexttokens", "generatedtokens"} <= header:
-                return read_azure_csv(path)
+            if "contexttokens" in header or "generatedtokens" in header:
+                return read_azure_csv(path)  # names the Azure column that is missing, if one is
         return read_generic_csv(path)
     if path.is_file() or ext:
         raise InputError(f"cannot tell the trace format from the extension {ext or '(none)'!r}; use .csv or .jsonl, "
