@@ -87,6 +87,19 @@ def build_index(problem: Problem, *, aggregate: bool = False) -> Index:
                  sites_of={m: tuple(sorted(s)) for m, s in sites_of.items()}, ub=ub, bin_ub=bin_ub)
 
 
+def by_model_and_site(problem: Problem, idx: Index) -> tuple[dict, dict]:
+    """({(model, site): its dedicated options}, {(model, site): candidate shared GPUs (pool, b) it may use})."""
+    pools = problem.pool_by_id
+    opts_of: dict[tuple[str, str], list] = {}
+    for o in idx.options:
+        opts_of.setdefault((o.model, pools[o.pool].site), []).append(o)
+    bins_of: dict[tuple[str, str], list] = {}
+    for (p, b), residents in idx.residents.items():
+        for m in residents:
+            bins_of.setdefault((m, pools[p].site), []).append((p, b))
+    return opts_of, bins_of
+
+
 def warm_values(problem: Problem, idx: Index, plan: Plan) -> dict[str, dict]:
     """Variable values of ``plan`` in the index space: n, st, y, a, f, q (for warm starts and hints).
 

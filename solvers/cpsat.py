@@ -19,7 +19,7 @@ from ortools.sat.python import cp_model
 
 from fleetplan.placement.plan import Plan, SharedGPU, Status, evaluate, tidy_shared
 from fleetplan.placement.problem import Problem
-from fleetplan.solvers.common import build_index, warm_values
+from fleetplan.solvers.common import build_index, by_model_and_site, warm_values
 
 RATE_SCALE = 1000  # 1 unit = 0.001 req/s
 _FUZZ = 1e-9  # relative: keeps 8999.999999 (float noise of 9000) from rounding to 8999; far inside validate's 1e-6
@@ -74,12 +74,7 @@ def solve_cpsat(problem: Problem, *, time_limit_s: float = 60, threads: int = 2,
     def served_coef(m: str, p: str) -> int:
         return _down(idx.share[(m, p)].capacity_req_per_s * RATE_SCALE / SHARE_SCALE)
 
-    opts_of: dict[tuple[str, str], list] = {}
-    for o in idx.options:
-        opts_of.setdefault((o.model, pools[o.pool].site), []).append(o)
-    bins_of: dict[tuple[str, str], list] = {}
-    for (m, p, b) in a:
-        bins_of.setdefault((m, pools[p].site), []).append((p, b))
+    opts_of, bins_of = by_model_and_site(problem, idx)
 
     for m in problem.models:
         sites = idx.sites_of[m.name]

@@ -43,7 +43,7 @@ import pulp
 from fleetplan.errors import SolverError
 from fleetplan.placement.plan import Plan, SharedGPU, Status, tidy_shared
 from fleetplan.placement.problem import Problem
-from fleetplan.solvers.common import Index, build_index, warm_values
+from fleetplan.solvers.common import Index, build_index, by_model_and_site, warm_values
 from fleetplan.solvers.highs import HiGHS
 
 #: Penalty per req/s of unmet demand (or per missing replica) in the elastic model: far above any GPU price.
@@ -136,12 +136,7 @@ def build_milp(problem: Problem, *, relax: bool = False, elastic: bool = False,
             obj.append(e * var)
     lp += pulp.lpSum(obj)
 
-    opts_of: dict[tuple[str, str], list] = {}
-    for o in idx.options:
-        opts_of.setdefault((o.model, pools[o.pool].site), []).append(o)
-    bins_of: dict[tuple[str, str], list] = {}
-    for (m, p, b) in a:
-        bins_of.setdefault((m, pools[p].site), []).append((p, b))
+    opts_of, bins_of = by_model_and_site(problem, idx)
 
     for m in problem.models:
         sites = idx.sites_of[m.name]
