@@ -39,8 +39,9 @@ def solve_cpsat(problem: Problem, *, time_limit_s: float = 60, threads: int = 2,
                 warm_start: Plan | None = None, log: bool = False, deadline: float | None = None) -> Plan:
     """Build and solve the CP-SAT model; returns a new Plan (status, objective, bound and gap in USD).
 
-    The bound is CP-SAT's best objective bound converted back to USD (approximate to the rounding of cost
-    coefficients, at most one micro-dollar per term); a time-limited stop is FEASIBLE, never OPTIMAL.
+    The bound is CP-SAT's best objective bound converted back to USD: a bound on the integer-scaled model, which is
+    slightly more conservative than the exact problem, so ``solve`` reports the LP relaxation's bound instead when
+    it has one. OPTIMAL means optimal for the scaled model; a time-limited stop is FEASIBLE, never OPTIMAL.
     """
     t0 = time.perf_counter()
     idx = build_index(problem)

@@ -113,10 +113,14 @@ def solve(problem, backend: str = "highs", *, time_limit_s: float = 60, threads:
         say("explaining infeasibility")
         return Plan(status=Status.INFEASIBLE, backend=backend, solve_time_s=time.perf_counter() - t0,
                     message="; ".join(explain_infeasible(problem)))
-    bound = plan.bound_usd
+    # CP-SAT's own bound is a bound on its integer-scaled model (capacities rounded down, demand up), which can
+    # exceed the exact problem's optimum; only the LP relaxation's bound (exact data) is reported for it.
+    bound = plan.bound_usd if backend != "cpsat" or lb is None else None
     if plan.has_solution:
         if lb is not None and (bound is None or lb > bound):
-            bound = min(lb, plan.objective_usd)
+            bound = lb
+        if bound is not None:
+            bound = min(bound, plan.objective_usd)
         gap_ = None
         if bound is not None:
             gap_ = (plan.objective_usd - bound) / plan.objective_usd if plan.objective_usd > 0 else 0.0
