@@ -286,13 +286,19 @@ def solve_milp(problem: Problem, *, backend: str = "highs", time_limit_s: float 
     if backend == "highs":
         solver = HiGHS(msg=msg, timeLimit=time_limit_s, threads=threads, gapRel=gap, warm_start=used_warm)
     elif backend == "cbc":
-        solver = pulp.PULP_CBC_CMD(msg=msg, timeLimit=time_limit_s, threads=threads, gapRel=gap, warmStart=used_warm)
+        # Wall-clock time limit (CBC counts CPU seconds by default).
+        solver = pulp.PULP_CBC_CMD(msg=msg, timeLimit=time_limit_s, threads=threads, gapRel=gap, warmStart=used_warm,
+                                   timeMode="elapsed")
     else:
         raise SolverError(f"unknown MILP backend {backend!r}; use 'highs' or 'cbc'")
     if not solver.available():
         raise SolverError(f"MILP backend {backend!r} is not available in this environment; install highspy "
                           "(for highs) or use PuLP's bundled CBC")
-    model.lp.solve(solver)
+    try:
+        model.lp.solve(solver)
+    except pulp.PulpSolverError as exc:
+        raise SolverError(f"the {backend} solver failed: {str(exc).split('/')[0].strip()}; try --backend highs "
+                          "or cpsat") from None
     elapsed = time.perf_counter() - t0
     st, sol = model.lp.status, model.lp.sol_status
     if sol == pulp.LpSolutionInfeasible or st == pulp.LpStatusInfeasible:
