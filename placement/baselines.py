@@ -154,22 +154,24 @@ def _finish(problem: Problem, replicas: dict, shared: list[SharedGPU], name: str
                 objective_usd=ev.total_usd, message=msg)
 
 
-def dedicated_peak(problem: Problem) -> Plan:
-    """Baseline (a): every model on dedicated GPUs sized for its peak window, all day."""
+def _all_dedicated(problem: Problem, *, per_window: bool, name: str) -> Plan:
+    """Every model on its own dedicated GPUs (cheapest option with room), largest peak first."""
     inv = _Inventory(problem)
     replicas: dict = {}
     for m in sorted(problem.models, key=lambda m: -max(m.demand_req_per_s)):
-        replicas.update(_dedicated(problem, inv, m.name, list(m.demand_req_per_s), m.min_replicas, per_window=False))
-    return _finish(problem, replicas, [], "dedicated_peak")
+        replicas.update(_dedicated(problem, inv, m.name, list(m.demand_req_per_s), m.min_replicas,
+                                   per_window=per_window))
+    return _finish(problem, replicas, [], name)
+
+
+def dedicated_peak(problem: Problem) -> Plan:
+    """Baseline (a): every model on dedicated GPUs sized for its peak window, all day."""
+    return _all_dedicated(problem, per_window=False, name="dedicated_peak")
 
 
 def autoscale_dedicated(problem: Problem) -> Plan:
     """Baseline (c): every model on dedicated GPUs sized for each window's demand (no sharing)."""
-    inv = _Inventory(problem)
-    replicas: dict = {}
-    for m in sorted(problem.models, key=lambda m: -max(m.demand_req_per_s)):
-        replicas.update(_dedicated(problem, inv, m.name, list(m.demand_req_per_s), m.min_replicas, per_window=True))
-    return _finish(problem, replicas, [], "autoscale_dedicated")
+    return _all_dedicated(problem, per_window=True, name="autoscale_dedicated")
 
 
 def _packed_plan(problem: Problem, time_aware: bool, name: str) -> Plan:

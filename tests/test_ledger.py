@@ -8,8 +8,7 @@ from fleetplan.costmodels.ledger import DAYS_PER_MONTH, Flow, GpuPool, build_led
 from fleetplan.costmodels.prices import GpuPrice, egress_cost_usd, select_egress_table
 from fleetplan.costmodels.split import compare, make_spec, with_cross_site_egress
 from fleetplan.errors import InputError
-from fleetplan.placement.plan import Plan, evaluate
-from fleetplan.placement.problem import ModelSpec, Pool, Problem, ReplicaOption
+from fleetplan.placement.plan import evaluate
 
 
 @pytest.fixture(scope="module")
@@ -113,20 +112,8 @@ def test_missing_price_names_site_and_gpu():
     assert "--decode-usd-per-gpu-hour" in msg
 
 
-def tiny_problem():
-    pools = (Pool("aws:us-east-1", "H100-SXM-80GB", 1, 8, 2.0, 80e9, price_source="test price"),
-             Pool("aws:us-west-2", "H100-SXM-80GB", 1, 8, 1.0, 80e9))
-    models = (ModelSpec("m", (1.0, 2.0), 2.0, 0.1, origin_site="aws:us-east-1", request_bytes=1e6),)
-    opts = (ReplicaOption("m", "aws:us-east-1/H100-SXM-80GB", 1, 1, 1.5, 70e9, start_cost_usd=0.5),
-            ReplicaOption("m", "aws:us-west-2/H100-SXM-80GB", 1, 1, 1.5, 70e9))
-    prob = Problem(3600.0, 2, pools, models, opts, egress_usd_per_gb={("aws:us-east-1", "aws:us-west-2"): 0.02})
-    plan = Plan({("m", "aws:us-east-1/H100-SXM-80GB", 1, 1): (1, 1),
-                 ("m", "aws:us-west-2/H100-SXM-80GB", 1, 1): (0, 1)})
-    return prob, plan
-
-
-def test_plan_ledger_matches_evaluate():
-    prob, plan = tiny_problem()
+def test_plan_ledger_matches_evaluate(tiny_ledger_problem):
+    prob, plan = tiny_ledger_problem
     pl = plan_ledger(prob, plan)
     ev = evaluate(prob, plan)
     # Horizon 2 h = 1/12 day. GPU: east 2 GPU-h × $2 + west 1 GPU-h × $1 = $5 per horizon = $60/day.

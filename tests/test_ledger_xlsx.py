@@ -9,8 +9,6 @@ import pytest
 from fleetplan.costmodels.ledger import plan_ledger
 from fleetplan.costmodels.ledger_xlsx import write_plan_workbook, write_split_workbook
 from fleetplan.costmodels.split import compare, make_spec, with_cross_site_egress
-from fleetplan.placement.plan import Plan
-from fleetplan.placement.problem import ModelSpec, Pool, Problem, ReplicaOption
 
 formulas = pytest.importorskip("formulas")
 
@@ -93,20 +91,8 @@ def test_editing_an_egress_price_moves_the_total_as_python_predicts(tmp_path, sp
     assert delta == pytest.approx(0.03 * before.cross_site_gb_per_day)
 
 
-def tiny_problem():
-    pools = (Pool("aws:us-east-1", "H100-SXM-80GB", 1, 8, 2.0, 80e9, price_source="test price"),
-             Pool("aws:us-west-2", "H100-SXM-80GB", 1, 8, 1.0, 80e9))
-    models = (ModelSpec("m", (1.0, 2.0), 2.0, 0.1, origin_site="aws:us-east-1", request_bytes=1e6),)
-    opts = (ReplicaOption("m", "aws:us-east-1/H100-SXM-80GB", 1, 1, 1.5, 70e9, start_cost_usd=0.5),
-            ReplicaOption("m", "aws:us-west-2/H100-SXM-80GB", 1, 1, 1.5, 70e9))
-    prob = Problem(3600.0, 2, pools, models, opts, egress_usd_per_gb={("aws:us-east-1", "aws:us-west-2"): 0.02})
-    plan = Plan({("m", "aws:us-east-1/H100-SXM-80GB", 1, 1): (1, 1),
-                 ("m", "aws:us-west-2/H100-SXM-80GB", 1, 1): (0, 1)})
-    return prob, plan
-
-
-def test_plan_workbook_totals_and_edit(tmp_path):
-    prob, plan = tiny_problem()
+def test_plan_workbook_totals_and_edit(tmp_path, tiny_ledger_problem):
+    prob, plan = tiny_ledger_problem
     pl = plan_ledger(prob, plan)
     path = write_plan_workbook(tmp_path / "p.xlsx", prob, plan)
     wb = openpyxl.load_workbook(path)

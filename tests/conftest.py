@@ -1,0 +1,23 @@
+"""Shared test fixtures."""
+
+from __future__ import annotations
+
+import pytest
+
+from fleetplan.placement.plan import Plan
+from fleetplan.placement.problem import ModelSpec, Pool, Problem, ReplicaOption
+
+
+@pytest.fixture
+def tiny_ledger_problem():
+    """(problem, plan): one model in two H100 sites over two 1-hour windows, traffic from us-east-1, for ledger
+    tests (prices $2 and $1 per GPU-hour, $0.02/GB between the sites, 1 MB per request, $0.5 per start)."""
+    pools = (Pool("aws:us-east-1", "H100-SXM-80GB", 1, 8, 2.0, 80e9, price_source="test price"),
+             Pool("aws:us-west-2", "H100-SXM-80GB", 1, 8, 1.0, 80e9))
+    models = (ModelSpec("m", (1.0, 2.0), 2.0, 0.1, origin_site="aws:us-east-1", request_bytes=1e6),)
+    opts = (ReplicaOption("m", "aws:us-east-1/H100-SXM-80GB", 1, 1, 1.5, 70e9, start_cost_usd=0.5),
+            ReplicaOption("m", "aws:us-west-2/H100-SXM-80GB", 1, 1, 1.5, 70e9))
+    prob = Problem(3600.0, 2, pools, models, opts, egress_usd_per_gb={("aws:us-east-1", "aws:us-west-2"): 0.02})
+    plan = Plan({("m", "aws:us-east-1/H100-SXM-80GB", 1, 1): (1, 1),
+                 ("m", "aws:us-west-2/H100-SXM-80GB", 1, 1): (0, 1)})
+    return prob, plan
