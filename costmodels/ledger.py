@@ -293,6 +293,7 @@ def table_key(t: EgressTable) -> tuple[str, str, str]:
 
 
 def band_label(lo: float, hi: float | None) -> str:
+    """Label of a monthly egress volume band [lo, hi) in GB, e.g. '100-10240 GB/month' ('+' when open-ended)."""
     return f"{lo:g}-{hi:g} GB/month" if hi is not None else f"{lo:g}+ GB/month"
 
 

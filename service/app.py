@@ -55,11 +55,15 @@ class Observation(BaseModel):
 
 
 class ObservationBatch(BaseModel):
+    """Body of POST /v1/observations: 1 to 1,000 observations; unknown fields and non-finite numbers are refused."""
+
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     observations: list[Observation] = Field(min_length=1, max_length=1000)
 
 
 class ReplanRequest(BaseModel):
+    """Body of POST /v1/replan: whether to run a full MILP re-solve, and its time limit in seconds."""
+
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     full: bool = Field(False, description="run a full MILP re-solve (adopted only if worth its migrations)")
     time_limit_s: float | None = Field(None, gt=0, le=600, description="time limit of the re-solve, seconds")
