@@ -16,11 +16,11 @@ import resource
 import sys
 import time
 
-from fleetplan.placement.baselines import BASELINES
 from fleetplan.placement.generators import random_instance
 from fleetplan.placement.plan import evaluate
 from fleetplan.placement.scenario import build_problem, load_scenario
 from fleetplan.placement.validate import validate
+from fleetplan.solvers.baselines import BASELINES
 from fleetplan.solvers.solve import solve
 
 

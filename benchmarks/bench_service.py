@@ -26,7 +26,7 @@ import time
 import httpx
 
 from fleetplan.placement.generators import random_instance
-from fleetplan.placement.online import OnlineConfig, Replanner, load_times
+from fleetplan.solvers.online import OnlineConfig, Replanner, load_times
 
 TOKEN = "bench-token-123"
 

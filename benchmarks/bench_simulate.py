@@ -19,8 +19,8 @@ import time
 
 from fleetplan.datasets.traces import load_trace
 from fleetplan.placement.scenario import build_problem, load_scenario, scenario_from_raw
-from fleetplan.placement.sim_engine import Policy
-from fleetplan.placement.simulate import simulate_day, simulate_trace
+from fleetplan.simulator.engine import Policy
+from fleetplan.simulator.replay import simulate_day, simulate_trace
 from fleetplan.solvers.solve import solve
 
 

@@ -19,10 +19,10 @@ import random
 import statistics
 import time
 
-from fleetplan.placement.tenant_baselines import fair_share, static_partition
 from fleetplan.placement.tenants import Node, Tenant, TenantProblem, load_interference, validate_allocation
+from fleetplan.solvers.tenant_baselines import fair_share, static_partition
+from fleetplan.solvers.tenants import solve_allocation
 from fleetplan.solvers.tenants_cpsat import split_allocation
-from fleetplan.solvers.tenants_milp import solve_allocation
 
 CLASSES = ["interactive", "prefill", "batch", "training"]
 

@@ -6,7 +6,7 @@ Usage:
 
 Data: Splitwise perf_model.csv (github.com/Mutinifni/splitwise-sim, MIT): Llama-2-70B on DGX A100-80GB and DGX H100,
 TP 2/4/8, prompt_time and token_time (one decode step) by prompt size and batch size. The configurations kept are
-those of ``fleetplan.costmodels.profiles.splitwise_fit_rows`` (power-capped H100 and BLOOM left out; runs whose KV
+those of ``fleetplan.datasets.profiles.splitwise_fit_rows`` (power-capped H100 and BLOOM left out; runs whose KV
 cache cannot fit left out). The model record of Llama-2-70B comes from datasets/data/calibration/reference_models.csv.
 
 Fit: scipy.optimize.least_squares on the relative errors (pred − measured)/measured of prefill and decode times
@@ -30,7 +30,7 @@ import pandas as pd
 from scipy.optimize import least_squares
 
 from fleetplan.costmodels.calibration import Calibration, load_calibration_table
-from fleetplan.costmodels.profiles import mdape_table, roofline_predictions, splitwise_fit_rows
+from fleetplan.datasets.profiles import mdape_table, roofline_predictions, splitwise_fit_rows
 
 NAMES = Calibration.parameter_names()
 LOW = np.array([Calibration.BOUNDS[n][0] for n in NAMES])

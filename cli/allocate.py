@@ -7,6 +7,12 @@ from pathlib import Path
 
 import click
 
+from fleetplan.fileio import atomic_path
+from fleetplan.placement.tenants import load_scenario, validate_allocation
+from fleetplan.solvers.tenant_baselines import fair_share, static_partition
+from fleetplan.solvers.tenants import solve_allocation
+from fleetplan.solvers.tenants_cpsat import split_allocation, split_kind
+
 
 def _objectives_json(obj) -> dict:
     d = obj.as_dict()
@@ -14,7 +20,6 @@ def _objectives_json(obj) -> dict:
 
 
 def _write_atomic(path: Path, write) -> None:
-    from fleetplan.fileio import atomic_path
 
     with atomic_path(path) as tmp:
         write(str(tmp))
@@ -128,10 +133,6 @@ def allocate(scenario: Path | None, mode: str, backend: str, time_limit_s: float
 
     from rich.console import Console
 
-    from fleetplan.placement.tenant_baselines import fair_share, static_partition
-    from fleetplan.placement.tenants import load_scenario, validate_allocation
-    from fleetplan.solvers.tenants_cpsat import split_allocation, split_kind
-    from fleetplan.solvers.tenants_milp import solve_allocation
 
     t0 = time.perf_counter()
     problem, opts = load_scenario(scenario)

@@ -17,7 +17,9 @@ from typing import Any
 
 import click
 
-from fleetplan.errors import FleetplanError
+from fleetplan.datasets.catalog import load_egress, load_gpu_prices, load_gpu_specs, load_models, resolve_name
+from fleetplan.datasets.traces import list_traces
+from fleetplan.errors import InputError, UnknownNameError
 
 GB = 1e9
 
@@ -90,7 +92,6 @@ def data() -> None:
 def gpus(fmt: str, extra: str | None) -> None:
     """GPU specs (memory, HBM bandwidth, dense BF16/FP8 TFLOPS, links, TDP); 'eligible' says whether the
     analytic latency model can use the GPU (rows missing a number it needs are listed, never filled in)."""
-    from fleetplan.datasets.catalog import load_gpu_specs
 
     rows = []
     for name, s in load_gpu_specs(extra).items():
@@ -120,7 +121,6 @@ def gpus(fmt: str, extra: str | None) -> None:
 def models(fmt: str, extra: str | None) -> None:
     """Model architectures with their weight bytes (bf16, fp8, int4) and KV-cache bytes per token, as
     fleetplan.costmodels computes them (Model.weight_bytes, Model.kv_bytes_per_token)."""
-    from fleetplan.datasets.catalog import load_models
 
     rows = []
     for name, m in load_models(extra).items():
@@ -152,8 +152,6 @@ def prices(fmt: str, extra: str | None, gpu: str | None, cloud: str | None, regi
            pricing_model: str | None) -> None:
     """GPU prices per node and per GPU-hour (USD), one row per site, instance and pricing model. GCP node prices
     are host VM + GPUs."""
-    from fleetplan.datasets.catalog import load_gpu_prices, load_gpu_specs, resolve_name
-    from fleetplan.errors import InputError, UnknownNameError
 
     rows_in = all_rows = load_gpu_prices(extra)
     if gpu is not None:
@@ -187,7 +185,6 @@ def prices(fmt: str, extra: str | None, gpu: str | None, cloud: str | None, regi
 def egress(fmt: str, extra: str | None, bound: str) -> None:
     """Egress prices in USD per GB (1e9 bytes; GiB quotes converted) by cloud, route class and scope, one row per
     monthly volume band; per_direction_usd_per_gb is the one-side rate where both sides pay (AWS cross-AZ)."""
-    from fleetplan.datasets.catalog import load_egress
 
     rows = []
     for t in load_egress(extra, bound=bound):
@@ -207,10 +204,6 @@ def egress(fmt: str, extra: str | None, bound: str) -> None:
 @_format_option
 def traces(fmt: str) -> None:
     """The shipped request traces: name, file, request count, time span, license and source."""
-    try:
-        from fleetplan.datasets.traces import list_traces
-    except ImportError as exc:  # the trace module is another part of the build
-        raise FleetplanError(f"the trace catalog is not available in this build ({exc})") from None
     rows = [{k: r.get(k) for k in ("name", "file", "requests", "span_s", "license", "source")} | {
         k: v for k, v in r.items() if k not in ("name", "file", "requests", "span_s", "license", "source")}
         for r in list_traces()]

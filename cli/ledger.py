@@ -1,7 +1,7 @@
 """``fleetplan ledger``: cost ledgers, the prefill-here/decode-there comparison, what-if workbooks and sweeps.
 
 Thin layer over :mod:`fleetplan.costmodels.split`, :mod:`fleetplan.costmodels.ledger` and
-:mod:`fleetplan.costmodels.ledger_xlsx`. Bad input raises a fleetplan error (one line, exit code 2); files are
+:mod:`fleetplan.placement.workbook`. Bad input raises a fleetplan error (one line, exit code 2); files are
 written to a temporary file and renamed.
 """
 
@@ -17,7 +17,10 @@ from collections.abc import Callable
 
 import click
 
-from fleetplan.errors import InputError
+from fleetplan.costmodels.split import SWEEP_VARIABLES, apply_variables, compare, grid, make_spec, scenario_row
+from fleetplan.errors import InputError, UnknownNameError
+from fleetplan.fileio import atomic_path, write_text_atomic
+from fleetplan.placement.workbook import write_split_workbook
 
 
 def _clean(v):
@@ -29,7 +32,6 @@ def _clean(v):
 
 
 def _write_text_atomic(path: str, text: str) -> None:
-    from fleetplan.fileio import write_text_atomic
 
     write_text_atomic(path, text, field="path")
 
@@ -78,7 +80,6 @@ def _split_options(f: Callable) -> Callable:
 
 
 def _spec(kw: dict):
-    from fleetplan.costmodels.split import make_spec
 
     return make_spec(kw["model"], kw["prefill_site"], kw["decode_site"], trace=kw["trace"], gpu=kw["gpu"],
                      prefill_gpu=kw["prefill_gpu"], decode_gpu=kw["decode_gpu"], rate_req_per_s=kw["rate_req_per_s"],
@@ -93,8 +94,6 @@ def parse_vary(text: str) -> tuple[str, list[float]]:
     """'name=a:b:n' (n values from a to b) or 'name=v1,v2,...'. Raises InputError otherwise."""
     import numpy as np
 
-    from fleetplan.costmodels.split import SWEEP_VARIABLES
-    from fleetplan.errors import UnknownNameError
 
     if "=" not in text:
         raise InputError(f"--vary {text!r}: write NAME=START:STOP:COUNT or NAME=V1,V2,...", field="vary", value=text)
@@ -120,7 +119,6 @@ def parse_vary(text: str) -> tuple[str, list[float]]:
 def _run_sweep(spec, variables: dict, workers: int, quiet: bool) -> list[dict]:
     from concurrent.futures import ProcessPoolExecutor
 
-    from fleetplan.costmodels.split import apply_variables, grid, scenario_row
 
     cells = grid(variables)
     for c in cells:  # fail fast on bad values, before starting processes
@@ -209,12 +207,10 @@ def ledger() -> None:
 @click.option("--no-prompt-break-even", is_flag=True, help="Skip the (slower) prompt-length break-even search.")
 def split_cmd(fmt: str, xlsx: str | None, csv_out: str | None, no_prompt_break_even: bool, **kw) -> None:
     """Compare colocated, disaggregated in one site, and prefill-here/decode-there on the same demand."""
-    from fleetplan.costmodels.split import compare, scenario_row
 
     spec = _spec(kw)
     result = compare(spec, prompt_break_even=not no_prompt_break_even)
     if xlsx:
-        from fleetplan.costmodels.ledger_xlsx import write_split_workbook
 
         base = spec.kv_table.tiers[0].usd_per_gb
         egress = sorted({round(x, 4) for x in (0.0, base / 2, base, base * 2, base * 4)})
@@ -283,7 +279,6 @@ def _plot(rows: list[dict], names: list[str], path: str) -> None:
     ax.set_ylabel("split saves USD/day (negative: costs more)")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    from fleetplan.fileio import atomic_path
 
     try:
         with atomic_path(path, field="plot") as tmp:

@@ -11,7 +11,13 @@ import click
 
 from fleetplan.cli.output import atomic_path, progress_status, write_text_atomic
 from fleetplan.errors import FleetplanError
-from fleetplan.solvers.solve import BACKENDS
+from fleetplan.placement.plan import evaluate
+from fleetplan.placement.planio import plan_to_dict
+from fleetplan.placement.scenario import build_problem, load_scenario, scenario_embed
+from fleetplan.placement.validate import validate
+from fleetplan.placement.workbook import write_plan_workbook
+from fleetplan.solvers.baselines import BASELINES
+from fleetplan.solvers.solve import BACKENDS, solve
 
 
 def _fmt_counts(counts) -> str:
@@ -84,7 +90,6 @@ def _plot(path: str, problem, plan) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from fleetplan.placement.plan import evaluate
 
     ev = evaluate(problem, plan)
     # Usable capacity per model: dedicated replicas after the margin, plus on each shared GPU what it serves and
@@ -149,11 +154,6 @@ def plan(scenario, backend, time_limit_s, threads, gap, window_s, out_path, fmt,
     independent validator before it is printed."""
     from pathlib import Path
 
-    from fleetplan.placement.baselines import BASELINES
-    from fleetplan.placement.planio import plan_to_dict
-    from fleetplan.placement.scenario import build_problem, load_scenario, scenario_embed
-    from fleetplan.placement.validate import validate
-    from fleetplan.solvers.solve import solve
 
     for opt, path in (("--out", out_path), ("--plot", plot_path), ("--xlsx", xlsx_path)):
         if path:  # fail before a long solve, not after it
@@ -180,7 +180,6 @@ def plan(scenario, backend, time_limit_s, threads, gap, window_s, out_path, fmt,
     if plot_path:
         _plot(plot_path, problem, result)
     if xlsx_path:
-        from fleetplan.costmodels.ledger_xlsx import write_plan_workbook
 
         write_plan_workbook(xlsx_path, problem, result)  # atomic: a temporary file, then a rename
     if fmt == "json":

@@ -8,6 +8,9 @@ from pathlib import Path
 import click
 
 from fleetplan.errors import InputError
+from fleetplan.service.app import create_app
+from fleetplan.service.runtime import ServiceSettings
+from fleetplan.solvers.online import OnlineConfig
 
 
 def _token(token_file: str | None) -> str | None:
@@ -65,9 +68,6 @@ def serve(scenario, db_url, host, port, interval_s, resolve_every_s, resolve_tim
 
     import uvicorn
 
-    from fleetplan.placement.online import OnlineConfig
-    from fleetplan.service.app import create_app
-    from fleetplan.service.runtime import ServiceSettings
 
     token = _token(token_file)
     if token and insecure_no_auth:

@@ -10,7 +10,19 @@ from pathlib import Path
 import click
 
 from fleetplan.cli.output import atomic_path, progress_status, write_text_atomic
+from fleetplan.datasets.traces import load_trace
 from fleetplan.errors import InputError
+from fleetplan.simulator.engine import Policy
+from fleetplan.simulator.replay import (
+    FleetBuilder,
+    load_plan_file,
+    parse_window,
+    scenario_workload,
+    simulate_day,
+    simulate_trace,
+    trace_workload,
+)
+from fleetplan.simulator.whatif import preemption_whatif, two_tier_whatif
 
 
 def _f(x, fmt: str = ".3f") -> str:
@@ -192,16 +204,6 @@ def simulate(plan_file, trace_ref, window, model, rate_scale, time_scale, bucket
              what_if, preempt_after, resume, report_path, plots_dir, fmt) -> None:
     """Replay PLAN_FILE (written by `fleetplan plan --out`): its own scenario over the whole day, or --trace against
     one window's replicas; report TTFT/TPOT percentiles, SLO attainment, goodput, utilization, energy and cost."""
-    from fleetplan.placement.sim_engine import Policy
-    from fleetplan.placement.simulate import (
-        FleetBuilder,
-        load_plan_file,
-        parse_window,
-        scenario_workload,
-        simulate_day,
-        simulate_trace,
-        trace_workload,
-    )
 
     if trace_ref is None and (window or model or rate_scale or time_scale or bucket_s):
         raise click.UsageError("--window, --model, --rate-scale, --time-scale and --bucket apply to a --trace replay")
@@ -211,7 +213,6 @@ def simulate(plan_file, trace_ref, window, model, rate_scale, time_scale, bucket
         say("reading the plan and rebuilding its problem")
         problem, plan, scenario, _ = load_plan_file(plan_file)
         if trace_ref is not None:
-            from fleetplan.datasets.traces import load_trace
 
             say(f"reading trace {trace_ref}")
             trace = load_trace(trace_ref)
@@ -230,7 +231,6 @@ def simulate(plan_file, trace_ref, window, model, rate_scale, time_scale, bucket
                 wl = scenario_workload(scenario, w, 0.0, problem.window_length_s, seed, arrivals=arrivals,
                                        names=[m.name for m in problem.models])
         if what_if:
-            from fleetplan.placement.sim_whatif import preemption_whatif, two_tier_whatif
 
             builder = FleetBuilder(problem, plan, scenario,
                                    max_tokens=float((wl.input_tokens + wl.output_tokens).max()))

@@ -41,11 +41,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from fleetplan.costmodels.calibration import Calibration, load_calibration
+from fleetplan.costmodels.demand import TokenMix
 from fleetplan.costmodels.hardware import GPU, Model
 from fleetplan.costmodels.latency import decode_step_time_s, prefill_time_s
 from fleetplan.costmodels.network import Link
 from fleetplan.errors import InputError, check_range
-from fleetplan.placement.demand import TokenMix
 
 #: Tail probability for the TTFT queueing term (p95).
 _TAIL = 0.05
@@ -264,7 +264,7 @@ def replica_capacity(model: Model, gpu: GPU, mix: TokenMix, slo: SLO, *, tp: int
 def profile_replica_capacity(profile, mix: TokenMix, slo: SLO, *, model: Model, gpu: GPU,
                              kv_budget_bytes: float | None = None, memory_utilization: float = 0.9,
                              weight_dtype: str = "bf16", kv_dtype: str = "bf16") -> ReplicaCapacity:
-    """Capacity from a measured :class:`~fleetplan.costmodels.profiles.SplitwiseProfile` instead of the roofline
+    """Capacity from a measured :class:`~fleetplan.datasets.profiles.SplitwiseProfile` instead of the roofline
     (same queueing and memory model; decode beyond the profile's largest measured batch is refused)."""
     n = profile.tp
     weights = model.weight_bytes(weight_dtype)

@@ -35,13 +35,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from fleetplan.costmodels.capacity import SLO, replica_capacity
+from fleetplan.costmodels.demand import TokenMix
 from fleetplan.costmodels.hardware import GPU, Model
 from fleetplan.costmodels.latency import decode_step_time_s, prefill_time_s
 from fleetplan.costmodels.ledger import SECONDS_PER_DAY, Flow, GpuPool, Ledger, build_ledger, load_assumptions
 from fleetplan.costmodels.network import Link, NetworkGraph, Site, default_graph, route_class
 from fleetplan.costmodels.prices import EgressTable, EgressTier, GpuPrice, find_price, select_egress_table
 from fleetplan.errors import InputError, check_range
-from fleetplan.placement.demand import TokenMix
 
 OPTIONS = ("colocated", "disaggregated", "split")
 _TAIL = 0.05  # p95 queueing tail, as capacity.py

@@ -27,9 +27,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from fleetplan.costmodels.demand import Demand, TokenMix
 from fleetplan.datasets.traces import day_curve_demand
 from fleetplan.errors import InputError, UnknownNameError
-from fleetplan.placement.demand import Demand, TokenMix
 
 #: A 10-minute window whose total rate is below this fraction of the series' median is missing data (a gap).
 #: The 5 % threshold is the one used to build servegen_near_zero_windows.txt (see the data's PROVENANCE.md).

@@ -13,7 +13,7 @@ record:
 :func:`load_trace` takes a shipped name (see ``datasets/data/traces/catalog.csv``) or a path. Arrival times are
 always seconds from the first request of the file.
 
-:func:`trace_to_demand` cuts a trace into windows and gives one :class:`~fleetplan.placement.demand.Demand` per
+:func:`trace_to_demand` cuts a trace into windows and gives one :class:`~fleetplan.costmodels.demand.Demand` per
 model (or tenant). Day-long shapes come from :mod:`fleetplan.datasets.servegen` or :func:`read_day_curve_csv`;
 :func:`day_curve_demand` joins such a curve with a trace's token mix (:func:`token_mix_from_trace`).
 :func:`synthetic_trace` draws a seeded Poisson trace for tests; it is marked ``synthetic=True`` everywhere.
@@ -33,10 +33,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from fleetplan.costmodels.demand import Demand, TokenMix, WindowDemand
 from fleetplan.errors import InputError, UnknownNameError
-from fleetplan.placement.demand import Demand, TokenMix, WindowDemand
 
-#: Largest token count accepted per request; the same bound as :class:`~fleetplan.placement.demand.TokenMix`.
+#: Largest token count accepted per request; the same bound as :class:`~fleetplan.costmodels.demand.TokenMix`.
 MAX_TOKENS_PER_REQUEST = 2_000_000
 #: Longest trace accepted, seconds (366 days): a longer span means the timestamps are not in seconds.
 MAX_TRACE_SPAN_S = 366 * 86400.0

@@ -20,6 +20,7 @@ from typing import Any
 from fleetplan.errors import InputError
 from fleetplan.placement.plan import Plan, SharedGPU, Status, evaluate
 from fleetplan.placement.problem import Problem
+from fleetplan.placement.scenario import build_problem, scenario_from_raw
 from fleetplan.placement.validate import validate
 
 FORMAT_VERSION = 1
@@ -151,7 +152,6 @@ def read_plan_json(path: str | Path) -> dict:
 
 def problem_from_plan_dict(d: dict) -> tuple[Problem, Any]:
     """Rebuild (Problem, Scenario) from the scenario embedded in a plan dict."""
-    from fleetplan.placement.scenario import build_problem, scenario_from_raw
 
     sc = d.get("scenario")
     if not isinstance(sc, dict) or "raw" not in sc:

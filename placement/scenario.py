@@ -57,8 +57,20 @@ from typing import Any
 
 import yaml
 
+from fleetplan.costmodels.capacity import SLO, replica_capacity
+from fleetplan.costmodels.demand import Demand, TokenMix
+from fleetplan.costmodels.network import NetworkGraph, Site, route_class
+from fleetplan.costmodels.prices import find_price, select_egress_table
+from fleetplan.datasets.catalog import get_gpu, get_model, load_gpu_prices
+from fleetplan.datasets.servegen import servegen_demand
+from fleetplan.datasets.traces import (
+    day_curve_demand,
+    load_trace,
+    read_day_curve_csv,
+    token_mix_from_trace,
+    trace_to_demand,
+)
 from fleetplan.errors import FleetplanError, InputError, UnknownNameError
-from fleetplan.placement.demand import Demand, TokenMix
 from fleetplan.placement.problem import ModelSpec, Pool, Problem, ReplicaOption, ShareOption
 
 DEFAULT_SCENARIO = "default.yaml"
@@ -209,7 +221,6 @@ def _options(raw: dict, where: str) -> dict:
 
 
 def _token_mix(spec: Any, where: str) -> TokenMix:
-    from fleetplan.datasets.traces import load_trace, token_mix_from_trace
 
     if spec is None:
         raise _err("missing 'token_mix': give {trace: azure-conv} or the four token statistics", where, "token_mix")
@@ -228,8 +239,6 @@ def _token_mix(spec: Any, where: str) -> TokenMix:
 
 
 def _demand(spec: Any, where: str, base: Path | None, length: float, mix: TokenMix) -> Demand:
-    from fleetplan.datasets.servegen import servegen_demand
-    from fleetplan.datasets.traces import day_curve_demand, load_trace, read_day_curve_csv, trace_to_demand
 
     _check_keys(spec, _DEMAND_KINDS, where, "demand")
     kinds = [k for k in spec if k in _DEMAND_KINDS]
@@ -328,8 +337,6 @@ def scenario_from_raw(raw: dict, *, source: str = "scenario", base: str | None =
 
 
 def _price(gpu: str, site_name: str, pricing_model: str, where: str, prices) -> tuple[float, str]:
-    from fleetplan.costmodels.network import Site
-    from fleetplan.costmodels.prices import find_price
 
     site = Site.parse(site_name)
     try:
@@ -345,8 +352,6 @@ def egress_table(sites: list[str], bytes_scope_note: str = "") -> dict[tuple[str
     route class (same zone, cross zone, inter region; different clouds = internet). A tiered class (internet)
     is charged at its first paid band's rate, i.e. the planner assumes the site's monthly volume is past any
     free allowance (a conservative marginal rate)."""
-    from fleetplan.costmodels.network import Site, route_class
-    from fleetplan.costmodels.prices import select_egress_table
 
     out = {}
     for a in sites:
@@ -369,9 +374,6 @@ def build_problem(scenario: Scenario, *, progress=None) -> Problem:
     ``shared_kv_fraction`` of the GPU, when the weights fit there. Options left out are recorded with the cost
     model's reason (``Problem.option_notes``), so an infeasible problem can be explained.
     """
-    from fleetplan.costmodels.capacity import SLO, replica_capacity
-    from fleetplan.costmodels.network import NetworkGraph, Site
-    from fleetplan.datasets.catalog import get_gpu, get_model, load_gpu_prices
 
     raw, opts = scenario.raw, scenario.options
     where = scenario.source

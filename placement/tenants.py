@@ -37,7 +37,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from fleetplan.costmodels.capacity import SLO, replica_capacity
+from fleetplan.datasets import catalog
+from fleetplan.datasets.catalog import get_gpu, get_model, load_gpu_specs, load_models, resolve_name
 from fleetplan.errors import FleetplanError, InfeasibleError, InputError, UnknownNameError, check_range
+from fleetplan.placement.scenario import _token_mix
 
 #: The three objectives, with their optimisation sense (+1 maximize, -1 minimize).
 OBJECTIVE_SENSE: dict[str, int] = {"utilization": 1, "isolation": -1, "sla": -1}
@@ -66,16 +70,8 @@ class SolveStatus(enum.Enum):
 
 
 def _gpu_names() -> set[str]:
-    """Known GPU type names: the catalog when it exists, else the shipped hardware CSV (same source)."""
-    try:
-        from fleetplan.datasets import catalog
-
-        gpus = catalog.load_gpus()
-        return set(gpus) if isinstance(gpus, Mapping) else {g.name for g in gpus}
-    except (ImportError, AttributeError):
-        path = importlib.resources.files("fleetplan.datasets") / "data" / "hardware" / "gpus.csv"
-        with path.open(encoding="utf-8") as fh:
-            return {row["gpu"] for row in csv.DictReader(fh)}
+    """Known GPU type names (the shipped catalog)."""
+    return set(catalog.load_gpus())
 
 
 @dataclass(frozen=True)
@@ -168,9 +164,6 @@ def demand_from_models(tenant: str, models: object, gpu: str, node_gpus: int, *,
     """
     import difflib
 
-    from fleetplan.costmodels.capacity import SLO, replica_capacity
-    from fleetplan.datasets.catalog import get_gpu, get_model
-    from fleetplan.placement.scenario import _token_mix
 
     def err(msg: str, fld: str, value: object = None) -> InputError:
         return InputError(f"tenant {tenant}: {msg}", source=source, row=row, field=fld, value=value)
@@ -263,7 +256,6 @@ def demand_from_models(tenant: str, models: object, gpu: str, node_gpus: int, *,
 
 
 def _known_models() -> list[str]:
-    from fleetplan.datasets.catalog import load_models
 
     return list(load_models())
 
@@ -469,25 +461,13 @@ class TenantProblem:
         return best
 
 
-def _gpus_in_catalog(names: Iterable[str], source: str) -> None:
-    for g in names:
-        _canonical_gpu(g, source)
-
-
 def _canonical_gpu(name: str, source: str) -> str:
     """The catalog's name for GPU ``name`` (aliases such as 'H100' or 'A100-80GB' resolved); UnknownNameError
     with "did you mean" otherwise."""
     try:
-        from fleetplan.datasets.catalog import load_gpu_specs, resolve_name
-
         return resolve_name("gpu", str(name), load_gpu_specs())
     except UnknownNameError as exc:
         raise UnknownNameError("GPU type", str(name), exc_known(exc), source=source, field="gpu") from None
-    except ImportError:  # pragma: no cover - the catalog ships with fleetplan
-        known = _gpu_names()
-        if name not in known:
-            raise UnknownNameError("GPU type", name, known, source=source, field="gpu") from None
-        return name
 
 
 def exc_known(exc: UnknownNameError) -> list[str]:
@@ -883,3 +863,16 @@ def explain_guarantees(problem: TenantProblem) -> None:
         more = f" (and {len(problems) - 3} more windows)" if len(problems) > 3 else ""
         raise InfeasibleError("the pool cannot honor every guaranteed quota: " + " | ".join(problems[:3]) + more
                               + ". Lower those quotas or add nodes.")
+
+
+@dataclass
+class SolveOutcome:
+    """What one backend solve returns: status, GPUs, model objective values (Objectives units), bound and gap of
+    the solved (maximized) scalar objective."""
+
+    status: SolveStatus
+    gpus: dict[tuple[str, int, str], int]
+    values: dict[str, float]
+    objective: float | None
+    bound: float | None
+    solve_s: float

@@ -7,7 +7,7 @@ Prometheus's instant query API: ``GET <base>/api/v1/query?query=...&time=...``
 (https://prometheus.io/docs/prometheus/latest/querying/api/).
 
 vLLM counts no arrivals, so demand over an interval is estimated as finished requests plus the growth of the
-waiting and running queues (``fleetplan.placement.online.estimate_demand``): completions alone under-count when
+waiting and running queues (``fleetplan.solvers.online.estimate_demand``): completions alone under-count when
 the fleet is saturated and the queue grows.
 """
 

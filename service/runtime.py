@@ -1,6 +1,6 @@
 """The re-planner service's engine, without HTTP: the Replanner, the store, the periodic loop and the metrics.
 
-:class:`ReplanService` owns one :class:`~fleetplan.placement.online.Replanner` behind a lock. Writes are
+:class:`ReplanService` owns one :class:`~fleetplan.solvers.online.Replanner` behind a lock. Writes are
 serialized: an observation is committed to the store, then fed to the forecaster, under the same lock, so every
 stored plan's ``last_observation_id`` says exactly which observations its forecaster state holds. On start it
 resumes from the last stored plan and replays the observations stored after it; with no stored plan it makes a
@@ -17,8 +17,14 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from fleetplan.datasets.catalog import get_model
 from fleetplan.errors import FleetplanError, InputError, UnknownNameError
-from fleetplan.placement.online import (
+from fleetplan.placement.planio import plan_to_dict
+from fleetplan.placement.problem import Problem
+from fleetplan.placement.scenario import build_problem, load_scenario
+from fleetplan.service.prometheus import pull_observations
+from fleetplan.service.store import Store
+from fleetplan.solvers.online import (
     OnlineConfig,
     OnlineResult,
     Replanner,
@@ -26,9 +32,7 @@ from fleetplan.placement.online import (
     load_times,
     window_problem,
 )
-from fleetplan.placement.planio import plan_to_dict
-from fleetplan.placement.problem import Problem
-from fleetplan.service.store import Store
+from fleetplan.solvers.solve import solve
 
 log = logging.getLogger("fleetplan.service")
 
@@ -79,8 +83,6 @@ class ServiceSettings:
 def load_problem(scenario: str | None) -> tuple[Problem, dict]:
     """(Problem, load time per option) of a scenario: load times from the catalog's weight bytes and the
     scenario's load bandwidth (options.load_bandwidth_bytes_per_s)."""
-    from fleetplan.datasets.catalog import get_model
-    from fleetplan.placement.scenario import build_problem, load_scenario
 
     sc = load_scenario(scenario)
     problem = build_problem(sc)
@@ -222,7 +224,6 @@ class ReplanService:
             return self._record(res)
 
     def _solve_candidate(self, time_limit_s: float):
-        from fleetplan.solvers.solve import solve
 
         with self.lock:
             now = self.clock()
@@ -253,7 +254,6 @@ class ReplanService:
     # ---- periodic loop -------------------------------------------------------------------------------------
     def pull_prometheus(self) -> int:
         """Pull one interval of vLLM metrics and store them as observations; returns how many."""
-        from fleetplan.service.prometheus import pull_observations
 
         obs, unknown = pull_observations(self.settings.prometheus_url, self.settings.interval_s or 300.0,
                                          self.clock(), self.model_names)

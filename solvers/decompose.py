@@ -17,6 +17,8 @@ from dataclasses import replace
 from fleetplan.placement.plan import Plan, Status, evaluate
 from fleetplan.placement.problem import Problem
 from fleetplan.placement.validate import validate
+from fleetplan.solvers.cpsat import solve_cpsat
+from fleetplan.solvers.milp import solve_milp
 
 
 def _window_problem(problem: Problem, base: Plan, w: int) -> Problem:
@@ -67,11 +69,9 @@ def solve_by_windows(problem: Problem, base: Plan, *, backend: str = "highs", ti
         sub = _window_problem(problem, base, w)
         warm = _base_window_plan(base, w)
         if backend == "cpsat":
-            from fleetplan.solvers.cpsat import solve_cpsat
 
             r = solve_cpsat(sub, time_limit_s=per, threads=threads or 2, gap=gap, warm_start=warm)
         else:
-            from fleetplan.solvers.milp import solve_milp
 
             r = solve_milp(sub, backend=backend, time_limit_s=per, threads=threads, gap=gap, warm_start=warm)
         chosen = warm

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 import pulp
 
 from fleetplan.errors import SolverError
-from fleetplan.placement.plan import Plan, SharedGPU, Status, tidy_shared
+from fleetplan.placement.plan import Plan, SharedGPU, Status, evaluate, tidy_shared
 from fleetplan.placement.problem import Problem
 from fleetplan.solvers.common import Index, build_index, by_model_and_site, warm_values
 from fleetplan.solvers.highs import HiGHS
@@ -307,7 +307,6 @@ def solve_milp(problem: Problem, *, backend: str = "highs", time_limit_s: float 
         return Plan(status=Status.NO_SOLUTION, backend=backend, solve_time_s=elapsed,
                     message=f"no feasible plan within {time_limit_s:g} s")
     replicas, shared = extract_plan(problem, model)
-    from fleetplan.placement.plan import evaluate
 
     candidate = Plan(replicas=replicas, shared=shared)
     objective = evaluate(problem, candidate).total_usd

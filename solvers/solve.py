@@ -6,9 +6,13 @@ import time
 from collections.abc import Callable
 
 from fleetplan.errors import SolverError
-from fleetplan.placement.baselines import greedy
-from fleetplan.placement.explain import explain_infeasible, precheck
 from fleetplan.placement.plan import Plan, Status
+from fleetplan.solvers.baselines import greedy
+from fleetplan.solvers.common import build_index
+from fleetplan.solvers.cpsat import solve_cpsat
+from fleetplan.solvers.decompose import solve_by_windows
+from fleetplan.solvers.explain import explain_infeasible, precheck
+from fleetplan.solvers.milp import solve_lp_bound, solve_milp
 
 BACKENDS = ("highs", "cbc", "cpsat")
 
@@ -24,7 +28,6 @@ MONOLITHIC_MAX_VARS = 150_000
 def model_size(problem) -> int:
     """Estimated variables of the monolithic model: replicas and starts per option and window, and the shared
     GPUs' residency and served-rate variables (candidate bins × candidate residents × windows)."""
-    from fleetplan.solvers.common import build_index
 
     idx = build_index(problem)
     shared = sum(len(r) for r in idx.residents.values()) * (problem.n_windows + 1)
@@ -61,12 +64,10 @@ def solve(problem, backend: str = "highs", *, time_limit_s: float = 60, threads:
     lb = None
     if lp_bound:
         say("solving the LP relaxation for a lower bound")
-        from fleetplan.solvers.milp import solve_lp_bound
 
         lb = solve_lp_bound(problem, time_limit_s=max(1.0, LP_BOUND_SHARE * time_limit_s), threads=threads)
     size = model_size(problem)
     if start is not None:
-        from fleetplan.solvers.decompose import solve_by_windows
 
         say("improving the greedy plan window by window")
         share = 1.0 if size > MONOLITHIC_MAX_VARS else BY_WINDOW_SHARE
@@ -91,12 +92,10 @@ def solve(problem, backend: str = "highs", *, time_limit_s: float = 60, threads:
     remaining = max(1.0, deadline - time.perf_counter())
     say(f"solving with {backend} (at most {remaining:.0f} s)")
     if backend == "cpsat":
-        from fleetplan.solvers.cpsat import solve_cpsat
 
         plan = solve_cpsat(problem, time_limit_s=remaining, threads=threads or 2, gap=gap, warm_start=start,
                            deadline=deadline)
     else:
-        from fleetplan.solvers.milp import solve_milp
 
         plan = solve_milp(problem, backend=backend, time_limit_s=remaining, threads=threads, gap=gap,
                           warm_start=start, deadline=deadline)

@@ -25,8 +25,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from fleetplan.errors import InputError, SolverError, UnknownNameError
-from fleetplan.placement.tenants import OBJECTIVE_SENSE, SolveStatus, TenantProblem
-from fleetplan.solvers.tenants_milp import SolveOutcome
+from fleetplan.placement.tenants import OBJECTIVE_SENSE, SolveOutcome, SolveStatus, TenantProblem
+from fleetplan.solvers.tenant_baselines import packed_greedy
 
 SCALE = 1000
 #: Above this many GPU-count variables CP-SAT runs without presolve (measured: at 100 tenants × 500 nodes presolve
@@ -48,7 +48,6 @@ class CpSatModel:
                  hint: Mapping[tuple[str, int, str], int] | None = None) -> None:
         from ortools.sat.python import cp_model
 
-        from fleetplan.placement.tenant_baselines import packed_greedy
 
         self.cp = cp_model
         self.problem, self.windows, self.margin = problem, list(windows), margin

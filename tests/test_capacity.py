@@ -8,9 +8,9 @@ import pytest
 from scipy.optimize import brentq
 
 from fleetplan.costmodels.capacity import SLO, replica_capacity, replica_capacity_from_latency
+from fleetplan.costmodels.demand import TokenMix
 from fleetplan.costmodels.hardware import GPU, Model
 from fleetplan.errors import InputError
-from fleetplan.placement.demand import TokenMix
 
 H100 = GPU("H100-SXM-80GB", 80e9, 3350e9, 989.4e12, 1978.9e12, 900e9, 128e9, 700)
 L8B = Model("Llama-3.1-8B", 32, 4096, 32, 8, 128, 8.03e9, 8.03e9)

@@ -10,7 +10,7 @@ from fleetplan.costmodels.calibration import Calibration, load_calibration, load
 from fleetplan.costmodels.hardware import GPU, Model
 from fleetplan.costmodels.latency import allreduce_time_s, decode_step_time_s, moe_params_read, prefill_time_s
 from fleetplan.costmodels.network import Link
-from fleetplan.costmodels.profiles import mdape_table, roofline_predictions, splitwise_fit_rows
+from fleetplan.datasets.profiles import mdape_table, roofline_predictions, splitwise_fit_rows
 from fleetplan.errors import InputError
 
 # Records built from the shipped CSV numbers (datasets/data/hardware/gpus.csv, datasets/data/models/models.csv).

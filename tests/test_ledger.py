@@ -4,10 +4,11 @@ import math
 
 import pytest
 
-from fleetplan.costmodels.ledger import DAYS_PER_MONTH, Flow, GpuPool, build_ledger, egress_items, plan_ledger
+from fleetplan.costmodels.ledger import DAYS_PER_MONTH, Flow, GpuPool, build_ledger, egress_items
 from fleetplan.costmodels.prices import GpuPrice, egress_cost_usd, select_egress_table
 from fleetplan.costmodels.split import compare, make_spec, with_cross_site_egress
 from fleetplan.errors import InputError
+from fleetplan.placement.ledger import plan_ledger
 from fleetplan.placement.plan import evaluate
 
 

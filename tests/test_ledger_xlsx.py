@@ -6,9 +6,9 @@ import subprocess
 import openpyxl
 import pytest
 
-from fleetplan.costmodels.ledger import plan_ledger
-from fleetplan.costmodels.ledger_xlsx import write_plan_workbook, write_split_workbook
 from fleetplan.costmodels.split import compare, make_spec, with_cross_site_egress
+from fleetplan.placement.ledger import plan_ledger
+from fleetplan.placement.workbook import write_plan_workbook, write_split_workbook
 
 formulas = pytest.importorskip("formulas")
 

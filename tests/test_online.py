@@ -10,7 +10,9 @@ import pytest
 
 from fleetplan.errors import InputError
 from fleetplan.placement.generators import random_instance
-from fleetplan.placement.online import (
+from fleetplan.placement.problem import ModelSpec, Pool, Problem, ReplicaOption
+from fleetplan.placement.validate import validate
+from fleetplan.solvers.online import (
     Forecaster,
     OnlineConfig,
     Replanner,
@@ -18,8 +20,6 @@ from fleetplan.placement.online import (
     load_times,
     window_problem,
 )
-from fleetplan.placement.problem import ModelSpec, Pool, Problem, ReplicaOption
-from fleetplan.placement.validate import validate
 from fleetplan.solvers.solve import solve
 
 H = 3600.0

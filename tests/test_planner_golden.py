@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import pytest
 
-from fleetplan.placement.baselines import autoscale_dedicated, dedicated_peak, ffd_peak, greedy
 from fleetplan.placement.plan import Status, evaluate
 from fleetplan.placement.problem import ModelSpec, Pool, Problem, ReplicaOption, ShareOption
 from fleetplan.placement.validate import validate
+from fleetplan.solvers.baselines import autoscale_dedicated, dedicated_peak, ffd_peak, greedy
 from fleetplan.solvers.solve import solve
 
 BACKENDS = ["highs", "cbc", "cpsat"]

@@ -9,11 +9,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fleetplan.placement.baselines import BASELINES, greedy
 from fleetplan.placement.generators import planted_instance
 from fleetplan.placement.plan import Plan, SharedGPU, Status, evaluate
 from fleetplan.placement.problem import ModelSpec, Pool, Problem, ReplicaOption, ShareOption
 from fleetplan.placement.validate import validate
+from fleetplan.solvers.baselines import BASELINES, greedy
 from fleetplan.solvers.milp import solve_lp_bound
 from fleetplan.solvers.solve import solve
 

@@ -10,8 +10,9 @@ import pandas as pd
 import pytest
 
 from fleetplan.costmodels.capacity import SLO, profile_replica_capacity
+from fleetplan.costmodels.demand import TokenMix
 from fleetplan.costmodels.hardware import GPU, Model
-from fleetplan.costmodels.profiles import (
+from fleetplan.datasets.profiles import (
     ProfileCapacity,
     SplitwiseProfile,
     capacity_for,
@@ -19,7 +20,6 @@ from fleetplan.costmodels.profiles import (
     load_splitwise,
 )
 from fleetplan.errors import InputError
-from fleetplan.placement.demand import TokenMix
 
 A100 = GPU("A100-SXM4-80GB", 80e9, 2039e9, 312e12, None, 600e9, 64e9, 400)
 L2_70B = Model("Llama-2-70B", 80, 8192, 64, 8, 128, 68.98e9, 68.98e9, max_context_tokens=4096)

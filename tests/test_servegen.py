@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from fleetplan.costmodels.demand import TokenMix
 from fleetplan.datasets.servegen import (
     fill_gaps,
     servegen_arrival_params,
@@ -15,7 +16,6 @@ from fleetplan.datasets.servegen import (
     servegen_series,
 )
 from fleetplan.errors import InputError, UnknownNameError
-from fleetplan.placement.demand import TokenMix
 
 MIX = TokenMix(1000, 3000, 200, 500)
 # m-mid, day 3, from servegen_total_rate_10min.csv: 14:50 -> 2103.286667 req/s, 15:00..16:50 (12 windows) are gaps

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from fleetplan.placement.sim_engine import DeviceSpec, EngineSpec, Policy, StepModel, run
+from fleetplan.simulator.engine import DeviceSpec, EngineSpec, Policy, StepModel, run
 
 
 def _service_model(seconds_per_token: float) -> StepModel:
@@ -140,7 +140,7 @@ def conv_plan():
 
 
 def test_feasible_plan_meets_slo_on_its_trace(conv_plan):
-    from fleetplan.placement.simulate import simulate_day
+    from fleetplan.simulator.replay import simulate_day
 
     sc, problem, plan = conv_plan
     rep = simulate_day(problem, plan, sc, seed=0)
@@ -154,7 +154,7 @@ def test_feasible_plan_meets_slo_on_its_trace(conv_plan):
 
 def test_burst_ttft_grows_as_the_queue_says():
     from fleetplan.datasets.traces import Trace
-    from fleetplan.placement.simulate import FleetBuilder, simulate_trace
+    from fleetplan.simulator.replay import FleetBuilder, simulate_trace
 
     sc = _scenario([{"name": "Llama-3.1-8B", "tp": [1], "min_replicas": 1,
                      "slo": {"ttft_p95_s": 1.0, "tpot_p95_s": 0.1}, "token_mix": {"trace": "azure-conv"},
@@ -241,7 +241,7 @@ def test_decode_runs_match_step_by_step(conv_plan):
     # Decode runs (one event per run of steps) against the same engine stepping one decode step per event, on the
     # first 10 minutes of the conv trace: the percentiles agree within 3%.
     from fleetplan.datasets.traces import load_trace
-    from fleetplan.placement.simulate import simulate_trace
+    from fleetplan.simulator.replay import simulate_trace
 
     sc, problem, plan = conv_plan
     tr = load_trace("azure-conv").window(0, 600)

@@ -11,7 +11,6 @@ import random
 import pytest
 
 from fleetplan.errors import InfeasibleError, InputError, UnknownNameError
-from fleetplan.placement.tenant_baselines import fair_share, packed_greedy, static_partition
 from fleetplan.placement.tenants import (
     Allocation,
     AllocationError,
@@ -23,8 +22,9 @@ from fleetplan.placement.tenants import (
     load_scenario,
     validate_allocation,
 )
+from fleetplan.solvers.tenant_baselines import fair_share, packed_greedy, static_partition
+from fleetplan.solvers.tenants import dominates, solve_allocation, weighted_score
 from fleetplan.solvers.tenants_cpsat import split_mig, split_mps
-from fleetplan.solvers.tenants_milp import dominates, solve_allocation, weighted_score
 
 TABLE = load_interference()
 H100 = "H100-SXM-80GB"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from fleetplan.costmodels.demand import TokenMix
 from fleetplan.datasets.traces import (
     ALL,
     Trace,
@@ -21,7 +22,6 @@ from fleetplan.datasets.traces import (
     trace_to_demand,
 )
 from fleetplan.errors import InputError, UnknownNameError
-from fleetplan.placement.demand import TokenMix
 
 # Seven requests. With 60-s windows: window 0 = [0,60) holds t=0,1,2,10; window 1 = [60,120) holds 65,70;
 # window 2 = [120,180) holds 130.

@@ -1,6 +1,6 @@
 """Replay requests against a plan's replicas and measure what the plan delivers: ``fleetplan simulate``.
 
-The discrete-event model is in :mod:`fleetplan.placement.sim_engine` (continuous batching, prefill priority, KV
+The discrete-event model is in :mod:`fleetplan.simulator.engine` (continuous batching, prefill priority, KV
 limit per replica, shared GPUs time-sliced between their models, least-work or round-robin router). This module
 builds the fleet of one window from a plan, draws or reads the requests, runs the engine and computes the metrics
 people judge serving by, per model and per window.
@@ -42,10 +42,18 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from fleetplan.costmodels.calibration import load_calibration
+from fleetplan.costmodels.energy import energy_kwh, idle_fraction
+from fleetplan.costmodels.latency import decode_step_time_s, prefill_time_s
+from fleetplan.costmodels.network import NetworkGraph
+from fleetplan.datasets.catalog import get_gpu, get_model
+from fleetplan.datasets.servegen import servegen_client_mix, servegen_day_curve
+from fleetplan.datasets.traces import load_trace
 from fleetplan.errors import InputError, UnknownNameError
 from fleetplan.placement.plan import Plan
+from fleetplan.placement.planio import plan_from_dict, problem_from_plan_dict, read_plan_json
 from fleetplan.placement.problem import Problem
-from fleetplan.placement.sim_engine import FCFS, DeviceSpec, EngineSpec, Policy, RunResult, StepModel, run
+from fleetplan.simulator.engine import FCFS, DeviceSpec, EngineSpec, Policy, RunResult, StepModel, run
 
 #: Quantiles reported for TTFT and TPOT.
 QUANTILES = (0.5, 0.95, 0.99)
@@ -62,7 +70,7 @@ class Fleet:
     """Engines and devices of one window, plus the model each engine serves.
 
     Attributes:
-        engines, devices: as :func:`fleetplan.placement.sim_engine.run` takes them.
+        engines, devices: as :func:`fleetplan.simulator.engine.run` takes them.
         device_models: per device, the models resident on it.
     """
 
@@ -104,10 +112,6 @@ class FleetBuilder:
         key = (model_name, pool_id, tp, pp, kv_budget_bytes)
         if key in self._cache:
             return self._cache[key]
-        from fleetplan.costmodels.calibration import load_calibration
-        from fleetplan.costmodels.latency import decode_step_time_s, prefill_time_s
-        from fleetplan.costmodels.network import NetworkGraph
-        from fleetplan.datasets.catalog import get_gpu, get_model
 
         opts = self.scenario.options if self.scenario is not None else {}
         wd, kd = opts.get("weight_dtype", "bf16"), opts.get("kv_dtype", "bf16")
@@ -133,8 +137,6 @@ class FleetBuilder:
     def fleet(self, w: int) -> Fleet:
         """The devices and engines of window ``w``: every dedicated replica of the plan in that window, and every
         shared GPU (on all day)."""
-        from fleetplan.costmodels.energy import idle_fraction  # noqa: F401  (validates the power table early)
-        from fleetplan.datasets.catalog import get_gpu
 
         pools = self.problem.pool_by_id
         shares = self.problem.share_by_key
@@ -160,7 +162,6 @@ class FleetBuilder:
                                       pool.usd_per_gpu_hour, gpu.tdp_w or 0.0, gpu=pool.gpu))
             for m in g.models:
                 opt = shares[(m, g.pool)]
-                from fleetplan.datasets.catalog import get_model
 
                 wd = (self.scenario.options if self.scenario is not None else {}).get("weight_dtype", "bf16")
                 budget = opt.memory_bytes - get_model(m, self._file("models")).weight_bytes(wd)
@@ -207,7 +208,6 @@ class Workload:
 
 @functools.cache
 def _trace(name: str):
-    from fleetplan.datasets.traces import load_trace
 
     return load_trace(name)
 
@@ -265,7 +265,6 @@ def _day_rate_profile(model_raw: dict, scenario, arrivals: str) -> tuple[np.ndar
     dem = model_raw["demand"]
     L = float(scenario.options["window_length_s"])
     if "servegen" in dem:
-        from fleetplan.datasets.servegen import servegen_client_mix, servegen_day_curve
 
         body = dem["servegen"]
         series, day, gaps = body["series"], body.get("day", "mean"), body.get("gaps", "interpolate")
@@ -334,7 +333,6 @@ def scenario_workload(scenario, w: int, start_s: float, end_s: float, seed: int,
 def _scenario_trace(dem: dict, scenario):
     from pathlib import Path
 
-    from fleetplan.datasets.traces import load_trace
 
     body = dem["trace"]
     ref = body.get("file") or body.get("name")
@@ -429,7 +427,6 @@ def window_metrics(problem: Problem, fleet: Fleet, wl: Workload, res: RunResult,
                    window_length_s: float) -> list[ModelWindowMetrics]:
     """Per-model metrics of one simulated window (the measured interval of ``wl``; energy and cost extrapolated
     from the measured interval to ``window_length_s``)."""
-    from fleetplan.costmodels.energy import energy_kwh, idle_fraction
 
     dur = max(wl.measure_to_s - wl.measure_from_s, 1e-9)
     span = max(res.end_s - 0.0, dur)
@@ -786,7 +783,6 @@ def simulate_trace(problem: Problem, plan: Plan, scenario, trace, *, window: str
 
 def load_plan_file(path: str) -> tuple[Problem, Plan, object, dict]:
     """(problem, plan, scenario, plan dict) from a plan JSON written by ``fleetplan plan --out``."""
-    from fleetplan.placement.planio import plan_from_dict, problem_from_plan_dict, read_plan_json
 
     d = read_plan_json(path)
     problem, scenario = problem_from_plan_dict(d)

@@ -26,7 +26,12 @@ from openpyxl.chart import BarChart, Reference
 from openpyxl.styles import Font
 from openpyxl.utils import get_column_letter
 
-from fleetplan.costmodels.ledger import DAYS_PER_MONTH, SECONDS_PER_DAY, Flow, table_key
+from fleetplan.costmodels.energy import idle_fraction
+from fleetplan.costmodels.ledger import DAYS_PER_MONTH, SECONDS_PER_DAY, Flow, load_assumptions, table_key
+from fleetplan.datasets.catalog import load_gpus
+from fleetplan.fileio import atomic_path
+from fleetplan.placement.ledger import plan_ledger
+from fleetplan.placement.plan import evaluate
 
 _BOLD = Font(bold=True)
 LEDGER_HEADER = ("Option", "Category", "Item", "Site", "Quantity per day", "Unit", "Unit price USD",
@@ -39,7 +44,6 @@ def save_atomic(wb: Workbook, path: str | Path) -> Path:
 
     Raises InputError when the folder does not exist or cannot be written.
     """
-    from fleetplan.fileio import atomic_path
 
     path = Path(path)
     with atomic_path(path, field="path") as tmp:
@@ -155,7 +159,6 @@ def build_split_workbook(result, scenarios: Sequence[dict] | None = None) -> Wor
     a.add("kv_tokens", "KV-cached tokens per prompt (formula)",
           f"=MIN({a.ref['input_tokens']},{win})" if win else f"={a.ref['input_tokens']}", "tokens",
           "prompt tokens, capped by the sliding window" if win else "the prompt tokens (no sliding window)")
-    from fleetplan.costmodels.ledger import load_assumptions
 
     la = load_assumptions()
     a.add("text_bytes_per_token", "Text bytes per token (prompts, responses)", s.text_bytes_per_token,
@@ -332,8 +335,6 @@ def build_plan_workbook(problem, plan, **ledger_kw) -> Workbook:
     ``ledger_kw`` go to :func:`fleetplan.costmodels.ledger.plan_ledger` (energy_billed, usd_per_kwh, pue, gpus).
     The totals equal the plan ledger's (and so :func:`fleetplan.placement.plan.evaluate`'s, per day).
     """
-    from fleetplan.costmodels.energy import idle_fraction
-    from fleetplan.costmodels.ledger import load_assumptions, plan_ledger
 
     pl = plan_ledger(problem, plan, **ledger_kw)
     led = pl.ledger
@@ -362,10 +363,8 @@ def build_plan_workbook(problem, plan, **ledger_kw) -> Workbook:
           "flag", "choice")
     gpus = ledger_kw.get("gpus")
     if gpus is None:
-        from fleetplan.datasets.catalog import load_gpus
 
         gpus = load_gpus()
-    from fleetplan.placement.plan import evaluate
 
     util = evaluate(problem, plan).mean_utilization
     for pid in energy:

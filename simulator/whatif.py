@@ -1,6 +1,6 @@
 """What-if policies on one replayed window: FCFS vs progress-aware preemption, and a two-tier (HBM + host DRAM) KV
-cache. Both replay the same requests on the same fleet and differ only in :class:`~fleetplan.placement.sim_engine.
-Policy` (see :mod:`fleetplan.placement.sim_engine` for how preemption, resume costs and the host tier are modelled).
+cache. Both replay the same requests on the same fleet and differ only in :class:`~fleetplan.simulator.engine.
+Policy` (see :mod:`fleetplan.simulator.engine` for how preemption, resume costs and the host tier are modelled).
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fleetplan.placement.sim_engine import Policy
-from fleetplan.placement.simulate import FleetBuilder, Workload, request_latencies, run_window
+from fleetplan.simulator.engine import Policy
+from fleetplan.simulator.replay import FleetBuilder, Workload, request_latencies, run_window
 
 
 def _q(x: np.ndarray, q: float) -> float:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 
 from fleetplan.placement.problem import Problem
+from fleetplan.solvers.highs import HiGHS
+from fleetplan.solvers.milp import build_milp
 
 
 def precheck(problem: Problem) -> list[str]:
@@ -72,8 +74,6 @@ def explain_infeasible(problem: Problem, *, time_limit_s: float = 30) -> list[st
     if reasons:
         return reasons
 
-    from fleetplan.solvers.highs import HiGHS
-    from fleetplan.solvers.milp import build_milp
 
     model = build_milp(problem, relax=True, elastic=True)
     model.lp.solve(HiGHS(msg=False, timeLimit=time_limit_s))

@@ -32,8 +32,11 @@ import numpy as np
 import pandas as pd
 
 from fleetplan.costmodels.calibration import Calibration, load_calibration, load_reference_models
+from fleetplan.costmodels.capacity import ReplicaCapacity, replica_capacity
 from fleetplan.costmodels.hardware import GPU, Model
-from fleetplan.errors import InputError
+from fleetplan.costmodels.latency import decode_step_time_s, prefill_time_s
+from fleetplan.datasets.catalog import get_gpu
+from fleetplan.errors import InputError, UnknownNameError
 
 #: Splitwise hardware labels -> catalog GPU names (the profiles were measured on DGX A100 (SXM4 80 GB) and
 #: DGX H100 (SXM5 80 GB) machines, per the Splitwise paper, ISCA 2024). 'h100-80gb-pcap' is the power-capped H100.
@@ -95,7 +98,6 @@ def splitwise_fit_rows(df: pd.DataFrame | None = None, memory_utilization: float
     Adds columns gpu (catalog name), context_tokens (prompt + token_size/2, the mean decode context) and prefill_row
     (True on the first row of each prefill configuration; the output-length sweep repeats prefill configurations).
     """
-    from fleetplan.datasets.catalog import get_gpu
 
     df = load_splitwise() if df is None else df
     model = load_reference_models()["Llama-2-70B"]
@@ -118,8 +120,6 @@ def roofline_predictions(rows: pd.DataFrame, calibs: dict[str, Calibration] | No
     pred_decode_s, ape_prefill, ape_decode (|pred − measured| / measured; ape_prefill is NaN on rows that repeat a
     prefill configuration).
     """
-    from fleetplan.costmodels.latency import decode_step_time_s, prefill_time_s
-    from fleetplan.datasets.catalog import get_gpu
 
     model = load_reference_models()["Llama-2-70B"]
     out = rows.copy()
@@ -282,7 +282,7 @@ class ProfileCapacity:
         return rate, ""
 
     def req_per_s_for(self, mix) -> float:
-        """req/s for a :class:`~fleetplan.placement.demand.TokenMix`, looked up at its p95 input/output lengths."""
+        """req/s for a :class:`~fleetplan.costmodels.demand.TokenMix`, looked up at its p95 input/output lengths."""
         return self.lookup(mix.input_tokens_p95, mix.output_tokens_p95)[0]
 
 
@@ -290,7 +290,6 @@ def load_aibrix_profile(name: str) -> ProfileCapacity:
     """A shipped AIBrix profile by file stem, e.g. 'simulator-llama2-7b-a100' (simulated, not GPU measurements)."""
     p = _profiles_dir() / "aibrix" / f"{name}.json"
     if not p.is_file():
-        from fleetplan.errors import UnknownNameError
         known = [f.name[:-5] for f in (_profiles_dir() / "aibrix").iterdir() if f.name.endswith(".json")]
         raise UnknownNameError("AIBrix profile", name, known)
     with importlib.resources.as_file(p) as real:
@@ -307,7 +306,6 @@ def capacity_for(model: Model, gpu: GPU | None, mix, slo, *, gpu_name: str = "",
     — zero capacity with limiting 'no_data' and a reason: such a GPU is not eligible, never free capacity.
     Returns a :class:`~fleetplan.costmodels.capacity.ReplicaCapacity`.
     """
-    from fleetplan.costmodels.capacity import ReplicaCapacity, replica_capacity
 
     name = gpu.name if gpu is not None else gpu_name
     tp = int(kwargs.get("tp", 1))

@@ -1,0 +1,130 @@
+"""The ledger of a placement plan: GPU-hours per pool, replica starts, egress of requests served away from their
+origin, and energy, per day (the line items and their arithmetic are :mod:`fleetplan.costmodels.ledger`'s)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from fleetplan.costmodels.energy import idle_fraction, power_w
+from fleetplan.costmodels.ledger import HOURS_PER_DAY, Ledger, LineItem, load_assumptions
+from fleetplan.costmodels.network import route_class
+from fleetplan.datasets.catalog import load_gpus
+from fleetplan.errors import InputError
+from fleetplan.placement.plan import Plan, evaluate, site_capacity, starts
+from fleetplan.placement.problem import Problem
+
+
+@dataclass(frozen=True)
+class PlanLedger:
+    """A plan's ledger and the figures the workbook needs.
+
+    Attributes:
+        ledger: line items per day.
+        day_factor: days in the plan's horizon (horizon hours / 24); ledger amounts = horizon amounts / day_factor.
+        egress_gb: {(origin, site): GB over the horizon served away from the origin}.
+        starts: {(model, pool, tp, pp): replica starts over the horizon}.
+    """
+
+    ledger: Ledger
+    day_factor: float
+    egress_gb: dict[tuple[str, str], float] = field(default_factory=dict)
+    starts: dict[tuple[str, str, int, int], int] = field(default_factory=dict)
+
+
+def plan_egress_gb(problem: Problem, plan: Plan) -> dict[tuple[str, str], float]:
+    """GB served away from each model's origin per (origin, site), over the horizon, routed as
+    :func:`fleetplan.placement.plan.route` does (origin first, then sites by increasing egress rate)."""
+
+    caps = site_capacity(problem, plan)
+    out: dict[tuple[str, str], float] = {}
+    for m in problem.models:
+        for w, d in enumerate(m.demand_req_per_s):
+            left = d
+            for site, c in sorted(caps[m.name][w].items(), key=lambda kv: (
+                    kv[0] != m.origin_site, problem.egress_rate(m.origin_site, kv[0]))):
+                take = min(left, c)
+                if take <= 0:
+                    break
+                if m.origin_site is not None and site != m.origin_site:
+                    gb = take * problem.window_length_s * m.request_bytes / 1e9
+                    out[(m.origin_site, site)] = out.get((m.origin_site, site), 0.0) + gb
+                left -= take
+    return out
+
+
+def plan_ledger(problem: Problem, plan: Plan, *, gpus: dict | None = None, energy_billed: bool = False,
+                usd_per_kwh: float | None = None, pue: float | None = None) -> PlanLedger:
+    """The ledger of a :class:`~fleetplan.placement.plan.Plan`, per day.
+
+    Lines: GPU-hours per (site, GPU type, pricing model) × the pool's USD per GPU-hour (dedicated replicas and
+    shared GPUs); replica starts × start cost; egress GB per (origin, serving site) × the problem's USD per GB
+    (route class from the site names); energy per pool at the plan's mean utilization (information only unless
+    ``energy_billed``). Amounts are the horizon's divided by horizon hours / 24, so GPU + start + egress equal
+    :func:`fleetplan.placement.plan.evaluate`'s totals per day.
+
+    Args:
+        problem, plan: the placement problem and its plan.
+        gpus: {GPU name: GPU record} for TDPs; default the catalog (pools whose GPU it lacks get no energy line).
+
+    Raises:
+        InputError: a plan key that names no option of the problem, or a missing egress rate.
+    """
+
+    if gpus is None:
+        gpus = load_gpus()
+    opts = problem.option_by_key
+    pools = problem.pool_by_id
+    hours = problem.window_hours
+    day_factor = problem.horizon_hours / HOURS_PER_DAY
+    ev = evaluate(problem, plan)
+    util = ev.mean_utilization
+    gpu_hours: dict[str, float] = {}
+    for key, counts in plan.replicas.items():
+        if key not in opts:
+            raise InputError(f"plan key {key} names no option of the problem", field="replicas", value=key)
+        o = opts[key]
+        gpu_hours[o.pool] = gpu_hours.get(o.pool, 0.0) + sum(counts) * o.gpus * hours
+    for g in plan.shared:
+        gpu_hours[g.pool] = gpu_hours.get(g.pool, 0.0) + hours * problem.n_windows
+    items: list[LineItem] = []
+    energy: list[LineItem] = []
+    a = load_assumptions()
+    kwh_price = a["electricity_usd_per_kwh"].value if usd_per_kwh is None else usd_per_kwh
+    pue_v = a["pue"].value if pue is None else pue
+    for pid in sorted(gpu_hours):
+        p = pools[pid]
+        q = gpu_hours[pid] / day_factor
+        items.append(LineItem("plan", "gpu", f"GPU-hours {p.gpu} at {p.site}", q, "GPU-hour", p.usd_per_gpu_hour,
+                              p.price_source or "problem pool price", site=p.site, gpu=p.gpu,
+                              pricing_model=p.pricing_model))
+        spec = gpus.get(p.gpu)
+        if spec is not None and spec.tdp_w:
+            kwh = q * power_w(spec.tdp_w, util, idle_fraction(p.gpu)) / 1000.0 * pue_v
+            energy.append(LineItem("plan", "energy", f"energy {p.gpu} at {p.site} ({spec.tdp_w:g} W TDP at "
+                                   f"{util:.0%}, PUE {pue_v:g})", kwh, "kWh", kwh_price,
+                                   a["electricity_usd_per_kwh"].source if usd_per_kwh is None else "user",
+                                   site=p.site, gpu=p.gpu, in_total=energy_billed))
+    st = {}
+    for key, counts in sorted(plan.replicas.items()):
+        n = starts(counts)
+        st[key] = n
+        o = opts[key]
+        if n and o.start_cost_usd > 0:
+            items.append(LineItem("plan", "start", f"replica starts {key[0]} on {key[1]} tp{key[2]} pp{key[3]}",
+                                  n / day_factor, "start", o.start_cost_usd, "problem option start cost",
+                                  site=pools[o.pool].site, gpu=pools[o.pool].gpu))
+    eg = plan_egress_gb(problem, plan)
+    for (origin, site), gb in sorted(eg.items()):
+        rate = problem.egress_rate(origin, site)
+        try:
+            rc = route_class(origin, site)
+        except InputError:
+            rc = ""
+        items.append(LineItem("plan", "egress", f"requests served away: {origin} -> {site}", gb / day_factor, "GB",
+                              rate, "problem egress table", site=site, route_class=rc))
+    requests = sum(sum(m.demand_req_per_s) * problem.window_length_s for m in problem.models) / day_factor
+    led = Ledger("plan", tuple(items + energy), requests_per_day=requests)
+    if not math.isclose(led.gpu_usd_per_day * day_factor, ev.gpu_usd, rel_tol=1e-9, abs_tol=1e-6):
+        raise AssertionError("plan ledger GPU total disagrees with evaluate()")  # a bug, never user input
+    return PlanLedger(led, day_factor, eg, st)

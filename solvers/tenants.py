@@ -1,0 +1,271 @@
+"""Tenant allocation in its three modes (weighted, lexicographic, Pareto) over either backend: the MILP of
+:mod:`fleetplan.solvers.tenants_milp` (PuLP + HiGHS) or the CP-SAT model of :mod:`fleetplan.solvers.tenants_cpsat`
+(same notation and numbered constraints; see the MILP module's docstring for the model and the objectives)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from fleetplan.errors import InfeasibleError, InputError, SolverError
+from fleetplan.placement.tenants import (
+    OBJECTIVE_SENSE,
+    Allocation,
+    Objectives,
+    SolveOutcome,
+    SolveStatus,
+    TenantProblem,
+    explain_guarantees,
+    validate_allocation,
+)
+from fleetplan.solvers.tenants_cpsat import CpSatModel
+from fleetplan.solvers.tenants_milp import MilpModel
+
+MODES = ("weighted", "lexicographic", "pareto")
+BACKENDS = ("highs", "cpsat")
+DEFAULT_WEIGHTS = {"utilization": 1.0, "isolation": 1.0, "sla": 1.0}
+DEFAULT_ORDER = ("sla", "utilization", "isolation")
+#: Weight of the secondary terms that break ties (keeps s tight and avoids weakly dominated points).
+TIE_BREAK = 1e-3
+
+
+@dataclass
+class AllocationResult:
+    """The answer of :func:`solve_allocation`.
+
+    Attributes:
+        allocation: the chosen allocation (for Pareto, the point with the best weighted score).
+        objectives: its objective values (from the independent checker).
+        mode, backend: how it was produced.
+        pareto: for mode 'pareto', the non-dominated points [(Allocation, Objectives)] by increasing isolation.
+        stages: for mode 'lexicographic', [(objective, optimum found, bound kept)] in order.
+    """
+
+    allocation: Allocation
+    objectives: Objectives
+    mode: str
+    backend: str
+    pareto: list[tuple[Allocation, Objectives]] = field(default_factory=list)
+    stages: list[tuple[str, float, float]] = field(default_factory=list)
+
+
+def normalisers(problem: TenantProblem) -> dict[str, float]:
+    """Divisors that bring each objective to about 0..1: utilization 1; isolation N·W (node-windows);
+    sla Σ weight·sla_target·demand (the weighted SLA demand; 1 if zero)."""
+    sla_den = sum(t.weight * t.sla_target * d for t in problem.tenants for d in t.demand_gpus)
+    return {"utilization": 1.0, "isolation": float(len(problem.nodes) * problem.n_windows),
+            "sla": sla_den if sla_den > 0 else 1.0}
+
+
+def weighted_score(problem: TenantProblem, obj: Objectives, weights: dict[str, float]) -> float:
+    """Σ_k weight_k · sense_k · objective_k / normaliser_k (higher is better)."""
+    norm = normalisers(problem)
+    return sum(weights.get(k, 0.0) * OBJECTIVE_SENSE[k] * obj.value(k) / norm[k] for k in OBJECTIVE_SENSE)
+
+
+
+def _factory(backend: str) -> Callable[..., object]:
+    if backend == "highs":
+        return MilpModel
+    if backend == "cpsat":
+        return CpSatModel
+    raise InputError(f"unknown backend {backend!r}; use one of {', '.join(BACKENDS)}", field="backend", value=backend)
+
+
+def _combine(outs: list[SolveOutcome]) -> tuple[SolveStatus, dict, float | None, float | None, float]:
+    for o in outs:
+        if o.status in (SolveStatus.INFEASIBLE, SolveStatus.NO_SOLUTION):
+            return o.status, {}, None, None, sum(x.solve_s for x in outs)
+    status = SolveStatus.OPTIMAL if all(o.status is SolveStatus.OPTIMAL for o in outs) else SolveStatus.FEASIBLE
+    gpus: dict = {}
+    for o in outs:
+        gpus.update(o.gpus)
+    obj = sum(o.objective or 0.0 for o in outs)
+    bound = sum(o.bound if o.bound is not None else (o.objective or 0.0) for o in outs)
+    return status, gpus, obj, bound, sum(o.solve_s for o in outs)
+
+
+def _gap(obj: float | None, bound: float | None) -> float | None:
+    if obj is None or bound is None:
+        return None
+    return max(0.0, bound - obj) / max(abs(obj), 1e-9)
+
+
+def _raise_unsolved(problem: TenantProblem, status: SolveStatus, what: str) -> None:
+    if status is SolveStatus.INFEASIBLE:
+        raise InfeasibleError(f"{what}: the guarantees fit the pool only without interference headroom on shared "
+                              "nodes; give more nodes, lower quotas, or run with the margin off")
+    raise SolverError(f"{what}: no allocation found within the time limit; raise --time-limit")
+
+
+def solve_allocation(problem: TenantProblem, *, mode: str = "weighted", backend: str = "highs",
+                     weights: dict[str, float] | None = None, order: Sequence[str] | None = None,
+                     tolerance: float = 0.01, points: int = 5, time_limit_s: float = 30.0, threads: int = 1,
+                     margin: bool = True, decompose: bool | None = None,
+                     progress: Callable[[str], None] | None = None) -> AllocationResult:
+    """Allocate the pool to the tenants.
+
+    Args:
+        problem: the pool, tenants and interference table.
+        mode: 'weighted' (maximize the weighted normalised score), 'lexicographic' (``order``, each stage keeping
+            earlier optima within ``tolerance``, relative) or 'pareto' (``points`` epsilon-constraint solves).
+        backend: 'highs' (this MILP) or 'cpsat' (``fleetplan.solvers.tenants_cpsat``).
+        weights: {'utilization', 'isolation', 'sla': weight ≥ 0}; default 1 each.
+        time_limit_s: wall-time budget for the whole call, split over its solves; threads: solver threads.
+        margin: reserve interference headroom on shared nodes.
+        decompose: solve each window apart: exact for 'weighted' (the objective is a sum over windows) and for
+            'lexicographic' with tolerance 0; with a tolerance each window keeps its own stage optima within it
+            (so the sums do too); for 'pareto' each window gets its own ε between its own anchors (the points meet
+            the global ε-constraint on the sum but may lie slightly inside the exact global front). Default True.
+        progress: called with a short message before each solve.
+
+    Returns an AllocationResult whose allocations all passed ``validate_allocation``.
+    Raises InfeasibleError (guarantees that cannot be met, explained), SolverError (nothing found in time),
+    InputError (bad mode, backend, weights, order, points).
+    """
+    if mode not in MODES:
+        raise InputError(f"unknown mode {mode!r}; use one of {', '.join(MODES)}", field="mode", value=mode)
+    Model = _factory(backend)
+    weights = dict(DEFAULT_WEIGHTS if weights is None else weights)
+    for k, v in weights.items():
+        if k not in OBJECTIVE_SENSE:
+            raise InputError(f"unknown objective {k!r} in weights; use {', '.join(OBJECTIVE_SENSE)}", field="weights")
+        if not isinstance(v, int | float) or v < 0 or not math.isfinite(v):
+            raise InputError(f"weight of {k} must be a number ≥ 0, got {v!r}", field="weights", value=v)
+    order = tuple(order or DEFAULT_ORDER)
+    if sorted(order) != sorted(set(order)) or any(o not in OBJECTIVE_SENSE for o in order):
+        raise InputError(f"order {list(order)} must list distinct objectives among {', '.join(OBJECTIVE_SENSE)}",
+                         field="order")
+    if not 0 <= tolerance <= 1:
+        raise InputError(f"tolerance {tolerance} must be within 0..1 (relative)", field="tolerance")
+    if mode == "pareto" and not 2 <= points <= 50:
+        raise InputError(f"points must be 2..50, got {points}", field="points", value=points)
+    explain_guarantees(problem)
+    say = progress or (lambda _m: None)
+    norm = normalisers(problem)
+    W = list(range(problem.n_windows))
+    if decompose is None:
+        decompose = len(W) > 1
+    coefs = {k: weights.get(k, 0.0) / norm[k] for k in OBJECTIVE_SENSE}
+    # Tiny tie-break on every objective keeps s tight and answers non-dominated.
+    coefs = {k: c + TIE_BREAK / norm[k] for k, c in coefs.items()}
+
+    def finish(gpus: dict, status: SolveStatus, obj: float | None, bound: float | None, dt: float,
+               policy: str) -> tuple[Allocation, Objectives]:
+        alloc = Allocation(policy, gpus, margin=margin, status=status, bound=bound, gap=_gap(obj, bound),
+                           solve_s=dt)
+        return alloc, validate_allocation(problem, alloc)
+
+    if mode == "weighted":
+        groups = [[w] for w in W] if decompose else [W]
+        outs = []
+        for i, g in enumerate(groups):
+            say(f"solving {'window ' + str(g[0]) if decompose else 'all windows'} ({i + 1}/{len(groups)})")
+            m = Model(problem, g, margin=margin)
+            m.set_objective(coefs)
+            budget = time_limit_s / len(groups)
+            o = m.solve(budget, threads)
+            if o.status in (SolveStatus.INFEASIBLE, SolveStatus.NO_SOLUTION):
+                _raise_unsolved(problem, o.status, f"window {g[0]}" if decompose else "allocation")
+            outs.append(o)
+        status, gpus, obj, bound, dt = _combine(outs)
+        alloc, ob = finish(gpus, status, obj, bound, dt, "optimizer")
+        return AllocationResult(alloc, ob, mode, backend)
+
+    if mode == "lexicographic":
+        groups = [[w] for w in W] if decompose else [W]
+        budget = time_limit_s / (len(order) * len(groups))
+        totals = {name: [0.0, 0.0] for name in order}  # Σ over groups of (stage optimum, bound kept)
+        finals = []
+        for gi, g in enumerate(groups):
+            model = Model(problem, g, margin=margin)
+            last = None
+            for i, name in enumerate(order):
+                say(f"lexicographic stage {i + 1}/{len(order)} ({name})"
+                    + (f", window {g[0]} ({gi + 1}/{len(groups)})" if decompose else ""))
+                model.set_objective({k: (1.0 if k == name else TIE_BREAK) / norm[k] for k in OBJECTIVE_SENSE})
+                o = model.solve(budget, threads)
+                if o.status is SolveStatus.NO_SOLUTION and last is not None:
+                    # The previous stage's answer meets every limit so far: keep it, flagged as not proven.
+                    o = SolveOutcome(SolveStatus.FEASIBLE, last.gpus, last.values, last.objective, None, o.solve_s)
+                elif o.status in (SolveStatus.INFEASIBLE, SolveStatus.NO_SOLUTION):
+                    _raise_unsolved(problem, o.status, f"lexicographic stage {name}")
+                best = o.values[name]
+                slack = tolerance * abs(best) + 1e-7
+                keep = best - slack if OBJECTIVE_SENSE[name] > 0 else best + slack
+                # Later stages keep this objective within the tolerance of its optimum.
+                model.add_limit(name, keep)
+                totals[name][0] += best
+                totals[name][1] += keep
+                last = o
+            assert last is not None
+            finals.append(last)
+        status, gpus, obj, bound, dt = _combine(finals)
+        alloc, ob = finish(gpus, status, obj, bound, dt, "optimizer")
+        stages = [(name, totals[name][0], totals[name][1]) for name in order]
+        return AllocationResult(alloc, ob, mode, backend, stages=stages)
+
+    # Pareto front by the epsilon-constraint method on isolation: per group of windows, two anchors (most
+    # utilization; least isolation), then points - 2 solves maximizing utilization with isolation ≤ ε_j, where ε_j
+    # steps evenly between the group's anchors. With one group per window (decompose), point j is the union of
+    # the windows' j-th answers: it meets the global constraint Σ isolation ≤ Σ_w ε_wj.
+    groups = [[w] for w in W] if decompose else [W]
+    budget = time_limit_s / (points * len(groups))
+    util_first = {"utilization": 1.0, "isolation": TIE_BREAK / norm["isolation"], "sla": TIE_BREAK / norm["sla"]}
+    per_point: list[list[SolveOutcome | None]] = [[] for _ in range(points)]
+    for gi, g in enumerate(groups):
+        where = f" (window {g[0]}, {gi + 1}/{len(groups)})" if decompose else ""
+        say("Pareto anchors" + where)
+        hi_m = Model(problem, g, margin=margin)
+        hi_m.set_objective(util_first)
+        hi = hi_m.solve(budget, threads)
+        if hi.status in (SolveStatus.INFEASIBLE, SolveStatus.NO_SOLUTION):
+            _raise_unsolved(problem, hi.status, "Pareto anchor" + where)
+        lo_m = Model(problem, g, margin=margin)
+        lo_m.set_objective({"isolation": 1.0 / norm["isolation"], "utilization": TIE_BREAK,
+                            "sla": TIE_BREAK / norm["sla"]})
+        lo = lo_m.solve(budget, threads)
+        if lo.status in (SolveStatus.INFEASIBLE, SolveStatus.NO_SOLUTION):
+            _raise_unsolved(problem, lo.status, "Pareto anchor" + where)
+        per_point[0].append(lo)
+        per_point[points - 1].append(hi)
+        i_lo, i_hi = lo.values["isolation"], hi.values["isolation"]
+        for j in range(1, points - 1):
+            eps = i_lo + (i_hi - i_lo) * j / (points - 1)
+            say(f"Pareto point {j + 1}/{points}: isolation ≤ {eps:.3f}" + where)
+            if i_hi - i_lo < 1e-9:
+                per_point[j].append(lo)
+                continue
+            m = Model(problem, g, margin=margin)
+            m.set_objective(util_first)
+            m.add_limit("isolation", eps + 1e-7)
+            o = m.solve(budget, threads)
+            per_point[j].append(o if o.status in (SolveStatus.OPTIMAL, SolveStatus.FEASIBLE) else lo)
+    cands = []
+    for j, outs in enumerate(per_point):
+        status, gpus, obj, bound, dt = _combine([o for o in outs if o is not None])
+        cands.append(finish(gpus, status, obj, bound, dt, f"pareto-{j}"))
+    front = non_dominated(cands)
+    best = max(front, key=lambda p: weighted_score(problem, p[1], weights))
+    return AllocationResult(best[0], best[1], mode, backend, pareto=front)
+
+
+def dominates(a: Objectives, b: Objectives, eps: float = 1e-9) -> bool:
+    """True if ``a`` is at least as good as ``b`` on every objective and strictly better on one."""
+    ge = all(OBJECTIVE_SENSE[k] * (a.value(k) - b.value(k)) >= -eps for k in OBJECTIVE_SENSE)
+    gt = any(OBJECTIVE_SENSE[k] * (a.value(k) - b.value(k)) > eps for k in OBJECTIVE_SENSE)
+    return ge and gt
+
+
+def non_dominated(cands: list[tuple[Allocation, Objectives]]) -> list[tuple[Allocation, Objectives]]:
+    """The candidates no other candidate dominates, duplicates (same objective values) removed, by isolation."""
+    out: list[tuple[Allocation, Objectives]] = []
+    for a in cands:
+        if any(dominates(b[1], a[1]) for b in cands):
+            continue
+        key = tuple(round(a[1].value(k), 9) for k in OBJECTIVE_SENSE)
+        if any(tuple(round(b[1].value(k), 9) for k in OBJECTIVE_SENSE) == key for b in out):
+            continue
+        out.append(a)
+    return sorted(out, key=lambda p: (p[1].isolation, -p[1].utilization))
