@@ -29,7 +29,8 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares
 
-from fleetplan.costmodels.calibration import Calibration, load_calibration_table
+from fleetplan.costmodels.calibration import Calibration
+from fleetplan.datasets.calibration import load_calibration_table
 from fleetplan.datasets.profiles import mdape_table, roofline_predictions, splitwise_fit_rows
 
 NAMES = Calibration.parameter_names()

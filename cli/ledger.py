@@ -1,8 +1,8 @@
 """``fleetplan ledger``: cost ledgers, the prefill-here/decode-there comparison, what-if workbooks and sweeps.
 
-Thin layer over :mod:`fleetplan.costmodels.split`, :mod:`fleetplan.costmodels.ledger` and
-:mod:`fleetplan.placement.workbook`. Bad input raises a fleetplan error (one line, exit code 2); files are
-written to a temporary file and renamed.
+Thin layer over :mod:`fleetplan.placement.split` (options -> spec), :mod:`fleetplan.costmodels.split` (the
+comparison), :mod:`fleetplan.costmodels.ledger` and :mod:`fleetplan.placement.workbook`. Bad input raises a
+fleetplan error (one line, exit code 2); files are written to a temporary file and renamed.
 """
 
 from __future__ import annotations
@@ -17,9 +17,10 @@ from collections.abc import Callable
 
 import click
 
-from fleetplan.costmodels.split import SWEEP_VARIABLES, apply_variables, compare, grid, make_spec, scenario_row
+from fleetplan.costmodels.split import SWEEP_VARIABLES, apply_variables, compare, grid, scenario_row
 from fleetplan.errors import InputError, UnknownNameError
 from fleetplan.fileio import atomic_path, write_text_atomic
+from fleetplan.placement.split import SplitOptions, make_spec
 from fleetplan.placement.workbook import write_split_workbook
 
 
@@ -46,19 +47,28 @@ def _csv(rows: list[dict]) -> str:
     return buf.getvalue()
 
 
+def _default(name: str):
+    """The default of a SplitOptions field (one home for the defaults of the split options)."""
+    return SplitOptions.model_fields[name].default
+
+
 def _split_options(f: Callable) -> Callable:
     opts = [
         click.option("--model", required=True, help="Model name or alias, e.g. llama-3.1-70b."),
         click.option("--prefill-site", required=True, help="Site of the prefill pool, 'cloud:region[:zone]'."),
         click.option("--decode-site", required=True, help="Site of the decode pool (near the users)."),
-        click.option("--trace", default="azure-conv", show_default=True, help="Trace giving the token mix and rate."),
-        click.option("--gpu", default="H100-SXM-80GB", show_default=True, help="GPU type of both pools."),
+        click.option("--trace", default=_default("trace"), show_default=True,
+                     help="Trace giving the token mix and rate."),
+        click.option("--gpu", default=_default("gpu"), show_default=True, help="GPU type of both pools."),
         click.option("--prefill-gpu", default=None, help="GPU type of the prefill pool (default --gpu)."),
         click.option("--decode-gpu", default=None, help="GPU type of the decode pool (default --gpu)."),
         click.option("--rate-req-per-s", type=float, default=None, help="Request rate (default: the trace's)."),
-        click.option("--ttft-slo-s", type=float, default=2.0, show_default=True, help="p95 TTFT target, seconds."),
-        click.option("--tpot-slo-s", type=float, default=0.1, show_default=True, help="p95 TPOT target, seconds."),
-        click.option("--pricing-model", default="on-demand", show_default=True, help="on-demand, spot, ..."),
+        click.option("--ttft-slo-s", type=float, default=_default("ttft_slo_s"), show_default=True,
+                     help="p95 TTFT target, seconds."),
+        click.option("--tpot-slo-s", type=float, default=_default("tpot_slo_s"), show_default=True,
+                     help="p95 TPOT target, seconds."),
+        click.option("--pricing-model", default=_default("pricing_model"), show_default=True,
+                     help="on-demand, spot, ..."),
         click.option("--prefill-usd-per-gpu-hour", type=float, default=None,
                      help="Your price per GPU-hour at the prefill site (instead of the catalog's)."),
         click.option("--decode-usd-per-gpu-hour", type=float, default=None,
@@ -69,9 +79,10 @@ def _split_options(f: Callable) -> Callable:
                      help="Your own egress rows (CSV/YAML, the shipped egress file's columns)."),
         click.option("--egress-usd-per-gb", type=float, default=None,
                      help="Flat cross-site egress price, USD/GB (instead of the route's table)."),
-        click.option("--margin", type=float, default=0.1, show_default=True, help="Capacity headroom (0..0.9)."),
+        click.option("--margin", type=float, default=_default("margin"), show_default=True,
+                     help="Capacity headroom (0..0.9)."),
         click.option("--usd-per-kwh", type=float, default=None, help="Electricity price (default: shipped)."),
-        click.option("--energy-billed/--energy-included", default=False, show_default=True,
+        click.option("--energy-billed/--energy-included", default=_default("energy_billed"), show_default=True,
                      help="Add energy to the total (own hardware) or not (cloud prices include power)."),
     ]
     for o in reversed(opts):
@@ -79,15 +90,11 @@ def _split_options(f: Callable) -> Callable:
     return f
 
 
-def _spec(kw: dict):
-
-    return make_spec(kw["model"], kw["prefill_site"], kw["decode_site"], trace=kw["trace"], gpu=kw["gpu"],
-                     prefill_gpu=kw["prefill_gpu"], decode_gpu=kw["decode_gpu"], rate_req_per_s=kw["rate_req_per_s"],
-                     ttft_slo_s=kw["ttft_slo_s"], tpot_slo_s=kw["tpot_slo_s"], pricing_model=kw["pricing_model"],
-                     prefill_usd_per_gpu_hour=kw["prefill_usd_per_gpu_hour"],
-                     decode_usd_per_gpu_hour=kw["decode_usd_per_gpu_hour"], prices_file=kw["prices_file"],
-                     egress_file=kw["egress_file"], egress_usd_per_gb=kw["egress_usd_per_gb"], margin=kw["margin"],
-                     usd_per_kwh=kw["usd_per_kwh"], energy_billed=kw["energy_billed"])
+def split_options(kw: dict, *, base: dict | None = None, source: str | None = None) -> SplitOptions:
+    """The :class:`~fleetplan.placement.split.SplitOptions` of the split options in ``kw`` (click's keyword
+    arguments; None = not given), over ``base`` (a split file's mapping, read from ``source``). Raises InputError."""
+    given = {k: v for k, v in kw.items() if k in SplitOptions.model_fields and v is not None}
+    return SplitOptions.from_mapping({**(base or {}), **given}, source=source)
 
 
 def parse_vary(text: str) -> tuple[str, list[float]]:
@@ -208,7 +215,7 @@ def ledger() -> None:
 def split_cmd(fmt: str, xlsx: str | None, csv_out: str | None, no_prompt_break_even: bool, **kw) -> None:
     """Compare colocated, disaggregated in one site, and prefill-here/decode-there on the same demand."""
 
-    spec = _spec(kw)
+    spec = make_spec(split_options(kw))
     result = compare(spec, prompt_break_even=not no_prompt_break_even)
     if xlsx:
 
@@ -235,8 +242,14 @@ def split_cmd(fmt: str, xlsx: str | None, csv_out: str | None, no_prompt_break_e
               help="Write a PNG plot of the split's savings over the first variable.")
 def whatif_cmd(vary: tuple[str, ...], workers: int, fmt: str, out: str | None, plot: str | None, **kw) -> None:
     """Evaluate a grid of scenarios (in parallel processes) and print the verdict per cell."""
+    run_whatif(split_options(kw), vary, workers, fmt, out, plot)
+
+
+def run_whatif(options: SplitOptions, vary: tuple[str, ...], workers: int, fmt: str, out: str | None,
+               plot: str | None) -> None:
+    """Sweep the design ``options`` over the ``--vary`` grid and print/write the table (both whatif commands)."""
     variables = dict(parse_vary(v) for v in vary)
-    spec = _spec(kw)
+    spec = make_spec(options)
     rows = _run_sweep(spec, variables, workers, quiet=fmt != "table")
     if out:
         _write_text_atomic(out, _csv(rows))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from fleetplan.cli.ledger import _split_options, whatif_cmd
+from fleetplan.cli.ledger import _split_options, run_whatif, split_options
 from fleetplan.errors import InputError
 
 DEFAULT = "split_default.yaml"
@@ -56,19 +56,11 @@ def whatif(ctx: click.Context, scenario: str | None, **kw) -> None:
     split_default.yaml when omitted); options given on the command line override it. Prints the verdict per cell,
     and writes a table (--out) and a plot (--plot)."""
     data, where = _read(scenario)
-    known = {p.name for p in whatif.params}
-    for key, value in data.items():
-        if key not in known or key in ("vary", "workers", "fmt", "out", "plot", "scenario"):
-            import difflib
-
-            close = difflib.get_close_matches(str(key), sorted(known), n=1)
-            hint = f"; did you mean '{close[0]}'?" if close else ""
-            raise InputError(f"unknown key '{key}'{hint}", source=where, field=str(key), value=value)
+    # The file's values, then the options given on the command line (click's defaults are SplitOptions' own).
+    given = {}
+    for key, value in kw.items():
         src = ctx.get_parameter_source(key)
-        if src is None or src.name in ("DEFAULT", "DEFAULT_MAP"):
-            kw[key] = value
-    for key in ("model", "prefill_site", "decode_site"):
-        if not kw.get(key):
-            raise InputError(f"'{key}' is missing: give it in the scenario file or as --{key.replace('_', '-')}",
-                             source=where, field=key)
-    ctx.invoke(whatif_cmd, **kw)
+        if src is not None and src.name not in ("DEFAULT", "DEFAULT_MAP"):
+            given[key] = value
+    options = split_options(given, base=data, source=where)
+    run_whatif(options, kw["vary"], kw["workers"], kw["fmt"], kw["out"], kw["plot"])

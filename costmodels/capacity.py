@@ -40,7 +40,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from fleetplan.costmodels.calibration import Calibration, load_calibration
+from fleetplan.costmodels.calibration import Calibration
 from fleetplan.costmodels.demand import TokenMix
 from fleetplan.costmodels.hardware import GPU, Model
 from fleetplan.costmodels.latency import decode_step_time_s, prefill_time_s
@@ -51,6 +51,12 @@ from fleetplan.errors import InputError, check_range
 _TAIL = 0.05
 #: Standard normal 95th percentile: the running batch's p95 is B + Z95·sqrt(B) (point 8 of the module docstring).
 Z95 = 1.6448536269514722
+
+
+#: Accepted p95 TTFT targets, seconds (low, high): below is not a real target, above is milliseconds given as seconds.
+TTFT_P95_RANGE_S = (0.01, 120.0)
+#: Accepted p95 TPOT targets, seconds (low, high).
+TPOT_P95_RANGE_S = (0.001, 2.0)
 
 
 @dataclass(frozen=True)
@@ -67,9 +73,9 @@ class SLO:
     tpot_p95_s: float
 
     def __post_init__(self) -> None:
-        check_range(self.ttft_p95_s, field="ttft_p95_s", low=0.01, high=120, unit="s",
+        check_range(self.ttft_p95_s, field="ttft_p95_s", low=TTFT_P95_RANGE_S[0], high=TTFT_P95_RANGE_S[1], unit="s",
                     fix="give seconds (e.g. 0.5 for 500 ms)")
-        check_range(self.tpot_p95_s, field="tpot_p95_s", low=0.001, high=2, unit="s",
+        check_range(self.tpot_p95_s, field="tpot_p95_s", low=TPOT_P95_RANGE_S[0], high=TPOT_P95_RANGE_S[1], unit="s",
                     fix="give seconds (e.g. 0.05 for 50 ms)")
 
 
@@ -214,20 +220,21 @@ def replica_capacity_from_latency(prefill_s: Callable[[float], float], decode_st
 def replica_capacity(model: Model, gpu: GPU, mix: TokenMix, slo: SLO, *, tp: int = 1, pp: int = 1,
                      weight_dtype: str = "bf16", kv_dtype: str = "bf16", kv_budget_bytes: float | None = None,
                      memory_utilization: float = 0.9, link: Link | None = None,
-                     calib: Calibration | None = None) -> ReplicaCapacity:
+                     calib: Calibration) -> ReplicaCapacity:
     """Capacity of one replica of ``model`` on ``tp × pp`` GPUs of type ``gpu`` for token mix ``mix`` under ``slo``,
     with the analytic roofline latencies (module docstring for the model and its approximations).
 
     Returns a :class:`ReplicaCapacity`; req_per_s is 0.0 with ``limiting`` and ``reason`` set when the weights do
     not fit, the p95 request is longer than the model's context, the KV budget holds no sequence, or the SLO fails
     even at a vanishing rate. Raises InputError for memory_utilization outside 0.1..1, a negative
-    kv_budget_bytes, or bad tp/pp/dtypes.
+    kv_budget_bytes, or bad tp/pp/dtypes. ``calib`` is the GPU's roofline calibration row
+    (:func:`fleetplan.datasets.calibration.load_calibration`); ``link`` the inter-node link, required when pp > 1
+    (:func:`fleetplan.datasets.network.inter_node_link`).
     """
     check_range(memory_utilization, field="memory_utilization", low=0.1, high=1.0,
                 fix="give a fraction of GPU memory, e.g. 0.9")
     if kv_budget_bytes is not None:
         check_range(kv_budget_bytes, field="kv_budget_bytes", low=0.0, high=1e14, unit="bytes")
-    calib = calib or load_calibration(gpu)
     n = tp * pp
     # Validates tp/pp and dtypes early (raises InputError).
     decode_step_time_s(model, gpu, 1, 1, tp=tp, pp=pp, weight_dtype=weight_dtype, kv_dtype=kv_dtype, link=link,

@@ -1,7 +1,8 @@
 """Analytic roofline model of LLM serving latency: prefill time and decode step time.
 
 Units: seconds, bytes, FLOP. Efficiency constants (MFU, bandwidth efficiency, overheads, all-reduce latency) are
-data, fitted to measurements: see :mod:`fleetplan.costmodels.calibration` and ``benchmarks/calibrate_roofline.py``.
+data, fitted to measurements: see :mod:`fleetplan.costmodels.calibration` and ``benchmarks/calibrate_roofline.py``;
+callers pass the GPU's row as ``calib`` (the shipped rows: :func:`fleetplan.datasets.calibration.load_calibration`).
 
 Model (every approximation listed):
 
@@ -26,8 +27,9 @@ Model (every approximation listed):
   activation hops; a decode step (the time between two tokens of one sequence) takes pp stage times (each micro-batch
   passes every stage; with m < pp some stages idle: the bubble) plus (pp − 1) hops. A hop moves the micro-batch's
   activations (tokens × hidden × 2 bytes, split over the tp GPUs of a stage, each on its own NIC) over the
-  inter-node ``link`` (network.Link: bytes / per-GPU bandwidth + RTT/2); the default link is the inter-node default
-  of datasets/data/network/links.csv. The return of the sampled token to stage 1 is not counted.
+  inter-node ``link`` (network.Link: bytes / per-GPU bandwidth + RTT/2), required when pp > 1; the shipped one is
+  the inter-node default of datasets/data/network/links.csv (fleetplan.datasets.network.inter_node_link). The
+  return of the sampled token to stage 1 is not counted.
 * Overheads: prefill_overhead_s per prefill pass; decode_overhead_per_layer_s × layers + decode_overhead_per_seq_s
   × batch per decode step (kernel launches per layer; sampling and scheduling per sequence).
 * Not modelled: prefix caching, speculative decoding, chunked prefill interleaving (see capacity.py for how prefill
@@ -39,22 +41,28 @@ from __future__ import annotations
 
 import math
 
-from fleetplan.costmodels.calibration import Calibration, load_calibration, load_reference_models
+from fleetplan.costmodels.calibration import Calibration
 from fleetplan.costmodels.hardware import GPU, Model, bytes_per_element
-from fleetplan.costmodels.network import Link, default_inter_node_link
+from fleetplan.costmodels.network import Link
 from fleetplan.errors import InputError
 
-__all__ = ["Calibration", "load_calibration", "load_reference_models", "prefill_time_s", "decode_step_time_s",
-           "allreduce_time_s", "moe_params_read", "flops_per_s", "ACTIVATION_BYTES"]
+__all__ = ["prefill_time_s", "decode_step_time_s", "allreduce_time_s", "moe_params_read", "flops_per_s",
+           "ACTIVATION_BYTES"]
 
 #: Bytes per activation element exchanged between GPUs (serving runs activations in bf16/fp16).
 ACTIVATION_BYTES = 2.0
 
 
-def _check_parallel(tp: int, pp: int) -> None:
+def _check_parallel(tp: int, pp: int, link: Link | None, calib: Calibration) -> None:
     for name, v in (("tp", tp), ("pp", pp)):
         if not isinstance(v, int) or isinstance(v, bool) or not 1 <= v <= 64:
             raise InputError(f"{name} must be an integer in 1..64, got {v!r}", field=name, value=v)
+    if not isinstance(calib, Calibration):
+        raise InputError(f"calib must be a Calibration row (fleetplan.datasets.calibration.load_calibration(gpu)), "
+                         f"got {calib!r}", field="calib", value=calib)
+    if pp > 1 and not isinstance(link, Link):
+        raise InputError(f"pp {pp} sends activations between nodes: give the inter-node link "
+                         "(fleetplan.datasets.network.inter_node_link())", field="link", value=link)
 
 
 def _check_count(name: str, v: float, low: float = 1.0) -> float:
@@ -102,20 +110,19 @@ def _hop_time_s(tokens: float, model: Model, tp: int, link: Link) -> float:
 
 
 def prefill_time_s(model: Model, gpu: GPU, prompt_tokens: float, *, tp: int = 1, pp: int = 1, batch: float = 1,
-                   weight_dtype: str = "bf16", link: Link | None = None, calib: Calibration | None = None) -> float:
+                   weight_dtype: str = "bf16", link: Link | None = None, calib: Calibration) -> float:
     """Seconds to prefill ``batch`` prompts of ``prompt_tokens`` tokens each on one replica (tp × pp GPUs).
 
-    See the module docstring for the formula. ``calib`` defaults to the GPU's calibration row (or the default row);
-    ``link`` (used when pp > 1) defaults to the inter-node default link. Raises InputError for tp/pp outside 1..64,
-    prompt_tokens or batch below 1, or an unknown dtype.
+    See the module docstring for the formula. ``calib``: the GPU's calibration row; ``link``: the inter-node link
+    (required when pp > 1, ignored otherwise). Raises InputError for tp/pp outside 1..64, prompt_tokens or batch
+    below 1, an unknown dtype, a missing ``calib``, or pp > 1 without a ``link``.
 
     Example (hand arithmetic): Llama-3.1-8B (8.03e9 params, 32 layers, 32 heads × 128) on H100 (989.4e12 FLOP/s),
     2048 tokens, tp 1: FLOPs = 2·8.03e9·2048 + 2·32·2048²·4096 = 3.289e13 + 1.100e12 = 3.399e13.
     """
-    _check_parallel(tp, pp)
+    _check_parallel(tp, pp, link, calib)
     prompt = _check_count("prompt_tokens", prompt_tokens)
     b = _check_count("batch", batch)
-    calib = calib or load_calibration(gpu)
     tokens = b * prompt
     attn = b * 2.0 * model.num_layers * prompt * prompt * model.num_attention_heads * model.head_dim
     flops = 2.0 * model.params_active * tokens + attn
@@ -125,13 +132,13 @@ def prefill_time_s(model: Model, gpu: GPU, prompt_tokens: float, *, tp: int = 1,
         tokens / m * model.hidden_size * ACTIVATION_BYTES, tp, gpu, calib)
     total = (m + pp - 1) * (stage_compute + stage_ar)
     if pp > 1:
-        total += (pp - 1) * _hop_time_s(tokens / m, model, tp, link or default_inter_node_link())
+        total += (pp - 1) * _hop_time_s(tokens / m, model, tp, link)
     return total + calib.prefill_overhead_s
 
 
 def decode_step_time_s(model: Model, gpu: GPU, batch: float, context_tokens: float, *, tp: int = 1, pp: int = 1,
                        weight_dtype: str = "bf16", kv_dtype: str = "bf16", link: Link | None = None,
-                       calib: Calibration | None = None) -> float:
+                       calib: Calibration) -> float:
     """Seconds per decode step (= time per output token of each sequence) with ``batch`` sequences of
     ``context_tokens`` tokens of context each, on one replica (tp × pp GPUs).
 
@@ -142,10 +149,9 @@ def decode_step_time_s(model: Model, gpu: GPU, batch: float, context_tokens: flo
     = 1.606e10; time = 1.606e10 / (3.35e12 × decode_bw_efficiency) + 32 × decode_overhead_per_layer_s
     + 1 × decode_overhead_per_seq_s.
     """
-    _check_parallel(tp, pp)
+    _check_parallel(tp, pp, link, calib)
     b = _check_count("batch", batch)
     ctx = _check_count("context_tokens", context_tokens)
-    calib = calib or load_calibration(gpu)
     m = min(b, pp)
     mb = b / m
     weight_bytes = moe_params_read(model, mb) * bytes_per_element(weight_dtype, field="weight_dtype")
@@ -158,5 +164,5 @@ def decode_step_time_s(model: Model, gpu: GPU, batch: float, context_tokens: flo
                                                               calib)
     total = pp * (max(mem_s, comp_s) + stage_ar)
     if pp > 1:
-        total += (pp - 1) * _hop_time_s(mb, model, tp, link or default_inter_node_link())
+        total += (pp - 1) * _hop_time_s(mb, model, tp, link)
     return total + calib.decode_overhead_per_layer_s * model.num_layers + calib.decode_overhead_per_seq_s * b

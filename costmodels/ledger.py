@@ -23,13 +23,10 @@ totals equal :func:`fleetplan.placement.plan.evaluate` (scaled to one day).
 
 from __future__ import annotations
 
-import csv
-import functools
-import importlib.resources
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from fleetplan.costmodels.energy import idle_fraction, power_w
+from fleetplan.costmodels.energy import power_w
 from fleetplan.costmodels.prices import EgressTable, GpuPrice, egress_cost_usd
 from fleetplan.errors import InputError, check_range
 
@@ -40,35 +37,20 @@ DAYS_PER_MONTH = 365.0 / 12.0
 
 CATEGORIES = ("gpu", "egress", "energy", "start")
 
-_ASSUMPTIONS_FILE = "datasets/data/ledger/assumptions.csv"
-
 
 @dataclass(frozen=True)
 class Assumption:
-    """One number the ledger needs beyond prices: ``name``, ``value`` (in ``unit``), ``source`` (a URL)."""
+    """One number the ledger needs beyond prices: ``name``, ``value`` (in ``unit``), ``source`` (a URL).
+
+    The shipped ones (text_bytes_per_token, electricity_usd_per_kwh, pue) are read from
+    datasets/data/ledger/assumptions.csv by :func:`fleetplan.datasets.ledger.load_assumptions`.
+    """
 
     name: str
     value: float
     unit: str
     source: str
     estimate: bool = True
-
-
-@functools.lru_cache(maxsize=1)
-def load_assumptions() -> dict[str, Assumption]:
-    """The shipped ledger assumptions (datasets/data/ledger/assumptions.csv): text_bytes_per_token,
-    electricity_usd_per_kwh, pue. Raises InputError on a malformed file."""
-    path = importlib.resources.files("fleetplan.datasets") / "data" / "ledger" / "assumptions.csv"
-    with path.open(newline="") as f:
-        rows = list(csv.DictReader(f))
-    out = {}
-    for i, r in enumerate(rows, start=1):
-        v = check_range(r["value"], field="value", low=0, high=1e6, source=_ASSUMPTIONS_FILE, row=i)
-        out[r["name"]] = Assumption(r["name"], v, r["unit"], r["source"], r["estimate"].strip().lower() == "yes")
-    for need in ("text_bytes_per_token", "electricity_usd_per_kwh", "pue"):
-        if need not in out:
-            raise InputError(f"no row named {need!r}; add it", source=_ASSUMPTIONS_FILE, field="name")
-    return out
 
 
 @dataclass(frozen=True)
@@ -233,7 +215,8 @@ class GpuPool:
         input_share: share of the pool's cost attributed to input tokens (prefill 1, decode 0, colocated the
             prefill share of busy time).
         capacity_req_per_s: what one replica sustains under the SLO, req/s (for reports).
-        idle_fraction: idle board power / TDP (default from datasets/data/calibration/power.csv).
+        idle_fraction: idle board power / TDP (0..1; fleetplan.datasets.calibration.idle_fraction gives the
+            shipped figure of a GPU type); required when ``tdp_w`` is given (the pool gets an energy line).
     """
 
     role: str
@@ -254,6 +237,11 @@ class GpuPool:
                              field="replicas", value=self.replicas)
         check_range(self.utilization, field="utilization", low=0.0, high=1.0)
         check_range(self.input_share, field="input_share", low=0.0, high=1.0)
+        if self.tdp_w and self.idle_fraction is None:
+            raise InputError(f"pool {self.role}@{self.site}: a TDP is given but no idle_fraction; give the idle "
+                             f"board power share of TDP of {self.gpu} (0..1)", field="idle_fraction")
+        if self.idle_fraction is not None:
+            check_range(self.idle_fraction, field="idle_fraction", low=0.0, high=1.0)
 
     @property
     def gpus(self) -> int:
@@ -261,7 +249,8 @@ class GpuPool:
 
     @property
     def idle(self) -> float:
-        return idle_fraction(self.gpu) if self.idle_fraction is None else self.idle_fraction
+        """Idle board power / TDP (0 when the pool has no TDP, hence no energy line)."""
+        return 0.0 if self.idle_fraction is None else self.idle_fraction
 
 
 @dataclass(frozen=True)
@@ -351,21 +340,20 @@ def energy_items(option: str, pools: Iterable[GpuPool], *, usd_per_kwh: float, p
     return out
 
 
-def build_ledger(option: str, pools: Sequence[GpuPool], flows: Sequence[Flow] = (), *, requests_per_day: float = 0.0,
-                 input_tokens_per_day: float = 0.0, output_tokens_per_day: float = 0.0,
-                 usd_per_kwh: float | None = None, pue: float | None = None, energy_billed: bool = False,
+def build_ledger(option: str, pools: Sequence[GpuPool], flows: Sequence[Flow] = (), *, usd_per_kwh: float,
+                 pue: float, energy_price_source: str = "user", requests_per_day: float = 0.0,
+                 input_tokens_per_day: float = 0.0, output_tokens_per_day: float = 0.0, energy_billed: bool = False,
                  extra_items: Sequence[LineItem] = ()) -> Ledger:
     """A :class:`Ledger` from GPU pools, traffic flows and any extra lines.
 
-    ``usd_per_kwh`` and ``pue`` default to datasets/data/ledger/assumptions.csv. Raises InputError for bad values.
+    ``usd_per_kwh`` (USD/kWh, 0..10) and ``pue`` (1..5) price the energy lines; ``energy_price_source`` is shown as
+    their source (the shipped figures: :func:`fleetplan.datasets.ledger.load_assumptions`). Raises InputError for
+    bad values.
     """
-    a = load_assumptions()
-    kwh_price = a["electricity_usd_per_kwh"].value if usd_per_kwh is None else check_range(
-        usd_per_kwh, field="usd_per_kwh", low=0, high=10, unit="USD/kWh")
-    pue_v = a["pue"].value if pue is None else check_range(pue, field="pue", low=1, high=5)
-    src = a["electricity_usd_per_kwh"].source if usd_per_kwh is None else "user"
+    kwh_price = check_range(usd_per_kwh, field="usd_per_kwh", low=0, high=10, unit="USD/kWh")
+    pue_v = check_range(pue, field="pue", low=1, high=5)
     items = gpu_items(option, pools) + egress_items(option, flows) + list(extra_items) + energy_items(
-        option, pools, usd_per_kwh=kwh_price, pue=pue_v, billed=energy_billed, source=src)
+        option, pools, usd_per_kwh=kwh_price, pue=pue_v, billed=energy_billed, source=energy_price_source)
     return Ledger(option, tuple(items), requests_per_day, input_tokens_per_day, output_tokens_per_day)
 
 
@@ -374,5 +362,5 @@ def build_ledger(option: str, pools: Sequence[GpuPool], flows: Sequence[Flow] = 
 __all__ = [
     "CATEGORIES", "DAYS_PER_MONTH", "HOURS_PER_DAY", "SECONDS_PER_DAY", "Assumption", "Flow", "GpuPool", "Ledger",
     "LineItem", "band_label", "build_ledger", "egress_items", "energy_items", "gpu_items",
-    "load_assumptions", "table_key",
+    "table_key",
 ]

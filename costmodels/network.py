@@ -2,8 +2,9 @@
 
 A :class:`Site` is a place GPUs run: ``cloud:region`` or ``cloud:region:zone`` (e.g. ``aws:us-east-1`` or
 ``aws:us-east-1:use1-az1``). A :class:`NetworkGraph` (a ``networkx.Graph`` whose nodes are site names) holds a
-bandwidth (bytes/s) and a round-trip time (s) per link, read from ``datasets/data/network/links.csv`` (sources and
-estimate flags there, see its PROVENANCE.md). Pairs without their own row use the default row of their route class.
+bandwidth (bytes/s) and a round-trip time (s) per link, built from rows of ``datasets/data/network/links.csv``
+(read by :mod:`fleetplan.datasets.network`; sources and estimate flags in its PROVENANCE.md). Pairs without their
+own row use the default row of their route class.
 
 Transfer-time convention (one choice, used everywhere): moving N bytes from ``src`` to ``dst`` over an already
 open connection takes ``N / bandwidth + RTT / 2``, i.e. serialisation plus one-way propagation. Connection set-up
@@ -13,16 +14,13 @@ request/response exchange costs a full RTT; add the other half yourself when you
 
 from __future__ import annotations
 
-import csv
-import functools
-import importlib.resources
 import math
 import re
 from dataclasses import dataclass
 
 import networkx as nx
 
-from fleetplan.errors import InputError
+from fleetplan.errors import InputError, UnknownNameError
 
 #: Route classes, cheapest first, as the egress price tables name them.
 ROUTE_CLASSES: tuple[str, ...] = ("same_zone", "cross_zone", "inter_region", "internet")
@@ -137,40 +135,6 @@ def route_class(src: Site | str, dst: Site | str) -> str:
     return "cross_zone"
 
 
-def _data_path():
-    return importlib.resources.files("fleetplan.datasets") / "data" / "network" / "links.csv"
-
-
-def _read_links(path=None) -> list[dict]:
-    source = str(path) if path else "datasets/data/network/links.csv"
-    f = open(path, newline="") if path else _data_path().open(newline="")  # noqa: SIM115
-    with f:
-        rows = list(csv.DictReader(f))
-    need = {"link_class", "name", "src", "dst", "bandwidth_gbps", "gpus_sharing", "rtt_ms", "is_default", "estimate",
-            "source"}
-    if rows and not need <= set(rows[0]):
-        raise InputError(f"missing columns {sorted(need - set(rows[0]))}", source=source)
-    out = []
-    for i, r in enumerate(rows, start=1):
-        cls = r["link_class"].strip()
-        if cls not in ROUTE_CLASSES + ("inter_node",):
-            raise InputError(f"unknown link class {cls!r}; use one of inter_node, {', '.join(ROUTE_CLASSES)}",
-                             source=source, row=i, field="link_class", value=cls)
-        try:
-            gbps = float(r["bandwidth_gbps"])
-            sharing = float(r["gpus_sharing"] or 1)
-            rtt_ms = float(r["rtt_ms"])
-        except ValueError as e:
-            raise InputError(f"not a number: {e}", source=source, row=i) from None
-        if not sharing >= 1:
-            raise InputError("gpus_sharing must be >= 1", source=source, row=i, field="gpus_sharing", value=sharing)
-        link = Link(gbps * 1e9 / 8 / sharing, rtt_ms / 1e3, cls, r["name"].strip(),
-                    r["estimate"].strip().lower() in ("yes", "true", "1"), r["source"].strip())
-        out.append({"link": link, "src": r["src"].strip(), "dst": r["dst"].strip(),
-                    "is_default": r["is_default"].strip() in ("1", "yes", "true")})
-    return out
-
-
 class NetworkGraph:
     """Sites and the links between them (a ``networkx.Graph``; node = site name, edge attrs ``link``,
     ``bandwidth_bytes_per_s``, ``rtt_s``).
@@ -180,6 +144,9 @@ class NetworkGraph:
     """
 
     def __init__(self, rows: list[dict] | None = None) -> None:
+        """``rows``: dicts with keys ``link`` (:class:`Link`), ``src``, ``dst`` (site names, '' for default rows)
+        and ``is_default`` (bool), as :func:`fleetplan.datasets.network.read_links` returns. Raises InputError
+        when rows are given but a route class (or inter_node) has no default row."""
         self.graph = nx.Graph()
         self.defaults: dict[str, Link] = {}
         self.inter_node_links: dict[str, Link] = {}
@@ -197,11 +164,6 @@ class NetworkGraph:
         if rows is not None and missing:
             raise InputError(f"links data has no default row for {', '.join(missing)}; add one with is_default=1",
                              field="is_default")
-
-    @classmethod
-    def load(cls, path=None) -> NetworkGraph:
-        """Read links.csv (the shipped file when ``path`` is None). Raises InputError on a malformed file."""
-        return cls(_read_links(path))
 
     def add_link(self, src: Site | str, dst: Site | str, link: Link) -> None:
         """Add (or replace) the symmetric link between two sites."""
@@ -225,7 +187,6 @@ class NetworkGraph:
         if name is None:
             return self.defaults["inter_node"]
         if name not in self.inter_node_links:
-            from fleetplan.errors import UnknownNameError
             raise UnknownNameError("inter-node link", name, self.inter_node_links)
         return self.inter_node_links[name]
 
@@ -243,18 +204,11 @@ class NetworkGraph:
         return path, sum(self.graph.edges[u, v]["rtt_s"] for u, v in zip(path, path[1:], strict=False))
 
 
-@functools.lru_cache(maxsize=1)
-def default_graph() -> NetworkGraph:
-    """The shipped network graph (cached)."""
-    return NetworkGraph.load()
+def transfer_time_s(nbytes: float, src: Site | str, dst: Site | str, graph: NetworkGraph) -> float:
+    """Seconds to move ``nbytes`` from ``src`` to ``dst`` on ``graph`` (e.g.
+    :func:`fleetplan.datasets.network.load_network_graph`): nbytes / bandwidth + RTT / 2. Raises InputError for bad
+    sites or a negative byte count."""
+    return graph.transfer_time_s(nbytes, src, dst)
 
 
-def default_inter_node_link() -> Link:
-    """The default per-GPU link between pipeline stages on different nodes (links.csv, inter_node default)."""
-    return default_graph().inter_node_link()
-
-
-def transfer_time_s(nbytes: float, src: Site | str, dst: Site | str, graph: NetworkGraph | None = None) -> float:
-    """Seconds to move ``nbytes`` from ``src`` to ``dst`` on ``graph`` (the shipped graph by default):
-    nbytes / bandwidth + RTT / 2. Raises InputError for bad sites or a negative byte count."""
-    return (graph or default_graph()).transfer_time_s(nbytes, src, dst)
+__all__ = ["ROUTE_CLASSES", "Link", "NetworkGraph", "Site", "route_class", "transfer_time_s"]

@@ -218,22 +218,18 @@ def egress_cost_usd(volume_gb: float, tiers: Sequence[EgressTier] | EgressTable)
     return cost
 
 
-def select_egress_table(cloud: str, route_class: str, tables: Iterable[EgressTable] | None = None, *,
+def select_egress_table(cloud: str, route_class: str, tables: Iterable[EgressTable], *,
                         scope: str | None = None) -> EgressTable:
     """The egress table for (cloud, route class); ``scope`` picks one by a case-insensitive substring.
 
     Without ``scope`` the default is the first non-historical table the file lists for that pair (the shipped
-    file lists the US / North America / same-continent scope first). ``tables`` defaults to the shipped ones
-    (``fleetplan.datasets.catalog.load_egress()``).
+    file lists the US / North America / same-continent scope first). ``tables``: the egress tables to search (the
+    shipped ones: ``fleetplan.datasets.catalog.load_egress()``).
 
     Raises:
         UnknownNameError: unknown cloud or route class (lists the known ones).
         InputError: no table for the pair or no scope matching.
     """
-    if tables is None:
-        from fleetplan.datasets.catalog import load_egress
-
-        tables = load_egress()
     tables = list(tables)
     if route_class not in ROUTE_CLASSES:
         route_class = CATEGORY_TO_ROUTE_CLASS.get(route_class, route_class)
@@ -255,7 +251,7 @@ def select_egress_table(cloud: str, route_class: str, tables: Iterable[EgressTab
     return cands[0]
 
 
-def egress_rate_usd_per_gb(cloud: str, route_class: str, tables: Iterable[EgressTable] | None = None, *,
+def egress_rate_usd_per_gb(cloud: str, route_class: str, tables: Iterable[EgressTable], *,
                            scope: str | None = None, per_direction: bool = False) -> float:
     """Flat egress price, USD per GB moved, for a route class without volume tiers.
 
@@ -277,26 +273,24 @@ def egress_rate_usd_per_gb(cloud: str, route_class: str, tables: Iterable[Egress
     return table.tiers[0].usd_per_gb
 
 
-def find_price(gpu: str, cloud: str, region: str | None = None, pricing_model: str = "on-demand",
-               prices: Iterable[GpuPrice] | None = None, *, zone: str | None = None) -> GpuPrice:
-    """The cheapest price per GPU-hour for ``gpu`` at (cloud, region[, zone]) under ``pricing_model``.
+def find_price(gpu_name: str, cloud: str, region: str | None, pricing_model: str, prices: Iterable[GpuPrice], *,
+               zone: str | None = None) -> GpuPrice:
+    """The cheapest price per GPU-hour for ``gpu_name`` at (cloud, region[, zone]) under ``pricing_model``.
 
     Args:
-        gpu: a GPU name or alias ('H100', 'A100-80GB'), resolved through the catalog.
+        gpu_name: a catalog GPU name as the price rows spell it (``fleetplan.datasets.catalog.find_price`` resolves
+            aliases such as 'H100' first and loads the shipped rows).
         cloud: 'aws', 'gcp', 'azure' (case-insensitive).
         region: a region ('us-east-1'), or None for any region.
-        pricing_model: 'on-demand' (default), 'spot', ...
-        prices: the rows to search; default the shipped ones (``fleetplan.datasets.catalog.load_gpu_prices()``).
+        pricing_model: 'on-demand', 'spot', ...
+        prices: the rows to search.
         zone: restrict to one zone.
 
     Raises:
-        UnknownNameError: unknown GPU or cloud.
-        InputError: no row matches; the message lists the regions / pricing models that do have a price.
+        UnknownNameError: a cloud no row has.
+        InputError: no row matches; the message lists the clouds, regions / pricing models that do have a price.
     """
-    from fleetplan.datasets.catalog import load_gpu_prices, load_gpu_specs, resolve_name
-
-    rows = list(load_gpu_prices() if prices is None else prices)
-    gpu_name = resolve_name("gpu", gpu, set(load_gpu_specs()) | {p.gpu for p in rows})
+    rows = list(prices)
     clouds = {p.cloud for p in rows}
     if cloud.lower() not in clouds:
         raise UnknownNameError("cloud", cloud, clouds)
@@ -304,7 +298,7 @@ def find_price(gpu: str, cloud: str, region: str | None = None, pricing_model: s
     if not for_gpu:
         have = sorted({p.cloud for p in rows if p.gpu == gpu_name})
         raise InputError(f"no price for {gpu_name} on {cloud}" + (f"; priced on: {', '.join(have)}" if have else
-                         "; add one in your own price file (--extra)"), field="gpu", value=gpu)
+                         "; add one in your own price file (--extra)"), field="gpu", value=gpu_name)
     match = [p for p in for_gpu if (region is None or p.region == region) and (zone is None or p.zone == zone)
              and p.pricing_model == pricing_model]
     if not match:

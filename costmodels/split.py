@@ -30,18 +30,21 @@ the mean prompt length (p95 scaled with it) from which (c) stops saving money.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from fleetplan.costmodels.calibration import Calibration, calibration_for
 from fleetplan.costmodels.capacity import SLO, replica_capacity
 from fleetplan.costmodels.demand import TokenMix
+from fleetplan.costmodels.energy import idle_fraction_for
 from fleetplan.costmodels.hardware import GPU, Model
 from fleetplan.costmodels.latency import decode_step_time_s, prefill_time_s
-from fleetplan.costmodels.ledger import SECONDS_PER_DAY, Flow, GpuPool, Ledger, build_ledger, load_assumptions
-from fleetplan.costmodels.network import Link, NetworkGraph, Site, default_graph, route_class
-from fleetplan.costmodels.prices import EgressTable, EgressTier, GpuPrice, find_price, select_egress_table
-from fleetplan.errors import InputError, check_range
+from fleetplan.costmodels.ledger import SECONDS_PER_DAY, Flow, GpuPool, Ledger, build_ledger, egress_items
+from fleetplan.costmodels.network import Link, route_class
+from fleetplan.costmodels.prices import EgressTable, EgressTier, GpuPrice
+from fleetplan.errors import InputError, UnknownNameError, check_range
 
 OPTIONS = ("colocated", "disaggregated", "split")
 _TAIL = 0.05  # p95 queueing tail, as capacity.py
@@ -49,7 +52,8 @@ _TAIL = 0.05  # p95 queueing tail, as capacity.py
 
 @dataclass(frozen=True)
 class SplitSpec:
-    """Everything the comparison needs, resolved (catalog lookups done; see :func:`make_spec`).
+    """Everything the comparison needs, resolved (catalog lookups done by
+    :func:`fleetplan.placement.split.make_spec`; this module only does the arithmetic).
 
     Attributes:
         model: the model.
@@ -62,8 +66,10 @@ class SplitSpec:
         kv_table: egress table of the prefill→decode route; prompt_table: decode→prefill; response_table: decode
             site to the internet.
         wan_link: the prefill→decode link; local_link: the inter-node link inside a site.
+        calibrations: roofline calibration rows by GPU name, with a 'default' row (GPUs without their own row).
+        idle_fractions: idle board power / TDP by GPU name, with a 'default' row.
+        text_bytes_per_token (bytes), usd_per_kwh (USD/kWh), pue, energy_billed: ledger assumptions.
         margin: capacity headroom (replicas = ceil(λ / (capacity × (1 − margin)))).
-        text_bytes_per_token, usd_per_kwh, pue, energy_billed: ledger assumptions.
         kv_dtype, weight_dtype: data types.
         max_tp: largest tensor-parallel degree tried (the node size of the price rows).
         trace: the trace name (for reports).
@@ -84,10 +90,12 @@ class SplitSpec:
     response_table: EgressTable
     wan_link: Link
     local_link: Link
+    calibrations: Mapping[str, Calibration]
+    idle_fractions: Mapping[str, float]
+    text_bytes_per_token: float
+    usd_per_kwh: float
+    pue: float
     margin: float = 0.1
-    text_bytes_per_token: float = 4.0
-    usd_per_kwh: float = 0.13
-    pue: float = 1.56
     energy_billed: bool = False
     kv_dtype: str = "bf16"
     weight_dtype: str = "bf16"
@@ -97,6 +105,14 @@ class SplitSpec:
         check_range(self.rate_req_per_s, field="rate_req_per_s", low=1e-6, high=1e6, unit="req/s")
         check_range(self.margin, field="margin", low=0.0, high=0.9)
         check_range(self.text_bytes_per_token, field="text_bytes_per_token", low=0.0, high=100)
+
+    def calib(self, gpu: GPU) -> Calibration:
+        """The roofline calibration row of ``gpu`` (the default row when it has none)."""
+        return calibration_for(self.calibrations, gpu)
+
+    def idle_fraction(self, gpu: GPU) -> float:
+        """Idle board power / TDP of ``gpu`` (the default row when it has none)."""
+        return idle_fraction_for(self.idle_fractions, gpu.name)
 
     @property
     def kv_bytes_per_token(self) -> float:
@@ -143,8 +159,6 @@ class OptionResult:
     def cross_site_egress_usd_per_day(self) -> float:
         """Egress USD per day the cross-site flows (KV, prompts) add: all egress minus that of the other flows
         alone (so shared tables and tiers are handled)."""
-        from fleetplan.costmodels.ledger import egress_items
-
         rest = [f for f in self.flows if f.kind not in ("kv", "prompt")]
         return self.ledger.egress_usd_per_day - sum(i.amount_usd_per_day for i in egress_items(self.name, rest))
 
@@ -210,15 +224,16 @@ def _p95_wait_s(lam: float, mu: float) -> float:
 
 
 def prefill_replica_capacity(model: Model, gpu: GPU, mix: TokenMix, ttft_budget_s: float, *, tp: int,
-                             weight_dtype: str = "bf16") -> tuple[float, float]:
-    """(capacity req/s, p95 TTFT at capacity s) of one prefill replica on ``tp`` GPUs (module docstring).
+                             calib: Calibration, weight_dtype: str = "bf16") -> tuple[float, float]:
+    """(capacity req/s, p95 TTFT at capacity s) of one prefill replica on ``tp`` GPUs (module docstring); ``calib``:
+    the GPU's roofline calibration row.
 
     Capacity is 0.0 when even an idle replica misses ``ttft_budget_s`` or the weights do not fit (90% of memory).
     """
     if model.weight_bytes(weight_dtype) > 0.9 * tp * gpu.memory_bytes:
         return 0.0, math.nan
-    p_mean = prefill_time_s(model, gpu, mix.input_tokens_mean, tp=tp, weight_dtype=weight_dtype)
-    p95 = prefill_time_s(model, gpu, mix.input_tokens_p95, tp=tp, weight_dtype=weight_dtype)
+    p_mean = prefill_time_s(model, gpu, mix.input_tokens_mean, tp=tp, weight_dtype=weight_dtype, calib=calib)
+    p95 = prefill_time_s(model, gpu, mix.input_tokens_p95, tp=tp, weight_dtype=weight_dtype, calib=calib)
     if p95 > ttft_budget_s:
         return 0.0, p95
     mu = 1.0 / p_mean
@@ -232,9 +247,11 @@ def prefill_replica_capacity(model: Model, gpu: GPU, mix: TokenMix, ttft_budget_
     return lo, p95 + _p95_wait_s(lo, mu)
 
 
-def decode_replica_capacity(model: Model, gpu: GPU, mix: TokenMix, slo: SLO, *, tp: int, weight_dtype: str = "bf16",
-                            kv_dtype: str = "bf16", memory_utilization: float = 0.9) -> tuple[float, float, str]:
-    """(capacity req/s, batch at capacity, limiting) of one decode-only replica on ``tp`` GPUs (module docstring).
+def decode_replica_capacity(model: Model, gpu: GPU, mix: TokenMix, slo: SLO, *, tp: int, calib: Calibration,
+                            weight_dtype: str = "bf16", kv_dtype: str = "bf16",
+                            memory_utilization: float = 0.9) -> tuple[float, float, str]:
+    """(capacity req/s, batch at capacity, limiting) of one decode-only replica on ``tp`` GPUs (module docstring);
+    ``calib``: the GPU's roofline calibration row.
 
     KV budget = memory_utilization × tp × GPU memory − weights, as capacity.py. Capacity 0.0 when the weights do
     not fit, no sequence fits, or one sequence alone misses the TPOT target.
@@ -247,7 +264,8 @@ def decode_replica_capacity(model: Model, gpu: GPU, mix: TokenMix, slo: SLO, *, 
     ctx = mix.input_tokens_p95 + mix.output_tokens_p95 / 2
 
     def step(b: float) -> float:
-        return decode_step_time_s(model, gpu, b, ctx, tp=tp, weight_dtype=weight_dtype, kv_dtype=kv_dtype)
+        return decode_step_time_s(model, gpu, b, ctx, tp=tp, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
+                                  calib=calib)
 
     if step(1.0) > slo.tpot_p95_s:
         return 0.0, 0.0, "tpot"
@@ -278,10 +296,11 @@ def _pd_pools(spec: SplitSpec, link: Link, prefill_site: str, prefill_gpu: GPU, 
               ) -> tuple[list[GpuPool], float, float, bool, str]:
     """Prefill and decode pools for options (b)/(c): (pools, ttft_added_s, ttft_p95_s, slo_ok, note)."""
     s = spec
+    pcal = s.calib(prefill_gpu)
     dec = []
     for tp in _tp_choices(s.decode_price):
         cap, b, lim = decode_replica_capacity(s.model, s.decode_gpu, s.mix, s.slo, tp=tp, weight_dtype=s.weight_dtype,
-                                              kv_dtype=s.kv_dtype)
+                                              kv_dtype=s.kv_dtype, calib=s.calib(s.decode_gpu))
         if cap > 0:
             n = _replicas(s.rate_req_per_s, cap, s.margin)
             dec.append((n * tp, tp, n, cap))
@@ -294,7 +313,7 @@ def _pd_pools(spec: SplitSpec, link: Link, prefill_site: str, prefill_gpu: GPU, 
     for tp in _tp_choices(prefill_price):
         added = _kv_transfer_s(s, link, tp, s.mix.input_tokens_p95)
         cap, ttft = prefill_replica_capacity(s.model, prefill_gpu, s.mix, s.slo.ttft_p95_s - added, tp=tp,
-                                             weight_dtype=s.weight_dtype)
+                                             weight_dtype=s.weight_dtype, calib=pcal)
         if cap > 0:
             n = _replicas(s.rate_req_per_s, cap, s.margin)
             pre.append((n * tp, tp, n, cap, added, ttft + added, True))
@@ -303,8 +322,10 @@ def _pd_pools(spec: SplitSpec, link: Link, prefill_site: str, prefill_gpu: GPU, 
         for tp in _tp_choices(prefill_price):
             if s.model.weight_bytes(s.weight_dtype) > 0.9 * tp * prefill_gpu.memory_bytes:
                 continue
-            p_mean = prefill_time_s(s.model, prefill_gpu, s.mix.input_tokens_mean, tp=tp, weight_dtype=s.weight_dtype)
-            p95 = prefill_time_s(s.model, prefill_gpu, s.mix.input_tokens_p95, tp=tp, weight_dtype=s.weight_dtype)
+            p_mean = prefill_time_s(s.model, prefill_gpu, s.mix.input_tokens_mean, tp=tp, weight_dtype=s.weight_dtype,
+                                    calib=pcal)
+            p95 = prefill_time_s(s.model, prefill_gpu, s.mix.input_tokens_p95, tp=tp, weight_dtype=s.weight_dtype,
+                                 calib=pcal)
             cap = 1.0 / p_mean
             n = _replicas(s.rate_req_per_s, cap, s.margin)
             added = _kv_transfer_s(s, link, tp, s.mix.input_tokens_p95)
@@ -320,10 +341,12 @@ def _pd_pools(spec: SplitSpec, link: Link, prefill_site: str, prefill_gpu: GPU, 
     pools = [
         GpuPool("prefill", prefill_site, prefill_gpu.name, ptp, pn, prefill_price, prefill_gpu.tdp_w,
                 utilization=min(1.0, s.rate_req_per_s * prefill_time_s(
-                    s.model, prefill_gpu, s.mix.input_tokens_mean, tp=ptp, weight_dtype=s.weight_dtype) / pn),
-                input_share=1.0, capacity_req_per_s=pcap),
+                    s.model, prefill_gpu, s.mix.input_tokens_mean, tp=ptp, weight_dtype=s.weight_dtype,
+                    calib=pcal) / pn),
+                input_share=1.0, capacity_req_per_s=pcap, idle_fraction=s.idle_fraction(prefill_gpu)),
         GpuPool("decode", s.decode_site, s.decode_gpu.name, dtp, dn, s.decode_price, s.decode_gpu.tdp_w,
-                utilization=min(1.0, s.rate_req_per_s / (dn * dcap)), input_share=0.0, capacity_req_per_s=dcap),
+                utilization=min(1.0, s.rate_req_per_s / (dn * dcap)), input_share=0.0, capacity_req_per_s=dcap,
+                idle_fraction=s.idle_fraction(s.decode_gpu)),
     ]
     return pools, added, ttft, ok, note
 
@@ -346,7 +369,7 @@ def colocated(spec: SplitSpec) -> OptionResult:
     cands = []
     for tp in _tp_choices(s.decode_price):
         c = replica_capacity(s.model, s.decode_gpu, s.mix, s.slo, tp=tp, weight_dtype=s.weight_dtype,
-                             kv_dtype=s.kv_dtype)
+                             kv_dtype=s.kv_dtype, calib=s.calib(s.decode_gpu))
         if c.req_per_s > 0:
             n = _replicas(s.rate_req_per_s, c.req_per_s, s.margin)
             cands.append((n * tp, tp, n, c))
@@ -356,10 +379,11 @@ def colocated(spec: SplitSpec) -> OptionResult:
                          value=s.decode_gpu.name)
     _, tp, n, c = min(cands, key=lambda r: (r[0], r[1]))
     lam = s.rate_req_per_s / n
-    p_mean = prefill_time_s(s.model, s.decode_gpu, s.mix.input_tokens_mean, tp=tp, weight_dtype=s.weight_dtype)
+    p_mean = prefill_time_s(s.model, s.decode_gpu, s.mix.input_tokens_mean, tp=tp, weight_dtype=s.weight_dtype,
+                            calib=s.calib(s.decode_gpu))
     pool = GpuPool("colocated", s.decode_site, s.decode_gpu.name, tp, n, s.decode_price, s.decode_gpu.tdp_w,
                    utilization=min(1.0, lam / c.req_per_s), input_share=min(1.0, lam * p_mean),
-                   capacity_req_per_s=c.req_per_s)
+                   capacity_req_per_s=c.req_per_s, idle_fraction=s.idle_fraction(s.decode_gpu))
     flows = (_response_flow(s),)
     return OptionResult("colocated", (pool,), flows, 0.0, c.ttft_p95_s, True, "",
                         _ledger(s, "colocated", [pool], flows))
@@ -475,89 +499,6 @@ def compare(spec: SplitSpec, *, prompt_break_even: bool = True) -> SplitResult:
     return SplitResult(spec, opts, best, be_egress, be_prompt, be_note, verdict)
 
 
-# ---- building a spec from names ---------------------------------------------------------------------------------
-
-def _price_at(gpu: GPU, site: Site, pricing_model: str, prices, user_usd_per_gpu_hour: float | None,
-              option: str) -> GpuPrice:
-    if user_usd_per_gpu_hour is not None:
-        v = check_range(user_usd_per_gpu_hour, field=option, low=0.0, high=1000, unit="USD/GPU-hour",
-                        fix="give USD per GPU-hour")
-    from fleetplan.datasets.catalog import load_gpu_prices
-
-    rows = load_gpu_prices() if prices is None else list(prices)
-    if user_usd_per_gpu_hour is not None:
-        # Node size (the largest tensor-parallel degree tried): the catalog's largest node of this GPU, else 8.
-        n = max((p.gpus_per_node for p in rows if p.gpu == gpu.name), default=8)
-        return GpuPrice(site.cloud, site.region, site.zone, gpu.name, "user", n, v * n, v, pricing_model,
-                        source=f"user ({option})")
-    try:
-        return find_price(gpu.name, site.cloud, site.region, pricing_model, rows, zone=site.zone or None)
-    except InputError as exc:
-        here = sorted({f"{p.gpu} ({p.pricing_model})" for p in rows if p.cloud == site.cloud
-                       and p.region == site.region and (not site.zone or p.zone == site.zone)})
-        raise InputError(f"site {site.name} has no {pricing_model} price for {gpu.name}: {exc}. Priced at "
-                         f"{site.name}: {', '.join(here) if here else 'nothing'}. Give a price with {option} "
-                         "USD_PER_GPU_HOUR, or add a row with --prices FILE (the shipped price file's columns)",
-                         field="price", value=f"{site.name}/{gpu.name}") from None
-
-
-def make_spec(model: str, prefill_site: str, decode_site: str, *, trace: str = "azure-conv",
-              gpu: str = "H100-SXM-80GB", prefill_gpu: str | None = None, decode_gpu: str | None = None,
-              rate_req_per_s: float | None = None, ttft_slo_s: float = 2.0, tpot_slo_s: float = 0.1,
-              pricing_model: str = "on-demand", prefill_usd_per_gpu_hour: float | None = None,
-              decode_usd_per_gpu_hour: float | None = None, prices_file: str | None = None,
-              egress_file: str | None = None, egress_usd_per_gb: float | None = None, margin: float = 0.1,
-              text_bytes_per_token: float | None = None, usd_per_kwh: float | None = None, pue: float | None = None,
-              energy_billed: bool = False, graph: NetworkGraph | None = None,
-              prompt_tokens: float | None = None, output_tokens: float | None = None) -> SplitSpec:
-    """Resolve names into a :class:`SplitSpec`: model and GPUs from the catalog, token mix and rate from the trace
-    (rate = requests / span unless given), prices from the catalog (or the user), egress tables for the routes,
-    links from the network graph, assumptions from datasets/data/ledger/assumptions.csv unless given.
-
-    Raises:
-        UnknownNameError: unknown model, GPU, trace, cloud.
-        InputError: malformed site, a missing price (names the site and GPU, lists what is priced there, and says how
-            to give one), a missing egress table, out-of-range numbers.
-    """
-    from fleetplan.datasets.catalog import get_gpu, get_model, load_egress, load_gpu_prices
-    from fleetplan.datasets.traces import load_trace, token_mix_from_trace
-
-    m = get_model(model)
-    ps, ds = Site.parse(prefill_site), Site.parse(decode_site)
-    pg = get_gpu(prefill_gpu or gpu)
-    dg = get_gpu(decode_gpu or gpu)
-    tr = load_trace(trace)
-    mix = token_mix_from_trace(tr)
-    rate = (len(tr) / tr.span_s) if rate_req_per_s is None else check_range(
-        rate_req_per_s, field="rate_req_per_s", low=1e-6, high=1e6, unit="req/s")
-    slo = SLO(ttft_slo_s, tpot_slo_s)
-    prices = load_gpu_prices(prices_file) if prices_file else None
-    pp = _price_at(pg, ps, pricing_model, prices, prefill_usd_per_gpu_hour, "--prefill-usd-per-gpu-hour")
-    dp = _price_at(dg, ds, pricing_model, prices, decode_usd_per_gpu_hour, "--decode-usd-per-gpu-hour")
-    tables = load_egress(egress_file) if egress_file else load_egress()
-    kv_t = select_egress_table(ps.cloud, route_class(ps, ds), tables)
-    pr_t = select_egress_table(ds.cloud, route_class(ds, ps), tables)
-    resp_t = select_egress_table(ds.cloud, "internet", tables)
-    g = graph or default_graph()
-    a = load_assumptions()
-    spec = SplitSpec(
-        m, mix, rate, slo, ps.name, ds.name, pg, dg, pp, dp, kv_t, pr_t, resp_t, g.link(ps, ds), g.inter_node_link(),
-        margin=check_range(margin, field="margin", low=0.0, high=0.9),
-        text_bytes_per_token=a["text_bytes_per_token"].value if text_bytes_per_token is None else text_bytes_per_token,
-        usd_per_kwh=a["electricity_usd_per_kwh"].value if usd_per_kwh is None else usd_per_kwh,
-        pue=a["pue"].value if pue is None else pue, energy_billed=energy_billed, trace=tr.name)
-    if egress_usd_per_gb is not None:
-        spec = with_cross_site_egress(spec, egress_usd_per_gb)
-    if prompt_tokens is not None:
-        spec = with_prompt_tokens(spec, prompt_tokens)
-    if output_tokens is not None:
-        check_range(output_tokens, field="output_tokens", low=1, high=spec.model.max_context_tokens, unit="tokens")
-        f = output_tokens / spec.mix.output_tokens_mean
-        spec = dataclasses.replace(spec, mix=dataclasses.replace(
-            spec.mix, output_tokens_mean=float(output_tokens), output_tokens_p95=spec.mix.output_tokens_p95 * f))
-    return spec
-
-
 # ---- sweeps -----------------------------------------------------------------------------------------------------
 
 #: Variables a sweep may vary, and what each sets.
@@ -581,8 +522,6 @@ def _scaled(price: GpuPrice, f: float) -> GpuPrice:
 
 def apply_variables(spec: SplitSpec, values: dict[str, float]) -> SplitSpec:
     """``spec`` with the sweep variables set (:data:`SWEEP_VARIABLES`). Raises UnknownNameError for others."""
-    from fleetplan.errors import UnknownNameError
-
     for k, v in values.items():
         if k == "egress_usd_per_gb":
             spec = with_cross_site_egress(spec, v)
@@ -634,8 +573,6 @@ def scenario_row(spec: SplitSpec, values: dict[str, float]) -> dict:
 
 def grid(variables: dict[str, Sequence[float]]) -> list[dict[str, float]]:
     """All combinations of the variables' values, first variable slowest."""
-    import itertools
-
     names = list(variables)
     return [dict(zip(names, combo, strict=True)) for combo in itertools.product(*(variables[n] for n in names))]
 
@@ -643,6 +580,6 @@ def grid(variables: dict[str, Sequence[float]]) -> list[dict[str, float]]:
 __all__ = [
     "OPTIONS", "SWEEP_VARIABLES", "OptionResult", "SplitResult", "SplitSpec", "apply_variables",
     "break_even_prompt_tokens", "colocated", "compare", "compare_options", "decode_replica_capacity",
-    "disaggregated", "flat_table", "grid", "make_spec", "prefill_replica_capacity", "scenario_row", "split",
+    "disaggregated", "flat_table", "grid", "prefill_replica_capacity", "scenario_row", "split",
     "with_cross_site_egress", "with_prompt_tokens",
 ]

@@ -884,8 +884,18 @@ def load_egress(extra: str | Path | None = None, *, bound: str = "high") -> list
 
 def find_price(gpu: str, cloud: str, region: str | None = None, pricing_model: str = "on-demand",
                prices: Iterable[GpuPrice] | None = None, *, zone: str | None = None) -> GpuPrice:
-    """Cheapest matching price; see :func:`fleetplan.costmodels.prices.find_price` (same arguments)."""
-    return _find_price(gpu, cloud, region, pricing_model, prices, zone=zone)
+    """The cheapest price per GPU-hour for ``gpu`` at (cloud, region[, zone]) under ``pricing_model``.
+
+    ``gpu`` is a GPU name or alias ('H100', 'A100-80GB'), resolved through the catalog; ``prices`` defaults to the
+    shipped rows (:func:`load_gpu_prices`). The search: :func:`fleetplan.costmodels.prices.find_price`.
+
+    Raises:
+        UnknownNameError: unknown GPU or cloud.
+        InputError: no row matches; the message lists the regions / pricing models that do have a price.
+    """
+    rows = list(load_gpu_prices() if prices is None else prices)
+    gpu_name = resolve_name("gpu", gpu, set(load_gpu_specs()) | {p.gpu for p in rows})
+    return _find_price(gpu_name, cloud, region, pricing_model, rows, zone=zone)
 
 
 __all__ = [

@@ -31,10 +31,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from fleetplan.costmodels.calibration import Calibration, load_calibration, load_reference_models
+from fleetplan.costmodels.calibration import Calibration
 from fleetplan.costmodels.capacity import ReplicaCapacity, replica_capacity
 from fleetplan.costmodels.hardware import GPU, Model
 from fleetplan.costmodels.latency import decode_step_time_s, prefill_time_s
+from fleetplan.datasets.calibration import load_calibration, load_reference_models
 from fleetplan.datasets.catalog import get_gpu
 from fleetplan.errors import InputError, UnknownNameError
 
@@ -301,7 +302,8 @@ def capacity_for(model: Model, gpu: GPU | None, mix, slo, *, gpu_name: str = "",
     """Capacity of one replica of ``model`` on a GPU type, from the best source available.
 
     Order: a measured ``profile`` (req/s from its bucket at the mix's p95 lengths); else the analytic model when
-    ``gpu`` is a GPU record (``kwargs`` go to :func:`~fleetplan.costmodels.capacity.replica_capacity`); else —
+    ``gpu`` is a GPU record (``kwargs`` go to :func:`~fleetplan.costmodels.capacity.replica_capacity`, with
+    ``calib`` the GPU's shipped calibration row unless given); else —
     a GPU type with no profile and no analytic data (``gpu`` None, e.g. a catalog row without bandwidth or FLOP/s)
     — zero capacity with limiting 'no_data' and a reason: such a GPU is not eligible, never free capacity.
     Returns a :class:`~fleetplan.costmodels.capacity.ReplicaCapacity`.
@@ -318,6 +320,7 @@ def capacity_for(model: Model, gpu: GPU | None, mix, slo, *, gpu_name: str = "",
                                limiting="profile" if rate > 0 else "profile_infeasible", reason=why,
                                source=f"measured profile {profile.name} ({profile.source})")
     if gpu is not None:
+        kwargs.setdefault("calib", load_calibration(gpu))
         return replica_capacity(model, gpu, mix, slo, **kwargs)
     return ReplicaCapacity(req_per_s=0.0, max_batch=0.0, batch_at_capacity=0.0, tpot_p95_s=math.nan,
                            ttft_p95_s=math.nan, weights_bytes_per_gpu=math.nan, kv_bytes_available=math.nan,

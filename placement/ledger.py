@@ -6,10 +6,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from fleetplan.costmodels.energy import idle_fraction, power_w
-from fleetplan.costmodels.ledger import HOURS_PER_DAY, Ledger, LineItem, load_assumptions
+from fleetplan.costmodels.energy import power_w
+from fleetplan.costmodels.ledger import HOURS_PER_DAY, Ledger, LineItem
 from fleetplan.costmodels.network import route_class
+from fleetplan.datasets.calibration import idle_fraction
 from fleetplan.datasets.catalog import load_gpus
+from fleetplan.datasets.ledger import load_assumptions
 from fleetplan.errors import InputError
 from fleetplan.placement.plan import Plan, evaluate, site_capacity, starts
 from fleetplan.placement.problem import Problem

@@ -59,9 +59,11 @@ import yaml
 
 from fleetplan.costmodels.capacity import SLO, replica_capacity
 from fleetplan.costmodels.demand import Demand, TokenMix
-from fleetplan.costmodels.network import NetworkGraph, Site, route_class
-from fleetplan.costmodels.prices import find_price, select_egress_table
-from fleetplan.datasets.catalog import get_gpu, get_model, load_gpu_prices
+from fleetplan.costmodels.network import Site, route_class
+from fleetplan.costmodels.prices import select_egress_table
+from fleetplan.datasets.calibration import load_calibration
+from fleetplan.datasets.catalog import find_price, get_gpu, get_model, load_egress, load_gpu_prices
+from fleetplan.datasets.network import inter_node_link
 from fleetplan.datasets.servegen import servegen_demand
 from fleetplan.datasets.traces import (
     day_curve_demand,
@@ -354,12 +356,13 @@ def egress_table(sites: list[str], bytes_scope_note: str = "") -> dict[tuple[str
     free allowance (a conservative marginal rate)."""
 
     out = {}
+    egress = load_egress()
     for a in sites:
         for b in sites:
             if a == b:
                 continue
             cls = route_class(a, b)
-            table = select_egress_table(Site.parse(a).cloud, cls)
+            table = select_egress_table(Site.parse(a).cloud, cls, egress)
             paid = [t.usd_per_gb for t in table.tiers if t.usd_per_gb > 0]
             out[(a, b)] = paid[0] if paid else 0.0
     return out
@@ -387,7 +390,7 @@ def build_problem(scenario: Scenario, *, progress=None) -> Problem:
         return str(base / p) if base is not None and not p.is_absolute() else str(p)
 
     prices = load_gpu_prices(_file("prices"))
-    link = NetworkGraph.load().inter_node_link(opts.get("inter_node_link"))
+    link = inter_node_link(opts.get("inter_node_link"))
     allowed = opts.get("allowed_gpus")
     allowed_names = {get_gpu(g, _file("gpus")).name for g in allowed} if allowed else None
     pools: list[Pool] = []
@@ -462,6 +465,7 @@ def build_problem(scenario: Scenario, *, progress=None) -> Problem:
         weights = model.weight_bytes(opts["weight_dtype"])
         for pool in pools:
             gpu = gpus[pool.gpu]
+            calib = load_calibration(gpu)
             if progress:
                 progress(f"capacity of {model.name} on {pool.id}")
             candidates = [(tp, 1) for tp in tps if tp <= pool.gpus_per_node and pool.gpus_per_node % tp == 0]
@@ -472,7 +476,7 @@ def build_problem(scenario: Scenario, *, progress=None) -> Problem:
             for tp, pp in candidates:
                 cap = replica_capacity(model, gpu, mix, slo, tp=tp, pp=pp, weight_dtype=opts["weight_dtype"],
                                        kv_dtype=opts["kv_dtype"], memory_utilization=mu_mem,
-                                       link=link if pp > 1 else None)
+                                       link=link if pp > 1 else None, calib=calib)
                 if cap.req_per_s <= 0:
                     why.append(f"{pool.id} tp {tp}{f' pp {pp}' if pp > 1 else ''}: {cap.reason or cap.limiting}")
                     continue
@@ -494,7 +498,7 @@ def build_problem(scenario: Scenario, *, progress=None) -> Problem:
                 k = opts["max_models_per_shared_gpu"]
                 shared_slo = SLO(slo.ttft_p95_s, max(0.001, slo.tpot_p95_s / k))
                 full = replica_capacity(model, gpu, mix, shared_slo, tp=1, weight_dtype=opts["weight_dtype"],
-                                        kv_dtype=opts["kv_dtype"], memory_utilization=mu_mem)
+                                        kv_dtype=opts["kv_dtype"], memory_utilization=mu_mem, calib=calib)
                 kvpt = model.kv_bytes_per_token(opts["kv_dtype"])
                 kv_seq = model.kv_tokens_cached(mix.input_tokens_mean + mix.output_tokens_mean) * kvpt
                 kv_seq95 = model.kv_tokens_cached(mix.input_tokens_p95 + mix.output_tokens_p95) * kvpt
@@ -505,7 +509,8 @@ def build_problem(scenario: Scenario, *, progress=None) -> Problem:
                           else share_budget)
                 budget = min(share_budget, needed)
                 cap = replica_capacity(model, gpu, mix, shared_slo, tp=1, weight_dtype=opts["weight_dtype"],
-                                       kv_dtype=opts["kv_dtype"], memory_utilization=mu_mem, kv_budget_bytes=budget)
+                                       kv_dtype=opts["kv_dtype"], memory_utilization=mu_mem, kv_budget_bytes=budget,
+                                       calib=calib)
                 if cap.req_per_s > 0:
                     shares.append(ShareOption(model.name, pool.id, cap.req_per_s, weights + budget,
                                               ttft_p95_s=cap.ttft_p95_s, tpot_p95_s=cap.tpot_p95_s))

@@ -39,6 +39,7 @@ from pathlib import Path
 
 from fleetplan.costmodels.capacity import SLO, replica_capacity
 from fleetplan.datasets import catalog
+from fleetplan.datasets.calibration import load_calibration
 from fleetplan.datasets.catalog import get_gpu, get_model, load_gpu_specs, load_models, resolve_name
 from fleetplan.errors import FleetplanError, InfeasibleError, InputError, UnknownNameError, check_range
 from fleetplan.placement.scenario import _token_mix
@@ -237,7 +238,7 @@ def demand_from_models(tenant: str, models: object, gpu: str, node_gpus: int, *,
                           for t in tps if t > node_gpus or node_gpus % t]
         best: tuple[float, int, float] | None = None  # (req/s per GPU, tp, req/s per replica)
         for t in sorted(t for t in set(tps) if t <= node_gpus and node_gpus % t == 0):
-            cap = replica_capacity(model, gpu_rec, mix, target, tp=t)
+            cap = replica_capacity(model, gpu_rec, mix, target, tp=t, calib=load_calibration(gpu_rec))
             if cap.req_per_s <= 0:
                 why.append(f"tp {t}: {cap.reason or cap.limiting}")
             elif best is None or cap.req_per_s / t > best[0] + 1e-12:

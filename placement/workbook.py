@@ -26,9 +26,10 @@ from openpyxl.chart import BarChart, Reference
 from openpyxl.styles import Font
 from openpyxl.utils import get_column_letter
 
-from fleetplan.costmodels.energy import idle_fraction
-from fleetplan.costmodels.ledger import DAYS_PER_MONTH, SECONDS_PER_DAY, Flow, load_assumptions, table_key
+from fleetplan.costmodels.ledger import DAYS_PER_MONTH, SECONDS_PER_DAY, Flow, table_key
+from fleetplan.datasets.calibration import idle_fraction
 from fleetplan.datasets.catalog import load_gpus
+from fleetplan.datasets.ledger import load_assumptions
 from fleetplan.fileio import atomic_path
 from fleetplan.placement.ledger import plan_ledger
 from fleetplan.placement.plan import evaluate

@@ -42,11 +42,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from fleetplan.costmodels.calibration import load_calibration
-from fleetplan.costmodels.energy import energy_kwh, idle_fraction
+from fleetplan.costmodels.energy import energy_kwh
 from fleetplan.costmodels.latency import decode_step_time_s, prefill_time_s
-from fleetplan.costmodels.network import NetworkGraph
+from fleetplan.datasets.calibration import idle_fraction, load_calibration
 from fleetplan.datasets.catalog import get_gpu, get_model
+from fleetplan.datasets.network import inter_node_link
 from fleetplan.datasets.servegen import servegen_client_mix, servegen_day_curve
 from fleetplan.datasets.traces import load_trace
 from fleetplan.errors import InputError, UnknownNameError
@@ -120,7 +120,7 @@ class FleetBuilder:
         model = get_model(model_name, self._file("models"))
         gpu = get_gpu(pool.gpu, self._file("gpus"))
         calib = load_calibration(gpu)
-        link = NetworkGraph.load().inter_node_link(opts.get("inter_node_link")) if pp > 1 else None
+        link = inter_node_link(opts.get("inter_node_link")) if pp > 1 else None
         kw = dict(tp=tp, pp=pp, weight_dtype=wd, link=link, calib=calib)
         budget = mu * tp * pp * gpu.memory_bytes - model.weight_bytes(wd) if kv_budget_bytes is None \
             else kv_budget_bytes

@@ -10,9 +10,12 @@ from scipy.optimize import brentq
 from fleetplan.costmodels.capacity import SLO, replica_capacity, replica_capacity_from_latency
 from fleetplan.costmodels.demand import TokenMix
 from fleetplan.costmodels.hardware import GPU, Model
+from fleetplan.datasets.calibration import load_calibration
 from fleetplan.errors import InputError
 
 H100 = GPU("H100-SXM-80GB", 80e9, 3350e9, 989.4e12, 1978.9e12, 900e9, 128e9, 700)
+#: The shipped roofline calibration row of the H100 (datasets/data/calibration/roofline.csv).
+CAL = load_calibration(H100)
 L8B = Model("Llama-3.1-8B", 32, 4096, 32, 8, 128, 8.03e9, 8.03e9)
 L70B = Model("Llama-3.1-70B", 80, 8192, 64, 8, 128, 70.554e9, 70.554e9)
 MIX = TokenMix(input_tokens_mean=1000, input_tokens_p95=3000, output_tokens_mean=200, output_tokens_p95=600)
@@ -70,20 +73,20 @@ def test_kv_limited_rate_by_hand():
 
 def test_weights_that_do_not_fit_give_zero_with_reason():
     # 70.554e9 × 2 B = 141 GB > 0.9 × 80 GB on one GPU.
-    c = replica_capacity(L70B, H100, MIX, SLO(2.0, 0.05), tp=1)
+    c = replica_capacity(L70B, H100, MIX, SLO(2.0, 0.05), tp=1, calib=CAL)
     assert c.req_per_s == 0.0
     assert c.limiting == "weights_do_not_fit"
     assert "weights 141 GB exceed 0.9 × 80 GB × tp 1" in c.reason
 
 
 def test_slo_impossible_at_any_rate_gives_zero_with_reason():
-    c = replica_capacity(L8B, H100, MIX, SLO(2.0, 0.002))
+    c = replica_capacity(L8B, H100, MIX, SLO(2.0, 0.002), calib=CAL)
     assert c.req_per_s == 0.0 and c.limiting == "tpot" and "TPOT p95" in c.reason
 
 
 def test_context_too_long():
     short = Model("short", 32, 4096, 32, 8, 128, 8.03e9, 8.03e9, max_context_tokens=2048)
-    c = replica_capacity(short, H100, MIX, SLO(2.0, 0.05))
+    c = replica_capacity(short, H100, MIX, SLO(2.0, 0.05), calib=CAL)
     assert c.req_per_s == 0.0 and c.limiting == "context_too_long"
 
 
@@ -91,26 +94,27 @@ def test_memory_accounting_by_hand():
     # 8B bf16 on one H100: weights 16.06 GB; KV budget 0.9·80 − 16.06 = 55.94 GB; reserve 0.1·80 = 8 GB;
     # memory per GPU = 16.06 + 55.94 + 8 = 80 GB. Max batch: room for one p95 request (3600 tokens) plus mean
     # ones (1200 tokens): (55.94e9 − 3600 × 131,072) / (1200 × 131,072) + 1 = 353.66.
-    c = replica_capacity(L8B, H100, MIX, SLO(2.0, 0.05))
+    c = replica_capacity(L8B, H100, MIX, SLO(2.0, 0.05), calib=CAL)
     assert c.weights_bytes_per_gpu == pytest.approx(16.06e9)
     assert c.kv_bytes_available == pytest.approx(55.94e9)
     assert c.memory_bytes_per_gpu == pytest.approx(80e9)
     assert c.max_batch == pytest.approx((55.94e9 - 3600 * 131072) / (1200 * 131072) + 1)
     assert c.gpus == 1 and c.req_per_s > 0
     # A smaller budget (a shared GPU) occupies less memory and never sustains more.
-    small = replica_capacity(L8B, H100, MIX, SLO(2.0, 0.05), kv_budget_bytes=2e9)
+    small = replica_capacity(L8B, H100, MIX, SLO(2.0, 0.05), kv_budget_bytes=2e9, calib=CAL)
     assert small.memory_bytes_per_gpu == pytest.approx(16.06e9 + 2e9 + 8e9)
     assert small.req_per_s <= c.req_per_s and small.limiting == "kv_memory"
 
 
 def test_capacity_non_increasing_as_tpot_tightens():
-    caps = [replica_capacity(L8B, H100, MIX, SLO(5.0, t)).req_per_s for t in (0.2, 0.1, 0.05, 0.03, 0.02, 0.01)]
+    caps = [replica_capacity(L8B, H100, MIX, SLO(5.0, t), calib=CAL).req_per_s
+            for t in (0.2, 0.1, 0.05, 0.03, 0.02, 0.01)]
     assert all(a >= b for a, b in zip(caps, caps[1:], strict=False))
     assert caps[0] > caps[-1]
 
 
 def test_capacity_non_decreasing_with_tp_for_a_large_model():
-    caps = [replica_capacity(L70B, H100, MIX, SLO(2.0, 0.05), tp=tp).req_per_s for tp in (1, 2, 4, 8)]
+    caps = [replica_capacity(L70B, H100, MIX, SLO(2.0, 0.05), tp=tp, calib=CAL).req_per_s for tp in (1, 2, 4, 8)]
     assert caps[0] == 0.0
     assert all(a <= b for a, b in zip(caps, caps[1:], strict=False))
     assert caps[-1] > 0
@@ -118,6 +122,6 @@ def test_capacity_non_decreasing_with_tp_for_a_large_model():
 
 def test_bad_options_rejected():
     with pytest.raises(InputError):
-        replica_capacity(L8B, H100, MIX, SLO(2.0, 0.05), memory_utilization=90)
+        replica_capacity(L8B, H100, MIX, SLO(2.0, 0.05), memory_utilization=90, calib=CAL)
     with pytest.raises(InputError):
-        replica_capacity(L8B, H100, MIX, SLO(2.0, 0.05), kv_budget_bytes=-1)
+        replica_capacity(L8B, H100, MIX, SLO(2.0, 0.05), kv_budget_bytes=-1, calib=CAL)

@@ -6,10 +6,11 @@ import math
 
 import pytest
 
-from fleetplan.costmodels.calibration import Calibration, load_calibration, load_calibration_table
+from fleetplan.costmodels.calibration import Calibration
 from fleetplan.costmodels.hardware import GPU, Model
 from fleetplan.costmodels.latency import allreduce_time_s, decode_step_time_s, moe_params_read, prefill_time_s
 from fleetplan.costmodels.network import Link
+from fleetplan.datasets.calibration import load_calibration, load_calibration_table
 from fleetplan.datasets.profiles import mdape_table, roofline_predictions, splitwise_fit_rows
 from fleetplan.errors import InputError
 

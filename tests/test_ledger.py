@@ -6,24 +6,27 @@ import pytest
 
 from fleetplan.costmodels.ledger import DAYS_PER_MONTH, Flow, GpuPool, build_ledger, egress_items
 from fleetplan.costmodels.prices import GpuPrice, egress_cost_usd, select_egress_table
-from fleetplan.costmodels.split import compare, make_spec, with_cross_site_egress
+from fleetplan.costmodels.split import compare, with_cross_site_egress
+from fleetplan.datasets.catalog import load_egress
 from fleetplan.errors import InputError
 from fleetplan.placement.ledger import plan_ledger
 from fleetplan.placement.plan import evaluate
+from fleetplan.placement.split import SplitOptions, make_spec
 
 
 @pytest.fixture(scope="module")
 def spec():
     # User prices keep the figures independent of the shipped catalog.
-    return make_spec("llama-3.1-70b", "aws:us-east-1", "aws:us-west-2", rate_req_per_s=2.0,
-                     prefill_usd_per_gpu_hour=5.0, decode_usd_per_gpu_hour=10.0)
+    return make_spec(SplitOptions(model="llama-3.1-70b", prefill_site="aws:us-east-1", decode_site="aws:us-west-2",
+                                  rate_req_per_s=2.0, prefill_usd_per_gpu_hour=5.0, decode_usd_per_gpu_hour=10.0))
 
 
 def test_worked_check_kv_bytes_and_egress_per_request():
     # Llama-3.1-70B bf16: 2 × 80 layers × 8 KV heads × 128 × 2 B = 327,680 B per token.
     # 8,192 tokens × 327,680 B = 2,684,354,560 B = 2.684 GB; at $0.02/GB: 2.68435456 × 0.02 = $0.0537 per request.
-    s = make_spec("llama-3.1-70b", "aws:us-east-1", "aws:us-west-2", rate_req_per_s=1.0, prompt_tokens=8192,
-                  egress_usd_per_gb=0.02, ttft_slo_s=30.0, prefill_usd_per_gpu_hour=5.0, decode_usd_per_gpu_hour=10.0)
+    s = make_spec(SplitOptions(model="llama-3.1-70b", prefill_site="aws:us-east-1", decode_site="aws:us-west-2",
+                               rate_req_per_s=1.0, prompt_tokens=8192, egress_usd_per_gb=0.02, ttft_slo_s=30.0,
+                               prefill_usd_per_gpu_hour=5.0, decode_usd_per_gpu_hour=10.0))
     assert s.kv_bytes_per_token == 327_680
     assert s.kv_bytes(8192) == 2_684_354_560
     c = compare(s, prompt_break_even=False).options["split"]
@@ -38,7 +41,7 @@ def test_worked_check_kv_bytes_and_egress_per_request():
 def test_tiers_band_by_band():
     # AWS us-east-1 to internet: 100 GB free, 0.09 to 10,240 GB, 0.085 to 51,200 GB. 20,000 GB/month cost
     # (10,240 − 100) × 0.09 + (20,000 − 10,240) × 0.085 = 912.60 + 829.60 = 1,742.20 USD/month.
-    t = select_egress_table("aws", "internet")
+    t = select_egress_table("aws", "internet", load_egress())
     flow = Flow("response", "aws:us-east-1", "users", "internet", 20_000 / DAYS_PER_MONTH, t)
     items = egress_items("x", [flow])
     assert [round(i.quantity_per_day * DAYS_PER_MONTH, 6) for i in items] == [100, 10_140, 9_760]
@@ -50,7 +53,8 @@ def test_tiers_band_by_band():
 def test_gpu_line_and_per_token_figures():
     # 2 replicas × 4 GPUs × 24 h = 192 GPU-hours × $3/h = $576/day; month 576 × 365/12 = 17,520.
     price = GpuPrice("aws", "us-east-1", "", "H100-SXM-80GB", "x", 8, 24.0)
-    pool = GpuPool("prefill", "aws:us-east-1", "H100-SXM-80GB", 4, 2, price, 700.0, utilization=0.5, input_share=1)
+    pool = GpuPool("prefill", "aws:us-east-1", "H100-SXM-80GB", 4, 2, price, 700.0, utilization=0.5, input_share=1,
+                   idle_fraction=0.15)
     led = build_ledger("o", [pool], requests_per_day=1000, input_tokens_per_day=1e6, output_tokens_per_day=2e5,
                        usd_per_kwh=0.1, pue=1.5, energy_billed=False)
     assert led.gpu_usd_per_day == pytest.approx(576.0)
@@ -92,8 +96,9 @@ def test_split_options_pools_and_break_even(spec):
 def test_cheap_prefill_site_pays_below_break_even():
     # Long prompts (4,000 tokens), prefill GPUs at $0.5/h against $10/h at the decode site: the split's GPU bill is
     # lower, so it pays while cross-site egress stays below the break-even price (about $0.004/GB here).
-    s = make_spec("llama-3.1-70b", "aws:us-east-1", "aws:us-west-2", rate_req_per_s=2.0, prompt_tokens=4000,
-                  ttft_slo_s=10.0, prefill_usd_per_gpu_hour=0.5, decode_usd_per_gpu_hour=10.0)
+    s = make_spec(SplitOptions(model="llama-3.1-70b", prefill_site="aws:us-east-1", decode_site="aws:us-west-2",
+                               rate_req_per_s=2.0, prompt_tokens=4000, ttft_slo_s=10.0, prefill_usd_per_gpu_hour=0.5,
+                               decode_usd_per_gpu_hour=10.0))
     be = compare(s, prompt_break_even=False).break_even_egress_usd_per_gb
     assert 0 < be < 0.02
     below = compare(with_cross_site_egress(s, be / 2), prompt_break_even=False)
@@ -107,7 +112,7 @@ def test_cheap_prefill_site_pays_below_break_even():
 
 def test_missing_price_names_site_and_gpu():
     with pytest.raises(InputError) as e:
-        make_spec("llama-3.1-70b", "aws:us-east-1", "aws:eu-west-1")
+        make_spec(SplitOptions(model="llama-3.1-70b", prefill_site="aws:us-east-1", decode_site="aws:eu-west-1"))
     msg = str(e.value)
     assert "aws:eu-west-1" in msg and "H100-SXM-80GB" in msg and "us-east-1" in msg
     assert "--decode-usd-per-gpu-hour" in msg

@@ -6,8 +6,9 @@ import subprocess
 import openpyxl
 import pytest
 
-from fleetplan.costmodels.split import compare, make_spec, with_cross_site_egress
+from fleetplan.costmodels.split import compare, with_cross_site_egress
 from fleetplan.placement.ledger import plan_ledger
+from fleetplan.placement.split import SplitOptions, make_spec
 from fleetplan.placement.workbook import write_plan_workbook, write_split_workbook
 
 formulas = pytest.importorskip("formulas")
@@ -39,8 +40,8 @@ def _row_of(ws, label, col=1):
 
 @pytest.fixture(scope="module")
 def split_result():
-    s = make_spec("llama-3.1-70b", "aws:us-east-1", "aws:us-west-2", rate_req_per_s=2.0,
-                  prefill_usd_per_gpu_hour=5.0, decode_usd_per_gpu_hour=10.0)
+    s = make_spec(SplitOptions(model="llama-3.1-70b", prefill_site="aws:us-east-1", decode_site="aws:us-west-2",
+                               rate_req_per_s=2.0, prefill_usd_per_gpu_hour=5.0, decode_usd_per_gpu_hour=10.0))
     return compare(s, prompt_break_even=False)
 
 

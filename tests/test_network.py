@@ -5,15 +5,8 @@ from __future__ import annotations
 import pytest
 
 from fleetplan.costmodels.energy import energy_kwh, power_w
-from fleetplan.costmodels.network import (
-    Link,
-    NetworkGraph,
-    Site,
-    default_graph,
-    default_inter_node_link,
-    route_class,
-    transfer_time_s,
-)
+from fleetplan.costmodels.network import Link, Site, route_class, transfer_time_s
+from fleetplan.datasets.network import inter_node_link, load_network_graph
 from fleetplan.errors import InputError
 
 
@@ -37,13 +30,14 @@ def test_route_classes():
 
 def test_transfer_time_known_pair_by_hand():
     # us-east-1 -> eu-west-1: 5 Gbit/s = 6.25e8 B/s, RTT 70 ms: 1e9 B / 6.25e8 + 0.070/2 = 1.6 + 0.035 = 1.635 s.
-    assert transfer_time_s(1e9, "aws:us-east-1", "aws:eu-west-1") == pytest.approx(1.635)
+    g = load_network_graph()
+    assert transfer_time_s(1e9, "aws:us-east-1", "aws:eu-west-1", g) == pytest.approx(1.635)
     # Symmetric, and zones of a known region pair use the region row.
-    assert transfer_time_s(1e9, "aws:eu-west-1:euw1-az1", "aws:us-east-1") == pytest.approx(1.635)
+    assert transfer_time_s(1e9, "aws:eu-west-1:euw1-az1", "aws:us-east-1", g) == pytest.approx(1.635)
 
 
 def test_unknown_pairs_use_class_defaults():
-    g = default_graph()
+    g = load_network_graph()
     # Unknown region pair: default inter-region row, RTT 100 ms; 0 bytes cost one-way latency 0.05 s.
     assert g.transfer_time_s(0, "aws:us-east-1", "aws:sa-east-1") == pytest.approx(0.05)
     # Cross-zone default: 5 Gbit/s, 1 ms: 1.25e8 B -> 0.2 s + 0.0005 s.
@@ -54,8 +48,8 @@ def test_unknown_pairs_use_class_defaults():
 def test_inter_node_links_per_gpu():
     # InfiniBand NDR 400 Gbit/s per GPU = 5e10 B/s; p5 3,200 Gbit/s shared by 8 GPUs = 400 Gbit/s = 5e10 B/s;
     # p4d 400 Gbit/s shared by 8 = 50 Gbit/s = 6.25e9 B/s.
-    assert default_inter_node_link().bandwidth_bytes_per_s == pytest.approx(5e10)
-    g = default_graph()
+    assert inter_node_link().bandwidth_bytes_per_s == pytest.approx(5e10)
+    g = load_network_graph()
     assert g.inter_node_link("aws-p5-efa").bandwidth_bytes_per_s == pytest.approx(5e10)
     assert g.inter_node_link("aws-p4d-efa").bandwidth_bytes_per_s == pytest.approx(6.25e9)
     with pytest.raises(InputError, match="did you mean"):
@@ -70,7 +64,7 @@ def test_link_rejects_milliseconds_and_bad_bytes():
 
 
 def test_lowest_rtt_path_uses_networkx():
-    g = NetworkGraph.load()
+    g = load_network_graph()
     path, rtt = g.lowest_rtt_path("aws:us-west-2", "aws:eu-central-1")
     # Direct us-west-2 -> eu-west-1 (125 ms) -> eu-central-1 (25 ms) = 150 ms beats via us-east-1 (65+70+25 = 160).
     assert path == ["aws:us-west-2", "aws:eu-west-1", "aws:eu-central-1"]
@@ -82,7 +76,7 @@ def test_links_file_missing_default_row(tmp_path):
     p.write_text("link_class,name,src,dst,bandwidth_gbps,gpus_sharing,rtt_ms,is_default,estimate,source\n"
                  "same_zone,default,,,5,1,0.1,1,yes,x\n")
     with pytest.raises(InputError, match="default row"):
-        NetworkGraph.load(p)
+        load_network_graph(p)
 
 
 def test_energy_estimate_by_hand():
@@ -92,6 +86,6 @@ def test_energy_estimate_by_hand():
     # Idle all day: 105 W × 24 h = 2.52 kWh.
     assert energy_kwh(700, 0.0, 24, idle_fraction=0.15) == pytest.approx(2.52)
     with pytest.raises(InputError):
-        energy_kwh(700, 60, 1)
+        energy_kwh(700, 60, 1, idle_fraction=0.15)
     with pytest.raises(InputError):
-        energy_kwh(700, 0.5, -1)
+        energy_kwh(700, 0.5, -1, idle_fraction=0.15)

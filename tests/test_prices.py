@@ -10,10 +10,9 @@ from fleetplan.costmodels.prices import (
     GpuPrice,
     egress_cost_usd,
     egress_rate_usd_per_gb,
-    find_price,
     select_egress_table,
 )
-from fleetplan.datasets.catalog import load_egress, load_gpu_prices, skipped_price_rows
+from fleetplan.datasets.catalog import find_price, load_egress, load_gpu_prices, skipped_price_rows
 from fleetplan.errors import InputError, UnknownNameError
 
 PRICE_HEADER = "provider,instance,region,zone,gpu,gpu_count,usd_per_hour,pricing_model,source"
@@ -23,7 +22,7 @@ PRICE_HEADER = "provider,instance,region,zone,gpu,gpu_count,usd_per_hour,pricing
 
 @pytest.fixture(scope="module")
 def aws_internet():
-    return select_egress_table("aws", "internet")
+    return select_egress_table("aws", "internet", load_egress())
 
 
 def test_aws_internet_is_us_east_1_not_the_historical_table(aws_internet):
@@ -64,8 +63,8 @@ def test_cost_never_falls_as_volume_grows():
 
 def test_gib_quoted_prices_converted_to_gb():
     # GCP cross-zone 0.01 USD/GiB = 0.01 / 1.073741824 USD/GB.
-    assert egress_rate_usd_per_gb("gcp", "cross_zone") == pytest.approx(0.01 / 1.073741824)
-    t = select_egress_table("gcp", "internet")
+    assert egress_rate_usd_per_gb("gcp", "cross_zone", load_egress()) == pytest.approx(0.01 / 1.073741824)
+    t = select_egress_table("gcp", "internet", load_egress())
     # 'to North America': first GiB free, then 0.12 USD/GiB to 1,024 GiB; bounds in GB = GiB x 1.073741824.
     assert t.tiers[1].from_gb == pytest.approx(1.073741824)
     assert t.tiers[1].to_gb == pytest.approx(1024 * 1.073741824)  # 1,099.511627776 GB
@@ -76,27 +75,27 @@ def test_gib_quoted_prices_converted_to_gb():
 
 
 def test_ranges_use_high_by_default_low_on_request():
-    assert egress_rate_usd_per_gb("gcp", "inter_region") == 0.02  # same continent 0.01..0.02
+    assert egress_rate_usd_per_gb("gcp", "inter_region", load_egress()) == 0.02  # same continent 0.01..0.02
     assert egress_rate_usd_per_gb("gcp", "inter_region", load_egress(bound="low")) == 0.01
-    assert egress_rate_usd_per_gb("gcp", "inter_region", scope="between continents") == 0.08
+    assert egress_rate_usd_per_gb("gcp", "inter_region", load_egress(), scope="between continents") == 0.08
 
 
 def test_aws_cross_zone_charged_both_sides():
-    assert egress_rate_usd_per_gb("aws", "cross_zone") == 0.02  # 0.01 each direction x 2 per GB moved
-    assert egress_rate_usd_per_gb("aws", "cross_zone", per_direction=True) == 0.01
-    assert egress_rate_usd_per_gb("aws", "same_zone") == 0.0
-    assert egress_rate_usd_per_gb("azure", "cross_zone") == 0.0
+    assert egress_rate_usd_per_gb("aws", "cross_zone", load_egress()) == 0.02  # 0.01 each direction x 2 per GB moved
+    assert egress_rate_usd_per_gb("aws", "cross_zone", load_egress(), per_direction=True) == 0.01
+    assert egress_rate_usd_per_gb("aws", "same_zone", load_egress()) == 0.0
+    assert egress_rate_usd_per_gb("azure", "cross_zone", load_egress()) == 0.0
 
 
 def test_azure_internet_pieces_are_chained():
-    t = select_egress_table("azure", "internet")
+    t = select_egress_table("azure", "internet", load_egress())
     # 0..100 GB free, then the 0.05..0.181 range (high end): 1,100 GB -> 1,000 x 0.181 = 181 USD.
     assert egress_cost_usd(1100, t) == pytest.approx(181.0)
 
 
 def test_tier_errors(aws_internet):
     with pytest.raises(InputError, match="has monthly volume tiers"):
-        egress_rate_usd_per_gb("aws", "internet")
+        egress_rate_usd_per_gb("aws", "internet", load_egress())
     with pytest.raises(InputError, match=">= 0"):
         egress_cost_usd(-1, aws_internet)
     with pytest.raises(InputError, match="finite"):
@@ -108,7 +107,7 @@ def test_tier_errors(aws_internet):
     with pytest.raises(InputError, match="last band with a price"):
         egress_cost_usd(20, [EgressTier(0, 10, 0.1)])
     with pytest.raises(UnknownNameError, match="did you mean"):
-        egress_rate_usd_per_gb("aws", "cross_zones")
+        egress_rate_usd_per_gb("aws", "cross_zones", load_egress())
     with pytest.raises(InputError, match="absurd"):
         EgressTier(0, None, 90.0)
 

@@ -10,6 +10,7 @@ from click.testing import CliRunner
 
 from fleetplan.cli.main import main
 from fleetplan.costmodels.capacity import SLO, replica_capacity
+from fleetplan.datasets.calibration import load_calibration
 from fleetplan.datasets.catalog import get_gpu, get_model
 from fleetplan.errors import InputError, UnknownNameError
 from fleetplan.placement.planio import plan_from_dict, problem_from_plan_dict
@@ -59,7 +60,8 @@ def test_options_carry_the_cost_models_capacity(tmp_path):
     problem = build_problem(load_scenario(write(tmp_path, SMALL)))
     o = problem.option_by_key[("Llama-3.1-8B", "aws:us-east-1/H100-SXM-80GB", 1, 1)]
     mix = load_scenario(write(tmp_path, SMALL)).token_mixes["Llama-3.1-8B"]
-    ref = replica_capacity(get_model("Llama-3.1-8B"), get_gpu("H100"), mix, SLO(1.5, 0.1), tp=1)
+    ref = replica_capacity(get_model("Llama-3.1-8B"), get_gpu("H100"), mix, SLO(1.5, 0.1), tp=1,
+                           calib=load_calibration(get_gpu("H100")))
     assert o.capacity_req_per_s == pytest.approx(ref.req_per_s)
     # Start cost: 16.06e9 B of weights / 1e9 B/s = 16.06 s on 1 GPU at $6.88/h = 16.06/3600 × 6.88 = $0.0307.
     assert o.start_cost_usd == pytest.approx(get_model("Llama-3.1-8B").weight_bytes() / 1e9 / 3600 * 6.88)

@@ -195,11 +195,13 @@ tenants:
     assert r.exit_code == 0, r.output
     d = json.loads(r.stdout)
     from fleetplan.costmodels.capacity import SLO, replica_capacity
+    from fleetplan.datasets.calibration import load_calibration
     from fleetplan.datasets.catalog import get_gpu, get_model
     from fleetplan.datasets.traces import load_trace, token_mix_from_trace
 
     cap = replica_capacity(get_model("Llama-3.1-8B"), get_gpu("A100-SXM4-80GB"),
-                           token_mix_from_trace(load_trace("azure-conv")), SLO(2.0, 0.1), tp=1).req_per_s
+                           token_mix_from_trace(load_trace("azure-conv")), SLO(2.0, 0.1), tp=1,
+                           calib=load_calibration("A100-SXM4-80GB")).req_per_s
     m = d["tenants"]["m"]
     assert m["demand_gpus"] == [0, 1] and m["derived_from"][0]["gpus"][1] == pytest.approx(3 / cap, abs=1e-6)
     assert d["allocation"]["m"] == {"1": {"a": 1}}

@@ -11,6 +11,7 @@ import math
 import pytest
 
 from fleetplan.costmodels.capacity import SLO, replica_capacity
+from fleetplan.datasets.calibration import load_calibration
 from fleetplan.datasets.catalog import get_gpu, get_model
 from fleetplan.datasets.traces import load_trace, token_mix_from_trace
 from fleetplan.errors import InputError, UnknownNameError
@@ -24,7 +25,9 @@ SLO_S = {"ttft_p95_s": 2.0, "tpot_p95_s": 0.1}
 def best_option(model: str, gpu: str, trace: str, tps=(1, 2, 4, 8)) -> tuple[int, float]:
     """(tp, req/s of one replica) with the most req/s per GPU, straight from replica_capacity."""
     mix = token_mix_from_trace(load_trace(trace))
-    caps = {tp: replica_capacity(get_model(model), get_gpu(gpu), mix, SLO(2.0, 0.1), tp=tp).req_per_s for tp in tps}
+    g = get_gpu(gpu)
+    caps = {tp: replica_capacity(get_model(model), g, mix, SLO(2.0, 0.1), tp=tp, calib=load_calibration(g)).req_per_s
+            for tp in tps}
     tp = max((t for t in tps if caps[t] > 0), key=lambda t: (caps[t] / t, -t))
     return tp, caps[tp]
 

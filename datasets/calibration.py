@@ -1,0 +1,110 @@
+"""Readers of datasets/data/calibration: the roofline efficiency constants (roofline.csv), the reference model
+records they were fitted with (reference_models.csv), and idle board power as a fraction of TDP (power.csv).
+
+The records and the math live in costmodels (:class:`fleetplan.costmodels.calibration.Calibration`,
+:mod:`fleetplan.costmodels.energy`); this module only knows where the shipped files are and how to read them.
+Sources of the numbers: PROVENANCE.md beside the files.
+"""
+
+from __future__ import annotations
+
+import csv
+import functools
+import importlib.resources
+
+from fleetplan.costmodels.calibration import DEFAULT_ROW, Calibration, calibration_for
+from fleetplan.costmodels.energy import idle_fraction_for
+from fleetplan.costmodels.hardware import GPU, Model
+from fleetplan.errors import InputError, check_range
+
+#: The roofline constants' file name under datasets/data/calibration.
+CALIBRATION_FILE = "roofline.csv"
+_POWER_FILE = "datasets/data/calibration/power.csv"
+
+
+def _data_dir():
+    return importlib.resources.files("fleetplan.datasets") / "data" / "calibration"
+
+
+@functools.lru_cache(maxsize=4)
+def load_calibration_table(path: str | None = None) -> dict[str, Calibration]:
+    """All rows of roofline.csv (the shipped file when ``path`` is None), keyed by GPU name.
+
+    Raises InputError for a missing column, a bad value, or a file without a 'default' row.
+    """
+    source = str(path) if path else f"datasets/data/calibration/{CALIBRATION_FILE}"
+    f = open(path, newline="") if path else (_data_dir() / CALIBRATION_FILE).open(newline="")  # noqa: SIM115
+    with f:
+        rows = list(csv.DictReader(f))
+    need = ("gpu",) + Calibration.parameter_names()
+    if not rows or not set(need) <= set(rows[0]):
+        missing = sorted(set(need) - set(rows[0] if rows else ()))
+        raise InputError(f"calibration file has no rows or lacks columns {missing}; rerun "
+                         "benchmarks/calibrate_roofline.py", source=source)
+    out: dict[str, Calibration] = {}
+    for i, r in enumerate(rows, start=1):
+        try:
+            vals = {k: float(r[k]) for k in Calibration.parameter_names()}
+        except ValueError as e:
+            raise InputError(f"not a number: {e}", source=source, row=i) from None
+        try:
+            out[r["gpu"]] = Calibration(gpu=r["gpu"], source=r.get("source", ""), **vals)
+        except InputError as e:
+            raise InputError(str(e), source=source, row=i, field=e.field, value=e.value) from None
+    if DEFAULT_ROW not in out:
+        raise InputError(f"calibration file has no '{DEFAULT_ROW}' row", source=source, field="gpu")
+    return out
+
+
+def load_calibration(gpu: GPU | str | None = None, path: str | None = None) -> Calibration:
+    """The calibration row of ``gpu`` (a GPU record or catalog name), or the 'default' row when that GPU type has
+    no row of its own (or ``gpu`` is None); from roofline.csv (the shipped file when ``path`` is None)."""
+    return calibration_for(load_calibration_table(path), gpu)
+
+
+@functools.lru_cache(maxsize=1)
+def load_reference_models() -> dict[str, Model]:
+    """Model records used for calibration (datasets/data/calibration/reference_models.csv; Llama-2-70B from its
+    Hugging Face config.json), keyed by name."""
+    source = "datasets/data/calibration/reference_models.csv"
+    with (_data_dir() / "reference_models.csv").open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    out = {}
+    for i, r in enumerate(rows, start=1):
+        try:
+            out[r["model"]] = Model(
+                name=r["model"], num_layers=int(r["num_layers"]), hidden_size=int(r["hidden_size"]),
+                num_attention_heads=int(r["num_attention_heads"]), num_kv_heads=int(r["num_kv_heads"]),
+                head_dim=int(r["head_dim"]), params_total=float(r["params_total"]),
+                params_active=float(r["params_active"]), arch_type=r["arch_type"],
+                attention_type=r["attention_type"], max_context_tokens=int(r["max_context_tokens"]),
+                source=r["source"])
+        except (KeyError, ValueError) as e:
+            raise InputError(f"bad reference model row: {e}", source=source, row=i) from None
+    return out
+
+
+@functools.lru_cache(maxsize=1)
+def load_idle_fractions() -> dict[str, float]:
+    """Idle board power as a fraction of TDP (0..1), by GPU name ('default' for all others), from power.csv.
+
+    Raises InputError for a value outside 0..1 or a file without a 'default' row.
+    """
+    with (_data_dir() / "power.csv").open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    out = {}
+    for i, r in enumerate(rows, start=1):
+        out[r["gpu"]] = check_range(r["idle_fraction_of_tdp"], field="idle_fraction_of_tdp", low=0.0, high=1.0,
+                                    source=_POWER_FILE, row=i)
+    if "default" not in out:
+        raise InputError("power.csv has no 'default' row", source=_POWER_FILE, field="gpu")
+    return out
+
+
+def idle_fraction(gpu_name: str | None = None) -> float:
+    """Idle fraction of TDP (0..1) for ``gpu_name`` from power.csv (the default row when it has none)."""
+    return idle_fraction_for(load_idle_fractions(), gpu_name)
+
+
+__all__ = ["CALIBRATION_FILE", "idle_fraction", "load_calibration", "load_calibration_table", "load_idle_fractions",
+           "load_reference_models"]
