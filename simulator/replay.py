@@ -592,6 +592,19 @@ def run_window(builder: FleetBuilder, wl: Workload, w: int, policy: Policy = FCF
     return fleet, res
 
 
+def _slice_bounds_s(scenario, w: int, window_length_s: float, slice_s: float | None,
+                    warmup_s: float) -> tuple[float, float, float]:
+    """(start, measure from, end) of window ``w``'s replay, seconds from the window's start: the whole window, or a
+    ``slice_s`` slice centred on its busiest 10-minute slot (kept inside the window) after ``warmup_s`` of warm-up,
+    which may start before the window."""
+    L = window_length_s
+    if slice_s is None or slice_s >= L:
+        return 0.0, 0.0, L
+    centre = peak_slot_start_s(scenario, w) + min(_SLOT_S, L) / 2
+    a = min(max(0.0, centre - slice_s / 2), L - slice_s)
+    return a - warmup_s, a, a + slice_s
+
+
 def simulate_day(problem: Problem, plan: Plan, scenario, *, seed: int = 0, slice_s: float | None = None,
                  warmup_s: float = 120.0, arrivals: str = "poisson", policy: Policy = FCFS,
                  windows: list[int] | None = None, models: list[str] | None = None,
@@ -623,14 +636,7 @@ def simulate_day(problem: Problem, plan: Plan, scenario, *, seed: int = 0, slice
     for w in (windows if windows is not None else range(problem.n_windows)):
         if progress:
             progress(f"window {w + 1}/{problem.n_windows}")
-        if slice_s is None or slice_s >= L:
-            a, b, mf = 0.0, L, 0.0
-        else:
-            centre = peak_slot_start_s(scenario, w) + min(_SLOT_S, L) / 2
-            a = min(max(0.0, centre - slice_s / 2), L - slice_s)
-            b = a + slice_s
-            mf = a
-            a = max(0.0, a - warmup_s) if a - warmup_s >= 0 else a - warmup_s  # warm-up may start before the window
+        a, mf, b = _slice_bounds_s(scenario, w, L, slice_s, warmup_s)
         wl = scenario_workload(scenario, w, a, b, seed, arrivals=arrivals, measure_from_s=mf, models=models,
                                names=[m.name for m in problem.models])
         src = wl.source
