@@ -46,6 +46,7 @@ from fleetplan.costmodels.calibration import load_calibration
 from fleetplan.costmodels.energy import energy_kwh, idle_fraction
 from fleetplan.costmodels.latency import decode_step_time_s, prefill_time_s
 from fleetplan.costmodels.network import NetworkGraph
+from fleetplan.costmodels.queueing import lognormal_sigma, normal_quantile
 from fleetplan.datasets.catalog import get_gpu, get_model
 from fleetplan.datasets.servegen import servegen_client_mix, servegen_day_curve
 from fleetplan.datasets.traces import load_trace
@@ -213,12 +214,9 @@ def _trace(name: str):
 
 
 def _lognormal(rng: np.random.Generator, mean: float, p95: float, n: int) -> np.ndarray:
-    """Lognormal draws with the given mean and 95th percentile: ln(p95/mean) = z·s − s²/2 (smaller root; z = the
-    normal 95th percentile, 1.6449), rounded to whole tokens >= 1."""
-    z = 1.6448536269514722
-    r = math.log(max(p95, 1.0) / mean)
-    disc = z * z - 2 * r
-    s = 0.0 if r <= 0 else (z - math.sqrt(disc) if disc > 0 else z)
+    """Lognormal draws with the given mean and 95th percentile (:func:`fleetplan.costmodels.queueing.
+    lognormal_sigma`), rounded to whole tokens >= 1."""
+    s = lognormal_sigma(mean, max(p95, 1.0))
     mu = math.log(mean) - s * s / 2
     return np.maximum(1, np.rint(rng.lognormal(mu, s, size=n))).astype(np.int64)
 
@@ -401,12 +399,12 @@ def _q(x: np.ndarray, q: float) -> float:
 
 def p95_confidence_interval(x: np.ndarray, q: float = 0.95, level: float = 0.95) -> tuple[float, float]:
     """Distribution-free confidence interval of the ``q`` quantile of ``x`` (order statistics at the binomial
-    bounds: ranks n·q ∓ z·sqrt(n·q·(1−q)), z = 1.96 for 95%). (nan, nan) with fewer than 20 values."""
+    bounds: ranks n·q ∓ z·sqrt(n·q·(1−q)), z = the normal quantile of 0.5 + level/2, 1.96 for 95%). (nan, nan) with
+    fewer than 20 values."""
     n = len(x)
     if n < 20:
         return math.nan, math.nan
-    z = 1.959963984540054 if abs(level - 0.95) < 1e-9 else float(__import__("scipy.stats").stats.norm.ppf(
-        0.5 + level / 2))
+    z = normal_quantile(0.5 + level / 2)
     s = np.sort(x)
     half = z * math.sqrt(n * q * (1 - q))
     lo = int(max(0, math.floor(n * q - half) - 1))
