@@ -61,6 +61,7 @@ from fleetplan.costmodels.capacity import SLO, replica_capacity
 from fleetplan.costmodels.demand import Demand, TokenMix
 from fleetplan.costmodels.network import NetworkGraph, Site, route_class
 from fleetplan.costmodels.prices import find_price, select_egress_table
+from fleetplan.costmodels.queueing import poisson_occupancy_quantile
 from fleetplan.datasets.catalog import get_gpu, get_model, load_gpu_prices
 from fleetplan.datasets.servegen import servegen_demand
 from fleetplan.datasets.traces import (
@@ -501,7 +502,7 @@ def build_problem(scenario: Scenario, *, progress=None) -> Problem:
                 # Room for the p95 running batch at mean length plus one p95-length request (capacity point 8),
                 # with 10% to spare; never more than the shared_kv_fraction budget.
                 b = full.batch_at_capacity
-                needed = (1.1 * ((b + 1.645 * b ** 0.5) * kv_seq + kv_seq95) if full.req_per_s > 0
+                needed = (1.1 * (poisson_occupancy_quantile(b) * kv_seq + kv_seq95) if full.req_per_s > 0
                           else share_budget)
                 budget = min(share_budget, needed)
                 cap = replica_capacity(model, gpu, mix, shared_slo, tp=1, weight_dtype=opts["weight_dtype"],
