@@ -348,7 +348,7 @@ def _price(gpu: str, site_name: str, pricing_model: str, where: str, prices) -> 
     return p.usd_per_gpu_hour, f"{p.cloud} {p.instance} {p.region} {p.pricing_model}: {p.source}"
 
 
-def egress_table(sites: list[str], bytes_scope_note: str = "") -> dict[tuple[str, str], float]:
+def egress_table(sites: list[str]) -> dict[tuple[str, str], float]:
     """$/GB between every ordered pair of sites, from the shipped egress tables: the sender's cloud and the
     route class (same zone, cross zone, inter region; different clouds = internet). A tiered class (internet)
     is charged at its first paid band's rate, i.e. the planner assumes the site's monthly volume is past any

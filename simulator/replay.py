@@ -56,8 +56,6 @@ from fleetplan.placement.planio import plan_from_dict, problem_from_plan_dict, r
 from fleetplan.placement.problem import Problem
 from fleetplan.simulator.engine import FCFS, DeviceSpec, EngineSpec, Policy, RunResult, StepModel, run
 
-#: Quantiles reported for TTFT and TPOT.
-QUANTILES = (0.5, 0.95, 0.99)
 #: ServeGen slot length, seconds.
 _SLOT_S = 600.0
 
