@@ -7,6 +7,13 @@ import sys
 import click
 
 from fleetplan import __version__
+from fleetplan.cli.allocate import allocate
+from fleetplan.cli.data import data
+from fleetplan.cli.ledger import ledger
+from fleetplan.cli.plan import plan
+from fleetplan.cli.serve import serve
+from fleetplan.cli.simulate import simulate
+from fleetplan.cli.whatif import whatif
 from fleetplan.errors import FleetplanError
 
 
@@ -28,21 +35,8 @@ def main() -> None:
     that meets the TTFT/TPOT SLOs, network egress included."""
 
 
-def _register() -> None:
-    import importlib
-
-    for module, name in (("data", "data"), ("plan", "plan"), ("simulate", "simulate"), ("ledger", "ledger"),
-                         ("whatif", "whatif"), ("allocate", "allocate"), ("serve", "serve")):
-        try:
-            mod = importlib.import_module(f"fleetplan.cli.{module}")
-        except ModuleNotFoundError as exc:
-            if exc.name == f"fleetplan.cli.{module}":
-                continue  # that command is not part of this build yet
-            raise
-        main.add_command(getattr(mod, name))
-
-
-_register()
+for _command in (data, plan, simulate, ledger, whatif, allocate, serve):
+    main.add_command(_command)
 
 if __name__ == "__main__":  # pragma: no cover
     main()

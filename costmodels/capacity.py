@@ -45,13 +45,8 @@ from fleetplan.costmodels.demand import TokenMix
 from fleetplan.costmodels.hardware import GPU, Model
 from fleetplan.costmodels.latency import decode_step_time_s, prefill_time_s
 from fleetplan.costmodels.network import Link
+from fleetplan.costmodels.queueing import mm1_wait_quantile_s, poisson_occupancy_quantile
 from fleetplan.errors import InputError, check_range
-
-#: Tail probability for the TTFT queueing term (p95).
-_TAIL = 0.05
-#: Standard normal 95th percentile: the running batch's p95 is B + Z95·sqrt(B) (point 8 of the module docstring).
-Z95 = 1.6448536269514722
-
 
 #: Accepted p95 TTFT targets, seconds (low, high): below is not a real target, above is milliseconds given as seconds.
 TTFT_P95_RANGE_S = (0.01, 120.0)
@@ -144,12 +139,12 @@ def _evaluate(lam: float, pre_mean_s: float, pre_p95_s: float, decode: Callable[
             break
     else:
         return _Eval(False, "tpot", b, tpot, math.inf)
-    b95 = b + Z95 * math.sqrt(b) if lam > 0 else 1.0
+    b95 = poisson_occupancy_quantile(b) if lam > 0 else 1.0
     if b95 > max_batch:
         return _Eval(False, "kv_memory", b, tpot, math.inf)
     tpot = decode(b95) / (1.0 - rho)
     mu = 1.0 / pre_mean_s
-    wait = max(0.0, math.log(rho / _TAIL)) / (mu - lam) if lam > 0 else 0.0
+    wait = mm1_wait_quantile_s(lam, mu)
     ttft = pre_p95_s + wait + decode(b95)
     if tpot > slo.tpot_p95_s:
         return _Eval(False, "tpot", b, tpot, ttft)

@@ -44,10 +44,10 @@ from fleetplan.costmodels.latency import decode_step_time_s, prefill_time_s
 from fleetplan.costmodels.ledger import SECONDS_PER_DAY, Flow, GpuPool, Ledger, build_ledger, egress_items
 from fleetplan.costmodels.network import Link, route_class
 from fleetplan.costmodels.prices import EgressTable, EgressTier, GpuPrice
+from fleetplan.costmodels.queueing import mm1_wait_quantile_s
 from fleetplan.errors import InputError, UnknownNameError, check_range
 
 OPTIONS = ("colocated", "disaggregated", "split")
-_TAIL = 0.05  # p95 queueing tail, as capacity.py
 
 
 @dataclass(frozen=True)
@@ -218,11 +218,6 @@ class SplitResult:
 
 # ---- capacity of the two pools ----------------------------------------------------------------------------------
 
-def _p95_wait_s(lam: float, mu: float) -> float:
-    rho = lam / mu
-    return max(0.0, math.log(rho / _TAIL)) / (mu - lam) if lam > 0 else 0.0
-
-
 def prefill_replica_capacity(model: Model, gpu: GPU, mix: TokenMix, ttft_budget_s: float, *, tp: int,
                              calib: Calibration, weight_dtype: str = "bf16") -> tuple[float, float]:
     """(capacity req/s, p95 TTFT at capacity s) of one prefill replica on ``tp`` GPUs (module docstring); ``calib``:
@@ -240,11 +235,11 @@ def prefill_replica_capacity(model: Model, gpu: GPU, mix: TokenMix, ttft_budget_
     lo, hi = 0.0, mu
     for _ in range(80):
         mid = 0.5 * (lo + hi)
-        if p95 + _p95_wait_s(mid, mu) <= ttft_budget_s:
+        if p95 + mm1_wait_quantile_s(mid, mu) <= ttft_budget_s:
             lo = mid
         else:
             hi = mid
-    return lo, p95 + _p95_wait_s(lo, mu)
+    return lo, p95 + mm1_wait_quantile_s(lo, mu)
 
 
 def decode_replica_capacity(model: Model, gpu: GPU, mix: TokenMix, slo: SLO, *, tp: int, calib: Calibration,
@@ -329,7 +324,7 @@ def _pd_pools(spec: SplitSpec, link: Link, prefill_site: str, prefill_gpu: GPU, 
             cap = 1.0 / p_mean
             n = _replicas(s.rate_req_per_s, cap, s.margin)
             added = _kv_transfer_s(s, link, tp, s.mix.input_tokens_p95)
-            ttft = p95 + _p95_wait_s(cap * (1 - s.margin), cap) + added
+            ttft = p95 + mm1_wait_quantile_s(cap * (1 - s.margin), cap) + added
             pre.append((n * tp, tp, n, cap, added, ttft, False))
         if not pre:
             raise InputError(f"{s.model.name}'s weights do not fit on {prefill_gpu.name} at any tp",

@@ -34,6 +34,7 @@ import numpy as np
 import pandas as pd
 
 from fleetplan.costmodels.demand import Demand, TokenMix, WindowDemand
+from fleetplan.costmodels.queueing import lognormal_sigma
 from fleetplan.errors import InputError, UnknownNameError
 
 #: Largest token count accepted per request; the same bound as :class:`~fleetplan.costmodels.demand.TokenMix`.
@@ -700,26 +701,13 @@ def read_day_curve_csv(path: str | Path) -> DayCurve:
 # Synthetic
 
 
-def _lognormal_sigma(mean: float, p95: float, z95: float) -> float:
-    """Sigma of a lognormal with the given mean and 95th percentile: ln(p95/mean) = z95·s − s²/2 (smaller root).
-
-    Ratios above exp(z95²/2) (about 3.87) cannot be met; sigma = z95 then gives the largest p95/mean possible.
-    Ratios at or below 1 give sigma = 0 (every request has the mean length).
-    """
-    r = math.log(p95 / mean)
-    if r <= 0:
-        return 0.0
-    disc = z95 * z95 - 2 * r
-    return z95 - math.sqrt(disc) if disc > 0 else z95
-
-
 def synthetic_trace(rate_req_per_s: float, duration_s: float, token_mix: TokenMix, seed: int,
                     model: str | None = None) -> Trace:
     """A seeded synthetic trace: Poisson arrivals and lognormal token lengths. Marked ``synthetic=True``.
 
     Arrivals: the count is Poisson(rate × duration) and the times are uniform on [0, duration), sorted, which is a
     homogeneous Poisson process. Token lengths: lognormal with the mix's mean and p95 (sigma from
-    :func:`_lognormal_sigma`, z95 = scipy.stats.norm.ppf(0.95)), rounded to whole tokens, clipped to 1..2,000,000.
+    :func:`fleetplan.costmodels.queueing.lognormal_sigma`), rounded to whole tokens, clipped to 1..2,000,000.
 
     Args:
         rate_req_per_s: mean arrival rate, req/s (> 0).
@@ -731,8 +719,6 @@ def synthetic_trace(rate_req_per_s: float, duration_s: float, token_mix: TokenMi
     Raises:
         InputError: non-positive rate or duration, or a draw with no request (raise the rate or the duration).
     """
-    from scipy.stats import norm
-
     for f, v in (("rate_req_per_s", rate_req_per_s), ("duration_s", duration_s)):
         if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v <= 0:
             raise InputError(f"{v!r} must be a positive number", field=f, value=v)
@@ -745,10 +731,8 @@ def synthetic_trace(rate_req_per_s: float, duration_s: float, token_mix: TokenMi
         raise InputError(f"a Poisson draw at {rate_req_per_s:g} req/s over {duration_s:g} s gave no request; raise "
                          "the rate or the duration", field="rate_req_per_s", value=rate_req_per_s)
     arrivals = np.sort(rng.uniform(0.0, duration_s, size=n))
-    z95 = float(norm.ppf(0.95))
-
     def lengths(mean: float, p95: float) -> np.ndarray:
-        sigma = _lognormal_sigma(mean, p95, z95)
+        sigma = lognormal_sigma(mean, p95)
         mu = math.log(mean) - sigma * sigma / 2
         return np.clip(np.rint(rng.lognormal(mu, sigma, size=n)), 1, MAX_TOKENS_PER_REQUEST).astype(np.int64)
 

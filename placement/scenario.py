@@ -61,6 +61,7 @@ from fleetplan.costmodels.capacity import SLO, replica_capacity
 from fleetplan.costmodels.demand import Demand, TokenMix
 from fleetplan.costmodels.network import Site, route_class
 from fleetplan.costmodels.prices import select_egress_table
+from fleetplan.costmodels.queueing import poisson_occupancy_quantile
 from fleetplan.datasets.calibration import load_calibration
 from fleetplan.datasets.catalog import find_price, get_gpu, get_model, load_egress, load_gpu_prices
 from fleetplan.datasets.network import inter_node_link
@@ -349,7 +350,7 @@ def _price(gpu: str, site_name: str, pricing_model: str, where: str, prices) -> 
     return p.usd_per_gpu_hour, f"{p.cloud} {p.instance} {p.region} {p.pricing_model}: {p.source}"
 
 
-def egress_table(sites: list[str], bytes_scope_note: str = "") -> dict[tuple[str, str], float]:
+def egress_table(sites: list[str]) -> dict[tuple[str, str], float]:
     """$/GB between every ordered pair of sites, from the shipped egress tables: the sender's cloud and the
     route class (same zone, cross zone, inter region; different clouds = internet). A tiered class (internet)
     is charged at its first paid band's rate, i.e. the planner assumes the site's monthly volume is past any
@@ -505,7 +506,7 @@ def build_problem(scenario: Scenario, *, progress=None) -> Problem:
                 # Room for the p95 running batch at mean length plus one p95-length request (capacity point 8),
                 # with 10% to spare; never more than the shared_kv_fraction budget.
                 b = full.batch_at_capacity
-                needed = (1.1 * ((b + 1.645 * b ** 0.5) * kv_seq + kv_seq95) if full.req_per_s > 0
+                needed = (1.1 * (poisson_occupancy_quantile(b) * kv_seq + kv_seq95) if full.req_per_s > 0
                           else share_budget)
                 budget = min(share_budget, needed)
                 cap = replica_capacity(model, gpu, mix, shared_slo, tp=1, weight_dtype=opts["weight_dtype"],

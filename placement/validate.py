@@ -11,22 +11,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fleetplan.errors import FleetplanError
 from fleetplan.placement.plan import Plan, evaluate
 from fleetplan.placement.problem import Problem
 
 #: Relative tolerance for floating-point comparisons (solvers work to ~1e-7 feasibility tolerance).
 REL_TOL = 1e-6
 ABS_TOL = 1e-6
-
-
-class InvalidPlanError(FleetplanError):
-    """A plan that breaks a constraint; ``violations`` lists each broken constraint in words."""
-
-    def __init__(self, violations: list[str]) -> None:
-        self.violations = violations
-        more = f" (+{len(violations) - 10} more)" if len(violations) > 10 else ""
-        super().__init__("plan fails validation: " + "; ".join(violations[:10]) + more)
 
 
 @dataclass(frozen=True)
@@ -38,10 +28,6 @@ class ValidationReport:
     @property
     def ok(self) -> bool:
         return not self.violations
-
-    def raise_if_invalid(self) -> None:
-        if self.violations:
-            raise InvalidPlanError(list(self.violations))
 
 
 def _ffd_fits(groups: list[int], nodes: int, gpus_per_node: int) -> bool:

@@ -44,7 +44,7 @@ import heapq
 import math
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -218,16 +218,420 @@ class RunResult:
     end_s: float
 
 
-class _Eng:
-    __slots__ = ("i", "dev", "sm", "waiting", "resume", "heap", "counter", "B", "s_base", "s_fin", "kv_used",
-                 "kv_cap", "tok_s", "pcie_s_per_token")
-
-
-class _Dev:
-    __slots__ = ("i", "engines", "op", "op_eng", "op_rid", "start", "step", "k", "end", "version", "rr", "backlog")
-
-
 _IDLE, _PREFILL, _DECODE = 0, 1, 2
+
+
+@dataclass(eq=False, slots=True)
+class _EngineState:
+    """One engine while it runs: its queues, its running batch and its KV reservations.
+
+    ``pre`` and ``resv`` hold, per request index, the prefill seconds and the KV tokens reserved on this engine (0 for
+    other models' requests). A running sequence's context is ``base[rid] + counter``: ``counter`` counts the decode
+    steps the engine has run, so one decode run advances every running sequence at once. ``heap`` holds
+    (counter value at which the sequence finishes, rid); ``s_base`` and ``s_fin`` are the sums of ``base`` and of
+    the finish counters over the running batch (for the mean context and the remaining decode tokens).
+    """
+
+    i: int
+    dev: _DeviceState
+    sm: StepModel
+    kv_cap: float  # tokens, host tier included
+    tok_s: float  # per-token decode share, seconds (least-work router)
+    pcie_s_per_token: float  # host-tier read seconds per cached token per step
+    pre: list[float]
+    resv: list[float]
+    waiting: deque[int] = field(default_factory=deque)
+    resume: deque[int] = field(default_factory=deque)
+    heap: list[tuple[int, int]] = field(default_factory=list)
+    counter: int = 0
+    B: int = 0
+    s_base: float = 0.0
+    s_fin: int = 0
+    kv_used: float = 0.0
+
+    def admissible(self, rid: int) -> bool:
+        """True when request ``rid``'s KV reservation fits in the free budget now."""
+        return self.kv_used + self.resv[rid] <= self.kv_cap
+
+    def step_s(self, steps: int | float) -> float:
+        """Seconds per step of a decode run of ``steps`` steps starting now (step time at the run's mean context,
+        plus the host-tier reads)."""
+        B = self.B
+        ctx_sum = self.s_base + B * self.counter
+        return self.sm.decode(B, ctx_sum / B + steps / 2.0) + self.pcie_s_per_token * (ctx_sum + B * steps / 2.0)
+
+
+@dataclass(eq=False, slots=True)
+class _DeviceState:
+    """One device while it runs: the iteration in progress (``op``: idle, a prefill of ``op_rid`` or a decode run of
+    ``k`` steps of ``step`` seconds, on ``op_eng``, from ``start`` to ``end``), the event version that is current,
+    the decode turn ``rr`` and the queued prefill seconds ``backlog``."""
+
+    i: int
+    engines: list[_EngineState] = field(default_factory=list)
+    op: int = _IDLE
+    op_eng: _EngineState | None = None
+    op_rid: int = -1
+    start: float = 0.0
+    step: float = 0.0
+    k: int = 0
+    end: float = 0.0
+    version: int = 0
+    rr: int = 0
+    backlog: float = 0.0
+
+
+@dataclass(eq=False)
+class _Requests:
+    """Per-request inputs (lists, for speed) and what happened to each request so far."""
+
+    arrival_s: list[float]
+    inp: list[int]
+    out: list[int]
+    model: np.ndarray
+    t_pre: list[float]
+    t_first: list[float]
+    t_done: list[float]
+    eng_of: list[int]
+    n_pre: list[int]
+    dropped: list[bool]
+    base: list[float]  # context of a running sequence = base + engine counter
+    fin: list[int]  # engine counter at which the sequence finishes
+    produced0: list[int]  # tokens produced when the sequence (re)joined the batch
+    join: list[int]  # engine counter when it joined
+    resume_cost: list[float]  # seconds its resume takes (recompute or swap), set when it is preempted
+
+    @classmethod
+    def new(cls, arrival_s, inp: list[int], out: list[int], model: np.ndarray) -> _Requests:
+        n = len(inp)
+        nan = math.nan
+        return cls(arrival_s, inp, out, model, [nan] * n, [nan] * n, [nan] * n, [-1] * n, [0] * n, [False] * n,
+                   [0.0] * n, [0] * n, [0] * n, [0] * n, [0.0] * n)
+
+
+class Engine:
+    """The discrete-event simulation of one fleet over one request stream (the module docstring's model).
+
+    Build it with the requests and the fleet, call :meth:`run` once. State: one :class:`_DeviceState` per device,
+    one :class:`_EngineState` per engine, the per-request :class:`_Requests`, and one heap of device events
+    (time, sequence, device, version); an event whose version is not the device's current one was superseded (a
+    decode run truncated by an arrival) and is skipped.
+    """
+
+    def __init__(self, arrival_s: Sequence[float] | np.ndarray, input_tokens: np.ndarray, output_tokens: np.ndarray,
+                 model_of: np.ndarray, engines: Sequence[EngineSpec], devices: Sequence[DeviceSpec],
+                 policy: Policy = FCFS):
+        inp_np = np.asarray(input_tokens, dtype=np.int64)
+        out_np = np.asarray(output_tokens, dtype=np.int64)
+        models = np.asarray(model_of, dtype=object)
+        self.req = _Requests.new(np.asarray(arrival_s, dtype=np.float64).tolist(), inp_np.tolist(), out_np.tolist(),
+                                 models)
+        self.policy = policy
+        self.devs = [_DeviceState(i) for i in range(len(devices))]
+        self.cands: dict[str, list[int]] = {}
+        for i, spec in enumerate(engines):
+            self.cands.setdefault(spec.model, []).append(i)
+        idx_of_model = {m: np.flatnonzero(models == m) for m in set(models.tolist())}
+        for m in idx_of_model:
+            if m not in self.cands:
+                raise InputError(f"requests for model {m!r} but the plan serves it on no replica in this window",
+                                 field="model", value=m)
+        self.engs = [self._engine_state(i, spec, idx_of_model.get(spec.model, np.zeros(0, dtype=np.int64)), inp_np,
+                                        out_np) for i, spec in enumerate(engines)]
+        self.dev_busy = [0.0] * len(self.devs)
+        self.eng_busy = [0.0] * len(self.engs)
+        self.swap_bytes = [0.0] * len(self.engs)
+        self.heap: list[tuple[float, int, int, int]] = []
+        self.seq = 0
+        self.rr_model: dict[str, int] = {}
+
+    def _engine_state(self, i: int, spec: EngineSpec, ids: np.ndarray, inp: np.ndarray,
+                      out: np.ndarray) -> _EngineState:
+        """Engine ``i``'s state, with its requests' prefill seconds and KV reservations (vectorized)."""
+        share = self.policy.host_kv_share
+        sm = spec.step
+        pcie = sm.pcie_bytes_per_s
+        if share > 0 and not pcie:
+            raise InputError(f"{sm.label}: the GPU record has no PCIe bandwidth; a host KV tier needs it",
+                             field="pcie_bytes_per_s")
+        n = len(inp)
+        p = np.zeros(n)
+        r = np.zeros(n)
+        if len(ids):
+            p[ids] = sm.prefill(inp[ids])
+            r[ids] = sm.cached_tokens(inp[ids] + out[ids])
+        e = _EngineState(i, self.devs[spec.device], sm, kv_cap=sm.kv_budget_tokens / (1.0 - share),
+                         tok_s=sm.token_share_s,
+                         pcie_s_per_token=share * sm.kv_bytes_per_token / pcie if share > 0 else 0.0,
+                         pre=p.tolist(), resv=r.tolist())
+        e.dev.engines.append(e)
+        return e
+
+    # -- the event loop ----------------------------------------------------------------------------------------
+
+    def run(self) -> RunResult:
+        """Replay every request; returns the :class:`RunResult`."""
+        heap, devs, arr = self.heap, self.devs, self.req.arrival_s
+        n = len(arr)
+        ai = 0
+        now = 0.0
+        while True:
+            if heap and (ai >= n or heap[0][0] <= arr[ai]):
+                t, _, di, ver = heapq.heappop(heap)
+                d = devs[di]
+                if ver != d.version:
+                    continue
+                now = t
+                self._finish(d, t)
+            elif ai < n:
+                now = arr[ai]
+                self._arrive(ai, now)
+                ai += 1
+            else:
+                break
+        q = self.req
+        return RunResult(prefill_start_s=np.asarray(q.t_pre), first_token_s=np.asarray(q.t_first),
+                         done_s=np.asarray(q.t_done), engine=np.asarray(q.eng_of), preemptions=np.asarray(q.n_pre),
+                         dropped=np.asarray(q.dropped), device_busy_s=np.asarray(self.dev_busy),
+                         engine_busy_s=np.asarray(self.eng_busy), swap_bytes=np.asarray(self.swap_bytes), end_s=now)
+
+    def _push(self, dev: _DeviceState, t: float) -> None:
+        """Schedule ``dev``'s next event at ``t``, superseding its pending one."""
+        dev.version += 1
+        self.seq += 1
+        heapq.heappush(self.heap, (t, self.seq, dev.i, dev.version))
+
+    # -- arrivals and routing ----------------------------------------------------------------------------------
+
+    def _arrive(self, rid: int, now: float) -> None:
+        """Route request ``rid`` and queue it (dropped when no engine's KV budget could ever hold it)."""
+        e = self._least_work(rid, now) if self.policy.router == "least-work" else self._round_robin(rid)
+        if e is None:
+            self.req.dropped[rid] = True
+            return
+        d = e.dev
+        e.waiting.append(rid)
+        d.backlog += e.pre[rid]
+        if d.op == _IDLE:
+            self._schedule(d, now)
+        elif d.op == _DECODE and len(e.waiting) == 1 and not e.resume and e.admissible(rid):
+            self._truncate_decode_run(d, now)
+
+    def _least_work(self, rid: int, now: float) -> _EngineState | None:
+        """The engine where ``rid`` would start soonest (module docstring), or None when none can hold it."""
+        best, chosen = math.inf, None
+        for ei in self.cands[self.req.model[rid]]:
+            e = self.engs[ei]
+            if e.resv[rid] > e.kv_cap:
+                continue
+            w = self._start_delay_s(e.dev, now, e.pre[rid])
+            if w < best:
+                best, chosen = w, e
+        return chosen
+
+    @staticmethod
+    def _start_delay_s(d: _DeviceState, now: float, own_prefill_s: float) -> float:
+        """Seconds until a new request's prefill would end on device ``d`` at ``now``: queued prefills + its own
+        prefill + the rest of a running prefill + the remaining decode tokens of every engine × its per-token share
+        (summed in this order: a different order changes ties between replicas in the last bit)."""
+        w = d.backlog + own_prefill_s
+        if d.op == _PREFILL:
+            w += d.end - now
+        for x in d.engines:
+            if x.B:
+                c = x.counter
+                if d.op == _DECODE and d.op_eng is x and d.step > 0:
+                    c += min(d.k, int((now - d.start) / d.step))  # steps of the current run done by now
+                w += (x.s_fin - x.B * c) * x.tok_s
+        return w
+
+    def _round_robin(self, rid: int) -> _EngineState | None:
+        """The next engine of ``rid``'s model in turn that can hold it, or None."""
+        m = self.req.model[rid]
+        cs = self.cands[m]
+        j = self.rr_model.get(m, 0)
+        for t in range(len(cs)):
+            ei = cs[(j + t) % len(cs)]
+            if self.engs[ei].resv[rid] <= self.engs[ei].kv_cap:
+                self.rr_model[m] = (j + t + 1) % len(cs)
+                return self.engs[ei]
+        return None
+
+    def _truncate_decode_run(self, d: _DeviceState, now: float) -> None:
+        """A prefill arrived while ``d`` decodes: stop the run at the end of the current step."""
+        done = max(0, math.ceil((now - d.start) / d.step - 1e-9))
+        if done >= d.k:
+            return
+        # The run stops after ``done`` steps: re-read its step time at those steps' mean context.
+        st = d.op_eng.step_s(done)
+        while d.start + done * st < now - 1e-12:
+            done += 1
+        if done < d.k:
+            d.k, d.step = done, st
+            d.end = d.start + done * st
+            self._push(d, d.end)
+
+    # -- scheduling a device's next iteration ------------------------------------------------------------------
+
+    def _schedule(self, dev: _DeviceState, now: float) -> None:
+        """Start ``dev``'s next iteration: a prefill or resume if one is admissible, else a decode run, else idle."""
+        if not self._start_prefill(dev, now):
+            self._start_decode_run(dev, now)
+
+    def _overdue(self, rid: int, now: float) -> bool:
+        """True when waiting request ``rid`` has waited long enough to preempt (never without a preemption policy)."""
+        after = self.policy.preempt_after_s
+        return after is not None and now - self.req.arrival_s[rid] >= after
+
+    def _start_prefill(self, dev: _DeviceState, now: float) -> bool:
+        """Each engine offers its head (paused sequences before new ones, unless a new one is overdue under the
+        preemption policy); the oldest admissible head across the engines starts. False when none can."""
+        arr = self.req.arrival_s
+        offers = []
+        for e in dev.engines:
+            if e.resume and not (e.waiting and self._overdue(e.waiting[0], now)):
+                offers.append((arr[e.resume[0]], e.i, True))
+            elif e.waiting:
+                offers.append((arr[e.waiting[0]], e.i, False))
+        if len(offers) > 1:
+            offers.sort()
+        for _, ei, from_resume in offers:
+            e = self.engs[ei]
+            rid = e.resume[0] if from_resume else e.waiting[0]
+            if not from_resume and self._overdue(rid, now):
+                while not e.admissible(rid) and self._preempt_one(e):
+                    pass
+            if e.admissible(rid):
+                if from_resume:
+                    e.resume.popleft()
+                    dur = self.req.resume_cost[rid]
+                else:
+                    e.waiting.popleft()
+                    dur = e.pre[rid]
+                    dev.backlog -= dur
+                    self.req.t_pre[rid] = now
+                dev.op, dev.op_eng, dev.op_rid = _PREFILL, e, rid
+                dev.start, dev.end = now, now + dur
+                e.kv_used += e.resv[rid]
+                self._push(dev, dev.end)
+                return True
+        return False
+
+    def _start_decode_run(self, dev: _DeviceState, now: float) -> None:
+        """A decode run of the next engine in turn with running sequences: until its next completion, at most
+        :data:`SHARED_DECODE_RUN_STEPS` on a shared device, and cut short where a KV-blocked request falls due for
+        preemption."""
+        active = [e for e in dev.engines if e.B > 0]
+        if not active:
+            dev.op = _IDLE
+            return
+        dev.rr = (dev.rr + 1) % len(active)
+        e = active[dev.rr]
+        k = e.heap[0][0] - e.counter
+        if len(active) > 1:
+            k = min(k, SHARED_DECODE_RUN_STEPS)
+        max_run = self.policy.max_decode_run_steps
+        if max_run:
+            k = min(k, max_run)
+        step = e.step_s(k)
+        after = self.policy.preempt_after_s
+        if after is not None:
+            for x in dev.engines:
+                if x.waiting and not x.admissible(x.waiting[0]):
+                    due = self.req.arrival_s[x.waiting[0]] + after
+                    if due > now:
+                        k = max(1, min(k, math.ceil((due - now) / step)))
+        dev.op, dev.op_eng, dev.k, dev.step = _DECODE, e, k, step
+        dev.start, dev.end = now, now + k * step
+        self._push(dev, dev.end)
+
+    # -- completions and preemption ----------------------------------------------------------------------------
+
+    def _finish(self, dev: _DeviceState, now: float) -> None:
+        """``dev``'s iteration ended at ``now``: account its busy time, apply it, schedule the next one."""
+        e = dev.op_eng
+        dur = now - dev.start
+        self.dev_busy[dev.i] += dur
+        self.eng_busy[e.i] += dur
+        if dev.op == _PREFILL:
+            self._finish_prefill(e, dev.op_rid, now)
+        else:
+            self._finish_decode_run(e, dev.k, now)
+        dev.op = _IDLE
+        self._schedule(dev, now)
+
+    def _finish_prefill(self, e: _EngineState, rid: int, now: float) -> None:
+        """Prefill (or resume) of ``rid`` done: its first token, then it joins the running batch (or is done)."""
+        q = self.req
+        if math.isnan(q.t_first[rid]):
+            q.t_first[rid] = now
+            q.eng_of[rid] = e.i
+            q.produced0[rid] = 1
+        rem = q.out[rid] - q.produced0[rid]
+        if rem <= 0:
+            q.t_done[rid] = now
+            e.kv_used -= e.resv[rid]
+            return
+        f = e.counter + rem
+        q.fin[rid] = f
+        q.join[rid] = e.counter
+        b = q.inp[rid] + q.produced0[rid] - e.counter
+        q.base[rid] = b
+        e.B += 1
+        e.s_base += b
+        e.s_fin += f
+        heapq.heappush(e.heap, (f, rid))
+
+    def _finish_decode_run(self, e: _EngineState, k: int, now: float) -> None:
+        """A decode run of ``k`` steps ended: advance the engine's counter, count host-tier reads, retire the
+        sequences that produced their last token."""
+        e.counter += k
+        if e.pcie_s_per_token:
+            B = e.B
+            self.swap_bytes[e.i] += e.pcie_s_per_token * (e.s_base * k + B * (e.counter - k) * k
+                                                          + B * k * k / 2.0) * e.sm.pcie_bytes_per_s
+        h = e.heap
+        c = e.counter
+        while h and h[0][0] <= c:
+            _, rid = heapq.heappop(h)
+            self.req.t_done[rid] = now
+            self._leave_batch(e, rid)
+
+    def _leave_batch(self, e: _EngineState, rid: int) -> None:
+        """Take ``rid`` out of ``e``'s running sums and free its KV (its heap entry is already gone)."""
+        e.B -= 1
+        e.s_base -= self.req.base[rid]
+        e.s_fin -= self.req.fin[rid]
+        e.kv_used -= e.resv[rid]
+
+    def _preempt_one(self, e: _EngineState) -> bool:
+        """Pause the running sequence of ``e`` that produced the most tokens; False when none runs."""
+        if not e.heap:
+            return False
+        q = self.req
+        c = e.counter
+        best_pos, best = -1, -1
+        for pos, (_, rid) in enumerate(e.heap):
+            made = q.produced0[rid] + c - q.join[rid]
+            if made > best:
+                best, best_pos = made, pos
+        _, rid = e.heap[best_pos]
+        e.heap[best_pos] = e.heap[-1]
+        e.heap.pop()
+        heapq.heapify(e.heap)
+        self._leave_batch(e, rid)
+        q.produced0[rid] = best
+        q.n_pre[rid] += 1
+        ctx = q.inp[rid] + best
+        sm = e.sm
+        if self.policy.resume == "swap":
+            nbytes = float(sm.cached_tokens(ctx)) * sm.kv_bytes_per_token
+            self.swap_bytes[e.i] += 2 * nbytes
+            q.resume_cost[rid] = 2 * nbytes / sm.pcie_bytes_per_s if sm.pcie_bytes_per_s else math.inf
+        else:
+            q.resume_cost[rid] = float(sm.prefill(ctx))
+        e.resume.append(rid)
+        return True
 
 
 def run(arrival_s: Sequence[float] | np.ndarray, input_tokens: np.ndarray, output_tokens: np.ndarray,
@@ -242,294 +646,7 @@ def run(arrival_s: Sequence[float] | np.ndarray, input_tokens: np.ndarray, outpu
         engines, devices: the fleet.
         policy: router and what-ifs.
 
-    Returns a :class:`RunResult`. Raises InputError when a request's model has no engine.
+    Returns a :class:`RunResult`. Raises InputError when a request's model has no engine (or a host KV tier is
+    asked of a GPU without a PCIe bandwidth).
     """
-    n = len(arrival_s)
-    arr = np.asarray(arrival_s, dtype=np.float64).tolist()
-    inp_np = np.asarray(input_tokens, dtype=np.int64)
-    out_np = np.asarray(output_tokens, dtype=np.int64)
-    inp, out = inp_np.tolist(), out_np.tolist()
-    models = np.asarray(model_of, dtype=object)
-    share = policy.host_kv_share
-    # Engines and devices.
-    devs: list[_Dev] = []
-    for i, _ in enumerate(devices):
-        d = _Dev()
-        d.i, d.engines, d.op, d.op_eng, d.op_rid = i, [], _IDLE, None, -1
-        d.start = d.step = d.end = 0.0
-        d.k, d.version, d.rr, d.backlog = 0, 0, 0, 0.0
-        devs.append(d)
-    engs: list[_Eng] = []
-    cands: dict[str, list[int]] = {}
-    for i, spec in enumerate(engines):
-        e = _Eng()
-        e.i, e.dev, e.sm = i, devs[spec.device], spec.step
-        e.waiting, e.resume, e.heap = deque(), deque(), []
-        e.counter, e.B, e.s_base, e.s_fin, e.kv_used = 0, 0, 0.0, 0, 0.0
-        e.kv_cap = spec.step.kv_budget_tokens / (1.0 - share)
-        e.tok_s = spec.step.token_share_s
-        pcie = spec.step.pcie_bytes_per_s
-        if share > 0 and not pcie:
-            raise InputError(f"{spec.step.label}: the GPU record has no PCIe bandwidth; a host KV tier needs it",
-                             field="pcie_bytes_per_s")
-        e.pcie_s_per_token = share * spec.step.kv_bytes_per_token / pcie if share > 0 else 0.0
-        e.dev.engines.append(e)
-        engs.append(e)
-        cands.setdefault(spec.model, []).append(i)
-    # Per-request, per-engine prefill seconds and KV reservations (vectorized per (model, engine)).
-    idx_of_model = {m: np.flatnonzero(models == m) for m in set(models.tolist())}
-    for m in idx_of_model:
-        if m not in cands:
-            raise InputError(f"requests for model {m!r} but the plan serves it on no replica in this window",
-                             field="model", value=m)
-    pre = [None] * len(engs)
-    resv = [None] * len(engs)
-    for i, e in enumerate(engs):
-        m = engines[i].model
-        ids = idx_of_model.get(m, np.zeros(0, dtype=np.int64))
-        p = np.zeros(n)
-        r = np.zeros(n)
-        if len(ids):
-            p[ids] = e.sm.prefill(inp_np[ids])
-            r[ids] = e.sm.cached_tokens(inp_np[ids] + out_np[ids])
-        pre[i], resv[i] = p.tolist(), r.tolist()
-    nan = math.nan
-    t_pre = [nan] * n
-    t_first = [nan] * n
-    t_done = [nan] * n
-    eng_of = [-1] * n
-    n_pre = [0] * n
-    dropped = [False] * n
-    base = [0.0] * n  # context of a running sequence = base + engine counter
-    fin = [0] * n
-    produced0 = [0] * n  # tokens produced when the sequence (re)joined
-    join = [0] * n
-    resume_cost = [0.0] * n
-    dev_busy = [0.0] * len(devs)
-    eng_busy = [0.0] * len(engs)
-    swap_bytes = [0.0] * len(engs)
-    heap: list = []
-    seq = 0
-    rr_model: dict[str, int] = {}
-    preempt_after = policy.preempt_after_s
-    resume_swap = policy.resume == "swap"
-    least_work = policy.router == "least-work"
-    max_run = policy.max_decode_run_steps
-
-    def push(dev: _Dev, t: float) -> None:
-        nonlocal seq
-        dev.version += 1
-        seq += 1
-        heapq.heappush(heap, (t, seq, dev.i, dev.version))
-
-    def admissible(e: _Eng, rid: int) -> bool:
-        return e.kv_used + resv[e.i][rid] <= e.kv_cap
-
-    def preempt_one(e: _Eng, now: float) -> bool:
-        """Pause the running sequence of ``e`` that produced the most tokens; False when none runs."""
-        if not e.heap:
-            return False
-        c = e.counter
-        best_pos, best = -1, -1
-        for pos, (_, rid) in enumerate(e.heap):
-            made = produced0[rid] + c - join[rid]
-            if made > best:
-                best, best_pos = made, pos
-        _, rid = e.heap[best_pos]
-        e.heap[best_pos] = e.heap[-1]
-        e.heap.pop()
-        heapq.heapify(e.heap)
-        e.B -= 1
-        e.s_base -= base[rid]
-        e.s_fin -= fin[rid]
-        e.kv_used -= resv[e.i][rid]
-        produced0[rid] = best
-        n_pre[rid] += 1
-        ctx = inp[rid] + best
-        sm = e.sm
-        if resume_swap:
-            nbytes = float(sm.cached_tokens(ctx)) * sm.kv_bytes_per_token
-            swap_bytes[e.i] += 2 * nbytes
-            resume_cost[rid] = 2 * nbytes / sm.pcie_bytes_per_s if sm.pcie_bytes_per_s else math.inf
-        else:
-            resume_cost[rid] = float(sm.prefill(ctx))
-        e.resume.append(rid)
-        return True
-
-    def start_prefill(dev: _Dev, e: _Eng, rid: int, dur: float, now: float) -> None:
-        dev.op, dev.op_eng, dev.op_rid = _PREFILL, e, rid
-        dev.start, dev.end = now, now + dur
-        e.kv_used += resv[e.i][rid]
-        push(dev, dev.end)
-
-    def schedule(dev: _Dev, now: float) -> None:
-        # 1. A prefill (or a resume): each engine offers its head (paused sequences before new ones, unless a new
-        # one is overdue under the preemption policy); the oldest admissible head across the engines goes first.
-        offers = []
-        for e in dev.engines:
-            if e.resume and not (e.waiting and preempt_after is not None
-                                 and now - arr[e.waiting[0]] >= preempt_after):
-                offers.append((arr[e.resume[0]], e.i, True))
-            elif e.waiting:
-                offers.append((arr[e.waiting[0]], e.i, False))
-        if len(offers) > 1:
-            offers.sort()
-        for _, ei, from_resume in offers:
-            e = engs[ei]
-            rid = e.resume[0] if from_resume else e.waiting[0]
-            if not from_resume and preempt_after is not None and now - arr[rid] >= preempt_after:
-                while not admissible(e, rid) and preempt_one(e, now):
-                    pass
-            if admissible(e, rid):
-                if from_resume:
-                    e.resume.popleft()
-                    dur = resume_cost[rid]
-                else:
-                    e.waiting.popleft()
-                    dur = pre[e.i][rid]
-                    dev.backlog -= dur
-                    t_pre[rid] = now
-                start_prefill(dev, e, rid, dur, now)
-                return
-        # 2. A decode run, engines in turn.
-        active = [e for e in dev.engines if e.B > 0]
-        if not active:
-            dev.op = _IDLE
-            return
-        dev.rr = (dev.rr + 1) % len(active)
-        e = active[dev.rr]
-        k = e.heap[0][0] - e.counter
-        if len(active) > 1:
-            k = min(k, SHARED_DECODE_RUN_STEPS)
-        if max_run:
-            k = min(k, max_run)
-        B = e.B
-        ctx_sum = e.s_base + B * e.counter
-        step = e.sm.decode(B, ctx_sum / B + k / 2.0) + e.pcie_s_per_token * (ctx_sum + B * k / 2.0)
-        if preempt_after is not None:
-            for x in dev.engines:
-                if x.waiting and not admissible(x, x.waiting[0]):
-                    due = arr[x.waiting[0]] + preempt_after
-                    if due > now:
-                        k = max(1, min(k, math.ceil((due - now) / step)))
-        dev.op, dev.op_eng, dev.k, dev.step = _DECODE, e, k, step
-        dev.start, dev.end = now, now + k * step
-        push(dev, dev.end)
-
-    def finish(dev: _Dev, now: float) -> None:
-        e = dev.op_eng
-        dur = now - dev.start
-        dev_busy[dev.i] += dur
-        eng_busy[e.i] += dur
-        if dev.op == _PREFILL:
-            rid = dev.op_rid
-            if math.isnan(t_first[rid]):
-                t_first[rid] = now
-                eng_of[rid] = e.i
-                produced0[rid] = 1
-            rem = out[rid] - produced0[rid]
-            if rem <= 0:
-                t_done[rid] = now
-                e.kv_used -= resv[e.i][rid]
-            else:
-                f = e.counter + rem
-                fin[rid] = f
-                join[rid] = e.counter
-                b = inp[rid] + produced0[rid] - e.counter
-                base[rid] = b
-                e.B += 1
-                e.s_base += b
-                e.s_fin += f
-                heapq.heappush(e.heap, (f, rid))
-        else:
-            e.counter += dev.k
-            if e.pcie_s_per_token:
-                B = e.B
-                swap_bytes[e.i] += e.pcie_s_per_token * (e.s_base * dev.k + B * (e.counter - dev.k) * dev.k
-                                                         + B * dev.k * dev.k / 2.0) * e.sm.pcie_bytes_per_s
-            h = e.heap
-            c = e.counter
-            while h and h[0][0] <= c:
-                f, rid = heapq.heappop(h)
-                t_done[rid] = now
-                e.B -= 1
-                e.s_base -= base[rid]
-                e.s_fin -= f
-                e.kv_used -= resv[e.i][rid]
-        dev.op = _IDLE
-        schedule(dev, now)
-
-    def arrive(rid: int, now: float) -> None:
-        m = models[rid]
-        cs = cands[m]
-        chosen = None
-        if least_work:
-            best = math.inf
-            for ei in cs:
-                e = engs[ei]
-                r = resv[ei][rid]
-                if r > e.kv_cap:
-                    continue
-                d = e.dev
-                w = d.backlog + pre[ei][rid]
-                if d.op == _PREFILL:
-                    w += d.end - now
-                for x in d.engines:
-                    if x.B:
-                        c = x.counter
-                        if d.op == _DECODE and d.op_eng is x and d.step > 0:
-                            c += min(d.k, int((now - d.start) / d.step))  # steps of the current run done by now
-                        w += (x.s_fin - x.B * c) * x.tok_s
-                if w < best:
-                    best, chosen = w, e
-        else:
-            j = rr_model.get(m, 0)
-            for t in range(len(cs)):
-                ei = cs[(j + t) % len(cs)]
-                if resv[ei][rid] <= engs[ei].kv_cap:
-                    chosen = engs[ei]
-                    rr_model[m] = (j + t + 1) % len(cs)
-                    break
-        if chosen is None:
-            dropped[rid] = True
-            return
-        e = chosen
-        d = e.dev
-        e.waiting.append(rid)
-        d.backlog += pre[e.i][rid]
-        if d.op == _IDLE:
-            schedule(d, now)
-        elif d.op == _DECODE and len(e.waiting) == 1 and not e.resume and admissible(e, rid):
-            done = max(0, math.ceil((now - d.start) / d.step - 1e-9))
-            if done < d.k:
-                # The run stops after ``done`` steps: re-read its step time at those steps' mean context.
-                x = d.op_eng
-                cs = x.s_base + x.B * x.counter
-                st = x.sm.decode(x.B, cs / x.B + done / 2.0) + x.pcie_s_per_token * (cs + x.B * done / 2.0)
-                while d.start + done * st < now - 1e-12:
-                    done += 1
-                if done < d.k:
-                    d.k, d.step = done, st
-                    d.end = d.start + done * st
-                    push(d, d.end)
-
-    ai = 0
-    now = 0.0
-    while True:
-        if heap and (ai >= n or heap[0][0] <= arr[ai]):
-            t, _, di, ver = heapq.heappop(heap)
-            d = devs[di]
-            if ver != d.version:
-                continue
-            now = t
-            finish(d, t)
-        elif ai < n:
-            now = arr[ai]
-            arrive(ai, now)
-            ai += 1
-        else:
-            break
-    return RunResult(prefill_start_s=np.asarray(t_pre), first_token_s=np.asarray(t_first),
-                     done_s=np.asarray(t_done), engine=np.asarray(eng_of), preemptions=np.asarray(n_pre),
-                     dropped=np.asarray(dropped), device_busy_s=np.asarray(dev_busy),
-                     engine_busy_s=np.asarray(eng_busy), swap_bytes=np.asarray(swap_bytes), end_s=now)
+    return Engine(arrival_s, input_tokens, output_tokens, model_of, engines, devices, policy).run()

@@ -44,6 +44,7 @@ import numpy as np
 
 from fleetplan.costmodels.energy import energy_kwh
 from fleetplan.costmodels.latency import decode_step_time_s, prefill_time_s
+from fleetplan.costmodels.queueing import lognormal_sigma, normal_quantile
 from fleetplan.datasets.calibration import idle_fraction, load_calibration
 from fleetplan.datasets.catalog import get_gpu, get_model
 from fleetplan.datasets.network import inter_node_link
@@ -55,8 +56,6 @@ from fleetplan.placement.planio import plan_from_dict, problem_from_plan_dict, r
 from fleetplan.placement.problem import Problem
 from fleetplan.simulator.engine import FCFS, DeviceSpec, EngineSpec, Policy, RunResult, StepModel, run
 
-#: Quantiles reported for TTFT and TPOT.
-QUANTILES = (0.5, 0.95, 0.99)
 #: ServeGen slot length, seconds.
 _SLOT_S = 600.0
 
@@ -213,12 +212,9 @@ def _trace(name: str):
 
 
 def _lognormal(rng: np.random.Generator, mean: float, p95: float, n: int) -> np.ndarray:
-    """Lognormal draws with the given mean and 95th percentile: ln(p95/mean) = z·s − s²/2 (smaller root; z = the
-    normal 95th percentile, 1.6449), rounded to whole tokens >= 1."""
-    z = 1.6448536269514722
-    r = math.log(max(p95, 1.0) / mean)
-    disc = z * z - 2 * r
-    s = 0.0 if r <= 0 else (z - math.sqrt(disc) if disc > 0 else z)
+    """Lognormal draws with the given mean and 95th percentile (:func:`fleetplan.costmodels.queueing.
+    lognormal_sigma`), rounded to whole tokens >= 1."""
+    s = lognormal_sigma(mean, max(p95, 1.0))
     mu = math.log(mean) - s * s / 2
     return np.maximum(1, np.rint(rng.lognormal(mu, s, size=n))).astype(np.int64)
 
@@ -401,12 +397,12 @@ def _q(x: np.ndarray, q: float) -> float:
 
 def p95_confidence_interval(x: np.ndarray, q: float = 0.95, level: float = 0.95) -> tuple[float, float]:
     """Distribution-free confidence interval of the ``q`` quantile of ``x`` (order statistics at the binomial
-    bounds: ranks n·q ∓ z·sqrt(n·q·(1−q)), z = 1.96 for 95%). (nan, nan) with fewer than 20 values."""
+    bounds: ranks n·q ∓ z·sqrt(n·q·(1−q)), z = the normal quantile of 0.5 + level/2, 1.96 for 95%). (nan, nan) with
+    fewer than 20 values."""
     n = len(x)
     if n < 20:
         return math.nan, math.nan
-    z = 1.959963984540054 if abs(level - 0.95) < 1e-9 else float(__import__("scipy.stats").stats.norm.ppf(
-        0.5 + level / 2))
+    z = normal_quantile(0.5 + level / 2)
     s = np.sort(x)
     half = z * math.sqrt(n * q * (1 - q))
     lo = int(max(0, math.floor(n * q - half) - 1))
@@ -592,6 +588,19 @@ def run_window(builder: FleetBuilder, wl: Workload, w: int, policy: Policy = FCF
     return fleet, res
 
 
+def _slice_bounds_s(scenario, w: int, window_length_s: float, slice_s: float | None,
+                    warmup_s: float) -> tuple[float, float, float]:
+    """(start, measure from, end) of window ``w``'s replay, seconds from the window's start: the whole window, or a
+    ``slice_s`` slice centred on its busiest 10-minute slot (kept inside the window) after ``warmup_s`` of warm-up,
+    which may start before the window."""
+    L = window_length_s
+    if slice_s is None or slice_s >= L:
+        return 0.0, 0.0, L
+    centre = peak_slot_start_s(scenario, w) + min(_SLOT_S, L) / 2
+    a = min(max(0.0, centre - slice_s / 2), L - slice_s)
+    return a - warmup_s, a, a + slice_s
+
+
 def simulate_day(problem: Problem, plan: Plan, scenario, *, seed: int = 0, slice_s: float | None = None,
                  warmup_s: float = 120.0, arrivals: str = "poisson", policy: Policy = FCFS,
                  windows: list[int] | None = None, models: list[str] | None = None,
@@ -623,14 +632,7 @@ def simulate_day(problem: Problem, plan: Plan, scenario, *, seed: int = 0, slice
     for w in (windows if windows is not None else range(problem.n_windows)):
         if progress:
             progress(f"window {w + 1}/{problem.n_windows}")
-        if slice_s is None or slice_s >= L:
-            a, b, mf = 0.0, L, 0.0
-        else:
-            centre = peak_slot_start_s(scenario, w) + min(_SLOT_S, L) / 2
-            a = min(max(0.0, centre - slice_s / 2), L - slice_s)
-            b = a + slice_s
-            mf = a
-            a = max(0.0, a - warmup_s) if a - warmup_s >= 0 else a - warmup_s  # warm-up may start before the window
+        a, mf, b = _slice_bounds_s(scenario, w, L, slice_s, warmup_s)
         wl = scenario_workload(scenario, w, a, b, seed, arrivals=arrivals, measure_from_s=mf, models=models,
                                names=[m.name for m in problem.models])
         src = wl.source

@@ -92,7 +92,7 @@ def _gap(obj: float | None, bound: float | None) -> float | None:
     return max(0.0, bound - obj) / max(abs(obj), 1e-9)
 
 
-def _raise_unsolved(problem: TenantProblem, status: SolveStatus, what: str) -> None:
+def _raise_unsolved(status: SolveStatus, what: str) -> None:
     if status is SolveStatus.INFEASIBLE:
         raise InfeasibleError(f"{what}: the guarantees fit the pool only without interference headroom on shared "
                               "nodes; give more nodes, lower quotas, or run with the margin off")
@@ -167,7 +167,7 @@ def solve_allocation(problem: TenantProblem, *, mode: str = "weighted", backend:
             budget = time_limit_s / len(groups)
             o = m.solve(budget, threads)
             if o.status in (SolveStatus.INFEASIBLE, SolveStatus.NO_SOLUTION):
-                _raise_unsolved(problem, o.status, f"window {g[0]}" if decompose else "allocation")
+                _raise_unsolved(o.status, f"window {g[0]}" if decompose else "allocation")
             outs.append(o)
         status, gpus, obj, bound, dt = _combine(outs)
         alloc, ob = finish(gpus, status, obj, bound, dt, "optimizer")
@@ -190,7 +190,7 @@ def solve_allocation(problem: TenantProblem, *, mode: str = "weighted", backend:
                     # The previous stage's answer meets every limit so far: keep it, flagged as not proven.
                     o = SolveOutcome(SolveStatus.FEASIBLE, last.gpus, last.values, last.objective, None, o.solve_s)
                 elif o.status in (SolveStatus.INFEASIBLE, SolveStatus.NO_SOLUTION):
-                    _raise_unsolved(problem, o.status, f"lexicographic stage {name}")
+                    _raise_unsolved(o.status, f"lexicographic stage {name}")
                 best = o.values[name]
                 slack = tolerance * abs(best) + 1e-7
                 keep = best - slack if OBJECTIVE_SENSE[name] > 0 else best + slack
@@ -221,13 +221,13 @@ def solve_allocation(problem: TenantProblem, *, mode: str = "weighted", backend:
         hi_m.set_objective(util_first)
         hi = hi_m.solve(budget, threads)
         if hi.status in (SolveStatus.INFEASIBLE, SolveStatus.NO_SOLUTION):
-            _raise_unsolved(problem, hi.status, "Pareto anchor" + where)
+            _raise_unsolved(hi.status, "Pareto anchor" + where)
         lo_m = Model(problem, g, margin=margin)
         lo_m.set_objective({"isolation": 1.0 / norm["isolation"], "utilization": TIE_BREAK,
                             "sla": TIE_BREAK / norm["sla"]})
         lo = lo_m.solve(budget, threads)
         if lo.status in (SolveStatus.INFEASIBLE, SolveStatus.NO_SOLUTION):
-            _raise_unsolved(problem, lo.status, "Pareto anchor" + where)
+            _raise_unsolved(lo.status, "Pareto anchor" + where)
         per_point[0].append(lo)
         per_point[points - 1].append(hi)
         i_lo, i_hi = lo.values["isolation"], hi.values["isolation"]

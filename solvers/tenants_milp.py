@@ -51,8 +51,7 @@ class MilpModel:
         margin: reserve interference headroom on shared nodes (constraint 4); False drops the G_n s term.
     """
 
-    def __init__(self, problem: TenantProblem, windows: Sequence[int], *, margin: bool = True,
-                 hint: dict | None = None) -> None:
+    def __init__(self, problem: TenantProblem, windows: Sequence[int], *, margin: bool = True) -> None:
         import pulp
 
         self.problem, self.windows, self.margin = problem, list(windows), margin
