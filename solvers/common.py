@@ -168,7 +168,8 @@ def relative_gap(objective_usd: float, bound_usd: float | None) -> float | None:
 
 def finish_plan(problem: Problem, *, backend: str, gap: float, bounds: dict[str, float | None],
                 incumbent: Plan | None = None, start: Plan | None = None, time_limit_reached: bool = False,
-                time_limit_s: float | None = None, solve_time_s: float = 0.0, notes: tuple[str, ...] = ()) -> Plan:
+                time_limit_s: float | None = None, solve_time_s: float = 0.0, notes: tuple[str, ...] = (),
+                backend_ran: bool = True) -> Plan:
     """The one place where a status, bound, gap and message are decided, for every backend and the decomposition.
 
     ``incumbent``: the backend's plan (replicas and shared GPUs; None if it found none). ``start``: the warm
@@ -177,7 +178,8 @@ def finish_plan(problem: Problem, *, backend: str, gap: float, bounds: dict[str,
     bound on this problem's optimum). Status: OPTIMAL only when (objective - bound) <= gap × objective; FEASIBLE
     with the true gap when a bound exists; HEURISTIC without one; NO_SOLUTION without any plan. Nothing is
     clamped: a bound above the objective (beyond BOUND_REL_TOL) is reported in the message as a defect and the
-    status is FEASIBLE (tests assert bound <= objective, so such a defect fails them).
+    status is FEASIBLE (tests assert bound <= objective, so such a defect fails them). ``backend_ran=False``: no
+    exact model was solved (the start is the answer by design, not for lack of a backend plan).
     """
     cands = []
     if incumbent is not None:
@@ -189,7 +191,7 @@ def finish_plan(problem: Problem, *, backend: str, gap: float, bounds: dict[str,
     parts: list[str] = list(notes)
     if not cands:
         if time_limit_reached:
-            parts.append(f"time limit {time_limit_s:g} s reached before any feasible plan was found")
+            parts.append(f"time limit {time_limit_s:.3g} s reached before any feasible plan was found")
         else:
             parts.append("the backend stopped without a feasible plan")
         return Plan(status=Status.NO_SOLUTION, backend=backend, bound_usd=bound, solve_time_s=solve_time_s,
@@ -198,7 +200,7 @@ def finish_plan(problem: Problem, *, backend: str, gap: float, bounds: dict[str,
     if start is not None and incumbent is not None and which == "start" and objective < cands[0][2] - 1e-9:
         parts.append(f"the backend's plan (${cands[0][2]:,.2f}) was worse than the warm start "
                      f"({start.backend}, ${objective:,.2f}); the warm start is returned")
-    elif start is not None and incumbent is None:
+    elif start is not None and incumbent is None and backend_ran:
         parts.append(f"the backend found no plan; the warm start ({start.backend}) is returned")
     g = relative_gap(objective, bound)
     if bound is not None and bound > objective + BOUND_REL_TOL * max(1.0, abs(objective)):
@@ -210,11 +212,11 @@ def finish_plan(problem: Problem, *, backend: str, gap: float, bounds: dict[str,
         parts.append(f"proven optimal within the {gap:.2%} gap (gap {max(g, 0.0):.2%}, {bound_src} bound)")
     elif bound is not None:
         status = Status.FEASIBLE
-        why = f"time limit {time_limit_s:g} s reached" if time_limit_reached else "stopped"
+        why = f"time limit {time_limit_s:.3g} s reached" if time_limit_reached else "stopped"
         parts.append(f"{why}; gap {g:.2%} to the {bound_src} bound (requested {gap:.2%})")
     else:
         status = Status.HEURISTIC
-        why = f"time limit {time_limit_s:g} s reached; " if time_limit_reached else ""
+        why = f"time limit {time_limit_s:.3g} s reached; " if time_limit_reached else ""
         parts.append(f"{why}no proven bound")
     return Plan(replicas=plan.replicas, shared=plan.shared, status=status, backend=backend,
                 objective_usd=objective, bound_usd=bound, gap=g, solve_time_s=solve_time_s,

@@ -56,7 +56,9 @@ def solve_by_windows(problem: Problem, base: Plan, *, backend: str = "highs", ti
                      threads: int | None = None, gap: float = 1e-3, deadline: float | None = None,
                      progress=None) -> Plan:
     """Improve ``base`` window by window (module docstring); returns a HEURISTIC plan (never worse than ``base``
-    in GPU and egress cost; start costs are re-evaluated), or ``base`` itself if no window improves."""
+    in GPU and egress cost; start costs are re-evaluated), or ``base`` itself if no window improves. A ``base``
+    that does not fit the problem (e.g. the greedy plan over the inventory) is repaired where the window models
+    find plans with its shared GPUs; the caller checks the result with ``validate``."""
     t0 = time.perf_counter()
     deadline = deadline if deadline is not None else t0 + time_limit_s
     W = problem.n_windows
@@ -78,10 +80,10 @@ def solve_by_windows(problem: Problem, base: Plan, *, backend: str = "highs", ti
 
             r = solve_milp(sub, backend=backend, time_limit_s=per, threads=threads, gap=gap, warm_start=warm)
         chosen = warm
-        if r.has_solution and r.objective_usd is not None:
-            warm_cost = evaluate(sub, warm).total_usd
-            if r.objective_usd < warm_cost - 1e-9 and validate(sub, r, check_objective=False).ok:
-                chosen = r
+        if r.has_solution and r.objective_usd is not None and validate(sub, r, check_objective=False).ok:
+            warm_ok = validate(sub, warm, check_objective=False).ok
+            if not warm_ok or r.objective_usd < evaluate(sub, warm).total_usd - 1e-9:
+                chosen = r  # better, or a repair of a base window that does not fit
         for key, c in chosen.replicas.items():
             counts.setdefault(key, [0] * W)[w] = c[0]
         done = w + 1
@@ -94,7 +96,7 @@ def solve_by_windows(problem: Problem, base: Plan, *, backend: str = "highs", ti
         return base
     cost = evaluate(problem, plan).total_usd
     base_cost = evaluate(problem, base).total_usd
-    if cost >= base_cost - 1e-9:
+    if cost >= base_cost - 1e-9 and validate(problem, base, check_objective=False).ok:
         return base
     return replace(plan, objective_usd=cost, solve_time_s=time.perf_counter() - t0,
                    message="fix-and-optimize by windows from the greedy plan's shared GPUs")

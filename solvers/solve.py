@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 from fleetplan.errors import SolverError, check_range
 from fleetplan.placement.plan import Plan, Status
+from fleetplan.placement.validate import validate
 from fleetplan.solvers.baselines import greedy
 from fleetplan.solvers.common import build_index, finish_plan
 from fleetplan.solvers.cpsat import solve_cpsat
@@ -90,6 +91,14 @@ def solve(problem, backend: str = "highs", *, time_limit_s: float = 60, threads:
         say("building the greedy warm start")
         g = greedy(problem)
         start = g if not g.message else None
+        if start is None and g.shared:
+            # Repair: keep the greedy plan's shared GPUs and choose each window's replicas with exact models.
+            say("repairing the greedy plan window by window")
+            budget_end = time.perf_counter() + BY_WINDOW_SHARE * time_limit_s
+            fixed = solve_by_windows(problem, g, backend=backend, threads=threads, deadline=budget_end, progress=say)
+            if fixed is not g and validate(problem, fixed, check_objective=False).ok:
+                start = fixed
+                notes.append("the greedy plan did not fit the inventory and was repaired window by window")
         if start is None:
             notes.append("the greedy plan does not fit the inventory")
     bounds: dict[str, float | None] = {}
@@ -114,7 +123,7 @@ def solve(problem, backend: str = "highs", *, time_limit_s: float = 60, threads:
                      "by window; no monolithic model")
         return finish_plan(problem, backend=backend, gap=gap, bounds=bounds, start=start,
                            time_limit_reached=time.perf_counter() >= deadline, time_limit_s=time_limit_s,
-                           solve_time_s=time.perf_counter() - t0, notes=tuple(notes))
+                           solve_time_s=time.perf_counter() - t0, notes=tuple(notes), backend_ran=False)
     say(f"solving with {backend} (at most {max(0.0, deadline - time.perf_counter()):.0f} s)")
     plan = REGISTRY[backend](problem, time_limit_s=time_limit_s, threads=threads, gap=gap, warm_start=start,
                              deadline=deadline, extra_bounds=bounds)
