@@ -6,31 +6,19 @@ its decisions alone (no solver), and is what reports, baselines and ``validate``
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass, field
 
 from fleetplan.placement.problem import Problem
+from fleetplan.placement.status import Status
 
 OptionKey = tuple[str, str, int, int]  # (model, pool id, tp, pp)
 
 
-class Status(enum.Enum):
-    """Outcome of a solve."""
-
-    OPTIMAL = "optimal"
-    """Proven optimal (within the requested relative gap, which defaults to 1e-4)."""
-    FEASIBLE = "feasible"
-    """A feasible plan, interrupted (time limit) before optimality was proven; ``gap`` says how far it may be."""
-    INFEASIBLE = "infeasible"
-    """Proven that no plan meets every constraint; ``message`` explains which model, window or site."""
-    NO_SOLUTION = "no_solution"
-    """No feasible plan found within the time limit, and infeasibility not proven either."""
-    HEURISTIC = "heuristic"
-    """Made by a heuristic or baseline, with no optimality claim."""
-
-
 #: Statuses that carry a plan.
 SOLUTION_PRESENT = frozenset({Status.OPTIMAL, Status.FEASIBLE, Status.HEURISTIC})
+
+__all__ = ["SOLUTION_PRESENT", "Evaluation", "Plan", "SharedGPU", "Status", "evaluate", "route", "site_capacity",
+           "starts", "starts_per_window", "tidy_shared"]
 
 
 @dataclass(frozen=True)
@@ -149,10 +137,17 @@ def tidy_shared(problem: Problem, replicas: dict[OptionKey, tuple[int, ...]],
                                              for m, v in g.served_req_per_s.items()}) for g in shared)
 
 
-def starts(counts: tuple[int, ...]) -> int:
-    """Replica starts over a cyclic horizon: sum over windows of max(0, n[w] - n[w-1]), n[-1] = n[last]."""
+def starts_per_window(counts) -> list[int]:
+    """Replica starts in each window of a cyclic horizon: max(0, n[w] - n[w-1]) with n[-1] = n[last]; all zero
+    for a one-window horizon (the only home of the start rule: evaluate, the solvers' warm starts and the
+    baselines use it)."""
     n = len(counts)
-    return sum(max(0, counts[w] - counts[w - 1]) for w in range(n)) if n > 1 else 0
+    return [max(0, counts[w] - counts[w - 1]) for w in range(n)] if n > 1 else [0] * n
+
+
+def starts(counts) -> int:
+    """Replica starts over a cyclic horizon: the sum of :func:`starts_per_window`."""
+    return sum(starts_per_window(counts))
 
 
 def site_capacity(problem: Problem, plan: Plan) -> dict[str, list[dict[str, float]]]:

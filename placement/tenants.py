@@ -30,7 +30,6 @@ raises :class:`AllocationError` from :func:`validate_allocation`; a guarantee se
 from __future__ import annotations
 
 import csv
-import enum
 import importlib.resources
 import math
 from collections.abc import Iterable, Mapping
@@ -43,6 +42,7 @@ from fleetplan.datasets.calibration import load_calibration
 from fleetplan.datasets.catalog import get_gpu, get_model, load_gpu_specs, load_models, resolve_name
 from fleetplan.errors import FleetplanError, InfeasibleError, InputError, UnknownNameError, check_range
 from fleetplan.placement.scenario import _token_mix
+from fleetplan.placement.status import Status
 
 #: The three objectives, with their optimisation sense (+1 maximize, -1 minimize).
 OBJECTIVE_SENSE: dict[str, int] = {"utilization": 1, "isolation": -1, "sla": -1}
@@ -50,21 +50,6 @@ OBJECTIVE_SENSE: dict[str, int] = {"utilization": 1, "isolation": -1, "sla": -1}
 
 class AllocationError(FleetplanError):
     """An allocation breaks a rule of its problem (capacity, burst, guarantee, GPU type, margin)."""
-
-
-class SolveStatus(enum.Enum):
-    """Outcome of a solver run."""
-
-    OPTIMAL = "optimal"
-    """Proven optimal (within the solver's default gap tolerance)."""
-    FEASIBLE = "feasible"
-    """An integer-feasible answer; the solver stopped (time limit) before proving optimality; see the gap."""
-    INFEASIBLE = "infeasible"
-    """No allocation satisfies the constraints."""
-    NO_SOLUTION = "no_solution"
-    """The solver stopped before finding any feasible answer."""
-    HEURISTIC = "heuristic"
-    """Produced by a rule (a baseline), not an optimiser: no bound."""
 
 
 # ----------------------------------------------------------------------------------------------------- records
@@ -633,7 +618,7 @@ class Allocation:
     policy: str
     gpus: Mapping[tuple[str, int, str], int]
     margin: bool = True
-    status: SolveStatus = SolveStatus.HEURISTIC
+    status: Status = Status.HEURISTIC
     bound: float | None = None
     gap: float | None = None
     solve_s: float = 0.0
@@ -871,7 +856,7 @@ class SolveOutcome:
     """What one backend solve returns: status, GPUs, model objective values (Objectives units), bound and gap of
     the solved (maximized) scalar objective."""
 
-    status: SolveStatus
+    status: Status
     gpus: dict[tuple[str, int, str], int]
     values: dict[str, float]
     objective: float | None

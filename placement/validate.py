@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fleetplan.placement.plan import Plan, evaluate
+from fleetplan.placement.plan import Plan
 from fleetplan.placement.problem import Problem
 
 #: Relative tolerance for floating-point comparisons (solvers work to ~1e-7 feasibility tolerance).
@@ -41,6 +41,48 @@ def _ffd_fits(groups: list[int], nodes: int, gpus_per_node: int) -> bool:
         else:
             return False
     return True
+
+
+def plan_cost_usd(problem: Problem, plan: Plan) -> float:
+    """Cost of ``plan`` over the horizon, USD, computed independently of ``evaluate``: GPU-hours × $/GPU-hour
+    (shared GPUs all day), replica starts on the cyclic horizon (a rise from the previous window, the last window
+    preceding the first) × start cost, and egress with each window's demand served at the origin first, then at
+    the cheapest other sites (rate × request bytes × window seconds × $/GB)."""
+    hours = problem.window_length_s / 3600.0
+    W = problem.n_windows
+    usd = 0.0
+    site_cap: dict[str, list[dict[str, float]]] = {m.name: [{} for _ in range(W)] for m in problem.models}
+    for key, counts in plan.replicas.items():
+        o = next(x for x in problem.options if x.key == key)
+        pool = next(p for p in problem.pools if p.id == o.pool)
+        usd += sum(counts) * o.tp * o.pp * pool.usd_per_gpu_hour * hours
+        if W > 1:
+            rises = sum(counts[w] - counts[w - 1] for w in range(W) if counts[w] > counts[w - 1])
+            usd += rises * o.start_cost_usd
+        for w, n in enumerate(counts):
+            cell = site_cap[o.model][w]
+            cell[pool.site] = cell.get(pool.site, 0.0) + n * o.capacity_req_per_s * (1 - problem.margin)
+    for g in plan.shared:
+        pool = next(p for p in problem.pools if p.id == g.pool)
+        usd += pool.usd_per_gpu_hour * hours * W
+        for m, served in g.served_req_per_s.items():
+            for w, f in enumerate(served):
+                cell = site_cap[m][w]
+                cell[pool.site] = cell.get(pool.site, 0.0) + f
+    for m in problem.models:
+        for w, d in enumerate(m.demand_req_per_s):
+            def rate(site: str, m=m) -> float:
+                if m.origin_site is None or site == m.origin_site:
+                    return 0.0
+                return problem.egress_usd_per_gb[(m.origin_site, site)]
+            left = d
+            for site, c in sorted(site_cap[m.name][w].items(), key=lambda kv: (rate(kv[0]), kv[0] != m.origin_site)):
+                if left <= 0:
+                    break
+                take = min(left, c)
+                usd += take * problem.window_length_s * m.request_bytes / 1e9 * rate(site)
+                left -= take
+    return usd
 
 
 def validate(problem: Problem, plan: Plan, *, check_objective: bool = True) -> ValidationReport:
@@ -153,9 +195,10 @@ def validate(problem: Problem, plan: Plan, *, check_objective: bool = True) -> V
             if m.max_replicas is not None and n > m.max_replicas:
                 v.append(f"{m.name} window {w}: {n} replicas > ceiling {m.max_replicas}")
 
-    # (7) objective
+    # (7) objective, recomputed here from the decisions, the prices and the start rule (no code shared with
+    # evaluate(), whose value the solvers report)
     if check_objective and plan.objective_usd is not None and not v:
-        total = evaluate(problem, plan).total_usd
+        total = plan_cost_usd(problem, plan)
         if abs(total - plan.objective_usd) > 1e-4 * max(1.0, abs(total)) + 0.01:
             v.append(f"reported objective ${plan.objective_usd:,.2f} differs from the recomputed cost ${total:,.2f}")
     return ValidationReport(tuple(v))

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 
-from fleetplan.placement.plan import Plan, SharedGPU, Status, evaluate
+from fleetplan.placement.plan import Plan, SharedGPU, Status, evaluate, starts
 from fleetplan.placement.problem import Problem, ReplicaOption
 from fleetplan.placement.validate import validate
 from fleetplan.solvers.common import shared_bins_per_pool, shared_candidates
@@ -47,9 +47,7 @@ def _option_cost(problem: Problem, o: ReplicaOption, counts: list[int], demand: 
     model = problem.model_by_name[o.model]
     gpu = sum(counts) * o.gpus * pool.usd_per_gpu_hour * problem.window_hours
     egress = sum(demand) * problem.egress_usd_per_req_per_s_window(model, pool.site)
-    n = len(counts)
-    st = sum(max(0, counts[w] - counts[w - 1]) for w in range(n)) if n > 1 else 0
-    return gpu + egress + st * o.start_cost_usd
+    return gpu + egress + starts(counts) * o.start_cost_usd
 
 
 def _dedicated(problem: Problem, inv: _Inventory, model: str, demand: list[float], floor: int,

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
-from fleetplan.placement.plan import Plan, route, site_capacity
+from fleetplan.placement.plan import Plan, Status, evaluate, site_capacity, starts_per_window
 from fleetplan.placement.problem import Problem, ReplicaOption, ShareOption
 
 
@@ -114,9 +115,7 @@ def warm_values(problem: Problem, idx: Index, plan: Plan) -> dict[str, dict]:
     for key in plan.replicas:
         if key not in n and any(plan.replicas[key]):
             return {}
-    st = {}
-    for k, c in n.items():
-        st[k] = [max(0, c[w] - c[w - 1]) if len(W) > 1 else 0 for w in W]
+    st = {k: starts_per_window(c) for k, c in n.items()}
     y = {b: 0 for b in idx.bins}
     a = {}
     f = {}
@@ -148,5 +147,77 @@ def warm_values(problem: Problem, idx: Index, plan: Plan) -> dict[str, dict]:
                 take = min(left, caps[m][w].get(s, 0.0))
                 q[(m, s, w)] = max(0.0, take)
                 left -= max(0.0, take)
-    _ = route  # evaluate() uses the same rule
     return {"n": n, "st": st, "y": y, "a": a, "f": f, "q": q}
+
+
+#: Float tolerance (USD, relative to the objective) below which a bound above the objective is rounding noise.
+BOUND_REL_TOL = 1e-7
+#: A solve that used this share of its time limit or more is reported as stopped by the limit.
+TIME_LIMIT_SHARE = 0.97
+
+
+def relative_gap(objective_usd: float, bound_usd: float | None) -> float | None:
+    """(objective - bound) / objective, or None without a bound; 0 for a zero-cost plan with a zero bound.
+    Never clamped: a negative value means the bound is wrong (see :func:`finish_plan`)."""
+    if bound_usd is None:
+        return None
+    if objective_usd == 0:
+        return 0.0 if abs(bound_usd) <= 1e-9 else -math.inf
+    return (objective_usd - bound_usd) / abs(objective_usd)
+
+
+def finish_plan(problem: Problem, *, backend: str, gap: float, bounds: dict[str, float | None],
+                incumbent: Plan | None = None, start: Plan | None = None, time_limit_reached: bool = False,
+                time_limit_s: float | None = None, solve_time_s: float = 0.0, notes: tuple[str, ...] = (),
+                backend_ran: bool = True) -> Plan:
+    """The one place where a status, bound, gap and message are decided, for every backend and the decomposition.
+
+    ``incumbent``: the backend's plan (replicas and shared GPUs; None if it found none). ``start``: the warm
+    start (a valid plan) or None. The returned plan is the cheaper of the two (costs from :func:`evaluate`); the
+    bound is the largest of ``bounds`` ({source: lower bound USD or None}; every entry must be a proven lower
+    bound on this problem's optimum). Status: OPTIMAL only when (objective - bound) <= gap × objective; FEASIBLE
+    with the true gap when a bound exists; HEURISTIC without one; NO_SOLUTION without any plan. Nothing is
+    clamped: a bound above the objective (beyond BOUND_REL_TOL) is reported in the message as a defect and the
+    status is FEASIBLE (tests assert bound <= objective, so such a defect fails them). ``backend_ran=False``: no
+    exact model was solved (the start is the answer by design, not for lack of a backend plan).
+    """
+    cands = []
+    if incumbent is not None:
+        cands.append(("backend", incumbent, evaluate(problem, incumbent).total_usd))
+    if start is not None:
+        cands.append(("start", start, evaluate(problem, start).total_usd))
+    named = {k: v for k, v in bounds.items() if v is not None and math.isfinite(v)}
+    bound_src, bound = (max(named.items(), key=lambda kv: kv[1]) if named else (None, None))
+    parts: list[str] = list(notes)
+    if not cands:
+        if time_limit_reached:
+            parts.append(f"time limit {time_limit_s:.3g} s reached before any feasible plan was found")
+        else:
+            parts.append("the backend stopped without a feasible plan")
+        return Plan(status=Status.NO_SOLUTION, backend=backend, bound_usd=bound, solve_time_s=solve_time_s,
+                    message="; ".join(parts))
+    which, plan, objective = min(cands, key=lambda c: (c[2], c[0] != "backend"))
+    if start is not None and incumbent is not None and which == "start" and objective < cands[0][2] - 1e-9:
+        parts.append(f"the backend's plan (${cands[0][2]:,.2f}) was worse than the warm start "
+                     f"({start.backend}, ${objective:,.2f}); the warm start is returned")
+    elif start is not None and incumbent is None and backend_ran:
+        parts.append(f"the backend found no plan; the warm start ({start.backend}) is returned")
+    g = relative_gap(objective, bound)
+    if bound is not None and bound > objective + BOUND_REL_TOL * max(1.0, abs(objective)):
+        status = Status.FEASIBLE
+        parts.append(f"DEFECT: the {bound_src} bound ${bound:,.2f} exceeds the plan's cost ${objective:,.2f}; "
+                     "please report this")
+    elif bound is not None and g <= gap + 1e-9:
+        status = Status.OPTIMAL
+        parts.append(f"proven optimal within the {gap:.2%} gap (gap {max(g, 0.0):.2%}, {bound_src} bound)")
+    elif bound is not None:
+        status = Status.FEASIBLE
+        why = f"time limit {time_limit_s:.3g} s reached" if time_limit_reached else "stopped"
+        parts.append(f"{why}; gap {g:.2%} to the {bound_src} bound (requested {gap:.2%})")
+    else:
+        status = Status.HEURISTIC
+        why = f"time limit {time_limit_s:.3g} s reached; " if time_limit_reached else ""
+        parts.append(f"{why}no proven bound")
+    return Plan(replicas=plan.replicas, shared=plan.shared, status=status, backend=backend,
+                objective_usd=objective, bound_usd=bound, gap=g, solve_time_s=solve_time_s,
+                message="; ".join(parts))

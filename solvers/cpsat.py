@@ -1,13 +1,20 @@
 """CP-SAT model of time-windowed placement (OR-Tools), the same problem as ``fleetplan.solvers.milp``.
 
-CP-SAT works on integers, so the continuous quantities are scaled, always in the safe direction so that every
-CP-SAT answer is feasible for the exact problem (``validate`` re-checks):
-- req/s in units of 1/RATE_SCALE req/s; demand rounded up, capacity coefficients rounded down;
-- a shared GPU's compute in SHARE_SCALE parts: u[m,p,b,w] parts of the GPU serve u·cs[m,p]/SHARE_SCALE req/s,
-  and Σ_m u ≤ floor(SHARE_SCALE·(1-μ))·y;
-- memory in MB (footprints rounded up, the limit rounded down);
-- cost in micro-dollars (rounded); the Plan's objective is re-evaluated exactly from the decisions.
-Constraints are numbered as in the MILP's docstring; variables are indexed by the Problem's keys.
+CP-SAT works on integers. The scaling here makes the CP-SAT model a *relaxation* of the exact problem whose error
+is bounded far inside ``validate``'s tolerance (1e-6), so that every plan feasible for the MILP is feasible for the
+CP-SAT model (its optimum and bound are valid lower bounds on the exact optimum) and every CP-SAT answer, once its
+served rates are recomputed exactly, passes ``validate``:
+- a shared GPU's compute in SHARE_PARTS parts (u[m,p,b,w] parts serve u·cs[m,p]/SHARE_PARTS req/s); the share row
+  is Σ_m u <= floor(SHARE_PARTS·(1-μ)) + k_pb (k_pb = most residents the GPU can hold): the slack absorbs the
+  rounding up of a MILP plan's rates to whole parts; SHARE_PARTS is chosen so that k_pb / SHARE_PARTS <= SCALE_ERROR;
+- req/s of model m in units of 1/R_m (a power of two); supply coefficients rounded *up* (a relaxation), demand
+  rounded down; R_m is chosen so that rounding one part or one replica costs at most SCALE_ERROR of the rate;
+- egress through qe[m,s,w] in 1/1024 req/s, qe >= (q - 1 unit) rounded down, costs rounded down;
+- cost in nano-dollars, rounded *down* (so CP-SAT's bound stays a bound on the exact cost).
+After the solve, the served rates of the shared GPUs are recomputed exactly from the integer decisions (the
+demand left after the dedicated replicas, split in proportion to CP-SAT's parts) and the plan is re-checked by
+``validate``; if the check fails (a scaling error beyond the bound), the warm start is returned and the message
+says so. Constraints are numbered as in the MILP's docstring; variables are indexed by the Problem's keys.
 """
 
 from __future__ import annotations
@@ -17,31 +24,101 @@ import time
 
 from ortools.sat.python import cp_model
 
-from fleetplan.placement.plan import Plan, SharedGPU, Status, evaluate, tidy_shared
+from fleetplan.placement.plan import Plan, SharedGPU, Status, tidy_shared
 from fleetplan.placement.problem import Problem
-from fleetplan.solvers.common import build_index, by_model_and_site, warm_values
+from fleetplan.placement.validate import validate
+from fleetplan.solvers.common import TIME_LIMIT_SHARE, build_index, by_model_and_site, finish_plan, warm_values
 
-RATE_SCALE = 1000  # 1 unit = 0.001 req/s
-_FUZZ = 1e-9  # relative: keeps 8999.999999 (float noise of 9000) from rounding to 8999; far inside validate's 1e-6
+#: Largest relative error each scaling step may add (well inside validate's 1e-6).
+SCALE_ERROR = 2.5e-7
+COST_SCALE = 1e9  # nano-dollars
+EGRESS_UNITS_PER_REQ_PER_S = 1024
 
 
-def _down(x: float) -> int:
-    return math.floor(x * (1 + _FUZZ))
+def _pow2_at_least(x: float) -> int:
+    return 1 << max(0, math.ceil(math.log2(max(1.0, x))))
 
 
 def _up(x: float) -> int:
-    return math.ceil(x * (1 - _FUZZ))
-SHARE_SCALE = 1000  # a shared GPU's compute in permille
-COST_SCALE = 1e6  # micro-dollars
+    return math.ceil(x)  # exact: every rounding here goes in the relaxing direction, float noise included
+
+
+def _down(x: float) -> int:
+    return math.floor(x)
+
+
+def scales(problem: Problem, idx) -> tuple[int, dict[str, int], dict[tuple[str, int], int]]:
+    """(SHARE_PARTS, {model: R_m rate units per req/s}, {bin: k_pb}) for the scaling in the module docstring."""
+    pools = problem.pool_by_id
+    kmax = {}
+    for (p, b), residents in idx.residents.items():
+        lim = pools[p].memory_bytes_per_gpu * problem.shared_memory_utilization
+        fp = sorted(idx.share[(m, p)].memory_bytes for m in residents)
+        fit = 0
+        used = 0.0
+        for x in fp:
+            if used + x > lim * (1 + 1e-9):
+                break
+            used += x
+            fit += 1
+        k = min(len(residents), fit)
+        if problem.max_models_per_shared_gpu is not None:
+            k = min(k, problem.max_models_per_shared_gpu)
+        kmax[(p, b)] = max(1, k)
+    parts = _pow2_at_least(max(kmax.values(), default=1) / SCALE_ERROR)
+    mu = 1 - problem.margin
+    rate = {}
+    for m in problem.models:
+        need = EGRESS_UNITS_PER_REQ_PER_S
+        caps = [mu * o.capacity_req_per_s for o in idx.options if o.model == m.name]
+        if caps:
+            need = max(need, 1 / (min(caps) * SCALE_ERROR))
+        css = [s.capacity_req_per_s for (mm, _p), s in idx.share.items() if mm == m.name]
+        if css:
+            need = max(need, parts / (min(css) * SCALE_ERROR))
+        rate[m.name] = _pow2_at_least(need)
+    return parts, rate, kmax
+
+
+def _fill_shared(problem: Problem, replicas: dict, shared: list[tuple[str, tuple[str, ...], dict]]) -> tuple:
+    """Shared GPUs with exact served rates: each model's demand left after its dedicated replicas, split over its
+    shared GPUs in proportion to CP-SAT's parts (equally where it gave none)."""
+    opts = problem.option_by_key
+    W = problem.n_windows
+    mu = 1 - problem.margin
+    ded = {m.name: [0.0] * W for m in problem.models}
+    for key, counts in replicas.items():
+        o = opts[key]
+        for w, n in enumerate(counts):
+            ded[o.model][w] += n * o.capacity_req_per_s * mu
+    weight: dict[str, list[list[float]]] = {}
+    for i, (_p, _res, parts) in enumerate(shared):
+        for m, u in parts.items():
+            weight.setdefault(m, [[0.0] * len(shared) for _ in range(W)])
+            for w in range(W):
+                weight[m][w][i] = u[w]
+    served: list[dict[str, list[float]]] = [{m: [0.0] * W for m in res} for (_p, res, _u) in shared]
+    for m, per_w in weight.items():
+        d = problem.model_by_name[m].demand_req_per_s
+        for w in range(W):
+            need = max(0.0, d[w] - ded[m][w])
+            tot = sum(per_w[w])
+            holders = [i for i in range(len(shared)) if m in shared[i][1]]
+            for i in holders:
+                share = per_w[w][i] / tot if tot > 0 else 1 / len(holders)
+                served[i][m][w] = need * share
+    return tuple(SharedGPU(pool=p, models=res, served_req_per_s={m: tuple(v) for m, v in served[i].items()})
+                 for i, (p, res, _u) in enumerate(shared))
 
 
 def solve_cpsat(problem: Problem, *, time_limit_s: float = 60, threads: int = 2, gap: float = 1e-4,
-                warm_start: Plan | None = None, log: bool = False, deadline: float | None = None) -> Plan:
+                warm_start: Plan | None = None, log: bool = False, deadline: float | None = None,
+                extra_bounds: dict[str, float | None] | None = None) -> Plan:
     """Build and solve the CP-SAT model; returns a new Plan (status, objective, bound and gap in USD).
 
-    The bound is CP-SAT's best objective bound converted back to USD: a bound on the integer-scaled model, which is
-    slightly more conservative than the exact problem, so ``solve`` reports the LP relaxation's bound instead when
-    it has one. OPTIMAL means optimal for the scaled model; a time-limited stop is FEASIBLE, never OPTIMAL.
+    The bound is CP-SAT's best objective bound in USD: a valid lower bound on the exact optimum because the model
+    is a relaxation with costs rounded down (module docstring). Status and message follow
+    :func:`fleetplan.solvers.common.finish_plan` (the cheaper of CP-SAT's plan and ``warm_start`` is returned).
     """
     t0 = time.perf_counter()
     idx = build_index(problem)
@@ -50,6 +127,8 @@ def solve_cpsat(problem: Problem, *, time_limit_s: float = 60, threads: int = 2,
     h = problem.window_hours
     pools = problem.pool_by_id
     models = problem.model_by_name
+    parts, R, kmax = scales(problem, idx)
+    share_cap = _down(parts * mu)
     md = cp_model.CpModel()
 
     # Variables.
@@ -58,34 +137,36 @@ def solve_cpsat(problem: Problem, *, time_limit_s: float = 60, threads: int = 2,
           for w in W if o.start_cost_usd > 0 and len(W) > 1}
     y = {(p, b): md.new_bool_var(f"y_{j}") for j, (p, b) in enumerate(idx.bins)}
     a, u = {}, {}
-    share_cap_units = _down(SHARE_SCALE * mu)
     for j, (p, b) in enumerate(idx.bins):
         for m in idx.residents[(p, b)]:
             a[(m, p, b)] = md.new_bool_var(f"a_{j}_{m}")
             for w in W:
-                u[(m, p, b, w)] = md.new_int_var(0, share_cap_units, f"u_{j}_{m}_{w}")
-    q = {}
+                u[(m, p, b, w)] = md.new_int_var(0, share_cap + kmax[(p, b)], f"u_{j}_{m}_{w}")
+    q, qe = {}, {}
     for m, sites in idx.sites_of.items():
         if len(sites) > 1:
             dmax = max(models[m].demand_req_per_s)
             for s in sites:
                 for w in W:
-                    q[(m, s, w)] = md.new_int_var(0, math.ceil(dmax * RATE_SCALE), f"q_{m}_{s}_{w}")
-
-    def served_coef(m: str, p: str) -> int:
-        return _down(idx.share[(m, p)].capacity_req_per_s * RATE_SCALE / SHARE_SCALE)
+                    q[(m, s, w)] = md.new_int_var(0, _up(dmax * R[m]) + 1, f"q_{m}_{s}_{w}")
+                    if problem.egress_usd_per_req_per_s_window(models[m], s):
+                        qe[(m, s, w)] = md.new_int_var(0, _up(dmax * EGRESS_UNITS_PER_REQ_PER_S) + 1,
+                                                       f"qe_{m}_{s}_{w}")
+                        per = R[m] // EGRESS_UNITS_PER_REQ_PER_S
+                        # qe >= floor((q - 1) / per): any exact routing has a qe no larger than its own rate.
+                        md.add(per * qe[(m, s, w)] >= q[(m, s, w)] - per + 1)
 
     opts_of, bins_of = by_model_and_site(problem, idx)
-
     for m in problem.models:
         sites = idx.sites_of[m.name]
+        r = R[m.name]
         for w in W:
-            demand_units = _up(m.demand_req_per_s[w] * RATE_SCALE)
-            # (1) Coverage at each site.
+            demand_units = _down(m.demand_req_per_s[w] * r)
+            # (1) Coverage at each site (supply rounded up: a relaxation).
             for s in sites:
-                supply = [_down(mu * o.capacity_req_per_s * RATE_SCALE) * n[(o.key, w)]
-                          for o in opts_of.get((m.name, s), [])]
-                supply += [served_coef(m.name, p) * u[(m.name, p, b, w)] for (p, b) in bins_of.get((m.name, s), [])]
+                supply = [_up(mu * o.capacity_req_per_s * r) * n[(o.key, w)] for o in opts_of.get((m.name, s), [])]
+                supply += [_up(idx.share[(m.name, p)].capacity_req_per_s * r / parts) * u[(m.name, p, b, w)]
+                           for (p, b) in bins_of.get((m.name, s), [])]
                 rhs = q[(m.name, s, w)] if len(sites) > 1 else demand_units
                 md.add(sum(supply) >= rhs)
             # (2) Demand is served across sites.
@@ -97,15 +178,16 @@ def solve_cpsat(problem: Problem, *, time_limit_s: float = 60, threads: int = 2,
     for (p, b) in idx.bins:
         residents = idx.residents[(p, b)]
         for w in W:
-            # (3) Compute share of a shared GPU stays within 1 - margin.
-            md.add(sum(u[(m, p, b, w)] for m in residents) <= share_cap_units * y[(p, b)])
+            # (3) Compute share of a shared GPU (plus the rounding slack k_pb parts).
+            md.add(sum(u[(m, p, b, w)] for m in residents) <= (share_cap + kmax[(p, b)]) * y[(p, b)])
             # (4) Only resident models are served.
             for m in residents:
-                md.add(u[(m, p, b, w)] <= share_cap_units * a[(m, p, b)])
-        # (5) Resident footprints fit the GPU's memory (MB: footprints up, limit down).
-        lim_mb = math.floor(pools[p].memory_bytes_per_gpu * problem.shared_memory_utilization / 1e6)
-        md.add(sum(math.ceil(idx.share[(m, p)].memory_bytes / 1e6) * a[(m, p, b)] for m in residents)
-               <= lim_mb * y[(p, b)])
+                md.add(u[(m, p, b, w)] <= (share_cap + kmax[(p, b)]) * a[(m, p, b)])
+        # (5) Resident footprints fit the GPU's memory (kB: footprints down, limit up: a relaxation; validate
+        # checks the exact bytes).
+        lim_kb = _up(pools[p].memory_bytes_per_gpu * problem.shared_memory_utilization / 1e3)
+        md.add(sum(_down(idx.share[(m, p)].memory_bytes / 1e3) * a[(m, p, b)] for m in residents)
+               <= lim_kb * y[(p, b)])
         # (10) At most K models reside on one shared GPU.
         if problem.max_models_per_shared_gpu is not None:
             md.add(sum(a[(m, p, b)] for m in residents) <= problem.max_models_per_shared_gpu * y[(p, b)])
@@ -136,26 +218,23 @@ def solve_cpsat(problem: Problem, *, time_limit_s: float = 60, threads: int = 2,
     for (key, w), var in st.items():
         md.add(var >= n[(key, w)] - n[(key, W[w - 1])])
 
-    # Objective in micro-dollars.
+    # Objective in nano-dollars, every coefficient rounded down (CP-SAT's bound stays a bound on the exact cost).
     terms = []
     for o in idx.options:
-        c = round(o.gpus * pools[o.pool].usd_per_gpu_hour * h * COST_SCALE)
+        c = _down(o.gpus * pools[o.pool].usd_per_gpu_hour * h * COST_SCALE)
         terms += [c * n[(o.key, w)] for w in W]
-        sc = round(o.start_cost_usd * COST_SCALE)
+        sc = _down(o.start_cost_usd * COST_SCALE)
         terms += [sc * st[(o.key, w)] for w in W if (o.key, w) in st]
     for (p, _b), var in y.items():
-        terms.append(round(pools[p].usd_per_gpu_hour * h * len(W) * COST_SCALE) * var)
-    for (m, s, _w), var in q.items():
-        e = problem.egress_usd_per_req_per_s_window(models[m], s) / RATE_SCALE
-        if e:
-            terms.append(round(e * COST_SCALE) * var)
+        terms.append(_down(pools[p].usd_per_gpu_hour * h * len(W) * COST_SCALE) * var)
+    for (m, s, _w), var in qe.items():
+        e = problem.egress_usd_per_req_per_s_window(models[m], s) / EGRESS_UNITS_PER_REQ_PER_S
+        terms.append(_down(e * COST_SCALE) * var)
     md.minimize(sum(terms))
 
-    # Hint: the greedy plan.
-    used_hint = False
+    # Hint: the warm start.
     warm = warm_values(problem, idx, warm_start) if warm_start is not None else {}
     if warm:
-        used_hint = True
         for (key, w), var in n.items():
             md.add_hint(var, warm["n"][key][w])
         for (key, w), var in st.items():
@@ -166,44 +245,51 @@ def solve_cpsat(problem: Problem, *, time_limit_s: float = 60, threads: int = 2,
             md.add_hint(var, warm["a"].get(k, 0))
         for (m, p, b, w), var in u.items():
             f = warm["f"].get((m, p, b), [0.0] * len(W))[w]
-            md.add_hint(var, min(share_cap_units, math.ceil(f / idx.share[(m, p)].capacity_req_per_s * SHARE_SCALE)))
-        for k, var in q.items():
-            md.add_hint(var, math.ceil(warm["q"].get(k, 0.0) * RATE_SCALE))
+            md.add_hint(var, min(share_cap, _up(f / idx.share[(m, p)].capacity_req_per_s * parts)))
+        for (m, s, w), var in q.items():
+            md.add_hint(var, _down(warm["q"].get((m, s, w), 0.0) * R[m]))
 
     if deadline is not None:
-        time_limit_s = max(1.0, min(time_limit_s, deadline - time.perf_counter()))
+        time_limit_s = min(time_limit_s, deadline - time.perf_counter())
+    bounds = dict(extra_bounds or {})
+    if time_limit_s <= 0.05:
+        return finish_plan(problem, backend="cpsat", gap=gap, bounds=bounds, start=warm_start,
+                           time_limit_reached=True, time_limit_s=max(0.0, time_limit_s),
+                           solve_time_s=time.perf_counter() - t0,
+                           notes=("no time left for the solver after building the model",))
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = float(time_limit_s)
     solver.parameters.num_workers = max(1, int(threads or 1))
     solver.parameters.relative_gap_limit = float(gap)
     solver.parameters.log_search_progress = log
     code = solver.solve(md)
-    elapsed = time.perf_counter() - t0
+    reached = code != cp_model.OPTIMAL and solver.wall_time >= TIME_LIMIT_SHARE * time_limit_s
     if code == cp_model.INFEASIBLE:
-        return Plan(status=Status.INFEASIBLE, backend="cpsat", solve_time_s=elapsed)
-    if code not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        return Plan(status=Status.NO_SOLUTION, backend="cpsat", solve_time_s=elapsed,
-                    message=f"no feasible plan within {time_limit_s:g} s ({solver.status_name(code)})")
-    replicas = {}
-    for o in idx.options:
-        counts = tuple(int(solver.value(n[(o.key, w)])) for w in W)
-        if any(counts):
-            replicas[o.key] = counts
-    shared = []
-    for (p, b), var in y.items():
-        if solver.value(var):
-            residents = tuple(m for m in idx.residents[(p, b)] if solver.value(a[(m, p, b)]))
-            served = {m: tuple(solver.value(u[(m, p, b, w)]) * idx.share[(m, p)].capacity_req_per_s / SHARE_SCALE
-                               for w in W) for m in residents}
-            shared.append(SharedGPU(pool=p, models=residents, served_req_per_s=served))
-    shared = list(tidy_shared(problem, replicas, tuple(shared)))
-    plan = Plan(replicas=replicas, shared=tuple(shared))
-    objective = evaluate(problem, plan).total_usd
-    bound = min(objective, solver.best_objective_bound / COST_SCALE)
-    status = Status.OPTIMAL if code == cp_model.OPTIMAL else Status.FEASIBLE
-    g = (objective - bound) / objective if objective > 0 else 0.0
-    message = ("hinted with the heuristic plan; " if used_hint else "") + (
-        f"optimal within the {gap:.2%} relative gap" if status is Status.OPTIMAL
-        else f"time limit {time_limit_s:.0f} s reached")
-    return Plan(replicas=replicas, shared=tuple(shared), status=status, backend="cpsat", objective_usd=objective,
-                bound_usd=bound, gap=max(0.0, g), solve_time_s=time.perf_counter() - t0, message=message)
+        return Plan(status=Status.INFEASIBLE, backend="cpsat", solve_time_s=time.perf_counter() - t0)
+    if code == cp_model.MODEL_INVALID:
+        raise RuntimeError(f"CP-SAT rejected the model: {md.validate()}")
+    if code in (cp_model.OPTIMAL, cp_model.FEASIBLE) or math.isfinite(solver.best_objective_bound):
+        b = solver.best_objective_bound / COST_SCALE
+        bounds["CP-SAT"] = b if math.isfinite(b) else None
+    incumbent = None
+    notes: list[str] = []
+    if code in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        replicas = {}
+        for o in idx.options:
+            counts = tuple(int(solver.value(n[(o.key, w)])) for w in W)
+            if any(counts):
+                replicas[o.key] = counts
+        raw = []
+        for (p, b), var in y.items():
+            if solver.value(var):
+                residents = tuple(m for m in idx.residents[(p, b)] if solver.value(a[(m, p, b)]))
+                raw.append((p, residents, {m: [solver.value(u[(m, p, b, w)]) for w in W] for m in residents}))
+        shared = tidy_shared(problem, replicas, _fill_shared(problem, replicas, raw))
+        incumbent = Plan(replicas=replicas, shared=shared)
+        report = validate(problem, incumbent, check_objective=False)
+        if not report.ok:
+            notes.append("CP-SAT's plan fails the exact check after rescaling (" + report.violations[0] + ")")
+            incumbent = None
+    return finish_plan(problem, backend="cpsat", gap=gap, bounds=bounds, incumbent=incumbent, start=warm_start,
+                       time_limit_reached=reached, time_limit_s=time_limit_s, solve_time_s=time.perf_counter() - t0,
+                       notes=tuple(notes))

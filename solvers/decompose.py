@@ -56,14 +56,19 @@ def solve_by_windows(problem: Problem, base: Plan, *, backend: str = "highs", ti
                      threads: int | None = None, gap: float = 1e-3, deadline: float | None = None,
                      progress=None) -> Plan:
     """Improve ``base`` window by window (module docstring); returns a HEURISTIC plan (never worse than ``base``
-    in GPU and egress cost; start costs are re-evaluated), or ``base`` itself if no window improves."""
+    in GPU and egress cost; start costs are re-evaluated), or ``base`` itself if no window improves. A ``base``
+    that does not fit the problem (e.g. the greedy plan over the inventory) is repaired where the window models
+    find plans with its shared GPUs; the caller checks the result with ``validate``."""
     t0 = time.perf_counter()
     deadline = deadline if deadline is not None else t0 + time_limit_s
     W = problem.n_windows
     counts: dict = {}
+    done = 0
     for w in range(W):
         left = deadline - time.perf_counter()
-        per = max(0.5, left / max(1, W - w))
+        if left <= 0.1:
+            break  # out of time: the remaining windows keep the base plan's replicas
+        per = left / max(1, W - w)
         if progress:
             progress(f"window {w + 1}/{W} of the fix-and-optimize pass")
         sub = _window_problem(problem, base, w)
@@ -75,19 +80,55 @@ def solve_by_windows(problem: Problem, base: Plan, *, backend: str = "highs", ti
 
             r = solve_milp(sub, backend=backend, time_limit_s=per, threads=threads, gap=gap, warm_start=warm)
         chosen = warm
-        if r.has_solution and r.objective_usd is not None:
-            warm_cost = evaluate(sub, warm).total_usd
-            if r.objective_usd < warm_cost - 1e-9 and validate(sub, r, check_objective=False).ok:
-                chosen = r
+        if r.has_solution and r.objective_usd is not None and validate(sub, r, check_objective=False).ok:
+            warm_ok = validate(sub, warm, check_objective=False).ok
+            if not warm_ok or r.objective_usd < evaluate(sub, warm).total_usd - 1e-9:
+                chosen = r  # better, or a repair of a base window that does not fit
         for key, c in chosen.replicas.items():
             counts.setdefault(key, [0] * W)[w] = c[0]
+        done = w + 1
+    for w in range(done, W):
+        for key, c in base.replicas.items():
+            counts.setdefault(key, [0] * W)[w] = c[w]
     replicas = {k: tuple(v) for k, v in counts.items() if any(v)}
     plan = Plan(replicas=replicas, shared=base.shared, status=Status.HEURISTIC, backend=f"{backend}-by-window")
     if not validate(problem, plan, check_objective=False).ok:
         return base
     cost = evaluate(problem, plan).total_usd
     base_cost = evaluate(problem, base).total_usd
-    if cost >= base_cost - 1e-9:
+    if cost >= base_cost - 1e-9 and validate(problem, base, check_objective=False).ok:
         return base
     return replace(plan, objective_usd=cost, solve_time_s=time.perf_counter() - t0,
                    message="fix-and-optimize by windows from the greedy plan's shared GPUs")
+
+
+def window_problem(problem: Problem, w: int) -> Problem:
+    """Window ``w`` alone: the same pools, options and share options with one window of demand ``d[m, w]``.
+
+    Any plan of the full problem restricted to window w is a plan of this one (its shared GPUs cost one window
+    here, as their share of the all-day cost there; it has no start costs), so the sum over windows of these
+    problems' optima (or proven bounds) is a lower bound on the full optimum.
+    """
+    models = tuple(replace(m, demand_req_per_s=(m.demand_req_per_s[w],)) for m in problem.models)
+    return replace(problem, n_windows=1, models=models)
+
+
+def window_bound(problem: Problem, *, deadline: float, threads: int | None = None, gap: float = 1e-3,
+                 progress=None) -> float | None:
+    """Σ_w of HiGHS's proven bound on :func:`window_problem` (w), USD; None if a window ends without a bound
+    before ``deadline`` (a time.perf_counter() value). Valid lower bound on the optimum (see window_problem)."""
+    W = problem.n_windows
+    total = 0.0
+    for w in range(W):
+        left = deadline - time.perf_counter()
+        if left <= 0.1:
+            return None
+        if progress:
+            progress(f"window {w + 1}/{W} of the per-window bound")
+        r = solve_milp(window_problem(problem, w), time_limit_s=left / (W - w), threads=threads, gap=gap)
+        if r.status is Status.INFEASIBLE:
+            return None
+        if r.bound_usd is None:
+            return None
+        total += r.bound_usd
+    return total

@@ -6,8 +6,8 @@
 - HiGHS prints a banner on stdout (file descriptor 1) when its first model is created, before any option can turn
   output off; :func:`silence_highs_banner` creates that first model with fd 1 pointed at /dev/null, so JSON or CSV
   written to stdout stays clean.
-- ``warm_start=True`` passes the variables' initial values to HiGHS as a MIP start (PuLP's HiGHS API class has no
-  warm start of its own).
+- No MIP start is passed: HiGHS 1.16's presolve values a start wrongly in its reduced space (see
+  ``fleetplan.solvers.milp.solve_milp``), so the solvers compare the start with HiGHS's answer afterwards.
 """
 
 from __future__ import annotations
@@ -44,11 +44,7 @@ def silence_highs_banner() -> None:
 
 
 class HiGHS(pulp.HiGHS):
-    """pulp.HiGHS plus a reset of HiGHS's process-wide scheduler before each solve and an optional MIP start."""
-
-    def __init__(self, *args, warm_start: bool = False, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        self._warm = warm_start
+    """pulp.HiGHS plus a reset of HiGHS's process-wide scheduler before each solve."""
 
     def actualSolve(self, lp, **kwargs):  # noqa: N802 (PuLP's name)
         import highspy
@@ -57,17 +53,3 @@ class HiGHS(pulp.HiGHS):
         with _LOCK:  # one HiGHS solve at a time per process: the scheduler is shared
             highspy.Highs.resetGlobalScheduler(True)
             return super().actualSolve(lp, **kwargs)
-
-    def callSolver(self, lp, callback=None):  # noqa: N802
-        if self._warm:
-            import highspy
-
-            sol = highspy.HighsSolution()
-            vals = [0.0] * lp.solverModel.getNumCol()
-            for var in lp.variables():
-                if var.varValue is not None:
-                    vals[var.index] = float(var.varValue)
-            sol.col_value = vals
-            sol.value_valid = True
-            lp.solverModel.setSolution(sol)
-        return super().callSolver(lp)

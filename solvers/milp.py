@@ -43,7 +43,7 @@ import pulp
 from fleetplan.errors import SolverError
 from fleetplan.placement.plan import Plan, SharedGPU, Status, evaluate, tidy_shared
 from fleetplan.placement.problem import Problem
-from fleetplan.solvers.common import Index, build_index, by_model_and_site, warm_values
+from fleetplan.solvers.common import TIME_LIMIT_SHARE, Index, build_index, by_model_and_site, finish_plan, warm_values
 from fleetplan.solvers.highs import HiGHS
 
 #: Penalty per req/s of unmet demand (or per missing replica) in the elastic model: far above any GPU price.
@@ -51,7 +51,7 @@ ELASTIC_PENALTY_USD = 1e6
 
 
 @dataclass
-class MilpModel:
+class PlacementMilpModel:
     """A built PuLP model with its variables, keyed by the Problem's own keys."""
 
     lp: pulp.LpProblem
@@ -68,7 +68,7 @@ class MilpModel:
 
 
 def build_milp(problem: Problem, *, relax: bool = False, elastic: bool = False,
-               aggregate: bool = False, with_starts: bool = True) -> MilpModel:
+               aggregate: bool = False, with_starts: bool = True) -> PlacementMilpModel:
     """Build the MILP (or, with ``relax=True``, its LP relaxation) of ``problem``; a pure function of it.
 
     ``elastic=True`` adds a shortfall variable short[m,w] >= 0 (req/s, penalty ELASTIC_PENALTY_USD each) to the
@@ -203,11 +203,11 @@ def build_milp(problem: Problem, *, relax: bool = False, elastic: bool = False,
     # (8) Starts between consecutive windows (cyclic).
     for (key, w), var in st.items():
         lp += var >= n[(key, w)] - n[(key, W[w - 1])], f"c8_start_{key[0]}_{key[1]}_{key[2]}_{key[3]}_{w}"
-    return MilpModel(lp=lp, idx=idx, n=n, st=st, y=y, a=a, f=f, q=q, relax=relax, short=short,
+    return PlacementMilpModel(lp=lp, idx=idx, n=n, st=st, y=y, a=a, f=f, q=q, relax=relax, short=short,
                      floor_short=floor_short)
 
 
-def _set_initial(model: MilpModel, warm: dict) -> bool:
+def _set_initial(model: PlacementMilpModel, warm: dict) -> bool:
     if not warm:
         return False
     for (key, w), var in model.n.items():
@@ -225,7 +225,7 @@ def _set_initial(model: MilpModel, warm: dict) -> bool:
     return True
 
 
-def extract_plan(problem: Problem, model: MilpModel) -> tuple[dict, tuple[SharedGPU, ...]]:
+def extract_plan(problem: Problem, model: PlacementMilpModel) -> tuple[dict, tuple[SharedGPU, ...]]:
     """Read replica counts and shared GPUs from a solved (integer) model."""
     W = model.idx.W
     replicas = {}
@@ -267,60 +267,75 @@ def solve_lp_bound(problem: Problem, *, time_limit_s: float = 60, threads: int |
 
 def solve_milp(problem: Problem, *, backend: str = "highs", time_limit_s: float = 60, threads: int | None = None,
                gap: float = 1e-4, warm_start: Plan | None = None, msg: bool = False,
-               deadline: float | None = None) -> Plan:
+               deadline: float | None = None, extra_bounds: dict[str, float | None] | None = None) -> Plan:
     """Solve the MILP with HiGHS (``backend='highs'``) or CBC (``'cbc'``); returns a new Plan.
 
-    The status reads PuLP's ``sol_status`` as well as ``status``: a time-limited HiGHS or CBC stop reports
-    status 'Optimal' with sol_status 'integer feasible', which is FEASIBLE here, never OPTIMAL.
-    The bound is HiGHS's MIP dual bound, or for CBC the LP relaxation's objective.
-    ``deadline`` (a time.perf_counter() value) caps the solver's time limit after the model is built, so that
-    building counts against the caller's budget.
+    Status, bound, gap and message come from :func:`fleetplan.solvers.common.finish_plan`: the returned plan is the
+    cheaper of the backend's incumbent and ``warm_start`` (a valid plan), OPTIMAL only when the proven bound
+    (HiGHS's MIP dual bound; for CBC, which PuLP gives no bound for, the LP relaxation in ``extra_bounds`` or, when
+    CBC reports optimality, its objective × (1 - gap)) is within ``gap``.
+    HiGHS gets no MIP start: HiGHS 1.16's presolve maps a start into its reduced space with a wrong objective
+    (a 7.34 start valued 3.67 there, then "optimal" at 3.67 while the returned columns are the start's), so a
+    start could only lower quality; the start competes after the solve instead. CBC gets it as its warm start.
+    ``deadline`` (a time.perf_counter() value) caps the solver's time limit after the model is built.
     Raises SolverError if the backend is unknown or not available.
     """
     t0 = time.perf_counter()
-    model = build_milp(problem)
-    warm = warm_values(problem, model.idx, warm_start) if warm_start is not None else {}
-    used_warm = _set_initial(model, warm)
-    if deadline is not None:
-        time_limit_s = max(1.0, min(time_limit_s, deadline - time.perf_counter()))
-    if backend == "highs":
-        solver = HiGHS(msg=msg, timeLimit=time_limit_s, threads=threads, gapRel=gap, warm_start=used_warm)
-    elif backend == "cbc":
-        # Wall-clock time limit (CBC counts CPU seconds by default).
-        solver = pulp.PULP_CBC_CMD(msg=msg, timeLimit=time_limit_s, threads=threads, gapRel=gap, warmStart=used_warm,
-                                   timeMode="elapsed")
-    else:
+    if backend not in ("highs", "cbc"):
         raise SolverError(f"unknown MILP backend {backend!r}; use 'highs' or 'cbc'")
+    model = build_milp(problem)
+    used_warm = False
+    if backend == "cbc" and warm_start is not None:
+        used_warm = _set_initial(model, warm_values(problem, model.idx, warm_start))
+    if deadline is not None:
+        time_limit_s = min(time_limit_s, deadline - time.perf_counter())
+    bounds = dict(extra_bounds or {})
+    if time_limit_s <= 0.05:
+        return finish_plan(problem, backend=backend, gap=gap, bounds=bounds, start=warm_start,
+                           time_limit_reached=True, time_limit_s=max(0.0, time_limit_s),
+                           solve_time_s=time.perf_counter() - t0,
+                           notes=("no time left for the solver after building the model",))
+    if backend == "highs":
+        solver = HiGHS(msg=msg, timeLimit=time_limit_s, threads=threads, gapRel=gap)
+    else:
+        # Wall-clock time limit (CBC counts CPU seconds by default).
+        solver = pulp.PULP_CBC_CMD(msg=msg, timeLimit=max(1, math.ceil(time_limit_s)), threads=threads, gapRel=gap,
+                                   warmStart=used_warm, timeMode="elapsed")
     if not solver.available():
         raise SolverError(f"MILP backend {backend!r} is not available in this environment; install highspy "
                           "(for highs) or use PuLP's bundled CBC")
+    t_solve = time.perf_counter()
     try:
         model.lp.solve(solver)
     except pulp.PulpSolverError as exc:
         raise SolverError(f"the {backend} solver failed: {str(exc).split('/')[0].strip()}; try --backend highs "
                           "or cpsat") from None
-    elapsed = time.perf_counter() - t0
+    solver_s = time.perf_counter() - t_solve
     st, sol = model.lp.status, model.lp.sol_status
     if sol == pulp.LpSolutionInfeasible or st == pulp.LpStatusInfeasible:
-        return Plan(status=Status.INFEASIBLE, backend=backend, solve_time_s=elapsed)
-    if sol not in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible):
-        return Plan(status=Status.NO_SOLUTION, backend=backend, solve_time_s=elapsed,
-                    message=f"no feasible plan within {time_limit_s:g} s")
-    replicas, shared = extract_plan(problem, model)
-
-    candidate = Plan(replicas=replicas, shared=shared)
-    objective = evaluate(problem, candidate).total_usd
-    status = Status.OPTIMAL if sol == pulp.LpSolutionOptimal else Status.FEASIBLE
-    bound = None
+        return Plan(status=Status.INFEASIBLE, backend=backend, solve_time_s=time.perf_counter() - t0)
     if backend == "highs":
-        b = float(model.lp.solverModel.getInfo().mip_dual_bound)
-        bound = b if math.isfinite(b) else None
-    if bound is None and status is Status.OPTIMAL:
-        bound = objective * (1 - gap)  # CBC proves optimality within the gap; PuLP does not expose its bound
-    bound = min(bound, objective) if bound is not None else None
-    g = None if bound is None else ((objective - bound) / objective if objective > 0 else 0.0)
-    message = ("warm-started from the heuristic plan; " if used_warm else "") + (
-        f"optimal within the {gap:.2%} relative gap" if status is Status.OPTIMAL
-        else f"time limit {time_limit_s:.0f} s reached")
-    return Plan(replicas=replicas, shared=shared, status=status, backend=backend, objective_usd=objective,
-                bound_usd=bound, gap=g, solve_time_s=time.perf_counter() - t0, message=message)
+        h = model.lp.solverModel
+        reached = h.getModelStatus() == highspy_status("kTimeLimit")
+        b = float(h.getInfo().mip_dual_bound)
+        bounds["HiGHS dual"] = b if math.isfinite(b) else None
+    else:
+        reached = solver_s >= TIME_LIMIT_SHARE * time_limit_s
+    incumbent = None
+    if sol in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible):
+        replicas, shared = extract_plan(problem, model)
+        incumbent = Plan(replicas=replicas, shared=shared)
+        if backend == "cbc" and sol == pulp.LpSolutionOptimal:
+            # CBC proved optimality within gapRel; PuLP does not expose its bound, so this is the bound it proved.
+            bounds["CBC proof"] = evaluate(problem, incumbent).total_usd * (1 - gap)
+    notes = ("warm-started from the heuristic plan",) if used_warm else ()
+    return finish_plan(problem, backend=backend, gap=gap, bounds=bounds, incumbent=incumbent, start=warm_start,
+                       time_limit_reached=reached, time_limit_s=time_limit_s, solve_time_s=time.perf_counter() - t0,
+                       notes=notes)
+
+
+def highspy_status(name: str):
+    """HiGHS's model status ``name`` (e.g. 'kTimeLimit')."""
+    import highspy
+
+    return getattr(highspy.HighsModelStatus, name)

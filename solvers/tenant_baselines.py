@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import math
 
-from fleetplan.placement.tenants import Allocation, SolveStatus, TenantProblem
+from fleetplan.placement.status import Status
+from fleetplan.placement.tenants import Allocation, TenantProblem
 
 
 def static_partition(problem: TenantProblem) -> Allocation:
@@ -45,7 +46,7 @@ def static_partition(problem: TenantProblem) -> Allocation:
                     break
                 gpus[(t.name, w, n.name)] = g
                 want -= g
-    return Allocation("static", gpus, margin=True, status=SolveStatus.HEURISTIC)
+    return Allocation("static", gpus, margin=True, status=Status.HEURISTIC)
 
 
 def _water_fill(extra: dict[str, int], weights: dict[str, float], idle: int) -> dict[str, int]:
@@ -115,7 +116,7 @@ def fair_share(problem: TenantProblem) -> Allocation:
                     moved += got
             if moved == 0:
                 break
-    return Allocation("fair-share", gpus, margin=False, status=SolveStatus.HEURISTIC)
+    return Allocation("fair-share", gpus, margin=False, status=Status.HEURISTIC)
 
 
 
@@ -174,4 +175,4 @@ def packed_greedy(problem: TenantProblem) -> Allocation:
             pk.place(t, math.ceil(t.guaranteed(w) - 1e-9))
         for t in order:
             pk.place(t, t.wanted(w) - pk.held[t.name])
-    return Allocation("packed-greedy", gpus, margin=True, status=SolveStatus.HEURISTIC)
+    return Allocation("packed-greedy", gpus, margin=True, status=Status.HEURISTIC)

@@ -9,18 +9,18 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from fleetplan.errors import InfeasibleError, InputError, SolverError
+from fleetplan.placement.status import Status
 from fleetplan.placement.tenants import (
     OBJECTIVE_SENSE,
     Allocation,
     Objectives,
     SolveOutcome,
-    SolveStatus,
     TenantProblem,
     explain_guarantees,
     validate_allocation,
 )
 from fleetplan.solvers.tenants_cpsat import CpSatModel
-from fleetplan.solvers.tenants_milp import MilpModel
+from fleetplan.solvers.tenants_milp import TenantMilpModel
 
 MODES = ("weighted", "lexicographic", "pareto")
 BACKENDS = ("highs", "cpsat")
@@ -67,17 +67,17 @@ def weighted_score(problem: TenantProblem, obj: Objectives, weights: dict[str, f
 
 def _factory(backend: str) -> Callable[..., object]:
     if backend == "highs":
-        return MilpModel
+        return TenantMilpModel
     if backend == "cpsat":
         return CpSatModel
     raise InputError(f"unknown backend {backend!r}; use one of {', '.join(BACKENDS)}", field="backend", value=backend)
 
 
-def _combine(outs: list[SolveOutcome]) -> tuple[SolveStatus, dict, float | None, float | None, float]:
+def _combine(outs: list[SolveOutcome]) -> tuple[Status, dict, float | None, float | None, float]:
     for o in outs:
-        if o.status in (SolveStatus.INFEASIBLE, SolveStatus.NO_SOLUTION):
+        if o.status in (Status.INFEASIBLE, Status.NO_SOLUTION):
             return o.status, {}, None, None, sum(x.solve_s for x in outs)
-    status = SolveStatus.OPTIMAL if all(o.status is SolveStatus.OPTIMAL for o in outs) else SolveStatus.FEASIBLE
+    status = Status.OPTIMAL if all(o.status is Status.OPTIMAL for o in outs) else Status.FEASIBLE
     gpus: dict = {}
     for o in outs:
         gpus.update(o.gpus)
@@ -92,8 +92,8 @@ def _gap(obj: float | None, bound: float | None) -> float | None:
     return max(0.0, bound - obj) / max(abs(obj), 1e-9)
 
 
-def _raise_unsolved(status: SolveStatus, what: str) -> None:
-    if status is SolveStatus.INFEASIBLE:
+def _raise_unsolved(status: Status, what: str) -> None:
+    if status is Status.INFEASIBLE:
         raise InfeasibleError(f"{what}: the guarantees fit the pool only without interference headroom on shared "
                               "nodes; give more nodes, lower quotas, or run with the margin off")
     raise SolverError(f"{what}: no allocation found within the time limit; raise --time-limit")
@@ -151,7 +151,7 @@ def solve_allocation(problem: TenantProblem, *, mode: str = "weighted", backend:
     # Tiny tie-break on every objective keeps s tight and answers non-dominated.
     coefs = {k: c + TIE_BREAK / norm[k] for k, c in coefs.items()}
 
-    def finish(gpus: dict, status: SolveStatus, obj: float | None, bound: float | None, dt: float,
+    def finish(gpus: dict, status: Status, obj: float | None, bound: float | None, dt: float,
                policy: str) -> tuple[Allocation, Objectives]:
         alloc = Allocation(policy, gpus, margin=margin, status=status, bound=bound, gap=_gap(obj, bound),
                            solve_s=dt)
@@ -166,7 +166,7 @@ def solve_allocation(problem: TenantProblem, *, mode: str = "weighted", backend:
             m.set_objective(coefs)
             budget = time_limit_s / len(groups)
             o = m.solve(budget, threads)
-            if o.status in (SolveStatus.INFEASIBLE, SolveStatus.NO_SOLUTION):
+            if o.status in (Status.INFEASIBLE, Status.NO_SOLUTION):
                 _raise_unsolved(o.status, f"window {g[0]}" if decompose else "allocation")
             outs.append(o)
         status, gpus, obj, bound, dt = _combine(outs)
@@ -186,10 +186,10 @@ def solve_allocation(problem: TenantProblem, *, mode: str = "weighted", backend:
                     + (f", window {g[0]} ({gi + 1}/{len(groups)})" if decompose else ""))
                 model.set_objective({k: (1.0 if k == name else TIE_BREAK) / norm[k] for k in OBJECTIVE_SENSE})
                 o = model.solve(budget, threads)
-                if o.status is SolveStatus.NO_SOLUTION and last is not None:
+                if o.status is Status.NO_SOLUTION and last is not None:
                     # The previous stage's answer meets every limit so far: keep it, flagged as not proven.
-                    o = SolveOutcome(SolveStatus.FEASIBLE, last.gpus, last.values, last.objective, None, o.solve_s)
-                elif o.status in (SolveStatus.INFEASIBLE, SolveStatus.NO_SOLUTION):
+                    o = SolveOutcome(Status.FEASIBLE, last.gpus, last.values, last.objective, None, o.solve_s)
+                elif o.status in (Status.INFEASIBLE, Status.NO_SOLUTION):
                     _raise_unsolved(o.status, f"lexicographic stage {name}")
                 best = o.values[name]
                 slack = tolerance * abs(best) + 1e-7
@@ -220,13 +220,13 @@ def solve_allocation(problem: TenantProblem, *, mode: str = "weighted", backend:
         hi_m = Model(problem, g, margin=margin)
         hi_m.set_objective(util_first)
         hi = hi_m.solve(budget, threads)
-        if hi.status in (SolveStatus.INFEASIBLE, SolveStatus.NO_SOLUTION):
+        if hi.status in (Status.INFEASIBLE, Status.NO_SOLUTION):
             _raise_unsolved(hi.status, "Pareto anchor" + where)
         lo_m = Model(problem, g, margin=margin)
         lo_m.set_objective({"isolation": 1.0 / norm["isolation"], "utilization": TIE_BREAK,
                             "sla": TIE_BREAK / norm["sla"]})
         lo = lo_m.solve(budget, threads)
-        if lo.status in (SolveStatus.INFEASIBLE, SolveStatus.NO_SOLUTION):
+        if lo.status in (Status.INFEASIBLE, Status.NO_SOLUTION):
             _raise_unsolved(lo.status, "Pareto anchor" + where)
         per_point[0].append(lo)
         per_point[points - 1].append(hi)
@@ -241,7 +241,7 @@ def solve_allocation(problem: TenantProblem, *, mode: str = "weighted", backend:
             m.set_objective(util_first)
             m.add_limit("isolation", eps + 1e-7)
             o = m.solve(budget, threads)
-            per_point[j].append(o if o.status in (SolveStatus.OPTIMAL, SolveStatus.FEASIBLE) else lo)
+            per_point[j].append(o if o.status in (Status.OPTIMAL, Status.FEASIBLE) else lo)
     cands = []
     for j, outs in enumerate(per_point):
         status, gpus, obj, bound, dt = _combine([o for o in outs if o is not None])

@@ -25,7 +25,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from fleetplan.errors import InputError, SolverError, UnknownNameError
-from fleetplan.placement.tenants import OBJECTIVE_SENSE, SolveOutcome, SolveStatus, TenantProblem
+from fleetplan.placement.status import Status
+from fleetplan.placement.tenants import OBJECTIVE_SENSE, SolveOutcome, TenantProblem
 from fleetplan.solvers.tenant_baselines import packed_greedy
 
 SCALE = 1000
@@ -36,13 +37,13 @@ LARGE_MODEL_VARS = 20_000
 _HINTS: dict[int, tuple[TenantProblem, dict]] = {}
 
 
-def _status(cp_model, code) -> SolveStatus:
-    return {cp_model.OPTIMAL: SolveStatus.OPTIMAL, cp_model.FEASIBLE: SolveStatus.FEASIBLE,
-            cp_model.INFEASIBLE: SolveStatus.INFEASIBLE}.get(code, SolveStatus.NO_SOLUTION)
+def _status(cp_model, code) -> Status:
+    return {cp_model.OPTIMAL: Status.OPTIMAL, cp_model.FEASIBLE: Status.FEASIBLE,
+            cp_model.INFEASIBLE: Status.INFEASIBLE}.get(code, Status.NO_SOLUTION)
 
 
 class CpSatModel:
-    """The node-level allocation model over ``windows`` in CP-SAT (interface of ``tenants_milp.MilpModel``)."""
+    """The node-level allocation model over ``windows`` in CP-SAT (interface of ``tenants_milp.TenantMilpModel``)."""
 
     def __init__(self, problem: TenantProblem, windows: Sequence[int], *, margin: bool = True,
                  hint: Mapping[tuple[str, int, str], int] | None = None) -> None:
@@ -185,7 +186,7 @@ class CpSatModel:
         code = solver.solve(self.md)
         dt = time.perf_counter() - t0
         status = _status(cp, code)
-        if status not in (SolveStatus.OPTIMAL, SolveStatus.FEASIBLE):
+        if status not in (Status.OPTIMAL, Status.FEASIBLE):
             if code == cp.MODEL_INVALID:
                 raise SolverError(f"CP-SAT rejected the model: {self.md.validate()}")
             return SolveOutcome(status, {}, {}, None, None, dt)
@@ -250,7 +251,7 @@ class NodeSplit:
     granted: dict[str, int]
     unmet: dict[str, int]
     shared_gpus: int
-    status: SolveStatus
+    status: Status
     needs: Mapping[str, int] = field(default_factory=dict)
     used_gpus: int = 0
 
@@ -317,7 +318,7 @@ def split_mig(gpu: str, gpus: int, needs: Mapping[str, int], *, memory_gb: Mappi
     solver.parameters.max_time_in_seconds = float(time_limit_s)
     solver.parameters.num_workers = max(1, threads)
     status = _status(cp_model, solver.solve(md))
-    if status not in (SolveStatus.OPTIMAL, SolveStatus.FEASIBLE):
+    if status not in (Status.OPTIMAL, Status.FEASIBLE):
         raise SolverError(f"MIG split of {gpus}× {gpu}: {status.value} (memory needs may exceed the GPUs)")
     parts = _renumber([k for k, v in b.items() if solver.value(v)])
     granted = {t: sum(prof[p].compute_slices for (_, p, _, tt) in parts if tt == t) for t in tenants}
@@ -376,7 +377,7 @@ def split_mps(gpus: int, needs: Mapping[str, float], coefficient: Mapping[tuple[
     solver.parameters.max_time_in_seconds = float(time_limit_s)
     solver.parameters.num_workers = max(1, threads)
     status = _status(cp_model, solver.solve(md))
-    if status not in (SolveStatus.OPTIMAL, SolveStatus.FEASIBLE):
+    if status not in (Status.OPTIMAL, Status.FEASIBLE):
         raise SolverError(f"MPS split of {gpus} GPUs: {status.value}")
     parts = _renumber([(g, t, step_pct * solver.value(share[g, t])) for g in range(gpus) for t in tenants
                        if solver.value(share[g, t])])

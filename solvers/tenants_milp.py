@@ -38,11 +38,12 @@ import time
 from collections.abc import Sequence
 
 from fleetplan.errors import SolverError
-from fleetplan.placement.tenants import OBJECTIVE_SENSE, SolveOutcome, SolveStatus, TenantProblem
+from fleetplan.placement.status import Status
+from fleetplan.placement.tenants import OBJECTIVE_SENSE, SolveOutcome, TenantProblem
 from fleetplan.solvers.highs import HiGHS
 
 
-class MilpModel:
+class TenantMilpModel:
     """The MILP of the module docstring over ``windows``, built with PuLP; re-solvable with new objectives/limits.
 
     Args:
@@ -156,10 +157,10 @@ class MilpModel:
         dt = time.perf_counter() - t0
         sol = self.lp.sol_status
         if sol == pulp.LpSolutionInfeasible or self.lp.status == pulp.LpStatusInfeasible:
-            return SolveOutcome(SolveStatus.INFEASIBLE, {}, {}, None, None, dt)
+            return SolveOutcome(Status.INFEASIBLE, {}, {}, None, None, dt)
         if sol not in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible):
-            return SolveOutcome(SolveStatus.NO_SOLUTION, {}, {}, None, None, dt)
-        status = SolveStatus.OPTIMAL if sol == pulp.LpSolutionOptimal else SolveStatus.FEASIBLE
+            return SolveOutcome(Status.NO_SOLUTION, {}, {}, None, None, dt)
+        status = Status.OPTIMAL if sol == pulp.LpSolutionOptimal else Status.FEASIBLE
         gpus = {k: int(round(v.value() or 0)) for k, v in self.x.items() if (v.value() or 0) > 0.5}
         values = {k: float(pulp.value(e) or 0.0) for k, e in self.expr.items()}
         obj = float(pulp.value(self.lp.objective) or 0.0)
@@ -170,7 +171,7 @@ class MilpModel:
                 bound = float(info.mip_dual_bound)  # HiGHS reports the bound of the maximization directly
         except AttributeError:
             pass
-        if status is SolveStatus.OPTIMAL:
+        if status is Status.OPTIMAL:
             bound = max(bound, obj) if bound is not None else obj
         return SolveOutcome(status, gpus, values, obj, bound, dt)
 

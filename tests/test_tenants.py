@@ -11,11 +11,11 @@ import random
 import pytest
 
 from fleetplan.errors import InfeasibleError, InputError, UnknownNameError
+from fleetplan.placement.status import Status
 from fleetplan.placement.tenants import (
     Allocation,
     AllocationError,
     Node,
-    SolveStatus,
     Tenant,
     TenantProblem,
     load_interference,
@@ -136,7 +136,7 @@ def test_isolation_prefers_separate_nodes(backend):
     r = solve(p, backend=backend)
     assert r.objectives.utilization == pytest.approx(0.5)
     assert r.objectives.shared_node_windows == 0
-    assert r.allocation.status is SolveStatus.OPTIMAL
+    assert r.allocation.status is Status.OPTIMAL
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -224,7 +224,7 @@ def test_backends_agree_and_guarantees_hold(seed):
     b = solve(p, backend="cpsat")
     assert a.objectives.unmet_guaranteed_gpu_windows == pytest.approx(0)
     assert b.objectives.unmet_guaranteed_gpu_windows == pytest.approx(0)
-    if a.allocation.status is SolveStatus.OPTIMAL and b.allocation.status is SolveStatus.OPTIMAL:
+    if a.allocation.status is Status.OPTIMAL and b.allocation.status is Status.OPTIMAL:
         w = {"utilization": 1.0, "isolation": 1.0, "sla": 1.0}
         assert weighted_score(p, a.objectives, w) == pytest.approx(weighted_score(p, b.objectives, w), abs=1e-4)
 
