@@ -32,7 +32,8 @@ def _register() -> None:
     import importlib
 
     for module, name in (("data", "data"), ("plan", "plan"), ("simulate", "simulate"), ("ledger", "ledger"),
-                         ("whatif", "whatif"), ("allocate", "allocate"), ("serve", "serve")):
+                         ("whatif", "whatif"), ("allocate", "allocate"), ("serve", "serve"),
+                         ("schema", "schema")):
         try:
             mod = importlib.import_module(f"fleetplan.cli.{module}")
         except ModuleNotFoundError as exc:

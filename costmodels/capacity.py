@@ -48,6 +48,11 @@ from fleetplan.costmodels.network import Link
 from fleetplan.errors import InputError, check_range
 
 #: Tail probability for the TTFT queueing term (p95).
+#: Accepted SLO targets, seconds (low, high): wide enough for any serving SLO, narrow enough to catch milliseconds
+#: given where seconds are expected.
+TTFT_P95_RANGE_S: tuple[float, float] = (0.01, 120.0)
+TPOT_P95_RANGE_S: tuple[float, float] = (0.001, 2.0)
+
 _TAIL = 0.05
 #: Standard normal 95th percentile: the running batch's p95 is B + Z95·sqrt(B) (point 8 of the module docstring).
 Z95 = 1.6448536269514722
@@ -58,8 +63,8 @@ class SLO:
     """Latency targets of one model's traffic.
 
     Attributes:
-        ttft_p95_s: 95th-percentile time to first token, seconds (0.01..120).
-        tpot_p95_s: 95th-percentile time per output token, seconds (0.001..2).
+        ttft_p95_s: 95th-percentile time to first token, seconds (TTFT_P95_RANGE_S: 0.01..120).
+        tpot_p95_s: 95th-percentile time per output token, seconds (TPOT_P95_RANGE_S: 0.001..2).
     Raises InputError outside those ranges (e.g. a TTFT of 500, milliseconds where seconds are expected).
     """
 
@@ -67,9 +72,9 @@ class SLO:
     tpot_p95_s: float
 
     def __post_init__(self) -> None:
-        check_range(self.ttft_p95_s, field="ttft_p95_s", low=0.01, high=120, unit="s",
+        check_range(self.ttft_p95_s, field="ttft_p95_s", low=TTFT_P95_RANGE_S[0], high=TTFT_P95_RANGE_S[1], unit="s",
                     fix="give seconds (e.g. 0.5 for 500 ms)")
-        check_range(self.tpot_p95_s, field="tpot_p95_s", low=0.001, high=2, unit="s",
+        check_range(self.tpot_p95_s, field="tpot_p95_s", low=TPOT_P95_RANGE_S[0], high=TPOT_P95_RANGE_S[1], unit="s",
                     fix="give seconds (e.g. 0.05 for 50 ms)")
 
 

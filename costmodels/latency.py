@@ -45,16 +45,21 @@ from fleetplan.costmodels.network import Link, default_inter_node_link
 from fleetplan.errors import InputError
 
 __all__ = ["Calibration", "load_calibration", "load_reference_models", "prefill_time_s", "decode_step_time_s",
-           "allreduce_time_s", "moe_params_read", "flops_per_s", "ACTIVATION_BYTES"]
+           "allreduce_time_s", "moe_params_read", "flops_per_s", "ACTIVATION_BYTES", "TP_DEGREES"]
 
 #: Bytes per activation element exchanged between GPUs (serving runs activations in bf16/fp16).
 ACTIVATION_BYTES = 2.0
 
+#: Tensor-parallel degrees the cost models accept (and scenarios may list): powers of two up to 16, since a tp group
+#: splits attention heads evenly and runs within a node (nodes have 1, 2, 4, 8 or 16 GPUs).
+TP_DEGREES: tuple[int, ...] = (1, 2, 4, 8, 16)
+
 
 def _check_parallel(tp: int, pp: int) -> None:
-    for name, v in (("tp", tp), ("pp", pp)):
-        if not isinstance(v, int) or isinstance(v, bool) or not 1 <= v <= 64:
-            raise InputError(f"{name} must be an integer in 1..64, got {v!r}", field=name, value=v)
+    if not isinstance(tp, int) or isinstance(tp, bool) or tp not in TP_DEGREES:
+        raise InputError(f"tp must be one of {', '.join(map(str, TP_DEGREES))}, got {tp!r}", field="tp", value=tp)
+    if not isinstance(pp, int) or isinstance(pp, bool) or not 1 <= pp <= 64:
+        raise InputError(f"pp must be an integer in 1..64, got {pp!r}", field="pp", value=pp)
 
 
 def _check_count(name: str, v: float, low: float = 1.0) -> float:
@@ -106,8 +111,8 @@ def prefill_time_s(model: Model, gpu: GPU, prompt_tokens: float, *, tp: int = 1,
     """Seconds to prefill ``batch`` prompts of ``prompt_tokens`` tokens each on one replica (tp × pp GPUs).
 
     See the module docstring for the formula. ``calib`` defaults to the GPU's calibration row (or the default row);
-    ``link`` (used when pp > 1) defaults to the inter-node default link. Raises InputError for tp/pp outside 1..64,
-    prompt_tokens or batch below 1, or an unknown dtype.
+    ``link`` (used when pp > 1) defaults to the inter-node default link. Raises InputError for tp not in
+    TP_DEGREES, pp outside 1..64, prompt_tokens or batch below 1, or an unknown dtype.
 
     Example (hand arithmetic): Llama-3.1-8B (8.03e9 params, 32 layers, 32 heads × 128) on H100 (989.4e12 FLOP/s),
     2048 tokens, tp 1: FLOPs = 2·8.03e9·2048 + 2·32·2048²·4096 = 3.289e13 + 1.100e12 = 3.399e13.

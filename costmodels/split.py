@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from fleetplan.costmodels.capacity import SLO, replica_capacity
 from fleetplan.costmodels.demand import TokenMix
 from fleetplan.costmodels.hardware import GPU, Model
-from fleetplan.costmodels.latency import decode_step_time_s, prefill_time_s
+from fleetplan.costmodels.latency import TP_DEGREES, decode_step_time_s, prefill_time_s
 from fleetplan.costmodels.ledger import SECONDS_PER_DAY, Flow, GpuPool, Ledger, build_ledger, load_assumptions
 from fleetplan.costmodels.network import Link, NetworkGraph, Site, default_graph, route_class
 from fleetplan.costmodels.prices import EgressTable, EgressTier, GpuPrice, find_price, select_egress_table
@@ -263,7 +263,7 @@ def decode_replica_capacity(model: Model, gpu: GPU, mix: TokenMix, slo: SLO, *, 
 
 
 def _tp_choices(price: GpuPrice) -> list[int]:
-    return [t for t in (1, 2, 4, 8, 16) if t <= price.gpus_per_node]
+    return [t for t in TP_DEGREES if t <= price.gpus_per_node]
 
 
 def _replicas(rate: float, cap: float, margin: float) -> int:
