@@ -111,12 +111,24 @@ class UniqueKeyLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
-UniqueKeyLoader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
-                  |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
-                  |\.[0-9_]+(?:[eE][-+]?[0-9]+)?)$""", re.X),
-    list("-+0123456789."))
+_YAML12_FLOAT = re.compile(r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+                              |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
+                              |\.[0-9_]+(?:[eE][-+]?[0-9]+)?)$""", re.X)
+UniqueKeyLoader.add_implicit_resolver("tag:yaml.org,2002:float", _YAML12_FLOAT, list("-+0123456789."))
+
+
+def yaml12_numbers(data: Any) -> Any:
+    """``data`` (nested dicts and lists) with strings that YAML 1.2 reads as floats (``"1.0e9"``) turned into floats.
+
+    For mappings read earlier by a YAML 1.1 loader and kept, e.g. the scenario embedded in an older plan file.
+    """
+    if isinstance(data, dict):
+        return {k: yaml12_numbers(v) for k, v in data.items()}
+    if isinstance(data, list):
+        return [yaml12_numbers(v) for v in data]
+    if isinstance(data, str) and _YAML12_FLOAT.match(data):
+        return float(data.replace("_", ""))
+    return data
 
 
 def parse_yaml(text: str, *, source: str) -> Any:

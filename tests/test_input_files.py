@@ -214,3 +214,17 @@ def test_scenario_schema_checks_the_same_rules_as_the_loader():
     # Descriptions reach the schema (what an editor shows on hover).
     props = schema_of("scenario")["$defs"]["ScenarioOptions"]["properties"]
     assert "seconds" in props["window_length_s"]["description"] and props["window_length_s"]["minimum"] == 60
+
+
+def test_older_plan_files_with_yaml_1_1_number_text_still_replay():
+    # Plan files written by the YAML 1.1 loader embed `load_bandwidth_bytes_per_s: 1.0e9` as the text "1.0e9".
+    from fleetplan.placement.planio import problem_from_plan_dict
+
+    raw = parse_yaml(SMALL, source="small")
+    raw["options"]["load_bandwidth_bytes_per_s"] = "1.0e9"
+    _, scenario = problem_from_plan_dict({"scenario": {"raw": raw, "source": "old plan"}})
+    assert scenario.options["load_bandwidth_bytes_per_s"] == 1e9
+    # Text that is no number is still an error.
+    raw["options"]["load_bandwidth_bytes_per_s"] = "fast"
+    with pytest.raises(InputError, match="'fast' must be a number"):
+        problem_from_plan_dict({"scenario": {"raw": raw, "source": "old plan"}})
