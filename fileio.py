@@ -1,17 +1,32 @@
-"""Atomic file output shared by every command and writer: never a half-written file.
+"""File input and output shared by every layer: atomic writes, YAML input, and checked input models.
 
-:func:`atomic_path` yields a temporary path beside the target; on success it replaces the target in one step (with
-the permissions an ordinary new file gets, i.e. 0666 less the umask), on any error it removes the temporary file and
-leaves an existing target untouched.
+Output, never a half-written file: :func:`atomic_path` yields a temporary path beside the target; on success it
+replaces the target in one step (with the permissions an ordinary new file gets, i.e. 0666 less the umask), on any
+error it removes the temporary file and leaves an existing target untouched.
+
+Input: :func:`read_yaml` / :func:`parse_yaml` read YAML with :class:`UniqueKeyLoader` (a repeated key is an error,
+naming the key, the line and the file; a binary or non-UTF-8 file is a one-line error). :class:`InputModel` is the
+base of every pydantic model of an input file (unknown keys refused, no silent type coercion) and
+:func:`validate_input` checks a mapping against one, turning pydantic's ValidationError into one
+:class:`~fleetplan.errors.InputError` that names the file, the field path as written (``models[2].slo.ttft_p95_s``),
+the value and the fix, with "did you mean" for an unknown key.
 """
 
 from __future__ import annotations
 
 import contextlib
+import difflib
+import functools
 import os
+import re
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic_core import PydanticUndefined
 
 from fleetplan.errors import InputError
 
@@ -57,3 +72,314 @@ def write_text_atomic(path: str | Path, text: str, *, field: str | None = None) 
     """Write ``text`` to ``path`` atomically (see :func:`atomic_path`)."""
     with atomic_path(path, field=field) as tmp:
         tmp.write_text(text, newline="")
+
+
+# ------------------------------------------------------------------------------------------------- YAML input
+
+
+class DuplicateKeyError(yaml.constructor.ConstructorError):
+    """A mapping of a YAML file gives the same key twice (PyYAML would silently keep the last one)."""
+
+    def __init__(self, key: object, line: int, first_line: int) -> None:
+        self.key, self.line, self.first_line = key, line, first_line
+        super().__init__(problem=f"duplicate key {key!r}")
+
+
+class UniqueKeyLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that refuses a repeated key in one mapping and reads YAML 1.2 floats.
+
+    A repeated key raises :class:`DuplicateKeyError` naming the key and both lines (with the plain loader the last
+    one wins silently: ``min_replicas: 1`` then ``min_replicas: 4`` quadruples a cost). Merge keys (``<<: *anchor``)
+    may still be overridden by the mapping's own keys, as YAML intends. Numbers such as ``1e9`` and ``1.0e9``, which
+    YAML 1.1 reads as strings (its floats need a dot and a signed exponent), are read as floats.
+    """
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:  # noqa: D102
+        seen: dict[object, int] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=True)
+            line = key_node.start_mark.line + 1
+            try:
+                first = seen.get(key)
+            except TypeError:  # an unhashable key: the base constructor reports it
+                continue
+            if first is not None:
+                raise DuplicateKeyError(key, line, first)
+            seen[key] = line
+        return super().construct_mapping(node, deep=deep)
+
+
+_YAML12_FLOAT = re.compile(r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+                              |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
+                              |\.[0-9_]+(?:[eE][-+]?[0-9]+)?)$""", re.X)
+UniqueKeyLoader.add_implicit_resolver("tag:yaml.org,2002:float", _YAML12_FLOAT, list("-+0123456789."))
+
+
+def yaml12_numbers(data: Any) -> Any:
+    """``data`` (nested dicts and lists) with strings that YAML 1.2 reads as floats (``"1.0e9"``) turned into floats.
+
+    For mappings read earlier by a YAML 1.1 loader and kept, e.g. the scenario embedded in an older plan file.
+    """
+    if isinstance(data, dict):
+        return {k: yaml12_numbers(v) for k, v in data.items()}
+    if isinstance(data, list):
+        return [yaml12_numbers(v) for v in data]
+    if isinstance(data, str) and _YAML12_FLOAT.match(data):
+        return float(data.replace("_", ""))
+    return data
+
+
+def parse_yaml(text: str, *, source: str) -> Any:
+    """The document in ``text`` read with :class:`UniqueKeyLoader` (safe: plain data only).
+
+    Raises InputError naming ``source`` and the line for a repeated key or for text that is not valid YAML.
+    """
+    try:
+        return yaml.load(text, Loader=UniqueKeyLoader)  # noqa: S506 (a SafeLoader subclass)
+    except DuplicateKeyError as exc:
+        raise InputError(f"line {exc.line}: key {exc.key!r} is given twice in one mapping (first on line "
+                         f"{exc.first_line}); YAML would silently keep the last value: keep one of them",
+                         source=source, field=str(exc.key), value=exc.key) from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        at = f" at line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise InputError(f"not valid YAML{at}: {problem}", source=source) from None
+
+
+def read_text_file(path: str | Path, *, what: str = "file") -> str:
+    """The text of the UTF-8 file at ``path``.
+
+    Raises InputError (one line, naming the file) when it is missing, a folder, unreadable, or not UTF-8 text
+    (e.g. a binary file).
+    """
+    p = Path(path)
+    if p.is_dir():
+        raise InputError(f"{p} is a folder; give a {what}", source=str(p))
+    if not p.is_file():
+        raise InputError(f"no such {what} {p}", source=str(p))
+    try:
+        data = p.read_bytes()
+    except OSError as exc:
+        raise InputError(f"cannot read {p}: {exc.strerror or exc}", source=str(p)) from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"not a UTF-8 text file (byte {exc.start} is 0x{data[exc.start]:02x}; is it binary?); "
+                         f"give a {what} saved as UTF-8 text", source=str(p)) from None
+
+
+def read_yaml(path: str | Path, *, what: str = "YAML file") -> Any:
+    """The YAML document in the file at ``path`` (see :func:`read_text_file` and :func:`parse_yaml`)."""
+    return parse_yaml(read_text_file(path, what=what), source=str(path))
+
+
+# --------------------------------------------------------------------------------------------- checked input
+
+
+class InputModel(BaseModel):
+    """Base of every pydantic model of an input file.
+
+    Unknown keys are errors (``extra="forbid"``), values are not coerced across types (strict: no ``"4"`` or
+    ``true`` for 4, no 4.5 for a whole number; an int is accepted for a float), NaN and infinity are refused.
+    Field descriptions become the JSON Schema's descriptions; a field's ``x-fix`` (see :func:`input_field`) is the
+    fix an error message gives.
+    """
+
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
+
+
+def input_field(default: Any = PydanticUndefined, *, description: str, fix: str | None = None, **kw: Any) -> Any:
+    """``pydantic.Field`` with a description (required) and an optional ``fix``: the advice an error about this
+    field ends with (e.g. "give seconds, e.g. 0.5 for 500 ms"); it is kept in the JSON Schema as ``x-fix``."""
+    if fix is not None:
+        kw["json_schema_extra"] = {"x-fix": fix}
+    return Field(default, description=description, **kw)
+
+
+_TYPE_WORDS = {
+    "int_type": "must be a whole number", "float_type": "must be a number", "string_type": "must be text",
+    "list_type": "must be a list", "dict_type": "must be a mapping (key: value)",
+    "model_type": "must be a mapping (key: value)", "model_attributes_type": "must be a mapping (key: value)",
+    "bool_type": "must be true or false", "finite_number": "must be a finite number",
+    "string_too_short": "must not be empty",
+}
+
+
+@functools.lru_cache(maxsize=64)
+def _adapter(kind: Any) -> tuple[TypeAdapter, dict]:
+    adapter = TypeAdapter(kind)
+    return adapter, adapter.json_schema()
+
+
+def _branches(schema: dict, root: dict) -> list[dict]:
+    """The alternatives of ``schema`` with references resolved; keys of the referring schema (a field's
+    description, its x-fix) are kept on every alternative."""
+    outer = {k: v for k, v in schema.items() if k not in ("$ref", "anyOf", "oneOf", "allOf")}
+    if "$ref" in schema:
+        inner = root.get("$defs", {}).get(schema["$ref"].rsplit("/", 1)[-1], {})
+        return [{**b, **outer} for b in _branches(inner, root)]
+    alts = schema.get("anyOf") or schema.get("oneOf") or schema.get("allOf")
+    if alts:
+        return [{**b, **outer} for a in alts for b in _branches(a, root)]
+    return [schema]
+
+
+def _schema_at(root: dict, parts: list) -> list[dict]:
+    """The (alternative) sub-schemas of ``root`` at data path ``parts``."""
+    cur = _branches(root, root)
+    for part in parts:
+        nxt: list[dict] = []
+        for s in cur:
+            if isinstance(part, int) and isinstance(s.get("items"), dict):
+                nxt += _branches(s["items"], root)
+            elif isinstance(part, str) and part in s.get("properties", {}):
+                nxt += _branches(s["properties"][part], root)
+            elif isinstance(part, str) and isinstance(s.get("additionalProperties"), dict):
+                nxt += _branches(s["additionalProperties"], root)
+        cur = nxt
+    return cur
+
+
+def _path_text(parts: list) -> str:
+    out = ""
+    for p in parts:
+        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
+    return out
+
+
+def _show(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _num(x: Any) -> str:
+    return f"{x:g}" if isinstance(x, int | float) and not isinstance(x, bool) else str(x)
+
+
+def _walk(loc: tuple, data: Any, labels: Mapping[str, str]) -> tuple[list, list[str], int | None]:
+    """(data path of ``loc`` as the user wrote it, context labels such as 'tenant chat', index in ``loc`` of the
+    first step that is not in the data (a union member's tag), or None)."""
+    parts: list = []
+    context: list[str] = []
+    tag_at = None
+    cur = data
+    for i, p in enumerate(loc):
+        if isinstance(p, int) and isinstance(cur, list) and 0 <= p < len(cur):
+            item = cur[p]
+            key = parts[-1] if parts and isinstance(parts[-1], str) else None
+            if key in labels and isinstance(item, dict) and "name" in item:
+                context.append(f"{labels[key]} {item['name']}")
+            parts.append(p)
+            cur = item
+        elif isinstance(p, str) and isinstance(cur, dict) and p in cur:
+            parts.append(p)
+            cur = cur[p]
+        elif isinstance(p, str) and isinstance(cur, dict) and i == len(loc) - 1:
+            parts.append(p)  # a missing key
+        elif tag_at is None:
+            tag_at = i
+    return parts, context, tag_at
+
+
+def _message(err: Mapping, parts: list, root: dict) -> str:
+    kind, ctx, value = err["type"], err.get("ctx") or {}, err.get("input")
+    here = _schema_at(root, parts)
+    # An item of a list without words of its own takes the list's (e.g. rates[1] -> rates).
+    near = here if any(s.get("x-fix") or s.get("description") for s in here) or not parts or not isinstance(
+        parts[-1], int) else _schema_at(root, parts[:-1])
+    fix = next((s["x-fix"] for s in near if s.get("x-fix")), "")
+    what = next((s["description"] for s in near if s.get("description")), "")
+    tail = f"; {fix}" if fix else (f" ({what})" if what else "")
+    if kind == "extra_forbidden":
+        key = str(parts[-1]) if parts else "?"
+        known = sorted({k for s in _schema_at(root, parts[:-1]) for k in s.get("properties", {})})
+        if key.endswith("_ms") and key[:-3] + "_s" in known:
+            base = key[:-3] + "_s"
+            return (f"key '{key}' is in milliseconds; give seconds under '{base}' (e.g. {base}: 0.5 for 500 ms)")
+        where = f"'{_path_text(parts[:-1])}'" if len(parts) > 1 else "the top level"
+        close = difflib.get_close_matches(key, known, n=1)
+        hint = f"did you mean '{close[0]}'?" if close else f"known keys: {', '.join(known)}"
+        return f"unknown key '{key}' in {where}; {hint}"
+    if kind == "missing":
+        key = parts[-1] if parts else "?"
+        return f"'{key}' is missing{f' ({what})' if what else ''}"
+    bounds = {"greater_than_equal": ("ge", "below the minimum"), "greater_than": ("gt", "not above"),
+              "less_than_equal": ("le", "above the maximum"), "less_than": ("lt", "not below")}
+    if kind in bounds:
+        key, words = bounds[kind]
+        side = f"{words} {_num(ctx.get(key))}"
+        s = next((s for s in here if "minimum" in s or "maximum" in s or "exclusiveMinimum" in s
+                  or "exclusiveMaximum" in s), {})
+        lo = s.get("minimum", s.get("exclusiveMinimum"))
+        hi = s.get("maximum", s.get("exclusiveMaximum"))
+        if lo is not None and hi is not None:
+            return f"{_show(value)} is outside {_num(lo)}..{_num(hi)}, {side}{tail}"
+        return f"{_show(value)} is {side}{tail}"
+    if kind == "too_short":
+        n = ctx.get("min_length", 1)
+        return f"must hold at least {n} item{'s' if n != 1 else ''}{tail}"
+    if kind == "too_long":
+        n = ctx.get("max_length")
+        return f"must hold at most {n} item{'s' if n != 1 else ''}{tail}"
+    if kind == "literal_error":
+        return f"{_show(value)} is not one of {ctx.get('expected')}{tail}"
+    if kind in ("value_error", "assertion_error"):
+        msg = str(err.get("msg", ""))
+        for lead in ("Value error, ", "Assertion failed, "):
+            msg = msg.removeprefix(lead)
+        return msg
+    words = _TYPE_WORDS.get(kind)
+    if words:
+        return f"{_show(value)} {words}{tail}"
+    msg = str(err.get("msg", kind))
+    return f"{_show(value)}: {msg[:1].lower() + msg[1:]}{tail}"
+
+
+def input_error(exc: ValidationError, kind: Any, data: Any, *, source: str, labels: Mapping[str, str] | None = None,
+                prefix: str = "", context: str = "") -> InputError:
+    """One :class:`InputError` for pydantic's ``exc`` (raised validating ``data`` against ``kind``).
+
+    The message names ``source``, the field path as the user wrote it (``prefix`` + e.g. ``models[2].slo.ttft_p95_s``),
+    the entries on the way by name (``labels`` maps a list key to a word: {"tenants": "tenant"} gives 'tenant
+    chat'; ``context`` is put first), the value, what is wrong (the allowed range, "did you mean" the closest known
+    key for an unknown key) and the field's fix. Only the first problem is described; the count of the others is
+    given.
+    """
+    _, root = _adapter(kind)
+    labels = labels or {}
+    seen: set = set()
+    described: list[tuple[dict, list, list[str]]] = []
+    # An unknown key first: it is often the misspelling of a key reported missing.
+    errors = sorted(exc.errors(include_url=False), key=lambda e: e["type"] != "extra_forbidden")
+    for err in errors:
+        parts, ctx, tag_at = _walk(tuple(err["loc"]), data, labels)
+        # A value that fails every member of a union yields one error per member: they are one problem.
+        key = (tuple(_walk(tuple(err["loc"][:tag_at]), data, labels)[0]), "union") if tag_at is not None else (
+            tuple(parts), err["type"])
+        if key in seen:
+            continue
+        seen.add(key)
+        described.append((err, parts, ctx))
+    err, parts, ctx = described[0]
+    words = [w for w in [context, *ctx] if w]
+    msg = _message(err, parts, root)
+    more = len(described) - 1
+    if more:
+        msg += f" (and {more} more problem{'s' if more > 1 else ''} in this input)"
+    path = _path_text(([prefix] if prefix else []) + parts)
+    value = None if err["type"] in ("missing", "value_error") else err.get("input")
+    return InputError(f"{', '.join(words)}: {msg}" if words else msg, source=source, field=path or None, value=value)
+
+
+def validate_input(kind: Any, data: Any, *, source: str, labels: Mapping[str, str] | None = None, prefix: str = "",
+                   context: str = "") -> Any:
+    """``data`` validated as ``kind`` (an :class:`InputModel` or a type such as ``list[Model]``); raises the
+    :class:`InputError` of :func:`input_error` (one line, no traceback for the user)."""
+    adapter, _ = _adapter(kind)
+    try:
+        return adapter.validate_python(data)
+    except ValidationError as exc:
+        raise input_error(exc, kind, data, source=source, labels=labels, prefix=prefix, context=context) from None

@@ -11,6 +11,7 @@ from fleetplan.cli.allocate import allocate
 from fleetplan.cli.data import data
 from fleetplan.cli.ledger import ledger
 from fleetplan.cli.plan import plan
+from fleetplan.cli.schema import schema
 from fleetplan.cli.serve import serve
 from fleetplan.cli.simulate import simulate
 from fleetplan.cli.whatif import whatif
@@ -35,7 +36,7 @@ def main() -> None:
     that meets the TTFT/TPOT SLOs, network egress included."""
 
 
-for _command in (data, plan, simulate, ledger, whatif, allocate, serve):
+for _command in (data, plan, simulate, ledger, whatif, allocate, serve, schema):
     main.add_command(_command)
 
 if __name__ == "__main__":  # pragma: no cover

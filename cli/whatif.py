@@ -2,30 +2,27 @@
 
 from __future__ import annotations
 
+from importlib import resources
+from pathlib import Path
+
 import click
 
 from fleetplan.cli.ledger import _split_options, run_whatif, split_options
 from fleetplan.errors import InputError
+from fleetplan.fileio import parse_yaml, read_yaml
 
 DEFAULT = "split_default.yaml"
 
 
 def _read(scenario: str | None) -> tuple[dict, str]:
-    from importlib import resources
-    from pathlib import Path
-
-    import yaml
-
     if scenario is None:
-        return yaml.safe_load((resources.files("fleetplan.datasets") / "scenarios" / DEFAULT).read_text()), DEFAULT
+        text = (resources.files("fleetplan.datasets") / "scenarios" / DEFAULT).read_text(encoding="utf-8")
+        return parse_yaml(text, source=DEFAULT), DEFAULT
     p = Path(scenario)
-    if not p.is_file():
+    if not p.exists():
         raise InputError(f"no such scenario file {p}; give a YAML file of split options (see the shipped "
                          f"{DEFAULT}) or none for the shipped one", source=str(p))
-    try:
-        data = yaml.safe_load(p.read_text())
-    except yaml.YAMLError as exc:
-        raise InputError(f"not valid YAML: {exc}", source=str(p)) from None
+    data = read_yaml(p, what="YAML file of split options")
     if not isinstance(data, dict):
         raise InputError("a split scenario is a mapping of option names to values", source=str(p))
     return data, str(p)

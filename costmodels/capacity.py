@@ -59,8 +59,8 @@ class SLO:
     """Latency targets of one model's traffic.
 
     Attributes:
-        ttft_p95_s: 95th-percentile time to first token, seconds (0.01..120).
-        tpot_p95_s: 95th-percentile time per output token, seconds (0.001..2).
+        ttft_p95_s: 95th-percentile time to first token, seconds (TTFT_P95_RANGE_S: 0.01..120).
+        tpot_p95_s: 95th-percentile time per output token, seconds (TPOT_P95_RANGE_S: 0.001..2).
     Raises InputError outside those ranges (e.g. a TTFT of 500, milliseconds where seconds are expected).
     """
 

@@ -11,6 +11,9 @@ from dataclasses import dataclass, field
 
 from fleetplan.errors import InputError
 
+#: Accepted token lengths of one request (prompt or output), tokens (low, high).
+TOKENS_PER_REQUEST_RANGE: tuple[float, float] = (1.0, 2_000_000.0)
+
 
 @dataclass(frozen=True)
 class TokenMix:
@@ -27,9 +30,10 @@ class TokenMix:
     output_tokens_p95: float
 
     def __post_init__(self) -> None:
+        low, high = TOKENS_PER_REQUEST_RANGE
         for f in ("input_tokens_mean", "input_tokens_p95", "output_tokens_mean", "output_tokens_p95"):
             v = getattr(self, f)
-            if not isinstance(v, int | float) or math.isnan(v) or v < 1 or v > 2_000_000:
+            if not isinstance(v, int | float) or math.isnan(v) or v < low or v > high:
                 raise InputError(f"{v!r} tokens is outside 1..2,000,000; give token counts per request",
                                  field=f, value=v)
         if (self.input_tokens_p95 < self.input_tokens_mean * 0.5

@@ -47,16 +47,21 @@ from fleetplan.costmodels.network import Link
 from fleetplan.errors import InputError
 
 __all__ = ["prefill_time_s", "decode_step_time_s", "allreduce_time_s", "moe_params_read", "flops_per_s",
-           "ACTIVATION_BYTES"]
+           "ACTIVATION_BYTES", "TP_DEGREES"]
 
 #: Bytes per activation element exchanged between GPUs (serving runs activations in bf16/fp16).
 ACTIVATION_BYTES = 2.0
 
+#: Tensor-parallel degrees the cost models accept (and scenarios may list): powers of two up to 16, since a tp group
+#: splits attention heads evenly and runs within a node (nodes have 1, 2, 4, 8 or 16 GPUs).
+TP_DEGREES: tuple[int, ...] = (1, 2, 4, 8, 16)
+
 
 def _check_parallel(tp: int, pp: int, link: Link | None, calib: Calibration) -> None:
-    for name, v in (("tp", tp), ("pp", pp)):
-        if not isinstance(v, int) or isinstance(v, bool) or not 1 <= v <= 64:
-            raise InputError(f"{name} must be an integer in 1..64, got {v!r}", field=name, value=v)
+    if not isinstance(tp, int) or isinstance(tp, bool) or tp not in TP_DEGREES:
+        raise InputError(f"tp must be one of {', '.join(map(str, TP_DEGREES))}, got {tp!r}", field="tp", value=tp)
+    if not isinstance(pp, int) or isinstance(pp, bool) or not 1 <= pp <= 64:
+        raise InputError(f"pp must be an integer in 1..64, got {pp!r}", field="pp", value=pp)
     if not isinstance(calib, Calibration):
         raise InputError(f"calib must be a Calibration row (fleetplan.datasets.calibration.load_calibration(gpu)), "
                          f"got {calib!r}", field="calib", value=calib)
@@ -114,8 +119,8 @@ def prefill_time_s(model: Model, gpu: GPU, prompt_tokens: float, *, tp: int = 1,
     """Seconds to prefill ``batch`` prompts of ``prompt_tokens`` tokens each on one replica (tp × pp GPUs).
 
     See the module docstring for the formula. ``calib``: the GPU's calibration row; ``link``: the inter-node link
-    (required when pp > 1, ignored otherwise). Raises InputError for tp/pp outside 1..64, prompt_tokens or batch
-    below 1, an unknown dtype, a missing ``calib``, or pp > 1 without a ``link``.
+    (required when pp > 1, ignored otherwise). Raises InputError for tp not in TP_DEGREES, pp outside 1..64,
+    prompt_tokens or batch below 1, an unknown dtype, a missing ``calib``, or pp > 1 without a ``link``.
 
     Example (hand arithmetic): Llama-3.1-8B (8.03e9 params, 32 layers, 32 heads × 128) on H100 (989.4e12 FLOP/s),
     2048 tokens, tp 1: FLOPs = 2·8.03e9·2048 + 2·32·2048²·4096 = 3.289e13 + 1.100e12 = 3.399e13.

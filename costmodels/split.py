@@ -40,7 +40,7 @@ from fleetplan.costmodels.capacity import SLO, replica_capacity
 from fleetplan.costmodels.demand import TokenMix
 from fleetplan.costmodels.energy import idle_fraction_for
 from fleetplan.costmodels.hardware import GPU, Model
-from fleetplan.costmodels.latency import decode_step_time_s, prefill_time_s
+from fleetplan.costmodels.latency import TP_DEGREES, decode_step_time_s, prefill_time_s
 from fleetplan.costmodels.ledger import SECONDS_PER_DAY, Flow, GpuPool, Ledger, build_ledger, egress_items
 from fleetplan.costmodels.network import Link, route_class
 from fleetplan.costmodels.prices import EgressTable, EgressTier, GpuPrice
@@ -276,7 +276,7 @@ def decode_replica_capacity(model: Model, gpu: GPU, mix: TokenMix, slo: SLO, *, 
 
 
 def _tp_choices(price: GpuPrice) -> list[int]:
-    return [t for t in (1, 2, 4, 8, 16) if t <= price.gpus_per_node]
+    return [t for t in TP_DEGREES if t <= price.gpus_per_node]
 
 
 def _replicas(rate: float, cap: float, margin: float) -> int:

@@ -33,6 +33,7 @@ from fleetplan.costmodels.prices import (
 )
 from fleetplan.costmodels.prices import find_price as _find_price
 from fleetplan.errors import InputError, UnknownNameError, check_range
+from fleetplan.fileio import parse_yaml
 
 GB = 1e9  #: bytes per (decimal) GB, the unit of vendors and clouds
 TERA = 1e12
@@ -91,12 +92,7 @@ def read_user_rows(path: str | Path) -> _Rows:
     except (OSError, UnicodeDecodeError) as exc:
         raise InputError(f"cannot read the file ({exc}); save it as UTF-8 text", source=source) from None
     if p.suffix.lower() in (".yaml", ".yml"):
-        import yaml
-
-        try:
-            data = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            raise InputError(f"not valid YAML ({exc})", source=source) from None
+        data = parse_yaml(text, source=source)
         if isinstance(data, dict) and len(data) == 1 and isinstance(next(iter(data.values())), list):
             data = next(iter(data.values()))  # allow `gpus: [...]` as well as a bare list
         if not isinstance(data, list) or not all(isinstance(r, dict) for r in data):

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from fleetplan.errors import InputError
+from fleetplan.fileio import yaml12_numbers
 from fleetplan.placement.plan import Plan, SharedGPU, Status, evaluate
 from fleetplan.placement.problem import Problem
 from fleetplan.placement.scenario import build_problem, scenario_from_raw
@@ -157,6 +158,7 @@ def problem_from_plan_dict(d: dict) -> tuple[Problem, Any]:
     if not isinstance(sc, dict) or "raw" not in sc:
         raise InputError("plan file has no embedded scenario; re-create it with `fleetplan plan --out`",
                          field="scenario")
-    scenario = scenario_from_raw(sc["raw"], source=sc.get("source", "plan file"), base=sc.get("base"),
-                                 window_length_s=d.get("window_length_s"))
+    # Plan files written before YAML 1.2 floats were read as numbers hold e.g. "1.0e9" as text.
+    scenario = scenario_from_raw(yaml12_numbers(sc["raw"]), source=sc.get("source", "plan file"),
+                                 base=sc.get("base"), window_length_s=d.get("window_length_s"))
     return build_problem(scenario), scenario

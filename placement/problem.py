@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from fleetplan.costmodels.latency import TP_DEGREES
 from fleetplan.errors import InputError
 
 
@@ -56,8 +57,9 @@ class Pool:
                              value=self.reserved_gpus)
         if not isinstance(self.nodes, int) or self.nodes < 0:
             raise InputError(f"{owner}: nodes must be a whole number >= 0", field="nodes", value=self.nodes)
-        if self.gpus_per_node not in (1, 2, 4, 8, 16):
-            raise InputError(f"{owner}: gpus_per_node must be 1, 2, 4, 8 or 16", field="gpus_per_node",
+        if self.gpus_per_node not in TP_DEGREES:  # a pipeline stage is tp = one node's GPUs
+            raise InputError(f"{owner}: gpus_per_node must be one of {', '.join(map(str, TP_DEGREES))}",
+                             field="gpus_per_node",
                              value=self.gpus_per_node)
         _finite(self.usd_per_gpu_hour, "usd_per_gpu_hour", owner)
         _finite(self.memory_bytes_per_gpu, "memory_bytes_per_gpu", owner, low=1e9)
@@ -100,8 +102,9 @@ class ReplicaOption:
 
     def __post_init__(self) -> None:
         owner = f"option {self.key}"
-        if self.tp not in (1, 2, 4, 8, 16):
-            raise InputError(f"{owner}: tp must be a power of two up to 16", field="tp", value=self.tp)
+        if self.tp not in TP_DEGREES:
+            raise InputError(f"{owner}: tp must be one of {', '.join(map(str, TP_DEGREES))}", field="tp",
+                             value=self.tp)
         if not isinstance(self.pp, int) or self.pp < 1:
             raise InputError(f"{owner}: pp must be a whole number >= 1", field="pp", value=self.pp)
         _finite(self.capacity_req_per_s, "capacity_req_per_s", owner)

@@ -2,7 +2,9 @@
 
 A scenario names sites with GPU inventory, models with tensor-parallel options, replica floor and ceiling, SLOs and
 demand per window, and planning options. See ``datasets/scenarios/default.yaml`` for a complete, commented example.
-Schema (all keys; unknown keys are errors that suggest the closest known key)::
+The file is checked by the pydantic model :class:`fleetplan.placement.schemas.ScenarioFile` (its JSON Schema:
+``fleetplan schema scenario``). All keys (unknown keys are errors that suggest the closest known key; a key given
+twice in one mapping is an error)::
 
     name: str
     description: str
@@ -29,9 +31,10 @@ Schema (all keys; unknown keys are errors that suggest the closest known key)::
         pricing_model: on-demand     # optional, overrides options.pricing_model
         inventory:
           - {gpu: H100, nodes: 2, gpus_per_node: 8, usd_per_gpu_hour: null}   # price from the catalogs if null
+            # gpus_per_node: 1, 2, 4, 8 or 16; pricing_model: optional, overrides the site's
     models:
       - name: Llama-3.1-8B
-        tp: [1, 2]                   # tensor-parallel degrees to consider
+        tp: [1, 2]                   # tensor-parallel degrees to consider (1, 2, 4, 8, 16; default 1, 2, 4, 8)
         min_replicas: 1
         max_replicas: null
         slo: {ttft_p95_s: 2.0, tpot_p95_s: 0.1}
@@ -48,14 +51,10 @@ Relative file paths are relative to the scenario file. Every error names the fil
 
 from __future__ import annotations
 
-import difflib
 import math
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any
-
-import yaml
 
 from fleetplan.costmodels.capacity import SLO, replica_capacity
 from fleetplan.costmodels.demand import Demand, TokenMix
@@ -74,23 +73,11 @@ from fleetplan.datasets.traces import (
     trace_to_demand,
 )
 from fleetplan.errors import FleetplanError, InputError, UnknownNameError
+from fleetplan.fileio import parse_yaml, read_text_file, validate_input
 from fleetplan.placement.problem import ModelSpec, Pool, Problem, ReplicaOption, ShareOption
+from fleetplan.placement.schemas import ENTRY_LABELS, DemandSpec, ScenarioFile, ScenarioOptions, TokenMixSpec
 
 DEFAULT_SCENARIO = "default.yaml"
-
-_OPTION_DEFAULTS: dict[str, Any] = {
-    "window_length_s": 3600.0, "margin": 0.1, "demand_rate": "peak", "weight_dtype": "bf16", "kv_dtype": "bf16",
-    "memory_utilization": 0.9, "shared_kv_fraction": 0.5, "max_shared_gpus_per_pool": 8,
-    "max_models_per_shared_gpu": 2, "min_batch": 8,
-    "load_bandwidth_bytes_per_s": 1.0e9, "usd_per_migration": 0.0, "bytes_per_token": 4.0, "allowed_gpus": None,
-    "pricing_model": "on-demand", "inter_node_link": None,
-}
-_TOP_KEYS = {"name", "description", "options", "files", "sites", "models", "notes"}
-_SITE_KEYS = {"name", "pricing_model", "inventory"}
-_INV_KEYS = {"gpu", "nodes", "gpus_per_node", "usd_per_gpu_hour", "pricing_model", "region_price_from"}
-_MODEL_KEYS = {"name", "tp", "min_replicas", "max_replicas", "slo", "origin_site", "token_mix", "demand", "source"}
-_DEMAND_KINDS = {"servegen", "trace", "day_curve", "rates"}
-
 
 @dataclass(frozen=True)
 class Scenario:
@@ -102,9 +89,10 @@ class Scenario:
         base_dir: folder of the scenario file (relative paths resolve against it), None for shipped scenarios.
         source: where it came from (file path or 'shipped scenario default.yaml').
         raw: the YAML mapping as read (embedded into plan files so a plan can be replayed without the file).
-        options: options with defaults filled in.
+        options: options with defaults filled in (``ScenarioOptions`` as a dict).
         demands: {model: Demand} at the scenario's window length.
         token_mixes: {model: TokenMix} used for capacity.
+        spec: the checked file (:class:`~fleetplan.placement.schemas.ScenarioFile`); sites and models in file order.
     """
 
     name: str
@@ -115,6 +103,7 @@ class Scenario:
     options: dict
     demands: dict[str, Demand] = field(default_factory=dict)
     token_mixes: dict[str, TokenMix] = field(default_factory=dict)
+    spec: ScenarioFile | None = field(default=None, compare=False, repr=False)
 
 
 def scenario_embed(scenario: Scenario) -> dict:
@@ -123,40 +112,8 @@ def scenario_embed(scenario: Scenario) -> dict:
             "window_length_s": scenario.options["window_length_s"]}
 
 
-def _err(msg: str, where: str, key: str | None = None, value: Any = None) -> InputError:
+def _err(msg: str, where: str, key: str | None = None, value: object = None) -> InputError:
     return InputError(msg, source=where, field=key, value=value)
-
-
-def _check_keys(d: Any, allowed: set[str], where: str, what: str) -> dict:
-    if not isinstance(d, dict):
-        raise _err(f"{what} must be a mapping (key: value), got {type(d).__name__}", where, what)
-    for k in d:
-        if k not in allowed:
-            close = difflib.get_close_matches(str(k), sorted(allowed), n=1)
-            hint = f"did you mean '{close[0]}'?" if close else f"known keys: {', '.join(sorted(allowed))}"
-            raise _err(f"unknown key '{k}' in {what}; {hint}", where, str(k))
-    return d
-
-
-def _number(d: dict, key: str, where: str, *, low: float, high: float, unit: str = "", default: Any = None,
-            integer: bool = False, fix: str = "") -> Any:
-    v = d.get(key, default)
-    if v is None:
-        return None
-    if isinstance(v, str):  # YAML 1.1 reads 1.0e9 (no sign in the exponent) as a string
-        try:
-            v = float(v)
-        except ValueError:
-            raise _err(f"'{key}' must be a number{' (' + unit + ')' if unit else ''}, got {v!r}", where, key,
-                       v) from None
-    if isinstance(v, bool) or not isinstance(v, int | float) or (isinstance(v, float) and not math.isfinite(v)):
-        raise _err(f"'{key}' must be a number{' (' + unit + ')' if unit else ''}, got {v!r}", where, key, v)
-    if integer and int(v) != v:
-        raise _err(f"'{key}' must be a whole number, got {v!r}", where, key, v)
-    if not (low <= v <= high):
-        raise _err(f"'{key}' = {v:g}{' ' + unit if unit else ''} is outside {low:g}..{high:g}"
-                   f"{'; ' + fix if fix else ''}", where, key, v)
-    return int(v) if integer else float(v)
 
 
 def shipped_scenarios() -> list[str]:
@@ -176,7 +133,7 @@ def read_scenario(path: str | Path | None = None) -> tuple[dict, str, Path | Non
         name = DEFAULT_SCENARIO if path is None else str(path)
         if not name.endswith((".yaml", ".yml")):
             name += ".yaml"
-        text = (resources.files("fleetplan.datasets") / "scenarios" / name).read_text()
+        text = (resources.files("fleetplan.datasets") / "scenarios" / name).read_text(encoding="utf-8")
         display, base = f"shipped scenario {name}", None
     else:
         p = Path(path)
@@ -186,108 +143,55 @@ def read_scenario(path: str | Path | None = None) -> tuple[dict, str, Path | Non
                 raise InputError(f"no such scenario file {p}; give a YAML file, or a shipped scenario's name "
                                  f"({', '.join(names)})", source=str(p))
             raise UnknownNameError("scenario", str(path), shipped_scenarios() + names)
-        if p.is_dir():
-            raise InputError(f"{p} is a folder; give a scenario YAML file", source=str(p))
-        text = p.read_text()
+        text = read_text_file(p, what="scenario YAML file")
         display, base = str(p), p.resolve().parent
-    try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        row = mark.line + 1 if mark is not None else None
-        raise InputError(f"not valid YAML: {getattr(exc, 'problem', exc)}", source=display, row=row) from None
+    raw = parse_yaml(text, source=display)
     if not isinstance(raw, dict):
         raise InputError("a scenario must be a YAML mapping with 'sites' and 'models'", source=display)
     return raw, display, base
 
 
-def _options(raw: dict, where: str) -> dict:
-    opts = dict(_OPTION_DEFAULTS)
-    given = _check_keys(raw.get("options") or {}, set(_OPTION_DEFAULTS), where, "options")
-    opts.update(given)
-    w = f"{where}: options"
-    opts["window_length_s"] = _number(opts, "window_length_s", w, low=60, high=86400, unit="s",
-                                      fix="give seconds, e.g. 3600 for 1-hour windows")
-    opts["margin"] = _number(opts, "margin", w, low=0, high=0.9, fix="e.g. 0.1 keeps 10% headroom")
-    opts["memory_utilization"] = _number(opts, "memory_utilization", w, low=0.3, high=1.0)
-    opts["shared_kv_fraction"] = _number(opts, "shared_kv_fraction", w, low=0.1, high=1.0)
-    opts["max_shared_gpus_per_pool"] = _number(opts, "max_shared_gpus_per_pool", w, low=0, high=1000, integer=True)
-    opts["max_models_per_shared_gpu"] = _number(opts, "max_models_per_shared_gpu", w, low=1, high=16, integer=True)
-    opts["min_batch"] = _number(opts, "min_batch", w, low=1, high=4096)
-    opts["load_bandwidth_bytes_per_s"] = _number(opts, "load_bandwidth_bytes_per_s", w, low=1e6, high=1e12,
-                                                 unit="bytes/s", fix="give bytes per second, e.g. 1.0e9")
-    opts["usd_per_migration"] = _number(opts, "usd_per_migration", w, low=0, high=1e4, unit="USD")
-    opts["bytes_per_token"] = _number(opts, "bytes_per_token", w, low=0, high=1e3, unit="bytes")
-    if opts["demand_rate"] not in ("peak", "mean"):
-        raise _err("'demand_rate' must be 'peak' or 'mean'", w, "demand_rate", opts["demand_rate"])
-    return opts
-
-
-def _token_mix(spec: Any, where: str) -> TokenMix:
-
+def token_mix_from_spec(spec: TokenMixSpec | None, where: str) -> TokenMix:
+    """The :class:`TokenMix` a checked ``token_mix`` entry names: a shipped trace's token lengths or the four given
+    statistics. Raises InputError (naming ``where``) when it is absent or inconsistent, UnknownNameError for an
+    unknown trace."""
     if spec is None:
         raise _err("missing 'token_mix': give {trace: azure-conv} or the four token statistics", where, "token_mix")
-    if isinstance(spec, dict) and "trace" in spec:
-        _check_keys(spec, {"trace"}, where, "token_mix")
-        return token_mix_from_trace(load_trace(spec["trace"]))
-    keys = {"input_tokens_mean", "input_tokens_p95", "output_tokens_mean", "output_tokens_p95"}
-    _check_keys(spec, keys, where, "token_mix")
-    missing = keys - set(spec)
-    if missing:
-        raise _err(f"token_mix is missing {', '.join(sorted(missing))}", where, "token_mix")
+    if spec.trace is not None:
+        return token_mix_from_trace(load_trace(spec.trace))
     try:
-        return TokenMix(**{k: float(spec[k]) for k in keys})
-    except (TypeError, ValueError):
-        raise _err("token_mix values must be numbers of tokens", where, "token_mix", spec) from None
+        return TokenMix(spec.input_tokens_mean, spec.input_tokens_p95, spec.output_tokens_mean,
+                        spec.output_tokens_p95)
+    except InputError as exc:
+        raise InputError(str(exc), source=where, field="token_mix") from None
 
 
-def _demand(spec: Any, where: str, base: Path | None, length: float, mix: TokenMix) -> Demand:
+def _demand(spec: DemandSpec, where: str, base: Path | None, length: float, mix: TokenMix) -> Demand:
 
-    _check_keys(spec, _DEMAND_KINDS, where, "demand")
-    kinds = [k for k in spec if k in _DEMAND_KINDS]
-    if len(kinds) != 1:
-        raise _err(f"give exactly one of {', '.join(sorted(_DEMAND_KINDS))} under 'demand'", where, "demand")
-    kind = kinds[0]
-    body = spec[kind]
-    if kind == "servegen":
-        _check_keys(body, {"series", "mean_rate_req_per_s", "day", "gaps"}, where, "demand.servegen")
-        if "series" not in body or "mean_rate_req_per_s" not in body:
-            raise _err("demand.servegen needs 'series' and 'mean_rate_req_per_s'", where, "demand.servegen")
-        return servegen_demand(body["series"], body["mean_rate_req_per_s"], mix, window_length_s=length,
-                               day=body.get("day", "mean"), gaps=body.get("gaps", "interpolate"))
-    if kind == "trace":
-        _check_keys(body, {"name", "file", "rate_scale"}, where, "demand.trace")
-        ref = body.get("file") or body.get("name")
-        if ref is None:
-            raise _err("demand.trace needs 'name' (a shipped trace) or 'file'", where, "demand.trace")
-        if body.get("file") and base is not None and not Path(ref).is_absolute():
+    if spec.servegen is not None:
+        sg = spec.servegen
+        return servegen_demand(sg.series, sg.mean_rate_req_per_s, mix, window_length_s=length, day=sg.day,
+                               gaps=sg.gaps)
+    if spec.trace is not None:
+        ref = spec.trace.file or spec.trace.name
+        if spec.trace.file and base is not None and not Path(ref).is_absolute():
             ref = str(base / ref)
         trace = load_trace(ref)
-        scale = _number(body, "rate_scale", where, low=1e-6, high=1e6, default=1.0)
-        if scale != 1.0:
-            trace = trace.time_scaled(scale)
+        if spec.trace.rate_scale != 1.0:
+            trace = trace.time_scaled(spec.trace.rate_scale)
         (demand,) = trace_to_demand(trace, length, by=()).values()
         return demand
-    if kind == "day_curve":
-        _check_keys(body, {"file", "scale"}, where, "demand.day_curve")
-        if "file" not in body:
-            raise _err("demand.day_curve needs 'file'", where, "demand.day_curve")
-        p = Path(body["file"])
+    if spec.day_curve is not None:
+        p = Path(spec.day_curve.file)
         if base is not None and not p.is_absolute():
             p = base / p
         curve = read_day_curve_csv(p)
-        scale = _number(body, "scale", where, low=0, high=1e6, default=1.0)
+        scale = spec.day_curve.scale
         if abs(curve.window_length_s - length) > 1e-6:
             raise _err(f"day curve {p} has {curve.window_length_s:g}-s windows but options.window_length_s is "
                        f"{length:g}", where, "demand.day_curve")
         return day_curve_demand(curve.rates_req_per_s * scale, length, mix, f"day curve {p} × {scale:g}")
-    rates = body
-    if not isinstance(rates, list) or not rates:
-        raise _err("demand.rates must be a list of req/s, one per window", where, "demand.rates")
-    for i, r in enumerate(rates):
-        if isinstance(r, bool) or not isinstance(r, int | float) or not math.isfinite(r) or r < 0:
-            raise _err(f"demand.rates[{i}] = {r!r} must be a number >= 0 (req/s)", where, "demand.rates", r)
-    return day_curve_demand([float(r) for r in rates], length, mix, "rates given in the scenario")
+    return day_curve_demand([float(r) for r in spec.rates], length, mix, "rates given in the scenario")
 
 
 def load_scenario(path: str | Path | None = None, *, window_length_s: float | None = None) -> Scenario:
@@ -308,35 +212,26 @@ def scenario_from_raw(raw: dict, *, source: str = "scenario", base: str | None =
     base = Path(base) if base else None
     if not isinstance(raw, dict):
         raise InputError("a scenario must be a mapping with 'sites' and 'models'", source=where)
-    _check_keys(raw, _TOP_KEYS, where, "the scenario")
-    opts = _options(raw, where)
+    spec = validate_input(ScenarioFile, raw, source=where, labels=ENTRY_LABELS)
     if window_length_s is not None:
-        opts["window_length_s"] = _number({"window_length_s": window_length_s}, "window_length_s", "--window",
-                                          low=60, high=86400, unit="s")
-    models = raw.get("models")
-    if not isinstance(models, list) or not models:
-        raise _err("'models' must be a non-empty list", where, "models")
-    if not isinstance(raw.get("sites"), list) or not raw["sites"]:
-        raise _err("'sites' must be a non-empty list", where, "sites")
+        checked = validate_input(ScenarioOptions, {"window_length_s": window_length_s}, source="--window")
+        spec = spec.model_copy(update={"options": spec.options.model_copy(
+            update={"window_length_s": checked.window_length_s})})
+    opts = spec.options.model_dump()
     demands, mixes = {}, {}
-    for i, m in enumerate(models):
+    for i, m in enumerate(spec.models):
         mw = f"{where}: models[{i}]"
-        _check_keys(m, _MODEL_KEYS, mw, f"models[{i}]")
-        if "name" not in m:
-            raise _err("every model needs a 'name'", mw, "name")
-        if "demand" not in m:
-            raise _err(f"model {m['name']} has no 'demand'", mw, "demand")
-        mixes[m["name"]] = _token_mix(m.get("token_mix"), mw)
-        demands[m["name"]] = _demand(m["demand"], mw, base, opts["window_length_s"], mixes[m["name"]])
+        mixes[m.name] = token_mix_from_spec(m.token_mix, mw)
+        demands[m.name] = _demand(m.demand, mw, base, opts["window_length_s"], mixes[m.name])
     counts = {name: len(d.windows) for name, d in demands.items()}
     if len(set(counts.values())) != 1:
         raise _err("models' demand cover different numbers of windows: "
                    + ", ".join(f"{k} {v}" for k, v in counts.items())
                    + "; give every model a day curve (servegen, day_curve or rates) of the same length", where,
                    "demand")
-    return Scenario(name=str(raw.get("name", where)), description=str(raw.get("description", "")),
+    return Scenario(name=spec.name if spec.name is not None else where, description=spec.description or "",
                     base_dir=str(base) if base is not None else None, source=where, raw=raw, options=opts,
-                    demands=demands, token_mixes=mixes)
+                    demands=demands, token_mixes=mixes, spec=spec)
 
 
 def _price(gpu: str, site_name: str, pricing_model: str, where: str, prices) -> tuple[float, str]:
@@ -379,15 +274,16 @@ def build_problem(scenario: Scenario, *, progress=None) -> Problem:
     model's reason (``Problem.option_notes``), so an infeasible problem can be explained.
     """
 
-    raw, opts = scenario.raw, scenario.options
+    opts = scenario.options
     where = scenario.source
-    files = _check_keys(raw.get("files") or {}, {"gpus", "models", "prices"}, where, "files")
+    spec = scenario.spec or validate_input(ScenarioFile, scenario.raw, source=where, labels=ENTRY_LABELS)
     base = Path(scenario.base_dir) if scenario.base_dir else None
 
     def _file(key: str) -> str | None:
-        if key not in files:
+        name = getattr(spec.files, key) if spec.files is not None else None
+        if name is None:
             return None
-        p = Path(files[key])
+        p = Path(name)
         return str(base / p) if base is not None and not p.is_absolute() else str(p)
 
     prices = load_gpu_prices(_file("prices"))
@@ -396,29 +292,17 @@ def build_problem(scenario: Scenario, *, progress=None) -> Problem:
     allowed_names = {get_gpu(g, _file("gpus")).name for g in allowed} if allowed else None
     pools: list[Pool] = []
     gpus = {}
-    for i, s in enumerate(raw["sites"]):
+    for i, s in enumerate(spec.sites):
         sw = f"{where}: sites[{i}]"
-        _check_keys(s, _SITE_KEYS, sw, f"sites[{i}]")
-        if "name" not in s:
-            raise _err("every site needs a 'name' such as aws:us-east-1", sw, "name")
-        site = Site.parse(s["name"]).name
-        inv = s.get("inventory")
-        if not isinstance(inv, list) or not inv:
-            raise _err(f"site {site} needs an 'inventory' list", sw, "inventory")
-        for j, row in enumerate(inv):
+        site = Site.parse(s.name).name
+        for j, row in enumerate(s.inventory):
             rw = f"{sw}.inventory[{j}]"
-            _check_keys(row, _INV_KEYS, rw, "inventory row")
-            if "gpu" not in row:
-                raise _err("inventory row needs 'gpu'", rw, "gpu")
-            gpu = get_gpu(str(row["gpu"]), _file("gpus"))
+            gpu = get_gpu(row.gpu, _file("gpus"))
             if allowed_names is not None and gpu.name not in allowed_names:
                 continue
-            nodes = _number(row, "nodes", rw, low=0, high=100000, integer=True)
-            gpn = _number(row, "gpus_per_node", rw, low=1, high=16, integer=True, default=8)
-            if nodes is None:
-                raise _err("inventory row needs 'nodes'", rw, "nodes")
-            pm = row.get("pricing_model") or s.get("pricing_model") or opts["pricing_model"]
-            price = _number(row, "usd_per_gpu_hour", rw, low=0, high=1000, unit="USD/GPU-hour")
+            nodes, gpn = row.nodes, row.gpus_per_node
+            pm = row.pricing_model or s.pricing_model or opts["pricing_model"]
+            price = row.usd_per_gpu_hour
             if price is None:
                 price, src = _price(gpu.name, site, pm, rw, prices)
             else:
@@ -432,33 +316,22 @@ def build_problem(scenario: Scenario, *, progress=None) -> Problem:
 
     mu_mem = opts["memory_utilization"]
     models, options, shares, notes = [], [], [], {}
-    for i, m in enumerate(raw["models"]):
+    for i, m in enumerate(spec.models):
         mw = f"{where}: models[{i}]"
-        model = get_model(str(m["name"]), _file("models"))
-        slo_spec = _check_keys(m.get("slo") or {}, {"ttft_p95_s", "tpot_p95_s"}, mw, "slo")
-        if "ttft_p95_s" not in slo_spec or "tpot_p95_s" not in slo_spec:
-            raise _err(f"model {m['name']} needs slo: {{ttft_p95_s, tpot_p95_s}} in seconds", mw, "slo")
-        try:
-            slo = SLO(slo_spec["ttft_p95_s"], slo_spec["tpot_p95_s"])
-        except InputError as exc:
-            raise InputError(str(exc), source=mw) from None
-        tps = m.get("tp", [1, 2, 4, 8])
-        if isinstance(tps, int):
-            tps = [tps]
-        if not isinstance(tps, list) or not all(isinstance(t, int) and t in (1, 2, 4, 8, 16) for t in tps):
-            raise _err(f"tp must be a list of 1, 2, 4, 8 or 16, got {tps!r}", mw, "tp", tps)
-        origin = m.get("origin_site")
+        model = get_model(m.name, _file("models"))
+        slo = SLO(m.slo.ttft_p95_s, m.slo.tpot_p95_s)
+        tps = m.tp_degrees
+        origin = m.origin_site
         if origin is not None:
             origin = Site.parse(origin).name
             if origin not in site_names:
                 raise UnknownNameError("site", origin, site_names, source=mw, field="origin_site")
-        demand = scenario.demands[m["name"]]
+        demand = scenario.demands[m.name]
         rates = tuple(w.rate_peak_req_per_s if opts["demand_rate"] == "peak" else w.rate_mean_req_per_s
                       for w in demand.windows)
-        mix = scenario.token_mixes[m["name"]]
+        mix = scenario.token_mixes[m.name]
         request_bytes = 2 * (mix.input_tokens_mean + mix.output_tokens_mean) * opts["bytes_per_token"]
-        min_r = _number(m, "min_replicas", mw, low=0, high=10000, integer=True, default=0)
-        max_r = _number(m, "max_replicas", mw, low=1, high=100000, integer=True, default=None)
+        min_r, max_r = m.min_replicas, m.max_replicas
         models.append(ModelSpec(model.name, rates, slo.ttft_p95_s, slo.tpot_p95_s, min_replicas=min_r,
                                 max_replicas=max_r, origin_site=origin, request_bytes=request_bytes,
                                 demand_source=demand.source))

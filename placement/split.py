@@ -9,10 +9,9 @@ break-even values) is arithmetic on the resolved record: :mod:`fleetplan.costmod
 
 from __future__ import annotations
 
-import difflib
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ConfigDict, Field
 
 from fleetplan.costmodels.capacity import SLO, TPOT_P95_RANGE_S, TTFT_P95_RANGE_S
 from fleetplan.costmodels.hardware import GPU
@@ -25,12 +24,13 @@ from fleetplan.datasets.ledger import load_assumptions
 from fleetplan.datasets.network import load_network_graph
 from fleetplan.datasets.traces import load_trace, token_mix_from_trace
 from fleetplan.errors import InputError
+from fleetplan.fileio import InputModel, validate_input
 
 #: Largest user price per GPU-hour accepted, USD (a guard against a price per month or per node-month).
 MAX_USD_PER_GPU_HOUR = 1000.0
 
 
-class SplitOptions(BaseModel):
+class SplitOptions(InputModel):
     """What a prefill/decode split design is made of, by name (the options of `fleetplan ledger split`; the keys of
     a split YAML file). Units are in the field names; ranges are checked on construction.
 
@@ -39,7 +39,7 @@ class SplitOptions(BaseModel):
     JSON schema of split files.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False, frozen=True)
 
     model: str = Field(min_length=1, description="model name or alias, e.g. llama-3.1-70b")
     prefill_site: str = Field(min_length=1, description="site of the prefill pool, 'cloud:region[:zone]'")
@@ -86,39 +86,12 @@ class SplitOptions(BaseModel):
         """Validate ``data`` (keys = field names). Raises InputError naming ``source`` (a file, or None for the
         command line), the field, the value and the fix; unknown keys get the closest known key."""
         try:
-            return cls.model_validate(data)
-        except ValidationError as exc:
-            raise _input_error(exc, source) from None
-
-
-def _input_error(exc: ValidationError, source: str | None) -> InputError:
-    """The first error of ``exc`` as a one-line InputError (an unknown key first: it often explains a missing one)."""
-    errors = exc.errors()
-    e = next((x for x in errors if x["type"] == "extra_forbidden"), errors[0])
-    path = ".".join(str(p) for p in e["loc"])
-    key = str(e["loc"][0]) if e["loc"] else ""
-    value = e.get("input")
-    ctx = e.get("ctx") or {}
-    info = SplitOptions.model_fields.get(key)
-    fix = f"; expected: {info.description}" if info is not None and info.description else ""
-    kind = e["type"]
-    if kind == "extra_forbidden":
-        close = difflib.get_close_matches(key, sorted(SplitOptions.model_fields), n=1)
-        hint = f"; did you mean '{close[0]}'?" if close else (
-            f"; known keys: {', '.join(SplitOptions.model_fields)}")
-        return InputError(f"unknown key '{key}'{hint}", source=source, field=path, value=value)
-    if kind == "missing":
-        return InputError(f"'{key}' is missing: give it in the scenario file or as --{key.replace('_', '-')}",
-                          source=source, field=path)
-    if kind in ("greater_than_equal", "greater_than"):
-        bound = ctx.get("ge", ctx.get("gt"))
-        msg = f"{value!r} is below the minimum {bound:g}"
-    elif kind in ("less_than_equal", "less_than"):
-        bound = ctx.get("le", ctx.get("lt"))
-        msg = f"{value!r} is above the maximum {bound:g}"
-    else:
-        msg = f"{value!r}: {e['msg'][0].lower()}{e['msg'][1:]}"
-    return InputError(msg + fix, source=source, field=path, value=value)
+            return validate_input(cls, data, source=source or "command line")
+        except InputError as exc:
+            if exc.field in cls.model_fields and "is missing" in str(exc):
+                raise InputError(f"'{exc.field}' is missing: give it in the scenario file or as "
+                                 f"--{exc.field.replace('_', '-')}", source=source, field=exc.field) from None
+            raise
 
 
 def _price_at(gpu: GPU, site: Site, pricing_model: str, rows: list[GpuPrice], user_usd_per_gpu_hour: float | None,

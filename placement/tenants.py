@@ -41,7 +41,17 @@ from fleetplan.datasets import catalog
 from fleetplan.datasets.calibration import load_calibration
 from fleetplan.datasets.catalog import get_gpu, get_model, load_gpu_specs, load_models, resolve_name
 from fleetplan.errors import FleetplanError, InfeasibleError, InputError, UnknownNameError, check_range
-from fleetplan.placement.scenario import _token_mix
+from fleetplan.fileio import parse_yaml, read_text_file, validate_input
+from fleetplan.placement.scenario import token_mix_from_spec
+from fleetplan.placement.schemas import (
+    DEFAULT_TP_DEGREES,
+    ENTRY_LABELS,
+    SLOSpec,
+    TenantEntry,
+    TenantModels,
+    TenantsFile,
+    TokenMixSpec,
+)
 from fleetplan.placement.status import Status
 
 #: The three objectives, with their optimisation sense (+1 maximize, -1 minimize).
@@ -106,16 +116,8 @@ class ModelDemand:
     gpus: tuple[float, ...]
 
 
-#: Keys of one model entry of a tenant whose demand is derived from models (:func:`demand_from_models`).
-MODEL_KEYS = ("name", "rates_req_per_s", "token_mix", "slo", "tp")
 #: Tensor-parallel degrees tried when a model entry gives no ``tp`` list.
-DEFAULT_TPS = (1, 2, 4, 8)
-
-
-def _bare(exc: InputError) -> str:
-    """The message of ``exc`` without its "source, row, field:" prefix."""
-    text = str(exc)
-    return text.split(": ", 1)[1] if (exc.source or exc.row is not None or exc.field) and ": " in text else text
+DEFAULT_TPS = DEFAULT_TP_DEGREES
 
 
 def demand_from_models(tenant: str, models: object, gpu: str, node_gpus: int, *, slo: object = None,
@@ -143,82 +145,47 @@ def demand_from_models(tenant: str, models: object, gpu: str, node_gpus: int, *,
 
     Returns (demand in whole GPUs per window, one :class:`ModelDemand` per model).
 
-    Raises InputError naming the tenant, the model and the field, with the fix, for: no models, an unknown key, an
-    unknown model (UnknownNameError with "did you mean"), a negative or missing rate, rate lists of different
-    lengths, an SLO in milliseconds or out of range, a missing or bad token mix, and a model that fits no tp on
-    the GPU type (the cost model's reason for each tp is given).
+    ``models``, ``slo`` and ``token_mix`` are checked by the models of ``fleetplan.placement.schemas``
+    (:data:`~fleetplan.placement.schemas.TenantModels`, ``SLOSpec``, ``TokenMixSpec``; checked instances pass as they
+    are). Raises InputError naming the tenant, the model and the field, with the fix, for: no models, an unknown key
+    ("did you mean"), an unknown model (UnknownNameError with "did you mean"), a negative or missing rate, rate lists
+    of different lengths, an SLO in milliseconds or out of range, a missing or bad token mix, and a model that fits
+    no tp on the GPU type (the cost model's reason for each tp is given).
     """
-    import difflib
-
 
     def err(msg: str, fld: str, value: object = None) -> InputError:
         return InputError(f"tenant {tenant}: {msg}", source=source, row=row, field=fld, value=value)
 
-    if not isinstance(models, list) or not models:
-        raise err("models must be a non-empty list of {name, rates_req_per_s, token_mix, slo}", "models", models)
+    where = f"{source}{f', row {row}' if row is not None else ''}"
+    checked = {"context": f"tenant {tenant}", "labels": ENTRY_LABELS}
+    specs = validate_input(TenantModels, models, source=where, prefix="models", **checked)
+    slo_default = validate_input(SLOSpec | None, slo, source=where, prefix="slo", **checked)
+    mix_default = validate_input(TokenMixSpec | None, token_mix, source=where, prefix="token_mix", **checked)
     gpu_rec = get_gpu(gpu)
     out: list[ModelDemand] = []
-    for j, m in enumerate(models):
+    for j, m in enumerate(specs):
         f = f"models[{j}]"
-        if not isinstance(m, Mapping):
-            raise err(f"{f} must be a mapping with name, rates_req_per_s, token_mix and slo", f, m)
-        for k in m:
-            if k not in MODEL_KEYS:
-                close = difflib.get_close_matches(str(k), MODEL_KEYS, n=1)
-                hint = f"did you mean '{close[0]}'?" if close else f"known keys: {', '.join(MODEL_KEYS)}"
-                raise err(f"unknown key '{k}' in {f}; {hint}", f"{f}.{k}")
-        if "name" not in m:
-            raise err(f"{f} lacks 'name' (a catalog model such as Llama-3.1-8B)", f"{f}.name")
         try:
-            model = get_model(str(m["name"]))
+            model = get_model(m.name)
         except UnknownNameError as exc:
-            raise UnknownNameError("model", str(m["name"]), _known_models() + list(exc.suggestions),
-                                   source=f"{source}{f', row {row}' if row is not None else ''}, tenant {tenant}",
-                                   field=f"{f}.name") from exc
+            raise UnknownNameError("model", m.name, _known_models() + list(exc.suggestions),
+                                   source=f"{where}, tenant {tenant}", field=f"{f}.name") from exc
         who = f"model {model.name}"
-        rates = m.get("rates_req_per_s")
-        if not isinstance(rates, list) or not rates:
-            raise err(f"{who} needs rates_req_per_s: a list with one request rate (req/s) per window",
-                      f"{f}.rates_req_per_s", rates)
-        for w, r in enumerate(rates):
-            try:
-                check_range(r, field="rate", low=0.0, high=1e6, unit="req/s",
-                            fix="give the requests per second in that window (0 or more)")
-            except InputError as exc:
-                raise err(f"{who}: rates_req_per_s[{w}] = {r!r}: {_bare(exc)}", f"{f}.rates_req_per_s[{w}]",
-                          r) from None
+        rates = m.rates_req_per_s
         if out and len(rates) != len(out[0].rates_req_per_s):
             raise err(f"{who} gives {len(rates)} rates but {out[0].model} gives {len(out[0].rates_req_per_s)}; "
                       "give one rate per window for every model", f"{f}.rates_req_per_s")
-        spec = m.get("slo", slo)
-        if not isinstance(spec, Mapping):
+        spec = m.slo if m.slo is not None else slo_default
+        if spec is None:
             raise err(f"{who} needs slo: {{ttft_p95_s, tpot_p95_s}} in seconds (on the model or the tenant)",
-                      f"{f}.slo", spec)
-        for k in spec:
-            if str(k).endswith("_ms"):
-                base = str(k)[:-3] + "_s"
-                raise err(f"{who}: slo key '{k}' is in milliseconds; give seconds under '{base}' (e.g. {base}: 0.5 "
-                          "for 500 ms)", f"{f}.slo.{k}", spec[k])
-            if k not in ("ttft_p95_s", "tpot_p95_s"):
-                raise err(f"{who}: unknown slo key '{k}'; give ttft_p95_s and tpot_p95_s in seconds", f"{f}.slo.{k}")
-        if "ttft_p95_s" not in spec or "tpot_p95_s" not in spec:
-            raise err(f"{who}: slo needs both ttft_p95_s and tpot_p95_s (seconds)", f"{f}.slo", dict(spec))
+                      f"{f}.slo")
+        target = SLO(spec.ttft_p95_s, spec.tpot_p95_s)
         try:
-            target = SLO(spec["ttft_p95_s"], spec["tpot_p95_s"])
-        except InputError as exc:
-            raise err(f"{who}: slo {exc.field} = {exc.value!r}: {_bare(exc)}", f"{f}.slo.{exc.field}",
-                      exc.value) from None
-        mix_spec = m.get("token_mix", token_mix)
-        try:
-            mix = _token_mix(dict(mix_spec) if isinstance(mix_spec, Mapping) else mix_spec,
-                             f"{source}{f', row {row}' if row is not None else ''}: tenant {tenant}, {who}")
+            mix = token_mix_from_spec(m.token_mix if m.token_mix is not None else mix_default,
+                                      f"{where}: tenant {tenant}, {who}")
         except UnknownNameError as exc:  # an unknown trace name: say whose token mix it is
             raise err(f"{who}: token_mix: {exc}", f"{f}.token_mix", exc.name) from None
-        tps = m.get("tp", list(DEFAULT_TPS))
-        tps = [tps] if isinstance(tps, int) and not isinstance(tps, bool) else tps
-        if not isinstance(tps, list) or not tps or not all(
-                isinstance(t, int) and not isinstance(t, bool) and t in (1, 2, 4, 8, 16) for t in tps):
-            raise err(f"{who}: tp must be a list of 1, 2, 4, 8 or 16, got {tps!r}", f"{f}.tp", tps)
+        tps = m.tp_degrees
         why: list[str] = [f"tp {t}: larger than or not dividing the {node_gpus}-GPU node"
                           for t in tps if t > node_gpus or node_gpus % t]
         best: tuple[float, int, float] | None = None  # (req/s per GPU, tp, req/s per replica)
@@ -461,24 +428,6 @@ def exc_known(exc: UnknownNameError) -> list[str]:
     return list(exc.suggestions) or sorted(_gpu_names())
 
 
-_TOP_KEYS = {"name", "description", "window_s", "interference", "pool", "tenants", "weights", "order", "tolerance",
-             "notes"}
-_POOL_KEYS = {"name", "gpu", "gpus_per_node", "count", "site"}
-_TENANT_KEYS = {"name", "quota_gpus", "burst_gpus", "weight", "sla_target", "interference_class", "gpu_types",
-                "demand_gpus", "models", "slo", "token_mix", "demand", "notes", "description"}
-
-
-def _known_keys(d: Mapping, allowed: set[str], source: str, row: int | None, what: str) -> None:
-    """Raise InputError for a key that is not in ``allowed``, suggesting the closest known key."""
-    import difflib
-
-    for k in d:
-        if k not in allowed:
-            close = difflib.get_close_matches(str(k), sorted(allowed), n=1)
-            hint = f"did you mean '{close[0]}'?" if close else f"known keys: {', '.join(sorted(allowed))}"
-            raise InputError(f"unknown key '{k}' in {what}; {hint}", source=source, row=row, field=str(k))
-
-
 def problem_from_dict(data: Mapping, *, source: str = "scenario") -> TenantProblem:
     """Build a :class:`TenantProblem` from a scenario mapping (the YAML layout of
     ``datasets/scenarios/tenants_default.yaml``): keys ``name``, ``window_s``, ``interference`` (optional CSV path),
@@ -490,73 +439,44 @@ def problem_from_dict(data: Mapping, *, source: str = "scenario") -> TenantProbl
     through the cost models by :func:`demand_from_models` on its GPU type (``gpu_types`` must name exactly one
     type, or the pool has only one) and rounded up to whole GPUs per window.
 
+    The mapping is checked by :class:`~fleetplan.placement.schemas.TenantsFile` (keys, types, ranges; its JSON
+    Schema: ``fleetplan schema tenants``); GPU and model names are then resolved through the catalogs.
     Raises InputError / UnknownNameError naming the entry and field.
     """
     if not isinstance(data, Mapping):
         raise InputError("the scenario must be a mapping with 'pool' and 'tenants'", source=source)
-    _known_keys(data, _TOP_KEYS, source, None, "the scenario")
-    for key in ("pool", "tenants"):
-        if not isinstance(data.get(key), list) or not data[key]:
-            raise InputError(f"missing or empty list '{key}'", source=source, field=key)
+    spec = validate_input(TenantsFile, dict(data), source=source, labels=ENTRY_LABELS)
     nodes: list[Node] = []
-    for i, p in enumerate(data["pool"], start=1):
-        if not isinstance(p, Mapping):
-            raise InputError("each pool entry must be a mapping", source=source, row=i, field="pool")
-        _known_keys(p, _POOL_KEYS, source, i, "a pool entry")
-        for k in ("name", "gpu", "gpus_per_node"):
-            if k not in p:
-                raise InputError(f"pool entry lacks '{k}'", source=source, row=i, field=k)
-        count = p.get("count", 1)
-        if not isinstance(count, int) or count < 1 or count > 100_000:
-            raise InputError(f"count must be a positive integer, got {count!r}", source=source, row=i,
-                             field="count", value=count)
-        gpu = _canonical_gpu(p["gpu"], source)
-        for k in range(count):
-            nm = f"{p['name']}-{k}" if count > 1 else str(p["name"])
-            nodes.append(Node(nm, gpu, p["gpus_per_node"], str(p.get("site", ""))))
+    for p in spec.pool:
+        gpu = _canonical_gpu(p.gpu, source)
+        for k in range(p.count):
+            nm = f"{p.name}-{k}" if p.count > 1 else p.name
+            nodes.append(Node(nm, gpu, p.gpus_per_node, p.site))
     tenants: list[Tenant] = []
-    for i, t in enumerate(data["tenants"], start=1):
-        if not isinstance(t, Mapping):
-            raise InputError("each tenant entry must be a mapping", source=source, row=i, field="tenants")
-        _known_keys(t, _TENANT_KEYS, source, i, "a tenant entry")
-        for k in ("name", "quota_gpus", "interference_class"):
-            if k not in t:
-                raise InputError(f"tenant entry lacks '{k}'", source=source, row=i, field=k)
-        if "demand" in t:
-            raise InputError(f"tenant {t['name']}: unknown key 'demand'; give demand_gpus (GPUs per window) or "
-                             "models (request rates per window)", source=source, row=i, field="demand")
-        types = tuple(_canonical_gpu(g, source) for g in (t.get("gpu_types", ()) or ()))
+    for i, t in enumerate(spec.tenants, start=1):
+        types = tuple(_canonical_gpu(g, source) for g in t.gpu_types)
         derived: tuple[ModelDemand, ...] = ()
-        if "models" in t:
-            if "demand_gpus" in t:
-                raise InputError(f"tenant {t['name']} gives both demand_gpus and models; give one of them",
-                                 source=source, row=i, field="demand_gpus")
+        if t.models is not None:
             d, derived = _derived_demand(t, types, nodes, source, i)
-        elif "demand_gpus" not in t:
-            raise InputError(f"tenant {t['name']} needs demand_gpus (GPUs per window) or models (request rates per "
-                             "window)", source=source, row=i, field="demand_gpus")
         else:
-            d = t["demand_gpus"]
-        if not isinstance(d, list | tuple):
-            raise InputError("demand_gpus must be a list with one value per window", source=source, row=i,
-                             field="demand_gpus", value=d)
+            d = tuple(t.demand_gpus or ())
         try:
             tenants.append(Tenant(
-                name=str(t["name"]), quota_gpus=t["quota_gpus"], burst_gpus=t.get("burst_gpus", t["quota_gpus"]),
-                weight=t.get("weight", 1.0), demand_gpus=tuple(d), sla_target=t.get("sla_target", 1.0),
-                interference_class=str(t["interference_class"]), gpu_types=types, models=derived))
+                name=t.name, quota_gpus=t.quota_gpus,
+                burst_gpus=t.burst_gpus if t.burst_gpus is not None else t.quota_gpus, weight=t.weight,
+                demand_gpus=tuple(d), sla_target=t.sla_target, interference_class=t.interference_class,
+                gpu_types=types, models=derived))
         except InputError as exc:
             raise InputError(str(exc), source=source, row=i) from None
-    interference = load_interference(data.get("interference"))
-    return TenantProblem(tuple(nodes), tuple(tenants), interference, window_s=float(data.get("window_s", 3600)),
-                         name=str(data.get("name", "")))
+    interference = load_interference(spec.interference)
+    return TenantProblem(tuple(nodes), tuple(tenants), interference, window_s=spec.window_s, name=spec.name)
 
 
-def _derived_demand(t: Mapping, types: tuple[str, ...], nodes: list[Node], source: str, row: int
+def _derived_demand(t: TenantEntry, types: tuple[str, ...], nodes: list[Node], source: str, row: int
                     ) -> tuple[tuple[int, ...], tuple[ModelDemand, ...]]:
     """Demand of a scenario tenant that gives ``models``: its one GPU type, that type's node size, then
     :func:`demand_from_models`."""
-    name = str(t["name"])
+    name = t.name
     pool_types = sorted({n.gpu for n in nodes})
     if len(types) == 1:
         gpu = types[0]
@@ -570,30 +490,25 @@ def _derived_demand(t: Mapping, types: tuple[str, ...], nodes: list[Node], sourc
         raise UnknownNameError("GPU type in the pool", gpu, pool_types,
                                source=f"{source}, row {row}, tenant {name}", field="gpu_types")
     node_gpus = min(n.gpus for n in nodes if n.gpu == gpu)
-    return demand_from_models(name, t["models"], gpu, node_gpus, slo=t.get("slo"), token_mix=t.get("token_mix"),
-                              source=source, row=row)
+    return demand_from_models(name, t.models, gpu, node_gpus, slo=t.slo, token_mix=t.token_mix, source=source,
+                              row=row)
 
 
 def load_scenario(path: str | Path | None = None) -> tuple[TenantProblem, dict]:
     """Read a scenario YAML (the shipped ``tenants_default.yaml`` if no path).
 
     Returns (problem, options) where options holds the optional keys 'weights', 'order', 'tolerance'.
-    Raises InputError for a missing or malformed file.
+    Raises InputError for a missing, binary or malformed file (a key given twice in one mapping included).
     """
-    import yaml
-
     if path is None:
         res = importlib.resources.files("fleetplan.datasets") / "scenarios" / "tenants_default.yaml"
         text, src = res.read_text(encoding="utf-8"), "tenants_default.yaml"
     else:
         p = Path(path)
-        if not p.is_file():
+        if not p.exists():
             raise InputError(f"scenario file {p} does not exist", source=str(p))
-        text, src = p.read_text(encoding="utf-8"), str(p)
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise InputError(f"not valid YAML: {exc}".splitlines()[0], source=src) from None
+        text, src = read_text_file(p, what="tenants YAML file"), str(p)
+    data = parse_yaml(text, source=src)
     problem = problem_from_dict(data, source=src)
     opts = {k: data[k] for k in ("weights", "order", "tolerance") if k in data}
     return problem, opts

@@ -1,0 +1,329 @@
+"""The input files as pydantic models: a planner scenario (:class:`ScenarioFile`) and a tenants file
+(:class:`TenantsFile`).
+
+A model checks the raw YAML mapping (keys, types, ranges, which keys go together); ``placement.scenario`` and
+``placement.tenants`` then build the domain records from the checked model and do the checks that need the
+catalogs (GPU, model and trace names with "did you mean", prices). Unknown keys are errors that suggest the closest
+known key, and ``fleetplan schema scenario|tenants`` prints each model's JSON Schema, so an editor can check a file
+as it is typed. Field descriptions are the schema's descriptions; ranges are the schema's minimum and maximum.
+Sources of the ranges: SLO and token-length ranges from ``costmodels.capacity`` / ``costmodels.demand``,
+tensor-parallel degrees from ``costmodels.latency.TP_DEGREES``; the option ranges are sanity bounds (they catch
+wrong units such as milliseconds for seconds), not physical limits.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field, model_validator
+
+from fleetplan.costmodels.capacity import TPOT_P95_RANGE_S, TTFT_P95_RANGE_S
+from fleetplan.costmodels.demand import TOKENS_PER_REQUEST_RANGE
+from fleetplan.costmodels.hardware import BYTES_PER_ELEMENT
+from fleetplan.costmodels.latency import TP_DEGREES
+from fleetplan.datasets.servegen import GAP_MODES
+from fleetplan.fileio import InputModel, input_field
+
+#: Tensor-parallel degrees tried when a model gives no ``tp`` list (scenario models and tenant models alike).
+DEFAULT_TP_DEGREES: tuple[int, ...] = (1, 2, 4, 8)
+
+#: Words naming a list's entries in error messages ("tenant chat, model Llama-3.1-8B: ...").
+ENTRY_LABELS: dict[str, str] = {"sites": "site", "models": "model", "tenants": "tenant", "pool": "pool entry"}
+
+TpDegree = Literal[TP_DEGREES]  # type: ignore[valid-type]
+DType = Literal[tuple(BYTES_PER_ELEMENT)]  # type: ignore[valid-type]
+Notes = str | list[str] | None
+
+_TP_DESCRIPTION = (f"tensor-parallel degrees to consider: a list of {', '.join(map(str, TP_DEGREES))} (or one of "
+                   f"them); default {list(DEFAULT_TP_DEGREES)}")
+_MIX_ONE_FORM = [{"required": ["trace"]},
+                 {"required": ["input_tokens_mean", "input_tokens_p95", "output_tokens_mean", "output_tokens_p95"]}]
+
+
+class SLOSpec(InputModel):
+    """Latency targets of a model's traffic, seconds."""
+
+    ttft_p95_s: float = input_field(
+        ge=TTFT_P95_RANGE_S[0], le=TTFT_P95_RANGE_S[1], description="95th-percentile time to first token, seconds",
+        fix="give seconds (e.g. 0.5 for 500 ms)")
+    tpot_p95_s: float = input_field(
+        ge=TPOT_P95_RANGE_S[0], le=TPOT_P95_RANGE_S[1], description="95th-percentile time per output token, seconds",
+        fix="give seconds (e.g. 0.05 for 50 ms)")
+
+
+_TOKENS = {"ge": TOKENS_PER_REQUEST_RANGE[0], "le": TOKENS_PER_REQUEST_RANGE[1]}
+
+
+class TokenMixSpec(InputModel, json_schema_extra={"oneOf": _MIX_ONE_FORM}):
+    """Token lengths of a model's requests: those of a shipped trace ({trace: azure-conv}) or the four statistics."""
+
+    trace: str | None = input_field(None, description="a shipped trace whose token lengths to use, e.g. azure-conv "
+                                    "(list them with `fleetplan data traces`)")
+    input_tokens_mean: float | None = input_field(None, **_TOKENS, description="mean prompt length, tokens")
+    input_tokens_p95: float | None = input_field(None, **_TOKENS, description="95th-percentile prompt length, tokens")
+    output_tokens_mean: float | None = input_field(None, **_TOKENS, description="mean output length, tokens")
+    output_tokens_p95: float | None = input_field(None, **_TOKENS,
+                                                  description="95th-percentile output length, tokens")
+
+    @model_validator(mode="after")
+    def _one_form(self) -> TokenMixSpec:
+        stats = {k: getattr(self, k) for k in ("input_tokens_mean", "input_tokens_p95", "output_tokens_mean",
+                                                "output_tokens_p95")}
+        if self.trace is not None:
+            if any(v is not None for v in stats.values()):
+                raise ValueError("give either 'trace' or the four token statistics under token_mix, not both")
+            return self
+        missing = [k for k, v in stats.items() if v is None]
+        if missing:
+            raise ValueError(f"token_mix is missing {', '.join(missing)}; give {{trace: azure-conv}} or all four "
+                             "token statistics")
+        return self
+
+
+# ------------------------------------------------------------------------------------------- planner scenario
+
+
+class ScenarioOptions(InputModel):
+    """Planning options; every key is optional."""
+
+    window_length_s: float = input_field(
+        3600.0, ge=60, le=86400, description="length of one planning window, seconds; every model's demand is "
+        "read at this length", fix="give seconds, e.g. 3600 for 1-hour windows")
+    margin: float = input_field(0.1, ge=0, le=0.9, description="share of every replica's SLO capacity kept as "
+                                "headroom (capacity is used up to 1 - margin)", fix="e.g. 0.1 keeps 10% headroom")
+    demand_rate: Literal["peak", "mean"] = input_field(
+        "peak", description="plan each window for its busiest sub-interval's rate (peak) or its mean rate")
+    weight_dtype: DType = input_field("bf16", description="data type of the model weights")
+    kv_dtype: DType = input_field("bf16", description="data type of the KV cache")
+    memory_utilization: float = input_field(0.9, ge=0.3, le=1.0, description="share of GPU memory a replica may use "
+                                            "(the rest is runtime reserve)")
+    shared_kv_fraction: float = input_field(0.5, ge=0.1, le=1.0, description="most of a shared GPU's memory one "
+                                            "resident model may use")
+    max_shared_gpus_per_pool: int = input_field(8, ge=0, le=1000, description="most GPUs of a pool that host "
+                                                "several models")
+    max_models_per_shared_gpu: int = input_field(2, ge=1, le=16, description="residents per shared GPU; a shared "
+                                                 "model is sized for its TPOT target / this")
+    min_batch: float = input_field(8, ge=1, le=4096, description="a replica whose KV cache holds fewer sequences "
+                                   "(at the mean length) is left out")
+    load_bandwidth_bytes_per_s: float = input_field(
+        1.0e9, ge=1e6, le=1e12, description="weight loading speed, bytes/s: prices the start of a replica",
+        fix="give bytes per second, e.g. 1.0e9")
+    usd_per_migration: float = input_field(0.0, ge=0, le=1e4, description="flat cost added to every replica start, "
+                                           "USD")
+    bytes_per_token: float = input_field(4.0, ge=0, le=1e3, description="network bytes per token of request and "
+                                         "response text (for egress)")
+    allowed_gpus: list[str] | None = input_field(None, description="only these GPU types (catalog names or "
+                                                 "aliases) are planned; all when absent")
+    pricing_model: str = input_field("on-demand", description="pricing model of every pool unless a site or "
+                                     "inventory row says otherwise, e.g. on-demand or spot")
+    inter_node_link: str | None = input_field(None, description="links.csv name of the link between the nodes of a "
+                                              "pipeline-parallel replica (the default link when absent)")
+
+
+class ScenarioFiles(InputModel):
+    """The user's own catalog rows (CSV or YAML with the shipped files' columns); paths relative to the scenario."""
+
+    gpus: str | None = input_field(None, description="extra GPU specs")
+    models: str | None = input_field(None, description="extra model architectures")
+    prices: str | None = input_field(None, description="extra GPU prices")
+
+
+class InventoryRow(InputModel):
+    """GPUs of one type at a site."""
+
+    gpu: str = input_field(description="GPU type: a catalog name or alias, e.g. H100")
+    nodes: int = input_field(ge=0, le=100_000, description="nodes of this GPU type at the site")
+    gpus_per_node: TpDegree = input_field(8, description="GPUs per node (a pipeline stage spans one node, so a "
+                                          f"tensor-parallel degree: {', '.join(map(str, TP_DEGREES))})")
+    usd_per_gpu_hour: float | None = input_field(None, ge=0, le=1000, description="price per GPU-hour, USD; looked "
+                                                 "up in the price catalogs when absent")
+    pricing_model: str | None = input_field(None, description="overrides the site's and options' pricing_model")
+
+
+class SiteSpec(InputModel):
+    """A site (cloud region or zone) and its GPU inventory."""
+
+    name: str = input_field(min_length=1, description="cloud:region[:zone], e.g. aws:us-east-1")
+    pricing_model: str | None = input_field(None, description="overrides options.pricing_model for this site")
+    inventory: list[InventoryRow] = input_field(min_length=1, description="GPU types and node counts")
+
+
+class ServegenDemand(InputModel):
+    """Demand shaped like a ServeGen day curve, rescaled to a mean rate."""
+
+    series: str = input_field(description="ServeGen series, e.g. m-small (list them with `fleetplan data traces`)")
+    mean_rate_req_per_s: float = input_field(gt=0, le=1e7, description="mean request rate over the day, req/s")
+    day: int | str = input_field("mean", description="a day of the series (0-based) or 'mean' for the mean day")
+    gaps: Literal[GAP_MODES] = input_field(  # type: ignore[valid-type]
+        "interpolate", description="missing-data windows: interpolated, or masked (an error if a window is empty)")
+
+
+class TraceDemand(InputModel, json_schema_extra={"oneOf": [{"required": ["name"]}, {"required": ["file"]}]}):
+    """Demand read from a request trace: a shipped one by name, or a file."""
+
+    name: str | None = input_field(None, description="a shipped trace, e.g. azure-conv")
+    file: str | None = input_field(None, description="a trace file, relative to the scenario")
+    rate_scale: float = input_field(1.0, ge=1e-6, le=1e6, description="arrival times are compressed by this factor "
+                                    "(2 doubles the rate)")
+
+    @model_validator(mode="after")
+    def _name_or_file(self) -> TraceDemand:
+        if (self.name is None) == (self.file is None):
+            raise ValueError("demand.trace needs 'name' (a shipped trace) or 'file', exactly one")
+        return self
+
+
+class DayCurveDemand(InputModel):
+    """Demand from a day-curve CSV (one rate per window)."""
+
+    file: str = input_field(description="day-curve CSV, relative to the scenario; its windows must have "
+                            "options.window_length_s")
+    scale: float = input_field(1.0, ge=0, le=1e6, description="multiplies every rate")
+
+
+_DEMAND_KINDS = ("servegen", "trace", "day_curve", "rates")
+
+
+class DemandSpec(InputModel, json_schema_extra={"oneOf": [{"required": [k]} for k in _DEMAND_KINDS]}):
+    """A model's demand per window: exactly one of servegen, trace, day_curve, rates."""
+
+    servegen: ServegenDemand | None = input_field(None, description="a ServeGen day curve")
+    trace: TraceDemand | None = input_field(None, description="a request trace")
+    day_curve: DayCurveDemand | None = input_field(None, description="a day-curve CSV")
+    rates: list[Annotated[float, Field(ge=0)]] | None = input_field(
+        None, min_length=1, description="request rate per window, req/s, 0 or more")
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> DemandSpec:
+        given = [k for k in _DEMAND_KINDS if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError(f"give exactly one of {', '.join(_DEMAND_KINDS)} under 'demand'"
+                             + (f" (got {', '.join(given)})" if given else ""))
+        return self
+
+    @property
+    def kind(self) -> str:
+        """Which of servegen, trace, day_curve, rates is given."""
+        return next(k for k in _DEMAND_KINDS if getattr(self, k) is not None)
+
+
+class ScenarioModel(InputModel):
+    """One model to serve: parallelism options, replica bounds, SLO, token mix and demand."""
+
+    name: str = input_field(min_length=1, description="catalog model name or alias, e.g. Llama-3.1-8B")
+    tp: list[TpDegree] | TpDegree = input_field(list(DEFAULT_TP_DEGREES), description=_TP_DESCRIPTION)
+    min_replicas: int = input_field(0, ge=0, le=10_000, description="replicas kept in every window")
+    max_replicas: int | None = input_field(None, ge=1, le=100_000, description="most replicas in a window")
+    slo: SLOSpec = input_field(description="latency targets, seconds")
+    origin_site: str | None = input_field(None, description="a site of the scenario where the model's traffic "
+                                          "comes from (egress is charged when it is served elsewhere)")
+    token_mix: TokenMixSpec = input_field(description="token lengths: {trace: azure-conv} or the four statistics")
+    demand: DemandSpec = input_field(description="request rate per window")
+    source: str | None = input_field(None, description="free-text note on where the model's numbers come from")
+
+    @property
+    def tp_degrees(self) -> list[int]:
+        """``tp`` as a list."""
+        return list(self.tp) if isinstance(self.tp, list) else [self.tp]
+
+
+class ScenarioFile(InputModel):
+    """A planner scenario: sites with GPU inventory, models with SLOs and demand, and planning options
+    (``fleetplan plan SCENARIO``)."""
+
+    name: str | None = input_field(None, description="label of the scenario")
+    description: str | None = input_field(None, description="free text")
+    notes: Notes = input_field(None, description="free text")
+    options: ScenarioOptions = input_field(default_factory=ScenarioOptions, description="planning options")
+    files: ScenarioFiles | None = input_field(None, description="the user's own catalog rows")
+    sites: list[SiteSpec] = input_field(min_length=1, description="sites and their GPU inventory")
+    models: list[ScenarioModel] = input_field(min_length=1, description="models to serve")
+
+
+# ----------------------------------------------------------------------------------------------- tenants file
+
+
+class PoolEntry(InputModel):
+    """Nodes of one GPU type in the shared pool."""
+
+    name: str = input_field(min_length=1, description="node name (with count > 1: name-0, name-1, ...)")
+    gpu: str = input_field(description="GPU type: a catalog name or alias, e.g. H100")
+    gpus_per_node: int = input_field(ge=1, le=64, description="GPUs per node")
+    count: int = input_field(1, ge=1, le=100_000, description="number of such nodes")
+    site: str = input_field("", description="where the nodes run (informational)")
+
+
+class TenantModel(InputModel):
+    """One model of a tenant whose demand is derived from request rates through the cost models."""
+
+    name: str = input_field(min_length=1, description="catalog model name or alias, e.g. Llama-3.1-8B")
+    rates_req_per_s: list[Annotated[float, Field(ge=0, le=1e6)]] = input_field(
+        min_length=1, description="request rate per window, req/s",
+        fix="give the requests per second in that window (0 or more)")
+    token_mix: TokenMixSpec | None = input_field(None, description="token lengths (default: the tenant's)")
+    slo: SLOSpec | None = input_field(None, description="latency targets, seconds (default: the tenant's)")
+    tp: list[TpDegree] | TpDegree = input_field(list(DEFAULT_TP_DEGREES), description=_TP_DESCRIPTION)
+
+    @property
+    def tp_degrees(self) -> list[int]:
+        """``tp`` as a list."""
+        return list(self.tp) if isinstance(self.tp, list) else [self.tp]
+
+
+#: A tenant's model list, as ``demand_from_models`` checks it.
+TenantModels = Annotated[list[TenantModel], Field(min_length=1)]
+
+
+class TenantEntry(InputModel, json_schema_extra={"oneOf": [{"required": ["demand_gpus"]},
+                                                           {"required": ["models"]}]}):
+    """A team sharing the pool: quota, burst limit, priority, SLA target, interference class and demand (GPUs per
+    window, or models with request rates)."""
+
+    name: str = input_field(min_length=1, description="unique tenant name")
+    quota_gpus: int = input_field(ge=0, le=100_000, description="guaranteed GPUs: each window the tenant gets "
+                                  "min(quota_gpus, demand)")
+    burst_gpus: int | None = input_field(None, ge=0, le=100_000, description="most GPUs held in a window "
+                                         "(>= quota_gpus; default quota_gpus)")
+    weight: float = input_field(1.0, ge=1e-6, le=1e6, description="priority weight", fix="give a positive weight")
+    sla_target: float = input_field(1.0, ge=1e-6, le=1.0, description="share of demand that must be served",
+                                    fix="give the share of demand to serve, e.g. 0.99")
+    interference_class: str = input_field(min_length=1, description="a class of the interference table, e.g. "
+                                          "interactive, batch, prefill, training")
+    gpu_types: list[str] = input_field(default_factory=list, description="GPU types of the pool the tenant runs on "
+                                       "(all when empty)")
+    demand_gpus: list[Annotated[float, Field(ge=0, le=100_000)]] | None = input_field(
+        None, min_length=1, description="GPUs wanted per window (may be fractional)",
+        fix="give GPUs wanted in that window")
+    models: TenantModels | None = input_field(None, description="models and request rates the demand is derived "
+                                              "from (instead of demand_gpus)")
+    slo: SLOSpec | None = input_field(None, description="default SLO of the tenant's models, seconds")
+    token_mix: TokenMixSpec | None = input_field(None, description="default token mix of the tenant's models")
+    notes: Notes = input_field(None, description="free text")
+    description: str | None = input_field(None, description="free text")
+
+    @model_validator(mode="after")
+    def _one_demand(self) -> TenantEntry:
+        if self.models is not None and self.demand_gpus is not None:
+            raise ValueError("gives both demand_gpus and models; give one of them")
+        if self.models is None and self.demand_gpus is None:
+            raise ValueError("needs demand_gpus (GPUs per window) or models (request rates per window)")
+        return self
+
+
+class TenantsFile(InputModel):
+    """A multi-tenant pool: nodes, tenants and the interference table (``fleetplan allocate SCENARIO``)."""
+
+    name: str = input_field("", description="label of the scenario")
+    description: str | None = input_field(None, description="free text")
+    notes: Notes = input_field(None, description="free text")
+    window_s: float = input_field(3600.0, ge=1, le=86400, description="window length, seconds")
+    interference: str | None = input_field(None, description="interference CSV (class_a, class_b, coefficient, "
+                                           "source); the shipped coefficients when absent")
+    pool: list[PoolEntry] = input_field(min_length=1, description="the pool's nodes")
+    tenants: list[TenantEntry] = input_field(min_length=1, description="the tenants")
+    weights: dict[str, float] | None = input_field(None, description="objective weights for --mode weighted, e.g. "
+                                                   "{utilization: 1, isolation: 1, sla: 1}")
+    order: list[str] | None = input_field(None, description="objective order for --mode lexicographic, e.g. "
+                                          "[sla, utilization, isolation]")
+    tolerance: float | None = input_field(None, ge=0, le=1, description="relative tolerance of earlier "
+                                          "lexicographic stages")
