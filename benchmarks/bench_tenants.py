@@ -19,7 +19,8 @@ import random
 import statistics
 import time
 
-from fleetplan.placement.tenants import Node, Tenant, TenantProblem, load_interference, validate_allocation
+from fleetplan.datasets.sharing import load_interference
+from fleetplan.placement.tenants import Node, Tenant, TenantProblem, validate_allocation
 from fleetplan.solvers.tenant_baselines import fair_share, static_partition
 from fleetplan.solvers.tenants import solve_allocation
 from fleetplan.solvers.tenants_cpsat import split_allocation

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from fleetplan.fileio import atomic_path
-from fleetplan.placement.tenants import load_scenario, validate_allocation
+from fleetplan.placement.tenants import load_tenants, validate_allocation
 from fleetplan.solvers.tenant_baselines import fair_share, static_partition
 from fleetplan.solvers.tenants import solve_allocation
 from fleetplan.solvers.tenants_cpsat import split_allocation, split_kind
@@ -135,7 +135,7 @@ def allocate(scenario: Path | None, mode: str, backend: str, time_limit_s: float
 
 
     t0 = time.perf_counter()
-    problem, opts = load_scenario(scenario)
+    problem, opts = load_tenants(scenario)
     kinds = {} if split == "none" else {g: split_kind(split, g) for g in sorted({n.gpu for n in problem.nodes})}
     err = Console(stderr=True)
     with err.status("allocating ...") as status:

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from importlib import resources
 from pathlib import Path
 
 import click
 
 from fleetplan.cli.ledger import _split_options, run_whatif, split_options
+from fleetplan.datasets.shipped import shipped_scenario_text
 from fleetplan.errors import InputError
 from fleetplan.fileio import parse_yaml, read_yaml
 
@@ -16,7 +16,7 @@ DEFAULT = "split_default.yaml"
 
 def _read(scenario: str | None) -> tuple[dict, str]:
     if scenario is None:
-        text = (resources.files("fleetplan.datasets") / "scenarios" / DEFAULT).read_text(encoding="utf-8")
+        text = shipped_scenario_text(DEFAULT)
         return parse_yaml(text, source=DEFAULT), DEFAULT
     p = Path(scenario)
     if not p.exists():

@@ -164,3 +164,21 @@ class Model:
         if self.sliding_window_tokens:
             return min(context_tokens, self.sliding_window_tokens)
         return context_tokens
+
+
+@dataclass(frozen=True)
+class MigProfile:
+    """One MIG GPU-instance profile of a GPU type (datasets/data/mig/profiles.csv).
+
+    Attributes: gpu, name ('3g.40gb'), compute_slices (of 7), memory_slices (span of 8), memory_gb,
+    max_instances per GPU, placements (allowed start slots), source (URL).
+    """
+
+    gpu: str
+    name: str
+    compute_slices: int
+    memory_slices: int
+    memory_gb: float
+    max_instances: int
+    placements: tuple[int, ...]
+    source: str

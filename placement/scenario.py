@@ -53,7 +53,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 
 from fleetplan.costmodels.capacity import SLO, replica_capacity
@@ -65,6 +64,7 @@ from fleetplan.datasets.calibration import load_calibration
 from fleetplan.datasets.catalog import find_price, get_gpu, get_model, load_egress, load_gpu_prices
 from fleetplan.datasets.network import inter_node_link
 from fleetplan.datasets.servegen import servegen_demand
+from fleetplan.datasets.shipped import shipped_scenario_text, shipped_scenarios
 from fleetplan.datasets.traces import (
     day_curve_demand,
     load_trace,
@@ -116,12 +116,6 @@ def _err(msg: str, where: str, key: str | None = None, value: object = None) -> 
     return InputError(msg, source=where, field=key, value=value)
 
 
-def shipped_scenarios() -> list[str]:
-    """File names of the scenarios shipped in fleetplan.datasets/scenarios."""
-    root = resources.files("fleetplan.datasets") / "scenarios"
-    return sorted(p.name for p in root.iterdir() if p.name.endswith((".yaml", ".yml")))
-
-
 def read_scenario(path: str | Path | None = None) -> tuple[dict, str, Path | None]:
     """Read a scenario YAML: a path, the name of a shipped scenario, or None for the shipped default.
 
@@ -133,7 +127,7 @@ def read_scenario(path: str | Path | None = None) -> tuple[dict, str, Path | Non
         name = DEFAULT_SCENARIO if path is None else str(path)
         if not name.endswith((".yaml", ".yml")):
             name += ".yaml"
-        text = (resources.files("fleetplan.datasets") / "scenarios" / name).read_text(encoding="utf-8")
+        text = shipped_scenario_text(name)
         display, base = f"shipped scenario {name}", None
     else:
         p = Path(path)

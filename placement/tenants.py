@@ -29,17 +29,18 @@ raises :class:`AllocationError` from :func:`validate_allocation`; a guarantee se
 
 from __future__ import annotations
 
-import csv
-import importlib.resources
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from fleetplan.costmodels.capacity import SLO, replica_capacity
+from fleetplan.costmodels.interference import InterferenceTable
 from fleetplan.datasets import catalog
 from fleetplan.datasets.calibration import load_calibration
 from fleetplan.datasets.catalog import get_gpu, get_model, load_gpu_specs, load_models, resolve_name
+from fleetplan.datasets.sharing import load_interference
+from fleetplan.datasets.shipped import shipped_scenario_text
 from fleetplan.errors import FleetplanError, InfeasibleError, InputError, UnknownNameError, check_range
 from fleetplan.fileio import parse_yaml, read_text_file, validate_input
 from fleetplan.placement.scenario import token_mix_from_spec
@@ -277,66 +278,6 @@ class Tenant:
 
 
 @dataclass(frozen=True)
-class InterferenceTable:
-    """Pairwise interference coefficients by class: the fraction of throughput lost when two classes share a node.
-
-    Attributes:
-        coefficients: {(class_a, class_b): fraction in [0, 0.9]}; symmetric, both orders accepted.
-        source: where the numbers come from.
-    """
-
-    coefficients: Mapping[tuple[str, str], float]
-    source: str = ""
-
-    def __post_init__(self) -> None:
-        for (a, b), c in self.coefficients.items():
-            check_range(c, field=f"coefficient[{a},{b}]", low=0.0, high=0.9, source=self.source or None,
-                        fix="give the throughput loss as a fraction, e.g. 0.15")
-
-    @property
-    def classes(self) -> set[str]:
-        """All classes the table names."""
-        return {c for pair in self.coefficients for c in pair}
-
-    def coefficient(self, a: str, b: str) -> float:
-        """Loss fraction when classes ``a`` and ``b`` share a node; raises UnknownNameError for a missing pair."""
-        if (a, b) in self.coefficients:
-            return float(self.coefficients[(a, b)])
-        if (b, a) in self.coefficients:
-            return float(self.coefficients[(b, a)])
-        for c in (a, b):
-            if c not in self.classes:
-                raise UnknownNameError("interference class", c, self.classes)
-        raise InputError(f"interference table has no coefficient for the pair ({a}, {b}); add a row",
-                         source=self.source or None, field="coefficient")
-
-
-def load_interference(path: str | Path | None = None) -> InterferenceTable:
-    """Read an interference CSV (columns class_a, class_b, coefficient, source); the shipped defaults if no path.
-
-    Raises InputError for a missing file, column or bad value (file and row named).
-    """
-    if path is None:
-        res = importlib.resources.files("fleetplan.datasets") / "data" / "interference" / "coefficients.csv"
-        text, src = res.read_text(encoding="utf-8"), "interference/coefficients.csv"
-    else:
-        p = Path(path)
-        if not p.is_file():
-            raise InputError(f"interference file {p} does not exist", source=str(p))
-        text, src = p.read_text(encoding="utf-8"), str(p)
-    rows = list(csv.DictReader(text.splitlines()))
-    need = {"class_a", "class_b", "coefficient"}
-    if not rows or not need <= set(rows[0]):
-        raise InputError(f"needs columns {', '.join(sorted(need))}", source=src)
-    coef: dict[tuple[str, str], float] = {}
-    for i, r in enumerate(rows, start=1):
-        coef[(r["class_a"].strip(), r["class_b"].strip())] = check_range(
-            r["coefficient"], field="coefficient", low=0.0, high=0.9, source=src, row=i,
-            fix="a throughput-loss fraction, e.g. 0.15")
-    return InterferenceTable(coef, source=src)
-
-
-@dataclass(frozen=True)
 class TenantProblem:
     """A pool, its tenants and the interference table.
 
@@ -494,15 +435,14 @@ def _derived_demand(t: TenantEntry, types: tuple[str, ...], nodes: list[Node], s
                               row=row)
 
 
-def load_scenario(path: str | Path | None = None) -> tuple[TenantProblem, dict]:
+def load_tenants(path: str | Path | None = None) -> tuple[TenantProblem, dict]:
     """Read a scenario YAML (the shipped ``tenants_default.yaml`` if no path).
 
     Returns (problem, options) where options holds the optional keys 'weights', 'order', 'tolerance'.
     Raises InputError for a missing, binary or malformed file (a key given twice in one mapping included).
     """
     if path is None:
-        res = importlib.resources.files("fleetplan.datasets") / "scenarios" / "tenants_default.yaml"
-        text, src = res.read_text(encoding="utf-8"), "tenants_default.yaml"
+        text, src = shipped_scenario_text("tenants_default.yaml"), "tenants_default.yaml"
     else:
         p = Path(path)
         if not p.exists():
@@ -582,7 +522,7 @@ class Objectives:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
 
 
-def evaluate(problem: TenantProblem, allocation: Allocation) -> Objectives:
+def evaluate_allocation(problem: TenantProblem, allocation: Allocation) -> Objectives:
     """Objective values of ``allocation``, computed in plain Python.
 
     On a node whose allocated GPUs exceed its interference-adjusted capacity G (1 − s), every allocated GPU
@@ -682,7 +622,7 @@ def validate_allocation(problem: TenantProblem, allocation: Allocation, *, check
         lim = tenants[t].wanted(w)
         if g > lim:
             bad.append(f"{t} window {w}: {g} GPUs exceed min(burst, ceil(demand)) = {lim}")
-    obj = evaluate(problem, allocation)
+    obj = evaluate_allocation(problem, allocation)
     if check_guarantees and not bad:
         # With a margin the guarantee must be delivered; without one (no headroom promised) it must be allocated.
         got = _delivered(problem, allocation) if allocation.margin else {k: float(v) for k, v in per_tenant.items()}

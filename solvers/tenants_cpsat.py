@@ -17,13 +17,12 @@ by default ('auto') MIG where the GPU type has MIG profiles in the table, MPS on
 
 from __future__ import annotations
 
-import csv
-import importlib.resources
 import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from fleetplan.datasets.sharing import load_mig_profiles
 from fleetplan.errors import InputError, SolverError, UnknownNameError
 from fleetplan.placement.status import Status
 from fleetplan.placement.tenants import OBJECTIVE_SENSE, SolveOutcome, TenantProblem
@@ -199,36 +198,6 @@ class CpSatModel:
 
 
 # ------------------------------------------------------------------------------------------- second level
-
-
-@dataclass(frozen=True)
-class MigProfile:
-    """One MIG GPU-instance profile of a GPU type (datasets/data/mig/profiles.csv).
-
-    Attributes: gpu, name ('3g.40gb'), compute_slices (of 7), memory_slices (span of 8), memory_gb,
-    max_instances per GPU, placements (allowed start slots), source (URL).
-    """
-
-    gpu: str
-    name: str
-    compute_slices: int
-    memory_slices: int
-    memory_gb: float
-    max_instances: int
-    placements: tuple[int, ...]
-    source: str
-
-
-def load_mig_profiles(gpu: str) -> list[MigProfile]:
-    """MIG profiles of GPU type ``gpu``; raises UnknownNameError if the table has none for it."""
-    res = importlib.resources.files("fleetplan.datasets") / "data" / "mig" / "profiles.csv"
-    rows = list(csv.DictReader(res.read_text(encoding="utf-8").splitlines()))
-    out = [MigProfile(r["gpu"], r["profile"], int(r["compute_slices"]), int(r["memory_slices"]),
-                      float(r["memory_gb"]), int(r["max_instances"]),
-                      tuple(int(s) for s in r["placements"].split(";")), r["source"]) for r in rows if r["gpu"] == gpu]
-    if not out:
-        raise UnknownNameError("MIG-capable GPU type", gpu, {r["gpu"] for r in rows})
-    return out
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ import random
 
 import pytest
 
+from fleetplan.datasets.sharing import load_interference
 from fleetplan.errors import InfeasibleError, InputError, UnknownNameError
 from fleetplan.placement.status import Status
 from fleetplan.placement.tenants import (
@@ -18,8 +19,7 @@ from fleetplan.placement.tenants import (
     Node,
     Tenant,
     TenantProblem,
-    load_interference,
-    load_scenario,
+    load_tenants,
     validate_allocation,
 )
 from fleetplan.solvers.tenant_baselines import fair_share, packed_greedy, static_partition
@@ -71,7 +71,7 @@ def test_interference_table_bad_row(tmp_path):
 
 
 def test_default_scenario_loads():
-    problem, opts = load_scenario()
+    problem, opts = load_tenants()
     assert len(problem.tenants) >= 4 and problem.n_windows == 24
     assert {n.gpu for n in problem.nodes} == {"H100-SXM-80GB", "A100-SXM4-80GB"}
     assert opts["order"][0] == "sla"
@@ -122,7 +122,7 @@ def test_packed_greedy_respects_margin():
     a = packed_greedy(p)
     assert a.gpus == {("a", 0, "n0"): 4, ("b", 0, "n0"): 3}
     validate_allocation(p, a)
-    problem, _ = load_scenario()
+    problem, _ = load_tenants()
     assert validate_allocation(problem, packed_greedy(problem)).unmet_guaranteed_gpu_windows == 0
 
 
@@ -230,7 +230,7 @@ def test_backends_agree_and_guarantees_hold(seed):
 
 
 def test_optimizer_beats_baselines_on_default_scenario():
-    problem, opts = load_scenario()
+    problem, opts = load_tenants()
     r = solve(problem, backend="cpsat", weights=opts["weights"], time_limit_s=20)
     st = validate_allocation(problem, static_partition(problem), check_guarantees=False)
     fs = validate_allocation(problem, fair_share(problem), check_guarantees=False)

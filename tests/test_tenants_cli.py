@@ -8,7 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from fleetplan.cli.main import main
-from fleetplan.placement.tenants import load_scenario
+from fleetplan.placement.tenants import load_tenants
 
 SMALL = """
 name: small
@@ -24,7 +24,7 @@ def test_json_default_scenario():
     r = CliRunner().invoke(main, ["allocate", "--backend", "cpsat", "--format", "json", "--time-limit", "20"])
     assert r.exit_code == 0, r.output
     d = json.loads(r.stdout)
-    problem, _ = load_scenario()
+    problem, _ = load_tenants()
     assert set(d["policies"]) == {"optimizer", "static", "fair-share"}
     # Per tenant and window, GPUs per node; no node holds more than its 8 GPUs in any window.
     per_node: dict = {}

@@ -15,7 +15,7 @@ from fleetplan.datasets.calibration import load_calibration
 from fleetplan.datasets.catalog import get_gpu, get_model
 from fleetplan.datasets.traces import load_trace, token_mix_from_trace
 from fleetplan.errors import InputError, UnknownNameError
-from fleetplan.placement.tenants import demand_from_models, load_scenario, problem_from_dict
+from fleetplan.placement.tenants import demand_from_models, load_tenants, problem_from_dict
 
 A100 = "A100-SXM4-80GB"
 H100 = "H100-SXM-80GB"
@@ -83,7 +83,7 @@ def test_best_tp_skips_options_that_do_not_fit():
 
 
 def test_shipped_scenario_derived_tenant():
-    problem, _ = load_scenario()
+    problem, _ = load_tenants()
     t = problem.tenant("copilot")
     assert [m.model for m in t.models] == ["Qwen2.5-7B", "Llama-3.1-8B"]
     tp_q, cap_q = best_option("Qwen2.5-7B", A100, "azure-code")
