@@ -39,12 +39,10 @@ Model (every approximation listed):
 
 from __future__ import annotations
 
-import math
-
 from fleetplan.costmodels.calibration import Calibration
 from fleetplan.costmodels.hardware import GPU, Model, bytes_per_element
 from fleetplan.costmodels.network import Link
-from fleetplan.errors import InputError
+from fleetplan.errors import InputError, check_range
 
 __all__ = ["prefill_time_s", "decode_step_time_s", "allreduce_time_s", "moe_params_read", "flops_per_s",
            "ACTIVATION_BYTES", "TP_DEGREES"]
@@ -68,12 +66,6 @@ def _check_parallel(tp: int, pp: int, link: Link | None, calib: Calibration) -> 
     if pp > 1 and not isinstance(link, Link):
         raise InputError(f"pp {pp} sends activations between nodes: give the inter-node link "
                          "(fleetplan.datasets.network.inter_node_link())", field="link", value=link)
-
-
-def _check_count(name: str, v: float, low: float = 1.0) -> float:
-    if not isinstance(v, int | float) or isinstance(v, bool) or math.isnan(v) or v < low or v > 1e8:
-        raise InputError(f"{name} must be a number in {low:g}..1e8, got {v!r}", field=name, value=v)
-    return float(v)
 
 
 def flops_per_s(gpu: GPU, weight_dtype: str = "bf16") -> float:
@@ -126,8 +118,8 @@ def prefill_time_s(model: Model, gpu: GPU, prompt_tokens: float, *, tp: int = 1,
     2048 tokens, tp 1: FLOPs = 2·8.03e9·2048 + 2·32·2048²·4096 = 3.289e13 + 1.100e12 = 3.399e13.
     """
     _check_parallel(tp, pp, link, calib)
-    prompt = _check_count("prompt_tokens", prompt_tokens)
-    b = _check_count("batch", batch)
+    prompt = check_range(prompt_tokens, field="prompt_tokens", low=1, high=1e8)
+    b = check_range(batch, field="batch", low=1, high=1e8)
     tokens = b * prompt
     attn = b * 2.0 * model.num_layers * prompt * prompt * model.num_attention_heads * model.head_dim
     flops = 2.0 * model.params_active * tokens + attn
@@ -155,8 +147,8 @@ def decode_step_time_s(model: Model, gpu: GPU, batch: float, context_tokens: flo
     + 1 × decode_overhead_per_seq_s.
     """
     _check_parallel(tp, pp, link, calib)
-    b = _check_count("batch", batch)
-    ctx = _check_count("context_tokens", context_tokens)
+    b = check_range(batch, field="batch", low=1, high=1e8)
+    ctx = check_range(context_tokens, field="context_tokens", low=1, high=1e8)
     m = min(b, pp)
     mb = b / m
     weight_bytes = moe_params_read(model, mb) * bytes_per_element(weight_dtype, field="weight_dtype")

@@ -16,7 +16,7 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from fleetplan.errors import InputError, UnknownNameError
+from fleetplan.errors import InputError, UnknownNameError, check_range
 
 #: Route classes, in order of distance.
 ROUTE_CLASSES: tuple[str, ...] = ("same_zone", "cross_zone", "inter_region", "internet")
@@ -32,11 +32,6 @@ GIB_PER_GB = 1.073741824
 
 PRICING_MODELS: tuple[str, ...] = ("on-demand", "spot", "capacity-block", "on-demand-equivalent", "reserved",
                                    "negotiated")
-
-
-def _finite_nonneg(name: str, value: float, owner: str) -> None:
-    if not isinstance(value, int | float) or math.isnan(value) or math.isinf(value) or value < 0:
-        raise InputError(f"{owner}: must be a finite number >= 0, got {value!r}", field=name, value=value)
 
 
 @dataclass(frozen=True)
@@ -74,7 +69,7 @@ class GpuPrice:
                 1 <= self.gpus_per_node <= 64):
             raise InputError(f"{owner}: gpus_per_node must be a whole number 1..64, got {self.gpus_per_node!r}",
                              field="gpus_per_node", value=self.gpus_per_node)
-        _finite_nonneg("node_usd_per_hour", self.node_usd_per_hour, owner)
+        check_range(self.node_usd_per_hour, field="node_usd_per_hour", source=owner, low=0)
         if self.node_usd_per_hour > 1000:
             raise InputError(f"{owner}: {self.node_usd_per_hour:g} USD/hour per node is absurd (> 1000); give "
                              "USD per hour, not per month", field="node_usd_per_hour", value=self.node_usd_per_hour)
@@ -85,7 +80,7 @@ class GpuPrice:
         if self.usd_per_gpu_hour is None:
             object.__setattr__(self, "usd_per_gpu_hour", per_gpu)
         else:
-            _finite_nonneg("usd_per_gpu_hour", self.usd_per_gpu_hour, owner)
+            check_range(self.usd_per_gpu_hour, field="usd_per_gpu_hour", source=owner, low=0)
             if not math.isclose(self.usd_per_gpu_hour, per_gpu, rel_tol=5e-3, abs_tol=1e-4):
                 raise InputError(f"{owner}: usd_per_gpu_hour {self.usd_per_gpu_hour:g} differs from node price / "
                                  f"GPUs = {per_gpu:g}; fix one of them", field="usd_per_gpu_hour",
@@ -107,13 +102,13 @@ class EgressTier:
     usd_per_gb: float
 
     def __post_init__(self) -> None:
-        _finite_nonneg("from_gb", self.from_gb, "egress tier")
-        _finite_nonneg("usd_per_gb", self.usd_per_gb, "egress tier")
+        check_range(self.from_gb, field="from_gb", source="egress tier", low=0)
+        check_range(self.usd_per_gb, field="usd_per_gb", source="egress tier", low=0)
         if self.usd_per_gb > 5:
             raise InputError(f"egress tier: {self.usd_per_gb:g} USD/GB is absurd (> 5); give USD per GB",
                              field="usd_per_gb", value=self.usd_per_gb)
         if self.to_gb is not None:
-            _finite_nonneg("to_gb", self.to_gb, "egress tier")
+            check_range(self.to_gb, field="to_gb", source="egress tier", low=0)
             if self.to_gb <= self.from_gb:
                 raise InputError(f"egress tier: band end {self.to_gb:g} GB is not above its start {self.from_gb:g}",
                                  field="to_gb", value=self.to_gb)

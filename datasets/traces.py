@@ -35,7 +35,7 @@ import pandas as pd
 
 from fleetplan.costmodels.demand import Demand, TokenMix, WindowDemand
 from fleetplan.costmodels.queueing import lognormal_sigma
-from fleetplan.errors import InputError, UnknownNameError
+from fleetplan.errors import InputError, UnknownNameError, check_range
 
 #: Largest token count accepted per request; the same bound as :class:`~fleetplan.costmodels.demand.TokenMix`.
 MAX_TOKENS_PER_REQUEST = 2_000_000
@@ -499,12 +499,8 @@ def token_mix_from_trace(trace: Trace) -> TokenMix:
 
 
 def _check_window_length(window_length_s: float, low: float = MIN_WINDOW_S, high: float = MAX_WINDOW_S) -> float:
-    if isinstance(window_length_s, bool) or not isinstance(window_length_s, int | float) or not (
-            math.isfinite(window_length_s) and low <= window_length_s <= high):
-        raise InputError(f"window length {window_length_s!r} s is outside {low:g}..{high:g} s; give seconds "
-                         f"(e.g. 3600 for one hour, 300 for five minutes)", field="window_length_s",
-                         value=window_length_s)
-    return float(window_length_s)
+    return check_range(window_length_s, field="window_length_s", low=low, high=high, unit="s",
+                       fix="give the window length in seconds (e.g. 3600 for one hour, 300 for five minutes)")
 
 
 def peak_subinterval_s(window_length_s: float) -> float:

@@ -12,16 +12,10 @@ and plans repeat daily: the window before the first is the last (cyclic), which 
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 from fleetplan.costmodels.latency import TP_DEGREES
-from fleetplan.errors import InputError
-
-
-def _finite(v: float, name: str, owner: str, low: float = 0.0) -> None:
-    if not isinstance(v, int | float) or math.isnan(v) or math.isinf(v) or v < low:
-        raise InputError(f"{owner}: {v!r} must be a finite number >= {low:g}", field=name, value=v)
+from fleetplan.errors import InputError, check_range
 
 
 @dataclass(frozen=True)
@@ -61,8 +55,8 @@ class Pool:
             raise InputError(f"{owner}: gpus_per_node must be one of {', '.join(map(str, TP_DEGREES))}",
                              field="gpus_per_node",
                              value=self.gpus_per_node)
-        _finite(self.usd_per_gpu_hour, "usd_per_gpu_hour", owner)
-        _finite(self.memory_bytes_per_gpu, "memory_bytes_per_gpu", owner, low=1e9)
+        check_range(self.usd_per_gpu_hour, field="usd_per_gpu_hour", source=owner, low=0)
+        check_range(self.memory_bytes_per_gpu, field="memory_bytes_per_gpu", source=owner, low=1e9)
 
     @property
     def id(self) -> str:
@@ -107,12 +101,12 @@ class ReplicaOption:
                              value=self.tp)
         if not isinstance(self.pp, int) or self.pp < 1:
             raise InputError(f"{owner}: pp must be a whole number >= 1", field="pp", value=self.pp)
-        _finite(self.capacity_req_per_s, "capacity_req_per_s", owner)
+        check_range(self.capacity_req_per_s, field="capacity_req_per_s", source=owner, low=0)
         if self.capacity_req_per_s <= 0:
             raise InputError(f"{owner}: capacity must be positive (leave out options that cannot meet the SLO)",
                              field="capacity_req_per_s", value=self.capacity_req_per_s)
-        _finite(self.memory_bytes_per_gpu, "memory_bytes_per_gpu", owner)
-        _finite(self.start_cost_usd, "start_cost_usd", owner)
+        check_range(self.memory_bytes_per_gpu, field="memory_bytes_per_gpu", source=owner, low=0)
+        check_range(self.start_cost_usd, field="start_cost_usd", source=owner, low=0)
 
     @property
     def key(self) -> tuple[str, str, int, int]:
@@ -145,11 +139,11 @@ class ShareOption:
 
     def __post_init__(self) -> None:
         owner = f"share option {self.model}@{self.pool}"
-        _finite(self.capacity_req_per_s, "capacity_req_per_s", owner)
+        check_range(self.capacity_req_per_s, field="capacity_req_per_s", source=owner, low=0)
         if self.capacity_req_per_s <= 0:
             raise InputError(f"{owner}: capacity must be positive", field="capacity_req_per_s",
                              value=self.capacity_req_per_s)
-        _finite(self.memory_bytes, "memory_bytes", owner, low=1.0)
+        check_range(self.memory_bytes, field="memory_bytes", source=owner, low=1.0)
 
 
 @dataclass(frozen=True)
@@ -181,7 +175,7 @@ class ModelSpec:
     def __post_init__(self) -> None:
         owner = f"model {self.name}"
         for i, d in enumerate(self.demand_req_per_s):
-            _finite(d, f"demand_req_per_s[{i}]", owner)
+            check_range(d, field=f"demand_req_per_s[{i}]", source=owner, low=0)
         if not isinstance(self.min_replicas, int) or self.min_replicas < 0:
             raise InputError(f"{owner}: min_replicas must be a whole number >= 0", field="min_replicas",
                              value=self.min_replicas)
@@ -189,7 +183,7 @@ class ModelSpec:
                                               or self.max_replicas < max(1, self.min_replicas)):
             raise InputError(f"{owner}: max_replicas must be a whole number >= max(1, min_replicas)",
                              field="max_replicas", value=self.max_replicas)
-        _finite(self.request_bytes, "request_bytes", owner)
+        check_range(self.request_bytes, field="request_bytes", source=owner, low=0)
 
 
 @dataclass(frozen=True)
@@ -271,7 +265,7 @@ class Problem:
             if s.pool not in pools or s.model not in names:
                 raise InputError(f"share option {s.model}@{s.pool}: unknown model or pool", field="share_options")
         for (a, b), rate in self.egress_usd_per_gb.items():
-            _finite(rate, f"egress_usd_per_gb[{a}->{b}]", "problem")
+            check_range(rate, field=f"egress_usd_per_gb[{a}->{b}]", source="problem", low=0)
 
     # ---- lookups -------------------------------------------------------------------------------------------
     @property

@@ -327,6 +327,10 @@ class Engine:
         self.req = _Requests.new(np.asarray(arrival_s, dtype=np.float64).tolist(), inp_np.tolist(), out_np.tolist(),
                                  models)
         self.policy = policy
+        # Policy fields read at every event, kept as plain attributes.
+        self._least_work = policy.router == "least-work"
+        self._preempt_after_s = policy.preempt_after_s
+        self._max_run = policy.max_decode_run_steps
         self.devs = [_DeviceState(i) for i in range(len(devices))]
         self.cands: dict[str, list[int]] = {}
         for i, spec in enumerate(engines):
@@ -405,7 +409,7 @@ class Engine:
 
     def _arrive(self, rid: int, now: float) -> None:
         """Route request ``rid`` and queue it (dropped when no engine's KV budget could ever hold it)."""
-        e = self._least_work(rid, now) if self.policy.router == "least-work" else self._round_robin(rid)
+        e = self._least_work_engine(rid, now) if self._least_work else self._round_robin(rid)
         if e is None:
             self.req.dropped[rid] = True
             return
@@ -417,7 +421,7 @@ class Engine:
         elif d.op == _DECODE and len(e.waiting) == 1 and not e.resume and e.admissible(rid):
             self._truncate_decode_run(d, now)
 
-    def _least_work(self, rid: int, now: float) -> _EngineState | None:
+    def _least_work_engine(self, rid: int, now: float) -> _EngineState | None:
         """The engine where ``rid`` would start soonest (module docstring), or None when none can hold it."""
         best, chosen = math.inf, None
         for ei in self.cands[self.req.model[rid]]:
@@ -478,18 +482,14 @@ class Engine:
         if not self._start_prefill(dev, now):
             self._start_decode_run(dev, now)
 
-    def _overdue(self, rid: int, now: float) -> bool:
-        """True when waiting request ``rid`` has waited long enough to preempt (never without a preemption policy)."""
-        after = self.policy.preempt_after_s
-        return after is not None and now - self.req.arrival_s[rid] >= after
-
     def _start_prefill(self, dev: _DeviceState, now: float) -> bool:
         """Each engine offers its head (paused sequences before new ones, unless a new one is overdue under the
         preemption policy); the oldest admissible head across the engines starts. False when none can."""
         arr = self.req.arrival_s
+        after = self._preempt_after_s  # a new request waiting this long may preempt (None: never)
         offers = []
         for e in dev.engines:
-            if e.resume and not (e.waiting and self._overdue(e.waiting[0], now)):
+            if e.resume and not (e.waiting and after is not None and now - arr[e.waiting[0]] >= after):
                 offers.append((arr[e.resume[0]], e.i, True))
             elif e.waiting:
                 offers.append((arr[e.waiting[0]], e.i, False))
@@ -498,7 +498,7 @@ class Engine:
         for _, ei, from_resume in offers:
             e = self.engs[ei]
             rid = e.resume[0] if from_resume else e.waiting[0]
-            if not from_resume and self._overdue(rid, now):
+            if not from_resume and after is not None and now - arr[rid] >= after:
                 while not e.admissible(rid) and self._preempt_one(e):
                     pass
             if e.admissible(rid):
@@ -530,11 +530,11 @@ class Engine:
         k = e.heap[0][0] - e.counter
         if len(active) > 1:
             k = min(k, SHARED_DECODE_RUN_STEPS)
-        max_run = self.policy.max_decode_run_steps
+        max_run = self._max_run
         if max_run:
             k = min(k, max_run)
         step = e.step_s(k)
-        after = self.policy.preempt_after_s
+        after = self._preempt_after_s
         if after is not None:
             for x in dev.engines:
                 if x.waiting and not x.admissible(x.waiting[0]):

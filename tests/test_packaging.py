@@ -1,8 +1,12 @@
-"""The folders install as subpackages of `fleetplan` only, and every module imports in a fresh interpreter."""
+"""The folders install as subpackages of `fleetplan` only, every module imports in a fresh interpreter, and a plain
+install of the wheel (no extras) runs `fleetplan plan` and `fleetplan serve --help`."""
 
 from __future__ import annotations
 
+import json
+import os
 import pkgutil
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -58,3 +62,59 @@ def test_console_script_is_a_click_group(tmp_path):
     exe = Path(sys.executable).parent / "fleetplan"
     res = subprocess.run([str(exe), "--help"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert res.returncode == 0 and "plan" in res.stdout and "data" in res.stdout
+
+
+# Building the wheel and installing it with its dependencies into a fresh virtual environment takes ~30-60 s, too
+# long for every `make test`: the test runs when FLEETPLAN_PACKAGING_TEST=1 (in its own xdist group).
+_PLAIN_INSTALL = os.environ.get("FLEETPLAN_PACKAGING_TEST") == "1"
+
+
+def _tail(res: subprocess.CompletedProcess) -> str:
+    return (res.stdout + res.stderr).strip()[-1500:]
+
+
+@pytest.mark.xdist_group("packaging")
+@pytest.mark.skipif(not _PLAIN_INSTALL, reason="set FLEETPLAN_PACKAGING_TEST=1 to build the wheel and install it "
+                    "without extras into a fresh venv (~60 s, needs the package registry or pip's cache)")
+def test_plain_install_plans_and_serves(tmp_path):
+    # Every import of the installed code must resolve from the declared dependencies alone (no dev extras).
+    src = tmp_path / "src"
+    shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(".venv", ".git", "build", "dist", "*.egg-info",
+                                                             "__pycache__", ".*_cache", ".hypothesis", "tests",
+                                                             "benchmarks", "*.db"))
+    dist = tmp_path / "dist"
+    res = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(dist), str(src)],
+                         capture_output=True, text=True, timeout=300)
+    if res.returncode != 0:
+        pytest.skip(f"pip cannot build the wheel here: {_tail(res)}")
+    (wheel,) = dist.glob("fleetplan-*.whl")
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    py, exe = venv / "bin" / "python", venv / "bin" / "fleetplan"
+    res = subprocess.run([str(py), "-m", "pip", "install", "-q", str(wheel)], capture_output=True, text=True,
+                         timeout=600)
+    if res.returncode != 0:
+        pytest.skip(f"pip cannot install the wheel's dependencies here: {_tail(res)}")
+    work = tmp_path / "work"
+    work.mkdir()
+    imports = ("import importlib, pkgutil, fleetplan\n"
+               "for i in pkgutil.walk_packages(fleetplan.__path__, prefix='fleetplan.'):\n"
+               "    importlib.import_module(i.name)\n")
+    res = subprocess.run([str(py), "-c", imports], cwd=work, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    res = subprocess.run([str(exe), "plan", "--time-limit", "20", "--format", "json", "--out", "plan.json"],
+                         cwd=work, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    # The shipped default plan (README): $1,164.05/day; re-checked by validate inside the plain install.
+    d = json.loads((work / "plan.json").read_text())
+    assert d["cost_usd_per_day"] == pytest.approx(1164.05, abs=0.005)
+    check = ("from fleetplan.placement.planio import plan_from_dict, problem_from_plan_dict, read_plan_json\n"
+             "from fleetplan.placement.validate import validate\n"
+             "d = read_plan_json('plan.json')\n"
+             "problem, _ = problem_from_plan_dict(d)\n"
+             "report = validate(problem, plan_from_dict(d, problem))\n"
+             "assert report.ok, report.violations\n")
+    res = subprocess.run([str(py), "-c", check], cwd=work, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    res = subprocess.run([str(exe), "serve", "--help"], cwd=work, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0 and "Usage: fleetplan serve" in res.stdout, res.stderr[-2000:]
