@@ -90,8 +90,9 @@ class _Inputs:
 class _LedgerSheet:
     """Appends line-item rows with formulas to the Ledger sheet."""
 
-    def __init__(self, ws) -> None:
+    def __init__(self, ws, days_per_month_ref: str) -> None:
         self.ws = ws
+        self.dpm = days_per_month_ref
         self.rows_by_option: dict[str, list[int]] = {}
         self.rows_by_cat: dict[tuple[str, str], list[int]] = {}
 
@@ -99,7 +100,7 @@ class _LedgerSheet:
              in_total: str | int, share: str | float, source: str) -> int:
         ws = self.ws
         r = ws.max_row + 1
-        vals = (option, category, label, site, qty, unit, price, f"=E{r}*G{r}", f"=H{r}*{_f(DAYS_PER_MONTH)}",
+        vals = (option, category, label, site, qty, unit, price, f"=E{r}*G{r}", f"=H{r}*{self.dpm}",
                 in_total if isinstance(in_total, int) else f"={in_total}", f"=H{r}*J{r}",
                 share if not isinstance(share, str) else f"={share}", source)
         for c, v in enumerate(vals, start=1):
@@ -107,10 +108,6 @@ class _LedgerSheet:
         self.rows_by_option.setdefault(option, []).append(r)
         self.rows_by_cat.setdefault((option, category), []).append(r)
         return r
-
-
-def _f(x: float) -> str:
-    return repr(float(x))
 
 
 def _sum(col: str, rows: Sequence[int]) -> str:
@@ -231,7 +228,7 @@ def build_split_workbook(result, scenarios: Sequence[dict] | None = None) -> Wor
     hr = wl.max_row + 1
     for c, h in enumerate(LEDGER_HEADER, start=1):
         wl.cell(hr, c, h).font = _BOLD
-    led = _LedgerSheet(wl)
+    led = _LedgerSheet(wl, a.ref["dpm"])
     cross_rows: dict[str, list[int]] = {}
     for name, o in result.options.items():
         for p in o.pools:
@@ -273,7 +270,7 @@ def build_split_workbook(result, scenarios: Sequence[dict] | None = None) -> Wor
         rows = led.rows_by_option[name]
         wl.cell(r, 1, name)
         wl.cell(r, 2, f"={_sum('K', rows)}")
-        wl.cell(r, 3, f"=B{r}*{_f(DAYS_PER_MONTH)}")
+        wl.cell(r, 3, f"=B{r}*{a.ref['dpm']}")
         wl.cell(r, 4, f"={_sum('K', led.rows_by_cat.get((name, 'gpu'), []))}")
         wl.cell(r, 5, f"={_sum('K', led.rows_by_cat.get((name, 'egress'), []))}")
         wl.cell(r, 6, f"={_sum('H', led.rows_by_cat.get((name, 'energy'), []))}")
@@ -348,6 +345,10 @@ def build_plan_workbook(problem, plan, **ledger_kw) -> Workbook:
     a.add("window_h", "Window length", problem.window_hours, "hours", "problem")
     a.add("day_factor", "Days in the horizon", pl.day_factor, "days", "n_windows × window hours / 24")
     a.add("dpm", "Days per month", DAYS_PER_MONTH, "days", "365 / 12 (730-hour billing month)")
+    a.section("Demand")
+    for m in problem.models:
+        a.add(f"requests/{m.name}", f"{m.name} requests over the horizon", sum(m.demand_req_per_s)
+              * problem.window_length_s, "requests", "problem demand: Σ over windows of rate × window length")
     energy = {i.site + "/" + i.gpu: i for i in led.items if i.category == "energy"}
     a.section("GPU prices per pool")
     pools_used = sorted({i.site + "/" + i.gpu for i in led.items if i.category == "gpu"})
@@ -424,7 +425,7 @@ def build_plan_workbook(problem, plan, **ledger_kw) -> Workbook:
     wl = wb.create_sheet("Ledger")
     for c, h in enumerate(LEDGER_HEADER, start=1):
         wl.cell(1, c, h).font = _BOLD
-    ls = _LedgerSheet(wl)
+    ls = _LedgerSheet(wl, a.ref["dpm"])
     dfac = a.ref["day_factor"]
     gh_of = {}
     for pid in pools_used:
@@ -454,11 +455,12 @@ def build_plan_workbook(problem, plan, **ledger_kw) -> Workbook:
     r = sr + 1
     wl.cell(r, 1, "plan")
     wl.cell(r, 2, f"={_sum('K', rows)}")
-    wl.cell(r, 3, f"=B{r}*{_f(DAYS_PER_MONTH)}")
+    wl.cell(r, 3, f"=B{r}*{a.ref['dpm']}")
     for col, cat in (("D", "gpu"), ("E", "start"), ("F", "egress")):
         wl[f"{col}{r}"] = f"={_sum('K', ls.rows_by_cat.get(('plan', cat), []))}"
     wl.cell(r, 7, f"={_sum('H', ls.rows_by_cat.get(('plan', 'energy'), []))}")
-    wl.cell(r, 8, f"=B{r}/{led.requests_per_day!r}" if led.requests_per_day > 0 else "")
+    requests = "+".join(a.ref[f"requests/{m.name}"] for m in problem.models)
+    wl.cell(r, 8, f"=B{r}/(({requests})/{dfac})" if led.requests_per_day > 0 else "")
     chart = BarChart()
     chart.title = "Plan cost per day by category (USD)"
     chart.add_data(Reference(wl, min_col=4, max_col=7, min_row=sr, max_row=r), titles_from_data=True)

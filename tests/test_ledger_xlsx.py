@@ -1,10 +1,14 @@
-"""What-if workbooks recomputed by an independent formula engine (the `formulas` package; LibreOffice if installed)."""
+"""What-if workbooks recomputed by two independent spreadsheet engines: the `formulas` package and LibreOffice
+(headless; CI installs it, elsewhere its tests are skipped with the reason)."""
 
+import csv
 import shutil
 import subprocess
+from pathlib import Path
 
 import openpyxl
 import pytest
+from openpyxl.utils import get_column_letter
 
 from fleetplan.costmodels.split import compare, with_cross_site_egress
 from fleetplan.placement.ledger import plan_ledger
@@ -114,16 +118,74 @@ def test_plan_workbook_totals_and_edit(tmp_path, tiny_ledger_problem):
     assert round(vals2[("LEDGER", f"B{sr}")] - vals[("LEDGER", f"B{sr}")], 2) == 24.0
 
 
-def test_libreoffice_recompute(tmp_path, split_result):
+def _libreoffice(path, tmp_path):
+    """{(sheet, cell): value} of every non-empty cell, recomputed by LibreOffice headless (a second, independent
+    spreadsheet engine); skips with the reason when LibreOffice is not installed."""
     exe = shutil.which("soffice") or shutil.which("libreoffice")
     if not exe:
-        pytest.skip("LibreOffice is not installed: the headless recompute variant needs `soffice` on PATH")
+        pytest.skip("LibreOffice is not installed (Debian: libreoffice-calc-nogui): the headless recompute needs "
+                    "`soffice` on PATH")
+    out = tmp_path / f"lo-{Path(path).stem}"
+    out.mkdir()
+    # CSV filter options: comma, double quote, UTF-8, from line 1, ..., raw values (not as shown), every sheet (-1).
+    subprocess.run([exe, "--headless", "-env:UserInstallation=file://" + str(tmp_path / "lo-profile"),
+                    "--convert-to", "csv:Text - txt - csv (StarCalc):44,34,76,1,,0,false,true,false,false,false,-1",
+                    "--outdir", str(out), str(path)], check=True, timeout=180, capture_output=True)
+    vals = {}
+    for f in out.glob("*.csv"):
+        sheet = f.stem.split("-", 1)[1].upper()
+        for r, row in enumerate(csv.reader(f.read_text(encoding="utf-8").splitlines()), start=1):
+            for c, v in enumerate(row, start=1):
+                if v != "":
+                    try:
+                        vals[(sheet, f"{get_column_letter(c)}{r}")] = float(v)
+                    except ValueError:
+                        vals[(sheet, f"{get_column_letter(c)}{r}")] = v
+    return vals
+
+
+def test_libreoffice_recomputes_both_workbooks_as_python_does(tmp_path, split_result, tiny_ledger_problem):
     path = write_split_workbook(tmp_path / "l.xlsx", split_result)
-    subprocess.run([exe, "--headless", "--convert-to", "csv:Text - txt - csv (StarCalc):44,34,76,1,,0,false,true,"
-                    "false,false,false,2", "--outdir", str(tmp_path), str(path)], check=True, timeout=120)
-    text = (tmp_path / "l-Ledger.csv").read_text()
-    want = round(split_result.options["split"].ledger.total_usd_per_day, 2)
-    assert any(f"{want:.2f}" in line or str(want) in line for line in text.splitlines())
+    lo, ws = _libreoffice(path, tmp_path), openpyxl.load_workbook(path)["Ledger"]
+    sr = _row_of(ws, "Summary")
+    for i, (name, o) in enumerate(split_result.options.items()):
+        r = sr + 1 + i
+        assert round(lo[("LEDGER", f"B{r}")], 2) == round(o.ledger.total_usd_per_day, 2), name
+        assert round(lo[("LEDGER", f"C{r}")], 2) == round(o.ledger.total_usd_per_month, 2), name
+        assert lo[("LEDGER", f"G{r}")] == pytest.approx(o.ledger.usd_per_request, abs=5e-7)
+    prob, plan = tiny_ledger_problem
+    pl = plan_ledger(prob, plan)
+    path = write_plan_workbook(tmp_path / "p.xlsx", prob, plan)
+    lo, ws = _libreoffice(path, tmp_path), openpyxl.load_workbook(path)["Ledger"]
+    r = _row_of(ws, "Summary") + 1
+    assert round(lo[("LEDGER", f"B{r}")], 2) == round(pl.ledger.total_usd_per_day, 2)
+    assert round(lo[("LEDGER", f"C{r}")], 2) == round(pl.ledger.total_usd_per_month, 2)
+    assert lo[("LEDGER", f"H{r}")] == pytest.approx(pl.ledger.usd_per_request, rel=1e-9)
+
+
+def test_month_factor_and_requests_are_formulas_over_the_assumptions(tmp_path, tiny_ledger_problem):
+    prob, plan = tiny_ledger_problem
+    pl = plan_ledger(prob, plan)
+    path = write_plan_workbook(tmp_path / "p.xlsx", prob, plan)
+    wb = openpyxl.load_workbook(path)
+    wa = wb["Assumptions"]
+    dpm = _row_of(wa, "Days per month")
+    wa.cell(dpm, 2).value = 30.0
+    # Double every model's requests: USD per request halves.
+    for m in prob.models:
+        row = _row_of(wa, f"{m.name} requests over the horizon")
+        wa.cell(row, 2).value = 2 * wa.cell(row, 2).value
+    wb.save(tmp_path / "p2.xlsx")
+    vals = _recompute(tmp_path / "p2.xlsx")
+    r = _row_of(wb["Ledger"], "Summary") + 1
+    # Month = day total × 30 (was × 365/12); per request = day total / (2 × requests per day).
+    assert vals[("LEDGER", f"C{r}")] == pytest.approx(pl.ledger.total_usd_per_day * 30.0, rel=1e-12)
+    assert vals[("LEDGER", f"H{r}")] == pytest.approx(pl.ledger.usd_per_request / 2, rel=1e-12)
+    # Every line item's month amount follows the edited factor too.
+    wl = wb["Ledger"]
+    item_rows = [c.row for c in wl["A"][1:] if c.value == "plan" and c.row < r - 1]
+    assert item_rows and all(vals[("LEDGER", f"I{x}")] == pytest.approx(vals[("LEDGER", f"H{x}")] * 30.0)
+                             for x in item_rows)
 
 
 def test_unwritable_folder_leaves_nothing(tmp_path, split_result):
