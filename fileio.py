@@ -37,20 +37,47 @@ def _umask() -> int:
     return mask
 
 
-@contextlib.contextmanager
-def atomic_path(path: str | Path, *, field: str | None = None) -> Iterator[Path]:
-    """Yield a temporary path next to ``path`` that replaces ``path`` when the block ends without error.
+def check_destination(path: str | Path, *, field: str | None = None) -> Path:
+    """``path`` as a Path, after checking that a new regular file may take its place.
 
-    Raises InputError (naming ``field`` when given) when ``path`` is a folder, its folder does not exist, or it
-    cannot be written.
+    Raises InputError (naming ``field`` when given) when ``path`` is a folder, a symbolic link (written through only
+    when asked: give the link's target instead), a device, pipe or other non-regular file (never replaced), or when
+    its folder does not exist or cannot be written (tried with a temporary file, removed at once).
     """
     target = Path(path)
+    if target.is_symlink():
+        raise InputError(f"{target} is a symbolic link (to {os.readlink(target)}); it is not replaced: give the "
+                         "file it points to, or another path", source=str(target), field=field)
     if target.is_dir():
         raise InputError(f"{target} is a folder; give a file name", source=str(target), field=field)
+    if target.exists() and not target.is_file():
+        raise InputError(f"{target} is not a regular file (a device, pipe or socket); it is never replaced: give "
+                         "a file path", source=str(target), field=field)
     parent = target.parent if str(target.parent) else Path(".")
     if not parent.is_dir():
         raise InputError(f"folder {parent} does not exist; create it or choose another path", source=str(target),
                          field=field)
+    os.unlink(_temporary_beside(target, field))  # a real probe: permissions, read-only or pseudo file systems
+    return target
+
+
+def check_destinations(paths: Mapping[str, str | Path | None]) -> None:
+    """:func:`check_destination` for every given path of ``paths`` ({option name: path or None}), before any work
+    starts, so a long run never ends in an unwritable output. Two options naming the same file are an error too."""
+    seen: dict[Path, str] = {}
+    for name, p in paths.items():
+        if p is None:
+            continue
+        target = check_destination(p, field=name)
+        key = target.resolve()
+        if key in seen:
+            raise InputError(f"{seen[key]} and {name} name the same file {target}; give each output its own path",
+                             source=str(target), field=name)
+        seen[key] = name
+
+
+def _temporary_beside(target: Path, field: str | None) -> Path:
+    parent = target.parent if str(target.parent) else Path(".")
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=target.suffix or ".tmp", dir=parent)
     except OSError as exc:
@@ -58,14 +85,67 @@ def atomic_path(path: str | Path, *, field: str | None = None) -> Iterator[Path]
             from None
     os.close(fd)
     os.chmod(tmp, 0o666 & ~_umask())
+    return Path(tmp)
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | Path, *, field: str | None = None) -> Iterator[Path]:
+    """Yield a temporary path next to ``path`` that replaces ``path`` when the block ends without error.
+
+    Raises InputError (naming ``field`` when given) for a destination :func:`check_destination` refuses, or when
+    the file cannot be written.
+    """
+    with output_files({field or "path": path}) as tmp:
+        yield tmp[field or "path"]
+
+
+@contextlib.contextmanager
+def output_files(paths: Mapping[str, str | Path | None]) -> Iterator[dict[str, Path]]:
+    """Write several output files all or none.
+
+    Checks every given destination first (:func:`check_destinations`), yields {option name: temporary path beside
+    its destination} for the paths that are not None; when the block ends without error every temporary file
+    replaces its destination (if one move fails, the destinations already replaced get their old content back);
+    on any error every temporary file is removed and no destination changes. Raises InputError naming the option.
+    """
+    check_destinations(paths)
+    targets = {name: Path(p) for name, p in paths.items() if p is not None}
+    tmps: dict[str, Path] = {}
+    backups: list[tuple[Path, Path | None]] = []  # (target, backup of its old content or None if it was new)
+    made: list[Path] = []  # backup files, removed at the end (those put back are gone already)
     try:
-        yield Path(tmp)
-        os.replace(tmp, target)
-    except OSError as exc:
-        raise InputError(f"cannot write {target}: {exc.strerror or exc}", source=str(target), field=field) from None
+        for name, target in targets.items():
+            tmps[name] = _temporary_beside(target, name)
+        try:
+            yield dict(tmps)
+        except OSError as exc:  # the writer failed (a full disk, a vanished folder): nothing is replaced
+            where = ", ".join(str(t) for t in targets.values())
+            raise InputError(f"cannot write {where}: {exc.strerror or exc}", source=where,
+                             field=", ".join(targets)) from None
+        for name, target in targets.items():
+            try:
+                backup = None
+                if target.exists():
+                    backup = _temporary_beside(target, name)
+                    made.append(backup)
+                    os.replace(target, backup)
+                backups.append((target, backup))
+                os.replace(tmps[name], target)
+            except OSError as exc:
+                raise InputError(f"cannot write {target}: {exc.strerror or exc}", source=str(target),
+                                 field=name) from None
+    except BaseException:
+        for target, backup in reversed(backups):  # put the old files back
+            with contextlib.suppress(OSError):
+                if backup is not None:
+                    os.replace(backup, target)
+                else:
+                    os.unlink(target)
+        raise
     finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
+        for p in [*tmps.values(), *made]:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(p)
 
 
 def write_text_atomic(path: str | Path, text: str, *, field: str | None = None) -> None:

@@ -9,13 +9,14 @@ import sys
 
 import click
 
-from fleetplan.cli.output import atomic_path, progress_status, write_text_atomic
+from fleetplan.cli.output import progress_status
 from fleetplan.errors import FleetplanError
+from fleetplan.fileio import check_destinations, output_files
 from fleetplan.placement.plan import evaluate
 from fleetplan.placement.planio import plan_to_dict
 from fleetplan.placement.scenario import build_problem, load_scenario, scenario_embed
 from fleetplan.placement.validate import validate
-from fleetplan.placement.workbook import write_plan_workbook
+from fleetplan.placement.workbook import build_plan_workbook
 from fleetplan.solvers.baselines import BASELINES
 from fleetplan.solvers.solve import BACKENDS, MIN_TIME_LIMIT_S, check_solve_options, solve
 
@@ -124,8 +125,7 @@ def _plot(path: str, problem, plan) -> None:
     fig.suptitle(f"{problem.name}: demand vs provisioned capacity (after the {problem.margin:.0%} margin)",
                  fontsize=10)
     fig.tight_layout()
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, format="png", dpi=110)
+    fig.savefig(path, format="png", dpi=110)
     plt.close(fig)
 
 
@@ -152,15 +152,9 @@ def plan(scenario, backend, time_limit_s, threads, gap, window_s, out_path, fmt,
     """Plan SCENARIO (a YAML file or a shipped scenario's name; the shipped default when omitted): replicas per
     model, GPU type, site and window at the lowest cost that meets every SLO. Every plan is re-checked by the
     independent validator before it is printed."""
-    from pathlib import Path
-
     time_limit_s, gap = check_solve_options(time_limit_s, gap)  # NaN, infinities and out-of-range values refused
-    for opt, path in (("--out", out_path), ("--plot", plot_path), ("--xlsx", xlsx_path)):
-        if path:  # fail before a long solve, not after it
-            folder = Path(path).parent
-            if not folder.is_dir() or Path(path).is_dir():
-                raise FleetplanError(f"{opt} {path}: folder {folder} does not exist (or the path is a folder); "
-                                     "create it or choose another path")
+    outputs = {"--out": out_path, "--plot": plot_path, "--xlsx": xlsx_path}
+    check_destinations(outputs)  # fail before a long solve, not after it
     with progress_status(enabled=sys.stderr.isatty()) as say:
         say("reading the scenario and its demand")
         sc = load_scenario(scenario, window_length_s=window_s)
@@ -175,13 +169,13 @@ def plan(scenario, backend, time_limit_s, threads, gap, window_s, out_path, fmt,
         raise FleetplanError("the solver's plan fails the independent check (please report this): "
                              + "; ".join(report.violations[:5]))
     d = plan_to_dict(problem, result, scenario=scenario_embed(sc), baselines=baselines)
-    if out_path:
-        write_text_atomic(out_path, json.dumps(d, indent=1))
-    if plot_path:
-        _plot(plot_path, problem, result)
-    if xlsx_path:
-
-        write_plan_workbook(xlsx_path, problem, result)  # atomic: a temporary file, then a rename
+    with output_files(outputs) as tmp:  # all of them or none
+        if out_path:
+            tmp["--out"].write_text(json.dumps(d, indent=1))
+        if plot_path:
+            _plot(tmp["--plot"], problem, result)
+        if xlsx_path:
+            build_plan_workbook(problem, result).save(tmp["--xlsx"])
     if fmt == "json":
         click.echo(json.dumps(d, indent=1))
     elif fmt == "csv":

@@ -1,0 +1,78 @@
+"""Outputs never replace what they must not (symlinks, devices, folders), and several outputs are written all or
+none (fleetplan.fileio.output_files)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from fleetplan.errors import InputError
+from fleetplan.fileio import atomic_path, check_destinations, output_files, write_text_atomic
+
+
+def test_a_symlink_is_never_replaced(tmp_path):
+    real = tmp_path / "real.json"
+    real.write_text("keep")
+    link = tmp_path / "link.json"
+    link.symlink_to(real)
+    with pytest.raises(InputError, match="symbolic link"):
+        write_text_atomic(link, "new")
+    assert link.is_symlink() and real.read_text() == "keep"
+
+
+def test_a_device_is_never_replaced():
+    with pytest.raises(InputError, match="not a regular file"):
+        write_text_atomic("/dev/null", "x")
+    assert os.path.exists("/dev/null") and not os.path.isfile("/dev/null")
+
+
+def test_a_folder_or_missing_folder_is_refused_before_any_work(tmp_path):
+    with pytest.raises(InputError, match="is a folder"):
+        check_destinations({"--out": tmp_path})
+    with pytest.raises(InputError, match="does not exist"):
+        check_destinations({"--out": tmp_path / "no" / "x.json"})
+    with pytest.raises(InputError, match="name the same file"):
+        check_destinations({"--out": tmp_path / "a.json", "--plot": tmp_path / "." / "a.json"})
+
+
+def test_several_outputs_all_or_none_when_the_work_fails(tmp_path):
+    old = tmp_path / "a.json"
+    old.write_text("old")
+    with pytest.raises(RuntimeError), output_files({"--out": old, "--plot": tmp_path / "b.png"}) as tmp:
+        tmp["--out"].write_text("new")
+        raise RuntimeError("the plot failed")
+    assert old.read_text() == "old" and sorted(p.name for p in tmp_path.iterdir()) == ["a.json"]
+
+
+def test_several_outputs_all_or_none_when_a_move_fails(tmp_path, monkeypatch):
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    a.write_text("old a")
+    real_replace = os.replace
+
+    def replace(src, dst):
+        if str(dst) == str(b):
+            raise OSError(28, "No space left on device")
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", replace)
+    with pytest.raises(InputError, match="cannot write .*b.json: No space left"), \
+            output_files({"--out": a, "--csv": b}) as tmp:
+        tmp["--out"].write_text("new a")
+        tmp["--csv"].write_text("new b")
+    # a got its old content back, b was never created, no temporary file is left.
+    assert a.read_text() == "old a" and sorted(p.name for p in tmp_path.iterdir()) == ["a.json"]
+
+
+def test_success_replaces_every_destination(tmp_path):
+    a = tmp_path / "a.json"
+    a.write_text("old")
+    with output_files({"--out": a, "--plot": tmp_path / "b.png", "--xlsx": None}) as tmp:
+        assert set(tmp) == {"--out", "--plot"}
+        tmp["--out"].write_text("new")
+        tmp["--plot"].write_text("png")
+    assert a.read_text() == "new" and (tmp_path / "b.png").read_text() == "png"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.json", "b.png"]
+    with atomic_path(tmp_path / "c.txt") as t:
+        t.write_text("c")
+    assert (tmp_path / "c.txt").read_text() == "c"
