@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from fleetplan.fileio import atomic_path
+from fleetplan.fileio import atomic_path, check_destinations
 from fleetplan.placement.tenants import load_tenants, validate_allocation
 from fleetplan.solvers.tenant_baselines import fair_share, static_partition
 from fleetplan.solvers.tenants import solve_allocation
@@ -134,6 +134,7 @@ def allocate(scenario: Path | None, mode: str, backend: str, time_limit_s: float
     from rich.console import Console
 
 
+    check_destinations({"--plot": plot})  # before the solve
     t0 = time.perf_counter()
     problem, opts = load_tenants(scenario)
     kinds = {} if split == "none" else {g: split_kind(split, g) for g in sorted({n.gpu for n in problem.nodes})}

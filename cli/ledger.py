@@ -14,14 +14,15 @@ import math
 import os
 import sys
 from collections.abc import Callable
+from pathlib import Path
 
 import click
 
 from fleetplan.costmodels.split import SWEEP_VARIABLES, apply_variables, compare, grid, scenario_row
 from fleetplan.errors import InputError, UnknownNameError
-from fleetplan.fileio import atomic_path, write_text_atomic
+from fleetplan.fileio import check_destinations, output_files
 from fleetplan.placement.split import SplitOptions, make_spec
-from fleetplan.placement.workbook import write_split_workbook
+from fleetplan.placement.workbook import build_split_workbook
 
 
 def _clean(v):
@@ -30,11 +31,6 @@ def _clean(v):
     if isinstance(v, dict):
         return {k: _clean(x) for k, x in v.items()}
     return v
-
-
-def _write_text_atomic(path: str, text: str) -> None:
-
-    write_text_atomic(path, text, field="path")
 
 
 def _csv(rows: list[dict]) -> str:
@@ -215,17 +211,19 @@ def ledger() -> None:
 def split_cmd(fmt: str, xlsx: str | None, csv_out: str | None, no_prompt_break_even: bool, **kw) -> None:
     """Compare colocated, disaggregated in one site, and prefill-here/decode-there on the same demand."""
 
+    outputs = {"--xlsx": xlsx, "--csv-out": csv_out}
+    check_destinations(outputs)  # before the work
     spec = make_spec(split_options(kw))
     result = compare(spec, prompt_break_even=not no_prompt_break_even)
-    if xlsx:
-
-        base = spec.kv_table.tiers[0].usd_per_gb
-        egress = sorted({round(x, 4) for x in (0.0, base / 2, base, base * 2, base * 4)})
-        prompts = [spec.mix.input_tokens_mean * f for f in (0.25, 1.0, 4.0)]
-        rows = [scenario_row(spec, {"egress_usd_per_gb": e, "prompt_tokens": p}) for e in egress for p in prompts]
-        write_split_workbook(xlsx, result, rows)
-    if csv_out:
-        _write_text_atomic(csv_out, _csv([i.row() for o in result.options.values() for i in o.ledger.items]))
+    with output_files(outputs) as tmp:  # all of them or none
+        if xlsx:
+            base = spec.kv_table.tiers[0].usd_per_gb
+            egress = sorted({round(x, 4) for x in (0.0, base / 2, base, base * 2, base * 4)})
+            prompts = [spec.mix.input_tokens_mean * f for f in (0.25, 1.0, 4.0)]
+            rows = [scenario_row(spec, {"egress_usd_per_gb": e, "prompt_tokens": p}) for e in egress for p in prompts]
+            build_split_workbook(result, rows).save(tmp["--xlsx"])
+        if csv_out:
+            tmp["--csv-out"].write_text(_csv([i.row() for o in result.options.values() for i in o.ledger.items]))
     _print_split(result, fmt)
 
 
@@ -248,13 +246,16 @@ def whatif_cmd(vary: tuple[str, ...], workers: int, fmt: str, out: str | None, p
 def run_whatif(options: SplitOptions, vary: tuple[str, ...], workers: int, fmt: str, out: str | None,
                plot: str | None) -> None:
     """Sweep the design ``options`` over the ``--vary`` grid and print/write the table (both whatif commands)."""
+    outputs = {"--out": out, "--plot": plot}
+    check_destinations(outputs)  # before the sweep
     variables = dict(parse_vary(v) for v in vary)
     spec = make_spec(options)
     rows = _run_sweep(spec, variables, workers, quiet=fmt != "table")
-    if out:
-        _write_text_atomic(out, _csv(rows))
-    if plot:
-        _plot(rows, list(variables), plot)
+    with output_files(outputs) as tmp:  # both or neither
+        if out:
+            tmp["--out"].write_text(_csv(rows))
+        if plot:
+            _plot(rows, list(variables), tmp["--plot"])
     if fmt == "json":
         click.echo(json.dumps([_clean(r) for r in rows], indent=2))
     elif fmt == "csv":
@@ -271,7 +272,7 @@ def run_whatif(options: SplitOptions, vary: tuple[str, ...], workers: int, fmt: 
         Console(width=None if sys.stdout.isatty() else 200).print(t)
 
 
-def _plot(rows: list[dict], names: list[str], path: str) -> None:
+def _plot(rows: list[dict], names: list[str], path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -294,7 +295,6 @@ def _plot(rows: list[dict], names: list[str], path: str) -> None:
     fig.tight_layout()
 
     try:
-        with atomic_path(path, field="plot") as tmp:
-            fig.savefig(tmp, format="png")
+        fig.savefig(path, format="png")
     finally:
         plt.close(fig)
