@@ -12,10 +12,10 @@ import click
 from fleetplan.cli.output import atomic_path, progress_status, write_text_atomic
 from fleetplan.datasets.traces import load_trace
 from fleetplan.errors import InputError
+from fleetplan.placement.planio import load_plan_file
 from fleetplan.simulator.engine import Policy
 from fleetplan.simulator.replay import (
     FleetBuilder,
-    load_plan_file,
     parse_window,
     scenario_workload,
     simulate_day,

@@ -121,6 +121,17 @@ def plan_from_dict(d: dict, problem: Problem | None = None) -> Plan:
     except (KeyError, TypeError, ValueError) as exc:
         raise InputError(f"plan file is malformed: {exc!r}", field="replicas") from None
     if problem is not None:
+        W = problem.n_windows
+        for k, counts in replicas.items():
+            if len(counts) != W or any(c < 0 for c in counts):
+                raise InputError(f"plan replica {k} has {len(counts)} counts {list(counts)}; the scenario has {W} "
+                                 "windows and counts are whole numbers >= 0 (was the file edited?)",
+                                 field="replicas.counts", value=list(counts))
+        for g in shared:
+            for m, v in g.served_req_per_s.items():
+                if len(v) != W:
+                    raise InputError(f"shared GPU {g.pool} serves {m} in {len(v)} windows; the scenario has {W}",
+                                     field="shared_gpus.served_req_per_s", value=list(v))
         opts = problem.option_by_key
         for k in replicas:
             if k not in opts:
@@ -162,3 +173,28 @@ def problem_from_plan_dict(d: dict) -> tuple[Problem, Any]:
     scenario = scenario_from_raw(yaml12_numbers(sc["raw"]), source=sc.get("source", "plan file"),
                                  base=sc.get("base"), window_length_s=d.get("window_length_s"))
     return build_problem(scenario), scenario
+
+
+def load_plan_file(path: str | Path) -> tuple[Problem, Plan, Any, dict]:
+    """(problem, plan, scenario, plan dict) from a plan JSON written by ``fleetplan plan --out``, re-checked.
+
+    The problem is rebuilt from the scenario the file embeds, and the plan is re-validated against it by the
+    independent :func:`~fleetplan.placement.validate.validate` (inventory, capacity, SLOs, shapes, and the stated
+    cost against an independent recomputation), so a hand-edited plan (150 GPUs on an 8-GPU inventory, a changed
+    cost) is refused instead of replayed. Raises InputError naming the file and what is wrong.
+    """
+    d = read_plan_json(path)
+    try:
+        problem, scenario = problem_from_plan_dict(d)
+        plan = plan_from_dict(d, problem)
+    except InputError as exc:
+        raise InputError(str(exc), source=str(path)) from None
+    if not plan.has_solution:
+        raise InputError(f"the plan file has no plan (status {plan.status.value})", source=str(path),
+                         field="status")
+    report = validate(problem, plan)
+    if not report.ok:
+        more = f" (and {len(report.violations) - 3} more)" if len(report.violations) > 3 else ""
+        raise InputError("the plan does not hold for its own scenario (was it edited?): "
+                         + "; ".join(report.violations[:3]) + more, source=str(path))
+    return problem, plan, scenario, d

@@ -52,7 +52,6 @@ from fleetplan.datasets.servegen import servegen_client_mix, servegen_day_curve
 from fleetplan.datasets.traces import load_trace
 from fleetplan.errors import InputError, UnknownNameError
 from fleetplan.placement.plan import Plan
-from fleetplan.placement.planio import plan_from_dict, problem_from_plan_dict, read_plan_json
 from fleetplan.placement.problem import Problem
 from fleetplan.simulator.engine import FCFS, DeviceSpec, EngineSpec, Policy, RunResult, StepModel, run
 
@@ -783,13 +782,3 @@ def simulate_trace(problem: Problem, plan: Plan, scenario, trace, *, window: str
                      title=f"{problem.name}: trace {trace.name} on window {w}")
 
 
-def load_plan_file(path: str) -> tuple[Problem, Plan, object, dict]:
-    """(problem, plan, scenario, plan dict) from a plan JSON written by ``fleetplan plan --out``."""
-
-    d = read_plan_json(path)
-    problem, scenario = problem_from_plan_dict(d)
-    plan = plan_from_dict(d, problem)
-    if not plan.has_solution:
-        raise InputError(f"the plan file has no plan (status {plan.status.value}); nothing to simulate",
-                         source=str(path), field="status")
-    return problem, plan, scenario, d

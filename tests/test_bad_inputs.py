@@ -1,0 +1,86 @@
+"""A corpus of bad or unusual inputs, run through the CLI as a user would: each gives exit code 2, one line that
+names the real cause, no traceback, and leaves no file behind."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from fleetplan.cli.main import main
+
+
+def run(*args: str) -> tuple[int, str]:
+    res = CliRunner().invoke(main, list(args), catch_exceptions=True)
+    out = res.output  # stdout and stderr, as the terminal shows them
+    assert "Traceback" not in out, out
+    assert res.exception is None or isinstance(res.exception, SystemExit), repr(res.exception)
+    return res.exit_code, out
+
+
+@pytest.fixture(scope="module")
+def plan_file(tmp_path_factory):
+    d = tmp_path_factory.mktemp("plan")
+    p = d / "p.json"
+    code, out = run("plan", "--out", str(p), "--time-limit", "20", "--format", "json", "--no-baselines")
+    assert code == 0, out
+    return json.loads(p.read_text())
+
+
+def _edited(tmp_path, d: dict, edit) -> str:
+    d = json.loads(json.dumps(d))
+    edit(d)
+    p = tmp_path / "edited.json"
+    p.write_text(json.dumps(d))
+    return str(p)
+
+
+# (edit of a valid plan file, words the one-line error must hold)
+PLAN_EDITS = [
+    # 150 replicas of 4 GPUs each = 600 GPUs on an inventory of 2 nodes × 8 GPUs.
+    (lambda d: d["replicas"][0].__setitem__("counts", [150] * len(d["replicas"][0]["counts"])),
+     ["does not hold for its own scenario", "do not fit"]),
+    (lambda d: d.__setitem__("cost_usd_per_day", 10.0), ["reported objective $10.00 differs from the recomputed"]),
+    (lambda d: d["replicas"][0].__setitem__("counts", d["replicas"][0]["counts"][:5]),
+     ["has 5 counts", "the scenario has 24 windows"]),
+    (lambda d: d["replicas"][0].__setitem__("counts", [-1] * 24), ["whole numbers >= 0"]),
+    (lambda d: d.pop("scenario"), ["no embedded scenario"]),
+    (lambda d: d.__setitem__("fleetplan_plan_version", 7), ["not a fleetplan plan file"]),
+    (lambda d: d.__setitem__("status", "maybe"), ["malformed"]),
+]
+
+
+@pytest.mark.parametrize("edit,needles", PLAN_EDITS)
+def test_simulate_refuses_an_edited_plan(tmp_path, plan_file, edit, needles):
+    code, out = run("simulate", _edited(tmp_path, plan_file, edit), "--format", "json")
+    assert code == 2, out
+    lines = [x for x in out.splitlines() if x.strip()]
+    assert len(lines) == 1 and lines[0].startswith("Error: "), out
+    for n in needles:
+        assert n in out, (n, out)
+
+
+# (arguments, words the one-line error must hold); every output path lies under the test's folder.
+CLI_CASES = [
+    (["plan", "--out", "{tmp}/no/such/folder/p.json"], ["does not exist"]),
+    (["plan", "--out", "{tmp}"], ["is a directory"]),  # click's own check of the option (a usage error)
+    (["plan", "--out", "{tmp}/a.json", "--plot", "{tmp}/a.json"], ["name the same file"]),
+    (["plan", "--xlsx", "/dev/null"], ["not a regular file"]),
+    (["plan", "--time-limit", "nan"], ["time"]),
+    (["plan", "--gap", "nan"], ["gap"]),
+    (["ledger", "split", "--model", "llama-3.1-70b", "--prefill-site", "aws:us-east-1", "--decode-site",
+      "aws:us-west-2", "--csv-out", "{tmp}/no/x.csv"], ["does not exist"]),
+]
+
+
+@pytest.mark.parametrize("args,needles", CLI_CASES)
+def test_cli_refuses_bad_options_before_any_work(tmp_path, args, needles):
+    before = sorted(tmp_path.iterdir())
+    code, out = run(*[a.format(tmp=tmp_path) for a in args])
+    assert code == 2, out
+    lines = [x for x in out.splitlines() if x.strip()]
+    assert lines[-1].startswith("Error: ") and sum(x.startswith("Error: ") for x in lines) == 1, out
+    for n in needles:
+        assert n in out, (n, out)
+    assert sorted(tmp_path.iterdir()) == before  # nothing written, nothing left behind
