@@ -119,6 +119,28 @@ def parse_vary(text: str) -> tuple[str, list[float]]:
     return name, vals
 
 
+#: Largest what-if grid run without --max-cells (a 1000 × 1000 grid is a million scenarios: hours of work).
+MAX_GRID_CELLS = 10_000
+
+
+def parse_grid(vary: tuple[str, ...], max_cells: int = MAX_GRID_CELLS) -> dict[str, list[float]]:
+    """{variable: values} of the ``--vary`` options, in order. Raises InputError when a variable is given twice
+    (the last would silently win) or the grid has more than ``max_cells`` cells (raise --max-cells to run it)."""
+    variables: dict[str, list[float]] = {}
+    for text in vary:
+        name, vals = parse_vary(text)
+        if name in variables:
+            raise InputError(f"--vary {name} is given twice; give all its values in one --vary (e.g. {name}=1,2,3)",
+                             field="vary", value=text)
+        variables[name] = vals
+    cells = math.prod(len(v) for v in variables.values())
+    if cells > max_cells:
+        sizes = " × ".join(str(len(v)) for v in variables.values())
+        raise InputError(f"the grid has {cells:,} cells ({sizes}); at most {max_cells:,} run without asking: use "
+                         f"fewer values or raise --max-cells", field="vary", value=cells)
+    return variables
+
+
 def _run_sweep(spec, variables: dict, workers: int, quiet: bool) -> list[dict]:
     from concurrent.futures import ProcessPoolExecutor
 
@@ -227,6 +249,11 @@ def split_cmd(fmt: str, xlsx: str | None, csv_out: str | None, no_prompt_break_e
     _print_split(result, fmt)
 
 
+def _max_cells_option(f: Callable) -> Callable:
+    return click.option("--max-cells", type=click.IntRange(1, 10_000_000), default=MAX_GRID_CELLS,
+                        show_default=True, help="Largest grid run (cells = product of the --vary value counts).")(f)
+
+
 @ledger.command("whatif")
 @_split_options
 @click.option("--vary", "vary", multiple=True, required=True,
@@ -238,17 +265,19 @@ def split_cmd(fmt: str, xlsx: str | None, csv_out: str | None, no_prompt_break_e
 @click.option("--out", type=click.Path(dir_okay=False), default=None, help="Also write the table as CSV.")
 @click.option("--plot", type=click.Path(dir_okay=False), default=None,
               help="Write a PNG plot of the split's savings over the first variable.")
-def whatif_cmd(vary: tuple[str, ...], workers: int, fmt: str, out: str | None, plot: str | None, **kw) -> None:
+@_max_cells_option
+def whatif_cmd(vary: tuple[str, ...], workers: int, fmt: str, out: str | None, plot: str | None, max_cells: int,
+               **kw) -> None:
     """Evaluate a grid of scenarios (in parallel processes) and print the verdict per cell."""
-    run_whatif(split_options(kw), vary, workers, fmt, out, plot)
+    run_whatif(split_options(kw), vary, workers, fmt, out, plot, max_cells)
 
 
 def run_whatif(options: SplitOptions, vary: tuple[str, ...], workers: int, fmt: str, out: str | None,
-               plot: str | None) -> None:
+               plot: str | None, max_cells: int = MAX_GRID_CELLS) -> None:
     """Sweep the design ``options`` over the ``--vary`` grid and print/write the table (both whatif commands)."""
     outputs = {"--out": out, "--plot": plot}
     check_destinations(outputs)  # before the sweep
-    variables = dict(parse_vary(v) for v in vary)
+    variables = parse_grid(vary, max_cells)
     spec = make_spec(options)
     rows = _run_sweep(spec, variables, workers, quiet=fmt != "table")
     with output_files(outputs) as tmp:  # both or neither

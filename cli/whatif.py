@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from fleetplan.cli.ledger import _split_options, run_whatif, split_options
+from fleetplan.cli.ledger import _max_cells_option, _split_options, run_whatif, split_options
 from fleetplan.datasets.shipped import shipped_scenario_text
 from fleetplan.errors import InputError
 from fleetplan.fileio import parse_yaml, read_yaml
@@ -47,6 +47,7 @@ def _with_optional(f):
 @click.option("--out", type=click.Path(dir_okay=False), default=None, help="Also write the table as CSV.")
 @click.option("--plot", type=click.Path(dir_okay=False), default=None,
               help="Write a PNG plot of the split's savings over the first variable.")
+@_max_cells_option
 @click.pass_context
 def whatif(ctx: click.Context, scenario: str | None, **kw) -> None:
     """Sweep a prefill/decode split design: SCENARIO is a YAML file of `fleetplan ledger split` options (the shipped
@@ -60,4 +61,4 @@ def whatif(ctx: click.Context, scenario: str | None, **kw) -> None:
         if src is not None and src.name not in ("DEFAULT", "DEFAULT_MAP"):
             given[key] = value
     options = split_options(given, base=data, source=where)
-    run_whatif(options, kw["vary"], kw["workers"], kw["fmt"], kw["out"], kw["plot"])
+    run_whatif(options, kw["vary"], kw["workers"], kw["fmt"], kw["out"], kw["plot"], kw["max_cells"])

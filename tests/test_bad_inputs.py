@@ -71,6 +71,13 @@ CLI_CASES = [
     (["plan", "--gap", "nan"], ["gap"]),
     (["ledger", "split", "--model", "llama-3.1-70b", "--prefill-site", "aws:us-east-1", "--decode-site",
       "aws:us-west-2", "--csv-out", "{tmp}/no/x.csv"], ["does not exist"]),
+    # The same --vary twice kept the last one silently.
+    (["whatif", "--vary", "egress_usd_per_gb=0.01,0.02", "--vary", "egress_usd_per_gb=0.05"], ["given twice"]),
+    # 1000 × 1000 = 1,000,000 cells started without a word.
+    (["whatif", "--vary", "egress_usd_per_gb=0:1:1000", "--vary", "prompt_tokens=100:10000:1000"],
+     ["1,000,000 cells", "--max-cells"]),
+    (["ledger", "whatif", "--model", "llama-3.1-70b", "--prefill-site", "aws:us-east-1", "--decode-site",
+      "aws:us-west-2", "--vary", "rate_req_per_s=1:2:200", "--vary", "prompt_tokens=1:2:100"], ["20,000 cells"]),
 ]
 
 
