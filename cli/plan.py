@@ -17,6 +17,7 @@ from fleetplan.placement.planio import plan_to_dict
 from fleetplan.placement.scenario import build_problem, load_scenario, scenario_embed
 from fleetplan.placement.validate import validate
 from fleetplan.placement.workbook import build_plan_workbook
+from fleetplan.simulator.verify import verify_plan, verify_text, verify_to_dict
 from fleetplan.solvers.baselines import BASELINES
 from fleetplan.solvers.solve import BACKENDS, MIN_TIME_LIMIT_S, check_solve_options, solve
 
@@ -147,8 +148,14 @@ def _plot(path: str, problem, plan) -> None:
 @click.option("--xlsx", "xlsx_path", type=click.Path(dir_okay=False), default=None,
               help="What-if workbook of the plan with live formulas.")
 @click.option("--no-baselines", is_flag=True, help="Skip the baselines.")
+@click.option("--verify", is_flag=True,
+              help="Replay the plan over its day (as `fleetplan simulate` does); for every model-window that misses "
+                   "a target, tighten the capacity of the options it uses and plan again, until every target holds "
+                   "in the replay or the rounds run out. Reports the derating per option.")
+@click.option("--verify-rounds", type=click.IntRange(min=0, max=20), default=6, show_default=True,
+              help="Most re-plans of --verify.")
 def plan(scenario, backend, time_limit_s, threads, gap, window_s, out_path, fmt, plot_path, xlsx_path,
-         no_baselines) -> None:
+         no_baselines, verify, verify_rounds) -> None:
     """Plan SCENARIO (a YAML file or a shipped scenario's name; the shipped default when omitted): replicas per
     model, GPU type, site and window at the lowest cost that meets every SLO. Every plan is re-checked by the
     independent validator before it is printed."""
@@ -159,8 +166,14 @@ def plan(scenario, backend, time_limit_s, threads, gap, window_s, out_path, fmt,
         say("reading the scenario and its demand")
         sc = load_scenario(scenario, window_length_s=window_s)
         say("evaluating the capacity model")
-        problem = build_problem(sc, progress=say)
-        result = solve(problem, backend, time_limit_s=time_limit_s, threads=threads, gap=gap, progress=say)
+        vr = None
+        if verify:
+            vr = verify_plan(sc, backend=backend, max_rounds=verify_rounds, progress=say,
+                             solve_options=dict(time_limit_s=time_limit_s, threads=threads, gap=gap))
+            problem, result = vr.problem, vr.plan
+        else:
+            problem = build_problem(sc, progress=say)
+            result = solve(problem, backend, time_limit_s=time_limit_s, threads=threads, gap=gap, progress=say)
         baselines = {} if no_baselines else {name: fn(problem) for name, fn in BASELINES.items()}
     if not result.has_solution:
         raise FleetplanError(f"no plan ({result.status.value}): {result.message}")
@@ -169,6 +182,8 @@ def plan(scenario, backend, time_limit_s, threads, gap, window_s, out_path, fmt,
         raise FleetplanError("the solver's plan fails the independent check (please report this): "
                              + "; ".join(report.violations[:5]))
     d = plan_to_dict(problem, result, scenario=scenario_embed(sc), baselines=baselines)
+    if vr is not None:
+        d["verify"] = verify_to_dict(vr)
     with output_files(outputs) as tmp:  # all of them or none
         if out_path:
             tmp["--out"].write_text(json.dumps(d, indent=1))
@@ -182,3 +197,5 @@ def plan(scenario, backend, time_limit_s, threads, gap, window_s, out_path, fmt,
         click.echo(_csv(d), nl=False)
     else:
         _render_table(problem, result, d)
+        if vr is not None:
+            click.echo(verify_text(vr))

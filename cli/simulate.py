@@ -43,6 +43,15 @@ def _row(r) -> list[str]:
             _f(r.energy_kwh, ".1f"), _f(r.usd_per_1m_tokens, ".3f")]
 
 
+_WINDOW_TITLE = ("SLO attainment (TTFT s, TPOT ms, each at its target's percentile; MISS: a target missed by more "
+                 "than 2%)")
+
+
+def _misses_text(rep) -> str:
+    """One line per missed model-window target, e.g. 'Qwen2.5-7B window 3: TPOT p95 125 ms > 100 ms'."""
+    return "\n".join(f"{m} window {w}: {'; '.join(t)}" for m, w, t in rep.misses())
+
+
 def _window_table(rep) -> tuple[list[str], list[list[str]]]:
     windows = sorted({r.window for r in rep.rows})
     models = [r.model for r in rep.overall]
@@ -53,7 +62,9 @@ def _window_table(rep) -> tuple[list[str], list[list[str]]]:
         cells = [str(w)]
         for m in models:
             r = by.get((m, w))
-            cells.append("" if r is None else f"{_f(r.slo_attainment, '.0%')} ({_f(r.ttft_p95_s, '.2f')} s)")
+            tpot_ms = r.tpot_at_target_s * 1e3 if r is not None and math.isfinite(r.tpot_at_target_s) else math.nan
+            cells.append("" if r is None else f"{_f(r.slo_attainment, '.0%')} ({_f(r.ttft_at_target_s, '.2f')} s, "
+                         f"{_f(tpot_ms, '.0f')} ms)" + (" MISS" if r.misses() else ""))
         body.append(cells)
     return head, body
 
@@ -69,7 +80,7 @@ def render_markdown(rep, whatif: dict | None = None) -> str:
     out = [f"# {rep.title}", "", f"Overall SLO attainment: **{_f(rep.attainment(), '.1%')}** of measured requests "
            f"meet both TTFT and TPOT targets ({rep.requests} requests simulated in {rep.wall_s:.1f} s).", "",
            "## Per model", "", _md_table([c for c, _ in _COLS], [_row(r) for r in rep.overall]), "",
-           "## Per window: SLO attainment (P95 TTFT)", ""]
+           f"## Per window: {_WINDOW_TITLE}", ""]
     head, body = _window_table(rep)
     out += [_md_table(head, body), "", "## How this was measured", ""]
     out += [f"- {n}" for n in rep.notes]
@@ -111,7 +122,7 @@ def _print_table(rep) -> None:
     console.print(t)
     head, body = _window_table(rep)
     if len(body) > 1:
-        wt = Table(title="SLO attainment (P95 TTFT) per window", title_justify="left")
+        wt = Table(title=f"Per window: {_WINDOW_TITLE}", title_justify="left")
         for c in head:
             wt.add_column(c, justify="right")
         for row in body:
@@ -200,10 +211,14 @@ def _plots(folder: str, rep) -> list[str]:
 @click.option("--plots", "plots_dir", type=click.Path(file_okay=False), default=None,
               help="Folder for latency-CDF and per-window attainment plots.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@click.option("--check", is_flag=True,
+              help="Exit with status 1 when any model-window misses an SLO target (a percentile more than 2% above "
+                   "its target, or attainment below its target); the message lists the misses. For CI gates.")
 def simulate(plan_file, trace_ref, window, model, rate_scale, time_scale, bucket_s, seed, router, arrivals, slice_s,
-             what_if, preempt_after, resume, report_path, plots_dir, fmt) -> None:
+             what_if, preempt_after, resume, report_path, plots_dir, fmt, check) -> None:
     """Replay PLAN_FILE (written by `fleetplan plan --out`): its own scenario over the whole day, or --trace against
-    one window's replicas; report TTFT/TPOT percentiles, SLO attainment, goodput, utilization, energy and cost."""
+    one window's replicas; report TTFT/TPOT percentiles, SLO attainment, goodput, utilization, energy and cost.
+    With --check, exit 1 when any target is missed."""
 
     if trace_ref is None and (window or model or rate_scale or time_scale or bucket_s):
         raise click.UsageError("--window, --model, --rate-scale, --time-scale and --bucket apply to a --trace replay")
@@ -256,3 +271,11 @@ def simulate(plan_file, trace_ref, window, model, rate_scale, time_scale, bucket
             from rich.console import Console
 
             Console(width=140).print(render_markdown(rep, whatif).split("## What-if policies", 1)[1])
+    if check:
+        misses = rep.misses()
+        if misses:
+            click.echo(f"SLO check failed: {len(misses)} of {len(rep.rows)} model-windows miss a target:\n"
+                       + _misses_text(rep), err=True)
+            sys.exit(1)
+        click.echo(f"SLO check passed: every target met in all {len(rep.rows)} model-windows (2% tolerance)",
+                   err=True)

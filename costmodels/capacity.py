@@ -1,7 +1,8 @@
 """Capacity of one replica (model on tp × pp GPUs of one type) under a latency SLO.
 
-The request rate a replica sustains while the p95 time to first token (TTFT) and the p95 time per output token
-(TPOT) meet their targets, with the running batch bounded by the KV-cache memory left after the weights.
+The request rate a replica sustains while the time to first token (TTFT), the time per output token (TPOT) and,
+when given, the end-to-end latency meet their targets at their percentiles (:class:`SLO`; p95 by default, the
+text below says p95 for that default), with the running batch bounded by the KV-cache memory left after the weights.
 
 Model and approximations (λ = arrival rate, req/s; I, O = input and output tokens per request):
 
@@ -29,6 +30,14 @@ Model and approximations (λ = arrival rate, req/s; I, O = input and output toke
    that batch, and the KV budget must hold that batch at the mean length plus one p95-length request (a long
    request must be admitted without waiting for memory). Without this, a plan sized at capacity met both SLOs for
    only ~92% of simulated requests (``fleetplan simulate``); with it the default plan meets them for >= 95%.
+9. Any percentile: a target at quantile q (:meth:`SLO.planning_quantile`) is sized with the M/M/1 wait exceeded
+   with probability 1 − q, the occupancy quantile B + z_q·sqrt(B), and prompt/output lengths at quantile q (the
+   mix's p95 at q = 0.95, else the lognormal with the mix's mean and p95). An end-to-end target is checked as
+   TTFT_q + (O_q − 1) × TPOT at the same quantile (a sum of quantiles: conservative). Co-resident models on a
+   shared GPU (``residents`` K > 1) are assumed to bring the same prefill load as this one: the device's prefill
+   share is K·ρ_p, which stalls this model's decode steps (TPOT = step / (1 − K·ρ_p)) and queues ahead of its
+   prefills (the M/M/1 wait at arrival rate K·λ). Without this term a Qwen2.5-7B sharing an A100 with
+   Llama-3.1-8B replayed at TPOT p95 ≈ 125 ms against a 100 ms target in every window of the default day.
 
 Latencies come from :mod:`fleetplan.costmodels.latency` (analytic roofline) or from a measured profile through
 :func:`replica_capacity_from_latency`.
@@ -45,33 +54,94 @@ from fleetplan.costmodels.demand import TokenMix
 from fleetplan.costmodels.hardware import GPU, Model
 from fleetplan.costmodels.latency import decode_step_time_s, prefill_time_s
 from fleetplan.costmodels.network import Link
-from fleetplan.costmodels.queueing import mm1_wait_quantile_s, poisson_occupancy_quantile
+from fleetplan.costmodels.queueing import (
+    lognormal_quantile,
+    mm1_wait_quantile_s,
+    normal_quantile,
+    poisson_occupancy_quantile,
+)
 from fleetplan.errors import InputError, check_range
 
-#: Accepted p95 TTFT targets, seconds (low, high): below is not a real target, above is milliseconds given as seconds.
+#: Accepted TTFT targets, seconds (low, high), at any percentile: below is not a real target, above is milliseconds
+#: given as seconds. (The name predates the other percentiles.)
 TTFT_P95_RANGE_S = (0.01, 120.0)
-#: Accepted p95 TPOT targets, seconds (low, high).
+#: Accepted TPOT targets, seconds (low, high), at any percentile.
 TPOT_P95_RANGE_S = (0.001, 2.0)
+#: Accepted end-to-end latency targets, seconds (low, high).
+E2E_RANGE_S = (0.01, 3600.0)
+#: Percentiles a scenario may name in its SLO keys (``ttft_p99_s``, ``tpot_p50_s``, ...).
+SLO_PERCENTILES = (50, 90, 95, 99)
+#: Accepted attainment targets (share of requests meeting all of a model's targets).
+ATTAINMENT_RANGE = (0.5, 0.9999)
+#: Metrics an SLO can target: time to first token, time per output token, end-to-end latency.
+SLO_METRICS = ("ttft", "tpot", "e2e")
 
 
 @dataclass(frozen=True)
 class SLO:
-    """Latency targets of one model's traffic.
+    """Latency targets of one model's traffic: each target is a latency at a percentile of the model's requests.
 
     Attributes:
-        ttft_p95_s: 95th-percentile time to first token, seconds (TTFT_P95_RANGE_S: 0.01..120).
-        tpot_p95_s: 95th-percentile time per output token, seconds (TPOT_P95_RANGE_S: 0.001..2).
+        ttft_s: time-to-first-token target, seconds (TTFT_P95_RANGE_S: 0.01..120), at ``ttft_percentile``.
+        tpot_s: time-per-output-token target, seconds (TPOT_P95_RANGE_S: 0.001..2), at ``tpot_percentile``.
+        ttft_percentile, tpot_percentile: percentile of the requests the target holds for (50 <= p < 100;
+            scenarios name 50, 90, 95 or 99). Default 95.
+        e2e_s: optional end-to-end latency target (arrival to last token), seconds, at ``e2e_percentile``.
+        attainment: optional share of requests that must meet all of the targets at once (0.5..0.9999).
     Raises InputError outside those ranges (e.g. a TTFT of 500, milliseconds where seconds are expected).
+
+    The capacity model sizes each target at its :meth:`planning_quantile`: the target's own percentile, raised to
+    1 − (1 − attainment)/n (n = number of targets) when an attainment is given, so that by the union bound at
+    most a share 1 − attainment of requests misses any target.
     """
 
-    ttft_p95_s: float
-    tpot_p95_s: float
+    ttft_s: float
+    tpot_s: float
+    ttft_percentile: float = 95.0
+    tpot_percentile: float = 95.0
+    e2e_s: float | None = None
+    e2e_percentile: float = 95.0
+    attainment: float | None = None
 
     def __post_init__(self) -> None:
-        check_range(self.ttft_p95_s, field="ttft_p95_s", low=TTFT_P95_RANGE_S[0], high=TTFT_P95_RANGE_S[1], unit="s",
+        check_range(self.ttft_s, field="ttft_s", low=TTFT_P95_RANGE_S[0], high=TTFT_P95_RANGE_S[1], unit="s",
                     fix="give seconds (e.g. 0.5 for 500 ms)")
-        check_range(self.tpot_p95_s, field="tpot_p95_s", low=TPOT_P95_RANGE_S[0], high=TPOT_P95_RANGE_S[1], unit="s",
+        check_range(self.tpot_s, field="tpot_s", low=TPOT_P95_RANGE_S[0], high=TPOT_P95_RANGE_S[1], unit="s",
                     fix="give seconds (e.g. 0.05 for 50 ms)")
+        if self.e2e_s is not None:
+            check_range(self.e2e_s, field="e2e_s", low=E2E_RANGE_S[0], high=E2E_RANGE_S[1], unit="s",
+                        fix="give seconds (e.g. 30 for 30 s)")
+        for name in ("ttft_percentile", "tpot_percentile", "e2e_percentile"):
+            check_range(getattr(self, name), field=name, low=50.0, high=99.99,
+                        fix=f"give a percentile such as {', '.join(map(str, SLO_PERCENTILES))}")
+        if self.attainment is not None:
+            check_range(self.attainment, field="attainment", low=ATTAINMENT_RANGE[0], high=ATTAINMENT_RANGE[1],
+                        fix="give a share of requests, e.g. 0.99")
+
+    def targets(self) -> list[tuple[str, float, float]]:
+        """[(metric, percentile, target seconds)] for every target set: 'ttft', 'tpot' and 'e2e' when given."""
+        out = [("ttft", self.ttft_percentile, self.ttft_s), ("tpot", self.tpot_percentile, self.tpot_s)]
+        if self.e2e_s is not None:
+            out.append(("e2e", self.e2e_percentile, self.e2e_s))
+        return out
+
+    def planning_quantile(self, metric: str) -> float:
+        """The quantile (0..1) at which the capacity model sizes ``metric``'s target (class docstring)."""
+        pct = {"ttft": self.ttft_percentile, "tpot": self.tpot_percentile, "e2e": self.e2e_percentile}[metric]
+        q = pct / 100.0
+        if self.attainment is not None:
+            q = max(q, 1.0 - (1.0 - self.attainment) / len(self.targets()))
+        return q
+
+    def label(self) -> str:
+        """E.g. 'TTFT p99 <= 2 s, TPOT p95 <= 100 ms, attainment >= 99%'."""
+        parts = [f"TTFT p{self.ttft_percentile:g} <= {self.ttft_s:g} s",
+                 f"TPOT p{self.tpot_percentile:g} <= {self.tpot_s * 1e3:g} ms"]
+        if self.e2e_s is not None:
+            parts.append(f"E2E p{self.e2e_percentile:g} <= {self.e2e_s:g} s")
+        if self.attainment is not None:
+            parts.append(f"attainment >= {self.attainment:.4g}")
+        return ", ".join(parts)
 
 
 @dataclass(frozen=True)
@@ -118,19 +188,36 @@ class _Eval:
     ttft_s: float
 
 
-def _evaluate(lam: float, pre_mean_s: float, pre_p95_s: float, decode: Callable[[float], float], o_mean: float,
-              slo: SLO, max_batch: float) -> _Eval:
-    """Check the SLOs at arrival rate ``lam`` (module docstring, points 1-5 and 8)."""
-    rho = lam * pre_mean_s
+@dataclass(frozen=True)
+class _Sizing:
+    """What the targets are sized at: prefill seconds of the mean prompt, and per metric (ttft, tpot, e2e) the
+    planning quantile q, its normal z, the prefill of the q-quantile prompt and the q-quantile decode context and
+    output length (module docstring, points 3, 4, 8 and 9)."""
+
+    pre_mean_s: float
+    o_mean: float
+    residents: int
+    q: dict[str, float]
+    z: dict[str, float]
+    pre_q_s: dict[str, float]
+    ctx_q: dict[str, float]
+    out_q: dict[str, float]
+
+
+def _evaluate(lam: float, sz: _Sizing, decode: Callable[[float, float], float], slo: SLO,
+              max_batch: float) -> _Eval:
+    """Check the SLO's targets at arrival rate ``lam`` (module docstring, points 1-5, 8 and 9)."""
+    rho = sz.residents * lam * sz.pre_mean_s
     if rho >= 1.0:
         return _Eval(False, "prefill_saturated", math.inf, math.inf, math.inf)
+    ctx_t = sz.ctx_q["tpot"]
     b = 1.0
-    tpot = decode(1.0) / (1.0 - rho)
+    tpot = decode(1.0, ctx_t) / (1.0 - rho)
     for _ in range(200):
-        b_new = max(1.0, lam * o_mean * tpot)
+        b_new = max(1.0, lam * sz.o_mean * tpot)
         if b_new > max_batch:
             return _Eval(False, "kv_memory", b_new, tpot, math.inf)
-        tpot_new = decode(b_new) / (1.0 - rho)
+        tpot_new = decode(b_new, ctx_t) / (1.0 - rho)
         if not math.isfinite(tpot_new):
             return _Eval(False, "batch_limit", b_new, tpot_new, math.inf)
         converged = abs(b_new - b) <= 1e-6 * b_new
@@ -139,38 +226,66 @@ def _evaluate(lam: float, pre_mean_s: float, pre_p95_s: float, decode: Callable[
             break
     else:
         return _Eval(False, "tpot", b, tpot, math.inf)
-    b95 = poisson_occupancy_quantile(b) if lam > 0 else 1.0
-    if b95 > max_batch:
+    metrics = [m for m, _, _ in slo.targets()]
+    bq = {m: poisson_occupancy_quantile(b, sz.z[m]) if lam > 0 else 1.0 for m in metrics}
+    if max(bq.values()) > max_batch:
         return _Eval(False, "kv_memory", b, tpot, math.inf)
-    tpot = decode(b95) / (1.0 - rho)
-    mu = 1.0 / pre_mean_s
-    wait = mm1_wait_quantile_s(lam, mu)
-    ttft = pre_p95_s + wait + decode(b95)
-    if tpot > slo.tpot_p95_s:
-        return _Eval(False, "tpot", b, tpot, ttft)
-    if ttft > slo.ttft_p95_s:
-        return _Eval(False, "ttft", b, tpot, ttft)
-    return _Eval(True, "", b, tpot, ttft)
+    mu = 1.0 / sz.pre_mean_s
+
+    def ttft_at(m: str) -> float:
+        return (sz.pre_q_s[m] + mm1_wait_quantile_s(sz.residents * lam, mu, tail=1.0 - sz.q[m])
+                + decode(bq[m], sz.ctx_q[m]))
+
+    tpot_q = decode(bq["tpot"], ctx_t) / (1.0 - rho)
+    ttft_q = ttft_at("ttft")
+    if tpot_q > slo.tpot_s:
+        return _Eval(False, "tpot", b, tpot_q, ttft_q)
+    if ttft_q > slo.ttft_s:
+        return _Eval(False, "ttft", b, tpot_q, ttft_q)
+    if slo.e2e_s is not None:
+        e2e = ttft_at("e2e") + max(0.0, sz.out_q["e2e"] - 1) * decode(bq["e2e"], sz.ctx_q["e2e"]) / (1.0 - rho)
+        if e2e > slo.e2e_s:
+            return _Eval(False, "e2e", b, tpot_q, ttft_q)
+    return _Eval(True, "", b, tpot_q, ttft_q)
+
+
+def _sizing(prefill_s: Callable[[float], float], mix: TokenMix, slo: SLO, residents: int) -> _Sizing:
+    """The :class:`_Sizing` of ``mix`` under ``slo`` (token lengths at quantile q: the mix's p95 at q = 0.95, else
+    the lognormal with the mix's mean and p95, :func:`~fleetplan.costmodels.queueing.lognormal_quantile`)."""
+    q = {m: slo.planning_quantile(m) for m, _, _ in slo.targets()}
+
+    def tokens(mean: float, p95: float, x: float) -> float:
+        return p95 if abs(x - 0.95) < 1e-12 else lognormal_quantile(mean, p95, x)
+
+    inp = {m: tokens(mix.input_tokens_mean, mix.input_tokens_p95, x) for m, x in q.items()}
+    out = {m: tokens(mix.output_tokens_mean, mix.output_tokens_p95, x) for m, x in q.items()}
+    return _Sizing(pre_mean_s=prefill_s(mix.input_tokens_mean), o_mean=mix.output_tokens_mean, residents=residents,
+                   q=q, z={m: normal_quantile(x) for m, x in q.items()},
+                   pre_q_s={m: prefill_s(i) for m, i in inp.items()},
+                   ctx_q={m: inp[m] + out[m] / 2 for m in q}, out_q=out)
 
 
 def replica_capacity_from_latency(prefill_s: Callable[[float], float], decode_step_s: Callable[[float, float], float],
                                   mix: TokenMix, slo: SLO, *, kv_bytes_per_seq: float, kv_budget_bytes: float,
                                   kv_bytes_per_seq_p95: float | None = None, gpus: int = 1,
                                   weights_bytes_per_gpu: float = math.nan,
-                                  memory_bytes_per_gpu: float = math.nan, source: str = "") -> ReplicaCapacity:
+                                  memory_bytes_per_gpu: float = math.nan, source: str = "",
+                                  residents: int = 1) -> ReplicaCapacity:
     """Capacity from any latency functions (analytic or measured; module docstring for the model).
 
     Args:
         prefill_s: seconds to prefill one prompt of the given length (tokens).
         decode_step_s: seconds per decode step for (batch, context tokens); math.inf where not measured.
-        mix, slo: token mix and latency targets.
+        mix, slo: token mix and latency targets (each target sized at its percentile, :meth:`SLO.planning_quantile`).
         kv_bytes_per_seq: KV bytes one sequence of mean length (I_mean + O_mean) holds.
         kv_budget_bytes: KV bytes the replica may use (<= 0: nothing fits).
         kv_bytes_per_seq_p95: KV bytes of a p95-length request (I_p95 + O_p95); the budget keeps room for one
             (default: kv_bytes_per_seq).
         gpus, weights_bytes_per_gpu, memory_bytes_per_gpu, source: copied into the result.
+        residents: models resident on the device (1: dedicated). Each co-resident is assumed to bring the same
+            prefill load, so prefills take ``residents`` × λ × prefill(I_mean) of the device's time: they stall
+            this model's decode steps and queue ahead of its prefills (module docstring, point 9).
     """
-    ctx95 = mix.input_tokens_p95 + mix.output_tokens_p95 / 2
     kv95 = kv_bytes_per_seq if kv_bytes_per_seq_p95 is None else max(kv_bytes_per_seq, kv_bytes_per_seq_p95)
     # Room for the batch at mean length plus one p95-length request (point 8).
     max_batch = (kv_budget_bytes - kv95) / kv_bytes_per_seq + 1 if kv_bytes_per_seq > 0 else math.inf
@@ -183,31 +298,34 @@ def replica_capacity_from_latency(prefill_s: Callable[[float], float], decode_st
                                reason=f"KV budget {kv_budget_bytes / 1e9:.2f} GB holds less than one p95-length "
                                       f"sequence of {mix.input_tokens_p95 + mix.output_tokens_p95:.0f} tokens "
                                       f"({kv95 / 1e9:.3f} GB)", **common)
-    pre_mean, pre_p95 = prefill_s(mix.input_tokens_mean), prefill_s(mix.input_tokens_p95)
+    sz = _sizing(prefill_s, mix, slo, residents)
 
-    def decode(b: float) -> float:
-        return decode_step_s(b, ctx95)
+    def ev(lam: float) -> _Eval:
+        return _evaluate(lam, sz, decode_step_s, slo, max_batch)
 
-    low = _evaluate(0.0, pre_mean, pre_p95, decode, mix.output_tokens_mean, slo, max_batch)
+    low = ev(0.0)
     if not low.ok:
-        what = {"tpot": f"TPOT p95 {low.tpot_s * 1e3:.1f} ms at batch 1 exceeds the target "
-                        f"{slo.tpot_p95_s * 1e3:.1f} ms",
-                "ttft": f"TTFT p95 {low.ttft_s:.3f} s with no queueing exceeds the target {slo.ttft_p95_s:.3f} s",
+        what = {"tpot": f"TPOT p{slo.tpot_percentile:g} {low.tpot_s * 1e3:.1f} ms at batch 1 exceeds the target "
+                        f"{slo.tpot_s * 1e3:.1f} ms",
+                "ttft": f"TTFT p{slo.ttft_percentile:g} {low.ttft_s:.3f} s with no queueing exceeds the target "
+                        f"{slo.ttft_s:.3f} s",
+                "e2e": f"end-to-end p{slo.e2e_percentile:g} latency with no queueing exceeds the target "
+                       f"{slo.e2e_s} s",
                 }.get(low.limiting, f"infeasible even at a vanishing rate ({low.limiting})")
         return ReplicaCapacity(0.0, batch_at_capacity=0.0, tpot_p95_s=low.tpot_s, ttft_p95_s=low.ttft_s,
                                limiting=low.limiting, reason=what, **common)
-    lo, hi = 0.0, 1.0 / pre_mean
+    lo, hi = 0.0, 1.0 / (residents * sz.pre_mean_s)
     best = low
     for _ in range(60):
         mid = 0.5 * (lo + hi)
-        e = _evaluate(mid, pre_mean, pre_p95, decode, mix.output_tokens_mean, slo, max_batch)
+        e = ev(mid)
         if e.ok:
             lo, best = mid, e
         else:
             hi = mid
         if hi - lo <= 1e-6 * hi:
             break
-    lim = _evaluate(hi, pre_mean, pre_p95, decode, mix.output_tokens_mean, slo, max_batch).limiting
+    lim = ev(hi).limiting
     return ReplicaCapacity(lo, batch_at_capacity=best.batch if lo > 0 else 0.0, tpot_p95_s=best.tpot_s,
                            ttft_p95_s=best.ttft_s, limiting=lim or "tpot", **common)
 
@@ -215,7 +333,7 @@ def replica_capacity_from_latency(prefill_s: Callable[[float], float], decode_st
 def replica_capacity(model: Model, gpu: GPU, mix: TokenMix, slo: SLO, *, tp: int = 1, pp: int = 1,
                      weight_dtype: str = "bf16", kv_dtype: str = "bf16", kv_budget_bytes: float | None = None,
                      memory_utilization: float = 0.9, link: Link | None = None,
-                     calib: Calibration) -> ReplicaCapacity:
+                     calib: Calibration, residents: int = 1) -> ReplicaCapacity:
     """Capacity of one replica of ``model`` on ``tp × pp`` GPUs of type ``gpu`` for token mix ``mix`` under ``slo``,
     with the analytic roofline latencies (module docstring for the model and its approximations).
 
@@ -224,7 +342,7 @@ def replica_capacity(model: Model, gpu: GPU, mix: TokenMix, slo: SLO, *, tp: int
     even at a vanishing rate. Raises InputError for memory_utilization outside 0.1..1, a negative
     kv_budget_bytes, or bad tp/pp/dtypes. ``calib`` is the GPU's roofline calibration row
     (:func:`fleetplan.datasets.calibration.load_calibration`); ``link`` the inter-node link, required when pp > 1
-    (:func:`fleetplan.datasets.network.inter_node_link`).
+    (:func:`fleetplan.datasets.network.inter_node_link`); ``residents`` the models sharing the device (point 9).
     """
     check_range(memory_utilization, field="memory_utilization", low=0.1, high=1.0,
                 fix="give a fraction of GPU memory, e.g. 0.9")
@@ -260,7 +378,7 @@ def replica_capacity(model: Model, gpu: GPU, mix: TokenMix, slo: SLO, *, tp: int
         lambda i: prefill_time_s(model, gpu, i, **kw),
         lambda b, c: decode_step_time_s(model, gpu, b, c, kv_dtype=kv_dtype, **kw),
         mix, slo, kv_bytes_per_seq=kv_seq, kv_bytes_per_seq_p95=kv_seq95, kv_budget_bytes=budget,
-        memory_bytes_per_gpu=memory, **base)
+        memory_bytes_per_gpu=memory, residents=residents, **base)
 
 
 def profile_replica_capacity(profile, mix: TokenMix, slo: SLO, *, model: Model, gpu: GPU,

@@ -6,6 +6,8 @@
   :mod:`fleetplan.costmodels.split`).
 * :func:`poisson_occupancy_quantile`: the p95 of a Poisson number of sequences in decode (M/G/∞ occupancy,
   point 8 of :mod:`fleetplan.costmodels.capacity`), normal approximation.
+* :func:`lognormal_quantile`: any quantile of that lognormal (token lengths at an SLO's percentile,
+  point 9 of :mod:`fleetplan.costmodels.capacity`).
 * :func:`lognormal_sigma`: the sigma of a lognormal with a given mean and 95th percentile (synthetic token lengths of
   :mod:`fleetplan.datasets.traces` and :mod:`fleetplan.simulator.replay`).
 """
@@ -57,3 +59,11 @@ def lognormal_sigma(mean: float, p95: float, z: float = Z95) -> float:
         return 0.0
     disc = z * z - 2 * r
     return z - math.sqrt(disc) if disc > 0 else z
+
+
+def lognormal_quantile(mean: float, p95: float, q: float) -> float:
+    """The ``q`` quantile (0 < q < 1) of the lognormal with mean ``mean`` and 95th percentile ``p95``
+    (:func:`lognormal_sigma`): exp(mu + s·z_q) with mu = ln(mean) − s²/2. Equals ``p95`` at q = 0.95 when that
+    p95/mean ratio is reachable (<= exp(z95²/2)); the mean itself when p95 <= mean."""
+    s = lognormal_sigma(mean, p95)
+    return math.exp(math.log(mean) - s * s / 2 + s * normal_quantile(q))

@@ -207,7 +207,7 @@ class SplitResult:
             "input_tokens_mean": s.mix.input_tokens_mean, "input_tokens_p95": s.mix.input_tokens_p95,
             "output_tokens_mean": s.mix.output_tokens_mean, "prefill_site": s.prefill_site,
             "decode_site": s.decode_site, "kv_bytes_per_token": s.kv_bytes_per_token,
-            "slo": {"ttft_p95_s": s.slo.ttft_p95_s, "tpot_p95_s": s.slo.tpot_p95_s},
+            "slo": {"ttft_p95_s": s.slo.ttft_s, "tpot_p95_s": s.slo.tpot_s},
             "options": {k: v.summary() for k, v in self.options.items()},
             "best_single_site": self.best_single_site, "savings_usd_per_day": self.savings_usd_per_day,
             "break_even_egress_usd_per_gb": self.break_even_egress_usd_per_gb,
@@ -262,15 +262,15 @@ def decode_replica_capacity(model: Model, gpu: GPU, mix: TokenMix, slo: SLO, *, 
         return decode_step_time_s(model, gpu, b, ctx, tp=tp, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
                                   calib=calib)
 
-    if step(1.0) > slo.tpot_p95_s:
+    if step(1.0) > slo.tpot_s:
         return 0.0, 0.0, "tpot"
-    if step(max_batch) <= slo.tpot_p95_s:
+    if step(max_batch) <= slo.tpot_s:
         b, lim = max_batch, "kv_memory"
     else:
         lo, hi = 1.0, max_batch
         for _ in range(60):
             mid = 0.5 * (lo + hi)
-            lo, hi = (mid, hi) if step(mid) <= slo.tpot_p95_s else (lo, mid)
+            lo, hi = (mid, hi) if step(mid) <= slo.tpot_s else (lo, mid)
         b, lim = lo, "tpot"
     return b / (mix.output_tokens_mean * step(b)), b, lim
 
@@ -301,13 +301,13 @@ def _pd_pools(spec: SplitSpec, link: Link, prefill_site: str, prefill_gpu: GPU, 
             dec.append((n * tp, tp, n, cap))
     if not dec:
         raise InputError(f"{s.model.name} cannot decode on {s.decode_gpu.name} at any tp within TPOT "
-                         f"{s.slo.tpot_p95_s:g} s (or its weights do not fit); choose a larger GPU or a looser SLO",
+                         f"{s.slo.tpot_s:g} s (or its weights do not fit); choose a larger GPU or a looser SLO",
                          field="decode_gpu", value=s.decode_gpu.name)
     _, dtp, dn, dcap = min(dec)
     pre = []
     for tp in _tp_choices(prefill_price):
         added = _kv_transfer_s(s, link, tp, s.mix.input_tokens_p95)
-        cap, ttft = prefill_replica_capacity(s.model, prefill_gpu, s.mix, s.slo.ttft_p95_s - added, tp=tp,
+        cap, ttft = prefill_replica_capacity(s.model, prefill_gpu, s.mix, s.slo.ttft_s - added, tp=tp,
                                              weight_dtype=s.weight_dtype, calib=pcal)
         if cap > 0:
             n = _replicas(s.rate_req_per_s, cap, s.margin)
@@ -331,7 +331,7 @@ def _pd_pools(spec: SplitSpec, link: Link, prefill_site: str, prefill_gpu: GPU, 
                              field="prefill_gpu", value=prefill_gpu.name)
     _, ptp, pn, pcap, added, ttft, ok = min(pre, key=lambda r: (r[0], r[1]))
     if not ok:
-        note = (f"TTFT p95 {ttft:.2f} s exceeds the SLO {s.slo.ttft_p95_s:g} s (the KV transfer adds {added:.2f} s); "
+        note = (f"TTFT p95 {ttft:.2f} s exceeds the SLO {s.slo.ttft_s:g} s (the KV transfer adds {added:.2f} s); "
                 "prefill pool sized by compute alone")
     pools = [
         GpuPool("prefill", prefill_site, prefill_gpu.name, ptp, pn, prefill_price, prefill_gpu.tdp_w,

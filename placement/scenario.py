@@ -51,6 +51,7 @@ Relative file paths are relative to the scenario file. Every error names the fil
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -228,6 +229,13 @@ def scenario_from_raw(raw: dict, *, source: str = "scenario", base: str | None =
                     demands=demands, token_mixes=mixes, spec=spec)
 
 
+def scenario_slos(scenario: Scenario, problem: Problem) -> dict[str, SLO]:
+    """Each model's :class:`~fleetplan.costmodels.capacity.SLO` as the scenario gives it, keyed by the catalog name
+    that ``problem`` (built from ``scenario``) uses; models are matched by position."""
+    spec = scenario.spec or validate_input(ScenarioFile, scenario.raw, source=scenario.source, labels=ENTRY_LABELS)
+    return {pm.name: m.slo.to_slo() for pm, m in zip(problem.models, spec.models, strict=True)}
+
+
 def _price(gpu: str, site_name: str, pricing_model: str, where: str, prices) -> tuple[float, str]:
 
     site = Site.parse(site_name)
@@ -258,7 +266,12 @@ def egress_table(sites: list[str]) -> dict[tuple[str, str], float]:
     return out
 
 
-def build_problem(scenario: Scenario, *, progress=None) -> Problem:
+#: Key of a derated option: (model, pool id, tp, pp) for a dedicated replica, (model, pool id, 'shared', 1) for a
+#: shared-GPU residence.
+DeratingKey = tuple[str, str, int | str, int]
+
+
+def build_problem(scenario: Scenario, *, progress=None, derating: dict[DeratingKey, float] | None = None) -> Problem:
     """Evaluate the cost models for every (model, pool, tp, pp) of ``scenario`` and return the numeric Problem.
 
     For each model and pool: dedicated options for every tp in the model's list that divides the node size and
@@ -266,7 +279,15 @@ def build_problem(scenario: Scenario, *, progress=None) -> Problem:
     model does not fit in one node; a shared-GPU option (tp 1) with a KV budget of at most
     ``shared_kv_fraction`` of the GPU, when the weights fit there. Options left out are recorded with the cost
     model's reason (``Problem.option_notes``), so an infeasible problem can be explained.
+
+    ``derating`` multiplies the capacity of the options it names (:data:`DeratingKey`; factors in (0, 1]) after the
+    cost model: the replay-verified planner (:mod:`fleetplan.simulator.verify`) tightens options whose replay missed
+    a target. Raises InputError for a factor outside (0, 1].
     """
+    derating = dict(derating or {})
+    for key, f in derating.items():
+        if not 0.0 < f <= 1.0:
+            raise InputError(f"derating factor {f!r} of {key} must be in (0, 1]", field="derating", value=f)
 
     opts = scenario.options
     where = scenario.source
@@ -313,7 +334,7 @@ def build_problem(scenario: Scenario, *, progress=None) -> Problem:
     for i, m in enumerate(spec.models):
         mw = f"{where}: models[{i}]"
         model = get_model(m.name, _file("models"))
-        slo = SLO(m.slo.ttft_p95_s, m.slo.tpot_p95_s)
+        slo = m.slo.to_slo()
         tps = m.tp_degrees
         origin = m.origin_site
         if origin is not None:
@@ -326,7 +347,7 @@ def build_problem(scenario: Scenario, *, progress=None) -> Problem:
         mix = scenario.token_mixes[m.name]
         request_bytes = 2 * (mix.input_tokens_mean + mix.output_tokens_mean) * opts["bytes_per_token"]
         min_r, max_r = m.min_replicas, m.max_replicas
-        models.append(ModelSpec(model.name, rates, slo.ttft_p95_s, slo.tpot_p95_s, min_replicas=min_r,
+        models.append(ModelSpec(model.name, rates, slo.ttft_s, slo.tpot_s, min_replicas=min_r,
                                 max_replicas=max_r, origin_site=origin, request_bytes=request_bytes,
                                 demand_source=demand.source))
         why = []
@@ -355,18 +376,22 @@ def build_problem(scenario: Scenario, *, progress=None) -> Problem:
                     continue
                 load_s = weights / (tp * pp) / opts["load_bandwidth_bytes_per_s"]
                 start = load_s / 3600 * tp * pp * pool.usd_per_gpu_hour + opts["usd_per_migration"]
-                options.append(ReplicaOption(model.name, pool.id, tp, pp, cap.req_per_s, cap.memory_bytes_per_gpu,
+                options.append(ReplicaOption(model.name, pool.id, tp, pp,
+                                             cap.req_per_s * derating.get((model.name, pool.id, tp, pp), 1.0),
+                                             cap.memory_bytes_per_gpu,
                                              start_cost_usd=start, ttft_p95_s=cap.ttft_p95_s,
                                              tpot_p95_s=cap.tpot_p95_s))
             # Shared GPU: tp 1, KV budget at most shared_kv_fraction of the GPU.
             share_budget = opts["shared_kv_fraction"] * mu_mem * gpu.memory_bytes - weights
             if 1 in tps and share_budget > 0:
                 # Co-resident models' decode steps interleave: with K residents a model's token may wait for the
-                # other K - 1 steps, so its shared capacity is sized for TPOT target / K.
+                # other K - 1 steps, so its shared capacity is sized for TPOT target / K; and their prefills stall
+                # its decode steps and queue ahead of its prefills (capacity point 9: residents = K).
                 k = opts["max_models_per_shared_gpu"]
-                shared_slo = SLO(slo.ttft_p95_s, max(0.001, slo.tpot_p95_s / k))
+                shared_slo = dataclasses.replace(slo, tpot_s=max(0.001, slo.tpot_s / k))
                 full = replica_capacity(model, gpu, mix, shared_slo, tp=1, weight_dtype=opts["weight_dtype"],
-                                        kv_dtype=opts["kv_dtype"], memory_utilization=mu_mem, calib=calib)
+                                        kv_dtype=opts["kv_dtype"], memory_utilization=mu_mem, calib=calib,
+                                        residents=k)
                 kvpt = model.kv_bytes_per_token(opts["kv_dtype"])
                 kv_seq = model.kv_tokens_cached(mix.input_tokens_mean + mix.output_tokens_mean) * kvpt
                 kv_seq95 = model.kv_tokens_cached(mix.input_tokens_p95 + mix.output_tokens_p95) * kvpt
@@ -378,9 +403,11 @@ def build_problem(scenario: Scenario, *, progress=None) -> Problem:
                 budget = min(share_budget, needed)
                 cap = replica_capacity(model, gpu, mix, shared_slo, tp=1, weight_dtype=opts["weight_dtype"],
                                        kv_dtype=opts["kv_dtype"], memory_utilization=mu_mem, kv_budget_bytes=budget,
-                                       calib=calib)
+                                       calib=calib, residents=k)
                 if cap.req_per_s > 0:
-                    shares.append(ShareOption(model.name, pool.id, cap.req_per_s, weights + budget,
+                    shares.append(ShareOption(model.name, pool.id,
+                                              cap.req_per_s * derating.get((model.name, pool.id, "shared", 1), 1.0),
+                                              weights + budget,
                                               ttft_p95_s=cap.ttft_p95_s, tpot_p95_s=cap.tpot_p95_s))
         notes[model.name] = tuple(why)
     n_windows = len(next(iter(scenario.demands.values())).windows)

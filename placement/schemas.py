@@ -17,7 +17,14 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from fleetplan.costmodels.capacity import TPOT_P95_RANGE_S, TTFT_P95_RANGE_S
+from fleetplan.costmodels.capacity import (
+    ATTAINMENT_RANGE,
+    E2E_RANGE_S,
+    SLO,
+    SLO_PERCENTILES,
+    TPOT_P95_RANGE_S,
+    TTFT_P95_RANGE_S,
+)
 from fleetplan.costmodels.demand import TOKENS_PER_REQUEST_RANGE
 from fleetplan.costmodels.hardware import BYTES_PER_ELEMENT
 from fleetplan.costmodels.latency import TP_DEGREES
@@ -40,15 +47,64 @@ _MIX_ONE_FORM = [{"required": ["trace"]},
                  {"required": ["input_tokens_mean", "input_tokens_p95", "output_tokens_mean", "output_tokens_p95"]}]
 
 
-class SLOSpec(InputModel):
-    """Latency targets of a model's traffic, seconds."""
+def _slo_key(metric: str, pct: int, rng: tuple[float, float], what: str, fix: str):
+    return input_field(None, ge=rng[0], le=rng[1], description=f"{what} at the {pct}th percentile of the model's "
+                       "requests, seconds", fix=fix)
 
-    ttft_p95_s: float = input_field(
-        ge=TTFT_P95_RANGE_S[0], le=TTFT_P95_RANGE_S[1], description="95th-percentile time to first token, seconds",
-        fix="give seconds (e.g. 0.5 for 500 ms)")
-    tpot_p95_s: float = input_field(
-        ge=TPOT_P95_RANGE_S[0], le=TPOT_P95_RANGE_S[1], description="95th-percentile time per output token, seconds",
-        fix="give seconds (e.g. 0.05 for 50 ms)")
+
+_TTFT_FIX, _TPOT_FIX, _E2E_FIX = ("give seconds (e.g. 0.5 for 500 ms)", "give seconds (e.g. 0.05 for 50 ms)",
+                                  "give seconds (e.g. 30 for 30 s)")
+
+
+class SLOSpec(InputModel):
+    """Latency targets of a model's traffic, seconds: one TTFT and one TPOT target, each at a percentile (p50, p90,
+    p95 or p99: ``ttft_p99_s``, ``tpot_p95_s``, ...), an optional end-to-end target, and an optional attainment
+    (share of requests meeting all targets at once)."""
+
+    ttft_p50_s: float | None = _slo_key("ttft", 50, TTFT_P95_RANGE_S, "time to first token", _TTFT_FIX)
+    ttft_p90_s: float | None = _slo_key("ttft", 90, TTFT_P95_RANGE_S, "time to first token", _TTFT_FIX)
+    ttft_p95_s: float | None = _slo_key("ttft", 95, TTFT_P95_RANGE_S, "time to first token", _TTFT_FIX)
+    ttft_p99_s: float | None = _slo_key("ttft", 99, TTFT_P95_RANGE_S, "time to first token", _TTFT_FIX)
+    tpot_p50_s: float | None = _slo_key("tpot", 50, TPOT_P95_RANGE_S, "time per output token", _TPOT_FIX)
+    tpot_p90_s: float | None = _slo_key("tpot", 90, TPOT_P95_RANGE_S, "time per output token", _TPOT_FIX)
+    tpot_p95_s: float | None = _slo_key("tpot", 95, TPOT_P95_RANGE_S, "time per output token", _TPOT_FIX)
+    tpot_p99_s: float | None = _slo_key("tpot", 99, TPOT_P95_RANGE_S, "time per output token", _TPOT_FIX)
+    e2e_p50_s: float | None = _slo_key("e2e", 50, E2E_RANGE_S, "end-to-end latency (arrival to last token)",
+                                       _E2E_FIX)
+    e2e_p90_s: float | None = _slo_key("e2e", 90, E2E_RANGE_S, "end-to-end latency (arrival to last token)",
+                                       _E2E_FIX)
+    e2e_p95_s: float | None = _slo_key("e2e", 95, E2E_RANGE_S, "end-to-end latency (arrival to last token)",
+                                       _E2E_FIX)
+    e2e_p99_s: float | None = _slo_key("e2e", 99, E2E_RANGE_S, "end-to-end latency (arrival to last token)",
+                                       _E2E_FIX)
+    attainment: float | None = input_field(
+        None, ge=ATTAINMENT_RANGE[0], le=ATTAINMENT_RANGE[1], description="share of the model's requests that must "
+        "meet all of its targets at once, e.g. 0.99", fix="give a share of requests, e.g. 0.99")
+
+    def _given(self, metric: str) -> list[tuple[int, float]]:
+        return [(p, getattr(self, f"{metric}_p{p}_s")) for p in SLO_PERCENTILES
+                if getattr(self, f"{metric}_p{p}_s") is not None]
+
+    @model_validator(mode="after")
+    def _one_per_metric(self) -> SLOSpec:
+        for metric, required in (("ttft", True), ("tpot", True), ("e2e", False)):
+            given = self._given(metric)
+            keys = [f"{metric}_p{p}_s" for p in SLO_PERCENTILES]
+            if len(given) > 1:
+                raise ValueError(f"slo gives {len(given)} {metric.upper()} targets "
+                                 f"({', '.join(f'{metric}_p{p}_s' for p, _ in given)}); give one of {', '.join(keys)}")
+            if required and not given:
+                raise ValueError(f"slo needs a {metric.upper()} target: one of {', '.join(keys)} (seconds)")
+        return self
+
+    def to_slo(self) -> SLO:
+        """The :class:`~fleetplan.costmodels.capacity.SLO` record these keys describe."""
+        (tp, tv), = self._given("ttft")
+        (pp, pv), = self._given("tpot")
+        e2e = self._given("e2e")
+        return SLO(tv, pv, ttft_percentile=float(tp), tpot_percentile=float(pp),
+                   e2e_s=e2e[0][1] if e2e else None, e2e_percentile=float(e2e[0][0]) if e2e else 95.0,
+                   attainment=self.attainment)
 
 
 _TOKENS = {"ge": TOKENS_PER_REQUEST_RANGE[0], "le": TOKENS_PER_REQUEST_RANGE[1]}

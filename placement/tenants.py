@@ -34,7 +34,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fleetplan.costmodels.capacity import SLO, replica_capacity
+from fleetplan.costmodels.capacity import replica_capacity
 from fleetplan.costmodels.interference import InterferenceTable
 from fleetplan.datasets import catalog
 from fleetplan.datasets.calibration import load_calibration
@@ -180,7 +180,7 @@ def demand_from_models(tenant: str, models: object, gpu: str, node_gpus: int, *,
         if spec is None:
             raise err(f"{who} needs slo: {{ttft_p95_s, tpot_p95_s}} in seconds (on the model or the tenant)",
                       f"{f}.slo")
-        target = SLO(spec.ttft_p95_s, spec.tpot_p95_s)
+        target = spec.to_slo()
         try:
             mix = token_mix_from_spec(m.token_mix if m.token_mix is not None else mix_default,
                                       f"{where}: tenant {tenant}, {who}")
@@ -198,7 +198,7 @@ def demand_from_models(tenant: str, models: object, gpu: str, node_gpus: int, *,
                 best = (cap.req_per_s / t, t, cap.req_per_s)
         if best is None:
             raise err(f"{who} fits no tensor-parallel degree on {gpu} nodes of {node_gpus} GPUs under its SLO "
-                      f"(TTFT {target.ttft_p95_s:g} s, TPOT {target.tpot_p95_s:g} s): " + "; ".join(why)
+                      f"({target.label()}): " + "; ".join(why)
                       + ". Give the tenant a GPU type with more memory or larger nodes, a larger tp, a smaller "
                       "model or a looser SLO", f"{f}.name", model.name)
         _, tp, cap_rps = best

@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from fleetplan.costmodels.capacity import SLO
 from fleetplan.costmodels.energy import energy_kwh
 from fleetplan.costmodels.latency import decode_step_time_s, prefill_time_s
 from fleetplan.costmodels.queueing import lognormal_sigma, normal_quantile
@@ -53,6 +54,7 @@ from fleetplan.datasets.traces import load_trace
 from fleetplan.errors import InputError, UnknownNameError
 from fleetplan.placement.plan import Plan
 from fleetplan.placement.problem import Problem
+from fleetplan.placement.scenario import Scenario, scenario_slos
 from fleetplan.simulator.engine import FCFS, DeviceSpec, EngineSpec, Policy, RunResult, StepModel, run
 
 #: ServeGen slot length, seconds.
@@ -359,6 +361,11 @@ def peak_slot_start_s(scenario, w: int) -> float:
 # Metrics
 
 
+#: Relative tolerance of a replayed percentile against its target before it counts as a miss (2%: the sampling
+#: noise of a P95 over a few thousand requests).
+SLO_TOLERANCE = 0.02
+
+
 @dataclass(frozen=True)
 class ModelWindowMetrics:
     """What one model got in one window (module docstring for the definitions).
@@ -385,13 +392,62 @@ class ModelWindowMetrics:
     ttft_slo_s: float
     tpot_slo_s: float
     preemptions: int = 0
+    slo: SLO | None = None
+    ttft_at_target_s: float = math.nan
+    tpot_at_target_s: float = math.nan
+    e2e_at_target_s: float = math.nan
 
     def as_dict(self) -> dict:
-        return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in self.__dict__.items()}
+        d = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in self.__dict__.items()
+             if k != "slo"}
+        d["misses"] = self.misses()
+        return d
+
+    def misses(self, tolerance: float = SLO_TOLERANCE) -> list[str]:
+        """The SLO targets this row misses: a latency at its target's percentile above target × (1 + tolerance),
+        or an attainment below the SLO's attainment target; e.g. ['TPOT p95 125.3 ms > 100 ms']. Empty without an
+        SLO or requests."""
+        slo = self.slo
+        if slo is None or not self.requests:
+            return []
+        out = []
+        measured = {"ttft": self.ttft_at_target_s, "tpot": self.tpot_at_target_s, "e2e": self.e2e_at_target_s}
+        for metric, pct, target in slo.targets():
+            v = measured[metric]
+            if math.isfinite(v) and v > target * (1.0 + tolerance):
+                unit, k = ("ms", 1e3) if metric == "tpot" else ("s", 1.0)
+                out.append(f"{metric.upper()} p{pct:g} {v * k:.4g} {unit} > {target * k:g} {unit}")
+        if slo.attainment is not None and math.isfinite(self.slo_attainment) \
+                and self.slo_attainment < slo.attainment - tolerance * (1.0 - slo.attainment):
+            out.append(f"attainment {self.slo_attainment:.2%} < {slo.attainment:.2%}")
+        return out
 
 
 def _q(x: np.ndarray, q: float) -> float:
     return float(np.quantile(x, q)) if len(x) else math.nan
+
+
+def model_slos(problem: Problem, scenario: Scenario | None) -> dict[str, SLO]:
+    """Each model's :class:`SLO` (percentiles, end-to-end and attainment targets) from the scenario, by catalog
+    name; p95 targets from the problem's model specs when there is no scenario."""
+    if scenario is not None:
+        return scenario_slos(scenario, problem)
+    return {m.name: SLO(m.ttft_p95_s, m.tpot_p95_s) for m in problem.models}
+
+
+def _meets(slo: SLO, ttft: np.ndarray, tpot: np.ndarray, e2e: np.ndarray, dropped: np.ndarray) -> np.ndarray:
+    """Per request: meets every target of ``slo`` (and was not dropped)."""
+    ok = (ttft <= slo.ttft_s) & (tpot <= slo.tpot_s) & ~dropped
+    if slo.e2e_s is not None:
+        ok &= e2e <= slo.e2e_s
+    return ok
+
+
+def _at_targets(slo: SLO, tt: np.ndarray, tp: np.ndarray, e2e: np.ndarray) -> dict[str, float]:
+    """The replayed latency at each target's percentile (finite values only)."""
+    return {"ttft_at_target_s": _q(tt[np.isfinite(tt)], slo.ttft_percentile / 100),
+            "tpot_at_target_s": _q(tp[np.isfinite(tp)], slo.tpot_percentile / 100),
+            "e2e_at_target_s": _q(e2e[np.isfinite(e2e)], slo.e2e_percentile / 100)}
 
 
 def p95_confidence_interval(x: np.ndarray, q: float = 0.95, level: float = 0.95) -> tuple[float, float]:
@@ -419,9 +475,11 @@ def request_latencies(wl: Workload, res: RunResult) -> tuple[np.ndarray, np.ndar
 
 
 def window_metrics(problem: Problem, fleet: Fleet, wl: Workload, res: RunResult, w: int,
-                   window_length_s: float) -> list[ModelWindowMetrics]:
+                   window_length_s: float, slos: dict[str, SLO] | None = None) -> list[ModelWindowMetrics]:
     """Per-model metrics of one simulated window (the measured interval of ``wl``; energy and cost extrapolated
-    from the measured interval to ``window_length_s``)."""
+    from the measured interval to ``window_length_s``). ``slos``: each model's targets (default: p95 targets of
+    the problem's model specs)."""
+    slos = slos or model_slos(problem, None)
 
     dur = max(wl.measure_to_s - wl.measure_from_s, 1e-9)
     span = max(res.end_s - 0.0, dur)
@@ -453,11 +511,10 @@ def window_metrics(problem: Problem, fleet: Fleet, wl: Workload, res: RunResult,
                 energy += frac * d.gpus * energy_kwh(d.tdp_w, float(dev_u[di]), hours, idle_fraction(d.gpu))
             dev_equiv += 1.0 / len(on_dev)
             busy += res.engine_busy_s[ei] / span
-        spec = specs[m]
+        spec, slo = specs[m], slos[m]
         dropped = res.dropped[sel]
-        t_ok = ttft[sel] <= spec.ttft_p95_s
-        p_ok = tpot[sel] <= spec.tpot_p95_s
-        meets = t_ok & p_ok & ~dropped
+        e2e = res.done_s[sel] - wl.arrival_s[sel]
+        meets = _meets(slo, ttft[sel], tpot[sel], e2e, dropped)
         tt = ttft[sel][~dropped]
         tp = tpot[sel][(~dropped) & (wl.output_tokens[sel] > 1)]
         tokens = float((wl.input_tokens[sel] + wl.output_tokens[sel]).sum()) * window_length_s / dur
@@ -471,7 +528,7 @@ def window_metrics(problem: Problem, fleet: Fleet, wl: Workload, res: RunResult,
             utilization=min(1.0, busy / dev_equiv) if dev_equiv else math.nan,
             energy_kwh=energy, usd_per_1m_tokens=cost / tokens * 1e6 if tokens else math.nan,
             ttft_slo_s=spec.ttft_p95_s, tpot_slo_s=spec.tpot_p95_s,
-            preemptions=int(res.preemptions[sel].sum())))
+            preemptions=int(res.preemptions[sel].sum()), slo=slo, **_at_targets(slo, tt, tp, e2e[~dropped])))
     return out
 
 
@@ -505,10 +562,16 @@ class SimReport:
         n = sum(r.requests for r in self.overall)
         return sum(r.slo_attainment * r.requests for r in self.overall if r.requests) / n if n else math.nan
 
+    def misses(self, tolerance: float = SLO_TOLERANCE) -> list[tuple[str, int, list[str]]]:
+        """[(model, window, missed targets)] for every model-window row that misses a target
+        (:meth:`ModelWindowMetrics.misses`), in row order."""
+        return [(r.model, r.window, m) for r in self.rows if (m := r.misses(tolerance))]
+
     def to_dict(self) -> dict:
         keys = ("ttft_p50_s", "ttft_p95_s", "ttft_p99_s", "tpot_p50_s", "tpot_p95_s", "tpot_p99_s", "slo_attainment",
                 "goodput_req_per_s", "queue_delay_p99_s", "utilization", "energy_kwh", "usd_per_1m_tokens",
-                "requests", "dropped", "preemptions")
+                "requests", "dropped", "preemptions", "ttft_at_target_s", "tpot_at_target_s", "e2e_at_target_s",
+                "misses")
 
         def pick(r: ModelWindowMetrics) -> dict:
             d = r.as_dict()
@@ -520,6 +583,7 @@ class SimReport:
         for r in self.rows:
             per_model.setdefault(r.model, {"overall": None, "windows": {}})["windows"][str(r.window)] = pick(r)
         return {"title": self.title, "slo_attainment": _none(self.attainment()), "models": per_model,
+                "misses": [{"model": m, "window": w, "targets": t} for m, w, t in self.misses()],
                 "notes": self.notes, "wall_s": self.wall_s, "requests_simulated": self.requests}
 
 
@@ -527,7 +591,8 @@ def _none(x: float):
     return None if isinstance(x, float) and not math.isfinite(x) else x
 
 
-def _overall(problem: Problem, rows: list[ModelWindowMetrics], lat: dict[str, list]) -> list[ModelWindowMetrics]:
+def _overall(problem: Problem, rows: list[ModelWindowMetrics], lat: dict[str, list],
+             slos: dict[str, SLO]) -> list[ModelWindowMetrics]:
     out = []
     for m in problem.model_by_name:
         rs = [r for r in rows if r.model == m]
@@ -539,6 +604,7 @@ def _overall(problem: Problem, rows: list[ModelWindowMetrics], lat: dict[str, li
         tp = np.concatenate([p[1] for p in parts]) if parts else np.zeros(0)
         qq = np.concatenate([p[2] for p in parts]) if parts else np.zeros(0)
         ok = np.concatenate([p[3] for p in parts]) if parts else np.zeros(0, dtype=bool)
+        e2e = np.concatenate([p[4] for p in parts]) if parts else np.zeros(0)
         tokens_cost = [(r.usd_per_1m_tokens, r.energy_kwh) for r in rs]
         costs = [c for c, _ in tokens_cost if math.isfinite(c)]
         spec = problem.model_by_name[m]
@@ -555,20 +621,21 @@ def _overall(problem: Problem, rows: list[ModelWindowMetrics], lat: dict[str, li
             energy_kwh=sum(e for _, e in tokens_cost),
             usd_per_1m_tokens=float(np.mean(costs)) if costs else math.nan,
             ttft_slo_s=spec.ttft_p95_s, tpot_slo_s=spec.tpot_p95_s,
-            preemptions=sum(r.preemptions for r in rs)))
+            preemptions=sum(r.preemptions for r in rs), slo=slos[m], **_at_targets(slos[m], tt, tp, e2e)))
     return out
 
 
-def _collect(problem: Problem, wl: Workload, res: RunResult, lat: dict[str, list]) -> None:
+def _collect(problem: Problem, wl: Workload, res: RunResult, lat: dict[str, list], slos: dict[str, SLO]) -> None:
     ttft, tpot, queue = request_latencies(wl, res)
     measured = (wl.arrival_s >= wl.measure_from_s) & (wl.arrival_s < wl.measure_to_s)
-    for m, spec in problem.model_by_name.items():
+    e2e_all = res.done_s - wl.arrival_s
+    for m in problem.model_by_name:
         sel = measured & (wl.model == m)
         if not sel.any():
             continue
-        ok = (ttft[sel] <= spec.ttft_p95_s) & (tpot[sel] <= spec.tpot_p95_s) & ~res.dropped[sel]
+        ok = _meets(slos[m], ttft[sel], tpot[sel], e2e_all[sel], res.dropped[sel])
         tp = np.where(wl.output_tokens[sel] > 1, tpot[sel], np.nan)
-        lat.setdefault(m, []).append((ttft[sel], tp, queue[sel], ok))
+        lat.setdefault(m, []).append((ttft[sel], tp, queue[sel], ok, e2e_all[sel]))
 
 
 def run_window(builder: FleetBuilder, wl: Workload, w: int, policy: Policy = FCFS) -> tuple[Fleet, RunResult]:
@@ -622,6 +689,7 @@ def simulate_day(problem: Problem, plan: Plan, scenario, *, seed: int = 0, slice
     t0 = time.perf_counter()
     L = problem.window_length_s
     builder = FleetBuilder(problem, plan, scenario)
+    slos = model_slos(problem, scenario)
     rows: list[ModelWindowMetrics] = []
     lat: dict[str, list] = {}
     notes: list[str] = []
@@ -639,15 +707,15 @@ def simulate_day(problem: Problem, plan: Plan, scenario, *, seed: int = 0, slice
         if len(wl.arrival_s) == 0:
             continue
         fleet, res = run_window(builder, wl, w, policy)
-        rows += window_metrics(problem, fleet, wl, res, w, L)
-        _collect(problem, wl, res, lat)
+        rows += window_metrics(problem, fleet, wl, res, w, L, slos)
+        _collect(problem, wl, res, lat, slos)
         if slice_s is not None and slice_s < L:
             ttft, _, _ = request_latencies(wl, res)
             mid = (mf + b) / 2
             h1 = ttft[(wl.arrival_s >= mf) & (wl.arrival_s < mid)]
             h2 = ttft[(wl.arrival_s >= mid) & (wl.arrival_s < b)]
             halves.append((_q(h1[np.isfinite(h1)], .95), _q(h2[np.isfinite(h2)], .95)))
-    overall = _overall(problem, rows, lat)
+    overall = _overall(problem, rows, lat, slos)
     notes.append(f"requests: {src}")
     if slice_s is not None and slice_s < L:
         notes.append(f"each {L:g}-s window is simulated for a {slice_s:g}-s slice around its busiest 10-minute slot "
@@ -757,6 +825,7 @@ def simulate_trace(problem: Problem, plan: Plan, scenario, trace, *, window: str
     w = window if isinstance(window, int) else parse_window(window, problem, [model] if model else None)
     wl = trace_workload(trace, problem, w, model=model, rate_scale=rate_scale, time_scale=time_scale, seed=seed)
     builder = FleetBuilder(problem, plan, scenario, max_tokens=float((wl.input_tokens + wl.output_tokens).max()))
+    slos = model_slos(problem, scenario)
     fleet, res = run_window(builder, wl, w, policy)
     dur = wl.measure_to_s - wl.measure_from_s
     if bucket_s:
@@ -764,12 +833,12 @@ def simulate_trace(problem: Problem, plan: Plan, scenario, trace, *, window: str
         for k in range(int(math.ceil(dur / bucket_s))):
             part = Workload(wl.arrival_s, wl.input_tokens, wl.output_tokens, wl.model, k * bucket_s,
                             min((k + 1) * bucket_s, wl.measure_to_s), wl.source)
-            rows += window_metrics(problem, fleet, part, res, k, part.measure_to_s - part.measure_from_s)
+            rows += window_metrics(problem, fleet, part, res, k, part.measure_to_s - part.measure_from_s, slos)
     else:
-        rows = window_metrics(problem, fleet, wl, res, w, dur)
+        rows = window_metrics(problem, fleet, wl, res, w, dur, slos)
     lat: dict[str, list] = {}
-    _collect(problem, wl, res, lat)
-    overall = _overall(problem, rows, lat)
+    _collect(problem, wl, res, lat, slos)
+    overall = _overall(problem, rows, lat, slos)
     notes = [f"requests: {wl.source}", f"replicas of window {w} ({w * problem.window_length_s / 3600:05.2f} h); "
              f"energy and cost over the trace's {dur:.0f} s"]
     for r in overall:

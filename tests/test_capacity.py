@@ -30,20 +30,20 @@ def _flat(slo: SLO, max_batch: float = 1e9):
 
 def test_slo_rejects_milliseconds():
     with pytest.raises(InputError, match="give seconds"):
-        SLO(ttft_p95_s=500, tpot_p95_s=0.05)
+        SLO(ttft_s=500, tpot_s=0.05)
     with pytest.raises(InputError, match="give seconds"):
-        SLO(ttft_p95_s=1.0, tpot_p95_s=50)
+        SLO(ttft_s=1.0, tpot_s=50)
     with pytest.raises(InputError):
-        SLO(ttft_p95_s=math.nan, tpot_p95_s=0.05)
+        SLO(ttft_s=math.nan, tpot_s=0.05)
     with pytest.raises(InputError):
-        SLO(ttft_p95_s=-1, tpot_p95_s=0.05)
+        SLO(ttft_s=-1, tpot_s=0.05)
 
 
 def test_tpot_limited_rate_by_hand():
     # TPOT = 0.02 / (1 − 0.1 λ) <= 0.04  <=>  λ <= 5 req/s. At λ = 5: ρ = 0.5, μ = 10,
     # W_p95 = ln(0.5/0.05)/(10 − 5) = 0.4605 s, TTFT = 0.1 + 0.4605 + 0.02 = 0.5805 s (< 10 s target).
     # Batch by Little's law = 5 × 100 × 0.04 = 20.
-    c = _flat(SLO(ttft_p95_s=10, tpot_p95_s=0.04))
+    c = _flat(SLO(ttft_s=10, tpot_s=0.04))
     assert c.req_per_s == pytest.approx(5.0, rel=1e-4)
     assert c.limiting == "tpot"
     assert c.batch_at_capacity == pytest.approx(20.0, rel=1e-3)
@@ -53,7 +53,7 @@ def test_tpot_limited_rate_by_hand():
 def test_ttft_limited_rate_matches_independent_root():
     # 0.1 + ln((λ/10)/0.05)/(10 − λ) + 0.02 = 0.3, solved by scipy's brentq (independent of the bisection).
     lam = brentq(lambda x: 0.12 + math.log(x / 10 / 0.05) / (10 - x) - 0.3, 0.6, 9.99)
-    c = _flat(SLO(ttft_p95_s=0.3, tpot_p95_s=1.0))
+    c = _flat(SLO(ttft_s=0.3, tpot_s=1.0))
     assert c.limiting == "ttft"
     assert c.req_per_s == pytest.approx(lam, rel=1e-4)
 
@@ -62,7 +62,7 @@ def test_kv_limited_rate_by_hand():
     # Budget holds 10 sequences; the p95 running batch B + 1.645·sqrt(B) must fit (capacity point 8):
     # with x = sqrt(B): x² + 1.645x − 10 = 0  ->  x = (−1.645 + sqrt(1.645² + 40)) / 2 = 2.4450, B = 5.9780.
     # B = λ·100·0.02/(1 − 0.1λ) = 5.9780  <=>  2λ = 5.9780 − 0.5978λ  <=>  λ = 5.9780 / 2.5978 = 2.3012.
-    c = _flat(SLO(ttft_p95_s=10, tpot_p95_s=0.5), max_batch=10)
+    c = _flat(SLO(ttft_s=10, tpot_s=0.5), max_batch=10)
     assert c.limiting == "kv_memory"
     z = 1.6448536269514722
     x = (-z + math.sqrt(z * z + 40)) / 2
