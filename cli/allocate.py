@@ -192,9 +192,9 @@ def allocate(scenario: Path | None, mode: str, backend: str, time_limit_s: float
     att.add_column("target", justify="right")
     for name in policies:
         att.add_column(name, justify="right")
-    for t in problem.tenants:
-        att.add_row(t.name, f"{100 * t.sla_target:.0f}%",
-                    *[f"{100 * o.attainment[t.name]:.1f}%" for o in policies.values()])
+    for tenant in problem.tenants:
+        att.add_row(tenant.name, f"{100 * tenant.sla_target:.0f}%",
+                    *[f"{100 * o.attainment[tenant.name]:.1f}%" for o in policies.values()])
     con.print(att)
     if result.stages:
         st = Table(title="Lexicographic stages")
@@ -211,17 +211,17 @@ def allocate(scenario: Path | None, mode: str, backend: str, time_limit_s: float
             pt.add_row(str(i), f"{100 * o.utilization:.2f}%", f"{o.isolation:.2f}", f"{o.sla:.1f}",
                        str(o.shared_node_windows))
         con.print(pt)
-    derived = [t for t in problem.tenants if t.models]
-    for t in derived:
+    derived = [tenant for tenant in problem.tenants if tenant.models]
+    for tenant in derived:
         how = "; ".join(f"{m.model} tp {m.tp} ({m.replica_req_per_s:.2f} req/s per replica on {m.gpu})"
-                        for m in t.models)
-        con.print(f"{t.name}: demand from its models ({how}), rounded up to whole GPUs per window")
+                        for m in tenant.models)
+        con.print(f"{tenant.name}: demand from its models ({how}), rounded up to whole GPUs per window")
     if split != "none":
         con.print(_split_table(problem, splits, split))
     gt = Table(title="Optimizer: GPUs per tenant and window (nodes in JSON)")
     gt.add_column("window", justify="right")
-    for t in problem.tenants:
-        gt.add_column(t.name, justify="right")
+    for tenant in problem.tenants:
+        gt.add_column(tenant.name, justify="right")
     for w in range(problem.n_windows):
         held = {t.name: 0 for t in problem.tenants}
         for (t, ww, _n), g in alloc.gpus.items():

@@ -125,15 +125,16 @@ def roofline_predictions(rows: pd.DataFrame, calibs: dict[str, Calibration] | No
     model = load_reference_models()["Llama-2-70B"]
     out = rows.copy()
     pp_, dd_ = [], []
-    for r in rows.itertuples(index=False):
-        gpu = get_gpu(r.gpu)
-        c = calibs[r.gpu] if calibs else load_calibration(gpu)
-        pp_.append(prefill_time_s(model, gpu, r.prompt_tokens, tp=int(r.tp), batch=r.batch, calib=c))
-        dd_.append(decode_step_time_s(model, gpu, r.batch, r.context_tokens, tp=int(r.tp), calib=c))
+    for gpu_name, prompt_tokens, tp, batch, context_tokens in zip(
+            rows["gpu"], rows["prompt_tokens"], rows["tp"], rows["batch"], rows["context_tokens"], strict=True):
+        gpu = get_gpu(gpu_name)
+        c = calibs[gpu_name] if calibs else load_calibration(gpu)
+        pp_.append(prefill_time_s(model, gpu, prompt_tokens, tp=int(tp), batch=batch, calib=c))
+        dd_.append(decode_step_time_s(model, gpu, batch, context_tokens, tp=int(tp), calib=c))
     out["pred_prefill_s"] = pp_
     out["pred_decode_s"] = dd_
-    out["ape_prefill"] = ((out.pred_prefill_s - out.prompt_time_s).abs() / out.prompt_time_s).where(
-        out.prefill_row if "prefill_row" in out else True)
+    counted = out["prefill_row"] if "prefill_row" in out else pd.Series(True, index=out.index)
+    out["ape_prefill"] = ((out.pred_prefill_s - out.prompt_time_s).abs() / out.prompt_time_s).where(counted)
     out["ape_decode"] = (out.pred_decode_s - out.token_time_s).abs() / out.token_time_s
     return out
 

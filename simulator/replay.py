@@ -256,8 +256,13 @@ def gamma_renewal(rng: np.random.Generator, rate_req_per_s: float, cv: float, st
     return start_s + t[t < span]
 
 
-def _day_rate_profile(model_raw: dict, scenario, arrivals: str) -> tuple[np.ndarray, np.ndarray, float, str]:
-    """(rates per slot req/s, cv per slot, slot length s, description) over the day for one model's demand."""
+#: Per slot, either one CV (an array over the slots) or the clients' (share of the rate, CV) pairs.
+_SlotCvs = np.ndarray | tuple[tuple[tuple[float, float], ...], ...]
+
+
+def _day_rate_profile(model_raw: dict, scenario, arrivals: str) -> tuple[np.ndarray, _SlotCvs, float, str]:
+    """(rates per slot req/s, cv per slot or client mix per slot, slot length s, description) over the day for one
+    model's demand."""
     dem = model_raw["demand"]
     L = float(scenario.options["window_length_s"])
     if "servegen" in dem:
@@ -266,6 +271,7 @@ def _day_rate_profile(model_raw: dict, scenario, arrivals: str) -> tuple[np.ndar
         series, day, gaps = body["series"], body.get("day", "mean"), body.get("gaps", "interpolate")
         factor = float(body["mean_rate_req_per_s"]) / float(servegen_day_curve(series, day, L, gaps).mean())
         rates = servegen_day_curve(series, day, _SLOT_S, gaps) * factor
+        cv: _SlotCvs
         if arrivals == "servegen":
             # One Gamma renewal process per ServeGen client, each with its share of the slot's rate and its own
             # fitted CV, superposed (servegen_client_mix): the total stream's burstiness as production had it.
