@@ -39,7 +39,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TypedDict
+from typing import Protocol, TypedDict
 
 from fleetplan.costmodels.calibration import Calibration
 from fleetplan.costmodels.demand import TokenMix
@@ -108,6 +108,18 @@ class ReplicaCapacity:
     limiting: str
     reason: str = ""
     source: str = ""
+
+
+class MeasuredLatency(Protocol):
+    """Measured step times of one deployment (e.g. :class:`fleetplan.datasets.profiles.SplitwiseProfile`)."""
+
+    model: str
+    hardware: str
+    tp: int
+
+    def prefill_time_s(self, prompt_tokens: float, batch: float = 1) -> float: ...
+
+    def decode_step_time_s(self, batch: float, context_tokens: float = 0.0) -> float: ...
 
 
 class _ReplicaShape(TypedDict):
@@ -290,7 +302,7 @@ def replica_capacity(model: Model, gpu: GPU, mix: TokenMix, slo: SLO, *, tp: int
         memory_bytes_per_gpu=memory, **base)
 
 
-def profile_replica_capacity(profile, mix: TokenMix, slo: SLO, *, model: Model, gpu: GPU,
+def profile_replica_capacity(profile: MeasuredLatency, mix: TokenMix, slo: SLO, *, model: Model, gpu: GPU,
                              kv_budget_bytes: float | None = None, memory_utilization: float = 0.9,
                              weight_dtype: str = "bf16", kv_dtype: str = "bf16") -> ReplicaCapacity:
     """Capacity from a measured :class:`~fleetplan.datasets.profiles.SplitwiseProfile` instead of the roofline

@@ -27,12 +27,14 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from fleetplan.costmodels.calibration import Calibration
-from fleetplan.costmodels.capacity import ReplicaCapacity, replica_capacity
+from fleetplan.costmodels.capacity import SLO, ReplicaCapacity, replica_capacity
+from fleetplan.costmodels.demand import TokenMix
 from fleetplan.costmodels.hardware import GPU, Model
 from fleetplan.costmodels.latency import decode_step_time_s, prefill_time_s
 from fleetplan.datasets.calibration import load_calibration, load_reference_models
@@ -283,7 +285,7 @@ class ProfileCapacity:
                          f", output<={self.output_buckets_tokens[j]:g}")
         return rate, ""
 
-    def req_per_s_for(self, mix) -> float:
+    def req_per_s_for(self, mix: TokenMix) -> float:
         """req/s for a :class:`~fleetplan.costmodels.demand.TokenMix`, looked up at its p95 input/output lengths."""
         return self.lookup(mix.input_tokens_p95, mix.output_tokens_p95)[0]
 
@@ -298,8 +300,8 @@ def load_aibrix_profile(name: str) -> ProfileCapacity:
         return ProfileCapacity.from_aibrix_json(real)
 
 
-def capacity_for(model: Model, gpu: GPU | None, mix, slo, *, gpu_name: str = "", profile: ProfileCapacity | None = None,
-                 **kwargs):
+def capacity_for(model: Model, gpu: GPU | None, mix: TokenMix, slo: SLO, *, gpu_name: str = "",
+                 profile: ProfileCapacity | None = None, **kwargs: Any) -> ReplicaCapacity:
     """Capacity of one replica of ``model`` on a GPU type, from the best source available.
 
     Order: a measured ``profile`` (req/s from its bucket at the mix's p95 lengths); else the analytic model when

@@ -52,6 +52,7 @@ Relative file paths are relative to the scenario file. Every error names the fil
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -274,7 +275,7 @@ def egress_table(sites: list[str]) -> dict[tuple[str, str], float]:
     return out
 
 
-def build_problem(scenario: Scenario, *, progress=None) -> Problem:
+def build_problem(scenario: Scenario, *, progress: Callable[[str], None] | None = None) -> Problem:
     """Evaluate the cost models for every (model, pool, tp, pp) of ``scenario`` and return the numeric Problem.
 
     For each model and pool: dedicated options for every tp in the model's list that divides the node size and
