@@ -19,9 +19,13 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -n 2 --dist loadgroup
 
+# mypy cannot follow setuptools package-dir through an editable install, so it checks the package through
+# build/mypy/fleetplan, a symlink to this folder (whatever the clone's folder is called).
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
+	mkdir -p build/mypy && ln -sfn "$(CURDIR)" build/mypy/fleetplan
+	cd build/mypy && "$(CURDIR)/$(BIN)/mypy" --config-file "$(CURDIR)/pyproject.toml" -p fleetplan
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_planner.py

@@ -78,7 +78,7 @@ class SolverError(FleetplanError):
     """A solver backend failed or is not available."""
 
 
-def check_range(value: float, *, field: str, low: float | None = None, high: float | None = None,
+def check_range(value: float | str, *, field: str, low: float | None = None, high: float | None = None,
                 unit: str = "", source: str | None = None, row: int | None = None, fix: str = "") -> float:
     """Return ``value`` as float if it is a finite number within [low, high], else raise :class:`InputError`.
 

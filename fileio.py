@@ -26,7 +26,7 @@ from typing import Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
-from pydantic_core import PydanticUndefined
+from pydantic_core import ErrorDetails, PydanticUndefined
 
 from fleetplan.errors import InputError
 
@@ -350,7 +350,7 @@ def _walk(loc: tuple, data: Any, labels: Mapping[str, str]) -> tuple[list, list[
         if isinstance(p, int) and isinstance(cur, list) and 0 <= p < len(cur):
             item = cur[p]
             key = parts[-1] if parts and isinstance(parts[-1], str) else None
-            if key in labels and isinstance(item, dict) and "name" in item:
+            if key is not None and key in labels and isinstance(item, dict) and "name" in item:
                 context.append(f"{labels[key]} {item['name']}")
             parts.append(p)
             cur = item
@@ -411,9 +411,9 @@ def _message(err: Mapping, parts: list, root: dict) -> str:
         for lead in ("Value error, ", "Assertion failed, "):
             msg = msg.removeprefix(lead)
         return msg
-    words = _TYPE_WORDS.get(kind)
-    if words:
-        return f"{_show(value)} {words}{tail}"
+    type_words = _TYPE_WORDS.get(kind)
+    if type_words:
+        return f"{_show(value)} {type_words}{tail}"
     msg = str(err.get("msg", kind))
     return f"{_show(value)}: {msg[:1].lower() + msg[1:]}{tail}"
 
@@ -431,7 +431,7 @@ def input_error(exc: ValidationError, kind: Any, data: Any, *, source: str, labe
     _, root = _adapter(kind)
     labels = labels or {}
     seen: set = set()
-    described: list[tuple[dict, list, list[str]]] = []
+    described: list[tuple[ErrorDetails, list, list[str]]] = []
     # An unknown key first: it is often the misspelling of a key reported missing.
     errors = sorted(exc.errors(include_url=False), key=lambda e: e["type"] != "extra_forbidden")
     for err in errors:

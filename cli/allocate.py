@@ -3,29 +3,34 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from fleetplan.fileio import atomic_path, check_destinations
-from fleetplan.placement.tenants import load_tenants, validate_allocation
+from fleetplan.placement.tenants import Objectives, Tenant, TenantProblem, load_tenants, validate_allocation
 from fleetplan.solvers.tenant_baselines import fair_share, static_partition
-from fleetplan.solvers.tenants import solve_allocation
-from fleetplan.solvers.tenants_cpsat import split_allocation, split_kind
+from fleetplan.solvers.tenants import AllocationResult, solve_allocation
+from fleetplan.solvers.tenants_cpsat import NodeSplit, split_allocation, split_kind
+
+if TYPE_CHECKING:  # rich is imported when a table is printed (start-up speed)
+    from rich.table import Table
 
 
-def _objectives_json(obj) -> dict:
+def _objectives_json(obj: Objectives) -> dict:
     d = obj.as_dict()
     return {k: (round(v, 6) if isinstance(v, float) else v) for k, v in d.items()}
 
 
-def _write_atomic(path: Path, write) -> None:
+def _write_atomic(path: Path, write: Callable[[str], object]) -> None:
 
     with atomic_path(path) as tmp:
         write(str(tmp))
 
 
-def _plot(path: Path, result, policies: dict) -> None:
+def _plot(path: Path, result: AllocationResult, policies: dict[str, Objectives]) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -48,7 +53,7 @@ def _plot(path: Path, result, policies: dict) -> None:
     plt.close(fig)
 
 
-def _tenant_json(t) -> dict:
+def _tenant_json(t: Tenant) -> dict:
     """A tenant's demand, and how it was derived when it came from models and request rates."""
     out: dict = {"demand_gpus": list(t.demand_gpus)}
     if t.models:
@@ -59,16 +64,17 @@ def _tenant_json(t) -> dict:
     return out
 
 
-def _splits_json(problem, splits: dict) -> dict:
+def _splits_json(problem: TenantProblem, splits: dict[tuple[int, str], NodeSplit]) -> dict:
     """{window: {node: split}} for the shared nodes: MIG instances (compute slices, 7 per GPU) or MPS shares
     (percent of one GPU), with each tenant's need, grant and shortfall in those units."""
     gpu = {n.name: n.gpu for n in problem.nodes}
     out: dict = {}
     for (w, n), s in splits.items():
-        d = {"kind": s.kind, "gpu": gpu[n], "status": s.status.value,
-             "unit": "compute slices (7 per GPU)" if s.kind == "mig" else "percent of one GPU",
-             "needs": dict(s.needs), "granted": dict(s.granted), "unmet": dict(s.unmet),
-             "used_gpus": s.used_gpus, "shared_gpus": s.shared_gpus}
+        d: dict[str, object] = {
+            "kind": s.kind, "gpu": gpu[n], "status": s.status.value,
+            "unit": "compute slices (7 per GPU)" if s.kind == "mig" else "percent of one GPU",
+            "needs": dict(s.needs), "granted": dict(s.granted), "unmet": dict(s.unmet),
+            "used_gpus": s.used_gpus, "shared_gpus": s.shared_gpus}
         if s.kind == "mig":
             d["instances"] = [{"gpu_index": g, "profile": p, "start_slot": st, "tenant": t} for g, p, st, t in s.parts]
         else:
@@ -77,7 +83,7 @@ def _splits_json(problem, splits: dict) -> dict:
     return out
 
 
-def _split_table(problem, splits: dict, split: str):
+def _split_table(problem: TenantProblem, splits: dict[tuple[int, str], NodeSplit], split: str) -> Table:
     """One row per (split kind, GPU type): shared node-windows, MIG instances or MPS shares, GPUs used and shared
     by two or more tenants, unmet compute (MIG slices or percent of a GPU); solver statuses in the title."""
     from rich.table import Table
@@ -193,9 +199,9 @@ def allocate(scenario: Path | None, mode: str, backend: str, time_limit_s: float
     att.add_column("target", justify="right")
     for name in policies:
         att.add_column(name, justify="right")
-    for t in problem.tenants:
-        att.add_row(t.name, f"{100 * t.sla_target:.0f}%",
-                    *[f"{100 * o.attainment[t.name]:.1f}%" for o in policies.values()])
+    for tenant in problem.tenants:
+        att.add_row(tenant.name, f"{100 * tenant.sla_target:.0f}%",
+                    *[f"{100 * o.attainment[tenant.name]:.1f}%" for o in policies.values()])
     con.print(att)
     if result.stages:
         st = Table(title="Lexicographic stages")
@@ -212,17 +218,17 @@ def allocate(scenario: Path | None, mode: str, backend: str, time_limit_s: float
             pt.add_row(str(i), f"{100 * o.utilization:.2f}%", f"{o.isolation:.2f}", f"{o.sla:.1f}",
                        str(o.shared_node_windows))
         con.print(pt)
-    derived = [t for t in problem.tenants if t.models]
-    for t in derived:
+    derived = [tenant for tenant in problem.tenants if tenant.models]
+    for tenant in derived:
         how = "; ".join(f"{m.model} tp {m.tp} ({m.replica_req_per_s:.2f} req/s per replica on {m.gpu})"
-                        for m in t.models)
-        con.print(f"{t.name}: demand from its models ({how}), rounded up to whole GPUs per window")
+                        for m in tenant.models)
+        con.print(f"{tenant.name}: demand from its models ({how}), rounded up to whole GPUs per window")
     if split != "none":
         con.print(_split_table(problem, splits, split))
     gt = Table(title="Optimizer: GPUs per tenant and window (nodes in JSON)")
     gt.add_column("window", justify="right")
-    for t in problem.tenants:
-        gt.add_column(t.name, justify="right")
+    for tenant in problem.tenants:
+        gt.add_column(tenant.name, justify="right")
     for w in range(problem.n_windows):
         held = {t.name: 0 for t in problem.tenants}
         for (t, ww, _n), g in alloc.gpus.items():

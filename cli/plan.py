@@ -6,14 +6,16 @@ import csv
 import io
 import json
 import sys
+from pathlib import Path
 
 import click
 
 from fleetplan.cli.output import progress_status
 from fleetplan.errors import FleetplanError
 from fleetplan.fileio import check_destinations, output_files
-from fleetplan.placement.plan import evaluate
+from fleetplan.placement.plan import Plan, evaluate
 from fleetplan.placement.planio import plan_to_dict
+from fleetplan.placement.problem import Problem
 from fleetplan.placement.scenario import build_problem, load_scenario, scenario_embed
 from fleetplan.placement.validate import validate
 from fleetplan.placement.workbook import build_plan_workbook
@@ -86,12 +88,11 @@ def _csv(d: dict) -> str:
     return buf.getvalue()
 
 
-def _plot(path: str, problem, plan) -> None:
+def _plot(path: Path, problem: Problem, plan: Plan) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
 
     ev = evaluate(problem, plan)
     # Usable capacity per model: dedicated replicas after the margin, plus on each shared GPU what it serves and
@@ -100,10 +101,10 @@ def _plot(path: str, problem, plan) -> None:
     shares = problem.share_by_key
     for g in plan.shared:
         for w in range(problem.n_windows):
-            used = sum(v[w] / shares[(m, g.pool)].capacity_req_per_s for m, v in g.served_req_per_s.items())
+            used = sum(v[w] / shares[(name, g.pool)].capacity_req_per_s for name, v in g.served_req_per_s.items())
             free = max(0.0, 1 - problem.margin - used)
-            for m in g.models:
-                avail[m][w] += free * shares[(m, g.pool)].capacity_req_per_s
+            for name in g.models:
+                avail[name][w] += free * shares[(name, g.pool)].capacity_req_per_s
     n = len(problem.models)
     cols = 2 if n > 1 else 1
     rows = (n + cols - 1) // cols

@@ -12,11 +12,12 @@ import json
 
 import click
 
+from fleetplan.fileio import InputModel
 from fleetplan.placement.schemas import ScenarioFile, TenantsFile
 from fleetplan.placement.split import SplitOptions
 
 #: Input file kind -> the pydantic model that checks it.
-SCHEMAS = {"scenario": ScenarioFile, "tenants": TenantsFile, "split": SplitOptions}
+SCHEMAS: dict[str, type[InputModel]] = {"scenario": ScenarioFile, "tenants": TenantsFile, "split": SplitOptions}
 
 
 def json_schema(kind: str) -> dict:

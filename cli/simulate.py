@@ -16,6 +16,8 @@ from fleetplan.placement.planio import load_plan_file
 from fleetplan.simulator.engine import Policy
 from fleetplan.simulator.replay import (
     FleetBuilder,
+    ModelWindowMetrics,
+    SimReport,
     parse_window,
     scenario_workload,
     simulate_day,
@@ -25,7 +27,7 @@ from fleetplan.simulator.replay import (
 from fleetplan.simulator.whatif import preemption_whatif, two_tier_whatif
 
 
-def _f(x, fmt: str = ".3f") -> str:
+def _f(x: float | None, fmt: str = ".3f") -> str:
     return "—" if x is None or (isinstance(x, float) and not math.isfinite(x)) else format(x, fmt)
 
 
@@ -34,7 +36,7 @@ _COLS = (("model", None), ("requests", "d"), ("SLO attain.", ".1%"), ("TTFT p50/
          ("energy kWh", ".1f"), ("$/1M tok", ".3f"))
 
 
-def _row(r) -> list[str]:
+def _row(r: ModelWindowMetrics) -> list[str]:
     return [r.model, str(r.requests), _f(r.slo_attainment, ".1%"),
             "/".join(_f(x, ".2f") for x in (r.ttft_p50_s, r.ttft_p95_s, r.ttft_p99_s)),
             "/".join(_f(x * 1e3 if x is not None and math.isfinite(x) else x, ".0f")
@@ -47,12 +49,12 @@ _WINDOW_TITLE = ("SLO attainment (TTFT s, TPOT ms, each at its target's percenti
                  "than 2%)")
 
 
-def _misses_text(rep) -> str:
+def _misses_text(rep: SimReport) -> str:
     """One line per missed model-window target, e.g. 'Qwen2.5-7B window 3: TPOT p95 125 ms > 100 ms'."""
     return "\n".join(f"{m} window {w}: {'; '.join(t)}" for m, w, t in rep.misses())
 
 
-def _window_table(rep) -> tuple[list[str], list[list[str]]]:
+def _window_table(rep: SimReport) -> tuple[list[str], list[list[str]]]:
     windows = sorted({r.window for r in rep.rows})
     models = [r.model for r in rep.overall]
     head = ["window"] + models
@@ -75,7 +77,7 @@ def _md_table(head: list[str], body: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
-def render_markdown(rep, whatif: dict | None = None) -> str:
+def render_markdown(rep: SimReport, whatif: dict | None = None) -> str:
     """A markdown report: summary per model, SLO attainment (and P95 TTFT) per window, notes, what-ifs."""
     out = [f"# {rep.title}", "", f"Overall SLO attainment: **{_f(rep.attainment(), '.1%')}** of measured requests "
            f"meet both TTFT and TPOT targets ({rep.requests} requests simulated in {rep.wall_s:.1f} s).", "",
@@ -108,7 +110,7 @@ def render_markdown(rep, whatif: dict | None = None) -> str:
     return "\n".join(out) + "\n"
 
 
-def _print_table(rep) -> None:
+def _print_table(rep: SimReport) -> None:
     from rich.console import Console
     from rich.table import Table
 
@@ -134,7 +136,7 @@ def _print_table(rep) -> None:
         console.print(f"[dim]{n}[/dim]")
 
 
-def _plots(folder: str, rep) -> list[str]:
+def _plots(folder: str, rep: SimReport) -> list[str]:
     import matplotlib
 
     matplotlib.use("Agg")

@@ -48,6 +48,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol, TypedDict
 
 from fleetplan.costmodels.calibration import Calibration
 from fleetplan.costmodels.demand import TokenMix
@@ -179,6 +180,44 @@ class ReplicaCapacity:
     source: str = ""
 
 
+class MeasuredLatency(Protocol):
+    """Measured step times of one deployment (e.g. :class:`fleetplan.datasets.profiles.SplitwiseProfile`)."""
+
+    model: str
+    hardware: str
+    tp: int
+
+    def prefill_time_s(self, prompt_tokens: float, batch: float = 1) -> float: ...
+
+    def decode_step_time_s(self, batch: float, context_tokens: float = 0.0) -> float: ...
+
+
+class _ReplicaShape(TypedDict):
+    """Keyword arguments of :class:`ReplicaCapacity` shared by every result of one replica_capacity call."""
+
+    weights_bytes_per_gpu: float
+    gpus: int
+    source: str
+
+
+class _ReplicaMemory(_ReplicaShape):
+    """Keyword arguments of :class:`ReplicaCapacity` shared by every result of one replica_capacity_from_latency."""
+
+    max_batch: float
+    kv_bytes_available: float
+    memory_bytes_per_gpu: float
+
+
+class _LatencyOptions(TypedDict):
+    """Keyword arguments shared by prefill_time_s and decode_step_time_s in one replica_capacity call."""
+
+    tp: int
+    pp: int
+    weight_dtype: str
+    link: Link | None
+    calib: Calibration
+
+
 @dataclass(frozen=True)
 class _Eval:
     ok: bool
@@ -289,7 +328,7 @@ def replica_capacity_from_latency(prefill_s: Callable[[float], float], decode_st
     kv95 = kv_bytes_per_seq if kv_bytes_per_seq_p95 is None else max(kv_bytes_per_seq, kv_bytes_per_seq_p95)
     # Room for the batch at mean length plus one p95-length request (point 8).
     max_batch = (kv_budget_bytes - kv95) / kv_bytes_per_seq + 1 if kv_bytes_per_seq > 0 else math.inf
-    common = dict(max_batch=max_batch, weights_bytes_per_gpu=weights_bytes_per_gpu,
+    common: _ReplicaMemory = dict(max_batch=max_batch, weights_bytes_per_gpu=weights_bytes_per_gpu,
                   kv_bytes_available=kv_budget_bytes, memory_bytes_per_gpu=memory_bytes_per_gpu, gpus=gpus,
                   source=source)
     if max_batch < 1.0:
@@ -355,7 +394,7 @@ def replica_capacity(model: Model, gpu: GPU, mix: TokenMix, slo: SLO, *, tp: int
     weights = model.weight_bytes(weight_dtype)
     usable = memory_utilization * n * gpu.memory_bytes
     reserve = (1.0 - memory_utilization) * gpu.memory_bytes
-    base = dict(weights_bytes_per_gpu=weights / n, gpus=n, source=f"roofline ({calib.gpu} calibration)")
+    base: _ReplicaShape = dict(weights_bytes_per_gpu=weights / n, gpus=n, source=f"roofline ({calib.gpu} calibration)")
     if weights > usable:
         par = f"tp {tp}" + (f" × pp {pp}" if pp > 1 else "")
         return ReplicaCapacity(0.0, max_batch=0.0, batch_at_capacity=0.0, tpot_p95_s=math.nan, ttft_p95_s=math.nan,
@@ -373,7 +412,7 @@ def replica_capacity(model: Model, gpu: GPU, mix: TokenMix, slo: SLO, *, tp: int
                                       f"{model.max_context_tokens} tokens", **base)
     kv_seq = model.kv_tokens_cached(mix.input_tokens_mean + mix.output_tokens_mean) * model.kv_bytes_per_token(kv_dtype)
     kv_seq95 = model.kv_tokens_cached(mix.input_tokens_p95 + mix.output_tokens_p95) * model.kv_bytes_per_token(kv_dtype)
-    kw = dict(tp=tp, pp=pp, weight_dtype=weight_dtype, link=link, calib=calib)
+    kw: _LatencyOptions = dict(tp=tp, pp=pp, weight_dtype=weight_dtype, link=link, calib=calib)
     return replica_capacity_from_latency(
         lambda i: prefill_time_s(model, gpu, i, **kw),
         lambda b, c: decode_step_time_s(model, gpu, b, c, kv_dtype=kv_dtype, **kw),
@@ -381,7 +420,7 @@ def replica_capacity(model: Model, gpu: GPU, mix: TokenMix, slo: SLO, *, tp: int
         memory_bytes_per_gpu=memory, residents=residents, **base)
 
 
-def profile_replica_capacity(profile, mix: TokenMix, slo: SLO, *, model: Model, gpu: GPU,
+def profile_replica_capacity(profile: MeasuredLatency, mix: TokenMix, slo: SLO, *, model: Model, gpu: GPU,
                              kv_budget_bytes: float | None = None, memory_utilization: float = 0.9,
                              weight_dtype: str = "bf16", kv_dtype: str = "bf16") -> ReplicaCapacity:
     """Capacity from a measured :class:`~fleetplan.datasets.profiles.SplitwiseProfile` instead of the roofline

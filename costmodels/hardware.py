@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Literal
 
 from fleetplan.errors import InputError
 
@@ -15,6 +16,8 @@ from fleetplan.errors import InputError
 #: int4 half a byte (4-bit weight-only quantization; scales and zero points are ignored, a < 2% overhead
 #: for group size 128).
 BYTES_PER_ELEMENT: dict[str, float] = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}
+#: The keys of BYTES_PER_ELEMENT as a type (for input schemas); tests/test_capacity.py checks that they agree.
+DType = Literal["bf16", "fp16", "fp8", "int8", "int4"]
 
 
 def bytes_per_element(dtype: str, *, field: str = "dtype") -> float:

@@ -39,20 +39,23 @@ Model (every approximation listed):
 
 from __future__ import annotations
 
+from typing import Literal, get_args
+
 from fleetplan.costmodels.calibration import Calibration
 from fleetplan.costmodels.hardware import GPU, Model, bytes_per_element
 from fleetplan.costmodels.network import Link
 from fleetplan.errors import InputError, check_range
 
 __all__ = ["prefill_time_s", "decode_step_time_s", "allreduce_time_s", "moe_params_read", "flops_per_s",
-           "ACTIVATION_BYTES", "TP_DEGREES"]
+           "ACTIVATION_BYTES", "TP_DEGREES", "TpDegree"]
 
 #: Bytes per activation element exchanged between GPUs (serving runs activations in bf16/fp16).
 ACTIVATION_BYTES = 2.0
 
 #: Tensor-parallel degrees the cost models accept (and scenarios may list): powers of two up to 16, since a tp group
 #: splits attention heads evenly and runs within a node (nodes have 1, 2, 4, 8 or 16 GPUs).
-TP_DEGREES: tuple[int, ...] = (1, 2, 4, 8, 16)
+TpDegree = Literal[1, 2, 4, 8, 16]
+TP_DEGREES: tuple[int, ...] = get_args(TpDegree)
 
 
 def _check_parallel(tp: int, pp: int, link: Link | None, calib: Calibration) -> None:
@@ -128,7 +131,7 @@ def prefill_time_s(model: Model, gpu: GPU, prompt_tokens: float, *, tp: int = 1,
     stage_ar = 2.0 * model.num_layers / pp * allreduce_time_s(
         tokens / m * model.hidden_size * ACTIVATION_BYTES, tp, gpu, calib)
     total = (m + pp - 1) * (stage_compute + stage_ar)
-    if pp > 1:
+    if pp > 1 and link is not None:  # _check_parallel raised when pp > 1 has no link
         total += (pp - 1) * _hop_time_s(tokens / m, model, tp, link)
     return total + calib.prefill_overhead_s
 
@@ -160,6 +163,6 @@ def decode_step_time_s(model: Model, gpu: GPU, batch: float, context_tokens: flo
     stage_ar = 2.0 * model.num_layers / pp * allreduce_time_s(mb * model.hidden_size * ACTIVATION_BYTES, tp, gpu,
                                                               calib)
     total = pp * (max(mem_s, comp_s) + stage_ar)
-    if pp > 1:
+    if pp > 1 and link is not None:  # _check_parallel raised when pp > 1 has no link
         total += (pp - 1) * _hop_time_s(mb, model, tp, link)
     return total + calib.decode_overhead_per_layer_s * model.num_layers + calib.decode_overhead_per_seq_s * b

@@ -147,7 +147,7 @@ class NetworkGraph:
         """``rows``: dicts with keys ``link`` (:class:`Link`), ``src``, ``dst`` (site names, '' for default rows)
         and ``is_default`` (bool), as :func:`fleetplan.datasets.network.read_links` returns. Raises InputError
         when rows are given but a route class (or inter_node) has no default row."""
-        self.graph = nx.Graph()
+        self.graph: nx.Graph[str] = nx.Graph()
         self.defaults: dict[str, Link] = {}
         self.inter_node_links: dict[str, Link] = {}
         for r in rows or []:

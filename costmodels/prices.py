@@ -34,7 +34,7 @@ PRICING_MODELS: tuple[str, ...] = ("on-demand", "spot", "capacity-block", "on-de
                                    "negotiated")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class GpuPrice:
     """The price of one node shape (instance) at one site, under one pricing model.
 
@@ -59,11 +59,19 @@ class GpuPrice:
     instance: str
     gpus_per_node: int
     node_usd_per_hour: float
-    usd_per_gpu_hour: float | None = None
+    usd_per_gpu_hour: float  # always set: computed by __init__ when not given
     pricing_model: str = "on-demand"
     source: str = ""
 
-    def __post_init__(self) -> None:
+    def __init__(self, cloud: str, region: str, zone: str, gpu: str, instance: str, gpus_per_node: int,
+                 node_usd_per_hour: float, usd_per_gpu_hour: float | None = None, pricing_model: str = "on-demand",
+                 source: str = "") -> None:
+        # Written out (not generated) so that usd_per_gpu_hour is optional here but always a float on the record.
+        for name, value in (("cloud", cloud), ("region", region), ("zone", zone), ("gpu", gpu),
+                            ("instance", instance), ("gpus_per_node", gpus_per_node),
+                            ("node_usd_per_hour", node_usd_per_hour), ("pricing_model", pricing_model),
+                            ("source", source)):
+            object.__setattr__(self, name, value)
         owner = f"price {self.cloud}/{self.region}/{self.instance}"
         if not isinstance(self.gpus_per_node, int) or isinstance(self.gpus_per_node, bool) or not (
                 1 <= self.gpus_per_node <= 64):
@@ -77,14 +85,15 @@ class GpuPrice:
             raise InputError(f"{owner}: pricing model {self.pricing_model!r} is not one of "
                              f"{', '.join(PRICING_MODELS)}", field="pricing_model", value=self.pricing_model)
         per_gpu = self.node_usd_per_hour / self.gpus_per_node
-        if self.usd_per_gpu_hour is None:
-            object.__setattr__(self, "usd_per_gpu_hour", per_gpu)
+        if usd_per_gpu_hour is None:
+            usd_per_gpu_hour = per_gpu
         else:
-            check_range(self.usd_per_gpu_hour, field="usd_per_gpu_hour", source=owner, low=0)
-            if not math.isclose(self.usd_per_gpu_hour, per_gpu, rel_tol=5e-3, abs_tol=1e-4):
-                raise InputError(f"{owner}: usd_per_gpu_hour {self.usd_per_gpu_hour:g} differs from node price / "
+            check_range(usd_per_gpu_hour, field="usd_per_gpu_hour", source=owner, low=0)
+            if not math.isclose(usd_per_gpu_hour, per_gpu, rel_tol=5e-3, abs_tol=1e-4):
+                raise InputError(f"{owner}: usd_per_gpu_hour {usd_per_gpu_hour:g} differs from node price / "
                                  f"GPUs = {per_gpu:g}; fix one of them", field="usd_per_gpu_hour",
-                                 value=self.usd_per_gpu_hour)
+                                 value=usd_per_gpu_hour)
+        object.__setattr__(self, "usd_per_gpu_hour", usd_per_gpu_hour)
 
 
 @dataclass(frozen=True)

@@ -541,11 +541,11 @@ def apply_variables(spec: SplitSpec, values: dict[str, float]) -> SplitSpec:
     return spec
 
 
-def scenario_row(spec: SplitSpec, values: dict[str, float]) -> dict:
+def scenario_row(spec: SplitSpec, values: dict[str, float]) -> dict[str, float | bool | str | None]:
     """One sweep cell: the variables, each option's total USD/day, the split's TTFT and SLO, the savings and a
     short verdict ('split saves' / 'single site')."""
     s = apply_variables(spec, values)
-    row = dict(values)
+    row: dict[str, float | bool | str | None] = dict(values)
     try:
         r = compare(s, prompt_break_even=False)
     except InputError as exc:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, overload
 
 from fleetplan.costmodels.hardware import GPU, Model
 from fleetplan.costmodels.prices import (
@@ -120,6 +120,13 @@ def _require_columns(rows: _Rows, required: Iterable[str], what: str) -> None:
 _NUMBER = re.compile(r"^[-+]?(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?")
 
 
+@overload
+def _cell_number(row: dict[str, str], name: str, rows: _Rows, i: int, *, required: Literal[True],
+                 low: float | None = None, high: float | None = None, unit: str = "", fix: str = "",
+                 leading: bool = False) -> float: ...
+@overload
+def _cell_number(row: dict[str, str], name: str, rows: _Rows, i: int, *, required: bool, low: float | None = None,
+                 high: float | None = None, unit: str = "", fix: str = "", leading: bool = False) -> float | None: ...
 def _cell_number(row: dict[str, str], name: str, rows: _Rows, i: int, *, required: bool, low: float | None = None,
                  high: float | None = None, unit: str = "", fix: str = "", leading: bool = False) -> float | None:
     """The number in cell ``name`` (None when blank and not required); range-checked with :func:`check_range`.
@@ -238,10 +245,10 @@ def _gpu_from_row(row: dict[str, str], rows: _Rows, i: int) -> GpuSpec:
     flops = bf16 if bf16 is not None else fp16  # no BF16 (T4, V100, A10G entry): the FP16 tensor figure
     missing = tuple(f for f, v in (("mem_bandwidth_GBps", bw), ("bf16_dense_tflops|fp16_dense_tflops", flops))
                     if v is None)
-    common = dict(vendor=row.get("vendor", ""), form_factor=row.get("form_factor", ""),
-                  memory_bytes=mem_gb * GB, source=row.get("source", ""))
-    if missing:
-        return GpuSpec(name=name, gpu=None, missing=missing, **common)
+    vendor, form_factor, source = row.get("vendor", ""), row.get("form_factor", ""), row.get("source", "")
+    if missing or bw is None or flops is None:
+        return GpuSpec(name=name, gpu=None, missing=missing, vendor=vendor, form_factor=form_factor,
+                       memory_bytes=mem_gb * GB, source=source)
     try:
         gpu = GPU(name=name, memory_bytes=mem_gb * GB, hbm_bandwidth_bytes_per_s=bw * GB,
                   bf16_flops_per_s=flops * TERA, fp8_flops_per_s=None if fp8 is None else fp8 * TERA,
@@ -249,7 +256,7 @@ def _gpu_from_row(row: dict[str, str], rows: _Rows, i: int) -> GpuSpec:
                   tdp_w=tdp, vendor=row.get("vendor", ""), source=row.get("source", ""))
     except InputError as exc:
         raise InputError(str(exc), source=rows.source, row=i, field=exc.field, value=exc.value) from None
-    return GpuSpec(name=name, gpu=gpu, **common)
+    return GpuSpec(name=name, gpu=gpu, vendor=vendor, form_factor=form_factor, memory_bytes=mem_gb * GB, source=source)
 
 
 def _gpu_specs_from(rows: _Rows) -> dict[str, GpuSpec]:
@@ -313,6 +320,12 @@ MODEL_COLUMNS = ("model", "attention_type", "num_layers", "hidden_size", "num_at
                  "head_dim")
 
 
+@overload
+def _int_cell(row: dict[str, str], name: str, rows: _Rows, i: int, *, required: Literal[True], low: float,
+              high: float, fix: str) -> int: ...
+@overload
+def _int_cell(row: dict[str, str], name: str, rows: _Rows, i: int, *, required: bool, low: float, high: float,
+              fix: str) -> int | None: ...
 def _int_cell(row: dict[str, str], name: str, rows: _Rows, i: int, *, required: bool, low: float, high: float,
               fix: str) -> int | None:
     v = _cell_number(row, name, rows, i, required=required, low=low, high=high, fix=fix)
@@ -381,12 +394,17 @@ def _model_from_row(row: dict[str, str], rows: _Rows, i: int) -> Model:
                                 fix=fix_p, leading=True)
     if active_b is None:
         active_b = total_b
-    opt = dict(required=False, low=0, high=1_000_000, fix="give a whole number or leave the cell blank")
-    experts = _int_cell(row, "num_routed_experts", rows, i, **opt) or 0
-    topk = _int_cell(row, "experts_per_token", rows, i, **opt) or 0
-    moe_inter = _int_cell(row, "moe_intermediate_size", rows, i, **opt) or 0
-    lora = _int_cell(row, "kv_lora_rank", rows, i, **opt) or 0
-    rope = _int_cell(row, "qk_rope_head_dim", rows, i, **opt) or 0
+
+    def opt(column: str) -> int:
+        """An optional whole-number cell; blank is 0."""
+        return _int_cell(row, column, rows, i, required=False, low=0, high=1_000_000,
+                         fix="give a whole number or leave the cell blank") or 0
+
+    experts = opt("num_routed_experts")
+    topk = opt("experts_per_token")
+    moe_inter = opt("moe_intermediate_size")
+    lora = opt("kv_lora_rank")
+    rope = opt("qk_rope_head_dim")
     ctx = _int_cell(row, "max_context_tokens", rows, i, required=False, low=128, high=100_000_000,
                     fix="give the longest supported context in tokens") or 131072
     window = _int_cell(row, "sliding_window_tokens", rows, i, required=False, low=1, high=100_000_000,
@@ -807,7 +825,6 @@ def _egress_from(rows: _Rows, bound: str) -> list[EgressTable]:
             high = _cell_number(row, "usd_per_unit_high", rows, i, required=False, low=0, high=5, unit="USD")
             if high is None:
                 high = low
-            assert low is not None
             if high < low:
                 raise InputError(f"high {high:g} is below low {low:g}; swap them", source=rows.source, row=i,
                                  field="usd_per_unit_high", value=high)

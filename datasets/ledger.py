@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import functools
 import importlib.resources
+import io
 
 from fleetplan.costmodels.ledger import Assumption
 from fleetplan.errors import InputError, check_range
@@ -20,7 +21,8 @@ def load_assumptions() -> dict[str, Assumption]:
     """The shipped ledger assumptions (datasets/data/ledger/assumptions.csv) keyed by name: text_bytes_per_token,
     electricity_usd_per_kwh, pue (and any other rows). Raises InputError on a malformed file or a missing row."""
     path = importlib.resources.files("fleetplan.datasets") / "data" / "ledger" / "assumptions.csv"
-    with path.open(newline="") as f:
+    # A Traversable's open() takes no newline argument: wrap its bytes as csv asks (newline="").
+    with io.TextIOWrapper(path.open("rb"), encoding="utf-8", newline="") as f:
         rows = list(csv.DictReader(f))
     out = {}
     for i, r in enumerate(rows, start=1):

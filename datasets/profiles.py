@@ -27,12 +27,14 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from fleetplan.costmodels.calibration import Calibration
-from fleetplan.costmodels.capacity import ReplicaCapacity, replica_capacity
+from fleetplan.costmodels.capacity import SLO, ReplicaCapacity, replica_capacity
+from fleetplan.costmodels.demand import TokenMix
 from fleetplan.costmodels.hardware import GPU, Model
 from fleetplan.costmodels.latency import decode_step_time_s, prefill_time_s
 from fleetplan.datasets.calibration import load_calibration, load_reference_models
@@ -125,15 +127,16 @@ def roofline_predictions(rows: pd.DataFrame, calibs: dict[str, Calibration] | No
     model = load_reference_models()["Llama-2-70B"]
     out = rows.copy()
     pp_, dd_ = [], []
-    for r in rows.itertuples(index=False):
-        gpu = get_gpu(r.gpu)
-        c = calibs[r.gpu] if calibs else load_calibration(gpu)
-        pp_.append(prefill_time_s(model, gpu, r.prompt_tokens, tp=int(r.tp), batch=r.batch, calib=c))
-        dd_.append(decode_step_time_s(model, gpu, r.batch, r.context_tokens, tp=int(r.tp), calib=c))
+    for gpu_name, prompt_tokens, tp, batch, context_tokens in zip(
+            rows["gpu"], rows["prompt_tokens"], rows["tp"], rows["batch"], rows["context_tokens"], strict=True):
+        gpu = get_gpu(gpu_name)
+        c = calibs[gpu_name] if calibs else load_calibration(gpu)
+        pp_.append(prefill_time_s(model, gpu, prompt_tokens, tp=int(tp), batch=batch, calib=c))
+        dd_.append(decode_step_time_s(model, gpu, batch, context_tokens, tp=int(tp), calib=c))
     out["pred_prefill_s"] = pp_
     out["pred_decode_s"] = dd_
-    out["ape_prefill"] = ((out.pred_prefill_s - out.prompt_time_s).abs() / out.prompt_time_s).where(
-        out.prefill_row if "prefill_row" in out else True)
+    counted = out["prefill_row"] if "prefill_row" in out else pd.Series(True, index=out.index)
+    out["ape_prefill"] = ((out.pred_prefill_s - out.prompt_time_s).abs() / out.prompt_time_s).where(counted)
     out["ape_decode"] = (out.pred_decode_s - out.token_time_s).abs() / out.token_time_s
     return out
 
@@ -282,7 +285,7 @@ class ProfileCapacity:
                          f", output<={self.output_buckets_tokens[j]:g}")
         return rate, ""
 
-    def req_per_s_for(self, mix) -> float:
+    def req_per_s_for(self, mix: TokenMix) -> float:
         """req/s for a :class:`~fleetplan.costmodels.demand.TokenMix`, looked up at its p95 input/output lengths."""
         return self.lookup(mix.input_tokens_p95, mix.output_tokens_p95)[0]
 
@@ -297,8 +300,8 @@ def load_aibrix_profile(name: str) -> ProfileCapacity:
         return ProfileCapacity.from_aibrix_json(real)
 
 
-def capacity_for(model: Model, gpu: GPU | None, mix, slo, *, gpu_name: str = "", profile: ProfileCapacity | None = None,
-                 **kwargs):
+def capacity_for(model: Model, gpu: GPU | None, mix: TokenMix, slo: SLO, *, gpu_name: str = "",
+                 profile: ProfileCapacity | None = None, **kwargs: Any) -> ReplicaCapacity:
     """Capacity of one replica of ``model`` on a GPU type, from the best source available.
 
     Order: a measured ``profile`` (req/s from its bucket at the mix's p95 lengths); else the analytic model when

@@ -23,6 +23,7 @@ import re
 import tarfile
 import warnings
 from pathlib import Path
+from typing import Literal, get_args
 
 import numpy as np
 import pandas as pd
@@ -37,7 +38,8 @@ GAP_FRACTION_OF_MEDIAN = 0.05
 #: Length of ServeGen's windows, seconds (upstream ``timestamp_s`` steps by 600).
 SLOT_S = 600
 SLOTS_PER_DAY = 86400 // SLOT_S
-GAP_MODES = ("interpolate", "mask")
+GapMode = Literal["interpolate", "mask"]
+GAP_MODES: tuple[str, ...] = get_args(GapMode)
 
 _DIR = ("data", "traces", "servegen")
 _CATEGORY = {"m-large": "language", "m-mid": "language", "m-small": "language", "deepseek-r1": "reason",
@@ -295,7 +297,10 @@ def servegen_client_windows(series: str) -> pd.DataFrame:
             if not (member.isfile() and member.name.startswith(prefix) and member.name.endswith("-trace.csv")):
                 continue
             client = int(Path(member.name).name.split("-")[1])
-            data = tar.extractfile(member).read()
+            fobj = tar.extractfile(member)
+            if fobj is None:  # not a regular file (checked above); tarfile types it as optional
+                continue
+            data = fobj.read()
             df = pd.read_csv(io.BytesIO(data), header=None, keep_default_na=False,
                              names=["window_start_s", "rate_req_per_s", "cv", "pattern", "shape", "scale_s"])
             df.insert(0, "client", client)

@@ -383,9 +383,9 @@ def read_generic_csv(path: str | Path) -> Trace:
         t = numeric.to_numpy(dtype=np.float64)
         start = None
     elif numeric.notna().any() and ts.str.fullmatch(r"-?\d+(\.\d*)?").iloc[0]:
-        i = _first(numeric.isna().to_numpy())
-        raise InputError(f"{ts.iloc[i]!r} is not a number of seconds; use one timestamp format in the whole column",
-                         source=display, row=i + 1, field=cols["timestamp"], value=ts.iloc[i])
+        at = int(np.argmax(numeric.isna().to_numpy()))  # the first text timestamp (some are numbers, not all)
+        raise InputError(f"{ts.iloc[at]!r} is not a number of seconds; use one timestamp format in the whole column",
+                         source=display, row=at + 1, field=cols["timestamp"], value=ts.iloc[at])
     else:
         t, start = _timestamps(ts, display, cols["timestamp"],
                                "seconds or an ISO datetime (YYYY-MM-DDTHH:MM:SS)")
@@ -685,7 +685,7 @@ def read_day_curve_csv(path: str | Path) -> DayCurve:
         steps = np.diff(times)
         i = _first(np.abs(steps - steps[0]) > 1e-6 * max(1.0, abs(steps[0])))
         if steps[0] <= 0 or i is not None:
-            j = 1 if steps[0] <= 0 else i + 1
+            j = 1 if steps[0] <= 0 or i is None else i + 1
             raise InputError(f"window starts must increase in equal steps (first step {steps[0]:g} s); sort the rows "
                              "and give one row per window", source=display, row=j + 1, field=time_col, value=times[j])
         length, start = float(steps[0]), float(times[0])

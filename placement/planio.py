@@ -21,7 +21,7 @@ from fleetplan.errors import InputError
 from fleetplan.fileio import yaml12_numbers
 from fleetplan.placement.plan import Plan, SharedGPU, Status, evaluate
 from fleetplan.placement.problem import Problem
-from fleetplan.placement.scenario import build_problem, scenario_from_raw
+from fleetplan.placement.scenario import Scenario, build_problem, scenario_from_raw
 from fleetplan.placement.validate import validate
 
 FORMAT_VERSION = 1
@@ -162,7 +162,7 @@ def read_plan_json(path: str | Path) -> dict:
     return d
 
 
-def problem_from_plan_dict(d: dict) -> tuple[Problem, Any]:
+def problem_from_plan_dict(d: dict) -> tuple[Problem, Scenario]:
     """Rebuild (Problem, Scenario) from the scenario embedded in a plan dict."""
 
     sc = d.get("scenario")

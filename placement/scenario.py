@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -154,9 +155,12 @@ def token_mix_from_spec(spec: TokenMixSpec | None, where: str) -> TokenMix:
         raise _err("missing 'token_mix': give {trace: azure-conv} or the four token statistics", where, "token_mix")
     if spec.trace is not None:
         return token_mix_from_trace(load_trace(spec.trace))
+    stats = (spec.input_tokens_mean, spec.input_tokens_p95, spec.output_tokens_mean, spec.output_tokens_p95)
+    in_mean, in_p95, out_mean, out_p95 = stats
+    if in_mean is None or in_p95 is None or out_mean is None or out_p95 is None:  # TokenMixSpec checks this too
+        raise _err("token_mix needs {trace: ...} or all four token statistics", where, "token_mix")
     try:
-        return TokenMix(spec.input_tokens_mean, spec.input_tokens_p95, spec.output_tokens_mean,
-                        spec.output_tokens_p95)
+        return TokenMix(in_mean, in_p95, out_mean, out_p95)
     except InputError as exc:
         raise InputError(str(exc), source=where, field="token_mix") from None
 
@@ -168,9 +172,13 @@ def _demand(spec: DemandSpec, where: str, base: Path | None, length: float, mix:
         return servegen_demand(sg.series, sg.mean_rate_req_per_s, mix, window_length_s=length, day=sg.day,
                                gaps=sg.gaps)
     if spec.trace is not None:
-        ref = spec.trace.file or spec.trace.name
-        if spec.trace.file and base is not None and not Path(ref).is_absolute():
-            ref = str(base / ref)
+        if spec.trace.file:
+            file = spec.trace.file
+            ref = str(base / file) if base is not None and not Path(file).is_absolute() else file
+        elif spec.trace.name is not None:
+            ref = spec.trace.name
+        else:  # TraceDemand checks that one is given
+            raise _err("demand.trace needs 'name' (a shipped trace) or 'file'", where, "demand.trace")
         trace = load_trace(ref)
         if spec.trace.rate_scale != 1.0:
             trace = trace.time_scaled(spec.trace.rate_scale)
@@ -186,7 +194,10 @@ def _demand(spec: DemandSpec, where: str, base: Path | None, length: float, mix:
             raise _err(f"day curve {p} has {curve.window_length_s:g}-s windows but options.window_length_s is "
                        f"{length:g}", where, "demand.day_curve")
         return day_curve_demand(curve.rates_req_per_s * scale, length, mix, f"day curve {p} × {scale:g}")
-    return day_curve_demand([float(r) for r in spec.rates], length, mix, "rates given in the scenario")
+    if spec.rates is not None:
+        return day_curve_demand([float(r) for r in spec.rates], length, mix, "rates given in the scenario")
+    # DemandSpec checks that exactly one kind is given.
+    raise _err("give one of servegen, trace, day_curve, rates under 'demand'", where, "demand")
 
 
 def load_scenario(path: str | Path | None = None, *, window_length_s: float | None = None) -> Scenario:
@@ -204,7 +215,7 @@ def scenario_from_raw(raw: dict, *, source: str = "scenario", base: str | None =
     """A :class:`Scenario` from an already-read mapping (e.g. the one embedded in a plan file); relative paths
     are resolved against ``base``."""
     where = source
-    base = Path(base) if base else None
+    base_dir = Path(base) if base else None
     if not isinstance(raw, dict):
         raise InputError("a scenario must be a mapping with 'sites' and 'models'", source=where)
     spec = validate_input(ScenarioFile, raw, source=where, labels=ENTRY_LABELS)
@@ -217,7 +228,7 @@ def scenario_from_raw(raw: dict, *, source: str = "scenario", base: str | None =
     for i, m in enumerate(spec.models):
         mw = f"{where}: models[{i}]"
         mixes[m.name] = token_mix_from_spec(m.token_mix, mw)
-        demands[m.name] = _demand(m.demand, mw, base, opts["window_length_s"], mixes[m.name])
+        demands[m.name] = _demand(m.demand, mw, base_dir, opts["window_length_s"], mixes[m.name])
     counts = {name: len(d.windows) for name, d in demands.items()}
     if len(set(counts.values())) != 1:
         raise _err("models' demand cover different numbers of windows: "
@@ -225,7 +236,7 @@ def scenario_from_raw(raw: dict, *, source: str = "scenario", base: str | None =
                    + "; give every model a day curve (servegen, day_curve or rates) of the same length", where,
                    "demand")
     return Scenario(name=spec.name if spec.name is not None else where, description=spec.description or "",
-                    base_dir=str(base) if base is not None else None, source=where, raw=raw, options=opts,
+                    base_dir=str(base_dir) if base_dir is not None else None, source=where, raw=raw, options=opts,
                     demands=demands, token_mixes=mixes, spec=spec)
 
 
@@ -271,7 +282,8 @@ def egress_table(sites: list[str]) -> dict[tuple[str, str], float]:
 DeratingKey = tuple[str, str, int | str, int]
 
 
-def build_problem(scenario: Scenario, *, progress=None, derating: dict[DeratingKey, float] | None = None) -> Problem:
+def build_problem(scenario: Scenario, *, progress: Callable[[str], None] | None = None,
+                  derating: dict[DeratingKey, float] | None = None) -> Problem:
     """Evaluate the cost models for every (model, pool, tp, pp) of ``scenario`` and return the numeric Problem.
 
     For each model and pool: dedicated options for every tp in the model's list that divides the node size and

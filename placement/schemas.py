@@ -26,9 +26,9 @@ from fleetplan.costmodels.capacity import (
     TTFT_P95_RANGE_S,
 )
 from fleetplan.costmodels.demand import TOKENS_PER_REQUEST_RANGE
-from fleetplan.costmodels.hardware import BYTES_PER_ELEMENT
-from fleetplan.costmodels.latency import TP_DEGREES
-from fleetplan.datasets.servegen import GAP_MODES
+from fleetplan.costmodels.hardware import DType
+from fleetplan.costmodels.latency import TP_DEGREES, TpDegree
+from fleetplan.datasets.servegen import GapMode
 from fleetplan.fileio import InputModel, input_field
 
 #: Tensor-parallel degrees tried when a model gives no ``tp`` list (scenario models and tenant models alike).
@@ -37,8 +37,6 @@ DEFAULT_TP_DEGREES: tuple[int, ...] = (1, 2, 4, 8)
 #: Words naming a list's entries in error messages ("tenant chat, model Llama-3.1-8B: ...").
 ENTRY_LABELS: dict[str, str] = {"sites": "site", "models": "model", "tenants": "tenant", "pool": "pool entry"}
 
-TpDegree = Literal[TP_DEGREES]  # type: ignore[valid-type]
-DType = Literal[tuple(BYTES_PER_ELEMENT)]  # type: ignore[valid-type]
 Notes = str | list[str] | None
 
 _TP_DESCRIPTION = (f"tensor-parallel degrees to consider: a list of {', '.join(map(str, TP_DEGREES))} (or one of "
@@ -107,7 +105,7 @@ class SLOSpec(InputModel):
                    attainment=self.attainment)
 
 
-_TOKENS = {"ge": TOKENS_PER_REQUEST_RANGE[0], "le": TOKENS_PER_REQUEST_RANGE[1]}
+_TOKENS_LOW, _TOKENS_HIGH = TOKENS_PER_REQUEST_RANGE
 
 
 class TokenMixSpec(InputModel, json_schema_extra={"oneOf": _MIX_ONE_FORM}):
@@ -115,10 +113,13 @@ class TokenMixSpec(InputModel, json_schema_extra={"oneOf": _MIX_ONE_FORM}):
 
     trace: str | None = input_field(None, description="a shipped trace whose token lengths to use, e.g. azure-conv "
                                     "(list them with `fleetplan data traces`)")
-    input_tokens_mean: float | None = input_field(None, **_TOKENS, description="mean prompt length, tokens")
-    input_tokens_p95: float | None = input_field(None, **_TOKENS, description="95th-percentile prompt length, tokens")
-    output_tokens_mean: float | None = input_field(None, **_TOKENS, description="mean output length, tokens")
-    output_tokens_p95: float | None = input_field(None, **_TOKENS,
+    input_tokens_mean: float | None = input_field(None, ge=_TOKENS_LOW, le=_TOKENS_HIGH,
+                                                  description="mean prompt length, tokens")
+    input_tokens_p95: float | None = input_field(None, ge=_TOKENS_LOW, le=_TOKENS_HIGH,
+                                                 description="95th-percentile prompt length, tokens")
+    output_tokens_mean: float | None = input_field(None, ge=_TOKENS_LOW, le=_TOKENS_HIGH,
+                                                   description="mean output length, tokens")
+    output_tokens_p95: float | None = input_field(None, ge=_TOKENS_LOW, le=_TOKENS_HIGH,
                                                   description="95th-percentile output length, tokens")
 
     @model_validator(mode="after")
@@ -210,7 +211,7 @@ class ServegenDemand(InputModel):
     series: str = input_field(description="ServeGen series, e.g. m-small (list them with `fleetplan data traces`)")
     mean_rate_req_per_s: float = input_field(gt=0, le=1e7, description="mean request rate over the day, req/s")
     day: int | str = input_field("mean", description="a day of the series (0-based) or 'mean' for the mean day")
-    gaps: Literal[GAP_MODES] = input_field(  # type: ignore[valid-type]
+    gaps: GapMode = input_field(
         "interpolate", description="missing-data windows: interpolated, or masked (an error if a window is empty)")
 
 

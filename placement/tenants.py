@@ -158,10 +158,12 @@ def demand_from_models(tenant: str, models: object, gpu: str, node_gpus: int, *,
         return InputError(f"tenant {tenant}: {msg}", source=source, row=row, field=fld, value=value)
 
     where = f"{source}{f', row {row}' if row is not None else ''}"
-    checked = {"context": f"tenant {tenant}", "labels": ENTRY_LABELS}
-    specs = validate_input(TenantModels, models, source=where, prefix="models", **checked)
-    slo_default = validate_input(SLOSpec | None, slo, source=where, prefix="slo", **checked)
-    mix_default = validate_input(TokenMixSpec | None, token_mix, source=where, prefix="token_mix", **checked)
+    context = f"tenant {tenant}"
+    specs = validate_input(TenantModels, models, source=where, prefix="models", context=context, labels=ENTRY_LABELS)
+    slo_default = validate_input(SLOSpec | None, slo, source=where, prefix="slo", context=context,
+                                 labels=ENTRY_LABELS)
+    mix_default = validate_input(TokenMixSpec | None, token_mix, source=where, prefix="token_mix", context=context,
+                                 labels=ENTRY_LABELS)
     gpu_rec = get_gpu(gpu)
     out: list[ModelDemand] = []
     for j, m in enumerate(specs):
@@ -555,17 +557,17 @@ def evaluate_allocation(problem: TenantProblem, allocation: Allocation) -> Objec
     unmet_g = 0.0
     attainment: dict[str, float] = {}
     sla_met: dict[str, bool] = {}
-    for t in problem.tenants:
-        dem = sum(t.demand_gpus)
+    for tenant in problem.tenants:
+        dem = sum(tenant.demand_gpus)
         srv_t = 0.0
         for w in range(W):
-            srv = min(float(t.demand_gpus[w]), delivered.get((t.name, w), 0.0))
+            srv = min(float(tenant.demand_gpus[w]), delivered.get((tenant.name, w), 0.0))
             srv_t += srv
-            sla += t.weight * max(0.0, t.sla_target * t.demand_gpus[w] - srv)
-            unmet_g += max(0.0, t.guaranteed(w) - srv)
+            sla += tenant.weight * max(0.0, tenant.sla_target * tenant.demand_gpus[w] - srv)
+            unmet_g += max(0.0, tenant.guaranteed(w) - srv)
         served_total += srv_t
-        attainment[t.name] = srv_t / dem if dem > 0 else 1.0
-        sla_met[t.name] = attainment[t.name] >= t.sla_target - 1e-9
+        attainment[tenant.name] = srv_t / dem if dem > 0 else 1.0
+        sla_met[tenant.name] = attainment[tenant.name] >= tenant.sla_target - 1e-9
     return Objectives(
         utilization=served_total / problem.capacity_gpu_windows, isolation=isolation, sla=sla,
         shared_node_windows=shared, unmet_guaranteed_gpu_windows=unmet_g,
@@ -626,12 +628,12 @@ def validate_allocation(problem: TenantProblem, allocation: Allocation, *, check
     if check_guarantees and not bad:
         # With a margin the guarantee must be delivered; without one (no headroom promised) it must be allocated.
         got = _delivered(problem, allocation) if allocation.margin else {k: float(v) for k, v in per_tenant.items()}
-        for t in problem.tenants:
+        for tenant in problem.tenants:
             for w in range(W):
-                short = t.guaranteed(w) - got.get((t.name, w), 0.0)
+                short = tenant.guaranteed(w) - got.get((tenant.name, w), 0.0)
                 if short > 1e-6:
-                    bad.append(f"{t.name} window {w}: guarantee {t.guaranteed(w):g} GPUs, delivered "
-                               f"{got.get((t.name, w), 0.0):.2f}")
+                    bad.append(f"{tenant.name} window {w}: guarantee {tenant.guaranteed(w):g} GPUs, delivered "
+                               f"{got.get((tenant.name, w), 0.0):.2f}")
     if bad:
         more = f" (and {len(bad) - 10} more)" if len(bad) > 10 else ""
         raise AllocationError(f"allocation '{allocation.policy}' is invalid: " + "; ".join(bad[:10]) + more)
@@ -671,7 +673,7 @@ def explain_guarantees(problem: TenantProblem) -> None:
         total = sum(need.values())
         if total == 0:
             continue
-        g = nx.DiGraph()
+        g: nx.DiGraph[str | tuple[str, str]] = nx.DiGraph()
         for t in problem.tenants:
             if need[t.name]:
                 g.add_edge("src", ("t", t.name), capacity=need[t.name])

@@ -18,21 +18,26 @@ Files are written to a temporary file next to the target and renamed, so no half
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from openpyxl import Workbook
 from openpyxl.chart import BarChart, Reference
 from openpyxl.styles import Font
 from openpyxl.utils import get_column_letter
+from openpyxl.worksheet.worksheet import Worksheet
 
+from fleetplan.costmodels.hardware import GPU
 from fleetplan.costmodels.ledger import DAYS_PER_MONTH, SECONDS_PER_DAY, Flow, table_key
+from fleetplan.costmodels.prices import EgressTable
+from fleetplan.costmodels.split import SplitResult
 from fleetplan.datasets.calibration import idle_fraction
 from fleetplan.datasets.catalog import load_gpus
 from fleetplan.datasets.ledger import load_assumptions
 from fleetplan.fileio import atomic_path
 from fleetplan.placement.ledger import plan_ledger
-from fleetplan.placement.plan import evaluate
+from fleetplan.placement.plan import Plan, evaluate
+from fleetplan.placement.problem import Problem
 
 _BOLD = Font(bold=True)
 LEDGER_HEADER = ("Option", "Category", "Item", "Site", "Quantity per day", "Unit", "Unit price USD",
@@ -55,7 +60,7 @@ def save_atomic(wb: Workbook, path: str | Path) -> Path:
 class _Inputs:
     """Writes labeled input cells on the Assumptions sheet and remembers their absolute references."""
 
-    def __init__(self, ws) -> None:
+    def __init__(self, ws: Worksheet) -> None:
         self.ws = ws
         self.row = 1
         self.ref: dict[str, str] = {}
@@ -71,7 +76,8 @@ class _Inputs:
         self.row += 2
         self.ws.cell(self.row, 1, title).font = _BOLD
 
-    def add(self, key: str, label: str, value, unit: str, source: str, *extra) -> str:
+    def add(self, key: str, label: str, value: float | str | None, unit: str, source: str,
+            *extra: float | None) -> str:
         self.row += 1
         r = self.row
         self.ws.cell(r, 1, label)
@@ -90,7 +96,7 @@ class _Inputs:
 class _LedgerSheet:
     """Appends line-item rows with formulas to the Ledger sheet."""
 
-    def __init__(self, ws, days_per_month_ref: str) -> None:
+    def __init__(self, ws: Worksheet, days_per_month_ref: str) -> None:
         self.ws = ws
         self.dpm = days_per_month_ref
         self.rows_by_option: dict[str, list[int]] = {}
@@ -133,14 +139,14 @@ def _energy_qty(a: _Inputs, key: str, gpus: str, per_day_hours: str = "24") -> s
     return (f"={gpus}*({idle}*{tdp}+({tdp}-{idle}*{tdp})*{util})*{per_day_hours}/1000*{a.ref['pue']}")
 
 
-def build_split_workbook(result, scenarios: Sequence[dict] | None = None) -> Workbook:
+def build_split_workbook(result: SplitResult, scenarios: Sequence[Mapping[str, object]] | None = None) -> Workbook:
     """Workbook for a :class:`fleetplan.costmodels.split.SplitResult` (module docstring for the sheets).
 
     ``scenarios``: rows from :func:`fleetplan.costmodels.split.scenario_row` for the Scenarios sheet (None: none).
     """
     s = result.spec
     wb = Workbook()
-    wa = wb.active
+    wa = wb.worksheets[0]  # a new workbook holds one worksheet, the active one
     wa.title = "Assumptions"
     a = _Inputs(wa)
     a.section("Demand (steady rate all day)")
@@ -183,7 +189,7 @@ def build_split_workbook(result, scenarios: Sequence[dict] | None = None) -> Wor
                   "rate / (replicas × capacity)")
             a.add(f"{k}/share", f"{name} {p.role} share of cost attributed to input tokens", p.input_share,
                   "fraction", "prefill 1, decode 0, colocated the prefill share of busy time")
-    tables = {}
+    tables: dict[tuple[str, str, str], EgressTable] = {}
     for o in result.options.values():
         for f in o.flows:
             tables.setdefault(table_key(f.table), f.table)
@@ -236,10 +242,10 @@ def build_split_workbook(result, scenarios: Sequence[dict] | None = None) -> Wor
             led.item(name, "gpu", f"{p.role} GPU-hours ({p.gpu})", p.site,
                      f"={a.ref[k + '/replicas']}*{a.ref[k + '/tp']}*24", "GPU-hour", f"={a.ref[k + '/price']}", 1,
                      a.ref[k + "/share"], p.price.source)
-        groups = {}
+        flows_by_table: dict[tuple[str, str, str], list[Flow]] = {}
         for f in o.flows:
-            groups.setdefault(table_key(f.table), []).append(f)
-        for key, fl in groups.items():
+            flows_by_table.setdefault(table_key(f.table), []).append(f)
+        for key, fl in flows_by_table.items():
             t = fl[0].table
             vol, share = vol_ref[(name, key)]
             only_cross = all(f.kind in ("kv", "prompt") for f in fl)
@@ -306,7 +312,7 @@ def build_split_workbook(result, scenarios: Sequence[dict] | None = None) -> Wor
     return wb
 
 
-def _scenario_sheet(wb: Workbook, rows: Sequence[dict]) -> None:
+def _scenario_sheet(wb: Workbook, rows: Sequence[Mapping[str, object]]) -> None:
     ws = wb.create_sheet("Scenarios")
     ws.cell(1, 1, "Sweep computed in Python (values, not formulas): each row re-sizes the pools with the "
                   "capacity model for its inputs.")
@@ -319,26 +325,29 @@ def _scenario_sheet(wb: Workbook, rows: Sequence[dict]) -> None:
             ws.cell(i, c, row[h])
 
 
-def write_split_workbook(path: str | Path, result, scenarios: Sequence[dict] | None = None) -> Path:
+def write_split_workbook(path: str | Path, result: SplitResult,
+                         scenarios: Sequence[Mapping[str, object]] | None = None) -> Path:
     """Write :func:`build_split_workbook` to ``path`` atomically. Raises InputError when it cannot be written."""
     return save_atomic(build_split_workbook(result, scenarios), path)
 
 
 # ---- plans ----------------------------------------------------------------------------------------------------
 
-def build_plan_workbook(problem, plan, **ledger_kw) -> Workbook:
+def build_plan_workbook(problem: Problem, plan: Plan, *, gpus: dict[str, GPU] | None = None,
+                        energy_billed: bool = False, usd_per_kwh: float | None = None,
+                        pue: float | None = None) -> Workbook:
     """Workbook for a plan: Assumptions (prices, rates, start costs, energy), Plan (replicas per model, GPU type,
     site and window; GPU-hours and starts as formulas), Ledger (per-day lines and totals as formulas) and a chart.
 
-    ``ledger_kw`` go to :func:`fleetplan.costmodels.ledger.plan_ledger` (energy_billed, usd_per_kwh, pue, gpus).
+    ``gpus``, ``energy_billed``, ``usd_per_kwh`` and ``pue`` go to :func:`fleetplan.placement.ledger.plan_ledger`.
     The totals equal the plan ledger's (and so :func:`fleetplan.placement.plan.evaluate`'s, per day).
     """
 
-    pl = plan_ledger(problem, plan, **ledger_kw)
+    pl = plan_ledger(problem, plan, gpus=gpus, energy_billed=energy_billed, usd_per_kwh=usd_per_kwh, pue=pue)
     led = pl.ledger
     la = load_assumptions()
     wb = Workbook()
-    wa = wb.active
+    wa = wb.worksheets[0]  # a new workbook holds one worksheet, the active one
     wa.title = "Assumptions"
     a = _Inputs(wa)
     a.section("Horizon")
@@ -360,10 +369,9 @@ def build_plan_workbook(problem, plan, **ledger_kw) -> Workbook:
     a.section("Energy (cloud GPU prices include power: billed only when the flag is 1)")
     a.add("usd_per_kwh", "Electricity price", energy[next(iter(energy))].unit_price_usd if energy else
           la["electricity_usd_per_kwh"].value, "USD/kWh", la["electricity_usd_per_kwh"].source)
-    a.add("pue", "Power usage effectiveness", ledger_kw.get("pue") or la["pue"].value, "ratio", la["pue"].source)
-    a.add("energy_billed", "Energy billed separately (1 = yes, 0 = no)", 1 if ledger_kw.get("energy_billed") else 0,
+    a.add("pue", "Power usage effectiveness", pue or la["pue"].value, "ratio", la["pue"].source)
+    a.add("energy_billed", "Energy billed separately (1 = yes, 0 = no)", 1 if energy_billed else 0,
           "flag", "choice")
-    gpus = ledger_kw.get("gpus")
     if gpus is None:
 
         gpus = load_gpus()
@@ -382,9 +390,9 @@ def build_plan_workbook(problem, plan, **ledger_kw) -> Workbook:
             a.add(f"start/{key}", f"start {key[0]} on {key[1]} tp{key[2]} pp{key[3]}", opts[key].start_cost_usd,
                   "USD/start", "problem option")
     a.section("Traffic served away from its origin (routed from the plan's capacity)")
-    for (o, s), gb in sorted(pl.egress_gb.items()):
-        a.add(f"gb/{o}/{s}", f"GB over the horizon {o} -> {s}", gb, "GB", "plan routing (origin first)")
-        a.add(f"rate/{o}/{s}", f"egress price {o} -> {s}", problem.egress_rate(o, s), "USD/GB",
+    for (src, dst), gb in sorted(pl.egress_gb.items()):
+        a.add(f"gb/{src}/{dst}", f"GB over the horizon {src} -> {dst}", gb, "GB", "plan routing (origin first)")
+        a.add(f"rate/{src}/{dst}", f"egress price {src} -> {dst}", problem.egress_rate(src, dst), "USD/GB",
               "problem egress table")
 
     wp = wb.create_sheet("Plan")
@@ -412,10 +420,10 @@ def build_plan_workbook(problem, plan, **ledger_kw) -> Workbook:
         else:
             wp.cell(r, 9 + W, 0)
         start_ref[key] = f"Plan!${st_col}${r}"
-    for g in plan.shared:
-        p = pools[g.pool]
+    for shared in plan.shared:
+        p = pools[shared.pool]
         r = wp.max_row + 1
-        vals = ["shared: " + "+".join(g.models), p.site, p.gpu, g.pool, 1, 1, 1] + [1] * W
+        vals = ["shared: " + "+".join(shared.models), p.site, p.gpu, shared.pool, 1, 1, 1] + [1] * W
         for c, v in enumerate(vals, start=1):
             wp.cell(r, c, v)
         wp.cell(r, 8 + W, f"=SUM({first_w}{r}:{last_w}{r})*G{r}*{a.ref['window_h']}")
@@ -439,9 +447,9 @@ def build_plan_workbook(problem, plan, **ledger_kw) -> Workbook:
             ls.item("plan", "start", f"starts {key[0]} on {key[1]} tp{key[2]} pp{key[3]}", pools[key[1]].site,
                     f"={start_ref[key]}/{dfac}", "start", f"={a.ref['start/' + str(key)]}", 1, 0.0,
                     "problem option")
-    for (o, s) in sorted(pl.egress_gb):
-        ls.item("plan", "egress", f"requests served away {o} -> {s}", s, f"={a.ref[f'gb/{o}/{s}']}/{dfac}", "GB",
-                f"={a.ref[f'rate/{o}/{s}']}", 1, 0.0, "problem egress table")
+    for (src, dst) in sorted(pl.egress_gb):
+        ls.item("plan", "egress", f"requests served away {src} -> {dst}", dst, f"={a.ref[f'gb/{src}/{dst}']}/{dfac}",
+                "GB", f"={a.ref[f'rate/{src}/{dst}']}", 1, 0.0, "problem egress table")
     for pid in energy:
         ls.item("plan", "energy", f"energy {pid}", pools[pid].site,
                 _energy_qty(a, pid, f"{gh_of[pid]}/{dfac}", per_day_hours="1"), "kWh", f"={a.ref['usd_per_kwh']}",
@@ -470,12 +478,15 @@ def build_plan_workbook(problem, plan, **ledger_kw) -> Workbook:
     return wb
 
 
-def write_plan_workbook(path: str | Path, problem, plan, **ledger_kw) -> Path:
+def write_plan_workbook(path: str | Path, problem: Problem, plan: Plan, *, gpus: dict[str, GPU] | None = None,
+                        energy_billed: bool = False, usd_per_kwh: float | None = None,
+                        pue: float | None = None) -> Path:
     """Write :func:`build_plan_workbook` to ``path`` atomically (temporary file + rename).
 
     Raises InputError when the folder does not exist or cannot be written, or for a plan that names no option.
     """
-    return save_atomic(build_plan_workbook(problem, plan, **ledger_kw), path)
+    return save_atomic(build_plan_workbook(problem, plan, gpus=gpus, energy_billed=energy_billed,
+                                           usd_per_kwh=usd_per_kwh, pue=pue), path)
 
 
 __all__ = ["LEDGER_HEADER", "build_plan_workbook", "build_split_workbook", "save_atomic", "write_plan_workbook",

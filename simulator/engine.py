@@ -108,7 +108,7 @@ class StepModel:
         """Tokens the KV budget holds."""
         return self.kv_budget_bytes / self.kv_bytes_per_token
 
-    def cached_tokens(self, tokens: np.ndarray) -> np.ndarray:
+    def cached_tokens(self, tokens: np.ndarray | float) -> np.ndarray:
         """Tokens a sequence of ``tokens`` keeps in the KV cache (sliding window cap)."""
         t = np.asarray(tokens, dtype=np.float64)
         return np.minimum(t, self.sliding_window_tokens) if self.sliding_window_tokens else t
@@ -366,7 +366,7 @@ class Engine:
             r[ids] = sm.cached_tokens(inp[ids] + out[ids])
         e = _EngineState(i, self.devs[spec.device], sm, kv_cap=sm.kv_budget_tokens / (1.0 - share),
                          tok_s=sm.token_share_s,
-                         pcie_s_per_token=share * sm.kv_bytes_per_token / pcie if share > 0 else 0.0,
+                         pcie_s_per_token=share * sm.kv_bytes_per_token / pcie if share > 0 and pcie else 0.0,
                          pre=p.tolist(), resv=r.tolist())
         e.dev.engines.append(e)
         return e
@@ -467,6 +467,8 @@ class Engine:
         if done >= d.k:
             return
         # The run stops after ``done`` steps: re-read its step time at those steps' mean context.
+        if d.op_eng is None:
+            raise RuntimeError(f"device {d.i} decodes with no engine")
         st = d.op_eng.step_s(done)
         while d.start + done * st < now - 1e-12:
             done += 1
@@ -550,6 +552,8 @@ class Engine:
     def _finish(self, dev: _DeviceState, now: float) -> None:
         """``dev``'s iteration ended at ``now``: account its busy time, apply it, schedule the next one."""
         e = dev.op_eng
+        if e is None:
+            raise RuntimeError(f"device {dev.i} finished an iteration it did not run")
         dur = now - dev.start
         self.dev_busy[dev.i] += dur
         self.eng_busy[e.i] += dur
@@ -586,7 +590,7 @@ class Engine:
         """A decode run of ``k`` steps ended: advance the engine's counter, count host-tier reads, retire the
         sequences that produced their last token."""
         e.counter += k
-        if e.pcie_s_per_token:
+        if e.pcie_s_per_token and e.sm.pcie_bytes_per_s:  # a host KV tier implies a PCIe bandwidth
             B = e.B
             self.swap_bytes[e.i] += e.pcie_s_per_token * (e.s_base * k + B * (e.counter - k) * k
                                                           + B * k * k / 2.0) * e.sm.pcie_bytes_per_s

@@ -50,7 +50,7 @@ from fleetplan.datasets.calibration import idle_fraction, load_calibration
 from fleetplan.datasets.catalog import get_gpu, get_model
 from fleetplan.datasets.network import inter_node_link
 from fleetplan.datasets.servegen import servegen_client_mix, servegen_day_curve
-from fleetplan.datasets.traces import load_trace
+from fleetplan.datasets.traces import Trace, load_trace
 from fleetplan.errors import InputError, UnknownNameError
 from fleetplan.placement.plan import Plan
 from fleetplan.placement.problem import Problem
@@ -88,7 +88,7 @@ class FleetBuilder:
     :func:`fleetplan.costmodels.capacity.replica_capacity`) and the share option's footprint − weights on a shared GPU.
     """
 
-    def __init__(self, problem: Problem, plan: Plan, scenario, *, max_tokens: float = 32768,
+    def __init__(self, problem: Problem, plan: Plan, scenario: Scenario, *, max_tokens: float = 32768,
                  step_models: dict[str, StepModel] | None = None):
         self.problem, self.plan, self.scenario = problem, plan, scenario
         self.max_tokens = max_tokens
@@ -207,7 +207,7 @@ class Workload:
 
 
 @functools.cache
-def _trace(name: str):
+def _trace(name: str) -> Trace:
 
     return load_trace(name)
 
@@ -220,7 +220,7 @@ def _lognormal(rng: np.random.Generator, mean: float, p95: float, n: int) -> np.
     return np.maximum(1, np.rint(rng.lognormal(mu, s, size=n))).astype(np.int64)
 
 
-def _tokens(model_raw: dict, scenario, rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:
+def _tokens(model_raw: dict, scenario: Scenario, rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:
     spec = model_raw.get("token_mix") or {}
     if isinstance(spec, dict) and "trace" in spec:
         tr = _trace(spec["trace"])
@@ -257,8 +257,13 @@ def gamma_renewal(rng: np.random.Generator, rate_req_per_s: float, cv: float, st
     return start_s + t[t < span]
 
 
-def _day_rate_profile(model_raw: dict, scenario, arrivals: str) -> tuple[np.ndarray, np.ndarray, float, str]:
-    """(rates per slot req/s, cv per slot, slot length s, description) over the day for one model's demand."""
+#: Per slot, either one CV (an array over the slots) or the clients' (share of the rate, CV) pairs.
+_SlotCvs = np.ndarray | tuple[tuple[tuple[float, float], ...], ...]
+
+
+def _day_rate_profile(model_raw: dict, scenario: Scenario, arrivals: str) -> tuple[np.ndarray, _SlotCvs, float, str]:
+    """(rates per slot req/s, cv per slot or client mix per slot, slot length s, description) over the day for one
+    model's demand."""
     dem = model_raw["demand"]
     L = float(scenario.options["window_length_s"])
     if "servegen" in dem:
@@ -267,6 +272,7 @@ def _day_rate_profile(model_raw: dict, scenario, arrivals: str) -> tuple[np.ndar
         series, day, gaps = body["series"], body.get("day", "mean"), body.get("gaps", "interpolate")
         factor = float(body["mean_rate_req_per_s"]) / float(servegen_day_curve(series, day, L, gaps).mean())
         rates = servegen_day_curve(series, day, _SLOT_S, gaps) * factor
+        cv: _SlotCvs
         if arrivals == "servegen":
             # One Gamma renewal process per ServeGen client, each with its share of the slot's rate and its own
             # fitted CV, superposed (servegen_client_mix): the total stream's burstiness as production had it.
@@ -281,7 +287,7 @@ def _day_rate_profile(model_raw: dict, scenario, arrivals: str) -> tuple[np.ndar
     return rates, np.ones_like(rates), L, "window mean rates, Poisson arrivals"
 
 
-def scenario_workload(scenario, w: int, start_s: float, end_s: float, seed: int, *, arrivals: str = "poisson",
+def scenario_workload(scenario: Scenario, w: int, start_s: float, end_s: float, seed: int, *, arrivals: str = "poisson",
                       measure_from_s: float | None = None, models: list[str] | None = None,
                       names: list[str] | None = None) -> Workload:
     """Requests of every model of ``scenario`` arriving in [start_s, end_s) of window ``w`` (seconds from the
@@ -327,7 +333,7 @@ def scenario_workload(scenario, w: int, start_s: float, end_s: float, seed: int,
                            "; ".join(what) + f"; seed {seed}")
 
 
-def _scenario_trace(dem: dict, scenario):
+def _scenario_trace(dem: dict, scenario: Scenario) -> Trace:
     from pathlib import Path
 
 
@@ -340,7 +346,7 @@ def _scenario_trace(dem: dict, scenario):
     return tr.time_scaled(scale) if scale != 1.0 else tr
 
 
-def peak_slot_start_s(scenario, w: int) -> float:
+def peak_slot_start_s(scenario: Scenario, w: int) -> float:
     """Start (seconds from the window's start) of window ``w``'s busiest 10-minute slot, all models summed (0 when
     the window is not longer than a slot or the curves have no finer detail than the window)."""
     L = float(scenario.options["window_length_s"])
@@ -654,7 +660,7 @@ def run_window(builder: FleetBuilder, wl: Workload, w: int, policy: Policy = FCF
     return fleet, res
 
 
-def _slice_bounds_s(scenario, w: int, window_length_s: float, slice_s: float | None,
+def _slice_bounds_s(scenario: Scenario, w: int, window_length_s: float, slice_s: float | None,
                     warmup_s: float) -> tuple[float, float, float]:
     """(start, measure from, end) of window ``w``'s replay, seconds from the window's start: the whole window, or a
     ``slice_s`` slice centred on its busiest 10-minute slot (kept inside the window) after ``warmup_s`` of warm-up,
@@ -667,7 +673,7 @@ def _slice_bounds_s(scenario, w: int, window_length_s: float, slice_s: float | N
     return a - warmup_s, a, a + slice_s
 
 
-def simulate_day(problem: Problem, plan: Plan, scenario, *, seed: int = 0, slice_s: float | None = None,
+def simulate_day(problem: Problem, plan: Plan, scenario: Scenario, *, seed: int = 0, slice_s: float | None = None,
                  warmup_s: float = 120.0, arrivals: str = "poisson", policy: Policy = FCFS,
                  windows: list[int] | None = None, models: list[str] | None = None,
                  progress: Callable[[str], None] | None = None) -> SimReport:
@@ -768,7 +774,7 @@ def parse_window(text: str | None, problem: Problem, models: list[str] | None = 
     return w
 
 
-def trace_workload(trace, problem: Problem, w: int, *, model: str | None = None, rate_scale: bool = False,
+def trace_workload(trace: Trace, problem: Problem, w: int, *, model: str | None = None, rate_scale: bool = False,
                    time_scale: float | None = None, seed: int = 0) -> Workload:
     """The requests of ``trace`` mapped onto the plan's models for window ``w`` (module docstring).
 
@@ -812,7 +818,8 @@ def trace_workload(trace, problem: Problem, w: int, *, model: str | None = None,
                     np.asarray(trace.output_tokens, dtype=np.int64), mods, 0.0, end, src)
 
 
-def simulate_trace(problem: Problem, plan: Plan, scenario, trace, *, window: str | int | None = None,
+def simulate_trace(problem: Problem, plan: Plan, scenario: Scenario, trace: Trace, *,
+                   window: str | int | None = None,
                    model: str | None = None, rate_scale: bool = False, time_scale: float | None = None,
                    seed: int = 0, policy: Policy = FCFS, bucket_s: float | None = None) -> SimReport:
     """Replay ``trace`` against one window's replicas (module docstring). ``window`` is 'HH:MM', an index or None

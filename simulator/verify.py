@@ -121,8 +121,10 @@ def verify_plan(scenario: Scenario, *, backend: str = "highs", solve_options: di
             raise FleetplanError(f"verify round {r}: the plan fails the independent check: "
                                  + "; ".join(check.violations[:5]))
         say(f"verify round {r}: replaying the day")
-        rep = simulate_day(problem, plan, scenario, seed=seed, slice_s=slice_s,
-                           progress=lambda t, r=r: say(f"verify round {r}: replay {t}"))
+        def replay_progress(text: str, r: int = r) -> None:
+            say(f"verify round {r}: replay {text}")
+
+        rep = simulate_day(problem, plan, scenario, seed=seed, slice_s=slice_s, progress=replay_progress)
         misses = rep.misses()
         cost = evaluate(problem, plan).total_usd * per_day_factor(problem)
         rounds.append(VerifyRound(r, cost, rep.attainment(), misses))

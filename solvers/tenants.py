@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from fleetplan.errors import InfeasibleError, InputError, SolverError
 from fleetplan.placement.status import Status
@@ -28,6 +29,22 @@ DEFAULT_WEIGHTS = {"utilization": 1.0, "isolation": 1.0, "sla": 1.0}
 DEFAULT_ORDER = ("sla", "utilization", "isolation")
 #: Weight of the secondary terms that break ties (keeps s tight and avoids weakly dominated points).
 TIE_BREAK = 1e-3
+
+
+class TenantModel(Protocol):
+    """What the allocation loops ask of a backend's model (:class:`TenantMilpModel`, :class:`CpSatModel`)."""
+
+    def set_objective(self, coefs: dict[str, float]) -> None: ...
+
+    def add_limit(self, name: str, value: float) -> None: ...
+
+    def solve(self, time_limit_s: float, threads: int = 1) -> SolveOutcome: ...
+
+
+class TenantModelFactory(Protocol):
+    """A backend's model class: builds the model of ``problem`` over ``windows``."""
+
+    def __call__(self, problem: TenantProblem, windows: Sequence[int], *, margin: bool = True) -> TenantModel: ...
 
 
 @dataclass
@@ -65,7 +82,7 @@ def weighted_score(problem: TenantProblem, obj: Objectives, weights: dict[str, f
 
 
 
-def _factory(backend: str) -> Callable[..., object]:
+def _factory(backend: str) -> TenantModelFactory:
     if backend == "highs":
         return TenantMilpModel
     if backend == "cpsat":
@@ -213,7 +230,7 @@ def solve_allocation(problem: TenantProblem, *, mode: str = "weighted", backend:
     groups = [[w] for w in W] if decompose else [W]
     budget = time_limit_s / (points * len(groups))
     util_first = {"utilization": 1.0, "isolation": TIE_BREAK / norm["isolation"], "sla": TIE_BREAK / norm["sla"]}
-    per_point: list[list[SolveOutcome | None]] = [[] for _ in range(points)]
+    per_point: list[list[SolveOutcome]] = [[] for _ in range(points)]
     for gi, g in enumerate(groups):
         where = f" (window {g[0]}, {gi + 1}/{len(groups)})" if decompose else ""
         say("Pareto anchors" + where)
@@ -243,12 +260,12 @@ def solve_allocation(problem: TenantProblem, *, mode: str = "weighted", backend:
             o = m.solve(budget, threads)
             per_point[j].append(o if o.status in (Status.OPTIMAL, Status.FEASIBLE) else lo)
     cands = []
-    for j, outs in enumerate(per_point):
-        status, gpus, obj, bound, dt = _combine([o for o in outs if o is not None])
+    for j, point_outs in enumerate(per_point):
+        status, gpus, obj, bound, dt = _combine(point_outs)
         cands.append(finish(gpus, status, obj, bound, dt, f"pareto-{j}"))
     front = non_dominated(cands)
-    best = max(front, key=lambda p: weighted_score(problem, p[1], weights))
-    return AllocationResult(best[0], best[1], mode, backend, pareto=front)
+    chosen = max(front, key=lambda p: weighted_score(problem, p[1], weights))
+    return AllocationResult(chosen[0], chosen[1], mode, backend, pareto=front)
 
 
 def dominates(a: Objectives, b: Objectives, eps: float = 1e-9) -> bool:

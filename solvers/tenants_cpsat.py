@@ -21,19 +21,23 @@ import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from fleetplan.datasets.sharing import load_mig_profiles
 from fleetplan.errors import InputError, SolverError, UnknownNameError
 from fleetplan.placement.status import Status
-from fleetplan.placement.tenants import OBJECTIVE_SENSE, SolveOutcome, TenantProblem
+from fleetplan.placement.tenants import OBJECTIVE_SENSE, Allocation, SolveOutcome, TenantProblem
 from fleetplan.solvers.tenant_baselines import packed_greedy
+
+if TYPE_CHECKING:  # OR-Tools is imported when a model is built (start-up speed); its types are for mypy only
+    from ortools.sat.python.cp_model import IntVar
 
 SCALE = 1000
 #: Above this many GPU-count variables CP-SAT runs without presolve (measured: at 100 tenants × 500 nodes presolve
 #: did not finish within 10 s per window, while the hinted search found a 0.35%-gap answer).
 LARGE_MODEL_VARS = 20_000
 #: Greedy hints (margin-aware packing) of the last few problems, so per-window models do not recompute them.
-_HINTS: dict[int, tuple[TenantProblem, dict]] = {}
+_HINTS: dict[int, tuple[TenantProblem, Mapping[tuple[str, int, str], int]]] = {}
 
 
 def _status(cp_model, code) -> Status:
@@ -53,15 +57,15 @@ class CpSatModel:
         self.problem, self.windows, self.margin = problem, list(windows), margin
         P = problem
         md = cp_model.CpModel()
-        self.x: dict[tuple[str, int, str], object] = {}
-        self.y: dict[tuple[str, int, str], object] = {}
+        self.x: dict[tuple[str, int, str], IntVar] = {}
+        self.y: dict[tuple[str, int, str], IntVar] = {}
         classes = sorted({t.interference_class for t in P.tenants})
         cmax = max([round(SCALE * P.class_coefficient(a, b)) for a in classes for b in classes] + [0])
-        self.s: dict[tuple[int, str], object] = {}
-        self.p: dict[tuple[str, int, str], object] = {}
-        self.m: dict[tuple[str, int, str], object] = {}
-        self.v: dict[tuple[str, int], object] = {}
-        self.u: dict[tuple[str, int], object] = {}
+        self.s: dict[tuple[int, str], IntVar] = {}
+        self.p: dict[tuple[str, int, str], IntVar] = {}
+        self.m: dict[tuple[str, int, str], IntVar] = {}
+        self.v: dict[tuple[str, int], IntVar] = {}
+        self.u: dict[tuple[str, int], IntVar] = {}
         for w in self.windows:
             for n in P.nodes:
                 here = [t for t in P.tenants if t.runs_on(n.gpu) and t.wanted(w) > 0]
@@ -74,7 +78,7 @@ class CpSatModel:
                     md.add(x >= 1).only_enforce_if(y)
                 s = self.s[w, n.name] = md.new_int_var(0, cmax if len(here) >= 2 else 0, f"s_{w}_{n.name}")
                 if len(here) >= 2:
-                    p = {}
+                    p: dict[str, IntVar] = {}
                     for k in sorted({t.interference_class for t in here}):
                         members = [self.y[t.name, w, n.name] for t in here if t.interference_class == k]
                         p[k] = self.p[k, w, n.name] = md.new_bool_var(f"p_{k}_{w}_{n.name}")
@@ -91,8 +95,8 @@ class CpSatModel:
                             # (3) The worst co-located class pair sets the node coefficient.
                             md.add(s >= round(SCALE * P.class_coefficient(a, b)) * (p[a] + p[b] - 1))
                 # (4) Capacity minus the interference headroom (thousandths of a GPU).
-                load = sum(self.x[t.name, w, n.name] for t in here)
-                md.add(SCALE * load + (n.gpus * s if margin else 0) <= SCALE * n.gpus)
+                node_load = sum(self.x[t.name, w, n.name] for t in here)
+                md.add(SCALE * node_load + (n.gpus * s if margin else 0) <= SCALE * n.gpus)
             # (7) Identical nodes are used in order of non-increasing load.
             load = {n.name: sum(self.x[t.name, w, n.name] for t in P.tenants if (t.name, w, n.name) in self.x)
                     for n in P.nodes}
@@ -137,10 +141,10 @@ class CpSatModel:
             self.md.add_hint(var, x[k])
             self.md.add_hint(self.y[k], 1 if x[k] > 0 else 0)
         cls = {t.name: t.interference_class for t in P.tenants}
-        for (k, w, n), var in self.p.items():
-            self.md.add_hint(var, int(any(x.get((t, w, n), 0) > 0 for t in cls if cls[t] == k)))
-        for (k, w, n), var in self.m.items():
-            self.md.add_hint(var, int(sum(x.get((t, w, n), 0) > 0 for t in cls if cls[t] == k) >= 2))
+        for (klass, w, n), var in self.p.items():
+            self.md.add_hint(var, int(any(x.get((t, w, n), 0) > 0 for t in cls if cls[t] == klass)))
+        for (klass, w, n), var in self.m.items():
+            self.md.add_hint(var, int(sum(x.get((t, w, n), 0) > 0 for t in cls if cls[t] == klass) >= 2))
         for (w, n), var in self.s.items():
             here = [t for t in P.tenants if x.get((t.name, w, n), 0) > 0]
             self.md.add_hint(var, round(SCALE * P.node_coefficient(here)) if len(here) >= 2 else 0)
@@ -248,14 +252,14 @@ def split_mig(gpu: str, gpus: int, needs: Mapping[str, int], *, memory_gb: Mappi
             raise InputError(f"need of {t} must be a whole number of compute slices ≥ 0, got {n!r}", field="needs")
     tenants = sorted(needs)
     md = cp_model.CpModel()
-    b: dict[tuple[int, str, int, str], object] = {}
+    b: dict[tuple[int, str, int, str], IntVar] = {}
     for g in range(gpus):
         for pr in profiles:
             for st in pr.placements:
                 for t in tenants:
                     b[g, pr.name, st, t] = md.new_bool_var(f"b_{g}_{pr.name}_{st}_{t}")
     prof = {p.name: p for p in profiles}
-    on: dict[tuple[int, str], object] = {}
+    on: dict[tuple[int, str], IntVar] = {}
     for g in range(gpus):
         mine = {k: v for k, v in b.items() if k[0] == g}
         # Instances on one GPU do not overlap in memory slots and use at most 7 compute slices.
@@ -386,7 +390,7 @@ def split_kind(kind: str, gpu: str) -> str:
     return kind
 
 
-def node_needs(problem: TenantProblem, allocation, w: int, node: str) -> dict[str, float]:
+def node_needs(problem: TenantProblem, allocation: Allocation, w: int, node: str) -> dict[str, float]:
     """GPUs each tenant needs on ``node`` in window ``w``: its GPUs there × min(1, demand / GPUs it holds in the
     window), i.e. its demand spread over its GPUs in proportion (a tenant holding 3 GPUs for a demand of 2.5 needs
     2.5 × 3/3 on one node holding all 3, or 0.833 × k on a node holding k of them)."""
@@ -401,7 +405,26 @@ def node_needs(problem: TenantProblem, allocation, w: int, node: str) -> dict[st
     return out
 
 
-def split_allocation(problem: TenantProblem, allocation, *, kind: str = "auto", time_limit_s: float = 10.0,
+@dataclass(frozen=True)
+class _MigCase:
+    """One distinct MIG split: GPU type, GPUs on the node, (tenant, compute slices needed) sorted by tenant."""
+
+    gpu: str
+    gpus: int
+    slices: tuple[tuple[str, int], ...]
+
+
+@dataclass(frozen=True)
+class _MpsCase:
+    """One distinct MPS split: GPU type, GPUs on the node, (tenant, GPUs needed), ((tenant, tenant), coefficient)."""
+
+    gpu: str
+    gpus: int
+    needs: tuple[tuple[str, float], ...]
+    coefficients: tuple[tuple[tuple[str, str], float], ...]
+
+
+def split_allocation(problem: TenantProblem, allocation: Allocation, *, kind: str = "auto", time_limit_s: float = 10.0,
                      threads: int = 1) -> dict[tuple[int, str], NodeSplit]:
     """The second level for every shared node-window of ``allocation`` (an :class:`~fleetplan.placement.tenants.
     Allocation`): {(window, node): NodeSplit} for nodes held by two or more tenants in that window (a node held
@@ -417,7 +440,7 @@ def split_allocation(problem: TenantProblem, allocation, *, kind: str = "auto", 
         return {}
     nodes = {n.name: n for n in problem.nodes}
     kinds = {g: split_kind(kind, g) for g in {n.gpu for n in problem.nodes}}
-    todo: dict[tuple[int, str], tuple] = {}
+    todo: dict[tuple[int, str], _MigCase | _MpsCase] = {}
     for w in range(problem.n_windows):
         for n, held in allocation.by_node(w).items():
             if len(held) < 2:
@@ -426,19 +449,21 @@ def split_allocation(problem: TenantProblem, allocation, *, kind: str = "auto", 
             need = node_needs(problem, allocation, w, n)
             k = kinds[node.gpu]
             if k == "mig":
-                key = ("mig", node.gpu, node.gpus, tuple(sorted((t, math.ceil(7 * v - 1e-9)) for t, v in need.items())))
+                todo[(w, n)] = _MigCase(node.gpu, node.gpus,
+                                        tuple(sorted((t, math.ceil(7 * v - 1e-9)) for t, v in need.items())))
             else:
                 ts = sorted(need)
                 coef = tuple(((a, b), problem.pair_coefficient(problem.tenant(a), problem.tenant(b)))
                              for i, a in enumerate(ts) for b in ts[i + 1:])
-                key = ("mps", node.gpu, node.gpus, tuple(sorted((t, round(v, 6)) for t, v in need.items())), coef)
-            todo[(w, n)] = key
+                todo[(w, n)] = _MpsCase(node.gpu, node.gpus, tuple(sorted((t, round(v, 6)) for t, v in need.items())),
+                                        coef)
     distinct = sorted(set(todo.values()), key=repr)
     per = min(5.0, max(0.1, float(time_limit_s) / max(1, len(distinct))))
-    solved: dict[tuple, NodeSplit] = {}
+    solved: dict[_MigCase | _MpsCase, NodeSplit] = {}
     for key in distinct:
-        if key[0] == "mig":
-            solved[key] = split_mig(key[1], key[2], dict(key[3]), time_limit_s=per, threads=threads)
+        if isinstance(key, _MigCase):
+            solved[key] = split_mig(key.gpu, key.gpus, dict(key.slices), time_limit_s=per, threads=threads)
         else:
-            solved[key] = split_mps(key[2], dict(key[3]), dict(key[4]), time_limit_s=per, threads=threads)
+            solved[key] = split_mps(key.gpus, dict(key.needs), dict(key.coefficients), time_limit_s=per,
+                                    threads=threads)
     return {wn: solved[key] for wn, key in sorted(todo.items())}

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import math
+from typing import get_args
 
 import pytest
 from scipy.optimize import brentq
 
 from fleetplan.costmodels.capacity import SLO, replica_capacity, replica_capacity_from_latency
 from fleetplan.costmodels.demand import TokenMix
-from fleetplan.costmodels.hardware import GPU, Model
+from fleetplan.costmodels.hardware import BYTES_PER_ELEMENT, GPU, DType, Model
 from fleetplan.datasets.calibration import load_calibration
 from fleetplan.errors import InputError
 
@@ -125,3 +126,8 @@ def test_bad_options_rejected():
         replica_capacity(L8B, H100, MIX, SLO(2.0, 0.05), memory_utilization=90, calib=CAL)
     with pytest.raises(InputError):
         replica_capacity(L8B, H100, MIX, SLO(2.0, 0.05), kv_budget_bytes=-1, calib=CAL)
+
+
+def test_dtype_literal_names_the_bytes_table():
+    """The schema type DType and the bytes table BYTES_PER_ELEMENT list the same data types (two spellings, one set)."""
+    assert set(get_args(DType)) == set(BYTES_PER_ELEMENT)
