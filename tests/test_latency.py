@@ -154,3 +154,23 @@ def test_issue_decode_step_llama3_8b_a100_near_measured_kernels():
     assert 24.45e9 / 2.039e12 < t64 <= 1.25 * 19.5e-3
     # The per-sequence overhead is a small model's own: at most 200 us by its bound, here far below the old 305 us.
     assert cal.decode_overhead_per_seq_s < 305e-6 and cal.decode_overhead_per_layer_s < 259e-6
+
+
+
+def test_scenario_names_a_calibration_file(tmp_path):
+    # options.calibration (relative to the scenario's folder) replaces the shipped rows: with every efficiency halved
+    # and the overheads kept, each step is slower, so no option's capacity can rise and the total must fall.
+    from fleetplan.datasets.calibration import write_calibration_table
+    from fleetplan.placement.scenario import build_problem, read_scenario, scenario_from_raw
+
+    rows = [c.replace(prefill_mfu=c.prefill_mfu / 2, decode_bw_efficiency=c.decode_bw_efficiency / 2)
+            for c in load_calibration_table().values()]
+    write_calibration_table(rows, str(tmp_path / "slow.csv"))
+    raw, _, base = read_scenario()
+    fast = build_problem(scenario_from_raw(raw, base=str(base)))
+    raw = {**raw, "options": {**(raw.get("options") or {}), "calibration": "slow.csv"}}
+    slow = build_problem(scenario_from_raw(raw, base=str(tmp_path)))
+    cap = {(o.model, o.pool, o.tp, o.pp): o.capacity_req_per_s for o in fast.options}
+    both = [(cap[k], o.capacity_req_per_s) for o in slow.options
+            if (k := (o.model, o.pool, o.tp, o.pp)) in cap]
+    assert both and all(s <= f + 1e-9 for f, s in both) and sum(s for _, s in both) < sum(f for f, _ in both)
