@@ -32,11 +32,15 @@ class Calibration:
         prefill_overhead_s: fixed time per prefill pass (launch, scheduling, sampling), seconds.
         decode_bw_efficiency: achieved fraction of peak HBM bandwidth during decode (0..1].
         decode_overhead_per_layer_s: time per decode step per layer (kernel launches and per-layer host work, which
-            grow with depth; the fitting data has one model, so a fixed per-step part cannot be told apart), s.
-        decode_overhead_per_seq_s: time per sequence per decode step (sampling, detokenising, scheduling), seconds.
+            grow with depth), seconds; at most 100 us (a layer launches ~10-20 kernels of a few us each).
+        decode_overhead_per_seq_s: time per sequence per decode step (sampling, detokenising, scheduling), seconds;
+            at most 200 us (host work per sequence, which does not depend on the model's size; vLLM 0.5's Python
+            scheduler and sampler were the slow case).
+        decode_overhead_per_step_s: fixed time per decode step (the scheduler's iteration, input preparation), s.
         allreduce_bw_efficiency: achieved fraction of the per-direction GPU link bandwidth in a ring all-reduce.
         allreduce_step_latency_s: latency of one of the 2(tp-1) ring steps of an all-reduce (the alpha term), s.
         source: how the row was obtained.
+        framework: the serving framework and version the row represents (e.g. 'vLLM 0.11'), '' when not stated.
     """
 
     gpu: str
@@ -48,14 +52,17 @@ class Calibration:
     allreduce_bw_efficiency: float
     allreduce_step_latency_s: float
     source: str = ""
+    decode_overhead_per_step_s: float = 0.0
+    framework: str = ""
 
     #: (low, high) bounds of each constant; the fitting script uses the same bounds.
     BOUNDS = {
         "prefill_mfu": (0.05, 1.0),
         "prefill_overhead_s": (0.0, 0.5),
         "decode_bw_efficiency": (0.05, 1.0),
-        "decode_overhead_per_layer_s": (0.0, 5e-3),
-        "decode_overhead_per_seq_s": (0.0, 0.01),
+        "decode_overhead_per_layer_s": (0.0, 1e-4),
+        "decode_overhead_per_step_s": (0.0, 0.02),
+        "decode_overhead_per_seq_s": (0.0, 2e-4),
         "allreduce_bw_efficiency": (0.01, 1.0),
         "allreduce_step_latency_s": (0.0, 1e-3),
     }

@@ -18,8 +18,11 @@ Model and approximations (λ = arrival rate, req/s; I, O = input and output toke
 4. TTFT p95 = prefill_time(I_p95) + W_p95 + one decode step, where W_p95 is the p95 wait of an M/M/1 queue on the
    prefill server: W_p95 = max(0, ln(ρ/0.05)) / (μ − λ), μ = 1/prefill_time(I_mean), ρ = λ/μ (Poisson arrivals,
    exponential service: an approximation for real, burstier arrivals and near-deterministic prefill times).
-5. KV memory: B × (I_mean + O_mean) × KV bytes per token ≤ KV budget (mean footprint; a sliding window caps the
-   tokens cached). The budget is memory_utilization × tp × pp × GPU memory − weights, or ``kv_budget_bytes`` when
+5. KV memory, allocated in blocks as tokens are produced (vLLM's paged attention; the simulator does the same and
+   preempts when memory runs short): a sequence holds on average I_mean + O_mean/2 + half a block over its decode,
+   so B × that × KV bytes per token ≤ KV budget (a sliding window caps the tokens cached; ``kv_block_tokens=None``
+   reserves the whole I_mean + O_mean at admission instead, the model before block-wise allocation). The budget
+   is memory_utilization × tp × pp × GPU memory − weights, or ``kv_budget_bytes`` when
    given (the planner passes a smaller budget for GPUs shared between models).
 6. Memory per GPU = weights/(tp·pp) + KV budget/(tp·pp) + a runtime reserve of (1 − memory_utilization) × GPU memory
    (CUDA context, activations, fragmentation: the share a serving engine leaves free). With the default budget a
@@ -27,8 +30,9 @@ Model and approximations (λ = arrival rate, req/s; I, O = input and output toke
 7. Every term is non-decreasing in λ, so the largest feasible λ is found by bisection on [0, 1/prefill_time(I_mean)).
 8. The running batch fluctuates: with Poisson arrivals the number of sequences in decode is Poisson with mean B (an
    M/G/∞ occupancy), so its p95 is about B + 1.645·sqrt(B). TPOT p95 and the decode step inside TTFT are taken at
-   that batch, and the KV budget must hold that batch at the mean length plus one p95-length request (a long
-   request must be admitted without waiting for memory). Without this, a plan sized at capacity met both SLOs for
+   that batch, and the KV budget must hold that batch at the mean tokens held plus one whole p95-length request,
+   rounded up to blocks (a long request must run to its end without being preempted). Without this, a plan sized
+   at capacity met both SLOs for
    only ~92% of simulated requests (``fleetplan simulate``); with it the default plan meets them for >= 95%.
 9. Any percentile: a target at quantile q (:meth:`SLO.planning_quantile`) is sized with the M/M/1 wait exceeded
    with probability 1 − q, the occupancy quantile B + z_q·sqrt(B), and prompt/output lengths at quantile q (the
@@ -369,10 +373,27 @@ def replica_capacity_from_latency(prefill_s: Callable[[float], float], decode_st
                            ttft_p95_s=best.ttft_s, limiting=lim or "tpot", **common)
 
 
+def kv_tokens_held(model: Model, input_tokens: float, output_tokens: float, *, block_tokens: int | None = 16,
+                   whole: bool = False) -> float:
+    """KV tokens one sequence holds in the cache, as a paged engine allocates them.
+
+    With ``block_tokens`` (vLLM's default 16) KV is allocated in blocks as tokens are produced: over its decode a
+    sequence holds on average its prompt + half its output, plus half a block of rounding (``whole``: at its end,
+    prompt + output rounded up to a block). ``block_tokens=None``: the whole sequence, reserved at admission.
+    A sliding window caps the tokens held. Example: Llama-3.1-8B, 1,000 prompt + 200 output tokens, 16-token blocks:
+    1,000 + 100 + 8 = 1,108 tokens on average, ceil(1,200 / 16) × 16 = 1,200 at the end.
+    """
+    if block_tokens is None:
+        return model.kv_tokens_cached(input_tokens + output_tokens)
+    if whole:
+        return model.kv_tokens_cached(math.ceil((input_tokens + output_tokens) / block_tokens) * block_tokens)
+    return model.kv_tokens_cached(input_tokens + output_tokens / 2 + block_tokens / 2)
+
+
 def replica_capacity(model: Model, gpu: GPU, mix: TokenMix, slo: SLO, *, tp: int = 1, pp: int = 1,
                      weight_dtype: str = "bf16", kv_dtype: str = "bf16", kv_budget_bytes: float | None = None,
                      memory_utilization: float = 0.9, link: Link | None = None,
-                     calib: Calibration, residents: int = 1) -> ReplicaCapacity:
+                     calib: Calibration, residents: int = 1, kv_block_tokens: int | None = 16) -> ReplicaCapacity:
     """Capacity of one replica of ``model`` on ``tp × pp`` GPUs of type ``gpu`` for token mix ``mix`` under ``slo``,
     with the analytic roofline latencies (module docstring for the model and its approximations).
 
@@ -382,6 +403,9 @@ def replica_capacity(model: Model, gpu: GPU, mix: TokenMix, slo: SLO, *, tp: int
     kv_budget_bytes, or bad tp/pp/dtypes. ``calib`` is the GPU's roofline calibration row
     (:func:`fleetplan.datasets.calibration.load_calibration`); ``link`` the inter-node link, required when pp > 1
     (:func:`fleetplan.datasets.network.inter_node_link`); ``residents`` the models sharing the device (point 9).
+    ``kv_block_tokens``: KV allocated in blocks of that many tokens as tokens are produced (the simulator's default,
+    vLLM's paged attention), so the running batch is sized at the mean tokens held (:func:`kv_tokens_held`); None
+    reserves each request's whole sequence at admission.
     """
     check_range(memory_utilization, field="memory_utilization", low=0.1, high=1.0,
                 fix="give a fraction of GPU memory, e.g. 0.9")
@@ -410,8 +434,10 @@ def replica_capacity(model: Model, gpu: GPU, mix: TokenMix, slo: SLO, *, tp: int
                                kv_bytes_available=budget, memory_bytes_per_gpu=memory, limiting="context_too_long",
                                reason=f"p95 request of {longest:.0f} tokens exceeds {model.name}'s context of "
                                       f"{model.max_context_tokens} tokens", **base)
-    kv_seq = model.kv_tokens_cached(mix.input_tokens_mean + mix.output_tokens_mean) * model.kv_bytes_per_token(kv_dtype)
-    kv_seq95 = model.kv_tokens_cached(mix.input_tokens_p95 + mix.output_tokens_p95) * model.kv_bytes_per_token(kv_dtype)
+    kvpt = model.kv_bytes_per_token(kv_dtype)
+    kv_seq = kv_tokens_held(model, mix.input_tokens_mean, mix.output_tokens_mean, block_tokens=kv_block_tokens) * kvpt
+    kv_seq95 = kv_tokens_held(model, mix.input_tokens_p95, mix.output_tokens_p95, block_tokens=kv_block_tokens,
+                              whole=True) * kvpt
     kw: _LatencyOptions = dict(tp=tp, pp=pp, weight_dtype=weight_dtype, link=link, calib=calib)
     return replica_capacity_from_latency(
         lambda i: prefill_time_s(model, gpu, i, **kw),

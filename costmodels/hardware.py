@@ -1,7 +1,9 @@
 """Typed records for accelerators and model architectures, and the memory arithmetic on them.
 
 Units: bytes, bytes/s, FLOP/s, watts. GB in the shipped CSV is decimal (1e9 bytes), as vendors label memory
-and bandwidth; the loaders in ``fleetplan.datasets`` convert when they build these records.
+and bandwidth, except GPU memory, which the loaders take from the MiB (2^20 bytes) that nvidia-smi reports where the
+catalog has it (an A100-80GB reports 81,920 MiB = 85.9e9 bytes: HBM's "80 GB" is 80 GiB); the loaders in
+``fleetplan.datasets`` convert when they build these records.
 """
 
 from __future__ import annotations
@@ -40,7 +42,8 @@ class GPU:
 
     Attributes:
         name: catalog name, e.g. 'H100-SXM-80GB'.
-        memory_bytes: HBM/GDDR capacity in bytes (vendor 'GB' label × 1e9).
+        memory_bytes: HBM/GDDR capacity in bytes as the serving engine sees it (the MiB nvidia-smi reports × 2^20;
+            the vendor 'GB' label × 1e9 where the catalog has no report).
         hbm_bandwidth_bytes_per_s: peak memory bandwidth, bytes/s.
         bf16_flops_per_s: dense (no 2:4 sparsity) BF16 tensor throughput, FLOP/s; for GPUs without BF16
             (T4, V100) the FP16 figure.

@@ -30,8 +30,10 @@ Model (every approximation listed):
   inter-node ``link`` (network.Link: bytes / per-GPU bandwidth + RTT/2), required when pp > 1; the shipped one is
   the inter-node default of datasets/data/network/links.csv (fleetplan.datasets.network.inter_node_link). The
   return of the sampled token to stage 1 is not counted.
-* Overheads: prefill_overhead_s per prefill pass; decode_overhead_per_layer_s × layers + decode_overhead_per_seq_s
-  × batch per decode step (kernel launches per layer; sampling and scheduling per sequence).
+* Overheads: prefill_overhead_s per prefill pass; decode_overhead_per_step_s + decode_overhead_per_layer_s × layers
+  + decode_overhead_per_seq_s × batch per decode step (the scheduler's iteration; kernel launches per layer;
+  sampling and scheduling per sequence). Each is bounded to what its cause can cost (Calibration.BOUNDS), so the fit
+  cannot move bandwidth or compute time into them, and they are fitted across models of several sizes.
 * Not modelled: prefix caching, speculative decoding, chunked prefill interleaving (see capacity.py for how prefill
   and decode share time), CUDA-graph effects, quantization kernels' own efficiency (fp8/int4 weights simply read
   fewer bytes).
@@ -146,8 +148,8 @@ def decode_step_time_s(model: Model, gpu: GPU, batch: float, context_tokens: flo
     Raises InputError as :func:`prefill_time_s` does.
 
     Example (hand arithmetic): Llama-3.1-8B bf16 on H100, tp 1, batch 1, context 1: bytes = 8.03e9·2 + 131,072
-    = 1.606e10; time = 1.606e10 / (3.35e12 × decode_bw_efficiency) + 32 × decode_overhead_per_layer_s
-    + 1 × decode_overhead_per_seq_s.
+    = 1.606e10; time = 1.606e10 / (3.35e12 × decode_bw_efficiency) + decode_overhead_per_step_s
+    + 32 × decode_overhead_per_layer_s + 1 × decode_overhead_per_seq_s.
     """
     _check_parallel(tp, pp, link, calib)
     b = check_range(batch, field="batch", low=1, high=1e8)
@@ -165,4 +167,5 @@ def decode_step_time_s(model: Model, gpu: GPU, batch: float, context_tokens: flo
     total = pp * (max(mem_s, comp_s) + stage_ar)
     if pp > 1 and link is not None:  # _check_parallel raised when pp > 1 has no link
         total += (pp - 1) * _hop_time_s(mb, model, tp, link)
-    return total + calib.decode_overhead_per_layer_s * model.num_layers + calib.decode_overhead_per_seq_s * b
+    return (total + calib.decode_overhead_per_step_s + calib.decode_overhead_per_layer_s * model.num_layers
+            + calib.decode_overhead_per_seq_s * b)

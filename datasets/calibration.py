@@ -11,6 +11,8 @@ from __future__ import annotations
 import csv
 import functools
 import importlib.resources
+import os
+import tempfile
 
 from fleetplan.costmodels.calibration import DEFAULT_ROW, Calibration, calibration_for
 from fleetplan.costmodels.energy import idle_fraction_for
@@ -36,7 +38,9 @@ def load_calibration_table(path: str | None = None) -> dict[str, Calibration]:
     f = open(path, newline="") if path else (_data_dir() / CALIBRATION_FILE).open(newline="")  # noqa: SIM115
     with f:
         rows = list(csv.DictReader(f))
-    need = ("gpu",) + Calibration.parameter_names()
+    # decode_overhead_per_step_s came later: files written before it hold no such column (0 s).
+    optional = {"decode_overhead_per_step_s"}
+    need = ("gpu",) + tuple(n for n in Calibration.parameter_names() if n not in optional)
     if not rows or not set(need) <= set(rows[0]):
         missing = sorted(set(need) - set(rows[0] if rows else ()))
         raise InputError(f"calibration file has no rows or lacks columns {missing}; rerun "
@@ -44,11 +48,13 @@ def load_calibration_table(path: str | None = None) -> dict[str, Calibration]:
     out: dict[str, Calibration] = {}
     for i, r in enumerate(rows, start=1):
         try:
-            vals = {k: float(r[k]) for k in Calibration.parameter_names()}
+            vals = {k: float(r[k]) if r.get(k) not in (None, "") or k not in optional else 0.0
+                    for k in Calibration.parameter_names()}
         except ValueError as e:
             raise InputError(f"not a number: {e}", source=source, row=i) from None
         try:
-            out[r["gpu"]] = Calibration(gpu=r["gpu"], source=r.get("source", ""), **vals)
+            out[r["gpu"]] = Calibration(gpu=r["gpu"], source=r.get("source", ""), framework=r.get("framework", ""),
+                                        **vals)
         except InputError as e:
             raise InputError(str(e), source=source, row=i, field=e.field, value=e.value) from None
     if DEFAULT_ROW not in out:
@@ -107,4 +113,32 @@ def idle_fraction(gpu_name: str | None = None) -> float:
 
 
 __all__ = ["CALIBRATION_FILE", "idle_fraction", "load_calibration", "load_calibration_table", "load_idle_fractions",
+           "shipped_calibration_path", "write_calibration_table",
            "load_reference_models"]
+
+
+def write_calibration_table(rows: list[Calibration], path: str, extra: dict[str, dict[str, str]] | None = None) -> None:
+    """Write ``rows`` in the roofline.csv format (columns gpu, the constants, framework, source, plus ``extra``
+    columns per GPU name, e.g. the fit errors), atomically. Raises InputError when no row is named 'default'."""
+    if not any(r.gpu == DEFAULT_ROW for r in rows):
+        raise InputError(f"a calibration file needs a '{DEFAULT_ROW}' row", field="gpu")
+    extra = extra or {}
+    cols = ["gpu", *Calibration.parameter_names(), "framework"]
+    cols += sorted({k for d in extra.values() for k in d})
+    cols.append("source")
+    d = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(dir=d, suffix=".tmp")
+    with os.fdopen(fd, "w", newline="") as f:
+        w = csv.DictWriter(f, cols, lineterminator="\n")
+        w.writeheader()
+        for r in rows:
+            rec = {"gpu": r.gpu, "framework": r.framework, "source": r.source,
+                   **{n: f"{getattr(r, n):.6g}" for n in Calibration.parameter_names()}, **extra.get(r.gpu, {})}
+            w.writerow(rec)
+    os.replace(tmp, path)
+    load_calibration_table.cache_clear()
+
+
+def shipped_calibration_path() -> str:
+    """Path of the shipped roofline.csv (for the calibration script that rewrites it)."""
+    return str(_data_dir() / CALIBRATION_FILE)

@@ -5,7 +5,8 @@ Every loader reads a shipped CSV under ``fleetplan/datasets/data`` through :mod:
 adds its rows; a user row overrides the shipped row of the same name (case-insensitive). A bad cell raises
 :class:`fleetplan.errors.InputError` naming the file, the 1-based data row, the field and the fix.
 
-Units: the CSVs use vendor units (GB = 1e9 bytes, GB/s, TFLOPS, billions of parameters); the records hold bytes,
+Units: the CSVs use vendor units (GB = 1e9 bytes, GB/s, TFLOPS, billions of parameters) except the GPU memory the
+engine reports (memory_mib_reported, MiB = 2^20 bytes, preferred over the vendor GB label); the records hold bytes,
 bytes/s, FLOP/s and parameter counts. Sources of every number are in the PROVENANCE.md beside each file.
 """
 
@@ -36,6 +37,7 @@ from fleetplan.errors import InputError, UnknownNameError, check_range
 from fleetplan.fileio import parse_yaml
 
 GB = 1e9  #: bytes per (decimal) GB, the unit of vendors and clouds
+MIB = 2**20  #: bytes per MiB, the unit nvidia-smi reports memory in
 TERA = 1e12
 
 # --------------------------------------------------------------------------------------------------------------
@@ -174,7 +176,8 @@ class GpuSpec:
         gpu: the :class:`GPU` record, or None when the row lacks a number the analytic latency model needs.
         missing: the blank fields that make the row ineligible (empty when ``gpu`` is set).
         vendor, form_factor: as in the file.
-        memory_bytes: capacity (vendor GB × 1e9) even for ineligible rows, or None.
+        memory_bytes: capacity as the engine sees it (memory_mib_reported × 2^20 when given, else vendor GB × 1e9)
+            even for ineligible rows, or None.
         source: the row's source column.
     """
 
@@ -223,6 +226,11 @@ def _gpu_from_row(row: dict[str, str], rows: _Rows, i: int) -> GpuSpec:
         raise InputError("the GPU name is missing", source=rows.source, row=i, field="gpu")
     fix_gb = "give the capacity in GB (e.g. 80 for an 80 GB part)"
     mem_gb = _cell_number(row, "memory_gb_vendor", rows, i, required=True, low=1, high=2000, unit="GB", fix=fix_gb)
+    # What the serving engine sees: the total nvidia-smi / torch.cuda report, in MiB (an A100-80GB reports 81,920
+    # MiB = 80 GiB, not 80e9 bytes). Used when given; otherwise the vendor label in decimal GB.
+    mem_mib = _cell_number(row, "memory_mib_reported", rows, i, required=False, low=1024, high=2_000_000, unit="MiB",
+                           fix="give the total memory nvidia-smi reports, in MiB (e.g. 81920 for A100-80GB)")
+    mem_bytes = mem_mib * MIB if mem_mib is not None else mem_gb * GB
     bw = _cell_number(row, "mem_bandwidth_GBps", rows, i, required=False, low=10, high=100_000, unit="GB/s",
                       fix="give the peak memory bandwidth in GB/s (e.g. 3350 for H100 SXM)")
     tflops_fix = "give the dense (no sparsity) tensor TFLOPS (e.g. 989.4 for H100 SXM BF16)"
@@ -248,15 +256,15 @@ def _gpu_from_row(row: dict[str, str], rows: _Rows, i: int) -> GpuSpec:
     vendor, form_factor, source = row.get("vendor", ""), row.get("form_factor", ""), row.get("source", "")
     if missing or bw is None or flops is None:
         return GpuSpec(name=name, gpu=None, missing=missing, vendor=vendor, form_factor=form_factor,
-                       memory_bytes=mem_gb * GB, source=source)
+                       memory_bytes=mem_bytes, source=source)
     try:
-        gpu = GPU(name=name, memory_bytes=mem_gb * GB, hbm_bandwidth_bytes_per_s=bw * GB,
+        gpu = GPU(name=name, memory_bytes=mem_bytes, hbm_bandwidth_bytes_per_s=bw * GB,
                   bf16_flops_per_s=flops * TERA, fp8_flops_per_s=None if fp8 is None else fp8 * TERA,
                   interconnect_bytes_per_s=None if link is None else link * GB, pcie_bytes_per_s=pcie,
                   tdp_w=tdp, vendor=row.get("vendor", ""), source=row.get("source", ""))
     except InputError as exc:
         raise InputError(str(exc), source=rows.source, row=i, field=exc.field, value=exc.value) from None
-    return GpuSpec(name=name, gpu=gpu, vendor=vendor, form_factor=form_factor, memory_bytes=mem_gb * GB, source=source)
+    return GpuSpec(name=name, gpu=gpu, vendor=vendor, form_factor=form_factor, memory_bytes=mem_bytes, source=source)
 
 
 def _gpu_specs_from(rows: _Rows) -> dict[str, GpuSpec]:

@@ -15,6 +15,7 @@ twice in one mapping is an error)::
       weight_dtype: bf16 | fp8 | int4
       kv_dtype: bf16 | fp8
       memory_utilization: 0.9        # share of GPU memory a replica may use (the rest is runtime reserve)
+      calibration: my_calib.csv      # roofline constants from `fleetplan calibrate` (default: shipped, vLLM 0.11)
       shared_kv_fraction: 0.5        # a model on a shared GPU gets at most this share of its memory
       max_shared_gpus_per_pool: 8
       max_models_per_shared_gpu: 2   # residents per shared GPU; a shared model is sized for TPOT target / this
@@ -314,6 +315,9 @@ def build_problem(scenario: Scenario, *, progress: Callable[[str], None] | None 
         return str(base / p) if base is not None and not p.is_absolute() else str(p)
 
     prices = load_gpu_prices(_file("prices"))
+    calib_file = opts.get("calibration")
+    if calib_file is not None and base is not None and not Path(calib_file).is_absolute():
+        calib_file = str(base / calib_file)
     link = inter_node_link(opts.get("inter_node_link"))
     allowed = opts.get("allowed_gpus")
     allowed_names = {get_gpu(g, _file("gpus")).name for g in allowed} if allowed else None
@@ -366,7 +370,7 @@ def build_problem(scenario: Scenario, *, progress: Callable[[str], None] | None 
         weights = model.weight_bytes(opts["weight_dtype"])
         for pool in pools:
             gpu = gpus[pool.gpu]
-            calib = load_calibration(gpu)
+            calib = load_calibration(gpu, calib_file)
             if progress:
                 progress(f"capacity of {model.name} on {pool.id}")
             candidates = [(tp, 1) for tp in tps if tp <= pool.gpus_per_node and pool.gpus_per_node % tp == 0]

@@ -152,6 +152,9 @@ class ScenarioOptions(InputModel):
         "peak", description="plan each window for its busiest sub-interval's rate (peak) or its mean rate")
     weight_dtype: DType = input_field("bf16", description="data type of the model weights")
     kv_dtype: DType = input_field("bf16", description="data type of the KV cache")
+    calibration: str | None = input_field(
+        None, description="roofline calibration CSV (written by fleetplan calibrate), relative to the scenario file; "
+        "default: the shipped one (a current vLLM)", fix="give the path of a file written by fleetplan calibrate")
     memory_utilization: float = input_field(0.9, ge=0.3, le=1.0, description="share of GPU memory a replica may use "
                                             "(the rest is runtime reserve)")
     shared_kv_fraction: float = input_field(0.5, ge=0.1, le=1.0, description="most of a shared GPU's memory one "

@@ -12,10 +12,16 @@ Model (what a vLLM-style engine does, reduced to what sets latency):
   arrival order across engines (oldest waiting head first); decode runs alternate between the engines with running
   sequences, at most :data:`SHARED_DECODE_RUN_STEPS` steps per turn, so each model's TPOT includes the other models'
   steps. Memory is partitioned: each engine has the KV budget the plan gave it.
-* **KV memory**: a request is admitted to prefill only when its whole sequence (prompt + output tokens, capped by a
-  sliding window) fits in the engine's free KV budget: the reservation a scheduler with known output lengths would
-  make; without preemption, the running batch never overflows. A request larger than the whole budget is dropped
-  (counted as missing its SLO).
+* **KV memory, in blocks as tokens are produced** (vLLM's paged attention; the default, ``Policy.kv_block_tokens``
+  16): a request is admitted to prefill when its prompt and first token fit in the free KV budget; every running
+  sequence then holds its context (prompt + tokens produced so far) rounded up to whole blocks, counted as context
+  + block − 1 tokens (an upper bound on the rounding that keeps runs events, not steps; sliding windows are not
+  credited here). A decode run stops where the next step would overflow the budget; when even one step does not
+  fit, the most recently arrived running sequence is preempted (vLLM's rule) and later resumed at the resume cost
+  (``recompute`` by default: a prefill of its prompt and the tokens produced). ``kv_block_tokens=None`` restores
+  the reservation model: the whole sequence (prompt + output, capped by a sliding window) is reserved at
+  admission, which a scheduler with known output lengths would do, and the running batch never overflows. A request
+  whose whole sequence exceeds the budget is dropped (counted as missing its SLO) in both models.
 * **Decode runs are events, not steps**: between two events the batch is fixed, so a run of k steps (k = steps until
   the next completion) is one event of duration k × step time, with the step time read at the run's mean context
   (contexts grow by one token per step). A prefill arriving mid-run truncates it at the current step's end. Events are
@@ -142,6 +148,9 @@ class Policy:
         host_kv_share: share of every sequence's KV kept in host DRAM and read over PCIe each step (0 ≤ s < 1).
         max_decode_run_steps: cap on the steps of one decode run (None: until the next completion). 1 turns the
             simulator into a step-by-step one (slow; a reference for benchmarks and checks).
+        kv_block_tokens: KV block size, tokens (vLLM's default 16): KV is allocated block-wise as tokens are
+            produced, with preemption when memory runs short; None reserves each request's whole sequence at
+            admission (module docstring).
     """
 
     router: str = "least-work"
@@ -149,6 +158,7 @@ class Policy:
     resume: str = "recompute"
     host_kv_share: float = 0.0
     max_decode_run_steps: int | None = None
+    kv_block_tokens: int | None = 16
 
     def __post_init__(self) -> None:
         if self.router not in ROUTERS:
@@ -166,6 +176,10 @@ class Policy:
                              value=self.max_decode_run_steps)
         if not (0.0 <= self.host_kv_share < 1.0):
             raise InputError("host_kv_share must be in [0, 1)", field="host_kv_share", value=self.host_kv_share)
+        if self.kv_block_tokens is not None and not (isinstance(self.kv_block_tokens, int)
+                                                     and 1 <= self.kv_block_tokens <= 4096):
+            raise InputError("kv_block_tokens must be a whole number in 1..4096 (vLLM's default is 16) or None",
+                             field="kv_block_tokens", value=self.kv_block_tokens)
 
 
 #: The default policy: FCFS, least-work router, one KV tier.
@@ -225,9 +239,13 @@ _IDLE, _PREFILL, _DECODE = 0, 1, 2
 class _EngineState:
     """One engine while it runs: its queues, its running batch and its KV reservations.
 
-    ``pre`` and ``resv`` hold, per request index, the prefill seconds and the KV tokens reserved on this engine (0 for
-    other models' requests). A running sequence's context is ``base[rid] + counter``: ``counter`` counts the decode
-    steps the engine has run, so one decode run advances every running sequence at once. ``heap`` holds
+    ``pre`` and ``resv`` hold, per request index, the prefill seconds and the KV tokens of its whole sequence on this
+    engine (0 for other models' requests). With block-wise KV (``blk`` > 0), ``need`` holds the tokens a request needs
+    free to start its prefill or resume (its context + one token + a block), ``kv_pref`` the tokens of the prefill in
+    progress, and the running batch holds context + blk − 1 tokens per sequence (:meth:`used`); with ``blk`` 0,
+    ``kv_used`` counts whole-sequence reservations. A running sequence's context is ``base[rid] + counter``:
+    ``counter`` counts the decode steps the engine has run, so one decode run advances every running sequence at once.
+    ``heap`` holds
     (counter value at which the sequence finishes, rid); ``s_base`` and ``s_fin`` are the sums of ``base`` and of
     the finish counters over the running batch (for the mean context and the remaining decode tokens).
     """
@@ -240,6 +258,9 @@ class _EngineState:
     pcie_s_per_token: float  # host-tier read seconds per cached token per step
     pre: list[float]
     resv: list[float]
+    need: list[float]
+    blk: int = 0
+    kv_pref: float = 0.0
     waiting: deque[int] = field(default_factory=deque)
     resume: deque[int] = field(default_factory=deque)
     heap: list[tuple[int, int]] = field(default_factory=list)
@@ -249,9 +270,25 @@ class _EngineState:
     s_fin: int = 0
     kv_used: float = 0.0
 
+    def used(self) -> float:
+        """KV tokens in use now: the prefill in progress plus the running batch (block-wise), or the reservations."""
+        if self.blk:
+            return self.kv_pref + self.s_base + self.B * (self.counter + self.blk - 1)
+        return self.kv_used
+
     def admissible(self, rid: int) -> bool:
-        """True when request ``rid``'s KV reservation fits in the free budget now."""
+        """True when request ``rid`` may start its prefill (or resume) now: its prompt blocks (block-wise) or its
+        whole-sequence reservation fit in the free budget."""
+        if self.blk:
+            return self.used() + self.need[rid] <= self.kv_cap
         return self.kv_used + self.resv[rid] <= self.kv_cap
+
+    def steps_that_fit(self) -> int:
+        """Decode steps the running batch can take before the block-wise KV budget overflows (large when not
+        block-wise)."""
+        if not self.blk or not self.B:
+            return 1 << 60
+        return int((self.kv_cap - self.used()) // self.B)
 
     def step_s(self, steps: int | float) -> float:
         """Seconds per step of a decode run of ``steps`` steps starting now (step time at the run's mean context,
@@ -361,13 +398,18 @@ class Engine:
         n = len(inp)
         p = np.zeros(n)
         r = np.zeros(n)
+        nd = np.zeros(n)
+        blk = self.policy.kv_block_tokens or 0
         if len(ids):
             p[ids] = sm.prefill(inp[ids])
             r[ids] = sm.cached_tokens(inp[ids] + out[ids])
+            if blk:
+                r[ids] = inp[ids] + out[ids] + blk - 1
+                nd[ids] = inp[ids] + blk
         e = _EngineState(i, self.devs[spec.device], sm, kv_cap=sm.kv_budget_tokens / (1.0 - share),
                          tok_s=sm.token_share_s,
                          pcie_s_per_token=share * sm.kv_bytes_per_token / pcie if share > 0 and pcie else 0.0,
-                         pre=p.tolist(), resv=r.tolist())
+                         pre=p.tolist(), resv=r.tolist(), need=nd.tolist(), blk=blk)
         e.dev.engines.append(e)
         return e
 
@@ -514,7 +556,10 @@ class Engine:
                     self.req.t_pre[rid] = now
                 dev.op, dev.op_eng, dev.op_rid = _PREFILL, e, rid
                 dev.start, dev.end = now, now + dur
-                e.kv_used += e.resv[rid]
+                if e.blk:
+                    e.kv_pref += e.need[rid]
+                else:
+                    e.kv_used += e.resv[rid]
                 self._push(dev, dev.end)
                 return True
         return False
@@ -529,7 +574,15 @@ class Engine:
             return
         dev.rr = (dev.rr + 1) % len(active)
         e = active[dev.rr]
+        if e.blk and e.steps_that_fit() < 1:
+            # Block-wise KV: the next step does not fit; preempt the newest running sequences until it does.
+            while e.B and e.steps_that_fit() < 1:
+                self._preempt_one(e, newest=True)
+            if not e.B:
+                self._schedule(dev, now)
+                return
         k = e.heap[0][0] - e.counter
+        k = min(k, e.steps_that_fit())
         if len(active) > 1:
             k = min(k, SHARED_DECODE_RUN_STEPS)
         max_run = self._max_run
@@ -567,6 +620,8 @@ class Engine:
     def _finish_prefill(self, e: _EngineState, rid: int, now: float) -> None:
         """Prefill (or resume) of ``rid`` done: its first token, then it joins the running batch (or is done)."""
         q = self.req
+        if e.blk:
+            e.kv_pref -= e.need[rid]
         if math.isnan(q.t_first[rid]):
             q.t_first[rid] = now
             q.eng_of[rid] = e.i
@@ -574,7 +629,8 @@ class Engine:
         rem = q.out[rid] - q.produced0[rid]
         if rem <= 0:
             q.t_done[rid] = now
-            e.kv_used -= e.resv[rid]
+            if not e.blk:
+                e.kv_used -= e.resv[rid]
             return
         f = e.counter + rem
         q.fin[rid] = f
@@ -606,20 +662,23 @@ class Engine:
         e.B -= 1
         e.s_base -= self.req.base[rid]
         e.s_fin -= self.req.fin[rid]
-        e.kv_used -= e.resv[rid]
+        if not e.blk:
+            e.kv_used -= e.resv[rid]
 
-    def _preempt_one(self, e: _EngineState) -> bool:
-        """Pause the running sequence of ``e`` that produced the most tokens; False when none runs."""
+    def _preempt_one(self, e: _EngineState, newest: bool = False) -> bool:
+        """Pause a running sequence of ``e``: the one that produced the most tokens, or with ``newest`` the most
+        recently arrived (vLLM's choice when block-wise KV runs short); False when none runs."""
         if not e.heap:
             return False
         q = self.req
         c = e.counter
-        best_pos, best = -1, -1
+        best_pos, best_key = -1, -math.inf
         for pos, (_, rid) in enumerate(e.heap):
-            made = q.produced0[rid] + c - q.join[rid]
-            if made > best:
-                best, best_pos = made, pos
+            key = q.arrival_s[rid] if newest else q.produced0[rid] + c - q.join[rid]
+            if key > best_key:
+                best_key, best_pos = key, pos
         _, rid = e.heap[best_pos]
+        best = q.produced0[rid] + c - q.join[rid]
         e.heap[best_pos] = e.heap[-1]
         e.heap.pop()
         heapq.heapify(e.heap)
@@ -627,6 +686,8 @@ class Engine:
         q.produced0[rid] = best
         q.n_pre[rid] += 1
         ctx = q.inp[rid] + best
+        if e.blk:
+            e.need[rid] = ctx + e.blk
         sm = e.sm
         if self.policy.resume == "swap":
             nbytes = float(sm.cached_tokens(ctx)) * sm.kv_bytes_per_token

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -119,7 +120,11 @@ class FleetBuilder:
         pool = self.problem.pool_by_id[pool_id]
         model = get_model(model_name, self._file("models"))
         gpu = get_gpu(pool.gpu, self._file("gpus"))
-        calib = load_calibration(gpu)
+        calib_file = opts.get("calibration")
+        base = self.scenario.base_dir if self.scenario is not None else None
+        if calib_file is not None and base and not os.path.isabs(calib_file):
+            calib_file = os.path.join(base, calib_file)
+        calib = load_calibration(gpu, calib_file)
         link = inter_node_link(opts.get("inter_node_link")) if pp > 1 else None
         kw = dict(tp=tp, pp=pp, weight_dtype=wd, link=link, calib=calib)
         budget = mu * tp * pp * gpu.memory_bytes - model.weight_bytes(wd) if kv_budget_bytes is None \

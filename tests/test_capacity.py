@@ -8,10 +8,11 @@ from typing import get_args
 import pytest
 from scipy.optimize import brentq
 
-from fleetplan.costmodels.capacity import SLO, replica_capacity, replica_capacity_from_latency
+from fleetplan.costmodels.capacity import SLO, kv_tokens_held, replica_capacity, replica_capacity_from_latency
 from fleetplan.costmodels.demand import TokenMix
 from fleetplan.costmodels.hardware import BYTES_PER_ELEMENT, GPU, DType, Model
 from fleetplan.datasets.calibration import load_calibration
+from fleetplan.datasets.catalog import get_gpu, get_model
 from fleetplan.errors import InputError
 
 H100 = GPU("H100-SXM-80GB", 80e9, 3350e9, 989.4e12, 1978.9e12, 900e9, 128e9, 700)
@@ -91,11 +92,37 @@ def test_context_too_long():
     assert c.req_per_s == 0.0 and c.limiting == "context_too_long"
 
 
+def test_block_wise_kv_admission_by_hand():
+    # vLLM allocates KV in 16-token blocks as tokens are produced: a sequence holds on average 1000 + 200/2 + 16/2 =
+    # 1108 tokens; the p95 request at its end ceil(3600/16)·16 = 3600 tokens. Max batch:
+    # (55.94e9 − 3600 × 131,072) / (1108 × 131,072) + 1 = 382.94 (vs 353.66 when whole sequences are reserved).
+    c = replica_capacity(L8B, H100, MIX, SLO(2.0, 0.05), calib=CAL)
+    assert c.max_batch == pytest.approx((55.94e9 - 3600 * 131072) / (1108 * 131072) + 1)
+    assert kv_tokens_held(L8B, 1000, 200) == 1108
+    assert kv_tokens_held(L8B, 1000, 201, whole=True) == 1216  # ceil(1201 / 16) = 76 blocks
+    assert kv_tokens_held(L8B, 1000, 200, block_tokens=None) == 1200
+    whole = replica_capacity(L8B, H100, MIX, SLO(2.0, 0.05), calib=CAL, kv_block_tokens=None)
+    assert c.req_per_s >= whole.req_per_s
+
+
+def test_kv_tokens_in_gib_budget_70b_tp2_a100():
+    # The finding: 70B at tp 2 on A100-80GB held ~8.8k KV tokens because GPU memory was taken as 80e9 bytes.
+    # The engine sees 81,920 MiB per GPU: 0.9 × 2 × 81,920 × 2^20 = 154,618,822,656 B; minus the weights
+    # 70.554e9 × 2 = 141,108,000,000 B leaves 13,510,822,656 B / 327,680 B per token = 41,231 tokens (was
+    # (144e9 − 141.108e9) / 327,680 = 8,826).
+    gpu = get_gpu("A100-SXM4-80GB")
+    m = get_model("Llama-3.1-70B")
+    assert gpu.memory_bytes == 81920 * 2**20
+    c = replica_capacity(m, gpu, MIX, SLO(5.0, 0.2), tp=2, calib=load_calibration(gpu))
+    assert c.kv_bytes_available / m.kv_bytes_per_token() == pytest.approx(41231.76, abs=0.01)
+
+
 def test_memory_accounting_by_hand():
     # 8B bf16 on one H100: weights 16.06 GB; KV budget 0.9·80 − 16.06 = 55.94 GB; reserve 0.1·80 = 8 GB;
     # memory per GPU = 16.06 + 55.94 + 8 = 80 GB. Max batch: room for one p95 request (3600 tokens) plus mean
-    # ones (1200 tokens): (55.94e9 − 3600 × 131,072) / (1200 × 131,072) + 1 = 353.66.
-    c = replica_capacity(L8B, H100, MIX, SLO(2.0, 0.05), calib=CAL)
+    # ones (1200 tokens): (55.94e9 − 3600 × 131,072) / (1200 × 131,072) + 1 = 353.66 (whole sequences reserved at
+    # admission: kv_block_tokens=None; the block-wise default is checked in test_block_wise_kv_admission_by_hand).
+    c = replica_capacity(L8B, H100, MIX, SLO(2.0, 0.05), calib=CAL, kv_block_tokens=None)
     assert c.weights_bytes_per_gpu == pytest.approx(16.06e9)
     assert c.kv_bytes_available == pytest.approx(55.94e9)
     assert c.memory_bytes_per_gpu == pytest.approx(80e9)

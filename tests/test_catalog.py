@@ -74,7 +74,7 @@ def test_weight_bytes_by_dtype():
 
 def test_gpu_unit_conversions():
     h = get_gpu("H100-SXM-80GB")
-    assert h.memory_bytes == 80e9  # 80 GB x 1e9
+    assert h.memory_bytes == 81559 * 2**20  # nvidia-smi reports 81,559 MiB (memory_mib_reported), not 80e9 bytes
     assert h.hbm_bandwidth_bytes_per_s == 3350e9  # 3350 GB/s
     assert h.bf16_flops_per_s == pytest.approx(989.4e12)  # 989.4 TFLOPS dense
     assert h.fp8_flops_per_s == pytest.approx(1978.9e12)

@@ -7,10 +7,13 @@ import math
 import pytest
 
 from fleetplan.costmodels.calibration import Calibration
+from fleetplan.costmodels.calibration_fit import fit_calibration
 from fleetplan.costmodels.hardware import GPU, Model
 from fleetplan.costmodels.latency import allreduce_time_s, decode_step_time_s, moe_params_read, prefill_time_s
 from fleetplan.costmodels.network import Link
 from fleetplan.datasets.calibration import load_calibration, load_calibration_table
+from fleetplan.datasets.catalog import get_gpu, get_model
+from fleetplan.datasets.measured import load_measurements, observations
 from fleetplan.datasets.profiles import mdape_table, roofline_predictions, splitwise_fit_rows
 from fleetplan.errors import InputError
 
@@ -118,13 +121,56 @@ def test_uncalibrated_gpu_uses_default_row():
     assert load_calibration(H100) == table["H100-SXM-80GB"]
 
 
-def test_shipped_calibration_matches_splitwise_within_25_percent():
-    # Recomputes the median absolute percentage error of the shipped constants (no refit) on the measured
-    # Splitwise profile of Llama-2-70B on A100/H100 at TP 2/4/8.
-    t = mdape_table(roofline_predictions(splitwise_fit_rows()))
+def test_calibration_fitted_to_splitwise_matches_it_within_25_percent():
+    # The shipped constants represent a current vLLM (fleetplan calibrate); Splitwise's profile is another engine, so
+    # the check fits the same structure to the Splitwise rows alone and recomputes the median absolute percentage
+    # error on the measured profile of Llama-2-70B on A100/H100 at TP 2/4/8.
+    rows = splitwise_fit_rows()
+    d = load_measurements()
+    fit = fit_calibration(observations(d[d.framework == "Splitwise profile"]), anchor="Splitwise profile")
+    t = mdape_table(roofline_predictions(rows, {g: fit.calibration(g) for g in rows.gpu.unique()}))
     overall = t[(t.gpu == "all") & (t.tp == "all")].iloc[0]
     assert overall.n_prefill >= 60 and overall.n_decode >= 100
     assert overall.mdape_prefill_pct <= 25.0
     assert overall.mdape_decode_pct <= 25.0
     per_gpu = t[(t.gpu != "all") & (t.tp == "all")]
     assert (per_gpu.mdape_prefill_pct <= 25.0).all() and (per_gpu.mdape_decode_pct <= 25.0).all()
+
+
+def test_issue_decode_step_llama3_8b_a100_near_measured_kernels():
+    # The issue's finding: decode step of Llama-3-8B on one A100 was 16.6 ms at batch 1 and 40.0 ms at batch 64 in
+    # fleetplan vs 10.7 and 19.5 ms in Vidur (built on measured kernels), because the Llama-2-70B-only fit put 259 us
+    # per layer and 305 us per sequence into overheads. The shipped calibration (vLLM 0.11, fitted across models)
+    # bounds those per-layer/per-sequence terms to 100/200 us and fits them across 8B..405B models.
+    # Hand arithmetic of the floor at batch 1: weights 8.03e9 × 2 B / 2.039e12 B/s = 7.88 ms at full bandwidth, so
+    # the step is above 7.88 ms and must now sit within 25% of Vidur's 10.7 ms; at batch 64, 1000 tokens of context:
+    # weights + 64 × 1000 × 131,072 B KV = 24.45e9 B / 2.039e12 = 12.0 ms floor, within 25% of Vidur's 19.5 ms.
+    gpu = get_gpu("A100-SXM4-80GB")
+    m = get_model("Llama-3.1-8B")
+    cal = load_calibration(gpu)
+    t1 = decode_step_time_s(m, gpu, 1, 1000, calib=cal)
+    t64 = decode_step_time_s(m, gpu, 64, 1000, calib=cal)
+    assert 8.03e9 * 2 / 2.039e12 < t1 <= 1.25 * 10.7e-3
+    assert 24.45e9 / 2.039e12 < t64 <= 1.25 * 19.5e-3
+    # The per-sequence overhead is a small model's own: at most 200 us by its bound, here far below the old 305 us.
+    assert cal.decode_overhead_per_seq_s < 305e-6 and cal.decode_overhead_per_layer_s < 259e-6
+
+
+
+def test_scenario_names_a_calibration_file(tmp_path):
+    # options.calibration (relative to the scenario's folder) replaces the shipped rows: with every efficiency halved
+    # and the overheads kept, each step is slower, so no option's capacity can rise and the total must fall.
+    from fleetplan.datasets.calibration import write_calibration_table
+    from fleetplan.placement.scenario import build_problem, read_scenario, scenario_from_raw
+
+    rows = [c.replace(prefill_mfu=c.prefill_mfu / 2, decode_bw_efficiency=c.decode_bw_efficiency / 2)
+            for c in load_calibration_table().values()]
+    write_calibration_table(rows, str(tmp_path / "slow.csv"))
+    raw, _, base = read_scenario()
+    fast = build_problem(scenario_from_raw(raw, base=str(base)))
+    raw = {**raw, "options": {**(raw.get("options") or {}), "calibration": "slow.csv"}}
+    slow = build_problem(scenario_from_raw(raw, base=str(tmp_path)))
+    cap = {(o.model, o.pool, o.tp, o.pp): o.capacity_req_per_s for o in fast.options}
+    both = [(cap[k], o.capacity_req_per_s) for o in slow.options
+            if (k := (o.model, o.pool, o.tp, o.pp)) in cap]
+    assert both and all(s <= f + 1e-9 for f, s in both) and sum(s for _, s in both) < sum(f for f, _ in both)
