@@ -196,14 +196,18 @@ def predict(fit: FitResult, o: Observation) -> float:
     row :meth:`FitResult.calibration` gives."""
     c = fit.calibration(o.gpu, o.framework)
     prompt = o.prompt_tokens if o.prompt_tokens is not None else fit.prompt_tokens[o.task]
-    kw = dict(tp=o.tp, weight_dtype=o.weight_dtype, calib=c)
     ctx = prompt + o.output_tokens / 2
+
+    def prefill() -> float:
+        return prefill_time_s(o.model, o.gpu, prompt, batch=o.batch, tp=o.tp, weight_dtype=o.weight_dtype, calib=c)
+
     if o.kind == "prefill":
-        return prefill_time_s(o.model, o.gpu, prompt, batch=o.batch, **kw)
-    step = decode_step_time_s(o.model, o.gpu, max(o.batch, 1.0), ctx, kv_dtype=o.kv_dtype, **kw)
+        return prefill()
+    step = decode_step_time_s(o.model, o.gpu, max(o.batch, 1.0), ctx, kv_dtype=o.kv_dtype, tp=o.tp,
+                              weight_dtype=o.weight_dtype, calib=c)
     if o.kind == "decode":
         return step
-    return prefill_time_s(o.model, o.gpu, prompt, batch=o.batch, **kw) + max(o.output_tokens - 1, 0) * step
+    return prefill() + max(o.output_tokens - 1, 0) * step
 
 
 def fit_calibration(obs: Sequence[Observation], *, anchor: str, start: FitResult | None = None,

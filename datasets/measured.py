@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import functools
 import importlib.resources
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -154,12 +155,14 @@ def _load() -> pd.DataFrame:
     # Leave out configurations whose KV cache cannot hold the whole batch next to the weights (they preempt).
     ms = models()
     keep = []
-    for r in d.itertuples(index=False):
-        m = ms[r.model]
-        g = get_gpu(r.gpu)
-        budget = 0.9 * r.tp * g.memory_bytes - m.weight_bytes(r.weight_dtype)
-        length = (0 if np.isnan(r.prompt_tokens) else r.prompt_tokens) + r.output_tokens
-        keep.append(budget > 0 and r.batch * m.kv_tokens_cached(length) * m.kv_bytes_per_token(r.kv_dtype) <= budget)
+    for r in d.to_dict("records"):
+        m = ms[str(r["model"])]
+        g = get_gpu(str(r["gpu"]))
+        budget = 0.9 * float(r["tp"]) * g.memory_bytes - m.weight_bytes(str(r["weight_dtype"]))
+        prompt = float(r["prompt_tokens"])
+        length = (0.0 if math.isnan(prompt) else prompt) + float(r["output_tokens"])
+        keep.append(budget > 0 and float(r["batch"]) * m.kv_tokens_cached(length)
+                    * m.kv_bytes_per_token(str(r["kv_dtype"])) <= budget)
     d = d[np.asarray(keep)].copy()
     d["group"] = d.model + " @ " + d.gpu
     return d[list(COLUMNS)].reset_index(drop=True)
@@ -175,12 +178,15 @@ def observations(df: pd.DataFrame | None = None) -> list[Observation]:
     d = load_measurements() if df is None else df
     ms = models()
     out = []
-    for r in d.itertuples(index=False):
-        out.append(Observation(framework=r.framework, model=ms[r.model], gpu=get_gpu(r.gpu), tp=int(r.tp),
-                               kind=r.kind, batch=float(r.batch),
-                               prompt_tokens=None if pd.isna(r.prompt_tokens) else float(r.prompt_tokens),
-                               output_tokens=float(r.output_tokens), measured_s=float(r.measured_s),
-                               task=r.task or "", weight_dtype=r.weight_dtype, kv_dtype=r.kv_dtype, group=r.group))
+    for r in d.to_dict("records"):
+        prompt = float(r["prompt_tokens"])
+        out.append(Observation(framework=str(r["framework"]), model=ms[str(r["model"])], gpu=get_gpu(str(r["gpu"])),
+                               tp=int(r["tp"]), kind=str(r["kind"]), batch=float(r["batch"]),
+                               prompt_tokens=None if math.isnan(prompt) else prompt,
+                               output_tokens=float(r["output_tokens"]), measured_s=float(r["measured_s"]),
+                               task=str(r["task"]) if isinstance(r["task"], str) else "",
+                               weight_dtype=str(r["weight_dtype"]), kv_dtype=str(r["kv_dtype"]),
+                               group=str(r["group"])))
     return out
 
 
