@@ -23,11 +23,13 @@ from typing import Annotated, Any, Literal
 
 from fastapi import Depends, FastAPI, Header, HTTPException, Query
 from fastapi.encoders import jsonable_encoder
+from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from sqlalchemy.exc import SQLAlchemyError
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from fleetplan import __version__
 from fleetplan.errors import FleetplanError, InputError
@@ -378,6 +380,15 @@ def create_app(settings: ServiceSettings, service: ReplanService | None = None, 
         errors = jsonable_encoder(_safe(list(exc.errors())), custom_encoder={
             float: lambda f: f if math.isfinite(f) else str(f), bytes: lambda b: b.decode("utf-8", "replace")})
         return JSONResponse(status_code=422, content={"detail": _safe(errors)})
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request, exc: StarletteHTTPException):
+        """A body FastAPI cannot parse (bytes that are not UTF-8, say) is an invalid request like any other: 422
+        naming the body, not an undocumented 400."""
+        if exc.status_code == 400:
+            return JSONResponse(status_code=422, content={"detail": [
+                {"loc": ["body"], "msg": _safe(str(exc.detail)), "type": "body_unparsable"}]})
+        return await http_exception_handler(request, exc)
 
     @app.exception_handler(SQLAlchemyError)
     async def _database_down(request, exc: SQLAlchemyError):

@@ -243,3 +243,27 @@ def test_openapi_documents_every_response_and_its_error_codes(shipped, tmp_path)
     assert "409" in doc["paths"]["/v1/replan"]["post"]["responses"]
     assert "503" in doc["paths"]["/readyz"]["get"]["responses"]
     json.dumps(doc)
+
+
+def test_database_url_from_env_or_file_and_never_printed_with_its_password(tmp_path, monkeypatch):
+    import uvicorn
+    from click.testing import CliRunner
+
+    from fleetplan.cli.main import main
+    from fleetplan.service.store import shown_url
+
+    assert shown_url("postgresql://fp:s3cretpw@127.0.0.1:5432/db") == "postgresql+psycopg://fp:***@127.0.0.1:5432/db"
+    ran = []
+    monkeypatch.setattr(uvicorn, "run", lambda app, **kw: ran.append(kw))
+    monkeypatch.setenv("FLEETPLAN_TOKEN", TOKEN)
+    # port 1 on loopback: nothing listens, so the store cannot open; the error names the URL without the password
+    monkeypatch.setenv("FLEETPLAN_DB_URL", "postgresql://fp:s3cretpw@127.0.0.1:1/db")
+    r = CliRunner().invoke(main, ["serve", "--interval", "0", "--resolve-every", "0"])
+    assert r.exit_code == 2 and "s3cretpw" not in r.output and "fp:***@127.0.0.1:1" in r.output, r.output
+    monkeypatch.delenv("FLEETPLAN_DB_URL")
+    url_file = tmp_path / "db.url"
+    url_file.write_text(f"sqlite:///{tmp_path / 'f.db'}\n")
+    r = CliRunner().invoke(main, ["serve", "--db-file", str(url_file), "--interval", "0", "--resolve-every", "0"])
+    assert r.exit_code == 0 and ran and f"database sqlite:///{tmp_path / 'f.db'}" in r.output, r.output
+    r = CliRunner().invoke(main, ["serve", "--db-file", str(tmp_path / "missing.url")])
+    assert r.exit_code == 2 and "no such database URL file" in r.output
