@@ -338,8 +338,8 @@ class ReplanService:
         replayed). With ``idempotency_key``, a repeat of a stored request stores and feeds nothing and returns
         the ids first stored with replayed=True (IdempotencyConflict for the key with another body). Nothing is
         stored when any item is bad; database errors propagate (nothing fed)."""
-        rows = self.check_observations(items, source)
-        with self.write_lock:
+        with self.write_lock:  # checked under the lock, so two requests cannot both take the last tenant slot
+            rows = self.check_observations(items, source)
             if idempotency_key is None:
                 ids, replayed = self.store.add_observations(rows), False
             else:
