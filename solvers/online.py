@@ -163,9 +163,10 @@ class Forecaster:
         """Live tenant labels of ``model`` at ``now_s`` (default: the newest observation time)."""
         return {t for (m, t) in self.latest if m == model and self._live((m, t), now_s)}
 
-    def expire(self, now_s: float | None = None) -> int:
-        """Drop the state of tenants silent for more than ``tenant_ttl_s``; returns how many were dropped."""
-        dead = [k for k in self.latest if not self._live(k, now_s)]
+    def expire(self, now_s: float | None = None, model: str | None = None) -> int:
+        """Drop the state of tenants (of ``model``, or of every model) silent for more than ``tenant_ttl_s``;
+        returns how many were dropped."""
+        dead = [k for k in self.latest if (model is None or k[0] == model) and not self._live(k, now_s)]
         for k in dead:
             self.latest.pop(k, None)
             self.ewma.pop(k, None)
@@ -192,7 +193,7 @@ class Forecaster:
                                  f"label, wait {c.tenant_ttl_s:g} s for silent ones to expire, or raise the cap",
                                  field="tenant", value=tenant)
         self.newest_at_s = at_s if self.newest_at_s is None else max(self.newest_at_s, at_s)
-        self.expire()
+        self.expire(model=model)
         w = self.window_at(at_s)
         before = self._blend(model, w)
         prev = self.ewma.get(key)

@@ -87,7 +87,7 @@ def test_read_only_database_is_not_ready_and_the_loop_keeps_running(shipped, tmp
 def test_locked_database_leaves_memory_and_database_together(shipped, tmp_path):
     path = tmp_path / "lock.db"
     clock = Clock()
-    client, svc = make(shipped, f"sqlite:///{path}", clock=clock, db_timeout_s=1.0)
+    client, svc = make(shipped, f"sqlite:///{path}", clock=clock, db_timeout_s=1.5)
     with client as c:
         stored1 = svc.store.last_plan()
         n1 = replicas(svc.replanner.counts())

@@ -32,7 +32,7 @@ from schemathesis.checks import (  # noqa: E402
 pytestmark = pytest.mark.xdist_group("schemathesis")
 
 TOKEN = "fuzz-token-1234"
-EXAMPLES = 20  # per operation and mode: bounded, at most 360 requests in all
+EXAMPLES = 15  # per operation and mode: bounded, at most 270 requests in all
 
 
 @pytest.fixture(scope="module")
