@@ -494,8 +494,9 @@ def create_app(settings: ServiceSettings, service: ReplanService | None = None, 
                                     description="comma-separated observation ids"),
             from_s: float | None = Query(None, ge=0, le=1e11, description="delete observations with at_s >= this"),
             to_s: float | None = Query(None, ge=0, le=1e11, description="... and at_s <= this (unix s)")):
-        """Delete observations by id and/or time range and rebuild the forecaster from those that remain (stored
-        as a new plan with the placement unchanged, so a restart never replays them)."""
+        """Delete the observations that match every filter given (ids, at_s >= from_s, at_s <= to_s) and rebuild
+        the forecaster from those that remain (stored as a new plan with the placement unchanged, in the same
+        transaction as the delete, so a restart never replays them)."""
         if ids is None and from_s is None and to_s is None:
             return _err422(["query", "ids"], InputError("give ids, or from_s and/or to_s"))
         id_list = [int(x) for x in ids.split(",")] if ids is not None else None
