@@ -1,10 +1,12 @@
 """Service benchmark: load test of POST /v1/observations on loopback, and re-plan round latency by fleet size.
 
-Run: `.venv/bin/python benchmarks/bench_service.py [--requests 2000] [--concurrency 8]`.
+Run: `.venv/bin/python benchmarks/bench_service.py [--requests 2000] [--concurrency 8] [--keyed]`.
 
 1. Starts `fleetplan serve` (shipped default scenario, a fresh SQLite file, token auth) on 127.0.0.1 at a free
    port, posts a bounded number of single-observation requests from a few client threads (all traffic to
    127.0.0.1; the loop stops after --requests or --max-seconds), prints requests/s and latency p50/p99, stops it.
+   With --keyed every request carries its own Idempotency-Key (the key is stored with the rows). While the load
+   runs, GET /metrics is timed too (it reads only memory, so it should not queue behind the writes).
 2. Round latency of the heuristic re-planner on synthetic fleets (placement.generators.random_instance) of about
    100, 1,000 and 5,000 GPUs: a cold start, then rounds after demand changes on a third of the models; prints the
    median and worst round and whether every plan passed validate().
@@ -31,7 +33,7 @@ from fleetplan.solvers.online import OnlineConfig, Replanner, load_times
 TOKEN = "bench-token-123"
 
 
-def load_test(n_requests: int, concurrency: int, max_seconds: float) -> None:
+def load_test(n_requests: int, concurrency: int, max_seconds: float, keyed: bool = False) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -66,26 +68,47 @@ def load_test(n_requests: int, concurrency: int, max_seconds: float) -> None:
                         return
                     body = {"observations": [{"model": models[k % 4], "tenant": f"t{k % 7}", "interval_s": 60,
                                               "arrivals": float(k % 500)}]}
+                    headers = {"Idempotency-Key": f"bench-{k}"} if keyed else {}
                     t0 = time.perf_counter()
-                    r = c.post("/v1/observations", json=body)
+                    r = c.post("/v1/observations", json=body, headers=headers)
                     dt = time.perf_counter() - t0
                     with lock:
                         lat.append(dt)
                         if r.status_code != 202:
                             errors[0] += 1
 
+        metrics_lat: list[float] = []
+        done = threading.Event()
+
+        def metrics_reader() -> None:
+            with httpx.Client(base_url=base, timeout=10) as c:
+                while not done.is_set() and time.monotonic() < deadline:
+                    t1 = time.perf_counter()
+                    c.get("/metrics")
+                    metrics_lat.append(time.perf_counter() - t1)
+                    time.sleep(0.05)
+
         t0 = time.perf_counter()
         threads = [threading.Thread(target=worker) for _ in range(concurrency)]
+        reader = threading.Thread(target=metrics_reader)
+        reader.start()
         for t in threads:
             t.start()
         for t in threads:
             t.join()
         wall = time.perf_counter() - t0
+        done.set()
+        reader.join()
         lat.sort()
         p99 = lat[min(len(lat) - 1, int(0.99 * len(lat)))]
-        print(f"POST /v1/observations on 127.0.0.1 (SQLite, committed per request, {concurrency} clients): "
+        print(f"POST /v1/observations on 127.0.0.1 (SQLite, committed per request, {concurrency} clients"
+              f"{', Idempotency-Key on each' if keyed else ''}): "
               f"{len(lat)} requests in {wall:.2f} s = {len(lat) / wall:,.0f} req/s; latency p50 "
               f"{statistics.median(lat) * 1e3:.1f} ms, p99 {p99 * 1e3:.1f} ms; non-202: {errors[0]}")
+        if metrics_lat:
+            metrics_lat.sort()
+            print(f"GET /metrics during the load: {len(metrics_lat)} requests, p50 "
+                  f"{statistics.median(metrics_lat) * 1e3:.1f} ms, max {metrics_lat[-1] * 1e3:.1f} ms")
     finally:
         proc.send_signal(signal.SIGTERM)
         try:
@@ -124,10 +147,13 @@ def main() -> None:
     ap.add_argument("--concurrency", type=int, default=8)
     ap.add_argument("--max-seconds", type=float, default=60.0)
     ap.add_argument("--skip-load", action="store_true")
+    ap.add_argument("--skip-rounds", action="store_true")
+    ap.add_argument("--keyed", action="store_true", help="send an Idempotency-Key with each request")
     a = ap.parse_args()
-    round_latency()
+    if not a.skip_rounds:
+        round_latency()
     if not a.skip_load:
-        load_test(a.requests, a.concurrency, a.max_seconds)
+        load_test(a.requests, a.concurrency, a.max_seconds, a.keyed)
 
 
 if __name__ == "__main__":

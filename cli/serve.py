@@ -10,25 +10,46 @@ import click
 from fleetplan.errors import InputError
 from fleetplan.service.app import create_app
 from fleetplan.service.runtime import ServiceSettings
+from fleetplan.service.store import shown_url
 from fleetplan.solvers.online import OnlineConfig
+
+DEFAULT_DB = "sqlite:///fleetplan.db"
+
+
+def _secret(path: str | None, option: str, env: str, what: str) -> str | None:
+    """The secret in file ``path`` (first line, stripped), else the environment variable ``env``, else None."""
+    if path:
+        p = Path(path)
+        if not p.is_file():
+            raise InputError(f"no such {what} file {p}", source=str(p), field=option)
+        lines = p.read_text().strip().splitlines()
+        if not lines or not lines[0].strip():
+            raise InputError(f"the {what} file is empty", source=str(p), field=option)
+        return lines[0].strip()
+    return os.environ.get(env) or None
 
 
 def _token(token_file: str | None) -> str | None:
-    if token_file:
-        p = Path(token_file)
-        if not p.is_file():
-            raise InputError(f"no such token file {p}", source=str(p), field="--token-file")
-        tok = p.read_text().strip()
-        if not tok:
-            raise InputError("the token file is empty", source=str(p), field="--token-file")
-        return tok
-    return os.environ.get("FLEETPLAN_TOKEN") or None
+    return _secret(token_file, "--token-file", "FLEETPLAN_TOKEN", "token")
+
+
+def _db_url(db_url: str | None, db_file: str | None) -> str:
+    """--db, else the URL in --db-file, else FLEETPLAN_DB_URL, else the default SQLite file: a URL with a password
+    need never appear on the command line (where the process list shows it)."""
+    if db_url and db_file:
+        raise InputError("give either --db or --db-file, not both", field="--db-file")
+    return db_url or _secret(db_file, "--db-file", "FLEETPLAN_DB_URL", "database URL") or DEFAULT_DB
 
 
 @click.command("serve")
 @click.option("--scenario", default=None, help="Scenario YAML file or shipped name (default: the shipped default).")
-@click.option("--db", "db_url", default="sqlite:///fleetplan.db", show_default=True,
-              help="SQLAlchemy URL: sqlite:///file.db or postgresql://user@host/db.")
+@click.option("--db", "db_url", default=None,
+              help="SQLAlchemy URL: sqlite:///file.db or postgresql://user@host/db (default: --db-file, else the "
+                   "FLEETPLAN_DB_URL environment variable, else sqlite:///fleetplan.db). Put a URL with a password "
+                   "in --db-file or FLEETPLAN_DB_URL: the process list shows the command line.")
+@click.option("--db-file", default=None, help="File whose first line is the database URL.")
+@click.option("--db-timeout", "db_timeout_s", default=30.0, show_default=True, type=click.FloatRange(0.1, 600),
+              help="Longest wait for a database lock or connection before a write fails with 503, seconds.")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on (loopback by default).")
 @click.option("--port", default=8080, show_default=True, type=click.IntRange(1, 65535))
 @click.option("--interval", "interval_s", default=300.0, show_default=True, type=click.FloatRange(0),
@@ -50,15 +71,28 @@ def _token(token_file: str | None) -> str | None:
 @click.option("--max-body-bytes", default=1_000_000, show_default=True, type=click.IntRange(1024),
               help="Largest request body accepted.")
 @click.option("--prometheus", "prometheus_url", default=None,
-              help="Prometheus base URL to pull vLLM metrics from at every round.")
+              help="Prometheus base URL to pull vLLM metrics from at every round and on POST /v1/replan.")
+@click.option("--prometheus-window", "prometheus_window_s", default=None, type=click.FloatRange(1, 86400),
+              help="Seconds of metrics one pull covers (default: --interval, or 300 when that is 0).")
+@click.option("--rate-ceiling-factor", default=10.0, show_default=True, type=click.FloatRange(min=1.0),
+              help="Refuse an observed rate above this multiple of the whole fleet's capacity for its model.")
+@click.option("--max-clock-skew", "max_clock_skew_s", default=300.0, show_default=True, type=click.FloatRange(0),
+              help="Refuse observations dated more than this many seconds ahead of the service's clock.")
+@click.option("--tenant-ttl", "tenant_ttl_s", default=900.0, show_default=True, type=click.FloatRange(0),
+              help="Seconds after which a silent tenant label stops counting in the forecast.")
+@click.option("--max-tenants", default=100, show_default=True, type=click.IntRange(1),
+              help="Most live tenant labels per model (a new label beyond it gets 422).")
 @click.option("--token-file", default=None, help="File holding the bearer token for write endpoints "
               "(default: the FLEETPLAN_TOKEN environment variable).")
+@click.option("--read-token-file", default=None, help="File holding a read-only token that may see per-tenant "
+              "rates (default: the FLEETPLAN_READ_TOKEN environment variable; none: only the write token may).")
 @click.option("--insecure-no-auth", is_flag=True, help="Accept writes without a token (explicit opt-in).")
 @click.option("--log-level", default="info", show_default=True,
               type=click.Choice(["critical", "error", "warning", "info", "debug"]))
-def serve(scenario, db_url, host, port, interval_s, resolve_every_s, resolve_time_limit_s, migration_budget,
-          target_utilization, day_curve_weight, ewma_alpha, min_saving_usd, max_body_bytes, prometheus_url,
-          token_file, insecure_no_auth, log_level) -> None:
+def serve(scenario, db_url, db_file, db_timeout_s, host, port, interval_s, resolve_every_s, resolve_time_limit_s,
+          migration_budget, target_utilization, day_curve_weight, ewma_alpha, min_saving_usd, max_body_bytes,
+          prometheus_url, prometheus_window_s, rate_ceiling_factor, max_clock_skew_s, tenant_ttl_s, max_tenants,
+          token_file, read_token_file, insecure_no_auth, log_level) -> None:
     """Serve a live plan over HTTP and re-plan it every --interval seconds as observations arrive.
 
     Write endpoints need `Authorization: Bearer <token>` (FLEETPLAN_TOKEN or --token-file) unless started with
@@ -70,19 +104,25 @@ def serve(scenario, db_url, host, port, interval_s, resolve_every_s, resolve_tim
 
 
     token = _token(token_file)
+    read_token = _secret(read_token_file, "--read-token-file", "FLEETPLAN_READ_TOKEN", "read token")
     if token and insecure_no_auth:
         raise InputError("give either a token or --insecure-no-auth, not both", field="--insecure-no-auth")
+    db_url = _db_url(db_url, db_file)
     online = OnlineConfig(ewma_alpha=ewma_alpha, day_curve_weight=day_curve_weight,
                           target_utilization=target_utilization, migration_budget=migration_budget,
-                          resolve_min_saving_usd=min_saving_usd)
+                          resolve_min_saving_usd=min_saving_usd, tenant_ttl_s=tenant_ttl_s,
+                          max_tenants_per_model=max_tenants)
     settings = ServiceSettings(scenario=scenario, db_url=db_url, token=token, insecure_no_auth=insecure_no_auth,
                                interval_s=interval_s, resolve_every_s=resolve_every_s,
                                resolve_time_limit_s=resolve_time_limit_s, max_body_bytes=max_body_bytes,
-                               prometheus_url=prometheus_url, online=online)
+                               prometheus_url=prometheus_url, prometheus_window_s=prometheus_window_s,
+                               read_token=read_token, db_timeout_s=db_timeout_s,
+                               rate_ceiling_factor=rate_ceiling_factor, max_clock_skew_s=max_clock_skew_s,
+                               online=online)
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if insecure_no_auth:
         click.echo("warning: write endpoints accept requests without a token (--insecure-no-auth)", err=True)
     app = create_app(settings)
     click.echo(f"fleetplan serve: http://{host}:{port}/docs (plan {app.state.service.plan_row['id']}, "
-               f"{'resumed' if app.state.service.resumed else 'new'}; database {db_url})", err=True)
+               f"{'resumed' if app.state.service.resumed else 'new'}; database {shown_url(db_url)})", err=True)
     uvicorn.run(app, host=host, port=port, log_level=log_level)

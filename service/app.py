@@ -1,48 +1,75 @@
-"""The HTTP API of ``fleetplan serve`` (FastAPI; OpenAPI at /docs and /openapi.json).
+"""The HTTP API of ``fleetplan serve`` (FastAPI; OpenAPI at /docs and /openapi.json, a response model and the error
+codes for every endpoint).
 
 GET /v1/plan (the current plan), GET /v1/plan/diff (start/stop actions since the previous plan),
-GET /v1/plans?since= (plans adopted since a time), POST /v1/observations, POST /v1/replan, GET /healthz,
-GET /metrics (Prometheus text). Write endpoints need ``Authorization: Bearer <token>`` unless the service was
-started with ``insecure_no_auth``. Request bodies above ``max_body_bytes`` get 413; invalid bodies get 422 with
-the field named in ``detail[].loc``.
+GET /v1/plans?since= (plans adopted since a time), POST /v1/observations, DELETE /v1/observations (by id or time
+range; rebuilds the forecaster), POST /v1/replan (pulls Prometheus first when configured), GET /healthz (liveness),
+GET /readyz (readiness), GET /metrics (Prometheus text). Write endpoints need ``Authorization: Bearer <token>``
+unless the service was started with ``insecure_no_auth``; the per-tenant rates inside GET /v1/plan are shown only
+with the write token or the read token. Request bodies above ``max_body_bytes`` get 413; invalid bodies 422 with
+the field named in ``detail[].loc`` (never 500: malformed strings included); database faults 503 with the reason.
+POST /v1/observations takes an ``Idempotency-Key`` header: a retry with the same key and body stores nothing again.
 """
 
 from __future__ import annotations
 
 import hmac
 import json
+import logging
+import math
 from contextlib import asynccontextmanager
 from datetime import datetime
+from typing import Annotated, Any, Literal
 
-from fastapi import Depends, FastAPI, HTTPException, Query
+from fastapi import Depends, FastAPI, Header, HTTPException, Query
+from fastapi.encoders import jsonable_encoder
+from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+from sqlalchemy.exc import SQLAlchemyError
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from fleetplan import __version__
 from fleetplan.errors import FleetplanError, InputError
 from fleetplan.service.runtime import ReplanService, ServiceSettings
+from fleetplan.service.store import IdempotencyConflict
+
+log = logging.getLogger("fleetplan.service")
+
+#: a label: 1-200 characters, no control characters (NUL breaks PostgreSQL text; a lone surrogate is refused too)
+LABEL_PATTERN = r"^[^\x00-\x1f\x7f]+$"
+#: counters above this are no real interval's counts (the rate ceiling refuses far smaller ones)
+COUNT_MAX = 1e15
+
+
+def _count(description: str):
+    return Field(None, ge=0, le=COUNT_MAX, description=description)
 
 
 class Observation(BaseModel):
     """One interval's counters for one model and tenant. Give ``arrivals``, or ``completions`` with the queue
-    sizes at the interval's start and end (demand = completions + queue growth)."""
+    sizes at the interval's start and end (demand = completions + queue growth). Numbers are JSON numbers (no
+    strings, no booleans); the service also refuses a rate above its ceiling (a multiple of the fleet's capacity)
+    and an ``at_s`` far from its clock, naming the field."""
 
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, strict=True)
 
-    model: str = Field(min_length=1, max_length=200, description="planned model name")
-    tenant: str = Field("default", min_length=1, max_length=200)
-    interval_s: float = Field(gt=0, le=86400, description="length of the interval, seconds")
-    at_s: float | None = Field(None, ge=0, description="unix time of the interval's end (default: receipt)")
-    arrivals: float | None = Field(None, ge=0, description="requests that arrived in the interval")
-    completions: float | None = Field(None, ge=0, description="requests that finished in the interval")
-    waiting_start: float | None = Field(None, ge=0, description="requests waiting at the start")
-    waiting_end: float | None = Field(None, ge=0, description="requests waiting at the end")
-    running_start: float | None = Field(None, ge=0, description="requests running at the start")
-    running_end: float | None = Field(None, ge=0, description="requests running at the end")
-    prompt_tokens: float | None = Field(None, ge=0, description="prompt tokens of the interval")
-    generation_tokens: float | None = Field(None, ge=0, description="generated tokens of the interval")
+    model: str = Field(min_length=1, max_length=200, pattern=LABEL_PATTERN, description="planned model name")
+    tenant: str = Field("default", min_length=1, max_length=200, pattern=LABEL_PATTERN,
+                        description="tenant label (live labels per model are capped; silent ones expire)")
+    interval_s: float = Field(ge=1, le=86400, description="length of the interval, seconds (1 s to one day)")
+    at_s: float | None = Field(None, ge=0, le=1e11, description="unix time of the interval's end (default: receipt); "
+                               "within the service's clock skew of now")
+    arrivals: float | None = _count("requests that arrived in the interval")
+    completions: float | None = _count("requests that finished in the interval")
+    waiting_start: float | None = _count("requests waiting at the start")
+    waiting_end: float | None = _count("requests waiting at the end")
+    running_start: float | None = _count("requests running at the start")
+    running_end: float | None = _count("requests running at the end")
+    prompt_tokens: float | None = _count("prompt tokens of the interval")
+    generation_tokens: float | None = _count("generated tokens of the interval")
 
     @model_validator(mode="after")
     def _has_counts(self):
@@ -57,16 +84,174 @@ class Observation(BaseModel):
 class ObservationBatch(BaseModel):
     """Body of POST /v1/observations: 1 to 1,000 observations; unknown fields and non-finite numbers are refused."""
 
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, strict=True)
     observations: list[Observation] = Field(min_length=1, max_length=1000)
 
 
 class ReplanRequest(BaseModel):
     """Body of POST /v1/replan: whether to run a full MILP re-solve, and its time limit in seconds."""
 
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, strict=True)
     full: bool = Field(False, description="run a full MILP re-solve (adopted only if worth its migrations)")
     time_limit_s: float | None = Field(None, gt=0, le=600, description="time limit of the re-solve, seconds")
+
+
+# ---- response models (the OpenAPI document's schemas) ------------------------------------------------------------
+class ErrorResponse(BaseModel):
+    """A refused request: what is wrong, in one line."""
+
+    detail: str
+
+
+class ValidationErrorItem(BaseModel):
+    """One invalid field: its location (``["body", "observations", 0, "arrivals"]``), a message, a type."""
+
+    model_config = ConfigDict(extra="allow")
+    loc: list[str | int]
+    msg: str
+    type: str
+
+
+class ValidationErrorResponse(BaseModel):
+    """422: every invalid field of the request."""
+
+    detail: list[ValidationErrorItem]
+
+
+class ObservationsAccepted(BaseModel):
+    """202: how many observations were stored (committed) and their ids (a replayed key: the ids first stored)."""
+
+    accepted: int
+    ids: list[int]
+
+
+class ObservationsDeleted(BaseModel):
+    """200: observations deleted, their ids, and the plan that now holds the rebuilt forecaster state."""
+
+    deleted: int
+    ids: list[int]
+    plan_id: int | None
+
+
+class Action(BaseModel):
+    """One start or stop of ``count`` replicas of an option (``tp`` 0: a shared GPU, its models listed)."""
+
+    model_config = ConfigDict(extra="forbid")
+    action: Literal["start", "stop"]
+    model: str
+    pool: str
+    tp: int
+    pp: int
+    count: int
+    ready_at_s: float | None = None
+    shared_models: list[str] | None = None
+
+
+class PlanDiff(BaseModel):
+    """The actions that turn the previous stored plan into this one."""
+
+    plan_id: int
+    previous_plan_id: int | None
+    created_at_s: float
+    actions: list[Action]
+
+
+class OnlineBlock(BaseModel):
+    """The online re-planner's part of a plan: when and why it was made, the forecast, what is loading, and the
+    state needed to resume (``state.forecaster`` lists per-tenant rates only for token holders)."""
+
+    model_config = ConfigDict(extra="allow")
+    at_s: float
+    window: int
+    reason: str
+    message: str
+    forecast_req_per_s: dict[str, float]
+    unmet_req_per_s: dict[str, float]
+    loading: list[dict[str, Any]]
+    cost_usd_per_hour: float
+    round_time_s: float
+    migrations: int
+    state: dict[str, Any]
+
+
+class PlanResponse(BaseModel):
+    """The current plan: the plan file format of ``fleetplan plan`` (one window) with its id and online block."""
+
+    model_config = ConfigDict(extra="allow")
+    id: int
+    created_at_s: float
+    fleetplan_plan_version: int | str
+    name: str
+    status: str
+    cost_usd_per_day: float | None
+    replicas: list[dict[str, Any]]
+    shared_gpus: list[dict[str, Any]]
+    windows: list[dict[str, Any]]
+    online: OnlineBlock
+
+
+class PlanSummary(BaseModel):
+    """One stored plan without its body."""
+
+    id: int
+    created_at_s: float
+    at_s: float
+    window: int
+    reason: str
+    cost_usd_per_hour: float
+    migrations: int
+    valid: bool
+    summary: dict[str, Any]
+
+
+class PlanList(BaseModel):
+    """Plans adopted since a time, oldest first."""
+
+    plans: list[PlanSummary]
+
+
+class ReplanResponse(BaseModel):
+    """The outcome of POST /v1/replan: whether a plan was adopted, the current plan and its diff."""
+
+    adopted: bool
+    message: str
+    plan_id: int
+    summary: dict[str, Any]
+    cost_usd_per_hour: float
+    diff: PlanDiff
+    prometheus: str | None = Field(None, description="outcome of the Prometheus pull, when one is configured")
+
+
+class Health(BaseModel):
+    """Liveness: the process answers; ``loop`` is 'running', 'stopped' (503) or 'off' (rounds on request only).
+    It says nothing of the database: see /readyz."""
+
+    status: Literal["ok", "loop stopped"]
+    loop: Literal["running", "stopped", "off"]
+    plan_id: int | None
+    resumed: bool
+
+
+class Readiness(BaseModel):
+    """Readiness: each check and, for a failed one, why."""
+
+    status: Literal["ready", "not ready"]
+    checks: dict[str, bool]
+    detail: dict[str, str]
+    last_success_age_s: float
+    plan_id: int | None
+
+
+def _codes(*codes: int) -> dict:
+    text = {401: "missing or wrong bearer token", 404: "no plan yet", 409: "conflict (see detail)",
+            413: "request body too large", 503: "database unavailable (see detail); retry later"}
+    out: dict[int | str, dict] = {}
+    for code in codes:
+        if code == 422:
+            out[422] = {"model": ValidationErrorResponse, "description": "invalid request; the field is named"}
+        else:
+            out[code] = {"model": ErrorResponse, "description": text[code]}
+    return out
 
 
 class _BodyLimit:
@@ -115,18 +300,57 @@ class _BodyLimit:
 
 def _parse_since(since: str) -> float:
     try:
-        return float(since)
+        t = float(since)
     except ValueError:
-        pass
-    try:
-        return datetime.fromisoformat(since.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        raise InputError("since must be unix seconds or an ISO 8601 time such as 2025-01-31T12:00:00Z",
-                         field="since", value=since) from None
+        try:
+            t = datetime.fromisoformat(since.replace("Z", "+00:00")).timestamp()
+        except ValueError:
+            raise InputError("since must be unix seconds or an ISO 8601 time such as 2025-01-31T12:00:00Z",
+                             field="since") from None
+    if not math.isfinite(t):
+        raise InputError("since must be a finite time", field="since")
+    return t
+
+
+def _safe(v):
+    """A JSON-safe copy of an error detail: non-finite floats as text, strings with lone surrogates repaired."""
+    if isinstance(v, float) and not math.isfinite(v):
+        return str(v)
+    if isinstance(v, str):
+        return v.encode("utf-8", "backslashreplace").decode("utf-8")
+    if isinstance(v, dict):
+        return {_safe(k): _safe(x) for k, x in v.items()}
+    if isinstance(v, list | tuple):
+        return [_safe(x) for x in v]
+    if v is None or isinstance(v, bool | int | float):
+        return v
+    return _safe(str(v))
 
 
 def _err422(loc: list, exc: Exception) -> JSONResponse:
-    return JSONResponse(status_code=422, content={"detail": [{"loc": loc, "msg": str(exc), "type": "value_error"}]})
+    return JSONResponse(status_code=422, content=_safe({"detail": [{"loc": loc, "msg": str(exc),
+                                                                    "type": "value_error"}]}))
+
+
+def _loc(field: str | None) -> list:
+    loc: list = ["body"]
+    for part in (field or "observations").replace("]", "").split("."):
+        name, _, idx = part.partition("[")
+        loc.append(name)
+        if idx:
+            loc.append(int(idx))
+    return loc
+
+
+def _redacted(body: dict) -> dict:
+    """The plan body without per-tenant rates (the forecaster's per-tenant EWMA and newest rates)."""
+    online = dict(body["online"])
+    state = dict(online["state"])
+    fc = {k: v for k, v in state.get("forecaster", {}).items() if k not in ("ewma", "latest")}
+    fc["tenants"] = "redacted: send the token to see per-tenant rates"
+    state["forecaster"] = fc
+    online["state"] = state
+    return {**body, "online": online}
 
 
 def create_app(settings: ServiceSettings, service: ReplanService | None = None, *, background: bool = True) -> FastAPI:
@@ -151,58 +375,91 @@ def create_app(settings: ServiceSettings, service: ReplanService | None = None, 
 
     @app.exception_handler(RequestValidationError)
     async def _invalid_body(request, exc: RequestValidationError):
-        """422 with the field named; the offending input is echoed only when it is JSON-safe (an infinity or NaN
-        would make the error response itself unserializable)."""
-        import math
+        """422 with the field named; the offending input is echoed only in a JSON-safe form (an infinity, a NaN or
+        a lone surrogate would make the error response itself unserializable)."""
+        errors = jsonable_encoder(_safe(list(exc.errors())), custom_encoder={
+            float: lambda f: f if math.isfinite(f) else str(f), bytes: lambda b: b.decode("utf-8", "replace")})
+        return JSONResponse(status_code=422, content={"detail": _safe(errors)})
 
-        from fastapi.encoders import jsonable_encoder
-        from fastapi.responses import JSONResponse
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request, exc: StarletteHTTPException):
+        """A body FastAPI cannot parse (bytes that are not UTF-8, say) is an invalid request like any other: 422
+        naming the body, not an undocumented 400."""
+        if exc.status_code == 400:
+            return JSONResponse(status_code=422, content={"detail": [
+                {"loc": ["body"], "msg": _safe(str(exc.detail)), "type": "body_unparsable"}]})
+        return await http_exception_handler(request, exc)
 
-        def safe(v):
-            if isinstance(v, float) and not math.isfinite(v):
-                return str(v)
-            if isinstance(v, dict):
-                return {k: safe(x) for k, x in v.items()}
-            if isinstance(v, list | tuple):
-                return [safe(x) for x in v]
-            return v
+    @app.exception_handler(SQLAlchemyError)
+    async def _database_down(request, exc: SQLAlchemyError):
+        reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0][:300] if str(exc) else "error"
+        log.error("database error on %s %s: %s", request.method, request.url.path, reason)
+        return JSONResponse(status_code=503, content={"detail": _safe(f"database unavailable: {reason}")},
+                            headers={"Retry-After": "5"})
 
-        return JSONResponse(status_code=422, content={"detail": safe(jsonable_encoder(exc.errors(), custom_encoder={
-            float: lambda f: f if math.isfinite(f) else str(f)}))})
     bearer = HTTPBearer(auto_error=False)
     bearer_dep = Depends(bearer)
+
+    def _matches(creds: HTTPAuthorizationCredentials | None, token: str | None) -> bool:
+        return (creds is not None and token is not None
+                and hmac.compare_digest(creds.credentials.encode("utf-8", "replace"), token.encode()))
 
     def require_token(creds: HTTPAuthorizationCredentials | None = bearer_dep) -> None:
         if settings.token is None:
             return
-        if creds is None or not hmac.compare_digest(creds.credentials.encode(), settings.token.encode()):
+        if not _matches(creds, settings.token):
             raise HTTPException(401, "missing or wrong bearer token", headers={"WWW-Authenticate": "Bearer"})
 
-    @app.get("/healthz")
-    def healthz():
-        ok = svc.store.ping()
-        body = {"status": "ok" if ok else "degraded", "database": "ok" if ok else "unreachable",
-                "plan_id": svc.plan_row["id"] if svc.plan_row else None, "resumed": svc.resumed}
-        return JSONResponse(body, status_code=200 if ok else 503)
+    def reader(creds: HTTPAuthorizationCredentials | None = bearer_dep) -> bool:
+        """True when the request may see per-tenant rates; 401 for a token that is given but wrong."""
+        if settings.token is None:
+            return True
+        if creds is None:
+            return False
+        if _matches(creds, settings.token) or _matches(creds, settings.read_token):
+            return True
+        raise HTTPException(401, "wrong bearer token", headers={"WWW-Authenticate": "Bearer"})
 
-    @app.get("/v1/plan")
-    def get_plan():
+    reader_dep = Depends(reader)
+
+    @app.get("/healthz", response_model=Health, responses=_codes(503))
+    def healthz():
+        """Liveness: 200 while the process answers and its re-plan loop (when started) runs; 503 when the loop
+        has stopped. Database faults are reported by /readyz."""
+        loop = svc.loop_state()
+        row = svc.plan_row
+        body = {"status": "ok" if loop != "stopped" else "loop stopped", "loop": loop,
+                "plan_id": row["id"] if row else None, "resumed": svc.resumed}
+        return JSONResponse(body, status_code=200 if loop != "stopped" else 503)
+
+    @app.get("/readyz", response_model=Readiness, responses={503: {"model": Readiness, "description": "not ready"}})
+    def readyz():
+        """Readiness: the database accepts a write, the last committed plan is younger than three intervals,
+        and the loop is alive (each when it applies); 503 with the failed checks otherwise."""
+        ok, body = svc.readiness()
+        return JSONResponse(_safe(body), status_code=200 if ok else 503)
+
+    @app.get("/v1/plan", response_model=PlanResponse, responses=_codes(401, 404))
+    def get_plan(full: bool = reader_dep):
+        """The current plan. Per-tenant rates (``online.state.forecaster``) only with the token or read token."""
         row = svc.plan_row
         if row is None:
             raise HTTPException(404, "no plan yet")
-        return {"id": row["id"], "created_at_s": row["created_at_s"], **row["body"]}
+        body = row["body"] if full else _redacted(row["body"])
+        return JSONResponse({"id": row["id"], "created_at_s": row["created_at_s"], **body})
 
-    @app.get("/v1/plan/diff")
+    @app.get("/v1/plan/diff", response_model=PlanDiff, responses=_codes(404))
     def get_diff():
-        row = svc.plan_row
-        d = svc.store.diff_for(row["id"]) if row else None
-        if d is None:
+        """The start/stop actions between the previous stored plan and the current one."""
+        pub = svc.published
+        if pub is None:
             raise HTTPException(404, "no plan yet")
-        return d
+        return JSONResponse(pub.diff)
 
-    @app.get("/v1/plans")
-    def list_plans(since: str = Query("0", description="unix seconds or ISO 8601 time"),
+    @app.get("/v1/plans", response_model=PlanList, responses=_codes(422, 503))
+    def list_plans(since: str = Query("0", max_length=64, description="unix seconds or ISO 8601 time"),
                    limit: int = Query(100, ge=1, le=1000)):
+        """Plans adopted at or after ``since``, oldest first (at most ``limit``)."""
         try:
             t = _parse_since(since)
         except InputError as exc:
@@ -211,27 +468,50 @@ def create_app(settings: ServiceSettings, service: ReplanService | None = None, 
         return {"plans": [{k: r[k] for k in ("id", "created_at_s", "at_s", "window", "reason", "cost_usd_per_hour",
                                              "migrations", "valid", "summary")} for r in rows]}
 
-    @app.post("/v1/observations", status_code=202, dependencies=[Depends(require_token)])
-    def post_observations(batch: ObservationBatch):
+    @app.post("/v1/observations", status_code=202, response_model=ObservationsAccepted,
+              dependencies=[Depends(require_token)], responses=_codes(401, 409, 413, 422, 503))
+    def post_observations(batch: ObservationBatch, idempotency_key: Annotated[str | None, Header(
+            alias="Idempotency-Key", min_length=1, max_length=200, pattern=r"^[\x21-\x7e]+$",
+            description="a retry with the same key and body stores nothing again (kept a day)")] = None):
+        """Store observations (committed before the answer) and feed them to the forecaster."""
         if len(batch.observations) > settings.max_observations_per_request:
             return _err422(["body", "observations"], InputError(
                 f"at most {settings.max_observations_per_request} observations per request"))
         try:
-            ids = svc.observe([o.model_dump() for o in batch.observations])
+            ids, replayed = svc.observe_once([o.model_dump() for o in batch.observations],
+                                             idempotency_key=idempotency_key)
         except InputError as exc:
-            field = exc.field or "observations"
-            loc = ["body"]
-            for part in field.replace("]", "").split("."):
-                name, _, idx = part.partition("[")
-                loc.append(name)
-                if idx:
-                    loc.append(int(idx))
-            return _err422(loc, exc)
-        return {"accepted": len(ids), "ids": ids}
+            return _err422(_loc(exc.field), exc)
+        except IdempotencyConflict as exc:
+            raise HTTPException(409, str(exc)) from None
+        headers = {"Idempotent-Replayed": "true"} if replayed else {}
+        return JSONResponse({"accepted": len(ids), "ids": ids}, status_code=202, headers=headers)
 
-    @app.post("/v1/replan", dependencies=[Depends(require_token)])
+    @app.delete("/v1/observations", response_model=ObservationsDeleted, dependencies=[Depends(require_token)],
+                responses=_codes(401, 409, 413, 422, 503))
+    def delete_observations(
+            ids: str | None = Query(None, max_length=10_000, pattern=r"^[0-9]{1,18}(,[0-9]{1,18})*$",
+                                    description="comma-separated observation ids"),
+            from_s: float | None = Query(None, ge=0, le=1e11, description="delete observations with at_s >= this"),
+            to_s: float | None = Query(None, ge=0, le=1e11, description="... and at_s <= this (unix s)")):
+        """Delete the observations that match every filter given (ids, at_s >= from_s, at_s <= to_s) and rebuild
+        the forecaster from those that remain (stored as a new plan with the placement unchanged, in the same
+        transaction as the delete, so a restart never replays them)."""
+        if ids is None and from_s is None and to_s is None:
+            return _err422(["query", "ids"], InputError("give ids, or from_s and/or to_s"))
+        id_list = [int(x) for x in ids.split(",")] if ids is not None else None
+        try:
+            return svc.delete_observations(ids=id_list, from_s=from_s, to_s=to_s)
+        except FleetplanError as exc:
+            raise HTTPException(409, str(exc)) from None
+
+    @app.post("/v1/replan", response_model=ReplanResponse, dependencies=[Depends(require_token)],
+              responses=_codes(401, 409, 413, 422, 503))
     def post_replan(req: ReplanRequest | None = None):
+        """Pull Prometheus (when configured, whatever the interval), then run a heuristic round, or a full
+        re-solve with ``full``; 409 when the round's plan is refused."""
         req = req or ReplanRequest()
+        pulled = svc.try_pull_prometheus()
         try:
             if req.full:
                 adopted, msg = svc.resolve(req.time_limit_s)
@@ -240,12 +520,19 @@ def create_app(settings: ServiceSettings, service: ReplanService | None = None, 
                 adopted, msg = True, "heuristic round adopted"
         except FleetplanError as exc:
             raise HTTPException(409, str(exc)) from None
-        row = svc.plan_row
+        pub = svc.published
+        if pub is None:
+            raise HTTPException(503, "no plan is published yet; retry when /readyz answers 200")
+        row = pub.row
         return {"adopted": adopted, "message": msg, "plan_id": row["id"], "summary": row["summary"],
-                "cost_usd_per_hour": row["cost_usd_per_hour"], "diff": svc.store.diff_for(row["id"])}
+                "cost_usd_per_hour": row["cost_usd_per_hour"], "diff": pub.diff, "prometheus": pulled}
 
-    @app.get("/metrics", response_class=PlainTextResponse)
+    @app.get("/metrics", response_class=PlainTextResponse,
+             responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}},
+                              "description": "Prometheus text exposition format 0.0.4"}})
     def metrics():
+        """The current plan, forecasts and the service's counters in Prometheus text format (never waits on the
+        database)."""
         return PlainTextResponse(svc.metrics_text(), media_type="text/plain; version=0.0.4")
 
     return app

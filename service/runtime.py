@@ -1,17 +1,23 @@
 """The re-planner service's engine, without HTTP: the Replanner, the store, the periodic loop and the metrics.
 
-:class:`ReplanService` owns one :class:`~fleetplan.solvers.online.Replanner` behind a lock. Writes are
-serialized: an observation is committed to the store, then fed to the forecaster, under the same lock, so every
-stored plan's ``last_observation_id`` says exactly which observations its forecaster state holds. On start it
-resumes from the last stored plan and replays the observations stored after it; with no stored plan it makes a
-cold-start plan and stores it. A background thread runs a heuristic round every ``interval_s`` (pulling
+:class:`ReplanService` owns one :class:`~fleetplan.solvers.online.Replanner`. Writes are serialized by a write
+lock: an observation is checked (finite, under the rate ceiling, dated near now, tenant cap), committed to the store,
+then fed to the forecaster, so every stored plan's ``last_observation_id`` says exactly which observations its
+forecaster state holds. A round or re-solve is staged on a clone of the Replanner, its plan and diff are committed,
+and only then is the clone swapped in and the plan published (stage, commit, swap): a failed write changes nothing.
+Readers (GET /v1/plan, /v1/plan/diff, /metrics) read the published copy and never wait on the database.
+
+On start it resumes from the last stored plan and replays the observations stored after it; with no stored plan it
+makes a cold-start plan and stores it. A background thread runs a heuristic round every ``interval_s`` (pulling
 Prometheus first when configured) and a full MILP re-solve every ``resolve_every_s`` in a worker thread, adopted
-only when :meth:`Replanner.consider` finds it worth its migrations.
+only when :meth:`Replanner.consider` finds it worth its migrations. Any exception in the loop is logged with its
+traceback, counted in /metrics, and the round retried with backoff (1, 2, 4, ... s, at most ``interval_s``).
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -23,7 +29,7 @@ from fleetplan.placement.planio import plan_to_dict
 from fleetplan.placement.problem import Problem
 from fleetplan.placement.scenario import build_problem, load_scenario
 from fleetplan.service.prometheus import pull_observations
-from fleetplan.service.store import Store
+from fleetplan.service.store import Store, body_digest
 from fleetplan.solvers.online import (
     OnlineConfig,
     OnlineResult,
@@ -51,8 +57,16 @@ class ServiceSettings:
         resolve_time_limit_s: time limit of one re-solve, seconds.
         max_body_bytes: largest request body accepted, bytes (413 above).
         max_observations_per_request: most observations in one POST.
-        prometheus_url: Prometheus base URL to pull vLLM metrics from at every round, or None.
-        online: the re-planner's policy (see OnlineConfig).
+        prometheus_url: Prometheus base URL to pull vLLM metrics from at every round and on POST /v1/replan, or None.
+        prometheus_window_s: the interval one pull covers, seconds (None: ``interval_s``, or 300 when that is 0).
+        read_token: a second bearer token that may read per-tenant rates but not write, or None.
+        db_timeout_s: longest wait for a database lock or connection before a write fails (503), seconds.
+        rate_ceiling_factor: an observation's rate above this multiple of the whole fleet's capacity for its model
+            is refused (422): no real counter reports that, a broken or hostile one would scale the fleet to its
+            maximum.
+        max_clock_skew_s: how far in the future an observation's ``at_s`` may be, seconds.
+        max_observation_age_s: how far in the past an observation's ``at_s`` may be, seconds.
+        online: the re-planner's policy (see OnlineConfig; tenant expiry and cap live there).
     """
 
     scenario: str | None = None
@@ -65,6 +79,12 @@ class ServiceSettings:
     max_body_bytes: int = 1_000_000
     max_observations_per_request: int = 1000
     prometheus_url: str | None = None
+    prometheus_window_s: float | None = None
+    read_token: str | None = None
+    db_timeout_s: float = 30.0
+    rate_ceiling_factor: float = 10.0
+    max_clock_skew_s: float = 300.0
+    max_observation_age_s: float = 86400.0
     online: OnlineConfig = field(default_factory=OnlineConfig)
 
     def __post_init__(self) -> None:
@@ -73,9 +93,21 @@ class ServiceSettings:
                              "start with --insecure-no-auth to accept unauthenticated writes", field="token")
         if self.token is not None and len(self.token) < 8:
             raise InputError("the token must have at least 8 characters", field="token")
-        for name in ("interval_s", "resolve_every_s", "resolve_time_limit_s"):
-            if getattr(self, name) < 0:
-                raise InputError(f"{name} must be >= 0 seconds", field=name, value=getattr(self, name))
+        if self.read_token is not None and len(self.read_token) < 8:
+            raise InputError("the read token must have at least 8 characters", field="read_token")
+        for name in ("interval_s", "resolve_every_s", "resolve_time_limit_s", "max_clock_skew_s",
+                     "max_observation_age_s"):
+            v = getattr(self, name)
+            if not (isinstance(v, int | float) and math.isfinite(v) and v >= 0):
+                raise InputError(f"{name} must be a finite number >= 0 seconds", field=name, value=v)
+        for name in ("db_timeout_s", "rate_ceiling_factor"):
+            v = getattr(self, name)
+            if not (isinstance(v, int | float) and math.isfinite(v) and v > 0):
+                raise InputError(f"{name} must be a finite number > 0", field=name, value=v)
+        if self.prometheus_window_s is not None and not (math.isfinite(self.prometheus_window_s)
+                                                          and 1 <= self.prometheus_window_s <= 86400):
+            raise InputError("prometheus_window_s must be between 1 and 86400 seconds", field="prometheus_window_s",
+                             value=self.prometheus_window_s)
         if self.max_body_bytes < 1024:
             raise InputError("max_body_bytes must be >= 1024", field="max_body_bytes", value=self.max_body_bytes)
 
@@ -95,8 +127,38 @@ def load_problem(scenario: str | None) -> tuple[Problem, dict]:
     return problem, load_times(problem, sc.options["load_bandwidth_bytes_per_s"], weights)
 
 
+def fleet_capacity_req_per_s(problem: Problem) -> dict[str, float]:
+    """{model: req/s} the whole inventory could serve if every GPU of every pool ran that model's most capable
+    option there (floor(pool GPUs / option GPUs) replicas): an upper bound of any plan's capacity."""
+    cap = {m.name: 0.0 for m in problem.models}
+    pools = problem.pool_by_id
+    best: dict[tuple[str, str], float] = {}
+    for o in problem.options:
+        n = pools[o.pool].gpus // o.gpus
+        best[(o.model, o.pool)] = max(best.get((o.model, o.pool), 0.0), n * o.capacity_req_per_s)
+    for (m, _), v in best.items():
+        cap[m] += v
+    return cap
+
+
+@dataclass(frozen=True)
+class Published:
+    """What readers see: the last committed plan row (with body), its diff, and the figures /metrics needs. Built
+    once per commit and never changed after; a new commit replaces it whole."""
+
+    row: dict
+    diff: dict
+    replicas: dict
+    loading: dict
+    shared_gpus: int
+    unmet_req_per_s: dict
+
+
 class ReplanService:
-    """See the module docstring. ``clock`` returns unix seconds (tests pass a fake one)."""
+    """See the module docstring. ``clock`` returns unix seconds (tests pass a fake one).
+
+    Raises InputError when the database cannot be opened or the stored state does not match the scenario.
+    """
 
     def __init__(self, settings: ServiceSettings, problem: Problem | None = None, load_time_s: dict | None = None,
                  clock=time.time) -> None:
@@ -105,15 +167,21 @@ class ReplanService:
             problem, load_time_s = load_problem(settings.scenario)
         self.problem = problem
         self.clock = clock
-        self.lock = threading.RLock()
-        self.store = Store(settings.db_url)
+        self.write_lock = threading.RLock()  # serializes every change: database write, then state swap
+        self.state_lock = threading.Lock()  # short: guards swaps and forecaster reads, never held during I/O
+        self.lock = self.write_lock
+        self.store = Store(settings.db_url, timeout_s=settings.db_timeout_s)
         self.replanner = Replanner(problem, settings.online, load_time_s or {})
         self.model_names = [m.name for m in problem.models]
+        self.rate_ceiling_req_per_s = {m: settings.rate_ceiling_factor * max(c, 1.0)
+                                       for m, c in fleet_capacity_req_per_s(problem).items()}
         self.last_obs_id = 0
-        self.plan_row: dict | None = None
+        self.published: Published | None = None
         self.counters = {"observations": 0, "rounds": 0, "migrations": 0, "resolves_adopted": 0,
-                         "resolves_kept": 0, "resolves_failed": 0, "prometheus_errors": 0}
+                         "resolves_kept": 0, "resolves_failed": 0, "prometheus_errors": 0, "round_errors": 0,
+                         "loop_errors": 0, "observations_not_fed": 0}
         self.last_round_s = 0.0
+        self.last_success_s = 0.0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fleetplan-resolve")
@@ -121,27 +189,43 @@ class ReplanService:
         self.resumed = False
         self._start()
 
+    @property
+    def plan_row(self) -> dict | None:
+        """The last committed plan row (a published copy: never changed after it is served)."""
+        return self.published.row if self.published else None
+
     # ---- start / resume ------------------------------------------------------------------------------------
     def _start(self) -> None:
-        with self.lock:
+        with self.write_lock:
             row = self.store.last_plan()
             now = self.clock()
             if row is not None:
                 state = row["body"]["online"]["state"]
                 self.replanner.restore(state, now)
                 self.last_obs_id = row["last_observation_id"]
-                for r in self.store.observations_after(self.last_obs_id):
-                    self._feed(r["model"], r["tenant"], r["demand_req_per_s"], r["at_s"])
+                for r in self.store.iter_observations(after=self.last_obs_id):
+                    self._feed(self.replanner, r)
                     self.last_obs_id = r["id"]
-                self.plan_row = row
+                diff = self.store.diff_for(row["id"]) or {"plan_id": row["id"], "previous_plan_id": None,
+                                                          "created_at_s": row["created_at_s"], "actions": []}
+                self._publish(row, diff, self.replanner.current)
+                self.last_success_s = now
                 self.resumed = True
                 log.info("resumed from stored plan %s", row["id"])
             else:
-                self._record(self.replanner.initial(now))
+                staged = self.replanner.clone()
+                self._commit(staged, staged.initial(now))
 
-    def _feed(self, model: str, tenant: str, rate: float, at_s: float) -> None:
-        if model in self.replanner.models:
-            self.replanner.forecaster.observe(model, rate, at_s, tenant)
+    def _feed(self, replanner: Replanner, r: dict) -> None:
+        """Feed one stored observation row to ``replanner``'s forecaster; a row it refuses is logged and counted
+        (rows were checked before they were stored, so this is for rows written by an older version)."""
+        if r["model"] not in replanner.models:
+            return
+        try:
+            replanner.forecaster.observe(r["model"], r["demand_req_per_s"], r["at_s"], r["tenant"])
+        except InputError as exc:
+            self.counters["observations_not_fed"] += 1
+            log.warning("observation %s not fed to the forecaster: %s", r.get("id"), exc)
 
     # ---- records -------------------------------------------------------------------------------------------
     def _summary(self, res: OnlineResult) -> dict:
@@ -158,41 +242,63 @@ class ReplanService:
                 + len(res.plan.shared),
                 "unmet_req_per_s": {m: v for m, v in res.unmet_req_per_s.items() if v > 0}}
 
-    def _record(self, res: OnlineResult) -> dict:
-        """Store ``res`` with its diff; it becomes the current plan. Refuses (FleetplanError) an invalid plan."""
+    def _publish(self, row: dict, diff: dict, res: OnlineResult | None) -> None:
+        pub = Published(row=row, diff=diff,
+                        replicas={k: n[0] for k, n in res.plan.replicas.items()} if res else {},
+                        loading=dict(res.loading) if res else {},
+                        shared_gpus=len(res.plan.shared) if res else 0,
+                        unmet_req_per_s=dict(res.unmet_req_per_s) if res else {})
+        self.published = pub
+
+    def _commit(self, staged: Replanner, res: OnlineResult, *, delete_observation_ids: list[int] | None = None
+                ) -> dict:
+        """Store ``res`` (computed on ``staged``) with its diff; only once that is committed, swap ``staged`` in
+        and publish the plan. Refuses (FleetplanError) an invalid plan; database errors propagate and change
+        nothing. Call with the write lock held."""
         if not res.report.ok:
             raise FleetplanError("refusing to adopt a plan that fails validation: " + "; ".join(res.report.violations))
         body = plan_to_dict(res.problem, res.plan)
         body["online"] = {
             "at_s": res.at_s, "window": res.window, "reason": res.reason, "message": res.message,
-            "forecast_req_per_s": res.forecast_req_per_s, "unmet_req_per_s": res.unmet_req_per_s,
+            "forecast_req_per_s": dict(res.forecast_req_per_s), "unmet_req_per_s": dict(res.unmet_req_per_s),
             "loading": [{"model": k[0], "pool": k[1], "tp": k[2], "pp": k[3], "ready_at_s": list(v)}
                         for k, v in sorted(res.loading.items())],
             "cost_usd_per_hour": res.cost_usd_per_hour, "round_time_s": res.round_time_s,
-            "migrations": res.migrations, "state": self.replanner.snapshot()}
+            "migrations": res.migrations, "state": staged.snapshot()}
         actions = [a.to_dict() for a in res.actions]
         prev = self.plan_row["id"] if self.plan_row else None
         summary = self._summary(res)
         pid = self.store.add_plan(at_s=res.at_s, window=res.window, reason=res.reason,
                                   cost_usd_per_hour=res.cost_usd_per_hour, migrations=res.migrations,
                                   valid=res.report.ok, last_observation_id=self.last_obs_id, summary=summary,
-                                  body=body, actions=actions, previous_plan_id=prev)
-        self.plan_row = {"id": pid, "created_at_s": self.clock(), "at_s": res.at_s, "window": res.window,
-                         "reason": res.reason, "cost_usd_per_hour": res.cost_usd_per_hour,
-                         "migrations": res.migrations, "valid": True, "last_observation_id": self.last_obs_id,
-                         "summary": summary, "body": body}
+                                  body=body, actions=actions, previous_plan_id=prev,
+                                  delete_observation_ids=delete_observation_ids)
+        now = self.clock()
+        row = {"id": pid, "created_at_s": now, "at_s": res.at_s, "window": res.window,
+               "reason": res.reason, "cost_usd_per_hour": res.cost_usd_per_hour,
+               "migrations": res.migrations, "valid": True, "last_observation_id": self.last_obs_id,
+               "summary": summary, "body": body}
+        diff = {"plan_id": pid, "previous_plan_id": prev, "created_at_s": now, "actions": actions}
+        with self.state_lock:
+            self.replanner = staged
+            self._publish(row, diff, res)
         self.counters["migrations"] += res.migrations
-        return self.plan_row
+        self.last_success_s = now
+        return row
 
     # ---- writes --------------------------------------------------------------------------------------------
-    def observe(self, items: list[dict], source: str = "api") -> list[int]:
-        """Validate, store (committed) and feed observations; returns their ids.
-
-        Raises UnknownNameError (field ``observations[i].model``) for a model the scenario does not plan, and
-        InputError for counters that give no estimate. Nothing is stored when any item is bad.
-        """
+    def check_observations(self, items: list[dict], source: str = "api") -> list[dict]:
+        """Rows ready to store for observation dicts (the POST /v1/observations schema), or InputError naming
+        ``observations[i].<field>``: an unknown model, counters that give no estimate, a rate that is not finite
+        or above the ceiling (``rate_ceiling_factor`` × the whole fleet's capacity for the model), ``at_s`` more
+        than ``max_clock_skew_s`` ahead of now or ``max_observation_age_s`` behind it, a new tenant label beyond
+        the cap of live ones."""
+        s = self.settings
         now = self.clock()
         rows = []
+        with self.state_lock:
+            live = {m: self.replanner.forecaster.tenants(m, now) for m in self.model_names}
+        cap = s.online.max_tenants_per_model
         for i, o in enumerate(items):
             if o["model"] not in self.replanner.models:
                 raise UnknownNameError("model", o["model"], self.model_names, field=f"observations[{i}].model")
@@ -203,32 +309,88 @@ class ReplanService:
                                        running_end=o.get("running_end"))
             except InputError as exc:
                 raise InputError(str(exc), field=f"observations[{i}].{exc.field}") from None
+            count_field = "arrivals" if o.get("arrivals") is not None else "completions"
+            ceiling = self.rate_ceiling_req_per_s[o["model"]]
+            if not (math.isfinite(rate) and rate <= ceiling):
+                raise InputError(f"{rate:.6g} req/s exceeds the ceiling of {ceiling:.6g} req/s for {o['model']} "
+                                 f"({s.rate_ceiling_factor:g} x the whole fleet's capacity); check the counter and "
+                                 "interval_s", field=f"observations[{i}].{count_field}", value=rate)
             at = o.get("at_s")
-            rows.append({"at_s": float(now if at is None else at), "model": o["model"],
-                         "tenant": o.get("tenant") or "default", "interval_s": float(o["interval_s"]),
+            at = now if at is None else float(at)
+            if not (math.isfinite(at) and now - s.max_observation_age_s <= at <= now + s.max_clock_skew_s):
+                raise InputError(f"at_s must be within {s.max_observation_age_s:g} s before and {s.max_clock_skew_s:g}"
+                                 f" s after the service's clock ({now:.0f}); it is {at - now:+.0f} s off",
+                                 field=f"observations[{i}].at_s", value=at)
+            tenant = o.get("tenant") or "default"
+            if tenant not in live[o["model"]]:
+                live[o["model"]].add(tenant)
+                if len(live[o["model"]]) > cap:
+                    raise InputError(f"{o['model']} already has {cap} live tenant labels (the cap); reuse a label or "
+                                     f"wait {s.online.tenant_ttl_s:g} s for silent ones to expire",
+                                     field=f"observations[{i}].tenant", value=tenant)
+            rows.append({"at_s": at, "model": o["model"], "tenant": tenant, "interval_s": float(o["interval_s"]),
                          "demand_req_per_s": rate, "source": source, "body": o})
-        with self.lock:
-            ids = self.store.add_observations(rows)
-            for r, i in zip(rows, ids, strict=True):
-                self._feed(r["model"], r["tenant"], r["demand_req_per_s"], r["at_s"])
-                self.last_obs_id = max(self.last_obs_id, i)
+        return rows
+
+    def observe_once(self, items: list[dict], source: str = "api", idempotency_key: str | None = None
+                     ) -> tuple[list[int], bool]:
+        """Check (:meth:`check_observations`), store (committed) and feed observations; returns (their ids,
+        replayed). With ``idempotency_key``, a repeat of a stored request stores and feeds nothing and returns
+        the ids first stored with replayed=True (IdempotencyConflict for the key with another body). Nothing is
+        stored when any item is bad; database errors propagate (nothing fed)."""
+        with self.write_lock:  # checked under the lock, so two requests cannot both take the last tenant slot
+            rows = self.check_observations(items, source)
+            if idempotency_key is None:
+                ids, replayed = self.store.add_observations(rows), False
+            else:
+                ids, replayed = self.store.add_observations_once(rows, idempotency_key, body_digest(items))
+            if replayed:
+                return ids, True
+            with self.state_lock:
+                for r, i in zip(rows, ids, strict=True):
+                    self._feed(self.replanner, {**r, "id": i})
+                    self.last_obs_id = max(self.last_obs_id, i)
             self.counters["observations"] += len(ids)
-        return ids
+        return ids, False
+
+    def observe(self, items: list[dict], source: str = "api") -> list[int]:
+        """:meth:`observe_once` without a key; returns the new ids."""
+        return self.observe_once(items, source)[0]
 
     def replan(self) -> dict:
-        """One heuristic round now; stores and returns the new plan row."""
-        with self.lock:
-            res = self.replanner.round(self.clock())
+        """One heuristic round now, staged and committed; returns the new plan row."""
+        with self.write_lock:
+            staged = self.replanner.clone()
+            res = staged.round(self.clock())
+            row = self._commit(staged, res)
             self.counters["rounds"] += 1
             self.last_round_s = res.round_time_s
-            return self._record(res)
+            return row
+
+    def delete_observations(self, *, ids: list[int] | None = None, from_s: float | None = None,
+                            to_s: float | None = None) -> dict:
+        """Delete stored observations by id and/or time range (unix s, ``at_s`` inclusive) and rebuild the
+        forecaster: a fresh one on the day curves replays every remaining observation in id order. The rebuilt
+        state is stored as a new plan (the placement unchanged, reason 'rebuild') in the same transaction as the
+        delete, so a restart resumes without them. Returns {deleted, ids, plan_id}."""
+        with self.write_lock:
+            doomed = self.store.observation_ids_where(ids=ids, from_s=from_s, to_s=to_s)
+            if not doomed:
+                return {"deleted": 0, "ids": [], "plan_id": self.plan_row["id"] if self.plan_row else None}
+            staged = self.replanner.clone()
+            staged.forecaster = staged.fresh_forecaster()
+            for r in self.store.iter_observations(skip=set(doomed)):
+                self._feed(staged, r)
+            res = staged.refresh(self.clock(), "rebuild")
+            row = self._commit(staged, res, delete_observation_ids=doomed)
+            return {"deleted": len(doomed), "ids": doomed, "plan_id": row["id"]}
 
     def _solve_candidate(self, time_limit_s: float):
-
-        with self.lock:
+        with self.state_lock:
             now = self.clock()
-            w = self.replanner.forecaster.window_at(now)
-            demand = {m: self.replanner.forecaster.forecast(m, w, now) for m in self.model_names}
+            fc = self.replanner.forecaster
+            w = fc.window_at(now)
+            demand = {m: fc.forecast(m, w, now) for m in self.model_names}
         prob = window_problem(self.problem, demand)
         return solve(prob, "highs", time_limit_s=time_limit_s, threads=1, lp_bound=False)
 
@@ -242,57 +404,80 @@ class ReplanService:
         return self._offer(cand)
 
     def _offer(self, cand) -> tuple[bool, str]:
-        with self.lock:
-            adopted, res, msg = self.replanner.consider(cand, self.clock())
-            if adopted:
+        with self.write_lock:
+            staged = self.replanner.clone()
+            adopted, res, msg = staged.consider(cand, self.clock())
+            if adopted and res is not None:
+                self._commit(staged, res)
                 self.counters["resolves_adopted"] += 1
-                self._record(res)
             else:
                 self.counters["resolves_kept"] += 1
             return adopted, msg
 
     # ---- periodic loop -------------------------------------------------------------------------------------
     def pull_prometheus(self) -> int:
-        """Pull one interval of vLLM metrics and store them as observations; returns how many."""
-
-        obs, unknown = pull_observations(self.settings.prometheus_url, self.settings.interval_s or 300.0,
-                                         self.clock(), self.model_names)
+        """Pull one window (``prometheus_window_s``) of vLLM metrics and store them as observations; returns how
+        many. Raises httpx.HTTPError or InputError when Prometheus fails, and the store's errors."""
+        s = self.settings
+        if not s.prometheus_url:
+            raise InputError("no Prometheus URL: start fleetplan serve with --prometheus URL", field="prometheus")
+        window = s.prometheus_window_s or s.interval_s or 300.0
+        obs, unknown = pull_observations(s.prometheus_url, window, self.clock(), self.model_names)
         if unknown:
             log.warning("Prometheus reports models the scenario does not plan: %s", ", ".join(unknown))
         return len(self.observe(obs, source="prometheus")) if obs else 0
 
+    def try_pull_prometheus(self) -> str | None:
+        """:meth:`pull_prometheus` when configured; failures are logged and counted, never raised. Returns a
+        one-line outcome, or None when no Prometheus is configured."""
+        if not self.settings.prometheus_url:
+            return None
+        try:
+            return f"pulled {self.pull_prometheus()} observations"
+        except Exception as exc:  # noqa: BLE001 - a metrics outage must not stop re-planning
+            self.counters["prometheus_errors"] += 1
+            log.warning("Prometheus pull failed: %s", exc)
+            return f"pull failed: {str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__}"
+
     def tick(self, now_s: float, state: dict) -> None:
-        """One pass of the periodic loop at ``now_s``; ``state`` keeps the next due times."""
+        """One pass of the periodic loop at ``now_s``; ``state`` keeps the next due times and the failure streak.
+        Never raises: a failed round is logged with its traceback, counted, and retried after 1, 2, 4, ... s
+        (at most ``interval_s``)."""
         s = self.settings
         if s.interval_s and now_s >= state.setdefault("next_round", now_s + s.interval_s):
-            state["next_round"] = now_s + s.interval_s
-            if s.prometheus_url:
-                try:
-                    self.pull_prometheus()
-                except Exception as exc:  # noqa: BLE001 - a metrics outage must not stop re-planning
-                    self.counters["prometheus_errors"] += 1
-                    log.warning("Prometheus pull failed: %s", exc)
+            self.try_pull_prometheus()
             try:
                 self.replan()
-            except FleetplanError as exc:
-                log.error("round not adopted: %s", exc)
-        if s.resolve_every_s and self._future is None and now_s >= state.setdefault(
-                "next_resolve", now_s + s.resolve_every_s):
-            state["next_resolve"] = now_s + s.resolve_every_s
-            self._future = self._pool.submit(self._solve_candidate, s.resolve_time_limit_s)
-        if self._future is not None and self._future.done():
-            fut, self._future = self._future, None
-            try:
+                state["failures"] = 0
+                state["next_round"] = now_s + s.interval_s
+            except Exception as exc:  # noqa: BLE001 - the loop survives everything; the cause is logged
+                k = state["failures"] = state.get("failures", 0) + 1
+                self.counters["round_errors"] += 1
+                delay = min(s.interval_s, 2.0 ** (k - 1))
+                state["next_round"] = now_s + delay
+                log.error("re-plan round failed (%d in a row), retrying in %g s: %s", k, delay, exc, exc_info=True)
+        try:
+            if s.resolve_every_s and self._future is None and now_s >= state.setdefault(
+                    "next_resolve", now_s + s.resolve_every_s):
+                state["next_resolve"] = now_s + s.resolve_every_s
+                self._future = self._pool.submit(self._solve_candidate, s.resolve_time_limit_s)
+            if self._future is not None and self._future.done():
+                fut, self._future = self._future, None
                 adopted, msg = self._offer(fut.result())
                 log.info(msg)
-            except Exception as exc:  # noqa: BLE001 - a failed solve keeps the current plan
-                self.counters["resolves_failed"] += 1
-                log.error("re-solve failed: %s", exc)
+        except Exception as exc:  # noqa: BLE001 - a failed solve keeps the current plan
+            self.counters["resolves_failed"] += 1
+            log.error("re-solve failed: %s", exc, exc_info=True)
 
     def _loop(self) -> None:
         state: dict = {}
-        while not self._stop.wait(0.5):
-            self.tick(time.time(), state)
+        period = min(0.5, self.settings.interval_s / 2) if self.settings.interval_s else 0.5
+        while not self._stop.wait(period):
+            try:
+                self.tick(time.time(), state)
+            except Exception:  # noqa: BLE001 - tick never raises; this is the last line of defence
+                self.counters["loop_errors"] += 1
+                log.exception("re-plan loop error")
 
     def start_background(self) -> None:
         if self._thread is None:
@@ -306,9 +491,39 @@ class ReplanService:
         self._pool.shutdown(wait=False, cancel_futures=True)
         self.store.close()
 
+    # ---- health --------------------------------------------------------------------------------------------
+    def loop_state(self) -> str:
+        """'running', 'stopped' (the thread died or was closed) or 'off' (not started: rounds only on request)."""
+        if self._thread is None:
+            return "off"
+        return "running" if self._thread.is_alive() else "stopped"
+
+    def readiness(self) -> tuple[bool, dict]:
+        """(ready, body): the database accepts a write (within 1 s), the last committed plan is younger than three
+        intervals (when periodic rounds are on), and the loop thread is alive (when started)."""
+        s = self.settings
+        checks: dict[str, bool] = {}
+        detail: dict[str, str] = {}
+        reason = self.store.probe_write(min(1.0, s.db_timeout_s))
+        checks["database_writable"] = reason is None
+        if reason is not None:
+            detail["database"] = reason
+        age = self.clock() - self.last_success_s
+        if s.interval_s:
+            checks["recent_round"] = age <= 3 * s.interval_s
+            if not checks["recent_round"]:
+                detail["recent_round"] = f"last committed plan is {age:.0f} s old (> 3 x {s.interval_s:g} s)"
+        if self._thread is not None:
+            checks["loop_alive"] = self._thread.is_alive()
+        ok = all(checks.values())
+        return ok, {"status": "ready" if ok else "not ready", "checks": checks, "detail": detail,
+                    "last_success_age_s": age, "plan_id": self.plan_row["id"] if self.plan_row else None}
+
     # ---- metrics -------------------------------------------------------------------------------------------
     def metrics_text(self) -> str:
-        """Prometheus text exposition (format 0.0.4) of the current plan and the service's counters."""
+        """Prometheus text exposition (format 0.0.4) of the published plan and the service's counters. Reads
+        only memory (the published plan, the forecaster under the short state lock): never waits on the
+        database."""
         def esc(v: str) -> str:
             return str(v).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
@@ -321,39 +536,46 @@ class ReplanService:
                 lab = ",".join(f'{k}="{esc(x)}"' for k, x in labels.items())
                 lines.append(f"{name}{{{lab}}} {float(v)!r}" if lab else f"{name} {float(v)!r}")
 
-        with self.lock:
-            cur = self.replanner.current
-            row = self.plan_row
+        pub = self.published
+        row = pub.row if pub else None
+        now = self.clock()
+        with self.state_lock:
             fc = self.replanner.forecaster
-            metric("fleetplan_plan_cost_usd_per_hour", "gauge", "GPU and egress cost of the current plan, USD per hour",
-                   [({}, row["cost_usd_per_hour"] if row else 0.0)])
-            metric("fleetplan_plan_id", "gauge", "id of the current stored plan", [({}, row["id"] if row else 0)])
-            reps = cur.plan.replicas if cur else {}
-            metric("fleetplan_replicas", "gauge", "replicas in the current plan (loading ones included)",
-                   [({"model": k[0], "pool": k[1], "tp": k[2], "pp": k[3]}, n[0]) for k, n in sorted(reps.items())])
-            load = cur.loading if cur else {}
-            now = self.clock()
-            metric("fleetplan_replicas_loading", "gauge", "replicas still loading their weights",
-                   [({"model": k[0], "pool": k[1], "tp": k[2], "pp": k[3]}, sum(1 for t in v if t > now))
-                    for k, v in sorted(load.items())])
-            metric("fleetplan_shared_gpus", "gauge", "shared GPUs in the current plan",
-                   [({}, len(cur.plan.shared) if cur else 0)])
-            metric("fleetplan_round_seconds", "gauge", "wall time of the last re-plan round", [({}, self.last_round_s)])
-            metric("fleetplan_rounds_total", "counter", "heuristic rounds run", [({}, self.counters["rounds"])])
-            metric("fleetplan_migrations_total", "counter", "replica starts and stops adopted",
-                   [({}, self.counters["migrations"])])
-            metric("fleetplan_observations_total", "counter", "observations stored",
-                   [({}, self.counters["observations"])])
-            metric("fleetplan_resolves_total", "counter", "full MILP re-solves by outcome",
-                   [({"outcome": o}, self.counters[f"resolves_{o}"]) for o in ("adopted", "kept", "failed")])
-            metric("fleetplan_prometheus_errors_total", "counter", "failed Prometheus pulls",
-                   [({}, self.counters["prometheus_errors"])])
             w = fc.window_at(now)
-            metric("fleetplan_forecast_req_per_s", "gauge", "demand forecast for the current window",
-                   [({"model": m}, fc.forecast(m, w, now)) for m in self.model_names])
-            metric("fleetplan_forecast_error_ratio", "gauge",
-                   "exponentially weighted mean of |forecast - observed| / observed",
-                   [({"model": m}, v) for m, v in sorted(fc.error.items())])
-            metric("fleetplan_unmet_demand_req_per_s", "gauge", "forecast the current plan cannot cover",
-                   [({"model": m}, v) for m, v in sorted((cur.unmet_req_per_s if cur else {}).items())])
+            forecast = [({"model": m}, fc.forecast(m, w, now)) for m in self.model_names]
+            error = [({"model": m}, v) for m, v in sorted(fc.error.items())]
+        c = dict(self.counters)
+        metric("fleetplan_plan_cost_usd_per_hour", "gauge", "GPU and egress cost of the current plan, USD per hour",
+               [({}, row["cost_usd_per_hour"] if row else 0.0)])
+        metric("fleetplan_plan_id", "gauge", "id of the current stored plan", [({}, row["id"] if row else 0)])
+        reps = pub.replicas if pub else {}
+        metric("fleetplan_replicas", "gauge", "replicas in the current plan (loading ones included)",
+               [({"model": k[0], "pool": k[1], "tp": k[2], "pp": k[3]}, n) for k, n in sorted(reps.items())])
+        load = pub.loading if pub else {}
+        metric("fleetplan_replicas_loading", "gauge", "replicas still loading their weights",
+               [({"model": k[0], "pool": k[1], "tp": k[2], "pp": k[3]}, sum(1 for t in v if t > now))
+                for k, v in sorted(load.items())])
+        metric("fleetplan_shared_gpus", "gauge", "shared GPUs in the current plan",
+               [({}, pub.shared_gpus if pub else 0)])
+        metric("fleetplan_round_seconds", "gauge", "wall time of the last re-plan round", [({}, self.last_round_s)])
+        metric("fleetplan_rounds_total", "counter", "heuristic rounds committed", [({}, c["rounds"])])
+        metric("fleetplan_round_errors_total", "counter", "periodic rounds that failed (retried with backoff)",
+               [({}, c["round_errors"])])
+        metric("fleetplan_loop_errors_total", "counter", "errors caught by the re-plan loop outside a round",
+               [({}, c["loop_errors"])])
+        metric("fleetplan_last_success_timestamp_seconds", "gauge", "unix time of the last committed plan",
+               [({}, self.last_success_s)])
+        metric("fleetplan_loop_up", "gauge", "1 while the periodic re-plan thread runs",
+               [({}, 1.0 if self.loop_state() == "running" else 0.0)])
+        metric("fleetplan_migrations_total", "counter", "replica starts and stops adopted", [({}, c["migrations"])])
+        metric("fleetplan_observations_total", "counter", "observations stored", [({}, c["observations"])])
+        metric("fleetplan_resolves_total", "counter", "full MILP re-solves by outcome",
+               [({"outcome": o}, c[f"resolves_{o}"]) for o in ("adopted", "kept", "failed")])
+        metric("fleetplan_prometheus_errors_total", "counter", "failed Prometheus pulls",
+               [({}, c["prometheus_errors"])])
+        metric("fleetplan_forecast_req_per_s", "gauge", "demand forecast for the current window", forecast)
+        metric("fleetplan_forecast_error_ratio", "gauge",
+               "exponentially weighted mean of |forecast - observed| / observed", error)
+        metric("fleetplan_unmet_demand_req_per_s", "gauge", "forecast the current plan cannot cover",
+               [({"model": m}, v) for m, v in sorted((pub.unmet_req_per_s if pub else {}).items())])
         return "\n".join(lines) + "\n"

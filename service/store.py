@@ -6,11 +6,13 @@ Each write is one transaction that is committed before the service answers, so a
 with a 2xx is on disk.
 
 Tables: ``observations`` (one row per model, tenant and interval), ``plans`` (the plan JSON with the live state
-needed to resume), ``diffs`` (start/stop actions against the previous plan).
+needed to resume), ``diffs`` (start/stop actions against the previous plan), ``idempotency_keys`` (the ids a
+keyed POST stored, so a retry stores nothing twice), ``probes`` (one row rewritten by the readiness check).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from typing import Any
@@ -25,15 +27,16 @@ from sqlalchemy import (
     Table,
     Text,
     create_engine,
+    delete,
     event,
     func,
     insert,
     select,
     text,
 )
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Engine, make_url
 
-from fleetplan.errors import InputError
+from fleetplan.errors import FleetplanError, InputError
 
 metadata = MetaData()
 
@@ -75,6 +78,41 @@ diffs = Table(
 )
 
 
+idempotency_keys = Table(
+    "idempotency_keys", metadata,
+    Column("key", String(200), primary_key=True),
+    Column("body_sha256", String(64), nullable=False),
+    Column("ids", Text, nullable=False),
+    Column("created_at_s", Float, nullable=False, index=True),
+)
+
+probes = Table(
+    "probes", metadata,
+    Column("id", Integer, primary_key=True),
+    Column("at_s", Float, nullable=False),
+)
+
+#: keyed POSTs are remembered this long, seconds (a retry after a dropped connection comes within minutes)
+IDEMPOTENCY_KEEP_S = 86400.0
+
+
+class IdempotencyConflict(FleetplanError):
+    """An ``Idempotency-Key`` reused with a different request body (HTTP 409)."""
+
+
+def body_digest(items: list[dict]) -> str:
+    """SHA-256 (hex) of a request's observations in canonical JSON: the same body gives the same digest."""
+    return hashlib.sha256(json.dumps(items, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def shown_url(url: str) -> str:
+    """The URL as it may be printed or logged: the password replaced by ***."""
+    try:
+        return make_url(normalize_url(url)).render_as_string(hide_password=True)
+    except Exception:  # noqa: BLE001 - an unparsable URL is shown as its scheme only
+        return url.split("://", 1)[0] + "://***"
+
+
 def normalize_url(url: str) -> str:
     """SQLAlchemy URL with the driver this project installs: 'postgresql://' -> 'postgresql+psycopg://'; a bare
     file path becomes 'sqlite:///path'. Raises InputError for other schemes."""
@@ -94,37 +132,44 @@ class Store:
 
     Args:
         url: SQLAlchemy URL ('sqlite:///fleetplan.db', 'postgresql://user@127.0.0.1/fleetplan') or a file path.
+        timeout_s: longest wait for a lock (SQLite) or a connection (PostgreSQL) before a write fails, seconds.
 
-    Raises InputError for an unsupported URL; SQLAlchemy's OperationalError when the database is unreachable.
+    Raises InputError for an unsupported URL or a database that cannot be opened. Later, any method may raise
+    SQLAlchemy's errors (unreachable server, locked or read-only database): the service answers those with 503.
     """
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, timeout_s: float = 30.0) -> None:
         self.url = normalize_url(url)
+        self.timeout_s = float(timeout_s)
+        self.sqlite = self.url.startswith("sqlite")
         kwargs: dict[str, Any] = {"future": True}
-        if self.url.startswith("sqlite"):
-            kwargs["connect_args"] = {"check_same_thread": False, "timeout": 30}
+        if self.sqlite:
+            kwargs["connect_args"] = {"check_same_thread": False, "timeout": self.timeout_s}
         else:
             kwargs["pool_pre_ping"] = True
+            kwargs["connect_args"] = {"connect_timeout": max(1, round(self.timeout_s))}
         self.engine: Engine = create_engine(self.url, **kwargs)
-        if self.url.startswith("sqlite"):
+        if self.sqlite:
             @event.listens_for(self.engine, "connect")
             def _pragmas(dbapi_conn, _record):  # durable commits, readers do not block the writer
                 cur = dbapi_conn.cursor()
-                cur.execute("PRAGMA journal_mode=WAL")
+                try:
+                    cur.execute("PRAGMA journal_mode=WAL")
+                except Exception:  # noqa: BLE001 - a read-only file keeps its journal mode; writes fail later
+                    pass
                 cur.execute("PRAGMA synchronous=FULL")
                 cur.close()
+        self._keyed_inserts = 0
         try:
             metadata.create_all(self.engine)
         except Exception as exc:  # noqa: BLE001 - any driver error becomes one clear line for the user
-            from sqlalchemy.engine import make_url
-
             shown = make_url(self.url).render_as_string(hide_password=True)
             reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
             raise InputError(f"cannot open the database {shown}: {reason}; check the URL, that the folder exists "
                              "and that the server is running", field="db", value=shown) from None
 
     def ping(self) -> bool:
-        """True when the database answers."""
+        """True when the database answers a read."""
         try:
             with self.engine.connect() as c:
                 c.execute(text("SELECT 1"))
@@ -132,20 +177,94 @@ class Store:
         except Exception:  # noqa: BLE001 - health check reports any failure
             return False
 
+    def probe_write(self, timeout_s: float = 1.0) -> str | None:
+        """Commit a write to the ``probes`` table, waiting at most ``timeout_s`` for a lock; None when it was
+        committed, else the reason in one line (read-only, locked, unreachable, disk full, ...)."""
+        try:
+            with self.engine.begin() as c:
+                if self.sqlite:
+                    c.exec_driver_sql(f"PRAGMA busy_timeout = {int(timeout_s * 1000)}")
+                else:
+                    ms = int(timeout_s * 1000)
+                    c.exec_driver_sql(f"SET LOCAL lock_timeout = {ms}")
+                    c.exec_driver_sql(f"SET LOCAL statement_timeout = {ms}")
+                try:
+                    c.execute(delete(probes))
+                    c.execute(insert(probes).values(id=1, at_s=time.time()))
+                finally:
+                    if self.sqlite:
+                        c.exec_driver_sql(f"PRAGMA busy_timeout = {int(self.timeout_s * 1000)}")
+            return None
+        except Exception as exc:  # noqa: BLE001 - readiness reports any failure
+            return str(getattr(exc, "orig", None) or exc).strip().splitlines()[0][:300]
+
     # ---- observations --------------------------------------------------------------------------------------
+    def _insert_observations(self, c, rows: list[dict], now: float) -> list[int]:
+        ids = []
+        for r in rows:
+            res = c.execute(insert(observations).values(
+                received_at_s=now, at_s=r["at_s"], model=r["model"], tenant=r["tenant"],
+                interval_s=r["interval_s"], demand_req_per_s=r["demand_req_per_s"], source=r["source"],
+                body=json.dumps(r["body"])))
+            ids.append(int(res.inserted_primary_key[0]))
+        return ids
+
     def add_observations(self, rows: list[dict]) -> list[int]:
         """Insert observation rows (keys: at_s, model, tenant, interval_s, demand_req_per_s, source, body dict) in
         one committed transaction; returns their ids in order."""
-        now = time.time()
-        ids = []
         with self.engine.begin() as c:
+            return self._insert_observations(c, rows, time.time())
+
+    def add_observations_once(self, rows: list[dict], idempotency_key: str, body_sha256: str
+                              ) -> tuple[list[int], bool]:
+        """:meth:`add_observations` under an idempotency key: when the key was stored (within IDEMPOTENCY_KEEP_S)
+        with the same ``body_sha256``, nothing is inserted and (the ids it stored, True) is returned; with another
+        digest, IdempotencyConflict. Else the rows and the key are stored in one transaction: (ids, False).
+        Callers serialize writes (the service holds its write lock)."""
+        now = time.time()
+        with self.engine.begin() as c:
+            got = c.execute(select(idempotency_keys).where(idempotency_keys.c.key == idempotency_key)
+                            ).mappings().first()
+            if got is not None and got["created_at_s"] >= now - IDEMPOTENCY_KEEP_S:
+                if got["body_sha256"] != body_sha256:
+                    raise IdempotencyConflict("this Idempotency-Key was used with a different body; use a new key "
+                                              "for a new request")
+                return [int(i) for i in json.loads(got["ids"])], True
+            if got is not None:
+                c.execute(delete(idempotency_keys).where(idempotency_keys.c.key == idempotency_key))
+            ids = self._insert_observations(c, rows, now)
+            c.execute(insert(idempotency_keys).values(key=idempotency_key, body_sha256=body_sha256,
+                                                      ids=json.dumps(ids), created_at_s=now))
+            self._keyed_inserts += 1
+            if self._keyed_inserts % 1000 == 1:  # forget old keys now and then, not on every request
+                c.execute(delete(idempotency_keys).where(idempotency_keys.c.created_at_s < now - IDEMPOTENCY_KEEP_S))
+        return ids, False
+
+    def observation_ids_where(self, *, ids: list[int] | None = None, from_s: float | None = None,
+                              to_s: float | None = None) -> list[int]:
+        """Ids of stored observations among ``ids`` and/or with ``from_s`` <= at_s <= ``to_s`` (unix s)."""
+        q = select(observations.c.id)
+        if ids is not None:
+            q = q.where(observations.c.id.in_(ids))
+        if from_s is not None:
+            q = q.where(observations.c.at_s >= from_s)
+        if to_s is not None:
+            q = q.where(observations.c.at_s <= to_s)
+        with self.engine.connect() as c:
+            return sorted(int(r[0]) for r in c.execute(q))
+
+    def iter_observations(self, page: int = 10_000, *, after: int = 0, skip: set[int] | frozenset = frozenset()):
+        """Every stored observation with id > ``after``, oldest id first, read in pages (ids in ``skip`` left
+        out)."""
+        last = after
+        while True:
+            rows = self.observations_after(last, page)
+            if not rows:
+                return
             for r in rows:
-                res = c.execute(insert(observations).values(
-                    received_at_s=now, at_s=r["at_s"], model=r["model"], tenant=r["tenant"],
-                    interval_s=r["interval_s"], demand_req_per_s=r["demand_req_per_s"], source=r["source"],
-                    body=json.dumps(r["body"])))
-                ids.append(int(res.inserted_primary_key[0]))
-        return ids
+                if r["id"] not in skip:
+                    yield r
+            last = rows[-1]["id"]
 
     def observations_after(self, obs_id: int, limit: int = 100_000) -> list[dict]:
         """Observations with id > ``obs_id``, oldest first (at most ``limit``)."""
@@ -165,15 +284,23 @@ class Store:
     # ---- plans and diffs -----------------------------------------------------------------------------------
     def add_plan(self, *, at_s: float, window: int, reason: str, cost_usd_per_hour: float, migrations: int,
                  valid: bool, last_observation_id: int, summary: dict, body: dict, actions: list[dict],
-                 previous_plan_id: int | None) -> int:
-        """Store a plan and its diff in one committed transaction; returns the plan id."""
+                 previous_plan_id: int | None, delete_observation_ids: list[int] | None = None) -> int:
+        """Store a plan and its diff in one committed transaction; returns the plan id. Observations with ids in
+        ``delete_observation_ids`` are deleted in the same transaction (the plan holds the state rebuilt
+        without them, so a restart never replays them)."""
         now = time.time()
         with self.engine.begin() as c:
+            if delete_observation_ids:
+                for k in range(0, len(delete_observation_ids), 500):
+                    c.execute(delete(observations).where(observations.c.id.in_(delete_observation_ids[k:k + 500])))
             res = c.execute(insert(plans).values(
                 created_at_s=now, at_s=at_s, window=window, reason=reason, cost_usd_per_hour=cost_usd_per_hour,
                 migrations=migrations, valid=int(valid), last_observation_id=last_observation_id,
                 summary=json.dumps(summary), body=json.dumps(body)))
-            pid = int(res.inserted_primary_key[0])
+            key = res.inserted_primary_key
+            if key is None:  # every SQLAlchemy dialect fleetplan supports returns it for a single-row insert
+                raise RuntimeError("the database returned no id for the new plan row")
+            pid = int(key[0])
             c.execute(insert(diffs).values(plan_id=pid, previous_plan_id=previous_plan_id, created_at_s=now,
                                            body=json.dumps(actions)))
         return pid

@@ -23,6 +23,7 @@ Units: seconds, req/s, bytes, USD.
 
 from __future__ import annotations
 
+import copy
 import math
 import time
 from collections.abc import Mapping
@@ -52,6 +53,9 @@ class OnlineConfig:
         migration_budget: most replica starts + stops in one heuristic round.
         resolve_min_saving_usd: a MILP re-solve is adopted only if it saves more than this, USD.
         resolve_horizon_s: the saving of a re-solve is counted over this long (until the next one), seconds.
+        tenant_ttl_s: a tenant label silent for longer than this (by observation time) is dropped from the recent
+            average and the floor, seconds: a relabelled or departed tenant stops counting.
+        max_tenants_per_model: most live tenant labels per model; :meth:`Forecaster.observe` refuses one more.
     """
 
     ewma_alpha: float = 0.3
@@ -63,6 +67,8 @@ class OnlineConfig:
     migration_budget: int = 8
     resolve_min_saving_usd: float = 1.0
     resolve_horizon_s: float = 3600.0
+    tenant_ttl_s: float = 900.0
+    max_tenants_per_model: int = 100
 
     def __post_init__(self) -> None:
         for name, low, high, low_open in (("ewma_alpha", 0, 1, True), ("day_curve_weight", 0, 1, False),
@@ -71,10 +77,13 @@ class OnlineConfig:
             if not isinstance(v, int | float) or not (low < v <= high if low_open else low <= v <= high):
                 raise InputError(f"online config: {name} = {v!r} must be in {'(' if low_open else '['}{low}, {high}]",
                                  field=name, value=v)
+        if not isinstance(self.max_tenants_per_model, int) or self.max_tenants_per_model < 1:
+            raise InputError("online config: max_tenants_per_model must be a whole number >= 1",
+                             field="max_tenants_per_model", value=self.max_tenants_per_model)
         if not isinstance(self.migration_budget, int) or self.migration_budget < 0:
             raise InputError("online config: migration_budget must be a whole number >= 0 (starts + stops per "
                              "round)", field="migration_budget", value=self.migration_budget)
-        for name in ("resolve_min_saving_usd", "resolve_horizon_s", "latest_max_age_s"):
+        for name in ("resolve_min_saving_usd", "resolve_horizon_s", "latest_max_age_s", "tenant_ttl_s"):
             v = getattr(self, name)
             if not isinstance(v, int | float) or not math.isfinite(v) or v < 0:
                 raise InputError(f"online config: {name} must be a finite number >= 0", field=name, value=v)
@@ -119,11 +128,14 @@ class Forecaster:
         window_length_s: seconds per window; the curve repeats every len(curve) × window_length_s.
         config: see :class:`OnlineConfig`.
 
-    ``observe`` takes a rate per (model, tenant); a model's demand is the sum over its tenants.
+    ``observe`` takes a rate per (model, tenant); a model's demand is the sum over its live tenants (a tenant is
+    live while its newest observation is at most ``tenant_ttl_s`` older than the newest observation seen, or than
+    ``now_s`` when a forecast is asked for a time).
     ``forecast(model, window, now_s)`` = day_curve_weight × curve[window] + (1 − day_curve_weight) × Σ EWMA,
     floored at the newest observed total when ``floor_on_latest`` (observations older than latest_max_age_s do
-    not set the floor). Without observations the EWMA term is the curve value itself.
+    not set the floor). Without live observations the EWMA term is the curve value itself.
     Forecast error (|forecast − observed| / observed, EWMA over observations) is kept per model for metrics.
+    Its state is bounded: at most ``max_tenants_per_model`` live labels per model, silent ones dropped.
     """
 
     def __init__(self, day_curve: Mapping[str, tuple[float, ...] | list[float]], window_length_s: float,
@@ -136,19 +148,54 @@ class Forecaster:
         self.latest: dict[tuple[str, str], tuple[float, float]] = {}  # (rate, at_s)
         self.error: dict[str, float] = {}
         self.n_observations = 0
+        self.newest_at_s: float | None = None
 
     def window_at(self, at_s: float) -> int:
         """Window index of the day curve at unix time ``at_s`` (the curve starts at 00:00 UTC)."""
         return int((at_s % (self.n_windows * self.window_length_s)) // self.window_length_s) % self.n_windows
 
+    def _live(self, key: tuple[str, str], now_s: float | None) -> bool:
+        ref = self.newest_at_s if now_s is None else max(now_s, self.newest_at_s or now_s)
+        last = self.latest.get(key)
+        return last is not None and (ref is None or ref - last[1] <= self.config.tenant_ttl_s)
+
+    def tenants(self, model: str, now_s: float | None = None) -> set[str]:
+        """Live tenant labels of ``model`` at ``now_s`` (default: the newest observation time)."""
+        return {t for (m, t) in self.latest if m == model and self._live((m, t), now_s)}
+
+    def expire(self, now_s: float | None = None, model: str | None = None) -> int:
+        """Drop the state of tenants (of ``model``, or of every model) silent for more than ``tenant_ttl_s``;
+        returns how many were dropped."""
+        dead = [k for k in self.latest if (model is None or k[0] == model) and not self._live(k, now_s)]
+        for k in dead:
+            self.latest.pop(k, None)
+            self.ewma.pop(k, None)
+        return len(dead)
+
     def observe(self, model: str, rate_req_per_s: float, at_s: float, tenant: str = "default") -> None:
-        """Record one interval's demand estimate (req/s) ending at ``at_s`` for (model, tenant)."""
+        """Record one interval's demand estimate (req/s) ending at ``at_s`` (unix s) for (model, tenant).
+
+        Raises InputError (nothing changed) for an unknown model, a rate or time that is not a finite number
+        (rate >= 0), or a new tenant label beyond ``max_tenants_per_model`` live ones."""
         if model not in self.curve:
             raise InputError(f"unknown model {model!r}", field="model", value=model)
+        if not (isinstance(rate_req_per_s, int | float) and math.isfinite(rate_req_per_s) and rate_req_per_s >= 0):
+            raise InputError("demand rate must be a finite number >= 0 req/s", field="rate_req_per_s",
+                             value=rate_req_per_s)
+        if not (isinstance(at_s, int | float) and math.isfinite(at_s)):
+            raise InputError("observation time must be a finite number of unix seconds", field="at_s", value=at_s)
         c = self.config
+        key = (model, tenant)
+        if key not in self.latest or not self._live(key, at_s):
+            live = self.tenants(model, at_s) - {tenant}
+            if len(live) >= c.max_tenants_per_model:
+                raise InputError(f"model {model!r} already has {len(live)} live tenant labels (the cap): reuse a "
+                                 f"label, wait {c.tenant_ttl_s:g} s for silent ones to expire, or raise the cap",
+                                 field="tenant", value=tenant)
+        self.newest_at_s = at_s if self.newest_at_s is None else max(self.newest_at_s, at_s)
+        self.expire(model=model)
         w = self.window_at(at_s)
         before = self._blend(model, w)
-        key = (model, tenant)
         prev = self.ewma.get(key)
         self.ewma[key] = rate_req_per_s if prev is None else (1 - c.ewma_alpha) * prev + c.ewma_alpha * rate_req_per_s
         old = self.latest.get(key)
@@ -162,28 +209,30 @@ class Forecaster:
         self.curve[model][w] = (1 - c.day_curve_alpha) * self.curve[model][w] + c.day_curve_alpha * total
         self.n_observations += 1
 
-    def _blend(self, model: str, window: int) -> float:
+    def _blend(self, model: str, window: int, now_s: float | None = None) -> float:
         c = self.config
         curve = self.curve[model][window]
-        vals = [v for (m, _), v in self.ewma.items() if m == model]
+        vals = [v for k, v in self.ewma.items() if k[0] == model and self._live(k, now_s)]
         recent = sum(vals) if vals else curve
         return c.day_curve_weight * curve + (1 - c.day_curve_weight) * recent
 
     def forecast(self, model: str, window: int, now_s: float | None = None) -> float:
         """Forecast demand (req/s) of ``model`` for ``window``; see the class docstring."""
-        f = self._blend(model, window)
+        f = self._blend(model, window, now_s)
         if self.config.floor_on_latest:
-            fresh = [r for (m, _), (r, t) in self.latest.items()
-                     if m == model and (now_s is None or now_s - t <= self.config.latest_max_age_s)]
+            fresh = [r for (m, t), (r, at) in self.latest.items()
+                     if m == model and (now_s is None or now_s - at <= self.config.latest_max_age_s)
+                     and self._live((m, t), now_s)]
             if fresh:
                 f = max(f, sum(fresh))
         return f
 
     def to_dict(self) -> dict:
-        """JSON-ready state (for storage and resume)."""
-        return {"curve": self.curve, "ewma": [[m, t, v] for (m, t), v in self.ewma.items()],
-                "latest": [[m, t, r, at] for (m, t), (r, at) in self.latest.items()], "error": self.error,
-                "n_observations": self.n_observations}
+        """JSON-ready state (for storage and resume): a copy, later observations do not change it."""
+        return {"curve": {m: list(v) for m, v in self.curve.items()},
+                "ewma": [[m, t, v] for (m, t), v in self.ewma.items()],
+                "latest": [[m, t, r, at] for (m, t), (r, at) in self.latest.items()], "error": dict(self.error),
+                "n_observations": self.n_observations, "newest_at_s": self.newest_at_s}
 
     def load_dict(self, d: dict) -> None:
         """Restore the state written by :meth:`to_dict` (models no longer known are dropped)."""
@@ -194,6 +243,10 @@ class Forecaster:
         self.latest = {(m, t): (float(r), float(at)) for m, t, r, at in d.get("latest", []) if m in self.curve}
         self.error = {m: float(v) for m, v in d.get("error", {}).items() if m in self.curve}
         self.n_observations = int(d.get("n_observations", 0))
+        newest = d.get("newest_at_s")
+        if newest is None and self.latest:
+            newest = max(at for _, at in self.latest.values())
+        self.newest_at_s = None if newest is None else float(newest)
 
 
 # ---- one-window problems ----------------------------------------------------------------------------------------
@@ -419,6 +472,27 @@ class Replanner:
                 "shared": [{"pool": s.pool, "models": list(s.models)} for s in self.shared],
                 "forecaster": self.forecaster.to_dict()}
 
+    def clone(self) -> Replanner:
+        """A copy whose rounds, re-solves and observations leave this one untouched (the problem and its tables
+        are shared; the placement, nodes and forecaster are copied). The service stages a round on a clone and
+        swaps it in only after the round's plan is committed."""
+        other = copy.copy(self)
+        other.load_time_s = dict(self.load_time_s)
+        other.instances = {k: [replace(i) for i in v] for k, v in self.instances.items()}
+        other.shared = list(self.shared)
+        other.nodes = copy.deepcopy(self.nodes)
+        other.forecaster = copy.deepcopy(self.forecaster)
+        return other
+
+    def fresh_forecaster(self) -> Forecaster:
+        """A forecaster on the problem's day curves with no observations (to rebuild state by replaying)."""
+        return Forecaster({m.name: m.demand_req_per_s for m in self.problem.models}, self.problem.window_length_s,
+                          self.config)
+
+    def refresh(self, at_s: float, reason: str) -> OnlineResult:
+        """The live placement, unchanged, evaluated against the current forecast at ``at_s`` (no actions)."""
+        return self._result(at_s, reason, t0=time.perf_counter(), before=self.counts())
+
     def restore(self, snap: dict, at_s: float) -> OnlineResult:
         """Resume from :meth:`snapshot`; returns the restored plan, validated against the current forecast (it
         is adopted even if the forecast moved: the next round repairs it). Raises InputError for a snapshot that
@@ -499,6 +573,7 @@ class Replanner:
         unlimited = budget < 0
         before = self.counts()
         w = self.forecaster.window_at(at_s)
+        self.forecaster.expire(at_s)
         forecast = {m: self.forecaster.forecast(m, w, at_s) for m in self.models}
         moves = 0
         ded = self._dedicated()
@@ -527,6 +602,8 @@ class Replanner:
                 if o is None:
                     break
                 nodes = self.nodes.place(o.pool, o.tp, o.pp)
+                if nodes is None:  # _choose_option checked that it fits; a pool that filled up meanwhile ends the round
+                    break
                 self.instances.setdefault(o.key, []).append(
                     _Instance(nodes, at_s + self.load_time_s.get(o.key, 0.0)))
                 ded[m] += self.usable[o.key]

@@ -22,7 +22,8 @@ pytestmark = pytest.mark.xdist_group("postgres")
 
 
 def _private_server():
-    """Start a throw-away PostgreSQL on 127.0.0.1 (as the postgres user when run as root); yields its URL."""
+    """Start a throw-away PostgreSQL on 127.0.0.1 (as the postgres user when run as root); yields (its URL, a
+    function that stops it, a function that starts it again on the same port and data)."""
     bins = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))
     if not bins:
         pytest.skip("PostgreSQL test skipped: no server installed (Debian's postgresql package; .ci/run installs it)")
@@ -35,20 +36,27 @@ def _private_server():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    try:
-        subprocess.run(pre + [f"{bindir}/initdb", "-D", data, "-U", "fleetplan", "--auth=trust"], check=True,
-                       capture_output=True, timeout=120)
+
+    def start():
         subprocess.run(pre + [f"{bindir}/pg_ctl", "-D", data, "-l", f"{data}/log", "-w", "-t", "60", "-o",
                               f"-p {port} -k {data} -c listen_addresses=127.0.0.1", "start"], check=True,
                        capture_output=True, timeout=120)
+
+    def stop(mode: str = "fast"):
+        subprocess.run(pre + [f"{bindir}/pg_ctl", "-D", data, "-m", mode, "-w", "stop"], capture_output=True,
+                       timeout=60)
+
+    try:
+        subprocess.run(pre + [f"{bindir}/initdb", "-D", data, "-U", "fleetplan", "--auth=trust"], check=True,
+                       capture_output=True, timeout=120)
+        start()
     except (subprocess.SubprocessError, OSError) as exc:
         shutil.rmtree(data, ignore_errors=True)
         pytest.skip(f"PostgreSQL test skipped: the server could not start ({exc})")
     try:
-        yield f"postgresql://fleetplan@127.0.0.1:{port}/postgres"
+        yield f"postgresql://fleetplan@127.0.0.1:{port}/postgres", stop, start
     finally:
-        subprocess.run(pre + [f"{bindir}/pg_ctl", "-D", data, "-m", "immediate", "stop"], capture_output=True,
-                       timeout=60)
+        stop("immediate")
         shutil.rmtree(data, ignore_errors=True)
 
 
@@ -58,7 +66,14 @@ def pg_url():
     if url:
         yield url
     else:
-        yield from _private_server()
+        for url, _stop, _start in _private_server():
+            yield url
+
+
+@pytest.fixture()
+def restartable_pg():
+    """A private server this test may stop and start (never the one .ci/run shares)."""
+    yield from _private_server()
 
 
 def test_postgres_store_keeps_observations_plans_and_resumes(pg_url):
@@ -99,3 +114,44 @@ def test_postgres_store_keeps_observations_plans_and_resumes(pg_url):
         with admin.begin() as c:
             c.execute(sqlalchemy.text(f"DROP SCHEMA {schema} CASCADE"))
         admin.dispose()
+
+
+def test_postgres_restart_the_loop_survives_and_readiness_tells_the_truth(restartable_pg):
+    """On main the background thread died on the first database error and /healthz kept answering "ok"."""
+    import warnings
+
+    from fleetplan.service.app import create_app
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from fastapi.testclient import TestClient
+
+    url, stop, start = restartable_pg
+    now = [1_700_000_000.0]
+    problem, loads = load_problem(None)
+    settings = ServiceSettings(db_url=url, token="pg-test-token", interval_s=60, resolve_every_s=0, db_timeout_s=2)
+    svc = ReplanService(settings, problem, loads, clock=lambda: now[0])
+    auth = {"Authorization": "Bearer pg-test-token"}
+    with TestClient(create_app(settings, svc, background=False)) as c:
+        assert c.get("/readyz").status_code == 200
+        svc.observe([{"model": "Llama-3.1-8B", "interval_s": 60.0, "arrivals": 1440.0}])
+        stop()
+        try:
+            now[0] += 60
+            state = {"next_round": now[0]}
+            svc.tick(now[0], state)  # the round's write fails: counted, retried with backoff, nothing swapped in
+            assert svc.counters["round_errors"] == 1 and svc.plan_row["id"] == 1
+            ready = c.get("/readyz")
+            assert ready.status_code == 503 and ready.json()["checks"]["database_writable"] is False
+            assert c.get("/healthz").status_code == 200  # alive: liveness is not the database's health
+            r = c.post("/v1/observations", json={"observations": [
+                {"model": "Llama-3.1-8B", "interval_s": 60, "arrivals": 60}]}, headers=auth)
+            assert r.status_code == 503 and "database unavailable" in r.json()["detail"]
+            assert c.get("/metrics").status_code == 200
+        finally:
+            start()
+        now[0] = state["next_round"]
+        svc.tick(now[0], state)
+        assert svc.plan_row["id"] == 2 and svc.store.count_plans() == 2
+        assert svc.store.diff_for(2)["previous_plan_id"] == 1
+        assert c.get("/readyz").status_code == 200

@@ -1,0 +1,159 @@
+"""The re-plan loop survives database faults, the live plan changes only after its plan and diff are committed, and
+/healthz, /readyz and /metrics tell the truth meanwhile: a read-only database, a SQLite write lock held by another
+process, an exception inside a round, and (in tests/test_service_postgres.py) a PostgreSQL restart.
+
+On main each of these killed the background thread (only FleetplanError was caught) while /healthz answered 200 "ok";
+a locked write left memory ahead of the database, so the next stored diff missed the replicas already started.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+import warnings
+
+import pytest
+
+from fleetplan.service.app import create_app
+from fleetplan.service.runtime import ReplanService, ServiceSettings, load_problem
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    from fastapi.testclient import TestClient
+
+TOKEN = "test-token-123"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+T0 = 1_700_000_000.0 - (1_700_000_000.0 % 86400) + 20 * 3600
+M = "Llama-3.1-8B"
+
+
+@pytest.fixture(scope="module")
+def shipped():
+    return load_problem(None)
+
+
+class Clock:
+    def __init__(self, t: float = T0) -> None:
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def make(shipped, db, *, clock=None, interval_s=60.0, **kw):
+    problem, loads = shipped
+    s = ServiceSettings(db_url=db, token=TOKEN, interval_s=interval_s, resolve_every_s=0, **kw)
+    svc = ReplanService(s, problem, loads, clock=clock or Clock())
+    return TestClient(create_app(s, svc, background=False)), svc
+
+
+def metric(text: str, name: str) -> float:
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[-1])
+    raise AssertionError(f"{name} not in /metrics")
+
+
+def replicas(counts: dict) -> int:
+    return sum(counts.values())
+
+
+def test_read_only_database_is_not_ready_and_the_loop_keeps_running(shipped, tmp_path):
+    path = tmp_path / "ro.db"
+    clock = Clock()
+    _, first = make(shipped, f"sqlite:///{path}", clock=clock)
+    first.close()
+    # SQLite's read-only open mode (a chmod would not stop root, who runs CI)
+    client, svc = make(shipped, f"sqlite:///file:{path}?mode=ro&uri=true", clock=clock)
+    with client as c:
+        assert svc.resumed and svc.plan_row["id"] == 1
+        ready = c.get("/readyz")
+        assert ready.status_code == 503 and ready.json()["checks"]["database_writable"] is False, ready.json()
+        live = c.get("/healthz")
+        assert live.status_code == 200 and "database" not in live.json()  # liveness claims nothing of the database
+        r = c.post("/v1/observations", json={"observations": [{"model": M, "interval_s": 60, "arrivals": 1440}]},
+                   headers=AUTH)
+        assert r.status_code == 503 and "database" in r.json()["detail"]
+        state: dict = {}
+        for _ in range(3):
+            clock.t += 61
+            svc.tick(clock.t, state)  # never raises
+        m = c.get("/metrics").text
+        assert metric(m, "fleetplan_round_errors_total") >= 1
+        assert svc.plan_row["id"] == 1 and c.get("/v1/plan").json()["id"] == 1
+
+
+def test_locked_database_leaves_memory_and_database_together(shipped, tmp_path):
+    path = tmp_path / "lock.db"
+    clock = Clock()
+    client, svc = make(shipped, f"sqlite:///{path}", clock=clock, db_timeout_s=1.5)
+    with client as c:
+        stored1 = svc.store.last_plan()
+        n1 = replicas(svc.replanner.counts())
+        # 24 req/s of Llama-3.1-8B: the next round starts replicas
+        assert c.post("/v1/observations", json={"observations": [
+            {"model": M, "interval_s": 60, "arrivals": 1440, "at_s": clock.t}]}, headers=AUTH).status_code == 202
+        other = sqlite3.connect(path, timeout=0)
+        other.execute("BEGIN IMMEDIATE")  # another process holds the write lock
+        try:
+            clock.t += 61
+            state: dict = {"next_round": clock.t}  # a round is due now
+            svc.tick(clock.t, state)  # the round's write times out after db_timeout_s
+            assert svc.counters["round_errors"] == 1
+            # nothing was swapped in: memory still equals the stored plan 1
+            assert svc.plan_row["id"] == 1 and replicas(svc.replanner.counts()) == n1
+            assert c.get("/v1/plan").json()["replicas"] == stored1["body"]["replicas"]
+            # /metrics does not wait behind a write that waits for the lock
+            writer = threading.Thread(target=lambda: c.post("/v1/replan", headers=AUTH))
+            writer.start()
+            time.sleep(0.1)
+            t0 = time.perf_counter()
+            m = c.get("/metrics")
+            assert m.status_code == 200 and time.perf_counter() - t0 < 0.5
+            assert metric(m.text, "fleetplan_plan_id") == 1
+            writer.join()
+            assert c.get("/readyz").status_code == 503
+            # retried with backoff: the next try is due well before the next interval
+            assert state["next_round"] - clock.t < svc.settings.interval_s
+        finally:
+            other.rollback()
+            other.close()
+        clock.t = state["next_round"]
+        svc.tick(clock.t, state)
+        assert svc.plan_row["id"] == 2
+        diff = c.get("/v1/plan/diff").json()
+        started = sum(a["count"] for a in diff["actions"] if a["action"] == "start")
+        stopped = sum(a["count"] for a in diff["actions"] if a["action"] == "stop")
+        # the stored diff accounts for every replica between the two stored plans
+        assert started > 0 and n1 + started - stopped == replicas(svc.replanner.counts())
+        assert diff["previous_plan_id"] == 1
+        assert c.get("/readyz").status_code == 200
+
+
+def test_the_loop_survives_any_exception_and_counts_it(shipped, tmp_path):
+    clock = Clock()
+    problem, loads = shipped
+    s = ServiceSettings(db_url=f"sqlite:///{tmp_path / 'x.db'}", token=TOKEN, interval_s=0.2, resolve_every_s=0)
+    svc = ReplanService(s, problem, loads, clock=clock)
+    calls = {"n": 0}
+    real_round = type(svc.replanner).round
+
+    def flaky(self, *a, **kw):
+        calls["n"] += 1
+        if calls["n"] <= 2:
+            raise RuntimeError("simulated bug in a round")
+        return real_round(self, *a, **kw)
+
+    type(svc.replanner).round = flaky
+    try:
+        with TestClient(create_app(s, svc, background=True)) as c:
+            end = time.monotonic() + 20
+            while svc.plan_row["id"] < 2 and time.monotonic() < end:
+                time.sleep(0.05)
+            assert svc.plan_row["id"] >= 2, "the loop did not recover"
+            assert svc._thread.is_alive()
+            assert metric(c.get("/metrics").text, "fleetplan_round_errors_total") == 2
+            assert c.get("/healthz").status_code == 200
+    finally:
+        type(svc.replanner).round = real_round
