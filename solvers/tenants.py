@@ -99,14 +99,26 @@ def _combine(outs: list[SolveOutcome]) -> tuple[Status, dict, float | None, floa
     for o in outs:
         gpus.update(o.gpus)
     obj = sum(o.objective or 0.0 for o in outs)
-    bound = sum(o.bound if o.bound is not None else (o.objective or 0.0) for o in outs)
+    # A bound on the sum needs a bound on every part: one part without a proven bound leaves the whole without.
+    parts = [o.bound for o in outs]
+    bound = sum(b for b in parts if b is not None) if all(b is not None for b in parts) else None
     return status, gpus, obj, bound, sum(o.solve_s for o in outs)
 
 
+#: Relative float tolerance of the solvers (feasibility ~1e-7): a bound this close below the objective is noise.
+_BOUND_TOLERANCE = 1e-6
+
+
 def _gap(obj: float | None, bound: float | None) -> float | None:
+    """Relative gap (bound − objective) / |objective| of the maximized score, or None without a bound. A bound
+    below the objective beyond float tolerance cannot come from a correct solver: raised as a defect, not hidden."""
     if obj is None or bound is None:
         return None
-    return max(0.0, bound - obj) / max(abs(obj), 1e-9)
+    scale = max(abs(obj), 1e-9)
+    if bound < obj - _BOUND_TOLERANCE * max(1.0, abs(obj)):
+        raise SolverError(f"defect: the proven bound {bound:.9g} lies below the allocation's score {obj:.9g} "
+                          "(a maximization); please report this with the tenants file")
+    return max(bound - obj, 0.0) / scale  # within float tolerance: a proven optimum
 
 
 def _raise_unsolved(status: Status, what: str) -> None:
@@ -114,6 +126,49 @@ def _raise_unsolved(status: Status, what: str) -> None:
         raise InfeasibleError(f"{what}: the guarantees fit the pool only without interference headroom on shared "
                               "nodes; give more nodes, lower quotas, or run with the margin off")
     raise SolverError(f"{what}: no allocation found within the time limit; raise --time-limit")
+
+
+@dataclass
+class _Run:
+    """What every mode of :func:`solve_allocation` shares: the problem, the backend's model class, the groups of
+    windows solved apart, the normalisers, limits and the progress callback."""
+
+    problem: TenantProblem
+    Model: TenantModelFactory
+    groups: list[list[int]]
+    decompose: bool
+    norm: dict[str, float]
+    margin: bool
+    threads: int
+    say: Callable[[str], None]
+
+    def model(self, windows: list[int]) -> TenantModel:
+        return self.Model(self.problem, windows, margin=self.margin)
+
+    def finish(self, outs: list[SolveOutcome], policy: str) -> tuple[Allocation, Objectives]:
+        """The allocation the outcomes of all groups make together, re-checked by the independent checker."""
+        status, gpus, obj, bound, dt = _combine(outs)
+        alloc = Allocation(policy, gpus, margin=self.margin, status=status, bound=bound, gap=_gap(obj, bound),
+                           solve_s=dt)
+        return alloc, validate_allocation(self.problem, alloc)
+
+
+def _check_arguments(mode: str, weights: dict[str, float], order: tuple[str, ...], tolerance: float,
+                     points: int) -> None:
+    if mode not in MODES:
+        raise InputError(f"unknown mode {mode!r}; use one of {', '.join(MODES)}", field="mode", value=mode)
+    for k, v in weights.items():
+        if k not in OBJECTIVE_SENSE:
+            raise InputError(f"unknown objective {k!r} in weights; use {', '.join(OBJECTIVE_SENSE)}", field="weights")
+        if not isinstance(v, int | float) or v < 0 or not math.isfinite(v):
+            raise InputError(f"weight of {k} must be a number ≥ 0, got {v!r}", field="weights", value=v)
+    if sorted(order) != sorted(set(order)) or any(o not in OBJECTIVE_SENSE for o in order):
+        raise InputError(f"order {list(order)} must list distinct objectives among {', '.join(OBJECTIVE_SENSE)}",
+                         field="order")
+    if not 0 <= tolerance <= 1:
+        raise InputError(f"tolerance {tolerance} must be within 0..1 (relative)", field="tolerance")
+    if mode == "pareto" and not 2 <= points <= 50:
+        raise InputError(f"points must be 2..50, got {points}", field="points", value=points)
 
 
 def solve_allocation(problem: TenantProblem, *, mode: str = "weighted", backend: str = "highs",
@@ -141,108 +196,102 @@ def solve_allocation(problem: TenantProblem, *, mode: str = "weighted", backend:
     Raises InfeasibleError (guarantees that cannot be met, explained), SolverError (nothing found in time),
     InputError (bad mode, backend, weights, order, points).
     """
-    if mode not in MODES:
-        raise InputError(f"unknown mode {mode!r}; use one of {', '.join(MODES)}", field="mode", value=mode)
-    Model = _factory(backend)
     weights = dict(DEFAULT_WEIGHTS if weights is None else weights)
-    for k, v in weights.items():
-        if k not in OBJECTIVE_SENSE:
-            raise InputError(f"unknown objective {k!r} in weights; use {', '.join(OBJECTIVE_SENSE)}", field="weights")
-        if not isinstance(v, int | float) or v < 0 or not math.isfinite(v):
-            raise InputError(f"weight of {k} must be a number ≥ 0, got {v!r}", field="weights", value=v)
     order = tuple(order or DEFAULT_ORDER)
-    if sorted(order) != sorted(set(order)) or any(o not in OBJECTIVE_SENSE for o in order):
-        raise InputError(f"order {list(order)} must list distinct objectives among {', '.join(OBJECTIVE_SENSE)}",
-                         field="order")
-    if not 0 <= tolerance <= 1:
-        raise InputError(f"tolerance {tolerance} must be within 0..1 (relative)", field="tolerance")
-    if mode == "pareto" and not 2 <= points <= 50:
-        raise InputError(f"points must be 2..50, got {points}", field="points", value=points)
+    _check_arguments(mode, weights, order, tolerance, points)
+    Model = _factory(backend)
     explain_guarantees(problem)
-    say = progress or (lambda _m: None)
-    norm = normalisers(problem)
     W = list(range(problem.n_windows))
     if decompose is None:
         decompose = len(W) > 1
-    coefs = {k: weights.get(k, 0.0) / norm[k] for k in OBJECTIVE_SENSE}
-    # Tiny tie-break on every objective keeps s tight and answers non-dominated.
-    coefs = {k: c + TIE_BREAK / norm[k] for k, c in coefs.items()}
-
-    def finish(gpus: dict, status: Status, obj: float | None, bound: float | None, dt: float,
-               policy: str) -> tuple[Allocation, Objectives]:
-        alloc = Allocation(policy, gpus, margin=margin, status=status, bound=bound, gap=_gap(obj, bound),
-                           solve_s=dt)
-        return alloc, validate_allocation(problem, alloc)
-
+    run = _Run(problem, Model, [[w] for w in W] if decompose else [W], decompose, normalisers(problem), margin,
+               threads, progress or (lambda _m: None))
     if mode == "weighted":
-        groups = [[w] for w in W] if decompose else [W]
-        outs = []
-        for i, g in enumerate(groups):
-            say(f"solving {'window ' + str(g[0]) if decompose else 'all windows'} ({i + 1}/{len(groups)})")
-            m = Model(problem, g, margin=margin)
-            m.set_objective(coefs)
-            budget = time_limit_s / len(groups)
-            o = m.solve(budget, threads)
-            if o.status in (Status.INFEASIBLE, Status.NO_SOLUTION):
-                _raise_unsolved(o.status, f"window {g[0]}" if decompose else "allocation")
-            outs.append(o)
-        status, gpus, obj, bound, dt = _combine(outs)
-        alloc, ob = finish(gpus, status, obj, bound, dt, "optimizer")
+        alloc, ob = _weighted(run, weights, time_limit_s)
         return AllocationResult(alloc, ob, mode, backend)
-
     if mode == "lexicographic":
-        groups = [[w] for w in W] if decompose else [W]
-        budget = time_limit_s / (len(order) * len(groups))
-        totals = {name: [0.0, 0.0] for name in order}  # Σ over groups of (stage optimum, bound kept)
-        finals = []
-        for gi, g in enumerate(groups):
-            model = Model(problem, g, margin=margin)
-            last = None
-            for i, name in enumerate(order):
-                say(f"lexicographic stage {i + 1}/{len(order)} ({name})"
-                    + (f", window {g[0]} ({gi + 1}/{len(groups)})" if decompose else ""))
-                model.set_objective({k: (1.0 if k == name else TIE_BREAK) / norm[k] for k in OBJECTIVE_SENSE})
-                o = model.solve(budget, threads)
-                if o.status is Status.NO_SOLUTION and last is not None:
-                    # The previous stage's answer meets every limit so far: keep it, flagged as not proven.
-                    o = SolveOutcome(Status.FEASIBLE, last.gpus, last.values, last.objective, None, o.solve_s)
-                elif o.status in (Status.INFEASIBLE, Status.NO_SOLUTION):
-                    _raise_unsolved(o.status, f"lexicographic stage {name}")
-                best = o.values[name]
-                slack = tolerance * abs(best) + 1e-7
-                keep = best - slack if OBJECTIVE_SENSE[name] > 0 else best + slack
-                # Later stages keep this objective within the tolerance of its optimum.
-                model.add_limit(name, keep)
-                totals[name][0] += best
-                totals[name][1] += keep
-                last = o
-            assert last is not None
-            finals.append(last)
-        status, gpus, obj, bound, dt = _combine(finals)
-        alloc, ob = finish(gpus, status, obj, bound, dt, "optimizer")
-        stages = [(name, totals[name][0], totals[name][1]) for name in order]
+        alloc, ob, stages = _lexicographic(run, order, tolerance, time_limit_s)
         return AllocationResult(alloc, ob, mode, backend, stages=stages)
+    front = _pareto(run, points, time_limit_s)
+    chosen = max(front, key=lambda p: weighted_score(problem, p[1], weights))
+    return AllocationResult(chosen[0], chosen[1], mode, backend, pareto=front)
 
-    # Pareto front by the epsilon-constraint method on isolation: per group of windows, two anchors (most
-    # utilization; least isolation), then points - 2 solves maximizing utilization with isolation ≤ ε_j, where ε_j
-    # steps evenly between the group's anchors. With one group per window (decompose), point j is the union of
-    # the windows' j-th answers: it meets the global constraint Σ isolation ≤ Σ_w ε_wj.
-    groups = [[w] for w in W] if decompose else [W]
-    budget = time_limit_s / (points * len(groups))
+
+def _weighted(run: _Run, weights: dict[str, float], time_limit_s: float) -> tuple[Allocation, Objectives]:
+    """Maximize Σ_k weight_k · sense_k · objective_k / normaliser_k, one solve per group of windows (the
+    objective is a sum over windows, so solving them apart is exact)."""
+    coefs = {k: weights.get(k, 0.0) / run.norm[k] for k in OBJECTIVE_SENSE}
+    # Tiny tie-break on every objective keeps s tight and answers non-dominated.
+    coefs = {k: c + TIE_BREAK / run.norm[k] for k, c in coefs.items()}
+    outs = []
+    for i, g in enumerate(run.groups):
+        run.say(f"solving {'window ' + str(g[0]) if run.decompose else 'all windows'} ({i + 1}/{len(run.groups)})")
+        m = run.model(g)
+        m.set_objective(coefs)
+        o = m.solve(time_limit_s / len(run.groups), run.threads)
+        if o.status in (Status.INFEASIBLE, Status.NO_SOLUTION):
+            _raise_unsolved(o.status, f"window {g[0]}" if run.decompose else "allocation")
+        outs.append(o)
+    return run.finish(outs, "optimizer")
+
+
+def _lexicographic(run: _Run, order: tuple[str, ...], tolerance: float, time_limit_s: float
+                   ) -> tuple[Allocation, Objectives, list[tuple[str, float, float]]]:
+    """Optimize the objectives in ``order``, each stage keeping the earlier ones within ``tolerance`` (relative)
+    of their optimum; returns the allocation, its objectives and [(objective, Σ optimum, Σ limit kept)]."""
+    budget = time_limit_s / (len(order) * len(run.groups))
+    totals = {name: [0.0, 0.0] for name in order}  # Σ over groups of (stage optimum, bound kept)
+    finals = []
+    for gi, g in enumerate(run.groups):
+        model = run.model(g)
+        last: SolveOutcome | None = None
+        for i, name in enumerate(order):
+            run.say(f"lexicographic stage {i + 1}/{len(order)} ({name})"
+                    + (f", window {g[0]} ({gi + 1}/{len(run.groups)})" if run.decompose else ""))
+            model.set_objective({k: (1.0 if k == name else TIE_BREAK) / run.norm[k] for k in OBJECTIVE_SENSE})
+            o = model.solve(budget, run.threads)
+            if o.status is Status.NO_SOLUTION and last is not None:
+                # The previous stage's answer meets every limit so far: keep it, flagged as not proven.
+                o = SolveOutcome(Status.FEASIBLE, last.gpus, last.values, last.objective, None, o.solve_s)
+            elif o.status in (Status.INFEASIBLE, Status.NO_SOLUTION):
+                _raise_unsolved(o.status, f"lexicographic stage {name}")
+            best = o.values[name]
+            slack = tolerance * abs(best) + 1e-7
+            keep = best - slack if OBJECTIVE_SENSE[name] > 0 else best + slack
+            # Later stages keep this objective within the tolerance of its optimum.
+            model.add_limit(name, keep)
+            totals[name][0] += best
+            totals[name][1] += keep
+            last = o
+        if last is None:  # order is never empty (checked), so every group ran at least one stage
+            raise SolverError("lexicographic mode ran no stage")
+        finals.append(last)
+    alloc, ob = run.finish(finals, "optimizer")
+    return alloc, ob, [(name, totals[name][0], totals[name][1]) for name in order]
+
+
+def _pareto(run: _Run, points: int, time_limit_s: float) -> list[tuple[Allocation, Objectives]]:
+    """The Pareto front by the epsilon-constraint method on isolation: per group of windows, two anchors (most
+    utilization; least isolation), then points - 2 solves maximizing utilization with isolation ≤ ε_j, where ε_j
+    steps evenly between the group's anchors. With one group per window (decompose), point j is the union of the
+    windows' j-th answers: it meets the global constraint Σ isolation ≤ Σ_w ε_wj. Returns the non-dominated
+    points."""
+    norm = run.norm
+    budget = time_limit_s / (points * len(run.groups))
     util_first = {"utilization": 1.0, "isolation": TIE_BREAK / norm["isolation"], "sla": TIE_BREAK / norm["sla"]}
     per_point: list[list[SolveOutcome]] = [[] for _ in range(points)]
-    for gi, g in enumerate(groups):
-        where = f" (window {g[0]}, {gi + 1}/{len(groups)})" if decompose else ""
-        say("Pareto anchors" + where)
-        hi_m = Model(problem, g, margin=margin)
+    for gi, g in enumerate(run.groups):
+        where = f" (window {g[0]}, {gi + 1}/{len(run.groups)})" if run.decompose else ""
+        run.say("Pareto anchors" + where)
+        hi_m = run.model(g)
         hi_m.set_objective(util_first)
-        hi = hi_m.solve(budget, threads)
+        hi = hi_m.solve(budget, run.threads)
         if hi.status in (Status.INFEASIBLE, Status.NO_SOLUTION):
             _raise_unsolved(hi.status, "Pareto anchor" + where)
-        lo_m = Model(problem, g, margin=margin)
+        lo_m = run.model(g)
         lo_m.set_objective({"isolation": 1.0 / norm["isolation"], "utilization": TIE_BREAK,
                             "sla": TIE_BREAK / norm["sla"]})
-        lo = lo_m.solve(budget, threads)
+        lo = lo_m.solve(budget, run.threads)
         if lo.status in (Status.INFEASIBLE, Status.NO_SOLUTION):
             _raise_unsolved(lo.status, "Pareto anchor" + where)
         per_point[0].append(lo)
@@ -250,22 +299,16 @@ def solve_allocation(problem: TenantProblem, *, mode: str = "weighted", backend:
         i_lo, i_hi = lo.values["isolation"], hi.values["isolation"]
         for j in range(1, points - 1):
             eps = i_lo + (i_hi - i_lo) * j / (points - 1)
-            say(f"Pareto point {j + 1}/{points}: isolation ≤ {eps:.3f}" + where)
+            run.say(f"Pareto point {j + 1}/{points}: isolation ≤ {eps:.3f}" + where)
             if i_hi - i_lo < 1e-9:
                 per_point[j].append(lo)
                 continue
-            m = Model(problem, g, margin=margin)
+            m = run.model(g)
             m.set_objective(util_first)
             m.add_limit("isolation", eps + 1e-7)
-            o = m.solve(budget, threads)
+            o = m.solve(budget, run.threads)
             per_point[j].append(o if o.status in (Status.OPTIMAL, Status.FEASIBLE) else lo)
-    cands = []
-    for j, point_outs in enumerate(per_point):
-        status, gpus, obj, bound, dt = _combine(point_outs)
-        cands.append(finish(gpus, status, obj, bound, dt, f"pareto-{j}"))
-    front = non_dominated(cands)
-    chosen = max(front, key=lambda p: weighted_score(problem, p[1], weights))
-    return AllocationResult(chosen[0], chosen[1], mode, backend, pareto=front)
+    return non_dominated([run.finish(point_outs, f"pareto-{j}") for j, point_outs in enumerate(per_point)])
 
 
 def dominates(a: Objectives, b: Objectives, eps: float = 1e-9) -> bool:

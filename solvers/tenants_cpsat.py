@@ -291,8 +291,12 @@ def split_mig(gpu: str, gpus: int, needs: Mapping[str, int], *, memory_gb: Mappi
     solver.parameters.max_time_in_seconds = float(time_limit_s)
     solver.parameters.num_workers = max(1, threads)
     status = _status(cp_model, solver.solve(md))
-    if status not in (Status.OPTIMAL, Status.FEASIBLE):
-        raise SolverError(f"MIG split of {gpus}× {gpu}: {status.value} (memory needs may exceed the GPUs)")
+    if status is Status.INFEASIBLE:
+        raise SolverError(f"MIG split of {gpus}× {gpu}: the tenants' memory needs exceed what MIG instances on "
+                          f"{gpus} GPUs hold; use --split mps or --split none")
+    if status is not Status.OPTIMAL and status is not Status.FEASIBLE:
+        raise SolverError(f"MIG split of {gpus}× {gpu}: no split found within {time_limit_s:.1f} s (the time left "
+                          "of --time-limit); raise --time-limit")
     parts = _renumber([k for k, v in b.items() if solver.value(v)])
     granted = {t: sum(prof[p].compute_slices for (_, p, _, tt) in parts if tt == t) for t in tenants}
     return NodeSplit("mig", parts, granted, {t: int(solver.value(unmet[t])) for t in tenants},
@@ -350,8 +354,10 @@ def split_mps(gpus: int, needs: Mapping[str, float], coefficient: Mapping[tuple[
     solver.parameters.max_time_in_seconds = float(time_limit_s)
     solver.parameters.num_workers = max(1, threads)
     status = _status(cp_model, solver.solve(md))
-    if status not in (Status.OPTIMAL, Status.FEASIBLE):
-        raise SolverError(f"MPS split of {gpus} GPUs: {status.value}")
+    if status is not Status.OPTIMAL and status is not Status.FEASIBLE:
+        # Every share may stay unmet, so the model always has an answer: only the time limit can stop it empty.
+        raise SolverError(f"MPS split of {gpus} GPUs: no split found within {time_limit_s:.1f} s (the time left of "
+                          "--time-limit); raise --time-limit")
     parts = _renumber([(g, t, step_pct * solver.value(share[g, t])) for g in range(gpus) for t in tenants
                        if solver.value(share[g, t])])
     granted = {t: sum(p for (_, tt, p) in parts if tt == t) for t in tenants}
