@@ -252,3 +252,26 @@ def test_cli_profile_option_and_replay_note(tmp_path):
     assert "has no step times; the replay uses the roofline" in " ".join(res.output.split())
     res = runner.invoke(cli, ["plan", str(path), "--profile", "Nope@H100=x.json"])
     assert res.exit_code != 0 and "Nope" in res.output
+
+
+def test_replay_takes_step_times_from_a_step_profile(tmp_path):
+    from fleetplan.simulator.replay import FleetBuilder
+
+    shutil.copy(DATA / "steps-8b-a100.csv", tmp_path / "steps.csv")
+    text = (SCENARIO.replace("{gpu: H100, nodes: 4", "{gpu: A100-SXM4-80GB, nodes: 4")
+            .replace("tp: [1, 2]", "tp: [1]").replace("slo: {ttft_p95_s: 0.2, tpot_p95_s: 0.015}",
+                                                     "slo: {ttft_p95_s: 1.0, tpot_p95_s: 0.05}")
+            .replace("    demand:", "    profiles:\n      - {gpu: A100-SXM4-80GB, file: steps.csv}\n    demand:"))
+    (tmp_path / "s.yaml").write_text(text)
+    sc = load_scenario(tmp_path / "s.yaml")
+    problem = build_problem(sc)
+    (opt,) = problem.options
+    assert opt.capacity_source.startswith("measured step-csv steps.csv (step times)")
+    plan = solve(problem, "highs", time_limit_s=30)
+    assert validate(problem, plan).ok
+    fb = FleetBuilder(problem, plan, sc)
+    sm = fb.step_model("Llama-3.1-8B", opt.pool, 1, 1, None)
+    # The replay's prefill is the measured curve: 768 tokens halfway between 36 ms (512) and 68 ms (1,024).
+    assert float(sm.prefill(768)) == pytest.approx(0.052, rel=0.02)
+    assert sm.decode(64, 512) == pytest.approx(0.019, rel=0.05)
+    assert any("step times from measured step-csv" in n and "extends them linearly" in n for n in fb.notes)
