@@ -16,7 +16,7 @@ from fleetplan.fileio import check_destinations, output_files
 from fleetplan.placement.plan import Plan, evaluate
 from fleetplan.placement.planio import plan_to_dict
 from fleetplan.placement.problem import Problem
-from fleetplan.placement.scenario import build_problem, load_scenario, scenario_embed
+from fleetplan.placement.scenario import build_problem, load_scenario, scenario_embed, with_profiles
 from fleetplan.placement.validate import validate
 from fleetplan.placement.workbook import build_plan_workbook
 from fleetplan.simulator.verify import verify_plan, verify_text, verify_to_dict
@@ -42,15 +42,18 @@ def _render_table(problem, plan, d: dict) -> None:
         console.print(f"[yellow]The scenario covers {problem.horizon_hours:g} h; figures 'per day' repeat it "
                       f"{24 / problem.horizon_hours:g} times.[/yellow]")
     t = Table(title="Replicas per window (one digit per window, first to last)", title_justify="left")
-    for col in ("model", "GPU @ site", "tp×pp", "replicas per window", "GPU-h/day"):
+    for col in ("model", "GPU @ site", "tp×pp", "replicas per window", "GPU-h/day", "capacity from"):
         t.add_column(col, justify="right" if col == "GPU-h/day" else "left", overflow="fold")
     f = 24.0 / problem.horizon_hours
     for r in d["replicas"]:
         gh = sum(r["counts"]) * r["tp"] * r["pp"] * problem.window_hours * f
         t.add_row(r["model"], f"{r['gpu']} @ {r['site']}", f"{r['tp']}×{r['pp']}", _fmt_counts(r["counts"]),
-                  f"{gh:.0f}")
+                  f"{gh:.0f}", r.get("capacity_source", ""))
     for g in d["shared_gpus"]:
-        t.add_row(" + ".join(g["models"]), f"{g['gpu']} @ {g['site']}", "shared", "1 GPU, all day", "24")
+        src = g.get("capacity_source") or {}
+        t.add_row(" + ".join(g["models"]), f"{g['gpu']} @ {g['site']}", "shared", "1 GPU, all day", "24",
+                  "; ".join(f"{m}: {s}" for m, s in src.items()) if len(set(src.values())) > 1
+                  else next(iter(src.values()), ""))
     console.print(t)
     s = Table(title="Summary (per day)", title_justify="left")
     s.add_column("plan")
@@ -153,10 +156,15 @@ def _plot(path: Path, problem: Problem, plan: Plan) -> None:
               help="Replay the plan over its day (as `fleetplan simulate` does); for every model-window that misses "
                    "a target, tighten the capacity of the options it uses and plan again, until every target holds "
                    "in the replay or the rounds run out. Reports the derating per option.")
+@click.option("--profile", "profiles", multiple=True, metavar="MODEL@GPU[:tpN][:FORMAT]=FILE",
+              help="A measured performance profile replacing the roofline for one model on one GPU type and tp "
+                   "(repeatable): vllm bench serve result JSON (a glob for several runs), a guidellm report, an "
+                   "AIBrix/Mélange throughput table or a step-time CSV; the format is detected when not given. "
+                   "E.g. Llama-3.1-8B@H100:tp1=bench/*.json. The plan file keeps it, so its replay uses it too.")
 @click.option("--verify-rounds", type=click.IntRange(min=0, max=20), default=6, show_default=True,
               help="Most re-plans of --verify.")
 def plan(scenario, backend, time_limit_s, threads, gap, window_s, out_path, fmt, plot_path, xlsx_path,
-         no_baselines, verify, verify_rounds) -> None:
+         no_baselines, verify, verify_rounds, profiles) -> None:
     """Plan SCENARIO (a YAML file or a shipped scenario's name; the shipped default when omitted): replicas per
     model, GPU type, site and window at the lowest cost that meets every SLO. Every plan is re-checked by the
     independent validator before it is printed."""
@@ -165,7 +173,7 @@ def plan(scenario, backend, time_limit_s, threads, gap, window_s, out_path, fmt,
     check_destinations(outputs)  # fail before a long solve, not after it
     with progress_status(enabled=sys.stderr.isatty()) as say:
         say("reading the scenario and its demand")
-        sc = load_scenario(scenario, window_length_s=window_s)
+        sc = with_profiles(load_scenario(scenario, window_length_s=window_s), list(profiles))
         say("evaluating the capacity model")
         vr = None
         if verify:

@@ -22,6 +22,8 @@ GPU has analytic data, else returns zero capacity with a reason (never free capa
 
 from __future__ import annotations
 
+import dataclasses
+import glob
 import importlib.resources
 import json
 import math
@@ -33,7 +35,14 @@ import numpy as np
 import pandas as pd
 
 from fleetplan.costmodels.calibration import Calibration
-from fleetplan.costmodels.capacity import SLO, ReplicaCapacity, replica_capacity
+from fleetplan.costmodels.capacity import (
+    PROFILE_FORMATS,
+    SLO,
+    MeasuredProfile,
+    ReplicaCapacity,
+    ServingPoint,
+    replica_capacity,
+)
 from fleetplan.costmodels.demand import TokenMix
 from fleetplan.costmodels.hardware import GPU, Model
 from fleetplan.costmodels.latency import decode_step_time_s, prefill_time_s
@@ -179,6 +188,7 @@ class SplitwiseProfile:
     prefill_s: tuple[float, ...]
     decode_batch: tuple[float, ...]
     decode_s: tuple[float, ...]
+    extrapolate: bool = False
 
     @classmethod
     def from_frame(cls, df: pd.DataFrame, model: str, hardware: str, tp: int) -> SplitwiseProfile:
@@ -206,10 +216,19 @@ class SplitwiseProfile:
         return float(np.interp(t, x, y))
 
     def decode_step_time_s(self, batch: float, context_tokens: float = 0.0) -> float:
-        """Seconds per decode step at ``batch`` (interpolated; ``math.inf`` beyond :attr:`max_batch`)."""
-        if batch > self.max_batch:
-            return math.inf
-        return float(np.interp(batch, self.decode_batch, self.decode_s))
+        """Seconds per decode step at ``batch`` (interpolated; ``math.inf`` beyond :attr:`max_batch`, or extended
+        linearly when built by :meth:`for_replay`)."""
+        return _interp(batch, self.decode_batch, self.decode_s, self.extrapolate)
+
+    @property
+    def max_prompt_tokens(self) -> float:
+        """Longest measured single prompt (the capacity model refuses longer ones; :meth:`prefill_time_s` itself
+        extends linearly)."""
+        return self.prefill_tokens[-1]
+
+    def for_replay(self) -> SplitwiseProfile:
+        """The same profile with decode extended linearly beyond the largest measured batch (for the simulator)."""
+        return dataclasses.replace(self, extrapolate=True)
 
 
 @dataclass(frozen=True)
@@ -331,3 +350,426 @@ def capacity_for(model: Model, gpu: GPU | None, mix: TokenMix, slo: SLO, *, gpu_
                            reason=f"GPU {name or '?'} has no measured profile and no analytic data (memory "
                                   "bandwidth or dense FLOP/s missing in the catalog); it is not eligible",
                            source="")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Measured profiles as planner and simulator input
+
+
+def _interp(x: float, xs: tuple[float, ...], ys: tuple[float, ...], extrapolate: bool) -> float:
+    """Linear interpolation; below the first point the first value (times grow with size: conservative); beyond
+    the last point ``math.inf`` (not measured), or the line through the last two points when ``extrapolate``
+    (proportional through the origin with one point)."""
+    if x <= xs[-1]:
+        return float(np.interp(x, xs, ys))
+    if not extrapolate:
+        return math.inf
+    if len(xs) == 1:
+        return ys[-1] * x / xs[-1]
+    return ys[-1] + (ys[-1] - ys[-2]) / (xs[-1] - xs[-2]) * (x - xs[-1])
+
+
+@dataclass(frozen=True)
+class StepCurves:
+    """Measured prefill times (vs prompt length) and decode step times (vs batch, at one or more contexts).
+
+    Attributes:
+        model, hardware, tp: labels (the profile entry's model, GPU and tp).
+        prefill_tokens, prefill_s: prompt tokens and seconds of one prefill, ascending.
+        decode_contexts: context tokens the decode curves were measured at, ascending.
+        decode_curves: per context, (batches ascending, seconds per step).
+        extrapolate: beyond the measured range, extend linearly (the simulator's replay) instead of returning
+            ``math.inf`` (the capacity model: nothing beyond the measurements is vouched for).
+    Between contexts the step time is interpolated linearly; below the smallest context or batch the first value
+    is used (conservative: step time grows with both).
+    """
+
+    model: str
+    hardware: str
+    tp: int
+    prefill_tokens: tuple[float, ...]
+    prefill_s: tuple[float, ...]
+    decode_contexts: tuple[float, ...]
+    decode_curves: tuple[tuple[tuple[float, ...], tuple[float, ...]], ...]
+    extrapolate: bool = False
+
+    @property
+    def max_prompt_tokens(self) -> float:
+        """Longest measured prompt."""
+        return self.prefill_tokens[-1]
+
+    @property
+    def max_context_tokens(self) -> float:
+        """Largest measured decode context."""
+        return self.decode_contexts[-1]
+
+    @property
+    def max_batch(self) -> float:
+        """Largest batch measured at every context."""
+        return min(b[-1] for b, _ in self.decode_curves)
+
+    def prefill_time_s(self, prompt_tokens: float, batch: float = 1) -> float:
+        """Seconds to prefill ``batch`` prompts of ``prompt_tokens`` (looked up at batch × prompt tokens)."""
+        return _interp(prompt_tokens * batch, self.prefill_tokens, self.prefill_s, self.extrapolate)
+
+    def decode_step_time_s(self, batch: float, context_tokens: float = 0.0) -> float:
+        """Seconds of one decode step of ``batch`` sequences at mean context ``context_tokens``."""
+        cs = self.decode_contexts
+
+        def at(j: int) -> float:
+            b, t = self.decode_curves[j]
+            return _interp(batch, b, t, self.extrapolate)
+
+        if context_tokens <= cs[0] or len(cs) == 1:
+            # One measured context: beyond it the replay keeps that context's curve (stated in its notes).
+            return math.inf if context_tokens > cs[-1] and not self.extrapolate else at(0)
+        if context_tokens > cs[-1]:
+            if not self.extrapolate:
+                return math.inf
+            j = len(cs) - 2
+        else:
+            j = int(np.searchsorted(cs, context_tokens, side="left")) - 1
+        f = (context_tokens - cs[j]) / (cs[j + 1] - cs[j])
+        return at(j) + f * (at(j + 1) - at(j))
+
+    def for_replay(self) -> StepCurves:
+        """The same curves extended linearly beyond the measured range (for the simulator)."""
+        return StepCurves(self.model, self.hardware, self.tp, self.prefill_tokens, self.prefill_s,
+                          self.decode_contexts, self.decode_curves, extrapolate=True)
+
+
+_STEP_COLUMNS = ("phase", "prompt_tokens", "batch", "context_tokens")
+
+
+def read_step_csv(path: str | Path, *, model: str = "", gpu: str = "", tp: int = 1) -> StepCurves:
+    """Read a step-time CSV: one row per measurement, columns phase (prefill | decode), prompt_tokens (prefill
+    rows), batch (decode rows; prefill rows may give it, default 1: looked up at batch × prompt tokens),
+    context_tokens (decode rows: mean tokens in each sequence's KV cache), and time_ms or time_s. Repeated
+    measurements of one point are reduced to their median.
+
+    Raises InputError (naming the file, row and column) for a missing column, a non-positive number, an unknown
+    phase, or no prefill or no decode rows.
+    """
+    source = str(path)
+    try:
+        df = pd.read_csv(path)
+    except (OSError, pd.errors.ParserError, UnicodeDecodeError) as e:
+        raise InputError(f"cannot read the step-time CSV: {e}", source=source) from None
+    df.columns = [c.strip() for c in df.columns]
+    time_col = "time_ms" if "time_ms" in df.columns else "time_s" if "time_s" in df.columns else None
+    missing = [c for c in _STEP_COLUMNS if c not in df.columns] + ([] if time_col else ["time_ms or time_s"])
+    if missing:
+        raise InputError(f"missing columns {missing}; a step-time CSV has phase, prompt_tokens, batch, "
+                         "context_tokens and time_ms (or time_s)", source=source)
+    phase = df["phase"].astype(str).str.strip().str.lower()
+    bad_phase = ~phase.isin(["prefill", "decode"])
+    if bad_phase.any():
+        i = int(np.flatnonzero(bad_phase.to_numpy())[0])
+        raise InputError(f"phase {df['phase'].iloc[i]!r} must be prefill or decode", source=source, row=i + 2,
+                         field="phase", value=df["phase"].iloc[i])
+    need = {"prefill": ("prompt_tokens", time_col), "decode": ("batch", "context_tokens", time_col)}
+    vals = {c: pd.to_numeric(df[c], errors="coerce") for c in ("prompt_tokens", "batch", "context_tokens", time_col)}
+    for ph, cols in need.items():
+        for c in cols:
+            v = vals[c][phase == ph]
+            bad = v.isna() | (v <= 0)
+            if bad.any():
+                i = int(v.index[bad.to_numpy()][0])
+                raise InputError(f"{ph} rows need a positive {c}, got {df[c].iloc[i]!r}", source=source, row=i + 2,
+                                 field=c, value=df[c].iloc[i])
+    scale = 1e-3 if time_col == "time_ms" else 1.0
+    pre = pd.DataFrame({"tokens": vals["prompt_tokens"] * vals["batch"].fillna(1.0),
+                        "s": vals[time_col] * scale})[phase == "prefill"]
+    dec = pd.DataFrame({"batch": vals["batch"], "ctx": vals["context_tokens"], "s": vals[time_col] * scale})[
+        phase == "decode"]
+    if pre.empty or dec.empty:
+        raise InputError(f"the step-time CSV has no {'prefill' if pre.empty else 'decode'} rows; it needs both",
+                         source=source, field="phase")
+    p = pre.groupby("tokens").s.median()
+    curves = []
+    for _, g in dec.groupby("ctx", sort=True):
+        m = g.groupby("batch").s.median()
+        curves.append((tuple(m.index.astype(float)), tuple(m.to_numpy(float))))
+    return StepCurves(model, gpu, tp, tuple(p.index.astype(float)), tuple(p.to_numpy(float)),
+                      tuple(float(c) for c in sorted(dec.ctx.unique())), tuple(curves))
+
+
+def _json_records(path: Path, source: str) -> list[Any]:
+    """The JSON value of a file, or its JSON lines (``vllm bench serve --append-result``) as a list."""
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as e:
+        raise InputError(f"cannot read the profile: {e}", source=source) from None
+    try:
+        return [json.loads(text)]
+    except json.JSONDecodeError:
+        pass
+    out = []
+    for i, line in enumerate(text.splitlines(), start=1):
+        if line.strip():
+            try:
+                out.append(json.loads(line))
+            except json.JSONDecodeError as e:
+                raise InputError(f"not JSON (nor JSON lines): {e.msg}", source=source, row=i) from None
+    return out
+
+
+def _num(d: dict, key: str, source: str, *, required: bool = True) -> float | None:
+    v = d.get(key)
+    if v is None and not required:
+        return None
+    try:
+        x = float(v)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise InputError(f"{key} {v!r} is not a number", source=source, field=key, value=v) from None
+    if math.isnan(x) or x < 0:
+        raise InputError(f"{key} {v!r} must be a number >= 0", source=source, field=key, value=v)
+    return x
+
+
+_VLLM_METRICS = {"ttft": "ttft", "tpot": "tpot", "e2el": "e2e"}
+
+
+def read_vllm_bench(paths: list[Path], *, source: str) -> MeasuredProfile:
+    """Serving points from ``vllm bench serve`` / ``benchmark_serving.py`` result files (module docstring).
+
+    Latency keys are read in milliseconds: median_{m}_ms as p50 and p{P}_{m}_ms (m = ttft, tpot, e2el). The token
+    lengths come from input_lens / output_lens when saved (--save-detailed: mean and p95), else the means
+    total_input_tokens / completed and total_output_tokens / completed. Raises InputError for a record without
+    completed or request_throughput, runs of different models, or no usable run.
+    """
+    points, notes, models = [], [], set()
+    ins: list[float] = []
+    outs: list[float] = []
+    tot_in = tot_out = tot_n = 0.0
+    closed = False
+    for path in paths:
+        for k, rec in enumerate(_json_records(path, str(path)), start=1):
+            where = f"{path}" + (f" (record {k})" if k > 1 else "")
+            if not isinstance(rec, dict) or "request_throughput" not in rec or "completed" not in rec:
+                raise InputError("not a vllm bench serve result (no request_throughput / completed); write one "
+                                 "with vllm bench serve --save-result", source=where)
+            models.add(str(rec.get("model_id", "")))
+            rate = rec.get("request_rate", "inf")
+            conc = rec.get("max_concurrency")
+            finite = rate not in ("inf", None) and math.isfinite(float(rate))
+            if not finite and conc is None:
+                notes.append(f"{where}: left out: a burst run (request_rate inf, no max_concurrency) measures no "
+                             "latency at a rate")
+                continue
+            load = (f"rate {float(rate):g} req/s" if finite else f"concurrency {conc} (closed loop)")
+            if finite and conc is not None:
+                load += f", concurrency cap {conc}"
+            if finite and float(rec.get("burstiness", 1.0) or 1.0) != 1.0:
+                load += f", gamma arrivals (burstiness {rec['burstiness']})"
+            closed = closed or not finite
+            lat: dict[str, dict[float, float]] = {}
+            for key, val in rec.items():
+                parts = key.split("_")
+                if len(parts) == 3 and parts[2] == "ms" and parts[1] in _VLLM_METRICS and val is not None:
+                    if parts[0] == "median":
+                        pct = 50.0
+                    elif parts[0].startswith("p"):
+                        try:
+                            pct = float(parts[0][1:])
+                        except ValueError:
+                            continue
+                    else:
+                        continue
+                    lat.setdefault(_VLLM_METRICS[parts[1]], {})[pct] = float(val) / 1e3
+            completed = int(_num(rec, "completed", where) or 0)
+            points.append(ServingPoint(float(_num(rec, "request_throughput", where) or 0.0), load, lat, completed,
+                                       int(_num(rec, "failed", where, required=False) or 0)))
+            if isinstance(rec.get("input_lens"), list) and isinstance(rec.get("output_lens"), list):
+                ins += [float(x) for x in rec["input_lens"]]
+                outs += [float(x) for x in rec["output_lens"] if x]
+            tot_in += _num(rec, "total_input_tokens", where, required=False) or 0.0
+            tot_out += _num(rec, "total_output_tokens", where, required=False) or 0.0
+            tot_n += completed
+    models.discard("")
+    if len(models) > 1:
+        raise InputError(f"the files hold runs of different models ({', '.join(sorted(models))}); give one "
+                         "model's runs per profile", source=source)
+    if not points:
+        raise InputError("no usable run in the profile (every run was a burst without rate or concurrency)",
+                         source=source)
+    if ins and outs:
+        mix = (float(np.mean(ins)), float(np.percentile(ins, 95)), float(np.mean(outs)), float(np.percentile(outs, 95)))
+    elif tot_n > 0 and tot_in > 0 and tot_out > 0:
+        mix = (tot_in / tot_n, None, tot_out / tot_n, None)  # type: ignore[assignment]
+    else:
+        mix = (None, None, None, None)  # type: ignore[assignment]
+    return MeasuredProfile("vllm-bench", source, model=next(iter(models), ""),
+                           points=tuple(sorted(points, key=lambda p: p.req_per_s)), input_tokens_mean=mix[0],
+                           input_tokens_p95=mix[1], output_tokens_mean=mix[2], output_tokens_p95=mix[3],
+                           closed_loop=closed, notes=tuple(notes))
+
+
+def _gl_dist(metrics: dict, name: str, where: str, scale: float = 1.0) -> dict[float, float] | None:
+    """{percentile: value × scale} of a guidellm distribution's successful requests (None when absent)."""
+    d = metrics.get(name)
+    if not isinstance(d, dict):
+        return None
+    s = d.get("successful", d)
+    if not isinstance(s, dict) or not s.get("count", 1):
+        return None
+    out = {}
+    for k, v in (s.get("percentiles") or {}).items():
+        if v is None:
+            continue
+        digits = k[1:]
+        # p001 = 0.1, p01 = 1, p05 = 5, p10 .. p99 as written, p999 = 99.9
+        pct = {"001": 0.1, "01": 1.0, "05": 5.0, "999": 99.9}.get(digits)
+        try:
+            out[pct if pct is not None else float(digits)] = float(v) * scale
+        except ValueError:
+            raise InputError(f"guidellm percentile key {k!r} is not p<digits>", source=where, field=name) from None
+    if "median" in s and s["median"] is not None:
+        out.setdefault(50.0, float(s["median"]) * scale)
+    return out
+
+
+def read_guidellm(path: Path, *, source: str) -> MeasuredProfile:
+    """Serving points from a guidellm benchmark report (module docstring). TTFT from time_to_first_token_ms, TPOT
+    from inter_token_latency_ms, end-to-end from request_latency (seconds); req/s is requests_per_second's mean
+    over successful requests; token lengths from prompt_token_count / output_token_count (means and p95s,
+    weighted by requests). Raises InputError when there is no 'benchmarks' list or no usable benchmark."""
+    (doc,) = _json_records(path, source)[:1] or [None]
+    if not isinstance(doc, dict) or not isinstance(doc.get("benchmarks"), list):
+        raise InputError("not a guidellm report (no 'benchmarks' list); write one with guidellm benchmark "
+                         "--output-path report.json", source=source, field="benchmarks")
+    points, notes = [], []
+    stats: dict[str, list[tuple[float, float]]] = {"in_mean": [], "in_p95": [], "out_mean": [], "out_p95": []}
+    closed = False
+    for i, b in enumerate(doc["benchmarks"]):
+        where = f"{source}: benchmarks[{i}]"
+        cfg = b.get("config") or b.get("args") or {}
+        strat = cfg.get("strategy") or {}
+        kind = strat.get("type_", "")
+        m = b.get("metrics") or {}
+        if kind == "throughput":
+            notes.append(f"{where}: left out: a throughput (burst) benchmark measures no latency at a rate")
+            continue
+        if kind in ("constant", "poisson"):
+            load = f"{kind} rate {float(strat.get('rate', 0)):g} req/s"
+        elif kind == "synchronous":
+            load, closed = "synchronous (concurrency 1, closed loop)", True
+        elif kind == "concurrent":
+            load, closed = f"concurrency {strat.get('streams', '?')} (closed loop)", True
+        else:
+            load = kind or "unknown strategy"
+        rps = (m.get("requests_per_second") or {}).get("successful") or {}
+        if "mean" not in rps:
+            raise InputError("benchmark has no metrics.requests_per_second.successful.mean", source=where,
+                             field="metrics.requests_per_second")
+        lat = {k: v for k, v in (("ttft", _gl_dist(m, "time_to_first_token_ms", where, 1e-3)),
+                                 ("tpot", _gl_dist(m, "inter_token_latency_ms", where, 1e-3)),
+                                 ("e2e", _gl_dist(m, "request_latency", where))) if v}
+        totals = m.get("request_totals") or {}
+        n_ok = int(totals.get("successful", 0) or 0)
+        failed = int(totals.get("incomplete", 0) or 0) + int(totals.get("errored", 0) or 0)
+        points.append(ServingPoint(float(rps["mean"]), load, lat, n_ok, failed))
+        for key, name in (("in", "prompt_token_count"), ("out", "output_token_count")):
+            d = _gl_dist(m, name, where)
+            s = ((m.get(name) or {}).get("successful") or {})
+            if s.get("mean") is not None:
+                stats[f"{key}_mean"].append((float(s["mean"]), max(n_ok, 1)))
+            if d and 95.0 in d:
+                stats[f"{key}_p95"].append((d[95.0], max(n_ok, 1)))
+    if not points:
+        raise InputError("no usable benchmark in the guidellm report (only throughput/burst runs)", source=source)
+
+    def wmean(k: str) -> float | None:
+        v = stats[k]
+        return sum(x * w for x, w in v) / sum(w for _, w in v) if v else None
+
+    model = ""
+    for b in doc["benchmarks"]:
+        be = ((b.get("config") or b.get("args") or {}).get("backend") or {})
+        model = model or str(be.get("model", "") or "")
+    return MeasuredProfile("guidellm", source, model=model, points=tuple(sorted(points, key=lambda p: p.req_per_s)),
+                           input_tokens_mean=wmean("in_mean"), input_tokens_p95=wmean("in_p95"),
+                           output_tokens_mean=wmean("out_mean"), output_tokens_p95=wmean("out_p95"),
+                           closed_loop=closed, notes=tuple(notes))
+
+
+def detect_profile_format(path: Path) -> str:
+    """The format of a profile file, from its content: a CSV with a 'phase' column is 'step-csv', one with
+    Splitwise's columns 'splitwise'; JSON with 'benchmarks' is 'guidellm', with 'tputs' 'aibrix', with
+    'request_throughput' (or JSON lines of such) 'vllm-bench'. Raises InputError when none matches."""
+    source = str(path)
+    if path.suffix.lower() == ".csv":
+        try:
+            header = path.read_text().splitlines()[0] if path.stat().st_size else ""
+        except (OSError, UnicodeDecodeError, IndexError) as e:
+            raise InputError(f"cannot read the profile: {e}", source=source) from None
+        cols = {c.strip().replace("(ms)", "") for c in header.split(",")}
+        if "phase" in cols:
+            return "step-csv"
+        if set(_SPLITWISE_COLUMNS) <= cols:
+            return "splitwise"
+        raise InputError("CSV is neither a step-time profile (phase, prompt_tokens, batch, context_tokens, time_ms) "
+                         "nor a Splitwise profile; give format: explicitly", source=source)
+    recs = _json_records(path, source)
+    first = recs[0] if recs else None
+    if isinstance(first, dict):
+        if "benchmarks" in first:
+            return "guidellm"
+        if "tputs" in first:
+            return "aibrix"
+        if "request_throughput" in first:
+            return "vllm-bench"
+    raise InputError(f"cannot tell the profile's format; give format: one of {', '.join(PROFILE_FORMATS)}",
+                     source=source, field="format")
+
+
+def profile_files(pattern: str, base: Path | None = None) -> list[Path]:
+    """Files a profile entry names: a path or a glob pattern (relative to ``base`` unless absolute), sorted.
+    Raises InputError when nothing matches."""
+    p = Path(pattern)
+    full = p if p.is_absolute() or base is None else base / p
+    if any(ch in pattern for ch in "*?["):
+        found = sorted(Path(f) for f in glob.glob(str(full)))
+    else:
+        found = [full] if full.is_file() else []
+    if not found:
+        raise InputError(f"no profile file matches {pattern!r}" + (f" (relative to {base})" if base else ""),
+                         source=pattern, field="file", value=pattern)
+    return found
+
+
+def load_profile(files: list[Path], fmt: str | None = None, *, tp: int = 1, model: str = "", gpu: str = "",
+                 source: str = "") -> MeasuredProfile:
+    """Read a measured profile of ``model`` on ``tp`` × ``gpu`` from ``files`` (several only for vllm-bench runs),
+    detecting the format when ``fmt`` is None. Returns a :class:`~fleetplan.costmodels.capacity.MeasuredProfile`.
+    Raises InputError for an unreadable or malformed file, formats that disagree, or several files of a
+    one-file format."""
+    source = source or ", ".join(str(f) for f in files)
+    fmts = {detect_profile_format(f) for f in files} if fmt is None else {fmt}
+    if len(fmts) != 1:
+        raise InputError(f"the files are in different formats ({', '.join(sorted(fmts))}); one profile is one "
+                         "format", source=source, field="format")
+    (fmt,) = fmts
+    if fmt not in PROFILE_FORMATS:
+        raise InputError(f"unknown profile format {fmt!r}; one of {', '.join(PROFILE_FORMATS)}", source=source,
+                         field="format", value=fmt)
+    if fmt == "vllm-bench":
+        return read_vllm_bench(files, source=source)
+    if len(files) != 1:
+        raise InputError(f"a {fmt} profile is one file, got {len(files)}", source=source, field="file")
+    (f,) = files
+    if fmt == "guidellm":
+        return read_guidellm(f, source=source)
+    if fmt == "aibrix":
+        return MeasuredProfile("aibrix", source, table=ProfileCapacity.from_aibrix_json(f))
+    if fmt == "step-csv":
+        return MeasuredProfile("step-csv", source, model=model, step=read_step_csv(f, model=model, gpu=gpu, tp=tp))
+    df = load_splitwise(f)
+    sl = df[df.tp == tp][["model", "hardware"]].drop_duplicates()
+    if len(sl) != 1:
+        have = sorted(set(zip(df.model.astype(str), df.hardware.astype(str), df.tp.astype(int), strict=True)))
+        raise InputError(f"the Splitwise file must hold exactly one (model, hardware) at tp {tp}; it holds "
+                         f"{have}", source=source, field="tp", value=tp)
+    r = sl.iloc[0]
+    return MeasuredProfile("splitwise", source, model=str(r.model),
+                           step=SplitwiseProfile.from_frame(df, str(r.model), str(r.hardware), tp))

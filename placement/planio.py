@@ -3,12 +3,13 @@ service read. The scenario is embedded, so a plan file can be replayed without t
 
 Format (version 1): status, backend, cost_usd_per_day, gpu_hours_per_day, lower_bound_usd_per_day, gap,
 solve_time_s, message, cost_breakdown_usd_per_day {gpu, starts, egress}, utilization {mean, peak},
-window_length_s, n_windows, replicas [{model, pool, site, gpu, tp, pp, capacity_req_per_s, counts[]}],
-shared_gpus [{pool, site, gpu, models[], served_req_per_s {model: []}}], windows [{index, start_s, gpus,
-utilization, demand_req_per_s {model}, capacity_req_per_s {model}, replicas {model: {"gpu@site tpN": n}}}],
-baselines {name: {cost_usd_per_day, gpu_hours_per_day, valid, message}}, validation {ok, violations},
-scenario {name, source, raw}. "per day" figures scale the horizon's totals to 24 h (the horizon is a day for
-24 one-hour windows; a shorter horizon is taken to repeat).
+window_length_s, n_windows, replicas [{model, pool, site, gpu, tp, pp, capacity_req_per_s, capacity_source,
+counts[]}], shared_gpus [{pool, site, gpu, models[], served_req_per_s {model: []}, capacity_source {model}}],
+windows [{index, start_s, gpus, utilization, demand_req_per_s {model}, capacity_req_per_s {model}, replicas
+{model: {"gpu@site tpN": n}}}], baselines {name: {cost_usd_per_day, gpu_hours_per_day, valid, message}},
+validation {ok, violations}, scenario {name, source, raw}. capacity_source says where an option's capacity came
+from: 'roofline (<GPU> row of <calibration file>)' or 'measured <format> <file> (...)'. "per day" figures scale
+the horizon's totals to 24 h (the horizon is a day for 24 one-hour windows; a shorter horizon is taken to repeat).
 """
 
 from __future__ import annotations
@@ -65,11 +66,15 @@ def plan_to_dict(problem: Problem, plan: Plan, *, scenario: dict | None = None,
         o = opts[key]
         p = pools[o.pool]
         out["replicas"].append({"model": o.model, "pool": o.pool, "site": p.site, "gpu": p.gpu, "tp": o.tp,
-                                "pp": o.pp, "capacity_req_per_s": o.capacity_req_per_s, "counts": list(counts)})
+                                "pp": o.pp, "capacity_req_per_s": o.capacity_req_per_s,
+                                "capacity_source": o.capacity_source, "counts": list(counts)})
     for g in plan.shared:
         p = pools[g.pool]
+        shares = problem.share_by_key
         out["shared_gpus"].append({"pool": g.pool, "site": p.site, "gpu": p.gpu, "models": list(g.models),
-                                   "served_req_per_s": {m: list(v) for m, v in g.served_req_per_s.items()}})
+                                   "served_req_per_s": {m: list(v) for m, v in g.served_req_per_s.items()},
+                                   "capacity_source": {m: shares[(m, g.pool)].capacity_source for m in g.models
+                                                       if (m, g.pool) in shares}})
     if ev:
         for w in range(problem.n_windows):
             reps: dict[str, dict[str, int]] = {}

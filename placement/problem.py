@@ -82,6 +82,8 @@ class ReplicaOption:
         memory_bytes_per_gpu: memory the replica occupies on each of its GPUs, bytes.
         start_cost_usd: cost of starting one replica (loading its weights), USD.
         ttft_p95_s, tpot_p95_s: the capacity model's latency at capacity (checked against the SLO).
+        capacity_source: where the capacity comes from ('roofline (... calibration)' or 'measured <format> <file>
+            (...)'), shown in plans.
     """
 
     model: str
@@ -93,6 +95,7 @@ class ReplicaOption:
     start_cost_usd: float = 0.0
     ttft_p95_s: float = 0.0
     tpot_p95_s: float = 0.0
+    capacity_source: str = ""
 
     def __post_init__(self) -> None:
         owner = f"option {self.key}"
@@ -128,6 +131,7 @@ class ShareOption:
             its own memory footprint; on a shared GPU, in every window, the sum over resident models of
             served / capacity stays <= 1 - margin (time-sharing of the compute).
         memory_bytes: the footprint (weights + its KV-cache reservation), bytes.
+        capacity_source: where the capacity comes from (as in :class:`ReplicaOption`).
     """
 
     model: str
@@ -136,6 +140,7 @@ class ShareOption:
     memory_bytes: float
     ttft_p95_s: float = 0.0
     tpot_p95_s: float = 0.0
+    capacity_source: str = ""
 
     def __post_init__(self) -> None:
         owner = f"share option {self.model}@{self.pool}"

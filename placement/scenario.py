@@ -41,6 +41,9 @@ twice in one mapping is an error)::
         slo: {ttft_p95_s: 2.0, tpot_p95_s: 0.1}
         origin_site: aws:us-east-1   # where its traffic comes from (egress when served elsewhere)
         token_mix: {trace: azure-conv}    # or {input_tokens_mean, input_tokens_p95, output_tokens_mean, ...}
+        profiles:                    # optional: measured performance replacing the roofline for a (GPU, tp)
+          - {gpu: H100, tp: 1, file: bench/*.json, format: vllm-bench}   # format detected when absent:
+            # vllm-bench, guidellm, aibrix (throughput table), step-csv, splitwise
         demand:                      # exactly one of:
           servegen: {series: m-small, mean_rate_req_per_s: 1.5, day: mean, gaps: interpolate}
           trace: {name: azure-conv, rate_scale: 1.0}
@@ -52,20 +55,31 @@ Relative file paths are relative to the scenario file. Every error names the fil
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fleetplan.costmodels.capacity import SLO, replica_capacity
+from fleetplan.costmodels.calibration import Calibration
+from fleetplan.costmodels.capacity import (
+    PROFILE_FORMATS,
+    SLO,
+    MeasuredProfile,
+    ReplicaCapacity,
+    measured_replica_capacity,
+    replica_capacity,
+)
 from fleetplan.costmodels.demand import Demand, TokenMix
-from fleetplan.costmodels.network import Site, route_class
+from fleetplan.costmodels.hardware import GPU, Model
+from fleetplan.costmodels.network import Link, Site, route_class
 from fleetplan.costmodels.prices import select_egress_table
 from fleetplan.costmodels.queueing import poisson_occupancy_quantile
 from fleetplan.datasets.calibration import load_calibration
 from fleetplan.datasets.catalog import find_price, get_gpu, get_model, load_egress, load_gpu_prices
 from fleetplan.datasets.network import inter_node_link
+from fleetplan.datasets.profiles import load_profile, profile_files
 from fleetplan.datasets.servegen import servegen_demand
 from fleetplan.datasets.shipped import shipped_scenario_text, shipped_scenarios
 from fleetplan.datasets.traces import (
@@ -278,6 +292,109 @@ def egress_table(sites: list[str]) -> dict[tuple[str, str], float]:
     return out
 
 
+def _scenario_file(scenario: Scenario, spec: ScenarioFile, key: str) -> str | None:
+    """Path of a ``files:`` entry (gpus, models, prices), resolved against the scenario's folder; None if absent."""
+    name = getattr(spec.files, key) if spec.files is not None else None
+    if name is None:
+        return None
+    p = Path(name)
+    base = Path(scenario.base_dir) if scenario.base_dir else None
+    return str(base / p) if base is not None and not p.is_absolute() else str(p)
+
+
+def scenario_profiles(scenario: Scenario) -> dict[str, dict[tuple[str, int], MeasuredProfile]]:
+    """The measured profiles the scenario's models name (``models[].profiles``), read once:
+    {catalog model name: {(catalog GPU name, tp): MeasuredProfile}}. The planner (:func:`build_problem`) and the
+    simulator (:mod:`fleetplan.simulator.replay`) both take their capacity source from here.
+
+    Raises InputError naming the entry for an unreadable file or two profiles of one (GPU, tp), UnknownNameError
+    for an unknown GPU.
+    """
+    spec = scenario.spec or validate_input(ScenarioFile, scenario.raw, source=scenario.source, labels=ENTRY_LABELS)
+    base = Path(scenario.base_dir) if scenario.base_dir else None
+    out: dict[str, dict[tuple[str, int], MeasuredProfile]] = {}
+    for i, m in enumerate(spec.models):
+        if not m.profiles:
+            continue
+        model = get_model(m.name, _scenario_file(scenario, spec, "models"))
+        got = out.setdefault(model.name, {})
+        for j, ps in enumerate(m.profiles):
+            where = f"{scenario.source}: models[{i}].profiles[{j}]"
+            try:
+                gpu = get_gpu(ps.gpu, _scenario_file(scenario, spec, "gpus"))
+                files = [f for pattern in ps.files for f in profile_files(pattern, base)]
+                prof = load_profile(files, ps.format, tp=ps.tp, model=model.name, gpu=gpu.name,
+                                    source=", ".join(ps.files))
+            except FleetplanError as exc:
+                raise InputError(str(exc), source=where, field="profiles") from None
+            if (gpu.name, ps.tp) in got:
+                raise InputError(f"two profiles of {model.name} on {gpu.name} tp {ps.tp}; give one (several "
+                                 "vllm bench serve runs go in one entry's file list)", source=where, field="gpu",
+                                 value=ps.gpu)
+            got[(gpu.name, ps.tp)] = prof
+    return out
+
+
+def parse_profile_option(text: str) -> tuple[str, str, int, str | None, str]:
+    """Parse ``fleetplan plan --profile MODEL@GPU[:tpN][:FORMAT]=FILE`` into (model, gpu, tp, format or None, file
+    pattern). Raises InputError with the expected form."""
+    form = ("give MODEL@GPU[:tpN][:FORMAT]=FILE, e.g. Llama-3.1-8B@H100:tp1=bench/*.json or "
+            "Llama-3.1-8B@A100:tp2:guidellm=report.json")
+    head, eq, file = text.partition("=")
+    model, at, rest = head.partition("@")
+    if not (eq and at and model.strip() and rest.strip() and file.strip()):
+        raise InputError(f"--profile {text!r}: {form}", field="--profile", value=text)
+    gpu, *mods = rest.split(":")
+    tp, fmt = 1, None
+    for mod in mods:
+        if mod.startswith("tp") and mod[2:].isdigit():
+            tp = int(mod[2:])
+        elif mod in PROFILE_FORMATS:
+            fmt = mod
+        else:
+            raise InputError(f"--profile {text!r}: {mod!r} is neither tpN nor a format ({', '.join(PROFILE_FORMATS)}); "
+                             f"{form}", field="--profile", value=text)
+    return model.strip(), gpu.strip(), tp, fmt, file.strip()
+
+
+def with_profiles(scenario: Scenario, options: list[str]) -> Scenario:
+    """``scenario`` with the ``--profile`` options added to its models' ``profiles`` keys (file paths made
+    absolute: they are relative to the working directory, not to the scenario). The raw mapping changes too, so a
+    plan file embeds the profiles and its replay uses the same source. Raises InputError for a malformed option,
+    UnknownNameError for a model the scenario does not have."""
+    if not options:
+        return scenario
+    raw = copy.deepcopy(scenario.raw)
+    spec = scenario.spec or validate_input(ScenarioFile, raw, source=scenario.source, labels=ENTRY_LABELS)
+    models_file = _scenario_file(scenario, spec, "models")
+    names = [get_model(m.name, models_file).name for m in spec.models]
+    for text in options:
+        model, gpu, tp, fmt, file = parse_profile_option(text)
+        want = get_model(model, models_file).name
+        if want not in names:
+            raise UnknownNameError("scenario model", model, [m.name for m in spec.models], field="--profile")
+        entry: dict = {"gpu": gpu, "tp": tp, "file": str(Path(file).absolute())}
+        if fmt:
+            entry["format"] = fmt
+        raw["models"][names.index(want)].setdefault("profiles", []).append(entry)
+    return scenario_from_raw(raw, source=scenario.source, base=scenario.base_dir,
+                             window_length_s=scenario.options["window_length_s"])
+
+
+def _option_capacity(prof: MeasuredProfile | None, model: Model, gpu: GPU, mix: TokenMix, slo: SLO, opts: dict, *,
+                     tp: int, calib: Calibration, pp: int = 1, link: Link | None = None, residents: int = 1,
+                     kv_budget_bytes: float | None = None) -> ReplicaCapacity:
+    """Capacity of one option from its measured profile when it has one, else from the calibrated roofline."""
+    if prof is not None:
+        return measured_replica_capacity(prof, mix, slo, model=model, gpu=gpu, tp=tp,
+                                         memory_utilization=opts["memory_utilization"],
+                                         weight_dtype=opts["weight_dtype"], kv_dtype=opts["kv_dtype"],
+                                         residents=residents, kv_budget_bytes=kv_budget_bytes)
+    return replica_capacity(model, gpu, mix, slo, tp=tp, pp=pp, weight_dtype=opts["weight_dtype"],
+                            kv_dtype=opts["kv_dtype"], memory_utilization=opts["memory_utilization"], link=link,
+                            calib=calib, residents=residents, kv_budget_bytes=kv_budget_bytes)
+
+
 #: Key of a derated option: (model, pool id, tp, pp) for a dedicated replica, (model, pool id, 'shared', 1) for a
 #: shared-GPU residence.
 DeratingKey = tuple[str, str, int | str, int]
@@ -308,12 +425,9 @@ def build_problem(scenario: Scenario, *, progress: Callable[[str], None] | None 
     base = Path(scenario.base_dir) if scenario.base_dir else None
 
     def _file(key: str) -> str | None:
-        name = getattr(spec.files, key) if spec.files is not None else None
-        if name is None:
-            return None
-        p = Path(name)
-        return str(base / p) if base is not None and not p.is_absolute() else str(p)
+        return _scenario_file(scenario, spec, key)
 
+    measured = scenario_profiles(scenario)
     prices = load_gpu_prices(_file("prices"))
     calib_file = opts.get("calibration")
     if calib_file is not None and base is not None and not Path(calib_file).is_absolute():
@@ -368,9 +482,17 @@ def build_problem(scenario: Scenario, *, progress: Callable[[str], None] | None 
                                 demand_source=demand.source))
         why = []
         weights = model.weight_bytes(opts["weight_dtype"])
+        mprof = measured.get(model.name, {})
+        for (g, t), given in mprof.items():
+            if g not in gpus or t not in tps:
+                why.append(f"profile {given.source} ({g} tp {t}) is not used: "
+                           + (f"no pool has {g}" if g not in gpus else f"tp {t} is not in the model's tp list"))
+            why += [f"profile {given.source}: {n}" for n in given.notes]
         for pool in pools:
             gpu = gpus[pool.gpu]
             calib = load_calibration(gpu, calib_file)
+            roofline_src = (f"roofline ({calib.gpu} row of "
+                            f"{opts.get('calibration') or 'the shipped calibration roofline.csv'})")
             if progress:
                 progress(f"capacity of {model.name} on {pool.id}")
             candidates = [(tp, 1) for tp in tps if tp <= pool.gpus_per_node and pool.gpus_per_node % tp == 0]
@@ -379,9 +501,9 @@ def build_problem(scenario: Scenario, *, progress: Callable[[str], None] | None 
                 need = math.ceil(weights / node_bytes)
                 candidates += [(pool.gpus_per_node, pp) for pp in range(max(2, need), max(2, need) + 2)]
             for tp, pp in candidates:
-                cap = replica_capacity(model, gpu, mix, slo, tp=tp, pp=pp, weight_dtype=opts["weight_dtype"],
-                                       kv_dtype=opts["kv_dtype"], memory_utilization=mu_mem,
-                                       link=link if pp > 1 else None, calib=calib)
+                prof = mprof.get((gpu.name, tp)) if pp == 1 else None
+                cap = _option_capacity(prof, model, gpu, mix, slo, opts, tp=tp, pp=pp, calib=calib,
+                                       link=link if pp > 1 else None)
                 if cap.req_per_s <= 0:
                     why.append(f"{pool.id} tp {tp}{f' pp {pp}' if pp > 1 else ''}: {cap.reason or cap.limiting}")
                     continue
@@ -396,7 +518,8 @@ def build_problem(scenario: Scenario, *, progress: Callable[[str], None] | None 
                                              cap.req_per_s * derating.get((model.name, pool.id, tp, pp), 1.0),
                                              cap.memory_bytes_per_gpu,
                                              start_cost_usd=start, ttft_p95_s=cap.ttft_p95_s,
-                                             tpot_p95_s=cap.tpot_p95_s))
+                                             tpot_p95_s=cap.tpot_p95_s,
+                                             capacity_source=cap.source if prof is not None else roofline_src))
             # Shared GPU: tp 1, KV budget at most shared_kv_fraction of the GPU.
             share_budget = opts["shared_kv_fraction"] * mu_mem * gpu.memory_bytes - weights
             if 1 in tps and share_budget > 0:
@@ -405,26 +528,28 @@ def build_problem(scenario: Scenario, *, progress: Callable[[str], None] | None 
                 # its decode steps and queue ahead of its prefills (capacity point 9: residents = K).
                 k = opts["max_models_per_shared_gpu"]
                 shared_slo = dataclasses.replace(slo, tpot_s=max(0.001, slo.tpot_s / k))
-                full = replica_capacity(model, gpu, mix, shared_slo, tp=1, weight_dtype=opts["weight_dtype"],
-                                        kv_dtype=opts["kv_dtype"], memory_utilization=mu_mem, calib=calib,
-                                        residents=k)
+                sprof = mprof.get((gpu.name, 1))
+
+                full = _option_capacity(sprof, model, gpu, mix, shared_slo, opts, tp=1, calib=calib, residents=k)
                 kvpt = model.kv_bytes_per_token(opts["kv_dtype"])
                 kv_seq = model.kv_tokens_cached(mix.input_tokens_mean + mix.output_tokens_mean) * kvpt
                 kv_seq95 = model.kv_tokens_cached(mix.input_tokens_p95 + mix.output_tokens_p95) * kvpt
                 # Room for the p95 running batch at mean length plus one p95-length request (capacity point 8),
                 # with 10% to spare; never more than the shared_kv_fraction budget.
                 b = full.batch_at_capacity
-                needed = (1.1 * (poisson_occupancy_quantile(b) * kv_seq + kv_seq95) if full.req_per_s > 0
-                          else share_budget)
+                needed = (1.1 * (poisson_occupancy_quantile(b) * kv_seq + kv_seq95)
+                          if full.req_per_s > 0 and math.isfinite(b) else share_budget)
                 budget = min(share_budget, needed)
-                cap = replica_capacity(model, gpu, mix, shared_slo, tp=1, weight_dtype=opts["weight_dtype"],
-                                       kv_dtype=opts["kv_dtype"], memory_utilization=mu_mem, kv_budget_bytes=budget,
-                                       calib=calib, residents=k)
+                cap = _option_capacity(sprof, model, gpu, mix, shared_slo, opts, tp=1, calib=calib, residents=k,
+                                       kv_budget_bytes=budget)
                 if cap.req_per_s > 0:
                     shares.append(ShareOption(model.name, pool.id,
                                               cap.req_per_s * derating.get((model.name, pool.id, "shared", 1), 1.0),
                                               weights + budget,
-                                              ttft_p95_s=cap.ttft_p95_s, tpot_p95_s=cap.tpot_p95_s))
+                                              ttft_p95_s=cap.ttft_p95_s, tpot_p95_s=cap.tpot_p95_s,
+                                              capacity_source=cap.source if sprof is not None else roofline_src))
+                elif sprof is not None:
+                    why.append(f"{pool.id} shared: {cap.reason or cap.limiting}")
         notes[model.name] = tuple(why)
     n_windows = len(next(iter(scenario.demands.values())).windows)
     synthetic = [name for name, d in scenario.demands.items() if d.synthetic]

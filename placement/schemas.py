@@ -24,6 +24,7 @@ from fleetplan.costmodels.capacity import (
     SLO_PERCENTILES,
     TPOT_P95_RANGE_S,
     TTFT_P95_RANGE_S,
+    ProfileFormat,
 )
 from fleetplan.costmodels.demand import TOKENS_PER_REQUEST_RANGE
 from fleetplan.costmodels.hardware import DType
@@ -267,6 +268,23 @@ class DemandSpec(InputModel, json_schema_extra={"oneOf": [{"required": [k]} for 
         return next(k for k in _DEMAND_KINDS if getattr(self, k) is not None)
 
 
+class ProfileSpec(InputModel):
+    """A measured performance profile of the model on one GPU type at one tensor-parallel degree; it replaces the
+    roofline for that (GPU, tp) in the planner and the simulator."""
+
+    gpu: str = input_field(description="GPU type the profile was measured on: a catalog name or alias, e.g. H100")
+    tp: TpDegree = input_field(1, description="tensor-parallel degree of the measured replica")
+    file: str | list[str] = input_field(description="profile file(s), relative to the scenario; a glob pattern "
+                                        "(e.g. runs/*.json) or a list for several vllm bench serve runs")
+    format: ProfileFormat | None = input_field(
+        None, description="file format; detected from the content when absent")
+
+    @property
+    def files(self) -> list[str]:
+        """``file`` as a list."""
+        return list(self.file) if isinstance(self.file, list) else [self.file]
+
+
 class ScenarioModel(InputModel):
     """One model to serve: parallelism options, replica bounds, SLO, token mix and demand."""
 
@@ -280,6 +298,9 @@ class ScenarioModel(InputModel):
     token_mix: TokenMixSpec = input_field(description="token lengths: {trace: azure-conv} or the four statistics")
     demand: DemandSpec = input_field(description="request rate per window")
     source: str | None = input_field(None, description="free-text note on where the model's numbers come from")
+    profiles: list[ProfileSpec] | None = input_field(
+        None, description="measured performance per (GPU, tp): vllm bench serve or guidellm results, an AIBrix / "
+        "Mélange throughput table, or a step-time CSV; replaces the roofline for that GPU and tp")
 
     @property
     def tp_degrees(self) -> list[int]:

@@ -55,7 +55,7 @@ from fleetplan.datasets.traces import Trace, load_trace
 from fleetplan.errors import InputError, UnknownNameError
 from fleetplan.placement.plan import Plan
 from fleetplan.placement.problem import Problem
-from fleetplan.placement.scenario import Scenario, scenario_slos
+from fleetplan.placement.scenario import Scenario, scenario_profiles, scenario_slos
 from fleetplan.simulator.engine import FCFS, DeviceSpec, EngineSpec, Policy, RunResult, StepModel, run
 
 #: ServeGen slot length, seconds.
@@ -83,8 +83,13 @@ class Fleet:
 class FleetBuilder:
     """Builds :class:`Fleet` objects for a plan's windows, caching one :class:`StepModel` per replica type.
 
-    Step times come from the calibrated roofline (:func:`fleetplan.costmodels.latency.prefill_time_s`,
-    :func:`~fleetplan.costmodels.latency.decode_step_time_s`) with the scenario's dtypes and inter-node link; the KV
+    Step times come from the same source as the plan's capacity
+    (:func:`fleetplan.placement.scenario.scenario_profiles`): a measured profile's step times where it has them (a
+    step-time CSV, Splitwise; extended linearly beyond the measured range, as :attr:`notes` says), else the
+    calibrated roofline
+    (:func:`fleetplan.costmodels.latency.prefill_time_s`, :func:`~fleetplan.costmodels.latency.decode_step_time_s`)
+    with the scenario's dtypes and inter-node link: rate-only profiles (vllm bench serve, guidellm, throughput
+    tables) have no step times, so the replay uses the roofline for them and :attr:`notes` says so. The KV
     budget is memory_utilization × GPUs × GPU memory − weights for a dedicated replica (as in
     :func:`fleetplan.costmodels.capacity.replica_capacity`) and the share option's footprint − weights on a shared GPU.
     """
@@ -95,6 +100,9 @@ class FleetBuilder:
         self.max_tokens = max_tokens
         self._cache: dict[tuple, StepModel] = {}
         self._override = step_models or {}
+        self.profiles = scenario_profiles(scenario) if scenario is not None else {}
+        #: Where each replica type's step times come from, when not from the roofline alone (for reports).
+        self.notes: list[str] = []
 
     def _file(self, key: str) -> str | None:
         from pathlib import Path
@@ -130,8 +138,33 @@ class FleetBuilder:
         budget = mu * tp * pp * gpu.memory_bytes - model.weight_bytes(wd) if kv_budget_bytes is None \
             else kv_budget_bytes
         pcie = gpu.pcie_bytes_per_s / 2 * tp * pp if gpu.pcie_bytes_per_s else None
-        sm = StepModel(lambda i: prefill_time_s(model, gpu, i, **kw),
-                       lambda b, c: decode_step_time_s(model, gpu, b, c, kv_dtype=kd, **kw),
+
+        def prefill(i: float) -> float:
+            return prefill_time_s(model, gpu, i, **kw)
+
+        def decode(b: float, c: float) -> float:
+            return decode_step_time_s(model, gpu, b, c, kv_dtype=kd, **kw)
+
+        prof = self.profiles.get(model.name, {}).get((gpu.name, tp)) if pp == 1 else None
+        where = f"{model.name} on {gpu.name} tp{tp}"
+        if prof is not None and prof.step is not None:
+            st = prof.step
+            bounds = (("prompts up to", getattr(st, "max_prompt_tokens", None)),
+                      ("batch up to", getattr(st, "max_batch", None)),
+                      ("context up to", getattr(st, "max_context_tokens", None)))
+            rng = ", ".join(f"{what} {v:g}" for what, v in bounds if v is not None)
+            st = st.for_replay() if hasattr(st, "for_replay") else st
+            prefill, decode = st.prefill_time_s, st.decode_step_time_s  # type: ignore[assignment]
+            note = (f"{where}: step times from {prof.label}; beyond the measured range ({rng}) the replay extends "
+                    "them linearly")
+        elif prof is not None:
+            note = (f"{where}: the plan's capacity comes from {prof.label}, which has no step times; the replay "
+                    f"uses the roofline ({calib.gpu} calibration row) for it")
+        else:
+            note = ""
+        if note and note not in self.notes:
+            self.notes.append(note)
+        sm = StepModel(prefill, decode,
                        kv_bytes_per_token=model.kv_bytes_per_token(kd), kv_budget_bytes=budget,
                        max_tokens=min(self.max_tokens, model.max_context_tokens),
                        sliding_window_tokens=model.sliding_window_tokens, pcie_bytes_per_s=pcie,
@@ -728,6 +761,7 @@ def simulate_day(problem: Problem, plan: Plan, scenario: Scenario, *, seed: int 
             halves.append((_q(h1[np.isfinite(h1)], .95), _q(h2[np.isfinite(h2)], .95)))
     overall = _overall(problem, rows, lat, slos)
     notes.append(f"requests: {src}")
+    notes += builder.notes
     if slice_s is not None and slice_s < L:
         notes.append(f"each {L:g}-s window is simulated for a {slice_s:g}-s slice around its busiest 10-minute slot "
                      f"(the one the plan is sized for), after a {warmup_s:g}-s warm-up that is not measured; energy "
@@ -852,7 +886,7 @@ def simulate_trace(problem: Problem, plan: Plan, scenario: Scenario, trace: Trac
     _collect(problem, wl, res, lat, slos)
     overall = _overall(problem, rows, lat, slos)
     notes = [f"requests: {wl.source}", f"replicas of window {w} ({w * problem.window_length_s / 3600:05.2f} h); "
-             f"energy and cost over the trace's {dur:.0f} s"]
+             f"energy and cost over the trace's {dur:.0f} s"] + builder.notes
     for r in overall:
         tt = np.concatenate([p[0] for p in lat.get(r.model, [])]) if lat.get(r.model) else np.zeros(0)
         lo, hi = p95_confidence_interval(tt[np.isfinite(tt)])
