@@ -39,8 +39,6 @@ OptionKey = tuple[str, str, int, int]
 _EPS = 1e-9
 #: Ways observations reshape the day curve (see OnlineConfig.curve_update).
 CURVE_UPDATES = ("median", "ewma")
-#: Forecast methods (see OnlineConfig.forecast_method).
-FORECAST_METHODS = ("blend", "seasonal-naive")
 #: Most observed totals buffered per model for one window's median (later ones replace the oldest).
 _MAX_WINDOW_SAMPLES = 512
 
@@ -74,9 +72,6 @@ class OnlineConfig:
             last ``cooldown_s`` (the rule of Kubernetes' HPA scale-down stabilization), so the fleet does not turn
             from growing to shrinking within the cooldown; growing is never delayed (the forecast exceeding
             usable capacity is the band that lets the direction change back at once). 0 turns it off.
-        forecast_method: the forecaster's method: 'blend' (this module's day curve / EWMA blend) or 'seasonal-naive'
-            (the same window of the day curve, reshaped by observations, with the newest-rate floor: no recent
-            average). The default is the winner of ``benchmarks/bench_forecast.py`` (MAPE on held-out ServeGen days).
         migration_cost_replica_hours: operational cost of one replica start or stop, in hours of that replica's
             price, charged on top of its load time when a re-solve is weighed: draining a stopped replica's queue
             and cold prefix caches on a new one cost minutes of its capacity, and each change risks a failed
@@ -100,7 +95,6 @@ class OnlineConfig:
     curve_update: str = "median"
     day_curve_day_alpha: float = 0.5
     cooldown_s: float = 1800.0
-    forecast_method: str = "blend"
     migration_cost_replica_hours: float = 0.25
     resolve_drift_margin: float = 0.1
 
@@ -108,9 +102,6 @@ class OnlineConfig:
         if self.curve_update not in CURVE_UPDATES:
             raise InputError(f"online config: curve_update {self.curve_update!r} is unknown; use "
                              f"{' or '.join(CURVE_UPDATES)}", field="curve_update", value=self.curve_update)
-        if self.forecast_method not in FORECAST_METHODS:
-            raise InputError(f"online config: forecast_method {self.forecast_method!r} is unknown; use "
-                             f"{' or '.join(FORECAST_METHODS)}", field="forecast_method", value=self.forecast_method)
         for name, low, high, low_open in (("ewma_alpha", 0, 1, True), ("day_curve_weight", 0, 1, False),
                                           ("day_curve_day_alpha", 0, 1, False),
                                           ("day_curve_alpha", 0, 1, False), ("target_utilization", 0, 1, True)):
