@@ -10,11 +10,18 @@ Run: `.venv/bin/python benchmarks/bench_service.py [--requests 2000] [--concurre
 2. Round latency of the heuristic re-planner on synthetic fleets (placement.generators.random_instance) of about
    100, 1,000 and 5,000 GPUs: a cold start, then rounds after demand changes on a third of the models; prints the
    median and worst round and whether every plan passed validate().
+3. Stability on a replayed clock (no HTTP, the Replanner itself; shipped default scenario, Llama-3.1-8B observed
+   every 5 minutes, the other models following their day curves), for the default policy and for the policy of
+   finding 6 (curve_update 'ewma', no cooldown): load alternating 5x / 0.2x the curve every 5 minutes for 4 h
+   (goal <= 12 migrations per hour); a one-off 1000x burst at 12:00 (goal: 0 extra migrations the next day against
+   the same days without it); a 20x burst then 6 h of silence (the fleet back at the curve's size); a real step
+   1 -> 24 req/s at 10:00 (goal: met, no unmet demand, in the round after the first observation).
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import signal
 import socket
@@ -28,7 +35,8 @@ import time
 import httpx
 
 from fleetplan.placement.generators import random_instance
-from fleetplan.solvers.online import OnlineConfig, Replanner, load_times
+from fleetplan.service.runtime import load_problem
+from fleetplan.solvers.online import OnlineConfig, OnlineResult, Replanner, load_times
 
 TOKEN = "bench-token-123"
 
@@ -141,6 +149,88 @@ def round_latency() -> None:
               f"{statistics.median(times) * 1e3:7.1f} ms, worst {max(times) * 1e3:7.1f} ms; all plans valid: {ok}")
 
 
+STEP_S = 300.0
+MODEL = "Llama-3.1-8B"
+LEGACY = OnlineConfig(curve_update="ewma", cooldown_s=0.0)
+
+
+def _replicas(res: OnlineResult, model: str) -> int:
+    return sum(n[0] for k, n in res.plan.replicas.items() if k[0] == model) + sum(
+        1 for g in res.plan.shared if model in g.models)
+
+
+def _drive(cfg: OnlineConfig, rate_of, t_from: float, t_to: float, observe=lambda t: True,
+           r: Replanner | None = None) -> tuple[Replanner, list[OnlineResult]]:
+    """Every STEP_S from t_from to t_to: observe MODEL at rate_of(t) (when observe(t)), then a round."""
+    if r is None:
+        problem, lt = load_problem(None)
+        r = Replanner(problem, cfg, lt)
+        r.initial(t_from)
+    out = []
+    t = t_from
+    while t < t_to:
+        if observe(t):
+            r.forecaster.observe(MODEL, rate_of(t), t)
+        out.append(r.round(t + 1.0))
+        t += STEP_S
+    return r, out
+
+
+def stability() -> None:
+    problem, _ = load_problem(None)
+    curve = problem.model_by_name[MODEL].demand_req_per_s
+    window_s = problem.window_length_s
+
+    def base(t: float) -> float:
+        return curve[int(t % 86400 // window_s)]
+
+    print(f"Stability on a replayed clock (default scenario, {MODEL} observed every {STEP_S:g} s):")
+    for label, cfg in (("default policy", OnlineConfig()), ("finding-6 policy (ewma curve, no cooldown)", LEGACY)):
+        # alternating 5x / 0.2x for 4 h from 08:00
+        t0 = 8 * 3600.0
+        _, res = _drive(cfg, lambda t: base(t) * (5.0 if int(t // STEP_S) % 2 == 0 else 0.2), t0 - 3600, t0 + 4 * 3600)
+        alt = res[12:]
+        migr = sum(x.migrations for x in alt)
+        counts = [_replicas(x, MODEL) for x in res[11:]]
+        moves = [b - a for a, b in zip(counts, counts[1:], strict=False) if b != a]
+        flips = sum(1 for a, b in zip(moves, moves[1:], strict=False) if (a > 0) != (b > 0))
+        print(f"  [{label}] alternating 5x/0.2x, 4 h: {migr} migrations ({migr / 4:.1f}/h, goal <= 12/h); "
+              f"{MODEL} direction changes {flips} in {len(alt)} rounds")
+
+        # 1000x burst at 12:00 on day 0; day 1 compared with the same two days without the burst
+        def day1(burst: bool, cfg: OnlineConfig = cfg) -> tuple[int, float, int]:
+            r, _ = _drive(cfg, lambda t: 1000 * base(t) if burst and 12 * 3600 <= t < 12 * 3600 + STEP_S else base(t),
+                          0.0, 86400.0)
+            _, res1 = _drive(cfg, base, 86400.0, 2 * 86400.0, r=r)
+            noon = next(x for x in res1 if x.at_s >= 86400 + 12 * 3600)
+            return sum(x.migrations for x in res1), noon.forecast_req_per_s[MODEL], _replicas(noon, MODEL)
+
+        (m_b, f_b, n_b), (m_c, f_c, n_c) = day1(True), day1(False)
+        print(f"  [{label}] 1000x burst for one round at 12:00: next day {m_b} migrations against {m_c} without it "
+              f"(extra {m_b - m_c}, goal 0); forecast at 12:00 next day {f_b:.2f} req/s against {f_c:.2f} "
+              f"(true {base(12 * 3600):.2f}), {n_b} replicas against {n_c}")
+
+        # 20x burst for 15 min at 10:00, then silence for 6 h
+        t0 = 10 * 3600.0
+        _, res = _drive(cfg, lambda t: 20 * base(t), t0 - 3600, t0 + 6.25 * 3600,
+                        observe=lambda t, t0=t0: t < t0 + 900)
+        peak = max(_replicas(x, MODEL) for x in res)
+        last = res[-1]
+        need = math.ceil(base(last.at_s) / max(o.capacity_req_per_s * (1 - problem.margin)
+                                               for o in problem.options if o.model == MODEL))
+        print(f"  [{label}] 20x burst then 6 h of silence: peak {peak} replicas, after 6 h {_replicas(last, MODEL)} "
+              f"(the curve {base(last.at_s):.2f} req/s needs about {need}); forecast "
+              f"{last.forecast_req_per_s[MODEL]:.2f}")
+
+        # a real step 1 -> 24 req/s at 10:00
+        t0 = 10 * 3600.0
+        _, res = _drive(cfg, lambda t, t0=t0: 1.0 if t < t0 else 24.0, t0 - 2 * 3600, t0 + 3600)
+        first = next(x for x in res if x.at_s >= t0)
+        print(f"  [{label}] step 1 -> 24 req/s: first round after it forecasts {first.forecast_req_per_s[MODEL]:.1f} "
+              f"req/s, unmet {first.unmet_req_per_s[MODEL]:.2f} req/s (goal 0), {_replicas(first, MODEL)} replicas "
+              f"({first.migrations} migrations)")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--requests", type=int, default=2000)
@@ -149,7 +239,10 @@ def main() -> None:
     ap.add_argument("--skip-load", action="store_true")
     ap.add_argument("--skip-rounds", action="store_true")
     ap.add_argument("--keyed", action="store_true", help="send an Idempotency-Key with each request")
+    ap.add_argument("--skip-stability", action="store_true")
     a = ap.parse_args()
+    if not a.skip_stability:
+        stability()
     if not a.skip_rounds:
         round_latency()
     if not a.skip_load:

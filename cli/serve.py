@@ -68,6 +68,13 @@ def _db_url(db_url: str | None, db_file: str | None) -> str:
               help="Weight of the newest observation in the recent average.")
 @click.option("--min-saving", "min_saving_usd", default=1.0, show_default=True, type=click.FloatRange(0),
               help="A re-solve is adopted only if it saves more than this (USD), after its migrations.")
+@click.option("--cooldown", "cooldown_s", default=1800.0, show_default=True, type=click.FloatRange(0),
+              help="Scale-down stabilization window, seconds: removals use the highest forecast of this long.")
+@click.option("--migration-cost-hours", "migration_cost_replica_hours", default=0.25, show_default=True,
+              type=click.FloatRange(0), help="Operational cost of one replica start or stop when a re-solve is "
+              "weighed, in hours of that replica's price (drain, cache warm-up, risk).")
+@click.option("--plan", "plan_file", default=None, type=click.Path(dir_okay=False),
+              help="Start from this offline plan (fleetplan plan --out) when the database holds no plan yet.")
 @click.option("--max-body-bytes", default=1_000_000, show_default=True, type=click.IntRange(1024),
               help="Largest request body accepted.")
 @click.option("--prometheus", "prometheus_url", default=None,
@@ -90,7 +97,8 @@ def _db_url(db_url: str | None, db_file: str | None) -> str:
 @click.option("--log-level", default="info", show_default=True,
               type=click.Choice(["critical", "error", "warning", "info", "debug"]))
 def serve(scenario, db_url, db_file, db_timeout_s, host, port, interval_s, resolve_every_s, resolve_time_limit_s,
-          migration_budget, target_utilization, day_curve_weight, ewma_alpha, min_saving_usd, max_body_bytes,
+          migration_budget, target_utilization, day_curve_weight, ewma_alpha, min_saving_usd, cooldown_s,
+          migration_cost_replica_hours, plan_file, max_body_bytes,
           prometheus_url, prometheus_window_s, rate_ceiling_factor, max_clock_skew_s, tenant_ttl_s, max_tenants,
           token_file, read_token_file, insecure_no_auth, log_level) -> None:
     """Serve a live plan over HTTP and re-plan it every --interval seconds as observations arrive.
@@ -111,14 +119,15 @@ def serve(scenario, db_url, db_file, db_timeout_s, host, port, interval_s, resol
     online = OnlineConfig(ewma_alpha=ewma_alpha, day_curve_weight=day_curve_weight,
                           target_utilization=target_utilization, migration_budget=migration_budget,
                           resolve_min_saving_usd=min_saving_usd, tenant_ttl_s=tenant_ttl_s,
-                          max_tenants_per_model=max_tenants)
+                          max_tenants_per_model=max_tenants, cooldown_s=cooldown_s,
+                          migration_cost_replica_hours=migration_cost_replica_hours)
     settings = ServiceSettings(scenario=scenario, db_url=db_url, token=token, insecure_no_auth=insecure_no_auth,
                                interval_s=interval_s, resolve_every_s=resolve_every_s,
                                resolve_time_limit_s=resolve_time_limit_s, max_body_bytes=max_body_bytes,
                                prometheus_url=prometheus_url, prometheus_window_s=prometheus_window_s,
                                read_token=read_token, db_timeout_s=db_timeout_s,
                                rate_ceiling_factor=rate_ceiling_factor, max_clock_skew_s=max_clock_skew_s,
-                               online=online)
+                               online=online, plan_file=plan_file)
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if insecure_no_auth:
         click.echo("warning: write endpoints accept requests without a token (--insecure-no-auth)", err=True)

@@ -14,6 +14,7 @@ from fleetplan.datasets.traces import load_trace
 from fleetplan.errors import InputError
 from fleetplan.placement.planio import load_plan_file
 from fleetplan.simulator.engine import Policy
+from fleetplan.simulator.fleetday import read_json, replay_fleet_day, scenario_weight_bytes, steps_from_dict
 from fleetplan.simulator.replay import (
     FleetBuilder,
     ModelWindowMetrics,
@@ -25,6 +26,7 @@ from fleetplan.simulator.replay import (
     trace_workload,
 )
 from fleetplan.simulator.whatif import preemption_whatif, two_tier_whatif
+from fleetplan.solvers.online import load_times
 
 
 def _f(x: float | None, fmt: str = ".3f") -> str:
@@ -185,6 +187,23 @@ def _plots(folder: str, rep: SimReport) -> list[str]:
     return written
 
 
+def _simulate_fleet(plan_file: str, fleet_file: str, seed: int, policy: Policy, fmt: str) -> None:
+    """``simulate PLAN --fleet FILE``: the plan file gives the scenario; FILE the changing fleet."""
+    problem, _, scenario, _ = load_plan_file(plan_file)
+    steps = steps_from_dict(read_json(fleet_file), problem)
+    lt = load_times(problem, scenario.options["load_bandwidth_bytes_per_s"], scenario_weight_bytes(problem, scenario))
+    rep = replay_fleet_day(problem, scenario, steps, lt, seed=seed, policy=policy)
+    d = {"cost_usd": rep.cost_usd, "gpu_hours": rep.gpu_hours, "utilization": rep.utilization,
+         "slo_attainment": rep.attainment, "requests": rep.requests, "migrations": rep.migrations,
+         "by_model": {m: {"requests": n, "met": k} for m, (n, k) in rep.by_model.items()}}
+    if fmt == "json":
+        click.echo(json.dumps(d, indent=1))
+    else:
+        click.echo(f"fleet of {len(steps)} steps over {len(rep.windows)} windows: ${rep.cost_usd:,.2f} GPU cost, "
+                   f"{rep.gpu_hours:.1f} GPU-hours, utilization {rep.utilization:.1%}, SLO attainment "
+                   f"{rep.attainment:.2%} of {rep.requests} requests, {rep.migrations} migrations")
+
+
 @click.command("simulate")
 @click.argument("plan_file", type=click.Path(dir_okay=False))
 @click.option("--trace", "trace_ref", default=None,
@@ -213,11 +232,17 @@ def _plots(folder: str, rep: SimReport) -> list[str]:
 @click.option("--plots", "plots_dir", type=click.Path(file_okay=False), default=None,
               help="Folder for latency-CDF and per-window attainment plots.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@click.option("--fleet", "fleet_file", type=click.Path(dir_okay=False), default=None,
+              help="Replay a fleet that changes during the day instead of the plan's windows: a JSON file "
+                   '{"steps": [{"at_s": s from the day\'s start, "replicas": [{"model", "pool", "tp", "pp", "count"}], '
+                   '"shared": [{"pool", "models"}]}]} (new replicas billed from their step and serving after their '
+                   "load time, stopped ones finishing their queues); prints cost, GPU-hours, utilization, attainment "
+                   "and migrations.")
 @click.option("--check", is_flag=True,
               help="Exit with status 1 when any model-window misses an SLO target (a percentile more than 2% above "
                    "its target, or attainment below its target); the message lists the misses. For CI gates.")
 def simulate(plan_file, trace_ref, window, model, rate_scale, time_scale, bucket_s, seed, router, arrivals, slice_s,
-             what_if, preempt_after, resume, report_path, plots_dir, fmt, check) -> None:
+             what_if, preempt_after, resume, report_path, plots_dir, fmt, fleet_file, check) -> None:
     """Replay PLAN_FILE (written by `fleetplan plan --out`): its own scenario over the whole day, or --trace against
     one window's replicas; report TTFT/TPOT percentiles, SLO attainment, goodput, utilization, energy and cost.
     With --check, exit 1 when any target is missed."""
@@ -225,6 +250,9 @@ def simulate(plan_file, trace_ref, window, model, rate_scale, time_scale, bucket
     if trace_ref is None and (window or model or rate_scale or time_scale or bucket_s):
         raise click.UsageError("--window, --model, --rate-scale, --time-scale and --bucket apply to a --trace replay")
     policy = Policy(router=router)
+    if fleet_file is not None:
+        _simulate_fleet(plan_file, fleet_file, seed, policy, fmt)
+        return
     whatif: dict = {}
     with progress_status(enabled=sys.stderr.isatty()) as say:
         say("reading the plan and rebuilding its problem")

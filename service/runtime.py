@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 from fleetplan.datasets.catalog import get_model
 from fleetplan.errors import FleetplanError, InputError, UnknownNameError
-from fleetplan.placement.planio import plan_to_dict
+from fleetplan.placement.planio import load_plan_file, plan_to_dict
 from fleetplan.placement.problem import Problem
 from fleetplan.placement.scenario import build_problem, load_scenario
 from fleetplan.service.prometheus import pull_observations
@@ -67,6 +67,8 @@ class ServiceSettings:
         max_clock_skew_s: how far in the future an observation's ``at_s`` may be, seconds.
         max_observation_age_s: how far in the past an observation's ``at_s`` may be, seconds.
         online: the re-planner's policy (see OnlineConfig; tenant expiry and cap live there).
+        plan_file: an offline plan (``fleetplan plan --out plan.json``) to start from when the database holds no
+            plan: its replicas and shared GPUs of the current window, counted as ready. None: a cold-start plan.
     """
 
     scenario: str | None = None
@@ -86,6 +88,7 @@ class ServiceSettings:
     max_clock_skew_s: float = 300.0
     max_observation_age_s: float = 86400.0
     online: OnlineConfig = field(default_factory=OnlineConfig)
+    plan_file: str | None = None
 
     def __post_init__(self) -> None:
         if self.token is None and not self.insecure_no_auth:
@@ -139,6 +142,18 @@ def fleet_capacity_req_per_s(problem: Problem) -> dict[str, float]:
     for (m, _), v in best.items():
         cap[m] += v
     return cap
+
+
+def start_from_plan(replanner: Replanner, plan_file: str, now_s: float) -> OnlineResult:
+    """Install the offline plan in ``plan_file`` (its window of ``now_s``; :meth:`Replanner.start_from`) and
+    return it as the first online plan. Raises InputError when the file is not a valid plan or does not fit the
+    service's scenario."""
+    _, plan, _, _ = load_plan_file(plan_file)
+    try:
+        return replanner.start_from(plan, now_s)
+    except InputError as exc:
+        raise InputError(f"{exc} (was the plan made for another scenario? give the same --scenario)",
+                         source=plan_file, field=exc.field) from None
 
 
 @dataclass(frozen=True)
@@ -212,6 +227,9 @@ class ReplanService:
                 self.last_success_s = now
                 self.resumed = True
                 log.info("resumed from stored plan %s", row["id"])
+            elif self.settings.plan_file:
+                staged = self.replanner.clone()
+                self._commit(staged, start_from_plan(staged, self.settings.plan_file, now))
             else:
                 staged = self.replanner.clone()
                 self._commit(staged, staged.initial(now))
@@ -448,6 +466,8 @@ class ReplanService:
             self.try_pull_prometheus()
             try:
                 self.replan()
+                if self.replanner.drifted and s.resolve_every_s and self._future is None:
+                    state["next_resolve"] = now_s  # the round drifted above the last re-solve's cost: re-solve now
                 state["failures"] = 0
                 state["next_round"] = now_s + s.interval_s
             except Exception as exc:  # noqa: BLE001 - the loop survives everything; the cause is logged

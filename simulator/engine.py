@@ -188,11 +188,16 @@ FCFS = Policy()
 
 @dataclass(frozen=True)
 class EngineSpec:
-    """One model resident on one device. ``device`` indexes the device list given to :func:`run`."""
+    """One model resident on one device. ``device`` indexes the device list given to :func:`run`.
+
+    ``serve_from_s`` / ``serve_until_s``: the router sends it requests arriving in [from, until) only (a replica that
+    is still loading its weights, or one that was stopped and finishes its queue); the defaults serve always."""
 
     model: str
     device: int
     step: StepModel
+    serve_from_s: float = -math.inf
+    serve_until_s: float = math.inf
 
 
 @dataclass(frozen=True)
@@ -260,6 +265,8 @@ class _EngineState:
     resv: list[float]
     need: list[float]
     blk: int = 0
+    serve_from_s: float = -math.inf
+    serve_until_s: float = math.inf
     kv_pref: float = 0.0
     waiting: deque[int] = field(default_factory=deque)
     resume: deque[int] = field(default_factory=deque)
@@ -409,7 +416,8 @@ class Engine:
         e = _EngineState(i, self.devs[spec.device], sm, kv_cap=sm.kv_budget_tokens / (1.0 - share),
                          tok_s=sm.token_share_s,
                          pcie_s_per_token=share * sm.kv_bytes_per_token / pcie if share > 0 and pcie else 0.0,
-                         pre=p.tolist(), resv=r.tolist(), need=nd.tolist(), blk=blk)
+                         pre=p.tolist(), resv=r.tolist(), need=nd.tolist(), blk=blk,
+                         serve_from_s=spec.serve_from_s, serve_until_s=spec.serve_until_s)
         e.dev.engines.append(e)
         return e
 
@@ -450,7 +458,8 @@ class Engine:
     # -- arrivals and routing ----------------------------------------------------------------------------------
 
     def _arrive(self, rid: int, now: float) -> None:
-        """Route request ``rid`` and queue it (dropped when no engine's KV budget could ever hold it)."""
+        """Route request ``rid`` and queue it (dropped when no engine's KV budget could ever hold it, or no engine
+        of its model serves at ``now``)."""
         e = self._least_work_engine(rid, now) if self._least_work else self._round_robin(rid)
         if e is None:
             self.req.dropped[rid] = True
@@ -468,7 +477,7 @@ class Engine:
         best, chosen = math.inf, None
         for ei in self.cands[self.req.model[rid]]:
             e = self.engs[ei]
-            if e.resv[rid] > e.kv_cap:
+            if e.resv[rid] > e.kv_cap or not e.serve_from_s <= now < e.serve_until_s:
                 continue
             w = self._start_delay_s(e.dev, now, e.pre[rid])
             if w < best:
@@ -492,13 +501,15 @@ class Engine:
         return w
 
     def _round_robin(self, rid: int) -> _EngineState | None:
-        """The next engine of ``rid``'s model in turn that can hold it, or None."""
+        """The next engine of ``rid``'s model in turn that serves now and can hold it, or None."""
         m = self.req.model[rid]
         cs = self.cands[m]
         j = self.rr_model.get(m, 0)
+        now = self.req.arrival_s[rid]
         for t in range(len(cs)):
             ei = cs[(j + t) % len(cs)]
-            if self.engs[ei].resv[rid] <= self.engs[ei].kv_cap:
+            e = self.engs[ei]
+            if e.resv[rid] <= e.kv_cap and e.serve_from_s <= now < e.serve_until_s:
                 self.rr_model[m] = (j + t + 1) % len(cs)
                 return self.engs[ei]
         return None

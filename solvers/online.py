@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import copy
 import math
+import statistics
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -36,6 +37,10 @@ from fleetplan.placement.validate import ValidationReport, validate
 
 OptionKey = tuple[str, str, int, int]
 _EPS = 1e-9
+#: Ways observations reshape the day curve (see OnlineConfig.curve_update).
+CURVE_UPDATES = ("median", "ewma")
+#: Most observed totals buffered per model for one window's median (later ones replace the oldest).
+_MAX_WINDOW_SAMPLES = 512
 
 
 @dataclass(frozen=True)
@@ -45,7 +50,8 @@ class OnlineConfig:
     Attributes:
         ewma_alpha: weight of the newest observation in the recent average, in (0, 1].
         day_curve_weight: forecast = w × day curve[window] + (1 − w) × EWMA, in [0, 1].
-        day_curve_alpha: how fast observations reshape the day curve's value for their window, in [0, 1].
+        day_curve_alpha: with curve_update 'ewma', how fast each observation reshapes the day curve's value for its
+            window, in [0, 1].
         floor_on_latest: never forecast below the newest observed rate (a burst is met within one round).
         latest_max_age_s: an observation older than this no longer sets the floor, seconds.
         target_utilization: a replica is removed only if the survivors then run at most at this share of their
@@ -56,6 +62,23 @@ class OnlineConfig:
         tenant_ttl_s: a tenant label silent for longer than this (by observation time) is dropped from the recent
             average and the floor, seconds: a relabelled or departed tenant stops counting.
         max_tenants_per_model: most live tenant labels per model; :meth:`Forecaster.observe` refuses one more.
+        curve_update: how observations reshape the day curve. 'median' (robust, the default): the observed totals
+            of one window of one day are buffered and, once that window is over, the curve's value moves
+            ``day_curve_day_alpha`` of the way to their median, so a burst shorter than half a window does not
+            rewrite tomorrow's curve. 'ewma': every observation moves it ``day_curve_alpha`` of the way (a 1000x
+            burst of one round is echoed the next day at ~100x).
+        day_curve_day_alpha: with curve_update 'median', the weight of one day's window median, in [0, 1].
+        cooldown_s: scale-down stabilization window, seconds: removals are decided on the highest forecast of the
+            last ``cooldown_s`` (the rule of Kubernetes' HPA scale-down stabilization), so the fleet does not turn
+            from growing to shrinking within the cooldown; growing is never delayed (the forecast exceeding
+            usable capacity is the band that lets the direction change back at once). 0 turns it off.
+        migration_cost_replica_hours: operational cost of one replica start or stop, in hours of that replica's
+            price, charged on top of its load time when a re-solve is weighed: draining a stopped replica's queue
+            and cold prefix caches on a new one cost minutes of its capacity, and each change risks a failed
+            start; a quarter hour of the replica's price is a stated guess for these, not a measurement.
+        resolve_drift_margin: a heuristic round whose plan costs more than (1 + margin) × the cost the last
+            re-solve had per forecast req/s (model by model, at today's forecast) asks for a re-solve now
+            (:attr:`Replanner.drifted`); the service runs one at its next tick.
     """
 
     ewma_alpha: float = 0.3
@@ -69,9 +92,18 @@ class OnlineConfig:
     resolve_horizon_s: float = 3600.0
     tenant_ttl_s: float = 900.0
     max_tenants_per_model: int = 100
+    curve_update: str = "median"
+    day_curve_day_alpha: float = 0.5
+    cooldown_s: float = 1800.0
+    migration_cost_replica_hours: float = 0.25
+    resolve_drift_margin: float = 0.1
 
     def __post_init__(self) -> None:
+        if self.curve_update not in CURVE_UPDATES:
+            raise InputError(f"online config: curve_update {self.curve_update!r} is unknown; use "
+                             f"{' or '.join(CURVE_UPDATES)}", field="curve_update", value=self.curve_update)
         for name, low, high, low_open in (("ewma_alpha", 0, 1, True), ("day_curve_weight", 0, 1, False),
+                                          ("day_curve_day_alpha", 0, 1, False),
                                           ("day_curve_alpha", 0, 1, False), ("target_utilization", 0, 1, True)):
             v = getattr(self, name)
             if not isinstance(v, int | float) or not (low < v <= high if low_open else low <= v <= high):
@@ -83,7 +115,8 @@ class OnlineConfig:
         if not isinstance(self.migration_budget, int) or self.migration_budget < 0:
             raise InputError("online config: migration_budget must be a whole number >= 0 (starts + stops per "
                              "round)", field="migration_budget", value=self.migration_budget)
-        for name in ("resolve_min_saving_usd", "resolve_horizon_s", "latest_max_age_s", "tenant_ttl_s"):
+        for name in ("resolve_min_saving_usd", "resolve_horizon_s", "latest_max_age_s", "tenant_ttl_s", "cooldown_s",
+                     "migration_cost_replica_hours", "resolve_drift_margin"):
             v = getattr(self, name)
             if not isinstance(v, int | float) or not math.isfinite(v) or v < 0:
                 raise InputError(f"online config: {name} must be a finite number >= 0", field=name, value=v)
@@ -149,6 +182,8 @@ class Forecaster:
         self.error: dict[str, float] = {}
         self.n_observations = 0
         self.newest_at_s: float | None = None
+        # curve_update 'median': {model: ((day, window), observed totals of that window so far)}
+        self.pending: dict[str, tuple[tuple[int, int], list[float]]] = {}
 
     def window_at(self, at_s: float) -> int:
         """Window index of the day curve at unix time ``at_s`` (the curve starts at 00:00 UTC)."""
@@ -206,8 +241,33 @@ class Forecaster:
             err = abs(before - total) / total
             e = self.error.get(model)
             self.error[model] = err if e is None else (1 - c.ewma_alpha) * e + c.ewma_alpha * err
-        self.curve[model][w] = (1 - c.day_curve_alpha) * self.curve[model][w] + c.day_curve_alpha * total
+        if c.curve_update == "ewma":
+            self.curve[model][w] = (1 - c.day_curve_alpha) * self.curve[model][w] + c.day_curve_alpha * total
+        else:
+            self._buffer(model, at_s, total)
         self.n_observations += 1
+
+    def _buffer(self, model: str, at_s: float, total: float) -> None:
+        """curve_update 'median': add ``total`` to the buffer of its (day, window); a newer (day, window) first
+        commits the buffered median into the curve. Observations older than the buffer's window are not used."""
+        day = int(at_s // (self.n_windows * self.window_length_s))
+        slot = (day, self.window_at(at_s))
+        pend = self.pending.get(model)
+        if pend is not None and slot != pend[0]:
+            if slot < pend[0]:
+                return
+            self._commit(model, pend)
+            pend = None
+        if pend is None:
+            pend = self.pending[model] = (slot, [])
+        pend[1].append(total)
+        if len(pend[1]) > _MAX_WINDOW_SAMPLES:
+            del pend[1][0]
+
+    def _commit(self, model: str, pend: tuple[tuple[int, int], list[float]]) -> None:
+        w = pend[0][1]
+        a = self.config.day_curve_day_alpha
+        self.curve[model][w] = (1 - a) * self.curve[model][w] + a * statistics.median(pend[1])
 
     def _blend(self, model: str, window: int, now_s: float | None = None) -> float:
         c = self.config
@@ -232,7 +292,8 @@ class Forecaster:
         return {"curve": {m: list(v) for m, v in self.curve.items()},
                 "ewma": [[m, t, v] for (m, t), v in self.ewma.items()],
                 "latest": [[m, t, r, at] for (m, t), (r, at) in self.latest.items()], "error": dict(self.error),
-                "n_observations": self.n_observations, "newest_at_s": self.newest_at_s}
+                "n_observations": self.n_observations, "newest_at_s": self.newest_at_s,
+                "pending": [[m, d, w, list(v)] for m, ((d, w), v) in self.pending.items()]}
 
     def load_dict(self, d: dict) -> None:
         """Restore the state written by :meth:`to_dict` (models no longer known are dropped)."""
@@ -243,6 +304,8 @@ class Forecaster:
         self.latest = {(m, t): (float(r), float(at)) for m, t, r, at in d.get("latest", []) if m in self.curve}
         self.error = {m: float(v) for m, v in d.get("error", {}).items() if m in self.curve}
         self.n_observations = int(d.get("n_observations", 0))
+        self.pending = {m: ((int(day), int(w)), [float(x) for x in v][-_MAX_WINDOW_SAMPLES:])
+                        for m, day, w, v in d.get("pending", []) if m in self.curve and 0 <= int(w) < self.n_windows}
         newest = d.get("newest_at_s")
         if newest is None and self.latest:
             newest = max(at for _, at in self.latest.values())
@@ -430,6 +493,11 @@ class Replanner:
         self.instances: dict[OptionKey, list[_Instance]] = {}
         self.shared: list[_Shared] = []
         self.current: OnlineResult | None = None
+        # forecasts of the last cooldown_s per model, [(at_s, req/s)], for the scale-down stabilization window
+        self.recent_forecasts: dict[str, list[tuple[float, float]]] = {}
+        # the last re-solve's GPU cost per model, USD/h, and the forecast it was sized for, req/s
+        self.reference: dict[str, tuple[float, float]] = {}
+        self.drifted = False
 
     # ---- state ---------------------------------------------------------------------------------------------
     def _clear(self) -> None:
@@ -470,7 +538,9 @@ class Replanner:
         return {"replicas": [{"model": k[0], "pool": k[1], "tp": k[2], "pp": k[3],
                               "ready_at_s": [i.ready_at_s for i in v]} for k, v in sorted(self.instances.items()) if v],
                 "shared": [{"pool": s.pool, "models": list(s.models)} for s in self.shared],
-                "forecaster": self.forecaster.to_dict()}
+                "forecaster": self.forecaster.to_dict(),
+                "recent_forecasts": {m: [list(x) for x in v] for m, v in self.recent_forecasts.items()},
+                "reference": {m: list(v) for m, v in self.reference.items()}}
 
     def clone(self) -> Replanner:
         """A copy whose rounds, re-solves and observations leave this one untouched (the problem and its tables
@@ -482,6 +552,8 @@ class Replanner:
         other.shared = list(self.shared)
         other.nodes = copy.deepcopy(self.nodes)
         other.forecaster = copy.deepcopy(self.forecaster)
+        other.recent_forecasts = {m: list(v) for m, v in self.recent_forecasts.items()}
+        other.reference = dict(self.reference)
         return other
 
     def fresh_forecaster(self) -> Forecaster:
@@ -498,6 +570,10 @@ class Replanner:
         is adopted even if the forecast moved: the next round repairs it). Raises InputError for a snapshot that
         does not match the problem."""
         self.forecaster.load_dict(snap.get("forecaster", {}))
+        self.recent_forecasts = {m: [(float(t), float(f)) for t, f in v]
+                                 for m, v in snap.get("recent_forecasts", {}).items() if m in self.models}
+        self.reference = {m: (float(c), float(f)) for m, (c, f) in snap.get("reference", {}).items()
+                          if m in self.models}
         reps, times = {}, {}
         for r in snap.get("replicas", []):
             key = (r["model"], r["pool"], int(r["tp"]), int(r["pp"]))
@@ -575,6 +651,7 @@ class Replanner:
         w = self.forecaster.window_at(at_s)
         self.forecaster.expire(at_s)
         forecast = {m: self.forecaster.forecast(m, w, at_s) for m in self.models}
+        held = self._hold(forecast, at_s)
         moves = 0
         ded = self._dedicated()
         served = self._fill_shared({m: forecast[m] - ded[m] for m in self.models})
@@ -620,7 +697,7 @@ class Replanner:
                 spec = self.models[m]
                 if self._replica_count(m) - 1 < spec.min_replicas:
                     continue
-                if ded[m] - self.usable[key] + shared_cap[m] < forecast[m] / target - 1e-9:
+                if ded[m] - self.usable[key] + shared_cap[m] < held[m] / target - 1e-9:
                     continue
                 loading = max(i.ready_at_s for i in insts) > at_s
                 score = (loading, self.price_per_hour[key], key)
@@ -635,7 +712,48 @@ class Replanner:
             self.nodes.release(key[1], inst.nodes, key[2], key[3])
             ded[key[0]] -= self.usable[key]
             moves += 1
-        return self._result(at_s, reason, t0=t0, before=before, forecast=forecast)
+        res = self._result(at_s, reason, t0=t0, before=before, forecast=forecast)
+        self.drifted = self._drift(res)
+        return res
+
+    def _hold(self, forecast: Mapping[str, float], at_s: float) -> dict[str, float]:
+        """Record this round's forecasts and return, per model, the highest forecast of the last ``cooldown_s``
+        (the forecast removals are decided on; with cooldown 0, the forecast itself)."""
+        keep = self.config.cooldown_s
+        out = {}
+        for m, f in forecast.items():
+            hist = [(t, v) for t, v in self.recent_forecasts.get(m, []) if at_s - keep < t <= at_s]
+            hist.append((at_s, f))
+            self.recent_forecasts[m] = hist if keep > 0 else []
+            out[m] = max(v for _, v in hist) if keep > 0 else f
+        return out
+
+    def _cost_by_model(self, plan: Plan) -> dict[str, float]:
+        """GPU cost per hour of each model's replicas in ``plan`` (a shared GPU split equally between its
+        residents), USD/h."""
+        out = dict.fromkeys(self.models, 0.0)
+        for key, (n, *_) in plan.replicas.items():
+            out[key[0]] += n * self.price_per_hour[key]
+        for g in plan.shared:
+            for m in g.models:
+                out[m] += self.pools[g.pool].usd_per_gpu_hour / len(g.models)
+        return out
+
+    def _set_reference(self, plan: Plan, forecast: Mapping[str, float]) -> None:
+        cost = self._cost_by_model(plan)
+        self.reference = {m: (cost[m], float(forecast.get(m, 0.0))) for m in self.models}
+
+    def _drift(self, res: OnlineResult) -> bool:
+        """True when ``res`` costs more than (1 + resolve_drift_margin) × what the last re-solve's plan cost per
+        forecast req/s, model by model (a model whose forecast fell keeps the re-solve's cost as its reference)."""
+        if not self.reference:
+            return False
+        expected = 0.0
+        for m, (cost, f_ref) in self.reference.items():
+            f = res.forecast_req_per_s.get(m, 0.0)
+            expected += cost * max(1.0, f / f_ref) if f_ref > 0 else cost
+        actual = sum(self._cost_by_model(res.plan).values())
+        return actual > (1 + self.config.resolve_drift_margin) * expected + 1e-9
 
     def _result(self, at_s: float, reason: str, *, t0: float, before: Mapping[OptionKey, int],
                 forecast: Mapping[str, float] | None = None, before_shared: list | None = None,
@@ -700,6 +818,7 @@ class Replanner:
         budget and replicas counted as ready (there is nothing to migrate from)."""
         at_s = time.time() if at_s is None else float(at_s)
         self._clear()
+        self.recent_forecasts = {}
         saved = self.load_time_s
         self.load_time_s = {}
         try:
@@ -707,18 +826,37 @@ class Replanner:
         finally:
             self.load_time_s = saved
 
+    def start_from(self, plan: Plan, at_s: float, reason: str = "offline-plan") -> OnlineResult:
+        """Install an offline (daily) plan's replicas and shared GPUs of the window of ``at_s``, counted as ready,
+        and return it as the live plan (no actions). Raises InputError when its window count differs from the
+        problem's or its replicas are not options of the problem or do not fit the nodes."""
+        n_w = self.problem.n_windows
+        if any(len(c) != n_w for c in plan.replicas.values()):
+            raise InputError(f"the plan's replica counts do not have the problem's {n_w} windows (a plan of "
+                             "another scenario?)", field="replicas")
+        w = self.forecaster.window_at(at_s)
+        self.recent_forecasts = {}
+        self._install({k: c[w] for k, c in plan.replicas.items() if c[w]},
+                      [(g.pool, tuple(g.models)) for g in plan.shared])
+        return self.refresh(at_s, reason)
+
     def migration_cost_usd(self, candidate: Plan) -> tuple[float, int]:
-        """(USD, count) of the replica starts ``candidate`` needs from the live placement: each start costs its
-        option's start cost; a new shared GPU costs the start cost of its models' tp-1 options in that pool."""
+        """(USD, count) of the replica starts and stops ``candidate`` needs from the live placement: each start
+        costs its option's start cost (load time × price); a new shared GPU costs the start cost of its models'
+        tp-1 options in that pool; and every start or stop costs ``migration_cost_replica_hours`` × its
+        replica's (or shared GPU's) price per hour (drain, warm-up, risk: see :class:`OnlineConfig`)."""
         now = self.counts()
+        h = self.config.migration_cost_replica_hours
         usd, n = 0.0, 0
         for key, counts in candidate.replicas.items():
             d = counts[0] - now.get(key, 0)
             if d > 0:
-                usd += d * self.opts[key].start_cost_usd
+                usd += d * (self.opts[key].start_cost_usd + h * self.price_per_hour[key])
                 n += d
         for key, c in now.items():
-            n += max(0, c - (candidate.replicas.get(key, (0,))[0]))
+            d = max(0, c - (candidate.replicas.get(key, (0,))[0]))
+            usd += d * h * self.price_per_hour[key]
+            n += d
         old = [(s.pool, s.models) for s in self.shared]
         for g in candidate.shared:
             k = (g.pool, tuple(g.models))
@@ -726,7 +864,9 @@ class Replanner:
                 old.remove(k)
                 continue
             n += 1
+            usd += h * self.pools[g.pool].usd_per_gpu_hour
             usd += sum(self.opts[(m, g.pool, 1, 1)].start_cost_usd for m in g.models if (m, g.pool, 1, 1) in self.opts)
+        usd += sum(h * self.pools[pool].usd_per_gpu_hour for pool, _ in old)
         return usd, n + len(old)
 
     def consider(self, candidate: Plan, at_s: float | None = None) -> tuple[bool, OnlineResult | None, str]:
@@ -757,6 +897,8 @@ class Replanner:
         msg = (f"re-solve: ${cost_new:,.2f}/h vs current ${cost_cur:,.2f}/h, {mig_n} migrations costing "
                f"${mig_usd:,.2f}, net saving ${saving:,.2f} over {self.config.resolve_horizon_s:g} s "
                f"(threshold ${self.config.resolve_min_saving_usd:,.2f})")
+        self._set_reference(cand if cost_new <= cost_cur else cur_plan, forecast)
+        self.drifted = False
         if saving <= self.config.resolve_min_saving_usd:
             return False, None, msg + ": kept the current plan"
         before = self.counts()

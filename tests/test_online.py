@@ -36,9 +36,10 @@ def tiny(curve=5.0, cheap_pool=False) -> Problem:
     return Problem(H, 24, tuple(pools), (ModelSpec("a", curve, 1.0, 0.1, min_replicas=1),), tuple(opts), margin=0.1)
 
 
-# Forecast = the newest observation exactly: ewma_alpha 1 keeps only the newest value, curve weight 0.
+# Forecast = the newest observation exactly: ewma_alpha 1 keeps only the newest value, curve weight 0; no
+# scale-down cooldown (removals follow the forecast of the round itself).
 EXACT = OnlineConfig(ewma_alpha=1.0, day_curve_weight=0.0, floor_on_latest=False, target_utilization=0.8,
-                     migration_budget=8)
+                     migration_budget=8, cooldown_s=0.0)
 
 
 def test_estimate_demand_from_arrivals_and_queue_growth():
@@ -58,8 +59,9 @@ def test_estimate_demand_from_arrivals_and_queue_growth():
 
 
 def test_forecast_blends_day_curve_and_ewma_by_hand():
+    # curve_update 'ewma': every observation reshapes the curve (the robust default is tested further down)
     f = Forecaster({"a": [5.0] * 24}, H, OnlineConfig(ewma_alpha=0.3, day_curve_weight=0.5, day_curve_alpha=0.1,
-                                                       floor_on_latest=False))
+                                                       floor_on_latest=False, curve_update="ewma"))
     assert f.forecast("a", 0) == pytest.approx(5.0)  # no observation: the curve itself
     f.observe("a", 9.0, at_s=100.0)
     # ewma = 9 (first); curve[0] = 0.9*5 + 0.1*9 = 5.4; forecast = 0.5*5.4 + 0.5*9 = 7.2
@@ -118,7 +120,8 @@ def test_removal_hysteresis_counts_absorption():
 
 def test_migration_budget_caps_a_round_and_the_rest_is_reported_unmet():
     p = tiny()
-    r = Replanner(p, OnlineConfig(ewma_alpha=1.0, day_curve_weight=0.0, floor_on_latest=False, migration_budget=2))
+    r = Replanner(p, OnlineConfig(ewma_alpha=1.0, day_curve_weight=0.0, floor_on_latest=False, migration_budget=2,
+                                  cooldown_s=0.0))
     r.initial(0.0)
     r.forecaster.observe("a", 50.0, 1.0)
     res = r.round(2.0)
@@ -166,7 +169,9 @@ def test_resolve_adopted_only_when_saving_beats_threshold_after_migrations():
     p = tiny(curve=15.0, cheap_pool=True)
     snap = {"replicas": [{"model": "a", "pool": "t:r1/X", "tp": 1, "pp": 1, "ready_at_s": [0.0, 0.0]}],
             "shared": [], "forecaster": {}}
-    cfg = OnlineConfig(resolve_min_saving_usd=1.0, resolve_horizon_s=3600.0, floor_on_latest=False)
+    # migration_cost_replica_hours 0: only the load time is charged (the operational cost is tested below)
+    cfg = OnlineConfig(resolve_min_saving_usd=1.0, resolve_horizon_s=3600.0, floor_on_latest=False,
+                       migration_cost_replica_hours=0.0)
     r = Replanner(p, cfg)
     cur = r.restore(snap, 0.0)
     assert cur.report.ok and cur.cost_usd_per_hour == pytest.approx(4.0)  # 2 GPUs × $2
@@ -178,7 +183,7 @@ def test_resolve_adopted_only_when_saving_beats_threshold_after_migrations():
     assert ok and "net saving $1.80" in msg
     assert res.report.ok and validate(res.problem, res.plan).ok and res.cost_usd_per_hour == pytest.approx(2.0)
     assert sorted((a.action, a.pool, a.count) for a in res.actions) == [("start", "t:r1/Y", 2), ("stop", "t:r1/X", 2)]
-    r2 = Replanner(p, OnlineConfig(resolve_min_saving_usd=2.0, floor_on_latest=False))
+    r2 = Replanner(p, OnlineConfig(resolve_min_saving_usd=2.0, floor_on_latest=False, migration_cost_replica_hours=0.0))
     r2.restore(snap, 0.0)
     ok, res, msg = r2.consider(cand, 10.0)  # $1.80 <= $2.00: kept
     assert not ok and res is None and "kept" in msg
@@ -201,3 +206,98 @@ def test_round_is_fast_at_1000_gpus_and_every_plan_valid():
         assert res.report.ok and res.migrations <= 8
     assert worst < 1.0
     assert math.isfinite(res.cost_usd_per_hour)
+
+
+def _alternate(cfg: OnlineConfig) -> list[int]:
+    """tiny(curve 5): 'a' observed every 5 min at 25 / 1 req/s (5x / 0.2x) for 2 h; replicas after each round."""
+    r = Replanner(tiny(), cfg)
+    r.initial(0.0)
+    out = []
+    for k in range(24):
+        t = k * 300.0
+        r.forecaster.observe("a", 25.0 if k % 2 == 0 else 1.0, t)
+        out.append(r.round(t + 1.0).plan.replicas[("a", "t:r1/X", 1, 1)][0])
+    return out
+
+
+def test_finding6_flapping_reproduced_without_cooldown_and_gone_with_it():
+    # Without a cooldown (finding 6's policy): 25 req/s -> floor 25 -> ceil(25/9) = 3 replicas; 1 req/s -> blend
+    # 0.5 x curve + 0.5 x EWMA < 2 x 9 x 0.8 -> back down: the direction changes every round.
+    legacy = _alternate(OnlineConfig(cooldown_s=0.0, curve_update="ewma"))
+    assert legacy[:4] == [3, 2, 3, 2] or legacy[:4] == [3, 1, 3, 1]
+    flips = sum(1 for a, b, c in zip(legacy, legacy[1:], legacy[2:], strict=False) if (b - a) * (c - b) < 0)
+    assert flips >= 20
+    # With the 30-minute scale-down stabilization window the highest forecast of the last 30 min (25) holds 3.
+    stable = _alternate(OnlineConfig())
+    assert stable == [3] * 24
+
+
+def test_median_curve_update_by_hand_and_a_burst_is_not_echoed():
+    cfg = OnlineConfig(floor_on_latest=False, day_curve_day_alpha=0.5)
+    f = Forecaster({"a": [5.0] * 24}, H, cfg)
+    # window 0 of day 0: totals 6, 1000 (a one-round burst), 7 -> buffered, the curve unchanged meanwhile
+    for t, v in ((0.0, 6.0), (300.0, 1000.0), (600.0, 7.0)):
+        f.observe("a", v, t)
+    assert f.curve["a"][0] == 5.0
+    f.observe("a", 5.0, H + 1)  # window 1 starts: window 0 commits 0.5 x 5 + 0.5 x median(6, 1000, 7) = 6.0
+    assert f.curve["a"][0] == pytest.approx(6.0)
+    g = Forecaster({"a": [5.0] * 24}, H, OnlineConfig(floor_on_latest=False, curve_update="ewma"))
+    for t, v in ((0.0, 6.0), (300.0, 1000.0), (600.0, 7.0)):
+        g.observe("a", v, t)
+    # ewma: 5 -> 5.1 -> 0.9 x 5.1 + 0.1 x 1000 = 104.59 -> 0.9 x 104.59 + 0.1 x 7 = 94.831: echoed tomorrow
+    assert g.curve["a"][0] == pytest.approx(94.831)
+    # the buffer survives a snapshot round trip
+    h = Forecaster({"a": [5.0] * 24}, H, cfg)
+    for t, v in ((0.0, 6.0), (300.0, 1000.0), (600.0, 7.0)):
+        h.observe("a", v, t)
+    k = Forecaster({"a": [5.0] * 24}, H, cfg)
+    k.load_dict(h.to_dict())
+    k.observe("a", 5.0, H + 1)
+    assert k.curve["a"][0] == pytest.approx(6.0)
+
+
+def test_silent_forecast_returns_to_the_day_curve():
+    r = Replanner(tiny(), OnlineConfig())
+    r.initial(0.0)
+    for k in range(3):
+        r.forecaster.observe("a", 100.0, k * 300.0)  # 20x the curve for 15 min
+    assert r.round(601.0).forecast_req_per_s["a"] == pytest.approx(100.0)
+    res = r.round(6 * H)  # 6 h of silence: tenants expired, the curve (window 6: 5 req/s, untouched) is the forecast
+    assert res.forecast_req_per_s["a"] == pytest.approx(5.0)
+    assert res.plan.replicas[("a", "t:r1/X", 1, 1)] == (1,)  # ceil(5 / 9) = 1
+
+
+def test_migration_cost_makes_a_small_saving_not_worth_it():
+    p = tiny(curve=15.0, cheap_pool=True)
+    snap = {"replicas": [{"model": "a", "pool": "t:r1/X", "tp": 1, "pp": 1, "ready_at_s": [0.0, 0.0]}],
+            "shared": [], "forecaster": {}}
+    cand = solve(window_problem(p, {"a": 15.0}), "highs", time_limit_s=10, lp_bound=False)
+    assert validate(window_problem(p, {"a": 15.0}), cand).ok
+    r = Replanner(p, OnlineConfig(floor_on_latest=False, migration_cost_replica_hours=0.25))
+    r.restore(snap, 0.0)
+    usd, n = r.migration_cost_usd(cand)
+    # 2 starts on Y: 2 x ($0.10 + 0.25 h x $1/h) = $0.70; 2 stops on X: 2 x 0.25 h x $2/h = $1.00 -> $1.70, 4 moves
+    assert (round(usd, 6), n) == (1.70, 4)
+    ok, _, msg = r.consider(cand, 10.0)
+    # saving = $2/h x 1 h - $1.70 = $0.30 <= $1 threshold: kept
+    assert not ok and "net saving $0.30" in msg
+
+
+def test_rounds_drifting_above_the_last_resolve_ask_for_a_resolve():
+    p = tiny(curve=15.0, cheap_pool=True)
+    on_x = {"replicas": [{"model": "a", "pool": "t:r1/X", "tp": 1, "pp": 1, "ready_at_s": [0.0, 0.0]}],
+            "shared": [], "forecaster": {}}
+    r = Replanner(p, OnlineConfig(floor_on_latest=False, migration_cost_replica_hours=0.0, cooldown_s=0.0,
+                                  resolve_drift_margin=0.1))
+    r.restore(on_x, 0.0)
+    r.round(1.0)
+    assert not r.drifted  # no re-solve yet: no reference
+    cand = solve(window_problem(p, {"a": 15.0}), "highs", time_limit_s=10, lp_bound=False)
+    ok, res, _ = r.consider(cand, 2.0)
+    assert ok and res.cost_usd_per_hour == pytest.approx(2.0)  # reference: $2/h for 15 req/s
+    r.round(3.0)
+    assert not r.drifted  # $2/h <= 1.1 x $2/h
+    r.restore({**on_x, "forecaster": r.forecaster.to_dict(), "reference": r.snapshot()["reference"]}, 4.0)
+    r.round(5.0)
+    # back on X: $4/h against the reference $2/h x max(1, 15 / 15) = $2/h, above 1.1 x $2/h -> drifted
+    assert r.drifted

@@ -1,0 +1,175 @@
+"""A day of the re-planner, measured with fleetplan itself (issue 14, finding 9 and item 7).
+
+Run: `.venv/bin/python benchmarks/bench_replanner.py [--days 3 7 11] [--windows 0-23] [--resolve-time-limit 10]`.
+
+For each ServeGen day (m-large, m-mid and m-small have 14 days; deepseek-r1 and mm-image only day 0, kept), the
+shipped default scenario's requests of that day are replayed (:func:`fleetplan.simulator.fleetday.replay_fleet_day`:
+new replicas billed from their start and serving after their load time, stopped ones finishing their queues) against
+three fleets, all planned on the scenario's mean day (what the planner knows):
+
+* static: the offline plan (`fleetplan plan`, HiGHS), its per-window replicas changing at window starts;
+* reactive: a reactive autoscaler, per model every 5 minutes: ceil(observed rate / (capacity x 0.9)) replicas of the
+  model's cheapest option per req/s (the next one when its pool is full), scaled down only when two readings in a
+  row ask for fewer (to the larger of the two); the same capacity model as the planner;
+* replanner: fleetplan's Replanner (solvers/online.py, default OnlineConfig) started from the offline plan, a round
+  every 5 minutes on the observed rates, a HiGHS re-solve every hour and whenever a round drifts above the last
+  re-solve's cost, adopted only when it pays for its migrations.
+
+Observed rate = the replayed requests of the model in the last 5 minutes / 300 s. Prints per day and policy: GPU
+cost, GPU-hours, mean utilization, SLO attainment, migrations, and the re-planner's re-solves adopted / offered;
+then the goals (<= 0.85x reactive cost at >= its attainment, <= 40 migrations a day, >= 10% higher utilization).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import math
+import time
+
+import numpy as np
+
+from fleetplan.placement.scenario import build_problem, load_scenario, scenario_from_raw
+from fleetplan.service.runtime import load_problem
+from fleetplan.simulator.fleetday import FleetStep, plan_steps, replay_fleet_day
+from fleetplan.simulator.replay import scenario_workload
+from fleetplan.solvers.online import OnlineConfig, Replanner, window_problem
+from fleetplan.solvers.solve import solve
+
+STEP_S = 300.0
+MULTI_DAY = ("m-large", "m-mid", "m-small")
+
+
+def day_scenario(day: int):
+    base = load_scenario(None)
+    raw = copy.deepcopy(base.raw)
+    for m in raw["models"]:
+        sg = m["demand"].get("servegen")
+        if sg is not None:
+            sg["day"] = day if sg["series"] in MULTI_DAY else 0
+    return scenario_from_raw(raw, source=f"default, ServeGen day {day}", base=base.base_dir)
+
+
+def observed_rates(scenario, problem, seed: int) -> dict[str, np.ndarray]:
+    """{model: req/s in each 5-minute step of the day} from the replayed requests (same seed as the replay)."""
+    L = problem.window_length_s
+    names = [m.name for m in problem.models]
+    steps = int(problem.n_windows * L // STEP_S)
+    out = {m: np.zeros(steps) for m in names}
+    for w in range(problem.n_windows):
+        wl = scenario_workload(scenario, w, 0.0, L, seed, names=names)
+        for m in names:
+            t = wl.arrival_s[wl.model == m] + w * L
+            idx = (t // STEP_S).astype(int)
+            np.add.at(out[m], idx[idx < steps], 1.0)
+    return {m: v / STEP_S for m, v in out.items()}
+
+
+def reactive_steps(problem, rates: dict[str, np.ndarray]) -> list[FleetStep]:
+    pools = problem.pool_by_id
+    opts = {m.name: sorted((o for o in problem.options if o.model == m.name),
+                           key=lambda o: (o.gpus * pools[o.pool].usd_per_gpu_hour / o.capacity_req_per_s, o.key))
+            for m in problem.models}
+    cur: dict[str, int] = {m.name: max(1, m.min_replicas) for m in problem.models}
+    prev_want: dict[str, int] = dict(cur)
+    steps = []
+    n = len(next(iter(rates.values())))
+    for k in range(n):
+        t = k * STEP_S
+        for m in problem.models:
+            best = opts[m.name][0]
+            r = rates[m.name][k - 1] if k else m.demand_req_per_s[0]
+            want = max(m.min_replicas, 1, math.ceil(r / (best.capacity_req_per_s * 0.9) - 1e-9))
+            if want >= cur[m.name]:
+                cur[m.name] = want
+            elif prev_want[m.name] < cur[m.name]:
+                cur[m.name] = max(want, prev_want[m.name])
+            prev_want[m.name] = want
+        free = {p.id: p.gpus for p in problem.pools}
+        reps: dict = {}
+        for m in problem.models:
+            need_req = cur[m.name] * opts[m.name][0].capacity_req_per_s
+            for o in opts[m.name]:
+                if need_req <= 1e-9:
+                    break
+                k_n = min(math.ceil(need_req / o.capacity_req_per_s - 1e-9), free[o.pool] // o.gpus)
+                if k_n > 0:
+                    reps[o.key] = reps.get(o.key, 0) + k_n
+                    free[o.pool] -= k_n * o.gpus
+                    need_req -= k_n * o.capacity_req_per_s
+        steps.append(FleetStep(t, reps))
+    return steps
+
+
+def replanner_steps(problem, lt, offline, rates, resolve_limit_s: float) -> tuple[list[FleetStep], int, int]:
+    r = Replanner(problem, OnlineConfig(), lt)
+    res = r.start_from(offline, 0.0)
+    steps = [FleetStep(0.0, r.counts(), tuple((s.pool, s.models) for s in r.shared))]
+    adopted = offered = 0
+    n = len(next(iter(rates.values())))
+    for k in range(1, n):
+        t = k * STEP_S
+        for m in problem.models:
+            r.forecaster.observe(m.name, float(rates[m.name][k - 1]), t)
+        res = r.round(t)
+        if k % int(3600 / STEP_S) == 0 or r.drifted:
+            w = r.forecaster.window_at(t)
+            demand = {m.name: r.forecaster.forecast(m.name, w, t) for m in problem.models}
+            cand = solve(window_problem(problem, demand), "highs", time_limit_s=resolve_limit_s, threads=1,
+                         lp_bound=False)
+            ok, got, _ = r.consider(cand, t)
+            offered += 1
+            adopted += int(ok)
+            res = got or res
+        steps.append(FleetStep(t, r.counts(), tuple((s.pool, s.models) for s in r.shared)))
+    return steps, adopted, offered
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--days", type=int, nargs="+", default=[3, 7, 11])
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--resolve-time-limit", type=float, default=10.0)
+    ap.add_argument("--plan-time-limit", type=float, default=60.0)
+    a = ap.parse_args()
+    problem, lt = load_problem(None)
+    t0 = time.perf_counter()
+    offline = solve(problem, "highs", time_limit_s=a.plan_time_limit)
+    print(f"offline plan (mean day): ${offline.objective_usd:,.2f}/day, {offline.status.value} "
+          f"({time.perf_counter() - t0:.0f} s)")
+    static = plan_steps(problem, offline.replicas, [(g.pool, g.models) for g in offline.shared])
+    totals: dict[str, list] = {"static": [], "reactive": [], "replanner": []}
+    for day in a.days:
+        sc = day_scenario(day)
+        dprob = build_problem(sc)
+        rates = observed_rates(sc, dprob, a.seed)
+        t1 = time.perf_counter()
+        rp_steps, adopted, offered = replanner_steps(problem, lt, offline, rates, a.resolve_time_limit)
+        policies = {"static": static, "reactive": reactive_steps(problem, rates), "replanner": rp_steps}
+        print(f"ServeGen day {day} (re-planner driven in {time.perf_counter() - t1:.0f} s; re-solves adopted "
+              f"{adopted} of {offered}):")
+        for name, steps in policies.items():
+            rep = replay_fleet_day(dprob, sc, steps, lt, seed=a.seed)
+            totals[name].append(rep)
+            worst = min(rep.by_model.items(), key=lambda kv: kv[1][1] / max(kv[1][0], 1))
+            print(f"  {name:9s}: ${rep.cost_usd:8,.2f}  {rep.gpu_hours:6.1f} GPU-h  util {rep.utilization:5.1%}  "
+                  f"attainment {rep.attainment:6.2%} (lowest {worst[0]} {worst[1][1] / max(worst[1][0], 1):.1%})  "
+                  f"migrations {rep.migrations}")
+    print("Totals over the days:")
+    agg = {}
+    for name, reps in totals.items():
+        cost = sum(r.cost_usd for r in reps)
+        gh = sum(r.gpu_hours for r in reps)
+        util = sum(r.busy_gpu_hours for r in reps) / gh if gh else 0.0
+        att = sum(r.met for r in reps) / max(1, sum(r.requests for r in reps))
+        mig = sum(r.migrations for r in reps) / max(1, len(reps))
+        agg[name] = (cost, util, att, mig)
+        print(f"  {name:9s}: ${cost:9,.2f}  util {util:5.1%}  attainment {att:6.2%}  migrations/day {mig:.0f}")
+    c_r, u_r, a_r, _ = agg["reactive"]
+    c_p, u_p, a_p, m_p = agg["replanner"]
+    print(f"Goals: cost {c_p / c_r:.3f}x reactive (goal <= 0.85) at attainment {a_p:.2%} vs {a_r:.2%} (goal >=); "
+          f"{m_p:.0f} migrations/day (goal <= 40); utilization {u_p / u_r - 1:+.1%} relative (goal >= +10%)")
+
+
+if __name__ == "__main__":
+    main()
