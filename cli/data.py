@@ -17,7 +17,22 @@ from typing import Any
 
 import click
 
-from fleetplan.datasets.catalog import load_egress, load_gpu_prices, load_gpu_specs, load_models, resolve_name
+from fleetplan.costmodels.prices import (
+    PRICING_MODELS,
+    SNAPSHOT_DISAGREEMENT_FACTOR,
+    GpuPrice,
+    check_price_date,
+    price_problems,
+    usable_prices,
+)
+from fleetplan.datasets.catalog import (
+    load_egress,
+    load_gpu_prices,
+    load_gpu_specs,
+    load_models,
+    model_from_hf_config,
+    resolve_name,
+)
 from fleetplan.datasets.traces import list_traces
 from fleetplan.errors import InputError, UnknownNameError
 
@@ -118,12 +133,16 @@ def gpus(fmt: str, extra: str | None) -> None:
 @data.command("models")
 @_format_option
 @_extra_option("models")
-def models(fmt: str, extra: str | None) -> None:
+@click.option("--from-config", "from_config", type=click.Path(dir_okay=False), default=None,
+              help="Show only the architecture of this Hugging Face config.json (parameters computed from it).")
+def models(fmt: str, extra: str | None, from_config: str | None) -> None:
     """Model architectures with their weight bytes (bf16, fp8, int4) and KV-cache bytes per token, as
     fleetplan.costmodels computes them (Model.weight_bytes, Model.kv_bytes_per_token)."""
 
     rows = []
-    for name, m in load_models(extra).items():
+    found = ({(m := model_from_hf_config(from_config)).name: m} if from_config is not None
+             else load_models(extra))
+    for name, m in found.items():
         rows.append({
             "name": name, "arch": m.arch_type, "attention": m.attention_type, "layers": m.num_layers,
             "kv_heads": m.num_kv_heads, "head_dim": m.head_dim, "params_total": int(m.params_total),
@@ -148,12 +167,22 @@ def models(fmt: str, extra: str | None) -> None:
 @click.option("--cloud", default=None, help="Only this cloud (aws, gcp, azure).")
 @click.option("--region", default=None, help="Only this region (e.g. us-east-1).")
 @click.option("--pricing-model", default=None, help="Only this pricing model (on-demand, spot, capacity-block, ...).")
+@click.option("--price-date", default=None, help="Prices as of this date (YYYY-MM-DD): the newest snapshot dated on "
+              "or before it is usable (default: the newest).")
+@click.option("--check", is_flag=True, help="List only the rows that are never chosen, and why: spot above on-demand, "
+              "a GPU count that contradicts the instance type, snapshots that disagree by more than "
+              f"{SNAPSHOT_DISAGREEMENT_FACTOR:g}x, stale rows of a superseded snapshot, rules of price_rules.csv.")
 def prices(fmt: str, extra: str | None, gpu: str | None, cloud: str | None, region: str | None,
-           pricing_model: str | None) -> None:
-    """GPU prices per node and per GPU-hour (USD), one row per site, instance and pricing model. GCP node prices
-    are host VM + GPUs."""
+           pricing_model: str | None, price_date: str | None, check: bool) -> None:
+    """GPU prices per node and per GPU-hour (USD), one row per site, instance and pricing model, with the date the
+    price held (as_of; blank = undated) and whether the planner may choose it ('used': yes, or why not). GCP node
+    prices are host VM + GPUs. Your own rows (--extra) always win over the catalogs."""
 
+    price_date = check_price_date(price_date, field="--price-date")
     rows_in = all_rows = load_gpu_prices(extra)
+    if pricing_model is not None and pricing_model.lower() not in PRICING_MODELS:
+        raise InputError(f"unknown pricing model {pricing_model!r}; use one of {', '.join(PRICING_MODELS)}",
+                         field="--pricing-model", value=pricing_model)
     if gpu is not None:
         gpu = resolve_name("gpu", gpu, set(load_gpu_specs()) | {p.gpu for p in rows_in})
         rows_in = [p for p in rows_in if p.gpu == gpu]
@@ -166,15 +195,38 @@ def prices(fmt: str, extra: str | None, gpu: str | None, cloud: str | None, regi
         rows_in = [p for p in rows_in if p.region == region]
     if pricing_model is not None:
         rows_in = [p for p in rows_in if p.pricing_model == pricing_model.lower()]
+    problems = {id(q.row): q for q in price_problems(all_rows, price_date=price_date)}
+    usable = {id(p) for p in usable_prices(all_rows, price_date=price_date)}
+    if check:
+        rows_in = [p for p in rows_in if id(p) in problems]
+        if not rows_in:
+            click.echo("No inconsistent price rows" + (" among these filters." if (gpu or cloud or region
+                                                                               or pricing_model) else "."))
+            return
     if not rows_in:
         raise InputError("no price matches these filters; drop a filter to see what is available",
                          field="--region" if region else None)
+
+    def used(p: GpuPrice) -> str:
+        if id(p) in usable:
+            return "yes (your row)" if p.user else "yes"
+        if id(p) in problems:
+            return f"no: {problems[id(p)].kind}"
+        return "no: after --price-date" if price_date and p.as_of and p.as_of > price_date else "no: older snapshot"
+
     rows = [{"cloud": p.cloud, "region": p.region, "zone": p.zone, "gpu": p.gpu, "instance": p.instance,
              "gpus_per_node": p.gpus_per_node, "node_usd_per_hour": round(p.node_usd_per_hour, 6),
              "usd_per_gpu_hour": round(p.usd_per_gpu_hour or 0.0, 6), "pricing_model": p.pricing_model,
-             "source": p.source} for p in rows_in]
-    _render(rows, fmt, title="GPU prices (USD)", table_columns=[c for c in rows[0] if c != "source"],
-            numbers={"gpus_per_node": "d", "node_usd_per_hour": ".4f", "usd_per_gpu_hour": ".4f"})
+             "as_of": p.as_of or "undated", "used": used(p), "snapshot": p.snapshot, "source": p.source}
+            | ({"problem": problems[id(p)].message} if check else {}) for p in rows_in]
+    shown = [c for c in rows[0] if c not in ("source", "snapshot")]
+    if check and fmt == "table":
+        shown = ["cloud", "zone", "instance", "pricing_model", "usd_per_gpu_hour", "as_of", "used", "problem"]
+    _render(rows, fmt, title="GPU price rows never chosen, and why" if check else "GPU prices (USD)",
+            table_columns=shown, numbers={"gpus_per_node": "d", "node_usd_per_hour": ".4f", "usd_per_gpu_hour": ".4f"})
+    if check and fmt == "table":
+        click.echo(f"{len(rows)} row(s) flagged; none of them is ever chosen (see PROVENANCE.md in "
+                   "datasets/data/pricing for how each case was resolved).")
 
 
 @data.command("egress")

@@ -71,6 +71,11 @@ def _split_options(f: Callable) -> Callable:
                      help="Your price per GPU-hour at the decode site (instead of the catalog's)."),
         click.option("--prices", "prices_file", type=click.Path(dir_okay=False), default=None,
                      help="Your own GPU price rows (CSV/YAML, the shipped price file's columns)."),
+        click.option("--price-date", default=None,
+                     help="Catalog prices as of this date, YYYY-MM-DD (default: the newest snapshot)."),
+        click.option("--models", "models_file", type=click.Path(dir_okay=False), default=None,
+                     help="Your own model architectures (CSV/YAML with the shipped models file's columns, or a "
+                          "Hugging Face config.json)."),
         click.option("--egress", "egress_file", type=click.Path(dir_okay=False), default=None,
                      help="Your own egress rows (CSV/YAML, the shipped egress file's columns)."),
         click.option("--egress-usd-per-gb", type=float, default=None,

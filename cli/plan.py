@@ -72,6 +72,9 @@ def _render_table(problem, plan, d: dict) -> None:
     bd = d["cost_breakdown_usd_per_day"]
     console.print(f"cost/day: GPUs ${bd['gpu']:,.2f} + replica starts ${bd['starts']:,.2f} + egress "
                   f"${bd['egress']:,.2f}")
+    for pool in d.get("pools", []):
+        console.print(f"[dim]price: {pool['id']} {pool['usd_per_gpu_hour']:.4g} USD/GPU-h ({pool['pricing_model']}) "
+                      f"from {pool['price_source']}[/dim]", markup=True, highlight=False)
     for n in d.get("notes", []):
         console.print(f"[dim]demand: {n}[/dim]")
 

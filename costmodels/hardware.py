@@ -188,3 +188,68 @@ class MigProfile:
     max_instances: int
     placements: tuple[int, ...]
     source: str
+
+
+#: A stated parameter count off by more than this share from the architecture's is an error (a typo such as
+#: 3.25e9 for a 32B model); the formula below leaves out only small terms (biases other than q/k/v, rotary tables).
+PARAMS_TOLERANCE = 0.10
+
+
+def architecture_params(*, num_layers: int, hidden_size: int, num_attention_heads: int, num_kv_heads: int | None,
+                        head_dim: int, intermediate_size: int, vocab_size: int, tie_word_embeddings: bool = False,
+                        attention_bias: bool = False, num_experts: int = 0, experts_per_token: int = 0,
+                        moe_intermediate_size: int = 0, num_shared_experts: int = 0, first_dense_layers: int = 0,
+                        q_lora_rank: int = 0, kv_lora_rank: int = 0, qk_nope_head_dim: int = 0,
+                        qk_rope_head_dim: int = 0, v_head_dim: int = 0) -> tuple[float, float]:
+    """(total, active per token) parameter counts of a decoder-only transformer from its config.json shape.
+
+    Per layer: attention (GQA/MHA: q h·H·d, k and v h·K·d each, o H·d·h, plus q/k/v biases when
+    ``attention_bias``; MLA when ``kv_lora_rank`` > 0: q h·q_lora + q_lora + q_lora·H·(nope + rope) (or h·H·(nope +
+    rope) without q_lora), kv h·(kv_lora + rope) + kv_lora + kv_lora·H·(nope + v), o H·v·h), two RMSNorms (2h), and
+    a gated MLP of 3·h·I (SwiGLU: gate, up, down). MoE layers (all but the first ``first_dense_layers``): E routed
+    experts of 3·h·I_moe, shared experts of the same size, a router h·E; active = top-k routed + shared + router.
+    Embeddings V·h, plus an untied output head V·h; a final norm h. Examples: Llama-3.1-8B 8.03e9; Mixtral-8x7B
+    46.70e9 total, 12.88e9 active; Qwen2.5-7B (q/k/v bias) 7.62e9; DeepSeek-V3 671e9 (datasets/data/models).
+
+    Raises:
+        InputError: a non-positive dimension.
+    """
+    h = hidden_size
+    for name, v in (("num_layers", num_layers), ("hidden_size", h), ("num_attention_heads", num_attention_heads),
+                    ("head_dim", head_dim), ("intermediate_size", intermediate_size), ("vocab_size", vocab_size)):
+        _positive(name, v, "architecture")
+    heads = num_attention_heads
+    if kv_lora_rank > 0:
+        qk = qk_nope_head_dim + qk_rope_head_dim
+        q = (h * q_lora_rank + q_lora_rank + q_lora_rank * heads * qk) if q_lora_rank else h * heads * qk
+        kv = h * (kv_lora_rank + qk_rope_head_dim) + kv_lora_rank + kv_lora_rank * heads * (qk_nope_head_dim
+                                                                                            + v_head_dim)
+        attn = q + kv + heads * v_head_dim * h
+    else:
+        kvh = num_kv_heads or heads
+        attn = 2 * h * heads * head_dim + 2 * h * kvh * head_dim
+        if attention_bias:
+            attn += (heads + 2 * kvh) * head_dim
+    norms = 2 * h
+    dense = attn + norms + 3 * h * intermediate_size
+    if num_experts > 0:
+        expert = 3 * h * (moe_intermediate_size or intermediate_size)
+        shared = num_shared_experts * expert + h * num_experts
+        moe_total = attn + norms + num_experts * expert + shared
+        moe_active = attn + norms + experts_per_token * expert + shared
+        n_moe = num_layers - first_dense_layers
+        total = first_dense_layers * dense + n_moe * moe_total
+        active = first_dense_layers * dense + n_moe * moe_active
+    else:
+        total = active = num_layers * dense
+    emb = vocab_size * h * (1 if tie_word_embeddings else 2) + h
+    return float(total + emb), float(active + emb)
+
+
+def check_params(stated: float, computed: float, *, owner: str, field: str = "params") -> None:
+    """Raise InputError when a stated parameter count is off by more than :data:`PARAMS_TOLERANCE` from the
+    architecture's, showing both numbers (3.25e9 stated for a 32.8e9 architecture is a typo, not a model)."""
+    if computed > 0 and abs(stated - computed) > PARAMS_TOLERANCE * computed:
+        raise InputError(f"{owner}: states {stated:.4g} parameters but its architecture has {computed:.4g} "
+                         f"({stated / computed:.2f}x, more than {PARAMS_TOLERANCE:.0%} off); fix the count (a count, "
+                         "not billions) or the shape", field=field, value=stated)

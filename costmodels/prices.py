@@ -13,6 +13,7 @@ intra_zone, inter_zone, inter_region, internet_egress).
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -29,6 +30,8 @@ CATEGORY_TO_ROUTE_CLASS: dict[str, str] = {
 
 #: Bytes in one GiB over bytes in one GB: a price per GiB / this = a price per GB.
 GIB_PER_GB = 1.073741824
+
+_ISO_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
 
 PRICING_MODELS: tuple[str, ...] = ("on-demand", "spot", "capacity-block", "on-demand-equivalent", "reserved",
                                    "negotiated")
@@ -50,6 +53,13 @@ class GpuPrice:
             (within 0.5 %, the rounding of the shipped files).
         pricing_model: one of :data:`PRICING_MODELS` ('on-demand', 'spot', ...).
         source: where the price comes from (file and upstream source).
+        as_of: the date the price was true (YYYY-MM-DD), '' when the source gives none (an undated snapshot is
+            older than every dated one).
+        snapshot: the snapshot the row belongs to (one source file or collection at one date); rows of one
+            snapshot are consistent with each other. Defaults to ``source``.
+        user: True for a user's own row (``files: prices``, ``--prices``): user rows win over the catalogs.
+        flags: reasons the row must not be chosen (set by the loader: a GPU count that contradicts the instance
+            type, a rule of datasets/data/pricing/price_rules.csv); listed by ``fleetplan data prices --check``.
     """
 
     cloud: str
@@ -62,16 +72,25 @@ class GpuPrice:
     usd_per_gpu_hour: float  # always set: computed by __init__ when not given
     pricing_model: str = "on-demand"
     source: str = ""
+    as_of: str = ""
+    snapshot: str = ""
+    user: bool = False
+    flags: tuple[str, ...] = ()
 
     def __init__(self, cloud: str, region: str, zone: str, gpu: str, instance: str, gpus_per_node: int,
                  node_usd_per_hour: float, usd_per_gpu_hour: float | None = None, pricing_model: str = "on-demand",
-                 source: str = "") -> None:
+                 source: str = "", *, as_of: str = "", snapshot: str = "", user: bool = False,
+                 flags: tuple[str, ...] = ()) -> None:
         # Written out (not generated) so that usd_per_gpu_hour is optional here but always a float on the record.
         for name, value in (("cloud", cloud), ("region", region), ("zone", zone), ("gpu", gpu),
                             ("instance", instance), ("gpus_per_node", gpus_per_node),
                             ("node_usd_per_hour", node_usd_per_hour), ("pricing_model", pricing_model),
-                            ("source", source)):
+                            ("source", source), ("as_of", as_of), ("snapshot", snapshot or source),
+                            ("user", user), ("flags", tuple(flags))):
             object.__setattr__(self, name, value)
+        if self.as_of and not _ISO_DATE.fullmatch(self.as_of):
+            raise InputError(f"price {cloud}/{region}/{instance}: as_of {as_of!r} is not a date; give YYYY-MM-DD",
+                             field="as_of", value=as_of)
         owner = f"price {self.cloud}/{self.region}/{self.instance}"
         if not isinstance(self.gpus_per_node, int) or isinstance(self.gpus_per_node, bool) or not (
                 1 <= self.gpus_per_node <= 64):
@@ -277,46 +296,236 @@ def egress_rate_usd_per_gb(cloud: str, route_class: str, tables: Iterable[Egress
     return table.tiers[0].usd_per_gb
 
 
+#: Two snapshots of one (cloud, instance, region, pricing model) whose per-GPU prices differ by more than this factor
+#: disagree: the newer one is used, the older is reported by ``fleetplan data prices --check``, and the older
+#: snapshot's rows of that instance in other regions are stale (superseded). A policy threshold, not a fact about
+#: the world: 1.5 is above the spread of one snapshot's regional list prices for one instance (SkyPilot AWS v7
+#: p5.48xlarge: 98.32 to 127.816 USD/h, a factor of 1.30) and below a price cut such as AWS's June-2025 P5 cut
+#: (98.32 -> 55.04, a factor of 1.79).
+SNAPSHOT_DISAGREEMENT_FACTOR = 1.5
+
+#: Kinds of :class:`PriceProblem`.
+PRICE_PROBLEM_KINDS: tuple[str, ...] = ("flagged", "spot-above-on-demand", "snapshots-disagree", "superseded")
+
+
+@dataclass(frozen=True)
+class PriceProblem:
+    """A catalog price row that is never chosen, and why.
+
+    Attributes:
+        kind: one of :data:`PRICE_PROBLEM_KINDS`: 'flagged' (the loader's flags: a GPU count that contradicts the
+            instance type, a rule of price_rules.csv), 'spot-above-on-demand' (a spot price above the on-demand
+            price of the same instance, site and snapshot), 'snapshots-disagree' (an older snapshot of the same
+            cloud, instance, region and pricing model differs from the newest by more than the factor),
+            'superseded' (an older snapshot whose price of this instance changed by more than the factor in a
+            region where a newer snapshot exists, so its rows in the other regions are stale).
+        row: the row left out.
+        message: one line naming the numbers, the dates and the sources.
+    """
+
+    kind: str
+    row: GpuPrice
+    message: str
+
+
+def _key(p: GpuPrice) -> tuple[str, str, str, str]:
+    return (p.cloud, p.instance.lower(), p.region, p.pricing_model)
+
+
+def _date(p: GpuPrice) -> str:
+    return p.as_of or "0000-00-00"  # undated: older than every dated snapshot
+
+
+def _dated(p: GpuPrice) -> str:
+    return f"as of {p.as_of}" if p.as_of else "undated"
+
+
+def price_label(p: GpuPrice) -> str:
+    """One line saying which price a pool uses and where it comes from, e.g. 'catalog: aws p5.48xlarge us-east-1
+    on-demand, 8 GPUs/node, 6.88 USD/GPU-h, as of 2026-11-09 (source ...)'."""
+    where = p.region + (f"/{p.zone}" if p.zone else "")
+    return (f"{'your price row' if p.user else 'catalog'}: {p.cloud} {p.instance} {where or '(region not stated)'} "
+            f"{p.pricing_model}, {p.gpus_per_node} GPUs/node, {p.usd_per_gpu_hour:.4g} USD/GPU-h, {_dated(p)} "
+            f"({p.source})")
+
+
+def _in_date(p: GpuPrice, price_date: str | None) -> bool:
+    return price_date is None or not p.as_of or p.as_of <= price_date
+
+
+def check_price_date(price_date: str | None, *, field: str = "price_date") -> str | None:
+    """``price_date`` checked as YYYY-MM-DD (None passes). Raises InputError otherwise."""
+    if price_date is None:
+        return None
+    if not isinstance(price_date, str) or not _ISO_DATE.fullmatch(price_date):
+        raise InputError(f"price date {price_date!r} is not a date; give YYYY-MM-DD, e.g. 2025-05-31", field=field,
+                         value=price_date)
+    return price_date
+
+
+def price_problems(prices: Iterable[GpuPrice], *, price_date: str | None = None,
+                   factor: float = SNAPSHOT_DISAGREEMENT_FACTOR) -> list[PriceProblem]:
+    """Every catalog row that :func:`usable_prices` leaves out for a reason other than age alone (see
+    :class:`PriceProblem`), in a stable order. User rows are never checked against the catalogs: they win.
+
+    Args:
+        prices: the rows (``fleetplan.datasets.catalog.load_gpu_prices``).
+        price_date: YYYY-MM-DD; rows dated after it are ignored (undated rows are kept, as the oldest).
+        factor: see :data:`SNAPSHOT_DISAGREEMENT_FACTOR`.
+    """
+    rows = [p for p in prices if not p.user and _in_date(p, price_date)]
+    out: list[PriceProblem] = []
+    for p in rows:
+        for f in p.flags:
+            out.append(PriceProblem("flagged", p, f))
+    # Spot above on-demand: same snapshot, cloud, instance and site.
+    on_demand: dict[tuple[str, str, str, str, str], GpuPrice] = {}
+    for p in rows:
+        if p.pricing_model == "on-demand":
+            on_demand[(p.snapshot, p.cloud, p.instance.lower(), p.region, p.zone)] = p
+    for p in rows:
+        od = on_demand.get((p.snapshot, p.cloud, p.instance.lower(), p.region, p.zone))
+        if p.pricing_model == "spot" and od is not None and p.usd_per_gpu_hour > od.usd_per_gpu_hour * (1 + 1e-9):
+            out.append(PriceProblem("spot-above-on-demand", p,
+                                    f"spot {p.usd_per_gpu_hour:.4g} USD/GPU-h is above on-demand "
+                                    f"{od.usd_per_gpu_hour:.4g} for {p.cloud} {p.instance} at "
+                                    f"{p.zone or p.region} in one snapshot ({p.snapshot})"))
+    # Snapshots of one key: the newest wins; older ones that disagree by more than the factor are reported, and
+    # the older snapshot's rows of that instance in regions the newer one does not cover are stale.
+    bad = {id(q.row) for q in out}
+    groups: dict[tuple[str, str, str, str], list[GpuPrice]] = {}
+    for p in rows:
+        if id(p) not in bad:
+            groups.setdefault(_key(p), []).append(p)
+    moved: dict[tuple[str, str, str, str], tuple[GpuPrice, GpuPrice]] = {}  # (cloud, inst, pm, old snap) -> rows
+    for key, grp in sorted(groups.items()):
+        newest = max(grp, key=_date)
+        for p in grp:
+            if p.snapshot == newest.snapshot or _date(p) == _date(newest):
+                continue
+            lo, hi = sorted((p.usd_per_gpu_hour, newest.usd_per_gpu_hour))
+            if hi > lo * factor:
+                out.append(PriceProblem("snapshots-disagree", p,
+                                        f"{p.cloud} {p.instance} {p.region} {p.pricing_model}: {p.usd_per_gpu_hour:.4g}"
+                                        f" USD/GPU-h ({p.snapshot}, {_dated(p)}) vs {newest.usd_per_gpu_hour:.4g} "
+                                        f"({newest.snapshot}, {_dated(newest)}), a factor of {hi / lo:.2f} > "
+                                        f"{factor:g}; the newer is used"))
+                moved.setdefault((key[0], key[1], key[3], p.snapshot), (p, newest))
+    covered = {(p.cloud, p.instance.lower(), p.pricing_model, p.region, p.snapshot) for p in rows}
+    for p in rows:
+        hit = moved.get((p.cloud, p.instance.lower(), p.pricing_model, p.snapshot))
+        if hit is None or id(p) in bad:
+            continue
+        old, new = hit
+        if (p.cloud, p.instance.lower(), p.pricing_model, p.region, new.snapshot) in covered:
+            continue
+        out.append(PriceProblem("superseded", p,
+                                f"{p.cloud} {p.instance} {p.region} {p.pricing_model} {p.usd_per_gpu_hour:.4g} "
+                                f"USD/GPU-h is from {p.snapshot} ({_dated(p)}), whose price of this instance in "
+                                f"{old.region} ({old.usd_per_gpu_hour:.4g}) changed to {new.usd_per_gpu_hour:.4g} "
+                                f"by {_dated(new)} ({new.snapshot}); no newer price for {p.region} in the data"))
+    return out
+
+
+def usable_prices(prices: Iterable[GpuPrice], *, price_date: str | None = None,
+                  factor: float = SNAPSHOT_DISAGREEMENT_FACTOR) -> list[GpuPrice]:
+    """The rows a price may be chosen from: every user row, and of the catalog rows, those of the newest snapshot
+    (dated on or before ``price_date`` when given) of each (cloud, instance, region, pricing model), without the
+    rows :func:`price_problems` reports."""
+    rows = list(prices)
+    dropped = {id(q.row) for q in price_problems(rows, price_date=price_date, factor=factor)}
+    cat = [p for p in rows if not p.user and _in_date(p, price_date) and id(p) not in dropped]
+    newest: dict[tuple[str, str, str, str], str] = {}
+    for p in cat:
+        k = _key(p)
+        newest[k] = max(newest.get(k, ""), _date(p))
+    return [p for p in rows if p.user] + [p for p in cat if _date(p) == newest[_key(p)]]
+
+
 def find_price(gpu_name: str, cloud: str, region: str | None, pricing_model: str, prices: Iterable[GpuPrice], *,
-               zone: str | None = None) -> GpuPrice:
-    """The cheapest price per GPU-hour for ``gpu_name`` at (cloud, region[, zone]) under ``pricing_model``.
+               zone: str | None = None, gpus_per_node: int | None = None,
+               price_date: str | None = None) -> GpuPrice:
+    """The price per GPU-hour for ``gpu_name`` at (cloud, region[, zone]) under ``pricing_model``.
+
+    Order: (1) the user's rows (``GpuPrice.user``) for this GPU at this site win over every catalog row; when they
+    give the GPU there only under other pricing models, that is an error (never a silent fall-back to the
+    catalog). (2) Otherwise the catalog rows :func:`usable_prices` keeps (the newest snapshot per cloud,
+    instance, region and pricing model; no flagged, spot-above-on-demand or stale row). Among the candidates the
+    instances with ``gpus_per_node`` GPUs come first (a pool of 8-GPU nodes is priced as an 8-GPU instance, not a
+    1-GPU VM; other sizes only when the site prices none of that size), then the cheapest per GPU-hour.
+    A zone query also matches region-level rows (zone '').
 
     Args:
         gpu_name: a catalog GPU name as the price rows spell it (``fleetplan.datasets.catalog.find_price`` resolves
             aliases such as 'H100' first and loads the shipped rows).
         cloud: 'aws', 'gcp', 'azure' (case-insensitive).
         region: a region ('us-east-1'), or None for any region.
-        pricing_model: 'on-demand', 'spot', ...
+        pricing_model: one of :data:`PRICING_MODELS`.
         prices: the rows to search.
-        zone: restrict to one zone.
+        zone: restrict to one zone (and region-level rows).
+        gpus_per_node: the node size to prefer.
+        price_date: YYYY-MM-DD: use the snapshots dated on or before it (default: the newest).
 
     Raises:
         UnknownNameError: a cloud no row has.
-        InputError: no row matches; the message lists the clouds, regions / pricing models that do have a price.
+        InputError: an unknown pricing model (field 'pricing_model', lists the known ones); no row matches (the
+            message lists the regions / pricing models that do have a price, and the rows left out and why).
     """
     rows = list(prices)
+    price_date = check_price_date(price_date)
+    if pricing_model not in PRICING_MODELS:
+        raise InputError(f"unknown pricing model {pricing_model!r}; use one of {', '.join(PRICING_MODELS)}",
+                         field="pricing_model", value=pricing_model)
     clouds = {p.cloud for p in rows}
     if cloud.lower() not in clouds:
         raise UnknownNameError("cloud", cloud, clouds)
-    for_gpu = [p for p in rows if p.gpu == gpu_name and p.cloud == cloud.lower()]
-    if not for_gpu:
-        have = sorted({p.cloud for p in rows if p.gpu == gpu_name})
-        raise InputError(f"no price for {gpu_name} on {cloud}" + (f"; priced on: {', '.join(have)}" if have else
-                         "; add one in your own price file (--extra)"), field="gpu", value=gpu_name)
-    match = [p for p in for_gpu if (region is None or p.region == region) and (zone is None or p.zone == zone)
-             and p.pricing_model == pricing_model]
-    if not match:
-        by_region: dict[str, set[str]] = {}
-        for p in for_gpu:
-            by_region.setdefault(p.region or "(region not stated)", set()).add(p.pricing_model)
-        shown = "; ".join(f"{r} ({', '.join(sorted(m))})" for r, m in sorted(by_region.items()))
-        raise InputError(f"no {pricing_model} price for {gpu_name} on {cloud} in "
-                         f"{region or 'any region'}{'/' + zone if zone else ''}; available: {shown}",
-                         field="region", value=region)
-    return min(match, key=lambda p: (round(p.usd_per_gpu_hour, 9), p.gpus_per_node, p.region, p.zone, p.instance))
+    cloud = cloud.lower()
+
+    def here(p: GpuPrice) -> bool:
+        return (p.gpu == gpu_name and p.cloud == cloud and (region is None or p.region == region)
+                and (zone is None or p.zone in (zone, "")))
+
+    site = f"{cloud}:{region or 'any region'}{':' + zone if zone else ''}"
+    mine = [p for p in rows if p.user and here(p)]
+    if mine:
+        match = [p for p in mine if p.pricing_model == pricing_model]
+        if not match:
+            have = sorted({p.pricing_model for p in mine})
+            raise InputError(f"your price rows give {gpu_name} at {site} as {', '.join(have)} only, but this pool "
+                             f"is priced {pricing_model}; set pricing_model: {have[0]} (options, site or inventory "
+                             f"row) to use your price, or add a row with pricing_model {pricing_model}",
+                             field="pricing_model", value=pricing_model)
+    else:
+        for_gpu = [p for p in rows if p.gpu == gpu_name and p.cloud == cloud]
+        if not for_gpu:
+            have_c = sorted({p.cloud for p in rows if p.gpu == gpu_name})
+            raise InputError(f"no price for {gpu_name} on {cloud}" + (f"; priced on: {', '.join(have_c)}" if have_c
+                             else "; add one in your own price file"), field="gpu", value=gpu_name)
+        usable = usable_prices(rows, price_date=price_date)
+        match = [p for p in usable if here(p) and p.pricing_model == pricing_model]
+        if not match:
+            by_region: dict[str, set[str]] = {}
+            for p in usable:
+                if p.gpu == gpu_name and p.cloud == cloud:
+                    by_region.setdefault(p.region or "(region not stated)", set()).add(p.pricing_model)
+            shown = "; ".join(f"{r} ({', '.join(sorted(m))})" for r, m in sorted(by_region.items()))
+            left = [q for q in price_problems(rows, price_date=price_date)
+                    if here(q.row) and q.row.pricing_model == pricing_model]
+            why = f"; left out: {left[0].message}" + (f" (and {len(left) - 1} more)" if len(left) > 1 else "") \
+                if left else ""
+            raise InputError(f"no {pricing_model} price for {gpu_name} at {site}"
+                             + (f" as of {price_date}" if price_date else "") + f"{why}; available: "
+                             f"{shown or 'none'}", field="pricing_model" if by_region.get(region or "") else "region",
+                             value=region)
+    if gpus_per_node is not None:
+        exact = [p for p in match if p.gpus_per_node == gpus_per_node]
+        match = exact or match
+    return min(match, key=lambda p: (round(p.usd_per_gpu_hour, 9), -p.gpus_per_node, p.region, p.zone, p.instance))
 
 
 __all__ = [
-    "CATEGORY_TO_ROUTE_CLASS", "GIB_PER_GB", "PRICING_MODELS", "ROUTE_CLASSES", "EgressTable", "EgressTier",
-    "GpuPrice", "check_tiers", "egress_cost_usd", "egress_rate_usd_per_gb", "find_price", "select_egress_table",
+    "CATEGORY_TO_ROUTE_CLASS", "GIB_PER_GB", "PRICE_PROBLEM_KINDS", "PRICING_MODELS", "ROUTE_CLASSES",
+    "SNAPSHOT_DISAGREEMENT_FACTOR", "EgressTable", "EgressTier", "GpuPrice", "PriceProblem", "check_price_date",
+    "check_tiers", "egress_cost_usd", "egress_rate_usd_per_gb", "find_price", "price_label", "price_problems",
+    "select_egress_table", "usable_prices",
 ]

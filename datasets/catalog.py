@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import math
 import re
 from collections.abc import Callable, Iterable
@@ -23,7 +24,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Literal, overload
 
-from fleetplan.costmodels.hardware import GPU, Model
+from fleetplan.costmodels.hardware import GPU, Model, architecture_params, check_params
 from fleetplan.costmodels.prices import (
     CATEGORY_TO_ROUTE_CLASS,
     GIB_PER_GB,
@@ -431,6 +432,21 @@ def _model_from_row(row: dict[str, str], rows: _Rows, i: int) -> Model:
                       sliding_window_tokens=window, source=row.get("source", ""))
     except InputError as exc:
         raise InputError(str(exc), source=rows.source, row=i, field=exc.field, value=exc.value) from None
+    inter = _int_cell(row, "intermediate_size", rows, i, required=False, low=1, high=10_000_000,
+                      fix="give intermediate_size from config.json")
+    vocab = _int_cell(row, "vocab_size", rows, i, required=False, low=1, high=100_000_000,
+                      fix="give vocab_size from config.json")
+    if inter and vocab and not mla:  # MLA rows lack q_lora_rank and the per-head dims the count needs
+        computed, _ = architecture_params(
+            num_layers=layers, hidden_size=hidden, num_attention_heads=heads, num_kv_heads=kv_heads,
+            head_dim=head_dim, intermediate_size=inter, vocab_size=vocab, attention_bias="bias" in att_raw.lower(),
+            num_experts=experts, experts_per_token=topk, moe_intermediate_size=moe_inter,
+            num_shared_experts=opt("num_shared_experts"))
+        try:
+            check_params(model.params_total, computed, owner=f"model {name}")
+        except InputError as exc:
+            raise InputError(str(exc).removeprefix("field 'params': "), source=rows.source, row=i,
+                             field="params_total_b_stated", value=exc.value) from None
     stated_kv = _cell_number(row, "kv_cache_bytes_per_token_bf16", rows, i, required=False, low=1, high=1e8,
                              unit="bytes")
     if stated_kv is not None and not math.isclose(stated_kv, model.kv_bytes_per_token("bf16"), rel_tol=1e-9):
@@ -458,6 +474,98 @@ def _shipped_models() -> tuple[dict[str, Model], dict[str, str]]:
     return _models_from(_shipped_rows("models", "models.csv"))
 
 
+#: config.json ``torch_dtype`` -> fleetplan data type (the dtype the weights were saved in).
+_HF_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "bf16"}
+
+
+def _hf_name(cfg: dict[str, Any], path: Path) -> str:
+    """A config.json's model name: the last part of its ``_name_or_path``, else its folder's name (a downloaded
+    repo), else the file name without extension."""
+    named = str(cfg.get("_name_or_path") or "").rstrip("/").split("/")[-1]
+    if named:
+        return named
+    return path.parent.name if path.stem == "config" and path.parent.name else path.stem
+
+
+def model_from_hf_config(path: str | Path, *, name: str | None = None) -> Model:
+    """A :class:`Model` from a Hugging Face ``config.json``, its parameter count computed from the architecture.
+
+    Keys read: num_hidden_layers, hidden_size, num_attention_heads, num_key_value_heads (default: the attention
+    heads, MHA), head_dim (default hidden_size / heads), intermediate_size, vocab_size, tie_word_embeddings,
+    attention_bias (Qwen2's q/k/v bias is implied by model_type qwen2), MoE: num_local_experts (Mixtral) /
+    num_experts (Qwen-MoE) / n_routed_experts (DeepSeek), num_experts_per_tok, moe_intermediate_size,
+    n_shared_experts, first_k_dense_replace; MLA (DeepSeek): kv_lora_rank, q_lora_rank, qk_rope_head_dim,
+    qk_nope_head_dim, v_head_dim; max_position_embeddings; sliding_window (when use_sliding_window is not false
+    and model_type is mistral); torch_dtype (kept in the record's source). Parameters:
+    :func:`fleetplan.costmodels.hardware.architecture_params`.
+
+    Raises:
+        InputError: the file is missing, not JSON, not a mapping, or lacks a key the count needs (names the key).
+    """
+    p = Path(path)
+    source = str(p)
+    if not p.is_file():
+        raise InputError("file not found; give the path of a Hugging Face config.json", source=source)
+    try:
+        cfg = json.loads(p.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InputError(f"not a JSON config.json ({exc}); give the model's config.json from Hugging Face",
+                         source=source) from None
+    if not isinstance(cfg, dict):
+        raise InputError("a config.json must hold one JSON object", source=source)
+    if isinstance(cfg.get("text_config"), dict):  # multimodal wrappers keep the language model's shape here
+        cfg = {**cfg["text_config"], "_name_or_path": cfg.get("_name_or_path", "")}
+
+    def key(k: str, default: Any = None, *, required: bool = False, alt: tuple[str, ...] = ()) -> Any:
+        for kk in (k, *alt):
+            v = cfg.get(kk)
+            if v is not None:
+                if isinstance(v, bool) or not isinstance(v, int | float):
+                    raise InputError(f"{kk} must be a number, got {v!r}", source=source, field=kk, value=v)
+                return int(v)
+        if required:
+            raise InputError(f"config.json has no {k}; it is needed for the architecture (a decoder-only "
+                             "transformer's config has it)", source=source, field=k)
+        return default
+
+    layers = key("num_hidden_layers", required=True, alt=("n_layer", "num_layers"))
+    hidden = key("hidden_size", required=True, alt=("n_embd", "d_model"))
+    heads = key("num_attention_heads", required=True, alt=("n_head",))
+    kv_heads = key("num_key_value_heads", heads)
+    head_dim = key("head_dim", None) or (hidden // heads if heads else 0)
+    inter = key("intermediate_size", required=True, alt=("ffn_dim",))
+    vocab = key("vocab_size", required=True)
+    experts = key("num_local_experts", 0, alt=("num_experts", "n_routed_experts")) or 0
+    topk = key("num_experts_per_tok", 0) or 0
+    moe_inter = key("moe_intermediate_size", 0) or 0
+    shared = key("n_shared_experts", 0, alt=("num_shared_experts",)) or 0
+    first_dense = key("first_k_dense_replace", 0) or 0
+    lora, rope = key("kv_lora_rank", 0) or 0, key("qk_rope_head_dim", 0) or 0
+    model_type = str(cfg.get("model_type", ""))
+    bias = bool(cfg.get("attention_bias", model_type == "qwen2"))
+    total, active = architecture_params(
+        num_layers=layers, hidden_size=hidden, num_attention_heads=heads, num_kv_heads=kv_heads, head_dim=head_dim,
+        intermediate_size=inter, vocab_size=vocab, tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+        attention_bias=bias, num_experts=experts, experts_per_token=topk, moe_intermediate_size=moe_inter,
+        num_shared_experts=shared, first_dense_layers=first_dense, q_lora_rank=key("q_lora_rank", 0) or 0,
+        kv_lora_rank=lora, qk_nope_head_dim=key("qk_nope_head_dim", 0) or 0, qk_rope_head_dim=rope,
+        v_head_dim=key("v_head_dim", 0) or 0)
+    window = cfg.get("sliding_window") if model_type == "mistral" and cfg.get("use_sliding_window", True) else None
+    dtype = _HF_DTYPES.get(str(cfg.get("torch_dtype", "")), "")
+    try:
+        return Model(name=name or _hf_name(cfg, p), num_layers=layers, hidden_size=hidden,
+                     num_attention_heads=heads, num_kv_heads=None if lora else kv_heads,
+                     head_dim=key("v_head_dim", 0) or head_dim if lora else head_dim, params_total=total,
+                     params_active=active, attention_type="MLA" if lora else ("MHA" if kv_heads == heads else "GQA"),
+                     arch_type="moe" if experts else "dense", num_routed_experts=experts, experts_per_token=topk,
+                     moe_intermediate_size=moe_inter or (inter if experts else 0), kv_lora_rank=lora,
+                     qk_rope_head_dim=rope, max_context_tokens=key("max_position_embeddings", 131072),
+                     sliding_window_tokens=int(window) if isinstance(window, int) else None,
+                     source=f"config.json {source}" + (f" (saved as {dtype})" if dtype else ""))
+    except InputError as exc:
+        raise InputError(str(exc), source=source, field=exc.field, value=exc.value) from None
+
+
 def load_models(extra: str | Path | None = None) -> dict[str, Model]:
     """Model architectures by catalog name -> :class:`Model` (parameter counts, not billions).
 
@@ -470,7 +578,10 @@ def load_models(extra: str | Path | None = None) -> dict[str, Model]:
     Args:
         extra: a user CSV/YAML file with the models.csv header (required: model, attention_type, num_layers,
             hidden_size, num_attention_heads, num_kv_heads, head_dim and params_total_b_stated or
-            params_total_b_computed); optional sliding_window_tokens column.
+            params_total_b_computed); optional sliding_window_tokens column. Where a row gives intermediate_size
+            and vocab_size (not MLA), its parameter count must be within 10% of the architecture's
+            (:func:`fleetplan.costmodels.hardware.check_params`). Or a Hugging Face config.json
+            (:func:`model_from_hf_config`), one model.
 
     Raises:
         InputError: a missing column or bad cell, naming file, row and field.
@@ -478,7 +589,11 @@ def load_models(extra: str | Path | None = None) -> dict[str, Model]:
     shipped, _ = _shipped_models()
     if extra is None:
         return dict(shipped)
-    user, _ = _models_from(read_user_rows(extra))
+    if str(extra).lower().endswith(".json"):
+        m = model_from_hf_config(extra)
+        user = {m.name: m}
+    else:
+        user, _ = _models_from(read_user_rows(extra))
     return _merge(shipped, user, lambda m, name: replace(m, name=name))
 
 
@@ -628,6 +743,51 @@ def _regions(text: str) -> list[str]:
     return [r.strip() for r in text.split("/") if r.strip()]
 
 
+def _short(source: str) -> str:
+    """A source URL shortened to its site and first path part ('raw.githubusercontent.com/datareceipts')."""
+    m = re.match(r"(?:https?://)?([^/\s]+)(/[^/\s]+)?", source)
+    return (m.group(1) + (m.group(2) or "")) if m else source[:40]
+
+
+@lru_cache(maxsize=1)
+def _instance_gpu_counts() -> dict[tuple[str, str], int]:
+    """(cloud, instance lower-case) -> GPUs, from pricing/instance_shapes.csv and pricing/gcp_host_shapes.csv."""
+    out = {(r["cloud"].lower(), r["instance"].lower()): int(r["gpu_count"])
+           for _, r in _shipped_rows("pricing", "instance_shapes.csv").rows}
+    for _, r in _shipped_rows("pricing", "gcp_host_shapes.csv").rows:
+        out[("gcp", r["instance"].lower())] = int(r["accelerator_count"])
+    return out
+
+
+def _shape_flags(cloud: str, instance: str, count: int) -> tuple[str, ...]:
+    """A flag when a row's GPU count contradicts the instance type's (instance_shapes.csv), else ()."""
+    known = _instance_gpu_counts().get((cloud.lower(), instance.lower()))
+    if known is not None and known != count:
+        return (f"{cloud} {instance} has {known} GPUs (pricing/instance_shapes.csv), but the row says {count}; "
+                "its per-GPU price cannot be trusted",)
+    return ()
+
+
+@lru_cache(maxsize=1)
+def _price_rules() -> dict[tuple[str, str, str, str], str]:
+    """(cloud, source file, instance lower-case, pricing model) -> why those rows are never chosen
+    (pricing/price_rules.csv)."""
+    return {(r["cloud"].lower(), r["file"], r["instance"].lower(), r["pricing_model"]): r["reason"]
+            for _, r in _shipped_rows("pricing", "price_rules.csv").rows}
+
+
+def _sky_flags(cloud: str, file: str, instance: str, count: int, model: str) -> tuple[str, ...]:
+    rule = _price_rules().get((cloud, file, instance.lower(), model))
+    return _shape_flags(cloud, instance, count) + ((f"price_rules.csv: {rule}",) if rule else ())
+
+
+@lru_cache(maxsize=1)
+def _sky_snapshots() -> dict[str, tuple[str, str]]:
+    """SkyPilot extract file -> (as_of or '', snapshot label), from pricing/skypilot_catalog/snapshots.csv."""
+    return {r["file"]: (r["as_of"], f"SkyPilot {r['cloud']} catalog @ {r['commit'][:12]}")
+            for _, r in _shipped_rows(*_SKY, "snapshots.csv").rows}
+
+
 def _prices_from_table(rows: _Rows, *, user: bool, skipped: list[SkippedPriceRow]) -> list[GpuPrice]:
     """Rows with the gpu_prices.csv header (plus optional zone column)."""
     _require_columns(rows, PRICE_COLUMNS, "GPU prices")
@@ -652,12 +812,17 @@ def _prices_from_table(rows: _Rows, *, user: bool, skipped: list[SkippedPriceRow
             if gpu is None:
                 skipped.append(SkippedPriceRow(rows.source, i, row["instance"], row["gpu"], reason))
                 continue
+        as_of = row.get("as_of", "")
+        source = row.get("source", "") or rows.source
+        flags = () if user else _shape_flags(cloud, row["instance"], count)
         for region in _regions(row["region"]):
             try:
                 out.append(GpuPrice(cloud=cloud, region=region, zone=row.get("zone", ""), gpu=gpu,
                                     instance=row["instance"], gpus_per_node=count, node_usd_per_hour=node,
-                                    usd_per_gpu_hour=per_gpu, pricing_model=model,
-                                    source=row.get("source", "") or rows.source))
+                                    usd_per_gpu_hour=per_gpu, pricing_model=model, source=source, as_of=as_of,
+                                    snapshot=f"{'your file ' + rows.source if user else _short(source)} @ "
+                                             f"{as_of or 'undated'}",
+                                    user=user, flags=flags))
             except InputError as exc:
                 raise InputError(str(exc), source=rows.source, row=i, field=exc.field, value=exc.value) from None
     return out
@@ -679,13 +844,15 @@ def _aws_azure_prices(file: str, cloud: str, skipped: list[SkippedPriceRow]) -> 
             continue
         count = _int_cell(row, "AcceleratorCount", rows, i, required=True, low=1, high=64, fix="")
         assert count is not None
+        as_of, snap = _sky_snapshots()[file]
         for col, model in (("Price", "on-demand"), ("SpotPrice", "spot")):
             price = _sky_price(row, col, rows, i)
             if price is None:  # blank = not offered under that model there
                 continue
             out.append(GpuPrice(cloud=cloud, region=row["Region"], zone=row.get("AvailabilityZone", ""), gpu=gpu,
                                 instance=row["InstanceType"], gpus_per_node=count, node_usd_per_hour=price,
-                                pricing_model=model, source=src))
+                                pricing_model=model, source=src, as_of=as_of, snapshot=snap,
+                                flags=_sky_flags(cloud, file, row["InstanceType"], count, model)))
     return out
 
 
@@ -699,7 +866,9 @@ def _gcp_prices(skipped: list[SkippedPriceRow]) -> list[GpuPrice]:
     """
     shapes = {r["instance"]: (r["accelerator"], int(r["accelerator_count"]))
               for _, r in _shipped_rows("pricing", "gcp_host_shapes.csv").rows}
-    hosts = _shipped_rows(*_SKY, "gcp_v7_gpu_host_vm_rows_extract.csv")
+    host_file = "gcp_v7_gpu_host_vm_rows_extract.csv"
+    hosts = _shipped_rows(*_SKY, host_file)
+    as_of, snap = _sky_snapshots()[host_file]
     gpus = _shipped_rows(*_SKY, "gcp_v7_accelerator_rows_extract.csv")
     gpu_rows: dict[tuple[str, str, str, int], tuple[int, dict[str, str]]] = {}
     for i, row in gpus.rows:
@@ -732,7 +901,8 @@ def _gcp_prices(skipped: list[SkippedPriceRow]) -> list[GpuPrice]:
                 continue
             out.append(GpuPrice(cloud="gcp", region=host["Region"], zone=host["AvailabilityZone"], gpu=gpu,
                                 instance=inst, gpus_per_node=count, node_usd_per_hour=h + g, pricing_model=model,
-                                source=src))
+                                source=src, as_of=as_of, snapshot=snap,
+                                flags=_sky_flags("gcp", host_file, inst, count, model)))
     for key, (j, _) in gpu_rows.items():
         if key not in used:
             skipped.append(SkippedPriceRow(gpus.source, j, "", f"{key[2]} x{key[3]}",
@@ -904,8 +1074,10 @@ def load_egress(extra: str | Path | None = None, *, bound: str = "high") -> list
 
 
 def find_price(gpu: str, cloud: str, region: str | None = None, pricing_model: str = "on-demand",
-               prices: Iterable[GpuPrice] | None = None, *, zone: str | None = None) -> GpuPrice:
-    """The cheapest price per GPU-hour for ``gpu`` at (cloud, region[, zone]) under ``pricing_model``.
+               prices: Iterable[GpuPrice] | None = None, *, zone: str | None = None,
+               gpus_per_node: int | None = None, price_date: str | None = None) -> GpuPrice:
+    """The price per GPU-hour for ``gpu`` at (cloud, region[, zone]) under ``pricing_model``: the user's rows
+    first, else the newest consistent catalog snapshot, nodes of ``gpus_per_node`` GPUs first, then the cheapest.
 
     ``gpu`` is a GPU name or alias ('H100', 'A100-80GB'), resolved through the catalog; ``prices`` defaults to the
     shipped rows (:func:`load_gpu_prices`). The search: :func:`fleetplan.costmodels.prices.find_price`.
@@ -916,12 +1088,13 @@ def find_price(gpu: str, cloud: str, region: str | None = None, pricing_model: s
     """
     rows = list(load_gpu_prices() if prices is None else prices)
     gpu_name = resolve_name("gpu", gpu, set(load_gpu_specs()) | {p.gpu for p in rows})
-    return _find_price(gpu_name, cloud, region, pricing_model, rows, zone=zone)
+    return _find_price(gpu_name, cloud, region, pricing_model, rows, zone=zone, gpus_per_node=gpus_per_node,
+                       price_date=price_date)
 
 
 __all__ = [
     "EGRESS_COLUMNS", "GPU_COLUMNS", "MODEL_COLUMNS", "PRICE_COLUMNS", "GpuSpec", "SkippedPriceRow", "find_price",
     "get_gpu", "get_model", "load_aliases", "load_egress", "load_gpu_prices", "load_gpu_specs", "load_gpus",
-    "load_models", "pcie_bytes_per_s", "price_gpu_to_catalog", "read_user_rows", "resolve_name",
+    "load_models", "model_from_hf_config", "pcie_bytes_per_s", "price_gpu_to_catalog", "read_user_rows", "resolve_name",
     "skipped_price_rows",
 ]

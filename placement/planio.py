@@ -3,7 +3,9 @@ service read. The scenario is embedded, so a plan file can be replayed without t
 
 Format (version 1): status, backend, cost_usd_per_day, gpu_hours_per_day, lower_bound_usd_per_day, gap,
 solve_time_s, message, cost_breakdown_usd_per_day {gpu, starts, egress}, utilization {mean, peak},
-window_length_s, n_windows, replicas [{model, pool, site, gpu, tp, pp, capacity_req_per_s, capacity_source,
+window_length_s, n_windows, pools [{id, site, gpu, nodes, gpus_per_node, usd_per_gpu_hour, pricing_model,
+price_source}] (the price each pool used and where it came from: the user's row, the scenario, or the catalog
+snapshot with its date), replicas [{model, pool, site, gpu, tp, pp, capacity_req_per_s, capacity_source,
 counts[]}], shared_gpus [{pool, site, gpu, models[], served_req_per_s {model: []}, capacity_source {model}}],
 windows [{index, start_s, gpus, utilization, demand_req_per_s {model}, capacity_req_per_s {model}, replicas
 {model: {"gpu@site tpN": n}}}], baselines {name: {cost_usd_per_day, gpu_hours_per_day, valid, message}},
@@ -57,6 +59,9 @@ def plan_to_dict(problem: Problem, plan: Plan, *, scenario: dict | None = None,
         "utilization": {"mean": ev.mean_utilization, "peak": ev.peak_utilization} if ev else None,
         "window_length_s": problem.window_length_s,
         "n_windows": problem.n_windows,
+        "pools": [{"id": p.id, "site": p.site, "gpu": p.gpu, "nodes": p.nodes, "gpus_per_node": p.gpus_per_node,
+                   "usd_per_gpu_hour": p.usd_per_gpu_hour, "pricing_model": p.pricing_model,
+                   "price_source": p.price_source} for p in problem.pools],
         "replicas": [],
         "shared_gpus": [],
         "windows": [],

@@ -25,6 +25,7 @@ twice in one mapping is an error)::
       bytes_per_token: 4             # network bytes per token of request/response text
       allowed_gpus: [H100, ...]      # optional filter
       pricing_model: on-demand       # default for every pool
+      price_date: 2025-05-31         # catalog prices as of this date (default: the newest snapshot)
       inter_node_link: null          # links.csv name for pipeline stages across nodes (default link when null)
     files: {gpus: path, models: path, prices: path}   # optional user catalog rows (same schema as shipped)
     sites:
@@ -39,6 +40,11 @@ twice in one mapping is an error)::
         min_replicas: 1
         max_replicas: null
         slo: {ttft_p95_s: 2.0, tpot_p95_s: 0.1}
+        config: my-model/config.json # optional: the architecture from a Hugging Face config.json, or
+        base_model: Llama-3.1-8B     # optional: a fine-tune sharing a catalog model's architecture
+        params: 8.03e9               # optional: checked against the architecture (10%)
+        weight_dtype: fp8            # optional per-model dtypes (default: options.weight_dtype / kv_dtype)
+        kv_dtype: fp8
         origin_site: aws:us-east-1   # where its traffic comes from (egress when served elsewhere)
         token_mix: {trace: azure-conv}    # or {input_tokens_mean, input_tokens_p95, output_tokens_mean, ...}
         profiles:                    # optional: measured performance replacing the roofline for a (GPU, tp)
@@ -57,6 +63,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import datetime
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -72,12 +79,19 @@ from fleetplan.costmodels.capacity import (
     replica_capacity,
 )
 from fleetplan.costmodels.demand import Demand, TokenMix
-from fleetplan.costmodels.hardware import GPU, Model
+from fleetplan.costmodels.hardware import GPU, Model, check_params
 from fleetplan.costmodels.network import Link, Site, route_class
-from fleetplan.costmodels.prices import select_egress_table
+from fleetplan.costmodels.prices import price_label, select_egress_table
 from fleetplan.costmodels.queueing import poisson_occupancy_quantile
 from fleetplan.datasets.calibration import load_calibration
-from fleetplan.datasets.catalog import find_price, get_gpu, get_model, load_egress, load_gpu_prices
+from fleetplan.datasets.catalog import (
+    find_price,
+    get_gpu,
+    get_model,
+    load_egress,
+    load_gpu_prices,
+    model_from_hf_config,
+)
 from fleetplan.datasets.network import inter_node_link
 from fleetplan.datasets.profiles import load_profile, profile_files
 from fleetplan.datasets.servegen import servegen_demand
@@ -92,7 +106,14 @@ from fleetplan.datasets.traces import (
 from fleetplan.errors import FleetplanError, InputError, UnknownNameError
 from fleetplan.fileio import parse_yaml, read_text_file, validate_input
 from fleetplan.placement.problem import ModelSpec, Pool, Problem, ReplicaOption, ShareOption
-from fleetplan.placement.schemas import ENTRY_LABELS, DemandSpec, ScenarioFile, ScenarioOptions, TokenMixSpec
+from fleetplan.placement.schemas import (
+    ENTRY_LABELS,
+    DemandSpec,
+    ScenarioFile,
+    ScenarioModel,
+    ScenarioOptions,
+    TokenMixSpec,
+)
 
 DEFAULT_SCENARIO = "default.yaml"
 
@@ -225,6 +246,15 @@ def load_scenario(path: str | Path | None = None, *, window_length_s: float | No
                              window_length_s=window_length_s)
 
 
+def _dates_as_text(raw: dict) -> dict:
+    """``raw`` with an unquoted ``options.price_date`` (YAML reads 2025-05-31 as a date) as 'YYYY-MM-DD' text, so the
+    mapping stays JSON (it is embedded in plan files)."""
+    opts = raw.get("options")
+    if isinstance(opts, dict) and isinstance(opts.get("price_date"), datetime.date):
+        return {**raw, "options": {**opts, "price_date": opts["price_date"].isoformat()}}
+    return raw
+
+
 def scenario_from_raw(raw: dict, *, source: str = "scenario", base: str | None = None,
                       window_length_s: float | None = None) -> Scenario:
     """A :class:`Scenario` from an already-read mapping (e.g. the one embedded in a plan file); relative paths
@@ -233,6 +263,7 @@ def scenario_from_raw(raw: dict, *, source: str = "scenario", base: str | None =
     base_dir = Path(base) if base else None
     if not isinstance(raw, dict):
         raise InputError("a scenario must be a mapping with 'sites' and 'models'", source=where)
+    raw = _dates_as_text(raw)
     spec = validate_input(ScenarioFile, raw, source=where, labels=ENTRY_LABELS)
     if window_length_s is not None:
         checked = validate_input(ScenarioOptions, {"window_length_s": window_length_s}, source="--window")
@@ -262,15 +293,23 @@ def scenario_slos(scenario: Scenario, problem: Problem) -> dict[str, SLO]:
     return {pm.name: m.slo.to_slo() for pm, m in zip(problem.models, spec.models, strict=True)}
 
 
-def _price(gpu: str, site_name: str, pricing_model: str, where: str, prices) -> tuple[float, str]:
-
+def _price(gpu: str, site_name: str, pricing_model: str, where: str, prices, *, gpus_per_node: int,
+           price_date: str | None) -> tuple[float, str]:
+    """(USD per GPU-hour, where it comes from) for an inventory row without a price: the user's price rows win,
+    else the newest consistent catalog snapshot (see :func:`fleetplan.costmodels.prices.find_price`)."""
     site = Site.parse(site_name)
     try:
-        p = find_price(gpu, site.cloud, site.region, pricing_model, prices, zone=site.zone or None)
+        p = find_price(gpu, site.cloud, site.region, pricing_model, prices, zone=site.zone or None,
+                       gpus_per_node=gpus_per_node, price_date=price_date)
     except FleetplanError as exc:
-        raise InputError(f"{exc}; or give usd_per_gpu_hour for this inventory row", source=where,
-                         field="usd_per_gpu_hour") from None
-    return p.usd_per_gpu_hour, f"{p.cloud} {p.instance} {p.region} {p.pricing_model}: {p.source}"
+        field = getattr(exc, "field", None)
+        msg = str(exc).removeprefix(f"field '{field}': ") if field else str(exc)
+        raise InputError(f"{msg}; or give usd_per_gpu_hour for this inventory row", source=where,
+                         field="pricing_model" if field == "pricing_model" else "usd_per_gpu_hour") from None
+    label = price_label(p)
+    if p.gpus_per_node != gpus_per_node:
+        label += f"; NOTE: no {gpus_per_node}-GPU instance is priced here, so a {p.gpus_per_node}-GPU one is used"
+    return p.usd_per_gpu_hour, label
 
 
 def egress_table(sites: list[str]) -> dict[tuple[str, str], float]:
@@ -290,6 +329,49 @@ def egress_table(sites: list[str]) -> dict[tuple[str, str], float]:
             paid = [t.usd_per_gb for t in table.tiers if t.usd_per_gb > 0]
             out[(a, b)] = paid[0] if paid else 0.0
     return out
+
+
+def scenario_model(m: ScenarioModel, where: str, base: Path | None, models_file: str | None) -> Model:
+    """The :class:`Model` a scenario's model entry names: its ``config`` (a Hugging Face config.json, relative to
+    the scenario folder ``base``), its ``base_model``'s architecture under the entry's name (a fine-tune), or the
+    catalog / ``files.models`` row of its name; then its stated ``params`` is checked against the architecture's
+    (more than 10% off is an error showing both numbers).
+
+    Raises:
+        InputError / UnknownNameError: naming ``where`` and the key.
+    """
+    if m.config is not None:
+        p = Path(m.config)
+        p = base / p if base is not None and not p.is_absolute() else p
+        try:
+            model = model_from_hf_config(p, name=m.name)
+        except InputError as exc:
+            raise InputError(str(exc), source=where, field="config") from None
+    elif m.base_model is not None:
+        model = dataclasses.replace(get_model(m.base_model, models_file), name=m.name,
+                                    source=f"architecture of {m.base_model} (base_model)")
+    else:
+        model = get_model(m.name, models_file)
+    if m.params is not None:
+        check_params(m.params, model.params_total, owner=f"{where}: model {m.name}")
+    return model
+
+
+def scenario_models(scenario: Scenario) -> dict[str, tuple[Model, str, str]]:
+    """Each model of ``scenario`` as the planner sees it: {catalog name: (Model, weight dtype, KV dtype)}, with the
+    entry's config.json / base_model / files.models and its per-model dtypes (default: the options'). For the
+    simulator and other users of a plan's models, so they use the same architecture and dtypes as the plan."""
+    spec = scenario.spec or validate_input(ScenarioFile, scenario.raw, source=scenario.source, labels=ENTRY_LABELS)
+    base = Path(scenario.base_dir) if scenario.base_dir else None
+    models_file = _scenario_file(scenario, spec, "models")
+    out = {}
+    for i, m in enumerate(spec.models):
+        model = scenario_model(m, f"{scenario.source}: models[{i}]", base, models_file)
+        out[model.name] = (model, m.weight_dtype or scenario.options["weight_dtype"],
+                           m.kv_dtype or scenario.options["kv_dtype"])
+    return out
+
+
 
 
 def _scenario_file(scenario: Scenario, spec: ScenarioFile, key: str) -> str | None:
@@ -316,7 +398,7 @@ def scenario_profiles(scenario: Scenario) -> dict[str, dict[tuple[str, int], Mea
     for i, m in enumerate(spec.models):
         if not m.profiles:
             continue
-        model = get_model(m.name, _scenario_file(scenario, spec, "models"))
+        model = scenario_model(m, f"{scenario.source}: models[{i}]", base, _scenario_file(scenario, spec, "models"))
         got = out.setdefault(model.name, {})
         for j, ps in enumerate(m.profiles):
             where = f"{scenario.source}: models[{i}].profiles[{j}]"
@@ -367,10 +449,10 @@ def with_profiles(scenario: Scenario, options: list[str]) -> Scenario:
     raw = copy.deepcopy(scenario.raw)
     spec = scenario.spec or validate_input(ScenarioFile, raw, source=scenario.source, labels=ENTRY_LABELS)
     models_file = _scenario_file(scenario, spec, "models")
-    names = [get_model(m.name, models_file).name for m in spec.models]
+    names = list(scenario_models(scenario))
     for text in options:
         model, gpu, tp, fmt, file = parse_profile_option(text)
-        want = get_model(model, models_file).name
+        want = model if model in names else get_model(model, models_file).name
         if want not in names:
             raise UnknownNameError("scenario model", model, [m.name for m in spec.models], field="--profile")
         entry: dict = {"gpu": gpu, "tp": tp, "file": str(Path(file).absolute())}
@@ -381,18 +463,18 @@ def with_profiles(scenario: Scenario, options: list[str]) -> Scenario:
                              window_length_s=scenario.options["window_length_s"])
 
 
-def _option_capacity(prof: MeasuredProfile | None, model: Model, gpu: GPU, mix: TokenMix, slo: SLO, opts: dict, *,
-                     tp: int, calib: Calibration, pp: int = 1, link: Link | None = None, residents: int = 1,
+def _option_capacity(prof: MeasuredProfile | None, model: Model, gpu: GPU, mix: TokenMix, slo: SLO, *,
+                     weight_dtype: str, kv_dtype: str, memory_utilization: float, tp: int, calib: Calibration,
+                     pp: int = 1, link: Link | None = None, residents: int = 1,
                      kv_budget_bytes: float | None = None) -> ReplicaCapacity:
     """Capacity of one option from its measured profile when it has one, else from the calibrated roofline."""
     if prof is not None:
         return measured_replica_capacity(prof, mix, slo, model=model, gpu=gpu, tp=tp,
-                                         memory_utilization=opts["memory_utilization"],
-                                         weight_dtype=opts["weight_dtype"], kv_dtype=opts["kv_dtype"],
-                                         residents=residents, kv_budget_bytes=kv_budget_bytes)
-    return replica_capacity(model, gpu, mix, slo, tp=tp, pp=pp, weight_dtype=opts["weight_dtype"],
-                            kv_dtype=opts["kv_dtype"], memory_utilization=opts["memory_utilization"], link=link,
-                            calib=calib, residents=residents, kv_budget_bytes=kv_budget_bytes)
+                                         memory_utilization=memory_utilization, weight_dtype=weight_dtype,
+                                         kv_dtype=kv_dtype, residents=residents, kv_budget_bytes=kv_budget_bytes)
+    return replica_capacity(model, gpu, mix, slo, tp=tp, pp=pp, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
+                            memory_utilization=memory_utilization, link=link, calib=calib, residents=residents,
+                            kv_budget_bytes=kv_budget_bytes)
 
 
 #: Key of a derated option: (model, pool id, tp, pp) for a dedicated replica, (model, pool id, 'shared', 1) for a
@@ -449,9 +531,10 @@ def build_problem(scenario: Scenario, *, progress: Callable[[str], None] | None 
             pm = row.pricing_model or s.pricing_model or opts["pricing_model"]
             price = row.usd_per_gpu_hour
             if price is None:
-                price, src = _price(gpu.name, site, pm, rw, prices)
+                price, src = _price(gpu.name, site, pm, rw, prices, gpus_per_node=gpn,
+                                    price_date=opts.get("price_date"))
             else:
-                src = f"given in {rw}"
+                src = f"usd_per_gpu_hour given in {rw}"
             gpus[gpu.name] = gpu
             pools.append(Pool(site, gpu.name, nodes=nodes, gpus_per_node=gpn, usd_per_gpu_hour=price,
                               memory_bytes_per_gpu=gpu.memory_bytes, pricing_model=pm, price_source=src))
@@ -463,7 +546,9 @@ def build_problem(scenario: Scenario, *, progress: Callable[[str], None] | None 
     models, options, shares, notes = [], [], [], {}
     for i, m in enumerate(spec.models):
         mw = f"{where}: models[{i}]"
-        model = get_model(m.name, _file("models"))
+        model = scenario_model(m, mw, base, _file("models"))
+        wd = m.weight_dtype or opts["weight_dtype"]
+        kvd = m.kv_dtype or opts["kv_dtype"]
         slo = m.slo.to_slo()
         tps = m.tp_degrees
         origin = m.origin_site
@@ -481,7 +566,7 @@ def build_problem(scenario: Scenario, *, progress: Callable[[str], None] | None 
                                 max_replicas=max_r, origin_site=origin, request_bytes=request_bytes,
                                 demand_source=demand.source))
         why = []
-        weights = model.weight_bytes(opts["weight_dtype"])
+        weights = model.weight_bytes(wd)
         mprof = measured.get(model.name, {})
         for (g, t), given in mprof.items():
             if g not in gpus or t not in tps:
@@ -502,7 +587,8 @@ def build_problem(scenario: Scenario, *, progress: Callable[[str], None] | None 
                 candidates += [(pool.gpus_per_node, pp) for pp in range(max(2, need), max(2, need) + 2)]
             for tp, pp in candidates:
                 prof = mprof.get((gpu.name, tp)) if pp == 1 else None
-                cap = _option_capacity(prof, model, gpu, mix, slo, opts, tp=tp, pp=pp, calib=calib,
+                cap = _option_capacity(prof, model, gpu, mix, slo, weight_dtype=wd, kv_dtype=kvd,
+                                       memory_utilization=mu_mem, tp=tp, pp=pp, calib=calib,
                                        link=link if pp > 1 else None)
                 if cap.req_per_s <= 0:
                     why.append(f"{pool.id} tp {tp}{f' pp {pp}' if pp > 1 else ''}: {cap.reason or cap.limiting}")
@@ -529,9 +615,9 @@ def build_problem(scenario: Scenario, *, progress: Callable[[str], None] | None 
                 k = opts["max_models_per_shared_gpu"]
                 shared_slo = dataclasses.replace(slo, tpot_s=max(0.001, slo.tpot_s / k))
                 sprof = mprof.get((gpu.name, 1))
-
-                full = _option_capacity(sprof, model, gpu, mix, shared_slo, opts, tp=1, calib=calib, residents=k)
-                kvpt = model.kv_bytes_per_token(opts["kv_dtype"])
+                full = _option_capacity(sprof, model, gpu, mix, shared_slo, weight_dtype=wd, kv_dtype=kvd,
+                                        memory_utilization=mu_mem, tp=1, calib=calib, residents=k)
+                kvpt = model.kv_bytes_per_token(kvd)
                 kv_seq = model.kv_tokens_cached(mix.input_tokens_mean + mix.output_tokens_mean) * kvpt
                 kv_seq95 = model.kv_tokens_cached(mix.input_tokens_p95 + mix.output_tokens_p95) * kvpt
                 # Room for the p95 running batch at mean length plus one p95-length request (capacity point 8),
@@ -540,7 +626,8 @@ def build_problem(scenario: Scenario, *, progress: Callable[[str], None] | None 
                 needed = (1.1 * (poisson_occupancy_quantile(b) * kv_seq + kv_seq95)
                           if full.req_per_s > 0 and math.isfinite(b) else share_budget)
                 budget = min(share_budget, needed)
-                cap = _option_capacity(sprof, model, gpu, mix, shared_slo, opts, tp=1, calib=calib, residents=k,
+                cap = _option_capacity(sprof, model, gpu, mix, shared_slo, weight_dtype=wd, kv_dtype=kvd,
+                                       memory_utilization=mu_mem, tp=1, calib=calib, residents=k,
                                        kv_budget_bytes=budget)
                 if cap.req_per_s > 0:
                     shares.append(ShareOption(model.name, pool.id,

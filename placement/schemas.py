@@ -29,6 +29,7 @@ from fleetplan.costmodels.capacity import (
 from fleetplan.costmodels.demand import TOKENS_PER_REQUEST_RANGE
 from fleetplan.costmodels.hardware import DType
 from fleetplan.costmodels.latency import TP_DEGREES, TpDegree
+from fleetplan.costmodels.prices import PRICING_MODELS
 from fleetplan.datasets.servegen import GapMode
 from fleetplan.fileio import InputModel, input_field
 
@@ -176,7 +177,12 @@ class ScenarioOptions(InputModel):
     allowed_gpus: list[str] | None = input_field(None, description="only these GPU types (catalog names or "
                                                  "aliases) are planned; all when absent")
     pricing_model: str = input_field("on-demand", description="pricing model of every pool unless a site or "
-                                     "inventory row says otherwise, e.g. on-demand or spot")
+                                     f"inventory row says otherwise: one of {', '.join(PRICING_MODELS)}")
+    price_date: str | None = input_field(
+        None, pattern=r"^\d{4}-\d{2}-\d{2}$", description="catalog prices as of this date (YYYY-MM-DD): for each "
+        "cloud, instance, region and pricing model the newest snapshot dated on or before it (undated snapshots "
+        "count as the oldest); default: the newest snapshot. Your own price rows always win",
+        fix="give a date as YYYY-MM-DD, e.g. 2025-05-31")
     inter_node_link: str | None = input_field(None, description="links.csv name of the link between the nodes of a "
                                               "pipeline-parallel replica (the default link when absent)")
 
@@ -301,6 +307,25 @@ class ScenarioModel(InputModel):
     profiles: list[ProfileSpec] | None = input_field(
         None, description="measured performance per (GPU, tp): vllm bench serve or guidellm results, an AIBrix / "
         "Mélange throughput table, or a step-time CSV; replaces the roofline for that GPU and tp")
+    config: str | None = input_field(None, description="a Hugging Face config.json giving the architecture, "
+                                     "relative to the scenario (the parameter count is computed from it); 'name' "
+                                     "is then this model's name")
+    base_model: str | None = input_field(None, description="for a fine-tune: the catalog model (or one of "
+                                         "files.models) whose architecture it shares; 'name' is the fine-tune's")
+    params: float | None = input_field(None, ge=1e6, le=1e13, description="the parameter count you expect (a count, "
+                                       "not billions); an error when the architecture's is more than 10% off",
+                                       fix="give a count such as 8.03e9")
+    weight_dtype: DType | None = input_field(None, description="this model's weight data type (default: "
+                                             "options.weight_dtype), e.g. fp8 or int4 for a quantized checkpoint")
+    kv_dtype: DType | None = input_field(None, description="this model's KV-cache data type (default: "
+                                         "options.kv_dtype), e.g. fp8")
+
+    @model_validator(mode="after")
+    def _one_architecture(self) -> ScenarioModel:
+        if self.config is not None and self.base_model is not None:
+            raise ValueError("gives both config and base_model; a fine-tune takes its base's architecture "
+                             "(base_model) or a config.json (config), not both")
+        return self
 
     @property
     def tp_degrees(self) -> list[int]:

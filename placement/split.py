@@ -16,7 +16,7 @@ from pydantic import ConfigDict, Field
 from fleetplan.costmodels.capacity import SLO, TPOT_P95_RANGE_S, TTFT_P95_RANGE_S
 from fleetplan.costmodels.hardware import GPU
 from fleetplan.costmodels.network import NetworkGraph, Site, route_class
-from fleetplan.costmodels.prices import GpuPrice, select_egress_table
+from fleetplan.costmodels.prices import GpuPrice, select_egress_table, usable_prices
 from fleetplan.costmodels.split import SplitSpec, apply_variables
 from fleetplan.datasets.calibration import load_calibration_table, load_idle_fractions
 from fleetplan.datasets.catalog import find_price, get_gpu, get_model, load_egress, load_gpu_prices
@@ -64,6 +64,11 @@ class SplitOptions(InputModel):
         description="your price per GPU-hour at the decode site, USD (instead of the catalog's)")
     prices_file: str | None = Field(None, description="your own GPU price rows (CSV/YAML, the shipped price "
                                                       "file's columns)")
+    price_date: str | None = Field(None, pattern=r"^\d{4}-\d{2}-\d{2}$",
+                                   description="catalog prices as of this date, YYYY-MM-DD (default: the newest "
+                                               "snapshot); compare sites at one consistent snapshot")
+    models_file: str | None = Field(None, description="your own model architectures (CSV/YAML with the shipped "
+                                                      "models file's columns, or a Hugging Face config.json)")
     egress_file: str | None = Field(None, description="your own egress rows (CSV/YAML, the shipped egress "
                                                       "file's columns)")
     egress_usd_per_gb: float | None = Field(None, ge=0.0, le=5.0, description="flat cross-site egress price, USD "
@@ -95,15 +100,20 @@ class SplitOptions(InputModel):
 
 
 def _price_at(gpu: GPU, site: Site, pricing_model: str, rows: list[GpuPrice], user_usd_per_gpu_hour: float | None,
-              option: str) -> GpuPrice:
+              option: str, price_date: str | None = None) -> GpuPrice:
     if user_usd_per_gpu_hour is not None:
         # Node size (the largest tensor-parallel degree tried): the catalog's largest node of this GPU, else 8.
         v = float(user_usd_per_gpu_hour)
         n = max((p.gpus_per_node for p in rows if p.gpu == gpu.name), default=8)
         return GpuPrice(site.cloud, site.region, site.zone, gpu.name, "user", n, v * n, v, pricing_model,
                         source=f"user ({option})")
+    # The node size is the largest instance priced for this GPU at the site: tensor parallelism needs the GPUs in
+    # one node, so a 1-GPU VM's price must not stand for the site when 8-GPU nodes are priced there too.
+    sizes = [p.gpus_per_node for p in usable_prices(rows, price_date=price_date) if p.gpu == gpu.name
+             and p.cloud == site.cloud and p.region == site.region and p.pricing_model == pricing_model]
     try:
-        return find_price(gpu.name, site.cloud, site.region, pricing_model, rows, zone=site.zone or None)
+        return find_price(gpu.name, site.cloud, site.region, pricing_model, rows, zone=site.zone or None,
+                          gpus_per_node=max(sizes, default=None), price_date=price_date)
     except InputError as exc:
         here = sorted({f"{p.gpu} ({p.pricing_model})" for p in rows if p.cloud == site.cloud
                        and p.region == site.region and (not site.zone or p.zone == site.zone)})
@@ -126,7 +136,7 @@ def make_spec(options: SplitOptions, *, graph: NetworkGraph | None = None) -> Sp
             to give one), a missing egress table, out-of-range numbers.
     """
     o = options
-    m = get_model(o.model)
+    m = get_model(o.model, o.models_file)
     ps, ds = Site.parse(o.prefill_site), Site.parse(o.decode_site)
     pg = get_gpu(o.prefill_gpu or o.gpu)
     dg = get_gpu(o.decode_gpu or o.gpu)
@@ -135,8 +145,10 @@ def make_spec(options: SplitOptions, *, graph: NetworkGraph | None = None) -> Sp
     rate = (len(tr) / tr.span_s) if o.rate_req_per_s is None else o.rate_req_per_s
     slo = SLO(o.ttft_slo_s, o.tpot_slo_s)
     prices = load_gpu_prices(o.prices_file) if o.prices_file else load_gpu_prices()
-    pp = _price_at(pg, ps, o.pricing_model, prices, o.prefill_usd_per_gpu_hour, "--prefill-usd-per-gpu-hour")
-    dp = _price_at(dg, ds, o.pricing_model, prices, o.decode_usd_per_gpu_hour, "--decode-usd-per-gpu-hour")
+    pp = _price_at(pg, ps, o.pricing_model, prices, o.prefill_usd_per_gpu_hour, "--prefill-usd-per-gpu-hour",
+                   o.price_date)
+    dp = _price_at(dg, ds, o.pricing_model, prices, o.decode_usd_per_gpu_hour, "--decode-usd-per-gpu-hour",
+                   o.price_date)
     tables = load_egress(o.egress_file) if o.egress_file else load_egress()
     kv_t = select_egress_table(ps.cloud, route_class(ps, ds), tables)
     pr_t = select_egress_table(ds.cloud, route_class(ds, ps), tables)

@@ -40,11 +40,13 @@ import math
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from fleetplan.costmodels.capacity import SLO
 from fleetplan.costmodels.energy import energy_kwh
+from fleetplan.costmodels.hardware import Model
 from fleetplan.costmodels.latency import decode_step_time_s, prefill_time_s
 from fleetplan.costmodels.queueing import lognormal_sigma, normal_quantile
 from fleetplan.datasets.calibration import idle_fraction, load_calibration
@@ -55,7 +57,7 @@ from fleetplan.datasets.traces import Trace, load_trace
 from fleetplan.errors import InputError, UnknownNameError
 from fleetplan.placement.plan import Plan
 from fleetplan.placement.problem import Problem
-from fleetplan.placement.scenario import Scenario, scenario_profiles, scenario_slos
+from fleetplan.placement.scenario import Scenario, scenario_models, scenario_profiles, scenario_slos
 from fleetplan.simulator.engine import FCFS, DeviceSpec, EngineSpec, Policy, RunResult, StepModel, run
 
 #: ServeGen slot length, seconds.
@@ -99,6 +101,7 @@ class FleetBuilder:
         self.problem, self.plan, self.scenario = problem, plan, scenario
         self.max_tokens = max_tokens
         self._cache: dict[tuple, StepModel] = {}
+        self._models: dict[str, tuple[Model, str, str]] | None = None
         self._override = step_models or {}
         self.profiles = scenario_profiles(scenario) if scenario is not None else {}
         #: Where each replica type's step times come from, when not from the roofline alone (for reports).
@@ -114,6 +117,18 @@ class FleetBuilder:
         base = self.scenario.base_dir
         return str(Path(base) / p) if base and not p.is_absolute() else str(p)
 
+    def _model(self, model_name: str) -> tuple[Model, str, str]:
+        """(Model, weight dtype, KV dtype) as the plan's scenario gives them (config.json, base_model, per-model
+        dtypes: :func:`fleetplan.placement.scenario.scenario_models`); the catalog row and bf16 without one."""
+        if self.scenario is not None and self.scenario.spec is not None:
+            if self._models is None:
+                self._models = scenario_models(self.scenario)
+            if model_name in self._models:
+                return self._models[model_name]
+        opts = self.scenario.options if self.scenario is not None else {}
+        return (get_model(model_name, self._file("models")), opts.get("weight_dtype", "bf16"),
+                opts.get("kv_dtype", "bf16"))
+
     def step_model(self, model_name: str, pool_id: str, tp: int, pp: int, kv_budget_bytes: float | None) -> StepModel:
         """The (cached) step model of ``model_name`` on ``tp × pp`` GPUs of ``pool_id``."""
         if model_name in self._override:
@@ -123,10 +138,9 @@ class FleetBuilder:
             return self._cache[key]
 
         opts = self.scenario.options if self.scenario is not None else {}
-        wd, kd = opts.get("weight_dtype", "bf16"), opts.get("kv_dtype", "bf16")
+        model, wd, kd = self._model(model_name)
         mu = opts.get("memory_utilization", 0.9)
         pool = self.problem.pool_by_id[pool_id]
-        model = get_model(model_name, self._file("models"))
         gpu = get_gpu(pool.gpu, self._file("gpus"))
         calib_file = opts.get("calibration")
         base = self.scenario.base_dir if self.scenario is not None else None
@@ -134,7 +148,7 @@ class FleetBuilder:
             calib_file = os.path.join(base, calib_file)
         calib = load_calibration(gpu, calib_file)
         link = inter_node_link(opts.get("inter_node_link")) if pp > 1 else None
-        kw = dict(tp=tp, pp=pp, weight_dtype=wd, link=link, calib=calib)
+        kw: dict[str, Any] = dict(tp=tp, pp=pp, weight_dtype=wd, link=link, calib=calib)
         budget = mu * tp * pp * gpu.memory_bytes - model.weight_bytes(wd) if kv_budget_bytes is None \
             else kv_budget_bytes
         pcie = gpu.pcie_bytes_per_s / 2 * tp * pp if gpu.pcie_bytes_per_s else None
@@ -201,8 +215,8 @@ class FleetBuilder:
             for m in g.models:
                 opt = shares[(m, g.pool)]
 
-                wd = (self.scenario.options if self.scenario is not None else {}).get("weight_dtype", "bf16")
-                budget = opt.memory_bytes - get_model(m, self._file("models")).weight_bytes(wd)
+                model, wd, _ = self._model(m)
+                budget = opt.memory_bytes - model.weight_bytes(wd)
                 engines.append(EngineSpec(m, len(devices) - 1, self.step_model(m, g.pool, 1, 1, budget)))
             dm.append(tuple(g.models))
         return Fleet(engines, devices, dm)

@@ -9,7 +9,9 @@ from click.testing import CliRunner
 from fleetplan.cli.main import main
 
 BASE = ["ledger", "split", "--model", "llama-3.1-70b", "--prefill-site", "aws:us-east-1", "--decode-site",
-        "aws:us-west-2", "--trace", "azure-conv", "--rate-req-per-s", "2", "--no-prompt-break-even"]
+        "aws:us-west-2", "--trace", "azure-conv", "--rate-req-per-s", "2", "--no-prompt-break-even",
+        # one consistent price snapshot for both sites (split_default.yaml says why)
+        "--price-date", "2025-05-31"]
 
 
 def test_split_json_one_object():
@@ -69,7 +71,8 @@ def test_bad_inputs_exit_2():
 def test_whatif_grid(tmp_path):
     out, png = tmp_path / "w.csv", tmp_path / "w.png"
     args = ["ledger", "whatif", "--model", "llama-3.1-70b", "--prefill-site", "aws:us-east-1", "--decode-site",
-            "aws:us-west-2", "--rate-req-per-s", "2", "--vary", "egress_usd_per_gb=0:0.02:2",
+            "aws:us-west-2", "--rate-req-per-s", "2", "--price-date", "2025-05-31",
+            "--vary", "egress_usd_per_gb=0:0.02:2",
             "--vary", "prompt_tokens=1024,2048", "--workers", "1", "--format", "json", "--out", str(out),
             "--plot", str(png)]
     r = CliRunner().invoke(main, args)
