@@ -23,11 +23,10 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from fleetplan.datasets.catalog import get_model
 from fleetplan.errors import FleetplanError, InputError, UnknownNameError
 from fleetplan.placement.planio import load_plan_file, plan_to_dict
 from fleetplan.placement.problem import Problem
-from fleetplan.placement.scenario import build_problem, load_scenario
+from fleetplan.placement.scenario import build_problem, load_scenario, scenario_models
 from fleetplan.service.prometheus import pull_observations
 from fleetplan.service.store import Store, body_digest
 from fleetplan.solvers.online import (
@@ -121,12 +120,8 @@ def load_problem(scenario: str | None) -> tuple[Problem, dict]:
 
     sc = load_scenario(scenario)
     problem = build_problem(sc)
-    weights = {}
-    for m in problem.models:
-        try:
-            weights[m.name] = get_model(m.name).weight_bytes(sc.options["weight_dtype"])
-        except FleetplanError:
-            continue  # a user-file model: load_times charges its memory footprint
+    # The planner's own models (config.json, base_model, files.models) with their per-model weight dtypes.
+    weights = {name: model.weight_bytes(wd) for name, (model, wd, _kvd) in scenario_models(sc).items()}
     return problem, load_times(problem, sc.options["load_bandwidth_bytes_per_s"], weights)
 
 
