@@ -15,6 +15,7 @@ from fleetplan.datasets.calibration import load_calibration
 from fleetplan.datasets.catalog import get_gpu, get_model
 from fleetplan.errors import InputError
 from fleetplan.fileio import parse_yaml, read_yaml
+from fleetplan.placement.planio import problem_from_plan_dict
 from fleetplan.placement.scenario import load_scenario
 
 # The README's small scenario, written out as YAML text so each test can break one line of it.
@@ -220,7 +221,6 @@ def test_scenario_schema_checks_the_same_rules_as_the_loader():
 
 def test_older_plan_files_with_yaml_1_1_number_text_still_replay():
     # Plan files written by the YAML 1.1 loader embed `load_bandwidth_bytes_per_s: 1.0e9` as the text "1.0e9".
-    from fleetplan.placement.planio import problem_from_plan_dict
 
     raw = parse_yaml(SMALL, source="small")
     raw["options"]["load_bandwidth_bytes_per_s"] = "1.0e9"

@@ -11,6 +11,7 @@ import pytest
 from openpyxl.utils import get_column_letter
 
 from fleetplan.costmodels.split import compare, with_cross_site_egress
+from fleetplan.errors import InputError
 from fleetplan.placement.ledger import plan_ledger
 from fleetplan.placement.split import SplitOptions, make_spec
 from fleetplan.placement.workbook import write_plan_workbook, write_split_workbook
@@ -189,7 +190,6 @@ def test_month_factor_and_requests_are_formulas_over_the_assumptions(tmp_path, t
 
 
 def test_unwritable_folder_leaves_nothing(tmp_path, split_result):
-    from fleetplan.errors import InputError
 
     with pytest.raises(InputError):
         write_split_workbook(tmp_path / "missing" / "l.xlsx", split_result)

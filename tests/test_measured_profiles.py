@@ -41,6 +41,7 @@ from fleetplan.placement.scenario import (
     with_profiles,
 )
 from fleetplan.placement.validate import validate
+from fleetplan.simulator.replay import FleetBuilder
 from fleetplan.solvers.solve import solve
 
 DATA = Path(__file__).parent / "data" / "profiles"
@@ -255,7 +256,6 @@ def test_cli_profile_option_and_replay_note(tmp_path):
 
 
 def test_replay_takes_step_times_from_a_step_profile(tmp_path):
-    from fleetplan.simulator.replay import FleetBuilder
 
     shutil.copy(DATA / "steps-8b-a100.csv", tmp_path / "steps.csv")
     text = (SCENARIO.replace("{gpu: H100, nodes: 4", "{gpu: A100-SXM4-80GB, nodes: 4")

@@ -9,11 +9,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fleetplan.placement.generators import planted_instance
+from fleetplan.placement.generators import planted_instance, random_instance
 from fleetplan.placement.plan import Plan, SharedGPU, Status, evaluate
 from fleetplan.placement.problem import ModelSpec, Pool, Problem, ReplicaOption, ShareOption
 from fleetplan.placement.validate import validate
 from fleetplan.solvers.baselines import BASELINES, greedy
+from fleetplan.solvers.decompose import solve_by_windows
 from fleetplan.solvers.milp import solve_lp_bound
 from fleetplan.solvers.solve import solve
 
@@ -183,8 +184,6 @@ def test_infeasibility_found_only_by_the_elastic_lp():
 
 
 def test_fix_and_optimize_by_windows_is_valid_and_no_worse_than_greedy():
-    from fleetplan.placement.generators import random_instance
-    from fleetplan.solvers.decompose import solve_by_windows
 
     problem = random_instance(8, 6, seed=3, max_gpus=200)
     g = greedy(problem)
@@ -200,7 +199,6 @@ def test_fix_and_optimize_by_windows_is_valid_and_no_worse_than_greedy():
 
 def test_large_problems_skip_the_monolithic_model(monkeypatch):
     import fleetplan.solvers.solve as solve_mod
-    from fleetplan.placement.generators import random_instance
 
     problem = random_instance(8, 6, seed=3, max_gpus=200)
     monkeypatch.setattr(solve_mod, "MONOLITHIC_MAX_VARS", 10)

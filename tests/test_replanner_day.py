@@ -11,6 +11,7 @@ from fleetplan.placement.planio import plan_to_dict
 from fleetplan.placement.scenario import build_problem, load_scenario, scenario_embed
 from fleetplan.placement.validate import validate
 from fleetplan.service.runtime import ReplanService, ServiceSettings, load_problem
+from fleetplan.simulator.fleetday import FleetStep, count_migrations, lifetimes
 from fleetplan.solvers.baselines import autoscale_dedicated
 
 
@@ -41,7 +42,6 @@ def test_serve_starts_from_an_offline_plan(tmp_path):
 
 
 def test_fleet_lifetimes_bill_from_start_serve_after_load_and_stop_loading_first():
-    from fleetplan.simulator.fleetday import FleetStep, count_migrations, lifetimes
 
     k = ("a", "p", 1, 1)
     steps = [FleetStep(0.0, {k: 1}), FleetStep(100.0, {k: 3}), FleetStep(150.0, {k: 2}), FleetStep(400.0, {k: 1})]

@@ -13,6 +13,7 @@ from fleetplan.costmodels.capacity import SLO, replica_capacity
 from fleetplan.datasets.calibration import load_calibration
 from fleetplan.datasets.catalog import get_gpu, get_model
 from fleetplan.errors import InputError, UnknownNameError
+from fleetplan.placement.plan import evaluate
 from fleetplan.placement.planio import plan_from_dict, problem_from_plan_dict
 from fleetplan.placement.scenario import build_problem, load_scenario
 from fleetplan.placement.validate import validate
@@ -104,7 +105,6 @@ def test_cli_plan_json_small(tmp_path):
     problem, _ = problem_from_plan_dict(json.loads(out.read_text()))
     plan = plan_from_dict(json.loads(out.read_text()), problem)
     assert validate(problem, plan).ok
-    from fleetplan.placement.plan import evaluate
 
     assert evaluate(problem, plan).total_usd * 8 == pytest.approx(d["cost_usd_per_day"])
 

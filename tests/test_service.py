@@ -10,6 +10,7 @@ import httpx
 import pytest
 from click.testing import CliRunner
 
+from fleetplan.cli.main import main
 from fleetplan.errors import InputError
 from fleetplan.placement.validate import validate
 from fleetplan.service.app import create_app
@@ -217,7 +218,6 @@ def test_store_url_forms(tmp_path):
 
 
 def test_cli_serve_refuses_to_run_without_a_token(tmp_path, monkeypatch):
-    from fleetplan.cli.main import main
 
     monkeypatch.delenv("FLEETPLAN_TOKEN", raising=False)
     r = CliRunner().invoke(main, ["serve", "--db", f"sqlite:///{tmp_path / 'x.db'}"])

@@ -13,8 +13,10 @@ import warnings
 
 import pytest
 
+from fleetplan.cli.main import main
 from fleetplan.service.app import create_app
 from fleetplan.service.runtime import ReplanService, ServiceSettings, load_problem
+from fleetplan.service.store import shown_url
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")
@@ -249,8 +251,6 @@ def test_database_url_from_env_or_file_and_never_printed_with_its_password(tmp_p
     import uvicorn
     from click.testing import CliRunner
 
-    from fleetplan.cli.main import main
-    from fleetplan.service.store import shown_url
 
     assert shown_url("postgresql://fp:s3cretpw@127.0.0.1:5432/db") == "postgresql+psycopg://fp:***@127.0.0.1:5432/db"
     ran = []
