@@ -16,7 +16,9 @@ import uuid
 
 import pytest
 
+from fleetplan.service.app import create_app
 from fleetplan.service.runtime import ReplanService, ServiceSettings, load_problem
+from fleetplan.service.store import Store, normalize_url
 
 pytestmark = pytest.mark.xdist_group("postgres")
 
@@ -79,7 +81,6 @@ def restartable_pg():
 def test_postgres_store_keeps_observations_plans_and_resumes(pg_url):
     import sqlalchemy
 
-    from fleetplan.service.store import Store, normalize_url
 
     # A schema of its own, so runs never see each other's rows.
     schema = "t_" + uuid.uuid4().hex[:10]
@@ -120,7 +121,6 @@ def test_postgres_restart_the_loop_survives_and_readiness_tells_the_truth(restar
     """On main the background thread died on the first database error and /healthz kept answering "ok"."""
     import warnings
 
-    from fleetplan.service.app import create_app
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -10,7 +10,13 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from fleetplan.cli.main import main
+from fleetplan.datasets.traces import Trace, load_trace
+from fleetplan.placement.planio import plan_to_dict
+from fleetplan.placement.scenario import build_problem, scenario_embed, scenario_from_raw
 from fleetplan.simulator.engine import DeviceSpec, EngineSpec, Policy, StepModel, run
+from fleetplan.simulator.replay import FleetBuilder, simulate_day, simulate_trace
+from fleetplan.solvers.solve import solve
 
 
 def _service_model(seconds_per_token: float) -> StepModel:
@@ -111,7 +117,6 @@ def test_shared_device_interleaves_models():
 
 
 def _scenario(models: list[dict], inventory: list[dict], window_length_s: float = 3600, margin: float = 0.1):
-    from fleetplan.placement.scenario import scenario_from_raw
 
     raw = {"name": "sim-test", "options": {"window_length_s": window_length_s, "margin": margin},
            "sites": [{"name": "aws:us-east-1", "inventory": inventory}], "models": models}
@@ -119,8 +124,6 @@ def _scenario(models: list[dict], inventory: list[dict], window_length_s: float 
 
 
 def _planned(sc):
-    from fleetplan.placement.scenario import build_problem
-    from fleetplan.solvers.solve import solve
 
     problem = build_problem(sc)
     plan = solve(problem, "highs", time_limit_s=20, threads=1)
@@ -140,7 +143,6 @@ def conv_plan():
 
 
 def test_feasible_plan_meets_slo_on_its_trace(conv_plan):
-    from fleetplan.simulator.replay import simulate_day
 
     sc, problem, plan = conv_plan
     rep = simulate_day(problem, plan, sc, seed=0)
@@ -153,8 +155,6 @@ def test_feasible_plan_meets_slo_on_its_trace(conv_plan):
 
 
 def test_burst_ttft_grows_as_the_queue_says():
-    from fleetplan.datasets.traces import Trace
-    from fleetplan.simulator.replay import FleetBuilder, simulate_trace
 
     sc = _scenario([{"name": "Llama-3.1-8B", "tp": [1], "min_replicas": 1,
                      "slo": {"ttft_p95_s": 1.0, "tpot_p95_s": 0.1}, "token_mix": {"trace": "azure-conv"},
@@ -200,8 +200,6 @@ def test_burst_ttft_grows_as_the_queue_says():
 
 @pytest.fixture(scope="module")
 def plan_file(tmp_path_factory, conv_plan):
-    from fleetplan.placement.planio import plan_to_dict
-    from fleetplan.placement.scenario import scenario_embed
 
     sc, problem, plan = conv_plan
     p = tmp_path_factory.mktemp("sim") / "plan.json"
@@ -210,7 +208,6 @@ def plan_file(tmp_path_factory, conv_plan):
 
 
 def test_cli_json_and_report(plan_file, tmp_path):
-    from fleetplan.cli.main import main
 
     report = tmp_path / "r.md"
     out = CliRunner().invoke(main, ["simulate", str(plan_file), "--trace", "azure-code", "--model", "Llama-3.1-8B",
@@ -228,7 +225,6 @@ def test_cli_json_and_report(plan_file, tmp_path):
 
 
 def test_cli_trace_model_not_in_plan(plan_file, tmp_path):
-    from fleetplan.cli.main import main
 
     csv = tmp_path / "t.csv"
     csv.write_text("timestamp,input_tokens,output_tokens,model\n0,10,10,Llama-3.1-8B\n1,10,10,Qwen2.5-7B\n")
@@ -240,8 +236,6 @@ def test_cli_trace_model_not_in_plan(plan_file, tmp_path):
 def test_decode_runs_match_step_by_step(conv_plan):
     # Decode runs (one event per run of steps) against the same engine stepping one decode step per event, on the
     # first 10 minutes of the conv trace: the percentiles agree within 3%.
-    from fleetplan.datasets.traces import load_trace
-    from fleetplan.simulator.replay import simulate_trace
 
     sc, problem, plan = conv_plan
     tr = load_trace("azure-conv").window(0, 600)

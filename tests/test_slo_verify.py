@@ -9,12 +9,19 @@ import pytest
 from click.testing import CliRunner
 from scipy.optimize import brentq
 
+from fleetplan.cli.main import main
 from fleetplan.costmodels.capacity import SLO, replica_capacity_from_latency
 from fleetplan.costmodels.demand import TokenMix
 from fleetplan.costmodels.queueing import lognormal_quantile
 from fleetplan.errors import InputError
 from fleetplan.fileio import validate_input
+from fleetplan.placement.planio import plan_to_dict
+from fleetplan.placement.scenario import build_problem, scenario_embed, scenario_from_raw
 from fleetplan.placement.schemas import SLOSpec
+from fleetplan.placement.validate import validate
+from fleetplan.simulator.replay import ModelWindowMetrics, simulate_day
+from fleetplan.simulator.verify import verify_plan, verify_text
+from fleetplan.solvers.solve import solve
 
 # Constant latencies (prefill 0.1 s, decode step 0.02 s), every request 100 tokens in and out.
 FLAT = TokenMix(100, 100, 100, 100)
@@ -74,7 +81,6 @@ def test_slo_keys_any_percentile_and_old_keys():
 
 
 def test_row_misses_use_the_targets_percentile():
-    from fleetplan.simulator.replay import ModelWindowMetrics
 
     nan = math.nan
     row = ModelWindowMetrics("m", 0, 100, 0, nan, nan, nan, nan, nan, nan, 0.97, nan, nan, nan, nan, nan, 1.0, 0.1,
@@ -85,7 +91,6 @@ def test_row_misses_use_the_targets_percentile():
 
 
 def _small_scenario(tpot: float):
-    from fleetplan.placement.scenario import scenario_from_raw
 
     raw = {"name": "verify-test", "options": {"window_length_s": 600, "margin": 0.1},
            "sites": [{"name": "aws:us-east-1",
@@ -99,7 +104,6 @@ def _small_scenario(tpot: float):
 
 
 def test_derating_scales_the_named_option_only():
-    from fleetplan.placement.scenario import build_problem
 
     sc = _small_scenario(0.05)
     base = build_problem(sc)
@@ -111,8 +115,6 @@ def test_derating_scales_the_named_option_only():
 
 
 def test_verify_loop_reports_rounds_and_plan_is_valid():
-    from fleetplan.placement.validate import validate
-    from fleetplan.simulator.verify import verify_plan, verify_text
 
     sc = _small_scenario(0.05)
     vr = verify_plan(sc, solve_options={"time_limit_s": 10, "threads": 1}, max_rounds=2, seed=1)
@@ -126,11 +128,6 @@ def test_verify_loop_reports_rounds_and_plan_is_valid():
 def test_simulate_check_exit_code(tmp_path):
     import json
 
-    from fleetplan.cli.main import main
-    from fleetplan.placement.planio import plan_to_dict
-    from fleetplan.placement.scenario import build_problem, scenario_embed
-    from fleetplan.simulator.replay import simulate_day
-    from fleetplan.solvers.solve import solve
 
     sc = _small_scenario(0.05)
     problem = build_problem(sc)

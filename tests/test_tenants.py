@@ -24,7 +24,7 @@ from fleetplan.placement.tenants import (
 )
 from fleetplan.solvers.tenant_baselines import fair_share, packed_greedy, static_partition
 from fleetplan.solvers.tenants import dominates, solve_allocation, weighted_score
-from fleetplan.solvers.tenants_cpsat import split_mig, split_mps
+from fleetplan.solvers.tenants_cpsat import node_needs, split_allocation, split_kind, split_mig, split_mps
 
 TABLE = load_interference()
 H100 = "H100-SXM-80GB"
@@ -270,7 +270,6 @@ def test_mps_split_headroom():
 
 
 def test_split_allocation_needs_and_kinds():
-    from fleetplan.solvers.tenants_cpsat import node_needs, split_allocation, split_kind
 
     # a holds 2 GPUs on n0 and 1 on n1 for a demand of 2.5: needs 2 × 2.5/3 = 1.667 and 1 × 2.5/3 = 0.833 GPUs.
     # b holds 4 on n0 for a demand of 4: needs 4. Only n0 is shared.

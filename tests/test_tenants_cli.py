@@ -8,6 +8,10 @@ import pytest
 from click.testing import CliRunner
 
 from fleetplan.cli.main import main
+from fleetplan.costmodels.capacity import SLO, replica_capacity
+from fleetplan.datasets.calibration import load_calibration
+from fleetplan.datasets.catalog import get_gpu, get_model
+from fleetplan.datasets.traces import load_trace, token_mix_from_trace
 from fleetplan.placement.tenants import load_tenants
 
 SMALL = """
@@ -194,10 +198,6 @@ tenants:
     r = CliRunner().invoke(main, ["allocate", str(sc), "--format", "json", "--time-limit", "10"])
     assert r.exit_code == 0, r.output
     d = json.loads(r.stdout)
-    from fleetplan.costmodels.capacity import SLO, replica_capacity
-    from fleetplan.datasets.calibration import load_calibration
-    from fleetplan.datasets.catalog import get_gpu, get_model
-    from fleetplan.datasets.traces import load_trace, token_mix_from_trace
 
     cap = replica_capacity(get_model("Llama-3.1-8B"), get_gpu("A100-SXM4-80GB"),
                            token_mix_from_trace(load_trace("azure-conv")), SLO(2.0, 0.1), tp=1,
@@ -214,7 +214,6 @@ tenants:
 def test_key_typos_and_gpu_aliases(tmp_path):
     from click.testing import CliRunner
 
-    from fleetplan.cli.main import main
 
     p = tmp_path / "t.yaml"
     p.write_text("pool:\n  - {name: n, gpu: H100, gpus_per_node: 8, count: 2}\n"
