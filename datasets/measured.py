@@ -57,7 +57,7 @@ from fleetplan.datasets.profiles import splitwise_fit_rows
 from fleetplan.errors import InputError
 
 __all__ = ["COLUMNS", "DEFAULT_FRAMEWORK", "GOALS", "CalibrationReport", "calibrate", "load_measurements", "models",
-           "observations", "read_user_measurements"]
+           "observations", "prompt_set_means", "read_user_measurements", "steady_state_rates"]
 
 #: The framework the shipped default calibration represents (a current vLLM: ML.ENERGY v3 ran vLLM 0.11.1).
 DEFAULT_FRAMEWORK = "vLLM 0.11"
@@ -195,6 +195,24 @@ def _load() -> pd.DataFrame:
     d = d[np.asarray(keep)].copy()
     d["group"] = d.model + " @ " + d.gpu
     return d[list(COLUMNS)].reset_index(drop=True)
+
+
+def steady_state_rates() -> pd.DataFrame:
+    """ML.ENERGY v3's steady-state serving rows (vLLM 0.11 on H100, the shipped default framework) as measured
+    (rate, TPOT) points: each run held ``batch`` requests running and produced output tokens at a measured rate, so
+    one replica sustained rate_req_per_s = output tokens/s ÷ mean output tokens at a median inter-token latency of
+    itl_p50_s. Columns: model (a name of :func:`models`), gpu, tp, weight_dtype, batch, prompt_tokens (the prompt
+    set's mean, prompt_sets.csv), output_tokens, itl_p50_s, itl_p95_s, rate_req_per_s. Rows whose model has no
+    record are left out, as in :func:`load_measurements`."""
+    m = _csv("mlenergy_v3", "mlenergy_v3_vllm_steady_state.csv")
+    m = m[m.model.isin(_MODEL_NAMES)]
+    wd = m.weight_dtype.map({"bfloat16": "bf16", "fp8": "fp8"})
+    m, wd = m[wd.notna()], wd[wd.notna()]
+    return pd.DataFrame(dict(
+        model=m.model.map(_MODEL_NAMES), gpu=m.gpu, tp=m.tp.astype(int), weight_dtype=wd, batch=m.avg_batch_size_reqs,
+        prompt_tokens=prompt_set_means()["LMArena chat (ML.ENERGY v3)"], output_tokens=m.avg_output_tokens,
+        itl_p50_s=m.itl_p50_s, itl_p95_s=m.itl_p95_s,
+        rate_req_per_s=m.throughput_output_tokens_per_s / m.avg_output_tokens)).reset_index(drop=True)
 
 
 def load_measurements() -> pd.DataFrame:

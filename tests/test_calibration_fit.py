@@ -108,3 +108,14 @@ def test_measurements_have_prompt_lengths_and_no_preempted_splitwise_rows():
     assert (d.prompt_tokens >= 1).all()
     s = d[(d.framework == "Splitwise profile") & (d.tp == 2)]
     assert s.batch.max() <= 32  # TP2 batch 64 ran faster than batch 32: preempted, left out
+
+
+def test_steady_state_rates_are_throughput_over_output():
+    # ML.ENERGY v3, Llama-3.1-8B on H100, max_num_seqs 8: 1069.569 output tokens/s at 388.678 mean output tokens
+    # = 2.752 req/s, median ITL 7.316 ms (mlenergy_v3_vllm_steady_state.csv).
+    from fleetplan.datasets.measured import steady_state_rates
+
+    d = steady_state_rates()
+    r = d[(d.model == "Llama-3.1-8B") & (d.batch < 9)].iloc[0]
+    assert r.rate_req_per_s == pytest.approx(1069.569 / 388.678, rel=1e-5)
+    assert r.itl_p50_s == pytest.approx(7.316e-3, rel=1e-3) and r.prompt_tokens == 69.5
