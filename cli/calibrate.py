@@ -14,7 +14,8 @@ from fleetplan.datasets.measured import calibrate as run_calibration
               help="CSV of your own measurements (columns as datasets/measured.py COLUMNS); repeatable")
 @click.option("--no-shipped", is_flag=True, help="fit only your files, not the shipped public measurements")
 @click.option("--anchor", default=DEFAULT_FRAMEWORK, show_default=True,
-              help="framework whose efficiency factors are 1 (the GPU families' efficiencies are its own)")
+              help="framework the rows represent by default; its GPU family is the reference of the host overhead "
+                   "scale")
 @click.option("--framework", default=None, help="framework whose rows are written (default: the anchor)")
 @click.option("--held-out/--no-held-out", default=True, show_default=True,
               help="refit without each (model, GPU) group and report its error (slower: one fit per group)")
@@ -22,26 +23,30 @@ from fleetplan.datasets.measured import calibrate as run_calibration
               help="calibration CSV to write; name it in a scenario as options.calibration")
 def calibrate(extra: tuple[str, ...], no_shipped: bool, anchor: str, framework: str | None, held_out: bool,
               out: str) -> None:
-    """Fit the roofline's constants (per GPU family, per framework and version) to measured prefill, decode-step
-    and static-batch times, report the fit error and the held-out error, and write a calibration file."""
+    """Fit the roofline's constants (efficiencies and host overhead scale per GPU family, overheads per framework and
+    version) to measured prefill, decode-step, steady-state and static-batch times, report the fit error and the
+    held-out error, and write a calibration file."""
     rep = run_calibration(extra, shipped=not no_shipped, anchor=anchor, framework=framework, held_out=held_out)
     click.echo(f"fitted {rep.n_observations} measurements; rows written for {rep.framework}")
     for fam, v in sorted(rep.fit.family.items()):
         click.echo(f"  GPU family {fam}: prefill MFU {v['prefill_mfu']:.3f}, decode bandwidth efficiency "
-                   f"{v['decode_bw_efficiency']:.3f}")
+                   f"{v['decode_bw_efficiency']:.3f}, host overhead scale {v['overhead_scale']:.2f}")
     for fw, v in sorted(rep.fit.framework.items()):
-        click.echo(f"  {fw}: prefill x{v['prefill_factor']:.2f}, decode x{v['decode_factor']:.2f}, overheads "
-                   f"prefill {v['prefill_overhead_s'] * 1e3:.2f} ms, step {v['decode_overhead_per_step_s'] * 1e3:.2f}"
-                   f" ms, layer {v['decode_overhead_per_layer_s'] * 1e6:.1f} us, sequence "
+        click.echo(f"  {fw}: overheads on the {rep.fit.reference_family} host: prefill "
+                   f"{v['prefill_overhead_s'] * 1e3:.2f} ms, step {v['decode_overhead_per_step_s'] * 1e3:.2f} ms, "
+                   f"layer {v['decode_overhead_per_layer_s'] * 1e6:.1f} us, sequence "
                    f"{v['decode_overhead_per_seq_s'] * 1e6:.1f} us")
     click.echo("fit error (median absolute %): " + ", ".join(f"{k} {v:.1f}" for k, v in rep.fit_mdape_pct.items()))
     if held_out:
         click.echo("held-out error, one (model, GPU) group left out at a time (median absolute %): "
                    + ", ".join(f"{k} {v:.1f}" for k, v in rep.held_out_mdape_pct.items()))
-    extra_cols = {r.gpu: {"fit_mdape_" + k + "_pct": f"{v:.1f}" for k, v in rep.fit_mdape_pct.items()}
+    def col(k: str) -> str:
+        return k.replace(" ", "_")
+
+    extra_cols = {r.gpu: {"fit_mdape_" + col(k) + "_pct": f"{v:.1f}" for k, v in rep.fit_mdape_pct.items()}
                   for r in rep.rows}
     for r in rep.rows:
-        extra_cols[r.gpu].update({"held_out_mdape_" + k + "_pct": f"{v:.1f}"
+        extra_cols[r.gpu].update({"held_out_mdape_" + col(k) + "_pct": f"{v:.1f}"
                                   for k, v in rep.held_out_mdape_pct.items()})
     write_calibration_table(rep.rows, out, extra_cols)
     click.echo(f"wrote {out}")

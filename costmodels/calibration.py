@@ -1,11 +1,12 @@
 """Roofline efficiency constants (fitted data): the :class:`Calibration` record and the row lookup.
 
 The constants live in ``datasets/data/calibration/roofline.csv`` (read by
-:func:`fleetplan.datasets.calibration.load_calibration_table`), written by ``benchmarks/calibrate_roofline.py``,
-which fits them by least squares on relative error to the measured Splitwise profile (Llama-2-70B on DGX A100-80GB
-and DGX H100, TP 2/4/8; github.com/Mutinifni/splitwise-sim data/perf_model.csv). One row per GPU type the profile
-covers, plus a row named ``default`` fitted to both GPUs pooled: a GPU type with no row of its own uses the default
-row (its efficiencies are a middle ground between A100 and H100; treat capacities of uncalibrated GPUs as estimates).
+:func:`fleetplan.datasets.calibration.load_calibration_table`), written by ``benchmarks/calibrate_roofline.py``
+(= ``fleetplan calibrate``), which fits them across models, GPUs and serving frameworks to public measurements
+(:mod:`fleetplan.costmodels.calibration_fit`, :mod:`fleetplan.datasets.measured`). The shipped rows represent a
+current vLLM (0.11). One row per catalog GPU of a fitted family (A100, H100), plus a row named ``default``: the
+geometric mean of the fitted families, used by every GPU type without a row of its own (treat capacities of
+uncalibrated GPUs as estimates).
 """
 
 from __future__ import annotations
@@ -29,13 +30,18 @@ class Calibration:
     Attributes:
         gpu: GPU catalog name, or 'default'.
         prefill_mfu: achieved fraction of peak dense FLOP/s during prefill (0..1].
-        prefill_overhead_s: fixed time per prefill pass (launch, scheduling, sampling), seconds.
+        prefill_overhead_s: fixed time per prefill pass (scheduling, input preparation, sampling; an engine that
+            runs prefill eagerly also launches every layer's kernels from Python), seconds; at most 50 ms (an eager
+            80-layer pass at ~0.4 ms of launches per layer plus the scheduler's work).
         decode_bw_efficiency: achieved fraction of peak HBM bandwidth during decode (0..1].
         decode_overhead_per_layer_s: time per decode step per layer (kernel launches and per-layer host work, which
-            grow with depth), seconds; at most 100 us (a layer launches ~10-20 kernels of a few us each).
-        decode_overhead_per_seq_s: time per sequence per decode step (sampling, detokenising, scheduling), seconds;
-            at most 200 us (host work per sequence, which does not depend on the model's size; vLLM 0.5's Python
-            scheduler and sampler were the slow case).
+            grow with depth), seconds; at most 500 us: an engine running eagerly (no CUDA graphs: vLLM 0.5 above
+            its captured batch sizes, older engines always) dispatches ~10-12 kernels per layer from Python at
+            ~20-40 us each; with CUDA graphs it is near 0.
+        decode_overhead_per_seq_s: time per sequence per decode step (scheduling, sampling, detokenising and, in an
+            engine whose API server shares the loop, streaming each token), seconds; at most 500 us (host work per
+            sequence, which does not depend on the model's size; vLLM 0.5's single-process Python server was the
+            slow case at ~200 us, vLLM 0.11 ~50 us).
         decode_overhead_per_step_s: fixed time per decode step (the scheduler's iteration, input preparation), s.
         allreduce_bw_efficiency: achieved fraction of the per-direction GPU link bandwidth in a ring all-reduce.
         allreduce_step_latency_s: latency of one of the 2(tp-1) ring steps of an all-reduce (the alpha term), s.
@@ -58,11 +64,11 @@ class Calibration:
     #: (low, high) bounds of each constant; the fitting script uses the same bounds.
     BOUNDS = {
         "prefill_mfu": (0.05, 1.0),
-        "prefill_overhead_s": (0.0, 0.5),
+        "prefill_overhead_s": (0.0, 0.05),
         "decode_bw_efficiency": (0.05, 1.0),
-        "decode_overhead_per_layer_s": (0.0, 1e-4),
+        "decode_overhead_per_layer_s": (0.0, 5e-4),
         "decode_overhead_per_step_s": (0.0, 0.02),
-        "decode_overhead_per_seq_s": (0.0, 2e-4),
+        "decode_overhead_per_seq_s": (0.0, 5e-4),
         "allreduce_bw_efficiency": (0.01, 1.0),
         "allreduce_step_latency_s": (0.0, 1e-3),
     }

@@ -48,8 +48,8 @@ from fleetplan.costmodels.hardware import GPU, Model, bytes_per_element
 from fleetplan.costmodels.network import Link
 from fleetplan.errors import InputError, check_range
 
-__all__ = ["prefill_time_s", "decode_step_time_s", "allreduce_time_s", "moe_params_read", "flops_per_s",
-           "ACTIVATION_BYTES", "TP_DEGREES", "TpDegree"]
+__all__ = ["prefill_time_s", "decode_step_time_s", "decode_roofline_s", "allreduce_time_s", "moe_params_read",
+           "flops_per_s", "ACTIVATION_BYTES", "TP_DEGREES", "TpDegree"]
 
 #: Bytes per activation element exchanged between GPUs (serving runs activations in bf16/fp16).
 ACTIVATION_BYTES = 2.0
@@ -138,6 +138,22 @@ def prefill_time_s(model: Model, gpu: GPU, prompt_tokens: float, *, tp: int = 1,
     return total + calib.prefill_overhead_s
 
 
+def decode_roofline_s(model: Model, gpu: GPU, batch: float, context_tokens: float, *, tp: int = 1, pp: int = 1,
+                      weight_dtype: str = "bf16", kv_dtype: str = "bf16", calib: Calibration) -> tuple[float, float]:
+    """(memory seconds, compute seconds) of one pipeline stage's share of a decode step: the two roofline terms
+    :func:`decode_step_time_s` takes the larger of (before all-reduces, hops and overheads). The micro-batch is
+    batch / min(batch, pp) sequences of ``context_tokens`` context. Arguments are not checked here (the callers
+    check them)."""
+    mb = batch / min(batch, pp)
+    weight_bytes = moe_params_read(model, mb) * bytes_per_element(weight_dtype, field="weight_dtype")
+    kv_bytes = mb * model.kv_tokens_cached(context_tokens) * model.kv_bytes_per_token(kv_dtype)
+    mem_s = (weight_bytes + kv_bytes) / (tp * pp) / (gpu.hbm_bandwidth_bytes_per_s * calib.decode_bw_efficiency)
+    flops = mb * (2.0 * model.params_active + 4.0 * model.num_layers * model.kv_tokens_cached(context_tokens)
+                  * model.num_attention_heads * model.head_dim)
+    comp_s = flops / pp / (tp * flops_per_s(gpu, weight_dtype) * calib.prefill_mfu)
+    return mem_s, comp_s
+
+
 def decode_step_time_s(model: Model, gpu: GPU, batch: float, context_tokens: float, *, tp: int = 1, pp: int = 1,
                        weight_dtype: str = "bf16", kv_dtype: str = "bf16", link: Link | None = None,
                        calib: Calibration) -> float:
@@ -156,12 +172,8 @@ def decode_step_time_s(model: Model, gpu: GPU, batch: float, context_tokens: flo
     ctx = check_range(context_tokens, field="context_tokens", low=1, high=1e8)
     m = min(b, pp)
     mb = b / m
-    weight_bytes = moe_params_read(model, mb) * bytes_per_element(weight_dtype, field="weight_dtype")
-    kv_bytes = mb * model.kv_tokens_cached(ctx) * model.kv_bytes_per_token(kv_dtype)
-    mem_s = (weight_bytes + kv_bytes) / (tp * pp) / (gpu.hbm_bandwidth_bytes_per_s * calib.decode_bw_efficiency)
-    flops = mb * (2.0 * model.params_active
-                  + 4.0 * model.num_layers * model.kv_tokens_cached(ctx) * model.num_attention_heads * model.head_dim)
-    comp_s = flops / pp / (tp * flops_per_s(gpu, weight_dtype) * calib.prefill_mfu)
+    mem_s, comp_s = decode_roofline_s(model, gpu, b, ctx, tp=tp, pp=pp, weight_dtype=weight_dtype,
+                                      kv_dtype=kv_dtype, calib=calib)
     stage_ar = 2.0 * model.num_layers / pp * allreduce_time_s(mb * model.hidden_size * ACTIVATION_BYTES, tp, gpu,
                                                               calib)
     total = pp * (max(mem_s, comp_s) + stage_ar)
