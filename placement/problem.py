@@ -12,6 +12,7 @@ and plans repeat daily: the window before the first is the last (cyclic), which 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from fleetplan.costmodels.latency import TP_DEGREES
@@ -82,6 +83,10 @@ class ReplicaOption:
         memory_bytes_per_gpu: memory the replica occupies on each of its GPUs, bytes.
         start_cost_usd: cost of starting one replica (loading its weights), USD.
         ttft_p95_s, tpot_p95_s: the capacity model's latency at capacity (checked against the SLO).
+        max_batch: concurrent sequences the replica's KV budget holds (the capacity model's ``max_batch``; a
+            serving engine's ``--max-num-seqs``), or inf when unknown (hand-built problems).
+        kv_budget_bytes: KV-cache bytes of the whole replica (the capacity model's ``kv_bytes_available``), or 0
+            when unknown.
     """
 
     model: str
@@ -93,6 +98,8 @@ class ReplicaOption:
     start_cost_usd: float = 0.0
     ttft_p95_s: float = 0.0
     tpot_p95_s: float = 0.0
+    max_batch: float = math.inf
+    kv_budget_bytes: float = 0.0
 
     def __post_init__(self) -> None:
         owner = f"option {self.key}"
@@ -128,6 +135,7 @@ class ShareOption:
             its own memory footprint; on a shared GPU, in every window, the sum over resident models of
             served / capacity stays <= 1 - margin (time-sharing of the compute).
         memory_bytes: the footprint (weights + its KV-cache reservation), bytes.
+        max_batch, kv_budget_bytes: as in :class:`ReplicaOption` (inf and 0 when unknown).
     """
 
     model: str
@@ -136,6 +144,8 @@ class ShareOption:
     memory_bytes: float
     ttft_p95_s: float = 0.0
     tpot_p95_s: float = 0.0
+    max_batch: float = math.inf
+    kv_budget_bytes: float = 0.0
 
     def __post_init__(self) -> None:
         owner = f"share option {self.model}@{self.pool}"

@@ -278,6 +278,18 @@ def egress_table(sites: list[str]) -> dict[tuple[str, str], float]:
     return out
 
 
+def scenario_catalog_file(scenario: Scenario, key: str) -> str | None:
+    """The user catalog file the scenario names under ``files.<key>`` ('gpus', 'models' or 'prices'), resolved
+    against the scenario's folder, or None when it names none."""
+    spec = scenario.spec or validate_input(ScenarioFile, scenario.raw, source=scenario.source, labels=ENTRY_LABELS)
+    name = getattr(spec.files, key) if spec.files is not None else None
+    if name is None:
+        return None
+    p = Path(name)
+    base = Path(scenario.base_dir) if scenario.base_dir else None
+    return str(base / p) if base is not None and not p.is_absolute() else str(p)
+
+
 #: Key of a derated option: (model, pool id, tp, pp) for a dedicated replica, (model, pool id, 'shared', 1) for a
 #: shared-GPU residence.
 DeratingKey = tuple[str, str, int | str, int]
@@ -308,11 +320,7 @@ def build_problem(scenario: Scenario, *, progress: Callable[[str], None] | None 
     base = Path(scenario.base_dir) if scenario.base_dir else None
 
     def _file(key: str) -> str | None:
-        name = getattr(spec.files, key) if spec.files is not None else None
-        if name is None:
-            return None
-        p = Path(name)
-        return str(base / p) if base is not None and not p.is_absolute() else str(p)
+        return scenario_catalog_file(scenario, key)
 
     prices = load_gpu_prices(_file("prices"))
     calib_file = opts.get("calibration")
@@ -396,7 +404,8 @@ def build_problem(scenario: Scenario, *, progress: Callable[[str], None] | None 
                                              cap.req_per_s * derating.get((model.name, pool.id, tp, pp), 1.0),
                                              cap.memory_bytes_per_gpu,
                                              start_cost_usd=start, ttft_p95_s=cap.ttft_p95_s,
-                                             tpot_p95_s=cap.tpot_p95_s))
+                                             tpot_p95_s=cap.tpot_p95_s, max_batch=cap.max_batch,
+                                             kv_budget_bytes=cap.kv_bytes_available))
             # Shared GPU: tp 1, KV budget at most shared_kv_fraction of the GPU.
             share_budget = opts["shared_kv_fraction"] * mu_mem * gpu.memory_bytes - weights
             if 1 in tps and share_budget > 0:
@@ -424,7 +433,8 @@ def build_problem(scenario: Scenario, *, progress: Callable[[str], None] | None 
                     shares.append(ShareOption(model.name, pool.id,
                                               cap.req_per_s * derating.get((model.name, pool.id, "shared", 1), 1.0),
                                               weights + budget,
-                                              ttft_p95_s=cap.ttft_p95_s, tpot_p95_s=cap.tpot_p95_s))
+                                              ttft_p95_s=cap.ttft_p95_s, tpot_p95_s=cap.tpot_p95_s,
+                                              max_batch=cap.max_batch, kv_budget_bytes=budget))
         notes[model.name] = tuple(why)
     n_windows = len(next(iter(scenario.demands.values())).windows)
     synthetic = [name for name, d in scenario.demands.items() if d.synthetic]
