@@ -8,10 +8,10 @@ from pathlib import Path
 import click
 
 from fleetplan.errors import InputError
-from fleetplan.placement.deployment import check_targets, read_deploy_file, site_target
+from fleetplan.placement.deployment import DeployFile, check_targets, read_deploy_file, site_target
 from fleetplan.service.actuate import K8sActuator, kube_clients
 from fleetplan.service.app import create_app
-from fleetplan.service.runtime import ServiceSettings
+from fleetplan.service.runtime import ReplanService, ServiceSettings
 from fleetplan.service.store import shown_url
 from fleetplan.solvers.online import OnlineConfig
 
@@ -41,6 +41,20 @@ def _db_url(db_url: str | None, db_file: str | None) -> str:
     if db_url and db_file:
         raise InputError("give either --db or --db-file, not both", field="--db-file")
     return db_url or _secret(db_file, "--db-file", "FLEETPLAN_DB_URL", "database URL") or DEFAULT_DB
+
+
+def attach_actuator(service: ReplanService, deploy: DeployFile, *, kubeconfig: str | None = None,
+                    dry_run: bool = True, ready_timeout_s: float = 900.0, log_file: str | None = None) -> K8sActuator:
+    """A :class:`K8sActuator` for ``service``'s sites (contexts from ``deploy``, clients from the kubeconfig) that
+    applies the current plan now and every plan the service commits from now on (in its background thread)."""
+    sites = service.problem.sites
+    check_targets(sites, deploy)
+    clients = kube_clients(sorted({site_target(s, deploy)[0] for s in sites}), kubeconfig)
+    actuator = K8sActuator(deploy, clients, dry_run=dry_run, ready_timeout_s=ready_timeout_s, log_file=log_file)
+    service.commit_hooks.append(actuator.submit)
+    if service.plan_row is not None:
+        actuator.submit(service.plan_row)
+    return actuator
 
 
 @click.command("serve")
@@ -144,15 +158,8 @@ def serve(scenario, db_url, db_file, db_timeout_s, host, port, interval_s, resol
     deploy = read_deploy_file(deploy_file) if actuate else None
     app = create_app(settings)
     if actuate == "k8s" and deploy is not None:
-        service = app.state.service
-        sites = service.problem.sites
-        check_targets(sites, deploy)
-        clients = kube_clients(sorted({site_target(s, deploy)[0] for s in sites}), kubeconfig)
-        actuator = K8sActuator(deploy, clients, dry_run=dry_run, ready_timeout_s=ready_timeout_s,
-                               log_file=actuate_log)
-        service.commit_hooks.append(actuator.submit)
-        if service.plan_row is not None:
-            actuator.submit(service.plan_row)
+        attach_actuator(app.state.service, deploy, kubeconfig=kubeconfig, dry_run=dry_run,
+                        ready_timeout_s=ready_timeout_s, log_file=actuate_log)
         click.echo(f"acting on Kubernetes ({'dry run: recording, not patching' if dry_run else 'patching replicas'})",
                    err=True)
     click.echo(f"fleetplan serve: http://{host}:{port}/docs (plan {app.state.service.plan_row['id']}, "

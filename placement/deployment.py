@@ -325,8 +325,8 @@ def workloads(problem: Problem, plan: Plan, scenario: Scenario, deploy: DeployFi
                             load_s=weights / (o.tp * o.pp) / bandwidth))
     groups: dict[tuple[str, tuple[str, ...]], int] = {}
     for g in plan.shared:  # residents in name order: the same group whatever order a solver lists them in
-        key = (g.pool, tuple(sorted(g.models)))
-        groups[key] = groups.get(key, 0) + 1
+        group = (g.pool, tuple(sorted(g.models)))
+        groups[group] = groups.get(group, 0) + 1
     for (pool_id, models), n in sorted(groups.items()):
         pool = pools[pool_id]
         feet = [shares[(m, pool_id)].memory_bytes / pool.memory_bytes_per_gpu for m in models]

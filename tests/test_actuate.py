@@ -320,3 +320,59 @@ def test_shared_gpu_names_do_not_depend_on_resident_order():
     (t,) = plan_targets(body, DeployFile())
     # The name `fleetplan export k8s` gives this group in the default plan (tests/golden/export).
     assert (t.name, t.replicas) == ("shared-llama-3-1-8b-qwen2-5-7b-a100-sxm4-80gb", 2)
+
+
+def test_serve_wiring_applies_current_and_later_plans_in_the_background(kube, tmp_path):
+    """`serve --actuate k8s --no-dry-run`'s wiring: a kubeconfig context pointing at the API server, the current plan
+    applied at once and each later commit too, by the actuator's thread; every change logged as a JSON line."""
+    import time
+
+    from fleetplan.cli.serve import attach_actuator
+
+    state, api = kube
+    host = api.configuration.host
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(f"""apiVersion: v1
+kind: Config
+clusters: [{{name: fake, cluster: {{server: "{host}"}}}}]
+contexts: [{{name: use1, context: {{cluster: fake, user: u}}}}]
+users: [{{name: u, user: {{token: abc}}}}]
+current-context: use1
+""")
+    problem, loads = load_problem(None)
+    settings = ServiceSettings(db_url=f"sqlite:///{tmp_path / 's.db'}", insecure_no_auth=True, interval_s=0,
+                               resolve_every_s=0)
+    svc = ReplanService(settings, problem, loads, clock=lambda: 1_700_000_000.0)
+    deploy = DeployFile(sites={s: SiteTarget(context="use1", namespace=f"ns{i}") for i, s in enumerate(problem.sites)})
+    for tg in plan_targets(svc.plan_row["body"], deploy):
+        state.objects[(tg.kind, tg.namespace, tg.name)] = {"replicas": 0, "ready": 0, "polls_left": 0,
+                                                           "labels": dict(MANAGED)}
+    log = tmp_path / "applied.jsonl"
+    act = attach_actuator(svc, deploy, kubeconfig=str(kubeconfig), dry_run=False, log_file=str(log))
+    want = {(tg.namespace, tg.name): tg.replicas for tg in plan_targets(svc.plan_row["body"], deploy)}
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        got = {(ns, name): o["replicas"] for (_, ns, name), o in state.objects.items()}
+        if got == want:
+            break
+        time.sleep(0.1)
+    assert got == want
+    assert {json.loads(x)["outcome"] for x in log.read_text().splitlines()} == {"applied"}
+    # A later commit reaches the actuator through the hook: triple Llama-3.1-8B's demand, re-plan, and the cluster
+    # follows the new plan (its workloads that exist here; a new shape would be recorded 'missing').
+    svc.observe([{"model": "Llama-3.1-8B", "interval_s": 60.0, "arrivals": 60.0 * 3 * 8.0, "at_s": 1_700_000_000.0}])
+    row2 = svc.replan()
+    want2 = {(tg.namespace, tg.name): tg.replicas for tg in plan_targets(row2["body"], deploy)}
+    assert want2 != want
+
+    def follows() -> bool:
+        got = {(ns, name): o["replicas"] for (_, ns, name), o in state.objects.items()}
+        return (any(r.plan_id == row2["id"] for r in list(act.records))
+                and all(got[k] == want2.get(k, 0) for k in got))
+
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not follows():
+        time.sleep(0.1)
+    assert follows()
+    act.close()
+    svc.close()
