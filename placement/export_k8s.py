@@ -262,7 +262,11 @@ def scaled_object(w: Workload, problem: Problem, namespace: str, timezone: str, 
 
 
 class _Dumper(yaml.SafeDumper):
-    """SafeDumper that writes multi-line strings (the shared pod's start script) as literal blocks."""
+    """SafeDumper that writes multi-line strings (the shared pod's start script) as literal blocks and repeats
+    shared values instead of writing YAML anchors (which kubectl reads, but people and other tools stumble on)."""
+
+    def ignore_aliases(self, data: object) -> bool:
+        return True
 
 
 def _str(dumper: yaml.SafeDumper, value: str) -> yaml.Node:

@@ -279,6 +279,7 @@ def test_pipeline_parallel_is_a_leader_worker_set():
     (w,) = ws
     assert w.multi_node and w.pods_per_replica == 2 and w.gpus_per_pod == 8
     files = export_k8s(problem, ws, list(range(24)), DeployFile(), schedule=True)
+    assert "&id" not in files["aws-us-east-1/window-13-00.yaml"]  # no YAML anchors for shared values
     docs = _docs(files["aws-us-east-1/window-13-00.yaml"])
     lws = next(d for d in docs if d["kind"] == "LeaderWorkerSet")
     for d in docs + _docs(files["aws-us-east-1/schedule-keda.yaml"]):
