@@ -10,6 +10,7 @@ from fleetplan import __version__
 from fleetplan.cli.allocate import allocate
 from fleetplan.cli.calibrate import calibrate
 from fleetplan.cli.data import data
+from fleetplan.cli.export import export
 from fleetplan.cli.ledger import ledger
 from fleetplan.cli.plan import plan
 from fleetplan.cli.schema import schema
@@ -37,7 +38,7 @@ def main() -> None:
     that meets the TTFT/TPOT SLOs, network egress included."""
 
 
-for _command in (data, plan, simulate, ledger, whatif, allocate, serve, schema, calibrate):
+for _command in (data, plan, simulate, ledger, whatif, allocate, serve, schema, calibrate, export):
     main.add_command(_command)
 
 if __name__ == "__main__":  # pragma: no cover

@@ -8,8 +8,10 @@ from pathlib import Path
 import click
 
 from fleetplan.errors import InputError
+from fleetplan.placement.deployment import DeployFile, check_targets, read_deploy_file, site_target
+from fleetplan.service.actuate import K8sActuator, kube_clients
 from fleetplan.service.app import create_app
-from fleetplan.service.runtime import ServiceSettings
+from fleetplan.service.runtime import ReplanService, ServiceSettings
 from fleetplan.service.store import shown_url
 from fleetplan.solvers.online import OnlineConfig
 
@@ -39,6 +41,20 @@ def _db_url(db_url: str | None, db_file: str | None) -> str:
     if db_url and db_file:
         raise InputError("give either --db or --db-file, not both", field="--db-file")
     return db_url or _secret(db_file, "--db-file", "FLEETPLAN_DB_URL", "database URL") or DEFAULT_DB
+
+
+def attach_actuator(service: ReplanService, deploy: DeployFile, *, kubeconfig: str | None = None,
+                    dry_run: bool = True, ready_timeout_s: float = 900.0, log_file: str | None = None) -> K8sActuator:
+    """A :class:`K8sActuator` for ``service``'s sites (contexts from ``deploy``, clients from the kubeconfig) that
+    applies the current plan now and every plan the service commits from now on (in its background thread)."""
+    sites = service.problem.sites
+    check_targets(sites, deploy)
+    clients = kube_clients(sorted({site_target(s, deploy)[0] for s in sites}), kubeconfig)
+    actuator = K8sActuator(deploy, clients, dry_run=dry_run, ready_timeout_s=ready_timeout_s, log_file=log_file)
+    service.commit_hooks.append(actuator.submit)
+    if service.plan_row is not None:
+        actuator.submit(service.plan_row)
+    return actuator
 
 
 @click.command("serve")
@@ -94,13 +110,28 @@ def _db_url(db_url: str | None, db_file: str | None) -> str:
 @click.option("--read-token-file", default=None, help="File holding a read-only token that may see per-tenant "
               "rates (default: the FLEETPLAN_READ_TOKEN environment variable; none: only the write token may).")
 @click.option("--insecure-no-auth", is_flag=True, help="Accept writes without a token (explicit opt-in).")
+@click.option("--actuate", type=click.Choice(["k8s"]), default=None,
+              help="Apply each adopted plan to Kubernetes: patch the replicas of the workloads `fleetplan export k8s` "
+                   "wrote (starts first, stops once they are ready).")
+@click.option("--dry-run/--no-dry-run", "dry_run", default=True, show_default=True,
+              help="With --actuate: only record what would change (give --no-dry-run to patch).")
+@click.option("--deploy", "deploy_file", default=None, type=click.Path(dir_okay=False),
+              help="With --actuate: deployment file mapping sites to kubectl contexts and namespaces.")
+@click.option("--kubeconfig", default=None, type=click.Path(dir_okay=False),
+              help="With --actuate: kubeconfig file (default: $KUBECONFIG or ~/.kube/config).")
+@click.option("--actuate-log", default=None, type=click.Path(dir_okay=False),
+              help="With --actuate: append every change (JSON lines) to this file.")
+@click.option("--ready-timeout", "ready_timeout_s", default=900.0, show_default=True,
+              type=click.FloatRange(1, 86400),
+              help="With --actuate: longest wait for started replicas to be ready before stops are deferred, seconds.")
 @click.option("--log-level", default="info", show_default=True,
               type=click.Choice(["critical", "error", "warning", "info", "debug"]))
 def serve(scenario, db_url, db_file, db_timeout_s, host, port, interval_s, resolve_every_s, resolve_time_limit_s,
           migration_budget, target_utilization, day_curve_weight, ewma_alpha, min_saving_usd, cooldown_s,
           migration_cost_replica_hours, plan_file, max_body_bytes,
           prometheus_url, prometheus_window_s, rate_ceiling_factor, max_clock_skew_s, tenant_ttl_s, max_tenants,
-          token_file, read_token_file, insecure_no_auth, log_level) -> None:
+          token_file, read_token_file, insecure_no_auth, actuate, dry_run, deploy_file, kubeconfig, actuate_log,
+          ready_timeout_s, log_level) -> None:
     """Serve a live plan over HTTP and re-plan it every --interval seconds as observations arrive.
 
     Write endpoints need `Authorization: Bearer <token>` (FLEETPLAN_TOKEN or --token-file) unless started with
@@ -131,7 +162,15 @@ def serve(scenario, db_url, db_file, db_timeout_s, host, port, interval_s, resol
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if insecure_no_auth:
         click.echo("warning: write endpoints accept requests without a token (--insecure-no-auth)", err=True)
+    if actuate is None and (deploy_file or kubeconfig or actuate_log):
+        raise InputError("--deploy, --kubeconfig and --actuate-log go with --actuate k8s", field="--actuate")
+    deploy = read_deploy_file(deploy_file) if actuate else None
     app = create_app(settings)
+    if actuate == "k8s" and deploy is not None:
+        attach_actuator(app.state.service, deploy, kubeconfig=kubeconfig, dry_run=dry_run,
+                        ready_timeout_s=ready_timeout_s, log_file=actuate_log)
+        click.echo(f"acting on Kubernetes ({'dry run: recording, not patching' if dry_run else 'patching replicas'})",
+                   err=True)
     click.echo(f"fleetplan serve: http://{host}:{port}/docs (plan {app.state.service.plan_row['id']}, "
                f"{'resumed' if app.state.service.resumed else 'new'}; database {shown_url(db_url)})", err=True)
     uvicorn.run(app, host=host, port=port, log_level=log_level)

@@ -676,6 +676,13 @@ def get_model(name: str, extra: str | Path | None = None) -> Model:
     return models[resolve_name("model", name, models, extra_aliases=repos)]
 
 
+def model_hf_repo(name: str) -> str | None:
+    """The Hugging Face repository the shipped catalog gives for model ``name`` (its catalog name, e.g.
+    'Llama-3.1-8B' -> 'meta-llama/Llama-3.1-8B'; models.csv's hf_repo column), or None when it gives none."""
+    _, repos = _shipped_models()
+    return next((repo for repo, model in repos.items() if model == name), None)
+
+
 # --------------------------------------------------------------------------------------------------------------
 # GPU prices
 # --------------------------------------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ and plans repeat daily: the window before the first is the last (cyclic), which 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from fleetplan.costmodels.latency import TP_DEGREES
@@ -84,6 +85,10 @@ class ReplicaOption:
         ttft_p95_s, tpot_p95_s: the capacity model's latency at capacity (checked against the SLO).
         capacity_source: where the capacity comes from ('roofline (... calibration)' or 'measured <format> <file>
             (...)'), shown in plans.
+        max_batch: concurrent sequences the replica's KV budget holds (the capacity model's ``max_batch``; a
+            serving engine's ``--max-num-seqs``), or inf when unknown (hand-built problems).
+        kv_budget_bytes: KV-cache bytes of the whole replica (the capacity model's ``kv_bytes_available``), or 0
+            when unknown.
     """
 
     model: str
@@ -96,6 +101,8 @@ class ReplicaOption:
     ttft_p95_s: float = 0.0
     tpot_p95_s: float = 0.0
     capacity_source: str = ""
+    max_batch: float = math.inf
+    kv_budget_bytes: float = 0.0
 
     def __post_init__(self) -> None:
         owner = f"option {self.key}"
@@ -132,6 +139,7 @@ class ShareOption:
             served / capacity stays <= 1 - margin (time-sharing of the compute).
         memory_bytes: the footprint (weights + its KV-cache reservation), bytes.
         capacity_source: where the capacity comes from (as in :class:`ReplicaOption`).
+        max_batch, kv_budget_bytes: as in :class:`ReplicaOption` (inf and 0 when unknown).
     """
 
     model: str
@@ -141,6 +149,8 @@ class ShareOption:
     ttft_p95_s: float = 0.0
     tpot_p95_s: float = 0.0
     capacity_source: str = ""
+    max_batch: float = math.inf
+    kv_budget_bytes: float = 0.0
 
     def __post_init__(self) -> None:
         owner = f"share option {self.model}@{self.pool}"

@@ -363,7 +363,7 @@ def scenario_models(scenario: Scenario) -> dict[str, tuple[Model, str, str]]:
     simulator and other users of a plan's models, so they use the same architecture and dtypes as the plan."""
     spec = scenario.spec or validate_input(ScenarioFile, scenario.raw, source=scenario.source, labels=ENTRY_LABELS)
     base = Path(scenario.base_dir) if scenario.base_dir else None
-    models_file = _scenario_file(scenario, spec, "models")
+    models_file = scenario_catalog_file(scenario, "models")
     out = {}
     for i, m in enumerate(spec.models):
         model = scenario_model(m, f"{scenario.source}: models[{i}]", base, models_file)
@@ -372,10 +372,10 @@ def scenario_models(scenario: Scenario) -> dict[str, tuple[Model, str, str]]:
     return out
 
 
-
-
-def _scenario_file(scenario: Scenario, spec: ScenarioFile, key: str) -> str | None:
-    """Path of a ``files:`` entry (gpus, models, prices), resolved against the scenario's folder; None if absent."""
+def scenario_catalog_file(scenario: Scenario, key: str) -> str | None:
+    """The user catalog file the scenario names under ``files.<key>`` ('gpus', 'models' or 'prices'), resolved
+    against the scenario's folder, or None when it names none."""
+    spec = scenario.spec or validate_input(ScenarioFile, scenario.raw, source=scenario.source, labels=ENTRY_LABELS)
     name = getattr(spec.files, key) if spec.files is not None else None
     if name is None:
         return None
@@ -398,12 +398,12 @@ def scenario_profiles(scenario: Scenario) -> dict[str, dict[tuple[str, int], Mea
     for i, m in enumerate(spec.models):
         if not m.profiles:
             continue
-        model = scenario_model(m, f"{scenario.source}: models[{i}]", base, _scenario_file(scenario, spec, "models"))
+        model = scenario_model(m, f"{scenario.source}: models[{i}]", base, scenario_catalog_file(scenario, "models"))
         got = out.setdefault(model.name, {})
         for j, ps in enumerate(m.profiles):
             where = f"{scenario.source}: models[{i}].profiles[{j}]"
             try:
-                gpu = get_gpu(ps.gpu, _scenario_file(scenario, spec, "gpus"))
+                gpu = get_gpu(ps.gpu, scenario_catalog_file(scenario, "gpus"))
                 files = [f for pattern in ps.files for f in profile_files(pattern, base)]
                 prof = load_profile(files, ps.format, tp=ps.tp, model=model.name, gpu=gpu.name,
                                     source=", ".join(ps.files))
@@ -448,7 +448,7 @@ def with_profiles(scenario: Scenario, options: list[str]) -> Scenario:
         return scenario
     raw = copy.deepcopy(scenario.raw)
     spec = scenario.spec or validate_input(ScenarioFile, raw, source=scenario.source, labels=ENTRY_LABELS)
-    models_file = _scenario_file(scenario, spec, "models")
+    models_file = scenario_catalog_file(scenario, "models")
     names = list(scenario_models(scenario))
     for text in options:
         model, gpu, tp, fmt, file = parse_profile_option(text)
@@ -507,7 +507,7 @@ def build_problem(scenario: Scenario, *, progress: Callable[[str], None] | None 
     base = Path(scenario.base_dir) if scenario.base_dir else None
 
     def _file(key: str) -> str | None:
-        return _scenario_file(scenario, spec, key)
+        return scenario_catalog_file(scenario, key)
 
     measured = scenario_profiles(scenario)
     prices = load_gpu_prices(_file("prices"))
@@ -604,7 +604,8 @@ def build_problem(scenario: Scenario, *, progress: Callable[[str], None] | None 
                                              cap.req_per_s * derating.get((model.name, pool.id, tp, pp), 1.0),
                                              cap.memory_bytes_per_gpu,
                                              start_cost_usd=start, ttft_p95_s=cap.ttft_p95_s,
-                                             tpot_p95_s=cap.tpot_p95_s,
+                                             tpot_p95_s=cap.tpot_p95_s, max_batch=cap.max_batch,
+                                             kv_budget_bytes=cap.kv_bytes_available,
                                              capacity_source=cap.source if prof is not None else roofline_src))
             # Shared GPU: tp 1, KV budget at most shared_kv_fraction of the GPU.
             share_budget = opts["shared_kv_fraction"] * mu_mem * gpu.memory_bytes - weights
@@ -634,6 +635,7 @@ def build_problem(scenario: Scenario, *, progress: Callable[[str], None] | None 
                                               cap.req_per_s * derating.get((model.name, pool.id, "shared", 1), 1.0),
                                               weights + budget,
                                               ttft_p95_s=cap.ttft_p95_s, tpot_p95_s=cap.tpot_p95_s,
+                                              max_batch=cap.max_batch, kv_budget_bytes=budget,
                                               capacity_source=cap.source if sprof is not None else roofline_src))
                 elif sprof is not None:
                     why.append(f"{pool.id} shared: {cap.reason or cap.limiting}")

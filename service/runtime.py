@@ -20,6 +20,7 @@ import logging
 import math
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -197,6 +198,9 @@ class ReplanService:
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fleetplan-resolve")
         self._future: Future | None = None
         self.resumed = False
+        #: Called with each committed plan row after it is published (e.g. the cluster actuator's submit); a hook
+        #: that raises is logged and does not undo the commit.
+        self.commit_hooks: list[Callable[[dict], None]] = []
         self._start()
 
     @property
@@ -297,6 +301,11 @@ class ReplanService:
             self._publish(row, diff, res)
         self.counters["migrations"] += res.migrations
         self.last_success_s = now
+        for hook in self.commit_hooks:
+            try:
+                hook(row)
+            except Exception:
+                log.exception("commit hook failed for plan %s", pid)
         return row
 
     # ---- writes --------------------------------------------------------------------------------------------

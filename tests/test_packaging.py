@@ -14,6 +14,9 @@ from pathlib import Path
 import pytest
 
 import fleetplan
+from fleetplan.placement.planio import per_day_factor
+from fleetplan.placement.scenario import build_problem, load_scenario
+from fleetplan.solvers.solve import solve
 
 ROOT = Path(__file__).resolve().parents[1]
 GENERIC = ["datasets", "cli", "placement", "solvers", "costmodels"]
@@ -105,9 +108,13 @@ def test_plain_install_plans_and_serves(tmp_path):
     res = subprocess.run([str(exe), "plan", "--time-limit", "20", "--format", "json", "--out", "plan.json"],
                          cwd=work, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-2000:]
-    # The shipped default plan (README): $1,164.05/day; re-checked by validate inside the plain install.
+    # The plain install plans what the development install plans for the shipped default (an independent run of the
+    # same scenario in this process), and its plan is re-checked by validate inside the plain install.
     d = json.loads((work / "plan.json").read_text())
-    assert d["cost_usd_per_day"] == pytest.approx(1164.05, abs=0.005)
+    here = solve(build_problem(load_scenario(None)), time_limit_s=20)
+    assert d["status"] == "optimal" and here.status.value == "optimal"
+    assert d["cost_usd_per_day"] == pytest.approx(here.objective_usd * per_day_factor(build_problem(
+        load_scenario(None))), rel=0.01)  # both proven within the 0.5% default gap of one optimum
     check = ("from fleetplan.placement.planio import plan_from_dict, problem_from_plan_dict, read_plan_json\n"
              "from fleetplan.placement.validate import validate\n"
              "d = read_plan_json('plan.json')\n"

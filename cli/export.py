@@ -1,0 +1,81 @@
+"""``fleetplan export k8s|vllm PLAN``: a plan file as Kubernetes manifests or as vLLM launch commands per node."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from fleetplan.errors import InputError
+from fleetplan.fileio import output_files, write_text_atomic
+from fleetplan.placement.deployment import read_deploy_file, window_index, workloads
+from fleetplan.placement.export_k8s import export_k8s
+from fleetplan.placement.export_vllm import export_vllm
+from fleetplan.placement.planio import load_plan_file
+
+_DEPLOY_HELP = ("Deployment file (YAML): site -> kubectl context and namespace, image, checkpoints, GPU node labels "
+                "(README: 'From plan to production').")
+
+
+def _windows(problem, window: str | None, all_windows: bool) -> list[int]:
+    if window is not None and all_windows:
+        raise InputError("give either --window or --all-windows, not both", field="--window")
+    if window is not None:
+        return [window_index(problem, window)]
+    return list(range(problem.n_windows))
+
+
+@click.group("export")
+def export() -> None:
+    """Turn a plan file (`fleetplan plan --out plan.json`) into something a cluster or a node runs."""
+
+
+@export.command("k8s")
+@click.argument("plan_file", type=click.Path(dir_okay=False))
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False),
+              help="Folder to write into (created if missing): one sub-folder per site.")
+@click.option("--window", default=None, help="Export only the window holding this time of day (HH:MM).")
+@click.option("--all-windows", is_flag=True, help="Every window and a KEDA schedule for the day (the default).")
+@click.option("--deploy", "deploy_file", default=None, type=click.Path(dir_okay=False), help=_DEPLOY_HELP)
+@click.option("--lead-minutes", default=None, type=click.IntRange(0, 600),
+              help="Start scheduled replicas this many minutes before their window (default: each workload's weight "
+                   "load time from the scenario, rounded up).")
+def k8s(plan_file, out_dir, window, all_windows, deploy_file, lead_minutes) -> None:
+    """Kubernetes manifests of PLAN_FILE: per site and window a Deployment (or LeaderWorkerSet for pipeline stages
+    on several nodes) per workload running vLLM's OpenAI server, a Service per model, and with every window a KEDA
+    ScaledObject per workload that follows the day."""
+    deploy = read_deploy_file(deploy_file)
+    problem, plan, scenario, d = load_plan_file(plan_file)
+    wins = _windows(problem, window, all_windows)
+    ws = workloads(problem, plan, scenario, deploy)
+    files = export_k8s(problem, ws, wins, deploy, schedule=window is None, lead_minutes=lead_minutes)
+    root = Path(out_dir)
+    if root.exists() and not root.is_dir():
+        raise InputError(f"{root} is not a folder", source=str(root), field="--out")
+    for rel in files:
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+    with output_files({rel: root / rel for rel in files}) as tmps:
+        for rel, text in files.items():
+            tmps[rel].write_text(text, newline="")
+    click.echo(f"wrote {len(files)} files for {len(ws)} workloads at {len({w.site for w in ws})} sites into {root} "
+               f"({len(wins)} window{'s' if len(wins) != 1 else ''}); see {root / 'clusters.yaml'}", err=True)
+
+
+@export.command("vllm")
+@click.argument("plan_file", type=click.Path(dir_okay=False))
+@click.option("--window", default=None, help="Only the window holding this time of day (HH:MM); default: every one.")
+@click.option("--deploy", "deploy_file", default=None, type=click.Path(dir_okay=False),
+              help="Deployment file (YAML) for checkpoints and the image (its sites are not used).")
+@click.option("--out", "out_file", default=None, type=click.Path(dir_okay=False),
+              help="Write the commands to this file instead of standard output.")
+def vllm(plan_file, window, deploy_file, out_file) -> None:
+    """Launch commands per node for PLAN_FILE: `vllm serve` with the plan's parallelism and the capacity model's
+    limits, GPUs chosen with CUDA_VISIBLE_DEVICES, for each window."""
+    deploy = read_deploy_file(deploy_file)
+    problem, plan, scenario, d = load_plan_file(plan_file)
+    wins = _windows(problem, window, False)
+    text = export_vllm(problem, workloads(problem, plan, scenario, deploy), wins, plan_name=problem.name)
+    if out_file:
+        write_text_atomic(out_file, text, field="--out")
+    else:
+        click.echo(text, nl=False)

@@ -1,0 +1,60 @@
+"""Readers of datasets/data/deploy/: the GPU-type node labels and the vLLM image that ``fleetplan export`` writes.
+
+Sources of every value: datasets/data/deploy/PROVENANCE.md and the files' source columns.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+
+from fleetplan.errors import InputError
+
+_DIR = ("data", "deploy")
+
+
+def _rows(name: str, columns: tuple[str, ...]) -> list[dict[str, str]]:
+    text = resources.files("fleetplan.datasets").joinpath(*_DIR, name).read_text(encoding="utf-8")
+    rows = list(csv.DictReader(io.StringIO(text)))
+    if rows and not set(columns) <= set(rows[0]):
+        raise InputError(f"missing columns {sorted(set(columns) - set(rows[0]))}",
+                         source=f"datasets/data/deploy/{name}")
+    return rows
+
+
+@lru_cache(maxsize=1)
+def gpu_product_labels() -> dict[str, str]:
+    """{catalog GPU name: the ``nvidia.com/gpu.product`` value GPU feature discovery sets on its nodes}
+    (gpu_products.csv; GPUs without a confirmed label are absent)."""
+    return {r["gpu"]: r["gpu_product_label"] for r in _rows("gpu_products.csv", ("gpu", "gpu_product_label"))}
+
+
+@dataclass(frozen=True)
+class VllmDefaults:
+    """The serving engine the exported manifests and launch commands run (vllm.csv).
+
+    Attributes:
+        image: container image of vLLM's OpenAI-compatible server.
+        port: the server's first port (a second server on a shared GPU takes the next one).
+        multi_node_script: path, inside the image, of the Ray bootstrap script for pipeline stages on several nodes.
+        ray_port: port of the Ray head on a group's leader.
+    """
+
+    image: str
+    port: int
+    multi_node_script: str
+    ray_port: int
+
+
+@lru_cache(maxsize=1)
+def vllm_defaults() -> VllmDefaults:
+    """The :class:`VllmDefaults` in vllm.csv. Raises InputError when a key is missing or a port is not a number."""
+    values = {r["key"]: r["value"] for r in _rows("vllm.csv", ("key", "value", "source"))}
+    try:
+        return VllmDefaults(image=values["image"], port=int(values["port"]),
+                            multi_node_script=values["multi_node_script"], ray_port=int(values["ray_port"]))
+    except (KeyError, ValueError) as exc:
+        raise InputError(f"bad or missing entry {exc}", source="datasets/data/deploy/vllm.csv") from None

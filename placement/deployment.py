@@ -1,0 +1,385 @@
+"""What to run for a plan: the vLLM servers, the workloads that hold them, and the deployment file.
+
+A plan's decisions become *workloads*, one per (site, model, GPU type, tp × pp) with its replicas per window, and
+one per group of shared GPUs with the same residents; each workload runs one vLLM OpenAI-compatible server per
+resident model (:class:`VllmServer`). ``fleetplan export k8s`` turns the workloads into Kubernetes manifests
+(:mod:`fleetplan.placement.export_k8s`), ``fleetplan export vllm`` into launch commands per node
+(:mod:`fleetplan.placement.export_vllm`), and the service's actuator patches their replicas
+(:mod:`fleetplan.service.actuate`): all three name a workload by :func:`workload_name`.
+
+Server arguments come from the plan's Problem (the capacity model's numbers, recorded in each option by
+``placement.scenario.build_problem``) and the scenario's options:
+
+* ``--tensor-parallel-size`` / ``--pipeline-parallel-size``: the option's tp and pp.
+* ``--max-num-seqs``: floor of the concurrent sequences the option's KV budget holds (the capacity model's
+  ``max_batch``), so the engine never admits a batch the plan did not size memory for.
+* ``--max-model-len``: the model's context, capped at the tokens the replica's KV budget holds (rounded down to
+  16-token blocks): vLLM refuses to start when one sequence of ``max-model-len`` tokens does not fit its KV cache.
+  A sliding-window model holds at most its window, so its context is not capped while the window fits.
+* ``--gpu-memory-utilization``: the scenario's ``memory_utilization`` for a dedicated replica. On a shared GPU each
+  server gets its footprint (weights + its KV budget) as a share of the GPU, plus an equal part of what is left of
+  the scenario's ``memory_utilization``: the shares add up to ``memory_utilization``. vLLM counts its activation
+  peak inside that share, so its KV cache comes out somewhat smaller than the planned budget; ``--max-num-seqs``
+  still caps the batch at the planned one.
+* ``--kv-cache-dtype``: ``auto`` (the model's bf16) for kv_dtype bf16, ``fp8`` for fp8.
+* quantization: weight_dtype bf16/fp16 run the checkpoint as it is (``--dtype``); fp8 adds ``--quantization fp8``
+  (vLLM quantizes the bf16 checkpoint on load); int8/int4 need a pre-quantized checkpoint, named in the deployment
+  file with its method (``models: {NAME: {hf_repo: ..., quantization: awq}}``).
+
+The deployment file (YAML, :class:`DeployFile`) maps sites to Kubernetes contexts and namespaces, and may override
+the image, a model's checkpoint and a GPU type's node label.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from pydantic import Field
+
+from fleetplan.costmodels.hardware import Model
+from fleetplan.datasets.catalog import get_model, model_hf_repo
+from fleetplan.datasets.deploy import gpu_product_labels, vllm_defaults
+from fleetplan.errors import InputError
+from fleetplan.fileio import InputModel, input_field, read_yaml, validate_input
+from fleetplan.placement.plan import OptionKey, Plan
+from fleetplan.placement.problem import Problem
+from fleetplan.placement.scenario import Scenario, scenario_catalog_file
+
+#: KV-cache block size of vLLM's paged attention (tokens); --max-model-len is rounded down to whole blocks.
+KV_BLOCK_TOKENS = 16
+#: Longest Kubernetes object name the export writes: a Service name and a label value allow 63 characters; 52
+#: leaves room for the suffixes controllers add to pod names.
+MAX_NAME_CHARS = 52
+#: vLLM --dtype for a weight data type that runs unquantized.
+_VLLM_DTYPE = {"bf16": "bfloat16", "fp16": "float16", "fp8": "bfloat16"}
+
+
+class SiteTarget(InputModel):
+    """Where one site's workloads go."""
+
+    context: str | None = input_field(None, description="kubectl context of the site's cluster (default: the "
+                                      "site name)", min_length=1)
+    namespace: str | None = input_field(None, description="namespace of the site's workloads (default: the file's "
+                                        "namespace)", pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=63,
+                                        fix="give a DNS label: lowercase letters, digits and '-'")
+
+
+class ModelTarget(InputModel):
+    """A model's checkpoint, when not the catalog's."""
+
+    hf_repo: str | None = input_field(None, description="Hugging Face repository (or a path in the image) vLLM "
+                                      "loads", min_length=1)
+    quantization: str | None = input_field(None, description="vLLM --quantization of that checkpoint (awq, gptq, "
+                                           "fp8, ...)", min_length=1)
+
+
+class DeployFile(InputModel):
+    """The deployment file of ``fleetplan export`` and ``fleetplan serve --actuate k8s``."""
+
+    image: str | None = input_field(None, description="vLLM OpenAI server image (default: datasets/data/deploy/"
+                                    "vllm.csv)", min_length=1)
+    namespace: str = input_field("fleetplan", description="namespace of every site without its own",
+                                 pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=63,
+                                 fix="give a DNS label: lowercase letters, digits and '-'")
+    timezone: str = input_field("UTC", description="time zone of the plan's day (window 0 starts at 00:00 there), "
+                                "for the KEDA cron schedule", min_length=1)
+    hf_token_secret: str | None = input_field("hf-token", description="Secret whose key 'token' holds a Hugging "
+                                              "Face token (optional in the pod; null: no token)")
+    sites: dict[str, SiteTarget] = Field(default_factory=dict, description="site name -> its cluster")
+    models: dict[str, ModelTarget] = Field(default_factory=dict, description="catalog model name -> checkpoint")
+    gpu_labels: dict[str, str] = Field(default_factory=dict, description="catalog GPU name -> nvidia.com/gpu.product "
+                                       "node label (for GPU types datasets/data/deploy/gpu_products.csv lacks)")
+
+
+def read_deploy_file(path: str | Path | None) -> DeployFile:
+    """The checked deployment file at ``path`` (None: all defaults). Raises InputError naming the file and key."""
+    if path is None:
+        return DeployFile()
+    raw = read_yaml(path, what="deployment file")
+    return validate_input(DeployFile, raw if raw is not None else {}, source=str(path))
+
+
+def slug(text: str) -> str:
+    """A DNS-label form of ``text``: lowercase, runs of other characters as one '-' ('Llama-3.1-8B' ->
+    'llama-3-1-8b', 'aws:us-east-1' -> 'aws-us-east-1')."""
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+
+
+def _short(name: str) -> str:
+    if len(name) <= MAX_NAME_CHARS:
+        return name
+    digest = hashlib.sha256(name.encode()).hexdigest()[:8]
+    return name[:MAX_NAME_CHARS - 9].rstrip("-") + "-" + digest
+
+
+def workload_name(model: str, gpu: str, tp: int, pp: int) -> str:
+    """Name of a dedicated workload: 'llama-3-1-70b-h100-sxm-80gb-tp2' (+ 'pp2' for pipeline stages); long names
+    are cut and end in 8 hex digits of their SHA-256."""
+    return _short(f"{slug(model)}-{slug(gpu)}-tp{tp}" + (f"pp{pp}" if pp > 1 else ""))
+
+
+def shared_workload_name(models: tuple[str, ...], gpu: str) -> str:
+    """Name of the workload of shared GPUs with residents ``models`` (in any order) on ``gpu``:
+    'shared-llama-3-1-8b-qwen2-5-7b-a100-sxm4-80gb' (cut as in :func:`workload_name`)."""
+    return _short("shared-" + "-".join(slug(m) for m in sorted(models)) + "-" + slug(gpu))
+
+
+@dataclass(frozen=True)
+class VllmServer:
+    """One ``vllm serve`` process.
+
+    Attributes:
+        model: catalog name (also the name clients ask for: ``--served-model-name``).
+        checkpoint: what vLLM loads (a Hugging Face repository).
+        port: HTTP port.
+        port_name: a per-model port name (Kubernetes Services target it), 'm<index of the model in the problem>'.
+        tp, pp: tensor- and pipeline-parallel sizes.
+        max_num_seqs, max_model_len: see the module docstring.
+        gpu_memory_utilization: share of each GPU's memory this server may take (0..1).
+        dtype, kv_cache_dtype, quantization: vLLM's --dtype, --kv-cache-dtype and --quantization (None: none).
+    """
+
+    model: str
+    checkpoint: str
+    port: int
+    port_name: str
+    tp: int
+    pp: int
+    max_num_seqs: int
+    max_model_len: int
+    gpu_memory_utilization: float
+    dtype: str
+    kv_cache_dtype: str
+    quantization: str | None
+
+    def args(self, *, ray: bool = False) -> list[str]:
+        """The arguments after ``vllm serve`` (``ray``: the pipeline stages run on a Ray cluster of several nodes)."""
+        out = [self.checkpoint, "--served-model-name", self.model, "--host", "0.0.0.0", "--port", str(self.port),
+               "--tensor-parallel-size", str(self.tp), "--pipeline-parallel-size", str(self.pp),
+               "--max-num-seqs", str(self.max_num_seqs), "--max-model-len", str(self.max_model_len),
+               "--gpu-memory-utilization", f"{self.gpu_memory_utilization:.3f}", "--dtype", self.dtype,
+               "--kv-cache-dtype", self.kv_cache_dtype]
+        if self.quantization:
+            out += ["--quantization", self.quantization]
+        if ray:
+            out += ["--distributed-executor-backend", "ray"]
+        return out
+
+
+@dataclass(frozen=True)
+class Workload:
+    """Replicas of one shape at one site: a dedicated option or a group of identical shared GPUs.
+
+    Attributes:
+        name: :func:`workload_name` / :func:`shared_workload_name`.
+        site, pool, gpu: where it runs (pool id 'site/gpu', catalog GPU name).
+        gpu_product_label: the ``nvidia.com/gpu.product`` node label of ``gpu``.
+        key: the plan's option key (model, pool, tp, pp), or None for shared GPUs.
+        servers: the vLLM servers of one replica (two or more on a shared GPU).
+        gpus_per_pod: GPUs of one pod (tp; a pipeline replica has ``pp`` pods of tp GPUs, one per node).
+        pods_per_replica: pp (1 unless pipeline stages span nodes).
+        replicas: replicas in each window.
+        load_s: seconds to load one replica's weights (the scenario's load bandwidth): the lead a scaler needs.
+    """
+
+    name: str
+    site: str
+    pool: str
+    gpu: str
+    gpu_product_label: str
+    key: OptionKey | None
+    servers: tuple[VllmServer, ...]
+    gpus_per_pod: int
+    pods_per_replica: int
+    replicas: tuple[int, ...]
+    load_s: float
+
+    @property
+    def shared(self) -> bool:
+        return self.key is None
+
+    @property
+    def multi_node(self) -> bool:
+        return self.pods_per_replica > 1
+
+
+def window_index(problem: Problem, hhmm: str) -> int:
+    """Index of the window that holds time of day ``hhmm`` ('HH:MM', window 0 starting at 00:00). Raises
+    InputError for a malformed time or one past the plan's horizon."""
+    m = re.fullmatch(r"(\d{1,2}):(\d{2})", hhmm.strip())
+    if not m or int(m.group(1)) > 23 or int(m.group(2)) > 59:
+        raise InputError(f"--window {hhmm!r} is not a time of day; give HH:MM, e.g. 14:00", field="--window",
+                         value=hhmm)
+    t = int(m.group(1)) * 3600 + int(m.group(2)) * 60
+    w = int(t // problem.window_length_s)
+    if w >= problem.n_windows:
+        raise InputError(f"--window {hhmm} is past the plan's {problem.horizon_hours:g} h horizon", field="--window",
+                         value=hhmm)
+    return w
+
+
+def window_label(problem: Problem, w: int) -> str:
+    """'HH:MM' of the start of window ``w``."""
+    t = int(round(w * problem.window_length_s))
+    return f"{t // 3600 % 24:02d}:{t // 60 % 60:02d}"
+
+
+def _max_model_len(model: Model, kv_budget_bytes: float, kv_dtype: str, where: str) -> int:
+    kvpt = model.kv_bytes_per_token(kv_dtype)
+    window = model.sliding_window_tokens
+    if window and window * kvpt <= kv_budget_bytes:
+        return model.max_context_tokens
+    held = int(kv_budget_bytes // kvpt) // KV_BLOCK_TOKENS * KV_BLOCK_TOKENS
+    if held < KV_BLOCK_TOKENS:
+        raise InputError(f"{where}: the KV budget {kv_budget_bytes / 1e9:.2f} GB holds no 16-token block",
+                         field="kv_budget_bytes")
+    return min(model.max_context_tokens, held)
+
+
+def _max_num_seqs(max_batch: float, where: str) -> int:
+    if not math.isfinite(max_batch):
+        raise InputError(f"{where}: the plan's problem records no KV batch limit (a hand-built problem?); export "
+                         "plans made from a scenario (`fleetplan plan --out plan.json`)", field="max_batch")
+    return max(1, math.floor(max_batch))
+
+
+class _Checkpoints:
+    """Checkpoint, dtype and quantization of each model (catalog, overridden by the deployment file)."""
+
+    def __init__(self, scenario: Scenario, deploy: DeployFile) -> None:
+        self.weight_dtype = scenario.options["weight_dtype"]
+        self.kv_dtype = scenario.options["kv_dtype"]
+        self.models_file = scenario_catalog_file(scenario, "models")
+        self.deploy = deploy
+
+    def model(self, name: str) -> Model:
+        return get_model(name, self.models_file)
+
+    def server_settings(self, name: str) -> tuple[str, str, str, str | None]:
+        """(checkpoint, dtype, kv_cache_dtype, quantization) of model ``name``."""
+        override = self.deploy.models.get(name, ModelTarget())
+        repo = override.hf_repo or model_hf_repo(name)
+        if repo is None:
+            raise InputError(f"model {name} has no Hugging Face repository in the catalog; give one in the "
+                             f"deployment file: models: {{{name}: {{hf_repo: ORG/NAME}}}}", field="models.hf_repo",
+                             value=name)
+        quant = override.quantization
+        if quant is None and self.weight_dtype == "fp8":
+            quant = "fp8"
+        if quant is None and self.weight_dtype not in _VLLM_DTYPE:
+            raise InputError(f"the scenario plans {name} with {self.weight_dtype} weights, which vLLM loads from a "
+                             f"pre-quantized checkpoint; name it in the deployment file: models: {{{name}: "
+                             "{hf_repo: ORG/NAME-AWQ, quantization: awq}}", field="models.quantization", value=name)
+        dtype = _VLLM_DTYPE.get(self.weight_dtype, "auto")
+        kv = "auto" if self.kv_dtype in ("bf16", "fp16") else self.kv_dtype
+        return repo, dtype, kv, quant
+
+
+def gpu_label(gpu: str, deploy: DeployFile) -> str:
+    """The ``nvidia.com/gpu.product`` label of catalog GPU ``gpu`` (the deployment file's, else the shipped one).
+    Raises InputError when neither has one."""
+    label = deploy.gpu_labels.get(gpu) or gpu_product_labels().get(gpu)
+    if label is None:
+        raise InputError(f"no nvidia.com/gpu.product label known for GPU {gpu}; give the label GPU feature discovery "
+                         f"sets on its nodes in the deployment file: gpu_labels: {{{gpu}: LABEL}} (see "
+                         "`kubectl get nodes -L nvidia.com/gpu.product`)", field="gpu_labels", value=gpu)
+    return label
+
+
+def workloads(problem: Problem, plan: Plan, scenario: Scenario, deploy: DeployFile | None = None) -> list[Workload]:
+    """The workloads of ``plan`` (see the module docstring), sorted by site then name.
+
+    Raises InputError when a model has no checkpoint, a GPU type no node label, the problem no capacity-model
+    batch limits (a hand-built problem), or two workloads of one site get the same name.
+    """
+    deploy = deploy or DeployFile()
+    ck = _Checkpoints(scenario, deploy)
+    pools = problem.pool_by_id
+    opts = problem.option_by_key
+    shares = problem.share_by_key
+    index = {m.name: i for i, m in enumerate(problem.models)}
+    mu = scenario.options["memory_utilization"]
+    bandwidth = scenario.options["load_bandwidth_bytes_per_s"]
+    port0 = vllm_defaults().port
+    out: list[Workload] = []
+    for key, counts in sorted(plan.replicas.items()):
+        if not any(counts):
+            continue
+        o = opts[key]
+        pool = pools[o.pool]
+        where = f"option {o.model} on {o.pool} tp {o.tp} pp {o.pp}"
+        model = ck.model(o.model)
+        repo, dtype, kv, quant = ck.server_settings(o.model)
+        server = VllmServer(model=o.model, checkpoint=repo, port=port0, port_name=f"m{index[o.model]}", tp=o.tp,
+                            pp=o.pp, max_num_seqs=_max_num_seqs(o.max_batch, where),
+                            max_model_len=_max_model_len(model, o.kv_budget_bytes, ck.kv_dtype, where),
+                            gpu_memory_utilization=mu, dtype=dtype, kv_cache_dtype=kv, quantization=quant)
+        weights = model.weight_bytes(ck.weight_dtype)
+        out.append(Workload(name=workload_name(o.model, pool.gpu, o.tp, o.pp), site=pool.site, pool=o.pool,
+                            gpu=pool.gpu, gpu_product_label=gpu_label(pool.gpu, deploy), key=key, servers=(server,),
+                            gpus_per_pod=o.tp, pods_per_replica=o.pp, replicas=tuple(counts),
+                            load_s=weights / (o.tp * o.pp) / bandwidth))
+    groups: dict[tuple[str, tuple[str, ...]], int] = {}
+    for g in plan.shared:  # residents in name order: the same group whatever order a solver lists them in
+        group = (g.pool, tuple(sorted(g.models)))
+        groups[group] = groups.get(group, 0) + 1
+    for (pool_id, models), n in sorted(groups.items()):
+        pool = pools[pool_id]
+        feet = [shares[(m, pool_id)].memory_bytes / pool.memory_bytes_per_gpu for m in models]
+        slack = (mu - sum(feet)) / len(models)
+        if slack < 0:
+            raise InputError(f"shared GPU {pool_id} with {', '.join(models)}: footprints take {sum(feet):.0%} of the "
+                             f"GPU, more than memory_utilization {mu:g}", field="shared_gpus")
+        servers = []
+        load_s = 0.0
+        for i, (m, foot) in enumerate(zip(models, feet, strict=True)):
+            s = shares[(m, pool_id)]
+            where = f"shared option {m} on {pool_id}"
+            model = ck.model(m)
+            repo, dtype, kv, quant = ck.server_settings(m)
+            # Rounded down to the 3 decimals the flag is written with, so the shares never add up past mu.
+            util = math.floor((foot + slack) * 1000) / 1000
+            servers.append(VllmServer(model=m, checkpoint=repo, port=port0 + i, port_name=f"m{index[m]}", tp=1, pp=1,
+                                      max_num_seqs=_max_num_seqs(s.max_batch, where),
+                                      max_model_len=_max_model_len(model, s.kv_budget_bytes, ck.kv_dtype, where),
+                                      gpu_memory_utilization=util, dtype=dtype, kv_cache_dtype=kv,
+                                      quantization=quant))
+            load_s += model.weight_bytes(ck.weight_dtype) / bandwidth
+        out.append(Workload(name=shared_workload_name(models, pool.gpu), site=pool.site, pool=pool_id, gpu=pool.gpu,
+                            gpu_product_label=gpu_label(pool.gpu, deploy), key=None, servers=tuple(servers),
+                            gpus_per_pod=1, pods_per_replica=1, replicas=(n,) * problem.n_windows, load_s=load_s))
+    out.sort(key=lambda w: (w.site, w.name))
+    seen: set[tuple[str, str]] = set()
+    for w in out:
+        if (w.site, w.name) in seen:
+            raise InputError(f"two workloads at {w.site} are both named {w.name}; rename a model or GPU type",
+                             field="replicas", value=w.name)
+        seen.add((w.site, w.name))
+    return out
+
+
+def site_target(site: str, deploy: DeployFile) -> tuple[str, str]:
+    """(kubectl context, namespace) of ``site``: the deployment file's entry, else (the site name, the file's
+    namespace)."""
+    t = deploy.sites.get(site, SiteTarget())
+    return t.context or site, t.namespace or deploy.namespace
+
+
+def check_targets(sites: list[str], deploy: DeployFile) -> None:
+    """Raise InputError when the deployment file names a site the plan does not have (a typo would silently send
+    that site's workloads to a default context), or two sites share a (context, namespace)."""
+    for s in deploy.sites:
+        if s not in sites:
+            raise InputError(f"the deployment file names site {s!r}, which the plan does not use; its sites: "
+                             f"{', '.join(sites)}", field="sites", value=s)
+    seen: dict[tuple[str, str], str] = {}
+    for s in sites:
+        t = site_target(s, deploy)
+        if t in seen:
+            raise InputError(f"sites {seen[t]} and {s} both map to context {t[0]} namespace {t[1]}; give each its own "
+                             "namespace", field="sites", value=s)
+        seen[t] = s

@@ -1,0 +1,362 @@
+# fleetplan export vllm: launch commands per node for plan default.
+# Run each node's block on that node (its servers run in the background; `wait` keeps the shell). Between
+# windows, stop the servers a window drops only once the ones it starts answer /health.
+
+## window 00:00-01:00
+### gcp:us-central1 / A100-SXM4-80GB node 1 of 2
+CUDA_VISIBLE_DEVICES=0,1,2,3 vllm serve meta-llama/Llama-3.1-70B --served-model-name Llama-3.1-70B --host 0.0.0.0 --port 8000 --tensor-parallel-size 4 --pipeline-parallel-size 1 --max-num-seqs 401 --max-model-len 131072 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=4,5,6,7 vllm serve meta-llama/Llama-3.1-70B --served-model-name Llama-3.1-70B --host 0.0.0.0 --port 8001 --tensor-parallel-size 4 --pipeline-parallel-size 1 --max-num-seqs 401 --max-model-len 131072 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
+wait
+### gcp:us-central1 / A100-SXM4-80GB node 2 of 2
+CUDA_VISIBLE_DEVICES=0,1 vllm serve mistralai/Mixtral-8x7B-Instruct-v0.1 --served-model-name Mixtral-8x7B-v0.1 --host 0.0.0.0 --port 8000 --tensor-parallel-size 2 --pipeline-parallel-size 1 --max-num-seqs 365 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=2 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8001 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 42 --max-model-len 57392 --gpu-memory-utilization 0.493 --dtype bfloat16 --kv-cache-dtype auto &
+until curl -sf http://127.0.0.1:8001/health >/dev/null; do sleep 5; done
+CUDA_VISIBLE_DEVICES=2 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8002 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 5 --max-model-len 16032 --gpu-memory-utilization 0.406 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=3 vllm serve mistralai/Mistral-7B-Instruct-v0.1 --served-model-name Mistral-7B-v0.1 --host 0.0.0.0 --port 8003 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 46 --max-model-len 32768 --gpu-memory-utilization 0.487 --dtype bfloat16 --kv-cache-dtype auto &
+until curl -sf http://127.0.0.1:8003/health >/dev/null; do sleep 5; done
+CUDA_VISIBLE_DEVICES=3 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8004 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 5 --max-model-len 16032 --gpu-memory-utilization 0.412 --dtype bfloat16 --kv-cache-dtype auto &
+wait
+
+## window 01:00-02:00
+### gcp:us-central1 / A100-SXM4-80GB node 1 of 2
+CUDA_VISIBLE_DEVICES=0,1,2,3 vllm serve meta-llama/Llama-3.1-70B --served-model-name Llama-3.1-70B --host 0.0.0.0 --port 8000 --tensor-parallel-size 4 --pipeline-parallel-size 1 --max-num-seqs 401 --max-model-len 131072 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=4,5,6,7 vllm serve meta-llama/Llama-3.1-70B --served-model-name Llama-3.1-70B --host 0.0.0.0 --port 8001 --tensor-parallel-size 4 --pipeline-parallel-size 1 --max-num-seqs 401 --max-model-len 131072 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
+wait
+### gcp:us-central1 / A100-SXM4-80GB node 2 of 2
+CUDA_VISIBLE_DEVICES=0,1 vllm serve mistralai/Mixtral-8x7B-Instruct-v0.1 --served-model-name Mixtral-8x7B-v0.1 --host 0.0.0.0 --port 8000 --tensor-parallel-size 2 --pipeline-parallel-size 1 --max-num-seqs 365 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=2 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8001 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 42 --max-model-len 57392 --gpu-memory-utilization 0.493 --dtype bfloat16 --kv-cache-dtype auto &
+until curl -sf http://127.0.0.1:8001/health >/dev/null; do sleep 5; done
+CUDA_VISIBLE_DEVICES=2 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8002 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 5 --max-model-len 16032 --gpu-memory-utilization 0.406 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=3 vllm serve mistralai/Mistral-7B-Instruct-v0.1 --served-model-name Mistral-7B-v0.1 --host 0.0.0.0 --port 8003 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 46 --max-model-len 32768 --gpu-memory-utilization 0.487 --dtype bfloat16 --kv-cache-dtype auto &
+until curl -sf http://127.0.0.1:8003/health >/dev/null; do sleep 5; done
+CUDA_VISIBLE_DEVICES=3 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8004 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 5 --max-model-len 16032 --gpu-memory-utilization 0.412 --dtype bfloat16 --kv-cache-dtype auto &
+wait
+
+## window 02:00-03:00
+### gcp:us-central1 / A100-SXM4-80GB node 1 of 2
+CUDA_VISIBLE_DEVICES=0,1,2,3 vllm serve meta-llama/Llama-3.1-70B --served-model-name Llama-3.1-70B --host 0.0.0.0 --port 8000 --tensor-parallel-size 4 --pipeline-parallel-size 1 --max-num-seqs 401 --max-model-len 131072 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=4,5,6,7 vllm serve meta-llama/Llama-3.1-70B --served-model-name Llama-3.1-70B --host 0.0.0.0 --port 8001 --tensor-parallel-size 4 --pipeline-parallel-size 1 --max-num-seqs 401 --max-model-len 131072 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
+wait
+### gcp:us-central1 / A100-SXM4-80GB node 2 of 2
+CUDA_VISIBLE_DEVICES=0,1 vllm serve mistralai/Mixtral-8x7B-Instruct-v0.1 --served-model-name Mixtral-8x7B-v0.1 --host 0.0.0.0 --port 8000 --tensor-parallel-size 2 --pipeline-parallel-size 1 --max-num-seqs 365 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=2 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8001 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 42 --max-model-len 57392 --gpu-memory-utilization 0.493 --dtype bfloat16 --kv-cache-dtype auto &
+until curl -sf http://127.0.0.1:8001/health >/dev/null; do sleep 5; done
+CUDA_VISIBLE_DEVICES=2 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8002 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 5 --max-model-len 16032 --gpu-memory-utilization 0.406 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=3 vllm serve mistralai/Mistral-7B-Instruct-v0.1 --served-model-name Mistral-7B-v0.1 --host 0.0.0.0 --port 8003 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 46 --max-model-len 32768 --gpu-memory-utilization 0.487 --dtype bfloat16 --kv-cache-dtype auto &
+until curl -sf http://127.0.0.1:8003/health >/dev/null; do sleep 5; done
+CUDA_VISIBLE_DEVICES=3 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8004 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 5 --max-model-len 16032 --gpu-memory-utilization 0.412 --dtype bfloat16 --kv-cache-dtype auto &
+wait
+
+## window 03:00-04:00
+### gcp:us-central1 / A100-SXM4-80GB node 1 of 2
+CUDA_VISIBLE_DEVICES=0,1,2,3 vllm serve meta-llama/Llama-3.1-70B --served-model-name Llama-3.1-70B --host 0.0.0.0 --port 8000 --tensor-parallel-size 4 --pipeline-parallel-size 1 --max-num-seqs 401 --max-model-len 131072 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=4,5,6,7 vllm serve meta-llama/Llama-3.1-70B --served-model-name Llama-3.1-70B --host 0.0.0.0 --port 8001 --tensor-parallel-size 4 --pipeline-parallel-size 1 --max-num-seqs 401 --max-model-len 131072 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
+wait
+### gcp:us-central1 / A100-SXM4-80GB node 2 of 2
+CUDA_VISIBLE_DEVICES=0,1 vllm serve mistralai/Mixtral-8x7B-Instruct-v0.1 --served-model-name Mixtral-8x7B-v0.1 --host 0.0.0.0 --port 8000 --tensor-parallel-size 2 --pipeline-parallel-size 1 --max-num-seqs 365 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=2 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8001 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 42 --max-model-len 57392 --gpu-memory-utilization 0.493 --dtype bfloat16 --kv-cache-dtype auto &
+until curl -sf http://127.0.0.1:8001/health >/dev/null; do sleep 5; done
+CUDA_VISIBLE_DEVICES=2 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8002 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 5 --max-model-len 16032 --gpu-memory-utilization 0.406 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=3 vllm serve mistralai/Mistral-7B-Instruct-v0.1 --served-model-name Mistral-7B-v0.1 --host 0.0.0.0 --port 8003 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 46 --max-model-len 32768 --gpu-memory-utilization 0.487 --dtype bfloat16 --kv-cache-dtype auto &
+until curl -sf http://127.0.0.1:8003/health >/dev/null; do sleep 5; done
+CUDA_VISIBLE_DEVICES=3 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8004 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 5 --max-model-len 16032 --gpu-memory-utilization 0.412 --dtype bfloat16 --kv-cache-dtype auto &
+wait
+
+## window 04:00-05:00
+### gcp:us-central1 / A100-SXM4-80GB node 1 of 2
+CUDA_VISIBLE_DEVICES=0,1,2,3 vllm serve meta-llama/Llama-3.1-70B --served-model-name Llama-3.1-70B --host 0.0.0.0 --port 8000 --tensor-parallel-size 4 --pipeline-parallel-size 1 --max-num-seqs 401 --max-model-len 131072 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=4,5,6,7 vllm serve meta-llama/Llama-3.1-70B --served-model-name Llama-3.1-70B --host 0.0.0.0 --port 8001 --tensor-parallel-size 4 --pipeline-parallel-size 1 --max-num-seqs 401 --max-model-len 131072 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
+wait
+### gcp:us-central1 / A100-SXM4-80GB node 2 of 2
+CUDA_VISIBLE_DEVICES=0,1 vllm serve mistralai/Mixtral-8x7B-Instruct-v0.1 --served-model-name Mixtral-8x7B-v0.1 --host 0.0.0.0 --port 8000 --tensor-parallel-size 2 --pipeline-parallel-size 1 --max-num-seqs 365 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=2 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8001 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 42 --max-model-len 57392 --gpu-memory-utilization 0.493 --dtype bfloat16 --kv-cache-dtype auto &
+until curl -sf http://127.0.0.1:8001/health >/dev/null; do sleep 5; done
+CUDA_VISIBLE_DEVICES=2 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8002 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 5 --max-model-len 16032 --gpu-memory-utilization 0.406 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=3 vllm serve mistralai/Mistral-7B-Instruct-v0.1 --served-model-name Mistral-7B-v0.1 --host 0.0.0.0 --port 8003 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 46 --max-model-len 32768 --gpu-memory-utilization 0.487 --dtype bfloat16 --kv-cache-dtype auto &
+until curl -sf http://127.0.0.1:8003/health >/dev/null; do sleep 5; done
+CUDA_VISIBLE_DEVICES=3 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8004 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 5 --max-model-len 16032 --gpu-memory-utilization 0.412 --dtype bfloat16 --kv-cache-dtype auto &
+wait
+
+## window 05:00-06:00
+### gcp:us-central1 / A100-SXM4-80GB node 1 of 2
+CUDA_VISIBLE_DEVICES=0,1,2,3 vllm serve meta-llama/Llama-3.1-70B --served-model-name Llama-3.1-70B --host 0.0.0.0 --port 8000 --tensor-parallel-size 4 --pipeline-parallel-size 1 --max-num-seqs 401 --max-model-len 131072 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=4,5,6,7 vllm serve meta-llama/Llama-3.1-70B --served-model-name Llama-3.1-70B --host 0.0.0.0 --port 8001 --tensor-parallel-size 4 --pipeline-parallel-size 1 --max-num-seqs 401 --max-model-len 131072 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
+wait
+### gcp:us-central1 / A100-SXM4-80GB node 2 of 2
+CUDA_VISIBLE_DEVICES=0,1 vllm serve mistralai/Mixtral-8x7B-Instruct-v0.1 --served-model-name Mixtral-8x7B-v0.1 --host 0.0.0.0 --port 8000 --tensor-parallel-size 2 --pipeline-parallel-size 1 --max-num-seqs 365 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=2 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8001 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 42 --max-model-len 57392 --gpu-memory-utilization 0.493 --dtype bfloat16 --kv-cache-dtype auto &
+until curl -sf http://127.0.0.1:8001/health >/dev/null; do sleep 5; done
+CUDA_VISIBLE_DEVICES=2 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8002 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 5 --max-model-len 16032 --gpu-memory-utilization 0.406 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=3 vllm serve mistralai/Mistral-7B-Instruct-v0.1 --served-model-name Mistral-7B-v0.1 --host 0.0.0.0 --port 8003 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 46 --max-model-len 32768 --gpu-memory-utilization 0.487 --dtype bfloat16 --kv-cache-dtype auto &
+until curl -sf http://127.0.0.1:8003/health >/dev/null; do sleep 5; done
+CUDA_VISIBLE_DEVICES=3 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8004 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 5 --max-model-len 16032 --gpu-memory-utilization 0.412 --dtype bfloat16 --kv-cache-dtype auto &
+wait
+
+## window 06:00-07:00
+### gcp:us-central1 / A100-SXM4-80GB node 1 of 2
+CUDA_VISIBLE_DEVICES=0,1,2,3 vllm serve meta-llama/Llama-3.1-70B --served-model-name Llama-3.1-70B --host 0.0.0.0 --port 8000 --tensor-parallel-size 4 --pipeline-parallel-size 1 --max-num-seqs 401 --max-model-len 131072 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=4,5,6,7 vllm serve meta-llama/Llama-3.1-70B --served-model-name Llama-3.1-70B --host 0.0.0.0 --port 8001 --tensor-parallel-size 4 --pipeline-parallel-size 1 --max-num-seqs 401 --max-model-len 131072 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
+wait
+### gcp:us-central1 / A100-SXM4-80GB node 2 of 2
+CUDA_VISIBLE_DEVICES=0,1 vllm serve mistralai/Mixtral-8x7B-Instruct-v0.1 --served-model-name Mixtral-8x7B-v0.1 --host 0.0.0.0 --port 8000 --tensor-parallel-size 2 --pipeline-parallel-size 1 --max-num-seqs 365 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=2 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8001 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 42 --max-model-len 57392 --gpu-memory-utilization 0.493 --dtype bfloat16 --kv-cache-dtype auto &
+until curl -sf http://127.0.0.1:8001/health >/dev/null; do sleep 5; done
+CUDA_VISIBLE_DEVICES=2 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8002 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 5 --max-model-len 16032 --gpu-memory-utilization 0.406 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=3 vllm serve mistralai/Mistral-7B-Instruct-v0.1 --served-model-name Mistral-7B-v0.1 --host 0.0.0.0 --port 8003 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 46 --max-model-len 32768 --gpu-memory-utilization 0.487 --dtype bfloat16 --kv-cache-dtype auto &
+until curl -sf http://127.0.0.1:8003/health >/dev/null; do sleep 5; done
+CUDA_VISIBLE_DEVICES=3 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8004 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 5 --max-model-len 16032 --gpu-memory-utilization 0.412 --dtype bfloat16 --kv-cache-dtype auto &
+wait
+
+## window 07:00-08:00
+### gcp:us-central1 / A100-SXM4-80GB node 1 of 2
+CUDA_VISIBLE_DEVICES=0,1,2,3 vllm serve meta-llama/Llama-3.1-70B --served-model-name Llama-3.1-70B --host 0.0.0.0 --port 8000 --tensor-parallel-size 4 --pipeline-parallel-size 1 --max-num-seqs 401 --max-model-len 131072 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=4,5,6,7 vllm serve meta-llama/Llama-3.1-70B --served-model-name Llama-3.1-70B --host 0.0.0.0 --port 8001 --tensor-parallel-size 4 --pipeline-parallel-size 1 --max-num-seqs 401 --max-model-len 131072 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
+wait
+### gcp:us-central1 / A100-SXM4-80GB node 2 of 2
+CUDA_VISIBLE_DEVICES=0,1 vllm serve mistralai/Mixtral-8x7B-Instruct-v0.1 --served-model-name Mixtral-8x7B-v0.1 --host 0.0.0.0 --port 8000 --tensor-parallel-size 2 --pipeline-parallel-size 1 --max-num-seqs 365 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=2 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8001 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 42 --max-model-len 57392 --gpu-memory-utilization 0.493 --dtype bfloat16 --kv-cache-dtype auto &
+until curl -sf http://127.0.0.1:8001/health >/dev/null; do sleep 5; done
+CUDA_VISIBLE_DEVICES=2 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8002 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 5 --max-model-len 16032 --gpu-memory-utilization 0.406 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=3 vllm serve mistralai/Mistral-7B-Instruct-v0.1 --served-model-name Mistral-7B-v0.1 --host 0.0.0.0 --port 8003 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 46 --max-model-len 32768 --gpu-memory-utilization 0.487 --dtype bfloat16 --kv-cache-dtype auto &
+until curl -sf http://127.0.0.1:8003/health >/dev/null; do sleep 5; done
+CUDA_VISIBLE_DEVICES=3 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8004 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 5 --max-model-len 16032 --gpu-memory-utilization 0.412 --dtype bfloat16 --kv-cache-dtype auto &
+wait
+
+## window 08:00-09:00
+### gcp:us-central1 / A100-SXM4-80GB node 1 of 2
+CUDA_VISIBLE_DEVICES=0,1,2,3 vllm serve meta-llama/Llama-3.1-70B --served-model-name Llama-3.1-70B --host 0.0.0.0 --port 8000 --tensor-parallel-size 4 --pipeline-parallel-size 1 --max-num-seqs 401 --max-model-len 131072 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=4,5,6,7 vllm serve meta-llama/Llama-3.1-70B --served-model-name Llama-3.1-70B --host 0.0.0.0 --port 8001 --tensor-parallel-size 4 --pipeline-parallel-size 1 --max-num-seqs 401 --max-model-len 131072 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
+wait
+### gcp:us-central1 / A100-SXM4-80GB node 2 of 2
+CUDA_VISIBLE_DEVICES=0,1 vllm serve mistralai/Mixtral-8x7B-Instruct-v0.1 --served-model-name Mixtral-8x7B-v0.1 --host 0.0.0.0 --port 8000 --tensor-parallel-size 2 --pipeline-parallel-size 1 --max-num-seqs 365 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=2 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8001 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 42 --max-model-len 57392 --gpu-memory-utilization 0.493 --dtype bfloat16 --kv-cache-dtype auto &
+until curl -sf http://127.0.0.1:8001/health >/dev/null; do sleep 5; done
+CUDA_VISIBLE_DEVICES=2 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8002 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 5 --max-model-len 16032 --gpu-memory-utilization 0.406 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=3 vllm serve mistralai/Mistral-7B-Instruct-v0.1 --served-model-name Mistral-7B-v0.1 --host 0.0.0.0 --port 8003 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 46 --max-model-len 32768 --gpu-memory-utilization 0.487 --dtype bfloat16 --kv-cache-dtype auto &
+until curl -sf http://127.0.0.1:8003/health >/dev/null; do sleep 5; done
+CUDA_VISIBLE_DEVICES=3 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8004 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 5 --max-model-len 16032 --gpu-memory-utilization 0.412 --dtype bfloat16 --kv-cache-dtype auto &
+wait
+
+## window 09:00-10:00
+### gcp:us-central1 / A100-SXM4-80GB node 1 of 2
+CUDA_VISIBLE_DEVICES=0,1,2,3 vllm serve meta-llama/Llama-3.1-70B --served-model-name Llama-3.1-70B --host 0.0.0.0 --port 8000 --tensor-parallel-size 4 --pipeline-parallel-size 1 --max-num-seqs 401 --max-model-len 131072 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=4,5,6,7 vllm serve meta-llama/Llama-3.1-70B --served-model-name Llama-3.1-70B --host 0.0.0.0 --port 8001 --tensor-parallel-size 4 --pipeline-parallel-size 1 --max-num-seqs 401 --max-model-len 131072 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
+wait
+### gcp:us-central1 / A100-SXM4-80GB node 2 of 2
+CUDA_VISIBLE_DEVICES=0,1 vllm serve mistralai/Mixtral-8x7B-Instruct-v0.1 --served-model-name Mixtral-8x7B-v0.1 --host 0.0.0.0 --port 8000 --tensor-parallel-size 2 --pipeline-parallel-size 1 --max-num-seqs 365 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=2 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8001 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 42 --max-model-len 57392 --gpu-memory-utilization 0.493 --dtype bfloat16 --kv-cache-dtype auto &
+until curl -sf http://127.0.0.1:8001/health >/dev/null; do sleep 5; done
+CUDA_VISIBLE_DEVICES=2 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8002 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 5 --max-model-len 16032 --gpu-memory-utilization 0.406 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=3 vllm serve mistralai/Mistral-7B-Instruct-v0.1 --served-model-name Mistral-7B-v0.1 --host 0.0.0.0 --port 8003 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 46 --max-model-len 32768 --gpu-memory-utilization 0.487 --dtype bfloat16 --kv-cache-dtype auto &
+until curl -sf http://127.0.0.1:8003/health >/dev/null; do sleep 5; done
+CUDA_VISIBLE_DEVICES=3 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8004 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 5 --max-model-len 16032 --gpu-memory-utilization 0.412 --dtype bfloat16 --kv-cache-dtype auto &
+wait
+
+## window 10:00-11:00
+### gcp:us-central1 / A100-SXM4-80GB node 1 of 2
+CUDA_VISIBLE_DEVICES=0,1,2,3 vllm serve meta-llama/Llama-3.1-70B --served-model-name Llama-3.1-70B --host 0.0.0.0 --port 8000 --tensor-parallel-size 4 --pipeline-parallel-size 1 --max-num-seqs 401 --max-model-len 131072 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=4,5,6,7 vllm serve meta-llama/Llama-3.1-70B --served-model-name Llama-3.1-70B --host 0.0.0.0 --port 8001 --tensor-parallel-size 4 --pipeline-parallel-size 1 --max-num-seqs 401 --max-model-len 131072 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
+wait
+### gcp:us-central1 / A100-SXM4-80GB node 2 of 2
+CUDA_VISIBLE_DEVICES=0,1 vllm serve mistralai/Mixtral-8x7B-Instruct-v0.1 --served-model-name Mixtral-8x7B-v0.1 --host 0.0.0.0 --port 8000 --tensor-parallel-size 2 --pipeline-parallel-size 1 --max-num-seqs 365 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=2 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8001 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 42 --max-model-len 57392 --gpu-memory-utilization 0.493 --dtype bfloat16 --kv-cache-dtype auto &
+until curl -sf http://127.0.0.1:8001/health >/dev/null; do sleep 5; done
+CUDA_VISIBLE_DEVICES=2 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8002 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 5 --max-model-len 16032 --gpu-memory-utilization 0.406 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=3 vllm serve mistralai/Mistral-7B-Instruct-v0.1 --served-model-name Mistral-7B-v0.1 --host 0.0.0.0 --port 8003 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 46 --max-model-len 32768 --gpu-memory-utilization 0.487 --dtype bfloat16 --kv-cache-dtype auto &
+until curl -sf http://127.0.0.1:8003/health >/dev/null; do sleep 5; done
+CUDA_VISIBLE_DEVICES=3 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8004 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 5 --max-model-len 16032 --gpu-memory-utilization 0.412 --dtype bfloat16 --kv-cache-dtype auto &
+wait
+
+## window 11:00-12:00
+### gcp:us-central1 / A100-SXM4-80GB node 1 of 2
+CUDA_VISIBLE_DEVICES=0,1,2,3 vllm serve meta-llama/Llama-3.1-70B --served-model-name Llama-3.1-70B --host 0.0.0.0 --port 8000 --tensor-parallel-size 4 --pipeline-parallel-size 1 --max-num-seqs 401 --max-model-len 131072 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=4,5,6,7 vllm serve meta-llama/Llama-3.1-70B --served-model-name Llama-3.1-70B --host 0.0.0.0 --port 8001 --tensor-parallel-size 4 --pipeline-parallel-size 1 --max-num-seqs 401 --max-model-len 131072 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
+wait
+### gcp:us-central1 / A100-SXM4-80GB node 2 of 2
+CUDA_VISIBLE_DEVICES=0,1 vllm serve mistralai/Mixtral-8x7B-Instruct-v0.1 --served-model-name Mixtral-8x7B-v0.1 --host 0.0.0.0 --port 8000 --tensor-parallel-size 2 --pipeline-parallel-size 1 --max-num-seqs 365 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=2 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8001 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 42 --max-model-len 57392 --gpu-memory-utilization 0.493 --dtype bfloat16 --kv-cache-dtype auto &
+until curl -sf http://127.0.0.1:8001/health >/dev/null; do sleep 5; done
+CUDA_VISIBLE_DEVICES=2 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8002 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 5 --max-model-len 16032 --gpu-memory-utilization 0.406 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=3 vllm serve mistralai/Mistral-7B-Instruct-v0.1 --served-model-name Mistral-7B-v0.1 --host 0.0.0.0 --port 8003 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 46 --max-model-len 32768 --gpu-memory-utilization 0.487 --dtype bfloat16 --kv-cache-dtype auto &
+until curl -sf http://127.0.0.1:8003/health >/dev/null; do sleep 5; done
+CUDA_VISIBLE_DEVICES=3 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8004 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 5 --max-model-len 16032 --gpu-memory-utilization 0.412 --dtype bfloat16 --kv-cache-dtype auto &
+wait
+
+## window 12:00-13:00
+### gcp:us-central1 / A100-SXM4-80GB node 1 of 2
+CUDA_VISIBLE_DEVICES=0,1,2,3 vllm serve meta-llama/Llama-3.1-70B --served-model-name Llama-3.1-70B --host 0.0.0.0 --port 8000 --tensor-parallel-size 4 --pipeline-parallel-size 1 --max-num-seqs 401 --max-model-len 131072 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=4,5,6,7 vllm serve meta-llama/Llama-3.1-70B --served-model-name Llama-3.1-70B --host 0.0.0.0 --port 8001 --tensor-parallel-size 4 --pipeline-parallel-size 1 --max-num-seqs 401 --max-model-len 131072 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
+wait
+### gcp:us-central1 / A100-SXM4-80GB node 2 of 2
+CUDA_VISIBLE_DEVICES=0,1 vllm serve mistralai/Mixtral-8x7B-Instruct-v0.1 --served-model-name Mixtral-8x7B-v0.1 --host 0.0.0.0 --port 8000 --tensor-parallel-size 2 --pipeline-parallel-size 1 --max-num-seqs 365 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=2 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8001 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 42 --max-model-len 57392 --gpu-memory-utilization 0.493 --dtype bfloat16 --kv-cache-dtype auto &
+until curl -sf http://127.0.0.1:8001/health >/dev/null; do sleep 5; done
+CUDA_VISIBLE_DEVICES=2 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8002 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 5 --max-model-len 16032 --gpu-memory-utilization 0.406 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=3 vllm serve mistralai/Mistral-7B-Instruct-v0.1 --served-model-name Mistral-7B-v0.1 --host 0.0.0.0 --port 8003 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 46 --max-model-len 32768 --gpu-memory-utilization 0.487 --dtype bfloat16 --kv-cache-dtype auto &
+until curl -sf http://127.0.0.1:8003/health >/dev/null; do sleep 5; done
+CUDA_VISIBLE_DEVICES=3 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8004 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 5 --max-model-len 16032 --gpu-memory-utilization 0.412 --dtype bfloat16 --kv-cache-dtype auto &
+wait
+
+## window 13:00-14:00
+### gcp:us-central1 / A100-SXM4-80GB node 1 of 2
+CUDA_VISIBLE_DEVICES=0,1,2,3 vllm serve meta-llama/Llama-3.1-70B --served-model-name Llama-3.1-70B --host 0.0.0.0 --port 8000 --tensor-parallel-size 4 --pipeline-parallel-size 1 --max-num-seqs 401 --max-model-len 131072 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=4,5,6,7 vllm serve meta-llama/Llama-3.1-70B --served-model-name Llama-3.1-70B --host 0.0.0.0 --port 8001 --tensor-parallel-size 4 --pipeline-parallel-size 1 --max-num-seqs 401 --max-model-len 131072 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
+wait
+### gcp:us-central1 / A100-SXM4-80GB node 2 of 2
+CUDA_VISIBLE_DEVICES=0,1 vllm serve mistralai/Mixtral-8x7B-Instruct-v0.1 --served-model-name Mixtral-8x7B-v0.1 --host 0.0.0.0 --port 8000 --tensor-parallel-size 2 --pipeline-parallel-size 1 --max-num-seqs 365 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=2 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8001 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 42 --max-model-len 57392 --gpu-memory-utilization 0.493 --dtype bfloat16 --kv-cache-dtype auto &
+until curl -sf http://127.0.0.1:8001/health >/dev/null; do sleep 5; done
+CUDA_VISIBLE_DEVICES=2 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8002 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 5 --max-model-len 16032 --gpu-memory-utilization 0.406 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=3 vllm serve mistralai/Mistral-7B-Instruct-v0.1 --served-model-name Mistral-7B-v0.1 --host 0.0.0.0 --port 8003 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 46 --max-model-len 32768 --gpu-memory-utilization 0.487 --dtype bfloat16 --kv-cache-dtype auto &
+until curl -sf http://127.0.0.1:8003/health >/dev/null; do sleep 5; done
+CUDA_VISIBLE_DEVICES=3 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8004 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 5 --max-model-len 16032 --gpu-memory-utilization 0.412 --dtype bfloat16 --kv-cache-dtype auto &
+wait
+
+## window 14:00-15:00
+### gcp:us-central1 / A100-SXM4-80GB node 1 of 2
+CUDA_VISIBLE_DEVICES=0,1,2,3 vllm serve meta-llama/Llama-3.1-70B --served-model-name Llama-3.1-70B --host 0.0.0.0 --port 8000 --tensor-parallel-size 4 --pipeline-parallel-size 1 --max-num-seqs 401 --max-model-len 131072 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=4,5,6,7 vllm serve meta-llama/Llama-3.1-70B --served-model-name Llama-3.1-70B --host 0.0.0.0 --port 8001 --tensor-parallel-size 4 --pipeline-parallel-size 1 --max-num-seqs 401 --max-model-len 131072 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
+wait
+### gcp:us-central1 / A100-SXM4-80GB node 2 of 2
+CUDA_VISIBLE_DEVICES=0,1 vllm serve mistralai/Mixtral-8x7B-Instruct-v0.1 --served-model-name Mixtral-8x7B-v0.1 --host 0.0.0.0 --port 8000 --tensor-parallel-size 2 --pipeline-parallel-size 1 --max-num-seqs 365 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=2 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8001 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 42 --max-model-len 57392 --gpu-memory-utilization 0.493 --dtype bfloat16 --kv-cache-dtype auto &
+until curl -sf http://127.0.0.1:8001/health >/dev/null; do sleep 5; done
+CUDA_VISIBLE_DEVICES=2 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8002 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 5 --max-model-len 16032 --gpu-memory-utilization 0.406 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=3 vllm serve mistralai/Mistral-7B-Instruct-v0.1 --served-model-name Mistral-7B-v0.1 --host 0.0.0.0 --port 8003 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 46 --max-model-len 32768 --gpu-memory-utilization 0.487 --dtype bfloat16 --kv-cache-dtype auto &
+until curl -sf http://127.0.0.1:8003/health >/dev/null; do sleep 5; done
+CUDA_VISIBLE_DEVICES=3 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8004 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 5 --max-model-len 16032 --gpu-memory-utilization 0.412 --dtype bfloat16 --kv-cache-dtype auto &
+wait
+
+## window 15:00-16:00
+### gcp:us-central1 / A100-SXM4-80GB node 1 of 2
+CUDA_VISIBLE_DEVICES=0,1,2,3 vllm serve meta-llama/Llama-3.1-70B --served-model-name Llama-3.1-70B --host 0.0.0.0 --port 8000 --tensor-parallel-size 4 --pipeline-parallel-size 1 --max-num-seqs 401 --max-model-len 131072 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=4,5,6,7 vllm serve meta-llama/Llama-3.1-70B --served-model-name Llama-3.1-70B --host 0.0.0.0 --port 8001 --tensor-parallel-size 4 --pipeline-parallel-size 1 --max-num-seqs 401 --max-model-len 131072 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
+wait
+### gcp:us-central1 / A100-SXM4-80GB node 2 of 2
+CUDA_VISIBLE_DEVICES=0,1 vllm serve mistralai/Mixtral-8x7B-Instruct-v0.1 --served-model-name Mixtral-8x7B-v0.1 --host 0.0.0.0 --port 8000 --tensor-parallel-size 2 --pipeline-parallel-size 1 --max-num-seqs 365 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=2 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8001 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 42 --max-model-len 57392 --gpu-memory-utilization 0.493 --dtype bfloat16 --kv-cache-dtype auto &
+until curl -sf http://127.0.0.1:8001/health >/dev/null; do sleep 5; done
+CUDA_VISIBLE_DEVICES=2 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8002 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 5 --max-model-len 16032 --gpu-memory-utilization 0.406 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=3 vllm serve mistralai/Mistral-7B-Instruct-v0.1 --served-model-name Mistral-7B-v0.1 --host 0.0.0.0 --port 8003 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 46 --max-model-len 32768 --gpu-memory-utilization 0.487 --dtype bfloat16 --kv-cache-dtype auto &
+until curl -sf http://127.0.0.1:8003/health >/dev/null; do sleep 5; done
+CUDA_VISIBLE_DEVICES=3 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8004 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 5 --max-model-len 16032 --gpu-memory-utilization 0.412 --dtype bfloat16 --kv-cache-dtype auto &
+wait
+
+## window 16:00-17:00
+### aws:us-east-1 / H100-SXM-80GB node 1 of 2
+CUDA_VISIBLE_DEVICES=0,1 vllm serve meta-llama/Llama-3.1-70B --served-model-name Llama-3.1-70B --host 0.0.0.0 --port 8000 --tensor-parallel-size 2 --pipeline-parallel-size 1 --max-num-seqs 28 --max-model-len 39152 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
+wait
+### gcp:us-central1 / A100-SXM4-80GB node 1 of 2
+CUDA_VISIBLE_DEVICES=0,1,2,3 vllm serve meta-llama/Llama-3.1-70B --served-model-name Llama-3.1-70B --host 0.0.0.0 --port 8000 --tensor-parallel-size 4 --pipeline-parallel-size 1 --max-num-seqs 401 --max-model-len 131072 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=4,5 vllm serve mistralai/Mixtral-8x7B-Instruct-v0.1 --served-model-name Mixtral-8x7B-v0.1 --host 0.0.0.0 --port 8001 --tensor-parallel-size 2 --pipeline-parallel-size 1 --max-num-seqs 365 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=6 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8002 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 42 --max-model-len 57392 --gpu-memory-utilization 0.493 --dtype bfloat16 --kv-cache-dtype auto &
+until curl -sf http://127.0.0.1:8002/health >/dev/null; do sleep 5; done
+CUDA_VISIBLE_DEVICES=6 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8003 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 5 --max-model-len 16032 --gpu-memory-utilization 0.406 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=7 vllm serve mistralai/Mistral-7B-Instruct-v0.1 --served-model-name Mistral-7B-v0.1 --host 0.0.0.0 --port 8004 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 46 --max-model-len 32768 --gpu-memory-utilization 0.487 --dtype bfloat16 --kv-cache-dtype auto &
+until curl -sf http://127.0.0.1:8004/health >/dev/null; do sleep 5; done
+CUDA_VISIBLE_DEVICES=7 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8005 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 5 --max-model-len 16032 --gpu-memory-utilization 0.412 --dtype bfloat16 --kv-cache-dtype auto &
+wait
+
+## window 17:00-18:00
+### gcp:us-central1 / A100-SXM4-80GB node 1 of 2
+CUDA_VISIBLE_DEVICES=0,1,2,3 vllm serve meta-llama/Llama-3.1-70B --served-model-name Llama-3.1-70B --host 0.0.0.0 --port 8000 --tensor-parallel-size 4 --pipeline-parallel-size 1 --max-num-seqs 401 --max-model-len 131072 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=4,5,6,7 vllm serve meta-llama/Llama-3.1-70B --served-model-name Llama-3.1-70B --host 0.0.0.0 --port 8001 --tensor-parallel-size 4 --pipeline-parallel-size 1 --max-num-seqs 401 --max-model-len 131072 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
+wait
+### gcp:us-central1 / A100-SXM4-80GB node 2 of 2
+CUDA_VISIBLE_DEVICES=0,1 vllm serve mistralai/Mixtral-8x7B-Instruct-v0.1 --served-model-name Mixtral-8x7B-v0.1 --host 0.0.0.0 --port 8000 --tensor-parallel-size 2 --pipeline-parallel-size 1 --max-num-seqs 365 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=2 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8001 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 42 --max-model-len 57392 --gpu-memory-utilization 0.493 --dtype bfloat16 --kv-cache-dtype auto &
+until curl -sf http://127.0.0.1:8001/health >/dev/null; do sleep 5; done
+CUDA_VISIBLE_DEVICES=2 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8002 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 5 --max-model-len 16032 --gpu-memory-utilization 0.406 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=3 vllm serve mistralai/Mistral-7B-Instruct-v0.1 --served-model-name Mistral-7B-v0.1 --host 0.0.0.0 --port 8003 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 46 --max-model-len 32768 --gpu-memory-utilization 0.487 --dtype bfloat16 --kv-cache-dtype auto &
+until curl -sf http://127.0.0.1:8003/health >/dev/null; do sleep 5; done
+CUDA_VISIBLE_DEVICES=3 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8004 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 5 --max-model-len 16032 --gpu-memory-utilization 0.412 --dtype bfloat16 --kv-cache-dtype auto &
+wait
+
+## window 18:00-19:00
+### gcp:us-central1 / A100-SXM4-80GB node 1 of 2
+CUDA_VISIBLE_DEVICES=0,1,2,3 vllm serve meta-llama/Llama-3.1-70B --served-model-name Llama-3.1-70B --host 0.0.0.0 --port 8000 --tensor-parallel-size 4 --pipeline-parallel-size 1 --max-num-seqs 401 --max-model-len 131072 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=4,5,6,7 vllm serve meta-llama/Llama-3.1-70B --served-model-name Llama-3.1-70B --host 0.0.0.0 --port 8001 --tensor-parallel-size 4 --pipeline-parallel-size 1 --max-num-seqs 401 --max-model-len 131072 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
+wait
+### gcp:us-central1 / A100-SXM4-80GB node 2 of 2
+CUDA_VISIBLE_DEVICES=0,1 vllm serve mistralai/Mixtral-8x7B-Instruct-v0.1 --served-model-name Mixtral-8x7B-v0.1 --host 0.0.0.0 --port 8000 --tensor-parallel-size 2 --pipeline-parallel-size 1 --max-num-seqs 365 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=2 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8001 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 42 --max-model-len 57392 --gpu-memory-utilization 0.493 --dtype bfloat16 --kv-cache-dtype auto &
+until curl -sf http://127.0.0.1:8001/health >/dev/null; do sleep 5; done
+CUDA_VISIBLE_DEVICES=2 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8002 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 5 --max-model-len 16032 --gpu-memory-utilization 0.406 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=3 vllm serve mistralai/Mistral-7B-Instruct-v0.1 --served-model-name Mistral-7B-v0.1 --host 0.0.0.0 --port 8003 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 46 --max-model-len 32768 --gpu-memory-utilization 0.487 --dtype bfloat16 --kv-cache-dtype auto &
+until curl -sf http://127.0.0.1:8003/health >/dev/null; do sleep 5; done
+CUDA_VISIBLE_DEVICES=3 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8004 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 5 --max-model-len 16032 --gpu-memory-utilization 0.412 --dtype bfloat16 --kv-cache-dtype auto &
+wait
+
+## window 19:00-20:00
+### aws:us-east-1 / H100-SXM-80GB node 1 of 2
+CUDA_VISIBLE_DEVICES=0,1,2,3 vllm serve meta-llama/Llama-3.1-70B --served-model-name Llama-3.1-70B --host 0.0.0.0 --port 8000 --tensor-parallel-size 4 --pipeline-parallel-size 1 --max-num-seqs 398 --max-model-len 131072 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
+wait
+### gcp:us-central1 / A100-SXM4-80GB node 1 of 2
+CUDA_VISIBLE_DEVICES=0,1 vllm serve mistralai/Mixtral-8x7B-Instruct-v0.1 --served-model-name Mixtral-8x7B-v0.1 --host 0.0.0.0 --port 8000 --tensor-parallel-size 2 --pipeline-parallel-size 1 --max-num-seqs 365 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=2 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8001 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 42 --max-model-len 57392 --gpu-memory-utilization 0.493 --dtype bfloat16 --kv-cache-dtype auto &
+until curl -sf http://127.0.0.1:8001/health >/dev/null; do sleep 5; done
+CUDA_VISIBLE_DEVICES=2 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8002 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 5 --max-model-len 16032 --gpu-memory-utilization 0.406 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=3 vllm serve mistralai/Mistral-7B-Instruct-v0.1 --served-model-name Mistral-7B-v0.1 --host 0.0.0.0 --port 8003 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 46 --max-model-len 32768 --gpu-memory-utilization 0.487 --dtype bfloat16 --kv-cache-dtype auto &
+until curl -sf http://127.0.0.1:8003/health >/dev/null; do sleep 5; done
+CUDA_VISIBLE_DEVICES=3 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8004 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 5 --max-model-len 16032 --gpu-memory-utilization 0.412 --dtype bfloat16 --kv-cache-dtype auto &
+wait
+
+## window 20:00-21:00
+### aws:us-east-1 / H100-SXM-80GB node 1 of 2
+CUDA_VISIBLE_DEVICES=0,1,2,3 vllm serve meta-llama/Llama-3.1-70B --served-model-name Llama-3.1-70B --host 0.0.0.0 --port 8000 --tensor-parallel-size 4 --pipeline-parallel-size 1 --max-num-seqs 398 --max-model-len 131072 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
+wait
+### gcp:us-central1 / A100-SXM4-80GB node 1 of 2
+CUDA_VISIBLE_DEVICES=0,1 vllm serve mistralai/Mixtral-8x7B-Instruct-v0.1 --served-model-name Mixtral-8x7B-v0.1 --host 0.0.0.0 --port 8000 --tensor-parallel-size 2 --pipeline-parallel-size 1 --max-num-seqs 365 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=2 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8001 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 42 --max-model-len 57392 --gpu-memory-utilization 0.493 --dtype bfloat16 --kv-cache-dtype auto &
+until curl -sf http://127.0.0.1:8001/health >/dev/null; do sleep 5; done
+CUDA_VISIBLE_DEVICES=2 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8002 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 5 --max-model-len 16032 --gpu-memory-utilization 0.406 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=3 vllm serve mistralai/Mistral-7B-Instruct-v0.1 --served-model-name Mistral-7B-v0.1 --host 0.0.0.0 --port 8003 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 46 --max-model-len 32768 --gpu-memory-utilization 0.487 --dtype bfloat16 --kv-cache-dtype auto &
+until curl -sf http://127.0.0.1:8003/health >/dev/null; do sleep 5; done
+CUDA_VISIBLE_DEVICES=3 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8004 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 5 --max-model-len 16032 --gpu-memory-utilization 0.412 --dtype bfloat16 --kv-cache-dtype auto &
+wait
+
+## window 21:00-22:00
+### aws:us-east-1 / H100-SXM-80GB node 1 of 2
+CUDA_VISIBLE_DEVICES=0,1 vllm serve meta-llama/Llama-3.1-70B --served-model-name Llama-3.1-70B --host 0.0.0.0 --port 8000 --tensor-parallel-size 2 --pipeline-parallel-size 1 --max-num-seqs 28 --max-model-len 39152 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
+wait
+### gcp:us-central1 / A100-SXM4-80GB node 1 of 2
+CUDA_VISIBLE_DEVICES=0,1,2,3 vllm serve meta-llama/Llama-3.1-70B --served-model-name Llama-3.1-70B --host 0.0.0.0 --port 8000 --tensor-parallel-size 4 --pipeline-parallel-size 1 --max-num-seqs 401 --max-model-len 131072 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=4,5 vllm serve mistralai/Mixtral-8x7B-Instruct-v0.1 --served-model-name Mixtral-8x7B-v0.1 --host 0.0.0.0 --port 8001 --tensor-parallel-size 2 --pipeline-parallel-size 1 --max-num-seqs 365 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=6 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8002 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 42 --max-model-len 57392 --gpu-memory-utilization 0.493 --dtype bfloat16 --kv-cache-dtype auto &
+until curl -sf http://127.0.0.1:8002/health >/dev/null; do sleep 5; done
+CUDA_VISIBLE_DEVICES=6 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8003 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 5 --max-model-len 16032 --gpu-memory-utilization 0.406 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=7 vllm serve mistralai/Mistral-7B-Instruct-v0.1 --served-model-name Mistral-7B-v0.1 --host 0.0.0.0 --port 8004 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 46 --max-model-len 32768 --gpu-memory-utilization 0.487 --dtype bfloat16 --kv-cache-dtype auto &
+until curl -sf http://127.0.0.1:8004/health >/dev/null; do sleep 5; done
+CUDA_VISIBLE_DEVICES=7 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8005 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 5 --max-model-len 16032 --gpu-memory-utilization 0.412 --dtype bfloat16 --kv-cache-dtype auto &
+wait
+
+## window 22:00-23:00
+### gcp:us-central1 / A100-SXM4-80GB node 1 of 2
+CUDA_VISIBLE_DEVICES=0,1,2,3 vllm serve meta-llama/Llama-3.1-70B --served-model-name Llama-3.1-70B --host 0.0.0.0 --port 8000 --tensor-parallel-size 4 --pipeline-parallel-size 1 --max-num-seqs 401 --max-model-len 131072 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=4,5,6,7 vllm serve meta-llama/Llama-3.1-70B --served-model-name Llama-3.1-70B --host 0.0.0.0 --port 8001 --tensor-parallel-size 4 --pipeline-parallel-size 1 --max-num-seqs 401 --max-model-len 131072 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
+wait
+### gcp:us-central1 / A100-SXM4-80GB node 2 of 2
+CUDA_VISIBLE_DEVICES=0,1 vllm serve mistralai/Mixtral-8x7B-Instruct-v0.1 --served-model-name Mixtral-8x7B-v0.1 --host 0.0.0.0 --port 8000 --tensor-parallel-size 2 --pipeline-parallel-size 1 --max-num-seqs 365 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=2,3 vllm serve mistralai/Mixtral-8x7B-Instruct-v0.1 --served-model-name Mixtral-8x7B-v0.1 --host 0.0.0.0 --port 8001 --tensor-parallel-size 2 --pipeline-parallel-size 1 --max-num-seqs 365 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=4 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8002 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 42 --max-model-len 57392 --gpu-memory-utilization 0.493 --dtype bfloat16 --kv-cache-dtype auto &
+until curl -sf http://127.0.0.1:8002/health >/dev/null; do sleep 5; done
+CUDA_VISIBLE_DEVICES=4 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8003 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 5 --max-model-len 16032 --gpu-memory-utilization 0.406 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=5 vllm serve mistralai/Mistral-7B-Instruct-v0.1 --served-model-name Mistral-7B-v0.1 --host 0.0.0.0 --port 8004 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 46 --max-model-len 32768 --gpu-memory-utilization 0.487 --dtype bfloat16 --kv-cache-dtype auto &
+until curl -sf http://127.0.0.1:8004/health >/dev/null; do sleep 5; done
+CUDA_VISIBLE_DEVICES=5 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8005 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 5 --max-model-len 16032 --gpu-memory-utilization 0.412 --dtype bfloat16 --kv-cache-dtype auto &
+wait
+
+## window 23:00-00:00
+### gcp:us-central1 / A100-SXM4-80GB node 1 of 2
+CUDA_VISIBLE_DEVICES=0,1,2,3 vllm serve meta-llama/Llama-3.1-70B --served-model-name Llama-3.1-70B --host 0.0.0.0 --port 8000 --tensor-parallel-size 4 --pipeline-parallel-size 1 --max-num-seqs 401 --max-model-len 131072 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=4,5,6,7 vllm serve meta-llama/Llama-3.1-70B --served-model-name Llama-3.1-70B --host 0.0.0.0 --port 8001 --tensor-parallel-size 4 --pipeline-parallel-size 1 --max-num-seqs 401 --max-model-len 131072 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
+wait
+### gcp:us-central1 / A100-SXM4-80GB node 2 of 2
+CUDA_VISIBLE_DEVICES=0,1 vllm serve mistralai/Mixtral-8x7B-Instruct-v0.1 --served-model-name Mixtral-8x7B-v0.1 --host 0.0.0.0 --port 8000 --tensor-parallel-size 2 --pipeline-parallel-size 1 --max-num-seqs 365 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=2 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8001 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 42 --max-model-len 57392 --gpu-memory-utilization 0.493 --dtype bfloat16 --kv-cache-dtype auto &
+until curl -sf http://127.0.0.1:8001/health >/dev/null; do sleep 5; done
+CUDA_VISIBLE_DEVICES=2 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8002 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 5 --max-model-len 16032 --gpu-memory-utilization 0.406 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=3 vllm serve mistralai/Mistral-7B-Instruct-v0.1 --served-model-name Mistral-7B-v0.1 --host 0.0.0.0 --port 8003 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 46 --max-model-len 32768 --gpu-memory-utilization 0.487 --dtype bfloat16 --kv-cache-dtype auto &
+until curl -sf http://127.0.0.1:8003/health >/dev/null; do sleep 5; done
+CUDA_VISIBLE_DEVICES=3 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8004 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 5 --max-model-len 16032 --gpu-memory-utilization 0.412 --dtype bfloat16 --kv-cache-dtype auto &
+wait

@@ -1,0 +1,366 @@
+"""``fleetplan export k8s|vllm``: manifests valid against the Kubernetes and CRD schemas, golden files for the default
+plan, the KEDA schedule replayed minute by minute, launch commands that fit the nodes.
+
+Golden files (tests/golden/export/) are the export of the default plan stored beside them; regenerate them, after a
+change that is meant to change them, with
+
+    .venv/bin/python tests/test_export.py            # re-export the stored plan
+    .venv/bin/python tests/test_export.py --replan   # re-plan the default scenario first (after cost-model changes)
+
+and review the diff.
+"""
+
+from __future__ import annotations
+
+import copy
+import gzip
+import json
+import math
+import re
+import subprocess
+import sys
+from functools import cache, lru_cache
+from pathlib import Path
+
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from fleetplan.cli.main import main
+from fleetplan.errors import InputError
+from fleetplan.placement.deployment import DeployFile, read_deploy_file, window_index, workloads
+from fleetplan.placement.export_k8s import export_k8s, lead_minutes_for
+from fleetplan.placement.export_vllm import export_vllm, node_commands
+from fleetplan.placement.plan import Plan, Status, evaluate
+from fleetplan.placement.planio import load_plan_file
+from fleetplan.placement.scenario import build_problem, scenario_from_raw
+from fleetplan.placement.validate import validate
+
+pytestmark = pytest.mark.xdist_group("export")
+
+HERE = Path(__file__).parent
+GOLDEN = HERE / "golden" / "export"
+PLAN_FILE = GOLDEN / "default_plan.json"
+CRDS = HERE / "data" / "crds"
+#: Golden files kept of the full export (the other windows' files are checked against the plan instead).
+GOLDEN_K8S = ("clusters.yaml", "aws-us-east-1/window-00-00.yaml", "aws-us-east-1/window-19-00.yaml",
+              "aws-us-east-1/schedule-keda.yaml", "gcp-us-central1/window-00-00.yaml",
+              "gcp-us-central1/window-19-00.yaml", "gcp-us-central1/schedule-keda.yaml")
+K8S_VERSION = "1.37.0"
+
+
+@lru_cache(maxsize=1)
+def default():
+    problem, plan, scenario, _ = load_plan_file(PLAN_FILE)
+    return problem, plan, scenario
+
+
+@lru_cache(maxsize=1)
+def full_export() -> tuple[dict[str, str], str]:
+    problem, plan, scenario = default()
+    ws = workloads(problem, plan, scenario)
+    files = export_k8s(problem, ws, list(range(problem.n_windows)), DeployFile(), schedule=True)
+    return files, export_vllm(problem, ws, list(range(problem.n_windows)), plan_name=problem.name)
+
+
+# ---------------------------------------------------------------------------------------------- schemas
+
+
+def _strict(schema):
+    """The schema with unknown keys refused wherever the CRD lists properties and allows nothing else (what the API
+    server's strict field validation does; CRD schemas leave additionalProperties unset)."""
+    if isinstance(schema, dict):
+        out = {k: _strict(v) for k, v in schema.items()}
+        if ("properties" in out and "additionalProperties" not in out
+                and not out.get("x-kubernetes-preserve-unknown-fields")):
+            out["additionalProperties"] = False
+        return out
+    if isinstance(schema, list):
+        return [_strict(v) for v in schema]
+    return schema
+
+
+@cache
+def crd_schema(kind: str) -> dict:
+    files = {"LeaderWorkerSet": "leaderworkerset.x-k8s.io_leaderworkersets.yaml.gz",
+             "ScaledObject": "keda.sh_scaledobjects.yaml"}
+    p = CRDS / files[kind]
+    text = gzip.decompress(p.read_bytes()).decode() if p.suffix == ".gz" else p.read_text()
+    crd = yaml.safe_load(text)
+    (version,) = [v for v in crd["spec"]["versions"] if v.get("storage")]
+    schema = _strict(version["schema"]["openAPIV3Schema"])
+    # metadata is the API server's ObjectMeta, which the CRD schema leaves open (type: object).
+    return schema
+
+
+def check_manifest(doc: dict) -> None:
+    """Raise when ``doc`` does not validate: built-in kinds against Kubernetes' schemas (strict), custom ones
+    against their CRD's schema (strict) plus the group/version the CRD serves."""
+    kind = doc["kind"]
+    if kind in ("LeaderWorkerSet", "ScaledObject"):
+        group = {"LeaderWorkerSet": "leaderworkerset.x-k8s.io/v1", "ScaledObject": "keda.sh/v1alpha1"}[kind]
+        assert doc["apiVersion"] == group
+        jsonschema.validate(doc, crd_schema(kind))
+        meta = doc["metadata"]
+        assert re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", meta["name"]) and len(meta["name"]) <= 63
+    else:
+        kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
+
+
+def _docs(text: str) -> list[dict]:
+    return [d for d in yaml.safe_load_all(text) if d is not None]
+
+
+# ---------------------------------------------------------------------------------------------- tests
+
+
+def test_default_plan_fixture_is_valid():
+    problem, plan, _ = default()
+    assert validate(problem, plan).ok
+
+
+def test_golden_files():
+    files, vllm_text = full_export()
+    for rel in GOLDEN_K8S:
+        assert files[rel] == (GOLDEN / "k8s" / rel).read_text(), f"{rel} differs from its golden file (module doc)"
+    assert vllm_text == (GOLDEN / "vllm.sh").read_text()
+
+
+def test_every_manifest_validates_and_windows_differ_only_in_replicas():
+    problem, plan, scenario = default()
+    ws = workloads(problem, plan, scenario)
+    files, _ = full_export()
+    ev = evaluate(problem, plan)
+    seen_kinds = set()
+    checked: set[str] = set()
+    per_window = {w: 0 for w in range(problem.n_windows)}
+    shapes = {}
+    for rel, text in files.items():
+        if rel == "clusters.yaml":
+            continue
+        for doc in _docs(text):
+            key = json.dumps(doc, sort_keys=True)
+            if key not in checked:  # windows repeat most objects unchanged; each distinct one is checked once
+                check_manifest(doc)
+                checked.add(key)
+            seen_kinds.add(doc["kind"])
+        m = re.fullmatch(r"(.+)/window-(\d\d)-(\d\d)\.yaml", rel)
+        if not m:
+            continue
+        w = window_index(problem, f"{m.group(2)}:{m.group(3)}")
+        stripped = []
+        for doc in _docs(text):
+            if doc["kind"] == "Deployment":
+                res = doc["spec"]["template"]["spec"]["containers"][0]["resources"]
+                assert res["requests"] == res["limits"]
+                per_window[w] += doc["spec"]["replicas"] * int(res["limits"]["nvidia.com/gpu"])
+                doc = copy.deepcopy(doc)
+                doc["spec"]["replicas"] = None
+            stripped.append(doc)
+        shapes.setdefault(m.group(1), []).append(stripped)
+    assert {"Namespace", "Deployment", "Service", "ScaledObject"} <= seen_kinds
+    # Independent check: the GPUs the manifests ask for in each window are the plan's GPUs in that window.
+    assert [per_window[w] for w in range(problem.n_windows)] == list(ev.gpus_per_window)
+    for site, sets in shapes.items():
+        assert all(s == sets[0] for s in sets), f"{site}: windows differ in more than replicas"
+    # One workload per option the plan runs in some window, plus one per distinct set of models sharing GPUs.
+    running = {k for k, counts in plan.replicas.items() if any(counts)}
+    assert len(ws) == len(running) + len({(g.pool, tuple(g.models)) for g in plan.shared})
+
+
+def test_validation_can_fail():
+    files, _ = full_export()
+    dep = next(d for d in _docs(files["gcp-us-central1/window-00-00.yaml"]) if d["kind"] == "Deployment")
+    bad = copy.deepcopy(dep)
+    bad["spec"]["template"]["spec"]["containers"][0]["resourcez"] = {}
+    with pytest.raises(Exception, match="resourcez"):
+        check_manifest(bad)
+    so = _docs(files["gcp-us-central1/schedule-keda.yaml"])[0]
+    bad = copy.deepcopy(so)
+    bad["spec"]["triggers"][0]["metadataa"] = bad["spec"]["triggers"][0].pop("metadata")
+    with pytest.raises(jsonschema.ValidationError):
+        check_manifest(bad)
+
+
+def test_server_arguments_come_from_the_capacity_model():
+    problem, plan, scenario = default()
+    ws = workloads(problem, plan, scenario)
+    opts = problem.option_by_key
+    for w in ws:
+        if w.key is not None:
+            o = opts[w.key]
+            (s,) = w.servers
+            assert (s.tp, s.pp) == (o.tp, o.pp) and w.gpus_per_pod == o.tp
+            assert s.max_num_seqs == math.floor(o.max_batch)
+            assert s.gpu_memory_utilization == scenario.options["memory_utilization"]
+    shared = next(w for w in ws if w.name == "shared-llama-3-1-8b-qwen2-5-7b-a100-sxm4-80gb")
+    qwen = shared.servers[1]
+    share = problem.share_by_key[("Qwen2.5-7B", shared.pool)]
+    # Qwen2.5-7B: 2 x 28 layers x 4 KV heads x 128 x 2 bytes = 57,344 KV bytes per token; its shared KV budget in
+    # whole 16-token blocks gives --max-model-len (below its 32,768-token context).
+    assert qwen.max_model_len == int(share.kv_budget_bytes // 57344) // 16 * 16 < 32768
+    # The two servers' memory shares fit the scenario's memory_utilization (0.9) of the GPU.
+    assert sum(s.gpu_memory_utilization for s in shared.servers) <= 0.9
+    assert [s.port for s in shared.servers] == [8000, 8001]
+
+
+def _cron_minute(expr: str) -> int:
+    minute, hour, *rest = expr.split()
+    assert rest == ["*", "*", "*"]
+    return int(hour) * 60 + int(minute)
+
+
+def test_keda_schedule_replayed_minute_by_minute():
+    """At every minute of the day the largest active cron trigger (else minReplicaCount) gives the window's
+    replicas, except in the lead minutes before a window, where it is at least both neighbours' (start before
+    stop)."""
+    problem, plan, scenario = default()
+    ws = {w.name: w for w in workloads(problem, plan, scenario)}
+    files, _ = full_export()
+    checked = 0
+    for site in ("aws-us-east-1", "gcp-us-central1"):
+        for so in _docs(files[f"{site}/schedule-keda.yaml"]):
+            w = ws[so["spec"]["scaleTargetRef"]["name"]]
+            spans = [(_cron_minute(t["metadata"]["start"]), _cron_minute(t["metadata"]["end"]),
+                      int(t["metadata"]["desiredReplicas"])) for t in so["spec"]["triggers"]]
+            for t in range(24 * 60):
+                active = [n for a, b, n in spans if (a <= t < b if a < b else (t >= a or t < b))]
+                got = max(active, default=so["spec"]["minReplicaCount"])
+                win = t // 60
+                nxt = (win + 1) % 24
+                if w.replicas[nxt] > w.replicas[win] and t >= (win + 1) * 60 - lead_minutes_for(w):
+                    assert got >= max(w.replicas[win], w.replicas[nxt]), (w.name, t)
+                else:
+                    assert got == w.replicas[win], (w.name, t, got)
+            checked += 1
+    assert checked >= 3
+
+
+def test_vllm_commands_fit_the_nodes():
+    problem, plan, scenario = default()
+    ws = workloads(problem, plan, scenario)
+    ev = evaluate(problem, plan)
+    pools = {f"{p.site} / {p.gpu}": p for p in problem.pools}
+    for w in range(problem.n_windows):
+        total = 0
+        for title, lines in node_commands(problem, ws, w):
+            pool = pools[title.split(" node ")[0]]
+            used = [g for ln in lines for m in re.finditer(r"CUDA_VISIBLE_DEVICES=([\d,]+) ", ln)
+                    for g in m.group(1).split(",")]
+            ports = [m.group(1) for ln in lines for m in re.finditer(r"--port (\d+)", ln)]
+            assert len(ports) == len(set(ports))
+            shared = sum(1 for ln in lines if ln.startswith("until curl"))
+            distinct = set(used)
+            assert len(distinct) <= pool.gpus_per_node and all(0 <= int(g) < pool.gpus_per_node for g in distinct)
+            # A GPU appears twice only on a shared GPU (its second server).
+            assert len(used) - len(distinct) == shared
+            total += len(distinct)
+        assert total == ev.gpus_per_window[w]
+
+
+def _pipeline_case():
+    """Llama-3.1-405B on 8-GPU H100 nodes: 810 GB of bf16 weights do not fit one node's 8 x 80 GiB x 0.9, so the
+    scenario builder offers tp 8 x pp 2 and 3."""
+    raw = {"name": "pp", "options": {"window_length_s": 3600},
+           "sites": [{"name": "aws:us-east-1", "inventory": [{"gpu": "H100", "nodes": 4, "gpus_per_node": 8}]}],
+           "models": [{"name": "Llama-3.1-405B", "tp": [8], "slo": {"ttft_p95_s": 5.0, "tpot_p95_s": 0.2},
+                       "token_mix": {"trace": "azure-conv"}, "demand": {"rates": [0.05] * 24}}]}
+    sc = scenario_from_raw(raw, source="test")
+    problem = build_problem(sc)
+    key = next(o.key for o in problem.options if o.pp == 2)
+    plan = Plan(replicas={key: (1,) * 12 + (2,) * 12}, status=Status.FEASIBLE, backend="hand")
+    assert validate(problem, plan).ok
+    return problem, plan, sc
+
+
+def test_pipeline_parallel_is_a_leader_worker_set():
+    problem, plan, sc = _pipeline_case()
+    ws = workloads(problem, plan, sc)
+    (w,) = ws
+    assert w.multi_node and w.pods_per_replica == 2 and w.gpus_per_pod == 8
+    files = export_k8s(problem, ws, list(range(24)), DeployFile(), schedule=True)
+    assert "&id" not in files["aws-us-east-1/window-13-00.yaml"]  # no YAML anchors for shared values
+    docs = _docs(files["aws-us-east-1/window-13-00.yaml"])
+    lws = next(d for d in docs if d["kind"] == "LeaderWorkerSet")
+    for d in docs + _docs(files["aws-us-east-1/schedule-keda.yaml"]):
+        check_manifest(d)
+    assert lws["spec"]["replicas"] == 2 and lws["spec"]["leaderWorkerTemplate"]["size"] == 2
+    leader = lws["spec"]["leaderWorkerTemplate"]["leaderTemplate"]["spec"]["containers"][0]
+    assert "--pipeline-parallel-size 2" in leader["command"][2] and "--tensor-parallel-size 8" in leader["command"][2]
+    assert leader["resources"]["limits"]["nvidia.com/gpu"] == "8"
+    (so,) = _docs(files["aws-us-east-1/schedule-keda.yaml"])
+    assert so["spec"]["scaleTargetRef"]["kind"] == "LeaderWorkerSet"
+    text = export_vllm(problem, ws, [13])
+    assert text.count("ray start --head") == 2 and text.count("--block  # pipeline stage") == 2
+
+
+def test_cli_export(tmp_path):
+    r = CliRunner().invoke(main, ["export", "k8s", str(PLAN_FILE), "--out", str(tmp_path / "k"), "--window", "19:30"])
+    assert r.exit_code == 0, r.output
+    written = sorted(str(p.relative_to(tmp_path / "k")) for p in (tmp_path / "k").rglob("*") if p.is_file())
+    assert written == ["aws-us-east-1/window-19-00.yaml", "clusters.yaml", "gcp-us-central1/window-19-00.yaml"]
+    assert (tmp_path / "k" / "aws-us-east-1/window-19-00.yaml").read_text() == \
+        (GOLDEN / "k8s" / "aws-us-east-1/window-19-00.yaml").read_text()
+    r = CliRunner().invoke(main, ["export", "vllm", str(PLAN_FILE), "--window", "00:00"])
+    assert r.exit_code == 0 and "## window 00:00-01:00" in r.output and "## window 01:00" not in r.output
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--window", "25:00"], "not a time of day"),
+    (["--window", "01:00", "--all-windows"], "either --window or --all-windows"),
+])
+def test_cli_export_bad_input(tmp_path, args, message):
+    r = CliRunner().invoke(main, ["export", "k8s", str(PLAN_FILE), "--out", str(tmp_path), *args])
+    assert r.exit_code == 2 and message in r.output and "Traceback" not in r.output
+
+
+def test_deploy_file(tmp_path):
+    good = tmp_path / "deploy.yaml"
+    good.write_text("namespace: llm\nsites:\n  aws:us-east-1: {context: prod-use1}\n"
+                    "models:\n  Llama-3.1-8B: {hf_repo: meta-llama/Llama-3.1-8B-Instruct}\n")
+    deploy = read_deploy_file(good)
+    problem, plan, scenario = default()
+    files = export_k8s(problem, workloads(problem, plan, scenario, deploy), [0], deploy, schedule=False)
+    index = yaml.safe_load(files["clusters.yaml"])["sites"]
+    assert index["aws:us-east-1"] == {"context": "prod-use1", "namespace": "llm", "folder": "aws-us-east-1"}
+    assert "meta-llama/Llama-3.1-8B-Instruct" in files["gcp-us-central1/window-00-00.yaml"]
+    typo = tmp_path / "typo.yaml"
+    typo.write_text("sites:\n  aws:us-east-2: {context: x}\n")
+    with pytest.raises(InputError, match="aws:us-east-2"):
+        export_k8s(problem, workloads(problem, plan, scenario), [0], read_deploy_file(typo), schedule=False)
+    unknown = tmp_path / "unknown.yaml"
+    unknown.write_text("namepsace: llm\n")
+    with pytest.raises(InputError, match="namepsace"):
+        read_deploy_file(unknown)
+
+
+def test_gpu_without_a_known_label(monkeypatch):
+    import fleetplan.placement.deployment as deployment
+
+    problem, plan, scenario = default()
+    monkeypatch.setattr(deployment, "gpu_product_labels", lambda: {})
+    with pytest.raises(InputError, match="no nvidia.com/gpu.product label known for GPU"):
+        workloads(problem, plan, scenario)
+    given = DeployFile(gpu_labels={"A100-SXM4-80GB": "A100-LABEL", "H100-SXM-80GB": "H100-LABEL"})
+    assert {w.gpu_product_label for w in workloads(problem, plan, scenario, given)} == {"A100-LABEL", "H100-LABEL"}
+
+
+def regenerate(replan: bool) -> None:
+    """Rewrite the golden files (module docstring)."""
+    if replan:
+        subprocess.run([sys.executable, "-m", "fleetplan.cli.main", "plan", "--out", str(PLAN_FILE)], check=True,
+                       stdout=subprocess.DEVNULL)
+    default.cache_clear()
+    full_export.cache_clear()
+    files, vllm_text = full_export()
+    for rel in GOLDEN_K8S:
+        p = GOLDEN / "k8s" / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(files[rel])
+    (GOLDEN / "vllm.sh").write_text(vllm_text)
+
+
+if __name__ == "__main__":
+    regenerate("--replan" in sys.argv)
