@@ -9,8 +9,10 @@ from typing import TYPE_CHECKING
 
 import click
 
+from fleetplan.cli.executor import executor_options
 from fleetplan.fileio import atomic_path, check_destinations
 from fleetplan.placement.tenants import Objectives, Tenant, TenantProblem, load_tenants, validate_allocation
+from fleetplan.solvers.executor import make_executor
 from fleetplan.solvers.tenant_baselines import fair_share, static_partition
 from fleetplan.solvers.tenants import AllocationResult, solve_allocation
 from fleetplan.solvers.tenants_cpsat import NodeSplit, split_allocation, split_kind
@@ -119,6 +121,9 @@ def _split_table(problem: TenantProblem, splits: dict[tuple[int, str], NodeSplit
 @click.option("--threads", type=click.IntRange(1, 256), default=1, show_default=True, help="Solver threads.")
 @click.option("--points", type=click.IntRange(2, 50), default=5, show_default=True,
               help="Pareto points (mode pareto).")
+@click.option("--workers", type=click.IntRange(1, 64), default=1, show_default=True,
+              help="Pareto solves run at once (mode pareto): processes, or CPUs of a local Ray instance.")
+@executor_options
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 @click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write a PNG of utilization vs isolation (Pareto front and the policies).")
@@ -128,7 +133,8 @@ def _split_table(problem: TenantProblem, splits: dict[tuple[int, str], NodeSplit
               help="Split inside each shared node (second level): auto = MIG slices where the GPU type has MIG "
                    "profiles (A100, H100, H200), MPS shares elsewhere; mig or mps for every node; none to skip.")
 def allocate(scenario: Path | None, mode: str, backend: str, time_limit_s: float, threads: int, points: int,
-             fmt: str, plot: Path | None, no_margin: bool, split: str) -> None:
+             workers: int, executor: str, ray_address: str | None, fmt: str, plot: Path | None, no_margin: bool,
+             split: str) -> None:
     """Allocate a shared GPU pool to tenants per time window and compare the optimizer with static partitioning
     and quota-with-borrowing fair share, then split every node the optimizer shares into MIG slices or MPS shares.
     SCENARIO is a YAML file (default: the shipped tenants_default.yaml).
@@ -145,11 +151,12 @@ def allocate(scenario: Path | None, mode: str, backend: str, time_limit_s: float
     problem, opts = load_tenants(scenario)
     kinds = {} if split == "none" else {g: split_kind(split, g) for g in sorted({n.gpu for n in problem.nodes})}
     err = Console(stderr=True)
-    with err.status("allocating ...") as status:
+    with make_executor(executor, workers=workers, address=ray_address) as ex, \
+            err.status("allocating ...") as status:
         result = solve_allocation(problem, mode=mode, backend=backend, weights=opts.get("weights"),
                                   order=opts.get("order"), tolerance=float(opts.get("tolerance", 0.01)),
                                   points=points, time_limit_s=time_limit_s, threads=threads, margin=not no_margin,
-                                  progress=lambda m: status.update(m))
+                                  progress=lambda m: status.update(m), executor=ex)
         status.update("splitting shared nodes ...")
         splits = split_allocation(problem, result.allocation, kind=split, threads=threads,
                                   time_limit_s=max(1.0, time_limit_s - (time.perf_counter() - t0)))

@@ -11,18 +11,19 @@ import csv
 import io
 import json
 import math
-import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 
 import click
 
+from fleetplan.cli.executor import executor_options, map_with_progress
 from fleetplan.costmodels.split import SWEEP_VARIABLES, apply_variables, compare, grid, scenario_row
 from fleetplan.errors import InputError, UnknownNameError
 from fleetplan.fileio import check_destinations, output_files
 from fleetplan.placement.split import SplitOptions, make_spec
 from fleetplan.placement.workbook import build_split_workbook
+from fleetplan.solvers.executor import Executor, default_workers, make_executor
 
 
 def _clean(v):
@@ -98,16 +99,17 @@ def split_options(kw: dict, *, base: dict | None = None, source: str | None = No
     return SplitOptions.from_mapping({**(base or {}), **given}, source=source)
 
 
-def parse_vary(text: str) -> tuple[str, list[float]]:
-    """'name=a:b:n' (n values from a to b) or 'name=v1,v2,...'. Raises InputError otherwise."""
+def parse_vary(text: str, names: Collection[str] = tuple(SWEEP_VARIABLES)) -> tuple[str, list[float]]:
+    """'name=a:b:n' (n values from a to b) or 'name=v1,v2,...', the name one of ``names`` (default: the what-if
+    variables). Raises InputError otherwise."""
     import numpy as np
 
 
     if "=" not in text:
         raise InputError(f"--vary {text!r}: write NAME=START:STOP:COUNT or NAME=V1,V2,...", field="vary", value=text)
     name, spec = (x.strip() for x in text.split("=", 1))
-    if name not in SWEEP_VARIABLES:
-        raise UnknownNameError("sweep variable", name, SWEEP_VARIABLES, field="vary")
+    if name not in names:
+        raise UnknownNameError("sweep variable", name, names, field="vary")
     try:
         if ":" in spec:
             a, b, n = spec.split(":")
@@ -128,12 +130,14 @@ def parse_vary(text: str) -> tuple[str, list[float]]:
 MAX_GRID_CELLS = 10_000
 
 
-def parse_grid(vary: tuple[str, ...], max_cells: int = MAX_GRID_CELLS) -> dict[str, list[float]]:
-    """{variable: values} of the ``--vary`` options, in order. Raises InputError when a variable is given twice
-    (the last would silently win) or the grid has more than ``max_cells`` cells (raise --max-cells to run it)."""
+def parse_grid(vary: tuple[str, ...], max_cells: int = MAX_GRID_CELLS,
+               names: Collection[str] = tuple(SWEEP_VARIABLES)) -> dict[str, list[float]]:
+    """{variable: values} of the ``--vary`` options (variables among ``names``), in order. Raises InputError when a
+    variable is given twice (the last would silently win) or the grid has more than ``max_cells`` cells (raise
+    --max-cells to run it)."""
     variables: dict[str, list[float]] = {}
     for text in vary:
-        name, vals = parse_vary(text)
+        name, vals = parse_vary(text, names)
         if name in variables:
             raise InputError(f"--vary {name} is given twice; give all its values in one --vary (e.g. {name}=1,2,3)",
                              field="vary", value=text)
@@ -146,25 +150,12 @@ def parse_grid(vary: tuple[str, ...], max_cells: int = MAX_GRID_CELLS) -> dict[s
     return variables
 
 
-def _run_sweep(spec, variables: dict, workers: int, quiet: bool) -> list[dict]:
-    from concurrent.futures import ProcessPoolExecutor
-
-
+def _run_sweep(spec, variables: dict, ex: Executor, quiet: bool) -> list[dict]:
+    """The what-if rows of every cell of the grid, run by the executor ``ex``, in grid order."""
     cells = grid(variables)
     for c in cells:  # fail fast on bad values, before starting processes
         apply_variables(spec, c)
-    if workers <= 1 or len(cells) == 1:
-        return [scenario_row(spec, c) for c in cells]
-    from rich.progress import Progress
-
-    with ProcessPoolExecutor(max_workers=workers) as ex, Progress(disable=quiet, transient=True) as bar:
-        task = bar.add_task("scenarios", total=len(cells))
-        futs = [ex.submit(scenario_row, spec, c) for c in cells]
-        out = []
-        for f in futs:
-            out.append(f.result())
-            bar.advance(task)
-    return out
+    return map_with_progress(ex, scenario_row, cells, label="scenarios", quiet=quiet, common=spec, with_common=True)
 
 
 def _print_split(result, fmt: str) -> None:
@@ -264,27 +255,32 @@ def _max_cells_option(f: Callable) -> Callable:
 @click.option("--vary", "vary", multiple=True, required=True,
               help="NAME=START:STOP:COUNT or NAME=V1,V2,... (repeat); names: egress_usd_per_gb, prompt_tokens, "
                    "output_tokens, rate_req_per_s, gpu_price_factor, prefill_price_factor, decode_price_factor.")
-@click.option("--workers", type=click.IntRange(1, 64), default=max(1, min(4, os.cpu_count() or 1)),
-              show_default=True, help="Parallel processes.")
+@click.option("--workers", type=click.IntRange(1, 64), default=default_workers(),
+              show_default=True, help="Parallel processes (or CPUs of a local Ray instance).")
+@executor_options
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "csv"]), default="table", show_default=True)
 @click.option("--out", type=click.Path(dir_okay=False), default=None, help="Also write the table as CSV.")
 @click.option("--plot", type=click.Path(dir_okay=False), default=None,
               help="Write a PNG plot of the split's savings over the first variable.")
 @_max_cells_option
-def whatif_cmd(vary: tuple[str, ...], workers: int, fmt: str, out: str | None, plot: str | None, max_cells: int,
-               **kw) -> None:
-    """Evaluate a grid of scenarios (in parallel processes) and print the verdict per cell."""
-    run_whatif(split_options(kw), vary, workers, fmt, out, plot, max_cells)
+def whatif_cmd(vary: tuple[str, ...], workers: int, executor: str, ray_address: str | None, fmt: str, out: str | None,
+               plot: str | None, max_cells: int, **kw) -> None:
+    """Evaluate a grid of scenarios (in parallel processes, or on Ray) and print the verdict per cell."""
+    run_whatif(split_options(kw), vary, workers, fmt, out, plot, max_cells, executor=executor,
+               ray_address=ray_address)
 
 
 def run_whatif(options: SplitOptions, vary: tuple[str, ...], workers: int, fmt: str, out: str | None,
-               plot: str | None, max_cells: int = MAX_GRID_CELLS) -> None:
-    """Sweep the design ``options`` over the ``--vary`` grid and print/write the table (both whatif commands)."""
+               plot: str | None, max_cells: int = MAX_GRID_CELLS, *, executor: str = "process",
+               ray_address: str | None = None) -> None:
+    """Sweep the design ``options`` over the ``--vary`` grid and print/write the table (both whatif commands), the
+    cells run by the ``executor`` ('process' with ``workers`` processes, or 'ray' at ``ray_address``)."""
     outputs = {"--out": out, "--plot": plot}
     check_destinations(outputs)  # before the sweep
     variables = parse_grid(vary, max_cells)
     spec = make_spec(options)
-    rows = _run_sweep(spec, variables, workers, quiet=fmt != "table")
+    with make_executor(executor, workers=workers, address=ray_address) as ex:
+        rows = _run_sweep(spec, variables, ex, quiet=fmt != "table")
     with output_files(outputs) as tmp:  # both or neither
         if out:
             tmp["--out"].write_text(_csv(rows))

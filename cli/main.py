@@ -16,6 +16,7 @@ from fleetplan.cli.plan import plan
 from fleetplan.cli.schema import schema
 from fleetplan.cli.serve import serve
 from fleetplan.cli.simulate import simulate
+from fleetplan.cli.sweep import sweep
 from fleetplan.cli.whatif import whatif
 from fleetplan.errors import FleetplanError
 
@@ -38,7 +39,7 @@ def main() -> None:
     that meets the TTFT/TPOT SLOs, network egress included."""
 
 
-for _command in (data, plan, simulate, ledger, whatif, allocate, serve, schema, calibrate, export):
+for _command in (data, plan, simulate, ledger, whatif, sweep, allocate, serve, schema, calibrate, export):
     main.add_command(_command)
 
 if __name__ == "__main__":  # pragma: no cover

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from fleetplan.cli.executor import executor_options
 from fleetplan.cli.ledger import _max_cells_option, _split_options, run_whatif, split_options
 from fleetplan.datasets.shipped import shipped_scenario_text
 from fleetplan.errors import InputError
@@ -42,7 +43,9 @@ def _with_optional(f):
 @click.option("--vary", "vary", multiple=True, required=True,
               help="NAME=START:STOP:COUNT or NAME=V1,V2,... (repeat); names: egress_usd_per_gb, prompt_tokens, "
                    "output_tokens, rate_req_per_s, gpu_price_factor, prefill_price_factor, decode_price_factor.")
-@click.option("--workers", type=click.IntRange(1, 64), default=2, show_default=True, help="Parallel processes.")
+@click.option("--workers", type=click.IntRange(1, 64), default=2, show_default=True,
+              help="Parallel processes (or CPUs of a local Ray instance).")
+@executor_options
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "csv"]), default="table", show_default=True)
 @click.option("--out", type=click.Path(dir_okay=False), default=None, help="Also write the table as CSV.")
 @click.option("--plot", type=click.Path(dir_okay=False), default=None,
@@ -61,4 +64,5 @@ def whatif(ctx: click.Context, scenario: str | None, **kw) -> None:
         if src is not None and src.name not in ("DEFAULT", "DEFAULT_MAP"):
             given[key] = value
     options = split_options(given, base=data, source=where)
-    run_whatif(options, kw["vary"], kw["workers"], kw["fmt"], kw["out"], kw["plot"], kw["max_cells"])
+    run_whatif(options, kw["vary"], kw["workers"], kw["fmt"], kw["out"], kw["plot"], kw["max_cells"],
+               executor=kw["executor"], ray_address=kw["ray_address"])

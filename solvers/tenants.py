@@ -20,6 +20,7 @@ from fleetplan.placement.tenants import (
     explain_guarantees,
     validate_allocation,
 )
+from fleetplan.solvers.executor import Executor
 from fleetplan.solvers.tenants_cpsat import CpSatModel
 from fleetplan.solvers.tenants_milp import TenantMilpModel
 
@@ -131,7 +132,8 @@ def _raise_unsolved(status: Status, what: str) -> None:
 @dataclass
 class _Run:
     """What every mode of :func:`solve_allocation` shares: the problem, the backend's model class, the groups of
-    windows solved apart, the normalisers, limits and the progress callback."""
+    windows solved apart, the normalisers, limits, the progress callback, the backend's name and the executor of
+    the fan-outs (in this process by default)."""
 
     problem: TenantProblem
     Model: TenantModelFactory
@@ -141,13 +143,21 @@ class _Run:
     margin: bool
     threads: int
     say: Callable[[str], None]
+    backend: str = "highs"
+    executor: Executor = field(default_factory=Executor)
 
     def model(self, windows: list[int]) -> TenantModel:
         return self.Model(self.problem, windows, margin=self.margin)
 
-    def finish(self, outs: list[SolveOutcome], policy: str) -> tuple[Allocation, Objectives]:
-        """The allocation the outcomes of all groups make together, re-checked by the independent checker."""
+    def finish(self, outs: list[SolveOutcome], policy: str, *, one_objective: bool = True
+               ) -> tuple[Allocation, Objectives]:
+        """The allocation the outcomes of all groups make together, re-checked by the independent checker.
+        ``one_objective``: every outcome solved the same scalar objective; otherwise their objectives and bounds do
+        not add up to a bound on anything, so the allocation has no bound and no gap and is at best FEASIBLE."""
         status, gpus, obj, bound, dt = _combine(outs)
+        if not one_objective:
+            bound = None
+            status = Status.FEASIBLE if status is Status.OPTIMAL else status
         alloc = Allocation(policy, gpus, margin=self.margin, status=status, bound=bound, gap=_gap(obj, bound),
                            solve_s=dt)
         return alloc, validate_allocation(self.problem, alloc)
@@ -175,7 +185,8 @@ def solve_allocation(problem: TenantProblem, *, mode: str = "weighted", backend:
                      weights: dict[str, float] | None = None, order: Sequence[str] | None = None,
                      tolerance: float = 0.01, points: int = 5, time_limit_s: float = 30.0, threads: int = 1,
                      margin: bool = True, decompose: bool | None = None,
-                     progress: Callable[[str], None] | None = None) -> AllocationResult:
+                     progress: Callable[[str], None] | None = None,
+                     executor: Executor | None = None) -> AllocationResult:
     """Allocate the pool to the tenants.
 
     Args:
@@ -190,7 +201,9 @@ def solve_allocation(problem: TenantProblem, *, mode: str = "weighted", backend:
             'lexicographic' with tolerance 0; with a tolerance each window keeps its own stage optima within it
             (so the sums do too); for 'pareto' each window gets its own ε between its own anchors (the points meet
             the global ε-constraint on the sum but may lie slightly inside the exact global front). Default True.
-        progress: called with a short message before each solve.
+        progress: called with a short message before each solve (before each fan-out's solves are sent).
+        executor: where the independent solves of 'pareto' run (:mod:`fleetplan.solvers.executor`); default this
+            process. Same answers on every executor (each solve's budget is fixed beforehand).
 
     Returns an AllocationResult whose allocations all passed ``validate_allocation``.
     Raises InfeasibleError (guarantees that cannot be met, explained), SolverError (nothing found in time),
@@ -205,7 +218,7 @@ def solve_allocation(problem: TenantProblem, *, mode: str = "weighted", backend:
     if decompose is None:
         decompose = len(W) > 1
     run = _Run(problem, Model, [[w] for w in W] if decompose else [W], decompose, normalisers(problem), margin,
-               threads, progress or (lambda _m: None))
+               threads, progress or (lambda _m: None), backend, executor or Executor())
     if mode == "weighted":
         alloc, ob = _weighted(run, weights, time_limit_s)
         return AllocationResult(alloc, ob, mode, backend)
@@ -270,45 +283,83 @@ def _lexicographic(run: _Run, order: tuple[str, ...], tolerance: float, time_lim
     return alloc, ob, [(name, totals[name][0], totals[name][1]) for name in order]
 
 
+@dataclass(frozen=True)
+class _SolveTask:
+    """One solve of the Pareto fan-out: the windows, objective coefficients, limits (objective, value) and the
+    time budget, all fixed before the fan-out so every executor solves the same models."""
+
+    windows: tuple[int, ...]
+    objective: dict[str, float]
+    limits: tuple[tuple[str, float], ...]
+    budget_s: float
+
+
+def _solve_task(common: tuple[TenantProblem, str, bool, int], task: _SolveTask) -> SolveOutcome:
+    """Build the backend's model of ``task.windows`` and solve it (an executor task: module level, picklable)."""
+    problem, backend, margin, threads = common
+    m = _factory(backend)(problem, list(task.windows), margin=margin)
+    m.set_objective(task.objective)
+    for name, value in task.limits:
+        m.add_limit(name, value)
+    return m.solve(task.budget_s, threads)
+
+
 def _pareto(run: _Run, points: int, time_limit_s: float) -> list[tuple[Allocation, Objectives]]:
     """The Pareto front by the epsilon-constraint method on isolation: per group of windows, two anchors (most
     utilization; least isolation), then points - 2 solves maximizing utilization with isolation ≤ ε_j, where ε_j
     steps evenly between the group's anchors. With one group per window (decompose), point j is the union of the
     windows' j-th answers: it meets the global constraint Σ isolation ≤ Σ_w ε_wj. Returns the non-dominated
-    points."""
+    points.
+
+    The solves fan out on ``run.executor`` in two rounds: every group's two anchors, then every group's points
+    (a point needs its group's anchors). Each solve has the same budget, time_limit_s / (points · groups), on every
+    executor; the results are combined in group order."""
     norm = run.norm
     budget = time_limit_s / (points * len(run.groups))
     util_first = {"utilization": 1.0, "isolation": TIE_BREAK / norm["isolation"], "sla": TIE_BREAK / norm["sla"]}
-    per_point: list[list[SolveOutcome]] = [[] for _ in range(points)]
+    iso_first = {"isolation": 1.0 / norm["isolation"], "utilization": TIE_BREAK, "sla": TIE_BREAK / norm["sla"]}
+    common = (run.problem, run.backend, run.margin, run.threads)
+
+    def where(gi: int) -> str:
+        g = run.groups[gi]
+        return f" (window {g[0]}, {gi + 1}/{len(run.groups)})" if run.decompose else ""
+
+    anchor_tasks = []
     for gi, g in enumerate(run.groups):
-        where = f" (window {g[0]}, {gi + 1}/{len(run.groups)})" if run.decompose else ""
-        run.say("Pareto anchors" + where)
-        hi_m = run.model(g)
-        hi_m.set_objective(util_first)
-        hi = hi_m.solve(budget, run.threads)
-        if hi.status in (Status.INFEASIBLE, Status.NO_SOLUTION):
-            _raise_unsolved(hi.status, "Pareto anchor" + where)
-        lo_m = run.model(g)
-        lo_m.set_objective({"isolation": 1.0 / norm["isolation"], "utilization": TIE_BREAK,
-                            "sla": TIE_BREAK / norm["sla"]})
-        lo = lo_m.solve(budget, run.threads)
-        if lo.status in (Status.INFEASIBLE, Status.NO_SOLUTION):
-            _raise_unsolved(lo.status, "Pareto anchor" + where)
-        per_point[0].append(lo)
-        per_point[points - 1].append(hi)
+        run.say("Pareto anchors" + where(gi))
+        anchor_tasks += [_SolveTask(tuple(g), util_first, (), budget), _SolveTask(tuple(g), iso_first, (), budget)]
+    anchors = run.executor.map(_solve_task, anchor_tasks, common=common, with_common=True)
+    per_point: list[list[SolveOutcome | None]] = [[None] * len(run.groups) for _ in range(points)]
+    # Which scalar objective each part solved ('util': utilization first, 'iso': isolation first, the lo anchor).
+    tags: list[set[str]] = [set() for _ in range(points)]
+    point_tasks: list[tuple[int, int, _SolveTask]] = []  # (point j, group gi, task)
+    for gi, g in enumerate(run.groups):
+        hi, lo = anchors[2 * gi], anchors[2 * gi + 1]
+        for o in (hi, lo):
+            if o.status in (Status.INFEASIBLE, Status.NO_SOLUTION):
+                _raise_unsolved(o.status, "Pareto anchor" + where(gi))
+        per_point[0][gi] = lo
+        per_point[points - 1][gi] = hi
+        tags[0].add("iso")
+        tags[points - 1].add("util")
         i_lo, i_hi = lo.values["isolation"], hi.values["isolation"]
         for j in range(1, points - 1):
             eps = i_lo + (i_hi - i_lo) * j / (points - 1)
-            run.say(f"Pareto point {j + 1}/{points}: isolation ≤ {eps:.3f}" + where)
+            run.say(f"Pareto point {j + 1}/{points}: isolation ≤ {eps:.3f}" + where(gi))
             if i_hi - i_lo < 1e-9:
-                per_point[j].append(lo)
+                per_point[j][gi] = lo
+                tags[j].add("iso")
                 continue
-            m = run.model(g)
-            m.set_objective(util_first)
-            m.add_limit("isolation", eps + 1e-7)
-            o = m.solve(budget, run.threads)
-            per_point[j].append(o if o.status in (Status.OPTIMAL, Status.FEASIBLE) else lo)
-    return non_dominated([run.finish(point_outs, f"pareto-{j}") for j, point_outs in enumerate(per_point)])
+            point_tasks.append((j, gi, _SolveTask(tuple(g), util_first, (("isolation", eps + 1e-7),), budget)))
+    solved = run.executor.map(_solve_task, [t for _, _, t in point_tasks], common=common, with_common=True)
+    for (j, gi, _), o in zip(point_tasks, solved, strict=True):
+        lo = per_point[0][gi]
+        found = o.status in (Status.OPTIMAL, Status.FEASIBLE)
+        per_point[j][gi] = o if found else lo
+        tags[j].add("util" if found else "iso")
+    fronts = [[o for o in outs if o is not None] for outs in per_point]
+    return non_dominated([run.finish(point_outs, f"pareto-{j}", one_objective=len(tags[j]) == 1)
+                          for j, point_outs in enumerate(fronts)])
 
 
 def dominates(a: Objectives, b: Objectives, eps: float = 1e-9) -> bool:

@@ -164,15 +164,18 @@ class TenantMilpModel:
         gpus = {k: int(round(v.value() or 0)) for k, v in self.x.items() if (v.value() or 0) > 0.5}
         values = {k: float(pulp.value(e) or 0.0) for k, e in self.expr.items()}
         obj = float(pulp.value(self.lp.objective) or 0.0)
-        bound = obj
+        # PuLP hands a maximization to HiGHS as the minimization of −f (its buildSolverModel multiplies the
+        # objective by −1), so HiGHS's dual bound is a lower bound on min −f: the bound on max f is its negation
+        # (plus the objective's constant, which PuLP does not pass). No bound is claimed when HiGHS gives none.
+        bound: float | None = None
         try:
             info = self.lp.solverModel.getInfo()
             if math.isfinite(info.mip_dual_bound):
-                bound = float(info.mip_dual_bound)  # HiGHS reports the bound of the maximization directly
+                bound = -float(info.mip_dual_bound) + float(self.lp.objective.constant)
         except AttributeError:
             pass
-        if status is Status.OPTIMAL:
-            bound = max(bound, obj) if bound is not None else obj
+        if bound is None and status is Status.OPTIMAL:
+            status = Status.FEASIBLE  # optimal only with a proven bound
         return SolveOutcome(status, gpus, values, obj, bound, dt)
 
 

@@ -14,6 +14,7 @@ from fleetplan.datasets.sharing import load_interference
 from fleetplan.errors import InfeasibleError, InputError, UnknownNameError
 from fleetplan.placement.status import Status
 from fleetplan.placement.tenants import (
+    OBJECTIVE_SENSE,
     Allocation,
     AllocationError,
     Node,
@@ -23,8 +24,9 @@ from fleetplan.placement.tenants import (
     validate_allocation,
 )
 from fleetplan.solvers.tenant_baselines import fair_share, packed_greedy, static_partition
-from fleetplan.solvers.tenants import dominates, solve_allocation, weighted_score
+from fleetplan.solvers.tenants import dominates, normalisers, solve_allocation, weighted_score
 from fleetplan.solvers.tenants_cpsat import node_needs, split_allocation, split_kind, split_mig, split_mps
+from fleetplan.solvers.tenants_milp import TenantMilpModel
 
 TABLE = load_interference()
 H100 = "H100-SXM-80GB"
@@ -284,3 +286,23 @@ def test_split_allocation_needs_and_kinds():
     assert split_kind("auto", "L4") == "mps" and split_kind("auto", H100) == "mig"
     with pytest.raises(InputError, match="no MIG profiles"):
         split_kind("mig", "L4")
+
+
+def test_tenant_milp_bound_is_an_upper_bound_of_the_maximization():
+    # PuLP passes a maximization to HiGHS as min −f, so HiGHS's dual bound is −(bound on max f). Read raw (no
+    # clamp), a proven optimum's bound equals its objective within HiGHS's default relative gap (1e-4); with the
+    # sign wrong it would be −objective.
+    problem, _ = load_tenants()
+    norm = normalisers(problem)
+    m = TenantMilpModel(problem, [12])
+    m.set_objective({k: 1.0 / norm[k] for k in OBJECTIVE_SENSE})
+    o = m.solve(30, 1)
+    assert o.status is Status.OPTIMAL and o.objective is not None and o.objective > 0.01 and o.bound is not None
+    assert o.objective - 1e-9 <= o.bound <= o.objective * (1 + 1e-4) + 1e-9
+
+
+def test_pareto_points_never_claim_a_bound_below_their_score():
+    problem, _ = load_tenants()
+    res = solve_allocation(problem, mode="pareto", points=4, time_limit_s=20)
+    for alloc, _obj in res.pareto:
+        assert alloc.gap is None or alloc.gap >= 0.0
