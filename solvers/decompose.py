@@ -18,7 +18,11 @@ from fleetplan.placement.plan import Plan, Status, evaluate
 from fleetplan.placement.problem import Problem
 from fleetplan.placement.validate import validate
 from fleetplan.solvers.cpsat import solve_cpsat
-from fleetplan.solvers.milp import solve_milp
+from fleetplan.solvers.milp import solve_aggregate_bound, solve_milp
+
+
+#: Relative gap of a window model that repairs a base window which does not fit (a valid plan comes first).
+REPAIR_GAP = 0.05
 
 
 def _window_problem(problem: Problem, base: Plan, w: int) -> Problem:
@@ -58,38 +62,43 @@ def solve_by_windows(problem: Problem, base: Plan, *, backend: str = "highs", ti
     """Improve ``base`` window by window (module docstring); returns a HEURISTIC plan (never worse than ``base``
     in GPU and egress cost; start costs are re-evaluated), or ``base`` itself if no window improves. A ``base``
     that does not fit the problem (e.g. the greedy plan over the inventory) is repaired where the window models
-    find plans with its shared GPUs; the caller checks the result with ``validate``."""
+    find plans with its shared GPUs: its windows that do not fit are solved first, to REPAIR_GAP, and share the
+    time among themselves, so a short time limit goes to the repair. Each window model gets an equal share of the time left before ``deadline`` (a
+    time.perf_counter() value; model building included); windows left without time keep ``base``'s replicas.
+    The caller checks the result with ``validate``."""
     t0 = time.perf_counter()
     deadline = deadline if deadline is not None else t0 + time_limit_s
     W = problem.n_windows
-    counts: dict = {}
-    done = 0
-    for w in range(W):
+    subs = [_window_problem(problem, base, w) for w in range(W)]
+    warms = [_base_window_plan(base, w) for w in range(W)]
+    fits = [validate(subs[w], warms[w], check_objective=False).ok for w in range(W)]
+    order = sorted(range(W), key=lambda w: (fits[w], w))  # windows to repair first
+    chosen_of: dict[int, Plan] = {}
+    for i, w in enumerate(order):
         left = deadline - time.perf_counter()
         if left <= 0.1:
             break  # out of time: the remaining windows keep the base plan's replicas
-        per = left / max(1, W - w)
+        to_repair = sum(1 for v in order[i:] if not fits[v])
+        per = left / (to_repair if not fits[w] else W - i)  # a plan first: repairs share the time before the rest
         if progress:
-            progress(f"window {w + 1}/{W} of the fix-and-optimize pass")
-        sub = _window_problem(problem, base, w)
-        warm = _base_window_plan(base, w)
+            progress(f"window {w + 1}/{W} of the fix-and-optimize pass" + ("" if fits[w] else " (repair)"))
+        sub, warm = subs[w], warms[w]
+        t_w = time.perf_counter()
+        end = min(deadline, t_w + per)
+        g = gap if fits[w] else max(gap, REPAIR_GAP)
         if backend == "cpsat":
-
-            r = solve_cpsat(sub, time_limit_s=per, threads=threads or 2, gap=gap, warm_start=warm)
+            r = solve_cpsat(sub, time_limit_s=per, threads=threads or 2, gap=g, warm_start=warm, deadline=end)
         else:
-
-            r = solve_milp(sub, backend=backend, time_limit_s=per, threads=threads, gap=gap, warm_start=warm)
-        chosen = warm
+            r = solve_milp(sub, backend=backend, time_limit_s=per, threads=threads, gap=g, warm_start=warm,
+                           deadline=end)
         if r.has_solution and r.objective_usd is not None and validate(sub, r, check_objective=False).ok:
-            warm_ok = validate(sub, warm, check_objective=False).ok
-            if not warm_ok or r.objective_usd < evaluate(sub, warm).total_usd - 1e-9:
-                chosen = r  # better, or a repair of a base window that does not fit
-        for key, c in chosen.replicas.items():
+            if not fits[w] or r.objective_usd < evaluate(sub, warm).total_usd - 1e-9:
+                chosen_of[w] = r  # better, or a repair of a base window that does not fit
+    counts: dict = {}
+    for w in range(W):
+        src = chosen_of.get(w)
+        for key, c in (src.replicas.items() if src is not None else ((k, (v[w],)) for k, v in base.replicas.items())):
             counts.setdefault(key, [0] * W)[w] = c[0]
-        done = w + 1
-    for w in range(done, W):
-        for key, c in base.replicas.items():
-            counts.setdefault(key, [0] * W)[w] = c[w]
     replicas = {k: tuple(v) for k, v in counts.items() if any(v)}
     plan = Plan(replicas=replicas, shared=base.shared, status=Status.HEURISTIC, backend=f"{backend}-by-window")
     if not validate(problem, plan, check_objective=False).ok:
@@ -115,20 +124,25 @@ def window_problem(problem: Problem, w: int) -> Problem:
 
 def window_bound(problem: Problem, *, deadline: float, threads: int | None = None, gap: float = 1e-3,
                  progress=None) -> float | None:
-    """Σ_w of HiGHS's proven bound on :func:`window_problem` (w), USD; None if a window ends without a bound
-    before ``deadline`` (a time.perf_counter() value). Valid lower bound on the optimum (see window_problem)."""
+    """Σ_w of HiGHS's proven bound on the aggregate MILP of :func:`window_problem` (w), USD: a valid lower bound on
+    the optimum (see window_problem; the aggregate model relaxes which model shares which GPU, see
+    ``build_milp(aggregate=True)``). Windows run in order, each with an equal share of the time left before
+    ``deadline`` (a time.perf_counter() value); a window that does not close gives its own proven bound, and a
+    window left without one (no time, or no bound found) adds 0, which keeps the sum valid. None when no
+    window gave a bound, or when a window is infeasible (then so is the problem)."""
     W = problem.n_windows
     total = 0.0
+    got = 0
     for w in range(W):
         left = deadline - time.perf_counter()
         if left <= 0.1:
-            return None
+            break
         if progress:
             progress(f"window {w + 1}/{W} of the per-window bound")
-        r = solve_milp(window_problem(problem, w), time_limit_s=left / (W - w), threads=threads, gap=gap)
-        if r.status is Status.INFEASIBLE:
+        r = solve_aggregate_bound(window_problem(problem, w), time_limit_s=left / (W - w), threads=threads, gap=gap)
+        if r.infeasible:
             return None
-        if r.bound_usd is None:
-            return None
-        total += r.bound_usd
-    return total
+        if r.bound_usd is not None:
+            total += max(0.0, r.bound_usd)  # every window's cost is >= 0
+            got += 1
+    return total if got else None

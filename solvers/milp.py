@@ -74,14 +74,15 @@ def build_milp(problem: Problem, *, relax: bool = False, elastic: bool = False,
     ``elastic=True`` adds a shortfall variable short[m,w] >= 0 (req/s, penalty ELASTIC_PENALTY_USD each) to the
     demand side of (1)/(2) and floor_short[m,w] to the floor in (7): an always-feasible model whose positive
     shortfalls say which model and window cannot be served and by how much (used to explain infeasibility).
-    ``aggregate=True`` (with ``relax=True``) merges each pool's identical candidate shared GPUs into one bin with
-    y, a ∈ [0, B_p] and a ≤ y: the same LP bound (any aggregate solution splits evenly over the B_p bins) without
-    the symmetric copies.
+    ``aggregate=True`` merges each pool's identical candidate shared GPUs into one bin with y, a ∈ [0, B_p] and
+    a ≤ y (y: shared GPUs on, a: GPUs the model resides on). With ``relax=True`` it is the same LP bound (any
+    aggregate solution splits evenly over the B_p bins) without the symmetric copies; with ``relax=False`` y and
+    a are integers: a relaxation of the MILP (each aggregate constraint is the sum of the bins' constraints, so
+    any plan maps onto it at the same cost) that drops which model shares which GPU, a valid lower bound without
+    the bins' symmetry (used by the per-window bound).
     ``with_starts=False`` drops the start variables and constraints (8): a weaker but still valid relaxation (start
     costs are >= 0) whose windows couple only through the shared GPUs, for a fast bound on large problems.
     """
-    if aggregate and not relax:
-        raise ValueError("aggregate=True is only valid for the LP relaxation (relax=True)")
     idx = build_index(problem, aggregate=aggregate)
     W = idx.W
     mu = 1 - problem.margin
@@ -89,7 +90,7 @@ def build_milp(problem: Problem, *, relax: bool = False, elastic: bool = False,
     pools = problem.pool_by_id
     models = problem.model_by_name
     icat = pulp.LpContinuous if relax else pulp.LpInteger
-    bcat = pulp.LpContinuous if relax else pulp.LpBinary
+    bcat = pulp.LpContinuous if relax else (pulp.LpInteger if aggregate else pulp.LpBinary)
     lp = pulp.LpProblem("placement", pulp.LpMinimize)
 
     # Variables, indexed by the data's own keys.
@@ -263,6 +264,34 @@ def solve_lp_bound(problem: Problem, *, time_limit_s: float = 60, threads: int |
     if model.lp.status == pulp.LpStatusOptimal and model.lp.sol_status == pulp.LpSolutionOptimal:
         return float(pulp.value(model.lp.objective) or 0.0)
     return None
+
+
+@dataclass(frozen=True)
+class BoundResult:
+    """A proven lower bound from a relaxation. ``bound_usd``: USD, or None when the solver proved none in time;
+    ``infeasible``: the relaxation (hence the problem) has no solution; ``closed``: solved to its gap."""
+
+    bound_usd: float | None
+    infeasible: bool = False
+    closed: bool = False
+
+
+def solve_aggregate_bound(problem: Problem, *, time_limit_s: float, threads: int | None = None,
+                          gap: float = 1e-4) -> BoundResult:
+    """HiGHS's proven bound on the aggregate MILP of ``problem`` (``build_milp(aggregate=True)``: integer
+    replicas, integer counts of shared GPUs per pool; a relaxation of the exact MILP, see build_milp), USD.
+
+    The dual bound is valid whether or not HiGHS closes the gap within ``time_limit_s`` (which counts the solve,
+    not the model building; the caller keeps its own deadline)."""
+    model = build_milp(problem, aggregate=True)
+    solver = HiGHS(msg=False, timeLimit=max(0.01, time_limit_s), threads=threads, gapRel=gap)
+    model.lp.solve(solver)
+    if model.lp.status == pulp.LpStatusInfeasible or model.lp.sol_status == pulp.LpSolutionInfeasible:
+        return BoundResult(None, infeasible=True)
+    h = model.lp.solverModel
+    b = float(h.getInfo().mip_dual_bound)
+    closed = h.getModelStatus() == highspy_status("kOptimal")
+    return BoundResult(b if math.isfinite(b) else None, closed=closed)
 
 
 def solve_milp(problem: Problem, *, backend: str = "highs", time_limit_s: float = 60, threads: int | None = None,
