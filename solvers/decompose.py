@@ -17,9 +17,9 @@ from dataclasses import replace
 from fleetplan.placement.plan import Plan, Status, evaluate
 from fleetplan.placement.problem import Problem
 from fleetplan.placement.validate import validate
+from fleetplan.solvers.common import shared_candidates
 from fleetplan.solvers.cpsat import solve_cpsat
 from fleetplan.solvers.milp import solve_aggregate_bound, solve_milp
-
 
 #: Relative gap of a window model that repairs a base window which does not fit (a valid plan comes first).
 REPAIR_GAP = 0.05
@@ -63,9 +63,9 @@ def solve_by_windows(problem: Problem, base: Plan, *, backend: str = "highs", ti
     in GPU and egress cost; start costs are re-evaluated), or ``base`` itself if no window improves. A ``base``
     that does not fit the problem (e.g. the greedy plan over the inventory) is repaired where the window models
     find plans with its shared GPUs: its windows that do not fit are solved first, to REPAIR_GAP, and share the
-    time among themselves, so a short time limit goes to the repair. Each window model gets an equal share of the time left before ``deadline`` (a
-    time.perf_counter() value; model building included); windows left without time keep ``base``'s replicas.
-    The caller checks the result with ``validate``."""
+    time among themselves, so a short time limit goes to the repair; the others get equal shares of the time
+    left before ``deadline`` (a time.perf_counter() value; model building included); windows left without time
+    keep ``base``'s replicas. The caller checks the result with ``validate``."""
     t0 = time.perf_counter()
     deadline = deadline if deadline is not None else t0 + time_limit_s
     W = problem.n_windows
@@ -112,14 +112,18 @@ def solve_by_windows(problem: Problem, base: Plan, *, backend: str = "highs", ti
 
 
 def window_problem(problem: Problem, w: int) -> Problem:
-    """Window ``w`` alone: the same pools, options and share options with one window of demand ``d[m, w]``.
+    """Window ``w`` alone: the same pools and options with one window of demand ``d[m, w]``, and the share
+    options of the full problem's candidate shared GPUs (:func:`~fleetplan.solvers.common.shared_candidates`
+    decides on the all-day peak; a window's lower demand would admit more).
 
     Any plan of the full problem restricted to window w is a plan of this one (its shared GPUs cost one window
     here, as their share of the all-day cost there; it has no start costs), so the sum over windows of these
     problems' optima (or proven bounds) is a lower bound on the full optimum.
     """
     models = tuple(replace(m, demand_req_per_s=(m.demand_req_per_s[w],)) for m in problem.models)
-    return replace(problem, n_windows=1, models=models)
+    cands = {(s.model, s.pool) for lst in shared_candidates(problem).values() for s in lst}
+    shares = tuple(s for s in problem.share_options if (s.model, s.pool) in cands)
+    return replace(problem, n_windows=1, models=models, share_options=shares)
 
 
 def window_bound(problem: Problem, *, deadline: float, threads: int | None = None, gap: float = 1e-3,

@@ -43,7 +43,15 @@ import pulp
 from fleetplan.errors import SolverError
 from fleetplan.placement.plan import Plan, SharedGPU, Status, evaluate, tidy_shared
 from fleetplan.placement.problem import Problem
-from fleetplan.solvers.common import TIME_LIMIT_SHARE, Index, build_index, by_model_and_site, finish_plan, warm_values
+from fleetplan.solvers.common import (
+    TIME_LIMIT_SHARE,
+    Index,
+    build_index,
+    by_model_and_site,
+    cover_cost_floor,
+    finish_plan,
+    warm_values,
+)
 from fleetplan.solvers.highs import HiGHS
 
 #: Penalty per req/s of unmet demand (or per missing replica) in the elastic model: far above any GPU price.
@@ -68,7 +76,7 @@ class PlacementMilpModel:
 
 
 def build_milp(problem: Problem, *, relax: bool = False, elastic: bool = False,
-               aggregate: bool = False, with_starts: bool = True) -> PlacementMilpModel:
+               aggregate: bool = False, with_starts: bool = True, cover_cuts: bool = False) -> PlacementMilpModel:
     """Build the MILP (or, with ``relax=True``, its LP relaxation) of ``problem``; a pure function of it.
 
     ``elastic=True`` adds a shortfall variable short[m,w] >= 0 (req/s, penalty ELASTIC_PENALTY_USD each) to the
@@ -82,6 +90,10 @@ def build_milp(problem: Problem, *, relax: bool = False, elastic: bool = False,
     the bins' symmetry (used by the per-window bound).
     ``with_starts=False`` drops the start variables and constraints (8): a weaker but still valid relaxation (start
     costs are >= 0) whose windows couple only through the shared GPUs, for a fast bound on large problems.
+    ``cover_cuts=True`` adds, for each model that cannot use a shared GPU and each window, the valid inequality
+    (11) Σ_{o of m} k_o·c_{p_o}·h·n[o,w] >= the least cost of whole replicas covering d[m,w] and L_m
+    (:func:`fleetplan.solvers.common.cover_cost_floor`, inventory ignored): every integer plan satisfies it, and
+    the LP relaxation then keeps those models' whole-replica rounding (used by the per-window bound).
     """
     idx = build_index(problem, aggregate=aggregate)
     W = idx.W
@@ -201,6 +213,21 @@ def build_milp(problem: Problem, *, relax: bool = False, elastic: bool = False,
             if m.max_replicas is not None:
                 lp += pulp.lpSum(reps) <= m.max_replicas, f"c7_ceil_{m.name}_{w}"
 
+    if cover_cuts:
+        can_share = {m for (m, _p) in idx.share}
+        for m in problem.models:
+            if m.name in can_share:
+                continue
+            mine = [o for o in idx.options if o.model == m.name]
+            cost = {o.key: o.gpus * pools[o.pool].usd_per_gpu_hour * h for o in mine}
+            spec = [(cost[o.key], mu * o.capacity_req_per_s, idx.ub[o.key]) for o in mine]
+            for w in W:
+                floor_usd = cover_cost_floor(spec, m.demand_req_per_s[w], m.min_replicas)
+                if 0 < floor_usd < math.inf:
+                    # (11) the dedicated replicas of m cost at least the least whole-replica covering
+                    lp += (pulp.lpSum(cost[o.key] * n[(o.key, w)] for o in mine) >= floor_usd * (1 - 1e-9),
+                           f"c11_cover_{m.name}_{w}")
+
     # (8) Starts between consecutive windows (cyclic).
     for (key, w), var in st.items():
         lp += var >= n[(key, w)] - n[(key, W[w - 1])], f"c8_start_{key[0]}_{key[1]}_{key[2]}_{key[3]}_{w}"
@@ -278,12 +305,13 @@ class BoundResult:
 
 def solve_aggregate_bound(problem: Problem, *, time_limit_s: float, threads: int | None = None,
                           gap: float = 1e-4) -> BoundResult:
-    """HiGHS's proven bound on the aggregate MILP of ``problem`` (``build_milp(aggregate=True)``: integer
-    replicas, integer counts of shared GPUs per pool; a relaxation of the exact MILP, see build_milp), USD.
+    """HiGHS's proven bound on the aggregate MILP of ``problem`` (``build_milp(aggregate=True, cover_cuts=True)``:
+    integer replicas, integer counts of shared GPUs per pool, the covering inequalities (11); a relaxation of the
+    exact MILP, see build_milp), USD.
 
     The dual bound is valid whether or not HiGHS closes the gap within ``time_limit_s`` (which counts the solve,
     not the model building; the caller keeps its own deadline)."""
-    model = build_milp(problem, aggregate=True)
+    model = build_milp(problem, aggregate=True, cover_cuts=True)
     solver = HiGHS(msg=False, timeLimit=max(0.01, time_limit_s), threads=threads, gapRel=gap)
     model.lp.solve(solver)
     if model.lp.status == pulp.LpStatusInfeasible or model.lp.sol_status == pulp.LpSolutionInfeasible:
