@@ -3,10 +3,11 @@
 Keep the shared GPUs of a base plan (the greedy one: which models share which GPU all day, and what each serves),
 then choose the dedicated replicas of each window with an exact one-window model (MILP or CP-SAT) over the residual
 demand, the residual replica floor and ceiling, and the inventory the shared GPUs leave. Windows are independent
-once the shared GPUs are fixed, except for start costs, which the one-window models ignore and the final evaluation
-counts. Each window's answer is at least as good as the base plan's choice for that window (it is a feasible
-solution of the window model and is passed as a warm start), so the combined plan costs at most the base plan's GPU
-and egress cost; the result is re-checked by ``validate`` like any other plan.
+once the shared GPUs are fixed, except for start costs: each one-window MILP also pays the starts its replicas cause
+against the working plan's windows before and after it (held fixed), and its answer replaces the working window only
+when that local cost (window cost plus those starts) is lower. Every replacement lowers the whole plan's cost, so the
+combined plan costs at most the base plan (the CP-SAT window models ignore starts; the comparison still counts
+them); the result is re-checked by ``validate`` like any other plan.
 """
 
 from __future__ import annotations
@@ -14,13 +15,16 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 
-from fleetplan.placement.plan import Plan, Status, evaluate
+from fleetplan.placement.plan import Plan, Status, evaluate, starts_per_window
 from fleetplan.placement.problem import Problem
 from fleetplan.placement.validate import validate
 from fleetplan.solvers.common import shared_candidates
 from fleetplan.solvers.cpsat import solve_cpsat
 from fleetplan.solvers.milp import solve_aggregate_bound, solve_milp
 
+#: Sweeps over the windows at most: a later sweep re-solves each window against its neighbours' new replicas
+#: (the starts between windows change), until a sweep changes nothing or the time is up.
+SWEEPS = 3
 #: Relative gap of a window model that repairs a base window which does not fit (a valid plan comes first).
 REPAIR_GAP = 0.05
 
@@ -74,26 +78,48 @@ def solve_by_windows(problem: Problem, base: Plan, *, backend: str = "highs", ti
     fits = [validate(subs[w], warms[w], check_objective=False).ok for w in range(W)]
     order = sorted(range(W), key=lambda w: (fits[w], w))  # windows to repair first
     chosen_of: dict[int, Plan] = {}
-    for i, w in enumerate(order):
-        left = deadline - time.perf_counter()
-        if left <= 0.1:
-            break  # out of time: the remaining windows keep the base plan's replicas
-        to_repair = sum(1 for v in order[i:] if not fits[v])
-        per = left / (to_repair if not fits[w] else W - i)  # a plan first: repairs share the time before the rest
-        if progress:
-            progress(f"window {w + 1}/{W} of the fix-and-optimize pass" + ("" if fits[w] else " (repair)"))
-        sub, warm = subs[w], warms[w]
-        t_w = time.perf_counter()
-        end = min(deadline, t_w + per)
-        g = gap if fits[w] else max(gap, REPAIR_GAP)
-        if backend == "cpsat":
-            r = solve_cpsat(sub, time_limit_s=per, threads=threads or 2, gap=g, warm_start=warm, deadline=end)
-        else:
-            r = solve_milp(sub, backend=backend, time_limit_s=per, threads=threads, gap=g, warm_start=warm,
-                           deadline=end)
-        if r.has_solution and r.objective_usd is not None and validate(sub, r, check_objective=False).ok:
-            if not fits[w] or r.objective_usd < evaluate(sub, warm).total_usd - 1e-9:
-                chosen_of[w] = r  # better, or a repair of a base window that does not fit
+    counts_of = {w: {k: v[w] for k, v in base.replicas.items() if v[w]} for w in range(W)}  # the working plan
+
+    def local_usd(sub_plan: Plan, sub: Problem, w: int) -> float:
+        """Cost of window w's replicas: the window's own cost plus the starts they cause against the working
+        plan's neighbour windows (the start rule of starts_per_window on before, this, after)."""
+        mine = {k: c[0] for k, c in sub_plan.replicas.items()}
+        before, after = counts_of[(w - 1) % W], counts_of[(w + 1) % W]
+        opts = problem.option_by_key
+        starts_usd = sum(opts[k].start_cost_usd * sum(starts_per_window([before.get(k, 0), mine.get(k, 0),
+                                                                         after.get(k, 0)]))
+                         for k in set(mine) | set(before) | set(after)) if W > 1 else 0.0
+        return evaluate(sub, sub_plan).total_usd + starts_usd
+
+    for sweep in range(SWEEPS):
+        changed = False
+        for i, w in enumerate(order if sweep == 0 else range(W)):
+            left = deadline - time.perf_counter()
+            if left <= 0.1:
+                break  # out of time: the remaining windows keep the working plan's replicas
+            repair = sweep == 0 and not fits[w]
+            to_repair = sum(1 for v in order[i:] if not fits[v]) if repair else 0
+            per = left / (to_repair if repair else W - i)  # a plan first: repairs share the time before the rest
+            if progress:
+                progress(f"window {w + 1}/{W} of the fix-and-optimize pass" + (" (repair)" if repair else "")
+                         + (f", sweep {sweep + 1}" if sweep else ""))
+            sub = subs[w]
+            warm = warms[w] if sweep == 0 else Plan(replicas={k: (c,) for k, c in counts_of[w].items()})
+            end = min(deadline, time.perf_counter() + per)
+            g = max(gap, REPAIR_GAP) if repair else gap
+            if backend == "cpsat":
+                r = solve_cpsat(sub, time_limit_s=per, threads=threads or 2, gap=g, warm_start=warm, deadline=end)
+            else:
+                nb = (counts_of[(w - 1) % W], counts_of[(w + 1) % W]) if W > 1 else None
+                r = solve_milp(sub, backend=backend, time_limit_s=per, threads=threads, gap=g, warm_start=warm,
+                               deadline=end, neighbours=nb)
+            if r.has_solution and r.objective_usd is not None and validate(sub, r, check_objective=False).ok:
+                if repair or local_usd(r, sub, w) < local_usd(warm, sub, w) - 1e-6:
+                    chosen_of[w] = r  # better, or a repair of a base window that does not fit
+                    counts_of[w] = {k: c[0] for k, c in r.replicas.items() if c[0]}
+                    changed = True
+        if not changed or deadline - time.perf_counter() <= 0.1:
+            break
     counts: dict = {}
     for w in range(W):
         src = chosen_of.get(w)

@@ -76,7 +76,8 @@ class PlacementMilpModel:
 
 
 def build_milp(problem: Problem, *, relax: bool = False, elastic: bool = False,
-               aggregate: bool = False, with_starts: bool = True, cover_cuts: bool = False) -> PlacementMilpModel:
+               aggregate: bool = False, with_starts: bool = True, cover_cuts: bool = False,
+               neighbours: tuple[dict, dict] | None = None) -> PlacementMilpModel:
     """Build the MILP (or, with ``relax=True``, its LP relaxation) of ``problem``; a pure function of it.
 
     ``elastic=True`` adds a shortfall variable short[m,w] >= 0 (req/s, penalty ELASTIC_PENALTY_USD each) to the
@@ -94,6 +95,9 @@ def build_milp(problem: Problem, *, relax: bool = False, elastic: bool = False,
     (11) Σ_{o of m} k_o·c_{p_o}·h·n[o,w] >= the least cost of whole replicas covering d[m,w] and L_m
     (:func:`fleetplan.solvers.common.cover_cost_floor`, inventory ignored): every integer plan satisfies it, and
     the LP relaxation then keeps those models' whole-replica rounding (used by the per-window bound).
+    ``neighbours=(before, after)`` (one-window problems only; {option key: replicas} in the windows before and
+    after it, held fixed) adds the starts this window causes: st_in[o] >= n[o] - before[o] and
+    st_out[o] >= after[o] - n[o], each at the option's start cost (used by fix-and-optimize by windows).
     """
     idx = build_index(problem, aggregate=aggregate)
     W = idx.W
@@ -213,6 +217,20 @@ def build_milp(problem: Problem, *, relax: bool = False, elastic: bool = False,
             if m.max_replicas is not None:
                 lp += pulp.lpSum(reps) <= m.max_replicas, f"c7_ceil_{m.name}_{w}"
 
+    if neighbours is not None:
+        if len(W) != 1:
+            raise ValueError("neighbours is only valid for a one-window problem")
+        before, after = neighbours
+        starts_usd = []
+        for i, o in enumerate(idx.options):
+            if o.start_cost_usd > 0:
+                s_in = lp.add_variable(f"st_in_{i}", 0)
+                s_out = lp.add_variable(f"st_out_{i}", 0)
+                lp += s_in >= n[(o.key, 0)] - before.get(o.key, 0), f"c8_in_{i}"
+                lp += s_out >= after.get(o.key, 0) - n[(o.key, 0)], f"c8_out_{i}"
+                starts_usd += [o.start_cost_usd * s_in, o.start_cost_usd * s_out]
+        lp.setObjective(lp.objective + pulp.lpSum(starts_usd))
+
     if cover_cuts:
         can_share = {m for (m, _p) in idx.share}
         for m in problem.models:
@@ -324,7 +342,8 @@ def solve_aggregate_bound(problem: Problem, *, time_limit_s: float, threads: int
 
 def solve_milp(problem: Problem, *, backend: str = "highs", time_limit_s: float = 60, threads: int | None = None,
                gap: float = 1e-4, warm_start: Plan | None = None, msg: bool = False,
-               deadline: float | None = None, extra_bounds: dict[str, float | None] | None = None) -> Plan:
+               deadline: float | None = None, extra_bounds: dict[str, float | None] | None = None,
+               neighbours: tuple[dict, dict] | None = None) -> Plan:
     """Solve the MILP with HiGHS (``backend='highs'``) or CBC (``'cbc'``); returns a new Plan.
 
     Status, bound, gap and message come from :func:`fleetplan.solvers.common.finish_plan`: the returned plan is the
@@ -335,12 +354,14 @@ def solve_milp(problem: Problem, *, backend: str = "highs", time_limit_s: float 
     (a 7.34 start valued 3.67 there, then "optimal" at 3.67 while the returned columns are the start's), so a
     start could only lower quality; the start competes after the solve instead. CBC gets it as its warm start.
     ``deadline`` (a time.perf_counter() value) caps the solver's time limit after the model is built.
+    ``neighbours``: see :func:`build_milp` (the solver then also weighs the starts against the fixed neighbour
+    windows; the returned plan's objective and status are still those of ``problem`` alone).
     Raises SolverError if the backend is unknown or not available.
     """
     t0 = time.perf_counter()
     if backend not in ("highs", "cbc"):
         raise SolverError(f"unknown MILP backend {backend!r}; use 'highs' or 'cbc'")
-    model = build_milp(problem)
+    model = build_milp(problem, neighbours=neighbours)
     used_warm = False
     if backend == "cbc" and warm_start is not None:
         used_warm = _set_initial(model, warm_values(problem, model.idx, warm_start))
@@ -375,14 +396,15 @@ def solve_milp(problem: Problem, *, backend: str = "highs", time_limit_s: float 
         h = model.lp.solverModel
         reached = h.getModelStatus() == highspy_status("kTimeLimit")
         b = float(h.getInfo().mip_dual_bound)
-        bounds["HiGHS dual"] = b if math.isfinite(b) else None
+        if neighbours is None:  # with neighbours it bounds cost + starts, not this problem's optimum
+            bounds["HiGHS dual"] = b if math.isfinite(b) else None
     else:
         reached = solver_s >= TIME_LIMIT_SHARE * time_limit_s
     incumbent = None
     if sol in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible):
         replicas, shared = extract_plan(problem, model)
         incumbent = Plan(replicas=replicas, shared=shared)
-        if backend == "cbc" and sol == pulp.LpSolutionOptimal:
+        if backend == "cbc" and sol == pulp.LpSolutionOptimal and neighbours is None:
             # CBC proved optimality within gapRel; PuLP does not expose its bound, so this is the bound it proved.
             bounds["CBC proof"] = evaluate(problem, incumbent).total_usd * (1 - gap)
     notes = ("warm-started from the heuristic plan",) if used_warm else ()
