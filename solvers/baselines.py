@@ -154,19 +154,19 @@ def _pack_shared(problem: Problem, inv: _Inventory, time_aware: bool) -> tuple[l
         d = models[m].demand_req_per_s
         placed = False
         for b in bins:
-            s = next((s for s in eligible[m] if s.pool == b["pool"]), None)
-            if s is None or b["mem"] + s.memory_bytes > lim[b["pool"]]:
+            so = next((s for s in eligible[m] if s.pool == b["pool"]), None)
+            if so is None or b["mem"] + so.memory_bytes > lim[b["pool"]]:
                 continue
             if problem.max_models_per_shared_gpu is not None and len(b["models"]) >= problem.max_models_per_shared_gpu:
                 continue
-            share = [x / s.capacity_req_per_s for x in d]
+            share = [x / so.capacity_req_per_s for x in d]
             if time_aware:
                 ok = all(b["load"][w] + share[w] <= mu + 1e-12 for w in range(W))
             else:
                 ok = b["peak"] + max(share) <= mu + 1e-12
             if ok:
                 b["models"].append(m)
-                b["mem"] += s.memory_bytes
+                b["mem"] += so.memory_bytes
                 b["load"] = [b["load"][w] + share[w] for w in range(W)]
                 b["peak"] += max(share)
                 placed = True
@@ -270,7 +270,7 @@ def greedy(problem: Problem) -> Plan:
     cands = [_packed_plan(problem, time_aware=True, name="greedy"), split, ffd_peak(problem),
              autoscale_dedicated(problem), dedicated_peak(problem)]
     valid = [p for p in cands if not p.message]
-    return min(valid, key=lambda p: p.objective_usd) if valid else split
+    return min(valid, key=lambda p: math.inf if p.objective_usd is None else p.objective_usd) if valid else split
 
 
 BASELINES = {"dedicated_peak": dedicated_peak, "ffd_peak": ffd_peak, "autoscale_dedicated": autoscale_dedicated}

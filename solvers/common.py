@@ -141,8 +141,8 @@ def warm_values(problem: Problem, idx: Index, plan: Plan) -> dict[str, dict]:
         spec = models[m]
         for w in W:
             left = spec.demand_req_per_s[w]
-            order = sorted(sites, key=lambda s, spec=spec: (s != spec.origin_site,
-                                                            problem.egress_rate(spec.origin_site, s)))
+            order = [s for _, _, s in sorted((s != spec.origin_site, problem.egress_rate(spec.origin_site, s), s)
+                                             for s in sites)]
             for s in order:
                 take = min(left, caps[m][w].get(s, 0.0))
                 q[(m, s, w)] = max(0.0, take)
@@ -255,7 +255,7 @@ def finish_plan(problem: Problem, *, backend: str, gap: float, bounds: dict[str,
         status = Status.FEASIBLE
         parts.append(f"DEFECT: the {bound_src} bound ${bound:,.2f} exceeds the plan's cost ${objective:,.2f}; "
                      "please report this")
-    elif bound is not None and g <= gap + 1e-9:
+    elif bound is not None and g is not None and g <= gap + 1e-9:
         status = Status.OPTIMAL
         parts.append(f"proven optimal within the {gap:.2%} gap (gap {max(g, 0.0):.2%}, {bound_src} bound)")
     elif bound is not None:

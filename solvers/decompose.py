@@ -36,10 +36,10 @@ def _window_problem(problem: Problem, base: Plan, w: int) -> Problem:
     reserved = {p.id: 0 for p in problem.pools}
     for g in base.shared:
         reserved[g.pool] += 1
-        for m in g.models:
-            resident[m] += 1
-        for m, v in g.served_req_per_s.items():
-            served[m] += v[w]
+        for mname in g.models:
+            resident[mname] += 1
+        for mname, v in g.served_req_per_s.items():
+            served[mname] += v[w]
     models = []
     drop = set()
     for m in problem.models:
@@ -107,11 +107,12 @@ def solve_by_windows(problem: Problem, base: Plan, *, backend: str = "highs", ti
             warm = warms[w] if sweep == 0 else Plan(replicas={k: (c,) for k, c in counts_of[w].items()})
             end = min(deadline, time.perf_counter() + per)
             g = max(gap, REPAIR_GAP) if repair else gap
+            start = None if repair else warm  # a start must be a valid plan (finish_plan may return it)
             if backend == "cpsat":
-                r = solve_cpsat(sub, time_limit_s=per, threads=threads or 2, gap=g, warm_start=warm, deadline=end)
+                r = solve_cpsat(sub, time_limit_s=per, threads=threads or 2, gap=g, warm_start=start, deadline=end)
             else:
                 nb = (counts_of[(w - 1) % W], counts_of[(w + 1) % W]) if W > 1 else None
-                r = solve_milp(sub, backend=backend, time_limit_s=per, threads=threads, gap=g, warm_start=warm,
+                r = solve_milp(sub, backend=backend, time_limit_s=per, threads=threads, gap=g, warm_start=start,
                                deadline=end, neighbours=nb)
             if r.has_solution and r.objective_usd is not None and validate(sub, r, check_objective=False).ok:
                 if repair or local_usd(r, sub, w) < local_usd(warm, sub, w) - 1e-6:

@@ -115,21 +115,21 @@ def build_milp(problem: Problem, *, relax: bool = False, elastic: bool = False,
     st = {(o.key, w): lp.add_variable(f"st_{i}_{w}", 0) for i, o in enumerate(idx.options) for w in W
           if o.start_cost_usd > 0 and len(W) > 1 and with_starts}
     y = {(p, b): lp.add_variable(f"y_{j}", 0, idx.bin_ub[(p, b)], bcat) for j, (p, b) in enumerate(idx.bins)}
-    a = {}
-    f = {}
+    a: dict = {}
+    f: dict = {}
     for j, (p, b) in enumerate(idx.bins):
-        for m in idx.residents[(p, b)]:
-            a[(m, p, b)] = lp.add_variable(f"a_{j}_{len(a)}", 0, idx.bin_ub[(p, b)], bcat)
+        for mname in idx.residents[(p, b)]:
+            a[(mname, p, b)] = lp.add_variable(f"a_{j}_{len(a)}", 0, idx.bin_ub[(p, b)], bcat)
             if aggregate:
-                lp += a[(m, p, b)] <= y[(p, b)], f"agg_{j}_{len(a)}"
+                lp += a[(mname, p, b)] <= y[(p, b)], f"agg_{j}_{len(a)}"
             for w in W:
-                f[(m, p, b, w)] = lp.add_variable(f"f_{j}_{len(f)}", 0)
-    q = {}
-    for m, sites in idx.sites_of.items():
+                f[(mname, p, b, w)] = lp.add_variable(f"f_{j}_{len(f)}", 0)
+    q: dict = {}
+    for mname, sites in idx.sites_of.items():
         if len(sites) > 1:
             for s in sites:
                 for w in W:
-                    q[(m, s, w)] = lp.add_variable(f"q_{len(q)}", 0)
+                    q[(mname, s, w)] = lp.add_variable(f"q_{len(q)}", 0)
 
     short = {}
     floor_short = {}
@@ -147,8 +147,8 @@ def build_milp(problem: Problem, *, relax: bool = False, elastic: bool = False,
         obj += [o.start_cost_usd * st[(o.key, w)] for w in W if (o.key, w) in st]
     for (p, _b), var in y.items():
         obj.append(pools[p].usd_per_gpu_hour * h * len(W) * var)
-    for (m, s, _w), var in q.items():
-        e = problem.egress_usd_per_req_per_s_window(models[m], s)
+    for (mname, s, _w), var in q.items():
+        e = problem.egress_usd_per_req_per_s_window(models[mname], s)
         if e:
             obj.append(e * var)
     lp += pulp.lpSum(obj)
@@ -182,8 +182,9 @@ def build_milp(problem: Problem, *, relax: bool = False, elastic: bool = False,
             lp += (pulp.lpSum(f[(m, p, b, w)] * (1.0 / idx.share[(m, p)].capacity_req_per_s) for m in residents)
                    <= mu * y[(p, b)], f"c3_share_{p}_{b}_{w}")
             # (4) Only resident models are served.
-            for m in residents:
-                lp += f[(m, p, b, w)] <= mu * idx.share[(m, p)].capacity_req_per_s * a[(m, p, b)], f"c4_{m}_{p}_{b}_{w}"
+            for mname in residents:
+                lp += (f[(mname, p, b, w)] <= mu * idx.share[(mname, p)].capacity_req_per_s * a[(mname, p, b)],
+                       f"c4_{mname}_{p}_{b}_{w}")
         # (5) Resident footprints fit the GPU's memory.
         lim = pools[p].memory_bytes_per_gpu * problem.shared_memory_utilization
         lp += (pulp.lpSum(idx.share[(m, p)].memory_bytes / 1e9 * a[(m, p, b)] for m in residents)
@@ -294,14 +295,15 @@ LP_BOUND_WITH_STARTS_MAX_VARS = 20_000
 
 def solve_lp_bound(problem: Problem, *, time_limit_s: float = 60, threads: int | None = None,
                    with_starts: bool | None = None) -> float | None:
-    """Objective of the LP relaxation (a lower bound on the optimum), USD, or None if not solved in time.
+    """Objective of the LP relaxation (a lower bound on the optimum), USD, or None if not solved in time. The
+    relaxation carries the covering inequalities (11) of :func:`build_milp` (valid for every integer plan).
 
     ``with_starts`` None chooses: the full relaxation for problems up to LP_BOUND_WITH_STARTS_MAX_VARS replica
     variables, the relaxation without start costs above (simplex stalls on the full one at 50+ models).
     """
     if with_starts is None:
         with_starts = len(problem.options) * problem.n_windows <= LP_BOUND_WITH_STARTS_MAX_VARS
-    model = build_milp(problem, relax=True, aggregate=True, with_starts=with_starts)
+    model = build_milp(problem, relax=True, aggregate=True, with_starts=with_starts, cover_cuts=True)
     # Interior point (with crossover): dual simplex stalls on these degenerate LPs (60 s without an answer at 50
     # models where IPM needs 3 s; 200 models: 12 s).
     solver = HiGHS(msg=False, timeLimit=time_limit_s, threads=threads, solver="ipm")
