@@ -294,16 +294,22 @@ LP_BOUND_WITH_STARTS_MAX_VARS = 20_000
 
 
 def solve_lp_bound(problem: Problem, *, time_limit_s: float = 60, threads: int | None = None,
-                   with_starts: bool | None = None) -> float | None:
+                   with_starts: bool | None = None, deadline: float | None = None) -> float | None:
     """Objective of the LP relaxation (a lower bound on the optimum), USD, or None if not solved in time. The
     relaxation carries the covering inequalities (11) of :func:`build_milp` (valid for every integer plan).
 
     ``with_starts`` None chooses: the full relaxation for problems up to LP_BOUND_WITH_STARTS_MAX_VARS replica
     variables, the relaxation without start costs above (simplex stalls on the full one at 50+ models).
+    ``deadline`` (a time.perf_counter() value) caps the whole call, model building included.
     """
     if with_starts is None:
         with_starts = len(problem.options) * problem.n_windows <= LP_BOUND_WITH_STARTS_MAX_VARS
+    t0 = time.perf_counter()
     model = build_milp(problem, relax=True, aggregate=True, with_starts=with_starts, cover_cuts=True)
+    if deadline is not None:  # the hand-over to HiGHS takes about the build time again (see solve_milp)
+        time_limit_s = min(time_limit_s, deadline - time.perf_counter() - (time.perf_counter() - t0))
+        if time_limit_s <= 0.05:
+            return None
     # Interior point (with crossover): dual simplex stalls on these degenerate LPs (60 s without an answer at 50
     # models where IPM needs 3 s; 200 models: 12 s).
     solver = HiGHS(msg=False, timeLimit=time_limit_s, threads=threads, solver="ipm")
@@ -368,7 +374,9 @@ def solve_milp(problem: Problem, *, backend: str = "highs", time_limit_s: float 
     if backend == "cbc" and warm_start is not None:
         used_warm = _set_initial(model, warm_values(problem, model.idx, warm_start))
     if deadline is not None:
-        time_limit_s = min(time_limit_s, deadline - time.perf_counter())
+        # PuLP hands the model to HiGHS and reads the answer back in Python, in about the time it took to build
+        # it: that time is kept back from the solver's limit so the whole call ends by the deadline.
+        time_limit_s = min(time_limit_s, deadline - time.perf_counter() - (time.perf_counter() - t0))
     bounds = dict(extra_bounds or {})
     if time_limit_s <= 0.05:
         return finish_plan(problem, backend=backend, gap=gap, bounds=bounds, start=warm_start,
