@@ -116,11 +116,14 @@ def solve(problem, backend: str = "highs", *, time_limit_s: float = 60, threads:
     """Solve a placement Problem with ``backend`` (a name in REGISTRY); returns a new Plan.
 
     Steps, all within ``time_limit_s`` of wall time (model building included, plus the last step's overrun):
-    prechecks (a certainly infeasible problem is explained without a solve); the greedy plan (the warm start);
-    the LP relaxation (``lp_bound``; at most LP_BOUND_SHARE of the time) as a lower bound; fix-and-optimize by
-    windows from the greedy plan; then the exact model with the remaining time, or, above MONOLITHIC_MAX_VARS,
-    the per-window bound (the sum of each window's own proven bound, valid because the windows relax the all-day
-    shared GPUs and the start costs). Status, bound and message: :func:`fleetplan.solvers.common.finish_plan`.
+    prechecks (a certainly infeasible problem is explained without a solve); the greedy plan (the warm start),
+    repaired window by window if it does not fit the inventory; the LP relaxation (``lp_bound``; at most
+    LP_BOUND_SHARE of the time) as a lower bound; fix-and-optimize by windows from the greedy plan; then the
+    exact model with the remaining time (unless too little is left to build it). Above MONOLITHIC_MAX_VARS
+    (:func:`_solve_large`): the greedy plan improved or repaired window by window, then the per-window bound
+    (the sum of each window's own proven bound, valid because the windows relax the all-day shared GPUs and the
+    start costs); ``warm_start`` and ``lp_bound`` do not apply there. Status, bound and message:
+    :func:`fleetplan.solvers.common.finish_plan`.
     Raises SolverError for an unknown backend, InputError for a time limit or gap out of range (NaN included).
     """
     if backend not in REGISTRY:
@@ -161,7 +164,7 @@ def solve(problem, backend: str = "highs", *, time_limit_s: float = 60, threads:
         start = solve_by_windows(problem, start, backend=backend, threads=threads, deadline=budget_end,
                                  progress=say)
     left = deadline - time.perf_counter()
-    if left < 2 * BUILD_S_PER_VAR * size + 0.5:
+    if left < 2 * BUILD_S_PER_VAR * size + 0.1:
         # building and handing over the model would use up the time left: the plan so far is the answer
         notes.append(f"no time left for the {backend} model ({left:.1f} s left; building it takes about "
                      f"{BUILD_S_PER_VAR * size:.1f} s)")
