@@ -122,9 +122,9 @@ def tidy_shared(problem: Problem, replicas: dict[OptionKey, tuple[int, ...]],
             ded[o.model][w] += n * o.capacity_req_per_s * (1 - problem.margin)
     total = {m.name: [0.0] * W for m in problem.models}
     for g in shared:
-        for m, v in g.served_req_per_s.items():
+        for mname, v in g.served_req_per_s.items():
             for w, f in enumerate(v):
-                total[m][w] += f
+                total[mname][w] += f
     scale = {}
     for m in problem.models:
         row = []
@@ -165,10 +165,10 @@ def site_capacity(problem: Problem, plan: Plan) -> dict[str, list[dict[str, floa
                 d[site] = d.get(site, 0.0) + n * o.capacity_req_per_s * (1 - problem.margin)
     for g in plan.shared:
         site = pools[g.pool].site
-        for m, served in g.served_req_per_s.items():
+        for mname, served in g.served_req_per_s.items():
             for w, f in enumerate(served):
                 if f > 0:
-                    d = out[m][w]
+                    d = out[mname][w]
                     d[site] = d.get(site, 0.0) + f
     return out
 
@@ -231,11 +231,11 @@ def evaluate(problem: Problem, plan: Plan) -> Evaluation:
         gpu_usd += price * hours * W
         for w in range(W):
             gpus[w] += 1
-        for m, served in g.served_req_per_s.items():
-            cap = shares[(m, g.pool)].capacity_req_per_s
+        for mname, served in g.served_req_per_s.items():
+            cap = shares[(mname, g.pool)].capacity_req_per_s
             for w, f in enumerate(served):
                 busy[w] += f / cap
-                shared_served[m][w] += f
+                shared_served[mname][w] += f
     for m in problem.models:
         for w, d in enumerate(m.demand_req_per_s):
             need = max(0.0, d - shared_served[m.name][w])

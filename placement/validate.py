@@ -65,9 +65,9 @@ def plan_cost_usd(problem: Problem, plan: Plan) -> float:
     for g in plan.shared:
         pool = next(p for p in problem.pools if p.id == g.pool)
         usd += pool.usd_per_gpu_hour * hours * W
-        for m, served in g.served_req_per_s.items():
+        for mname, served in g.served_req_per_s.items():
             for w, f in enumerate(served):
-                cell = site_cap[m][w]
+                cell = site_cap[mname][w]
                 cell[pool.site] = cell.get(pool.site, 0.0) + f
     for m in problem.models:
         for w, d in enumerate(m.demand_req_per_s):
@@ -114,16 +114,16 @@ def validate(problem: Problem, plan: Plan, *, check_objective: bool = True) -> V
     for i, g in enumerate(plan.shared):
         if g.pool not in pools:
             v.append(f"shared GPU {i}: unknown pool {g.pool}")
-        for m in g.models:
-            if (m, g.pool) not in shares:
-                v.append(f"shared GPU {i} ({g.pool}): {m} may not share a GPU there")
-        for m, served in g.served_req_per_s.items():
-            if m not in g.models:
-                v.append(f"shared GPU {i}: serves {m}, which is not resident")
+        for mname in g.models:
+            if (mname, g.pool) not in shares:
+                v.append(f"shared GPU {i} ({g.pool}): {mname} may not share a GPU there")
+        for mname, served in g.served_req_per_s.items():
+            if mname not in g.models:
+                v.append(f"shared GPU {i}: serves {mname}, which is not resident")
             if len(served) != W:
-                v.append(f"shared GPU {i}: {m} has {len(served)} windows, expected {W}")
+                v.append(f"shared GPU {i}: {mname} has {len(served)} windows, expected {W}")
             if any(f < -ABS_TOL for f in served):
-                v.append(f"shared GPU {i}: negative served rate for {m}")
+                v.append(f"shared GPU {i}: negative served rate for {mname}")
     if v:
         return ValidationReport(tuple(v))
 

@@ -73,11 +73,59 @@ def _dedicated(problem: Problem, inv: _Inventory, model: str, demand: list[float
             fallback = cand
         if inv.fits(o.pool, gpus) and (best is None or cand[:2] < best[:2]):
             best = cand
+    if best is None and fallback is not None:
+        split = _split_dedicated(problem, inv, model, demand, floor, per_window)
+        if split:
+            return split
     choice = best or fallback
     if choice is None or not any(choice[2]):
         return {}
     inv.take(choice[4].pool, choice[3])
     return {choice[1]: tuple(choice[2])}
+
+
+def _unit_cost(problem: Problem, o: ReplicaOption) -> float:
+    """USD per usable req/s of ``o`` for one window: GPU-hours (after the margin) plus egress from the origin."""
+    pool = problem.pool_by_id[o.pool]
+    gpu = o.gpus * pool.usd_per_gpu_hour * problem.window_hours / (o.capacity_req_per_s * (1 - problem.margin))
+    return gpu + problem.egress_usd_per_req_per_s_window(problem.model_by_name[o.model], pool.site)
+
+
+def _split_dedicated(problem: Problem, inv: _Inventory, model: str, demand: list[float], floor: int,
+                     per_window: bool, partial: bool = False) -> dict:
+    """``model``'s demand over several options: in each window (or for the peak, all day), replicas of the option
+    with the lowest cost per usable req/s (:func:`_unit_cost`) that still has room, as many as fit, then the
+    next option. If the options with room cannot serve it: {} (nothing taken), or with ``partial`` what fits
+    (the plan then falls short in those windows only, for a window-by-window repair)."""
+    spec = problem.model_by_name[model]
+    mu = 1 - problem.margin
+    W = len(demand)
+    opts = sorted((o for o in problem.options if o.model == model and o.capacity_req_per_s > 0),
+                  key=lambda o: (_unit_cost(problem, o), o.key))
+    groups = [list(range(W))] if not per_window else [[w] for w in range(W)]
+    counts = {o.key: [0] * W for o in opts}
+    free = {pid: list(f) for pid, f in inv.free.items()}
+    for ws in groups:
+        need = max(demand[w] for w in ws)
+        reps = 0
+        for o in opts:
+            if need <= 1e-12 and reps >= floor:
+                break
+            room = min(free[o.pool][w] for w in ws) // o.gpus
+            if spec.max_replicas is not None:
+                room = min(room, spec.max_replicas - reps)
+            k = min(room, max(_replicas_needed(need, o, problem.margin), floor - reps))
+            if k <= 0:
+                continue
+            for w in ws:
+                counts[o.key][w] += k
+                free[o.pool][w] -= k * o.gpus
+            reps += k
+            need -= k * o.capacity_req_per_s * mu
+        if (need > 1e-9 * max(1.0, max(demand)) or reps < floor) and not partial:
+            return {}
+    inv.free = free
+    return {k: tuple(c) for k, c in counts.items() if any(c)}
 
 
 def _pack_shared(problem: Problem, inv: _Inventory, time_aware: bool) -> tuple[list[SharedGPU], set[str]]:
@@ -106,19 +154,19 @@ def _pack_shared(problem: Problem, inv: _Inventory, time_aware: bool) -> tuple[l
         d = models[m].demand_req_per_s
         placed = False
         for b in bins:
-            s = next((s for s in eligible[m] if s.pool == b["pool"]), None)
-            if s is None or b["mem"] + s.memory_bytes > lim[b["pool"]]:
+            so = next((s for s in eligible[m] if s.pool == b["pool"]), None)
+            if so is None or b["mem"] + so.memory_bytes > lim[b["pool"]]:
                 continue
             if problem.max_models_per_shared_gpu is not None and len(b["models"]) >= problem.max_models_per_shared_gpu:
                 continue
-            share = [x / s.capacity_req_per_s for x in d]
+            share = [x / so.capacity_req_per_s for x in d]
             if time_aware:
                 ok = all(b["load"][w] + share[w] <= mu + 1e-12 for w in range(W))
             else:
                 ok = b["peak"] + max(share) <= mu + 1e-12
             if ok:
                 b["models"].append(m)
-                b["mem"] += s.memory_bytes
+                b["mem"] += so.memory_bytes
                 b["load"] = [b["load"][w] + share[w] for w in range(W)]
                 b["peak"] += max(share)
                 placed = True
@@ -172,6 +220,26 @@ def autoscale_dedicated(problem: Problem) -> Plan:
     return _all_dedicated(problem, per_window=True, name="autoscale_dedicated")
 
 
+def _split_plan(problem: Problem) -> Plan:
+    """Time-aware packing, then each other model's demand split per window over the options with room (cheapest
+    per usable req/s first, models in order of their cheapest option): fits tight inventories where one option
+    per model does not; where it still falls short, only the windows short are invalid."""
+    inv = _Inventory(problem)
+    shared, packed = _pack_shared(problem, inv, time_aware=True)
+    best = {m.name: math.inf for m in problem.models}
+    for o in problem.options:
+        if o.capacity_req_per_s > 0:
+            best[o.model] = min(best[o.model], _unit_cost(problem, o))
+    replicas: dict = {}
+    W = problem.n_windows
+    for m in sorted(problem.models, key=lambda m: (best[m.name], m.name)):
+        demand = [0.0] * W if m.name in packed else list(m.demand_req_per_s)
+        floor = max(0, m.min_replicas - 1) if m.name in packed else m.min_replicas
+        if any(demand) or floor:
+            replicas.update(_split_dedicated(problem, inv, m.name, demand, floor, per_window=True, partial=True))
+    return _finish(problem, replicas, shared, "greedy")
+
+
 def _packed_plan(problem: Problem, time_aware: bool, name: str) -> Plan:
     inv = _Inventory(problem)
     shared, packed = _pack_shared(problem, inv, time_aware=time_aware)
@@ -195,12 +263,14 @@ def ffd_peak(problem: Problem) -> Plan:
 
 def greedy(problem: Problem) -> Plan:
     """The solvers' warm start: the cheapest plan that passes ``validate`` among the time-aware packing
-    heuristic and the three baselines (so the exact answer is never worse than any baseline that fits); if none
-    passes, the time-aware packing heuristic (invalid, with its message)."""
-    cands = [_packed_plan(problem, time_aware=True, name="greedy"), ffd_peak(problem), autoscale_dedicated(problem),
-             dedicated_peak(problem)]
+    heuristic (one option per model, and split over options per window), and the three baselines (so the exact
+    answer is never worse than any baseline that fits); if none passes, the split heuristic (invalid, with its
+    message; short only in the windows it could not fit, which ``solve`` repairs window by window)."""
+    split = _split_plan(problem)
+    cands = [_packed_plan(problem, time_aware=True, name="greedy"), split, ffd_peak(problem),
+             autoscale_dedicated(problem), dedicated_peak(problem)]
     valid = [p for p in cands if not p.message]
-    return min(valid, key=lambda p: p.objective_usd) if valid else cands[0]
+    return min(valid, key=lambda p: math.inf if p.objective_usd is None else p.objective_usd) if valid else split
 
 
 BASELINES = {"dedicated_peak": dedicated_peak, "ffd_peak": ffd_peak, "autoscale_dedicated": autoscale_dedicated}

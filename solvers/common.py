@@ -141,13 +141,61 @@ def warm_values(problem: Problem, idx: Index, plan: Plan) -> dict[str, dict]:
         spec = models[m]
         for w in W:
             left = spec.demand_req_per_s[w]
-            order = sorted(sites, key=lambda s, spec=spec: (s != spec.origin_site,
-                                                            problem.egress_rate(spec.origin_site, s)))
+            order = [s for _, _, s in sorted((s != spec.origin_site, problem.egress_rate(spec.origin_site, s), s)
+                                             for s in sites)]
             for s in order:
                 take = min(left, caps[m][w].get(s, 0.0))
                 q[(m, s, w)] = max(0.0, take)
                 left -= max(0.0, take)
     return {"n": n, "st": st, "y": y, "a": a, "f": f, "q": q}
+
+
+#: Nodes the covering search of :func:`cover_cost_floor` may visit before it settles for the LP value.
+COVER_MAX_NODES = 20_000
+
+
+def cover_cost_floor(options: list[tuple[float, float, int]], demand: float, floor: int) -> float:
+    """Least cost of whole replicas covering ``demand`` with at least ``floor`` replicas, ignoring inventory:
+    min Σ c·n s.t. Σ cap·n >= demand, Σ n >= floor, 0 <= n <= ub, n integer, for ``options`` [(c USD per
+    replica, cap usable req/s per replica, ub)]. Exact by depth-first search over the options in order of cost
+    per req/s, pruned by the LP value of the rest; after COVER_MAX_NODES nodes it returns the LP value of the
+    whole problem (still a lower bound). Demand within 1e-6 relative counts as covered (a looser covering, so
+    the result stays a lower bound under the solvers' feasibility tolerance). math.inf if nothing covers.
+
+    Used as a valid inequality (cost of a model's dedicated replicas in a window >= this) for models that
+    cannot use a shared GPU: a relaxation's LP then loses none of the whole-replica rounding of those models.
+    """
+    opts = sorted((o for o in options if o[1] > 0 and o[2] > 0), key=lambda o: (o[0] / o[1], o[0]))
+    if not opts:
+        return 0.0 if demand <= 0 and floor <= 0 else math.inf
+    tol = 1e-6 * max(1.0, demand)
+    n_opt = len(opts)
+    unit_rest = [min(c / cap for c, cap, _ in opts[i:]) for i in range(n_opt)]
+    c_rest = [min(c for c, _, _ in opts[i:]) for i in range(n_opt)]
+    lp = max(demand * unit_rest[0], floor * c_rest[0])
+    best = math.inf
+    nodes = 0
+
+    def search(i: int, need: float, count: int, cost: float) -> None:
+        nonlocal best, nodes
+        nodes += 1
+        if need <= tol and count >= floor:
+            best = min(best, cost)
+            return
+        if i == n_opt or nodes > COVER_MAX_NODES:
+            return
+        lb = cost + max(max(0.0, need) * unit_rest[i], max(0, floor - count) * c_rest[i])
+        if lb >= best - 1e-12:
+            return
+        c, cap, ub = opts[i]
+        k_max = min(ub, max(math.ceil(max(0.0, need - tol) / cap), floor - count, 0))
+        for k in range(k_max, -1, -1):
+            search(i + 1, need - k * cap, count + k, cost + k * c)
+
+    search(0, demand, 0, 0.0)
+    if nodes > COVER_MAX_NODES:
+        return lp
+    return best
 
 
 #: Float tolerance (USD, relative to the objective) below which a bound above the objective is rounding noise.
@@ -207,7 +255,7 @@ def finish_plan(problem: Problem, *, backend: str, gap: float, bounds: dict[str,
         status = Status.FEASIBLE
         parts.append(f"DEFECT: the {bound_src} bound ${bound:,.2f} exceeds the plan's cost ${objective:,.2f}; "
                      "please report this")
-    elif bound is not None and g <= gap + 1e-9:
+    elif bound is not None and g is not None and g <= gap + 1e-9:
         status = Status.OPTIMAL
         parts.append(f"proven optimal within the {gap:.2%} gap (gap {max(g, 0.0):.2%}, {bound_src} bound)")
     elif bound is not None:

@@ -138,23 +138,23 @@ def solve_cpsat(problem: Problem, *, time_limit_s: float = 60, threads: int = 2,
     y = {(p, b): md.new_bool_var(f"y_{j}") for j, (p, b) in enumerate(idx.bins)}
     a, u = {}, {}
     for j, (p, b) in enumerate(idx.bins):
-        for m in idx.residents[(p, b)]:
-            a[(m, p, b)] = md.new_bool_var(f"a_{j}_{m}")
+        for mname in idx.residents[(p, b)]:
+            a[(mname, p, b)] = md.new_bool_var(f"a_{j}_{mname}")
             for w in W:
-                u[(m, p, b, w)] = md.new_int_var(0, share_cap + kmax[(p, b)], f"u_{j}_{m}_{w}")
+                u[(mname, p, b, w)] = md.new_int_var(0, share_cap + kmax[(p, b)], f"u_{j}_{mname}_{w}")
     q, qe = {}, {}
-    for m, sites in idx.sites_of.items():
+    for mname, sites in idx.sites_of.items():
         if len(sites) > 1:
-            dmax = max(models[m].demand_req_per_s)
+            dmax = max(models[mname].demand_req_per_s)
             for s in sites:
                 for w in W:
-                    q[(m, s, w)] = md.new_int_var(0, _up(dmax * R[m]) + 1, f"q_{m}_{s}_{w}")
-                    if problem.egress_usd_per_req_per_s_window(models[m], s):
-                        qe[(m, s, w)] = md.new_int_var(0, _up(dmax * EGRESS_UNITS_PER_REQ_PER_S) + 1,
-                                                       f"qe_{m}_{s}_{w}")
-                        per = R[m] // EGRESS_UNITS_PER_REQ_PER_S
+                    q[(mname, s, w)] = md.new_int_var(0, _up(dmax * R[mname]) + 1, f"q_{mname}_{s}_{w}")
+                    if problem.egress_usd_per_req_per_s_window(models[mname], s):
+                        qe[(mname, s, w)] = md.new_int_var(0, _up(dmax * EGRESS_UNITS_PER_REQ_PER_S) + 1,
+                                                       f"qe_{mname}_{s}_{w}")
+                        per = R[mname] // EGRESS_UNITS_PER_REQ_PER_S
                         # qe >= floor((q - 1) / per): any exact routing has a qe no larger than its own rate.
-                        md.add(per * qe[(m, s, w)] >= q[(m, s, w)] - per + 1)
+                        md.add(per * qe[(mname, s, w)] >= q[(mname, s, w)] - per + 1)
 
     opts_of, bins_of = by_model_and_site(problem, idx)
     for m in problem.models:
@@ -181,8 +181,8 @@ def solve_cpsat(problem: Problem, *, time_limit_s: float = 60, threads: int = 2,
             # (3) Compute share of a shared GPU (plus the rounding slack k_pb parts).
             md.add(sum(u[(m, p, b, w)] for m in residents) <= (share_cap + kmax[(p, b)]) * y[(p, b)])
             # (4) Only resident models are served.
-            for m in residents:
-                md.add(u[(m, p, b, w)] <= (share_cap + kmax[(p, b)]) * a[(m, p, b)])
+            for mname in residents:
+                md.add(u[(mname, p, b, w)] <= (share_cap + kmax[(p, b)]) * a[(mname, p, b)])
         # (5) Resident footprints fit the GPU's memory (kB: footprints down, limit up: a relaxation; validate
         # checks the exact bytes).
         lim_kb = _up(pools[p].memory_bytes_per_gpu * problem.shared_memory_utilization / 1e3)
@@ -227,8 +227,8 @@ def solve_cpsat(problem: Problem, *, time_limit_s: float = 60, threads: int = 2,
         terms += [sc * st[(o.key, w)] for w in W if (o.key, w) in st]
     for (p, _b), var in y.items():
         terms.append(_down(pools[p].usd_per_gpu_hour * h * len(W) * COST_SCALE) * var)
-    for (m, s, _w), var in qe.items():
-        e = problem.egress_usd_per_req_per_s_window(models[m], s) / EGRESS_UNITS_PER_REQ_PER_S
+    for (mname, s, _w), var in qe.items():
+        e = problem.egress_usd_per_req_per_s_window(models[mname], s) / EGRESS_UNITS_PER_REQ_PER_S
         terms.append(_down(e * COST_SCALE) * var)
     md.minimize(sum(terms))
 
@@ -241,13 +241,13 @@ def solve_cpsat(problem: Problem, *, time_limit_s: float = 60, threads: int = 2,
             md.add_hint(var, warm["st"][key][w])
         for k, var in y.items():
             md.add_hint(var, warm["y"].get(k, 0))
-        for k, var in a.items():
-            md.add_hint(var, warm["a"].get(k, 0))
-        for (m, p, b, w), var in u.items():
-            f = warm["f"].get((m, p, b), [0.0] * len(W))[w]
-            md.add_hint(var, min(share_cap, _up(f / idx.share[(m, p)].capacity_req_per_s * parts)))
-        for (m, s, w), var in q.items():
-            md.add_hint(var, _down(warm["q"].get((m, s, w), 0.0) * R[m]))
+        for ka, var in a.items():
+            md.add_hint(var, warm["a"].get(ka, 0))
+        for (mname, p, b, w), var in u.items():
+            f = warm["f"].get((mname, p, b), [0.0] * len(W))[w]
+            md.add_hint(var, min(share_cap, _up(f / idx.share[(mname, p)].capacity_req_per_s * parts)))
+        for (mname, s, w), var in q.items():
+            md.add_hint(var, _down(warm["q"].get((mname, s, w), 0.0) * R[mname]))
 
     if deadline is not None:
         time_limit_s = min(time_limit_s, deadline - time.perf_counter())
@@ -269,8 +269,8 @@ def solve_cpsat(problem: Problem, *, time_limit_s: float = 60, threads: int = 2,
     if code == cp_model.MODEL_INVALID:
         raise RuntimeError(f"CP-SAT rejected the model: {md.validate()}")
     if code in (cp_model.OPTIMAL, cp_model.FEASIBLE) or math.isfinite(solver.best_objective_bound):
-        b = solver.best_objective_bound / COST_SCALE
-        bounds["CP-SAT"] = b if math.isfinite(b) else None
+        cp_bound = solver.best_objective_bound / COST_SCALE
+        bounds["CP-SAT"] = cp_bound if math.isfinite(cp_bound) else None
     incumbent = None
     notes: list[str] = []
     if code in (cp_model.OPTIMAL, cp_model.FEASIBLE):

@@ -43,7 +43,15 @@ import pulp
 from fleetplan.errors import SolverError
 from fleetplan.placement.plan import Plan, SharedGPU, Status, evaluate, tidy_shared
 from fleetplan.placement.problem import Problem
-from fleetplan.solvers.common import TIME_LIMIT_SHARE, Index, build_index, by_model_and_site, finish_plan, warm_values
+from fleetplan.solvers.common import (
+    TIME_LIMIT_SHARE,
+    Index,
+    build_index,
+    by_model_and_site,
+    cover_cost_floor,
+    finish_plan,
+    warm_values,
+)
 from fleetplan.solvers.highs import HiGHS
 
 #: Penalty per req/s of unmet demand (or per missing replica) in the elastic model: far above any GPU price.
@@ -68,20 +76,29 @@ class PlacementMilpModel:
 
 
 def build_milp(problem: Problem, *, relax: bool = False, elastic: bool = False,
-               aggregate: bool = False, with_starts: bool = True) -> PlacementMilpModel:
+               aggregate: bool = False, with_starts: bool = True, cover_cuts: bool = False,
+               neighbours: tuple[dict, dict] | None = None) -> PlacementMilpModel:
     """Build the MILP (or, with ``relax=True``, its LP relaxation) of ``problem``; a pure function of it.
 
     ``elastic=True`` adds a shortfall variable short[m,w] >= 0 (req/s, penalty ELASTIC_PENALTY_USD each) to the
     demand side of (1)/(2) and floor_short[m,w] to the floor in (7): an always-feasible model whose positive
     shortfalls say which model and window cannot be served and by how much (used to explain infeasibility).
-    ``aggregate=True`` (with ``relax=True``) merges each pool's identical candidate shared GPUs into one bin with
-    y, a ∈ [0, B_p] and a ≤ y: the same LP bound (any aggregate solution splits evenly over the B_p bins) without
-    the symmetric copies.
+    ``aggregate=True`` merges each pool's identical candidate shared GPUs into one bin with y, a ∈ [0, B_p] and
+    a ≤ y (y: shared GPUs on, a: GPUs the model resides on). With ``relax=True`` it is the same LP bound (any
+    aggregate solution splits evenly over the B_p bins) without the symmetric copies; with ``relax=False`` y and
+    a are integers: a relaxation of the MILP (each aggregate constraint is the sum of the bins' constraints, so
+    any plan maps onto it at the same cost) that drops which model shares which GPU, a valid lower bound without
+    the bins' symmetry (used by the per-window bound).
     ``with_starts=False`` drops the start variables and constraints (8): a weaker but still valid relaxation (start
     costs are >= 0) whose windows couple only through the shared GPUs, for a fast bound on large problems.
+    ``cover_cuts=True`` adds, for each model that cannot use a shared GPU and each window, the valid inequality
+    (11) Σ_{o of m} k_o·c_{p_o}·h·n[o,w] >= the least cost of whole replicas covering d[m,w] and L_m
+    (:func:`fleetplan.solvers.common.cover_cost_floor`, inventory ignored): every integer plan satisfies it, and
+    the LP relaxation then keeps those models' whole-replica rounding (used by the per-window bound).
+    ``neighbours=(before, after)`` (one-window problems only; {option key: replicas} in the windows before and
+    after it, held fixed) adds the starts this window causes: st_in[o] >= n[o] - before[o] and
+    st_out[o] >= after[o] - n[o], each at the option's start cost (used by fix-and-optimize by windows).
     """
-    if aggregate and not relax:
-        raise ValueError("aggregate=True is only valid for the LP relaxation (relax=True)")
     idx = build_index(problem, aggregate=aggregate)
     W = idx.W
     mu = 1 - problem.margin
@@ -89,7 +106,7 @@ def build_milp(problem: Problem, *, relax: bool = False, elastic: bool = False,
     pools = problem.pool_by_id
     models = problem.model_by_name
     icat = pulp.LpContinuous if relax else pulp.LpInteger
-    bcat = pulp.LpContinuous if relax else pulp.LpBinary
+    bcat = pulp.LpContinuous if relax else (pulp.LpInteger if aggregate else pulp.LpBinary)
     lp = pulp.LpProblem("placement", pulp.LpMinimize)
 
     # Variables, indexed by the data's own keys.
@@ -98,21 +115,21 @@ def build_milp(problem: Problem, *, relax: bool = False, elastic: bool = False,
     st = {(o.key, w): lp.add_variable(f"st_{i}_{w}", 0) for i, o in enumerate(idx.options) for w in W
           if o.start_cost_usd > 0 and len(W) > 1 and with_starts}
     y = {(p, b): lp.add_variable(f"y_{j}", 0, idx.bin_ub[(p, b)], bcat) for j, (p, b) in enumerate(idx.bins)}
-    a = {}
-    f = {}
+    a: dict = {}
+    f: dict = {}
     for j, (p, b) in enumerate(idx.bins):
-        for m in idx.residents[(p, b)]:
-            a[(m, p, b)] = lp.add_variable(f"a_{j}_{len(a)}", 0, idx.bin_ub[(p, b)], bcat)
+        for mname in idx.residents[(p, b)]:
+            a[(mname, p, b)] = lp.add_variable(f"a_{j}_{len(a)}", 0, idx.bin_ub[(p, b)], bcat)
             if aggregate:
-                lp += a[(m, p, b)] <= y[(p, b)], f"agg_{j}_{len(a)}"
+                lp += a[(mname, p, b)] <= y[(p, b)], f"agg_{j}_{len(a)}"
             for w in W:
-                f[(m, p, b, w)] = lp.add_variable(f"f_{j}_{len(f)}", 0)
-    q = {}
-    for m, sites in idx.sites_of.items():
+                f[(mname, p, b, w)] = lp.add_variable(f"f_{j}_{len(f)}", 0)
+    q: dict = {}
+    for mname, sites in idx.sites_of.items():
         if len(sites) > 1:
             for s in sites:
                 for w in W:
-                    q[(m, s, w)] = lp.add_variable(f"q_{len(q)}", 0)
+                    q[(mname, s, w)] = lp.add_variable(f"q_{len(q)}", 0)
 
     short = {}
     floor_short = {}
@@ -130,8 +147,8 @@ def build_milp(problem: Problem, *, relax: bool = False, elastic: bool = False,
         obj += [o.start_cost_usd * st[(o.key, w)] for w in W if (o.key, w) in st]
     for (p, _b), var in y.items():
         obj.append(pools[p].usd_per_gpu_hour * h * len(W) * var)
-    for (m, s, _w), var in q.items():
-        e = problem.egress_usd_per_req_per_s_window(models[m], s)
+    for (mname, s, _w), var in q.items():
+        e = problem.egress_usd_per_req_per_s_window(models[mname], s)
         if e:
             obj.append(e * var)
     lp += pulp.lpSum(obj)
@@ -165,8 +182,9 @@ def build_milp(problem: Problem, *, relax: bool = False, elastic: bool = False,
             lp += (pulp.lpSum(f[(m, p, b, w)] * (1.0 / idx.share[(m, p)].capacity_req_per_s) for m in residents)
                    <= mu * y[(p, b)], f"c3_share_{p}_{b}_{w}")
             # (4) Only resident models are served.
-            for m in residents:
-                lp += f[(m, p, b, w)] <= mu * idx.share[(m, p)].capacity_req_per_s * a[(m, p, b)], f"c4_{m}_{p}_{b}_{w}"
+            for mname in residents:
+                lp += (f[(mname, p, b, w)] <= mu * idx.share[(mname, p)].capacity_req_per_s * a[(mname, p, b)],
+                       f"c4_{mname}_{p}_{b}_{w}")
         # (5) Resident footprints fit the GPU's memory.
         lim = pools[p].memory_bytes_per_gpu * problem.shared_memory_utilization
         lp += (pulp.lpSum(idx.share[(m, p)].memory_bytes / 1e9 * a[(m, p, b)] for m in residents)
@@ -199,6 +217,35 @@ def build_milp(problem: Problem, *, relax: bool = False, elastic: bool = False,
                 lp += pulp.lpSum(reps + extra) >= m.min_replicas, f"c7_floor_{m.name}_{w}"
             if m.max_replicas is not None:
                 lp += pulp.lpSum(reps) <= m.max_replicas, f"c7_ceil_{m.name}_{w}"
+
+    if neighbours is not None:
+        if len(W) != 1:
+            raise ValueError("neighbours is only valid for a one-window problem")
+        before, after = neighbours
+        starts_usd = []
+        for i, o in enumerate(idx.options):
+            if o.start_cost_usd > 0:
+                s_in = lp.add_variable(f"st_in_{i}", 0)
+                s_out = lp.add_variable(f"st_out_{i}", 0)
+                lp += s_in >= n[(o.key, 0)] - before.get(o.key, 0), f"c8_in_{i}"
+                lp += s_out >= after.get(o.key, 0) - n[(o.key, 0)], f"c8_out_{i}"
+                starts_usd += [o.start_cost_usd * s_in, o.start_cost_usd * s_out]
+        lp.setObjective(lp.objective + pulp.lpSum(starts_usd))
+
+    if cover_cuts:
+        can_share = {m for (m, _p) in idx.share}
+        for m in problem.models:
+            if m.name in can_share:
+                continue
+            mine = [o for o in idx.options if o.model == m.name]
+            cost = {o.key: o.gpus * pools[o.pool].usd_per_gpu_hour * h for o in mine}
+            spec = [(cost[o.key], mu * o.capacity_req_per_s, idx.ub[o.key]) for o in mine]
+            for w in W:
+                floor_usd = cover_cost_floor(spec, m.demand_req_per_s[w], m.min_replicas)
+                if 0 < floor_usd < math.inf:
+                    # (11) the dedicated replicas of m cost at least the least whole-replica covering
+                    lp += (pulp.lpSum(cost[o.key] * n[(o.key, w)] for o in mine) >= floor_usd * (1 - 1e-9),
+                           f"c11_cover_{m.name}_{w}")
 
     # (8) Starts between consecutive windows (cyclic).
     for (key, w), var in st.items():
@@ -247,15 +294,22 @@ LP_BOUND_WITH_STARTS_MAX_VARS = 20_000
 
 
 def solve_lp_bound(problem: Problem, *, time_limit_s: float = 60, threads: int | None = None,
-                   with_starts: bool | None = None) -> float | None:
-    """Objective of the LP relaxation (a lower bound on the optimum), USD, or None if not solved in time.
+                   with_starts: bool | None = None, deadline: float | None = None) -> float | None:
+    """Objective of the LP relaxation (a lower bound on the optimum), USD, or None if not solved in time. The
+    relaxation carries the covering inequalities (11) of :func:`build_milp` (valid for every integer plan).
 
     ``with_starts`` None chooses: the full relaxation for problems up to LP_BOUND_WITH_STARTS_MAX_VARS replica
     variables, the relaxation without start costs above (simplex stalls on the full one at 50+ models).
+    ``deadline`` (a time.perf_counter() value) caps the whole call, model building included.
     """
     if with_starts is None:
         with_starts = len(problem.options) * problem.n_windows <= LP_BOUND_WITH_STARTS_MAX_VARS
-    model = build_milp(problem, relax=True, aggregate=True, with_starts=with_starts)
+    t0 = time.perf_counter()
+    model = build_milp(problem, relax=True, aggregate=True, with_starts=with_starts, cover_cuts=True)
+    if deadline is not None:  # the hand-over to HiGHS takes about the build time again (see solve_milp)
+        time_limit_s = min(time_limit_s, deadline - time.perf_counter() - (time.perf_counter() - t0))
+        if time_limit_s <= 0.05:
+            return None
     # Interior point (with crossover): dual simplex stalls on these degenerate LPs (60 s without an answer at 50
     # models where IPM needs 3 s; 200 models: 12 s).
     solver = HiGHS(msg=False, timeLimit=time_limit_s, threads=threads, solver="ipm")
@@ -265,9 +319,39 @@ def solve_lp_bound(problem: Problem, *, time_limit_s: float = 60, threads: int |
     return None
 
 
+@dataclass(frozen=True)
+class BoundResult:
+    """A proven lower bound from a relaxation. ``bound_usd``: USD, or None when the solver proved none in time;
+    ``infeasible``: the relaxation (hence the problem) has no solution; ``closed``: solved to its gap."""
+
+    bound_usd: float | None
+    infeasible: bool = False
+    closed: bool = False
+
+
+def solve_aggregate_bound(problem: Problem, *, time_limit_s: float, threads: int | None = None,
+                          gap: float = 1e-4) -> BoundResult:
+    """HiGHS's proven bound on the aggregate MILP of ``problem`` (``build_milp(aggregate=True, cover_cuts=True)``:
+    integer replicas, integer counts of shared GPUs per pool, the covering inequalities (11); a relaxation of the
+    exact MILP, see build_milp), USD.
+
+    The dual bound is valid whether or not HiGHS closes the gap within ``time_limit_s`` (which counts the solve,
+    not the model building; the caller keeps its own deadline)."""
+    model = build_milp(problem, aggregate=True, cover_cuts=True)
+    solver = HiGHS(msg=False, timeLimit=max(0.01, time_limit_s), threads=threads, gapRel=gap)
+    model.lp.solve(solver)
+    if model.lp.status == pulp.LpStatusInfeasible or model.lp.sol_status == pulp.LpSolutionInfeasible:
+        return BoundResult(None, infeasible=True)
+    h = model.lp.solverModel
+    b = float(h.getInfo().mip_dual_bound)
+    closed = h.getModelStatus() == highspy_status("kOptimal")
+    return BoundResult(b if math.isfinite(b) else None, closed=closed)
+
+
 def solve_milp(problem: Problem, *, backend: str = "highs", time_limit_s: float = 60, threads: int | None = None,
                gap: float = 1e-4, warm_start: Plan | None = None, msg: bool = False,
-               deadline: float | None = None, extra_bounds: dict[str, float | None] | None = None) -> Plan:
+               deadline: float | None = None, extra_bounds: dict[str, float | None] | None = None,
+               neighbours: tuple[dict, dict] | None = None) -> Plan:
     """Solve the MILP with HiGHS (``backend='highs'``) or CBC (``'cbc'``); returns a new Plan.
 
     Status, bound, gap and message come from :func:`fleetplan.solvers.common.finish_plan`: the returned plan is the
@@ -278,17 +362,21 @@ def solve_milp(problem: Problem, *, backend: str = "highs", time_limit_s: float 
     (a 7.34 start valued 3.67 there, then "optimal" at 3.67 while the returned columns are the start's), so a
     start could only lower quality; the start competes after the solve instead. CBC gets it as its warm start.
     ``deadline`` (a time.perf_counter() value) caps the solver's time limit after the model is built.
+    ``neighbours``: see :func:`build_milp` (the solver then also weighs the starts against the fixed neighbour
+    windows; the returned plan's objective and status are still those of ``problem`` alone).
     Raises SolverError if the backend is unknown or not available.
     """
     t0 = time.perf_counter()
     if backend not in ("highs", "cbc"):
         raise SolverError(f"unknown MILP backend {backend!r}; use 'highs' or 'cbc'")
-    model = build_milp(problem)
+    model = build_milp(problem, neighbours=neighbours)
     used_warm = False
     if backend == "cbc" and warm_start is not None:
         used_warm = _set_initial(model, warm_values(problem, model.idx, warm_start))
     if deadline is not None:
-        time_limit_s = min(time_limit_s, deadline - time.perf_counter())
+        # PuLP hands the model to HiGHS and reads the answer back in Python, in about the time it took to build
+        # it: that time is kept back from the solver's limit so the whole call ends by the deadline.
+        time_limit_s = min(time_limit_s, deadline - time.perf_counter() - (time.perf_counter() - t0))
     bounds = dict(extra_bounds or {})
     if time_limit_s <= 0.05:
         return finish_plan(problem, backend=backend, gap=gap, bounds=bounds, start=warm_start,
@@ -318,14 +406,15 @@ def solve_milp(problem: Problem, *, backend: str = "highs", time_limit_s: float 
         h = model.lp.solverModel
         reached = h.getModelStatus() == highspy_status("kTimeLimit")
         b = float(h.getInfo().mip_dual_bound)
-        bounds["HiGHS dual"] = b if math.isfinite(b) else None
+        if neighbours is None:  # with neighbours it bounds cost + starts, not this problem's optimum
+            bounds["HiGHS dual"] = b if math.isfinite(b) else None
     else:
         reached = solver_s >= TIME_LIMIT_SHARE * time_limit_s
     incumbent = None
     if sol in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible):
         replicas, shared = extract_plan(problem, model)
         incumbent = Plan(replicas=replicas, shared=shared)
-        if backend == "cbc" and sol == pulp.LpSolutionOptimal:
+        if backend == "cbc" and sol == pulp.LpSolutionOptimal and neighbours is None:
             # CBC proved optimality within gapRel; PuLP does not expose its bound, so this is the bound it proved.
             bounds["CBC proof"] = evaluate(problem, incumbent).total_usd * (1 - gap)
     notes = ("warm-started from the heuristic plan",) if used_warm else ()

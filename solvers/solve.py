@@ -37,9 +37,16 @@ LP_BOUND_SHARE = 0.35
 BY_WINDOW_SHARE = 0.3
 #: Share of the time limit the per-window bound may use on problems too large for the monolithic model.
 WINDOW_BOUND_SHARE = 0.5
+#: Share of the time left that repairing a greedy plan that does not fit may use (a plan comes before a bound).
+REPAIR_SHARE = 0.7
+#: Relative gap of each one-window model of the fix-and-optimize pass (its time share usually stops it first).
+BY_WINDOW_GAP = 0.005
 #: Above this many variables (estimated) the monolithic model is not built: at 200 models × 24 windows PuLP and
 #: HiGHS need over 4 GiB and the whole time limit without improving on the fix-and-optimize plan.
 MONOLITHIC_MAX_VARS = 150_000
+#: Seconds to build the monolithic model per variable (model_size), measured at 50 models on 2 busy cores; the
+#: model is not built when less than twice that (build and hand-over to the solver) is left.
+BUILD_S_PER_VAR = 4e-5
 #: Shortest time limit accepted, seconds (model building alone takes longer on all but tiny problems).
 MIN_TIME_LIMIT_S = 0.5
 
@@ -62,17 +69,61 @@ def check_solve_options(time_limit_s: float, gap: float) -> tuple[float, float]:
     return t, g
 
 
+def _repair(problem, g: Plan, *, backend: str, threads: int | None, deadline: float, notes: list[str],
+            say: Callable[[str], None]) -> Plan | None:
+    """The greedy plan ``g`` (which does not fit the problem) repaired window by window within ``deadline``, or
+    None (with a note) if the repair does not give a valid plan in time."""
+    fixed = solve_by_windows(problem, g, backend=backend, threads=threads, deadline=deadline, gap=BY_WINDOW_GAP,
+                             progress=say)
+    if fixed is not g and validate(problem, fixed, check_objective=False).ok:
+        notes.append("the greedy plan did not fit the inventory and was repaired window by window")
+        return fixed
+    notes.append("the greedy plan does not fit the inventory and its window-by-window repair gave no valid plan "
+                 "in the time it had")
+    return None
+
+
+def _solve_large(problem, backend: str, *, size: int, t0: float, deadline: float, time_limit_s: float,
+                 threads: int | None, gap: float, say: Callable[[str], None]) -> Plan:
+    """Problems above MONOLITHIC_MAX_VARS: the greedy plan improved (or repaired) window by window with
+    WINDOW_BOUND_SHARE of the time left (REPAIR_SHARE when it does not fit), then the per-window bound with the
+    rest; no monolithic model and no LP relaxation (building either alone overran 20 s at 200 models, and the
+    per-window bound is stronger than the LP's)."""
+    notes = [f"large problem ({size:,} variables > {MONOLITHIC_MAX_VARS:,}): greedy plan improved window by window "
+             "with exact one-window models; no monolithic model"]
+    say("building the greedy plan")
+    g = greedy(problem)
+    left = max(0.0, deadline - time.perf_counter())
+    if g.message:
+        say("repairing the greedy plan window by window")
+        start = _repair(problem, g, backend=backend, threads=threads, deadline=time.perf_counter()
+                        + REPAIR_SHARE * left, notes=notes, say=say)
+    else:
+        say("improving the greedy plan window by window")
+        start = solve_by_windows(problem, g, backend=backend, threads=threads, gap=BY_WINDOW_GAP,
+                                 deadline=time.perf_counter() + (1 - WINDOW_BOUND_SHARE) * left, progress=say)
+    say("per-window bound")
+    bounds = {"per-window": window_bound(problem, deadline=deadline, threads=threads, gap=BY_WINDOW_GAP,
+                                         progress=say)}
+    return finish_plan(problem, backend=backend, gap=gap, bounds=bounds, start=start,
+                       time_limit_reached=time.perf_counter() >= deadline - 0.2, time_limit_s=time_limit_s,
+                       solve_time_s=time.perf_counter() - t0, notes=tuple(notes), backend_ran=False)
+
+
 def solve(problem, backend: str = "highs", *, time_limit_s: float = 60, threads: int | None = None,
           gap: float = 1e-4, warm_start: bool = True, lp_bound: bool = True,
           progress: Callable[[str], None] | None = None) -> Plan:
     """Solve a placement Problem with ``backend`` (a name in REGISTRY); returns a new Plan.
 
     Steps, all within ``time_limit_s`` of wall time (model building included, plus the last step's overrun):
-    prechecks (a certainly infeasible problem is explained without a solve); the greedy plan (the warm start);
-    the LP relaxation (``lp_bound``; at most LP_BOUND_SHARE of the time) as a lower bound; fix-and-optimize by
-    windows from the greedy plan; then the exact model with the remaining time, or, above MONOLITHIC_MAX_VARS,
-    the per-window bound (the sum of each window's own proven bound, valid because the windows relax the all-day
-    shared GPUs and the start costs). Status, bound and message: :func:`fleetplan.solvers.common.finish_plan`.
+    prechecks (a certainly infeasible problem is explained without a solve); the greedy plan (the warm start),
+    repaired window by window if it does not fit the inventory; the LP relaxation (``lp_bound``; at most
+    LP_BOUND_SHARE of the time) as a lower bound; fix-and-optimize by windows from the greedy plan; then the
+    exact model with the remaining time (unless too little is left to build it). Above MONOLITHIC_MAX_VARS
+    (:func:`_solve_large`): the greedy plan improved or repaired window by window, then the per-window bound
+    (the sum of each window's own proven bound, valid because the windows relax the all-day shared GPUs and the
+    start costs); ``warm_start`` and ``lp_bound`` do not apply there. Status, bound and message:
+    :func:`fleetplan.solvers.common.finish_plan`.
     Raises SolverError for an unknown backend, InputError for a time limit or gap out of range (NaN included).
     """
     if backend not in REGISTRY:
@@ -85,45 +136,41 @@ def solve(problem, backend: str = "highs", *, time_limit_s: float = 60, threads:
     if reasons:
         return Plan(status=Status.INFEASIBLE, backend=backend, message="; ".join(reasons),
                     solve_time_s=time.perf_counter() - t0)
+    size = model_size(problem)
+    large = size > MONOLITHIC_MAX_VARS
+    if large:
+        return _solve_large(problem, backend, size=size, t0=t0, deadline=deadline, time_limit_s=time_limit_s,
+                            threads=threads, gap=gap, say=say)
     start = None
     notes: list[str] = []
     if warm_start:
         say("building the greedy warm start")
         g = greedy(problem)
         start = g if not g.message else None
-        if start is None and g.shared:
-            # Repair: keep the greedy plan's shared GPUs and choose each window's replicas with exact models.
-            say("repairing the greedy plan window by window")
-            budget_end = time.perf_counter() + BY_WINDOW_SHARE * time_limit_s
-            fixed = solve_by_windows(problem, g, backend=backend, threads=threads, deadline=budget_end, progress=say)
-            if fixed is not g and validate(problem, fixed, check_objective=False).ok:
-                start = fixed
-                notes.append("the greedy plan did not fit the inventory and was repaired window by window")
         if start is None:
-            notes.append("the greedy plan does not fit the inventory")
+            say("repairing the greedy plan window by window")
+            start = _repair(problem, g, backend=backend, threads=threads, deadline=time.perf_counter()
+                            + BY_WINDOW_SHARE * max(0.0, deadline - time.perf_counter()), notes=notes, say=say)
     bounds: dict[str, float | None] = {}
     if lp_bound:
         say("solving the LP relaxation for a lower bound")
         left = deadline - time.perf_counter()
         if left > 0.2:
-            bounds["LP relaxation"] = solve_lp_bound(problem, time_limit_s=min(LP_BOUND_SHARE * time_limit_s, left),
-                                                     threads=threads)
-    size = model_size(problem)
-    large = size > MONOLITHIC_MAX_VARS
+            bounds["LP relaxation"] = solve_lp_bound(problem, time_limit_s=left, threads=threads,
+                                                     deadline=time.perf_counter() + LP_BOUND_SHARE * left)
     if start is not None:
         say("improving the greedy plan window by window")
-        share = (1 - WINDOW_BOUND_SHARE) if large else BY_WINDOW_SHARE
-        budget_end = min(deadline, time.perf_counter() + share * max(0.0, deadline - time.perf_counter()))
+        budget_end = min(deadline, time.perf_counter() + BY_WINDOW_SHARE * max(0.0, deadline - time.perf_counter()))
         start = solve_by_windows(problem, start, backend=backend, threads=threads, deadline=budget_end,
                                  progress=say)
-    if large:
-        say("per-window bound")
-        bounds["per-window"] = window_bound(problem, deadline=deadline, threads=threads, progress=say)
-        notes.append(f"large problem ({size:,} variables > {MONOLITHIC_MAX_VARS:,}): greedy plan improved window "
-                     "by window; no monolithic model")
-        return finish_plan(problem, backend=backend, gap=gap, bounds=bounds, start=start,
-                           time_limit_reached=time.perf_counter() >= deadline, time_limit_s=time_limit_s,
-                           solve_time_s=time.perf_counter() - t0, notes=tuple(notes), backend_ran=False)
+    left = deadline - time.perf_counter()
+    if left < 2 * BUILD_S_PER_VAR * size + 0.1:
+        # building and handing over the model would use up the time left: the plan so far is the answer
+        notes.append(f"no time left for the {backend} model ({left:.1f} s left; building it takes about "
+                     f"{BUILD_S_PER_VAR * size:.1f} s)")
+        return finish_plan(problem, backend=backend, gap=gap, bounds=bounds, start=start, time_limit_reached=True,
+                           time_limit_s=time_limit_s, solve_time_s=time.perf_counter() - t0, notes=tuple(notes),
+                           backend_ran=False)
     say(f"solving with {backend} (at most {max(0.0, deadline - time.perf_counter()):.0f} s)")
     plan = REGISTRY[backend](problem, time_limit_s=time_limit_s, threads=threads, gap=gap, warm_start=start,
                              deadline=deadline, extra_bounds=bounds)

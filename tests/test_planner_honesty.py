@@ -141,3 +141,96 @@ def test_short_time_limits_are_kept():
     plan = solve(problem, "highs", time_limit_s=0.5, threads=1)
     assert time.perf_counter() - t <= 0.5 + 2.0
     assert plan.has_solution and validate(problem, plan).ok and not math.isnan(plan.objective_usd)
+
+
+# ------------------------------------------------------------------------------------------ fleet scale
+
+
+def test_cover_cost_floor_is_the_least_whole_replica_covering():
+    import itertools
+    import random
+
+    from fleetplan.solvers.common import cover_cost_floor
+
+    # by hand: demand 5 req/s with (cost 3, 2 req/s, up to 4) and (cost 4, 3 req/s, up to 1): 1 × 4 + 1 × 3 = 7
+    # covers 5 req/s (3 + 2); two of the first give 4 req/s < 5, three cost 9; the LP value is 5 × 4/3 = 6.67
+    assert cover_cost_floor([(3.0, 2.0, 4), (4.0, 3.0, 1)], 5.0, 0) == pytest.approx(7.0)
+    assert cover_cost_floor([(3.0, 2.0, 4), (4.0, 3.0, 1)], 0.0, 2) == pytest.approx(6.0)  # floor of 2 replicas
+    assert cover_cost_floor([(3.0, 2.0, 1)], 5.0, 0) == math.inf  # nothing covers
+    rng = random.Random(7)
+    for _ in range(200):  # against brute force
+        opts = [(rng.choice([1, 2, 4]) * rng.uniform(0.5, 3), rng.uniform(0.5, 5), rng.randint(0, 3))
+                for _ in range(rng.randint(1, 3))]
+        demand, floor = rng.uniform(0, 8), rng.randint(0, 2)
+        best = min((sum(n * o[0] for n, o in zip(ns, opts, strict=True))
+                    for ns in itertools.product(*[range(o[2] + 1) for o in opts])
+                    if sum(n * o[1] for n, o in zip(ns, opts, strict=True)) >= demand and sum(ns) >= floor),
+                   default=math.inf)
+        got = cover_cost_floor(opts, demand, floor)
+        assert got == best or got == pytest.approx(best, abs=1e-9)
+
+
+@pytest.mark.parametrize("name, problem, optimum", corpus(), ids=[c[0] for c in corpus()])
+def test_aggregate_bound_with_cover_cuts_is_a_bound(name, problem, optimum):
+    import time
+
+    from fleetplan.solvers.milp import solve_aggregate_bound
+
+    r = solve_aggregate_bound(problem, time_limit_s=20, threads=1)
+    assert r.bound_usd is not None and not r.infeasible
+    assert r.bound_usd <= optimum + 1e-6
+    b = window_bound(problem, deadline=time.perf_counter() + 20, threads=1)
+    assert b is not None and b <= optimum + 1e-6
+
+
+def _tight() -> Problem:
+    """One model on two pools: A ($1/GPU-h, 2 GPUs) and B ($2/GPU-h, 8 GPUs), 1 req/s per tp1 replica,
+    demand 3.5 req/s in one window, margin 0. No single option fits on A (it needs 4 replicas); the least cost
+    is 2 replicas on A and 2 on B: 2 × 1 + 2 × 2 = $6 (4 on B cost $8)."""
+    a = Pool("t:a", "A", nodes=1, gpus_per_node=2, usd_per_gpu_hour=1.0, memory_bytes_per_gpu=80e9)
+    b = Pool("t:a", "B", nodes=1, gpus_per_node=8, usd_per_gpu_hour=2.0, memory_bytes_per_gpu=80e9)
+    m = ModelSpec("m", (3.5,), 1.0, 0.05)
+    return Problem(3600.0, 1, (a, b), (m,), (ReplicaOption("m", a.id, 1, 1, 1.0, 20e9),
+                                             ReplicaOption("m", b.id, 1, 1, 1.0, 20e9)), (), margin=0.0)
+
+
+def test_greedy_splits_a_model_over_pools_when_one_has_no_room():
+    problem = _tight()
+    g = greedy(problem)
+    assert not g.message and validate(problem, g).ok
+    assert g.objective_usd == pytest.approx(6.0)
+
+
+def test_a_start_that_does_not_fit_is_repaired_never_no_solution(monkeypatch):
+    import time
+
+    import fleetplan.solvers.solve as solve_mod
+    from fleetplan.placement.generators import random_instance
+    from fleetplan.solvers.baselines import _finish
+
+    problem = random_instance(8, 6, seed=3, max_gpus=200)
+    # a greedy plan with no replicas at all: fits no window; the window-by-window repair must build a plan
+    monkeypatch.setattr(solve_mod, "greedy", lambda p: _finish(p, {}, [], "greedy"))
+    monkeypatch.setattr(solve_mod, "MONOLITHIC_MAX_VARS", 10)  # the fleet-scale path: no monolithic model
+    t = time.perf_counter()
+    plan = solve_mod.solve(problem, "highs", time_limit_s=10, threads=1)
+    assert time.perf_counter() - t <= 10 + 2
+    assert plan.has_solution and validate(problem, plan).ok, plan.message
+    assert "repaired window by window" in plan.message
+    assert plan.bound_usd is not None and plan.bound_usd <= plan.objective_usd + 1e-6
+
+
+def test_fleet_scale_path_keeps_short_time_limits(monkeypatch):
+    import time
+
+    import fleetplan.solvers.solve as solve_mod
+    from fleetplan.placement.generators import random_instance
+
+    problem = random_instance(30, 24, seed=1, max_gpus=400)
+    monkeypatch.setattr(solve_mod, "MONOLITHIC_MAX_VARS", 10)
+    for limit in (1.0, 4.0):
+        t = time.perf_counter()
+        plan = solve_mod.solve(problem, "highs", time_limit_s=limit, threads=1)
+        assert time.perf_counter() - t <= limit + 2.0
+        assert plan.has_solution and validate(problem, plan).ok
+        assert plan.bound_usd is None or plan.bound_usd <= plan.objective_usd + 1e-6

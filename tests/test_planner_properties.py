@@ -37,8 +37,9 @@ def test_planted_optimum_other_backends(backend):
     plan = solve(problem, backend, time_limit_s=30, threads=1)
     assert plan.has_solution and validate(problem, plan).ok
     if plan.status is Status.OPTIMAL:
-        # CP-SAT rounds capacities down and demand up, so its optimum may exceed the exact one, never undercut it.
-        assert plan.objective_usd == pytest.approx(optimum, rel=1e-6) or plan.objective_usd >= optimum
+        # CP-SAT's model is a relaxation with a scaling error below 2.5e-7 (every MILP plan is CP-SAT-feasible)
+        # and its answers are re-checked exactly, so a proven optimum is the planted one to the cent.
+        assert plan.objective_usd == pytest.approx(optimum, abs=0.005)
     assert plan.objective_usd >= optimum - 1e-6
 
 
