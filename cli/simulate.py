@@ -215,7 +215,7 @@ def _simulate_fleet(plan_file: str, fleet_file: str, seed: int, policy: Policy, 
               help="Multiply the trace's request rate by this factor.")
 @click.option("--bucket", "bucket_s", type=click.FloatRange(min=1), default=None,
               help="Trace replay: report per BUCKET-second interval of the trace instead of per window.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Random seed.")
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Random seed (>= 0).")
 @click.option("--router", type=click.Choice(["least-work", "round-robin"]), default="least-work", show_default=True)
 @click.option("--arrivals", type=click.Choice(["poisson", "servegen"]), default="poisson", show_default=True,
               help="Day replay: Poisson arrivals at the day curve's 10-minute rates (what the plan was sized for), "

@@ -115,9 +115,13 @@ def shown_url(url: str) -> str:
 
 def normalize_url(url: str) -> str:
     """SQLAlchemy URL with the driver this project installs: 'postgresql://' -> 'postgresql+psycopg://'; a bare
-    file path becomes 'sqlite:///path'. Raises InputError for other schemes."""
+    path of a database file (ending .db, .sqlite or .sqlite3) becomes 'sqlite:///path'. Raises InputError for other
+    schemes and for anything else that is not a URL (a typo must not silently create a SQLite file of that name)."""
     if "://" not in url:
-        return f"sqlite:///{url}"
+        if url.endswith((".db", ".sqlite", ".sqlite3")):
+            return f"sqlite:///{url}"
+        raise InputError(f"{url!r} is not a database URL; give sqlite:///{url}.db for a SQLite file or "
+                         "postgresql://user@host/db", field="db", value=url)
     scheme = url.split("://", 1)[0]
     if scheme in ("postgresql", "postgres"):
         return "postgresql+psycopg://" + url.split("://", 1)[1]

@@ -812,10 +812,10 @@ def parse_window(text: str | None, problem: Problem, models: list[str] | None = 
     s = str(text).strip()
     try:
         if ":" in s:
-            hh, mm = s.split(":", 1)
-            t = int(hh) * 3600 + int(mm) * 60
-            if not 0 <= t < 86400:
+            hh, mm = (int(x) for x in s.split(":", 1))
+            if not (0 <= hh <= 23 and 0 <= mm <= 59):  # '12:60' is not 13:00
                 raise ValueError
+            t = hh * 3600 + mm * 60
             w = int(t // problem.window_length_s)
         else:
             w = int(s)

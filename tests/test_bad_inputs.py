@@ -71,6 +71,10 @@ CLI_CASES = [
     (["plan", "--gap", "nan"], ["gap"]),
     (["ledger", "split", "--model", "llama-3.1-70b", "--prefill-site", "aws:us-east-1", "--decode-site",
       "aws:us-west-2", "--csv-out", "{tmp}/no/x.csv"], ["does not exist"]),
+    (["serve", "--db", "notaurl", "--insecure-no-auth"], ["'notaurl' is not a database URL", "sqlite:///"]),
+    (["simulate", "{plan}", "--seed", "-5"], ["-5"]),
+    (["simulate", "{plan}", "--trace", "azure-conv", "--window", "12:60"], ["not HH:MM"]),
+    (["simulate", "{plan}", "--trace", "azure-conv", "--window", "25:00"], ["not HH:MM"]),
     # The same --vary twice kept the last one silently.
     (["whatif", "--vary", "egress_usd_per_gb=0.01,0.02", "--vary", "egress_usd_per_gb=0.05"], ["given twice"]),
     # 1000 × 1000 = 1,000,000 cells started without a word.
@@ -82,9 +86,11 @@ CLI_CASES = [
 
 
 @pytest.mark.parametrize("args,needles", CLI_CASES)
-def test_cli_refuses_bad_options_before_any_work(tmp_path, args, needles):
+def test_cli_refuses_bad_options_before_any_work(tmp_path, plan_file, args, needles):
+    plan = tmp_path.parent / f"{tmp_path.name}-plan.json"
+    plan.write_text(json.dumps(plan_file))
     before = sorted(tmp_path.iterdir())
-    code, out = run(*[a.format(tmp=tmp_path) for a in args])
+    code, out = run(*[a.format(tmp=tmp_path, plan=plan) for a in args])
     assert code == 2, out
     lines = [x for x in out.splitlines() if x.strip()]
     assert lines[-1].startswith("Error: ") and sum(x.startswith("Error: ") for x in lines) == 1, out
