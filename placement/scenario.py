@@ -581,6 +581,9 @@ def build_problem(scenario: Scenario, *, progress: Callable[[str], None] | None 
             if progress:
                 progress(f"capacity of {model.name} on {pool.id}")
             candidates = [(tp, 1) for tp in tps if tp <= pool.gpus_per_node and pool.gpus_per_node % tp == 0]
+            why += [f"{pool.id}: tp {tp} does not fit its {pool.gpus_per_node}-GPU nodes (a tp group runs inside one "
+                    "node; list a tp that divides the node, or pipeline stages follow when the weights need more)"
+                    for tp in tps if (tp, 1) not in candidates]
             if weights > mu_mem * pool.gpus_per_node * gpu.memory_bytes:
                 node_bytes = mu_mem * pool.gpus_per_node * gpu.memory_bytes
                 need = math.ceil(weights / node_bytes)

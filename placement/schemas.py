@@ -295,7 +295,8 @@ class ScenarioModel(InputModel):
     """One model to serve: parallelism options, replica bounds, SLO, token mix and demand."""
 
     name: str = input_field(min_length=1, description="catalog model name or alias, e.g. Llama-3.1-8B")
-    tp: list[TpDegree] | TpDegree = input_field(list(DEFAULT_TP_DEGREES), description=_TP_DESCRIPTION)
+    tp: Annotated[list[TpDegree], Field(min_length=1)] | TpDegree = input_field(list(DEFAULT_TP_DEGREES),
+                                                                              description=_TP_DESCRIPTION)
     min_replicas: int = input_field(0, ge=0, le=10_000, description="replicas kept in every window")
     max_replicas: int | None = input_field(None, ge=1, le=100_000, description="most replicas in a window")
     slo: SLOSpec = input_field(description="latency targets, seconds")
@@ -368,7 +369,8 @@ class TenantModel(InputModel):
         fix="give the requests per second in that window (0 or more)")
     token_mix: TokenMixSpec | None = input_field(None, description="token lengths (default: the tenant's)")
     slo: SLOSpec | None = input_field(None, description="latency targets, seconds (default: the tenant's)")
-    tp: list[TpDegree] | TpDegree = input_field(list(DEFAULT_TP_DEGREES), description=_TP_DESCRIPTION)
+    tp: Annotated[list[TpDegree], Field(min_length=1)] | TpDegree = input_field(list(DEFAULT_TP_DEGREES),
+                                                                              description=_TP_DESCRIPTION)
 
     @property
     def tp_degrees(self) -> list[int]:

@@ -29,8 +29,8 @@ def precheck(problem: Problem) -> list[str]:
             if max(m.demand_req_per_s) > 0 or m.min_replicas:
                 why = problem.option_notes.get(m.name)
                 detail = f": {'; '.join(why)}" if why else ""
-                out.append(f"model {m.name} has no GPU type, tp and site that meets its SLO (TTFT p95 "
-                           f"{m.ttft_p95_s:g} s, TPOT p95 {m.tpot_p95_s * 1e3:g} ms){detail}")
+                out.append(f"model {m.name} has no usable GPU type, tp and site (SLO: TTFT {m.ttft_p95_s:g} s, "
+                           f"TPOT {m.tpot_p95_s * 1e3:g} ms){detail}")
             continue
         # Most a model could get with the whole inventory to itself: per pool, its best option.
         best = 0.0
@@ -38,10 +38,16 @@ def precheck(problem: Problem) -> list[str]:
             caps = [pool.gpus // o.gpus * o.capacity_req_per_s * mu for o in opts if o.pool == pid]
             caps += [pool.gpus * s.capacity_req_per_s * mu for s in shares if s.pool == pid]
             best += max(caps, default=0.0)
+        ceiling = None
         if m.max_replicas is not None:
             per_rep = max([o.capacity_req_per_s * mu for o in opts] + [s.capacity_req_per_s * mu for s in shares])
-            best = min(best, m.max_replicas * per_rep)
+            ceiling = m.max_replicas * per_rep
         for w, d in enumerate(m.demand_req_per_s):
+            if ceiling is not None and d > ceiling * (1 + 1e-9) and ceiling < best:
+                out.append(f"model {m.name} in window {w} needs {d:.2f} req/s but its max_replicas "
+                           f"{m.max_replicas} serve at most {ceiling:.2f} req/s (short by {d - ceiling:.2f} req/s); "
+                           f"raise max_replicas (the inventory alone would give it {best:.2f} req/s)")
+                break
             if d > best * (1 + 1e-9):
                 out.append(f"model {m.name} in window {w} needs {d:.2f} req/s but the whole inventory gives it at "
                            f"most {best:.2f} req/s (short by {d - best:.2f} req/s)")

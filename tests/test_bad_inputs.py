@@ -97,3 +97,35 @@ def test_cli_refuses_bad_options_before_any_work(tmp_path, plan_file, args, need
     for n in needles:
         assert n in out, (n, out)
     assert sorted(tmp_path.iterdir()) == before  # nothing written, nothing left behind
+
+
+SMALL = """name: small
+options: {window_length_s: 3600, margin: 0.1}
+sites:
+  - name: aws:us-east-1
+    inventory:
+      - {gpu: H100, nodes: 1, gpus_per_node: 8}
+models:
+  - name: Llama-3.1-8B
+    tp: TP
+    min_replicas: 1
+    slo: {ttft_p95_s: 1.5, tpot_p95_s: 0.1}
+    token_mix: {trace: azure-conv}
+    demand: {rates: RATES}
+"""
+
+
+@pytest.mark.parametrize("tp,rates,extra,needles", [
+    # Each of these was blamed on the SLO or on the inventory.
+    ("[]", "[1.0, 4.0, 12.0]", "", ["models[0].tp", "at least 1 item"]),
+    ("[16]", "[1.0, 4.0, 12.0]", "", ["tp 16 does not fit its 8-GPU nodes"]),
+    ("[1]", "[1.0, 4.0, 120.0]", "    max_replicas: 1\n", ["its max_replicas 1 serve at most", "raise max_replicas"]),
+])
+def test_infeasible_scenarios_name_the_real_cause(tmp_path, tp, rates, extra, needles):
+    p = tmp_path / "s.yaml"
+    p.write_text(SMALL.replace("TP", tp).replace("RATES", rates).replace("    min_replicas: 1\n",
+                                                                           "    min_replicas: 1\n" + extra))
+    code, out = run("plan", str(p), "--time-limit", "10", "--no-baselines")
+    assert code == 2, out
+    for n in needles:
+        assert n in out, (n, out)
