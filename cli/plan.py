@@ -11,9 +11,9 @@ from pathlib import Path
 import click
 
 from fleetplan.cli.output import progress_status
-from fleetplan.errors import FleetplanError
+from fleetplan.errors import FleetplanError, InputError
 from fleetplan.fileio import check_destinations, output_files
-from fleetplan.placement.plan import Plan, evaluate
+from fleetplan.placement.plan import Plan, Status, evaluate
 from fleetplan.placement.planio import plan_to_dict
 from fleetplan.placement.problem import Problem
 from fleetplan.placement.scenario import build_problem, load_scenario, scenario_embed, with_profiles
@@ -21,6 +21,7 @@ from fleetplan.placement.validate import validate
 from fleetplan.placement.workbook import build_plan_workbook
 from fleetplan.simulator.verify import verify_plan, verify_text, verify_to_dict
 from fleetplan.solvers.baselines import BASELINES
+from fleetplan.solvers.explain import explain_infeasible
 from fleetplan.solvers.solve import BACKENDS, MIN_TIME_LIMIT_S, check_solve_options, solve
 
 
@@ -55,6 +56,19 @@ def _render_table(problem, plan, d: dict) -> None:
                   "; ".join(f"{m}: {s}" for m, s in src.items()) if len(set(src.values())) > 1
                   else next(iter(src.values()), ""))
     console.print(t)
+    if d.get("unserved_req_per_s"):
+        prio = {m.name: m.priority for m in problem.models}
+        u = Table(title="Unserved demand (best effort: demand exceeds the inventory), req/s per window",
+                  title_justify="left")
+        for col in ("model", "priority", "unserved req/s per window", "peak req/s", "share of demand"):
+            u.add_column(col, justify="left" if col in ("model", "unserved req/s per window") else "right",
+                         overflow="fold")
+        demand = {m.name: m.demand_req_per_s for m in problem.models}
+        for name, row in sorted(d["unserved_req_per_s"].items(), key=lambda kv: (-prio[kv[0]], kv[0])):
+            total = sum(demand[name])
+            u.add_row(name, str(prio[name]), " ".join(f"{x:.1f}" for x in row), f"{max(row):.2f}",
+                      f"{sum(row) / total:.1%}" if total else "")
+        console.print(u)
     s = Table(title="Summary (per day)", title_justify="left")
     s.add_column("plan")
     for col in ("cost $/day", "GPU-hours/day", "vs this plan (GPU-h)", "note"):
@@ -166,12 +180,40 @@ def _plot(path: Path, problem: Problem, plan: Plan) -> None:
                    "E.g. Llama-3.1-8B@H100:tp1=bench/*.json. The plan file keeps it, so its replay uses it too.")
 @click.option("--verify-rounds", type=click.IntRange(min=0, max=20), default=6, show_default=True,
               help="Most re-plans of --verify.")
+@click.option("--best-effort", is_flag=True,
+              help="When demand exceeds the inventory, plan the most demand served in order of the models' "
+                   "priority (higher first), then the lowest cost, and list the unserved req/s per model and window "
+                   "(without it such a scenario is an error).")
 def plan(scenario, backend, time_limit_s, threads, gap, window_s, out_path, fmt, plot_path, xlsx_path,
-         no_baselines, verify, verify_rounds, profiles) -> None:
+         no_baselines, verify, verify_rounds, profiles, best_effort) -> None:
     """Plan SCENARIO (a YAML file or a shipped scenario's name; the shipped default when omitted): replicas per
     model, GPU type, site and window at the lowest cost that meets every SLO. Every plan is re-checked by the
-    independent validator before it is printed."""
+    independent validator before it is printed. With --format json an error is also printed on stdout as a JSON
+    object {"error": ..., "explanation": [...]} (exit code 2)."""
+    try:
+        _plan(scenario, backend, time_limit_s, threads, gap, window_s, out_path, fmt, plot_path, xlsx_path,
+              no_baselines, verify, verify_rounds, profiles, best_effort)
+    except FleetplanError as exc:
+        if fmt == "json":
+            click.echo(json.dumps({"error": str(exc), "explanation": list(getattr(exc, "explanation", []))},
+                                  indent=1))
+        raise
+
+
+class NoPlanError(FleetplanError):
+    """The solver gave no plan; ``explanation``: the reasons, one per entry (for the JSON error object)."""
+
+    def __init__(self, message: str, explanation: list[str]):
+        super().__init__(message)
+        self.explanation = explanation
+
+
+def _plan(scenario, backend, time_limit_s, threads, gap, window_s, out_path, fmt, plot_path, xlsx_path,
+          no_baselines, verify, verify_rounds, profiles, best_effort) -> None:
     time_limit_s, gap = check_solve_options(time_limit_s, gap)  # NaN, infinities and out-of-range values refused
+    if best_effort and verify:
+        raise InputError("--best-effort with --verify: the replay sends every request, the unserved ones too, to "
+                         "the plan; use one of the two", field="--best-effort")
     outputs = {"--out": out_path, "--plot": plot_path, "--xlsx": xlsx_path}
     check_destinations(outputs)  # fail before a long solve, not after it
     with progress_status(enabled=sys.stderr.isatty()) as say:
@@ -185,10 +227,15 @@ def plan(scenario, backend, time_limit_s, threads, gap, window_s, out_path, fmt,
             problem, result = vr.problem, vr.plan
         else:
             problem = build_problem(sc, progress=say)
-            result = solve(problem, backend, time_limit_s=time_limit_s, threads=threads, gap=gap, progress=say)
+            result = solve(problem, backend, time_limit_s=time_limit_s, threads=threads, gap=gap, progress=say,
+                           best_effort=best_effort)
         baselines = {} if no_baselines else {name: fn(problem) for name, fn in BASELINES.items()}
     if not result.has_solution:
-        raise FleetplanError(f"no plan ({result.status.value}): {result.message}")
+        # the same reasons solve() gave, as a list (the prechecks, else the elastic relaxation's shortfalls)
+        why = explain_infeasible(problem) if result.status is Status.INFEASIBLE else [result.message]
+        hint = ("; rerun with --best-effort to serve the most demand by priority"
+                if result.status is Status.INFEASIBLE and not best_effort else "")
+        raise NoPlanError(f"no plan ({result.status.value}): {result.message}{hint}", why)
     report = validate(problem, result)
     if not report.ok:
         raise FleetplanError("the solver's plan fails the independent check (please report this): "

@@ -18,7 +18,7 @@ OptionKey = tuple[str, str, int, int]  # (model, pool id, tp, pp)
 SOLUTION_PRESENT = frozenset({Status.OPTIMAL, Status.FEASIBLE, Status.HEURISTIC})
 
 __all__ = ["SOLUTION_PRESENT", "Evaluation", "Plan", "SharedGPU", "Status", "evaluate", "route", "site_capacity",
-           "starts", "starts_per_window", "tidy_shared"]
+           "starts", "starts_per_window", "tidy_shared", "unserved", "UNSERVED_TOL_REQ_PER_S"]
 
 
 @dataclass(frozen=True)
@@ -50,6 +50,8 @@ class Plan:
         gap: (objective - bound) / objective, or None.
         solve_time_s: wall time of the solve, seconds.
         message: explanation (infeasibility, time limit, warm start used ...).
+        unserved_req_per_s: best-effort plans only: {model: demand left unserved in each window, req/s} for the
+            models with any (served + unserved = demand); empty when the plan serves all demand.
     """
 
     replicas: dict[OptionKey, tuple[int, ...]] = field(default_factory=dict)
@@ -61,10 +63,24 @@ class Plan:
     gap: float | None = None
     solve_time_s: float = 0.0
     message: str = ""
+    unserved_req_per_s: dict[str, tuple[float, ...]] = field(default_factory=dict)
 
     @property
     def has_solution(self) -> bool:
         return self.status in SOLUTION_PRESENT
+
+    @property
+    def best_effort(self) -> bool:
+        """True when the plan leaves some demand unserved (a best-effort plan)."""
+        return any(v > 0 for row in self.unserved_req_per_s.values() for v in row)
+
+    def served_req_per_s(self, problem: Problem) -> dict[str, tuple[float, ...]]:
+        """{model: demand the plan serves in each window} = demand - unserved, req/s."""
+        out = {}
+        for m in problem.models:
+            u = self.unserved_req_per_s.get(m.name)
+            out[m.name] = tuple(d - u[w] for w, d in enumerate(m.demand_req_per_s)) if u else m.demand_req_per_s
+        return out
 
 
 @dataclass(frozen=True)
@@ -137,6 +153,24 @@ def tidy_shared(problem: Problem, replicas: dict[OptionKey, tuple[int, ...]],
                                              for m, v in g.served_req_per_s.items()}) for g in shared)
 
 
+#: Unserved req/s below this are solver round-off, not demand left unserved.
+UNSERVED_TOL_REQ_PER_S = 1e-6
+
+
+def unserved(problem: Problem, replicas: dict[OptionKey, tuple[int, ...]],
+             shared: tuple[SharedGPU, ...]) -> dict[str, tuple[float, ...]]:
+    """{model: demand minus the plan's usable capacity in each window, req/s} for the models short in some window
+    (values below UNSERVED_TOL_REQ_PER_S count as served): the unserved demand of a best-effort plan."""
+    caps = site_capacity(problem, Plan(replicas=replicas, shared=shared))
+    out = {}
+    for m in problem.models:
+        row = tuple(d - sum(caps[m.name][w].values()) for w, d in enumerate(m.demand_req_per_s))
+        row = tuple(x if x > UNSERVED_TOL_REQ_PER_S else 0.0 for x in row)
+        if any(row):
+            out[m.name] = row
+    return out
+
+
 def starts_per_window(counts) -> list[int]:
     """Replica starts in each window of a cyclic horizon: max(0, n[w] - n[w-1]) with n[-1] = n[last]; all zero
     for a one-window horizon (the only home of the start rule: evaluate, the solvers' warm starts and the
@@ -177,10 +211,11 @@ def route(problem: Problem, plan: Plan) -> dict[str, tuple[float, ...]]:
     """Egress USD per model per window when each window's demand is served at its origin first, then at the other
     sites in order of increasing egress rate (optimal for one origin: every unit away costs that site's rate)."""
     caps = site_capacity(problem, plan)
+    served = plan.served_req_per_s(problem)
     out: dict[str, tuple[float, ...]] = {}
     for m in problem.models:
         usd = []
-        for w, d in enumerate(m.demand_req_per_s):
+        for w, d in enumerate(served[m.name]):
             left = d
             cost = 0.0
             sites = sorted(caps[m.name][w].items(),
@@ -236,8 +271,9 @@ def evaluate(problem: Problem, plan: Plan) -> Evaluation:
             for w, f in enumerate(served):
                 busy[w] += f / cap
                 shared_served[mname][w] += f
+    served_demand = plan.served_req_per_s(problem)
     for m in problem.models:
-        for w, d in enumerate(m.demand_req_per_s):
+        for w, d in enumerate(served_demand[m.name]):
             need = max(0.0, d - shared_served[m.name][w])
             if ded_cap[m.name][w] > 0:
                 busy[w] += min(1.0, need / ded_cap[m.name][w]) * ded_gpus[m.name][w]
@@ -248,7 +284,7 @@ def evaluate(problem: Problem, plan: Plan) -> Evaluation:
     away = {}
     for m in problem.models:
         rows = []
-        for w, d in enumerate(m.demand_req_per_s):
+        for w, d in enumerate(served_demand[m.name]):
             at_origin = caps[m.name][w].get(m.origin_site, 0.0) if m.origin_site else d
             rows.append(max(0.0, d - at_origin))
         away[m.name] = tuple(rows)

@@ -9,9 +9,12 @@ snapshot with its date), replicas [{model, pool, site, gpu, tp, pp, capacity_req
 counts[]}], shared_gpus [{pool, site, gpu, models[], served_req_per_s {model: []}, capacity_source {model}}],
 windows [{index, start_s, gpus, utilization, demand_req_per_s {model}, capacity_req_per_s {model}, replicas
 {model: {"gpu@site tpN": n}}}], baselines {name: {cost_usd_per_day, gpu_hours_per_day, valid, message}},
-validation {ok, violations}, scenario {name, source, raw}. capacity_source says where an option's capacity came
-from: 'roofline (<GPU> row of <calibration file>)' or 'measured <format> <file> (...)'. "per day" figures scale
-the horizon's totals to 24 h (the horizon is a day for 24 one-hour windows; a shorter horizon is taken to repeat).
+validation {ok, violations}, scenario {name, source, raw}, best_effort (true when demand is left unserved),
+unserved_req_per_s {model: [req/s per window]} (best-effort plans; empty otherwise; each window's
+served_req_per_s = demand - unserved, under windows[].served_req_per_s). capacity_source says where an
+option's capacity came from: 'roofline (<GPU> row of <calibration file>)' or 'measured <format> <file> (...)'.
+"per day" figures scale the horizon's totals to 24 h (the horizon is a day for 24 one-hour windows; a shorter
+horizon is taken to repeat).
 """
 
 from __future__ import annotations
@@ -66,6 +69,8 @@ def plan_to_dict(problem: Problem, plan: Plan, *, scenario: dict | None = None,
         "shared_gpus": [],
         "windows": [],
         "notes": list(problem.notes),
+        "best_effort": plan.best_effort,
+        "unserved_req_per_s": {m: list(v) for m, v in plan.unserved_req_per_s.items()},
     }
     for key, counts in sorted(plan.replicas.items()):
         o = opts[key]
@@ -81,6 +86,7 @@ def plan_to_dict(problem: Problem, plan: Plan, *, scenario: dict | None = None,
                                    "capacity_source": {m: shares[(m, g.pool)].capacity_source for m in g.models
                                                        if (m, g.pool) in shares}})
     if ev:
+        served = plan.served_req_per_s(problem)
         for w in range(problem.n_windows):
             reps: dict[str, dict[str, int]] = {}
             for key, counts in plan.replicas.items():
@@ -98,6 +104,7 @@ def plan_to_dict(problem: Problem, plan: Plan, *, scenario: dict | None = None,
                 "index": w, "start_s": w * problem.window_length_s, "gpus": ev.gpus_per_window[w],
                 "utilization": ev.utilization_per_window[w],
                 "demand_req_per_s": {m.name: m.demand_req_per_s[w] for m in problem.models},
+                "served_req_per_s": {m: v[w] for m, v in served.items()},
                 "capacity_req_per_s": {m: c[w] for m, c in ev.capacity_req_per_s.items()},
                 "replicas": reps})
     if baselines:
@@ -128,6 +135,7 @@ def plan_from_dict(d: dict, problem: Problem | None = None) -> Plan:
                                                    for m, v in g["served_req_per_s"].items()})
                        for g in d["shared_gpus"])
         status = Status(d["status"])
+        unserved = {str(m): tuple(float(x) for x in v) for m, v in (d.get("unserved_req_per_s") or {}).items()}
     except (KeyError, TypeError, ValueError) as exc:
         raise InputError(f"plan file is malformed: {exc!r}", field="replicas") from None
     if problem is not None:
@@ -153,7 +161,8 @@ def plan_from_dict(d: dict, problem: Problem | None = None) -> Plan:
     return Plan(replicas=replicas, shared=shared, status=status, backend=d.get("backend", ""),
                 objective_usd=cost / f if cost is not None else None,
                 bound_usd=bound / f if bound is not None else None, gap=d.get("gap"),
-                solve_time_s=float(d.get("solve_time_s", 0.0)), message=d.get("message", ""))
+                solve_time_s=float(d.get("solve_time_s", 0.0)), message=d.get("message", ""),
+                unserved_req_per_s=unserved)
 
 
 def read_plan_json(path: str | Path) -> dict:

@@ -175,6 +175,8 @@ class ModelSpec:
         request_bytes: bytes that cross the network per request when it is served at another site
             (prompt + response, both directions), bytes.
         demand_source: provenance of the demand, shown in reports.
+        priority: whole number, higher first: when demand exceeds the inventory, a best-effort plan serves the
+            most demand of the highest priority class, then of the next, then at the lowest cost (default 0).
     """
 
     name: str
@@ -186,9 +188,13 @@ class ModelSpec:
     origin_site: str | None = None
     request_bytes: float = 0.0
     demand_source: str = ""
+    priority: int = 0
 
     def __post_init__(self) -> None:
         owner = f"model {self.name}"
+        if not isinstance(self.priority, int) or isinstance(self.priority, bool) or abs(self.priority) > 1_000_000:
+            raise InputError(f"{owner}: priority must be a whole number between -1000000 and 1000000 (higher is "
+                             "served first)", field="priority", value=self.priority)
         for i, d in enumerate(self.demand_req_per_s):
             check_range(d, field=f"demand_req_per_s[{i}]", source=owner, low=0)
         if not isinstance(self.min_replicas, int) or self.min_replicas < 0:

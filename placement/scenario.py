@@ -39,6 +39,7 @@ twice in one mapping is an error)::
         tp: [1, 2]                   # tensor-parallel degrees to consider (1, 2, 4, 8, 16; default 1, 2, 4, 8)
         min_replicas: 1
         max_replicas: null
+        priority: 0                  # optional: higher is served first when demand exceeds the inventory
         slo: {ttft_p95_s: 2.0, tpot_p95_s: 0.1}
         config: my-model/config.json # optional: the architecture from a Hugging Face config.json, or
         base_model: Llama-3.1-8B     # optional: a fine-tune sharing a catalog model's architecture
@@ -564,7 +565,7 @@ def build_problem(scenario: Scenario, *, progress: Callable[[str], None] | None 
         min_r, max_r = m.min_replicas, m.max_replicas
         models.append(ModelSpec(model.name, rates, slo.ttft_s, slo.tpot_s, min_replicas=min_r,
                                 max_replicas=max_r, origin_site=origin, request_bytes=request_bytes,
-                                demand_source=demand.source))
+                                demand_source=demand.source, priority=m.priority))
         why = []
         weights = model.weight_bytes(wd)
         mprof = measured.get(model.name, {})

@@ -299,6 +299,9 @@ class ScenarioModel(InputModel):
                                                                               description=_TP_DESCRIPTION)
     min_replicas: int = input_field(0, ge=0, le=10_000, description="replicas kept in every window")
     max_replicas: int | None = input_field(None, ge=1, le=100_000, description="most replicas in a window")
+    priority: int = input_field(0, ge=-1_000_000, le=1_000_000, description="when demand exceeds the inventory "
+                                "(plan --best-effort, the service), higher priorities are served first",
+                                fix="give a whole number; higher is served first")
     slo: SLOSpec = input_field(description="latency targets, seconds")
     origin_site: str | None = input_field(None, description="a site of the scenario where the model's traffic "
                                           "comes from (egress is charged when it is served elsewhere)")

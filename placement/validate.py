@@ -70,7 +70,9 @@ def plan_cost_usd(problem: Problem, plan: Plan) -> float:
                 cell = site_cap[mname][w]
                 cell[pool.site] = cell.get(pool.site, 0.0) + f
     for m in problem.models:
+        u = plan.unserved_req_per_s.get(m.name)
         for w, d in enumerate(m.demand_req_per_s):
+            d = d - u[w] if u else d  # egress is paid on the served demand only
             def rate(site: str, m=m) -> float:
                 if m.origin_site is None or site == m.origin_site:
                     return 0.0
@@ -92,7 +94,9 @@ def validate(problem: Problem, plan: Plan, *, check_objective: bool = True) -> V
     targets); (3) capacity: usable capacity covers demand in every window; (4) shared GPUs: residency allowed,
     memory fits, compute share <= 1 - margin in every window, served rates >= 0; (5) inventory: in every window
     and pool the replicas' tp groups and the shared GPUs fit onto the pool's nodes; (6) replica floor and ceiling;
-    (7) the reported objective equals the recomputed cost (when the plan reports one).
+    (7) the reported objective equals the recomputed cost (when the plan reports one); (8) a best-effort plan's
+    unserved demand: known models, one value per window, 0 <= unserved <= demand, and (in (3)) served + unserved
+    = demand: the capacity covers demand - unserved, and unserved is no more than the demand capacity leaves over.
     """
     v: list[str] = []
     W = problem.n_windows
@@ -124,6 +128,15 @@ def validate(problem: Problem, plan: Plan, *, check_objective: bool = True) -> V
                 v.append(f"shared GPU {i}: {mname} has {len(served)} windows, expected {W}")
             if any(f < -ABS_TOL for f in served):
                 v.append(f"shared GPU {i}: negative served rate for {mname}")
+    # (8) unserved demand of a best-effort plan: shapes and range
+    for name, row in plan.unserved_req_per_s.items():
+        if name not in models:
+            v.append(f"unserved demand of {name}, which is not a model of the problem")
+        elif len(row) != W:
+            v.append(f"unserved demand of {name}: {len(row)} windows, expected {W}")
+        elif any(not (-ABS_TOL <= x <= d * (1 + REL_TOL) + ABS_TOL) for x, d in zip(row, models[name].demand_req_per_s,
+                                                                                 strict=True)):
+            v.append(f"unserved demand of {name} must be within [0, demand] in every window, got {row}")
     if v:
         return ValidationReport(tuple(v))
 
@@ -152,9 +165,16 @@ def validate(problem: Problem, plan: Plan, *, check_objective: bool = True) -> V
             for w, f in enumerate(served):
                 cap[name][w] += f
     for m in problem.models:
+        u = plan.unserved_req_per_s.get(m.name, (0.0,) * W)
         for w, d in enumerate(m.demand_req_per_s):
-            if cap[m.name][w] < d * (1 - REL_TOL) - ABS_TOL:
-                v.append(f"{m.name} window {w}: usable capacity {cap[m.name][w]:.3f} req/s < demand {d:.3f} req/s")
+            if cap[m.name][w] + u[w] < d * (1 - REL_TOL) - ABS_TOL:
+                left = f" - unserved {u[w]:.3f}" if u[w] else ""
+                v.append(f"{m.name} window {w}: usable capacity {cap[m.name][w]:.3f} req/s < demand {d:.3f}{left} "
+                         "req/s")
+            elif u[w] > max(0.0, d - cap[m.name][w]) * (1 + REL_TOL) + ABS_TOL:
+                v.append(f"{m.name} window {w}: {u[w]:.3f} req/s reported unserved but the capacity "
+                         f"{cap[m.name][w]:.3f} req/s leaves only {max(0.0, d - cap[m.name][w]):.3f} of the demand "
+                         f"{d:.3f} req/s")
 
     # (4) shared GPUs: memory and compute share
     for i, g in enumerate(plan.shared):

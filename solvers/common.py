@@ -227,7 +227,9 @@ def finish_plan(problem: Problem, *, backend: str, gap: float, bounds: dict[str,
     with the true gap when a bound exists; HEURISTIC without one; NO_SOLUTION without any plan. Nothing is
     clamped: a bound above the objective (beyond BOUND_REL_TOL) is reported in the message as a defect and the
     status is FEASIBLE (tests assert bound <= objective, so such a defect fails them). ``backend_ran=False``: no
-    exact model was solved (the start is the answer by design, not for lack of a backend plan).
+    exact model was solved (the start is the answer by design, not for lack of a backend plan). A plan that leaves
+    demand unserved (``unserved_req_per_s``, best effort) keeps it, and its message starts with
+    :func:`best_effort_summary`.
     """
     cands = []
     if incumbent is not None:
@@ -245,6 +247,8 @@ def finish_plan(problem: Problem, *, backend: str, gap: float, bounds: dict[str,
         return Plan(status=Status.NO_SOLUTION, backend=backend, bound_usd=bound, solve_time_s=solve_time_s,
                     message="; ".join(parts))
     which, plan, objective = min(cands, key=lambda c: (c[2], c[0] != "backend"))
+    if plan.best_effort:
+        parts.insert(0, best_effort_summary(problem, plan.unserved_req_per_s))
     if start is not None and incumbent is not None and which == "start" and objective < cands[0][2] - 1e-9:
         parts.append(f"the backend's plan (${cands[0][2]:,.2f}) was worse than the warm start "
                      f"({start.backend}, ${objective:,.2f}); the warm start is returned")
@@ -268,4 +272,15 @@ def finish_plan(problem: Problem, *, backend: str, gap: float, bounds: dict[str,
         parts.append(f"{why}no proven bound")
     return Plan(replicas=plan.replicas, shared=plan.shared, status=status, backend=backend,
                 objective_usd=objective, bound_usd=bound, gap=g, solve_time_s=solve_time_s,
-                message="; ".join(parts))
+                message="; ".join(parts), unserved_req_per_s=plan.unserved_req_per_s)
+
+
+def best_effort_summary(problem: Problem, unserved_req_per_s: dict[str, tuple[float, ...]]) -> str:
+    """One sentence for a best-effort plan: that it is best effort, and per model its priority, its most
+    unserved req/s in a window and in how many windows some demand is unserved."""
+    prio = {m.name: m.priority for m in problem.models}
+    each = [f"{m} (priority {prio[m]}) up to {max(row):.2f} req/s in {sum(1 for x in row if x > 0)} of "
+            f"{len(row)} windows" for m, row in sorted(unserved_req_per_s.items(), key=lambda kv: (-prio[kv[0]],
+                                                                                                kv[0]))
+            if max(row, default=0) > 0]
+    return "BEST EFFORT: demand exceeds the inventory; unserved " + ", ".join(each)

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 import pulp
 
 from fleetplan.errors import SolverError
-from fleetplan.placement.plan import Plan, SharedGPU, Status, evaluate, tidy_shared
+from fleetplan.placement.plan import Plan, SharedGPU, Status, evaluate, tidy_shared, unserved
 from fleetplan.placement.problem import Problem
 from fleetplan.solvers.common import (
     TIME_LIMIT_SHARE,
@@ -73,11 +73,12 @@ class PlacementMilpModel:
     relax: bool
     short: dict
     floor_short: dict
+    unserved: dict
 
 
 def build_milp(problem: Problem, *, relax: bool = False, elastic: bool = False,
                aggregate: bool = False, with_starts: bool = True, cover_cuts: bool = False,
-               neighbours: tuple[dict, dict] | None = None) -> PlacementMilpModel:
+               neighbours: tuple[dict, dict] | None = None, unserved: bool = False) -> PlacementMilpModel:
     """Build the MILP (or, with ``relax=True``, its LP relaxation) of ``problem``; a pure function of it.
 
     ``elastic=True`` adds a shortfall variable short[m,w] >= 0 (req/s, penalty ELASTIC_PENALTY_USD each) to the
@@ -98,6 +99,9 @@ def build_milp(problem: Problem, *, relax: bool = False, elastic: bool = False,
     ``neighbours=(before, after)`` (one-window problems only; {option key: replicas} in the windows before and
     after it, held fixed) adds the starts this window causes: st_in[o] >= n[o] - before[o] and
     st_out[o] >= after[o] - n[o], each at the option's start cost (used by fix-and-optimize by windows).
+    ``unserved=True`` adds the unserved demand u[m,w] ∈ [0, d[m,w]] (req/s) to the supply side of (1)/(2), with
+    no cost: the objective stays the cost, and :func:`solve_best_effort` minimises the unserved demand by
+    priority class first (best effort when demand exceeds the inventory).
     """
     idx = build_index(problem, aggregate=aggregate)
     W = idx.W
@@ -138,6 +142,11 @@ def build_milp(problem: Problem, *, relax: bool = False, elastic: bool = False,
             for w in W:
                 short[(m.name, w)] = lp.add_variable(f"short_{i}_{w}", 0)
                 floor_short[(m.name, w)] = lp.add_variable(f"fshort_{i}_{w}", 0)
+    unserved_v = {}
+    if unserved:
+        for i, m in enumerate(problem.models):
+            for w in W:
+                unserved_v[(m.name, w)] = lp.add_variable(f"unserved_{i}_{w}", 0, m.demand_req_per_s[w])
 
     # Objective: GPU-hours × price + starts × start cost + egress.
     obj = [ELASTIC_PENALTY_USD * v for v in short.values()] + [ELASTIC_PENALTY_USD * v for v in floor_short.values()]
@@ -165,14 +174,18 @@ def build_milp(problem: Problem, *, relax: bool = False, elastic: bool = False,
                 rhs = q[(m.name, s, w)] if len(sites) > 1 else m.demand_req_per_s[w]
                 if elastic and len(sites) == 1:
                     supply.append(short[(m.name, w)])
+                if unserved and len(sites) == 1:
+                    supply.append(unserved_v[(m.name, w)])
                 lp += pulp.lpSum(supply) >= rhs, f"c1_cover_{m.name}_{s}_{w}"
             # (2) Demand is served across sites.
             if len(sites) > 1:
                 extra = [short[(m.name, w)]] if elastic else []
+                extra += [unserved_v[(m.name, w)]] if unserved else []
                 lp += (pulp.lpSum([q[(m.name, s, w)] for s in sites] + extra) >= m.demand_req_per_s[w],
                        f"c2_demand_{m.name}_{w}")
             if not sites and m.demand_req_per_s[w] > 0:
                 extra = [short[(m.name, w)]] if elastic else []
+                extra += [unserved_v[(m.name, w)]] if unserved else []
                 lp += pulp.lpSum(extra) >= m.demand_req_per_s[w], f"c1_no_option_{m.name}_{w}"
 
     for (p, b) in idx.bins:
@@ -251,7 +264,7 @@ def build_milp(problem: Problem, *, relax: bool = False, elastic: bool = False,
     for (key, w), var in st.items():
         lp += var >= n[(key, w)] - n[(key, W[w - 1])], f"c8_start_{key[0]}_{key[1]}_{key[2]}_{key[3]}_{w}"
     return PlacementMilpModel(lp=lp, idx=idx, n=n, st=st, y=y, a=a, f=f, q=q, relax=relax, short=short,
-                     floor_short=floor_short)
+                     floor_short=floor_short, unserved=unserved_v)
 
 
 def _set_initial(model: PlacementMilpModel, warm: dict) -> bool:
@@ -421,6 +434,101 @@ def solve_milp(problem: Problem, *, backend: str = "highs", time_limit_s: float 
     return finish_plan(problem, backend=backend, gap=gap, bounds=bounds, incumbent=incumbent, start=warm_start,
                        time_limit_reached=reached, time_limit_s=time_limit_s, solve_time_s=time.perf_counter() - t0,
                        notes=notes)
+
+
+#: Relative gap of each priority stage of :func:`solve_best_effort` (the least unserved demand of a class).
+BEST_EFFORT_STAGE_GAP = 1e-6
+#: Slack, req/s summed over a class's windows, when a class's least unserved demand is fixed for the later stages
+#: (room for the solvers' 1e-7 feasibility tolerance on each row).
+BEST_EFFORT_FIX_TOL = 1e-6
+
+
+def _run(model: PlacementMilpModel, backend: str, time_limit_s: float, threads: int | None, gap: float,
+         msg: bool) -> tuple[bool, float | None, float | None, bool]:
+    """Solve ``model.lp`` as it stands: (infeasible, objective or None, proven lower bound or None,
+    time limit reached)."""
+    if backend == "highs":
+        solver = HiGHS(msg=msg, timeLimit=max(0.05, time_limit_s), threads=threads, gapRel=gap)
+    else:
+        solver = pulp.PULP_CBC_CMD(msg=msg, timeLimit=max(1, math.ceil(time_limit_s)), threads=threads,
+                                   gapRel=gap, timeMode="elapsed")
+    if not solver.available():
+        raise SolverError(f"MILP backend {backend!r} is not available in this environment")
+    t = time.perf_counter()
+    try:
+        model.lp.solve(solver)
+    except pulp.PulpSolverError as exc:
+        raise SolverError(f"the {backend} solver failed: {str(exc).split('/')[0].strip()}") from None
+    st, sol = model.lp.status, model.lp.sol_status
+    if sol == pulp.LpSolutionInfeasible or st == pulp.LpStatusInfeasible:
+        return True, None, None, False
+    value = (float(pulp.value(model.lp.objective) or 0.0)
+             if sol in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible) else None)
+    if backend == "highs":
+        h = model.lp.solverModel
+        b = float(h.getInfo().mip_dual_bound)
+        return False, value, (b if math.isfinite(b) else None), h.getModelStatus() == highspy_status("kTimeLimit")
+    # CBC: optimal within gapRel is the only proof PuLP exposes
+    bound = value * (1 - gap) if value is not None and sol == pulp.LpSolutionOptimal else None
+    return False, value, bound, time.perf_counter() - t >= TIME_LIMIT_SHARE * time_limit_s
+
+
+def solve_best_effort(problem: Problem, *, backend: str = "highs", time_limit_s: float = 60,
+                      threads: int | None = None, gap: float = 1e-4, deadline: float | None = None,
+                      msg: bool = False) -> Plan:
+    """The best-effort plan when demand may exceed the inventory: the most demand served in order of the models'
+    ``priority`` (higher first), then the lowest cost; a new Plan whose ``unserved_req_per_s`` lists the demand
+    left unserved.
+
+    Lexicographic by stages on one model (:func:`build_milp` with ``unserved=True``): for each priority class,
+    highest first, minimise the class's unserved demand Σ u[m,w] (req/s summed over windows, to a relative gap
+    of BEST_EFFORT_STAGE_GAP) and fix it (Σ u <= the value found + BEST_EFFORT_FIX_TOL) for the later stages;
+    last, minimise the cost to ``gap``. Stages rather than one weighted objective: the weights that would make
+    one objective lexicographic grow with each class's demand divided by the smallest difference in served
+    demand that counts, far beyond the solvers' numerical range. The unserved demand reported is the plan's own
+    (demand - usable capacity, :func:`fleetplan.placement.plan.unserved`), not the solver's variables.
+    The cost bound (status OPTIMAL/FEASIBLE) is the last stage's: a bound on the cost at the service levels fixed
+    by the stages; it is given only when every stage proved its least unserved demand, otherwise the plan is
+    HEURISTIC and the message says which class was not proven. Each stage gets an equal share of the time left.
+    Raises SolverError for an unknown or unavailable backend.
+    """
+    t0 = time.perf_counter()
+    if backend not in ("highs", "cbc"):
+        raise SolverError(f"unknown MILP backend {backend!r}; use 'highs' or 'cbc'")
+    end = deadline if deadline is not None else t0 + time_limit_s
+    model = build_milp(problem, unserved=True)
+    cost = model.lp.objective
+    prio = {m.name: m.priority for m in problem.models}
+    classes = sorted(set(prio.values()), reverse=True)
+    notes: list[str] = []
+    proven = True
+    for i, k in enumerate(classes):
+        terms = [v for (m, _w), v in model.unserved.items() if prio[m] == k]
+        model.lp.setObjective(pulp.lpSum(terms))
+        left = (end - time.perf_counter()) / (len(classes) + 1 - i)
+        infeasible, value, bound, reached = _run(model, backend, left, threads, BEST_EFFORT_STAGE_GAP, msg)
+        if infeasible:
+            return Plan(status=Status.INFEASIBLE, backend=backend, solve_time_s=time.perf_counter() - t0)
+        if value is None:
+            return finish_plan(problem, backend=backend, gap=gap, bounds={}, time_limit_reached=reached,
+                               time_limit_s=time_limit_s, solve_time_s=time.perf_counter() - t0,
+                               notes=(f"best effort: no plan for priority class {k} in its share of the time",))
+        if bound is None or value - bound > BEST_EFFORT_STAGE_GAP * max(1.0, value) + BEST_EFFORT_FIX_TOL:
+            proven = False
+            why = "time limit reached" if reached else "stopped"
+            notes.append(f"best effort: the least unserved demand of priority {k} is not proven ({why}; "
+                         f"{value:.3f} req/s over the windows found, bound {bound if bound is not None else 'none'})")
+        model.lp += pulp.lpSum(terms) <= value + BEST_EFFORT_FIX_TOL, f"best_effort_fix_{i}"
+    model.lp.setObjective(cost)
+    infeasible, value, bound, reached = _run(model, backend, end - time.perf_counter(), threads, gap, msg)
+    incumbent = None
+    if not infeasible and value is not None:
+        replicas, shared = extract_plan(problem, model)
+        incumbent = Plan(replicas=replicas, shared=shared, unserved_req_per_s=unserved(problem, replicas, shared))
+    bounds = {f"{backend} (at the served levels)": bound} if proven else {}
+    return finish_plan(problem, backend=backend, gap=gap, bounds=bounds, incumbent=incumbent,
+                       time_limit_reached=reached, time_limit_s=time_limit_s,
+                       solve_time_s=time.perf_counter() - t0, notes=tuple(notes))
 
 
 def highspy_status(name: str):

@@ -637,10 +637,14 @@ class Replanner:
 
         Order: (1) floors, then models whose forecast exceeds usable capacity (dedicated of ready and loading
         replicas + what their shared GPUs can serve) get replicas of the option with the lowest hourly cost for
-        the deficit, best fit onto nodes; (2) while budget is left, the replica whose removal saves the most is
-        stopped if the survivors' usable capacity still covers forecast / target_utilization (for N equal
-        replicas: forecast / (N − 1) <= target × usable per replica: the survivors absorb the removed share,
-        N/(N − 1) more load each); loading replicas are stopped first (cancelling a load costs nothing served).
+        the deficit, best fit onto nodes, in order of the models' priority (higher first) and then of deficit;
+        when nothing of a model fits, replicas of lower-priority models are stopped to make room
+        (:meth:`_preempt`; each stop counts against the budget): when the forecast exceeds the fleet, demand is
+        served by priority and the rest is reported in ``unmet_req_per_s``; (2) while budget is left, the replica
+        whose removal saves the most is stopped if the survivors' usable capacity still covers
+        forecast / target_utilization (for N equal replicas: forecast / (N − 1) <= target × usable per replica:
+        the survivors absorb the removed share, N/(N − 1) more load each); loading replicas are stopped first
+        (cancelling a load costs nothing served).
         """
         t0 = time.perf_counter()
         at_s = time.time() if at_s is None else float(at_s)
@@ -664,7 +668,8 @@ class Replanner:
         def deficit(m: str) -> float:
             return forecast[m] - ded[m] - shared_cap[m]
 
-        order = sorted(self.models, key=lambda m: (-deficit(m), m))
+        # priority first (higher served first when the inventory runs out), then the largest deficit
+        order = sorted(self.models, key=lambda m: (-self.models[m].priority, -deficit(m), m))
         for m in order:
             spec = self.models[m]
             while unlimited or moves < budget:
@@ -676,6 +681,11 @@ class Replanner:
                 if spec.max_replicas is not None and n >= spec.max_replicas:
                     break
                 o = self._choose_option(m, max(d, 0.0))
+                if o is None:
+                    # nothing fits: stop replicas of lower-priority models to make room, within the budget
+                    stopped = self._preempt(m, ded, budget=None if unlimited else budget - moves - 1)
+                    moves += stopped
+                    o = self._choose_option(m, max(d, 0.0)) if stopped else None
                 if o is None:
                     break
                 nodes = self.nodes.place(o.pool, o.tp, o.pp)
@@ -715,6 +725,43 @@ class Replanner:
         res = self._result(at_s, reason, t0=t0, before=before, forecast=forecast)
         self.drifted = self._drift(res)
         return res
+
+    def _preempt(self, model: str, ded: dict[str, float], *, budget: int | None) -> int:
+        """Stop replicas of models of lower priority than ``model`` (lowest priority first, loading ones first,
+        never below a model's replica floor) until one replica of ``model`` fits; at most ``budget`` stops (None:
+        unlimited), none at all when no set within it makes room. Updates ``ded`` (usable dedicated req/s per model)
+        and returns the number of replicas stopped."""
+        prio = self.models[model].priority
+        spec = self.models[model]
+        for o in sorted(self.by_model[model], key=lambda o: (self.price_per_hour[o.key] / self.usable[o.key], o.key)):
+            if o.ttft_p95_s > spec.ttft_p95_s * (1 + 1e-6) or o.tpot_p95_s > spec.tpot_p95_s * (1 + 1e-6):
+                continue
+            victims = sorted(((self.models[k[0]].priority, -inst.ready_at_s, k, i)
+                              for k, insts in self.instances.items() for i, inst in enumerate(insts)
+                              if k[1] == o.pool and self.models[k[0]].priority < prio), key=lambda v: v[:3])
+            trial = copy.deepcopy(self.nodes)
+            left = {m: self._replica_count(m) for m in self.models}
+            chosen: list[tuple[OptionKey, int]] = []
+            for _p, _r, k, i in victims:
+                if left[k[0]] - 1 < self.models[k[0]].min_replicas:
+                    continue
+                if budget is not None and len(chosen) >= budget:
+                    break
+                trial.release(k[1], self.instances[k][i].nodes, k[2], k[3])
+                left[k[0]] -= 1
+                chosen.append((k, i))
+                if trial.can_place(o.pool, o.tp, o.pp):
+                    break
+            else:
+                continue
+            if not trial.can_place(o.pool, o.tp, o.pp):
+                continue
+            for k, i in sorted(chosen, key=lambda c: -c[1]):  # highest index first keeps the others' positions
+                inst = self.instances[k].pop(i)
+                self.nodes.release(k[1], inst.nodes, k[2], k[3])
+                ded[k[0]] -= self.usable[k]
+            return len(chosen)
+        return 0
 
     def _hold(self, forecast: Mapping[str, float], at_s: float) -> dict[str, float]:
         """Record this round's forecasts and return, per model, the highest forecast of the last ``cooldown_s``

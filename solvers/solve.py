@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 from fleetplan.errors import SolverError, check_range
 from fleetplan.placement.plan import Plan, Status
@@ -13,7 +14,7 @@ from fleetplan.solvers.common import build_index, finish_plan
 from fleetplan.solvers.cpsat import solve_cpsat
 from fleetplan.solvers.decompose import solve_by_windows, window_bound
 from fleetplan.solvers.explain import explain_infeasible, precheck
-from fleetplan.solvers.milp import solve_lp_bound, solve_milp
+from fleetplan.solvers.milp import solve_best_effort, solve_lp_bound, solve_milp
 
 
 def _milp(backend: str) -> Callable[..., Plan]:
@@ -112,7 +113,7 @@ def _solve_large(problem, backend: str, *, size: int, t0: float, deadline: float
 
 def solve(problem, backend: str = "highs", *, time_limit_s: float = 60, threads: int | None = None,
           gap: float = 1e-4, warm_start: bool = True, lp_bound: bool = True,
-          progress: Callable[[str], None] | None = None) -> Plan:
+          progress: Callable[[str], None] | None = None, best_effort: bool = False) -> Plan:
     """Solve a placement Problem with ``backend`` (a name in REGISTRY); returns a new Plan.
 
     Steps, all within ``time_limit_s`` of wall time (model building included, plus the last step's overrun):
@@ -124,6 +125,12 @@ def solve(problem, backend: str = "highs", *, time_limit_s: float = 60, threads:
     (the sum of each window's own proven bound, valid because the windows relax the all-day shared GPUs and the
     start costs); ``warm_start`` and ``lp_bound`` do not apply there. Status, bound and message:
     :func:`fleetplan.solvers.common.finish_plan`.
+    ``best_effort=True``: when the problem is infeasible (by the prechecks or the solver), the best-effort plan of
+    :func:`fleetplan.solvers.milp.solve_best_effort` (most demand served by priority, then cost; unserved demand
+    listed in the plan) with the time left (at least BEST_EFFORT_MIN_S); the MILP backends only (CP-SAT's model
+    rounds capacities and has no unserved demand: with ``backend='cpsat'`` the best-effort stage runs HiGHS and
+    the message says so). A problem that even best effort cannot plan (replica floors beyond the inventory) stays
+    INFEASIBLE with its explanation.
     Raises SolverError for an unknown backend, InputError for a time limit or gap out of range (NaN included).
     """
     if backend not in REGISTRY:
@@ -133,6 +140,10 @@ def solve(problem, backend: str = "highs", *, time_limit_s: float = 60, threads:
     t0 = time.perf_counter()
     deadline = t0 + time_limit_s
     reasons = precheck(problem)
+    if reasons and best_effort:
+        say("demand exceeds the inventory: best effort by priority")
+        return _best_effort(problem, backend, t0=t0, deadline=deadline, time_limit_s=time_limit_s, threads=threads,
+                            gap=gap, why=reasons)
     if reasons:
         return Plan(status=Status.INFEASIBLE, backend=backend, message="; ".join(reasons),
                     solve_time_s=time.perf_counter() - t0)
@@ -174,11 +185,34 @@ def solve(problem, backend: str = "highs", *, time_limit_s: float = 60, threads:
     say(f"solving with {backend} (at most {max(0.0, deadline - time.perf_counter()):.0f} s)")
     plan = REGISTRY[backend](problem, time_limit_s=time_limit_s, threads=threads, gap=gap, warm_start=start,
                              deadline=deadline, extra_bounds=bounds)
+    if plan.status is Status.INFEASIBLE and best_effort:
+        say("demand exceeds the inventory: best effort by priority")
+        return _best_effort(problem, backend, t0=t0, deadline=deadline, time_limit_s=time_limit_s, threads=threads,
+                            gap=gap, why=["the solver proved the problem infeasible"])
     if plan.status is Status.INFEASIBLE:
         say("explaining infeasibility")
         return Plan(status=Status.INFEASIBLE, backend=backend, solve_time_s=time.perf_counter() - t0,
                     message="; ".join(explain_infeasible(problem)))
     msg = "; ".join([*notes, plan.message]) if notes else plan.message
-    return Plan(replicas=plan.replicas, shared=plan.shared, status=plan.status, backend=plan.backend,
-                objective_usd=plan.objective_usd, bound_usd=plan.bound_usd, gap=plan.gap,
-                solve_time_s=time.perf_counter() - t0, message=msg)
+    return replace(plan, solve_time_s=time.perf_counter() - t0, message=msg)
+
+
+#: Least time, seconds, the best-effort stage gets after the exact solve proved the problem infeasible.
+BEST_EFFORT_MIN_S = 2.0
+
+
+def _best_effort(problem, backend: str, *, t0: float, deadline: float, time_limit_s: float, threads: int | None,
+                 gap: float, why: list[str]) -> Plan:
+    """The best-effort plan of an infeasible ``problem`` (see :func:`solve`), or INFEASIBLE with the explanation
+    when even best effort has no plan."""
+    milp = backend if backend in ("highs", "cbc") else "highs"
+    deadline = max(deadline, time.perf_counter() + BEST_EFFORT_MIN_S)
+    plan = solve_best_effort(problem, backend=milp, time_limit_s=time_limit_s, threads=threads, gap=gap,
+                             deadline=deadline)
+    if plan.status is Status.INFEASIBLE:
+        return Plan(status=Status.INFEASIBLE, backend=backend, solve_time_s=time.perf_counter() - t0,
+                    message="; ".join(explain_infeasible(problem)))
+    notes = [f"infeasible as given ({'; '.join(why)})"]
+    if milp != backend:
+        notes.append(f"best effort is solved by the {milp} MILP ({backend} has no unserved-demand model)")
+    return replace(plan, solve_time_s=time.perf_counter() - t0, message="; ".join([*notes, plan.message]))

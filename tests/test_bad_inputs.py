@@ -4,6 +4,7 @@ names the real cause, no traceback, and leaves no file behind."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -61,8 +62,16 @@ def test_simulate_refuses_an_edited_plan(tmp_path, plan_file, edit, needles):
         assert n in out, (n, out)
 
 
+#: Scenarios for the CLI cases ({data} in their arguments).
+DATA = Path(__file__).parent / "data" / "scenarios"
+
 # (arguments, words the one-line error must hold); every output path lies under the test's folder.
 CLI_CASES = [
+    # Demand beyond the inventory: an explained error that points to --best-effort (with --format json, the JSON
+    # error object on stdout: test_best_effort.py).
+    (["plan", "{data}/short_of_gpus.yaml", "--no-baselines", "--time-limit", "10"],
+     ["no plan (infeasible)", "Llama-3.1-8B in window", "short by", "--best-effort"]),
+    (["plan", "{data}/short_of_gpus.yaml", "--best-effort", "--verify"], ["--best-effort with --verify"]),
     (["plan", "--out", "{tmp}/no/such/folder/p.json"], ["does not exist"]),
     (["plan", "--out", "{tmp}"], ["is a directory"]),  # click's own check of the option (a usage error)
     (["plan", "--out", "{tmp}/a.json", "--plot", "{tmp}/a.json"], ["name the same file"]),
@@ -90,7 +99,7 @@ def test_cli_refuses_bad_options_before_any_work(tmp_path, plan_file, args, need
     plan = tmp_path.parent / f"{tmp_path.name}-plan.json"
     plan.write_text(json.dumps(plan_file))
     before = sorted(tmp_path.iterdir())
-    code, out = run(*[a.format(tmp=tmp_path, plan=plan) for a in args])
+    code, out = run(*[a.format(tmp=tmp_path, plan=plan, data=DATA) for a in args])
     assert code == 2, out
     lines = [x for x in out.splitlines() if x.strip()]
     assert lines[-1].startswith("Error: ") and sum(x.startswith("Error: ") for x in lines) == 1, out

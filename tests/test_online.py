@@ -301,3 +301,35 @@ def test_rounds_drifting_above_the_last_resolve_ask_for_a_resolve():
     r.round(5.0)
     # back on X: $4/h against the reference $2/h x max(1, 15 / 15) = $2/h, above 1.1 x $2/h -> drifted
     assert r.drifted
+
+
+def test_round_serves_by_priority_when_the_forecast_exceeds_the_fleet():
+    # One pool of 4 GPUs; a tp-1 replica of either model gives 10 × 0.9 = 9 usable req/s. 'lo' (priority 0) fills
+    # the pool first (ceil(30 / 9) = 4 replicas); then 'hi' (priority 1) asks for 18 req/s = 2 replicas: two of
+    # lo's replicas are stopped for them (2 stops + 2 starts = 4 migrations, within the budget of 8), and lo's
+    # 30 - 2 × 9 = 12 req/s are reported unmet.
+    pool = Pool("t:r1", "X", nodes=1, gpus_per_node=4, usd_per_gpu_hour=2.0, memory_bytes_per_gpu=80e9)
+    models = (ModelSpec("hi", (0.0,) * 24, 1.0, 0.1, priority=1), ModelSpec("lo", (0.0,) * 24, 1.0, 0.1))
+    opts = tuple(ReplicaOption(m, pool.id, 1, 1, 10.0, 40e9) for m in ("hi", "lo"))
+    p = Problem(H, 24, (pool,), models, opts, margin=0.1)
+    r = Replanner(p, EXACT)
+    r.initial(0.0)
+    r.forecaster.observe("lo", 30.0, 1.0)
+    first = r.round(2.0)
+    assert first.plan.replicas == {("lo", pool.id, 1, 1): (4,)} and first.unmet_req_per_s["lo"] == pytest.approx(0)
+    r.forecaster.observe("hi", 18.0, 3.0)
+    res = r.round(4.0)
+    assert res.plan.replicas == {("hi", pool.id, 1, 1): (2,), ("lo", pool.id, 1, 1): (2,)}
+    assert res.migrations == 4
+    assert res.unmet_req_per_s["hi"] == pytest.approx(0.0) and res.unmet_req_per_s["lo"] == pytest.approx(12.0)
+    assert res.report.ok
+    # Equal priority: nobody is stopped for a newcomer; its whole forecast is unmet.
+    eq = Problem(H, 24, (pool,), tuple(ModelSpec(m.name, m.demand_req_per_s, 1.0, 0.1) for m in models), opts,
+                 margin=0.1)
+    r = Replanner(eq, EXACT)
+    r.initial(0.0)
+    r.forecaster.observe("lo", 30.0, 1.0)
+    r.round(2.0)
+    r.forecaster.observe("hi", 18.0, 3.0)
+    res = r.round(4.0)
+    assert res.plan.replicas == {("lo", pool.id, 1, 1): (4,)} and res.unmet_req_per_s["hi"] == pytest.approx(18.0)
