@@ -13,7 +13,7 @@ from fleetplan.cli.data import data
 from fleetplan.cli.ledger import ledger
 from fleetplan.cli.plan import plan
 from fleetplan.cli.schema import schema
-from fleetplan.cli.serve import serve
+from fleetplan.cli.serve import export_history, serve
 from fleetplan.cli.simulate import simulate
 from fleetplan.cli.whatif import whatif
 from fleetplan.errors import FleetplanError
@@ -37,7 +37,7 @@ def main() -> None:
     that meets the TTFT/TPOT SLOs, network egress included."""
 
 
-for _command in (data, plan, simulate, ledger, whatif, allocate, serve, schema, calibrate):
+for _command in (data, plan, simulate, ledger, whatif, allocate, serve, export_history, schema, calibrate):
     main.add_command(_command)
 
 if __name__ == "__main__":  # pragma: no cover

@@ -31,7 +31,13 @@ from fleetplan.errors import FleetplanError, InputError
 from fleetplan.placement.problem import Problem
 from fleetplan.placement.scenario import Scenario
 from fleetplan.simulator.engine import FCFS, DeviceSpec, EngineSpec, Policy, run
-from fleetplan.simulator.replay import FleetBuilder, _meets, model_slos, request_latencies, scenario_workload
+from fleetplan.simulator.replay import (
+    FleetBuilder,
+    meets_slo,
+    model_slos,
+    request_latencies,
+    scenario_workload,
+)
 
 OptionKey = tuple[str, str, int, int]
 
@@ -214,7 +220,7 @@ def replay_fleet_day(problem: Problem, scenario: Scenario, steps: Sequence[Fleet
         devices: list[DeviceSpec] = []
         for x in live:
             pool = pools[x.pool]
-            gpu = get_gpu(pool.gpu, builder._file("gpus"))
+            gpu = get_gpu(pool.gpu, builder.scenario_file("gpus"))
             frm, until = x.ready_s - a, x.stop_s - a
             if x.key is not None:
                 m, _, tp, pp = x.key
@@ -226,7 +232,8 @@ def replay_fleet_day(problem: Problem, scenario: Scenario, steps: Sequence[Fleet
                 devices.append(DeviceSpec(f"shared {x.pool}", 1, pool.usd_per_gpu_hour, gpu.tdp_w or 0.0,
                                           gpu=pool.gpu))
                 for m in x.models:
-                    budget = shares[(m, x.pool)].memory_bytes - get_model(m, builder._file("models")).weight_bytes(wd)
+                    weights = get_model(m, builder.scenario_file("models")).weight_bytes(wd)
+                    budget = shares[(m, x.pool)].memory_bytes - weights
                     engines.append(EngineSpec(m, len(devices) - 1, builder.step_model(m, x.pool, 1, 1, budget), frm,
                                               until))
         wl = scenario_workload(scenario, w, 0.0, L, seed, names=names)
@@ -249,7 +256,7 @@ def replay_fleet_day(problem: Problem, scenario: Scenario, steps: Sequence[Fleet
             tt, tp_, e2e = request_latencies(sub, res)
             for m in served:
                 sel = sub.model == m
-                ok = _meets(slos[m], tt[sel], tp_[sel], e2e[sel], res.dropped[sel])
+                ok = meets_slo(slos[m], tt[sel], tp_[sel], e2e[sel], res.dropped[sel])
                 r, met = rep.by_model[m]
                 rep.by_model[m] = (r + int(sel.sum()), met + int(ok.sum()))
                 rep.requests += int(sel.sum())

@@ -104,7 +104,9 @@ class FleetBuilder:
         #: Where each replica type's step times come from, when not from the roofline alone (for reports).
         self.notes: list[str] = []
 
-    def _file(self, key: str) -> str | None:
+    def scenario_file(self, key: str) -> str | None:
+        """The scenario's ``files: {key: path}`` entry (relative paths resolved against the scenario's folder), or
+        None when it names none (then the shipped table is used)."""
         from pathlib import Path
 
         files = (self.scenario.raw.get("files") or {}) if self.scenario is not None else {}
@@ -126,8 +128,8 @@ class FleetBuilder:
         wd, kd = opts.get("weight_dtype", "bf16"), opts.get("kv_dtype", "bf16")
         mu = opts.get("memory_utilization", 0.9)
         pool = self.problem.pool_by_id[pool_id]
-        model = get_model(model_name, self._file("models"))
-        gpu = get_gpu(pool.gpu, self._file("gpus"))
+        model = get_model(model_name, self.scenario_file("models"))
+        gpu = get_gpu(pool.gpu, self.scenario_file("gpus"))
         calib_file = opts.get("calibration")
         base = self.scenario.base_dir if self.scenario is not None else None
         if calib_file is not None and base and not os.path.isabs(calib_file):
@@ -186,7 +188,7 @@ class FleetBuilder:
             if not n:
                 continue
             pool = pools[pool_id]
-            gpu = get_gpu(pool.gpu, self._file("gpus"))
+            gpu = get_gpu(pool.gpu, self.scenario_file("gpus"))
             sm = self.step_model(m, pool_id, tp, pp, None)
             for r in range(n):
                 devices.append(DeviceSpec(f"{m} {pool.gpu}@{pool.site} tp{tp}x{pp} #{r + 1}", tp * pp,
@@ -195,14 +197,14 @@ class FleetBuilder:
                 dm.append((m,))
         for g_i, g in enumerate(self.plan.shared):
             pool = pools[g.pool]
-            gpu = get_gpu(pool.gpu, self._file("gpus"))
+            gpu = get_gpu(pool.gpu, self.scenario_file("gpus"))
             devices.append(DeviceSpec(f"shared {pool.gpu}@{pool.site} #{g_i + 1} ({' + '.join(g.models)})", 1,
                                       pool.usd_per_gpu_hour, gpu.tdp_w or 0.0, gpu=pool.gpu))
             for m in g.models:
                 opt = shares[(m, g.pool)]
 
                 wd = (self.scenario.options if self.scenario is not None else {}).get("weight_dtype", "bf16")
-                budget = opt.memory_bytes - get_model(m, self._file("models")).weight_bytes(wd)
+                budget = opt.memory_bytes - get_model(m, self.scenario_file("models")).weight_bytes(wd)
                 engines.append(EngineSpec(m, len(devices) - 1, self.step_model(m, g.pool, 1, 1, budget)))
             dm.append(tuple(g.models))
         return Fleet(engines, devices, dm)
@@ -479,7 +481,7 @@ def model_slos(problem: Problem, scenario: Scenario | None) -> dict[str, SLO]:
     return {m.name: SLO(m.ttft_p95_s, m.tpot_p95_s) for m in problem.models}
 
 
-def _meets(slo: SLO, ttft: np.ndarray, tpot: np.ndarray, e2e: np.ndarray, dropped: np.ndarray) -> np.ndarray:
+def meets_slo(slo: SLO, ttft: np.ndarray, tpot: np.ndarray, e2e: np.ndarray, dropped: np.ndarray) -> np.ndarray:
     """Per request: meets every target of ``slo`` (and was not dropped)."""
     ok = (ttft <= slo.ttft_s) & (tpot <= slo.tpot_s) & ~dropped
     if slo.e2e_s is not None:
@@ -558,7 +560,7 @@ def window_metrics(problem: Problem, fleet: Fleet, wl: Workload, res: RunResult,
         spec, slo = specs[m], slos[m]
         dropped = res.dropped[sel]
         e2e = res.done_s[sel] - wl.arrival_s[sel]
-        meets = _meets(slo, ttft[sel], tpot[sel], e2e, dropped)
+        meets = meets_slo(slo, ttft[sel], tpot[sel], e2e, dropped)
         tt = ttft[sel][~dropped]
         tp = tpot[sel][(~dropped) & (wl.output_tokens[sel] > 1)]
         tokens = float((wl.input_tokens[sel] + wl.output_tokens[sel]).sum()) * window_length_s / dur
@@ -677,7 +679,7 @@ def _collect(problem: Problem, wl: Workload, res: RunResult, lat: dict[str, list
         sel = measured & (wl.model == m)
         if not sel.any():
             continue
-        ok = _meets(slos[m], ttft[sel], tpot[sel], e2e_all[sel], res.dropped[sel])
+        ok = meets_slo(slos[m], ttft[sel], tpot[sel], e2e_all[sel], res.dropped[sel])
         tp = np.where(wl.output_tokens[sel] > 1, tpot[sel], np.nan)
         lat.setdefault(m, []).append((ttft[sel], tp, queue[sel], ok, e2e_all[sel]))
 
