@@ -100,7 +100,8 @@ class OnlineConfig:
             > 10 %; blend 19.5 %, 10.0 %; AutoETS 11.9 % but 14.7 % under; seasonal naive 27.9 %, 8.7 %.
         history_slot_s: length of one slot of the observed-rate history, seconds (a divisor of a day; 600 is
             ServeGen's resolution and two service rounds).
-        history_days: days of history kept per model (bounded state), >= 2.
+        history_days: days of history kept per model (bounded state), >= 2. It is part of the state stored with
+            every plan: about 9 KB of JSON per model for 7 days of 600-s slots.
     """
 
     ewma_alpha: float = 0.3
@@ -449,7 +450,16 @@ class Forecaster:
                 "latest": [[m, t, r, at] for (m, t), (r, at) in self.latest.items()], "error": dict(self.error),
                 "n_observations": self.n_observations, "newest_at_s": self.newest_at_s,
                 "pending": [[m, d, w, list(v)] for m, ((d, w), v) in self.pending.items()],
-                "history": [[m, k, a[0], a[1]] for m, h in self.history.items() for k, a in sorted(h.items())]}
+                "history": {m: self._history_dict(h) for m, h in self.history.items() if h}}
+
+    @staticmethod
+    def _history_dict(hist: Mapping[int, list[float]]) -> dict:
+        """A model's history, compact (it is stored with every plan): the first slot, the mean total of every slot
+        from it on (6 significant digits; None where nothing was observed), and the newest slot's observation
+        count (the only slot still being averaged)."""
+        first, last = min(hist), max(hist)
+        means = [float(f"{hist[k][0] / hist[k][1]:.6g}") if k in hist else None for k in range(first, last + 1)]
+        return {"first": first, "mean": means, "n_last": hist[last][1]}
 
     def load_dict(self, d: dict) -> None:
         """Restore the state written by :meth:`to_dict` (models no longer known are dropped)."""
@@ -463,9 +473,15 @@ class Forecaster:
         self.pending = {m: ((int(day), int(w)), [float(x) for x in v][-_MAX_WINDOW_SAMPLES:])
                         for m, day, w, v in d.get("pending", []) if m in self.curve and 0 <= int(w) < self.n_windows}
         self.history = {}
-        for m, k, total, n in d.get("history", []):
-            if m in self.curve and float(n) > 0:
-                self.history.setdefault(m, {})[int(k)] = [float(total), float(n)]
+        for m, h in d.get("history", {}).items():
+            if m not in self.curve or not h.get("mean"):
+                continue
+            first, means = int(h["first"]), h["mean"]
+            hist = self.history[m] = {first + i: [float(v), 1.0] for i, v in enumerate(means) if v is not None}
+            last = first + len(means) - 1
+            if last in hist:
+                n = max(1.0, float(h.get("n_last", 1.0)))
+                hist[last] = [hist[last][0] * n, n]
         self._late, self._fits, self._cache, self._newest = {}, {}, {}, {}
         newest = d.get("newest_at_s")
         if newest is None and self.latest:

@@ -97,8 +97,10 @@ def test_history_is_bounded_and_survives_to_dict():
     other = _fc("seasonal_naive", history_days=2)
     other.load_dict(fc.to_dict())
     now = 100 * SLOT_S + 1.0
-    assert other.forecast("m", other.window_at(now), now) == pytest.approx(fc.forecast("m", fc.window_at(now), now))
-    assert other.forecast("m", other.window_at(now), now) == pytest.approx(_periodic(100 % 24))
+    # stored with 6 significant digits: equal to 1e-5 relative
+    got = other.forecast("m", other.window_at(now), now)
+    assert got == pytest.approx(fc.forecast("m", fc.window_at(now), now), rel=1e-5)
+    assert got == pytest.approx(_periodic(100 % 24), rel=1e-5)
 
 
 def test_unknown_method_and_bad_history_are_refused():
