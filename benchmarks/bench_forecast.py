@@ -34,7 +34,13 @@ import warnings
 
 import numpy as np
 
-from fleetplan.datasets.servegen import SLOT_S, SLOTS_PER_DAY, servegen_day_curve, servegen_gap_windows
+from fleetplan.datasets.servegen import (
+    SLOT_S,
+    SLOTS_PER_DAY,
+    servegen_day_curve,
+    servegen_gap_windows,
+    servegen_series,
+)
 from fleetplan.solvers.online import FORECAST_METHODS, Forecaster, OnlineConfig
 
 SERIES = ("m-large", "m-mid", "m-small")
@@ -43,14 +49,8 @@ WINDOW_S = 3600.0
 
 def series_slots(series: str) -> tuple[np.ndarray, np.ndarray]:
     """(rates per 10-min slot over all days with gaps as NaN, gap mask), both (days × 144,)."""
-    days = []
-    d = 0
-    while True:
-        try:
-            days.append(servegen_day_curve(series, d, window_length_s=SLOT_S, gaps="mask"))
-        except Exception:  # past the last day
-            break
-        d += 1
+    n_days = next(x["days"] for x in servegen_series() if x["name"] == series)
+    days = [servegen_day_curve(series, d, window_length_s=SLOT_S, gaps="mask") for d in range(n_days)]
     y = np.concatenate(days)
     gap = np.isnan(y)
     listed = {(day, hhmm) for day, hhmm in servegen_gap_windows(series)}
