@@ -14,7 +14,7 @@ from fleetplan.cli.export import export
 from fleetplan.cli.ledger import ledger
 from fleetplan.cli.plan import plan
 from fleetplan.cli.schema import schema
-from fleetplan.cli.serve import serve
+from fleetplan.cli.serve import export_history, serve
 from fleetplan.cli.simulate import simulate
 from fleetplan.cli.sweep import sweep
 from fleetplan.cli.whatif import whatif
@@ -39,7 +39,8 @@ def main() -> None:
     that meets the TTFT/TPOT SLOs, network egress included."""
 
 
-for _command in (data, plan, simulate, ledger, whatif, sweep, allocate, serve, schema, calibrate, export):
+for _command in (data, plan, simulate, ledger, whatif, sweep, allocate, serve, export_history, schema, calibrate,
+                 export):
     main.add_command(_command)
 
 if __name__ == "__main__":  # pragma: no cover

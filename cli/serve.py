@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+import datetime as dt
+import json
 import os
 from pathlib import Path
 
 import click
 
+from fleetplan.cli.output import write_text_atomic
 from fleetplan.errors import InputError
+from fleetplan.fileio import check_destinations
 from fleetplan.placement.deployment import DeployFile, check_targets, read_deploy_file, site_target
 from fleetplan.service.actuate import K8sActuator, kube_clients
 from fleetplan.service.app import create_app
-from fleetplan.service.runtime import ReplanService, ServiceSettings
-from fleetplan.service.store import shown_url
-from fleetplan.solvers.online import OnlineConfig
+from fleetplan.service.runtime import ReplanService, ServiceSettings, fleet_history
+from fleetplan.service.store import Store, shown_url
+from fleetplan.solvers.online import FORECAST_METHODS, OnlineConfig
 
 DEFAULT_DB = "sqlite:///fleetplan.db"
 
@@ -89,6 +93,10 @@ def attach_actuator(service: ReplanService, deploy: DeployFile, *, kubeconfig: s
 @click.option("--migration-cost-hours", "migration_cost_replica_hours", default=0.25, show_default=True,
               type=click.FloatRange(0), help="Operational cost of one replica start or stop when a re-solve is "
               "weighed, in hours of that replica's price (drain, cache warm-up, risk).")
+@click.option("--forecast", "forecast_method", default=OnlineConfig().forecast_method, show_default=True,
+              type=click.Choice(FORECAST_METHODS), help="Forecast method: the day-curve/EWMA 'blend', or a "
+              "statsforecast model fitted on the observed history (needs the 'forecast' extra; the blend until two "
+              "days are observed). Measured by benchmarks/bench_forecast.py.")
 @click.option("--plan", "plan_file", default=None, type=click.Path(dir_okay=False),
               help="Start from this offline plan (fleetplan plan --out) when the database holds no plan yet.")
 @click.option("--max-body-bytes", default=1_000_000, show_default=True, type=click.IntRange(1024),
@@ -128,7 +136,7 @@ def attach_actuator(service: ReplanService, deploy: DeployFile, *, kubeconfig: s
               type=click.Choice(["critical", "error", "warning", "info", "debug"]))
 def serve(scenario, db_url, db_file, db_timeout_s, host, port, interval_s, resolve_every_s, resolve_time_limit_s,
           migration_budget, target_utilization, day_curve_weight, ewma_alpha, min_saving_usd, cooldown_s,
-          migration_cost_replica_hours, plan_file, max_body_bytes,
+          migration_cost_replica_hours, forecast_method, plan_file, max_body_bytes,
           prometheus_url, prometheus_window_s, rate_ceiling_factor, max_clock_skew_s, tenant_ttl_s, max_tenants,
           token_file, read_token_file, insecure_no_auth, actuate, dry_run, deploy_file, kubeconfig, actuate_log,
           ready_timeout_s, log_level) -> None:
@@ -151,7 +159,8 @@ def serve(scenario, db_url, db_file, db_timeout_s, host, port, interval_s, resol
                           target_utilization=target_utilization, migration_budget=migration_budget,
                           resolve_min_saving_usd=min_saving_usd, tenant_ttl_s=tenant_ttl_s,
                           max_tenants_per_model=max_tenants, cooldown_s=cooldown_s,
-                          migration_cost_replica_hours=migration_cost_replica_hours)
+                          migration_cost_replica_hours=migration_cost_replica_hours,
+                          forecast_method=forecast_method)
     settings = ServiceSettings(scenario=scenario, db_url=db_url, token=token, insecure_no_auth=insecure_no_auth,
                                interval_s=interval_s, resolve_every_s=resolve_every_s,
                                resolve_time_limit_s=resolve_time_limit_s, max_body_bytes=max_body_bytes,
@@ -174,3 +183,29 @@ def serve(scenario, db_url, db_file, db_timeout_s, host, port, interval_s, resol
     click.echo(f"fleetplan serve: http://{host}:{port}/docs (plan {app.state.service.plan_row['id']}, "
                f"{'resumed' if app.state.service.resumed else 'new'}; database {shown_url(db_url)})", err=True)
     uvicorn.run(app, host=host, port=port, log_level=log_level)
+
+
+@click.command("export-history")
+@click.option("--db", "db_url", default=None, help="The service's database URL (as for `fleetplan serve --db`; "
+              "default: --db-file, else FLEETPLAN_DB_URL, else sqlite:///fleetplan.db).")
+@click.option("--db-file", default=None, help="File whose first line is the database URL.")
+@click.option("--day", required=True, help="The UTC day to export, YYYY-MM-DD.")
+@click.option("--out", "out_file", default="-", show_default=True, type=click.Path(dir_okay=False, allow_dash=True),
+              help="Write the steps here ('-': standard output).")
+def export_history(db_url, db_file, day, out_file) -> None:
+    """Export the service's stored plans of one day as `fleetplan simulate PLAN --fleet` steps (JSON)."""
+    try:
+        start = dt.datetime.strptime(day, "%Y-%m-%d").replace(tzinfo=dt.UTC).timestamp()
+    except ValueError:
+        raise InputError(f"--day {day!r} is not a date: give YYYY-MM-DD", field="--day", value=day) from None
+    check_destinations({"--out": None if out_file == "-" else out_file})
+    store = Store(_db_url(db_url, db_file))
+    try:
+        text = json.dumps(fleet_history(store, start), indent=1)
+    finally:
+        store.close()
+    if out_file == "-":
+        click.echo(text)
+    else:
+        write_text_atomic(out_file, text + "\n")
+        click.echo(f"wrote {out_file}", err=True)

@@ -16,6 +16,7 @@ traceback, counted in /metrics, and the round retried with backoff (1, 2, 4, ...
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import math
 import threading
@@ -140,6 +141,29 @@ def fleet_capacity_req_per_s(problem: Problem) -> dict[str, float]:
     return cap
 
 
+def fleet_history(store: Store, day_start_s: float, day_length_s: float = 86400.0) -> dict:
+    """The stored plans of one day as ``fleetplan simulate --fleet`` steps: ``{"steps": [{"at_s", "replicas":
+    [{"model", "pool", "tp", "pp", "count"}], "shared": [{"pool", "models"}]}]}`` with ``at_s`` in seconds from
+    ``day_start_s`` (unix s). The plan in force at the day's start (the newest stored before it) is the step at 0;
+    every plan whose round time lies in the day follows, in storage order (a later plan at the same time replaces
+    the earlier one). Raises InputError when no plan was in force during the day."""
+    steps: list[dict] = []
+    for row in store.plans_at(day_start_s, day_start_s + day_length_s):
+        body = row["body"]
+        at = max(0.0, float(row["at_s"]) - day_start_s)
+        step = {"at_s": at,
+                "replicas": [{"model": r["model"], "pool": r["pool"], "tp": r["tp"], "pp": r["pp"],
+                              "count": int(r["counts"][0])} for r in body.get("replicas", []) if r["counts"][0]],
+                "shared": [{"pool": g["pool"], "models": list(g["models"])} for g in body.get("shared_gpus", [])]}
+        if steps and steps[-1]["at_s"] == at:
+            steps[-1] = step
+        else:
+            steps.append(step)
+    if not steps:
+        raise InputError("no stored plan was in force on that day", field="day", value=day_start_s)
+    return {"day_start_s": day_start_s, "steps": steps}
+
+
 def start_from_plan(replanner: Replanner, plan_file: str, now_s: float) -> OnlineResult:
     """Install the offline plan in ``plan_file`` (its window of ``now_s``; :meth:`Replanner.start_from`) and
     return it as the first online plan. Raises InputError when the file is not a valid plan or does not fit the
@@ -183,6 +207,12 @@ class ReplanService:
         self.lock = self.write_lock
         self.store = Store(settings.db_url, timeout_s=settings.db_timeout_s)
         self.replanner = Replanner(problem, settings.online, load_time_s or {})
+        method = settings.online.forecast_method
+        if method != "blend" and importlib.util.find_spec("statsforecast") is None:
+            log.warning("forecast method %r needs statsforecast, which is not installed (pip install "
+                        "'fleetplan[forecast]'): forecasting with the day-curve/EWMA blend", method)
+        else:
+            log.info("forecast method %s", method)
         self.model_names = [m.name for m in problem.models]
         self.rate_ceiling_req_per_s = {m: settings.rate_ceiling_factor * max(c, 1.0)
                                        for m, c in fleet_capacity_req_per_s(problem).items()}

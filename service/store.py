@@ -332,6 +332,16 @@ class Store:
                              .limit(limit)).mappings().all()
         return [self._plan_row(r) for r in rows]
 
+    def plans_at(self, from_s: float, to_s: float) -> list[dict]:
+        """Plan rows with their bodies whose round time ``at_s`` is in [from_s, to_s), plus the newest one before
+        ``from_s`` (the plan in force at ``from_s``) first; oldest first by id."""
+        with self.engine.connect() as c:
+            before = c.execute(select(plans).where(plans.c.at_s < from_s).order_by(plans.c.id.desc())
+                               .limit(1)).mappings().all()
+            rows = c.execute(select(plans).where(plans.c.at_s >= from_s, plans.c.at_s < to_s)
+                             .order_by(plans.c.id)).mappings().all()
+        return [self._plan_row(r) for r in [*before, *rows]]
+
     def count_plans(self) -> int:
         with self.engine.connect() as c:
             return int(c.execute(select(func.count()).select_from(plans)).scalar_one())

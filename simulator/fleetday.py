@@ -26,12 +26,18 @@ from pathlib import Path
 
 import numpy as np
 
-from fleetplan.datasets.catalog import get_gpu, get_model
-from fleetplan.errors import FleetplanError, InputError
+from fleetplan.datasets.catalog import get_gpu
+from fleetplan.errors import InputError
 from fleetplan.placement.problem import Problem
-from fleetplan.placement.scenario import Scenario
+from fleetplan.placement.scenario import Scenario, scenario_models
 from fleetplan.simulator.engine import FCFS, DeviceSpec, EngineSpec, Policy, run
-from fleetplan.simulator.replay import FleetBuilder, _meets, model_slos, request_latencies, scenario_workload
+from fleetplan.simulator.replay import (
+    FleetBuilder,
+    meets_slo,
+    model_slos,
+    request_latencies,
+    scenario_workload,
+)
 
 OptionKey = tuple[str, str, int, int]
 
@@ -130,14 +136,11 @@ def read_json(path: str) -> dict:
 
 
 def scenario_weight_bytes(problem: Problem, scenario: Scenario) -> dict[str, float]:
-    """{model: weight bytes} at the scenario's weight dtype for the catalog's models (for load times)."""
-    out = {}
-    for m in problem.models:
-        try:
-            out[m.name] = get_model(m.name).weight_bytes(scenario.options.get("weight_dtype", "bf16"))
-        except FleetplanError:
-            continue  # a user-file model: load_times charges its memory footprint
-    return out
+    """{model: weight bytes} of the plan's models at their weight dtypes (for load times): the scenario's own models
+    (config.json, base_model, files.models, per-model dtypes) as the planner saw them."""
+    planned = {m.name for m in problem.models}
+    return {name: model.weight_bytes(wd) for name, (model, wd, _kvd) in scenario_models(scenario).items()
+            if name in planned}
 
 
 def count_migrations(steps: Sequence[FleetStep]) -> int:
@@ -200,7 +203,6 @@ def replay_fleet_day(problem: Problem, scenario: Scenario, steps: Sequence[Fleet
     lives = lifetimes(steps, load_time_s)
     pools = problem.pool_by_id
     shares = problem.share_by_key
-    wd = scenario.options.get("weight_dtype", "bf16")
     builder = FleetBuilder(problem, None, scenario)  # type: ignore[arg-type]  # only step models are used
     slos = model_slos(problem, scenario)
     names = [m.name for m in problem.models]
@@ -214,7 +216,7 @@ def replay_fleet_day(problem: Problem, scenario: Scenario, steps: Sequence[Fleet
         devices: list[DeviceSpec] = []
         for x in live:
             pool = pools[x.pool]
-            gpu = get_gpu(pool.gpu, builder._file("gpus"))
+            gpu = get_gpu(pool.gpu, builder.scenario_file("gpus"))
             frm, until = x.ready_s - a, x.stop_s - a
             if x.key is not None:
                 m, _, tp, pp = x.key
@@ -226,7 +228,9 @@ def replay_fleet_day(problem: Problem, scenario: Scenario, steps: Sequence[Fleet
                 devices.append(DeviceSpec(f"shared {x.pool}", 1, pool.usd_per_gpu_hour, gpu.tdp_w or 0.0,
                                           gpu=pool.gpu))
                 for m in x.models:
-                    budget = shares[(m, x.pool)].memory_bytes - get_model(m, builder._file("models")).weight_bytes(wd)
+                    model, mwd, _ = builder.model_spec(m)
+                    weights = model.weight_bytes(mwd)
+                    budget = shares[(m, x.pool)].memory_bytes - weights
                     engines.append(EngineSpec(m, len(devices) - 1, builder.step_model(m, x.pool, 1, 1, budget), frm,
                                               until))
         wl = scenario_workload(scenario, w, 0.0, L, seed, names=names)
@@ -249,7 +253,7 @@ def replay_fleet_day(problem: Problem, scenario: Scenario, steps: Sequence[Fleet
             tt, tp_, e2e = request_latencies(sub, res)
             for m in served:
                 sel = sub.model == m
-                ok = _meets(slos[m], tt[sel], tp_[sel], e2e[sel], res.dropped[sel])
+                ok = meets_slo(slos[m], tt[sel], tp_[sel], e2e[sel], res.dropped[sel])
                 r, met = rep.by_model[m]
                 rep.by_model[m] = (r + int(sel.sum()), met + int(ok.sum()))
                 rep.requests += int(sel.sum())

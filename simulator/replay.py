@@ -57,7 +57,13 @@ from fleetplan.datasets.traces import Trace, load_trace
 from fleetplan.errors import InputError, UnknownNameError
 from fleetplan.placement.plan import Plan
 from fleetplan.placement.problem import Problem
-from fleetplan.placement.scenario import Scenario, scenario_models, scenario_profiles, scenario_slos
+from fleetplan.placement.scenario import (
+    Scenario,
+    scenario_catalog_file,
+    scenario_models,
+    scenario_profiles,
+    scenario_slos,
+)
 from fleetplan.simulator.engine import FCFS, DeviceSpec, EngineSpec, Policy, RunResult, StepModel, run
 
 #: ServeGen slot length, seconds.
@@ -107,17 +113,11 @@ class FleetBuilder:
         #: Where each replica type's step times come from, when not from the roofline alone (for reports).
         self.notes: list[str] = []
 
-    def _file(self, key: str) -> str | None:
-        from pathlib import Path
+    def scenario_file(self, key: str) -> str | None:
+        """The scenario's ``files: {key: path}`` entry resolved against its folder, or None (the shipped table)."""
+        return scenario_catalog_file(self.scenario, key) if self.scenario is not None else None
 
-        files = (self.scenario.raw.get("files") or {}) if self.scenario is not None else {}
-        if key not in files:
-            return None
-        p = Path(files[key])
-        base = self.scenario.base_dir
-        return str(Path(base) / p) if base and not p.is_absolute() else str(p)
-
-    def _model(self, model_name: str) -> tuple[Model, str, str]:
+    def model_spec(self, model_name: str) -> tuple[Model, str, str]:
         """(Model, weight dtype, KV dtype) as the plan's scenario gives them (config.json, base_model, per-model
         dtypes: :func:`fleetplan.placement.scenario.scenario_models`); the catalog row and bf16 without one."""
         if self.scenario is not None and self.scenario.spec is not None:
@@ -126,7 +126,7 @@ class FleetBuilder:
             if model_name in self._models:
                 return self._models[model_name]
         opts = self.scenario.options if self.scenario is not None else {}
-        return (get_model(model_name, self._file("models")), opts.get("weight_dtype", "bf16"),
+        return (get_model(model_name, self.scenario_file("models")), opts.get("weight_dtype", "bf16"),
                 opts.get("kv_dtype", "bf16"))
 
     def step_model(self, model_name: str, pool_id: str, tp: int, pp: int, kv_budget_bytes: float | None) -> StepModel:
@@ -138,10 +138,10 @@ class FleetBuilder:
             return self._cache[key]
 
         opts = self.scenario.options if self.scenario is not None else {}
-        model, wd, kd = self._model(model_name)
+        model, wd, kd = self.model_spec(model_name)
         mu = opts.get("memory_utilization", 0.9)
         pool = self.problem.pool_by_id[pool_id]
-        gpu = get_gpu(pool.gpu, self._file("gpus"))
+        gpu = get_gpu(pool.gpu, self.scenario_file("gpus"))
         calib_file = opts.get("calibration")
         base = self.scenario.base_dir if self.scenario is not None else None
         if calib_file is not None and base and not os.path.isabs(calib_file):
@@ -200,7 +200,7 @@ class FleetBuilder:
             if not n:
                 continue
             pool = pools[pool_id]
-            gpu = get_gpu(pool.gpu, self._file("gpus"))
+            gpu = get_gpu(pool.gpu, self.scenario_file("gpus"))
             sm = self.step_model(m, pool_id, tp, pp, None)
             for r in range(n):
                 devices.append(DeviceSpec(f"{m} {pool.gpu}@{pool.site} tp{tp}x{pp} #{r + 1}", tp * pp,
@@ -209,13 +209,13 @@ class FleetBuilder:
                 dm.append((m,))
         for g_i, g in enumerate(self.plan.shared):
             pool = pools[g.pool]
-            gpu = get_gpu(pool.gpu, self._file("gpus"))
+            gpu = get_gpu(pool.gpu, self.scenario_file("gpus"))
             devices.append(DeviceSpec(f"shared {pool.gpu}@{pool.site} #{g_i + 1} ({' + '.join(g.models)})", 1,
                                       pool.usd_per_gpu_hour, gpu.tdp_w or 0.0, gpu=pool.gpu))
             for m in g.models:
                 opt = shares[(m, g.pool)]
 
-                model, wd, _ = self._model(m)
+                model, wd, _ = self.model_spec(m)
                 budget = opt.memory_bytes - model.weight_bytes(wd)
                 engines.append(EngineSpec(m, len(devices) - 1, self.step_model(m, g.pool, 1, 1, budget)))
             dm.append(tuple(g.models))
@@ -493,7 +493,7 @@ def model_slos(problem: Problem, scenario: Scenario | None) -> dict[str, SLO]:
     return {m.name: SLO(m.ttft_p95_s, m.tpot_p95_s) for m in problem.models}
 
 
-def _meets(slo: SLO, ttft: np.ndarray, tpot: np.ndarray, e2e: np.ndarray, dropped: np.ndarray) -> np.ndarray:
+def meets_slo(slo: SLO, ttft: np.ndarray, tpot: np.ndarray, e2e: np.ndarray, dropped: np.ndarray) -> np.ndarray:
     """Per request: meets every target of ``slo`` (and was not dropped)."""
     ok = (ttft <= slo.ttft_s) & (tpot <= slo.tpot_s) & ~dropped
     if slo.e2e_s is not None:
@@ -572,7 +572,7 @@ def window_metrics(problem: Problem, fleet: Fleet, wl: Workload, res: RunResult,
         spec, slo = specs[m], slos[m]
         dropped = res.dropped[sel]
         e2e = res.done_s[sel] - wl.arrival_s[sel]
-        meets = _meets(slo, ttft[sel], tpot[sel], e2e, dropped)
+        meets = meets_slo(slo, ttft[sel], tpot[sel], e2e, dropped)
         tt = ttft[sel][~dropped]
         tp = tpot[sel][(~dropped) & (wl.output_tokens[sel] > 1)]
         tokens = float((wl.input_tokens[sel] + wl.output_tokens[sel]).sum()) * window_length_s / dur
@@ -691,7 +691,7 @@ def _collect(problem: Problem, wl: Workload, res: RunResult, lat: dict[str, list
         sel = measured & (wl.model == m)
         if not sel.any():
             continue
-        ok = _meets(slos[m], ttft[sel], tpot[sel], e2e_all[sel], res.dropped[sel])
+        ok = meets_slo(slos[m], ttft[sel], tpot[sel], e2e_all[sel], res.dropped[sel])
         tp = np.where(wl.output_tokens[sel] > 1, tpot[sel], np.nan)
         lat.setdefault(m, []).append((ttft[sel], tp, queue[sel], ok, e2e_all[sel]))
 

@@ -1,0 +1,115 @@
+"""``replay_fleet_day`` on a tiny case computed by hand, and ``fleetplan simulate PLAN --fleet steps.json``."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from fleetplan.cli.main import main
+from fleetplan.placement.planio import plan_to_dict
+from fleetplan.placement.scenario import build_problem, scenario_embed, scenario_from_raw
+from fleetplan.simulator.fleetday import FleetStep, replay_fleet_day
+from fleetplan.simulator.replay import scenario_workload
+from fleetplan.solvers.baselines import autoscale_dedicated
+
+USD_PER_GPU_HOUR = 4.0
+
+
+def _scenario(rates_8b: list[float], rates_70b: list[float]):
+    raw = {"name": "fleetday-test", "options": {"window_length_s": 600, "margin": 0.1},
+           "sites": [{"name": "aws:us-east-1", "inventory": [{"gpu": "H100", "nodes": 1, "gpus_per_node": 8,
+                                                             "usd_per_gpu_hour": USD_PER_GPU_HOUR}]}],
+           "models": [{"name": "Llama-3.1-8B", "tp": [1], "slo": {"ttft_p95_s": 1.0, "tpot_p95_s": 0.05},
+                       "token_mix": {"trace": "azure-conv"}, "demand": {"rates": rates_8b}},
+                      {"name": "Llama-3.1-70B", "tp": [4], "slo": {"ttft_p95_s": 2.0, "tpot_p95_s": 0.1},
+                       "token_mix": {"trace": "azure-conv"}, "demand": {"rates": rates_70b}}]}
+    return scenario_from_raw(raw, source="test scenario")
+
+
+def test_replay_fleet_day_bills_from_start_to_stop_and_drops_a_model_without_replicas():
+    # Two 600-s windows; no 8B requests (rate 0), 70B requests but never a 70B replica.
+    sc = _scenario([0.0, 0.0], [0.05, 0.05])
+    problem = build_problem(sc)
+    (k8,) = [o.key for o in problem.options if o.model == "Llama-3.1-8B"]
+    steps = [FleetStep(0.0, {k8: 1}), FleetStep(300.0, {k8: 2}), FleetStep(900.0, {k8: 1})]
+    rep = replay_fleet_day(problem, sc, steps, {k8: 60.0}, seed=0)
+    # By hand: replica A bills 0..1200 s, replica B 300..900 s (it serves nothing, so it stops at its step):
+    # 1800 GPU-s = 0.5 GPU-h x $4 = $2.00. Migrations: one start (at 300) + one stop (at 900) = 2.
+    assert rep.gpu_hours == pytest.approx(0.5)
+    assert rep.cost_usd == pytest.approx(0.5 * USD_PER_GPU_HOUR)
+    assert rep.migrations == 2
+    assert rep.busy_gpu_hours == 0.0 and rep.utilization == 0.0
+    # Every 70B request is dropped (no replica ever): the count is the workload's, none met.
+    n70 = sum(int((scenario_workload(sc, w, 0.0, 600.0, 0, names=["Llama-3.1-8B", "Llama-3.1-70B"]).model
+                   == "Llama-3.1-70B").sum()) for w in range(2))
+    assert n70 > 0
+    assert rep.by_model["Llama-3.1-70B"] == (n70, 0)
+    assert rep.by_model["Llama-3.1-8B"] == (0, 0)
+    assert (rep.requests, rep.met, rep.attainment) == (n70, 0, 0.0)
+
+
+def test_cli_simulate_fleet_replays_a_changing_fleet(tmp_path):
+    sc = _scenario([0.0, 0.0], [0.0, 0.0])
+    problem = build_problem(sc)
+    plan = autoscale_dedicated(problem)
+    pf = tmp_path / "plan.json"
+    pf.write_text(json.dumps(plan_to_dict(problem, plan, scenario=scenario_embed(sc))))
+    steps = {"steps": [{"at_s": 0, "replicas": [{"model": "Llama-3.1-8B", "pool": problem.pools[0].id, "tp": 1,
+                                                 "pp": 1, "count": 2}]},
+                       {"at_s": 600, "replicas": [{"model": "Llama-3.1-8B", "pool": problem.pools[0].id, "tp": 1,
+                                                   "pp": 1, "count": 1}]}]}
+    sf = tmp_path / "steps.json"
+    sf.write_text(json.dumps(steps))
+    r = CliRunner().invoke(main, ["simulate", str(pf), "--fleet", str(sf), "--format", "json"])
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.output)
+    # By hand: two replicas for 600 s, then one for 600 s: 1800 GPU-s = 0.5 GPU-h, $2.00; one stop = 1 migration.
+    assert d["gpu_hours"] == pytest.approx(0.5)
+    assert d["cost_usd"] == pytest.approx(2.0)
+    assert d["migrations"] == 1
+    assert d["requests"] == 0
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"steps": [{"at_s": 0, "replicas": [{"model": "nope", "pool": "x", "tp": 1, "pp": 1,
+                                                                   "count": 1}]}]}))
+    r = CliRunner().invoke(main, ["simulate", str(pf), "--fleet", str(bad)])
+    assert r.exit_code != 0 and "Traceback" not in r.output
+    assert "not an option of the scenario" in r.output
+
+
+def test_export_history_turns_stored_plans_into_fleet_steps(tmp_path):
+    from fleetplan.service.runtime import ReplanService, ServiceSettings, load_problem
+    from fleetplan.simulator.fleetday import steps_from_dict
+
+    problem, lt = load_problem(None)
+    day0 = 1_764_547_200.0  # 2025-12-01 00:00 UTC
+    now = {"t": day0 - 600.0}  # the cold-start plan is stored the evening before: the step at 0
+    db = tmp_path / "s.db"
+    svc = ReplanService(ServiceSettings(db_url=f"sqlite:///{db}", insecure_no_auth=True, interval_s=0,
+                                        resolve_every_s=0), problem, lt, clock=lambda: now["t"])
+    try:
+        first = {(r["model"], r["pool"], r["tp"], r["pp"]): r["counts"][0] for r in svc.plan_row["body"]["replicas"]}
+        now["t"] = day0 + 3600.0
+        model = problem.models[0].name
+        svc.observe([{"model": model, "interval_s": 300, "arrivals": 300 * 40.0, "at_s": now["t"]}])
+        row = svc.replan()
+        second = {(r["model"], r["pool"], r["tp"], r["pp"]): r["counts"][0] for r in row["body"]["replicas"]}
+        now["t"] = day0 + 86400.0 + 60  # the next day: not exported
+        svc.replan()
+    finally:
+        svc.close()
+    assert first != second  # 40 req/s more of the first model changes the fleet
+    out = tmp_path / "steps.json"
+    r = CliRunner().invoke(main, ["export-history", "--db", f"sqlite:///{db}", "--day", "2025-12-01",
+                                  "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    d = json.loads(out.read_text())
+    assert [s["at_s"] for s in d["steps"]] == [0.0, 3600.0]
+    steps = steps_from_dict(d, problem)  # the --fleet reader takes it
+    assert [dict(s.replicas) for s in steps] == [{k: n for k, n in first.items() if n},
+                                                 {k: n for k, n in second.items() if n}]
+    r = CliRunner().invoke(main, ["export-history", "--db", f"sqlite:///{db}", "--day", "2025-11-01"])
+    assert r.exit_code != 0 and "no stored plan" in r.output and "Traceback" not in r.output
+    r = CliRunner().invoke(main, ["export-history", "--db", f"sqlite:///{db}", "--day", "yesterday"])
+    assert r.exit_code != 0 and "YYYY-MM-DD" in r.output
