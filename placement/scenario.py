@@ -47,6 +47,8 @@ twice in one mapping is an error)::
         kv_dtype: fp8
         origin_site: aws:us-east-1   # where its traffic comes from (egress when served elsewhere)
         token_mix: {trace: azure-conv}    # or {input_tokens_mean, input_tokens_p95, output_tokens_mean, ...}
+        classes:                     # optional request-size classes (Mélange's buckets); shares sum to 1
+          - {name: short, share: 0.7, token_mix: {input_tokens_mean: 200, input_tokens_p95: 500, ...}}
         profiles:                    # optional: measured performance replacing the roofline for a (GPU, tp)
           - {gpu: H100, tp: 1, file: bench/*.json, format: vllm-bench}   # format detected when absent:
             # vllm-bench, guidellm, aibrix (throughput table), step-csv, splitwise
@@ -562,9 +564,12 @@ def build_problem(scenario: Scenario, *, progress: Callable[[str], None] | None 
         mix = scenario.token_mixes[m.name]
         request_bytes = 2 * (mix.input_tokens_mean + mix.output_tokens_mean) * opts["bytes_per_token"]
         min_r, max_r = m.min_replicas, m.max_replicas
+        class_mixes = {c.name: (c.share, token_mix_from_spec(c.token_mix, f"{mw}.classes[{k}]"))
+                       for k, c in enumerate(m.classes or [])}
         models.append(ModelSpec(model.name, rates, slo.ttft_s, slo.tpot_s, min_replicas=min_r,
                                 max_replicas=max_r, origin_site=origin, request_bytes=request_bytes,
-                                demand_source=demand.source))
+                                demand_source=demand.source,
+                                class_shares=tuple((c, sh) for c, (sh, _mx) in class_mixes.items())))
         why = []
         weights = model.weight_bytes(wd)
         mprof = measured.get(model.name, {})
@@ -587,14 +592,40 @@ def build_problem(scenario: Scenario, *, progress: Callable[[str], None] | None 
                 candidates += [(pool.gpus_per_node, pp) for pp in range(max(2, need), max(2, need) + 2)]
             for tp, pp in candidates:
                 prof = mprof.get((gpu.name, tp)) if pp == 1 else None
-                cap = _option_capacity(prof, model, gpu, mix, slo, weight_dtype=wd, kv_dtype=kvd,
-                                       memory_utilization=mu_mem, tp=tp, pp=pp, calib=calib,
-                                       link=link if pp > 1 else None)
+                label = f"{pool.id} tp {tp}{f' pp {pp}' if pp > 1 else ''}"
+                class_caps: tuple[tuple[str, float], ...] = ()
+                if class_mixes:
+                    # Each class's own capacity on this option; a class that misses the SLO (or the KV floor) has
+                    # none here. The option's reported capacity is that of the served classes' mix.
+                    served = []
+                    for cname, (share, cmix) in class_mixes.items():
+                        ccap = _option_capacity(prof, model, gpu, cmix, slo, weight_dtype=wd, kv_dtype=kvd,
+                                                memory_utilization=mu_mem, tp=tp, pp=pp, calib=calib,
+                                                link=link if pp > 1 else None)
+                        if ccap.req_per_s <= 0 or ccap.max_batch < opts["min_batch"]:
+                            why.append(f"{label} class {cname}: "
+                                       + (ccap.reason or ccap.limiting if ccap.req_per_s <= 0 else
+                                          f"KV cache holds {ccap.max_batch:.1f} sequences < min_batch"))
+                            continue
+                        served.append((cname, share, ccap))
+                    if not served:
+                        continue
+                    factor = derating.get((model.name, pool.id, tp, pp), 1.0)
+                    class_caps = tuple((c, cc.req_per_s * factor) for c, _sh, cc in served)
+                    mixed = sum(sh for _c, sh, _cc in served) / sum(sh / cc.req_per_s for _c, sh, cc in served)
+                    cap = dataclasses.replace(
+                        served[0][2], req_per_s=mixed, max_batch=min(cc.max_batch for *_x, cc in served),
+                        ttft_p95_s=max(cc.ttft_p95_s for *_x, cc in served),
+                        tpot_p95_s=max(cc.tpot_p95_s for *_x, cc in served))
+                else:
+                    cap = _option_capacity(prof, model, gpu, mix, slo, weight_dtype=wd, kv_dtype=kvd,
+                                           memory_utilization=mu_mem, tp=tp, pp=pp, calib=calib,
+                                           link=link if pp > 1 else None)
                 if cap.req_per_s <= 0:
-                    why.append(f"{pool.id} tp {tp}{f' pp {pp}' if pp > 1 else ''}: {cap.reason or cap.limiting}")
+                    why.append(f"{label}: {cap.reason or cap.limiting}")
                     continue
                 if cap.max_batch < opts["min_batch"]:
-                    why.append(f"{pool.id} tp {tp}{f' pp {pp}' if pp > 1 else ''}: the KV cache left after the "
+                    why.append(f"{label}: the KV cache left after the "
                                f"weights holds {cap.max_batch:.1f} sequences, fewer than min_batch "
                                f"{opts['min_batch']:g}")
                     continue
@@ -606,7 +637,10 @@ def build_problem(scenario: Scenario, *, progress: Callable[[str], None] | None 
                                              start_cost_usd=start, ttft_p95_s=cap.ttft_p95_s,
                                              tpot_p95_s=cap.tpot_p95_s, max_batch=cap.max_batch,
                                              kv_budget_bytes=cap.kv_bytes_available,
-                                             capacity_source=cap.source if prof is not None else roofline_src))
+                                             capacity_source=cap.source if prof is not None else roofline_src,
+                                             class_capacity_req_per_s=class_caps))
+            if class_mixes:
+                continue  # a model with request classes uses no shared GPU (yet)
             # Shared GPU: tp 1, KV budget at most shared_kv_fraction of the GPU.
             share_budget = opts["shared_kv_fraction"] * mu_mem * gpu.memory_bytes - weights
             if 1 in tps and share_budget > 0:

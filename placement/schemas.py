@@ -291,6 +291,17 @@ class ProfileSpec(InputModel):
         return list(self.file) if isinstance(self.file, list) else [self.file]
 
 
+class RequestClassSpec(InputModel):
+    """A request-size class of a model: its share of the model's demand and its own token lengths (Mélange's
+    buckets). A replica serves a mix of its model's classes with additive load; each class may go to another GPU
+    type."""
+
+    name: str = input_field(min_length=1, description="class name, e.g. short-prompt")
+    share: float = input_field(gt=0, le=1, description="share of the model's requests in this class (the shares "
+                               "of a model's classes sum to 1)")
+    token_mix: TokenMixSpec = input_field(description="this class's token lengths: the four statistics (or a trace)")
+
+
 class ScenarioModel(InputModel):
     """One model to serve: parallelism options, replica bounds, SLO, token mix and demand."""
 
@@ -319,6 +330,20 @@ class ScenarioModel(InputModel):
                                              "options.weight_dtype), e.g. fp8 or int4 for a quantized checkpoint")
     kv_dtype: DType | None = input_field(None, description="this model's KV-cache data type (default: "
                                          "options.kv_dtype), e.g. fp8")
+    classes: list[RequestClassSpec] | None = input_field(
+        None, description="request-size classes (name, share, token_mix): each gets its share of the demand and its "
+        "own capacity per GPU type; a replica serves a mix of classes with additive load")
+
+    @model_validator(mode="after")
+    def _classes_sum_to_one(self) -> ScenarioModel:
+        if self.classes:
+            names = [c.name for c in self.classes]
+            if len(set(names)) != len(names):
+                raise ValueError(f"classes: two classes have the same name ({', '.join(names)})")
+            total = sum(c.share for c in self.classes)
+            if abs(total - 1.0) > 1e-6:
+                raise ValueError(f"classes: the shares sum to {total:g}; they must sum to 1")
+        return self
 
     @model_validator(mode="after")
     def _one_architecture(self) -> ScenarioModel:

@@ -1,0 +1,76 @@
+"""Request-class benchmark: Llama-3.1-8B of the default scenario at 10× its default rate, planned with one token
+mix and with prompt-length classes (Mélange's idea), each plan validated; cost per day of each.
+
+Classes split the azure-conv trace (the 8B's token mix) at prompt-length quantiles; each class gets its share of
+the requests and its own token mix (mean and p95 of its requests). The model keeps its SLO, demand curve and
+pools; its origin_site is dropped (request classes with egress are not supported yet), in both rows.
+Replay attainment is not measured here: the simulator does not route by class yet.
+
+    python benchmarks/bench_classes.py
+    python benchmarks/bench_classes.py --edges 0.5 0.8 --scale 10
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+
+import numpy as np
+
+from fleetplan.datasets.traces import load_trace
+from fleetplan.placement.scenario import build_problem, read_scenario, scenario_from_raw
+from fleetplan.placement.validate import validate
+from fleetplan.solvers.solve import solve
+
+MODEL = "Llama-3.1-8B"
+
+
+def _raw(scale: float, edges_q: list[float]) -> dict:
+    raw, _src, _base = read_scenario("default")
+    raw = copy.deepcopy(raw)
+    (m,) = [x for x in raw["models"] if x["name"] == MODEL]
+    raw["models"] = [m]
+    m.pop("origin_site", None)
+    m["demand"]["servegen"]["mean_rate_req_per_s"] *= scale
+    if edges_q:
+        tr = load_trace(m["token_mix"]["trace"])
+        inp, out = tr.input_tokens, tr.output_tokens
+        cuts = [float(np.quantile(inp, q)) for q in edges_q]
+        bounds = [0.0, *cuts, float("inf")]
+        classes = []
+        for lo, hi in zip(bounds, bounds[1:], strict=False):
+            sel = (inp > lo) & (inp <= hi)
+            classes.append({"name": f"prompt<={hi:g}", "share": float(sel.mean()), "token_mix": {
+                "input_tokens_mean": float(inp[sel].mean()), "input_tokens_p95": float(np.percentile(inp[sel], 95)),
+                "output_tokens_mean": float(out[sel].mean()), "output_tokens_p95": float(np.percentile(out[sel], 95))}})
+        total = sum(c["share"] for c in classes)
+        classes[-1]["share"] += 1.0 - total  # float rounding only
+        m["classes"] = classes
+    return raw
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--scale", type=float, default=10.0, help="multiplier of the 8B's default rate")
+    ap.add_argument("--edges", type=float, nargs="*", default=[0.5, 0.8], help="prompt-length quantiles of the "
+                    "class edges")
+    ap.add_argument("--time-limit", type=float, default=60.0)
+    a = ap.parse_args()
+    print(f"{'plan':<34} {'cost $/day':>11} {'status':>9} {'valid':>6}  replicas (GPU: classes)")
+    base = None
+    for label, q in (("one token mix", []), (f"classes at prompt quantiles {a.edges}", a.edges)):
+        problem = build_problem(scenario_from_raw(_raw(a.scale, q), source=f"default ({MODEL} × {a.scale:g})"))
+        plan = solve(problem, "highs", time_limit_s=a.time_limit)
+        ok = validate(problem, plan).ok
+        opts = problem.option_by_key
+        used = "; ".join(f"{k[1].split('/')[1]} tp{k[2]} max {max(c)}"
+                         + (f" ({', '.join(opts[k].class_capacity)})" if opts[k].class_capacity else "")
+                         for k, c in plan.replicas.items() if any(c))
+        cost = plan.objective_usd or float("nan")
+        base = base if base is not None else cost
+        print(f"{label:<34} {cost:>11,.2f} {plan.status.value:>9} {ok!s:>6}  {used}")
+    print(f"saving with classes: {1 - cost / base:.1%}")
+
+
+if __name__ == "__main__":
+    main()
