@@ -15,6 +15,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from fleetplan.costmodels.latency import TP_DEGREES
 from fleetplan.errors import InputError, check_range
 
@@ -194,6 +196,8 @@ class ModelSpec:
         demand_source: provenance of the demand, shown in reports.
         class_shares: request-size classes ((class, share of the demand), ...), shares in (0, 1] summing to 1;
             class c's demand in window w is share_c × demand_req_per_s[w]. Empty: one class (the whole mix).
+        class_max_tokens: ((input_tokens_max, output_tokens_max), ...) per class (same order; inf: no bound), or
+            empty: a request belongs to the first class whose bounds hold its lengths (the simulator routes by it).
     """
 
     name: str
@@ -206,6 +210,7 @@ class ModelSpec:
     request_bytes: float = 0.0
     demand_source: str = ""
     class_shares: tuple[tuple[str, float], ...] = ()
+    class_max_tokens: tuple[tuple[float, float], ...] = ()
 
     def __post_init__(self) -> None:
         owner = f"model {self.name}"
@@ -219,6 +224,9 @@ class ModelSpec:
             if abs(total - 1.0) > 1e-6:
                 raise InputError(f"{owner}: class shares sum to {total:g}; they must sum to 1", field="classes",
                                  value=total)
+            if self.class_max_tokens and len(self.class_max_tokens) != len(self.class_shares):
+                raise InputError(f"{owner}: {len(self.class_max_tokens)} class bounds for {len(self.class_shares)} "
+                                 "classes", field="class_max_tokens", value=len(self.class_max_tokens))
             if self.origin_site is not None:
                 raise InputError(f"{owner}: request classes with an origin_site (egress) are not supported yet; "
                                  "drop origin_site or the classes", field="origin_site", value=self.origin_site)
@@ -237,6 +245,20 @@ class ModelSpec:
     def classes(self) -> dict[str, float]:
         """{class: share of the demand}; empty for a model without classes."""
         return dict(self.class_shares)
+
+    def request_classes(self, input_tokens: np.ndarray, output_tokens: np.ndarray) -> np.ndarray:
+        """Class name of each request (object array, shape of the inputs): the first class whose
+        ``class_max_tokens`` hold its lengths; None for a model without classes or class bounds, or when no class
+        holds it."""
+        out = np.full(np.shape(input_tokens), None, dtype=object)
+        if not self.class_max_tokens:
+            return out
+        free = np.ones(np.shape(input_tokens), dtype=bool)
+        for (cls, _share), (in_max, out_max) in zip(self.class_shares, self.class_max_tokens, strict=True):
+            hit = free & (np.asarray(input_tokens) <= in_max) & (np.asarray(output_tokens) <= out_max)
+            out[hit] = cls
+            free &= ~hit
+        return out
 
     def class_demand_req_per_s(self, cls: str, w: int) -> float:
         """Demand of class ``cls`` in window ``w``, req/s (share × the model's demand)."""

@@ -48,7 +48,7 @@ twice in one mapping is an error)::
         origin_site: aws:us-east-1   # where its traffic comes from (egress when served elsewhere)
         token_mix: {trace: azure-conv}    # or {input_tokens_mean, input_tokens_p95, output_tokens_mean, ...}
         classes:                     # optional request-size classes (Mélange's buckets); shares sum to 1
-          - {name: short, share: 0.7, token_mix: {input_tokens_mean: 200, input_tokens_p95: 500, ...}}
+          - {name: short, share: 0.7, input_tokens_max: 1000, token_mix: {input_tokens_mean: 200, ...}}
         profiles:                    # optional: measured performance replacing the roofline for a (GPU, tp)
           - {gpu: H100, tp: 1, file: bench/*.json, format: vllm-bench}   # format detected when absent:
             # vllm-bench, guidellm, aibrix (throughput table), step-csv, splitwise
@@ -569,7 +569,10 @@ def build_problem(scenario: Scenario, *, progress: Callable[[str], None] | None 
         models.append(ModelSpec(model.name, rates, slo.ttft_s, slo.tpot_s, min_replicas=min_r,
                                 max_replicas=max_r, origin_site=origin, request_bytes=request_bytes,
                                 demand_source=demand.source,
-                                class_shares=tuple((c, sh) for c, (sh, _mx) in class_mixes.items())))
+                                class_shares=tuple((c, sh) for c, (sh, _mx) in class_mixes.items()),
+                                class_max_tokens=tuple(
+                                    (c.input_tokens_max or math.inf, c.output_tokens_max or math.inf)
+                                    for c in m.classes or [])))
         why = []
         weights = model.weight_bytes(wd)
         mprof = measured.get(model.name, {})

@@ -300,6 +300,11 @@ class RequestClassSpec(InputModel):
     share: float = input_field(gt=0, le=1, description="share of the model's requests in this class (the shares "
                                "of a model's classes sum to 1)")
     token_mix: TokenMixSpec = input_field(description="this class's token lengths: the four statistics (or a trace)")
+    input_tokens_max: float | None = input_field(None, gt=0, description="longest prompt of the class, tokens "
+                                                 "(a request belongs to the first class whose bounds hold it; the "
+                                                 "simulator routes by it); none: no bound")
+    output_tokens_max: float | None = input_field(None, gt=0, description="longest output of the class, tokens; "
+                                                  "none: no bound")
 
 
 class ScenarioModel(InputModel):

@@ -9,15 +9,19 @@ README reports its answer: 3 A10G + 1 A100 = $6.70/h (each bucket goes whole to 
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from fleetplan.datasets.profiles import ProfileCapacity
 from fleetplan.errors import InputError, SolverError
 from fleetplan.fileio import read_yaml
 from fleetplan.placement.plan import Plan
+from fleetplan.placement.planio import load_plan_file, plan_to_dict
 from fleetplan.placement.problem import ModelSpec, Pool, Problem, ReplicaOption
-from fleetplan.placement.scenario import build_problem, load_scenario, scenario_from_raw
+from fleetplan.placement.scenario import build_problem, load_scenario, scenario_embed, scenario_from_raw
 from fleetplan.placement.validate import validate
+from fleetplan.simulator.engine import DeviceSpec, EngineSpec, Policy, StepModel, run
+from fleetplan.simulator.replay import FleetBuilder
 from fleetplan.solvers.baselines import dedicated_peak
 from fleetplan.solvers.solve import solve
 
@@ -143,3 +147,50 @@ def test_baselines_use_only_options_serving_the_whole_mix():
     # A100 at the whole mix: 1 / (0.2/20 + 0.1/20 + 0.5/40 + 0.2/20) = 26.67 req/s -> ceil(30 / 26.67) = 2 A100.
     assert plan.replicas == {("toy", f"{SITE}/A100-80GB", 1, 1): (2,)}
     assert plan.objective_usd == pytest.approx(7.34)
+
+
+def test_plan_file_round_trip_keeps_classes(tmp_path):
+    sc = load_scenario(Path(__file__).parents[1] / "datasets/scenarios/melange_example.yaml")
+    p = build_problem(sc)
+    plan = solve(p, "highs", time_limit_s=20)
+    d = plan_to_dict(p, plan, scenario=scenario_embed(sc))
+    a10g = next(r for r in d["replicas"] if r["gpu"] == "A10G")
+    assert a10g["class_capacity_req_per_s"] == {"in25-out25": 2.0, "in25-out100": 1.0, "in100-out25": 5.0,
+                                                "in100-out100": 2.0}
+    f = tmp_path / "plan.json"
+    f.write_text(json.dumps(d))
+    p2, plan2, _sc, _d = load_plan_file(f)  # rebuilt from the embedded scenario and re-validated
+    assert p2.model_by_name["Llama-3.1-8B"].class_shares == p.model_by_name["Llama-3.1-8B"].class_shares
+    assert plan2.replicas == plan.replicas and validate(p2, plan2).ok
+
+
+def test_router_sends_a_request_only_to_replicas_serving_its_class():
+    sm = StepModel(lambda t: t * 1e-3, lambda b, c: 0.01, kv_bytes_per_token=1.0, kv_budget_bytes=1e9,
+                   max_tokens=1e5)
+    n = 40
+    arr = np.linspace(0.0, 1.0, n)
+    classes = np.array(["short", "long"] * (n // 2), dtype=object)
+    classes[-1] = "orphan"  # a class no engine serves: dropped
+    engines = [EngineSpec("m", 0, sm, classes=frozenset({"short"})),
+               EngineSpec("m", 1, sm, classes=frozenset({"short", "long"}))]
+    devices = [DeviceSpec("a", 1, 1.0, 700.0), DeviceSpec("b", 1, 1.0, 700.0)]
+    for router in ("least-work", "round-robin"):
+        res = run(arr, np.full(n, 50), np.full(n, 3), np.full(n, "m", dtype=object), engines, devices,
+                  Policy(router=router), class_of=classes)
+        assert set(res.engine[classes == "long"].tolist()) == {1}  # only engine 1 serves 'long'
+        assert set(res.engine[classes == "short"].tolist()) <= {0, 1}
+        assert 0 in res.engine[classes == "short"].tolist()  # the short requests use the short-only engine too
+        assert res.dropped[-1] and res.engine[-1] == -1
+
+
+def test_request_classes_from_bounds_and_melange_replay():
+    sc = load_scenario(Path(__file__).parents[1] / "datasets/scenarios/melange_example.yaml")
+    p = build_problem(sc)
+    m = p.model_by_name["Llama-3.1-8B"]
+    got = m.request_classes(np.array([10, 10, 90, 90, 500]), np.array([10, 90, 10, 90, 10]))
+    assert got.tolist() == ["in25-out25", "in25-out100", "in100-out25", "in100-out100", None]
+    # Each replica of the plan is an engine serving the classes its option has capacity for.
+    plan = solve(p, "highs", time_limit_s=20)
+    fleet = FleetBuilder(p, plan, sc).fleet(0)
+    by_gpu = {fleet.devices[e.device].gpu: e.classes for e in fleet.engines}
+    assert by_gpu["A10G"] == frozenset(m.classes) and by_gpu["A100-SXM4-80GB"] == frozenset(m.classes)
