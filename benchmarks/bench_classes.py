@@ -1,8 +1,9 @@
 """Request-class benchmark: Llama-3.1-8B of the default scenario at 10× its default rate, planned with one token
 mix and with prompt-length classes (Mélange's idea), each plan validated; cost per day of each.
 
-Classes split the azure-conv trace (the 8B's token mix) at prompt-length quantiles; each class gets its share of
-the requests and its own token mix (mean and p95 of its requests). The model keeps its SLO, demand curve and
+Classes split the azure-conv trace (the 8B's token mix) at prompt-length quantiles (the scenario key
+``classes: {prompt_quantiles: [...]}``; ``classes: auto`` is 0.5 and 0.8); each class gets its share of the
+requests and its own token mix (mean and p95 of its requests). The model keeps its SLO, demand curve and
 pools; its origin_site is dropped (request classes with egress are not supported yet), in both rows.
 Replay: every window's plan replayed (simulate_day, Poisson arrivals, a slice of each window around its busiest
 10 minutes); with classes the router sends a request only to replicas serving its class (least work among them).
@@ -21,9 +22,6 @@ from __future__ import annotations
 import argparse
 import copy
 
-import numpy as np
-
-from fleetplan.datasets.traces import load_trace
 from fleetplan.placement.scenario import build_problem, read_scenario, scenario_from_raw
 from fleetplan.placement.validate import validate
 from fleetplan.simulator.replay import simulate_day
@@ -40,20 +38,7 @@ def _raw(scale: float, edges_q: list[float]) -> dict:
     m.pop("origin_site", None)
     m["demand"]["servegen"]["mean_rate_req_per_s"] *= scale
     if edges_q:
-        tr = load_trace(m["token_mix"]["trace"])
-        inp, out = tr.input_tokens, tr.output_tokens
-        cuts = [float(np.quantile(inp, q)) for q in edges_q]
-        bounds = [0.0, *cuts, float("inf")]
-        classes = []
-        for lo, hi in zip(bounds, bounds[1:], strict=False):
-            sel = (inp > lo) & (inp <= hi)
-            bound = {"input_tokens_max": hi} if np.isfinite(hi) else {}
-            classes.append({"name": f"prompt<={hi:g}", "share": float(sel.mean()), **bound, "token_mix": {
-                "input_tokens_mean": float(inp[sel].mean()), "input_tokens_p95": float(np.percentile(inp[sel], 95)),
-                "output_tokens_mean": float(out[sel].mean()), "output_tokens_p95": float(np.percentile(out[sel], 95))}})
-        total = sum(c["share"] for c in classes)
-        classes[-1]["share"] += 1.0 - total  # float rounding only
-        m["classes"] = classes
+        m["classes"] = {"prompt_quantiles": edges_q}  # cut from the token-mix trace (placement.scenario)
     return raw
 
 

@@ -307,6 +307,17 @@ class RequestClassSpec(InputModel):
                                                   "none: no bound")
 
 
+class ClassEdgesSpec(InputModel):
+    """Request classes cut from the model's token-mix trace at prompt-length edges: each class (prompts in
+    (previous edge, edge], the last one open) gets the share of the trace's requests and their token mix. Exactly
+    one of the two lists, ascending (checked where the classes are cut, for a one-line error)."""
+
+    prompt_edges: list[Annotated[float, Field(gt=0)]] | None = input_field(
+        None, description="prompt-length class edges, tokens, ascending, e.g. [1000, 1300]")
+    prompt_quantiles: list[Annotated[float, Field(gt=0, lt=1)]] | None = input_field(
+        None, description="or the edges as quantiles of the trace's prompt lengths, e.g. [0.5, 0.8]")
+
+
 class ScenarioModel(InputModel):
     """One model to serve: parallelism options, replica bounds, SLO, token mix and demand."""
 
@@ -335,13 +346,17 @@ class ScenarioModel(InputModel):
                                              "options.weight_dtype), e.g. fp8 or int4 for a quantized checkpoint")
     kv_dtype: DType | None = input_field(None, description="this model's KV-cache data type (default: "
                                          "options.kv_dtype), e.g. fp8")
-    classes: list[RequestClassSpec] | None = input_field(
-        None, description="request-size classes (name, share, token_mix): each gets its share of the demand and its "
-        "own capacity per GPU type; a replica serves a mix of classes with additive load")
+    classes: list[RequestClassSpec] | ClassEdgesSpec | Literal["auto"] | None = input_field(
+        None, description="request-size classes: a list of (name, share, token_mix, bounds), or {prompt_edges} / "
+        "{prompt_quantiles} cut from the token-mix trace, or 'auto' (the trace's prompt quantiles 0.5 and 0.8); "
+        "each class gets its share of the demand and its own capacity per GPU type; a replica serves a mix of "
+        "classes with additive load")
 
     @model_validator(mode="after")
     def _classes_sum_to_one(self) -> ScenarioModel:
-        if self.classes:
+        if (self.classes == "auto" or isinstance(self.classes, ClassEdgesSpec)) and self.token_mix.trace is None:
+            raise ValueError("classes cut at prompt edges need token_mix: {trace: ...} (the requests to split)")
+        if isinstance(self.classes, list) and self.classes:
             names = [c.name for c in self.classes]
             if len(set(names)) != len(names):
                 raise ValueError(f"classes: two classes have the same name ({', '.join(names)})")

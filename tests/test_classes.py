@@ -6,19 +6,28 @@ of 30 req/s, and per-bucket max throughputs A10G [[2, 1], [5, 2]], A100 [[20, 20
 README reports its answer: 3 A10G + 1 A100 = $6.70/h (each bucket goes whole to one GPU type).
 """
 
+import copy
 import json
+import math
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from fleetplan.datasets.profiles import ProfileCapacity
+from fleetplan.datasets.traces import load_trace
 from fleetplan.errors import InputError, SolverError
 from fleetplan.fileio import read_yaml
 from fleetplan.placement.plan import Plan
 from fleetplan.placement.planio import load_plan_file, plan_to_dict
 from fleetplan.placement.problem import ModelSpec, Pool, Problem, ReplicaOption
-from fleetplan.placement.scenario import build_problem, load_scenario, scenario_embed, scenario_from_raw
+from fleetplan.placement.scenario import (
+    build_problem,
+    load_scenario,
+    read_scenario,
+    scenario_embed,
+    scenario_from_raw,
+)
 from fleetplan.placement.validate import validate
 from fleetplan.simulator.engine import DeviceSpec, EngineSpec, Policy, StepModel, run
 from fleetplan.simulator.replay import FleetBuilder
@@ -194,3 +203,36 @@ def test_request_classes_from_bounds_and_melange_replay():
     fleet = FleetBuilder(p, plan, sc).fleet(0)
     by_gpu = {fleet.devices[e.device].gpu: e.classes for e in fleet.engines}
     assert by_gpu["A10G"] == frozenset(m.classes) and by_gpu["A100-SXM4-80GB"] == frozenset(m.classes)
+
+
+def _default_8b(classes) -> dict:
+    raw, _src, _base = read_scenario("default")
+    raw = copy.deepcopy(raw)
+    (m,) = [x for x in raw["models"] if x["name"] == "Llama-3.1-8B"]
+    raw["models"] = [m]
+    m.pop("origin_site")
+    m["classes"] = classes
+    return raw
+
+
+def test_classes_cut_from_the_trace():
+    tr = load_trace("azure-conv")
+    edge = float(np.quantile(tr.input_tokens, 0.5))
+    spec = build_problem(scenario_from_raw(_default_8b({"prompt_edges": [edge]}))).models[0]
+    (short, s_share), (_long, l_share) = spec.class_shares
+    # Independent count: the share of the trace's prompts at or below the edge.
+    assert s_share == pytest.approx(float(np.mean(tr.input_tokens <= edge)))
+    assert s_share + l_share == pytest.approx(1.0)
+    assert spec.class_max_tokens[0] == (edge, math.inf)
+    auto = build_problem(scenario_from_raw(_default_8b("auto"))).models[0]
+    q = build_problem(scenario_from_raw(_default_8b({"prompt_quantiles": [0.5, 0.8]}))).models[0]
+    assert auto.class_shares == q.class_shares and len(auto.class_shares) == 3
+    raw = _default_8b("auto")
+    raw["models"][0]["token_mix"] = {"input_tokens_mean": 100, "input_tokens_p95": 200, "output_tokens_mean": 50,
+                                     "output_tokens_p95": 100}
+    with pytest.raises(InputError, match="trace"):
+        scenario_from_raw(raw)
+    with pytest.raises(InputError, match="ascending"):
+        build_problem(scenario_from_raw(_default_8b({"prompt_edges": [500, 100]})))
+    with pytest.raises(InputError, match="one of prompt_edges"):
+        build_problem(scenario_from_raw(_default_8b({"prompt_edges": [500], "prompt_quantiles": [0.5]})))
