@@ -742,14 +742,22 @@ def detect_profile_format(path: Path) -> str:
 
 
 def profile_files(pattern: str, base: Path | None = None) -> list[Path]:
-    """Files a profile entry names: a path or a glob pattern (relative to ``base`` unless absolute), sorted.
-    Raises InputError when nothing matches."""
+    """Files a profile entry names: a path or a glob pattern (relative to ``base`` unless absolute), sorted; a
+    relative name that matches nothing there is looked up among the shipped profiles (``datasets/data/profiles``,
+    e.g. ``melange/toy-a10g.json``), so shipped scenarios can name them. Raises InputError when nothing matches."""
     p = Path(pattern)
     full = p if p.is_absolute() or base is None else base / p
-    if any(ch in pattern for ch in "*?["):
-        found = sorted(Path(f) for f in glob.glob(str(full)))
-    else:
-        found = [full] if full.is_file() else []
+
+    def matches(path: Path) -> list[Path]:
+        if any(ch in pattern for ch in "*?["):
+            return sorted(Path(f) for f in glob.glob(str(path)))
+        return [path] if path.is_file() else []
+
+    found = matches(full)
+    if not found and not p.is_absolute():
+        shipped = _profiles_dir()
+        if isinstance(shipped, Path):  # an installed package directory (not a zip)
+            found = matches(shipped / p)
     if not found:
         raise InputError(f"no profile file matches {pattern!r}" + (f" (relative to {base})" if base else ""),
                          source=pattern, field="file", value=pattern)

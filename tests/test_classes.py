@@ -236,3 +236,10 @@ def test_classes_cut_from_the_trace():
         build_problem(scenario_from_raw(_default_8b({"prompt_edges": [500, 100]})))
     with pytest.raises(InputError, match="one of prompt_edges"):
         build_problem(scenario_from_raw(_default_8b({"prompt_edges": [500], "prompt_quantiles": [0.5]})))
+
+
+def test_shipped_melange_example_by_name():
+    # A shipped scenario has no folder of its own: its profile files are found among the shipped profiles.
+    p = build_problem(load_scenario("melange_example"))
+    plan = solve(p, "highs", time_limit_s=20)
+    assert validate(p, plan).ok and plan.objective_usd == pytest.approx(4.68, abs=1e-6)  # as computed above
