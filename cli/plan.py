@@ -48,8 +48,10 @@ def _render_table(problem, plan, d: dict) -> None:
     f = 24.0 / problem.horizon_hours
     for r in d["replicas"]:
         gh = sum(r["counts"]) * r["tp"] * r["pp"] * problem.window_hours * f
+        classes = r.get("class_capacity_req_per_s") or {}
+        served = ("; classes " + ", ".join(f"{c} {v:.3g} req/s" for c, v in classes.items())) if classes else ""
         t.add_row(r["model"], f"{r['gpu']} @ {r['site']}", f"{r['tp']}×{r['pp']}", _fmt_counts(r["counts"]),
-                  f"{gh:.0f}", r.get("capacity_source", ""))
+                  f"{gh:.0f}", r.get("capacity_source", "") + served)
     for g in d["shared_gpus"]:
         src = g.get("capacity_source") or {}
         t.add_row(" + ".join(g["models"]), f"{g['gpu']} @ {g['site']}", "shared", "1 GPU, all day", "24",

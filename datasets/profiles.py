@@ -13,8 +13,10 @@ Two shapes are read:
 2. AIBrix GPU-optimizer / Mélange "tputs" JSON (github.com/vllm-project/aibrix, Apache-2.0): ``tputs`` is a 2-D list
    of the max request rate (req/s) meeting the profile's SLO, ``indexes`` the bucket ticks. We read AIBrix's order:
    ``tputs[i][j]`` is OUTPUT bucket ``indexes[0][i]`` and INPUT bucket ``indexes[1][j]`` — transposed from the
-   Mélange README, whose rows are input lengths. The shape is checked against the indexes; a mismatch raises
-   InputError. :class:`ProfileCapacity` looks up req/s for a token mix.
+   Mélange README, whose rows are input lengths. A Mélange-order table (rows = input) is read when it names its
+   ticks ``input_ticks`` and ``output_ticks`` instead of ``indexes`` (Mélange's own files carry no ticks). The
+   shape is checked against the ticks; a mismatch raises InputError. :class:`ProfileCapacity` looks up req/s for
+   a token mix.
 
 :func:`capacity_for` picks, for one (model, GPU type), a profile when one is given, else the analytic model when the
 GPU has analytic data, else returns zero capacity with a reason (never free capacity).
@@ -256,29 +258,45 @@ class ProfileCapacity:
     def from_aibrix_json(cls, path: str | Path) -> ProfileCapacity:
         """Read an AIBrix profile JSON (rows = OUTPUT buckets, columns = INPUT buckets; see module docstring).
 
-        Raises InputError when 'tputs' or 'indexes' is missing, when the shape of tputs is not
-        len(indexes[0]) × len(indexes[1]), when ticks are not ascending, or when a rate is negative or NaN.
+        A Mélange-order file (``input_ticks``, ``output_ticks``, rows = input buckets) is read too.
+        Raises InputError when 'tputs' or the ticks are missing, when the shape of tputs does not match the ticks,
+        when ticks are not ascending, or when a rate is negative or NaN.
         """
         source = str(path)
         try:
             doc = json.loads(Path(path).read_text())
         except (OSError, json.JSONDecodeError) as e:
             raise InputError(f"cannot read profile JSON: {e}", source=source) from None
-        for k in ("tputs", "indexes"):
-            if k not in doc:
-                raise InputError(f"profile has no {k!r}; an AIBrix profile has 'tputs' and 'indexes'",
-                                 source=source, field=k)
-        idx = doc["indexes"]
-        if not isinstance(idx, list) or len(idx) != 2:
-            raise InputError("'indexes' must be [output-token ticks, input-token ticks]", source=source,
-                             field="indexes")
-        out_ticks, in_ticks = [float(v) for v in idx[0]], [float(v) for v in idx[1]]
+        if "tputs" not in doc:
+            raise InputError("profile has no 'tputs'; an AIBrix profile has 'tputs' and 'indexes'", source=source,
+                             field="tputs")
         grid = doc["tputs"]
-        if len(grid) != len(out_ticks) or any(len(row) != len(in_ticks) for row in grid):
-            shape = f"{len(grid)}×{sorted({len(r) for r in grid})}"
-            raise InputError(f"tputs shape {shape} does not match indexes: expected {len(out_ticks)} rows (output "
-                             f"buckets) × {len(in_ticks)} columns (input buckets), AIBrix order; a Mélange-order "
-                             "file (rows = input) must be transposed first", source=source, field="tputs")
+        if "indexes" in doc:
+            idx = doc["indexes"]
+            if not isinstance(idx, list) or len(idx) != 2:
+                raise InputError("'indexes' must be [output-token ticks, input-token ticks]", source=source,
+                                 field="indexes")
+            out_ticks, in_ticks = [float(v) for v in idx[0]], [float(v) for v in idx[1]]
+            if len(grid) != len(out_ticks) or any(len(row) != len(in_ticks) for row in grid):
+                shape = f"{len(grid)}×{sorted({len(r) for r in grid})}"
+                raise InputError(f"tputs shape {shape} does not match indexes: expected {len(out_ticks)} rows "
+                                 f"(output buckets) × {len(in_ticks)} columns (input buckets), AIBrix order; a "
+                                 "Mélange-order table (rows = input) gives 'input_ticks' and 'output_ticks' instead "
+                                 "of 'indexes'", source=source, field="tputs")
+        elif "input_ticks" in doc and "output_ticks" in doc:
+            # Mélange order (its README: rows = input buckets, columns = output buckets), ticks named explicitly.
+            in_ticks, out_ticks = [float(v) for v in doc["input_ticks"]], [float(v) for v in doc["output_ticks"]]
+            if len(grid) != len(in_ticks) or any(len(row) != len(out_ticks) for row in grid):
+                shape = f"{len(grid)}×{sorted({len(r) for r in grid})}"
+                raise InputError(f"tputs shape {shape} does not match the ticks: expected {len(in_ticks)} rows "
+                                 f"(input buckets) × {len(out_ticks)} columns (output buckets), Mélange order",
+                                 source=source, field="tputs")
+            grid = [list(col) for col in zip(*grid, strict=True)]  # to AIBrix order: rows = output
+        else:
+            raise InputError("profile has 'tputs' but no bucket ticks: give 'indexes' ([output ticks, input ticks], "
+                             "AIBrix order: rows = output) or 'input_ticks' and 'output_ticks' (Mélange order: rows "
+                             "= input; Mélange's own files carry no ticks: add the bucket upper edges you profiled "
+                             "with, in tokens)", source=source, field="indexes")
         for name, ticks in (("output", out_ticks), ("input", in_ticks)):
             if any(b <= a for a, b in zip(ticks, ticks[1:], strict=False)):
                 raise InputError(f"{name}-token ticks must be ascending", source=source, field="indexes")
@@ -724,14 +742,22 @@ def detect_profile_format(path: Path) -> str:
 
 
 def profile_files(pattern: str, base: Path | None = None) -> list[Path]:
-    """Files a profile entry names: a path or a glob pattern (relative to ``base`` unless absolute), sorted.
-    Raises InputError when nothing matches."""
+    """Files a profile entry names: a path or a glob pattern (relative to ``base`` unless absolute), sorted; a
+    relative name that matches nothing there is looked up among the shipped profiles (``datasets/data/profiles``,
+    e.g. ``melange/toy-a10g.json``), so shipped scenarios can name them. Raises InputError when nothing matches."""
     p = Path(pattern)
     full = p if p.is_absolute() or base is None else base / p
-    if any(ch in pattern for ch in "*?["):
-        found = sorted(Path(f) for f in glob.glob(str(full)))
-    else:
-        found = [full] if full.is_file() else []
+
+    def matches(path: Path) -> list[Path]:
+        if any(ch in pattern for ch in "*?["):
+            return sorted(Path(f) for f in glob.glob(str(path)))
+        return [path] if path.is_file() else []
+
+    found = matches(full)
+    if not found and not p.is_absolute():
+        shipped = _profiles_dir()
+        if isinstance(shipped, Path):  # an installed package directory (not a zip)
+            found = matches(shipped / p)
     if not found:
         raise InputError(f"no profile file matches {pattern!r}" + (f" (relative to {base})" if base else ""),
                          source=pattern, field="file", value=pattern)

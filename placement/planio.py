@@ -6,7 +6,8 @@ solve_time_s, message, cost_breakdown_usd_per_day {gpu, starts, egress}, utiliza
 window_length_s, n_windows, pools [{id, site, gpu, nodes, gpus_per_node, usd_per_gpu_hour, pricing_model,
 price_source}] (the price each pool used and where it came from: the user's row, the scenario, or the catalog
 snapshot with its date), replicas [{model, pool, site, gpu, tp, pp, capacity_req_per_s, capacity_source,
-counts[]}], shared_gpus [{pool, site, gpu, models[], served_req_per_s {model: []}, capacity_source {model}}],
+counts[], class_capacity_req_per_s {class: req/s} (only for a model with request classes)}],
+shared_gpus [{pool, site, gpu, models[], served_req_per_s {model: []}, capacity_source {model}}],
 windows [{index, start_s, gpus, utilization, demand_req_per_s {model}, capacity_req_per_s {model}, replicas
 {model: {"gpu@site tpN": n}}}], baselines {name: {cost_usd_per_day, gpu_hours_per_day, valid, message}},
 validation {ok, violations}, scenario {name, source, raw}, best_effort (true when demand is left unserved),
@@ -75,9 +76,12 @@ def plan_to_dict(problem: Problem, plan: Plan, *, scenario: dict | None = None,
     for key, counts in sorted(plan.replicas.items()):
         o = opts[key]
         p = pools[o.pool]
-        out["replicas"].append({"model": o.model, "pool": o.pool, "site": p.site, "gpu": p.gpu, "tp": o.tp,
-                                "pp": o.pp, "capacity_req_per_s": o.capacity_req_per_s,
-                                "capacity_source": o.capacity_source, "counts": list(counts)})
+        entry = {"model": o.model, "pool": o.pool, "site": p.site, "gpu": p.gpu, "tp": o.tp, "pp": o.pp,
+                 "capacity_req_per_s": o.capacity_req_per_s, "capacity_source": o.capacity_source,
+                 "counts": list(counts)}
+        if o.class_capacity:  # request classes: the classes this option serves and its capacity for each
+            entry["class_capacity_req_per_s"] = o.class_capacity
+        out["replicas"].append(entry)
     for g in plan.shared:
         p = pools[g.pool]
         shares = problem.share_by_key

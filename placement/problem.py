@@ -15,6 +15,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from fleetplan.costmodels.latency import TP_DEGREES
 from fleetplan.errors import InputError, check_range
 
@@ -89,6 +91,12 @@ class ReplicaOption:
             serving engine's ``--max-num-seqs``), or inf when unknown (hand-built problems).
         kv_budget_bytes: KV-cache bytes of the whole replica (the capacity model's ``kv_bytes_available``), or 0
             when unknown.
+        class_capacity_req_per_s: for a model with request classes (:attr:`ModelSpec.class_shares`), ((class,
+            req/s), ...): the rate of that class alone one replica sustains under the SLO; a class not listed
+            misses the SLO on this option (no capacity). A replica serving a mix of its model's classes carries
+            additive load: Σ_c rate_c / cap_c <= 1 - margin per replica. Then ``capacity_req_per_s`` is only
+            reported (the capacity at the model's class mix restricted to the classes served). Empty for a model
+            without classes.
     """
 
     model: str
@@ -103,6 +111,7 @@ class ReplicaOption:
     capacity_source: str = ""
     max_batch: float = math.inf
     kv_budget_bytes: float = 0.0
+    class_capacity_req_per_s: tuple[tuple[str, float], ...] = ()
 
     def __post_init__(self) -> None:
         owner = f"option {self.key}"
@@ -117,6 +126,16 @@ class ReplicaOption:
                              field="capacity_req_per_s", value=self.capacity_req_per_s)
         check_range(self.memory_bytes_per_gpu, field="memory_bytes_per_gpu", source=owner, low=0)
         check_range(self.start_cost_usd, field="start_cost_usd", source=owner, low=0)
+        for cname, cap in self.class_capacity_req_per_s:
+            check_range(cap, field=f"class_capacity_req_per_s[{cname}]", source=owner, low=0)
+            if cap <= 0:
+                raise InputError(f"{owner}: class {cname} capacity must be positive (leave out classes that cannot "
+                                 "meet the SLO)", field="class_capacity_req_per_s", value=cap)
+
+    @property
+    def class_capacity(self) -> dict[str, float]:
+        """{class: req/s of that class alone one replica sustains} (empty for a model without classes)."""
+        return dict(self.class_capacity_req_per_s)
 
     @property
     def key(self) -> tuple[str, str, int, int]:
@@ -177,6 +196,10 @@ class ModelSpec:
         demand_source: provenance of the demand, shown in reports.
         priority: whole number, higher first: when demand exceeds the inventory, a best-effort plan serves the
             most demand of the highest priority class, then of the next, then at the lowest cost (default 0).
+        class_shares: request-size classes ((class, share of the demand), ...), shares in (0, 1] summing to 1;
+            class c's demand in window w is share_c × demand_req_per_s[w]. Empty: one class (the whole mix).
+        class_max_tokens: ((input_tokens_max, output_tokens_max), ...) per class (same order; inf: no bound), or
+            empty: a request belongs to the first class whose bounds hold its lengths (the simulator routes by it).
     """
 
     name: str
@@ -189,12 +212,30 @@ class ModelSpec:
     request_bytes: float = 0.0
     demand_source: str = ""
     priority: int = 0
+    class_shares: tuple[tuple[str, float], ...] = ()
+    class_max_tokens: tuple[tuple[float, float], ...] = ()
 
     def __post_init__(self) -> None:
         owner = f"model {self.name}"
         if not isinstance(self.priority, int) or isinstance(self.priority, bool) or abs(self.priority) > 1_000_000:
             raise InputError(f"{owner}: priority must be a whole number between -1000000 and 1000000 (higher is "
                              "served first)", field="priority", value=self.priority)
+        if self.class_shares:
+            names = [c for c, _ in self.class_shares]
+            if len(set(names)) != len(names):
+                raise InputError(f"{owner}: two request classes have the same name", field="classes", value=names)
+            for c, share in self.class_shares:
+                check_range(share, field=f"classes[{c}].share", source=owner, low=0, high=1)
+            total = sum(share for _, share in self.class_shares)
+            if abs(total - 1.0) > 1e-6:
+                raise InputError(f"{owner}: class shares sum to {total:g}; they must sum to 1", field="classes",
+                                 value=total)
+            if self.class_max_tokens and len(self.class_max_tokens) != len(self.class_shares):
+                raise InputError(f"{owner}: {len(self.class_max_tokens)} class bounds for {len(self.class_shares)} "
+                                 "classes", field="class_max_tokens", value=len(self.class_max_tokens))
+            if self.origin_site is not None:
+                raise InputError(f"{owner}: request classes with an origin_site (egress) are not supported yet; "
+                                 "drop origin_site or the classes", field="origin_site", value=self.origin_site)
         for i, d in enumerate(self.demand_req_per_s):
             check_range(d, field=f"demand_req_per_s[{i}]", source=owner, low=0)
         if not isinstance(self.min_replicas, int) or self.min_replicas < 0:
@@ -205,6 +246,29 @@ class ModelSpec:
             raise InputError(f"{owner}: max_replicas must be a whole number >= max(1, min_replicas)",
                              field="max_replicas", value=self.max_replicas)
         check_range(self.request_bytes, field="request_bytes", source=owner, low=0)
+
+    @property
+    def classes(self) -> dict[str, float]:
+        """{class: share of the demand}; empty for a model without classes."""
+        return dict(self.class_shares)
+
+    def request_classes(self, input_tokens: np.ndarray, output_tokens: np.ndarray) -> np.ndarray:
+        """Class name of each request (object array, shape of the inputs): the first class whose
+        ``class_max_tokens`` hold its lengths; None for a model without classes or class bounds, or when no class
+        holds it."""
+        out = np.full(np.shape(input_tokens), None, dtype=object)
+        if not self.class_max_tokens:
+            return out
+        free = np.ones(np.shape(input_tokens), dtype=bool)
+        for (cls, _share), (in_max, out_max) in zip(self.class_shares, self.class_max_tokens, strict=True):
+            hit = free & (np.asarray(input_tokens) <= in_max) & (np.asarray(output_tokens) <= out_max)
+            out[hit] = cls
+            free &= ~hit
+        return out
+
+    def class_demand_req_per_s(self, cls: str, w: int) -> float:
+        """Demand of class ``cls`` in window ``w``, req/s (share × the model's demand)."""
+        return self.classes[cls] * self.demand_req_per_s[w]
 
 
 @dataclass(frozen=True)
@@ -281,10 +345,18 @@ class Problem:
                                  field="tp", value=o.tp)
             if o.key in seen:
                 raise InputError(f"option {o.key} given twice", field="options")
+            m_classes = self.model_by_name[o.model].classes
+            if bool(m_classes) != bool(o.class_capacity_req_per_s) or not set(o.class_capacity) <= set(m_classes):
+                raise InputError(f"option {o.key}: class capacities {sorted(o.class_capacity)} must name some of "
+                                 f"the model's classes {sorted(m_classes)} (and only when it has classes)",
+                                 field="class_capacity_req_per_s", value=sorted(o.class_capacity))
             seen.add(o.key)
         for s in self.share_options:
             if s.pool not in pools or s.model not in names:
                 raise InputError(f"share option {s.model}@{s.pool}: unknown model or pool", field="share_options")
+            if self.model_by_name[s.model].classes:
+                raise InputError(f"share option {s.model}@{s.pool}: a model with request classes cannot use shared "
+                                 "GPUs yet", field="share_options")
         for (a, b), rate in self.egress_usd_per_gb.items():
             check_range(rate, field=f"egress_usd_per_gb[{a}->{b}]", source="problem", low=0)
 
@@ -304,6 +376,17 @@ class Problem:
     @property
     def share_by_key(self) -> dict[tuple[str, str], ShareOption]:
         return {(s.model, s.pool): s for s in self.share_options}
+
+    def serves_whole_mix(self, option: ReplicaOption) -> bool:
+        """True when ``option`` serves every class of its model (always, for a model without classes): then its
+        ``capacity_req_per_s`` (the class mix's capacity) is exact for demand routed to it in the mix's
+        proportions, and one-capacity algorithms (the baselines) may use it."""
+        return set(option.class_capacity) >= set(self.model_by_name[option.model].classes)
+
+    @property
+    def has_classes(self) -> bool:
+        """True when some model has request classes (only the MILP and validate support them so far)."""
+        return any(m.class_shares for m in self.models)
 
     @property
     def window_hours(self) -> float:

@@ -48,6 +48,10 @@ twice in one mapping is an error)::
         kv_dtype: fp8
         origin_site: aws:us-east-1   # where its traffic comes from (egress when served elsewhere)
         token_mix: {trace: azure-conv}    # or {input_tokens_mean, input_tokens_p95, output_tokens_mean, ...}
+        classes:                     # optional request-size classes (Mélange's buckets); shares sum to 1
+          - {name: short, share: 0.7, input_tokens_max: 1000, token_mix: {input_tokens_mean: 200, ...}}
+                                     # or {prompt_edges: [1000]}, {prompt_quantiles: [0.5, 0.8]} or auto: cut
+                                     # from the token_mix trace, each class with its share and token mix
         profiles:                    # optional: measured performance replacing the roofline for a (GPU, tp)
           - {gpu: H100, tp: 1, file: bench/*.json, format: vllm-bench}   # format detected when absent:
             # vllm-bench, guidellm, aibrix (throughput table), step-csv, splitwise
@@ -69,6 +73,8 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import numpy as np
 
 from fleetplan.costmodels.calibration import Calibration
 from fleetplan.costmodels.capacity import (
@@ -109,6 +115,7 @@ from fleetplan.fileio import parse_yaml, read_text_file, validate_input
 from fleetplan.placement.problem import ModelSpec, Pool, Problem, ReplicaOption, ShareOption
 from fleetplan.placement.schemas import (
     ENTRY_LABELS,
+    ClassEdgesSpec,
     DemandSpec,
     ScenarioFile,
     ScenarioModel,
@@ -464,6 +471,47 @@ def with_profiles(scenario: Scenario, options: list[str]) -> Scenario:
                              window_length_s=scenario.options["window_length_s"])
 
 
+#: Prompt-length quantiles of the class edges of ``classes: auto`` (bench_classes: 8B at 10x, -16.6% cost).
+AUTO_CLASS_QUANTILES = (0.5, 0.8)
+
+
+def trace_classes(m: ScenarioModel, where: str) -> list[tuple[str, float, TokenMix, float, float]]:
+    """Request classes of ``m`` cut from its token-mix trace at prompt-length edges (``classes: {prompt_edges}``,
+    ``{prompt_quantiles}`` or ``auto``): [(name, share, token mix, input_tokens_max, output_tokens_max)], empty
+    classes left out. Raises InputError when a class would hold fewer than 20 requests (no p95 to speak of)."""
+    if m.token_mix.trace is None:  # ScenarioModel checks this too
+        raise _err("classes cut at prompt edges need token_mix: {trace: ...}", where, "classes")
+    spec = m.classes
+    if isinstance(spec, ClassEdgesSpec):
+        given = [v for v in (spec.prompt_edges, spec.prompt_quantiles) if v is not None]
+        if len(given) != 1 or not given[0]:
+            raise _err("classes: give one of prompt_edges or prompt_quantiles (a non-empty list)", where, "classes")
+        if any(b <= a for a, b in zip(given[0], given[0][1:], strict=False)):
+            raise _err(f"classes: edges {given[0]} must be ascending", where, "classes", given[0])
+    tr = load_trace(m.token_mix.trace)
+    inp, out = tr.input_tokens, tr.output_tokens
+    if isinstance(spec, ClassEdgesSpec) and spec.prompt_edges is not None:
+        edges = [float(e) for e in spec.prompt_edges]
+    else:
+        qs = spec.prompt_quantiles if isinstance(spec, ClassEdgesSpec) and spec.prompt_quantiles else (
+            AUTO_CLASS_QUANTILES)
+        edges = sorted({float(np.quantile(inp, q)) for q in qs})
+    bounds = [0.0, *edges, math.inf]
+    out_classes = []
+    for lo, hi in zip(bounds, bounds[1:], strict=False):
+        sel = (inp > lo) & (inp <= hi)
+        if not sel.any():
+            continue
+        if sel.sum() < 20:
+            raise _err(f"the class of prompts in ({lo:g}, {hi:g}] tokens holds {int(sel.sum())} requests of trace "
+                       f"{tr.name}; move the edges", where, "classes")
+        mix = TokenMix(float(inp[sel].mean()), float(np.percentile(inp[sel], 95)), float(out[sel].mean()),
+                       float(np.percentile(out[sel], 95)))
+        out_classes.append((f"prompt<={hi:g}", float(sel.mean()), mix, hi, math.inf))
+    total = sum(c[1] for c in out_classes)
+    return [(n, sh / total, mx, a, b) for n, sh, mx, a, b in out_classes]
+
+
 def _option_capacity(prof: MeasuredProfile | None, model: Model, gpu: GPU, mix: TokenMix, slo: SLO, *,
                      weight_dtype: str, kv_dtype: str, memory_utilization: float, tp: int, calib: Calibration,
                      pp: int = 1, link: Link | None = None, residents: int = 1,
@@ -563,9 +611,16 @@ def build_problem(scenario: Scenario, *, progress: Callable[[str], None] | None 
         mix = scenario.token_mixes[m.name]
         request_bytes = 2 * (mix.input_tokens_mean + mix.output_tokens_mean) * opts["bytes_per_token"]
         min_r, max_r = m.min_replicas, m.max_replicas
+        class_list = trace_classes(m, mw) if m.classes == "auto" or isinstance(m.classes, ClassEdgesSpec) else [
+            (c.name, c.share, token_mix_from_spec(c.token_mix, f"{mw}.classes[{k}]"),
+             c.input_tokens_max or math.inf, c.output_tokens_max or math.inf)
+            for k, c in enumerate(m.classes or [])]
+        class_mixes = {c[0]: (c[1], c[2]) for c in class_list}
         models.append(ModelSpec(model.name, rates, slo.ttft_s, slo.tpot_s, min_replicas=min_r,
                                 max_replicas=max_r, origin_site=origin, request_bytes=request_bytes,
-                                demand_source=demand.source, priority=m.priority))
+                                demand_source=demand.source, priority=m.priority,
+                                class_shares=tuple((c, sh) for c, (sh, _mx) in class_mixes.items()),
+                                class_max_tokens=tuple((c[3], c[4]) for c in class_list)))
         why = []
         weights = model.weight_bytes(wd)
         mprof = measured.get(model.name, {})
@@ -591,14 +646,40 @@ def build_problem(scenario: Scenario, *, progress: Callable[[str], None] | None 
                 candidates += [(pool.gpus_per_node, pp) for pp in range(max(2, need), max(2, need) + 2)]
             for tp, pp in candidates:
                 prof = mprof.get((gpu.name, tp)) if pp == 1 else None
-                cap = _option_capacity(prof, model, gpu, mix, slo, weight_dtype=wd, kv_dtype=kvd,
-                                       memory_utilization=mu_mem, tp=tp, pp=pp, calib=calib,
-                                       link=link if pp > 1 else None)
+                label = f"{pool.id} tp {tp}{f' pp {pp}' if pp > 1 else ''}"
+                class_caps: tuple[tuple[str, float], ...] = ()
+                if class_mixes:
+                    # Each class's own capacity on this option; a class that misses the SLO (or the KV floor) has
+                    # none here. The option's reported capacity is that of the served classes' mix.
+                    served = []
+                    for cname, (share, cmix) in class_mixes.items():
+                        ccap = _option_capacity(prof, model, gpu, cmix, slo, weight_dtype=wd, kv_dtype=kvd,
+                                                memory_utilization=mu_mem, tp=tp, pp=pp, calib=calib,
+                                                link=link if pp > 1 else None)
+                        if ccap.req_per_s <= 0 or ccap.max_batch < opts["min_batch"]:
+                            why.append(f"{label} class {cname}: "
+                                       + (ccap.reason or ccap.limiting if ccap.req_per_s <= 0 else
+                                          f"KV cache holds {ccap.max_batch:.1f} sequences < min_batch"))
+                            continue
+                        served.append((cname, share, ccap))
+                    if not served:
+                        continue
+                    factor = derating.get((model.name, pool.id, tp, pp), 1.0)
+                    class_caps = tuple((c, cc.req_per_s * factor) for c, _sh, cc in served)
+                    mixed = sum(sh for _c, sh, _cc in served) / sum(sh / cc.req_per_s for _c, sh, cc in served)
+                    cap = dataclasses.replace(
+                        served[0][2], req_per_s=mixed, max_batch=min(cc.max_batch for *_x, cc in served),
+                        ttft_p95_s=max(cc.ttft_p95_s for *_x, cc in served),
+                        tpot_p95_s=max(cc.tpot_p95_s for *_x, cc in served))
+                else:
+                    cap = _option_capacity(prof, model, gpu, mix, slo, weight_dtype=wd, kv_dtype=kvd,
+                                           memory_utilization=mu_mem, tp=tp, pp=pp, calib=calib,
+                                           link=link if pp > 1 else None)
                 if cap.req_per_s <= 0:
-                    why.append(f"{pool.id} tp {tp}{f' pp {pp}' if pp > 1 else ''}: {cap.reason or cap.limiting}")
+                    why.append(f"{label}: {cap.reason or cap.limiting}")
                     continue
                 if cap.max_batch < opts["min_batch"]:
-                    why.append(f"{pool.id} tp {tp}{f' pp {pp}' if pp > 1 else ''}: the KV cache left after the "
+                    why.append(f"{label}: the KV cache left after the "
                                f"weights holds {cap.max_batch:.1f} sequences, fewer than min_batch "
                                f"{opts['min_batch']:g}")
                     continue
@@ -610,7 +691,10 @@ def build_problem(scenario: Scenario, *, progress: Callable[[str], None] | None 
                                              start_cost_usd=start, ttft_p95_s=cap.ttft_p95_s,
                                              tpot_p95_s=cap.tpot_p95_s, max_batch=cap.max_batch,
                                              kv_budget_bytes=cap.kv_bytes_available,
-                                             capacity_source=cap.source if prof is not None else roofline_src))
+                                             capacity_source=cap.source if prof is not None else roofline_src,
+                                             class_capacity_req_per_s=class_caps))
+            if class_mixes:
+                continue  # a model with request classes uses no shared GPU (yet)
             # Shared GPU: tp 1, KV budget at most shared_kv_fraction of the GPU.
             share_budget = opts["shared_kv_fraction"] * mu_mem * gpu.memory_bytes - weights
             if 1 in tps and share_budget > 0:

@@ -291,6 +291,33 @@ class ProfileSpec(InputModel):
         return list(self.file) if isinstance(self.file, list) else [self.file]
 
 
+class RequestClassSpec(InputModel):
+    """A request-size class of a model: its share of the model's demand and its own token lengths (Mélange's
+    buckets). A replica serves a mix of its model's classes with additive load; each class may go to another GPU
+    type."""
+
+    name: str = input_field(min_length=1, description="class name, e.g. short-prompt")
+    share: float = input_field(gt=0, le=1, description="share of the model's requests in this class (the shares "
+                               "of a model's classes sum to 1)")
+    token_mix: TokenMixSpec = input_field(description="this class's token lengths: the four statistics (or a trace)")
+    input_tokens_max: float | None = input_field(None, gt=0, description="longest prompt of the class, tokens "
+                                                 "(a request belongs to the first class whose bounds hold it; the "
+                                                 "simulator routes by it); none: no bound")
+    output_tokens_max: float | None = input_field(None, gt=0, description="longest output of the class, tokens; "
+                                                  "none: no bound")
+
+
+class ClassEdgesSpec(InputModel):
+    """Request classes cut from the model's token-mix trace at prompt-length edges: each class (prompts in
+    (previous edge, edge], the last one open) gets the share of the trace's requests and their token mix. Exactly
+    one of the two lists, ascending (checked where the classes are cut, for a one-line error)."""
+
+    prompt_edges: list[Annotated[float, Field(gt=0)]] | None = input_field(
+        None, description="prompt-length class edges, tokens, ascending, e.g. [1000, 1300]")
+    prompt_quantiles: list[Annotated[float, Field(gt=0, lt=1)]] | None = input_field(
+        None, description="or the edges as quantiles of the trace's prompt lengths, e.g. [0.5, 0.8]")
+
+
 class ScenarioModel(InputModel):
     """One model to serve: parallelism options, replica bounds, SLO, token mix and demand."""
 
@@ -323,6 +350,24 @@ class ScenarioModel(InputModel):
                                              "options.weight_dtype), e.g. fp8 or int4 for a quantized checkpoint")
     kv_dtype: DType | None = input_field(None, description="this model's KV-cache data type (default: "
                                          "options.kv_dtype), e.g. fp8")
+    classes: list[RequestClassSpec] | ClassEdgesSpec | Literal["auto"] | None = input_field(
+        None, description="request-size classes: a list of (name, share, token_mix, bounds), or {prompt_edges} / "
+        "{prompt_quantiles} cut from the token-mix trace, or 'auto' (the trace's prompt quantiles 0.5 and 0.8); "
+        "each class gets its share of the demand and its own capacity per GPU type; a replica serves a mix of "
+        "classes with additive load")
+
+    @model_validator(mode="after")
+    def _classes_sum_to_one(self) -> ScenarioModel:
+        if (self.classes == "auto" or isinstance(self.classes, ClassEdgesSpec)) and self.token_mix.trace is None:
+            raise ValueError("classes cut at prompt edges need token_mix: {trace: ...} (the requests to split)")
+        if isinstance(self.classes, list) and self.classes:
+            names = [c.name for c in self.classes]
+            if len(set(names)) != len(names):
+                raise ValueError(f"classes: two classes have the same name ({', '.join(names)})")
+            total = sum(c.share for c in self.classes)
+            if abs(total - 1.0) > 1e-6:
+                raise ValueError(f"classes: the shares sum to {total:g}; they must sum to 1")
+        return self
 
     @model_validator(mode="after")
     def _one_architecture(self) -> ScenarioModel:

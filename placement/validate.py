@@ -11,6 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+from scipy.optimize import linprog
+
 from fleetplan.placement.plan import Plan
 from fleetplan.placement.problem import Problem
 
@@ -41,6 +44,37 @@ def _ffd_fits(groups: list[int], nodes: int, gpus_per_node: int) -> bool:
         else:
             return False
     return True
+
+
+def _classes_routable(demand_req_per_s: dict[str, float], replicas: list[tuple[int, dict[str, float]]],
+                      usable: float) -> bool:
+    """Whether one window's class demand can be routed onto the replicas with additive load.
+
+    ``demand_req_per_s``: {class: req/s}; ``replicas``: [(replica count, {class: req/s one replica sustains of that
+    class alone})]; ``usable``: 1 - margin. Feasibility LP (scipy's linprog, independent of the solvers' models):
+    x[r,c] >= 0 req/s of class c on option r with Σ_r x[r,c] >= demand_c (less REL_TOL) and Σ_c x[r,c] / cap[r,c]
+    <= usable × count_r.
+    """
+    cells = [(r, c) for r, (count, caps) in enumerate(replicas) if count for c in caps if c in demand_req_per_s]
+    classes = [c for c, d in demand_req_per_s.items() if d > ABS_TOL]
+    if not classes:
+        return True
+    if not cells:
+        return False
+    a = np.zeros((len(classes) + len(replicas), len(cells)))
+    b = np.zeros(len(classes) + len(replicas))
+    for i, c in enumerate(classes):
+        b[i] = -(demand_req_per_s[c] * (1 - REL_TOL) - ABS_TOL)
+        for j, (_r, cc) in enumerate(cells):
+            if cc == c:
+                a[i, j] = -1.0
+    for r, (count, caps) in enumerate(replicas):
+        b[len(classes) + r] = usable * count
+        for j, (rr, c) in enumerate(cells):
+            if rr == r:
+                a[len(classes) + r, j] = 1.0 / caps[c]
+    res = linprog(np.zeros(len(cells)), A_ub=a, b_ub=b, bounds=(0, None), method="highs")
+    return bool(res.status == 0)
 
 
 def plan_cost_usd(problem: Problem, plan: Plan) -> float:
@@ -91,12 +125,14 @@ def validate(problem: Problem, plan: Plan, *, check_objective: bool = True) -> V
     """Check ``plan`` against every constraint of ``problem``; returns a :class:`ValidationReport`.
 
     Checks: (1) keys and shapes; (2) SLO of every option used (its latency at capacity within the model's
-    targets); (3) capacity: usable capacity covers demand in every window; (4) shared GPUs: residency allowed,
-    memory fits, compute share <= 1 - margin in every window, served rates >= 0; (5) inventory: in every window
-    and pool the replicas' tp groups and the shared GPUs fit onto the pool's nodes; (6) replica floor and ceiling;
-    (7) the reported objective equals the recomputed cost (when the plan reports one); (8) a best-effort plan's
-    unserved demand: known models, one value per window, 0 <= unserved <= demand, and (in (3)) served + unserved
-    = demand: the capacity covers demand - unserved, and unserved is no more than the demand capacity leaves over.
+    targets); (3) capacity: usable capacity covers demand in every window (for a model with request classes: a
+    routing of every class onto its replicas with additive per-class load exists, checked by an LP); (4) shared
+    GPUs: residency allowed, memory fits, compute share <= 1 - margin in every window, served rates >= 0;
+    (5) inventory: in every window and pool the replicas' tp groups and the shared GPUs fit onto the pool's nodes;
+    (6) replica floor and ceiling; (7) the reported objective equals the recomputed cost (when the plan reports
+    one); (8) a best-effort plan's unserved demand: known models, one value per window, 0 <= unserved <= demand,
+    and (in (3)) served + unserved = demand: the capacity covers demand - unserved, and unserved is no more than the
+    demand capacity leaves over.
     """
     v: list[str] = []
     W = problem.n_windows
@@ -166,6 +202,15 @@ def validate(problem: Problem, plan: Plan, *, check_objective: bool = True) -> V
                 cap[name][w] += f
     for m in problem.models:
         u = plan.unserved_req_per_s.get(m.name, (0.0,) * W)
+        if m.class_shares:  # (3') request classes: each class routable with additive load on its model's replicas
+            mine = [(counts, opts[key].class_capacity) for key, counts in plan.replicas.items() if key[0] == m.name]
+            for w, d in enumerate(m.demand_req_per_s):
+                want = {c: share * (d - u[w]) for c, share in m.class_shares}  # unserved taken pro rata
+                if not _classes_routable(want, [(counts[w], caps) for counts, caps in mine], tol_margin):
+                    v.append(f"{m.name} window {w}: the replicas cannot serve every request class "
+                             f"({', '.join(f'{c} {r:.3f} req/s' for c, r in want.items())}) within "
+                             f"{tol_margin:.3f} of their per-class capacities")
+            continue
         for w, d in enumerate(m.demand_req_per_s):
             if cap[m.name][w] + u[w] < d * (1 - REL_TOL) - ABS_TOL:
                 left = f" - unserved {u[w]:.3f}" if u[w] else ""

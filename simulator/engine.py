@@ -31,6 +31,7 @@ Model (what a vLLM-style engine does, reduced to what sets latency):
   decode tokens × the engine's per-token decode share + its own prefill time there (heterogeneous replicas are
   compared in seconds). With exact work and output length 1 this is the join-the-least-workload rule, whose waits
   equal those of an FCFS multi-server queue (Kiefer & Wolfowitz 1955), hence the M/M/c test. ``round-robin`` cycles.
+  With request classes (``class_of``), only the engines serving a request's class are candidates.
 * **Preemption** (what-if): with ``preempt_after_s`` set, when a waiting request cannot be admitted for lack of KV and
   has waited at least that long, the running sequence that has produced the most tokens is paused, its KV freed, and
   it resumes later (before newer arrivals) at a cost: ``recompute`` re-prefills its prompt plus the tokens produced;
@@ -191,13 +192,17 @@ class EngineSpec:
     """One model resident on one device. ``device`` indexes the device list given to :func:`run`.
 
     ``serve_from_s`` / ``serve_until_s``: the router sends it requests arriving in [from, until) only (a replica that
-    is still loading its weights, or one that was stopped and finishes its queue); the defaults serve always."""
+    is still loading its weights, or one that was stopped and finishes its queue); the defaults serve always.
+    ``classes``: the request classes of its model it serves (an option of a model with request classes serves
+    those it has capacity for); None serves every request of its model. The router sends a request only to engines
+    serving its class (``class_of`` in :func:`run`)."""
 
     model: str
     device: int
     step: StepModel
     serve_from_s: float = -math.inf
     serve_until_s: float = math.inf
+    classes: frozenset[str] | None = None
 
 
 @dataclass(frozen=True)
@@ -364,7 +369,9 @@ class Engine:
 
     def __init__(self, arrival_s: Sequence[float] | np.ndarray, input_tokens: np.ndarray, output_tokens: np.ndarray,
                  model_of: np.ndarray, engines: Sequence[EngineSpec], devices: Sequence[DeviceSpec],
-                 policy: Policy = FCFS):
+                 policy: Policy = FCFS, class_of: np.ndarray | None = None):
+        self._class_of = None if class_of is None else np.asarray(class_of, dtype=object).tolist()
+        self._eng_classes = [spec.classes for spec in engines]
         inp_np = np.asarray(input_tokens, dtype=np.int64)
         out_np = np.asarray(output_tokens, dtype=np.int64)
         models = np.asarray(model_of, dtype=object)
@@ -475,9 +482,13 @@ class Engine:
     def _least_work_engine(self, rid: int, now: float) -> _EngineState | None:
         """The engine where ``rid`` would start soonest (module docstring), or None when none can hold it."""
         best, chosen = math.inf, None
+        cls = self._class_of[rid] if self._class_of is not None else None
         for ei in self.cands[self.req.model[rid]]:
             e = self.engs[ei]
             if e.resv[rid] > e.kv_cap or not e.serve_from_s <= now < e.serve_until_s:
+                continue
+            served = self._eng_classes[ei]
+            if cls is not None and served is not None and cls not in served:
                 continue
             w = self._start_delay_s(e.dev, now, e.pre[rid])
             if w < best:
@@ -506,9 +517,13 @@ class Engine:
         cs = self.cands[m]
         j = self.rr_model.get(m, 0)
         now = self.req.arrival_s[rid]
+        cls = self._class_of[rid] if self._class_of is not None else None
         for t in range(len(cs)):
             ei = cs[(j + t) % len(cs)]
             e = self.engs[ei]
+            served = self._eng_classes[ei]
+            if cls is not None and served is not None and cls not in served:
+                continue
             if e.resv[rid] <= e.kv_cap and e.serve_from_s <= now < e.serve_until_s:
                 self.rr_model[m] = (j + t + 1) % len(cs)
                 return self.engs[ei]
@@ -712,7 +727,7 @@ class Engine:
 
 def run(arrival_s: Sequence[float] | np.ndarray, input_tokens: np.ndarray, output_tokens: np.ndarray,
         model_of: np.ndarray, engines: Sequence[EngineSpec], devices: Sequence[DeviceSpec],
-        policy: Policy = FCFS) -> RunResult:
+        policy: Policy = FCFS, class_of: np.ndarray | None = None) -> RunResult:
     """Simulate requests (sorted by arrival) on ``engines`` placed on ``devices`` (module docstring for the model).
 
     Args:
@@ -721,8 +736,11 @@ def run(arrival_s: Sequence[float] | np.ndarray, input_tokens: np.ndarray, outpu
         model_of: (n,) model name of each request; every name must have at least one engine.
         engines, devices: the fleet.
         policy: router and what-ifs.
+        class_of: (n,) request class of each request (None entries, or None: any engine of its model); a request
+            goes only to engines whose ``classes`` include its class (least work among those), and is dropped
+            when none does.
 
     Returns a :class:`RunResult`. Raises InputError when a request's model has no engine (or a host KV tier is
     asked of a GPU without a PCIe bandwidth).
     """
-    return Engine(arrival_s, input_tokens, output_tokens, model_of, engines, devices, policy).run()
+    return Engine(arrival_s, input_tokens, output_tokens, model_of, engines, devices, policy, class_of).run()

@@ -202,10 +202,11 @@ class FleetBuilder:
             pool = pools[pool_id]
             gpu = get_gpu(pool.gpu, self.scenario_file("gpus"))
             sm = self.step_model(m, pool_id, tp, pp, None)
+            served = self.problem.option_by_key[(m, pool_id, tp, pp)].class_capacity
             for r in range(n):
                 devices.append(DeviceSpec(f"{m} {pool.gpu}@{pool.site} tp{tp}x{pp} #{r + 1}", tp * pp,
                                           pool.usd_per_gpu_hour, gpu.tdp_w or 0.0, gpu=pool.gpu))
-                engines.append(EngineSpec(m, len(devices) - 1, sm))
+                engines.append(EngineSpec(m, len(devices) - 1, sm, classes=frozenset(served) if served else None))
                 dm.append((m,))
         for g_i, g in enumerate(self.plan.shared):
             pool = pools[g.pool]
@@ -708,8 +709,22 @@ def run_window(builder: FleetBuilder, wl: Workload, w: int, policy: Policy = FCF
             raise UnknownNameError("model", unknown[0], known, field="model")
         raise InputError(f"the plan has no replica of {missing[0]} in window {w}, but requests for it arrive; "
                          "plan with min_replicas >= 1 or pick another window", field="model", value=missing[0])
-    res = run(wl.arrival_s, wl.input_tokens, wl.output_tokens, wl.model, fleet.engines, fleet.devices, policy)
+    res = run(wl.arrival_s, wl.input_tokens, wl.output_tokens, wl.model, fleet.engines, fleet.devices, policy,
+              class_of=request_classes(builder.problem, wl))
     return fleet, res
+
+
+def request_classes(problem: Problem, wl: Workload) -> np.ndarray | None:
+    """Request class of each request of ``wl`` (:meth:`ModelSpec.request_classes`; None entries route to any
+    replica of the model), or None when no model has class bounds."""
+    models = [m for m in problem.models if m.class_max_tokens]
+    if not models:
+        return None
+    out = np.full(len(wl.model), None, dtype=object)
+    for m in models:
+        sel = wl.model == m.name
+        out[sel] = m.request_classes(wl.input_tokens[sel], wl.output_tokens[sel])
+    return out
 
 
 def _slice_bounds_s(scenario: Scenario, w: int, window_length_s: float, slice_s: float | None,

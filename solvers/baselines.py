@@ -57,7 +57,7 @@ def _dedicated(problem: Problem, inv: _Inventory, model: str, demand: list[float
     best = None
     fallback = None
     for o in problem.options:
-        if o.model != model:
+        if o.model != model or not problem.serves_whole_mix(o):
             continue
         if per_window:
             counts = [max(floor, _replicas_needed(d, o, margin)) for d in demand]
@@ -100,7 +100,8 @@ def _split_dedicated(problem: Problem, inv: _Inventory, model: str, demand: list
     spec = problem.model_by_name[model]
     mu = 1 - problem.margin
     W = len(demand)
-    opts = sorted((o for o in problem.options if o.model == model and o.capacity_req_per_s > 0),
+    opts = sorted((o for o in problem.options
+                   if o.model == model and o.capacity_req_per_s > 0 and problem.serves_whole_mix(o)),
                   key=lambda o: (_unit_cost(problem, o), o.key))
     groups = [list(range(W))] if not per_window else [[w] for w in range(W)]
     counts = {o.key: [0] * W for o in opts}
@@ -228,7 +229,7 @@ def _split_plan(problem: Problem) -> Plan:
     shared, packed = _pack_shared(problem, inv, time_aware=True)
     best = {m.name: math.inf for m in problem.models}
     for o in problem.options:
-        if o.capacity_req_per_s > 0:
+        if o.capacity_req_per_s > 0 and problem.serves_whole_mix(o):
             best[o.model] = min(best[o.model], _unit_cost(problem, o))
     replicas: dict = {}
     W = problem.n_windows

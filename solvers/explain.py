@@ -32,6 +32,8 @@ def precheck(problem: Problem) -> list[str]:
                 out.append(f"model {m.name} has no usable GPU type, tp and site (SLO: TTFT {m.ttft_p95_s:g} s, "
                            f"TPOT {m.tpot_p95_s * 1e3:g} ms){detail}")
             continue
+        if m.class_shares:  # (b) and (c) read one capacity per option; a model with classes has one per class
+            continue
         # Most a model could get with the whole inventory to itself: per pool, its best option.
         best = 0.0
         for pid, pool in pools.items():

@@ -29,6 +29,12 @@ subject to
     (8) starts:                   st[o,w] ≥ n[o,w] - n[o,w-1]   (w-1 of the first window is the last)
     (9) symmetry breaking:        y[p,b] ≥ y[p,b+1]
     (10) residents per shared GPU: Σ_m a[m,p,b] ≤ K·y[p,b]   (K = max_models_per_shared_gpu, when set)
+    (12) request classes (a model m with class shares r[m,c]; x[o,c,w] ≥ 0 req/s of class c routed to option o,
+        only where o serves c with class capacity cap_o,c; such a model has no shared GPUs and no egress):
+        (12a) each class is served:  Σ_{o serves c} x[o,c,w] ≥ r[m,c]·d[m,w]
+        (12b) additive load:         Σ_c x[o,c,w] / cap_o,c ≤ (1-μ)·n[o,w]
+        and (1) becomes Σ_{o at s, c} x[o,c,w] ≥ q[m,s,w] (dropped for a model with one site). A model without
+        classes keeps (1) as written: one class, the whole mix.
 With ``relax=True`` every integer and binary variable is continuous: the LP relaxation, a lower bound.
 """
 
@@ -74,6 +80,7 @@ class PlacementMilpModel:
     short: dict
     floor_short: dict
     unserved: dict
+    x: dict | None = None
 
 
 def build_milp(problem: Problem, *, relax: bool = False, elastic: bool = False,
@@ -164,8 +171,40 @@ def build_milp(problem: Problem, *, relax: bool = False, elastic: bool = False,
 
     opts_of, bins_of = by_model_and_site(problem, idx)
 
+    # (12) Request classes: routing variables and their two constraints.
+    x: dict = {}
+    for o in idx.options:
+        for cls in o.class_capacity:
+            for w in W:
+                x[(o.key, cls, w)] = lp.add_variable(f"x_{len(x)}", 0)
+    for m in problem.models:
+        if not m.class_shares:
+            continue
+        mine = [o for o in idx.options if o.model == m.name]
+        for w in W:
+            for ci, (cls, share) in enumerate(m.class_shares):
+                extra = [short[(m.name, w)]] if elastic else []
+                lp += (pulp.lpSum([x[(o.key, cls, w)] for o in mine if cls in o.class_capacity] + extra)
+                       >= share * m.demand_req_per_s[w], f"c12a_class_{m.name}_{ci}_{w}")
+            for o in mine:
+                caps = o.class_capacity
+                lp += (pulp.lpSum(x[(o.key, k, w)] * (1.0 / cap) for k, cap in caps.items())
+                       <= mu * n[(o.key, w)], f"c12b_load_{m.name}_{idx.options.index(o)}_{w}")
+
     for m in problem.models:
         sites = idx.sites_of[m.name]
+        if m.class_shares:
+            for w in W:
+                if len(sites) > 1:  # (1) with classes: what each site serves, for (2)
+                    for s in sites:
+                        supply = [x[(o.key, k, w)] for o in opts_of.get((m.name, s), []) for k in o.class_capacity]
+                        lp += pulp.lpSum(supply) >= q[(m.name, s, w)], f"c1_cover_{m.name}_{s}_{w}"
+                    lp += (pulp.lpSum([q[(m.name, s, w)] for s in sites]) >= m.demand_req_per_s[w],
+                           f"c2_demand_{m.name}_{w}")
+                if not sites and m.demand_req_per_s[w] > 0:
+                    extra = [short[(m.name, w)]] if elastic else []
+                    lp += pulp.lpSum(extra) >= m.demand_req_per_s[w], f"c1_no_option_{m.name}_{w}"
+            continue
         for w in W:
             # (1) Coverage at each site (or of the demand itself for a model with one site).
             for s in sites:
@@ -248,7 +287,7 @@ def build_milp(problem: Problem, *, relax: bool = False, elastic: bool = False,
     if cover_cuts:
         can_share = {m for (m, _p) in idx.share}
         for m in problem.models:
-            if m.name in can_share:
+            if m.name in can_share or m.class_shares:  # a class's capacity is not capacity_req_per_s
                 continue
             mine = [o for o in idx.options if o.model == m.name]
             cost = {o.key: o.gpus * pools[o.pool].usd_per_gpu_hour * h for o in mine}
@@ -264,7 +303,7 @@ def build_milp(problem: Problem, *, relax: bool = False, elastic: bool = False,
     for (key, w), var in st.items():
         lp += var >= n[(key, w)] - n[(key, W[w - 1])], f"c8_start_{key[0]}_{key[1]}_{key[2]}_{key[3]}_{w}"
     return PlacementMilpModel(lp=lp, idx=idx, n=n, st=st, y=y, a=a, f=f, q=q, relax=relax, short=short,
-                     floor_short=floor_short, unserved=unserved_v)
+                     floor_short=floor_short, unserved=unserved_v, x=x)
 
 
 def _set_initial(model: PlacementMilpModel, warm: dict) -> bool:

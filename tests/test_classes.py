@@ -1,0 +1,245 @@
+"""Request classes in the planner: additive per-class load on a replica (MILP constraint (12), validate's LP).
+
+The instance is Mélange's shipped toy example (github.com/tyler-griggs/melange-release, melange/config/example.json):
+two GPU types (A10G $1.01/h, A100-80GB $3.67/h), 2 × 2 (input, output) buckets with shares [[0.2, 0.1], [0.5, 0.2]]
+of 30 req/s, and per-bucket max throughputs A10G [[2, 1], [5, 2]], A100 [[20, 20], [40, 20]] req/s. Mélange's
+README reports its answer: 3 A10G + 1 A100 = $6.70/h (each bucket goes whole to one GPU type).
+"""
+
+import copy
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fleetplan.datasets.profiles import ProfileCapacity
+from fleetplan.datasets.traces import load_trace
+from fleetplan.errors import InputError, SolverError
+from fleetplan.fileio import read_yaml
+from fleetplan.placement.plan import Plan
+from fleetplan.placement.planio import load_plan_file, plan_to_dict
+from fleetplan.placement.problem import ModelSpec, Pool, Problem, ReplicaOption
+from fleetplan.placement.scenario import (
+    build_problem,
+    load_scenario,
+    read_scenario,
+    scenario_embed,
+    scenario_from_raw,
+)
+from fleetplan.placement.validate import validate
+from fleetplan.simulator.engine import DeviceSpec, EngineSpec, Policy, StepModel, run
+from fleetplan.simulator.replay import FleetBuilder
+from fleetplan.solvers.baselines import dedicated_peak
+from fleetplan.solvers.solve import solve
+
+SHARES = (("in0-out0", 0.2), ("in0-out1", 0.1), ("in1-out0", 0.5), ("in1-out1", 0.2))
+A10G = (("in0-out0", 2.0), ("in0-out1", 1.0), ("in1-out0", 5.0), ("in1-out1", 2.0))
+A100 = (("in0-out0", 20.0), ("in0-out1", 20.0), ("in1-out0", 40.0), ("in1-out1", 20.0))
+SITE = "aws:us-east-1"
+
+
+def _harmonic(caps):
+    """Capacity at the class mix of the classes served (reported only): Σ share / Σ share / cap."""
+    c = dict(caps)
+    served = [(n, s) for n, s in SHARES if n in c]
+    return sum(s for _, s in served) / sum(s / c[n] for n, s in served) if served else 1.0
+
+
+def melange_problem(*, a10g=A10G, margin=0.0) -> Problem:
+    pools = (Pool(SITE, "A10G", nodes=50, gpus_per_node=1, usd_per_gpu_hour=1.01, memory_bytes_per_gpu=24e9),
+             Pool(SITE, "A100-80GB", nodes=50, gpus_per_node=1, usd_per_gpu_hour=3.67, memory_bytes_per_gpu=80e9))
+    model = ModelSpec("toy", (30.0,), ttft_p95_s=10.0, tpot_p95_s=1.0, class_shares=SHARES)
+    opts = (ReplicaOption("toy", f"{SITE}/A10G", 1, 1, _harmonic(a10g), 20e9, class_capacity_req_per_s=a10g),
+            ReplicaOption("toy", f"{SITE}/A100-80GB", 1, 1, _harmonic(A100), 20e9, class_capacity_req_per_s=A100))
+    return Problem(window_length_s=3600.0, n_windows=1, pools=pools, models=(model,), options=opts, margin=margin)
+
+
+def _plan(a10g: int, a100: int) -> Plan:
+    return Plan(replicas={("toy", f"{SITE}/A10G", 1, 1): (a10g,), ("toy", f"{SITE}/A100-80GB", 1, 1): (a100,)})
+
+
+def test_melange_example_costs_no_more_than_melange():
+    p = melange_problem()
+    plan = solve(p, "highs", time_limit_s=20)
+    assert validate(p, plan).ok, validate(p, plan).violations
+    # By hand: A100-loads of the classes are 6/20 + 3/20 + 15/40 + 6/20 = 1.125 (one A100 is not enough), and the
+    # A100 is the cheaper per request for every class (A10G/A100 capacity ratios 0.1, 0.05, 0.125, 0.1 < price
+    # ratio 1.01/3.67 = 0.275). One A100 takes load 1.0; the 0.125 left is 5 req/s of in1-out0, exactly one A10G
+    # (5 / 5 = 1.0). Optimum: 1 A100 + 1 A10G = $4.68/h, below Mélange's $6.70/h (whole buckets per GPU type).
+    assert plan.objective_usd == pytest.approx(4.68, abs=1e-6)
+    assert plan.objective_usd <= 6.70
+    assert plan.replicas[("toy", f"{SITE}/A100-80GB", 1, 1)] == (1,)
+
+
+def test_validate_routes_classes_independently():
+    p = melange_problem()
+    assert validate(p, _plan(3, 1)).ok  # Mélange's own answer is feasible here too
+    assert validate(p, _plan(1, 1)).ok  # the optimum above
+    # one A100 alone: load 1.125 > 1; 11 A10G alone: A10G-load 6/2 + 3/1 + 15/5 + 6/2 = 12 > 11
+    assert not validate(p, _plan(0, 1)).ok
+    assert not validate(p, _plan(11, 0)).ok
+    assert validate(p, _plan(12, 0)).ok
+
+
+def test_class_missing_slo_has_no_capacity():
+    # A10G serves only the short-output classes: the long-output ones must go to the A100s.
+    p = melange_problem(a10g=(("in0-out0", 2.0), ("in1-out0", 5.0)))
+    assert not validate(p, _plan(50, 0)).ok  # in0-out1 and in1-out1 have nowhere to go
+    plan = solve(p, "highs", time_limit_s=20)
+    assert validate(p, plan).ok
+    assert plan.objective_usd == pytest.approx(4.68, abs=1e-6)  # the optimum above uses A10G for in1-out0 only
+
+
+def test_margin_applies_per_class_load():
+    # margin 0.1: usable 0.9. One A100 takes 0.9 of load, 0.225 left = 9 req/s of in1-out0 (0.225 × 40) at A10G
+    # load 9/5 = 1.8 -> 2 A10G (1.8 <= 1.8). Cost 3.67 + 2.02 = $5.69/h; alternatives: 2 A100 = $7.34.
+    p = melange_problem(margin=0.1)
+    plan = solve(p, "highs", time_limit_s=20)
+    assert validate(p, plan).ok
+    assert plan.objective_usd == pytest.approx(5.69, abs=1e-6)
+
+
+def test_bad_classes_refused():
+    with pytest.raises(InputError, match="sum to"):
+        ModelSpec("toy", (1.0,), 1.0, 0.1, class_shares=(("a", 0.5), ("b", 0.4)))
+    with pytest.raises(InputError, match="class capacities"):
+        melange_problem(a10g=(("zz", 1.0),))
+    with pytest.raises(SolverError, match="request classes"):
+        solve(melange_problem(), "cpsat", time_limit_s=5)
+
+
+def test_melange_example_scenario_costs_no_more_than_melange():
+    p = build_problem(load_scenario(Path(__file__).parents[1] / "datasets/scenarios/melange_example.yaml"))
+    (a10g,) = [o for o in p.options if o.pool.endswith("A10G")]
+    (a100,) = [o for o in p.options if "A100" in o.pool]
+    # The class capacities are Mélange's tables read in its order (rows = input): A10G [[2, 1], [5, 2]].
+    assert a10g.class_capacity == {"in25-out25": 2.0, "in25-out100": 1.0, "in100-out25": 5.0, "in100-out100": 2.0}
+    assert a100.class_capacity == {"in25-out25": 20.0, "in25-out100": 20.0, "in100-out25": 40.0,
+                                   "in100-out100": 20.0}
+    plan = solve(p, "highs", time_limit_s=20)
+    assert validate(p, plan).ok, validate(p, plan).violations
+    # Same instance as test_melange_example_costs_no_more_than_melange: 1 A100 + 1 A10G = $4.68/h <= $6.70/h.
+    assert plan.objective_usd == pytest.approx(4.68, abs=1e-6)
+    assert plan.objective_usd <= 6.70
+
+
+def test_melange_order_table_and_missing_ticks(tmp_path):
+    f = tmp_path / "t.json"
+    # Mélange order: rows = input buckets (25, 100), columns = output buckets (25, 100).
+    f.write_text(json.dumps({"gpu": "x", "tputs": [[2, 1], [5, 3]], "input_ticks": [25, 100],
+                             "output_ticks": [25, 100]}))
+    t = ProfileCapacity.from_aibrix_json(f)
+    assert t.lookup(90, 20)[0] == 5.0 and t.lookup(20, 90)[0] == 1.0 and t.lookup(90, 90)[0] == 3.0
+    f.write_text(json.dumps({"gpu": "x", "tputs": [[2, 1, 7], [5, 3, 7]], "input_ticks": [25, 100],
+                             "output_ticks": [25, 100]}))
+    with pytest.raises(InputError, match="Mélange order"):
+        ProfileCapacity.from_aibrix_json(f)
+    f.write_text(json.dumps({"gpu": "x", "tputs": [[2, 1], [5, 3]]}))  # Mélange's own file: no ticks
+    with pytest.raises(InputError, match="input_ticks"):
+        ProfileCapacity.from_aibrix_json(f)
+
+
+def test_scenario_class_shares_must_sum_to_one(tmp_path):
+    raw = read_yaml(Path(__file__).parents[1] / "datasets/scenarios/melange_example.yaml")
+    raw["models"][0]["classes"][0]["share"] = 0.3
+    with pytest.raises(InputError, match="sum to 1"):
+        scenario_from_raw(raw)
+
+
+def test_baselines_use_only_options_serving_the_whole_mix():
+    # A10G serves two classes only: a one-capacity baseline may not use it (its mix capacity would overstate).
+    p = melange_problem(a10g=(("in0-out0", 2.0), ("in1-out0", 5.0)))
+    plan = dedicated_peak(p)
+    assert validate(p, plan).ok, validate(p, plan).violations
+    # A100 at the whole mix: 1 / (0.2/20 + 0.1/20 + 0.5/40 + 0.2/20) = 26.67 req/s -> ceil(30 / 26.67) = 2 A100.
+    assert plan.replicas == {("toy", f"{SITE}/A100-80GB", 1, 1): (2,)}
+    assert plan.objective_usd == pytest.approx(7.34)
+
+
+def test_plan_file_round_trip_keeps_classes(tmp_path):
+    sc = load_scenario(Path(__file__).parents[1] / "datasets/scenarios/melange_example.yaml")
+    p = build_problem(sc)
+    plan = solve(p, "highs", time_limit_s=20)
+    d = plan_to_dict(p, plan, scenario=scenario_embed(sc))
+    a10g = next(r for r in d["replicas"] if r["gpu"] == "A10G")
+    assert a10g["class_capacity_req_per_s"] == {"in25-out25": 2.0, "in25-out100": 1.0, "in100-out25": 5.0,
+                                                "in100-out100": 2.0}
+    f = tmp_path / "plan.json"
+    f.write_text(json.dumps(d))
+    p2, plan2, _sc, _d = load_plan_file(f)  # rebuilt from the embedded scenario and re-validated
+    assert p2.model_by_name["Llama-3.1-8B"].class_shares == p.model_by_name["Llama-3.1-8B"].class_shares
+    assert plan2.replicas == plan.replicas and validate(p2, plan2).ok
+
+
+def test_router_sends_a_request_only_to_replicas_serving_its_class():
+    sm = StepModel(lambda t: t * 1e-3, lambda b, c: 0.01, kv_bytes_per_token=1.0, kv_budget_bytes=1e9,
+                   max_tokens=1e5)
+    n = 40
+    arr = np.linspace(0.0, 1.0, n)
+    classes = np.array(["short", "long"] * (n // 2), dtype=object)
+    classes[-1] = "orphan"  # a class no engine serves: dropped
+    engines = [EngineSpec("m", 0, sm, classes=frozenset({"short"})),
+               EngineSpec("m", 1, sm, classes=frozenset({"short", "long"}))]
+    devices = [DeviceSpec("a", 1, 1.0, 700.0), DeviceSpec("b", 1, 1.0, 700.0)]
+    for router in ("least-work", "round-robin"):
+        res = run(arr, np.full(n, 50), np.full(n, 3), np.full(n, "m", dtype=object), engines, devices,
+                  Policy(router=router), class_of=classes)
+        assert set(res.engine[classes == "long"].tolist()) == {1}  # only engine 1 serves 'long'
+        assert set(res.engine[classes == "short"].tolist()) <= {0, 1}
+        assert 0 in res.engine[classes == "short"].tolist()  # the short requests use the short-only engine too
+        assert res.dropped[-1] and res.engine[-1] == -1
+
+
+def test_request_classes_from_bounds_and_melange_replay():
+    sc = load_scenario(Path(__file__).parents[1] / "datasets/scenarios/melange_example.yaml")
+    p = build_problem(sc)
+    m = p.model_by_name["Llama-3.1-8B"]
+    got = m.request_classes(np.array([10, 10, 90, 90, 500]), np.array([10, 90, 10, 90, 10]))
+    assert got.tolist() == ["in25-out25", "in25-out100", "in100-out25", "in100-out100", None]
+    # Each replica of the plan is an engine serving the classes its option has capacity for.
+    plan = solve(p, "highs", time_limit_s=20)
+    fleet = FleetBuilder(p, plan, sc).fleet(0)
+    by_gpu = {fleet.devices[e.device].gpu: e.classes for e in fleet.engines}
+    assert by_gpu["A10G"] == frozenset(m.classes) and by_gpu["A100-SXM4-80GB"] == frozenset(m.classes)
+
+
+def _default_8b(classes) -> dict:
+    raw, _src, _base = read_scenario("default")
+    raw = copy.deepcopy(raw)
+    (m,) = [x for x in raw["models"] if x["name"] == "Llama-3.1-8B"]
+    raw["models"] = [m]
+    m.pop("origin_site")
+    m["classes"] = classes
+    return raw
+
+
+def test_classes_cut_from_the_trace():
+    tr = load_trace("azure-conv")
+    edge = float(np.quantile(tr.input_tokens, 0.5))
+    spec = build_problem(scenario_from_raw(_default_8b({"prompt_edges": [edge]}))).models[0]
+    (short, s_share), (_long, l_share) = spec.class_shares
+    # Independent count: the share of the trace's prompts at or below the edge.
+    assert s_share == pytest.approx(float(np.mean(tr.input_tokens <= edge)))
+    assert s_share + l_share == pytest.approx(1.0)
+    assert spec.class_max_tokens[0] == (edge, math.inf)
+    auto = build_problem(scenario_from_raw(_default_8b("auto"))).models[0]
+    q = build_problem(scenario_from_raw(_default_8b({"prompt_quantiles": [0.5, 0.8]}))).models[0]
+    assert auto.class_shares == q.class_shares and len(auto.class_shares) == 3
+    raw = _default_8b("auto")
+    raw["models"][0]["token_mix"] = {"input_tokens_mean": 100, "input_tokens_p95": 200, "output_tokens_mean": 50,
+                                     "output_tokens_p95": 100}
+    with pytest.raises(InputError, match="trace"):
+        scenario_from_raw(raw)
+    with pytest.raises(InputError, match="ascending"):
+        build_problem(scenario_from_raw(_default_8b({"prompt_edges": [500, 100]})))
+    with pytest.raises(InputError, match="one of prompt_edges"):
+        build_problem(scenario_from_raw(_default_8b({"prompt_edges": [500], "prompt_quantiles": [0.5]})))
+
+
+def test_shipped_melange_example_by_name():
+    # A shipped scenario has no folder of its own: its profile files are found among the shipped profiles.
+    p = build_problem(load_scenario("melange_example"))
+    plan = solve(p, "highs", time_limit_s=20)
+    assert validate(p, plan).ok and plan.objective_usd == pytest.approx(4.68, abs=1e-6)  # as computed above
