@@ -303,6 +303,6 @@ def test_tenant_milp_bound_is_an_upper_bound_of_the_maximization():
 
 def test_pareto_points_never_claim_a_bound_below_their_score():
     problem, _ = load_tenants()
-    res = solve_allocation(problem, mode="pareto", points=4, time_limit_s=20)
+    res = solve_allocation(problem, mode="pareto", points=3, time_limit_s=6)
     for alloc, _obj in res.pareto:
         assert alloc.gap is None or alloc.gap >= 0.0
