@@ -15,6 +15,8 @@ from urllib.parse import urlparse
 import pytest
 from kubernetes import client as k8s
 
+from fleetplan.cli.main import main
+from fleetplan.cli.serve import attach_actuator
 from fleetplan.placement.deployment import DeployFile, SiteTarget, workload_name
 from fleetplan.placement.planio import plan_to_dict
 from fleetplan.service.actuate import K8sActuator, plan_targets
@@ -306,7 +308,6 @@ def test_real_api_server():
 def test_serve_refuses_actuation_options_without_actuate(tmp_path):
     from click.testing import CliRunner
 
-    from fleetplan.cli.main import main
 
     r = CliRunner().invoke(main, ["serve", "--insecure-no-auth", "--db", f"sqlite:///{tmp_path / 'x.db'}",
                                   "--deploy", str(tmp_path / "deploy.yaml")])
@@ -327,7 +328,6 @@ def test_serve_wiring_applies_current_and_later_plans_in_the_background(kube, tm
     applied at once and each later commit too, by the actuator's thread; every change logged as a JSON line."""
     import time
 
-    from fleetplan.cli.serve import attach_actuator
 
     state, api = kube
     host = api.configuration.host

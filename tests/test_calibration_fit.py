@@ -18,7 +18,7 @@ from fleetplan.costmodels.calibration_fit import (
 )
 from fleetplan.costmodels.latency import decode_step_time_s, prefill_time_s
 from fleetplan.datasets.catalog import get_gpu, get_model
-from fleetplan.datasets.measured import load_measurements, observations
+from fleetplan.datasets.measured import load_measurements, observations, steady_state_rates
 from fleetplan.errors import InputError
 
 H100 = get_gpu("H100-SXM-80GB")
@@ -113,7 +113,6 @@ def test_measurements_have_prompt_lengths_and_no_preempted_splitwise_rows():
 def test_steady_state_rates_are_throughput_over_output():
     # ML.ENERGY v3, Llama-3.1-8B on H100, max_num_seqs 8: 1069.569 output tokens/s at 388.678 mean output tokens
     # = 2.752 req/s, median ITL 7.316 ms (mlenergy_v3_vllm_steady_state.csv).
-    from fleetplan.datasets.measured import steady_state_rates
 
     d = steady_state_rates()
     r = d[(d.model == "Llama-3.1-8B") & (d.batch < 9)].iloc[0]

@@ -10,7 +10,8 @@ from click.testing import CliRunner
 from fleetplan.cli.main import main
 from fleetplan.placement.planio import plan_to_dict
 from fleetplan.placement.scenario import build_problem, scenario_embed, scenario_from_raw
-from fleetplan.simulator.fleetday import FleetStep, replay_fleet_day
+from fleetplan.service.runtime import ReplanService, ServiceSettings, load_problem
+from fleetplan.simulator.fleetday import FleetStep, replay_fleet_day, steps_from_dict
 from fleetplan.simulator.replay import scenario_workload
 from fleetplan.solvers.baselines import autoscale_dedicated
 
@@ -79,8 +80,6 @@ def test_cli_simulate_fleet_replays_a_changing_fleet(tmp_path):
 
 
 def test_export_history_turns_stored_plans_into_fleet_steps(tmp_path):
-    from fleetplan.service.runtime import ReplanService, ServiceSettings, load_problem
-    from fleetplan.simulator.fleetday import steps_from_dict
 
     problem, lt = load_problem(None)
     day0 = 1_764_547_200.0  # 2025-12-01 00:00 UTC

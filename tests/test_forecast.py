@@ -8,7 +8,9 @@ import sys
 
 import pytest
 
+from fleetplan.cli.main import main
 from fleetplan.errors import InputError
+from fleetplan.service.runtime import ReplanService, ServiceSettings, load_problem
 from fleetplan.solvers.online import Forecaster, OnlineConfig
 
 SLOT_S = 3600.0  # one-hour history slots: a season of 24
@@ -117,8 +119,6 @@ def test_service_says_when_statsforecast_is_missing(tmp_path, monkeypatch, caplo
 
     from click.testing import CliRunner
 
-    from fleetplan.cli.main import main
-    from fleetplan.service.runtime import ReplanService, ServiceSettings, load_problem
 
     r = CliRunner().invoke(main, ["serve", "--help"])
     assert "--forecast" in r.output and "autoets" in r.output

@@ -10,13 +10,14 @@ import math
 import pytest
 
 from fleetplan.errors import InputError
-from fleetplan.placement.generators import planted_instance
+from fleetplan.placement.generators import planted_instance, random_instance
 from fleetplan.placement.plan import Plan, Status, evaluate
 from fleetplan.placement.problem import ModelSpec, Pool, Problem, ReplicaOption, ShareOption
 from fleetplan.placement.validate import plan_cost_usd, validate
-from fleetplan.solvers.baselines import greedy
-from fleetplan.solvers.common import finish_plan
+from fleetplan.solvers.baselines import _finish, greedy
+from fleetplan.solvers.common import cover_cost_floor, finish_plan
 from fleetplan.solvers.decompose import window_bound
+from fleetplan.solvers.milp import solve_aggregate_bound
 from fleetplan.solvers.solve import BACKENDS, solve
 
 
@@ -150,7 +151,6 @@ def test_cover_cost_floor_is_the_least_whole_replica_covering():
     import itertools
     import random
 
-    from fleetplan.solvers.common import cover_cost_floor
 
     # by hand: demand 5 req/s with (cost 3, 2 req/s, up to 4) and (cost 4, 3 req/s, up to 1): 1 × 4 + 1 × 3 = 7
     # covers 5 req/s (3 + 2); two of the first give 4 req/s < 5, three cost 9; the LP value is 5 × 4/3 = 6.67
@@ -174,7 +174,6 @@ def test_cover_cost_floor_is_the_least_whole_replica_covering():
 def test_aggregate_bound_with_cover_cuts_is_a_bound(name, problem, optimum):
     import time
 
-    from fleetplan.solvers.milp import solve_aggregate_bound
 
     r = solve_aggregate_bound(problem, time_limit_s=20, threads=1)
     assert r.bound_usd is not None and not r.infeasible
@@ -205,8 +204,6 @@ def test_a_start_that_does_not_fit_is_repaired_never_no_solution(monkeypatch):
     import time
 
     import fleetplan.solvers.solve as solve_mod
-    from fleetplan.placement.generators import random_instance
-    from fleetplan.solvers.baselines import _finish
 
     problem = random_instance(8, 6, seed=3, max_gpus=200)
     # a greedy plan with no replicas at all: fits no window; the window-by-window repair must build a plan
@@ -224,7 +221,6 @@ def test_fleet_scale_path_keeps_short_time_limits(monkeypatch):
     import time
 
     import fleetplan.solvers.solve as solve_mod
-    from fleetplan.placement.generators import random_instance
 
     problem = random_instance(30, 24, seed=1, max_gpus=400)
     monkeypatch.setattr(solve_mod, "MONOLITHIC_MAX_VARS", 10)
