@@ -20,7 +20,7 @@ import functools
 import os
 import re
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -61,15 +61,20 @@ def check_destination(path: str | Path, *, field: str | None = None) -> Path:
     return target
 
 
-def check_destinations(paths: Mapping[str, str | Path | None]) -> None:
+def check_destinations(paths: Mapping[str, str | Path | None], *, inputs: Sequence[str | Path | None] = ()) -> None:
     """:func:`check_destination` for every given path of ``paths`` ({option name: path or None}), before any work
-    starts, so a long run never ends in an unwritable output. Two options naming the same file are an error too."""
+    starts, so a long run never ends in an unwritable output. Two options naming the same file are an error too, and
+    so is an output that names one of the command's ``inputs`` (it would replace the file being read)."""
     seen: dict[Path, str] = {}
+    read = {Path(p).resolve() for p in inputs if p is not None and Path(p).exists()}
     for name, p in paths.items():
         if p is None:
             continue
         target = check_destination(p, field=name)
         key = target.resolve()
+        if key in read:
+            raise InputError(f"{name} {target} is the file this command reads; give the output another path",
+                             source=str(target), field=name)
         if key in seen:
             raise InputError(f"{seen[key]} and {name} name the same file {target}; give each output its own path",
                              source=str(target), field=name)

@@ -217,7 +217,7 @@ def _plan(scenario, backend, time_limit_s, threads, gap, window_s, out_path, fmt
         raise InputError("--best-effort with --verify: the replay sends every request, the unserved ones too, to "
                          "the plan; use one of the two", field="--best-effort")
     outputs = {"--out": out_path, "--plot": plot_path, "--xlsx": xlsx_path}
-    check_destinations(outputs)  # fail before a long solve, not after it
+    check_destinations(outputs, inputs=[scenario])  # fail before a long solve, not after it
     with progress_status(enabled=sys.stderr.isatty()) as say:
         say("reading the scenario and its demand")
         sc = with_profiles(load_scenario(scenario, window_length_s=window_s), list(profiles))

@@ -12,6 +12,7 @@ import click
 from fleetplan.cli.output import atomic_path, progress_status, write_text_atomic
 from fleetplan.datasets.traces import load_trace
 from fleetplan.errors import InputError
+from fleetplan.fileio import check_destinations
 from fleetplan.placement.planio import load_plan_file
 from fleetplan.simulator.engine import Policy
 from fleetplan.simulator.fleetday import read_json, replay_fleet_day, scenario_weight_bytes, steps_from_dict
@@ -249,6 +250,8 @@ def simulate(plan_file, trace_ref, window, model, rate_scale, time_scale, bucket
 
     if trace_ref is None and (window or model or rate_scale or time_scale or bucket_s):
         raise click.UsageError("--window, --model, --rate-scale, --time-scale and --bucket apply to a --trace replay")
+    # The report must not replace a file the replay reads (plan, trace file, fleet steps); checked before the work.
+    check_destinations({"--report": report_path}, inputs=[plan_file, fleet_file, trace_ref])
     policy = Policy(router=router)
     if fleet_file is not None:
         _simulate_fleet(plan_file, fleet_file, seed, policy, fmt)

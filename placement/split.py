@@ -115,12 +115,14 @@ def _price_at(gpu: GPU, site: Site, pricing_model: str, rows: list[GpuPrice], us
         return find_price(gpu.name, site.cloud, site.region, pricing_model, rows, zone=site.zone or None,
                           gpus_per_node=max(sizes, default=None), price_date=price_date)
     except InputError as exc:
-        here = sorted({f"{p.gpu} ({p.pricing_model})" for p in rows if p.cloud == site.cloud
-                       and p.region == site.region and (not site.zone or p.zone == site.zone)})
-        raise InputError(f"site {site.name} has no {pricing_model} price for {gpu.name}: {exc}. Priced at "
-                         f"{site.name}: {', '.join(here) if here else 'nothing'}. Give a price with {option} "
-                         "USD_PER_GPU_HOUR, or add a row with --prices FILE (the shipped price file's columns)",
-                         field="price", value=f"{site.name}/{gpu.name}") from None
+        # Only the rows that can be chosen (not superseded or flagged: fleetplan data prices --check lists those).
+        here = sorted({f"{p.gpu} ({p.pricing_model})" for p in usable_prices(rows, price_date=price_date)
+                       if p.cloud == site.cloud and p.region == site.region and (not site.zone or p.zone == site.zone)})
+        why = exc.args[0] if exc.args else str(exc)
+        raise InputError(f"site {site.name} has no usable {pricing_model} price for {gpu.name} ({why}). Usable "
+                         f"at {site.name}: {', '.join(here) if here else 'nothing'}. Give a price with {option} "
+                         "USD_PER_GPU_HOUR, a --price-date of an older snapshot, or a row with --prices FILE (the "
+                         "shipped price file's columns)", field="price", value=f"{site.name}/{gpu.name}") from None
 
 
 def make_spec(options: SplitOptions, *, graph: NetworkGraph | None = None) -> SplitSpec:

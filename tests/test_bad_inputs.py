@@ -84,6 +84,9 @@ CLI_CASES = [
     (["simulate", "{plan}", "--seed", "-5"], ["-5"]),
     (["simulate", "{plan}", "--trace", "azure-conv", "--window", "12:60"], ["not HH:MM"]),
     (["simulate", "{plan}", "--trace", "azure-conv", "--window", "25:00"], ["not HH:MM"]),
+    # An output naming the file the command reads replaced it.
+    (["simulate", "{plan}", "--report", "{plan}"], ["is the file this command reads"]),
+    (["plan", "{plan}", "--out", "{plan}"], ["is the file this command reads"]),
     # The same --vary twice kept the last one silently.
     (["whatif", "--vary", "egress_usd_per_gb=0.01,0.02", "--vary", "egress_usd_per_gb=0.05"], ["given twice"]),
     # 1000 × 1000 = 1,000,000 cells started without a word.
