@@ -28,6 +28,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
+import fleetplan.placement.deployment as deployment
 from fleetplan.cli.main import main
 from fleetplan.errors import InputError
 from fleetplan.placement.deployment import DeployFile, read_deploy_file, window_index, workloads
@@ -337,7 +338,6 @@ def test_deploy_file(tmp_path):
 
 
 def test_gpu_without_a_known_label(monkeypatch):
-    import fleetplan.placement.deployment as deployment
 
     problem, plan, scenario = default()
     monkeypatch.setattr(deployment, "gpu_product_labels", lambda: {})

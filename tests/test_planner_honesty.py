@@ -9,6 +9,7 @@ import math
 
 import pytest
 
+import fleetplan.solvers.solve as solve_mod
 from fleetplan.errors import InputError
 from fleetplan.placement.generators import planted_instance, random_instance
 from fleetplan.placement.plan import Plan, Status, evaluate
@@ -203,7 +204,6 @@ def test_greedy_splits_a_model_over_pools_when_one_has_no_room():
 def test_a_start_that_does_not_fit_is_repaired_never_no_solution(monkeypatch):
     import time
 
-    import fleetplan.solvers.solve as solve_mod
 
     problem = random_instance(8, 6, seed=3, max_gpus=200)
     # a greedy plan with no replicas at all: fits no window; the window-by-window repair must build a plan
@@ -220,7 +220,6 @@ def test_a_start_that_does_not_fit_is_repaired_never_no_solution(monkeypatch):
 def test_fleet_scale_path_keeps_short_time_limits(monkeypatch):
     import time
 
-    import fleetplan.solvers.solve as solve_mod
 
     problem = random_instance(30, 24, seed=1, max_gpus=400)
     monkeypatch.setattr(solve_mod, "MONOLITHIC_MAX_VARS", 10)

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import fleetplan.solvers.solve as solve_mod
 from fleetplan.placement.generators import planted_instance, random_instance
 from fleetplan.placement.plan import Plan, SharedGPU, Status, evaluate
 from fleetplan.placement.problem import ModelSpec, Pool, Problem, ReplicaOption, ShareOption
@@ -199,7 +200,6 @@ def test_fix_and_optimize_by_windows_is_valid_and_no_worse_than_greedy():
 
 
 def test_large_problems_skip_the_monolithic_model(monkeypatch):
-    import fleetplan.solvers.solve as solve_mod
 
     problem = random_instance(8, 6, seed=3, max_gpus=200)
     monkeypatch.setattr(solve_mod, "MONOLITHIC_MAX_VARS", 10)
