@@ -220,7 +220,7 @@ class ReplanService:
         self.published: Published | None = None
         self.counters = {"observations": 0, "rounds": 0, "migrations": 0, "resolves_adopted": 0,
                          "resolves_kept": 0, "resolves_failed": 0, "prometheus_errors": 0, "round_errors": 0,
-                         "loop_errors": 0, "observations_not_fed": 0}
+                         "loop_errors": 0, "observations_not_fed": 0, "commit_hook_errors": 0}
         self.last_round_s = 0.0
         self.last_success_s = 0.0
         self._stop = threading.Event()
@@ -334,7 +334,8 @@ class ReplanService:
         for hook in self.commit_hooks:
             try:
                 hook(row)
-            except Exception:
+            except Exception:  # the plan is committed either way; the failure is logged and counted, never hidden
+                self.counters["commit_hook_errors"] += 1
                 log.exception("commit hook failed for plan %s", pid)
         return row
 
@@ -617,6 +618,8 @@ class ReplanService:
                [({}, c["round_errors"])])
         metric("fleetplan_loop_errors_total", "counter", "errors caught by the re-plan loop outside a round",
                [({}, c["loop_errors"])])
+        metric("fleetplan_commit_hook_errors_total", "counter", "hooks (e.g. the cluster actuator) that failed after a "
+               "committed plan", [({}, c["commit_hook_errors"])])
         metric("fleetplan_last_success_timestamp_seconds", "gauge", "unix time of the last committed plan",
                [({}, self.last_success_s)])
         metric("fleetplan_loop_up", "gauge", "1 while the periodic re-plan thread runs",

@@ -296,6 +296,23 @@ def test_service_commit_hook_applies_each_adopted_plan(kube, tmp_path):
     svc.close()
 
 
+def test_a_failing_commit_hook_is_counted_and_the_plan_still_commits(tmp_path):
+    problem, loads = load_problem(None)
+    settings = ServiceSettings(db_url=f"sqlite:///{tmp_path / 's.db'}", insecure_no_auth=True, interval_s=0,
+                               resolve_every_s=0)
+    svc = ReplanService(settings, problem, loads, clock=lambda: 1_700_000_000.0)
+
+    def broken(_row: dict) -> None:
+        raise RuntimeError("cluster unreachable")
+
+    svc.commit_hooks.append(broken)
+    row_ = svc.replan()
+    assert svc.store.last_plan()["id"] == row_["id"]  # committed despite the hook
+    assert svc.counters["commit_hook_errors"] == 1
+    assert "fleetplan_commit_hook_errors_total 1" in svc.metrics_text()
+    svc.close()
+
+
 def test_real_api_server():
     """Against a real kube-apiserver (with etcd) when both are installed here."""
     missing = [b for b in ("kube-apiserver", "etcd") if shutil.which(b) is None]
