@@ -120,8 +120,8 @@ def plan_ledger(problem: Problem, plan: Plan, *, gpus: dict | None = None, energ
         gpu_hours[g.pool] = gpu_hours.get(g.pool, 0.0) + hours * problem.n_windows
     pd_opts = problem.pd_option_by_key
     pd_hours: dict[tuple[str, str], float] = {}  # (pool, role) -> GPU-hours of prefill / decode replicas
-    for key, counts in plan.pd_replicas.items():
-        o = pd_opts[key]
+    for pkey, counts in plan.pd_replicas.items():
+        o = pd_opts[pkey]
         pd_hours[(o.pool, o.role)] = pd_hours.get((o.pool, o.role), 0.0) + sum(counts) * o.gpus * hours
     items: list[LineItem] = []
     energy: list[LineItem] = []
@@ -154,9 +154,9 @@ def plan_ledger(problem: Problem, plan: Plan, *, gpus: dict | None = None, energ
                                    f"{util:.0%}, PUE {pue_v:g})", kwh, "kWh", kwh_price,
                                    a["electricity_usd_per_kwh"].source if usd_per_kwh is None else "user",
                                    site=p.site, gpu=p.gpu, in_total=energy_billed))
-    for key, counts in sorted(plan.pd_replicas.items()):
+    for pkey, counts in sorted(plan.pd_replicas.items()):
         n = starts(counts)
-        o = pd_opts[key]
+        o = pd_opts[pkey]
         if n and o.start_cost_usd > 0:
             items.append(LineItem("plan", "start", f"{o.role} replica starts {o.model} on {o.pool} tp{o.tp}",
                                   n / day_factor, "start", o.start_cost_usd, "problem option start cost",

@@ -264,12 +264,12 @@ def kv_traffic(problem: Problem, plan: Plan) -> KvTraffic:
     gb: dict[tuple[RouteKey, str], float] = {}
     monthly: dict[tuple[str, str, str], float] = {}
     tables: dict[tuple[str, str, str], EgressTable] = {}
-    for key, flows in plan.kv_flows_req_per_s.items():
-        r = routes[key]
+    for rkey, flows in plan.kv_flows_req_per_s.items():
+        r = routes[rkey]
         reqs = sum(flows) * problem.window_length_s
         for kind, nbytes, table in (("kv", r.kv_bytes_per_request, r.kv_table),
                                     ("prompt", r.prompt_bytes_per_request, r.prompt_table)):
-            gb[(key, kind)] = gb.get((key, kind), 0.0) + reqs * nbytes / 1e9
+            gb[(rkey, kind)] = gb.get((rkey, kind), 0.0) + reqs * nbytes / 1e9
             if table is not None:
                 tk = table_key(table)
                 tables[tk] = table
@@ -335,8 +335,8 @@ def evaluate(problem: Problem, plan: Plan) -> Evaluation:
     pd_opts = problem.pd_option_by_key
     pd_cap: dict[tuple, list[float]] = {}  # (model, role, site, decode site) -> capacity per window, req/s
     pd_gpus: dict[tuple, list[float]] = {}
-    for key, counts in plan.pd_replicas.items():
-        o = pd_opts[key]
+    for pkey, counts in plan.pd_replicas.items():
+        o = pd_opts[pkey]
         price = pools[o.pool].usd_per_gpu_hour
         group = (o.model, o.role, pools[o.pool].site, o.decode_site)
         for w, n in enumerate(counts):
@@ -345,14 +345,14 @@ def evaluate(problem: Problem, plan: Plan) -> Evaluation:
             pd_cap.setdefault(group, [0.0] * W)[w] += n * o.capacity_req_per_s
             pd_gpus.setdefault(group, [0.0] * W)[w] += n * o.gpus
         start_usd += starts(counts) * o.start_cost_usd
-    for group, caps in pd_cap.items():
+    for group, gcaps in pd_cap.items():
         mname, role, site, dsite = group
         for w in range(W):
             load = sum(f[w] for (m, ps, ds), f in plan.kv_flows_req_per_s.items()
                        if m == mname and ((role == "prefill" and ps == site and ds == dsite)
                                           or (role == "decode" and ds == site)))
-            if caps[w] > 0:
-                busy[w] += min(1.0, load / caps[w]) * pd_gpus[group][w]
+            if gcaps[w] > 0:
+                busy[w] += min(1.0, load / gcaps[w]) * pd_gpus[group][w]
     for g in plan.shared:
         price = pools[g.pool].usd_per_gpu_hour
         gpu_usd += price * hours * W

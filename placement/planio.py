@@ -89,8 +89,8 @@ def plan_to_dict(problem: Problem, plan: Plan, *, scenario: dict | None = None,
     pd_opts = problem.pd_option_by_key
     if plan.pd_replicas or plan.kv_flows_req_per_s:
         out["prefill_decode"] = []
-        for key, counts in sorted(plan.pd_replicas.items()):
-            o = pd_opts[key]
+        for pkey, counts in sorted(plan.pd_replicas.items()):
+            o = pd_opts[pkey]
             p = pools[o.pool]
             out["prefill_decode"].append({
                 "model": o.model, "role": o.role, "pool": o.pool, "site": p.site, "gpu": p.gpu, "tp": o.tp,
@@ -120,9 +120,9 @@ def plan_to_dict(problem: Problem, plan: Plan, *, scenario: dict | None = None,
                     p = pools[o.pool]
                     label = f"{p.gpu}@{p.site} tp{o.tp}" + (f"xpp{o.pp}" if o.pp > 1 else "")
                     reps.setdefault(o.model, {})[label] = counts[w]
-            for key, counts in plan.pd_replicas.items():
+            for pkey, counts in plan.pd_replicas.items():
                 if counts[w]:
-                    o = pd_opts[key]
+                    o = pd_opts[pkey]
                     p = pools[o.pool]
                     to = f"->{o.decode_site}" if o.role == "prefill" and o.decode_site != p.site else ""
                     reps.setdefault(o.model, {})[f"{o.role} {p.gpu}@{p.site} tp{o.tp}{to}"] = counts[w]
@@ -190,13 +190,13 @@ def plan_from_dict(d: dict, problem: Problem | None = None) -> Plan:
             if k not in opts:
                 raise InputError(f"plan replica {k} is not an option of the scenario (the scenario changed since "
                                  "the plan was made?)", field="replicas", value=k)
-        for k in pd:
-            if k not in problem.pd_option_by_key:
-                raise InputError(f"plan {k[1]} replica {k} is not an option of the scenario (the scenario changed "
-                                 "since the plan was made?)", field="prefill_decode", value=k)
-        for k in flows:
-            if k not in problem.kv_route_by_key:
-                raise InputError(f"plan KV flow {k} is not a route of the scenario", field="kv_flows", value=k)
+        for pk in pd:
+            if pk not in problem.pd_option_by_key:
+                raise InputError(f"plan {pk[1]} replica {pk} is not an option of the scenario (the scenario changed "
+                                 "since the plan was made?)", field="prefill_decode", value=pk)
+        for rk in flows:
+            if rk not in problem.kv_route_by_key:
+                raise InputError(f"plan KV flow {rk} is not a route of the scenario", field="kv_flows", value=rk)
     f = per_day_factor(problem) if problem is not None else 1.0
     cost = d.get("cost_usd_per_day")
     bound = d.get("lower_bound_usd_per_day")

@@ -134,8 +134,8 @@ def plan_cost_usd(problem: Problem, plan: Plan) -> float:
             for w, f in enumerate(served):
                 cell = site_cap[mname][w]
                 cell[pool.site] = cell.get(pool.site, 0.0) + f
-    for key, counts in plan.pd_replicas.items():  # prefill and decode replicas: GPU-hours and starts as above
-        o = next(x for x in problem.pd_options if x.pd_key == key)
+    for pkey, counts in plan.pd_replicas.items():  # prefill and decode replicas: GPU-hours and starts as above
+        o = next(x for x in problem.pd_options if x.pd_key == pkey)
         pool = next(p for p in problem.pools if p.id == o.pool)
         usd += sum(counts) * o.tp * pool.usd_per_gpu_hour * hours
         if W > 1:
@@ -212,16 +212,16 @@ def validate(problem: Problem, plan: Plan, *, check_objective: bool = True) -> V
     # (9) prefill/decode replicas and KV flows: keys and shapes
     pd_opts = {o.pd_key: o for o in problem.pd_options}
     routes = {r.key: r for r in problem.kv_routes}
-    for key, counts in plan.pd_replicas.items():
-        if key not in pd_opts:
-            v.append(f"prefill/decode key {key} is not an option of the problem")
+    for pkey, counts in plan.pd_replicas.items():
+        if pkey not in pd_opts:
+            v.append(f"prefill/decode key {pkey} is not an option of the problem")
         elif len(counts) != W or any((not isinstance(n, int)) or n < 0 for n in counts):
-            v.append(f"{key}: {W} whole replica counts >= 0 expected, got {counts}")
-    for key, flows in plan.kv_flows_req_per_s.items():
-        if key not in routes:
-            v.append(f"KV flow {key} is not a route of the problem")
+            v.append(f"{pkey}: {W} whole replica counts >= 0 expected, got {counts}")
+    for rkey, flows in plan.kv_flows_req_per_s.items():
+        if rkey not in routes:
+            v.append(f"KV flow {rkey} is not a route of the problem")
         elif len(flows) != W or any(not (f >= -ABS_TOL) for f in flows):
-            v.append(f"KV flow {key}: {W} rates >= 0 expected, got {flows}")
+            v.append(f"KV flow {rkey}: {W} rates >= 0 expected, got {flows}")
     # (8) unserved demand of a best-effort plan: shapes and range
     for name, row in plan.unserved_req_per_s.items():
         if name not in models:
@@ -241,13 +241,13 @@ def validate(problem: Problem, plan: Plan, *, check_objective: bool = True) -> V
         if any(counts) and (o.ttft_p95_s > m.ttft_p95_s * (1 + REL_TOL) or o.tpot_p95_s > m.tpot_p95_s * (1 + REL_TOL)):
             v.append(f"{key}: latency at capacity (TTFT {o.ttft_p95_s:.3f} s, TPOT {o.tpot_p95_s * 1e3:.1f} ms) "
                      f"misses the SLO (TTFT {m.ttft_p95_s:.3f} s, TPOT {m.tpot_p95_s * 1e3:.1f} ms)")
-    for key, counts in plan.pd_replicas.items():
-        o = pd_opts[key]
+    for pkey, counts in plan.pd_replicas.items():
+        o = pd_opts[pkey]
         m = models[o.model]
         late = o.ttft_p95_s > m.ttft_p95_s * (1 + REL_TOL) if o.role == "prefill" else (
             o.tpot_p95_s > m.tpot_p95_s * (1 + REL_TOL))
         if any(counts) and late:
-            v.append(f"{key}: {o.role} latency at capacity (TTFT {o.ttft_p95_s:.3f} s incl. KV transfer "
+            v.append(f"{pkey}: {o.role} latency at capacity (TTFT {o.ttft_p95_s:.3f} s incl. KV transfer "
                      f"{o.kv_transfer_s:.3f} s, TPOT {o.tpot_p95_s * 1e3:.1f} ms) misses the SLO")
     for g in plan.shared:
         for name in g.models:
@@ -272,8 +272,8 @@ def validate(problem: Problem, plan: Plan, *, check_objective: bool = True) -> V
     for w in range(W):
         pre: dict[tuple[str, str, str], float] = {}
         dec: dict[tuple[str, str], float] = {}
-        for key, counts in plan.pd_replicas.items():
-            o = pd_opts[key]
+        for pkey, counts in plan.pd_replicas.items():
+            o = pd_opts[pkey]
             if o.role == "prefill":
                 k3 = (o.model, site[o.pool], o.decode_site)
                 pre[k3] = pre.get(k3, 0.0) + counts[w] * o.capacity_req_per_s * tol_margin
@@ -337,9 +337,9 @@ def validate(problem: Problem, plan: Plan, *, check_objective: bool = True) -> V
                 o = opts[key]
                 if o.pool == pid and counts[w]:
                     groups += [o.tp] * (o.pp * counts[w])
-            for key, counts in plan.pd_replicas.items():
-                if pd_opts[key].pool == pid and counts[w]:
-                    groups += [pd_opts[key].tp] * counts[w]
+            for pkey, counts in plan.pd_replicas.items():
+                if pd_opts[pkey].pool == pid and counts[w]:
+                    groups += [pd_opts[pkey].tp] * counts[w]
             if sum(groups) > pool.nodes * pool.gpus_per_node or not _ffd_fits(groups, pool.nodes, pool.gpus_per_node):
                 v.append(f"{pid} window {w}: {sum(groups)} GPUs in groups {sorted(set(groups))} do not fit "
                          f"{pool.nodes} nodes × {pool.gpus_per_node} GPUs")

@@ -354,8 +354,8 @@ def build_milp(problem: Problem, *, relax: bool = False, elastic: bool = False,
     # (8) Starts between consecutive windows (cyclic).
     for (key, w), var in st.items():
         lp += var >= n[(key, w)] - n[(key, W[w - 1])], f"c8_start_{key[0]}_{key[1]}_{key[2]}_{key[3]}_{w}"
-    for i, ((key, w), var) in enumerate(std.items()):
-        lp += var >= nd[(key, w)] - nd[(key, W[w - 1])], f"c8_pdstart_{i}"
+    for i, ((pkey, w), var) in enumerate(std.items()):
+        lp += var >= nd[(pkey, w)] - nd[(pkey, W[w - 1])], f"c8_pdstart_{i}"
     return PlacementMilpModel(lp=lp, idx=idx, n=n, st=st, y=y, a=a, f=f, q=q, relax=relax, short=short,
                               floor_short=floor_short, unserved=unserved_v, x=x, nd=nd, g=g)
 
