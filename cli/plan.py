@@ -21,6 +21,7 @@ from fleetplan.placement.validate import validate
 from fleetplan.placement.workbook import build_plan_workbook
 from fleetplan.simulator.verify import verify_plan, verify_text, verify_to_dict
 from fleetplan.solvers.baselines import BASELINES
+from fleetplan.solvers.disagg import kv_break_even
 from fleetplan.solvers.explain import explain_infeasible
 from fleetplan.solvers.solve import BACKENDS, MIN_TIME_LIMIT_S, check_solve_options, solve
 
@@ -52,6 +53,11 @@ def _render_table(problem, plan, d: dict) -> None:
         served = ("; classes " + ", ".join(f"{c} {v:.3g} req/s" for c, v in classes.items())) if classes else ""
         t.add_row(r["model"], f"{r['gpu']} @ {r['site']}", f"{r['tp']}×{r['pp']}", _fmt_counts(r["counts"]),
                   f"{gh:.0f}", r.get("capacity_source", "") + served)
+    for r in d.get("prefill_decode") or []:
+        gh = sum(r["counts"]) * r["tp"] * problem.window_hours * f
+        to = f" -> decode at {r['decode_site']}" if r["role"] == "prefill" and r["decode_site"] != r["site"] else ""
+        t.add_row(f"{r['model']} [{r['role']}]", f"{r['gpu']} @ {r['site']}{to}", f"{r['tp']}×1",
+                  _fmt_counts(r["counts"]), f"{gh:.0f}", r.get("capacity_source", ""))
     for g in d["shared_gpus"]:
         src = g.get("capacity_source") or {}
         t.add_row(" + ".join(g["models"]), f"{g['gpu']} @ {g['site']}", "shared", "1 GPU, all day", "24",
@@ -85,6 +91,20 @@ def _render_table(problem, plan, d: dict) -> None:
         s.add_row(name, f"{b['cost_usd_per_day']:,.2f}", f"{b['gpu_hours_per_day']:,.1f}", f"{ratio:.2f}",
                   "" if b["valid"] else "exceeds the problem: " + b["message"][:60])
     console.print(s)
+    if d.get("kv_flows"):
+        k = Table(title="Disaggregated traffic (prefill -> decode), per day", title_justify="left")
+        for col in ("model", "route", "link", "req/s per window", "KV GB/day", "prompt GB/day"):
+            k.add_column(col, justify="right" if "GB" in col else "left", overflow="fold")
+        for r in d["kv_flows"]:
+            k.add_row(r["model"], f"{r['prefill_site']} -> {r['decode_site']}"
+                      + (f" ({r['route_class']})" if r["route_class"] else " (same site)"), r["link"],
+                      " ".join(f"{x:.1f}" for x in r["req_per_s"]), f"{r['kv_gb_per_day']:,.0f}",
+                      f"{r['prompt_gb_per_day']:,.1f}")
+        console.print(k)
+    if d.get("kv_break_even"):
+        be = d["kv_break_even"]
+        price = f"${be['usd_per_gb']:.3g}/GB" if be["usd_per_gb"] is not None else "none"
+        console.print(f"break-even cross-site KV egress price: {price} ({be['note']})", markup=False)
     bd = d["cost_breakdown_usd_per_day"]
     console.print(f"cost/day: GPUs ${bd['gpu']:,.2f} + replica starts ${bd['starts']:,.2f} + egress "
                   f"${bd['egress']:,.2f}")
@@ -243,6 +263,9 @@ def _plan(scenario, backend, time_limit_s, threads, gap, window_s, out_path, fmt
         raise FleetplanError("the solver's plan fails the independent check (please report this): "
                              + "; ".join(report.violations[:5]))
     d = plan_to_dict(problem, result, scenario=scenario_embed(sc), baselines=baselines)
+    if problem.has_disaggregation:
+        d["kv_break_even"] = kv_break_even(problem, result, backend=backend if backend in ("highs", "cbc")
+                                           else "highs", time_limit_s=time_limit_s, threads=threads).to_dict()
     if vr is not None:
         d["verify"] = verify_to_dict(vr)
     with output_files(outputs) as tmp:  # all of them or none

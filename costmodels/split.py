@@ -283,8 +283,16 @@ def _replicas(rate: float, cap: float, margin: float) -> int:
     return max(1, math.ceil(rate / (cap * (1.0 - margin)) - 1e-9))
 
 
+def kv_transfer_s(kv_bytes: float, link: Link, streams: int) -> float:
+    """Seconds to move ``kv_bytes`` of one prompt's KV cache over ``link``: bytes / (bandwidth × ``streams``) + one
+    round trip (the decode side asks for the cache, then receives it; one connection per tensor-parallel rank of
+    the prefill replica, each sending its shard, as links.csv gives per-flow bandwidth). The planner's prefill
+    options (:mod:`fleetplan.placement.scenario`) and this module's pools both use it."""
+    return kv_bytes / (link.bandwidth_bytes_per_s * streams) + link.rtt_s
+
+
 def _kv_transfer_s(spec: SplitSpec, link: Link, streams: int, prompt_tokens: float) -> float:
-    return spec.kv_bytes(prompt_tokens) / (link.bandwidth_bytes_per_s * streams) + link.rtt_s
+    return kv_transfer_s(spec.kv_bytes(prompt_tokens), link, streams)
 
 
 def _pd_pools(spec: SplitSpec, link: Link, prefill_site: str, prefill_gpu: GPU, prefill_price: GpuPrice,
@@ -575,6 +583,6 @@ def grid(variables: dict[str, Sequence[float]]) -> list[dict[str, float]]:
 __all__ = [
     "OPTIONS", "SWEEP_VARIABLES", "OptionResult", "SplitResult", "SplitSpec", "apply_variables",
     "break_even_prompt_tokens", "colocated", "compare", "compare_options", "decode_replica_capacity",
-    "disaggregated", "flat_table", "grid", "prefill_replica_capacity", "scenario_row", "split",
+    "disaggregated", "flat_table", "grid", "kv_transfer_s", "prefill_replica_capacity", "scenario_row", "split",
     "with_cross_site_egress", "with_prompt_tokens",
 ]

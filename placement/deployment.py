@@ -296,6 +296,10 @@ def workloads(problem: Problem, plan: Plan, scenario: Scenario, deploy: DeployFi
     Raises InputError when a model has no checkpoint, a GPU type no node label, the problem no capacity-model
     batch limits (a hand-built problem), or two workloads of one site get the same name.
     """
+    if plan.pd_replicas:
+        # Not silently dropped: a prefill/decode pool needs vLLM's --kv-transfer-config (a KV connector) per role.
+        raise InputError("exporting a disaggregated plan (prefill and decode pools) is not implemented yet; export "
+                         "a plan made with disaggregation: {enabled: false}", field="prefill_decode")
     deploy = deploy or DeployFile()
     ck = _Checkpoints(scenario, deploy)
     pools = problem.pool_by_id

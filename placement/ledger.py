@@ -7,13 +7,13 @@ import math
 from dataclasses import dataclass, field
 
 from fleetplan.costmodels.energy import power_w
-from fleetplan.costmodels.ledger import HOURS_PER_DAY, Ledger, LineItem
+from fleetplan.costmodels.ledger import HOURS_PER_DAY, Ledger, LineItem, table_key
 from fleetplan.costmodels.network import route_class
 from fleetplan.datasets.calibration import idle_fraction
 from fleetplan.datasets.catalog import load_gpus
 from fleetplan.datasets.ledger import load_assumptions
 from fleetplan.errors import InputError
-from fleetplan.placement.plan import Plan, evaluate, site_capacity, starts
+from fleetplan.placement.plan import Plan, evaluate, kv_traffic, site_capacity, starts
 from fleetplan.placement.problem import Problem
 
 
@@ -55,13 +55,42 @@ def plan_egress_gb(problem: Problem, plan: Plan) -> dict[tuple[str, str], float]
     return out
 
 
+def kv_route_items(problem: Problem, plan: Plan, day_factor: float) -> list[LineItem]:
+    """Egress lines of a disaggregated plan, one per KV route and kind ('kv' cache, 'prompt' text): GB per day and
+    USD per GB. A route inside a site moves its KV over the inter-node link at no charge (a 0-USD line shows its
+    GB). Across sites each egress table's monthly volume is priced band by band (:func:`kv_traffic`); a route's
+    line carries the table's mean USD per GB, so its amount is its pro-rata share and the lines add up to the
+    table's bill."""
+    traffic = kv_traffic(problem, plan)
+    routes = problem.kv_route_by_key
+    out = []
+    for (key, kind), gb in sorted(traffic.gb.items()):
+        r = routes[key]
+        table = r.kv_table if kind == "kv" else r.prompt_table
+        src, dst = (r.prefill_site, r.decode_site) if kind == "kv" else (r.decode_site, r.prefill_site)
+        if table is None:
+            out.append(LineItem("plan", "egress", f"{kind} {r.model} {src} -> {dst} over {r.link} (no egress)",
+                                gb / day_factor, "GB", 0.0, "inside one site", site=src,
+                                input_share=1.0))
+            continue
+        tk = table_key(table)
+        month_gb = traffic.monthly_gb[tk]
+        mean = traffic.table_usd(tk) / (month_gb / traffic.month_factor) if month_gb > 0 else 0.0
+        out.append(LineItem("plan", "egress", f"{kind} {r.model} {src} -> {dst} ({r.route_class}; "
+                            f"{tk[0]} table at {month_gb:,.0f} GB/month, banded)", gb / day_factor, "GB", mean,
+                            table.source or "egress table", site=src, route_class=r.route_class, input_share=1.0))
+    return out
+
+
 def plan_ledger(problem: Problem, plan: Plan, *, gpus: dict | None = None, energy_billed: bool = False,
                 usd_per_kwh: float | None = None, pue: float | None = None) -> PlanLedger:
     """The ledger of a :class:`~fleetplan.placement.plan.Plan`, per day.
 
     Lines: GPU-hours per (site, GPU type, pricing model) × the pool's USD per GPU-hour (dedicated replicas and
-    shared GPUs); replica starts × start cost; egress GB per (origin, serving site) × the problem's USD per GB
-    (route class from the site names); energy per pool at the plan's mean utilization (information only unless
+    shared GPUs; prefill and decode replicas on lines of their own); replica starts × start cost; KV-cache and
+    prompt GB per disaggregated route (:func:`kv_route_items`); egress GB per (origin, serving site) × the
+    problem's USD per GB (route class from the site names); energy per pool at the plan's mean utilization
+    (information only unless
     ``energy_billed``). Amounts are the horizon's divided by horizon hours / 24, so GPU + start + egress equal
     :func:`fleetplan.placement.plan.evaluate`'s totals per day.
 
@@ -89,6 +118,11 @@ def plan_ledger(problem: Problem, plan: Plan, *, gpus: dict | None = None, energ
         gpu_hours[o.pool] = gpu_hours.get(o.pool, 0.0) + sum(counts) * o.gpus * hours
     for g in plan.shared:
         gpu_hours[g.pool] = gpu_hours.get(g.pool, 0.0) + hours * problem.n_windows
+    pd_opts = problem.pd_option_by_key
+    pd_hours: dict[tuple[str, str], float] = {}  # (pool, role) -> GPU-hours of prefill / decode replicas
+    for pkey, counts in plan.pd_replicas.items():
+        o = pd_opts[pkey]
+        pd_hours[(o.pool, o.role)] = pd_hours.get((o.pool, o.role), 0.0) + sum(counts) * o.gpus * hours
     items: list[LineItem] = []
     energy: list[LineItem] = []
     a = load_assumptions()
@@ -107,6 +141,27 @@ def plan_ledger(problem: Problem, plan: Plan, *, gpus: dict | None = None, energ
                                    f"{util:.0%}, PUE {pue_v:g})", kwh, "kWh", kwh_price,
                                    a["electricity_usd_per_kwh"].source if usd_per_kwh is None else "user",
                                    site=p.site, gpu=p.gpu, in_total=energy_billed))
+    for (pid, role), h in sorted(pd_hours.items()):
+        p = pools[pid]
+        q = h / day_factor
+        items.append(LineItem("plan", "gpu", f"{role} GPU-hours {p.gpu} at {p.site}", q, "GPU-hour",
+                              p.usd_per_gpu_hour, p.price_source or "problem pool price", site=p.site, gpu=p.gpu,
+                              pricing_model=p.pricing_model, input_share=1.0 if role == "prefill" else 0.0))
+        spec = gpus.get(p.gpu)
+        if spec is not None and spec.tdp_w:
+            kwh = q * power_w(spec.tdp_w, util, idle_fraction(p.gpu)) / 1000.0 * pue_v
+            energy.append(LineItem("plan", "energy", f"energy {role} {p.gpu} at {p.site} ({spec.tdp_w:g} W TDP at "
+                                   f"{util:.0%}, PUE {pue_v:g})", kwh, "kWh", kwh_price,
+                                   a["electricity_usd_per_kwh"].source if usd_per_kwh is None else "user",
+                                   site=p.site, gpu=p.gpu, in_total=energy_billed))
+    for pkey, counts in sorted(plan.pd_replicas.items()):
+        n = starts(counts)
+        o = pd_opts[pkey]
+        if n and o.start_cost_usd > 0:
+            items.append(LineItem("plan", "start", f"{o.role} replica starts {o.model} on {o.pool} tp{o.tp}",
+                                  n / day_factor, "start", o.start_cost_usd, "problem option start cost",
+                                  site=pools[o.pool].site, gpu=pools[o.pool].gpu))
+    items += kv_route_items(problem, plan, day_factor)
     st = {}
     for key, counts in sorted(plan.replicas.items()):
         n = starts(counts)
@@ -127,6 +182,7 @@ def plan_ledger(problem: Problem, plan: Plan, *, gpus: dict | None = None, energ
                               rate, "problem egress table", site=site, route_class=rc))
     requests = sum(sum(m.demand_req_per_s) * problem.window_length_s for m in problem.models) / day_factor
     led = Ledger("plan", tuple(items + energy), requests_per_day=requests)
-    if not math.isclose(led.gpu_usd_per_day * day_factor, ev.gpu_usd, rel_tol=1e-9, abs_tol=1e-6):
-        raise AssertionError("plan ledger GPU total disagrees with evaluate()")  # a bug, never user input
+    if not math.isclose(led.gpu_usd_per_day * day_factor, ev.gpu_usd, rel_tol=1e-9, abs_tol=1e-6) or not math.isclose(
+            led.egress_usd_per_day * day_factor, ev.egress_usd, rel_tol=1e-9, abs_tol=1e-6):
+        raise AssertionError("plan ledger GPU or egress total disagrees with evaluate()")  # a bug, never user input
     return PlanLedger(led, day_factor, eg, st)

@@ -8,17 +8,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from fleetplan.placement.problem import Problem
+from fleetplan.costmodels.ledger import DAYS_PER_MONTH, HOURS_PER_DAY, table_key
+from fleetplan.costmodels.prices import EgressTable, egress_cost_usd
+from fleetplan.placement.problem import PdKey, Problem
 from fleetplan.placement.status import Status
 
 OptionKey = tuple[str, str, int, int]  # (model, pool id, tp, pp)
+RouteKey = tuple[str, str, str]  # (model, prefill site, decode site)
 
 
 #: Statuses that carry a plan.
 SOLUTION_PRESENT = frozenset({Status.OPTIMAL, Status.FEASIBLE, Status.HEURISTIC})
 
-__all__ = ["SOLUTION_PRESENT", "Evaluation", "Plan", "SharedGPU", "Status", "evaluate", "route", "site_capacity",
-           "starts", "starts_per_window", "tidy_shared", "unserved", "UNSERVED_TOL_REQ_PER_S"]
+__all__ = ["SOLUTION_PRESENT", "Evaluation", "KvTraffic", "Plan", "SharedGPU", "Status", "evaluate", "kv_traffic",
+           "route", "site_capacity", "starts", "starts_per_window", "tidy_shared", "unserved",
+           "UNSERVED_TOL_REQ_PER_S"]
 
 
 @dataclass(frozen=True)
@@ -52,6 +56,10 @@ class Plan:
         message: explanation (infeasibility, time limit, warm start used ...).
         unserved_req_per_s: best-effort plans only: {model: demand left unserved in each window, req/s} for the
             models with any (served + unserved = demand); empty when the plan serves all demand.
+        pd_replicas: {(model, role, pool, tp, decode site): replicas in each window} of prefill and decode options
+            (:attr:`Problem.pd_options`); empty for a colocated-only plan.
+        kv_flows_req_per_s: {(model, prefill site, decode site): req/s prefilled at the first site and decoded at
+            the second in each window}: the disaggregated share of the demand and the route its KV cache takes.
     """
 
     replicas: dict[OptionKey, tuple[int, ...]] = field(default_factory=dict)
@@ -64,6 +72,8 @@ class Plan:
     solve_time_s: float = 0.0
     message: str = ""
     unserved_req_per_s: dict[str, tuple[float, ...]] = field(default_factory=dict)
+    pd_replicas: dict[PdKey, tuple[int, ...]] = field(default_factory=dict)
+    kv_flows_req_per_s: dict[RouteKey, tuple[float, ...]] = field(default_factory=dict)
 
     @property
     def has_solution(self) -> bool:
@@ -94,6 +104,8 @@ class Evaluation:
         utilization_per_window: busy share of provisioned GPU compute in each window (0..1).
         capacity_req_per_s: {model: usable capacity (after the margin) in each window}.
         served_away_req_per_s: {model: rate served away from its origin in each window}.
+        kv_egress_usd: the part of ``egress_usd`` billed for KV caches and prompts crossing sites between prefill
+            and decode pools, USD over the horizon.
     """
 
     gpu_usd: float
@@ -104,6 +116,7 @@ class Evaluation:
     utilization_per_window: tuple[float, ...]
     capacity_req_per_s: dict[str, tuple[float, ...]]
     served_away_req_per_s: dict[str, tuple[float, ...]]
+    kv_egress_usd: float = 0.0
 
     @property
     def total_usd(self) -> float:
@@ -158,10 +171,12 @@ UNSERVED_TOL_REQ_PER_S = 1e-6
 
 
 def unserved(problem: Problem, replicas: dict[OptionKey, tuple[int, ...]],
-             shared: tuple[SharedGPU, ...]) -> dict[str, tuple[float, ...]]:
-    """{model: demand minus the plan's usable capacity in each window, req/s} for the models short in some window
-    (values below UNSERVED_TOL_REQ_PER_S count as served): the unserved demand of a best-effort plan."""
-    caps = site_capacity(problem, Plan(replicas=replicas, shared=shared))
+             shared: tuple[SharedGPU, ...],
+             kv_flows_req_per_s: dict[RouteKey, tuple[float, ...]] | None = None) -> dict[str, tuple[float, ...]]:
+    """{model: demand minus the plan's usable capacity (its KV flows included) in each window, req/s} for the
+    models short in some window (values below UNSERVED_TOL_REQ_PER_S count as served): the unserved demand of a
+    best-effort plan."""
+    caps = site_capacity(problem, Plan(replicas=replicas, shared=shared, kv_flows_req_per_s=kv_flows_req_per_s or {}))
     out = {}
     for m in problem.models:
         row = tuple(d - sum(caps[m.name][w].values()) for w, d in enumerate(m.demand_req_per_s))
@@ -204,7 +219,63 @@ def site_capacity(problem: Problem, plan: Plan) -> dict[str, list[dict[str, floa
                 if f > 0:
                     d = out[mname][w]
                     d[site] = d.get(site, 0.0) + f
+    for (mname, _ps, ds), flows in plan.kv_flows_req_per_s.items():  # disaggregated: served at the decode site
+        for w, f in enumerate(flows):
+            if f > 0:
+                d = out[mname][w]
+                d[ds] = d.get(ds, 0.0) + f
     return out
+
+
+@dataclass(frozen=True)
+class KvTraffic:
+    """KV-cache and prompt traffic of a plan's disaggregated routes, and its egress.
+
+    Attributes:
+        gb: {(route key, kind): GB over the horizon} with kind 'kv' or 'prompt' (every route, local ones too).
+        monthly_gb: {egress table key (cloud, route class, scope): GB per month} of the billed (cross-site) traffic.
+        tables: {egress table key: the table}.
+        egress_usd: egress over the horizon, USD: each table's monthly volume priced band by band
+            (:func:`fleetplan.costmodels.prices.egress_cost_usd`), scaled from a month to the horizon.
+        month_factor: month hours / horizon hours (horizon volume × this = monthly volume).
+    """
+
+    gb: dict[tuple[RouteKey, str], float]
+    monthly_gb: dict[tuple[str, str, str], float]
+    tables: dict[tuple[str, str, str], EgressTable]
+    egress_usd: float
+    month_factor: float = 1.0
+
+    def table_usd(self, key: tuple[str, str, str]) -> float:
+        """Egress over the horizon billed by table ``key``, USD."""
+        return egress_cost_usd(self.monthly_gb[key], self.tables[key]) / self.month_factor
+
+
+def kv_traffic(problem: Problem, plan: Plan) -> KvTraffic:
+    """The KV and prompt GB of ``plan``'s KV flows and their egress (:class:`KvTraffic`).
+
+    GB per route = Σ_w flow[w] × window seconds × bytes per request / 1e9. A month is DAYS_PER_MONTH days (the
+    ledger's convention); the horizon's volume is scaled to a month (× month hours / horizon hours), priced per
+    table as the clouds bill (all of a table's traffic in one monthly volume), and scaled back.
+    Raises InputError (from egress_cost_usd) when a monthly volume is above the table's last priced band.
+    """
+    routes = problem.kv_route_by_key
+    month_factor = DAYS_PER_MONTH * HOURS_PER_DAY / problem.horizon_hours
+    gb: dict[tuple[RouteKey, str], float] = {}
+    monthly: dict[tuple[str, str, str], float] = {}
+    tables: dict[tuple[str, str, str], EgressTable] = {}
+    for rkey, flows in plan.kv_flows_req_per_s.items():
+        r = routes[rkey]
+        reqs = sum(flows) * problem.window_length_s
+        for kind, nbytes, table in (("kv", r.kv_bytes_per_request, r.kv_table),
+                                    ("prompt", r.prompt_bytes_per_request, r.prompt_table)):
+            gb[(rkey, kind)] = gb.get((rkey, kind), 0.0) + reqs * nbytes / 1e9
+            if table is not None:
+                tk = table_key(table)
+                tables[tk] = table
+                monthly[tk] = monthly.get(tk, 0.0) + reqs * nbytes / 1e9 * month_factor
+    usd = sum(egress_cost_usd(v, tables[k]) for k, v in monthly.items()) / month_factor
+    return KvTraffic(gb=gb, monthly_gb=monthly, tables=tables, egress_usd=usd, month_factor=month_factor)
 
 
 def route(problem: Problem, plan: Plan) -> dict[str, tuple[float, ...]]:
@@ -261,6 +332,27 @@ def evaluate(problem: Problem, plan: Plan) -> Evaluation:
             ded_cap[o.model][w] += n * o.capacity_req_per_s
             ded_gpus[o.model][w] += n * o.gpus
         start_usd += starts(counts) * o.start_cost_usd
+    pd_opts = problem.pd_option_by_key
+    pd_cap: dict[tuple, list[float]] = {}  # (model, role, site, decode site) -> capacity per window, req/s
+    pd_gpus: dict[tuple, list[float]] = {}
+    for pkey, counts in plan.pd_replicas.items():
+        o = pd_opts[pkey]
+        price = pools[o.pool].usd_per_gpu_hour
+        group = (o.model, o.role, pools[o.pool].site, o.decode_site)
+        for w, n in enumerate(counts):
+            gpu_usd += n * o.gpus * price * hours
+            gpus[w] += n * o.gpus
+            pd_cap.setdefault(group, [0.0] * W)[w] += n * o.capacity_req_per_s
+            pd_gpus.setdefault(group, [0.0] * W)[w] += n * o.gpus
+        start_usd += starts(counts) * o.start_cost_usd
+    for group, gcaps in pd_cap.items():
+        mname, role, site, dsite = group
+        for w in range(W):
+            load = sum(f[w] for (m, ps, ds), f in plan.kv_flows_req_per_s.items()
+                       if m == mname and ((role == "prefill" and ps == site and ds == dsite)
+                                          or (role == "decode" and ds == site)))
+            if gcaps[w] > 0:
+                busy[w] += min(1.0, load / gcaps[w]) * pd_gpus[group][w]
     for g in plan.shared:
         price = pools[g.pool].usd_per_gpu_hour
         gpu_usd += price * hours * W
@@ -272,13 +364,17 @@ def evaluate(problem: Problem, plan: Plan) -> Evaluation:
                 busy[w] += f / cap
                 shared_served[mname][w] += f
     served_demand = plan.served_req_per_s(problem)
+    for (mname, _ps, _ds), flows in plan.kv_flows_req_per_s.items():
+        for w, f in enumerate(flows):
+            shared_served[mname][w] += f  # demand served disaggregated does not load the colocated replicas
     for m in problem.models:
         for w, d in enumerate(served_demand[m.name]):
             need = max(0.0, d - shared_served[m.name][w])
             if ded_cap[m.name][w] > 0:
                 busy[w] += min(1.0, need / ded_cap[m.name][w]) * ded_gpus[m.name][w]
     egress = route(problem, plan)
-    egress_usd = sum(sum(v) for v in egress.values())
+    kv = kv_traffic(problem, plan).egress_usd if plan.kv_flows_req_per_s else 0.0
+    egress_usd = sum(sum(v) for v in egress.values()) + kv
     caps = site_capacity(problem, plan)
     cap_total = {m: tuple(sum(d.values()) for d in per_w) for m, per_w in caps.items()}
     away = {}
@@ -291,4 +387,4 @@ def evaluate(problem: Problem, plan: Plan) -> Evaluation:
     util = tuple(busy[w] / gpus[w] if gpus[w] else 0.0 for w in range(W))
     return Evaluation(gpu_usd=gpu_usd, start_usd=start_usd, egress_usd=egress_usd, gpu_hours=sum(gpus) * hours,
                       gpus_per_window=tuple(gpus), utilization_per_window=util, capacity_req_per_s=cap_total,
-                      served_away_req_per_s=away)
+                      served_away_req_per_s=away, kv_egress_usd=kv)

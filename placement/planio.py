@@ -12,8 +12,12 @@ windows [{index, start_s, gpus, utilization, demand_req_per_s {model}, capacity_
 {model: {"gpu@site tpN": n}}}], baselines {name: {cost_usd_per_day, gpu_hours_per_day, valid, message}},
 validation {ok, violations}, scenario {name, source, raw}, best_effort (true when demand is left unserved),
 unserved_req_per_s {model: [req/s per window]} (best-effort plans; empty otherwise; each window's
-served_req_per_s = demand - unserved, under windows[].served_req_per_s). capacity_source says where an
-option's capacity came from: 'roofline (<GPU> row of <calibration file>)' or 'measured <format> <file> (...)'.
+served_req_per_s = demand - unserved, under windows[].served_req_per_s), disaggregated plans only:
+prefill_decode [{model, role (prefill | decode), pool, site, gpu, tp, decode_site, capacity_req_per_s,
+kv_transfer_s, capacity_source, counts[]}] and kv_flows [{model, prefill_site, decode_site, route_class, link,
+req_per_s[], kv_gb_per_day, prompt_gb_per_day}] (windows[].replicas label them 'prefill'/'decode').
+capacity_source says where an option's capacity came from: 'roofline (<GPU> row of <calibration file>)' or
+'measured <format> <file> (...)'.
 "per day" figures scale the horizon's totals to 24 h (the horizon is a day for 24 one-hour windows; a shorter
 horizon is taken to repeat).
 """
@@ -26,7 +30,7 @@ from typing import Any
 
 from fleetplan.errors import InputError
 from fleetplan.fileio import yaml12_numbers
-from fleetplan.placement.plan import Plan, SharedGPU, Status, evaluate
+from fleetplan.placement.plan import Plan, SharedGPU, Status, evaluate, kv_traffic
 from fleetplan.placement.problem import Problem
 from fleetplan.placement.scenario import Scenario, build_problem, scenario_from_raw
 from fleetplan.placement.validate import validate
@@ -82,6 +86,23 @@ def plan_to_dict(problem: Problem, plan: Plan, *, scenario: dict | None = None,
         if o.class_capacity:  # request classes: the classes this option serves and its capacity for each
             entry["class_capacity_req_per_s"] = o.class_capacity
         out["replicas"].append(entry)
+    pd_opts = problem.pd_option_by_key
+    if plan.pd_replicas or plan.kv_flows_req_per_s:
+        out["prefill_decode"] = []
+        for pkey, counts in sorted(plan.pd_replicas.items()):
+            o = pd_opts[pkey]
+            p = pools[o.pool]
+            out["prefill_decode"].append({
+                "model": o.model, "role": o.role, "pool": o.pool, "site": p.site, "gpu": p.gpu, "tp": o.tp,
+                "decode_site": o.decode_site, "capacity_req_per_s": o.capacity_req_per_s,
+                "kv_transfer_s": o.kv_transfer_s, "capacity_source": o.capacity_source, "counts": list(counts)})
+        traffic = kv_traffic(problem, plan)
+        routes = problem.kv_route_by_key
+        out["kv_flows"] = [{"model": k[0], "prefill_site": k[1], "decode_site": k[2],
+                            "route_class": routes[k].route_class, "link": routes[k].link, "req_per_s": list(v),
+                            "kv_gb_per_day": traffic.gb.get((k, "kv"), 0.0) * f,
+                            "prompt_gb_per_day": traffic.gb.get((k, "prompt"), 0.0) * f}
+                           for k, v in sorted(plan.kv_flows_req_per_s.items())]
     for g in plan.shared:
         p = pools[g.pool]
         shares = problem.share_by_key
@@ -99,6 +120,12 @@ def plan_to_dict(problem: Problem, plan: Plan, *, scenario: dict | None = None,
                     p = pools[o.pool]
                     label = f"{p.gpu}@{p.site} tp{o.tp}" + (f"xpp{o.pp}" if o.pp > 1 else "")
                     reps.setdefault(o.model, {})[label] = counts[w]
+            for pkey, counts in plan.pd_replicas.items():
+                if counts[w]:
+                    o = pd_opts[pkey]
+                    p = pools[o.pool]
+                    to = f"->{o.decode_site}" if o.role == "prefill" and o.decode_site != p.site else ""
+                    reps.setdefault(o.model, {})[f"{o.role} {p.gpu}@{p.site} tp{o.tp}{to}"] = counts[w]
             for g in plan.shared:
                 p = pools[g.pool]
                 for m in g.models:
@@ -140,6 +167,10 @@ def plan_from_dict(d: dict, problem: Problem | None = None) -> Plan:
                        for g in d["shared_gpus"])
         status = Status(d["status"])
         unserved = {str(m): tuple(float(x) for x in v) for m, v in (d.get("unserved_req_per_s") or {}).items()}
+        pd = {(r["model"], r["role"], r["pool"], int(r["tp"]), r["decode_site"]): tuple(int(c) for c in r["counts"])
+              for r in d.get("prefill_decode") or []}
+        flows = {(r["model"], r["prefill_site"], r["decode_site"]): tuple(float(x) for x in r["req_per_s"])
+                 for r in d.get("kv_flows") or []}
     except (KeyError, TypeError, ValueError) as exc:
         raise InputError(f"plan file is malformed: {exc!r}", field="replicas") from None
     if problem is not None:
@@ -159,6 +190,13 @@ def plan_from_dict(d: dict, problem: Problem | None = None) -> Plan:
             if k not in opts:
                 raise InputError(f"plan replica {k} is not an option of the scenario (the scenario changed since "
                                  "the plan was made?)", field="replicas", value=k)
+        for pk in pd:
+            if pk not in problem.pd_option_by_key:
+                raise InputError(f"plan {pk[1]} replica {pk} is not an option of the scenario (the scenario changed "
+                                 "since the plan was made?)", field="prefill_decode", value=pk)
+        for rk in flows:
+            if rk not in problem.kv_route_by_key:
+                raise InputError(f"plan KV flow {rk} is not a route of the scenario", field="kv_flows", value=rk)
     f = per_day_factor(problem) if problem is not None else 1.0
     cost = d.get("cost_usd_per_day")
     bound = d.get("lower_bound_usd_per_day")
@@ -166,7 +204,7 @@ def plan_from_dict(d: dict, problem: Problem | None = None) -> Plan:
                 objective_usd=cost / f if cost is not None else None,
                 bound_usd=bound / f if bound is not None else None, gap=d.get("gap"),
                 solve_time_s=float(d.get("solve_time_s", 0.0)), message=d.get("message", ""),
-                unserved_req_per_s=unserved)
+                unserved_req_per_s=unserved, pd_replicas=pd, kv_flows_req_per_s=flows)
 
 
 def read_plan_json(path: str | Path) -> dict:

@@ -18,7 +18,14 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from fleetplan.costmodels.latency import TP_DEGREES
+from fleetplan.costmodels.prices import EgressTable
 from fleetplan.errors import InputError, check_range
+
+#: Roles of a replica: serves whole requests, only prefills (ships the KV cache on), or only decodes.
+ROLES = ("colocated", "prefill", "decode")
+
+#: Key of a prefill or decode option: (model, role, pool id, tp, decode site of a prefill option or '').
+PdKey = tuple[str, str, str, int, str]
 
 
 @dataclass(frozen=True)
@@ -97,6 +104,15 @@ class ReplicaOption:
             additive load: Σ_c rate_c / cap_c <= 1 - margin per replica. Then ``capacity_req_per_s`` is only
             reported (the capacity at the model's class mix restricted to the classes served). Empty for a model
             without classes.
+        role: 'colocated' (default: prefill and decode on the replica), 'prefill' (prefills, then ships the KV
+            cache to a decode replica at ``decode_site``) or 'decode' (decodes requests prefilled elsewhere).
+            Prefill and decode options live in :attr:`Problem.pd_options`, keyed by :attr:`pd_key`; for them
+            ``capacity_req_per_s`` is the prefill capacity (req/s whose TTFT p95, KV transfer included, meets the
+            target; from compute) or the decode capacity (req/s whose TPOT p95 meets the target; from memory
+            bandwidth and KV memory), and pp is 1.
+        decode_site: for a prefill option, the site of the decode replicas it sends the KV cache to ('' otherwise).
+        kv_transfer_s: for a prefill option, seconds the p95 prompt's KV cache takes to reach ``decode_site``
+            (included in ``ttft_p95_s``).
     """
 
     model: str
@@ -112,9 +128,21 @@ class ReplicaOption:
     max_batch: float = math.inf
     kv_budget_bytes: float = 0.0
     class_capacity_req_per_s: tuple[tuple[str, float], ...] = ()
+    role: str = "colocated"
+    decode_site: str = ""
+    kv_transfer_s: float = 0.0
 
     def __post_init__(self) -> None:
         owner = f"option {self.key}"
+        if self.role not in ROLES:
+            raise InputError(f"{owner}: role must be one of {', '.join(ROLES)}", field="role", value=self.role)
+        if self.role != "colocated" and (self.pp != 1 or self.class_capacity_req_per_s):
+            raise InputError(f"{owner}: a {self.role} option has pp 1 and no request classes", field="pp",
+                             value=self.pp)
+        if (self.role == "prefill") != bool(self.decode_site):
+            raise InputError(f"{owner}: a prefill option (and only one) names its decode_site", field="decode_site",
+                             value=self.decode_site)
+        check_range(self.kv_transfer_s, field="kv_transfer_s", source=owner, low=0)
         if self.tp not in TP_DEGREES:
             raise InputError(f"{owner}: tp must be one of {', '.join(map(str, TP_DEGREES))}", field="tp",
                              value=self.tp)
@@ -143,8 +171,57 @@ class ReplicaOption:
         return (self.model, self.pool, self.tp, self.pp)
 
     @property
+    def pd_key(self) -> PdKey:
+        """(model, role, pool, tp, decode site): the key of a plan's prefill/decode replica counts."""
+        return (self.model, self.role, self.pool, self.tp, self.decode_site)
+
+    @property
     def gpus(self) -> int:
         return self.tp * self.pp
+
+
+@dataclass(frozen=True)
+class KvRoute:
+    """Where a model's prefilled requests may go: from prefill replicas at ``prefill_site`` to decode replicas at
+    ``decode_site`` (the same site: the inter-node link, no egress; another site: the WAN, billed).
+
+    Attributes:
+        model: model name.
+        prefill_site, decode_site: site names.
+        route_class: egress route class of prefill -> decode ('' within a site).
+        kv_bytes_per_request: KV-cache bytes of a mean prompt (KV-cached tokens × KV bytes per token), bytes.
+        prompt_bytes_per_request: request text sent decode site -> prefill site (mean prompt × bytes per token).
+        kv_table: egress table billed for the KV bytes (the prefill site's cloud and route class), None within a
+            site; prompt_table: the table of the prompt text (the decode site's cloud), None within a site.
+        link: name of the link the KV cache crosses (for reports).
+    """
+
+    model: str
+    prefill_site: str
+    decode_site: str
+    route_class: str
+    kv_bytes_per_request: float
+    prompt_bytes_per_request: float
+    kv_table: EgressTable | None = None
+    prompt_table: EgressTable | None = None
+    link: str = ""
+
+    def __post_init__(self) -> None:
+        owner = f"KV route {self.model} {self.prefill_site}->{self.decode_site}"
+        check_range(self.kv_bytes_per_request, field="kv_bytes_per_request", source=owner, low=0)
+        check_range(self.prompt_bytes_per_request, field="prompt_bytes_per_request", source=owner, low=0)
+        if (self.prefill_site == self.decode_site) != (self.kv_table is None and self.prompt_table is None):
+            raise InputError(f"{owner}: a route between two sites has egress tables, one inside a site none",
+                             field="kv_table")
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        """(model, prefill site, decode site): the key of a plan's KV flows."""
+        return (self.model, self.prefill_site, self.decode_site)
+
+    @property
+    def cross_site(self) -> bool:
+        return self.prefill_site != self.decode_site
 
 
 @dataclass(frozen=True)
@@ -291,6 +368,11 @@ class Problem:
         egress_usd_per_gb: {(from_site, to_site): $/GB} for traffic served away from its origin.
         option_notes: {model: why options were left out (weights do not fit, SLO missed ...)}, for explanations.
         name, notes: labels and provenance for reports.
+        pd_options: prefill and decode options (role 'prefill' / 'decode', see :class:`ReplicaOption`) of the
+            models that may be served disaggregated; empty: every model colocated only.
+        kv_routes: the (model, prefill site, decode site) routes the prefilled requests may take, with the KV and
+            prompt bytes per request and the egress tables billed (monthly volume bands, summed per table over the
+            plan as the clouds bill).
     """
 
     window_length_s: float
@@ -307,6 +389,8 @@ class Problem:
     option_notes: dict[str, tuple[str, ...]] = field(default_factory=dict)
     name: str = "problem"
     notes: tuple[str, ...] = ()
+    pd_options: tuple[ReplicaOption, ...] = ()
+    kv_routes: tuple[KvRoute, ...] = ()
 
     def __post_init__(self) -> None:
         if self.max_models_per_shared_gpu is not None and (not isinstance(self.max_models_per_shared_gpu, int)
@@ -359,6 +443,43 @@ class Problem:
                                  "GPUs yet", field="share_options")
         for (a, b), rate in self.egress_usd_per_gb.items():
             check_range(rate, field=f"egress_usd_per_gb[{a}->{b}]", source="problem", low=0)
+        self._check_pd(pools, names)
+
+    def _check_pd(self, pools: dict[str, Pool], names: list[str]) -> None:
+        routes = {r.key for r in self.kv_routes}
+        if len(routes) != len(self.kv_routes):
+            raise InputError("a KV route is given twice", field="kv_routes")
+        seen = set()
+        for o in self.pd_options:
+            if o.role == "colocated" or o.pool not in pools or o.model not in names:
+                raise InputError(f"prefill/decode option {o.pd_key}: role prefill or decode, a known pool and model",
+                                 field="pd_options", value=o.pd_key)
+            if pools[o.pool].gpus_per_node % o.tp:
+                raise InputError(f"option {o.pd_key}: tp {o.tp} does not divide the node", field="tp", value=o.tp)
+            if o.pd_key in seen:
+                raise InputError(f"option {o.pd_key} given twice", field="pd_options")
+            seen.add(o.pd_key)
+            if self.model_by_name[o.model].class_shares:
+                raise InputError(f"model {o.model}: request classes and disaggregated serving together are not "
+                                 "supported yet; drop one", field="pd_options", value=o.model)
+            if o.role == "prefill" and (o.model, pools[o.pool].site, o.decode_site) not in routes:
+                raise InputError(f"prefill option {o.pd_key}: no KV route to {o.decode_site}", field="kv_routes")
+        for r in self.kv_routes:
+            if r.model not in names:
+                raise InputError(f"KV route {r.key}: unknown model", field="kv_routes", value=r.model)
+
+    @property
+    def pd_option_by_key(self) -> dict[PdKey, ReplicaOption]:
+        return {o.pd_key: o for o in self.pd_options}
+
+    @property
+    def kv_route_by_key(self) -> dict[tuple[str, str, str], KvRoute]:
+        return {r.key: r for r in self.kv_routes}
+
+    @property
+    def has_disaggregation(self) -> bool:
+        """True when some model may be served by prefill and decode pools (only the MILP backends plan them)."""
+        return bool(self.pd_options)
 
     # ---- lookups -------------------------------------------------------------------------------------------
     @property

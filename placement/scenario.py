@@ -27,6 +27,12 @@ twice in one mapping is an error)::
       pricing_model: on-demand       # default for every pool
       price_date: 2025-05-31         # catalog prices as of this date (default: the newest snapshot)
       inter_node_link: null          # links.csv name for pipeline stages across nodes (default link when null)
+      disaggregation:                # prefill/decode pools (issue 17); off by default
+        enabled: false
+        models: null                 # only these models (all when null)
+        cross_site: true             # prefill at one site, decode at another (KV over the WAN, egress billed)
+        prefill_only_sites: []       # sites whose pools only prefill (users are not served from there)
+        kv_egress_usd_per_gb: null   # flat price instead of the routes' egress tables (what-ifs)
     files: {gpus: path, models: path, prices: path}   # optional user catalog rows (same schema as shipped)
     sites:
       - name: aws:us-east-1
@@ -87,9 +93,16 @@ from fleetplan.costmodels.capacity import (
 )
 from fleetplan.costmodels.demand import Demand, TokenMix
 from fleetplan.costmodels.hardware import GPU, Model, check_params
+from fleetplan.costmodels.latency import decode_step_time_s
 from fleetplan.costmodels.network import Link, Site, route_class
 from fleetplan.costmodels.prices import price_label, select_egress_table
 from fleetplan.costmodels.queueing import poisson_occupancy_quantile
+from fleetplan.costmodels.split import (
+    decode_replica_capacity,
+    flat_table,
+    kv_transfer_s,
+    prefill_replica_capacity,
+)
 from fleetplan.datasets.calibration import load_calibration
 from fleetplan.datasets.catalog import (
     find_price,
@@ -99,7 +112,7 @@ from fleetplan.datasets.catalog import (
     load_gpu_prices,
     model_from_hf_config,
 )
-from fleetplan.datasets.network import inter_node_link
+from fleetplan.datasets.network import inter_node_link, load_network_graph
 from fleetplan.datasets.profiles import load_profile, profile_files
 from fleetplan.datasets.servegen import servegen_demand
 from fleetplan.datasets.shipped import shipped_scenario_text, shipped_scenarios
@@ -112,7 +125,7 @@ from fleetplan.datasets.traces import (
 )
 from fleetplan.errors import FleetplanError, InputError, UnknownNameError
 from fleetplan.fileio import parse_yaml, read_text_file, validate_input
-from fleetplan.placement.problem import ModelSpec, Pool, Problem, ReplicaOption, ShareOption
+from fleetplan.placement.problem import KvRoute, ModelSpec, Pool, Problem, ReplicaOption, ShareOption
 from fleetplan.placement.schemas import (
     ENTRY_LABELS,
     ClassEdgesSpec,
@@ -593,6 +606,18 @@ def build_problem(scenario: Scenario, *, progress: Callable[[str], None] | None 
 
     mu_mem = opts["memory_utilization"]
     models, options, shares, notes = [], [], [], {}
+    pd_options: list[ReplicaOption] = []
+    kv_routes: list[KvRoute] = []
+    dis = opts["disaggregation"]
+    dis_models = set(dis["models"]) if dis["models"] is not None else None
+    prefill_only = {Site.parse(x).name for x in dis["prefill_only_sites"]} if dis["enabled"] else set()
+    if not prefill_only <= {p.site for p in pools}:
+        known = sorted({p.site for p in pools})
+        raise UnknownNameError("site", sorted(prefill_only - set(known))[0], known, source=where,
+                               field="disaggregation.prefill_only_sites")
+    if dis["enabled"] and dis_models is not None and not dis_models <= {m.name for m in spec.models}:
+        raise UnknownNameError("scenario model", sorted(dis_models - {m.name for m in spec.models})[0],
+                               [m.name for m in spec.models], source=where, field="disaggregation.models")
     for i, m in enumerate(spec.models):
         mw = f"{where}: models[{i}]"
         model = scenario_model(m, mw, base, _file("models"))
@@ -630,6 +655,8 @@ def build_problem(scenario: Scenario, *, progress: Callable[[str], None] | None 
                            + (f"no pool has {g}" if g not in gpus else f"tp {t} is not in the model's tp list"))
             why += [f"profile {given.source}: {n}" for n in given.notes]
         for pool in pools:
+            if pool.site in prefill_only:
+                continue
             gpu = gpus[pool.gpu]
             calib = load_calibration(gpu, calib_file)
             roofline_src = (f"roofline ({calib.gpu} row of "
@@ -727,6 +754,14 @@ def build_problem(scenario: Scenario, *, progress: Callable[[str], None] | None 
                                               capacity_source=cap.source if sprof is not None else roofline_src))
                 elif sprof is not None:
                     why.append(f"{pool.id} shared: {cap.reason or cap.limiting}")
+        if dis["enabled"] and (dis_models is None or m.name in dis_models):
+            if class_mixes:
+                raise _err("disaggregation and request classes together are not supported yet; leave this model "
+                           "out of disaggregation.models or drop its classes", mw, "disaggregation")
+            pdo, routes = _pd_options(model, mix, slo, pools, gpus, tps, opts, calib_file=calib_file, weight_dtype=wd,
+                                      kv_dtype=kvd, link=link, why=why, prefill_only=prefill_only)
+            pd_options += pdo
+            kv_routes += routes
         notes[model.name] = tuple(why)
     n_windows = len(next(iter(scenario.demands.values())).windows)
     synthetic = [name for name, d in scenario.demands.items() if d.synthetic]
@@ -736,4 +771,99 @@ def build_problem(scenario: Scenario, *, progress: Callable[[str], None] | None 
                    models=tuple(models), options=tuple(options), share_options=tuple(shares), margin=opts["margin"],
                    shared_memory_utilization=mu_mem, max_shared_gpus_per_pool=opts["max_shared_gpus_per_pool"],
                    max_models_per_shared_gpu=opts["max_models_per_shared_gpu"],
-                   egress_usd_per_gb=egress_table(site_names), option_notes=notes, name=scenario.name, notes=pnotes)
+                   egress_usd_per_gb=egress_table(site_names), option_notes=notes, name=scenario.name, notes=pnotes,
+                   pd_options=tuple(pd_options), kv_routes=tuple(kv_routes))
+
+
+def _pd_options(model: Model, mix: TokenMix, slo: SLO, pools: list[Pool], gpus: dict[str, GPU], tps: list[int],
+                opts: dict, *, calib_file: str | None, weight_dtype: str, kv_dtype: str, link: Link,
+                why: list[str], prefill_only: set[str]) -> tuple[list[ReplicaOption], list[KvRoute]]:
+    """Prefill and decode options of ``model`` on ``pools`` and the KV routes between their sites (issue 17).
+
+    Decode options: every pool and tp (pp 1) with a positive decode capacity
+    (:func:`fleetplan.costmodels.split.decode_replica_capacity`: memory bandwidth and KV memory under the TPOT
+    target) and a KV cache of at least ``min_batch`` sequences (not at ``prefill_only`` sites). Prefill options:
+    every pool, tp and decode site (the prefill pool's own site, or any site with a decode option when
+    ``cross_site``), with the prefill capacity
+    (:func:`fleetplan.costmodels.split.prefill_replica_capacity`) under the TTFT target minus the p95 prompt's KV
+    transfer to that site (:func:`fleetplan.costmodels.split.kv_transfer_s`: the scenario's inter-node link inside
+    a site, the shipped WAN link between sites; one stream per tensor-parallel rank), as the ledger's split
+    comparison sizes them. Routes carry the mean prompt's KV bytes, its text bytes (bytes_per_token) and the
+    egress tables (the sender's cloud and route class; a flat ``kv_egress_usd_per_gb`` when given).
+    Options left out are explained in ``why``.
+    """
+    dis = opts["disaggregation"]
+    mu_mem = opts["memory_utilization"]
+    kv_mean = model.kv_tokens_cached(mix.input_tokens_mean) * model.kv_bytes_per_token(kv_dtype)
+    kv_p95 = model.kv_tokens_cached(mix.input_tokens_p95) * model.kv_bytes_per_token(kv_dtype)
+    weights = model.weight_bytes(weight_dtype)
+    graph = load_network_graph()
+    egress = load_egress()
+
+    def start_usd(pool: Pool, tp: int) -> float:
+        return weights / tp / opts["load_bandwidth_bytes_per_s"] / 3600 * tp * pool.usd_per_gpu_hour + opts[
+            "usd_per_migration"]
+
+    decode: list[ReplicaOption] = []
+    for pool in pools:
+        if pool.site in prefill_only:
+            continue
+        gpu = gpus[pool.gpu]
+        calib = load_calibration(gpu, calib_file)
+        for tp in tps:
+            if tp > pool.gpus_per_node or pool.gpus_per_node % tp:
+                continue
+            cap, batch, lim = decode_replica_capacity(model, gpu, mix, slo, tp=tp, calib=calib,
+                                                      weight_dtype=weight_dtype, kv_dtype=kv_dtype,
+                                                      memory_utilization=mu_mem)
+            if cap <= 0 or batch < opts["min_batch"]:
+                why.append(f"{pool.id} tp {tp} decode: " + (f"no capacity ({lim})" if cap <= 0 else
+                                                            f"KV cache holds {batch:.1f} sequences < min_batch"))
+                continue
+            tpot = decode_step_time_s(model, gpu, batch, mix.input_tokens_p95 + mix.output_tokens_p95 / 2, tp=tp,
+                                      weight_dtype=weight_dtype, kv_dtype=kv_dtype, calib=calib)
+            decode.append(ReplicaOption(model.name, pool.id, tp, 1, cap, mu_mem * gpu.memory_bytes,
+                                        start_cost_usd=start_usd(pool, tp), tpot_p95_s=tpot, max_batch=batch,
+                                        kv_budget_bytes=mu_mem * tp * gpu.memory_bytes - weights,
+                                        capacity_source=f"decode-only roofline ({calib.gpu} row), limited by {lim}",
+                                        role="decode"))
+    site_of = {p.id: p.site for p in pools}
+    decode_sites = sorted({site_of[o.pool] for o in decode})
+    prefill: list[ReplicaOption] = []
+    routes: dict[tuple[str, str], KvRoute] = {}
+    for pool in pools:
+        gpu = gpus[pool.gpu]
+        calib = load_calibration(gpu, calib_file)
+        for ds in decode_sites:
+            if ds != pool.site and not dis["cross_site"]:
+                continue
+            wan = graph.link(pool.site, ds) if ds != pool.site else link
+            for tp in tps:
+                if tp > pool.gpus_per_node or pool.gpus_per_node % tp:
+                    continue
+                added = kv_transfer_s(kv_p95, wan, tp)
+                cap, ttft = prefill_replica_capacity(model, gpu, mix, slo.ttft_s - added, tp=tp, calib=calib,
+                                                     weight_dtype=weight_dtype)
+                if cap <= 0:
+                    why.append(f"{pool.id} tp {tp} prefill for decode at {ds}: misses TTFT {slo.ttft_s:g} s "
+                               f"(KV transfer {added:.3f} s)")
+                    continue
+                prefill.append(ReplicaOption(model.name, pool.id, tp, 1, cap, mu_mem * gpu.memory_bytes,
+                                             start_cost_usd=start_usd(pool, tp), ttft_p95_s=ttft + added,
+                                             capacity_source=f"prefill-only roofline ({calib.gpu} row), KV over "
+                                                             f"{wan.name}", role="prefill", decode_site=ds,
+                                             kv_transfer_s=added))
+                if (pool.site, ds) not in routes:
+                    cross = pool.site != ds
+                    rc = route_class(pool.site, ds) if cross else ""
+                    kv_t = pr_t = None
+                    if cross:
+                        kv_t = select_egress_table(Site.parse(pool.site).cloud, rc, egress)
+                        pr_t = select_egress_table(Site.parse(ds).cloud, route_class(ds, pool.site), egress)
+                        if dis["kv_egress_usd_per_gb"] is not None:
+                            kv_t = flat_table(kv_t, dis["kv_egress_usd_per_gb"])
+                            pr_t = flat_table(pr_t, dis["kv_egress_usd_per_gb"])
+                    routes[(pool.site, ds)] = KvRoute(model.name, pool.site, ds, rc, kv_mean,
+                                                      mix.input_tokens_mean * opts["bytes_per_token"], kv_t, pr_t,
+                                                      link=wan.name)
+    return prefill + decode, list(routes.values())

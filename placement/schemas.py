@@ -142,6 +142,22 @@ class TokenMixSpec(InputModel, json_schema_extra={"oneOf": _MIX_ONE_FORM}):
 # ------------------------------------------------------------------------------------------- planner scenario
 
 
+class DisaggregationSpec(InputModel):
+    """Prefill/decode disaggregation (issue 17): the planner may serve a model's demand, window by window, by
+    prefill replicas that ship the KV cache to decode replicas (same site: the inter-node link; another site: the
+    WAN, with the KV and prompt bytes billed at the route's egress bands) instead of colocated replicas."""
+
+    enabled: bool = input_field(False, description="let the planner choose prefill and decode pools")
+    models: list[str] | None = input_field(None, description="only these models (scenario names); all when absent")
+    cross_site: bool = input_field(True, description="prefill at one site and decode at another (KV over the WAN)")
+    prefill_only_sites: list[str] = input_field(
+        default_factory=list, description="sites whose pools may only prefill (no colocated, decode or shared "
+        "replicas): e.g. a far, cheap region users must not be served from, as the ledger's split assumes")
+    kv_egress_usd_per_gb: float | None = input_field(
+        None, ge=0, le=5, description="flat USD per GB for KV and prompt bytes crossing sites, instead of the routes' "
+        "egress tables (a what-if, e.g. near the break-even price)", fix="give USD per GB, e.g. 0.02")
+
+
 class ScenarioOptions(InputModel):
     """Planning options; every key is optional."""
 
@@ -185,6 +201,8 @@ class ScenarioOptions(InputModel):
         fix="give a date as YYYY-MM-DD, e.g. 2025-05-31")
     inter_node_link: str | None = input_field(None, description="links.csv name of the link between the nodes of a "
                                               "pipeline-parallel replica (the default link when absent)")
+    disaggregation: DisaggregationSpec = input_field(default_factory=DisaggregationSpec,
+                                                     description="prefill/decode pools (off by default)")
 
 
 class ScenarioFiles(InputModel):

@@ -77,6 +77,37 @@ def _classes_routable(demand_req_per_s: dict[str, float], replicas: list[tuple[i
     return bool(res.status == 0)
 
 
+def _banded_usd(monthly_gb: float, bands: list[tuple[float, float | None, float]]) -> float:
+    """USD of ``monthly_gb`` GB in a month through ``bands`` [(from GB, to GB or None, USD/GB)], each band's rate on
+    the GB inside it (written here again, apart from the objective's pricing)."""
+    usd = 0.0
+    for lo, hi, rate in bands:
+        top = monthly_gb if hi is None else min(monthly_gb, hi)
+        usd += max(0.0, top - lo) * rate
+    return usd
+
+
+def kv_egress_usd(problem: Problem, plan: Plan) -> float:
+    """Egress over the horizon of the plan's KV flows, USD, recomputed independently: per route and window, req/s ×
+    window seconds × (KV bytes, prompt bytes) per request; the GB of each egress table (cloud, route class, scope)
+    summed and scaled to a 730-hour month (365/12 days), priced band by band, scaled back to the horizon."""
+    horizon_h = problem.n_windows * problem.window_length_s / 3600.0
+    to_month = (365.0 / 12.0 * 24.0) / horizon_h
+    volume: dict[tuple[str, str, str], float] = {}
+    bands: dict[tuple[str, str, str], list[tuple[float, float | None, float]]] = {}
+    for r in problem.kv_routes:
+        flows = plan.kv_flows_req_per_s.get((r.model, r.prefill_site, r.decode_site))
+        if not flows:
+            continue
+        for nbytes, table in ((r.kv_bytes_per_request, r.kv_table), (r.prompt_bytes_per_request, r.prompt_table)):
+            if table is None:
+                continue
+            k = (table.cloud, table.route_class, table.scope)
+            volume[k] = volume.get(k, 0.0) + sum(flows) * problem.window_length_s * nbytes / 1e9 * to_month
+            bands[k] = [(t.from_gb, t.to_gb, t.usd_per_gb) for t in table.tiers]
+    return sum(_banded_usd(v, bands[k]) for k, v in volume.items()) / to_month
+
+
 def plan_cost_usd(problem: Problem, plan: Plan) -> float:
     """Cost of ``plan`` over the horizon, USD, computed independently of ``evaluate``: GPU-hours × $/GPU-hour
     (shared GPUs all day), replica starts on the cyclic horizon (a rise from the previous window, the last window
@@ -103,6 +134,16 @@ def plan_cost_usd(problem: Problem, plan: Plan) -> float:
             for w, f in enumerate(served):
                 cell = site_cap[mname][w]
                 cell[pool.site] = cell.get(pool.site, 0.0) + f
+    for pkey, counts in plan.pd_replicas.items():  # prefill and decode replicas: GPU-hours and starts as above
+        o = next(x for x in problem.pd_options if x.pd_key == pkey)
+        pool = next(p for p in problem.pools if p.id == o.pool)
+        usd += sum(counts) * o.tp * pool.usd_per_gpu_hour * hours
+        if W > 1:
+            usd += sum(counts[w] - counts[w - 1] for w in range(W) if counts[w] > counts[w - 1]) * o.start_cost_usd
+    for (mname, _ps, ds), flows in plan.kv_flows_req_per_s.items():  # disaggregated demand is served at the decode site
+        for w, f in enumerate(flows):
+            site_cap[mname][w][ds] = site_cap[mname][w].get(ds, 0.0) + f
+    usd += kv_egress_usd(problem, plan)
     for m in problem.models:
         u = plan.unserved_req_per_s.get(m.name)
         for w, d in enumerate(m.demand_req_per_s):
@@ -129,10 +170,14 @@ def validate(problem: Problem, plan: Plan, *, check_objective: bool = True) -> V
     routing of every class onto its replicas with additive per-class load exists, checked by an LP); (4) shared
     GPUs: residency allowed, memory fits, compute share <= 1 - margin in every window, served rates >= 0;
     (5) inventory: in every window and pool the replicas' tp groups and the shared GPUs fit onto the pool's nodes;
-    (6) replica floor and ceiling; (7) the reported objective equals the recomputed cost (when the plan reports
-    one); (8) a best-effort plan's unserved demand: known models, one value per window, 0 <= unserved <= demand,
-    and (in (3)) served + unserved = demand: the capacity covers demand - unserved, and unserved is no more than the
-    demand capacity leaves over.
+    (6) replica floor and ceiling (decode replicas count); (7) the reported objective equals the recomputed cost,
+    KV egress bands included (when the plan reports one); (9) disaggregated plans: prefill/decode keys and KV
+    flows known and well shaped, the SLO of every prefill (TTFT with the KV transfer) and decode (TPOT) option
+    used, each flow within its route's prefill capacity and each decode site's flows within its decode capacity
+    (after the margin), the flows counted as served demand in (3) and their replicas in (5); (8) a best-effort
+    plan's unserved demand: known models, one value per window, 0 <= unserved <= demand, and (in (3)) served +
+    unserved = demand: the capacity covers demand - unserved, and unserved is no more than the demand capacity
+    leaves over.
     """
     v: list[str] = []
     W = problem.n_windows
@@ -164,6 +209,19 @@ def validate(problem: Problem, plan: Plan, *, check_objective: bool = True) -> V
                 v.append(f"shared GPU {i}: {mname} has {len(served)} windows, expected {W}")
             if any(f < -ABS_TOL for f in served):
                 v.append(f"shared GPU {i}: negative served rate for {mname}")
+    # (9) prefill/decode replicas and KV flows: keys and shapes
+    pd_opts = {o.pd_key: o for o in problem.pd_options}
+    routes = {r.key: r for r in problem.kv_routes}
+    for pkey, counts in plan.pd_replicas.items():
+        if pkey not in pd_opts:
+            v.append(f"prefill/decode key {pkey} is not an option of the problem")
+        elif len(counts) != W or any((not isinstance(n, int)) or n < 0 for n in counts):
+            v.append(f"{pkey}: {W} whole replica counts >= 0 expected, got {counts}")
+    for rkey, flows in plan.kv_flows_req_per_s.items():
+        if rkey not in routes:
+            v.append(f"KV flow {rkey} is not a route of the problem")
+        elif len(flows) != W or any(not (f >= -ABS_TOL) for f in flows):
+            v.append(f"KV flow {rkey}: {W} rates >= 0 expected, got {flows}")
     # (8) unserved demand of a best-effort plan: shapes and range
     for name, row in plan.unserved_req_per_s.items():
         if name not in models:
@@ -183,6 +241,14 @@ def validate(problem: Problem, plan: Plan, *, check_objective: bool = True) -> V
         if any(counts) and (o.ttft_p95_s > m.ttft_p95_s * (1 + REL_TOL) or o.tpot_p95_s > m.tpot_p95_s * (1 + REL_TOL)):
             v.append(f"{key}: latency at capacity (TTFT {o.ttft_p95_s:.3f} s, TPOT {o.tpot_p95_s * 1e3:.1f} ms) "
                      f"misses the SLO (TTFT {m.ttft_p95_s:.3f} s, TPOT {m.tpot_p95_s * 1e3:.1f} ms)")
+    for pkey, counts in plan.pd_replicas.items():
+        o = pd_opts[pkey]
+        m = models[o.model]
+        late = o.ttft_p95_s > m.ttft_p95_s * (1 + REL_TOL) if o.role == "prefill" else (
+            o.tpot_p95_s > m.tpot_p95_s * (1 + REL_TOL))
+        if any(counts) and late:
+            v.append(f"{pkey}: {o.role} latency at capacity (TTFT {o.ttft_p95_s:.3f} s incl. KV transfer "
+                     f"{o.kv_transfer_s:.3f} s, TPOT {o.tpot_p95_s * 1e3:.1f} ms) misses the SLO")
     for g in plan.shared:
         for name in g.models:
             s = shares[(name, g.pool)]
@@ -200,6 +266,31 @@ def validate(problem: Problem, plan: Plan, *, check_objective: bool = True) -> V
         for name, served in g.served_req_per_s.items():
             for w, f in enumerate(served):
                 cap[name][w] += f
+    # (3'') disaggregated: every KV flow has prefill capacity on its route, every decode site decode capacity for
+    # all the flows into it; then the flows count as served demand
+    site = {p.id: p.site for p in problem.pools}
+    for w in range(W):
+        pre: dict[tuple[str, str, str], float] = {}
+        dec: dict[tuple[str, str], float] = {}
+        for pkey, counts in plan.pd_replicas.items():
+            o = pd_opts[pkey]
+            if o.role == "prefill":
+                k3 = (o.model, site[o.pool], o.decode_site)
+                pre[k3] = pre.get(k3, 0.0) + counts[w] * o.capacity_req_per_s * tol_margin
+            else:
+                k2 = (o.model, site[o.pool])
+                dec[k2] = dec.get(k2, 0.0) + counts[w] * o.capacity_req_per_s * tol_margin
+        into: dict[tuple[str, str], float] = {}
+        for (mname, ps, ds), flows in plan.kv_flows_req_per_s.items():
+            if flows[w] > pre.get((mname, ps, ds), 0.0) * (1 + REL_TOL) + ABS_TOL:
+                v.append(f"{mname} window {w}: KV flow {ps} -> {ds} {flows[w]:.3f} req/s > prefill capacity "
+                         f"{pre.get((mname, ps, ds), 0.0):.3f} req/s")
+            into[(mname, ds)] = into.get((mname, ds), 0.0) + flows[w]
+            cap[mname][w] += flows[w]
+        for (mname, ds), f in into.items():
+            if f > dec.get((mname, ds), 0.0) * (1 + REL_TOL) + ABS_TOL:
+                v.append(f"{mname} window {w}: {f:.3f} req/s decoded at {ds} > decode capacity "
+                         f"{dec.get((mname, ds), 0.0):.3f} req/s")
     for m in problem.models:
         u = plan.unserved_req_per_s.get(m.name, (0.0,) * W)
         if m.class_shares:  # (3') request classes: each class routable with additive load on its model's replicas
@@ -246,6 +337,9 @@ def validate(problem: Problem, plan: Plan, *, check_objective: bool = True) -> V
                 o = opts[key]
                 if o.pool == pid and counts[w]:
                     groups += [o.tp] * (o.pp * counts[w])
+            for pkey, counts in plan.pd_replicas.items():
+                if pd_opts[pkey].pool == pid and counts[w]:
+                    groups += [pd_opts[pkey].tp] * counts[w]
             if sum(groups) > pool.nodes * pool.gpus_per_node or not _ffd_fits(groups, pool.nodes, pool.gpus_per_node):
                 v.append(f"{pid} window {w}: {sum(groups)} GPUs in groups {sorted(set(groups))} do not fit "
                          f"{pool.nodes} nodes × {pool.gpus_per_node} GPUs")
@@ -254,7 +348,8 @@ def validate(problem: Problem, plan: Plan, *, check_objective: bool = True) -> V
     resident = {m.name: sum(1 for g in plan.shared if m.name in g.models) for m in problem.models}
     for m in problem.models:
         for w in range(W):
-            n = resident[m.name] + sum(c[w] for k, c in plan.replicas.items() if k[0] == m.name)
+            n = resident[m.name] + sum(c[w] for k, c in plan.replicas.items() if k[0] == m.name) + sum(
+                c[w] for k, c in plan.pd_replicas.items() if k[0] == m.name and k[1] == "decode")
             if n < m.min_replicas:
                 v.append(f"{m.name} window {w}: {n} replicas < floor {m.min_replicas}")
             if m.max_replicas is not None and n > m.max_replicas:

@@ -757,6 +757,10 @@ def simulate_day(problem: Problem, plan: Plan, scenario: Scenario, *, seed: int 
         windows: window indices to run (default all); models: models to replay (default all).
         progress: called with a short status text before each window.
     """
+    if plan.pd_replicas:
+        raise InputError("the replay of disaggregated plans (prefill pool -> KV transfer -> decode pool) is not "
+                         "implemented yet; replay a plan made with disaggregation: {enabled: false}",
+                         field="prefill_decode")
     import time
 
     t0 = time.perf_counter()
@@ -894,6 +898,10 @@ def simulate_trace(problem: Problem, plan: Plan, scenario: Scenario, trace: Trac
     (the peak window of the models the trace goes to). With ``bucket_s``, the per-window rows are per
     ``bucket_s``-second interval of the trace instead (their ``window`` field is the interval's index), e.g. to see
     TTFT grow during a burst."""
+    if plan.pd_replicas:
+        raise InputError("the replay of disaggregated plans (prefill pool -> KV transfer -> decode pool) is not "
+                         "implemented yet; replay a plan made with disaggregation: {enabled: false}",
+                         field="prefill_decode")
     import time
 
     t0 = time.perf_counter()

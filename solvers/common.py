@@ -75,6 +75,9 @@ def build_index(problem: Problem, *, aggregate: bool = False) -> Index:
         sites_of[o.model].add(pools[o.pool].site)
     for (m, pid) in share:
         sites_of[m].add(pools[pid].site)
+    for o in problem.pd_options:  # disaggregated demand is served at the decode site
+        if o.role == "decode":
+            sites_of[o.model].add(pools[o.pool].site)
     ub = {}
     models = problem.model_by_name
     for o in problem.options:
@@ -272,7 +275,8 @@ def finish_plan(problem: Problem, *, backend: str, gap: float, bounds: dict[str,
         parts.append(f"{why}no proven bound")
     return Plan(replicas=plan.replicas, shared=plan.shared, status=status, backend=backend,
                 objective_usd=objective, bound_usd=bound, gap=g, solve_time_s=solve_time_s,
-                message="; ".join(parts), unserved_req_per_s=plan.unserved_req_per_s)
+                message="; ".join(parts), unserved_req_per_s=plan.unserved_req_per_s,
+                pd_replicas=plan.pd_replicas, kv_flows_req_per_s=plan.kv_flows_req_per_s)
 
 
 def best_effort_summary(problem: Problem, unserved_req_per_s: dict[str, tuple[float, ...]]) -> str:

@@ -35,6 +35,19 @@ subject to
         (12b) additive load:         Σ_c x[o,c,w] / cap_o,c ≤ (1-μ)·n[o,w]
         and (1) becomes Σ_{o at s, c} x[o,c,w] ≥ q[m,s,w] (dropped for a model with one site). A model without
         classes keeps (1) as written: one class, the whole mix.
+    (13) disaggregated serving (Problem.pd_options / kv_routes): nd[o,w] ∈ Z≥0 replicas of prefill or decode
+        option o; g[m,r,s,w] ≥ 0 req/s of m prefilled at site r and decoded at site s (a KV route):
+        (13a) prefill capacity:  Σ_{o prefill of m at r, sending to s} (1-μ)·cap_o·nd[o,w] ≥ g[m,r,s,w]
+        (13b) decode capacity:   Σ_{o decode of m at s} (1-μ)·cap_o·nd[o,w] ≥ Σ_r g[m,r,s,w]
+        and Σ_r g[m,r,s,w] joins the supply of (1) at the decode site s; nd counts in (6) with its GPUs, decode
+        replicas in (7), nd in the GPU cost and (8) starts like n.
+    (14) KV egress by monthly volume band (concave, exact): per egress table t (cloud, route class, scope; the
+        KV of cross-site routes at the prefill site's table, the prompts at the decode site's), its monthly volume
+        V_t = Σ_{routes, w} g·window seconds·bytes per request/1e9 × (month hours / horizon hours) is split into
+        band fills v[t,k] ∈ [0, width_k]; a band fills only after the one below is full: binaries z[t,k] with
+        v[t,k] ≤ width_k·z[t,k], v[t,k] ≥ width_k·z[t,k+1], z[t,k+1] ≤ z[t,k] (a flat table needs none). The
+        objective gets Σ_k rate_k·v[t,k] × (horizon hours / month hours): the band-by-band price of the plan's own
+        monthly volume, as the ledger bills it.
 With ``relax=True`` every integer and binary variable is continuous: the LP relaxation, a lower bound.
 """
 
@@ -46,6 +59,7 @@ from dataclasses import dataclass
 
 import pulp
 
+from fleetplan.costmodels.ledger import DAYS_PER_MONTH, HOURS_PER_DAY, table_key
 from fleetplan.errors import SolverError
 from fleetplan.placement.plan import Plan, SharedGPU, Status, evaluate, tidy_shared, unserved
 from fleetplan.placement.problem import Problem
@@ -81,6 +95,8 @@ class PlacementMilpModel:
     floor_short: dict
     unserved: dict
     x: dict | None = None
+    nd: dict | None = None
+    g: dict | None = None
 
 
 def build_milp(problem: Problem, *, relax: bool = False, elastic: bool = False,
@@ -155,6 +171,19 @@ def build_milp(problem: Problem, *, relax: bool = False, elastic: bool = False,
             for w in W:
                 unserved_v[(m.name, w)] = lp.add_variable(f"unserved_{i}_{w}", 0, m.demand_req_per_s[w])
 
+    # (13) Prefill and decode replicas, and the flows between them.
+    pd_ub = {}
+    for o in problem.pd_options:
+        u = pools[o.pool].gpus // o.gpus
+        mx = models[o.model].max_replicas
+        pd_ub[o.pd_key] = u if mx is None else min(u, mx)
+    pd_opts = [o for o in problem.pd_options if pd_ub[o.pd_key] > 0]
+    nd = {(o.pd_key, w): lp.add_variable(f"nd_{i}_{w}", 0, pd_ub[o.pd_key], icat)
+          for i, o in enumerate(pd_opts) for w in W}
+    std = {(o.pd_key, w): lp.add_variable(f"std_{i}_{w}", 0) for i, o in enumerate(pd_opts) for w in W
+           if o.start_cost_usd > 0 and len(W) > 1 and with_starts}
+    g = {(r.key, w): lp.add_variable(f"g_{i}_{w}", 0) for i, r in enumerate(problem.kv_routes) for w in W}
+
     # Objective: GPU-hours × price + starts × start cost + egress.
     obj = [ELASTIC_PENALTY_USD * v for v in short.values()] + [ELASTIC_PENALTY_USD * v for v in floor_short.values()]
     for o in idx.options:
@@ -167,6 +196,11 @@ def build_milp(problem: Problem, *, relax: bool = False, elastic: bool = False,
         e = problem.egress_usd_per_req_per_s_window(models[mname], s)
         if e:
             obj.append(e * var)
+    for o in pd_opts:
+        c = o.gpus * pools[o.pool].usd_per_gpu_hour * h
+        obj += [c * nd[(o.pd_key, w)] for w in W]
+        obj += [o.start_cost_usd * std[(o.pd_key, w)] for w in W if (o.pd_key, w) in std]
+    obj += _kv_egress_terms(problem, lp, g, W, relax)
     lp += pulp.lpSum(obj)
 
     opts_of, bins_of = by_model_and_site(problem, idx)
@@ -210,6 +244,7 @@ def build_milp(problem: Problem, *, relax: bool = False, elastic: bool = False,
             for s in sites:
                 supply = [mu * o.capacity_req_per_s * n[(o.key, w)] for o in opts_of.get((m.name, s), [])]
                 supply += [f[(m.name, p, b, w)] for (p, b) in bins_of.get((m.name, s), [])]
+                supply += [g[(r.key, w)] for r in problem.kv_routes if r.model == m.name and r.decode_site == s]
                 rhs = q[(m.name, s, w)] if len(sites) > 1 else m.demand_req_per_s[w]
                 if elastic and len(sites) == 1:
                     supply.append(short[(m.name, w)])
@@ -252,17 +287,19 @@ def build_milp(problem: Problem, *, relax: bool = False, elastic: bool = False,
     for pid, pool in pools.items():
         bins = [y[(p, b)] for (p, b) in idx.bins if p == pid]
         opts = [o for o in idx.options if o.pool == pid]
-        if not opts and not bins:
+        popts = [o for o in pd_opts if o.pool == pid]
+        if not opts and not bins and not popts:
             continue
         for w in W:
             # (6) Inventory: GPUs in use fit the pool.
-            lp += (pulp.lpSum(o.gpus * n[(o.key, w)] for o in opts) + pulp.lpSum(bins) <= pool.gpus,
-                   f"c6_inv_{pid}_{w}")
+            lp += (pulp.lpSum(o.gpus * n[(o.key, w)] for o in opts) + pulp.lpSum(bins)
+                   + pulp.lpSum(o.gpus * nd[(o.pd_key, w)] for o in popts) <= pool.gpus, f"c6_inv_{pid}_{w}")
 
     for m in problem.models:
         resident = [var for (mm, p, b), var in a.items() if mm == m.name]
         for w in W:
             reps = [n[(o.key, w)] for o in idx.options if o.model == m.name] + resident
+            reps += [nd[(o.pd_key, w)] for o in pd_opts if o.model == m.name and o.role == "decode"]
             # (7) Replica floor and ceiling.
             if m.min_replicas:
                 extra = [floor_short[(m.name, w)]] if elastic else []
@@ -287,7 +324,8 @@ def build_milp(problem: Problem, *, relax: bool = False, elastic: bool = False,
     if cover_cuts:
         can_share = {m for (m, _p) in idx.share}
         for m in problem.models:
-            if m.name in can_share or m.class_shares:  # a class's capacity is not capacity_req_per_s
+            if m.name in can_share or m.class_shares or any(o.model == m.name for o in pd_opts):
+                # a class's capacity is not capacity_req_per_s; disaggregated pools cover demand too
                 continue
             mine = [o for o in idx.options if o.model == m.name]
             cost = {o.key: o.gpus * pools[o.pool].usd_per_gpu_hour * h for o in mine}
@@ -299,11 +337,69 @@ def build_milp(problem: Problem, *, relax: bool = False, elastic: bool = False,
                     lp += (pulp.lpSum(cost[o.key] * n[(o.key, w)] for o in mine) >= floor_usd * (1 - 1e-9),
                            f"c11_cover_{m.name}_{w}")
 
+    # (13a) prefill and (13b) decode capacity behind the flows.
+    for i, r in enumerate(problem.kv_routes):
+        pre = [o for o in pd_opts if o.role == "prefill" and o.model == r.model
+               and pools[o.pool].site == r.prefill_site and o.decode_site == r.decode_site]
+        for w in W:
+            lp += (pulp.lpSum(mu * o.capacity_req_per_s * nd[(o.pd_key, w)] for o in pre) >= g[(r.key, w)],
+                   f"c13a_prefill_{i}_{w}")
+    for j, (mname, s) in enumerate(sorted({(r.model, r.decode_site) for r in problem.kv_routes})):
+        dec = [o for o in pd_opts if o.role == "decode" and o.model == mname and pools[o.pool].site == s]
+        into = [r for r in problem.kv_routes if r.model == mname and r.decode_site == s]
+        for w in W:
+            lp += (pulp.lpSum(mu * o.capacity_req_per_s * nd[(o.pd_key, w)] for o in dec)
+                   >= pulp.lpSum(g[(r.key, w)] for r in into), f"c13b_decode_{j}_{w}")
+
     # (8) Starts between consecutive windows (cyclic).
     for (key, w), var in st.items():
         lp += var >= n[(key, w)] - n[(key, W[w - 1])], f"c8_start_{key[0]}_{key[1]}_{key[2]}_{key[3]}_{w}"
+    for i, ((pkey, w), var) in enumerate(std.items()):
+        lp += var >= nd[(pkey, w)] - nd[(pkey, W[w - 1])], f"c8_pdstart_{i}"
     return PlacementMilpModel(lp=lp, idx=idx, n=n, st=st, y=y, a=a, f=f, q=q, relax=relax, short=short,
-                     floor_short=floor_short, unserved=unserved_v, x=x)
+                              floor_short=floor_short, unserved=unserved_v, x=x, nd=nd, g=g)
+
+
+def _kv_egress_terms(problem: Problem, lp: pulp.LpProblem, g: dict, W: range, relax: bool) -> list:
+    """Objective terms of (14): each egress table's monthly volume of KV and prompt traffic (over the flows ``g``)
+    priced band by band; adds the band variables and constraints to ``lp``. Relaxed (``relax``), the band
+    binaries are continuous and cheaper bands may fill first: still a lower bound."""
+    if not problem.kv_routes:
+        return []
+    month_factor = DAYS_PER_MONTH * HOURS_PER_DAY / problem.horizon_hours
+    volume: dict[tuple[str, str, str], list] = {}
+    tables = {}
+    for r in problem.kv_routes:
+        for nbytes, table in ((r.kv_bytes_per_request, r.kv_table), (r.prompt_bytes_per_request, r.prompt_table)):
+            if table is None or nbytes <= 0:
+                continue
+            tk = table_key(table)
+            tables[tk] = table
+            gb_per_req_per_s = problem.window_length_s * nbytes / 1e9 * month_factor
+            volume.setdefault(tk, []).extend(gb_per_req_per_s * g[(r.key, w)] for w in W)
+    terms = []
+    for t_i, (tk, parts) in enumerate(sorted(volume.items())):
+        tiers = tables[tk].tiers
+        total = pulp.lpSum(parts)
+        if len({t.usd_per_gb for t in tiers}) == 1 and tiers[-1].to_gb is None:  # flat
+            terms.append(tiers[0].usd_per_gb / month_factor * total)
+            continue
+        v = []
+        z = []
+        for k, t in enumerate(tiers):
+            width = None if t.to_gb is None else t.to_gb - t.from_gb
+            v.append(lp.add_variable(f"kvband_{t_i}_{k}", 0, width))
+            z.append(lp.add_variable(f"kvz_{t_i}_{k}", 0, 1, pulp.LpContinuous if relax else pulp.LpBinary))
+        lp += pulp.lpSum(v) == total, f"c14_volume_{t_i}"
+        for k, t in enumerate(tiers):
+            if t.to_gb is not None:
+                width = t.to_gb - t.from_gb
+                lp += v[k] <= width * z[k], f"c14_open_{t_i}_{k}"
+                if k + 1 < len(tiers):
+                    lp += v[k] >= width * z[k + 1], f"c14_full_{t_i}_{k}"
+                    lp += z[k + 1] <= z[k], f"c14_order_{t_i}_{k}"
+            terms.append(t.usd_per_gb / month_factor * v[k])
+    return terms
 
 
 def _set_initial(model: PlacementMilpModel, warm: dict) -> bool:
@@ -324,8 +420,22 @@ def _set_initial(model: PlacementMilpModel, warm: dict) -> bool:
     return True
 
 
+def extract_pd(model: PlacementMilpModel) -> tuple[dict, dict]:
+    """({pd key: prefill/decode replicas per window}, {route key: KV flow req/s per window}) of a solved model."""
+    W = model.idx.W
+    pd: dict = {}
+    for (key, w), var in (model.nd or {}).items():
+        pd.setdefault(key, [0] * len(W))[w] = int(round(var.value() or 0))
+    flows: dict = {}
+    for (key, w), var in (model.g or {}).items():
+        flows.setdefault(key, [0.0] * len(W))[w] = max(0.0, var.value() or 0.0)
+    return ({k: tuple(v) for k, v in pd.items() if any(v)},
+            {k: tuple(v) for k, v in flows.items() if any(x > 0 for x in v)})
+
+
 def extract_plan(problem: Problem, model: PlacementMilpModel) -> tuple[dict, tuple[SharedGPU, ...]]:
-    """Read replica counts and shared GPUs from a solved (integer) model."""
+    """Read replica counts and shared GPUs from a solved (integer) model (prefill/decode pools and KV flows:
+    :func:`extract_pd`)."""
     W = model.idx.W
     replicas = {}
     for o in model.idx.options:
@@ -465,7 +575,8 @@ def solve_milp(problem: Problem, *, backend: str = "highs", time_limit_s: float 
     incumbent = None
     if sol in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible):
         replicas, shared = extract_plan(problem, model)
-        incumbent = Plan(replicas=replicas, shared=shared)
+        pd, flows = extract_pd(model)
+        incumbent = Plan(replicas=replicas, shared=shared, pd_replicas=pd, kv_flows_req_per_s=flows)
         if backend == "cbc" and sol == pulp.LpSolutionOptimal and neighbours is None:
             # CBC proved optimality within gapRel; PuLP does not expose its bound, so this is the bound it proved.
             bounds["CBC proof"] = evaluate(problem, incumbent).total_usd * (1 - gap)
@@ -563,7 +674,9 @@ def solve_best_effort(problem: Problem, *, backend: str = "highs", time_limit_s:
     incumbent = None
     if not infeasible and value is not None:
         replicas, shared = extract_plan(problem, model)
-        incumbent = Plan(replicas=replicas, shared=shared, unserved_req_per_s=unserved(problem, replicas, shared))
+        pd, flows = extract_pd(model)
+        incumbent = Plan(replicas=replicas, shared=shared, pd_replicas=pd, kv_flows_req_per_s=flows,
+                         unserved_req_per_s=unserved(problem, replicas, shared, flows))
     bounds = {f"{backend} (at the served levels)": bound} if proven else {}
     return finish_plan(problem, backend=backend, gap=gap, bounds=bounds, incumbent=incumbent,
                        time_limit_reached=reached, time_limit_s=time_limit_s,

@@ -148,7 +148,14 @@ def solve(problem, backend: str = "highs", *, time_limit_s: float = 60, threads:
             raise SolverError("--best-effort does not support request classes yet; plan without it, or without "
                               "the models' classes")
         warm_start = False
-    reasons = precheck(problem)
+    if problem.has_disaggregation:
+        # Prefill and decode pools (constraint (13) with the KV egress bands) are in the MILP only: the greedy warm
+        # start, the per-window paths and CP-SAT know whole replicas, and the prechecks count colocated capacity.
+        if backend not in ("highs", "cbc"):
+            raise SolverError(f"backend {backend!r} does not plan disaggregated prefill/decode pools; use highs or "
+                              "cbc, or set disaggregation: {enabled: false} in the scenario")
+        warm_start = False
+    reasons = [] if problem.has_disaggregation else precheck(problem)
     if reasons and best_effort:
         say("demand exceeds the inventory: best effort by priority")
         return _best_effort(problem, backend, t0=t0, deadline=deadline, time_limit_s=time_limit_s, threads=threads,
@@ -157,7 +164,7 @@ def solve(problem, backend: str = "highs", *, time_limit_s: float = 60, threads:
         return Plan(status=Status.INFEASIBLE, backend=backend, message="; ".join(reasons),
                     solve_time_s=time.perf_counter() - t0)
     size = model_size(problem)
-    large = size > MONOLITHIC_MAX_VARS and not problem.has_classes
+    large = size > MONOLITHIC_MAX_VARS and not problem.has_classes and not problem.has_disaggregation
     if large:
         return _solve_large(problem, backend, size=size, t0=t0, deadline=deadline, time_limit_s=time_limit_s,
                             threads=threads, gap=gap, say=say)
