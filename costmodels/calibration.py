@@ -43,7 +43,13 @@ class Calibration:
             sequence, which does not depend on the model's size; vLLM 0.5's single-process Python server was the
             slow case at ~200 us, vLLM 0.11 ~50 us).
         decode_overhead_per_step_s: fixed time per decode step (the scheduler's iteration, input preparation), s.
-        allreduce_bw_efficiency: achieved fraction of the per-direction GPU link bandwidth in a ring all-reduce.
+        allreduce_bw_efficiency: achieved fraction of the per-direction GPU link bandwidth in a ring all-reduce
+            (the beta term: the large-message bandwidth; small messages are slow through the alpha term); at least
+            0.5: nccl-tests' all_reduce_perf reaches a bus bandwidth of about 0.75-0.8 of the per-direction NVLink
+            bandwidth at large sizes (8 × A100-SXM4 ~230-250 of 300 GB/s). A lower value lets the fit move
+            per-sequence host time (which is the same at tp 1) into the all-reduce bytes (which grow with batch ×
+            hidden × layers only at tp > 1): fitted without a tp-1 group of vLLM 0.11 it chose 0.24 and 18 us per
+            sequence, and predicted Llama-3.1-8B's steps at tp 1 40% short.
         allreduce_step_latency_s: latency of one of the 2(tp-1) ring steps of an all-reduce (the alpha term), s.
         source: how the row was obtained.
         framework: the serving framework and version the row represents (e.g. 'vLLM 0.11'), '' when not stated.
@@ -69,7 +75,7 @@ class Calibration:
         "decode_overhead_per_layer_s": (0.0, 5e-4),
         "decode_overhead_per_step_s": (0.0, 0.02),
         "decode_overhead_per_seq_s": (0.0, 5e-4),
-        "allreduce_bw_efficiency": (0.01, 1.0),
+        "allreduce_bw_efficiency": (0.5, 1.0),
         "allreduce_step_latency_s": (0.0, 1e-3),
     }
 

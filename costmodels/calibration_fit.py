@@ -182,7 +182,7 @@ class _Layout:
         for fw in self.frameworks:
             for k in _OVERHEADS:
                 add(f"{fw}.{k}", b[k][0], b[k][1], min(b[k][1] / 4, 0.005))
-        add("allreduce_bw_efficiency", *b["allreduce_bw_efficiency"], 0.5)
+        add("allreduce_bw_efficiency", *b["allreduce_bw_efficiency"], 0.75)
         add("allreduce_step_latency_s", *b["allreduce_step_latency_s"], 1e-5)
         self.names = names
         self.index = {n: i for i, n in enumerate(names)}

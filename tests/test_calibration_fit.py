@@ -32,7 +32,7 @@ FIT = FitResult(
             "A100": {"prefill_mfu": 0.7, "decode_bw_efficiency": 0.8, "overhead_scale": 1.3}},
     framework={"eng": {"prefill_overhead_s": 0.01, "decode_overhead_per_step_s": 0.002,
                        "decode_overhead_per_layer_s": 5e-5, "decode_overhead_per_seq_s": 1e-4}},
-    allreduce_bw_efficiency=0.4, allreduce_step_latency_s=5e-6, anchor="eng", reference_family="H100")
+    allreduce_bw_efficiency=0.6, allreduce_step_latency_s=5e-6, anchor="eng", reference_family="H100")
 
 
 def _obs(kind, model=L8B, gpu=H100, tp=1, batch=8.0, prompt=500.0, out=200.0, wd="bf16"):

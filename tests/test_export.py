@@ -46,9 +46,10 @@ GOLDEN = HERE / "golden" / "export"
 PLAN_FILE = GOLDEN / "default_plan.json"
 CRDS = HERE / "data" / "crds"
 #: Golden files kept of the full export (the other windows' files are checked against the plan instead).
-GOLDEN_K8S = ("clusters.yaml", "aws-us-east-1/window-00-00.yaml", "aws-us-east-1/window-19-00.yaml",
-              "aws-us-east-1/schedule-keda.yaml", "gcp-us-central1/window-00-00.yaml",
-              "gcp-us-central1/window-19-00.yaml", "gcp-us-central1/schedule-keda.yaml")
+# The default plan uses one site (gcp:us-central1, A100 only) since the calibration's all-reduce efficiency floor
+# made Llama-3.1-70B on A100 at tp 4 hold its peak with two replicas (before, H100s at aws:us-east-1 took the peak).
+GOLDEN_K8S = ("clusters.yaml", "gcp-us-central1/window-00-00.yaml", "gcp-us-central1/window-19-00.yaml",
+              "gcp-us-central1/schedule-keda.yaml")
 K8S_VERSION = "1.37.0"
 
 
@@ -221,7 +222,7 @@ def test_keda_schedule_replayed_minute_by_minute():
     ws = {w.name: w for w in workloads(problem, plan, scenario)}
     files, _ = full_export()
     checked = 0
-    for site in ("aws-us-east-1", "gcp-us-central1"):
+    for site in sorted({rel.split("/")[0] for rel in files if rel.endswith("/schedule-keda.yaml")}):
         for so in _docs(files[f"{site}/schedule-keda.yaml"]):
             w = ws[so["spec"]["scaleTargetRef"]["name"]]
             spans = [(_cron_minute(t["metadata"]["start"]), _cron_minute(t["metadata"]["end"]),
@@ -236,7 +237,8 @@ def test_keda_schedule_replayed_minute_by_minute():
                 else:
                     assert got == w.replicas[win], (w.name, t, got)
             checked += 1
-    assert checked >= 3
+    # One ScaledObject per workload whose replicas change during the day (the plan's own replica counts).
+    assert checked == sum(len(set(w.replicas)) > 1 for w in ws.values()) >= 1
 
 
 def test_vllm_commands_fit_the_nodes():
@@ -301,9 +303,9 @@ def test_cli_export(tmp_path):
     r = CliRunner().invoke(main, ["export", "k8s", str(PLAN_FILE), "--out", str(tmp_path / "k"), "--window", "19:30"])
     assert r.exit_code == 0, r.output
     written = sorted(str(p.relative_to(tmp_path / "k")) for p in (tmp_path / "k").rglob("*") if p.is_file())
-    assert written == ["aws-us-east-1/window-19-00.yaml", "clusters.yaml", "gcp-us-central1/window-19-00.yaml"]
-    assert (tmp_path / "k" / "aws-us-east-1/window-19-00.yaml").read_text() == \
-        (GOLDEN / "k8s" / "aws-us-east-1/window-19-00.yaml").read_text()
+    assert written == ["clusters.yaml", "gcp-us-central1/window-19-00.yaml"]
+    assert (tmp_path / "k" / "gcp-us-central1/window-19-00.yaml").read_text() == \
+        (GOLDEN / "k8s" / "gcp-us-central1/window-19-00.yaml").read_text()
     r = CliRunner().invoke(main, ["export", "vllm", str(PLAN_FILE), "--window", "00:00"])
     assert r.exit_code == 0 and "## window 00:00-01:00" in r.output and "## window 01:00" not in r.output
 
@@ -319,13 +321,13 @@ def test_cli_export_bad_input(tmp_path, args, message):
 
 def test_deploy_file(tmp_path):
     good = tmp_path / "deploy.yaml"
-    good.write_text("namespace: llm\nsites:\n  aws:us-east-1: {context: prod-use1}\n"
+    good.write_text("namespace: llm\nsites:\n  gcp:us-central1: {context: prod-usc1}\n"
                     "models:\n  Llama-3.1-8B: {hf_repo: meta-llama/Llama-3.1-8B-Instruct}\n")
     deploy = read_deploy_file(good)
     problem, plan, scenario = default()
     files = export_k8s(problem, workloads(problem, plan, scenario, deploy), [0], deploy, schedule=False)
     index = yaml.safe_load(files["clusters.yaml"])["sites"]
-    assert index["aws:us-east-1"] == {"context": "prod-use1", "namespace": "llm", "folder": "aws-us-east-1"}
+    assert index["gcp:us-central1"] == {"context": "prod-usc1", "namespace": "llm", "folder": "gcp-us-central1"}
     assert "meta-llama/Llama-3.1-8B-Instruct" in files["gcp-us-central1/window-00-00.yaml"]
     typo = tmp_path / "typo.yaml"
     typo.write_text("sites:\n  aws:us-east-2: {context: x}\n")
@@ -344,7 +346,7 @@ def test_gpu_without_a_known_label(monkeypatch):
     with pytest.raises(InputError, match="no nvidia.com/gpu.product label known for GPU"):
         workloads(problem, plan, scenario)
     given = DeployFile(gpu_labels={"A100-SXM4-80GB": "A100-LABEL", "H100-SXM-80GB": "H100-LABEL"})
-    assert {w.gpu_product_label for w in workloads(problem, plan, scenario, given)} == {"A100-LABEL", "H100-LABEL"}
+    assert {w.gpu_product_label for w in workloads(problem, plan, scenario, given)} == {"A100-LABEL"}
 
 
 def regenerate(replan: bool) -> None:
