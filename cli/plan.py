@@ -89,8 +89,19 @@ def _render_table(problem, plan, d: dict) -> None:
     console.print(f"cost/day: GPUs ${bd['gpu']:,.2f} + replica starts ${bd['starts']:,.2f} + egress "
                   f"${bd['egress']:,.2f}")
     for pool in d.get("pools", []):
-        console.print(f"[dim]price: {pool['id']} {pool['usd_per_gpu_hour']:.4g} USD/GPU-h ({pool['pricing_model']}) "
+        rate = pool.get("committed_usd_per_gpu_hour", pool["usd_per_gpu_hour"])
+        per = " per committed GPU-h" if "committed_usd_per_gpu_hour" in pool else ""
+        console.print(f"[dim]price: {pool['id']} {rate:.4g} USD/GPU-h{per} ({pool['pricing_model']}) "
                       f"from {pool['price_source']}[/dim]", markup=True, highlight=False)
+    for c in d.get("commitments", []):
+        be = c["break_even_utilization"]
+        busy = c["busy_share"]
+        console.print(f"commitment: {c['pool']} {c['gpus']} GPUs for the whole horizon"
+                      + (f", busy {busy:.0%} of their hours" if busy is not None else "")
+                      + (f"; break-even utilization {be:.1%} = {c['committed_usd_per_gpu_hour']:.4g} / "
+                         f"{c['on_demand_usd_per_gpu_hour']:.4g} USD/GPU-h (on demand from "
+                         f"{c['on_demand_price_source']})" if be is not None else
+                         "; break-even utilization unknown (no on-demand price)"), highlight=False)
     for n in d.get("notes", []):
         console.print(f"[dim]demand: {n}[/dim]")
 

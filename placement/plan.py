@@ -17,8 +17,9 @@ OptionKey = tuple[str, str, int, int]  # (model, pool id, tp, pp)
 #: Statuses that carry a plan.
 SOLUTION_PRESENT = frozenset({Status.OPTIMAL, Status.FEASIBLE, Status.HEURISTIC})
 
-__all__ = ["SOLUTION_PRESENT", "Evaluation", "Plan", "SharedGPU", "Status", "evaluate", "route", "site_capacity",
-           "starts", "starts_per_window", "tidy_shared", "unserved", "UNSERVED_TOL_REQ_PER_S"]
+__all__ = ["SOLUTION_PRESENT", "Evaluation", "Plan", "SharedGPU", "Status", "commitments", "evaluate",
+           "pool_gpus_per_window", "route", "site_capacity", "starts", "starts_per_window", "tidy_shared", "unserved",
+           "UNSERVED_TOL_REQ_PER_S"]
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,9 @@ class Plan:
         message: explanation (infeasibility, time limit, warm start used ...).
         unserved_req_per_s: best-effort plans only: {model: demand left unserved in each window, req/s} for the
             models with any (served + unserved = demand); empty when the plan serves all demand.
+        commitments: {committed pool id: GPUs committed for the whole horizon} (see
+            :attr:`~fleetplan.placement.problem.Pool.committed`); a committed pool the plan uses but does not list
+            is taken at its peak use in a window (the least commitment that holds the plan, :func:`commitments`).
     """
 
     replicas: dict[OptionKey, tuple[int, ...]] = field(default_factory=dict)
@@ -64,6 +68,7 @@ class Plan:
     solve_time_s: float = 0.0
     message: str = ""
     unserved_req_per_s: dict[str, tuple[float, ...]] = field(default_factory=dict)
+    commitments: dict[str, int] = field(default_factory=dict)
 
     @property
     def has_solution(self) -> bool:
@@ -88,7 +93,8 @@ class Evaluation:
     """What a plan costs and delivers, computed from its decisions alone.
 
     Attributes:
-        gpu_usd, start_usd, egress_usd, total_usd: cost over the horizon, USD.
+        gpu_usd, start_usd, egress_usd, total_usd: cost over the horizon, USD (gpu_usd includes committed_usd).
+        committed_usd: the commitments' part of gpu_usd: committed GPUs × rate × horizon hours, USD.
         gpu_hours: GPU-hours over the horizon.
         gpus_per_window: GPUs provisioned in each window.
         utilization_per_window: busy share of provisioned GPU compute in each window (0..1).
@@ -104,6 +110,7 @@ class Evaluation:
     utilization_per_window: tuple[float, ...]
     capacity_req_per_s: dict[str, tuple[float, ...]]
     served_away_req_per_s: dict[str, tuple[float, ...]]
+    committed_usd: float = 0.0
 
     @property
     def total_usd(self) -> float:
@@ -184,6 +191,27 @@ def starts(counts) -> int:
     return sum(starts_per_window(counts))
 
 
+def pool_gpus_per_window(problem: Problem, plan: Plan) -> dict[str, list[int]]:
+    """{pool id: GPUs the plan uses in each window} (dedicated replicas' tp × pp, plus its shared GPUs)."""
+    opts = problem.option_by_key
+    out = {p.id: [0] * problem.n_windows for p in problem.pools}
+    for key, counts in plan.replicas.items():
+        o = opts[key]
+        for w, n in enumerate(counts):
+            out[o.pool][w] += n * o.gpus
+    for g in plan.shared:
+        out[g.pool] = [x + 1 for x in out[g.pool]]
+    return out
+
+
+def commitments(problem: Problem, plan: Plan) -> dict[str, int]:
+    """{committed pool id: GPUs committed} of ``plan``: the plan's own ``commitments`` where it states one, else
+    the pool's peak use in a window (the least commitment holding the plan; the optimum for a given use, since a
+    commitment costs the same every hour). Only committed pools (:attr:`Pool.committed`) appear."""
+    use = pool_gpus_per_window(problem, plan)
+    return {p.id: plan.commitments.get(p.id, max(use[p.id], default=0)) for p in problem.pools if p.committed}
+
+
 def site_capacity(problem: Problem, plan: Plan) -> dict[str, list[dict[str, float]]]:
     """{model: per window {site: usable req/s}}: dedicated capacity × (1 - margin) plus shared GPUs' served rate."""
     pools = problem.pool_by_id
@@ -234,7 +262,8 @@ def route(problem: Problem, plan: Plan) -> dict[str, tuple[float, ...]]:
 def evaluate(problem: Problem, plan: Plan) -> Evaluation:
     """Cost and utilization of ``plan`` on ``problem`` (plain Python; no solver).
 
-    GPU cost = GPU-hours × the pool's $/GPU-hour (shared GPUs are on in every window); start cost = replica starts
+    GPU cost = GPU-hours × the pool's $/GPU-hour (shared GPUs are on in every window), plus for each committed
+    pool its commitment (:func:`commitments`) × its committed rate × the horizon's hours; start cost = replica starts
     (cyclic, see :func:`starts`) × the option's start cost; egress = rate served away from the origin × window
     length × request bytes × the route's $/GB. Utilization per window = busy GPUs / provisioned GPUs, where a
     dedicated replica set is busy in proportion to the share of its capacity the model needs after its shared GPUs,
@@ -277,6 +306,9 @@ def evaluate(problem: Problem, plan: Plan) -> Evaluation:
             need = max(0.0, d - shared_served[m.name][w])
             if ded_cap[m.name][w] > 0:
                 busy[w] += min(1.0, need / ded_cap[m.name][w]) * ded_gpus[m.name][w]
+    committed_usd = sum(c * pools[pid].committed_usd_per_gpu_hour * problem.horizon_hours
+                        for pid, c in commitments(problem, plan).items())
+    gpu_usd += committed_usd
     egress = route(problem, plan)
     egress_usd = sum(sum(v) for v in egress.values())
     caps = site_capacity(problem, plan)
@@ -291,4 +323,4 @@ def evaluate(problem: Problem, plan: Plan) -> Evaluation:
     util = tuple(busy[w] / gpus[w] if gpus[w] else 0.0 for w in range(W))
     return Evaluation(gpu_usd=gpu_usd, start_usd=start_usd, egress_usd=egress_usd, gpu_hours=sum(gpus) * hours,
                       gpus_per_window=tuple(gpus), utilization_per_window=util, capacity_req_per_s=cap_total,
-                      served_away_req_per_s=away)
+                      served_away_req_per_s=away, committed_usd=committed_usd)

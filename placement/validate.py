@@ -77,14 +77,31 @@ def _classes_routable(demand_req_per_s: dict[str, float], replicas: list[tuple[i
     return bool(res.status == 0)
 
 
+def _gpus_by_pool(problem: Problem, plan: Plan) -> dict[str, list[int]]:
+    """{pool id: GPUs in use in each window}: replicas' tp × pp and the shared GPUs, counted here (not by plan.py)."""
+    out = {p.id: [0] * problem.n_windows for p in problem.pools}
+    for key, counts in plan.replicas.items():
+        for w, n in enumerate(counts):
+            out[key[1]][w] += n * key[2] * key[3]
+    for g in plan.shared:
+        for w in range(problem.n_windows):
+            out[g.pool][w] += 1
+    return out
+
+
 def plan_cost_usd(problem: Problem, plan: Plan) -> float:
     """Cost of ``plan`` over the horizon, USD, computed independently of ``evaluate``: GPU-hours × $/GPU-hour
     (shared GPUs all day), replica starts on the cyclic horizon (a rise from the previous window, the last window
     preceding the first) × start cost, and egress with each window's demand served at the origin first, then at
-    the cheapest other sites (rate × request bytes × window seconds × $/GB)."""
+    the cheapest other sites (rate × request bytes × window seconds × $/GB), and each committed pool's commitment
+    (the plan's, else its peak GPUs in a window) × its committed rate × every hour of the horizon."""
     hours = problem.window_length_s / 3600.0
     W = problem.n_windows
     usd = 0.0
+    for pid, gpus in _gpus_by_pool(problem, plan).items():
+        pool = next(p for p in problem.pools if p.id == pid)
+        if pool.committed:
+            usd += plan.commitments.get(pid, max(gpus)) * pool.committed_usd_per_gpu_hour * hours * W
     site_cap: dict[str, list[dict[str, float]]] = {m.name: [{} for _ in range(W)] for m in problem.models}
     for key, counts in plan.replicas.items():
         o = next(x for x in problem.options if x.key == key)
@@ -132,7 +149,9 @@ def validate(problem: Problem, plan: Plan, *, check_objective: bool = True) -> V
     (6) replica floor and ceiling; (7) the reported objective equals the recomputed cost (when the plan reports
     one); (8) a best-effort plan's unserved demand: known models, one value per window, 0 <= unserved <= demand,
     and (in (3)) served + unserved = demand: the capacity covers demand - unserved, and unserved is no more than the
-    demand capacity leaves over.
+    demand capacity leaves over; (9) commitments: only for committed pools, whole GPUs within the pool, never below
+    the pool's use in a window; (10) the spot fallback rule: in every window a spot pool's interruption rate × its
+    GPUs in use fits in the GPUs its fallback pool leaves unused.
     """
     v: list[str] = []
     W = problem.n_windows
@@ -249,6 +268,28 @@ def validate(problem: Problem, plan: Plan, *, check_objective: bool = True) -> V
             if sum(groups) > pool.nodes * pool.gpus_per_node or not _ffd_fits(groups, pool.nodes, pool.gpus_per_node):
                 v.append(f"{pid} window {w}: {sum(groups)} GPUs in groups {sorted(set(groups))} do not fit "
                          f"{pool.nodes} nodes × {pool.gpus_per_node} GPUs")
+
+    # (9) commitments: only committed pools, whole GPUs within the pool, at least the use in every window
+    # (10) spot fallback: interruption_rate × spot GPUs in use <= GPUs the fallback pool leaves unused
+    use = _gpus_by_pool(problem, plan)
+    for pid, c in plan.commitments.items():
+        if pid not in pools or not pools[pid].committed:
+            v.append(f"commitment of {c} GPUs for {pid}, which is not a committed pool of the problem")
+        elif not isinstance(c, int) or not 0 <= c <= pools[pid].gpus:
+            v.append(f"{pid}: commitment {c!r} must be a whole number of GPUs within the pool's {pools[pid].gpus}")
+        elif max(use[pid]) > c:
+            w = use[pid].index(max(use[pid]))
+            v.append(f"{pid} window {w}: {use[pid][w]} GPUs in use > the {c} GPUs committed")
+    for pid, pool in pools.items():
+        if pool.fallback_pool is None or not pool.interruption_rate:
+            continue
+        fb = pools[pool.fallback_pool]
+        for w in range(W):
+            need = pool.interruption_rate * use[pid][w]
+            free = fb.gpus - use[fb.id][w]
+            if need > free + ABS_TOL:
+                v.append(f"{pid} window {w}: fallback headroom {free} GPUs of {fb.id} < interruption rate "
+                         f"{pool.interruption_rate:g} × {use[pid][w]} spot GPUs = {need:.2f}")
 
     # (6) replica floor and ceiling
     resident = {m.name: sum(1 for g in plan.shared if m.name in g.models) for m in problem.models}

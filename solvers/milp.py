@@ -29,6 +29,14 @@ subject to
     (8) starts:                   st[o,w] ≥ n[o,w] - n[o,w-1]   (w-1 of the first window is the last)
     (9) symmetry breaking:        y[p,b] ≥ y[p,b+1]
     (10) residents per shared GPU: Σ_m a[m,p,b] ≤ K·y[p,b]   (K = max_models_per_shared_gpu, when set)
+    (13) commitments (a committed pool p, rate r_p per committed GPU-hour; c[p] ∈ Z≥0, c[p] <= G_p):
+        Σ_{o in p} k_o·n[o,w] + Σ_b y[p,b] <= c[p] in every window, and Σ_p r_p·c[p]·h·|W| joins the objective
+        (the pool's per-use price c_p is 0 or its own marginal cost). Committed and on-demand GPUs of one type at
+        one site are separate pools with the same options, so the on-demand overflow max(0, used - c) per window is
+        the on-demand pool's use: the optimum of the two pools costs r·c·h·|W| + on-demand rate × overflow hours.
+    (14) spot fallback (a spot pool p with interruption rate ρ_p and fallback pool f):
+        ρ_p · Σ_{o in p} k_o·n[o,w] + Σ_{o in f} k_o·n[o,w] + Σ_b y[f,b] <= G_f - ρ_p·Σ_b y[p,b]
+        (the fallback pool leaves room for the expected interrupted share of the spot GPUs in use)
     (12) request classes (a model m with class shares r[m,c]; x[o,c,w] ≥ 0 req/s of class c routed to option o,
         only where o serves c with class capacity cap_o,c; such a model has no shared GPUs and no egress):
         (12a) each class is served:  Σ_{o serves c} x[o,c,w] ≥ r[m,c]·d[m,w]
@@ -81,6 +89,7 @@ class PlacementMilpModel:
     floor_short: dict
     unserved: dict
     x: dict | None = None
+    c: dict | None = None
 
 
 def build_milp(problem: Problem, *, relax: bool = False, elastic: bool = False,
@@ -302,8 +311,51 @@ def build_milp(problem: Problem, *, relax: bool = False, elastic: bool = False,
     # (8) Starts between consecutive windows (cyclic).
     for (key, w), var in st.items():
         lp += var >= n[(key, w)] - n[(key, W[w - 1])], f"c8_start_{key[0]}_{key[1]}_{key[2]}_{key[3]}_{w}"
+    commit = _add_commitments(problem, idx, lp, n, y, icat)
+    _add_spot_fallback(problem, idx, lp, n, y)
     return PlacementMilpModel(lp=lp, idx=idx, n=n, st=st, y=y, a=a, f=f, q=q, relax=relax, short=short,
-                     floor_short=floor_short, unserved=unserved_v, x=x)
+                     floor_short=floor_short, unserved=unserved_v, x=x, c=commit)
+
+
+def _pool_use(idx: Index, pid: str, n: dict, y: dict, w: int) -> list:
+    """Terms of the GPUs pool ``pid`` uses in window ``w``: replicas' k_o·n[o,w] and its shared GPUs y[p,b]."""
+    return ([o.gpus * n[(o.key, w)] for o in idx.options if o.pool == pid]
+            + [var for (p, _b), var in y.items() if p == pid])
+
+
+def _add_commitments(problem: Problem, idx: Index, lp: pulp.LpProblem, n: dict, y: dict, cat: str) -> dict:
+    """(13) The commitment c[p] of every committed pool (GPUs, ``cat`` integer or continuous), its cost over the
+    horizon in the objective, and use <= c[p] in every window; returns {pool id: c variable}."""
+    c: dict = {}
+    for j, pool in enumerate(problem.pools):
+        if not pool.committed or not _pool_use(idx, pool.id, n, y, 0):
+            continue
+        c[pool.id] = var = lp.add_variable(f"commit_{j}", 0, pool.gpus, cat)
+        lp.setObjective(lp.objective + pool.committed_usd_per_gpu_hour * problem.horizon_hours * var)
+        for w in idx.W:
+            lp += pulp.lpSum(_pool_use(idx, pool.id, n, y, w)) <= var, f"c13_commit_{j}_{w}"
+    return c
+
+
+def _add_spot_fallback(problem: Problem, idx: Index, lp: pulp.LpProblem, n: dict, y: dict) -> None:
+    """(14) In every window the fallback pool of each spot pool leaves interruption_rate × the spot GPUs in use
+    unused."""
+    pools = problem.pool_by_id
+    for j, pool in enumerate(problem.pools):
+        if pool.fallback_pool is None or not pool.interruption_rate:
+            continue
+        fb = pools[pool.fallback_pool]
+        for w in idx.W:
+            spot = _pool_use(idx, pool.id, n, y, w)
+            if not spot:
+                continue
+            lp += (pool.interruption_rate * pulp.lpSum(spot) + pulp.lpSum(_pool_use(idx, fb.id, n, y, w))
+                   <= fb.gpus, f"c14_fallback_{j}_{w}")
+
+
+def extract_commitments(model: PlacementMilpModel) -> dict[str, int]:
+    """{committed pool id: GPUs committed} of a solved (integer) model."""
+    return {pid: int(round(var.value() or 0)) for pid, var in (model.c or {}).items()}
 
 
 def _set_initial(model: PlacementMilpModel, warm: dict) -> bool:
@@ -465,7 +517,7 @@ def solve_milp(problem: Problem, *, backend: str = "highs", time_limit_s: float 
     incumbent = None
     if sol in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible):
         replicas, shared = extract_plan(problem, model)
-        incumbent = Plan(replicas=replicas, shared=shared)
+        incumbent = Plan(replicas=replicas, shared=shared, commitments=extract_commitments(model))
         if backend == "cbc" and sol == pulp.LpSolutionOptimal and neighbours is None:
             # CBC proved optimality within gapRel; PuLP does not expose its bound, so this is the bound it proved.
             bounds["CBC proof"] = evaluate(problem, incumbent).total_usd * (1 - gap)
@@ -563,7 +615,8 @@ def solve_best_effort(problem: Problem, *, backend: str = "highs", time_limit_s:
     incumbent = None
     if not infeasible and value is not None:
         replicas, shared = extract_plan(problem, model)
-        incumbent = Plan(replicas=replicas, shared=shared, unserved_req_per_s=unserved(problem, replicas, shared))
+        incumbent = Plan(replicas=replicas, shared=shared, unserved_req_per_s=unserved(problem, replicas, shared),
+                         commitments=extract_commitments(model))
     bounds = {f"{backend} (at the served levels)": bound} if proven else {}
     return finish_plan(problem, backend=backend, gap=gap, bounds=bounds, incumbent=incumbent,
                        time_limit_reached=reached, time_limit_s=time_limit_s,
