@@ -13,15 +13,18 @@ import pytest
 from fleetplan.costmodels.energy import owned_marginal_usd_per_gpu_hour
 from fleetplan.costmodels.prices import break_even_utilization
 from fleetplan.errors import InputError
+from fleetplan.placement.deployment import DeployFile, workloads
 from fleetplan.placement.ledger import plan_ledger
 from fleetplan.placement.plan import Plan, commitments, evaluate
 from fleetplan.placement.planio import plan_from_dict, plan_to_dict
 from fleetplan.placement.problem import ModelSpec, Pool, Problem, ReplicaOption
 from fleetplan.placement.scenario import build_problem, load_scenario, read_scenario, scenario_from_raw
 from fleetplan.placement.validate import plan_cost_usd, validate
+from fleetplan.service.actuate import plan_targets
 from fleetplan.solvers.baselines import greedy
 from fleetplan.solvers.cpsat import solve_cpsat
 from fleetplan.solvers.milp import solve_milp
+from fleetplan.solvers.online import Replanner
 from fleetplan.solvers.solve import solve
 
 SITE = "gcp:us-central1"
@@ -135,8 +138,16 @@ def test_break_even_and_owned_marginal_cost():
         break_even_utilization(1.0, 0.0)
 
 
-def test_shipped_example_scenario_by_hand():
-    problem = build_problem(load_scenario("purchase_example"))
+@pytest.fixture(scope="module")
+def example():
+    """(problem, scenario, plan) of the shipped purchase_example scenario, solved once for this module."""
+    scenario = load_scenario("purchase_example")
+    problem = build_problem(scenario)
+    return problem, scenario, solve(problem, time_limit_s=30)
+
+
+def test_shipped_example_scenario_by_hand(example):
+    problem, _scenario, plan = example
     pools = problem.pool_by_id
     assert [p.id for p in problem.pools] == ["owned", "committed-1y", "on-demand", "spot"]
     owned, committed, spot = pools["owned"], pools["committed-1y"], pools["spot"]
@@ -165,7 +176,6 @@ def test_shipped_example_scenario_by_hand():
     starts_usd = 3 * problem.option_by_key[("Llama-3.1-8B", "owned", 1, 1)].start_cost_usd \
         + 8 * problem.option_by_key[("Llama-3.1-8B", "spot", 1, 1)].start_cost_usd
     hand_usd = 920.76 + 20.995884 + 363.58992 + starts_usd
-    plan = solve(problem, time_limit_s=30)
     assert validate(problem, plan).ok, validate(problem, plan).violations
     assert plan.commitments == {"committed-1y": 5}
     assert plan.objective_usd == pytest.approx(hand_usd, abs=1e-6)
@@ -195,9 +205,8 @@ def test_scenario_purchase_errors_name_the_row(edit, field, words):
     assert e.value.field == field and words in str(e.value) and "inventory[" in str(e.value)
 
 
-def test_example_plan_file_round_trip(tmp_path):
-    problem = build_problem(load_scenario("purchase_example"))
-    plan = solve(problem, time_limit_s=30)
+def test_example_plan_file_round_trip(example):
+    problem, _scenario, plan = example
     d = json.loads(json.dumps(plan_to_dict(problem, plan)))
     (c,) = d["commitments"]
     assert (c["pool"], c["gpus"], c["busy_share"]) == ("committed-1y", 5, 1.0)
@@ -210,3 +219,31 @@ def test_example_plan_file_round_trip(tmp_path):
     led = plan_ledger(problem, plan).ledger
     line = next(i for i in led.items if i.unit == "committed GPU-hour")
     assert (line.quantity_per_day, line.unit_price_usd, line.pool) == (5 * 24, pytest.approx(7.673), "committed-1y")
+
+
+def test_named_pools_get_their_own_workloads(example):
+    problem, scenario, plan = example
+    # one Deployment per pool the plan uses, named after the pool; the actuator derives the same names
+    names = sorted(w.name for w in workloads(problem, plan, scenario))
+    assert names == ["llama-3-1-8b-h100-sxm-80gb-tp1-committed-1y", "llama-3-1-8b-h100-sxm-80gb-tp1-owned",
+                     "llama-3-1-8b-h100-sxm-80gb-tp1-spot"]
+    targets = plan_targets(json.loads(json.dumps(plan_to_dict(problem, plan))), DeployFile())
+    assert sorted(t.name for t in targets) == names
+    # window 0 (night): 5 committed + 5 owned, no spot
+    assert {t.name.rsplit("-", 1)[-1]: t.replicas for t in targets} == {"1y": 5, "owned": 5, "spot": 0}
+
+
+def test_online_round_prices_a_committed_gpu_at_its_rate(example):
+    problem, _scenario, _plan = example
+    # A one-window plan commits what it uses, so the round ranks a committed GPU at 7.673 USD/h. Per usable GPU
+    # (0.9 C; spot 0.81 C) an hour costs: owned 0.1207 / 0.9 = 0.134, spot 2.525 / 0.81 = 3.117, committed
+    # 7.673 / 0.9 = 8.526, on demand 11.06 / 0.9 = 12.29: the round fills owned, then spot, then committed.
+    r = Replanner(problem)
+    assert r.initial(0.0).report.ok
+    r.forecaster.observe("Llama-3.1-8B", 190.0, at_s=10.0)
+    res = r.round(60.0)
+    assert res.report.ok, res.report.violations
+    reps = {k[1]: v[0] for k, v in res.plan.replicas.items()}
+    assert reps["owned"] == 8 and reps["spot"] == 8 and reps.get("committed-1y", 0) > 0 and "on-demand" not in reps
+    # the round's cost per hour: 8 owned × 0.120666 + 8 spot × 2.52493 + committed × 7.673
+    assert res.cost_usd_per_hour == pytest.approx(8 * 0.120666 + 8 * 2.52493 + reps["committed-1y"] * 7.673)
