@@ -46,15 +46,18 @@ def _render_table(problem, plan, d: dict) -> None:
     for col in ("model", "GPU @ site", "tp×pp", "replicas per window", "GPU-h/day", "capacity from"):
         t.add_column(col, justify="right" if col == "GPU-h/day" else "left", overflow="fold")
     f = 24.0 / problem.horizon_hours
+    named = {p.id: f" (pool {p.name})" for p in problem.pools if p.name}  # several pools of one site and GPU type
     for r in d["replicas"]:
         gh = sum(r["counts"]) * r["tp"] * r["pp"] * problem.window_hours * f
         classes = r.get("class_capacity_req_per_s") or {}
         served = ("; classes " + ", ".join(f"{c} {v:.3g} req/s" for c, v in classes.items())) if classes else ""
-        t.add_row(r["model"], f"{r['gpu']} @ {r['site']}", f"{r['tp']}×{r['pp']}", _fmt_counts(r["counts"]),
+        where = f"{r['gpu']} @ {r['site']}{named.get(r['pool'], '')}"
+        t.add_row(r["model"], where, f"{r['tp']}×{r['pp']}", _fmt_counts(r["counts"]),
                   f"{gh:.0f}", r.get("capacity_source", "") + served)
     for g in d["shared_gpus"]:
         src = g.get("capacity_source") or {}
-        t.add_row(" + ".join(g["models"]), f"{g['gpu']} @ {g['site']}", "shared", "1 GPU, all day", "24",
+        where = f"{g['gpu']} @ {g['site']}{named.get(g['pool'], '')}"
+        t.add_row(" + ".join(g["models"]), where, "shared", "1 GPU, all day", "24",
                   "; ".join(f"{m}: {s}" for m, s in src.items()) if len(set(src.values())) > 1
                   else next(iter(src.values()), ""))
     console.print(t)
