@@ -47,11 +47,13 @@ def _render_table(problem, plan, d: dict) -> None:
     for col in ("model", "GPU @ site", "tp×pp", "replicas per window", "GPU-h/day", "capacity from"):
         t.add_column(col, justify="right" if col == "GPU-h/day" else "left", overflow="fold")
     f = 24.0 / problem.horizon_hours
+    named = {p.id: f" (pool {p.name})" for p in problem.pools if p.name}  # several pools of one site and GPU type
     for r in d["replicas"]:
         gh = sum(r["counts"]) * r["tp"] * r["pp"] * problem.window_hours * f
         classes = r.get("class_capacity_req_per_s") or {}
         served = ("; classes " + ", ".join(f"{c} {v:.3g} req/s" for c, v in classes.items())) if classes else ""
-        t.add_row(r["model"], f"{r['gpu']} @ {r['site']}", f"{r['tp']}×{r['pp']}", _fmt_counts(r["counts"]),
+        where = f"{r['gpu']} @ {r['site']}{named.get(r['pool'], '')}"
+        t.add_row(r["model"], where, f"{r['tp']}×{r['pp']}", _fmt_counts(r["counts"]),
                   f"{gh:.0f}", r.get("capacity_source", "") + served)
     for r in d.get("prefill_decode") or []:
         gh = sum(r["counts"]) * r["tp"] * problem.window_hours * f
@@ -60,7 +62,8 @@ def _render_table(problem, plan, d: dict) -> None:
                   _fmt_counts(r["counts"]), f"{gh:.0f}", r.get("capacity_source", ""))
     for g in d["shared_gpus"]:
         src = g.get("capacity_source") or {}
-        t.add_row(" + ".join(g["models"]), f"{g['gpu']} @ {g['site']}", "shared", "1 GPU, all day", "24",
+        where = f"{g['gpu']} @ {g['site']}{named.get(g['pool'], '')}"
+        t.add_row(" + ".join(g["models"]), where, "shared", "1 GPU, all day", "24",
                   "; ".join(f"{m}: {s}" for m, s in src.items()) if len(set(src.values())) > 1
                   else next(iter(src.values()), ""))
     console.print(t)
@@ -109,8 +112,19 @@ def _render_table(problem, plan, d: dict) -> None:
     console.print(f"cost/day: GPUs ${bd['gpu']:,.2f} + replica starts ${bd['starts']:,.2f} + egress "
                   f"${bd['egress']:,.2f}")
     for pool in d.get("pools", []):
-        console.print(f"[dim]price: {pool['id']} {pool['usd_per_gpu_hour']:.4g} USD/GPU-h ({pool['pricing_model']}) "
+        rate = pool.get("committed_usd_per_gpu_hour", pool["usd_per_gpu_hour"])
+        per = " per committed GPU-h" if "committed_usd_per_gpu_hour" in pool else ""
+        console.print(f"[dim]price: {pool['id']} {rate:.4g} USD/GPU-h{per} ({pool['pricing_model']}) "
                       f"from {pool['price_source']}[/dim]", markup=True, highlight=False)
+    for c in d.get("commitments", []):
+        be = c["break_even_utilization"]
+        busy = c["busy_share"]
+        console.print(f"commitment: {c['pool']} {c['gpus']} GPUs for the whole horizon"
+                      + (f", busy {busy:.0%} of their hours" if busy is not None else "")
+                      + (f"; break-even utilization {be:.1%} = {c['committed_usd_per_gpu_hour']:.4g} / "
+                         f"{c['on_demand_usd_per_gpu_hour']:.4g} USD/GPU-h (on demand from "
+                         f"{c['on_demand_price_source']})" if be is not None else
+                         "; break-even utilization unknown (no on-demand price)"), highlight=False)
     for n in d.get("notes", []):
         console.print(f"[dim]demand: {n}[/dim]")
 

@@ -48,6 +48,21 @@ def energy_kwh(power_w: float, utilization: float, hours: float, idle_fraction: 
     return _power(power_w, utilization, idle_fraction) * h / 1000.0
 
 
+def owned_marginal_usd_per_gpu_hour(tdp_w: float, idle_fraction: float, usd_per_kwh: float, pue: float) -> float:
+    """Marginal cost of one busy hour of a GPU one owns, USD: the power a busy GPU draws above an idle one
+    (TDP − idle, i.e. :func:`power_w` at utilization 1 less at 0: an owned GPU draws idle power and was bought
+    whether it serves or not, so neither is a decision), times the facility overhead ``pue`` and the electricity
+    price ``usd_per_kwh``. An ESTIMATE (module docstring: busy power is taken at TDP, an upper estimate).
+
+    Example: H100 SXM 700 W, idle fraction 0.15, PUE 1.56, 0.13 USD/kWh: (700 − 105) W × 1.56 × 0.13 / 1000
+    = 0.1207 USD per GPU-hour. Raises InputError for out-of-range inputs.
+    """
+    price = check_range(usd_per_kwh, field="electricity_usd_per_kwh", low=0, high=10, unit="USD/kWh")
+    overhead = check_range(pue, field="pue", low=1, high=5, fix="give a power usage effectiveness >= 1")
+    extra_w = power_w(tdp_w, 1.0, idle_fraction) - power_w(tdp_w, 0.0, idle_fraction)
+    return extra_w * overhead * price / 1000.0
+
+
 _power = power_w
 
-__all__ = ["energy_kwh", "idle_fraction_for", "power_w"]
+__all__ = ["energy_kwh", "idle_fraction_for", "owned_marginal_usd_per_gpu_hour", "power_w"]

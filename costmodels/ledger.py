@@ -68,6 +68,7 @@ class LineItem:
         site, gpu, pricing_model, route_class, tier: what the line is about ('' when not relevant).
         input_share: share (0..1) of the amount attributed to input (prefill) tokens; the rest to output tokens.
         in_total: False for lines shown for information only (energy already included in a cloud GPU price).
+        pool: the plan's pool id the line is about ('' when not relevant; several pools may share a site and GPU).
     """
 
     option: str
@@ -84,6 +85,7 @@ class LineItem:
     tier: str = ""
     input_share: float = 0.0
     in_total: bool = True
+    pool: str = ""
 
     def __post_init__(self) -> None:
         if self.category not in CATEGORIES:

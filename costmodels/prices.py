@@ -34,7 +34,31 @@ GIB_PER_GB = 1.073741824
 _ISO_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
 
 PRICING_MODELS: tuple[str, ...] = ("on-demand", "spot", "capacity-block", "on-demand-equivalent", "reserved",
-                                   "negotiated")
+                                   "negotiated", "committed-1y", "committed-3y", "owned")
+
+#: Pricing models paid for every hour of the horizon for each GPU committed, used or not (a 1- or 3-year
+#: commitment, a reservation, a negotiated rate): the planner chooses how many GPUs to commit.
+COMMITTED_PRICING_MODELS: tuple[str, ...] = ("committed-1y", "committed-3y", "reserved", "negotiated")
+#: Pricing model of GPUs one already owns: a fixed count, and a marginal cost per used GPU-hour (the power).
+OWNED_PRICING_MODEL = "owned"
+#: Pricing model of preemptible capacity: cheaper, with an interruption rate that derates its usable capacity.
+SPOT_PRICING_MODEL = "spot"
+
+
+def break_even_utilization(committed_usd_per_gpu_hour: float, on_demand_usd_per_gpu_hour: float) -> float:
+    """Share of the horizon's hours a committed GPU must be busy for the commitment to cost less than buying the
+    same busy hours on demand: committed rate / on-demand rate (a committed GPU costs its rate every hour; the
+    same GPU on demand costs the on-demand rate only while busy). Above 1 a commitment never pays.
+
+    Example: GCP H100 us-central1 (Cyclenerd pricing.yml, 2026-07-30): 1-year 7.673 / on-demand 11.061 = 0.694.
+    Raises InputError for a negative committed rate or an on-demand rate that is not positive.
+    """
+    c = check_range(committed_usd_per_gpu_hour, field="committed_usd_per_gpu_hour", low=0, unit="USD/GPU-h")
+    d = check_range(on_demand_usd_per_gpu_hour, field="on_demand_usd_per_gpu_hour", low=0, unit="USD/GPU-h")
+    if d <= 0:
+        raise InputError("the on-demand rate must be positive for a break-even utilization",
+                         field="on_demand_usd_per_gpu_hour", value=d)
+    return c / d
 
 
 @dataclass(frozen=True, init=False)
@@ -524,7 +548,8 @@ def find_price(gpu_name: str, cloud: str, region: str | None, pricing_model: str
 
 
 __all__ = [
-    "CATEGORY_TO_ROUTE_CLASS", "GIB_PER_GB", "PRICE_PROBLEM_KINDS", "PRICING_MODELS", "ROUTE_CLASSES",
+    "CATEGORY_TO_ROUTE_CLASS", "COMMITTED_PRICING_MODELS", "GIB_PER_GB", "OWNED_PRICING_MODEL", "SPOT_PRICING_MODEL",
+    "break_even_utilization", "PRICE_PROBLEM_KINDS", "PRICING_MODELS", "ROUTE_CLASSES",
     "SNAPSHOT_DISAGREEMENT_FACTOR", "EgressTable", "EgressTier", "GpuPrice", "PriceProblem", "check_price_date",
     "check_tiers", "egress_cost_usd", "egress_rate_usd_per_gb", "find_price", "price_label", "price_problems",
     "select_egress_table", "usable_prices",

@@ -736,11 +736,13 @@ def _pricing_model(text: str, rows: _Rows, i: int) -> str:
     t = text.strip().lower()
     if "capacity block" in t or t.startswith("capacity-block"):
         return "capacity-block"
-    for m in ("on-demand-equivalent", "on-demand", "spot", "reserved", "negotiated"):
+    for m in ("on-demand-equivalent", "on-demand", "spot", "reserved", "negotiated", "committed-1y", "committed-3y",
+              "owned"):
         if t.startswith(m):
             return m
     raise InputError(f"pricing model {text!r} not understood; start it with on-demand, spot, reserved, "
-                     "negotiated or capacity-block", source=rows.source, row=i, field="pricing_model", value=text)
+                     "negotiated, committed-1y, committed-3y, owned or capacity-block", source=rows.source, row=i,
+                     field="pricing_model", value=text)
 
 
 def _regions(text: str) -> list[str]:

@@ -116,16 +116,20 @@ def _short(name: str) -> str:
     return name[:MAX_NAME_CHARS - 9].rstrip("-") + "-" + digest
 
 
-def workload_name(model: str, gpu: str, tp: int, pp: int) -> str:
-    """Name of a dedicated workload: 'llama-3-1-70b-h100-sxm-80gb-tp2' (+ 'pp2' for pipeline stages); long names
-    are cut and end in 8 hex digits of their SHA-256."""
-    return _short(f"{slug(model)}-{slug(gpu)}-tp{tp}" + (f"pp{pp}" if pp > 1 else ""))
+def workload_name(model: str, gpu: str, tp: int, pp: int, pool_name: str = "") -> str:
+    """Name of a dedicated workload: 'llama-3-1-70b-h100-sxm-80gb-tp2' (+ 'pp2' for pipeline stages, + '-<pool
+    name>' for a named pool, e.g. '-spot', where several pools share a site and GPU type); long names are cut and
+    end in 8 hex digits of their SHA-256."""
+    return _short(f"{slug(model)}-{slug(gpu)}-tp{tp}" + (f"pp{pp}" if pp > 1 else "")
+                  + (f"-{slug(pool_name)}" if pool_name else ""))
 
 
-def shared_workload_name(models: tuple[str, ...], gpu: str) -> str:
+def shared_workload_name(models: tuple[str, ...], gpu: str, pool_name: str = "") -> str:
     """Name of the workload of shared GPUs with residents ``models`` (in any order) on ``gpu``:
-    'shared-llama-3-1-8b-qwen2-5-7b-a100-sxm4-80gb' (cut as in :func:`workload_name`)."""
-    return _short("shared-" + "-".join(slug(m) for m in sorted(models)) + "-" + slug(gpu))
+    'shared-llama-3-1-8b-qwen2-5-7b-a100-sxm4-80gb' (+ '-<pool name>' for a named pool; cut as in
+    :func:`workload_name`)."""
+    return _short("shared-" + "-".join(slug(m) for m in sorted(models)) + "-" + slug(gpu)
+                  + (f"-{slug(pool_name)}" if pool_name else ""))
 
 
 @dataclass(frozen=True)
@@ -323,8 +327,9 @@ def workloads(problem: Problem, plan: Plan, scenario: Scenario, deploy: DeployFi
                             max_model_len=_max_model_len(model, o.kv_budget_bytes, ck.kv_dtype, where),
                             gpu_memory_utilization=mu, dtype=dtype, kv_cache_dtype=kv, quantization=quant)
         weights = model.weight_bytes(ck.weight_dtype)
-        out.append(Workload(name=workload_name(o.model, pool.gpu, o.tp, o.pp), site=pool.site, pool=o.pool,
-                            gpu=pool.gpu, gpu_product_label=gpu_label(pool.gpu, deploy), key=key, servers=(server,),
+        out.append(Workload(name=workload_name(o.model, pool.gpu, o.tp, o.pp, pool.name), site=pool.site,
+                            pool=o.pool, gpu=pool.gpu, gpu_product_label=gpu_label(pool.gpu, deploy), key=key,
+                            servers=(server,),
                             gpus_per_pod=o.tp, pods_per_replica=o.pp, replicas=tuple(counts),
                             load_s=weights / (o.tp * o.pp) / bandwidth))
     groups: dict[tuple[str, tuple[str, ...]], int] = {}
@@ -353,8 +358,9 @@ def workloads(problem: Problem, plan: Plan, scenario: Scenario, deploy: DeployFi
                                       gpu_memory_utilization=util, dtype=dtype, kv_cache_dtype=kv,
                                       quantization=quant))
             load_s += model.weight_bytes(ck.weight_dtype) / bandwidth
-        out.append(Workload(name=shared_workload_name(models, pool.gpu), site=pool.site, pool=pool_id, gpu=pool.gpu,
-                            gpu_product_label=gpu_label(pool.gpu, deploy), key=None, servers=tuple(servers),
+        out.append(Workload(name=shared_workload_name(models, pool.gpu, pool.name), site=pool.site, pool=pool_id,
+                            gpu=pool.gpu, gpu_product_label=gpu_label(pool.gpu, deploy), key=None,
+                            servers=tuple(servers),
                             gpus_per_pod=1, pods_per_replica=1, replicas=(n,) * problem.n_windows, load_s=load_s))
     out.sort(key=lambda w: (w.site, w.name))
     seen: set[tuple[str, str]] = set()

@@ -84,7 +84,8 @@ def node_commands(problem: Problem, ws: list[Workload], w: int) -> list[tuple[st
                 ports[node] += 1
         for i, ls in enumerate(lines):
             if ls:
-                out.append((f"{pool.site} / {pool.gpu} node {i + 1} of {pool.nodes}", ls + ["wait"]))
+                out.append((f"{pool.site} / {pool.gpu}" + (f" [{pool.name}]" if pool.name else "")
+                            + f" node {i + 1} of {pool.nodes}", ls + ["wait"]))
     return out
 
 

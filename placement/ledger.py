@@ -13,7 +13,7 @@ from fleetplan.datasets.calibration import idle_fraction
 from fleetplan.datasets.catalog import load_gpus
 from fleetplan.datasets.ledger import load_assumptions
 from fleetplan.errors import InputError
-from fleetplan.placement.plan import Plan, evaluate, kv_traffic, site_capacity, starts
+from fleetplan.placement.plan import Plan, commitments, evaluate, kv_traffic, site_capacity, starts
 from fleetplan.placement.problem import Problem
 
 
@@ -86,13 +86,13 @@ def plan_ledger(problem: Problem, plan: Plan, *, gpus: dict | None = None, energ
                 usd_per_kwh: float | None = None, pue: float | None = None) -> PlanLedger:
     """The ledger of a :class:`~fleetplan.placement.plan.Plan`, per day.
 
-    Lines: GPU-hours per (site, GPU type, pricing model) × the pool's USD per GPU-hour (dedicated replicas and
-    shared GPUs; prefill and decode replicas on lines of their own); replica starts × start cost; KV-cache and
-    prompt GB per disaggregated route (:func:`kv_route_items`); egress GB per (origin, serving site) × the
-    problem's USD per GB (route class from the site names); energy per pool at the plan's mean utilization
-    (information only unless
-    ``energy_billed``). Amounts are the horizon's divided by horizon hours / 24, so GPU + start + egress equal
-    :func:`fleetplan.placement.plan.evaluate`'s totals per day.
+    Lines: GPU-hours per pool × the pool's USD per GPU-hour (dedicated replicas and shared GPUs; prefill and decode
+    replicas on lines of their own); a committed pool's commitment × 24 committed GPU-hours a day × its committed
+    rate; replica starts × start cost; KV-cache and prompt GB per disaggregated route (:func:`kv_route_items`);
+    egress GB per (origin, serving site) × the problem's USD per GB (route class from the site names); energy per
+    pool at the plan's mean utilization (information only unless ``energy_billed``). Amounts are the horizon's
+    divided by horizon hours / 24, so GPU + start + egress equal :func:`fleetplan.placement.plan.evaluate`'s totals
+    per day.
 
     Args:
         problem, plan: the placement problem and its plan.
@@ -131,29 +131,38 @@ def plan_ledger(problem: Problem, plan: Plan, *, gpus: dict | None = None, energ
     for pid in sorted(gpu_hours):
         p = pools[pid]
         q = gpu_hours[pid] / day_factor
-        items.append(LineItem("plan", "gpu", f"GPU-hours {p.gpu} at {p.site}", q, "GPU-hour", p.usd_per_gpu_hour,
-                              p.price_source or "problem pool price", site=p.site, gpu=p.gpu,
-                              pricing_model=p.pricing_model))
+        named = f" [{p.name}]" if p.name else ""
+        items.append(LineItem("plan", "gpu", f"GPU-hours {p.gpu} at {p.site}{named}", q, "GPU-hour",
+                              p.usd_per_gpu_hour, p.price_source or "problem pool price", site=p.site, gpu=p.gpu,
+                              pricing_model=p.pricing_model, pool=pid))
         spec = gpus.get(p.gpu)
         if spec is not None and spec.tdp_w:
             kwh = q * power_w(spec.tdp_w, util, idle_fraction(p.gpu)) / 1000.0 * pue_v
             energy.append(LineItem("plan", "energy", f"energy {p.gpu} at {p.site} ({spec.tdp_w:g} W TDP at "
                                    f"{util:.0%}, PUE {pue_v:g})", kwh, "kWh", kwh_price,
                                    a["electricity_usd_per_kwh"].source if usd_per_kwh is None else "user",
-                                   site=p.site, gpu=p.gpu, in_total=energy_billed))
+                                   site=p.site, gpu=p.gpu, in_total=energy_billed, pool=pid))
+    for pid, c in sorted(commitments(problem, plan).items()):
+        p = pools[pid]
+        if c:
+            items.append(LineItem("plan", "gpu", f"committed GPUs {p.gpu} at {p.site} [{pid}]: {c} GPUs every hour",
+                                  c * HOURS_PER_DAY, "committed GPU-hour", p.committed_usd_per_gpu_hour,
+                                  p.price_source or "problem pool price", site=p.site, gpu=p.gpu,
+                                  pricing_model=p.pricing_model, pool=pid))
     for (pid, role), h in sorted(pd_hours.items()):
         p = pools[pid]
         q = h / day_factor
         items.append(LineItem("plan", "gpu", f"{role} GPU-hours {p.gpu} at {p.site}", q, "GPU-hour",
                               p.usd_per_gpu_hour, p.price_source or "problem pool price", site=p.site, gpu=p.gpu,
-                              pricing_model=p.pricing_model, input_share=1.0 if role == "prefill" else 0.0))
+                              pricing_model=p.pricing_model, input_share=1.0 if role == "prefill" else 0.0,
+                              pool=pid))
         spec = gpus.get(p.gpu)
         if spec is not None and spec.tdp_w:
             kwh = q * power_w(spec.tdp_w, util, idle_fraction(p.gpu)) / 1000.0 * pue_v
             energy.append(LineItem("plan", "energy", f"energy {role} {p.gpu} at {p.site} ({spec.tdp_w:g} W TDP at "
                                    f"{util:.0%}, PUE {pue_v:g})", kwh, "kWh", kwh_price,
                                    a["electricity_usd_per_kwh"].source if usd_per_kwh is None else "user",
-                                   site=p.site, gpu=p.gpu, in_total=energy_billed))
+                                   site=p.site, gpu=p.gpu, in_total=energy_billed, pool=pid))
     for pkey, counts in sorted(plan.pd_replicas.items()):
         n = starts(counts)
         o = pd_opts[pkey]

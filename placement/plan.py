@@ -20,8 +20,9 @@ RouteKey = tuple[str, str, str]  # (model, prefill site, decode site)
 #: Statuses that carry a plan.
 SOLUTION_PRESENT = frozenset({Status.OPTIMAL, Status.FEASIBLE, Status.HEURISTIC})
 
-__all__ = ["SOLUTION_PRESENT", "Evaluation", "KvTraffic", "Plan", "SharedGPU", "Status", "evaluate", "kv_traffic",
-           "route", "site_capacity", "starts", "starts_per_window", "tidy_shared", "unserved",
+__all__ = ["SOLUTION_PRESENT", "Evaluation", "KvTraffic", "Plan", "SharedGPU", "Status", "commitments", "evaluate",
+           "kv_traffic", "pool_gpus_per_window", "route", "site_capacity", "starts", "starts_per_window",
+           "tidy_shared", "unserved",
            "UNSERVED_TOL_REQ_PER_S"]
 
 
@@ -60,6 +61,9 @@ class Plan:
             (:attr:`Problem.pd_options`); empty for a colocated-only plan.
         kv_flows_req_per_s: {(model, prefill site, decode site): req/s prefilled at the first site and decoded at
             the second in each window}: the disaggregated share of the demand and the route its KV cache takes.
+        commitments: {committed pool id: GPUs committed for the whole horizon} (see
+            :attr:`~fleetplan.placement.problem.Pool.committed`); a committed pool the plan uses but does not list
+            is taken at its peak use in a window (the least commitment that holds the plan, :func:`commitments`).
     """
 
     replicas: dict[OptionKey, tuple[int, ...]] = field(default_factory=dict)
@@ -74,6 +78,7 @@ class Plan:
     unserved_req_per_s: dict[str, tuple[float, ...]] = field(default_factory=dict)
     pd_replicas: dict[PdKey, tuple[int, ...]] = field(default_factory=dict)
     kv_flows_req_per_s: dict[RouteKey, tuple[float, ...]] = field(default_factory=dict)
+    commitments: dict[str, int] = field(default_factory=dict)
 
     @property
     def has_solution(self) -> bool:
@@ -98,7 +103,8 @@ class Evaluation:
     """What a plan costs and delivers, computed from its decisions alone.
 
     Attributes:
-        gpu_usd, start_usd, egress_usd, total_usd: cost over the horizon, USD.
+        gpu_usd, start_usd, egress_usd, total_usd: cost over the horizon, USD (gpu_usd includes committed_usd).
+        committed_usd: the commitments' part of gpu_usd: committed GPUs × rate × horizon hours, USD.
         gpu_hours: GPU-hours over the horizon.
         gpus_per_window: GPUs provisioned in each window.
         utilization_per_window: busy share of provisioned GPU compute in each window (0..1).
@@ -117,6 +123,7 @@ class Evaluation:
     capacity_req_per_s: dict[str, tuple[float, ...]]
     served_away_req_per_s: dict[str, tuple[float, ...]]
     kv_egress_usd: float = 0.0
+    committed_usd: float = 0.0
 
     @property
     def total_usd(self) -> float:
@@ -197,6 +204,29 @@ def starts_per_window(counts) -> list[int]:
 def starts(counts) -> int:
     """Replica starts over a cyclic horizon: the sum of :func:`starts_per_window`."""
     return sum(starts_per_window(counts))
+
+
+def pool_gpus_per_window(problem: Problem, plan: Plan) -> dict[str, list[int]]:
+    """{pool id: GPUs the plan uses in each window} (dedicated, prefill and decode replicas' tp × pp, plus its shared
+    GPUs)."""
+    opts = problem.option_by_key
+    pd_opts = problem.pd_option_by_key
+    out = {p.id: [0] * problem.n_windows for p in problem.pools}
+    for o, counts in [(opts[k], c) for k, c in plan.replicas.items()] + [(pd_opts[k], c)
+                                                                        for k, c in plan.pd_replicas.items()]:
+        for w, n in enumerate(counts):
+            out[o.pool][w] += n * o.gpus
+    for g in plan.shared:
+        out[g.pool] = [x + 1 for x in out[g.pool]]
+    return out
+
+
+def commitments(problem: Problem, plan: Plan) -> dict[str, int]:
+    """{committed pool id: GPUs committed} of ``plan``: the plan's own ``commitments`` where it states one, else
+    the pool's peak use in a window (the least commitment holding the plan; the optimum for a given use, since a
+    commitment costs the same every hour). Only committed pools (:attr:`Pool.committed`) appear."""
+    use = pool_gpus_per_window(problem, plan)
+    return {p.id: plan.commitments.get(p.id, max(use[p.id], default=0)) for p in problem.pools if p.committed}
 
 
 def site_capacity(problem: Problem, plan: Plan) -> dict[str, list[dict[str, float]]]:
@@ -305,7 +335,8 @@ def route(problem: Problem, plan: Plan) -> dict[str, tuple[float, ...]]:
 def evaluate(problem: Problem, plan: Plan) -> Evaluation:
     """Cost and utilization of ``plan`` on ``problem`` (plain Python; no solver).
 
-    GPU cost = GPU-hours × the pool's $/GPU-hour (shared GPUs are on in every window); start cost = replica starts
+    GPU cost = GPU-hours × the pool's $/GPU-hour (shared GPUs are on in every window), plus for each committed
+    pool its commitment (:func:`commitments`) × its committed rate × the horizon's hours; start cost = replica starts
     (cyclic, see :func:`starts`) × the option's start cost; egress = rate served away from the origin × window
     length × request bytes × the route's $/GB. Utilization per window = busy GPUs / provisioned GPUs, where a
     dedicated replica set is busy in proportion to the share of its capacity the model needs after its shared GPUs,
@@ -372,6 +403,9 @@ def evaluate(problem: Problem, plan: Plan) -> Evaluation:
             need = max(0.0, d - shared_served[m.name][w])
             if ded_cap[m.name][w] > 0:
                 busy[w] += min(1.0, need / ded_cap[m.name][w]) * ded_gpus[m.name][w]
+    committed_usd = sum(c * pools[pid].committed_usd_per_gpu_hour * problem.horizon_hours
+                        for pid, c in commitments(problem, plan).items())
+    gpu_usd += committed_usd
     egress = route(problem, plan)
     kv = kv_traffic(problem, plan).egress_usd if plan.kv_flows_req_per_s else 0.0
     egress_usd = sum(sum(v) for v in egress.values()) + kv
@@ -387,4 +421,4 @@ def evaluate(problem: Problem, plan: Plan) -> Evaluation:
     util = tuple(busy[w] / gpus[w] if gpus[w] else 0.0 for w in range(W))
     return Evaluation(gpu_usd=gpu_usd, start_usd=start_usd, egress_usd=egress_usd, gpu_hours=sum(gpus) * hours,
                       gpus_per_window=tuple(gpus), utilization_per_window=util, capacity_req_per_s=cap_total,
-                      served_away_req_per_s=away, kv_egress_usd=kv)
+                      served_away_req_per_s=away, kv_egress_usd=kv, committed_usd=committed_usd)

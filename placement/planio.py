@@ -2,22 +2,25 @@
 service read. The scenario is embedded, so a plan file can be replayed without the scenario file.
 
 Format (version 1): status, backend, cost_usd_per_day, gpu_hours_per_day, lower_bound_usd_per_day, gap,
-solve_time_s, message, cost_breakdown_usd_per_day {gpu, starts, egress}, utilization {mean, peak},
-window_length_s, n_windows, pools [{id, site, gpu, nodes, gpus_per_node, usd_per_gpu_hour, pricing_model,
-price_source}] (the price each pool used and where it came from: the user's row, the scenario, or the catalog
-snapshot with its date), replicas [{model, pool, site, gpu, tp, pp, capacity_req_per_s, capacity_source,
-counts[], class_capacity_req_per_s {class: req/s} (only for a model with request classes)}],
-shared_gpus [{pool, site, gpu, models[], served_req_per_s {model: []}, capacity_source {model}}],
-windows [{index, start_s, gpus, utilization, demand_req_per_s {model}, capacity_req_per_s {model}, replicas
-{model: {"gpu@site tpN": n}}}], baselines {name: {cost_usd_per_day, gpu_hours_per_day, valid, message}},
+solve_time_s, message, cost_breakdown_usd_per_day {gpu, starts, egress, of_which_commitments (the commitments' part
+of gpu, when any)}, utilization {mean, peak}, window_length_s, n_windows, pools [{id, site, gpu, nodes,
+gpus_per_node, usd_per_gpu_hour, pricing_model, price_source, and when set: name, committed_usd_per_gpu_hour,
+interruption_rate, fallback}] (the price each pool used and where it came from: the user's row, the scenario, or the
+catalog snapshot with its date), commitments [{pool, gpus, busy_share, committed_usd_per_gpu_hour,
+committed_price_source, on_demand_usd_per_gpu_hour, on_demand_price_source, break_even_utilization}] (only for a
+problem with committed pools: the GPUs committed for the whole horizon, the share of their hours in use, and
+committed rate / on-demand rate), replicas [{model, pool, site, gpu, tp, pp, capacity_req_per_s, capacity_source,
+counts[], class_capacity_req_per_s {class: req/s} (only for a model with request classes)}], shared_gpus [{pool,
+site, gpu, models[], served_req_per_s {model: []}, capacity_source {model}}], windows [{index, start_s, gpus,
+utilization, demand_req_per_s {model}, capacity_req_per_s {model}, replicas {model: {"gpu@site tpN": n}}}] (a named
+pool's label is "gpu@site [name]"), baselines {name: {cost_usd_per_day, gpu_hours_per_day, valid, message}},
 validation {ok, violations}, scenario {name, source, raw}, best_effort (true when demand is left unserved),
-unserved_req_per_s {model: [req/s per window]} (best-effort plans; empty otherwise; each window's
-served_req_per_s = demand - unserved, under windows[].served_req_per_s), disaggregated plans only:
-prefill_decode [{model, role (prefill | decode), pool, site, gpu, tp, decode_site, capacity_req_per_s,
-kv_transfer_s, capacity_source, counts[]}] and kv_flows [{model, prefill_site, decode_site, route_class, link,
-req_per_s[], kv_gb_per_day, prompt_gb_per_day}] (windows[].replicas label them 'prefill'/'decode').
-capacity_source says where an option's capacity came from: 'roofline (<GPU> row of <calibration file>)' or
-'measured <format> <file> (...)'.
+unserved_req_per_s {model: [req/s per window]} (best-effort plans; empty otherwise; each window's served_req_per_s =
+demand - unserved, under windows[].served_req_per_s), disaggregated plans only: prefill_decode [{model, role
+(prefill | decode), pool, site, gpu, tp, decode_site, capacity_req_per_s, kv_transfer_s, capacity_source,
+counts[]}] and kv_flows [{model, prefill_site, decode_site, route_class, link, req_per_s[], kv_gb_per_day,
+prompt_gb_per_day}] (windows[].replicas label them 'prefill'/'decode'). capacity_source says where an option's
+capacity came from: 'roofline (<GPU> row of <calibration file>)' or 'measured <format> <file> (...)'.
 "per day" figures scale the horizon's totals to 24 h (the horizon is a day for 24 one-hour windows; a shorter
 horizon is taken to repeat).
 """
@@ -30,8 +33,8 @@ from typing import Any
 
 from fleetplan.errors import InputError
 from fleetplan.fileio import yaml12_numbers
-from fleetplan.placement.plan import Plan, SharedGPU, Status, evaluate, kv_traffic
-from fleetplan.placement.problem import Problem
+from fleetplan.placement.plan import Plan, SharedGPU, Status, commitments, evaluate, kv_traffic, pool_gpus_per_window
+from fleetplan.placement.problem import Pool, Problem
 from fleetplan.placement.scenario import Scenario, build_problem, scenario_from_raw
 from fleetplan.placement.validate import validate
 
@@ -67,9 +70,7 @@ def plan_to_dict(problem: Problem, plan: Plan, *, scenario: dict | None = None,
         "utilization": {"mean": ev.mean_utilization, "peak": ev.peak_utilization} if ev else None,
         "window_length_s": problem.window_length_s,
         "n_windows": problem.n_windows,
-        "pools": [{"id": p.id, "site": p.site, "gpu": p.gpu, "nodes": p.nodes, "gpus_per_node": p.gpus_per_node,
-                   "usd_per_gpu_hour": p.usd_per_gpu_hour, "pricing_model": p.pricing_model,
-                   "price_source": p.price_source} for p in problem.pools],
+        "pools": [_pool_entry(p) for p in problem.pools],
         "replicas": [],
         "shared_gpus": [],
         "windows": [],
@@ -77,6 +78,10 @@ def plan_to_dict(problem: Problem, plan: Plan, *, scenario: dict | None = None,
         "best_effort": plan.best_effort,
         "unserved_req_per_s": {m: list(v) for m, v in plan.unserved_req_per_s.items()},
     }
+    if ev and ev.committed_usd:
+        out["cost_breakdown_usd_per_day"]["of_which_commitments"] = ev.committed_usd * f
+    if any(p.committed for p in problem.pools):
+        out["commitments"] = _commitment_entries(problem, plan) if plan.has_solution else []
     for key, counts in sorted(plan.replicas.items()):
         o = opts[key]
         p = pools[o.pool]
@@ -118,18 +123,18 @@ def plan_to_dict(problem: Problem, plan: Plan, *, scenario: dict | None = None,
                 if counts[w]:
                     o = opts[key]
                     p = pools[o.pool]
-                    label = f"{p.gpu}@{p.site} tp{o.tp}" + (f"xpp{o.pp}" if o.pp > 1 else "")
+                    label = f"{p.label} tp{o.tp}" + (f"xpp{o.pp}" if o.pp > 1 else "")
                     reps.setdefault(o.model, {})[label] = counts[w]
             for pkey, counts in plan.pd_replicas.items():
                 if counts[w]:
                     o = pd_opts[pkey]
                     p = pools[o.pool]
                     to = f"->{o.decode_site}" if o.role == "prefill" and o.decode_site != p.site else ""
-                    reps.setdefault(o.model, {})[f"{o.role} {p.gpu}@{p.site} tp{o.tp}{to}"] = counts[w]
+                    reps.setdefault(o.model, {})[f"{o.role} {p.label} tp{o.tp}{to}"] = counts[w]
             for g in plan.shared:
                 p = pools[g.pool]
                 for m in g.models:
-                    label = f"{p.gpu}@{p.site} shared"
+                    label = f"{p.label} shared"
                     reps.setdefault(m, {})[label] = reps.get(m, {}).get(label, 0) + 1
             out["windows"].append({
                 "index": w, "start_s": w * problem.window_length_s, "gpus": ev.gpus_per_window[w],
@@ -147,6 +152,40 @@ def plan_to_dict(problem: Problem, plan: Plan, *, scenario: dict | None = None,
     out["validation"] = {"ok": report.ok, "violations": list(report.violations)} if report else None
     if scenario is not None:
         out["scenario"] = scenario
+    return out
+
+
+def _pool_entry(p: Pool) -> dict[str, Any]:
+    """A pool in a plan file: id, site, GPU, inventory, price and pricing model, and the purchase fields of
+    committed and spot pools (only when set, so plans of on-demand pools read as before)."""
+    out: dict[str, Any] = {"id": p.id, "site": p.site, "gpu": p.gpu, "nodes": p.nodes,
+                           "gpus_per_node": p.gpus_per_node, "usd_per_gpu_hour": p.usd_per_gpu_hour,
+                           "pricing_model": p.pricing_model, "price_source": p.price_source}
+    if p.name:
+        out["name"] = p.name
+    if p.committed:
+        out["committed_usd_per_gpu_hour"] = p.committed_usd_per_gpu_hour
+    if p.interruption_rate or p.fallback_pool:
+        out["interruption_rate"] = p.interruption_rate
+        out["fallback"] = p.fallback_pool
+    return out
+
+
+def _commitment_entries(problem: Problem, plan: Plan) -> list[dict[str, Any]]:
+    """Per committed pool: GPUs committed, the share of their hours the plan keeps busy, the rates and the
+    break-even utilization (committed rate / on-demand rate) with the sources of both rates."""
+    pools = problem.pool_by_id
+    use = pool_gpus_per_window(problem, plan)
+    out = []
+    for pid, c in commitments(problem, plan).items():
+        p = pools[pid]
+        busy = sum(use[pid]) / (c * problem.n_windows) if c else None
+        out.append({"pool": pid, "gpus": c, "busy_share": busy,
+                    "committed_usd_per_gpu_hour": p.committed_usd_per_gpu_hour,
+                    "committed_price_source": p.price_source,
+                    "on_demand_usd_per_gpu_hour": p.on_demand_usd_per_gpu_hour,
+                    "on_demand_price_source": p.on_demand_price_source or "unknown (no on-demand price found)",
+                    "break_even_utilization": p.break_even_utilization})
     return out
 
 
@@ -171,6 +210,7 @@ def plan_from_dict(d: dict, problem: Problem | None = None) -> Plan:
               for r in d.get("prefill_decode") or []}
         flows = {(r["model"], r["prefill_site"], r["decode_site"]): tuple(float(x) for x in r["req_per_s"])
                  for r in d.get("kv_flows") or []}
+        committed = {str(c["pool"]): int(c["gpus"]) for c in (d.get("commitments") or [])}
     except (KeyError, TypeError, ValueError) as exc:
         raise InputError(f"plan file is malformed: {exc!r}", field="replicas") from None
     if problem is not None:
@@ -204,7 +244,7 @@ def plan_from_dict(d: dict, problem: Problem | None = None) -> Plan:
                 objective_usd=cost / f if cost is not None else None,
                 bound_usd=bound / f if bound is not None else None, gap=d.get("gap"),
                 solve_time_s=float(d.get("solve_time_s", 0.0)), message=d.get("message", ""),
-                unserved_req_per_s=unserved, pd_replicas=pd, kv_flows_req_per_s=flows)
+                unserved_req_per_s=unserved, pd_replicas=pd, kv_flows_req_per_s=flows, commitments=committed)
 
 
 def read_plan_json(path: str | Path) -> dict:

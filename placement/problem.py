@@ -18,7 +18,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from fleetplan.costmodels.latency import TP_DEGREES
-from fleetplan.costmodels.prices import EgressTable
+from fleetplan.costmodels.prices import (
+    COMMITTED_PRICING_MODELS,
+    SPOT_PRICING_MODEL,
+    EgressTable,
+    break_even_utilization,
+)
 from fleetplan.errors import InputError, check_range
 
 #: Roles of a replica: serves whole requests, only prefills (ships the KV cache on), or only decodes.
@@ -37,11 +42,27 @@ class Pool:
         gpu: catalog GPU name, e.g. 'H100-SXM-80GB'.
         nodes: number of nodes available (inventory).
         gpus_per_node: GPUs in one node (tensor-parallel groups stay inside a node).
-        usd_per_gpu_hour: price of one GPU for one hour (node price / gpus_per_node), USD.
+        usd_per_gpu_hour: price of one GPU for one used hour (node price / gpus_per_node), USD: the on-demand or
+            spot rate, an owned GPU's marginal (power) cost, 0 for a committed pool (paid through its commitment).
         memory_bytes_per_gpu: GPU memory, bytes.
-        pricing_model: 'on-demand', 'spot', ... (reported, not used by the math).
+        pricing_model: how the GPUs are bought (:data:`fleetplan.costmodels.prices.PRICING_MODELS`). It enters
+            the math: a committed model (:data:`~fleetplan.costmodels.prices.COMMITTED_PRICING_MODELS`) makes the
+            pool's commitment a decision (GPUs paid at ``committed_usd_per_gpu_hour`` for every hour of the
+            horizon; use in any window at most the commitment); 'spot' has ``interruption_rate`` and
+            ``fallback_pool``; every other model is paid per used GPU-hour.
         price_source: where the price comes from.
         reserved_gpus: single GPUs already taken (by shared GPUs fixed elsewhere); not available to this problem.
+        name: the pool's id when several pools share a site and GPU type (owned + committed + on-demand + spot);
+            '' gives the id 'site/gpu'.
+        committed_usd_per_gpu_hour: committed pools only: price per committed GPU per hour of the horizon, USD.
+        on_demand_usd_per_gpu_hour: committed pools: the on-demand rate of the same GPU at the same site (for the
+            break-even utilization), or None when unknown; ``on_demand_price_source`` says where it comes from.
+        interruption_rate: spot pools: expected share of a spot GPU's hours lost to preemption, in [0, 1). The
+            capacities of the pool's options are already derated by (1 - interruption_rate) (the scenario builder
+            does it), so a spot replica counts for its expected surviving capacity.
+        fallback_pool: spot pools: id of a pool of the same GPU type at the same site (not spot) whose free GPUs
+            cover the expected interrupted share: in every window, interruption_rate × spot GPUs in use <= GPUs
+            of the fallback pool left unused (the fallback rule; None: no headroom is kept).
     """
 
     site: str
@@ -53,9 +74,27 @@ class Pool:
     pricing_model: str = "on-demand"
     price_source: str = ""
     reserved_gpus: int = 0
+    name: str = ""
+    committed_usd_per_gpu_hour: float = 0.0
+    on_demand_usd_per_gpu_hour: float | None = None
+    on_demand_price_source: str = ""
+    interruption_rate: float = 0.0
+    fallback_pool: str | None = None
 
     def __post_init__(self) -> None:
         owner = f"pool {self.id}"
+        check_range(self.committed_usd_per_gpu_hour, field="committed_usd_per_gpu_hour", source=owner, low=0)
+        if self.committed_usd_per_gpu_hour and not self.committed:
+            raise InputError(f"{owner}: a committed rate needs a committed pricing model "
+                             f"({', '.join(COMMITTED_PRICING_MODELS)}), not {self.pricing_model!r}",
+                             field="committed_usd_per_gpu_hour", value=self.committed_usd_per_gpu_hour)
+        if self.on_demand_usd_per_gpu_hour is not None:
+            check_range(self.on_demand_usd_per_gpu_hour, field="on_demand_usd_per_gpu_hour", source=owner, low=0)
+        check_range(self.interruption_rate, field="interruption_rate", source=owner, low=0, high=0.999,
+                    fix="give the expected share of spot GPU-hours lost to preemption, e.g. 0.05")
+        if (self.interruption_rate or self.fallback_pool) and self.pricing_model != SPOT_PRICING_MODEL:
+            raise InputError(f"{owner}: interruption_rate and fallback are for spot pools, not "
+                             f"{self.pricing_model!r}", field="interruption_rate", value=self.interruption_rate)
         if not isinstance(self.reserved_gpus, int) or not 0 <= self.reserved_gpus <= self.nodes * self.gpus_per_node:
             raise InputError(f"{owner}: reserved_gpus must be a whole number within the pool", field="reserved_gpus",
                              value=self.reserved_gpus)
@@ -70,8 +109,33 @@ class Pool:
 
     @property
     def id(self) -> str:
-        """'site/gpu', the key used everywhere else."""
-        return f"{self.site}/{self.gpu}"
+        """The pool's ``name``, or 'site/gpu' without one: the key used everywhere else."""
+        return self.name or f"{self.site}/{self.gpu}"
+
+    @property
+    def label(self) -> str:
+        """'gpu@site' for reports, with the pool's name when it has one ('H100-SXM-80GB@gcp:us-central1 [spot]')."""
+        return f"{self.gpu}@{self.site}" + (f" [{self.name}]" if self.name else "")
+
+    @property
+    def usd_per_busy_gpu_hour(self) -> float:
+        """What one busy GPU-hour of the pool is worth, USD: its per-use price, or for a committed pool its committed
+        rate (for reports that attribute cost to use, and a replica's start cost; the plan's cost charges a
+        commitment for every hour instead, :func:`fleetplan.placement.plan.evaluate`)."""
+        return max(self.usd_per_gpu_hour, self.committed_usd_per_gpu_hour)
+
+    @property
+    def committed(self) -> bool:
+        """True when the pool's GPUs are bought by a commitment chosen by the planner (see ``pricing_model``)."""
+        return self.pricing_model in COMMITTED_PRICING_MODELS
+
+    @property
+    def break_even_utilization(self) -> float | None:
+        """Committed pools: committed rate / on-demand rate (:func:`~fleetplan.costmodels.prices.
+        break_even_utilization`), or None when the on-demand rate is unknown or not positive."""
+        if not self.committed or not self.on_demand_usd_per_gpu_hour:
+            return None
+        return break_even_utilization(self.committed_usd_per_gpu_hour, self.on_demand_usd_per_gpu_hour)
 
     @property
     def gpus(self) -> int:
@@ -405,7 +469,18 @@ class Problem:
                              value=self.n_windows)
         pool_ids = [p.id for p in self.pools]
         if len(set(pool_ids)) != len(pool_ids):
-            raise InputError("two pools have the same site and GPU type; merge them", field="pools")
+            twice = sorted({i for i in pool_ids if pool_ids.count(i) > 1})
+            raise InputError(f"two pools have the id {twice[0]!r}; give each pool of one site and GPU type its own "
+                             "name (e.g. owned, committed, on-demand, spot)", field="pools", value=twice[0])
+        by_id = {p.id: p for p in self.pools}
+        for p in self.pools:
+            if p.fallback_pool is None:
+                continue
+            f = by_id.get(p.fallback_pool)
+            if f is None or f.site != p.site or f.gpu != p.gpu or f.pricing_model == SPOT_PRICING_MODEL:
+                raise InputError(f"pool {p.id}: fallback {p.fallback_pool!r} must be a pool that is not spot, with "
+                                 f"the same site ({p.site}) and GPU type ({p.gpu})", field="fallback",
+                                 value=p.fallback_pool)
         names = [m.name for m in self.models]
         if len(set(names)) != len(names):
             raise InputError("two models have the same name", field="models")

@@ -40,6 +40,11 @@ twice in one mapping is an error)::
         inventory:
           - {gpu: H100, nodes: 2, gpus_per_node: 8, usd_per_gpu_hour: null}   # price from the catalogs if null
             # gpus_per_node: 1, 2, 4, 8 or 16; pricing_model: optional, overrides the site's
+          - {name: spot, gpu: H100, nodes: 1, pricing_model: spot, interruption_rate: 0.1, fallback: on-demand}
+            # name: the pool's id when a site has several rows of one GPU type (default 'site/gpu');
+            # pricing_model committed-1y/committed-3y/reserved/negotiated: a commitment the planner sizes
+            # (usd_per_gpu_hour: per committed GPU-hour; on_demand_usd_per_gpu_hour: for the break-even);
+            # owned: a busy hour costs its power; spot: interruption_rate required, fallback optional
     models:
       - name: Llama-3.1-8B
         tp: [1, 2]                   # tensor-parallel degrees to consider (1, 2, 4, 8, 16; default 1, 2, 4, 8)
@@ -92,10 +97,17 @@ from fleetplan.costmodels.capacity import (
     replica_capacity,
 )
 from fleetplan.costmodels.demand import Demand, TokenMix
+from fleetplan.costmodels.energy import owned_marginal_usd_per_gpu_hour
 from fleetplan.costmodels.hardware import GPU, Model, check_params
 from fleetplan.costmodels.latency import decode_step_time_s
 from fleetplan.costmodels.network import Link, Site, route_class
-from fleetplan.costmodels.prices import price_label, select_egress_table
+from fleetplan.costmodels.prices import (
+    COMMITTED_PRICING_MODELS,
+    OWNED_PRICING_MODEL,
+    SPOT_PRICING_MODEL,
+    price_label,
+    select_egress_table,
+)
 from fleetplan.costmodels.queueing import poisson_occupancy_quantile
 from fleetplan.costmodels.split import (
     decode_replica_capacity,
@@ -103,7 +115,7 @@ from fleetplan.costmodels.split import (
     kv_transfer_s,
     prefill_replica_capacity,
 )
-from fleetplan.datasets.calibration import load_calibration
+from fleetplan.datasets.calibration import idle_fraction, load_calibration
 from fleetplan.datasets.catalog import (
     find_price,
     get_gpu,
@@ -112,6 +124,7 @@ from fleetplan.datasets.catalog import (
     load_gpu_prices,
     model_from_hf_config,
 )
+from fleetplan.datasets.ledger import load_assumptions
 from fleetplan.datasets.network import inter_node_link, load_network_graph
 from fleetplan.datasets.profiles import load_profile, profile_files
 from fleetplan.datasets.servegen import servegen_demand
@@ -130,6 +143,7 @@ from fleetplan.placement.schemas import (
     ENTRY_LABELS,
     ClassEdgesSpec,
     DemandSpec,
+    InventoryRow,
     ScenarioFile,
     ScenarioModel,
     ScenarioOptions,
@@ -331,6 +345,91 @@ def _price(gpu: str, site_name: str, pricing_model: str, where: str, prices, *, 
     if p.gpus_per_node != gpus_per_node:
         label += f"; NOTE: no {gpus_per_node}-GPU instance is priced here, so a {p.gpus_per_node}-GPU one is used"
     return p.usd_per_gpu_hour, label
+
+
+def _pool(row: InventoryRow, where: str, site: str, gpu: GPU, pricing_model: str, prices, opts: dict) -> Pool:
+    """The :class:`Pool` of one inventory row, priced by its pricing model (see :class:`Pool`): per used GPU-hour
+    (the row's price or the catalogs'), committed (that price per committed GPU-hour, nothing per use), owned (the
+    row's price, else the marginal power cost of a busy GPU: :func:`owned_marginal_usd_per_gpu_hour` with the
+    GPU's TDP, its idle fraction and the ledger's electricity price and PUE, datasets/data/ledger), spot (its
+    ``interruption_rate`` is required: no public per-instance rate is shipped, see pricing/PROVENANCE.md)."""
+    gpn = row.gpus_per_node
+    price = row.usd_per_gpu_hour
+    if price is not None:
+        src = f"usd_per_gpu_hour given in {where}"
+    elif pricing_model == OWNED_PRICING_MODEL:
+        a = load_assumptions()
+        if not gpu.tdp_w:
+            raise _err(f"owned {gpu.name} GPUs: the GPU catalog has no TDP for the power cost; give "
+                       "usd_per_gpu_hour (the marginal cost of a busy GPU-hour)", where, "usd_per_gpu_hour")
+        kwh, pue = a["electricity_usd_per_kwh"], a["pue"]
+        price = owned_marginal_usd_per_gpu_hour(gpu.tdp_w, idle_fraction(gpu.name), kwh.value, pue.value)
+        src = (f"owned: power above idle at {gpu.tdp_w:g} W TDP × PUE {pue.value:g} × {kwh.value:g} USD/kWh "
+               f"(datasets/data/ledger/assumptions.csv: {kwh.source.split(' ')[0]})")
+    else:
+        price, src = _price(gpu.name, site, pricing_model, where, prices, gpus_per_node=gpn,
+                            price_date=opts.get("price_date"))
+    spot = pricing_model == SPOT_PRICING_MODEL
+    if spot and row.interruption_rate is None:
+        raise _err("a spot row needs interruption_rate: the expected share of its GPU-hours lost to preemption "
+                   "(e.g. 0.05; 0 plans without derating)", where, "interruption_rate")
+    if not spot and (row.interruption_rate is not None or row.fallback is not None):
+        raise _err(f"interruption_rate and fallback are for spot rows; this row is {pricing_model}", where,
+                   "interruption_rate" if row.interruption_rate is not None else "fallback")
+    committed = pricing_model in COMMITTED_PRICING_MODELS
+    if row.on_demand_usd_per_gpu_hour is not None and not committed:
+        raise _err(f"on_demand_usd_per_gpu_hour is for committed rows; this row is {pricing_model}", where,
+                   "on_demand_usd_per_gpu_hour")
+    try:
+        return Pool(site, gpu.name, nodes=row.nodes, gpus_per_node=gpn, usd_per_gpu_hour=0.0 if committed else price,
+                    memory_bytes_per_gpu=gpu.memory_bytes, pricing_model=pricing_model, price_source=src,
+                    name=row.name or "", committed_usd_per_gpu_hour=price if committed else 0.0,
+                    on_demand_usd_per_gpu_hour=row.on_demand_usd_per_gpu_hour,
+                    on_demand_price_source=(f"on_demand_usd_per_gpu_hour given in {where}"
+                                            if row.on_demand_usd_per_gpu_hour is not None else ""),
+                    interruption_rate=row.interruption_rate or 0.0, fallback_pool=row.fallback)
+    except InputError as exc:
+        raise InputError(str(exc), source=where, field=exc.field, value=exc.value) from None
+
+
+def _with_on_demand_reference(pools: list[Pool], prices, price_date: str | None) -> list[Pool]:
+    """``pools`` with the on-demand rate of every committed pool that has none (for its break-even utilization):
+    an on-demand pool of the same site and GPU type in the scenario, else the catalogs' on-demand price there,
+    else none (the plan then says the break-even is unknown)."""
+    out = []
+    for p in pools:
+        if p.committed and p.on_demand_usd_per_gpu_hour is None:
+            twin = next((q for q in pools if q.site == p.site and q.gpu == p.gpu
+                         and q.pricing_model == "on-demand"), None)
+            if twin is not None:
+                p = dataclasses.replace(p, on_demand_usd_per_gpu_hour=twin.usd_per_gpu_hour,
+                                        on_demand_price_source=f"pool {twin.id}: {twin.price_source}")
+            else:
+                try:
+                    rate, src = _price(p.gpu, p.site, "on-demand", p.id, prices, gpus_per_node=p.gpus_per_node,
+                                       price_date=price_date)
+                    p = dataclasses.replace(p, on_demand_usd_per_gpu_hour=rate, on_demand_price_source=src)
+                except InputError:
+                    pass  # no on-demand price known: the break-even is reported as unknown
+        out.append(p)
+    return out
+
+
+def _check_pool_names(pools: list[Pool], rows_where: list[str]) -> None:
+    """Pool ids are unique and a spot row's ``fallback`` names another row's pool of the same site and GPU type
+    that is not spot; otherwise InputError naming the row (``rows_where[k]`` is where ``pools[k]`` comes from)."""
+    ids = [p.id for p in pools]
+    by_id = {p.id: p for p in pools}
+    for p, rw in zip(pools, rows_where, strict=True):
+        if ids.count(p.id) > 1:
+            raise _err(f"two inventory rows make the pool {p.id!r}; give each row of one site and GPU type its own "
+                       "name (e.g. owned, committed, on-demand, spot)", rw, "name", p.id)
+        f = by_id.get(p.fallback_pool) if p.fallback_pool is not None else None
+        if p.fallback_pool is not None and (f is None or f.site != p.site or f.gpu != p.gpu
+                                            or f.pricing_model == SPOT_PRICING_MODEL):
+            raise UnknownNameError("fallback pool (a row of the same site and GPU type, not spot)", p.fallback_pool,
+                                   [q.id for q in pools if q.site == p.site and q.gpu == p.gpu and q is not p
+                                    and q.pricing_model != SPOT_PRICING_MODEL], source=rw, field="fallback")
 
 
 def egress_table(sites: list[str]) -> dict[tuple[str, str], float]:
@@ -580,6 +679,7 @@ def build_problem(scenario: Scenario, *, progress: Callable[[str], None] | None 
     allowed = opts.get("allowed_gpus")
     allowed_names = {get_gpu(g, _file("gpus")).name for g in allowed} if allowed else None
     pools: list[Pool] = []
+    rows_where: list[str] = []
     gpus = {}
     for i, s in enumerate(spec.sites):
         sw = f"{where}: sites[{i}]"
@@ -589,19 +689,14 @@ def build_problem(scenario: Scenario, *, progress: Callable[[str], None] | None 
             gpu = get_gpu(row.gpu, _file("gpus"))
             if allowed_names is not None and gpu.name not in allowed_names:
                 continue
-            nodes, gpn = row.nodes, row.gpus_per_node
-            pm = row.pricing_model or s.pricing_model or opts["pricing_model"]
-            price = row.usd_per_gpu_hour
-            if price is None:
-                price, src = _price(gpu.name, site, pm, rw, prices, gpus_per_node=gpn,
-                                    price_date=opts.get("price_date"))
-            else:
-                src = f"usd_per_gpu_hour given in {rw}"
             gpus[gpu.name] = gpu
-            pools.append(Pool(site, gpu.name, nodes=nodes, gpus_per_node=gpn, usd_per_gpu_hour=price,
-                              memory_bytes_per_gpu=gpu.memory_bytes, pricing_model=pm, price_source=src))
+            pm = row.pricing_model or s.pricing_model or opts["pricing_model"]
+            pools.append(_pool(row, rw, site, gpu, pm, prices, opts))
+            rows_where.append(rw)
     if not pools:
         raise _err("no GPU pool left (check allowed_gpus and the inventories)", where, "sites")
+    pools = _with_on_demand_reference(pools, prices, opts.get("price_date"))
+    _check_pool_names(pools, rows_where)
     site_names = sorted({p.site for p in pools})
 
     mu_mem = opts["memory_utilization"]
@@ -691,7 +786,7 @@ def build_problem(scenario: Scenario, *, progress: Callable[[str], None] | None 
                         served.append((cname, share, ccap))
                     if not served:
                         continue
-                    factor = derating.get((model.name, pool.id, tp, pp), 1.0)
+                    factor = derating.get((model.name, pool.id, tp, pp), 1.0) * (1 - pool.interruption_rate)
                     class_caps = tuple((c, cc.req_per_s * factor) for c, _sh, cc in served)
                     mixed = sum(sh for _c, sh, _cc in served) / sum(sh / cc.req_per_s for _c, sh, cc in served)
                     cap = dataclasses.replace(
@@ -711,9 +806,10 @@ def build_problem(scenario: Scenario, *, progress: Callable[[str], None] | None 
                                f"{opts['min_batch']:g}")
                     continue
                 load_s = weights / (tp * pp) / opts["load_bandwidth_bytes_per_s"]
-                start = load_s / 3600 * tp * pp * pool.usd_per_gpu_hour + opts["usd_per_migration"]
+                start = load_s / 3600 * tp * pp * pool.usd_per_busy_gpu_hour + opts["usd_per_migration"]
                 options.append(ReplicaOption(model.name, pool.id, tp, pp,
-                                             cap.req_per_s * derating.get((model.name, pool.id, tp, pp), 1.0),
+                                             cap.req_per_s * derating.get((model.name, pool.id, tp, pp), 1.0)
+                                             * (1 - pool.interruption_rate),
                                              cap.memory_bytes_per_gpu,
                                              start_cost_usd=start, ttft_p95_s=cap.ttft_p95_s,
                                              tpot_p95_s=cap.tpot_p95_s, max_batch=cap.max_batch,
@@ -747,7 +843,8 @@ def build_problem(scenario: Scenario, *, progress: Callable[[str], None] | None 
                                        kv_budget_bytes=budget)
                 if cap.req_per_s > 0:
                     shares.append(ShareOption(model.name, pool.id,
-                                              cap.req_per_s * derating.get((model.name, pool.id, "shared", 1), 1.0),
+                                              cap.req_per_s * derating.get((model.name, pool.id, "shared", 1), 1.0)
+                                              * (1 - pool.interruption_rate),
                                               weights + budget,
                                               ttft_p95_s=cap.ttft_p95_s, tpot_p95_s=cap.tpot_p95_s,
                                               max_batch=cap.max_batch, kv_budget_bytes=budget,
@@ -801,7 +898,7 @@ def _pd_options(model: Model, mix: TokenMix, slo: SLO, pools: list[Pool], gpus: 
     egress = load_egress()
 
     def start_usd(pool: Pool, tp: int) -> float:
-        return weights / tp / opts["load_bandwidth_bytes_per_s"] / 3600 * tp * pool.usd_per_gpu_hour + opts[
+        return weights / tp / opts["load_bandwidth_bytes_per_s"] / 3600 * tp * pool.usd_per_busy_gpu_hour + opts[
             "usd_per_migration"]
 
     decode: list[ReplicaOption] = []
@@ -822,6 +919,7 @@ def _pd_options(model: Model, mix: TokenMix, slo: SLO, pools: list[Pool], gpus: 
                 continue
             tpot = decode_step_time_s(model, gpu, batch, mix.input_tokens_p95 + mix.output_tokens_p95 / 2, tp=tp,
                                       weight_dtype=weight_dtype, kv_dtype=kv_dtype, calib=calib)
+            cap *= 1 - pool.interruption_rate  # a spot pool's capacity, derated as the whole replicas' are
             decode.append(ReplicaOption(model.name, pool.id, tp, 1, cap, mu_mem * gpu.memory_bytes,
                                         start_cost_usd=start_usd(pool, tp), tpot_p95_s=tpot, max_batch=batch,
                                         kv_budget_bytes=mu_mem * tp * gpu.memory_bytes - weights,
@@ -848,6 +946,7 @@ def _pd_options(model: Model, mix: TokenMix, slo: SLO, pools: list[Pool], gpus: 
                     why.append(f"{pool.id} tp {tp} prefill for decode at {ds}: misses TTFT {slo.ttft_s:g} s "
                                f"(KV transfer {added:.3f} s)")
                     continue
+                cap *= 1 - pool.interruption_rate
                 prefill.append(ReplicaOption(model.name, pool.id, tp, 1, cap, mu_mem * gpu.memory_bytes,
                                              start_cost_usd=start_usd(pool, tp), ttft_p95_s=ttft + added,
                                              capacity_source=f"prefill-only roofline ({calib.gpu} row), KV over "

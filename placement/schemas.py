@@ -220,9 +220,22 @@ class InventoryRow(InputModel):
     nodes: int = input_field(ge=0, le=100_000, description="nodes of this GPU type at the site")
     gpus_per_node: TpDegree = input_field(8, description="GPUs per node (a pipeline stage spans one node, so a "
                                           f"tensor-parallel degree: {', '.join(map(str, TP_DEGREES))})")
-    usd_per_gpu_hour: float | None = input_field(None, ge=0, le=1000, description="price per GPU-hour, USD; looked "
-                                                 "up in the price catalogs when absent")
-    pricing_model: str | None = input_field(None, description="overrides the site's and options' pricing_model")
+    usd_per_gpu_hour: float | None = input_field(None, ge=0, le=1000, description="price per GPU-hour, USD, of the "
+                                                 "row's pricing model (a committed row: per committed GPU-hour; an "
+                                                 "owned row: the marginal cost of a busy hour); looked up in the price "
+                                                 "catalogs when absent (owned: the power model)")
+    pricing_model: str | None = input_field(None, description="overrides the site's and options' pricing_model; "
+                                            "committed-1y/-3y, reserved and negotiated are commitments the planner "
+                                            "sizes, owned GPUs cost their power, spot needs interruption_rate")
+    name: str | None = input_field(None, min_length=1, description="the pool's id (default 'site/gpu'); needed when "
+                                   "a site has several rows of one GPU type (owned + committed + on-demand + spot)")
+    interruption_rate: float | None = input_field(None, ge=0, lt=1, description="spot rows: expected share of spot "
+                                                  "GPU-hours lost to preemption; derates the pool's capacity")
+    fallback: str | None = input_field(None, description="spot rows: name of the pool (same site and GPU type) whose "
+                                       "free GPUs must cover interruption_rate × the spot GPUs in use")
+    on_demand_usd_per_gpu_hour: float | None = input_field(None, gt=0, le=1000, description="committed rows: the "
+                                                           "on-demand rate for the break-even utilization (default: "
+                                                           "an on-demand row of the site, else the catalogs)")
 
 
 class SiteSpec(InputModel):

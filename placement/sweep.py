@@ -76,8 +76,9 @@ def sweep_variables(scenario: Scenario) -> dict[str, str]:
 
 def base_prices(problem: Problem) -> dict[PriceKey, float]:
     """{(site, GPU, GPUs per node, pricing model): USD per GPU-hour} of ``problem``'s pools (built from the base
-    scenario), the prices a price factor multiplies."""
-    return {(p.site, p.gpu, p.gpus_per_node, p.pricing_model): p.usd_per_gpu_hour for p in problem.pools}
+    scenario), the prices a price factor multiplies: the price an inventory row states (a committed pool's committed
+    rate, :attr:`~fleetplan.placement.problem.Pool.usd_per_busy_gpu_hour`)."""
+    return {(p.site, p.gpu, p.gpus_per_node, p.pricing_model): p.usd_per_busy_gpu_hour for p in problem.pools}
 
 
 def _factor(name: str, v: float) -> float:

@@ -108,14 +108,35 @@ def kv_egress_usd(problem: Problem, plan: Plan) -> float:
     return sum(_banded_usd(v, bands[k]) for k, v in volume.items()) / to_month
 
 
+def _gpus_by_pool(problem: Problem, plan: Plan) -> dict[str, list[int]]:
+    """{pool id: GPUs in use in each window}: replicas' tp × pp, prefill/decode replicas' tp and the shared GPUs,
+    counted here (not by plan.py)."""
+    out = {p.id: [0] * problem.n_windows for p in problem.pools}
+    for key, counts in plan.replicas.items():
+        for w, n in enumerate(counts):
+            out[key[1]][w] += n * key[2] * key[3]
+    for pkey, counts in plan.pd_replicas.items():  # (model, role, pool, tp, decode site)
+        for w, n in enumerate(counts):
+            out[pkey[2]][w] += n * pkey[3]
+    for g in plan.shared:
+        for w in range(problem.n_windows):
+            out[g.pool][w] += 1
+    return out
+
+
 def plan_cost_usd(problem: Problem, plan: Plan) -> float:
     """Cost of ``plan`` over the horizon, USD, computed independently of ``evaluate``: GPU-hours × $/GPU-hour
     (shared GPUs all day), replica starts on the cyclic horizon (a rise from the previous window, the last window
     preceding the first) × start cost, and egress with each window's demand served at the origin first, then at
-    the cheapest other sites (rate × request bytes × window seconds × $/GB)."""
+    the cheapest other sites (rate × request bytes × window seconds × $/GB), and each committed pool's commitment
+    (the plan's, else its peak GPUs in a window) × its committed rate × every hour of the horizon."""
     hours = problem.window_length_s / 3600.0
     W = problem.n_windows
     usd = 0.0
+    for pid, gpus in _gpus_by_pool(problem, plan).items():
+        pool = next(p for p in problem.pools if p.id == pid)
+        if pool.committed:
+            usd += plan.commitments.get(pid, max(gpus)) * pool.committed_usd_per_gpu_hour * hours * W
     site_cap: dict[str, list[dict[str, float]]] = {m.name: [{} for _ in range(W)] for m in problem.models}
     for key, counts in plan.replicas.items():
         o = next(x for x in problem.options if x.key == key)
@@ -171,13 +192,15 @@ def validate(problem: Problem, plan: Plan, *, check_objective: bool = True) -> V
     GPUs: residency allowed, memory fits, compute share <= 1 - margin in every window, served rates >= 0;
     (5) inventory: in every window and pool the replicas' tp groups and the shared GPUs fit onto the pool's nodes;
     (6) replica floor and ceiling (decode replicas count); (7) the reported objective equals the recomputed cost,
-    KV egress bands included (when the plan reports one); (9) disaggregated plans: prefill/decode keys and KV
-    flows known and well shaped, the SLO of every prefill (TTFT with the KV transfer) and decode (TPOT) option
-    used, each flow within its route's prefill capacity and each decode site's flows within its decode capacity
-    (after the margin), the flows counted as served demand in (3) and their replicas in (5); (8) a best-effort
-    plan's unserved demand: known models, one value per window, 0 <= unserved <= demand, and (in (3)) served +
-    unserved = demand: the capacity covers demand - unserved, and unserved is no more than the demand capacity
-    leaves over.
+    KV egress bands and commitments included (when the plan reports one); (8) a best-effort plan's unserved demand:
+    known models, one value per window, 0 <= unserved <= demand, and (in (3)) served + unserved = demand: the
+    capacity covers demand - unserved, and unserved is no more than the demand capacity leaves over;
+    (9) disaggregated plans: prefill/decode keys and KV flows known and well shaped, the SLO of every prefill (TTFT
+    with the KV transfer) and decode (TPOT) option used, each flow within its route's prefill capacity and each
+    decode site's flows within its decode capacity (after the margin), the flows counted as served demand in (3)
+    and their replicas in (5); (10) commitments: only for committed pools, whole GPUs within the pool, never below
+    the pool's use in a window; (11) the spot fallback rule: in every window a spot pool's interruption rate × its
+    GPUs in use fits in the GPUs its fallback pool leaves unused.
     """
     v: list[str] = []
     W = problem.n_windows
@@ -343,6 +366,28 @@ def validate(problem: Problem, plan: Plan, *, check_objective: bool = True) -> V
             if sum(groups) > pool.nodes * pool.gpus_per_node or not _ffd_fits(groups, pool.nodes, pool.gpus_per_node):
                 v.append(f"{pid} window {w}: {sum(groups)} GPUs in groups {sorted(set(groups))} do not fit "
                          f"{pool.nodes} nodes × {pool.gpus_per_node} GPUs")
+
+    # (10) commitments: only committed pools, whole GPUs within the pool, at least the use in every window
+    # (11) spot fallback: interruption_rate × spot GPUs in use <= GPUs the fallback pool leaves unused
+    use = _gpus_by_pool(problem, plan)
+    for pid, c in plan.commitments.items():
+        if pid not in pools or not pools[pid].committed:
+            v.append(f"commitment of {c} GPUs for {pid}, which is not a committed pool of the problem")
+        elif not isinstance(c, int) or not 0 <= c <= pools[pid].gpus:
+            v.append(f"{pid}: commitment {c!r} must be a whole number of GPUs within the pool's {pools[pid].gpus}")
+        elif max(use[pid]) > c:
+            w = use[pid].index(max(use[pid]))
+            v.append(f"{pid} window {w}: {use[pid][w]} GPUs in use > the {c} GPUs committed")
+    for pid, pool in pools.items():
+        if pool.fallback_pool is None or not pool.interruption_rate:
+            continue
+        fb = pools[pool.fallback_pool]
+        for w in range(W):
+            need = pool.interruption_rate * use[pid][w]
+            free = fb.gpus - use[fb.id][w]
+            if need > free + ABS_TOL:
+                v.append(f"{pid} window {w}: fallback headroom {free} GPUs of {fb.id} < interruption rate "
+                         f"{pool.interruption_rate:g} × {use[pid][w]} spot GPUs = {need:.2f}")
 
     # (6) replica floor and ceiling
     resident = {m.name: sum(1 for g in plan.shared if m.name in g.models) for m in problem.models}

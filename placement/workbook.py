@@ -36,7 +36,7 @@ from fleetplan.datasets.catalog import load_gpus
 from fleetplan.datasets.ledger import load_assumptions
 from fleetplan.fileio import atomic_path
 from fleetplan.placement.ledger import plan_ledger
-from fleetplan.placement.plan import Plan, evaluate
+from fleetplan.placement.plan import Plan, commitments, evaluate
 from fleetplan.placement.problem import Problem
 
 _BOLD = Font(bold=True)
@@ -358,14 +358,21 @@ def build_plan_workbook(problem: Problem, plan: Plan, *, gpus: dict[str, GPU] | 
     for m in problem.models:
         a.add(f"requests/{m.name}", f"{m.name} requests over the horizon", sum(m.demand_req_per_s)
               * problem.window_length_s, "requests", "problem demand: Σ over windows of rate × window length")
-    energy = {i.site + "/" + i.gpu: i for i in led.items if i.category == "energy"}
+    energy = {i.pool: i for i in led.items if i.category == "energy"}
     a.section("GPU prices per pool")
-    pools_used = sorted({i.site + "/" + i.gpu for i in led.items if i.category == "gpu"})
+    pools_used = sorted({i.pool for i in led.items if i.category == "gpu" and i.unit == "GPU-hour"})
     pools = problem.pool_by_id
     for pid in pools_used:
         p = pools[pid]
-        a.add(f"price/{pid}", f"{p.gpu} at {p.site} ({p.pricing_model})", p.usd_per_gpu_hour, "USD/GPU-hour",
+        named = f" [{p.name}]" if p.name else ""
+        a.add(f"price/{pid}", f"{p.gpu} at {p.site}{named} ({p.pricing_model})", p.usd_per_gpu_hour, "USD/GPU-hour",
               p.price_source or "problem pool price")
+    committed = {pid: c for pid, c in sorted(commitments(problem, plan).items()) if c}
+    for pid, c in committed.items():
+        p = pools[pid]
+        a.add(f"commit/{pid}", f"{p.label} GPUs committed (paid every hour)", c, "GPUs", "plan commitment")
+        a.add(f"commit_price/{pid}", f"{p.label} committed rate ({p.pricing_model})", p.committed_usd_per_gpu_hour,
+              "USD/committed GPU-hour", p.price_source or "problem pool price")
     a.section("Energy (cloud GPU prices include power: billed only when the flag is 1)")
     a.add("usd_per_kwh", "Electricity price", energy[next(iter(energy))].unit_price_usd if energy else
           la["electricity_usd_per_kwh"].value, "USD/kWh", la["electricity_usd_per_kwh"].source)
@@ -440,8 +447,15 @@ def build_plan_workbook(problem: Problem, plan: Plan, *, gpus: dict[str, GPU] | 
         p = pools[pid]
         gh = f"SUMIF(Plan!$D$2:$D${n_plan},\"{pid}\",Plan!${gh_col}$2:${gh_col}${n_plan})"
         gh_of[pid] = gh
-        ls.item("plan", "gpu", f"GPU-hours {p.gpu}", p.site, f"={gh}/{dfac}", "GPU-hour", f"={a.ref['price/' + pid]}",
+        named = f" [{p.name}]" if p.name else ""
+        ls.item("plan", "gpu", f"GPU-hours {p.gpu}{named}", p.site, f"={gh}/{dfac}", "GPU-hour",
+                f"={a.ref['price/' + pid]}",
                 1, 0.0, p.price_source or "problem pool price")
+    for pid in committed:
+        p = pools[pid]
+        ls.item("plan", "gpu", f"committed GPUs {p.gpu} [{pid}]", p.site, f"={a.ref['commit/' + pid]}*24",
+                "committed GPU-hour", f"={a.ref['commit_price/' + pid]}", 1, 0.0,
+                p.price_source or "problem pool price")
     for key in sorted(plan.replicas):
         if f"start/{key}" in a.ref and pl.starts.get(key):
             ls.item("plan", "start", f"starts {key[0]} on {key[1]} tp{key[2]} pp{key[3]}", pools[key[1]].site,

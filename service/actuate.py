@@ -92,18 +92,19 @@ def plan_targets(body: dict, deploy: DeployFile) -> list[Target]:
     except (KeyError, TypeError):
         raise InputError("a plan body without replicas and shared_gpus", field="body") from None
     out: dict[tuple[str, str], Target] = {}
+    names = {p["id"]: p.get("name", "") for p in body.get("pools") or []}  # named pools (several per site and GPU)
     for r in reps:
         site = r["site"]
         context, ns = site_target(site, deploy)
         kind = LWS if int(r["pp"]) > 1 else DEPLOYMENT
-        name = workload_name(r["model"], r["gpu"], int(r["tp"]), int(r["pp"]))
+        name = workload_name(r["model"], r["gpu"], int(r["tp"]), int(r["pp"]), names.get(r["pool"], ""))
         n = int(r["counts"][0])
         prev = out.get((site, name))
         out[(site, name)] = Target(site, context, ns, kind, name, n + (prev.replicas if prev else 0))
     for g in shared:
         site = g["site"]
         context, ns = site_target(site, deploy)
-        name = shared_workload_name(tuple(g["models"]), g["gpu"])
+        name = shared_workload_name(tuple(g["models"]), g["gpu"], names.get(g["pool"], ""))
         prev = out.get((site, name))
         out[(site, name)] = Target(site, context, ns, DEPLOYMENT, name, 1 + (prev.replicas if prev else 0))
     return sorted(out.values(), key=lambda t: (t.site, t.name))

@@ -280,10 +280,10 @@ class ReplanService:
         reps = {}
         for (m, pool, tp, pp), (n,) in sorted(res.plan.replicas.items()):
             p = pools[pool]
-            reps[f"{m} @ {p.gpu}@{p.site} tp{tp}" + (f"xpp{pp}" if pp > 1 else "")] = n
+            reps[f"{m} @ {p.label} tp{tp}" + (f"xpp{pp}" if pp > 1 else "")] = n
         for g in res.plan.shared:
             p = pools[g.pool]
-            label = f"{'+'.join(g.models)} @ {p.gpu}@{p.site} shared"
+            label = f"{'+'.join(g.models)} @ {p.label} shared"
             reps[label] = reps.get(label, 0) + 1
         return {"replicas": reps, "gpus": sum(k[2] * k[3] * n[0] for k, n in res.plan.replicas.items())
                 + len(res.plan.shared),

@@ -220,12 +220,12 @@ def replay_fleet_day(problem: Problem, scenario: Scenario, steps: Sequence[Fleet
             frm, until = x.ready_s - a, x.stop_s - a
             if x.key is not None:
                 m, _, tp, pp = x.key
-                devices.append(DeviceSpec(f"{m} {x.pool} tp{tp}x{pp}", tp * pp, pool.usd_per_gpu_hour,
+                devices.append(DeviceSpec(f"{m} {x.pool} tp{tp}x{pp}", tp * pp, pool.usd_per_busy_gpu_hour,
                                           gpu.tdp_w or 0.0, gpu=pool.gpu))
                 engines.append(EngineSpec(m, len(devices) - 1, builder.step_model(m, x.pool, tp, pp, None), frm,
                                           until))
             else:
-                devices.append(DeviceSpec(f"shared {x.pool}", 1, pool.usd_per_gpu_hour, gpu.tdp_w or 0.0,
+                devices.append(DeviceSpec(f"shared {x.pool}", 1, pool.usd_per_busy_gpu_hour, gpu.tdp_w or 0.0,
                                           gpu=pool.gpu))
                 for m in x.models:
                     model, mwd, _ = builder.model_spec(m)

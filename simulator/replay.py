@@ -204,15 +204,15 @@ class FleetBuilder:
             sm = self.step_model(m, pool_id, tp, pp, None)
             served = self.problem.option_by_key[(m, pool_id, tp, pp)].class_capacity
             for r in range(n):
-                devices.append(DeviceSpec(f"{m} {pool.gpu}@{pool.site} tp{tp}x{pp} #{r + 1}", tp * pp,
-                                          pool.usd_per_gpu_hour, gpu.tdp_w or 0.0, gpu=pool.gpu))
+                devices.append(DeviceSpec(f"{m} {pool.label} tp{tp}x{pp} #{r + 1}", tp * pp,
+                                          pool.usd_per_busy_gpu_hour, gpu.tdp_w or 0.0, gpu=pool.gpu))
                 engines.append(EngineSpec(m, len(devices) - 1, sm, classes=frozenset(served) if served else None))
                 dm.append((m,))
         for g_i, g in enumerate(self.plan.shared):
             pool = pools[g.pool]
             gpu = get_gpu(pool.gpu, self.scenario_file("gpus"))
-            devices.append(DeviceSpec(f"shared {pool.gpu}@{pool.site} #{g_i + 1} ({' + '.join(g.models)})", 1,
-                                      pool.usd_per_gpu_hour, gpu.tdp_w or 0.0, gpu=pool.gpu))
+            devices.append(DeviceSpec(f"shared {pool.label} #{g_i + 1} ({' + '.join(g.models)})", 1,
+                                      pool.usd_per_busy_gpu_hour, gpu.tdp_w or 0.0, gpu=pool.gpu))
             for m in g.models:
                 opt = shares[(m, g.pool)]
 

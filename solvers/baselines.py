@@ -25,11 +25,17 @@ from fleetplan.solvers.common import shared_bins_per_pool, shared_candidates
 
 
 class _Inventory:
-    """GPUs used per pool and window while a heuristic builds a plan."""
+    """GPUs used per pool and window while a heuristic builds a plan. A spot pool's fallback pool keeps back, all
+    day, its interruption rate × the spot pool's GPUs (rounded up): the fallback rule then holds whatever the
+    heuristic puts on spot."""
 
     def __init__(self, problem: Problem) -> None:
         self.problem = problem
         self.free = {p.id: [p.gpus] * problem.n_windows for p in problem.pools}
+        for p in problem.pools:
+            if p.fallback_pool is not None and p.interruption_rate:
+                keep = math.ceil(p.interruption_rate * p.gpus - 1e-9)
+                self.free[p.fallback_pool] = [max(0, f - keep) for f in self.free[p.fallback_pool]]
 
     def fits(self, pool: str, gpus_per_window: list[int]) -> bool:
         return all(g <= f for g, f in zip(gpus_per_window, self.free[pool], strict=True))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from fleetplan.placement.plan import Plan, Status, evaluate, site_capacity, starts_per_window
+from fleetplan.placement.plan import Plan, Status, commitments, evaluate, site_capacity, starts_per_window
 from fleetplan.placement.problem import Problem, ReplicaOption, ShareOption
 
 
@@ -232,7 +232,8 @@ def finish_plan(problem: Problem, *, backend: str, gap: float, bounds: dict[str,
     status is FEASIBLE (tests assert bound <= objective, so such a defect fails them). ``backend_ran=False``: no
     exact model was solved (the start is the answer by design, not for lack of a backend plan). A plan that leaves
     demand unserved (``unserved_req_per_s``, best effort) keeps it, and its message starts with
-    :func:`best_effort_summary`.
+    :func:`best_effort_summary`. The returned plan states the commitment of every committed pool (its own, else
+    its peak use: :func:`fleetplan.placement.plan.commitments`).
     """
     cands = []
     if incumbent is not None:
@@ -276,7 +277,8 @@ def finish_plan(problem: Problem, *, backend: str, gap: float, bounds: dict[str,
     return Plan(replicas=plan.replicas, shared=plan.shared, status=status, backend=backend,
                 objective_usd=objective, bound_usd=bound, gap=g, solve_time_s=solve_time_s,
                 message="; ".join(parts), unserved_req_per_s=plan.unserved_req_per_s,
-                pd_replicas=plan.pd_replicas, kv_flows_req_per_s=plan.kv_flows_req_per_s)
+                pd_replicas=plan.pd_replicas, kv_flows_req_per_s=plan.kv_flows_req_per_s,
+                commitments=commitments(problem, plan))
 
 
 def best_effort_summary(problem: Problem, unserved_req_per_s: dict[str, tuple[float, ...]]) -> str:

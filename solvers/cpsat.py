@@ -47,6 +47,33 @@ def _down(x: float) -> int:
     return math.floor(x)
 
 
+#: Parts per unit of a spot pool's interruption rate in the fallback row (14), rounded down: a relaxation.
+RATE_PARTS = 1_000_000
+
+
+def _add_purchase(problem: Problem, idx, md: cp_model.CpModel, n: dict, y: dict) -> dict:
+    """The MILP's (15) commitments (returns {pool id: c variable}; the caller adds their cost) and (16) spot
+    fallback rows, the rate in RATE_PARTS rounded down (a relaxation; validate checks the exact rule)."""
+    def use(pid: str, w: int) -> list:
+        return ([o.gpus * n[(o.key, w)] for o in idx.options if o.pool == pid]
+                + [var for (p, _b), var in y.items() if p == pid])
+
+    commit = {}
+    pools = problem.pool_by_id
+    for j, pool in enumerate(problem.pools):
+        if pool.committed and use(pool.id, 0):
+            commit[pool.id] = md.new_int_var(0, pool.gpus, f"commit_{j}")
+            for w in idx.W:
+                md.add(sum(use(pool.id, w)) <= commit[pool.id])
+        if pool.fallback_pool is not None and pool.interruption_rate:
+            fb = pools[pool.fallback_pool]
+            rho = _down(pool.interruption_rate * RATE_PARTS)
+            for w in idx.W:
+                if use(pool.id, w):
+                    md.add(rho * sum(use(pool.id, w)) + RATE_PARTS * sum(use(fb.id, w)) <= RATE_PARTS * fb.gpus)
+    return commit
+
+
 def scales(problem: Problem, idx) -> tuple[int, dict[str, int], dict[tuple[str, int], int]]:
     """(SHARE_PARTS, {model: R_m rate units per req/s}, {bin: k_pb}) for the scaling in the module docstring."""
     pools = problem.pool_by_id
@@ -217,6 +244,7 @@ def solve_cpsat(problem: Problem, *, time_limit_s: float = 60, threads: int = 2,
     # (8) Starts (cyclic).
     for (key, w), var in st.items():
         md.add(var >= n[(key, w)] - n[(key, W[w - 1])])
+    commit = _add_purchase(problem, idx, md, n, y)
 
     # Objective in nano-dollars, every coefficient rounded down (CP-SAT's bound stays a bound on the exact cost).
     terms = []
@@ -230,6 +258,8 @@ def solve_cpsat(problem: Problem, *, time_limit_s: float = 60, threads: int = 2,
     for (mname, s, _w), var in qe.items():
         e = problem.egress_usd_per_req_per_s_window(models[mname], s) / EGRESS_UNITS_PER_REQ_PER_S
         terms.append(_down(e * COST_SCALE) * var)
+    for pid, var in commit.items():
+        terms.append(_down(pools[pid].committed_usd_per_gpu_hour * problem.horizon_hours * COST_SCALE) * var)
     md.minimize(sum(terms))
 
     # Hint: the warm start.
@@ -285,7 +315,8 @@ def solve_cpsat(problem: Problem, *, time_limit_s: float = 60, threads: int = 2,
                 residents = tuple(m for m in idx.residents[(p, b)] if solver.value(a[(m, p, b)]))
                 raw.append((p, residents, {m: [solver.value(u[(m, p, b, w)]) for w in W] for m in residents}))
         shared = tidy_shared(problem, replicas, _fill_shared(problem, replicas, raw))
-        incumbent = Plan(replicas=replicas, shared=shared)
+        incumbent = Plan(replicas=replicas, shared=shared,
+                         commitments={pid: int(solver.value(var)) for pid, var in commit.items()})
         report = validate(problem, incumbent, check_objective=False)
         if not report.ok:
             notes.append("CP-SAT's plan fails the exact check after rescaling (" + report.violations[0] + ")")

@@ -48,6 +48,15 @@ subject to
         v[t,k] ≤ width_k·z[t,k], v[t,k] ≥ width_k·z[t,k+1], z[t,k+1] ≤ z[t,k] (a flat table needs none). The
         objective gets Σ_k rate_k·v[t,k] × (horizon hours / month hours): the band-by-band price of the plan's own
         monthly volume, as the ledger bills it.
+    (15) commitments (a committed pool p, rate r_p per committed GPU-hour; c[p] ∈ Z≥0, c[p] <= G_p):
+        Σ_{o in p} k_o·n[o,w] + Σ_b y[p,b] (+ prefill/decode replicas' GPUs) <= c[p] in every window, and
+        Σ_p r_p·c[p]·h·|W| joins the objective
+        (the pool's per-use price c_p is 0 or its own marginal cost). Committed and on-demand GPUs of one type at
+        one site are separate pools with the same options, so the on-demand overflow max(0, used - c) per window is
+        the on-demand pool's use: the optimum of the two pools costs r·c·h·|W| + on-demand rate × overflow hours.
+    (16) spot fallback (a spot pool p with interruption rate ρ_p and fallback pool f):
+        ρ_p · Σ_{o in p} k_o·n[o,w] + Σ_{o in f} k_o·n[o,w] + Σ_b y[f,b] <= G_f - ρ_p·Σ_b y[p,b]
+        (the fallback pool leaves room for the expected interrupted share of the spot GPUs in use)
 With ``relax=True`` every integer and binary variable is continuous: the LP relaxation, a lower bound.
 """
 
@@ -97,6 +106,7 @@ class PlacementMilpModel:
     x: dict | None = None
     nd: dict | None = None
     g: dict | None = None
+    c: dict | None = None
 
 
 def build_milp(problem: Problem, *, relax: bool = False, elastic: bool = False,
@@ -356,8 +366,10 @@ def build_milp(problem: Problem, *, relax: bool = False, elastic: bool = False,
         lp += var >= n[(key, w)] - n[(key, W[w - 1])], f"c8_start_{key[0]}_{key[1]}_{key[2]}_{key[3]}_{w}"
     for i, ((pkey, w), var) in enumerate(std.items()):
         lp += var >= nd[(pkey, w)] - nd[(pkey, W[w - 1])], f"c8_pdstart_{i}"
+    commit = _add_commitments(problem, idx, lp, n, y, nd, icat)
+    _add_spot_fallback(problem, idx, lp, n, y, nd)
     return PlacementMilpModel(lp=lp, idx=idx, n=n, st=st, y=y, a=a, f=f, q=q, relax=relax, short=short,
-                              floor_short=floor_short, unserved=unserved_v, x=x, nd=nd, g=g)
+                              floor_short=floor_short, unserved=unserved_v, x=x, nd=nd, g=g, c=commit)
 
 
 def _kv_egress_terms(problem: Problem, lp: pulp.LpProblem, g: dict, W: range, relax: bool) -> list:
@@ -400,6 +412,50 @@ def _kv_egress_terms(problem: Problem, lp: pulp.LpProblem, g: dict, W: range, re
                     lp += z[k + 1] <= z[k], f"c14_order_{t_i}_{k}"
             terms.append(t.usd_per_gb / month_factor * v[k])
     return terms
+
+
+def _pool_use(idx: Index, pid: str, n: dict, y: dict, nd: dict, w: int) -> list:
+    """Terms of the GPUs pool ``pid`` uses in window ``w``: replicas' k_o·n[o,w], prefill/decode replicas'
+    tp·nd[o,w] (keys (model, role, pool, tp, decode site)) and its shared GPUs y[p,b]."""
+    return ([o.gpus * n[(o.key, w)] for o in idx.options if o.pool == pid]
+            + [pkey[3] * var for (pkey, ww), var in nd.items() if ww == w and pkey[2] == pid]
+            + [var for (p, _b), var in y.items() if p == pid])
+
+
+def _add_commitments(problem: Problem, idx: Index, lp: pulp.LpProblem, n: dict, y: dict, nd: dict,
+                     cat: str) -> dict:
+    """(15) The commitment c[p] of every committed pool (GPUs, ``cat`` integer or continuous), its cost over the
+    horizon in the objective, and use <= c[p] in every window; returns {pool id: c variable}."""
+    c: dict = {}
+    for j, pool in enumerate(problem.pools):
+        if not pool.committed or not _pool_use(idx, pool.id, n, y, nd, 0):
+            continue
+        c[pool.id] = var = lp.add_variable(f"commit_{j}", 0, pool.gpus, cat)
+        lp.setObjective(lp.objective + pool.committed_usd_per_gpu_hour * problem.horizon_hours * var)
+        for w in idx.W:
+            lp += pulp.lpSum(_pool_use(idx, pool.id, n, y, nd, w)) <= var, f"c15_commit_{j}_{w}"
+    return c
+
+
+def _add_spot_fallback(problem: Problem, idx: Index, lp: pulp.LpProblem, n: dict, y: dict, nd: dict) -> None:
+    """(16) In every window the fallback pool of each spot pool leaves interruption_rate × the spot GPUs in use
+    unused."""
+    pools = problem.pool_by_id
+    for j, pool in enumerate(problem.pools):
+        if pool.fallback_pool is None or not pool.interruption_rate:
+            continue
+        fb = pools[pool.fallback_pool]
+        for w in idx.W:
+            spot = _pool_use(idx, pool.id, n, y, nd, w)
+            if not spot:
+                continue
+            lp += (pool.interruption_rate * pulp.lpSum(spot) + pulp.lpSum(_pool_use(idx, fb.id, n, y, nd, w))
+                   <= fb.gpus, f"c16_fallback_{j}_{w}")
+
+
+def extract_commitments(model: PlacementMilpModel) -> dict[str, int]:
+    """{committed pool id: GPUs committed} of a solved (integer) model."""
+    return {pid: int(round(var.value() or 0)) for pid, var in (model.c or {}).items()}
 
 
 def _set_initial(model: PlacementMilpModel, warm: dict) -> bool:
@@ -576,7 +632,8 @@ def solve_milp(problem: Problem, *, backend: str = "highs", time_limit_s: float 
     if sol in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible):
         replicas, shared = extract_plan(problem, model)
         pd, flows = extract_pd(model)
-        incumbent = Plan(replicas=replicas, shared=shared, pd_replicas=pd, kv_flows_req_per_s=flows)
+        incumbent = Plan(replicas=replicas, shared=shared, pd_replicas=pd, kv_flows_req_per_s=flows,
+                         commitments=extract_commitments(model))
         if backend == "cbc" and sol == pulp.LpSolutionOptimal and neighbours is None:
             # CBC proved optimality within gapRel; PuLP does not expose its bound, so this is the bound it proved.
             bounds["CBC proof"] = evaluate(problem, incumbent).total_usd * (1 - gap)
@@ -676,7 +733,8 @@ def solve_best_effort(problem: Problem, *, backend: str = "highs", time_limit_s:
         replicas, shared = extract_plan(problem, model)
         pd, flows = extract_pd(model)
         incumbent = Plan(replicas=replicas, shared=shared, pd_replicas=pd, kv_flows_req_per_s=flows,
-                         unserved_req_per_s=unserved(problem, replicas, shared, flows))
+                         unserved_req_per_s=unserved(problem, replicas, shared, flows),
+                         commitments=extract_commitments(model))
     bounds = {f"{backend} (at the served levels)": bound} if proven else {}
     return finish_plan(problem, backend=backend, gap=gap, bounds=bounds, incumbent=incumbent,
                        time_limit_reached=reached, time_limit_s=time_limit_s,

@@ -659,7 +659,8 @@ class Replanner:
         self.shares = problem.share_by_key
         mu = 1 - problem.margin
         self.usable = {o.key: o.capacity_req_per_s * mu for o in problem.options}
-        self.price_per_hour = {o.key: o.gpus * self.pools[o.pool].usd_per_gpu_hour for o in problem.options}
+        # a one-window plan commits what it uses: a committed GPU costs its committed rate per hour in use here
+        self.price_per_hour = {o.key: o.gpus * self.pools[o.pool].usd_per_busy_gpu_hour for o in problem.options}
         self.by_model: dict[str, list[ReplicaOption]] = {m.name: [] for m in problem.models}
         for o in problem.options:
             self.by_model[o.model].append(o)
@@ -960,7 +961,7 @@ class Replanner:
             out[key[0]] += n * self.price_per_hour[key]
         for g in plan.shared:
             for m in g.models:
-                out[m] += self.pools[g.pool].usd_per_gpu_hour / len(g.models)
+                out[m] += self.pools[g.pool].usd_per_busy_gpu_hour / len(g.models)
         return out
 
     def _set_reference(self, plan: Plan, forecast: Mapping[str, float]) -> None:
@@ -1088,9 +1089,9 @@ class Replanner:
                 old.remove(k)
                 continue
             n += 1
-            usd += h * self.pools[g.pool].usd_per_gpu_hour
+            usd += h * self.pools[g.pool].usd_per_busy_gpu_hour
             usd += sum(self.opts[(m, g.pool, 1, 1)].start_cost_usd for m in g.models if (m, g.pool, 1, 1) in self.opts)
-        usd += sum(h * self.pools[pool].usd_per_gpu_hour for pool, _ in old)
+        usd += sum(h * self.pools[pool].usd_per_busy_gpu_hour for pool, _ in old)
         return usd, n + len(old)
 
     def consider(self, candidate: Plan, at_s: float | None = None) -> tuple[bool, OnlineResult | None, str]:
