@@ -129,9 +129,8 @@ def test_pool_ids_and_bad_pools():
 
 
 def test_break_even_and_owned_marginal_cost():
-    # GCP a3-highgpu-8g us-central1 (Cyclenerd pricing.yml 2026-07-30): 1-year 44810.08066464 USD/month / 730 h
-    # / 8 GPUs = 7.6730; on demand 88.4899999025753 / 8 = 11.0612; 7.6730 / 11.0612 = 0.6937.
-    assert break_even_utilization(7.6730, 11.0612) == pytest.approx(0.6937, abs=1e-4)
+    # A committed rate of 7.50 against on demand 11.0612 USD/GPU-h: 7.5 / 11.0612 = 0.67805.
+    assert break_even_utilization(7.5, 11.0612) == pytest.approx(0.67805, abs=1e-5)
     # (700 - 0.15 × 700) W × 1.56 × 0.13 USD/kWh / 1000 = 0.120666 USD per GPU-hour
     assert owned_marginal_usd_per_gpu_hour(700, 0.15, 0.13, 1.56) == pytest.approx(0.120666, abs=1e-6)
     with pytest.raises(InputError):
@@ -149,35 +148,37 @@ def example():
 def test_shipped_example_scenario_by_hand(example):
     problem, _scenario, plan = example
     pools = problem.pool_by_id
-    assert [p.id for p in problem.pools] == ["owned", "committed-1y", "on-demand", "spot"]
-    owned, committed, spot = pools["owned"], pools["committed-1y"], pools["spot"]
-    # Prices from the data files: owned (700 - 0.15 × 700) W × 1.56 × 0.13 / 1000 = 0.120666 USD/GPU-h; committed
-    # 7.673 (Cyclenerd 1-year CUD), on demand 11.0612 (Cyclenerd), spot 2.52493 (SkyPilot a3-highgpu-1g).
+    assert [p.id for p in problem.pools] == ["owned", "committed", "on-demand", "spot"]
+    owned, committed, spot = pools["owned"], pools["committed"], pools["spot"]
+    # Prices: owned (700 - 0.15 × 700) W × 1.56 × 0.13 / 1000 = 0.120666 USD/GPU-h (data files); committed 7.5 (the
+    # scenario's negotiated rate), on demand 11.0612 (Cyclenerd), spot 2.52493 (SkyPilot a3-highgpu-1g).
     assert owned.usd_per_gpu_hour == pytest.approx(0.120666)
-    assert committed.committed_usd_per_gpu_hour == pytest.approx(7.673) and committed.usd_per_gpu_hour == 0
+    assert committed.committed_usd_per_gpu_hour == pytest.approx(7.5) and committed.usd_per_gpu_hour == 0
     assert committed.on_demand_usd_per_gpu_hour == pytest.approx(11.0612)
-    assert committed.break_even_utilization == pytest.approx(7.673 / 11.0612)
+    assert committed.break_even_utilization == pytest.approx(7.5 / 11.0612)
     assert spot.usd_per_gpu_hour == pytest.approx(2.52493)
     # One H100 tp-1 replica serves C req/s (the capacity model); at margin 0.1 a GPU gives 0.9 C, a spot one
-    # 0.9 × 0.9 C. In units of 0.9 C the night (92.5 req/s) needs 9.48 GPUs and the day (190 req/s) 19.47.
+    # 0.9 × 0.9 C. In units of 0.9 C (C = 10.36 req/s) the night (88 req/s) needs 9.44 GPUs and the day (181 req/s)
+    # 19.41.
     cap = {o.pool: o.capacity_req_per_s for o in problem.options}
     assert cap["spot"] == pytest.approx(0.9 * cap["owned"])
     unit = 0.9 * cap["owned"]
-    assert 9 < 92.5 / unit < 9.5 and 19 < 190 / unit < 19.5  # the pattern the arithmetic below assumes
+    assert 9 < 88 / unit < 9.5 and 19.35 < 181 / unit < 19.5  # the pattern the arithmetic below assumes
     # By hand, in the order of marginal cost (committed 0 once committed, owned 0.12, spot 2.525 per 0.9 GPU,
     # on demand 11.06): with c committed GPUs the day fills c + 8 owned + 8 spot (7.2 units) + on demand.
-    #   c = 4: day 4 + 8 + 7.2 = 19.2 < 19.47: 1 on-demand GPU for 18 h = 199.10 $; night 4 + 6 owned
-    #   c = 5: day 5 + 8 + 7.2 = 20.2 >= 19.47, no on-demand; night 5 + 5 owned. The 5th GPU costs 7.673 × 24 =
-    #          184.15 $ and saves 199.10 + one owned GPU for 6 h (0.72) = 199.83 $: commit it.
-    #   c = 6: day 6 + 8 + 7 spot (6.3) = 20.3: saves 1 spot GPU × 18 h = 45.45 $ + 0.72 < 184.15 $: don't.
-    # Cost at c = 5: 5 × 7.673 × 24 = 920.76; owned 6 h × 5 + 18 h × 8 = 174 GPU-h × 0.120666 = 20.995884;
+    #   c = 4: day 4 + 8 + 7.2 = 19.2 < 19.41: 1 on-demand GPU for 18 h = 199.10 $; night 4 + 6 owned
+    #   c = 5: day 5 + 8 + 7 spot (6.3) = 19.3 < 19.41, so 8 spot: 20.2 >= 19.41, no on-demand; night 5 + 5
+    #          owned. The 5th GPU costs 7.5 × 24 = 180.00 $ and saves 199.10 + one owned GPU for 6 h (0.72) =
+    #          199.83 $: commit it.
+    #   c = 6: day 6 + 8 + 7 spot (6.3) = 20.3: saves 1 spot GPU × 18 h = 45.45 $ + 0.72 < 180.00 $: don't.
+    # Cost at c = 5: 5 × 7.5 × 24 = 900.00; owned 6 h × 5 + 18 h × 8 = 174 GPU-h × 0.120666 = 20.995884;
     # spot 18 h × 8 × 2.52493 = 363.58992; starts (one GB/s loading of 16.06 GB per GPU, priced at the pool's
     # rate: the options' start_cost_usd) 3 owned + 8 spot starts at 06:00.
     starts_usd = 3 * problem.option_by_key[("Llama-3.1-8B", "owned", 1, 1)].start_cost_usd \
         + 8 * problem.option_by_key[("Llama-3.1-8B", "spot", 1, 1)].start_cost_usd
-    hand_usd = 920.76 + 20.995884 + 363.58992 + starts_usd
+    hand_usd = 900.00 + 20.995884 + 363.58992 + starts_usd
     assert validate(problem, plan).ok, validate(problem, plan).violations
-    assert plan.commitments == {"committed-1y": 5}
+    assert plan.commitments == {"committed": 5}
     assert plan.objective_usd == pytest.approx(hand_usd, abs=1e-6)
     assert plan.replicas[("Llama-3.1-8B", "spot", 1, 1)] == (0,) * 6 + (8,) * 18
     assert ("Llama-3.1-8B", "on-demand", 1, 1) not in plan.replicas
@@ -209,41 +210,41 @@ def test_example_plan_file_round_trip(example):
     problem, _scenario, plan = example
     d = json.loads(json.dumps(plan_to_dict(problem, plan)))
     (c,) = d["commitments"]
-    assert (c["pool"], c["gpus"], c["busy_share"]) == ("committed-1y", 5, 1.0)
-    assert c["break_even_utilization"] == pytest.approx(7.673 / 11.0612)
-    assert "Cyclenerd" in c["committed_price_source"] and "on-demand" in c["on_demand_price_source"]
-    assert d["cost_breakdown_usd_per_day"]["of_which_commitments"] == pytest.approx(5 * 7.673 * 24)
+    assert (c["pool"], c["gpus"], c["busy_share"]) == ("committed", 5, 1.0)
+    assert c["break_even_utilization"] == pytest.approx(7.5 / 11.0612)
+    assert "scenario" in c["committed_price_source"] and "on-demand" in c["on_demand_price_source"]
+    assert d["cost_breakdown_usd_per_day"]["of_which_commitments"] == pytest.approx(5 * 7.5 * 24)
     back = plan_from_dict(d, problem)
-    assert back.commitments == {"committed-1y": 5} and validate(problem, back).ok
+    assert back.commitments == {"committed": 5} and validate(problem, back).ok
     # the plan ledger carries the commitment as its own line, and its GPU total is evaluate's
     led = plan_ledger(problem, plan).ledger
     line = next(i for i in led.items if i.unit == "committed GPU-hour")
-    assert (line.quantity_per_day, line.unit_price_usd, line.pool) == (5 * 24, pytest.approx(7.673), "committed-1y")
+    assert (line.quantity_per_day, line.unit_price_usd, line.pool) == (5 * 24, pytest.approx(7.5), "committed")
 
 
 def test_named_pools_get_their_own_workloads(example):
     problem, scenario, plan = example
     # one Deployment per pool the plan uses, named after the pool; the actuator derives the same names
     names = sorted(w.name for w in workloads(problem, plan, scenario))
-    assert names == ["llama-3-1-8b-h100-sxm-80gb-tp1-committed-1y", "llama-3-1-8b-h100-sxm-80gb-tp1-owned",
+    assert names == ["llama-3-1-8b-h100-sxm-80gb-tp1-committed", "llama-3-1-8b-h100-sxm-80gb-tp1-owned",
                      "llama-3-1-8b-h100-sxm-80gb-tp1-spot"]
     targets = plan_targets(json.loads(json.dumps(plan_to_dict(problem, plan))), DeployFile())
     assert sorted(t.name for t in targets) == names
     # window 0 (night): 5 committed + 5 owned, no spot
-    assert {t.name.rsplit("-", 1)[-1]: t.replicas for t in targets} == {"1y": 5, "owned": 5, "spot": 0}
+    assert {t.name.rsplit("-", 1)[-1]: t.replicas for t in targets} == {"committed": 5, "owned": 5, "spot": 0}
 
 
 def test_online_round_prices_a_committed_gpu_at_its_rate(example):
     problem, _scenario, _plan = example
-    # A one-window plan commits what it uses, so the round ranks a committed GPU at 7.673 USD/h. Per usable GPU
+    # A one-window plan commits what it uses, so the round ranks a committed GPU at 7.5 USD/h. Per usable GPU
     # (0.9 C; spot 0.81 C) an hour costs: owned 0.1207 / 0.9 = 0.134, spot 2.525 / 0.81 = 3.117, committed
-    # 7.673 / 0.9 = 8.526, on demand 11.06 / 0.9 = 12.29: the round fills owned, then spot, then committed.
+    # 7.5 / 0.9 = 8.333, on demand 11.06 / 0.9 = 12.29: the round fills owned, then spot, then committed.
     r = Replanner(problem)
     assert r.initial(0.0).report.ok
-    r.forecaster.observe("Llama-3.1-8B", 190.0, at_s=10.0)
+    r.forecaster.observe("Llama-3.1-8B", 181.0, at_s=10.0)
     res = r.round(60.0)
     assert res.report.ok, res.report.violations
     reps = {k[1]: v[0] for k, v in res.plan.replicas.items()}
-    assert reps["owned"] == 8 and reps["spot"] == 8 and reps.get("committed-1y", 0) > 0 and "on-demand" not in reps
-    # the round's cost per hour: 8 owned × 0.120666 + 8 spot × 2.52493 + committed × 7.673
-    assert res.cost_usd_per_hour == pytest.approx(8 * 0.120666 + 8 * 2.52493 + reps["committed-1y"] * 7.673)
+    assert reps["owned"] == 8 and reps["spot"] == 8 and reps.get("committed", 0) > 0 and "on-demand" not in reps
+    # the round's cost per hour: 8 owned × 0.120666 + 8 spot × 2.52493 + committed × 7.5
+    assert res.cost_usd_per_hour == pytest.approx(8 * 0.120666 + 8 * 2.52493 + reps["committed"] * 7.5)
