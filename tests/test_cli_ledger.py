@@ -87,3 +87,35 @@ def test_whatif_grid(tmp_path):
     assert out.exists() and png.stat().st_size > 0
     bad = CliRunner().invoke(main, args[:-4] + ["--vary", "nonsense=1"])
     assert bad.exit_code == 2 and "sweep variable" in bad.output
+
+
+WHATIF = ["ledger", "whatif", "--model", "llama-3.1-70b", "--prefill-site", "aws:us-east-1", "--decode-site",
+          "aws:us-west-2", "--price-date", "2025-05-31", "--workers", "1", "--format", "json"]
+
+
+def test_whatif_infeasible_cell_names_the_binding_constraint():
+    # An 8,192-token mean prompt (p95 ~29k tokens) cannot meet TTFT 2 s at any tp: the prefill binds, not the decode
+    # GPU. The verdict names the TTFT target, its value and each tp's TTFT, largest tp first.
+    r = CliRunner().invoke(main, WHATIF + ["--vary", "prompt_tokens=8192"])
+    assert r.exit_code == 0, r.output
+    (row,) = json.loads(r.output)
+    v = row["verdict"]
+    assert v.startswith("infeasible: field 'ttft_slo_s'"), v
+    assert "TTFT (the prefill) binds" in v and "exceeds the target 2.000 s" in v and "--ttft-slo-s" in v
+    assert v.index("tp 8:") < v.index("tp 4:") < v.index("tp 2:")
+    assert "field 'decode_gpu'" not in v
+    # Independent check that TTFT is what binds: the tp-8 TTFT the message quotes, as the target, makes the cell
+    # feasible (same prompts, same GPU).
+    quoted = float(v.split("tp 8: TTFT p95 ")[1].split(" s")[0])
+    ok = CliRunner().invoke(main, WHATIF + ["--vary", "prompt_tokens=8192", "--ttft-slo-s", str(quoted * 1.05)])
+    assert ok.exit_code == 0, ok.output
+    assert not json.loads(ok.output)[0]["verdict"].startswith("infeasible"), ok.output
+
+
+def test_decode_pool_failure_names_tpot_when_tpot_binds():
+    # A 1 ms TPOT target: no decode step of a 70B model at batch 1 is that fast (memory bandwidth alone: 141 GB of
+    # weights / (8 × 3.35 TB/s) = 5.3 ms), so TPOT binds, and the message says so with the field --tpot-slo-s sets.
+    r = CliRunner().invoke(main, BASE + ["--tpot-slo-s", "0.001"])
+    assert r.exit_code == 2
+    assert "field 'tpot_slo_s'" in r.output and "TPOT" in r.output and "binds" in r.output, r.output
+    assert "Traceback" not in r.output
