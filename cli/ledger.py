@@ -110,6 +110,16 @@ def parse_vary(text: str, names: Collection[str] = tuple(SWEEP_VARIABLES)) -> tu
     name, spec = (x.strip() for x in text.split("=", 1))
     if name not in names:
         raise UnknownNameError("sweep variable", name, names, field="vary")
+    if ":" in spec and spec.count(":") != 2:
+        raise InputError(f"--vary {text!r}: a range is START:STOP:COUNT (three numbers, e.g. {name}=1:2:5 for 5 "
+                         f"values from 1 to 2); for a list of values write {name}={spec.replace(':', ',')}",
+                         field="vary", value=text)
+    items = spec.split(",")
+    if ":" not in spec and any(not x.strip() for x in items):
+        raise InputError(f"--vary {text!r}: value {[x.strip() for x in items].index('') + 1} of the list is empty; "
+                         f"write the values with one comma between them, e.g. "
+                         f"{name}={','.join(x.strip() for x in items if x.strip()) or '1,2'}", field="vary",
+                         value=text)
     try:
         if ":" in spec:
             a, b, n = spec.split(":")
@@ -117,7 +127,7 @@ def parse_vary(text: str, names: Collection[str] = tuple(SWEEP_VARIABLES)) -> tu
                 raise ValueError
             vals = [round(float(x), 12) for x in np.linspace(float(a), float(b), int(n))]
         else:
-            vals = [float(x) for x in spec.split(",") if x.strip()]
+            vals = [float(x) for x in items]
     except ValueError:
         raise InputError(f"--vary {text!r}: values must be numbers (START:STOP:COUNT with COUNT 1..1000, or a "
                          "comma-separated list)", field="vary", value=text) from None

@@ -119,3 +119,26 @@ def test_decode_pool_failure_names_tpot_when_tpot_binds():
     assert r.exit_code == 2
     assert "field 'tpot_slo_s'" in r.output and "TPOT" in r.output and "binds" in r.output, r.output
     assert "Traceback" not in r.output
+
+
+def test_vary_empty_item_and_two_part_range_refused():
+    from fleetplan.cli.ledger import parse_vary
+    from fleetplan.errors import InputError
+
+    for text, words in (("prompt_tokens=1,,2", "value 2 of the list is empty"),
+                        ("prompt_tokens=1,2,", "value 3 of the list is empty"),
+                        # was "values must be numbers": the range lacks its COUNT
+                        ("prompt_tokens=1:2", "a range is START:STOP:COUNT (three numbers")):
+        try:
+            parse_vary(text)
+        except InputError as exc:
+            assert words in str(exc) and text in str(exc), str(exc)
+        else:
+            raise AssertionError(f"{text} accepted")
+    assert parse_vary("prompt_tokens=1, 2") == ("prompt_tokens", [1.0, 2.0])
+
+
+def test_sweep_window_error_names_vary():
+    r = CliRunner().invoke(main, ["sweep", "--vary", "window_length_s=7"])
+    assert r.exit_code == 2, r.output
+    assert "--vary window_length_s" in r.output and "7" in r.output and "--window," not in r.output, r.output
