@@ -63,15 +63,25 @@ def check_destination(path: str | Path, *, field: str | None = None) -> Path:
     return target
 
 
+#: The file type each output option writes, by option name: its path must end so (an xlsx under a .csv name
+#: would open as garbage).
+OUTPUT_SUFFIXES: dict[str, tuple[str, ...]] = {"--xlsx": (".xlsx",), "--plot": (".png",)}
+
+
 def check_destinations(paths: Mapping[str, str | Path | None], *, inputs: Sequence[str | Path | None] = ()) -> None:
     """:func:`check_destination` for every given path of ``paths`` ({option name: path or None}), before any work
     starts, so a long run never ends in an unwritable output. Two options naming the same file are an error too, and
-    so is an output that names one of the command's ``inputs`` (it would replace the file being read)."""
+    so is an output that names one of the command's ``inputs`` (it would replace the file being read), and an
+    option of :data:`OUTPUT_SUFFIXES` whose path has another suffix."""
     seen: dict[Path, str] = {}
     read = {Path(p).resolve() for p in inputs if p is not None and Path(p).exists()}
     for name, p in paths.items():
         if p is None:
             continue
+        want = OUTPUT_SUFFIXES.get(name)
+        if want and Path(p).suffix.lower() not in want:
+            raise InputError(f"{name} writes a {want[0]} file but {p} ends in {Path(p).suffix or 'no suffix'!r}; "
+                             f"name it {Path(p).with_suffix(want[0]).name}", source=str(p), field=name, value=str(p))
         target = check_destination(p, field=name)
         key = target.resolve()
         if key in read:

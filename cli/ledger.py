@@ -170,7 +170,12 @@ def _run_sweep(spec, variables: dict, ex: Executor, quiet: bool) -> list[dict]:
 
 def _print_split(result, fmt: str) -> None:
     if fmt == "json":
-        click.echo(json.dumps(_clean_deep(result.to_dict()), indent=2))
+        d = result.to_dict()
+        be = d["break_even_egress_usd_per_gb"]
+        if be is not None and be < 0:  # as the table's "none": no egress price makes the split pay
+            d["break_even_egress_usd_per_gb"] = None
+            d["break_even_egress_note"] = "none: the split costs more even with free egress"
+        click.echo(json.dumps(_clean_deep(d), indent=2))
         return
     rows = [i.row() for o in result.options.values() for i in o.ledger.items]
     if fmt == "csv":
@@ -232,7 +237,9 @@ def ledger() -> None:
 @ledger.command("split")
 @_split_options
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "csv"]), default="table", show_default=True,
-              help="table: line items and options side by side; json: one object; csv: line items.")
+              help="table: line items and options side by side; json: one object (break_even_egress_usd_per_gb is "
+                   "null when no egress price makes the split pay, with break_even_egress_note saying so); csv: "
+                   "line items.")
 @click.option("--xlsx", type=click.Path(dir_okay=False), default=None, help="Also write a what-if workbook.")
 @click.option("--csv-out", type=click.Path(dir_okay=False), default=None, help="Also write the line items as CSV.")
 @click.option("--no-prompt-break-even", is_flag=True, help="Skip the (slower) prompt-length break-even search.")

@@ -142,3 +142,23 @@ def test_sweep_window_error_names_vary():
     r = CliRunner().invoke(main, ["sweep", "--vary", "window_length_s=7"])
     assert r.exit_code == 2, r.output
     assert "--vary window_length_s" in r.output and "7" in r.output and "--window," not in r.output, r.output
+
+
+def test_json_break_even_none_is_null_as_the_table_says():
+    # Here the split costs more than colocated even with free egress (table: "none"); the break-even egress price
+    # solving cost(split at p) = cost(best) is negative, which JSON printed as a number. Now null, with a note.
+    r = CliRunner().invoke(main, BASE + ["--format", "json"])
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.output)
+    assert d["options"]["split"]["gpu_usd_per_day"] > d["options"]["colocated"]["total_usd_per_day"]
+    assert d["break_even_egress_usd_per_gb"] is None
+    assert d["break_even_egress_note"].startswith("none")
+    t = CliRunner().invoke(main, BASE)
+    assert "Break-even cross-site egress: none" in t.output
+
+
+def test_output_with_the_wrong_suffix_refused(tmp_path):
+    x = tmp_path / "x.csv"
+    r = CliRunner().invoke(main, BASE + ["--xlsx", str(x)])
+    assert r.exit_code == 2 and "--xlsx writes a .xlsx file" in r.output and "x.xlsx" in r.output, r.output
+    assert not x.exists()

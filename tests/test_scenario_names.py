@@ -47,3 +47,24 @@ def test_unknown_region_with_own_price_is_allowed(tmp_path):
         "gpus_per_node: 8}", "gpus_per_node: 8, usd_per_gpu_hour: 4.0}"))
     r = CliRunner().invoke(main, ["plan", str(f), "--format", "json", "--time-limit", "20"])
     assert "unknown aws region" not in r.output, r.output
+
+
+def test_plan_table_ratio_is_cost_and_price_printed_once(tmp_path):
+    # The README's baseline column is "cost vs the plan": the table's ratio is the baseline's cost / the plan's cost
+    # (it was GPU-hours), and each pool's catalog price appears once on its line (it was printed twice).
+    import json
+    import re
+
+    f = tmp_path / "s.yaml"
+    f.write_text(SCENARIO.format(**GOOD))
+    r = CliRunner(env={"COLUMNS": "250"}).invoke(main, ["plan", str(f), "--time-limit", "20"])
+    assert r.exit_code == 0, r.output
+    assert "cost vs this plan" in r.output and "(GPU-h)" not in r.output
+    d = json.loads(CliRunner().invoke(main, ["plan", str(f), "--time-limit", "20", "--format", "json"]).output)
+    for name, b in d["baselines"].items():
+        row = next(line for line in r.output.splitlines() if name in line)
+        assert f"{b['cost_usd_per_day'] / d['cost_usd_per_day']:.2f}" in row, row
+    price_lines = re.findall(r"price: .*?(?=\nprice: |\ndemand: |\Z)", r.output, flags=re.S)
+    assert price_lines
+    for line in price_lines:
+        assert len(re.findall(r"USD/GPU-h", line)) == 1, line
