@@ -162,3 +162,27 @@ def test_output_with_the_wrong_suffix_refused(tmp_path):
     r = CliRunner().invoke(main, BASE + ["--xlsx", str(x)])
     assert r.exit_code == 2 and "--xlsx writes a .xlsx file" in r.output and "x.xlsx" in r.output, r.output
     assert not x.exists()
+
+
+def test_split_yaml_files_are_relative_to_the_yaml(tmp_path, monkeypatch):
+    # prices_file in a split YAML is found beside the YAML, whatever the current directory (it was resolved against
+    # the current directory). The user's 9 USD/GPU-h row for us-west-2 gives the same totals as the same price given
+    # on the command line (--decode-usd-per-gpu-hour 9), an independent path to that price.
+    sub = tmp_path / "design"
+    sub.mkdir()
+    (sub / "my_prices.csv").write_text(
+        "provider,instance,region,gpu,gpu_count,usd_per_hour,pricing_model\n"
+        "aws,p5.48xlarge,us-west-2,H100-SXM-80GB,8,72,on-demand\n")
+    (sub / "split.yaml").write_text(
+        "model: llama-3.1-70b\nprefill_site: aws:us-east-1\ndecode_site: aws:us-west-2\ntrace: azure-conv\n"
+        "price_date: '2025-05-31'\nprices_file: my_prices.csv\n")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    args = ["--vary", "egress_usd_per_gb=0.02", "--workers", "1", "--format", "json"]
+    r = CliRunner().invoke(main, ["whatif", str(sub / "split.yaml"), *args])
+    assert r.exit_code == 0, r.output
+    given = CliRunner().invoke(main, ["whatif", "--decode-usd-per-gpu-hour", "9", *args])
+    assert given.exit_code == 0, given.output
+    (a,), (b,) = json.loads(r.output), json.loads(given.output)
+    assert a["colocated_usd_per_day"] == b["colocated_usd_per_day"]
