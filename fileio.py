@@ -78,10 +78,6 @@ def check_destinations(paths: Mapping[str, str | Path | None], *, inputs: Sequen
     for name, p in paths.items():
         if p is None:
             continue
-        want = OUTPUT_SUFFIXES.get(name)
-        if want and Path(p).suffix.lower() not in want:
-            raise InputError(f"{name} writes a {want[0]} file but {p} ends in {Path(p).suffix or 'no suffix'!r}; "
-                             f"name it {Path(p).with_suffix(want[0]).name}", source=str(p), field=name, value=str(p))
         target = check_destination(p, field=name)
         key = target.resolve()
         if key in read:
@@ -91,6 +87,11 @@ def check_destinations(paths: Mapping[str, str | Path | None], *, inputs: Sequen
             raise InputError(f"{seen[key]} and {name} name the same file {target}; give each output its own path",
                              source=str(target), field=name)
         seen[key] = name
+    for name, p in paths.items():  # after the checks above, which say more (a folder, a device, one file twice)
+        want = OUTPUT_SUFFIXES.get(name)
+        if p is not None and want and Path(p).suffix.lower() not in want:
+            raise InputError(f"{name} writes a {want[0]} file but {p} ends in {Path(p).suffix or 'no suffix'!r}; "
+                             f"name it {Path(p).with_suffix(want[0]).name}", source=str(p), field=name, value=str(p))
 
 
 def _temporary_beside(target: Path, field: str | None) -> Path:

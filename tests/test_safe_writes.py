@@ -33,7 +33,7 @@ def test_a_folder_or_missing_folder_is_refused_before_any_work(tmp_path):
     with pytest.raises(InputError, match="does not exist"):
         check_destinations({"--out": tmp_path / "no" / "x.json"})
     with pytest.raises(InputError, match="name the same file"):
-        check_destinations({"--out": tmp_path / "a.json", "--report": tmp_path / "." / "a.json"})
+        check_destinations({"--out": tmp_path / "a.json", "--plot": tmp_path / "." / "a.json"})
 
 
 def test_several_outputs_all_or_none_when_the_work_fails(tmp_path):
