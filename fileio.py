@@ -17,6 +17,8 @@ from __future__ import annotations
 import contextlib
 import difflib
 import functools
+import hashlib
+import json
 import os
 import re
 import tempfile
@@ -61,10 +63,16 @@ def check_destination(path: str | Path, *, field: str | None = None) -> Path:
     return target
 
 
+#: The file type each output option writes, by option name: its path must end so (an xlsx under a .csv name
+#: would open as garbage).
+OUTPUT_SUFFIXES: dict[str, tuple[str, ...]] = {"--xlsx": (".xlsx",), "--plot": (".png",)}
+
+
 def check_destinations(paths: Mapping[str, str | Path | None], *, inputs: Sequence[str | Path | None] = ()) -> None:
     """:func:`check_destination` for every given path of ``paths`` ({option name: path or None}), before any work
     starts, so a long run never ends in an unwritable output. Two options naming the same file are an error too, and
-    so is an output that names one of the command's ``inputs`` (it would replace the file being read)."""
+    so is an output that names one of the command's ``inputs`` (it would replace the file being read), and an
+    option of :data:`OUTPUT_SUFFIXES` whose path has another suffix."""
     seen: dict[Path, str] = {}
     read = {Path(p).resolve() for p in inputs if p is not None and Path(p).exists()}
     for name, p in paths.items():
@@ -79,6 +87,11 @@ def check_destinations(paths: Mapping[str, str | Path | None], *, inputs: Sequen
             raise InputError(f"{seen[key]} and {name} name the same file {target}; give each output its own path",
                              source=str(target), field=name)
         seen[key] = name
+    for name, p in paths.items():  # after the checks above, which say more (a folder, a device, one file twice)
+        want = OUTPUT_SUFFIXES.get(name)
+        if p is not None and want and Path(p).suffix.lower() not in want:
+            raise InputError(f"{name} writes a {want[0]} file but {p} ends in {Path(p).suffix or 'no suffix'!r}; "
+                             f"name it {Path(p).with_suffix(want[0]).name}", source=str(p), field=name, value=str(p))
 
 
 def _temporary_beside(target: Path, field: str | None) -> Path:
@@ -151,6 +164,114 @@ def output_files(paths: Mapping[str, str | Path | None]) -> Iterator[dict[str, P
         for p in [*tmps.values(), *made]:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(p)
+
+
+def check_output_folder(path: str | Path, *, field: str | None = None) -> Path:
+    """``path`` as a Path, after checking that it may hold a command's output files.
+
+    One rule for every output: fleetplan creates a file, or a folder it fills itself (``export k8s --out``,
+    ``simulate --plots``) with its sub-folders, but never a missing parent folder: a misspelt parent is an error
+    (naming ``field``) rather than a new tree somewhere unexpected. Raises InputError when ``path`` is a file, or
+    its parent folder does not exist.
+    """
+    root = Path(path)
+    if root.exists() and not root.is_dir():
+        raise InputError(f"{root} is a file; give a folder", source=str(root), field=field)
+    parent = root.parent if str(root.parent) else Path(".")
+    if not root.exists() and not parent.is_dir():
+        raise InputError(f"folder {parent} does not exist; create it or choose another path (fleetplan creates "
+                         f"only the output folder itself, {root.name})", source=str(root), field=field)
+    return root
+
+
+#: Name of the index a file-set output (:func:`write_file_set`) writes into its folder.
+FILE_SET_INDEX = "fleetplan-files.json"
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _read_file_set_index(root: Path, field: str | None) -> dict[str, str]:
+    """{relative path: sha256} of the files an earlier :func:`write_file_set` wrote into ``root`` ({} if none)."""
+    index = root / FILE_SET_INDEX
+    if not index.exists():
+        return {}
+    fix = f"it is not an index fleetplan wrote; move {index} away and export again"
+    try:
+        data = json.loads(index.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        raise InputError(f"cannot read {FILE_SET_INDEX}: {fix}", source=str(index), field=field) from None
+    files = data.get("files") if isinstance(data, dict) else None
+    if not isinstance(files, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in files.items()):
+        raise InputError(f"{FILE_SET_INDEX} has no 'files' mapping: {fix}", source=str(index), field=field)
+    base = root.resolve()
+    for rel in files:
+        if Path(rel).is_absolute() or not (root / rel).resolve().is_relative_to(base) or rel == FILE_SET_INDEX:
+            raise InputError(f"{FILE_SET_INDEX} lists {rel!r}, outside the folder: {fix}", source=str(index),
+                             field=field)
+    return files
+
+
+def write_file_set(root: str | Path, files: Mapping[str, str], *, field: str | None = None,
+                   written_by: str = "fleetplan") -> list[str]:
+    """Write ``files`` ({path relative to ``root``: text}) into the folder ``root`` as one set, all or none, and
+    return the files of an earlier set that the new one removed (relative paths).
+
+    Beside the files it writes an index, :data:`FILE_SET_INDEX` ({"written_by", "files": {path: sha256}}), by which
+    a later call recognises its own files: the files of the earlier set that the new set does not produce (a plan
+    with fewer windows or models) are removed once the new set is in place, so the folder never mixes two exports.
+    Only files the index lists are ever replaced or removed; the user's other files are left alone. Refused
+    (InputError naming ``field``, nothing written): ``root`` fails :func:`check_output_folder`; a file the new set
+    would replace exists but no index lists it (the user's file); a file of the earlier set that the new one drops
+    was edited since (its checksum differs: move it away first); an unreadable index.
+    """
+    folder = check_output_folder(root, field=field)
+    old = _read_file_set_index(folder, field) if folder.exists() else {}
+    for rel in files:
+        p = folder / rel
+        if p.exists() and rel not in old:
+            raise InputError(f"{p} exists and was not written by an earlier export into {folder} (no "
+                             f"{FILE_SET_INDEX} lists it); it is not replaced: move it away or export into an empty "
+                             "folder", source=str(p), field=field)
+    stale = [rel for rel in old if rel not in files and (folder / rel).exists()]
+    for rel in stale:
+        if (folder / rel).is_file() and _sha256(folder / rel) != old[rel]:
+            raise InputError(f"{folder / rel} is from an earlier export, was edited since, and the new export does "
+                             "not produce it: move it out of the folder (or delete it) and export again",
+                             source=str(folder / rel), field=field)
+    made: list[Path] = []
+    inner = {p for rel in files for p in (folder / rel).parents if p != folder and p.is_relative_to(folder)}
+    for d in [folder, *sorted(inner, key=lambda p: len(p.parts))]:  # parents first
+        if not d.exists():
+            d.mkdir()
+            made.append(d)
+    index = {"written_by": written_by, "files": {rel: text_sha256(text) for rel, text in files.items()}}
+    try:
+        with output_files({**{rel: folder / rel for rel in files},
+                           FILE_SET_INDEX: folder / FILE_SET_INDEX}) as tmps:
+            for rel, text in files.items():
+                tmps[rel].write_text(text, newline="")
+            tmps[FILE_SET_INDEX].write_text(json.dumps(index, indent=1, sort_keys=True) + "\n")
+    except BaseException:
+        for d in reversed(made):
+            with contextlib.suppress(OSError):
+                d.rmdir()
+        raise
+    for rel in stale:
+        p = folder / rel
+        p.unlink()
+        for parent in p.parents:  # folders the earlier set made, now empty
+            if parent == folder or not parent.is_relative_to(folder):
+                break
+            with contextlib.suppress(OSError):
+                parent.rmdir()
+    return stale
+
+
+def text_sha256(text: str) -> str:
+    """sha256 hex digest of ``text`` as UTF-8 (what :func:`write_file_set` records per file)."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def write_text_atomic(path: str | Path, text: str, *, field: str | None = None) -> None:

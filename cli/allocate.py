@@ -11,7 +11,14 @@ import click
 
 from fleetplan.cli.executor import executor_options
 from fleetplan.fileio import atomic_path, check_destinations
-from fleetplan.placement.tenants import Objectives, Tenant, TenantProblem, load_tenants, validate_allocation
+from fleetplan.placement.tenants import (
+    Objectives,
+    Tenant,
+    TenantProblem,
+    load_tenants,
+    quota_warning,
+    validate_allocation,
+)
 from fleetplan.solvers.executor import make_executor
 from fleetplan.solvers.tenant_baselines import fair_share, static_partition
 from fleetplan.solvers.tenants import AllocationResult, solve_allocation
@@ -101,7 +108,7 @@ def _split_table(problem: TenantProblem, splits: dict[tuple[int, str], NodeSplit
     st = f"; {', '.join(sorted(statuses))}" if statuses else ""
     tab = Table(title=f"In-node split, --split {split}{st} (per node and window in JSON)")
     for c in ("split", "GPU type", "node-windows", "parts", "GPUs used", "shared", "unmet"):
-        tab.add_column(c, justify="right")
+        tab.add_column(c, justify="right", overflow="fold")
     for (kind, g), (nw, parts, used, shared, unmet) in sorted(rows.items()):
         tab.add_row(kind.upper(), g, str(nw), str(parts), str(used), str(shared),
                     f"{unmet} {'slices' if kind == 'mig' else '%'}")
@@ -149,6 +156,9 @@ def allocate(scenario: Path | None, mode: str, backend: str, time_limit_s: float
     check_destinations({"--plot": plot})  # before the solve
     t0 = time.perf_counter()
     problem, opts = load_tenants(scenario)
+    warning = quota_warning(problem)
+    if warning:
+        click.echo(f"Warning: {warning}", err=True)
     kinds = {} if split == "none" else {g: split_kind(split, g) for g in sorted({n.gpu for n in problem.nodes})}
     err = Console(stderr=True)
     with make_executor(executor, workers=workers, address=ray_address) as ex, \
@@ -181,6 +191,7 @@ def allocate(scenario: Path | None, mode: str, backend: str, time_limit_s: float
             "policies": {k: _objectives_json(v) for k, v in policies.items()},
             "pareto": [_objectives_json(o) for _, o in result.pareto],
             "lexicographic_stages": [{"objective": n, "optimum": b, "kept": k} for n, b, k in result.stages],
+            "warnings": [warning] if warning else [],
         }
         click.echo(json.dumps(out, indent=2))
         return
@@ -194,7 +205,7 @@ def allocate(scenario: Path | None, mode: str, backend: str, time_limit_s: float
     tab = Table(title="Policies")
     for c in ("policy", "utilization", "isolation", "shared node-windows", "SLA shortfall (GPU-w)",
               "unmet guarantee (GPU-w)", "adjusted capacity (GPU-w)", "SLA met"):
-        tab.add_column(c, justify="right")
+        tab.add_column(c, justify="right", overflow="fold")
     for name, o in policies.items():
         tab.add_row(name, f"{100 * o.utilization:.1f}%", f"{o.isolation:.2f}", str(o.shared_node_windows),
                     f"{o.sla:.1f}", f"{o.unmet_guaranteed_gpu_windows:.1f}",
@@ -202,10 +213,10 @@ def allocate(scenario: Path | None, mode: str, backend: str, time_limit_s: float
                     f"{sum(o.sla_met.values())}/{len(o.sla_met)}")
     con.print(tab)
     att = Table(title="SLA attainment per tenant (served / demand)")
-    att.add_column("tenant")
-    att.add_column("target", justify="right")
+    att.add_column("tenant", overflow="fold")
+    att.add_column("target", justify="right", overflow="fold")
     for name in policies:
-        att.add_column(name, justify="right")
+        att.add_column(name, justify="right", overflow="fold")
     for tenant in problem.tenants:
         att.add_row(tenant.name, f"{100 * tenant.sla_target:.0f}%",
                     *[f"{100 * o.attainment[tenant.name]:.1f}%" for o in policies.values()])
@@ -213,14 +224,14 @@ def allocate(scenario: Path | None, mode: str, backend: str, time_limit_s: float
     if result.stages:
         st = Table(title="Lexicographic stages")
         for c in ("objective", "optimum", "kept within"):
-            st.add_column(c, justify="right")
+            st.add_column(c, justify="right", overflow="fold")
         for n, b, k in result.stages:
             st.add_row(n, f"{b:.4f}", f"{k:.4f}")
         con.print(st)
     if result.pareto:
         pt = Table(title="Pareto front (non-dominated)")
         for c in ("point", "utilization", "isolation", "SLA shortfall", "shared node-windows"):
-            pt.add_column(c, justify="right")
+            pt.add_column(c, justify="right", overflow="fold")
         for i, (_, o) in enumerate(result.pareto):
             pt.add_row(str(i), f"{100 * o.utilization:.2f}%", f"{o.isolation:.2f}", f"{o.sla:.1f}",
                        str(o.shared_node_windows))
@@ -233,9 +244,9 @@ def allocate(scenario: Path | None, mode: str, backend: str, time_limit_s: float
     if split != "none":
         con.print(_split_table(problem, splits, split))
     gt = Table(title="Optimizer: GPUs per tenant and window (nodes in JSON)")
-    gt.add_column("window", justify="right")
+    gt.add_column("window", justify="right", overflow="fold")
     for tenant in problem.tenants:
-        gt.add_column(tenant.name, justify="right")
+        gt.add_column(tenant.name, justify="right", overflow="fold")
     for w in range(problem.n_windows):
         held = {t.name: 0 for t in problem.tenants}
         for (t, ww, _n), g in alloc.gpus.items():

@@ -26,11 +26,17 @@ from fleetplan.costmodels.prices import (
     usable_prices,
 )
 from fleetplan.datasets.catalog import (
+    GPU_FILE_COLUMNS,
+    MODEL_FILE_COLUMNS,
+    PRICE_FILE_COLUMNS,
+    gpu_file_row,
     load_egress,
     load_gpu_prices,
     load_gpu_specs,
     load_models,
+    model_file_row,
     model_from_hf_config,
+    price_file_row,
     resolve_name,
 )
 from fleetplan.datasets.traces import list_traces
@@ -59,13 +65,18 @@ def _clean(v: Any) -> Any:
 
 
 def _render(rows: Sequence[dict[str, Any]], fmt: str, *, title: str, table_columns: Sequence[str] | None = None,
-            numbers: dict[str, str] | None = None) -> None:
-    """Print ``rows`` as a rich table, JSON (a list of objects) or CSV (header + rows) on stdout."""
+            numbers: dict[str, str] | None = None, file_rows: Sequence[dict[str, Any]] | None = None,
+            file_columns: Sequence[str] = ()) -> None:
+    """Print ``rows`` as a rich table, JSON (a list of objects) or CSV (header + rows) on stdout. With
+    ``file_rows`` (rows in the catalog file's columns ``file_columns``), CSV prints those instead, so the output
+    can be edited and read back with --extra."""
     rows = [{k: _clean(v) for k, v in r.items()} for r in rows]
     if fmt == "json":
         click.echo(json.dumps(rows, indent=2))
         return
     if fmt == "csv":
+        if file_rows is not None:
+            rows, table_columns = [{k: _clean(v) for k, v in r.items()} for r in file_rows], file_columns
         buf = io.StringIO()
         cols = list(rows[0]) if rows else list(table_columns or [])
         w = csv.DictWriter(buf, fieldnames=cols, lineterminator="\n")
@@ -109,7 +120,8 @@ def gpus(fmt: str, extra: str | None) -> None:
     analytic latency model can use the GPU (rows missing a number it needs are listed, never filled in)."""
 
     rows = []
-    for name, s in load_gpu_specs(extra).items():
+    specs = load_gpu_specs(extra)
+    for name, s in specs.items():
         g = s.gpu
         rows.append({
             "name": name, "vendor": s.vendor, "form_factor": s.form_factor,
@@ -127,7 +139,8 @@ def gpus(fmt: str, extra: str | None) -> None:
     _render(rows, fmt, title="GPUs (GB = 1e9 bytes; dense TFLOPS; links bidirectional)",
             table_columns=[c for c in (rows[0] if rows else {}) if c not in ("source", "form_factor")],
             numbers={"memory_gb": "g", "hbm_gb_per_s": "g", "bf16_tflops": "g", "fp8_tflops": "g",
-                     "interconnect_gb_per_s": "g", "pcie_gb_per_s": "g", "tdp_w": "g"})
+                     "interconnect_gb_per_s": "g", "pcie_gb_per_s": "g", "tdp_w": "g"},
+            file_rows=[gpu_file_row(s) for s in specs.values()], file_columns=GPU_FILE_COLUMNS)
 
 
 @data.command("models")
@@ -157,7 +170,8 @@ def models(fmt: str, extra: str | None, from_config: str | None) -> None:
                               "weight_bytes_int4", "kv_bytes_per_token_bf16", "kv_bytes_per_token_fp8")}
     _render(rows, fmt, title="Models (bytes; KV = 2 x layers x KV heads x head dim x bytes, MLA: latent)",
             table_columns=[c for c in (rows[0] if rows else {}) if c not in ("max_context_tokens",)],
-            numbers=ints | {"layers": "d", "kv_heads": "d", "head_dim": "d", "sliding_window_tokens": "d"})
+            numbers=ints | {"layers": "d", "kv_heads": "d", "head_dim": "d", "sliding_window_tokens": "d"},
+            file_rows=[model_file_row(m) for m in found.values()], file_columns=MODEL_FILE_COLUMNS)
 
 
 @data.command("prices")
@@ -223,7 +237,8 @@ def prices(fmt: str, extra: str | None, gpu: str | None, cloud: str | None, regi
     if check and fmt == "table":
         shown = ["cloud", "zone", "instance", "pricing_model", "usd_per_gpu_hour", "as_of", "used", "problem"]
     _render(rows, fmt, title="GPU price rows never chosen, and why" if check else "GPU prices (USD)",
-            table_columns=shown, numbers={"gpus_per_node": "d", "node_usd_per_hour": ".4f", "usd_per_gpu_hour": ".4f"})
+            table_columns=shown, numbers={"gpus_per_node": "d", "node_usd_per_hour": ".4f", "usd_per_gpu_hour": ".4f"},
+            file_rows=None if check else [price_file_row(p) for p in rows_in], file_columns=PRICE_FILE_COLUMNS)
     if check and fmt == "table":
         click.echo(f"{len(rows)} row(s) flagged; none of them is ever chosen (see PROVENANCE.md in "
                    "datasets/data/pricing for how each case was resolved).")

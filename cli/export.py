@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from fleetplan.errors import InputError
-from fleetplan.fileio import output_files, write_text_atomic
+from fleetplan.fileio import check_output_folder, write_file_set, write_text_atomic
 from fleetplan.placement.deployment import read_deploy_file, window_index, workloads
 from fleetplan.placement.export_k8s import export_k8s
 from fleetplan.placement.export_vllm import export_vllm
@@ -33,7 +33,9 @@ def export() -> None:
 @export.command("k8s")
 @click.argument("plan_file", type=click.Path(dir_okay=False))
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False),
-              help="Folder to write into (created if missing): one sub-folder per site.")
+              help="Folder to write into (created if missing; its parent must exist): one sub-folder per site, and "
+                   "fleetplan-files.json, the index by which a later export into the folder replaces this one "
+                   "(files it no longer produces are removed; other files are never touched).")
 @click.option("--window", default=None, help="Export only the window holding this time of day (HH:MM).")
 @click.option("--all-windows", is_flag=True, help="Every window and a KEDA schedule for the day (the default).")
 @click.option("--deploy", "deploy_file", default=None, type=click.Path(dir_okay=False), help=_DEPLOY_HELP)
@@ -44,21 +46,18 @@ def k8s(plan_file, out_dir, window, all_windows, deploy_file, lead_minutes) -> N
     """Kubernetes manifests of PLAN_FILE: per site and window a Deployment (or LeaderWorkerSet for pipeline stages
     on several nodes) per workload running vLLM's OpenAI server, a Service per model, and with every window a KEDA
     ScaledObject per workload that follows the day."""
+    check_output_folder(out_dir, field="--out")  # before the work
     deploy = read_deploy_file(deploy_file)
     problem, plan, scenario, d = load_plan_file(plan_file)
     wins = _windows(problem, window, all_windows)
     ws = workloads(problem, plan, scenario, deploy)
     files = export_k8s(problem, ws, wins, deploy, schedule=window is None, lead_minutes=lead_minutes)
     root = Path(out_dir)
-    if root.exists() and not root.is_dir():
-        raise InputError(f"{root} is not a folder", source=str(root), field="--out")
-    for rel in files:
-        (root / rel).parent.mkdir(parents=True, exist_ok=True)
-    with output_files({rel: root / rel for rel in files}) as tmps:
-        for rel, text in files.items():
-            tmps[rel].write_text(text, newline="")
+    removed = write_file_set(root, files, field="--out", written_by="fleetplan export k8s")
     click.echo(f"wrote {len(files)} files for {len(ws)} workloads at {len({w.site for w in ws})} sites into {root} "
-               f"({len(wins)} window{'s' if len(wins) != 1 else ''}); see {root / 'clusters.yaml'}", err=True)
+               f"({len(wins)} window{'s' if len(wins) != 1 else ''}); see {root / 'clusters.yaml'}"
+               + (f"; removed {len(removed)} file(s) of the earlier export it does not produce: "
+                  f"{', '.join(removed)}" if removed else ""), err=True)
 
 
 @export.command("vllm")

@@ -110,6 +110,16 @@ def parse_vary(text: str, names: Collection[str] = tuple(SWEEP_VARIABLES)) -> tu
     name, spec = (x.strip() for x in text.split("=", 1))
     if name not in names:
         raise UnknownNameError("sweep variable", name, names, field="vary")
+    if ":" in spec and spec.count(":") != 2:
+        raise InputError(f"--vary {text!r}: a range is START:STOP:COUNT (three numbers, e.g. {name}=1:2:5 for 5 "
+                         f"values from 1 to 2); for a list of values write {name}={spec.replace(':', ',')}",
+                         field="vary", value=text)
+    items = spec.split(",")
+    if ":" not in spec and any(not x.strip() for x in items):
+        raise InputError(f"--vary {text!r}: value {[x.strip() for x in items].index('') + 1} of the list is empty; "
+                         f"write the values with one comma between them, e.g. "
+                         f"{name}={','.join(x.strip() for x in items if x.strip()) or '1,2'}", field="vary",
+                         value=text)
     try:
         if ":" in spec:
             a, b, n = spec.split(":")
@@ -117,7 +127,7 @@ def parse_vary(text: str, names: Collection[str] = tuple(SWEEP_VARIABLES)) -> tu
                 raise ValueError
             vals = [round(float(x), 12) for x in np.linspace(float(a), float(b), int(n))]
         else:
-            vals = [float(x) for x in spec.split(",") if x.strip()]
+            vals = [float(x) for x in items]
     except ValueError:
         raise InputError(f"--vary {text!r}: values must be numbers (START:STOP:COUNT with COUNT 1..1000, or a "
                          "comma-separated list)", field="vary", value=text) from None
@@ -160,7 +170,12 @@ def _run_sweep(spec, variables: dict, ex: Executor, quiet: bool) -> list[dict]:
 
 def _print_split(result, fmt: str) -> None:
     if fmt == "json":
-        click.echo(json.dumps(_clean_deep(result.to_dict()), indent=2))
+        d = result.to_dict()
+        be = d["break_even_egress_usd_per_gb"]
+        if be is not None and be < 0:  # as the table's "none": no egress price makes the split pay
+            d["break_even_egress_usd_per_gb"] = None
+            d["break_even_egress_note"] = "none: the split costs more even with free egress"
+        click.echo(json.dumps(_clean_deep(d), indent=2))
         return
     rows = [i.row() for o in result.options.values() for i in o.ledger.items]
     if fmt == "csv":
@@ -222,7 +237,9 @@ def ledger() -> None:
 @ledger.command("split")
 @_split_options
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "csv"]), default="table", show_default=True,
-              help="table: line items and options side by side; json: one object; csv: line items.")
+              help="table: line items and options side by side; json: one object (break_even_egress_usd_per_gb is "
+                   "null when no egress price makes the split pay, with break_even_egress_note saying so); csv: "
+                   "line items.")
 @click.option("--xlsx", type=click.Path(dir_okay=False), default=None, help="Also write a what-if workbook.")
 @click.option("--csv-out", type=click.Path(dir_okay=False), default=None, help="Also write the line items as CSV.")
 @click.option("--no-prompt-break-even", is_flag=True, help="Skip the (slower) prompt-length break-even search.")

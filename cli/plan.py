@@ -82,7 +82,7 @@ def _render_table(problem, plan, d: dict) -> None:
         console.print(u)
     s = Table(title="Summary (per day)", title_justify="left")
     s.add_column("plan")
-    for col in ("cost $/day", "GPU-hours/day", "vs this plan (GPU-h)", "note"):
+    for col in ("cost $/day", "GPU-hours/day", "cost vs this plan", "note"):
         s.add_column(col, justify="right" if col != "note" else "left")
     s.add_row("this plan", f"{d['cost_usd_per_day']:,.2f}", f"{d['gpu_hours_per_day']:,.1f}", "1.00",
               f"mean util {d['utilization']['mean']:.0%}, peak {d['utilization']['peak']:.0%}")
@@ -90,7 +90,7 @@ def _render_table(problem, plan, d: dict) -> None:
         s.add_row("lower bound (proven)", f"{d['lower_bound_usd_per_day']:,.2f}", "", "",
                   f"gap {d['gap']:.2%}" if d.get("gap") is not None else "")
     for name, b in (d.get("baselines") or {}).items():
-        ratio = b["gpu_hours_per_day"] / d["gpu_hours_per_day"] if d["gpu_hours_per_day"] else float("nan")
+        ratio = b["cost_usd_per_day"] / d["cost_usd_per_day"] if d["cost_usd_per_day"] else float("nan")
         s.add_row(name, f"{b['cost_usd_per_day']:,.2f}", f"{b['gpu_hours_per_day']:,.1f}", f"{ratio:.2f}",
                   "" if b["valid"] else "exceeds the problem: " + b["message"][:60])
     console.print(s)
@@ -114,8 +114,12 @@ def _render_table(problem, plan, d: dict) -> None:
     for pool in d.get("pools", []):
         rate = pool.get("committed_usd_per_gpu_hour", pool["usd_per_gpu_hour"])
         per = " per committed GPU-h" if "committed_usd_per_gpu_hour" in pool else ""
-        console.print(f"[dim]price: {pool['id']} {rate:.4g} USD/GPU-h{per} ({pool['pricing_model']}) "
-                      f"from {pool['price_source']}[/dim]", markup=True, highlight=False)
+        price = f"{rate:.4g} USD/GPU-h"
+        src = pool["price_source"]
+        # a catalog source states the price itself: print it once
+        shown = f"{pool['id']} ({pool['pricing_model']})" if price in src else f"{pool['id']} {price}{per} " \
+            f"({pool['pricing_model']})"
+        console.print(f"[dim]price: {shown} from {src}[/dim]", markup=True, highlight=False)
     for c in d.get("commitments", []):
         be = c["break_even_utilization"]
         busy = c["busy_share"]

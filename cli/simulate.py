@@ -5,14 +5,12 @@ from __future__ import annotations
 import json
 import math
 import sys
-from pathlib import Path
 
 import click
 
 from fleetplan.cli.output import atomic_path, progress_status, write_text_atomic
 from fleetplan.datasets.traces import load_trace
-from fleetplan.errors import InputError
-from fleetplan.fileio import check_destinations
+from fleetplan.fileio import check_destinations, check_output_folder
 from fleetplan.placement.planio import load_plan_file
 from fleetplan.simulator.engine import Policy
 from fleetplan.simulator.fleetday import read_json, replay_fleet_day, scenario_weight_bytes, steps_from_dict
@@ -146,10 +144,8 @@ def _plots(folder: str, rep: SimReport) -> list[str]:
     import matplotlib.pyplot as plt
     import numpy as np
 
-    d = Path(folder)
-    if d.exists() and not d.is_dir():
-        raise InputError(f"{d} is a file; give a folder for --plots", source=str(d))
-    d.mkdir(parents=True, exist_ok=True)
+    d = check_output_folder(folder, field="--plots")
+    d.mkdir(exist_ok=True)
     written = []
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     for m, (ttft, tpot) in rep.latencies.items():
@@ -252,6 +248,8 @@ def simulate(plan_file, trace_ref, window, model, rate_scale, time_scale, bucket
         raise click.UsageError("--window, --model, --rate-scale, --time-scale and --bucket apply to a --trace replay")
     # The report must not replace a file the replay reads (plan, trace file, fleet steps); checked before the work.
     check_destinations({"--report": report_path}, inputs=[plan_file, fleet_file, trace_ref])
+    if plots_dir:
+        check_output_folder(plots_dir, field="--plots")  # before the replay
     policy = Policy(router=router)
     if fleet_file is not None:
         _simulate_fleet(plan_file, fleet_file, seed, policy, fmt)

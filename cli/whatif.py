@@ -26,6 +26,11 @@ def _read(scenario: str | None) -> tuple[dict, str]:
     data = read_yaml(p, what="YAML file of split options")
     if not isinstance(data, dict):
         raise InputError("a split scenario is a mapping of option names to values", source=str(p))
+    # A file named in the YAML (models_file, prices_file, egress_file) is relative to the YAML's folder, as in a
+    # planner scenario, not to the current directory; paths given on the command line stay relative to it.
+    for key, value in data.items():
+        if key.endswith("_file") and isinstance(value, str) and value and not Path(value).is_absolute():
+            data[key] = str(p.parent / value)
     return data, str(p)
 
 

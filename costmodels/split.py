@@ -275,6 +275,52 @@ def decode_replica_capacity(model: Model, gpu: GPU, mix: TokenMix, slo: SLO, *, 
     return b / (mix.output_tokens_mean * step(b)), b, lim
 
 
+#: What binds when no tensor-parallel degree meets the SLO: {limiting: (SplitSpec field, fix)}.
+_BINDING = {
+    "ttft": ("ttft_slo_s", "TTFT (the prefill) binds", "give a looser TTFT target (--ttft-slo-s), shorter prompts or "
+             "a faster GPU"),
+    "prefill_saturated": ("ttft_slo_s", "TTFT (the prefill) binds", "give a looser TTFT target (--ttft-slo-s), "
+                          "shorter prompts or a faster GPU"),
+    "tpot": ("tpot_slo_s", "TPOT (the decode) binds", "give a looser TPOT target (--tpot-slo-s) or a faster GPU"),
+    "e2e": ("e2e_slo_s", "end-to-end latency binds", "give a looser end-to-end target or a faster GPU"),
+}
+_MEMORY = ("memory binds", "choose a GPU with more memory or shorter prompts/outputs")
+
+
+def _no_tp_error(what: str, gpu: GPU, gpu_field: str, slo: SLO, tried: list[tuple[int, str, str]]) -> InputError:
+    """The error when ``what`` (e.g. 'colocated Llama-3.1-70B') meets its targets at no tensor-parallel degree.
+
+    ``tried``: (tp, limiting, reason with the numbers) per tp tried. The binding constraint is the one at the
+    largest tp (the most compute and memory); the message lists every tp's reason, largest first, and names the
+    field to change: the TTFT or TPOT target, or the GPU when memory binds.
+    """
+    tried = sorted(tried, reverse=True)
+    lim = tried[0][1] if tried else "weights_do_not_fit"
+    field, head, fix = _BINDING.get(lim, (gpu_field, *_MEMORY))
+    value: object = {"ttft_slo_s": slo.ttft_s, "tpot_slo_s": slo.tpot_s, "e2e_slo_s": slo.e2e_s}.get(field, gpu.name)
+    detail = "; ".join(f"tp {tp}: {reason}" for tp, _, reason in tried)
+    return InputError(f"{what} on {gpu.name} meets the SLO at no tp up to {tried[0][0] if tried else '?'}: {head} "
+                      f"({detail}); {fix}", field=field, value=value)
+
+
+def _decode_reason(spec: SplitSpec, tp: int, limiting: str) -> str:
+    """Why a decode-only replica on ``tp`` decode GPUs has no capacity (:func:`decode_replica_capacity`), with the
+    numbers."""
+    s, g = spec, spec.decode_gpu
+    weights = s.model.weight_bytes(s.weight_dtype)
+    budget = 0.9 * tp * g.memory_bytes - weights
+    if budget <= 0:
+        return f"weights {weights / 1e9:.0f} GB exceed 0.9 × {g.memory_bytes / 1e9:.0f} GB × tp {tp}"
+    if limiting == "kv_memory":
+        kv_seq = s.model.kv_tokens_cached(s.mix.input_tokens_mean + s.mix.output_tokens_mean) * s.kv_bytes_per_token
+        return (f"KV budget {budget / 1e9:.2f} GB holds less than one mean sequence of "
+                f"{s.mix.input_tokens_mean + s.mix.output_tokens_mean:.0f} tokens ({kv_seq / 1e9:.3f} GB)")
+    ctx = s.mix.input_tokens_p95 + s.mix.output_tokens_p95 / 2
+    step = decode_step_time_s(s.model, g, 1.0, ctx, tp=tp, weight_dtype=s.weight_dtype, kv_dtype=s.kv_dtype,
+                              calib=s.calib(g))
+    return f"TPOT {step * 1e3:.1f} ms at batch 1 exceeds the target {s.slo.tpot_s * 1e3:.1f} ms"
+
+
 def _tp_choices(price: GpuPrice) -> list[int]:
     return [t for t in TP_DEGREES if t <= price.gpus_per_node]
 
@@ -301,16 +347,17 @@ def _pd_pools(spec: SplitSpec, link: Link, prefill_site: str, prefill_gpu: GPU, 
     s = spec
     pcal = s.calib(prefill_gpu)
     dec = []
+    failed = []
     for tp in _tp_choices(s.decode_price):
         cap, b, lim = decode_replica_capacity(s.model, s.decode_gpu, s.mix, s.slo, tp=tp, weight_dtype=s.weight_dtype,
                                               kv_dtype=s.kv_dtype, calib=s.calib(s.decode_gpu))
         if cap > 0:
             n = _replicas(s.rate_req_per_s, cap, s.margin)
             dec.append((n * tp, tp, n, cap))
+        else:
+            failed.append((tp, lim, _decode_reason(s, tp, lim)))
     if not dec:
-        raise InputError(f"{s.model.name} cannot decode on {s.decode_gpu.name} at any tp within TPOT "
-                         f"{s.slo.tpot_s:g} s (or its weights do not fit); choose a larger GPU or a looser SLO",
-                         field="decode_gpu", value=s.decode_gpu.name)
+        raise _no_tp_error(f"the decode pool of {s.model.name}", s.decode_gpu, "decode_gpu", s.slo, failed)
     _, dtp, dn, dcap = min(dec)
     pre = []
     for tp in _tp_choices(prefill_price):
@@ -370,16 +417,18 @@ def colocated(spec: SplitSpec) -> OptionResult:
     """Option (a): replicas serving prefill and decode at the decode site (capacity.replica_capacity)."""
     s = spec
     cands = []
+    failed = []
     for tp in _tp_choices(s.decode_price):
         c = replica_capacity(s.model, s.decode_gpu, s.mix, s.slo, tp=tp, weight_dtype=s.weight_dtype,
                              kv_dtype=s.kv_dtype, calib=s.calib(s.decode_gpu))
         if c.req_per_s > 0:
             n = _replicas(s.rate_req_per_s, c.req_per_s, s.margin)
             cands.append((n * tp, tp, n, c))
+        else:
+            failed.append((tp, c.limiting, c.reason))
     if not cands:
-        raise InputError(f"{s.model.name} on {s.decode_gpu.name} meets the SLO at no tp up to "
-                         f"{s.decode_price.gpus_per_node}; choose a larger GPU or a looser SLO", field="decode_gpu",
-                         value=s.decode_gpu.name)
+        raise _no_tp_error(f"{s.model.name} colocated (prefill and decode on one replica)", s.decode_gpu, "decode_gpu",
+                           s.slo, failed)
     _, tp, n, c = min(cands, key=lambda r: (r[0], r[1]))
     lam = s.rate_req_per_s / n
     p_mean = prefill_time_s(s.model, s.decode_gpu, s.mix.input_tokens_mean, tp=tp, weight_dtype=s.weight_dtype,

@@ -180,6 +180,8 @@ class GpuSpec:
         memory_bytes: capacity as the engine sees it (memory_mib_reported × 2^20 when given, else vendor GB × 1e9)
             even for ineligible rows, or None.
         source: the row's source column.
+        partial: for an ineligible row, the number cells it does give, as (gpus.csv column, value in that column's
+            unit) pairs (so :func:`gpu_file_row` writes them back); empty for an eligible row (``gpu`` has them).
     """
 
     name: str
@@ -189,6 +191,7 @@ class GpuSpec:
     form_factor: str = ""
     memory_bytes: float | None = None
     source: str = ""
+    partial: tuple[tuple[str, float], ...] = ()
 
     @property
     def eligible(self) -> bool:
@@ -256,8 +259,12 @@ def _gpu_from_row(row: dict[str, str], rows: _Rows, i: int) -> GpuSpec:
                     if v is None)
     vendor, form_factor, source = row.get("vendor", ""), row.get("form_factor", ""), row.get("source", "")
     if missing or bw is None or flops is None:
+        given = (("mem_bandwidth_GBps", bw), ("bf16_dense_tflops", flops), ("fp8_dense_tflops", fp8),
+                 ("interconnect_GBps", link), ("tdp_w", tdp))
         return GpuSpec(name=name, gpu=None, missing=missing, vendor=vendor, form_factor=form_factor,
-                       memory_bytes=mem_bytes, source=source)
+                       memory_bytes=mem_bytes, source=source,
+                       partial=tuple((k, v) for k, v in given if v is not None)
+                       + ((("pcie_GBps", pcie / GB),) if pcie else ()))
     try:
         gpu = GPU(name=name, memory_bytes=mem_bytes, hbm_bandwidth_bytes_per_s=bw * GB,
                   bf16_flops_per_s=flops * TERA, fp8_flops_per_s=None if fp8 is None else fp8 * TERA,
@@ -595,6 +602,81 @@ def load_models(extra: str | Path | None = None) -> dict[str, Model]:
     else:
         user, _ = _models_from(read_user_rows(extra))
     return _merge(shipped, user, lambda m, name: replace(m, name=name))
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Rows as the catalog files write them (what ``--extra`` reads back)
+# --------------------------------------------------------------------------------------------------------------
+
+#: Columns :func:`gpu_file_row` writes: the gpus.csv columns the reader uses.
+GPU_FILE_COLUMNS = ("gpu", "vendor", "form_factor", "memory_gb_vendor", "memory_mib_reported", "mem_bandwidth_GBps",
+                    "bf16_dense_tflops", "fp8_dense_tflops", "interconnect_GBps", "pcie", "tdp_w", "source")
+#: Columns :func:`model_file_row` writes: the models.csv columns the reader uses.
+MODEL_FILE_COLUMNS = ("model", "hf_repo", "arch_type", "attention_type", "num_layers", "hidden_size",
+                      "num_attention_heads", "num_kv_heads", "head_dim", "moe_intermediate_size",
+                      "num_routed_experts", "experts_per_token", "kv_lora_rank", "qk_rope_head_dim",
+                      "max_context_tokens", "sliding_window_tokens", "params_total_b_computed",
+                      "params_active_b_computed", "kv_cache_bytes_per_token_bf16", "source")
+#: Columns :func:`price_file_row` writes: the gpu_prices.csv columns the reader uses, plus zone.
+PRICE_FILE_COLUMNS = ("provider", "instance", "region", "zone", "gpu", "gpu_count", "usd_per_hour",
+                      "usd_per_gpu_hour", "pricing_model", "as_of", "source")
+
+
+def _per(x: float | None, unit: float) -> float | None:
+    return None if x is None else x / unit
+
+
+def gpu_file_row(spec: GpuSpec) -> dict[str, Any]:
+    """One GPU as a gpus.csv row (:data:`GPU_FILE_COLUMNS`; None = blank cell): read back by
+    :func:`load_gpu_specs` (``extra``), it gives the same :class:`GpuSpec`. Memory goes in MiB when it is a whole
+    number of MiB (what the engine reports, the reader's first choice), else in vendor GB only."""
+    g = spec.gpu
+    mem = spec.memory_bytes
+    whole_mib = mem is not None and float(mem / MIB).is_integer()
+    if g is None:  # ineligible: the cells the row gave
+        part = dict(spec.partial)
+        pcie = part.pop("pcie_GBps", None)
+        return {c: None for c in GPU_FILE_COLUMNS} | {
+            "gpu": spec.name, "vendor": spec.vendor, "form_factor": spec.form_factor,
+            "memory_gb_vendor": _per(mem, GB), "memory_mib_reported": int(mem / MIB) if whole_mib and mem else None,
+            "pcie": None if pcie is None else f"{pcie!r} GB/s", "source": spec.source} | part
+    return {
+        "gpu": spec.name, "vendor": spec.vendor, "form_factor": spec.form_factor,
+        "memory_gb_vendor": _per(mem, GB), "memory_mib_reported": int(mem / MIB) if whole_mib and mem else None,
+        "mem_bandwidth_GBps": g and g.hbm_bandwidth_bytes_per_s / GB,
+        "bf16_dense_tflops": g and g.bf16_flops_per_s / TERA,
+        "fp8_dense_tflops": g and _per(g.fp8_flops_per_s, TERA),
+        "interconnect_GBps": g and _per(g.interconnect_bytes_per_s, GB),
+        "pcie": f"{g.pcie_bytes_per_s / GB!r} GB/s" if g and g.pcie_bytes_per_s else None,
+        "tdp_w": g and g.tdp_w, "source": spec.source,
+    }
+
+
+def model_file_row(m: Model) -> dict[str, Any]:
+    """One model as a models.csv row (:data:`MODEL_FILE_COLUMNS`; None = blank cell): read back by
+    :func:`load_models` (``extra``), it gives the same :class:`Model` (parameters in billions, the computed
+    columns; the KV bytes per token stated, so the reader re-checks it against the architecture)."""
+    return {
+        "model": m.name, "hf_repo": model_hf_repo(m.name), "arch_type": m.arch_type,
+        "attention_type": m.attention_type, "num_layers": m.num_layers, "hidden_size": m.hidden_size,
+        "num_attention_heads": m.num_attention_heads, "num_kv_heads": m.num_kv_heads, "head_dim": m.head_dim,
+        "moe_intermediate_size": m.moe_intermediate_size or None, "num_routed_experts": m.num_routed_experts or None,
+        "experts_per_token": m.experts_per_token or None, "kv_lora_rank": m.kv_lora_rank or None,
+        "qk_rope_head_dim": m.qk_rope_head_dim or None, "max_context_tokens": m.max_context_tokens,
+        "sliding_window_tokens": m.sliding_window_tokens, "params_total_b_computed": m.params_total / 1e9,
+        "params_active_b_computed": m.params_active / 1e9,
+        "kv_cache_bytes_per_token_bf16": int(m.kv_bytes_per_token("bf16")), "source": m.source,
+    }
+
+
+def price_file_row(p: GpuPrice) -> dict[str, Any]:
+    """One price as a gpu_prices.csv row (:data:`PRICE_FILE_COLUMNS`): read back by :func:`load_gpu_prices`
+    (``extra``), it gives the same price, as the user's row (``user`` True, its snapshot named after the file)."""
+    return {
+        "provider": p.cloud, "instance": p.instance, "region": p.region, "zone": p.zone, "gpu": p.gpu,
+        "gpu_count": p.gpus_per_node, "usd_per_hour": p.node_usd_per_hour, "usd_per_gpu_hour": p.usd_per_gpu_hour,
+        "pricing_model": p.pricing_model, "as_of": p.as_of, "source": p.source,
+    }
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -1102,7 +1184,9 @@ def find_price(gpu: str, cloud: str, region: str | None = None, pricing_model: s
 
 
 __all__ = [
-    "EGRESS_COLUMNS", "GPU_COLUMNS", "MODEL_COLUMNS", "PRICE_COLUMNS", "GpuSpec", "SkippedPriceRow", "find_price",
+    "EGRESS_COLUMNS", "GPU_COLUMNS", "GPU_FILE_COLUMNS", "MODEL_COLUMNS", "MODEL_FILE_COLUMNS", "PRICE_COLUMNS",
+    "PRICE_FILE_COLUMNS", "GpuSpec", "SkippedPriceRow", "find_price", "gpu_file_row", "model_file_row",
+    "price_file_row",
     "get_gpu", "get_model", "load_aliases", "load_egress", "load_gpu_prices", "load_gpu_specs", "load_gpus",
     "load_models", "model_from_hf_config", "pcie_bytes_per_s", "price_gpu_to_catalog", "read_user_rows", "resolve_name",
     "skipped_price_rows",

@@ -23,19 +23,30 @@ prompt_gb_per_day}] (windows[].replicas label them 'prefill'/'decode'). capacity
 capacity came from: 'roofline (<GPU> row of <calibration file>)' or 'measured <format> <file> (...)'.
 "per day" figures scale the horizon's totals to 24 h (the horizon is a day for 24 one-hour windows; a shorter
 horizon is taken to repeat).
+
+Reading (:func:`load_plan_file`): the file is checked against :class:`~fleetplan.placement.schemas.PlanFile` (wrong
+types such as 1.5 or "2" replicas and unknown keys are refused, naming the field path). The plan is the replicas,
+shared GPUs and unserved demand on the embedded scenario; every figure derived from them (cost, GPU-hours, cost
+breakdown, utilization, pools and prices, each replica's site/GPU/capacity, windows, notes, validation) is
+recomputed and must agree with the file, so an edit the reader would otherwise ignore (a lowered cost, a changed
+window table) is refused: edit the replica counts and write the file again with the derived figures recomputed
+(``fleetplan plan`` on the scenario), never the figures alone. The solver's report (status, backend, lower bound,
+gap, solve time, message) and the baselines are what the run wrote and are kept as they are.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
 from fleetplan.errors import InputError
-from fleetplan.fileio import yaml12_numbers
+from fleetplan.fileio import validate_input, yaml12_numbers
 from fleetplan.placement.plan import Plan, SharedGPU, Status, commitments, evaluate, kv_traffic, pool_gpus_per_window
 from fleetplan.placement.problem import Pool, Problem
 from fleetplan.placement.scenario import Scenario, build_problem, scenario_from_raw
+from fleetplan.placement.schemas import PlanFile
 from fleetplan.placement.validate import validate
 
 FORMAT_VERSION = 1
@@ -204,6 +215,8 @@ def plan_from_dict(d: dict, problem: Problem | None = None) -> Plan:
                                  served_req_per_s={m: tuple(float(x) for x in v)
                                                    for m, v in g["served_req_per_s"].items()})
                        for g in d["shared_gpus"])
+        if d["status"] not in {x.value for x in Status}:
+            raise ValueError(f"status {d['status']!r} is not one of {', '.join(x.value for x in Status)}")
         status = Status(d["status"])
         unserved = {str(m): tuple(float(x) for x in v) for m, v in (d.get("unserved_req_per_s") or {}).items()}
         pd = {(r["model"], r["role"], r["pool"], int(r["tp"]), r["decode_site"]): tuple(int(c) for c in r["counts"])
@@ -212,7 +225,8 @@ def plan_from_dict(d: dict, problem: Problem | None = None) -> Plan:
                  for r in d.get("kv_flows") or []}
         committed = {str(c["pool"]): int(c["gpus"]) for c in (d.get("commitments") or [])}
     except (KeyError, TypeError, ValueError) as exc:
-        raise InputError(f"plan file is malformed: {exc!r}", field="replicas") from None
+        raise InputError(f"plan file is malformed: {exc}; re-create it with `fleetplan plan --out`",
+                         field="status" if "status" in str(exc) else "replicas") from None
     if problem is not None:
         W = problem.n_windows
         for k, counts in replicas.items():
@@ -260,7 +274,53 @@ def read_plan_json(path: str | Path) -> dict:
     if not isinstance(d, dict) or d.get("fleetplan_plan_version") != FORMAT_VERSION:
         raise InputError("not a fleetplan plan file (no fleetplan_plan_version 1); write one with "
                          "`fleetplan plan --out plan.json`", source=str(p), field="fleetplan_plan_version")
+    validate_input(PlanFile, d, source=str(p))
     return d
+
+
+#: Plan-file keys recomputed from the replicas and the embedded scenario, which must agree with the file.
+DERIVED_KEYS = ("name", "cost_usd_per_day", "gpu_hours_per_day", "cost_breakdown_usd_per_day", "utilization",
+                "window_length_s", "n_windows", "pools", "replicas", "shared_gpus", "windows", "notes", "best_effort",
+                "validation", "commitments", "prefill_decode", "kv_flows")
+
+
+def _first_difference(a: Any, b: Any, path: str) -> tuple[str, Any, Any] | None:
+    """(path, value in ``a``, value in ``b``) of the first place two JSON values differ (floats within 1e-9
+    relative; a key of ``b`` that ``a`` lacks is no difference), or None."""
+    if isinstance(a, bool) or isinstance(b, bool) or not isinstance(a, int | float) or not isinstance(b, int | float):
+        if isinstance(a, dict) and isinstance(b, dict):
+            for k in a:  # a figure newer versions add may be absent from an older file
+                if k not in b:
+                    return f"{path}.{k}", a[k], "(absent)"
+                diff = _first_difference(a[k], b[k], f"{path}.{k}")
+                if diff:
+                    return diff
+            return None
+        if isinstance(a, list) and isinstance(b, list):
+            if len(a) != len(b):
+                return f"{path} (length)", len(a), len(b)
+            for i, (x, y) in enumerate(zip(a, b, strict=True)):
+                diff = _first_difference(x, y, f"{path}[{i}]")
+                if diff:
+                    return diff
+            return None
+        return None if a == b else (path, a, b)
+    return None if math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12) else (path, a, b)
+
+
+def check_derived(d: dict, problem: Problem, plan: Plan) -> None:
+    """Raise InputError when a derived figure of the plan dict ``d`` (:data:`DERIVED_KEYS`) differs from its
+    recomputation from ``plan`` on ``problem``, naming the field path, both values and the fix."""
+    again = plan_to_dict(problem, plan)
+    for key in DERIVED_KEYS:
+        if key not in d:
+            continue
+        diff = _first_difference(d[key], again.get(key), key)
+        if diff:
+            where, given, computed = diff
+            raise InputError(f"says {given!r} but the plan's replicas on its scenario give {computed!r}; derived "
+                             "figures are recomputed, not read: edit the replica counts (or re-plan) instead",
+                             field=where.removeprefix("."), value=given)
 
 
 def problem_from_plan_dict(d: dict) -> tuple[Problem, Scenario]:
@@ -298,4 +358,8 @@ def load_plan_file(path: str | Path) -> tuple[Problem, Plan, Any, dict]:
         more = f" (and {len(report.violations) - 3} more)" if len(report.violations) > 3 else ""
         raise InputError("the plan does not hold for its own scenario (was it edited?): "
                          + "; ".join(report.violations[:3]) + more, source=str(path))
+    try:
+        check_derived(d, problem, plan)
+    except InputError as exc:
+        raise InputError(str(exc), source=str(path)) from None
     return problem, plan, scenario, d

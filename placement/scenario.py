@@ -77,11 +77,12 @@ Relative file paths are relative to the scenario file. Every error names the fil
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import datetime
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -189,6 +190,26 @@ def _err(msg: str, where: str, key: str | None = None, value: object = None) -> 
     return InputError(msg, source=where, field=key, value=value)
 
 
+@contextlib.contextmanager
+def _at(where: str, key: str) -> Iterator[None]:
+    """Give an UnknownNameError raised inside (a GPU, model or trace name the catalogs lack) the file and field path
+    ``where`` / ``key`` it came from, keeping its "did you mean"."""
+    try:
+        yield
+    except UnknownNameError as exc:
+        if exc.source:
+            raise
+        raise InputError(str(exc), source=where, field=key, value=exc.name) from None
+
+
+def _check_region(site: Site, prices: list, where: str) -> None:
+    """Raise UnknownNameError (naming ``where``) when ``site``'s cloud has price rows but none in its region (a
+    misspelt region, 'us-est-1', would otherwise surface as a missing price)."""
+    regions = {p.region for p in prices if p.cloud == site.cloud and p.region}
+    if regions and site.region not in regions:
+        raise UnknownNameError(f"{site.cloud} region", site.region, regions, source=where, field="name")
+
+
 def read_scenario(path: str | Path | None = None) -> tuple[dict, str, Path | None]:
     """Read a scenario YAML: a path, the name of a shipped scenario, or None for the shipped default.
 
@@ -225,7 +246,8 @@ def token_mix_from_spec(spec: TokenMixSpec | None, where: str) -> TokenMix:
     if spec is None:
         raise _err("missing 'token_mix': give {trace: azure-conv} or the four token statistics", where, "token_mix")
     if spec.trace is not None:
-        return token_mix_from_trace(load_trace(spec.trace))
+        with _at(where, "token_mix.trace"):
+            return token_mix_from_trace(load_trace(spec.trace))
     stats = (spec.input_tokens_mean, spec.input_tokens_p95, spec.output_tokens_mean, spec.output_tokens_p95)
     in_mean, in_p95, out_mean, out_p95 = stats
     if in_mean is None or in_p95 is None or out_mean is None or out_p95 is None:  # TokenMixSpec checks this too
@@ -250,7 +272,8 @@ def _demand(spec: DemandSpec, where: str, base: Path | None, length: float, mix:
             ref = spec.trace.name
         else:  # TraceDemand checks that one is given
             raise _err("demand.trace needs 'name' (a shipped trace) or 'file'", where, "demand.trace")
-        trace = load_trace(ref)
+        with _at(where, "demand.trace.name"):
+            trace = load_trace(ref)
         if spec.trace.rate_scale != 1.0:
             trace = trace.time_scaled(spec.trace.rate_scale)
         (demand,) = trace_to_demand(trace, length, by=()).values()
@@ -291,9 +314,10 @@ def _dates_as_text(raw: dict) -> dict:
 
 
 def scenario_from_raw(raw: dict, *, source: str = "scenario", base: str | None = None,
-                      window_length_s: float | None = None) -> Scenario:
+                      window_length_s: float | None = None, window_source: str = "--window") -> Scenario:
     """A :class:`Scenario` from an already-read mapping (e.g. the one embedded in a plan file); relative paths
-    are resolved against ``base``."""
+    are resolved against ``base``; ``window_length_s`` overrides the options' (an error about it names
+    ``window_source``, the option it came from)."""
     where = source
     base_dir = Path(base) if base else None
     if not isinstance(raw, dict):
@@ -301,7 +325,7 @@ def scenario_from_raw(raw: dict, *, source: str = "scenario", base: str | None =
     raw = _dates_as_text(raw)
     spec = validate_input(ScenarioFile, raw, source=where, labels=ENTRY_LABELS)
     if window_length_s is not None:
-        checked = validate_input(ScenarioOptions, {"window_length_s": window_length_s}, source="--window")
+        checked = validate_input(ScenarioOptions, {"window_length_s": window_length_s}, source=window_source)
         spec = spec.model_copy(update={"options": spec.options.model_copy(
             update={"window_length_s": checked.window_length_s})})
     opts = spec.options.model_dump()
@@ -468,10 +492,12 @@ def scenario_model(m: ScenarioModel, where: str, base: Path | None, models_file:
         except InputError as exc:
             raise InputError(str(exc), source=where, field="config") from None
     elif m.base_model is not None:
-        model = dataclasses.replace(get_model(m.base_model, models_file), name=m.name,
-                                    source=f"architecture of {m.base_model} (base_model)")
+        with _at(where, "base_model"):
+            model = dataclasses.replace(get_model(m.base_model, models_file), name=m.name,
+                                        source=f"architecture of {m.base_model} (base_model)")
     else:
-        model = get_model(m.name, models_file)
+        with _at(where, "name"):
+            model = get_model(m.name, models_file)
     if m.params is not None:
         check_params(m.params, model.params_total, owner=f"{where}: model {m.name}")
     return model
@@ -677,16 +703,21 @@ def build_problem(scenario: Scenario, *, progress: Callable[[str], None] | None 
         calib_file = str(base / calib_file)
     link = inter_node_link(opts.get("inter_node_link"))
     allowed = opts.get("allowed_gpus")
-    allowed_names = {get_gpu(g, _file("gpus")).name for g in allowed} if allowed else None
+    with _at(f"{where}: options", "allowed_gpus"):
+        allowed_names = {get_gpu(g, _file("gpus")).name for g in allowed} if allowed else None
     pools: list[Pool] = []
     rows_where: list[str] = []
     gpus = {}
     for i, s in enumerate(spec.sites):
         sw = f"{where}: sites[{i}]"
-        site = Site.parse(s.name).name
+        parsed = Site.parse(s.name)
+        site = parsed.name
+        if any(row.usd_per_gpu_hour is None for row in s.inventory):  # a catalog price is looked up
+            _check_region(parsed, prices, sw)
         for j, row in enumerate(s.inventory):
             rw = f"{sw}.inventory[{j}]"
-            gpu = get_gpu(row.gpu, _file("gpus"))
+            with _at(rw, "gpu"):
+                gpu = get_gpu(row.gpu, _file("gpus"))
             if allowed_names is not None and gpu.name not in allowed_names:
                 continue
             gpus[gpu.name] = gpu

@@ -144,7 +144,8 @@ def apply_sweep(scenario: Scenario, cell: dict[str, float], prices: dict[PriceKe
     if price_f:
         _scale_prices(scenario, raw, price_f, prices)
     return scenario_from_raw(raw, source=f"{scenario.source} [{cell_label(cell)}]", base=scenario.base_dir,
-                             window_length_s=window)
+                             window_length_s=window,
+                             window_source="--vary window_length_s" if "window_length_s" in cell else "--window")
 
 
 def _scale_prices(scenario: Scenario, raw: dict, factors: dict[str | None, float],

@@ -410,7 +410,10 @@ def problem_from_dict(data: Mapping, *, source: str = "scenario") -> TenantProbl
                 demand_gpus=tuple(d), sla_target=t.sla_target, interference_class=t.interference_class,
                 gpu_types=types, models=derived))
         except InputError as exc:
-            raise InputError(str(exc), source=source, row=i) from None
+            msg = str(exc).removeprefix(f"field '{exc.field}': ") if exc.field else str(exc)
+            raise InputError(f"tenant {t.name}: {msg}", source=source,
+                             field=f"tenants[{i - 1}]" + (f".{exc.field}" if exc.field else ""),
+                             value=exc.value) from None
     interference = load_interference(spec.interference)
     return TenantProblem(tuple(nodes), tuple(tenants), interference, window_s=spec.window_s, name=spec.name)
 
@@ -653,6 +656,24 @@ def _delivered(problem: TenantProblem, allocation: Allocation) -> dict[tuple[str
             for t, g in held.items():
                 out[(t, w)] = out.get((t, w), 0.0) + g * f
     return out
+
+
+def quota_warning(problem: TenantProblem) -> str | None:
+    """A warning when the tenants' quotas (guaranteed GPUs) add up to more than the pool's GPUs, else None.
+
+    Not an error: a guarantee is min(quota, demand), so oversubscribed quotas hold while the tenants' demands peak
+    at different times; but in a window where they all ask for their quota the pool cannot keep every promise
+    (:func:`explain_guarantees` then names the window), so the user is told up front.
+    """
+    pool = sum(n.gpus for n in problem.nodes)
+    quotas = {t.name: t.quota_gpus for t in problem.tenants}
+    total = sum(quotas.values())
+    if total <= pool:
+        return None
+    peak = max((sum(t.guaranteed(w) for t in problem.tenants) for w in range(problem.n_windows)), default=0.0)
+    return (f"the tenants' quotas add up to {total:g} GPUs ({', '.join(f'{k} {v:g}' for k, v in quotas.items())}) "
+            f"but the pool has {pool} GPUs: guarantees hold only while demands do not peak together (this "
+            f"scenario's largest guaranteed total in a window is {peak:g} GPUs); lower quota_gpus or add nodes")
 
 
 def explain_guarantees(problem: TenantProblem) -> None:

@@ -31,10 +31,12 @@ def test_models_json_shows_costmodels_bytes():
 def test_gpus_csv_parseable_and_ineligible_listed():
     r = run("gpus", "--format", "csv")
     assert r.exit_code == 0, r.output
-    rows = {g["name"]: g for g in csv.DictReader(io.StringIO(r.output))}
+    # CSV has the gpus.csv columns (what --extra reads); JSON has the derived columns (eligible, ...).
+    rows = {g["gpu"]: g for g in csv.DictReader(io.StringIO(r.output))}
     assert len(rows) == 15
-    assert rows["H100-PCIe-80GB"]["eligible"] == "False" and rows["H100-PCIe-80GB"]["bf16_tflops"] == ""
-    assert float(rows["H100-SXM-80GB"]["hbm_gb_per_s"]) == 3350.0
+    eligible = {g["name"]: g["eligible"] for g in json.loads(run("gpus", "--format", "json").output)}
+    assert eligible["H100-PCIe-80GB"] is False and rows["H100-PCIe-80GB"]["bf16_dense_tflops"] == ""
+    assert float(rows["H100-SXM-80GB"]["mem_bandwidth_GBps"]) == 3350.0
 
 
 @pytest.mark.parametrize("sub", ["gpus", "models", "prices", "egress"])
@@ -108,3 +110,36 @@ def test_unknown_names_exit_2():
     assert r.exit_code == 2 and "did you mean 'aws'" in r.output
     r = run("gpus", "--extra", "does-not-exist.csv")
     assert r.exit_code == 2 and "file not found" in r.output
+
+
+@pytest.mark.parametrize("sub", ["gpus", "models", "prices"])
+def test_csv_export_reads_back_through_extra(sub, tmp_path):
+    # The CSV a user edits is the --extra file format: exported, read back through --extra, exported again, it is
+    # the same text (every row is the user's now and replaces the shipped row of its name or key).
+    r = run(sub, "--format", "csv")
+    assert r.exit_code == 0, r.output
+    f = tmp_path / f"{sub}.csv"
+    f.write_text(r.output)
+    again = run(sub, "--format", "csv", "--extra", str(f))
+    assert again.exit_code == 0, again.output
+    assert again.output == r.output
+
+
+def test_csv_export_gives_identical_records(tmp_path):
+    # Record by record: the loaders read the exported file into the same GpuSpec, Model and GpuPrice records (a
+    # price read from a user's file is marked as the user's, with its file as the snapshot, and carries no flags).
+    import dataclasses
+
+    from fleetplan.datasets.catalog import load_gpu_prices, load_gpu_specs, load_models
+
+    for sub, load in (("gpus", load_gpu_specs), ("models", load_models)):
+        f = tmp_path / f"{sub}.csv"
+        f.write_text(run(sub, "--format", "csv").output)
+        assert load(f) == load(), sub
+    f = tmp_path / "prices.csv"
+    f.write_text(run("prices", "--format", "csv").output)
+    shipped = load_gpu_prices()
+    back = [p for p in load_gpu_prices(f) if p.user]
+    assert len(back) == len(shipped)
+    assert [dataclasses.replace(p, user=False, snapshot="", flags=()) for p in back] == [
+        dataclasses.replace(p, snapshot="", flags=()) for p in shipped]

@@ -87,3 +87,102 @@ def test_whatif_grid(tmp_path):
     assert out.exists() and png.stat().st_size > 0
     bad = CliRunner().invoke(main, args[:-4] + ["--vary", "nonsense=1"])
     assert bad.exit_code == 2 and "sweep variable" in bad.output
+
+
+WHATIF = ["ledger", "whatif", "--model", "llama-3.1-70b", "--prefill-site", "aws:us-east-1", "--decode-site",
+          "aws:us-west-2", "--price-date", "2025-05-31", "--workers", "1", "--format", "json"]
+
+
+def test_whatif_infeasible_cell_names_the_binding_constraint():
+    # An 8,192-token mean prompt (p95 ~29k tokens) cannot meet TTFT 2 s at any tp: the prefill binds, not the decode
+    # GPU. The verdict names the TTFT target, its value and each tp's TTFT, largest tp first.
+    r = CliRunner().invoke(main, WHATIF + ["--vary", "prompt_tokens=8192"])
+    assert r.exit_code == 0, r.output
+    (row,) = json.loads(r.output)
+    v = row["verdict"]
+    assert v.startswith("infeasible: field 'ttft_slo_s'"), v
+    assert "TTFT (the prefill) binds" in v and "exceeds the target 2.000 s" in v and "--ttft-slo-s" in v
+    assert v.index("tp 8:") < v.index("tp 4:") < v.index("tp 2:")
+    assert "field 'decode_gpu'" not in v
+    # Independent check that TTFT is what binds: the tp-8 TTFT the message quotes, as the target, makes the cell
+    # feasible (same prompts, same GPU).
+    quoted = float(v.split("tp 8: TTFT p95 ")[1].split(" s")[0])
+    ok = CliRunner().invoke(main, WHATIF + ["--vary", "prompt_tokens=8192", "--ttft-slo-s", str(quoted * 1.05)])
+    assert ok.exit_code == 0, ok.output
+    assert not json.loads(ok.output)[0]["verdict"].startswith("infeasible"), ok.output
+
+
+def test_decode_pool_failure_names_tpot_when_tpot_binds():
+    # A 1 ms TPOT target: no decode step of a 70B model at batch 1 is that fast (memory bandwidth alone: 141 GB of
+    # weights / (8 × 3.35 TB/s) = 5.3 ms), so TPOT binds, and the message says so with the field --tpot-slo-s sets.
+    r = CliRunner().invoke(main, BASE + ["--tpot-slo-s", "0.001"])
+    assert r.exit_code == 2
+    assert "field 'tpot_slo_s'" in r.output and "TPOT" in r.output and "binds" in r.output, r.output
+    assert "Traceback" not in r.output
+
+
+def test_vary_empty_item_and_two_part_range_refused():
+    from fleetplan.cli.ledger import parse_vary
+    from fleetplan.errors import InputError
+
+    for text, words in (("prompt_tokens=1,,2", "value 2 of the list is empty"),
+                        ("prompt_tokens=1,2,", "value 3 of the list is empty"),
+                        # was "values must be numbers": the range lacks its COUNT
+                        ("prompt_tokens=1:2", "a range is START:STOP:COUNT (three numbers")):
+        try:
+            parse_vary(text)
+        except InputError as exc:
+            assert words in str(exc) and text in str(exc), str(exc)
+        else:
+            raise AssertionError(f"{text} accepted")
+    assert parse_vary("prompt_tokens=1, 2") == ("prompt_tokens", [1.0, 2.0])
+
+
+def test_sweep_window_error_names_vary():
+    r = CliRunner().invoke(main, ["sweep", "--vary", "window_length_s=7"])
+    assert r.exit_code == 2, r.output
+    assert "--vary window_length_s" in r.output and "7" in r.output and "--window," not in r.output, r.output
+
+
+def test_json_break_even_none_is_null_as_the_table_says():
+    # Here the split costs more than colocated even with free egress (table: "none"); the break-even egress price
+    # solving cost(split at p) = cost(best) is negative, which JSON printed as a number. Now null, with a note.
+    r = CliRunner().invoke(main, BASE + ["--format", "json"])
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.output)
+    assert d["options"]["split"]["gpu_usd_per_day"] > d["options"]["colocated"]["total_usd_per_day"]
+    assert d["break_even_egress_usd_per_gb"] is None
+    assert d["break_even_egress_note"].startswith("none")
+    t = CliRunner().invoke(main, BASE)
+    assert "Break-even cross-site egress: none" in t.output
+
+
+def test_output_with_the_wrong_suffix_refused(tmp_path):
+    x = tmp_path / "x.csv"
+    r = CliRunner().invoke(main, BASE + ["--xlsx", str(x)])
+    assert r.exit_code == 2 and "--xlsx writes a .xlsx file" in r.output and "x.xlsx" in r.output, r.output
+    assert not x.exists()
+
+
+def test_split_yaml_files_are_relative_to_the_yaml(tmp_path, monkeypatch):
+    # prices_file in a split YAML is found beside the YAML, whatever the current directory (it was resolved against
+    # the current directory). The user's 9 USD/GPU-h row for us-west-2 gives the same totals as the same price given
+    # on the command line (--decode-usd-per-gpu-hour 9), an independent path to that price.
+    sub = tmp_path / "design"
+    sub.mkdir()
+    (sub / "my_prices.csv").write_text(
+        "provider,instance,region,gpu,gpu_count,usd_per_hour,pricing_model\n"
+        "aws,p5.48xlarge,us-west-2,H100-SXM-80GB,8,72,on-demand\n")
+    (sub / "split.yaml").write_text(
+        "model: llama-3.1-70b\nprefill_site: aws:us-east-1\ndecode_site: aws:us-west-2\ntrace: azure-conv\n"
+        "price_date: '2025-05-31'\nprices_file: my_prices.csv\n")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    args = ["--vary", "egress_usd_per_gb=0.02", "--workers", "1", "--format", "json"]
+    r = CliRunner().invoke(main, ["whatif", str(sub / "split.yaml"), *args])
+    assert r.exit_code == 0, r.output
+    given = CliRunner().invoke(main, ["whatif", "--decode-usd-per-gpu-hour", "9", *args])
+    assert given.exit_code == 0, given.output
+    (a,), (b,) = json.loads(r.output), json.loads(given.output)
+    assert a["colocated_usd_per_day"] == b["colocated_usd_per_day"]

@@ -303,11 +303,68 @@ def test_cli_export(tmp_path):
     r = CliRunner().invoke(main, ["export", "k8s", str(PLAN_FILE), "--out", str(tmp_path / "k"), "--window", "19:30"])
     assert r.exit_code == 0, r.output
     written = sorted(str(p.relative_to(tmp_path / "k")) for p in (tmp_path / "k").rglob("*") if p.is_file())
-    assert written == ["clusters.yaml", "gcp-us-central1/window-19-00.yaml"]
+    assert written == ["clusters.yaml", "fleetplan-files.json", "gcp-us-central1/window-19-00.yaml"]
     assert (tmp_path / "k" / "gcp-us-central1/window-19-00.yaml").read_text() == \
         (GOLDEN / "k8s" / "gcp-us-central1/window-19-00.yaml").read_text()
     r = CliRunner().invoke(main, ["export", "vllm", str(PLAN_FILE), "--window", "00:00"])
     assert r.exit_code == 0 and "## window 00:00-01:00" in r.output and "## window 01:00" not in r.output
+
+
+def _tree(root: Path) -> dict[str, str]:
+    return {str(p.relative_to(root)): p.read_text() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_cli_export_replaces_an_earlier_export(tmp_path):
+    # The whole day (24 windows and a KEDA schedule per site), then one window into the same folder: the folder holds
+    # the one-window set only (no stale windows, no stale schedule); the user's own file stays.
+    out = tmp_path / "k"
+    r = CliRunner().invoke(main, ["export", "k8s", str(PLAN_FILE), "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    day = _tree(out)
+    assert "aws-us-east-1/schedule-keda.yaml" in day and "aws-us-east-1/window-03-00.yaml" in day
+    (out / "notes.txt").write_text("mine")
+    (out / "aws-us-east-1" / "kustomization.yaml").write_text("mine too")
+    r = CliRunner().invoke(main, ["export", "k8s", str(PLAN_FILE), "--out", str(out), "--window", "19:30"])
+    assert r.exit_code == 0, r.output
+    assert sorted(_tree(out)) == ["aws-us-east-1/kustomization.yaml", "aws-us-east-1/window-19-00.yaml",
+                                  "clusters.yaml", "fleetplan-files.json", "gcp-us-central1/window-19-00.yaml",
+                                  "notes.txt"]
+    # 2 sites × (24 windows + schedule) + clusters.yaml = 51 files before; 3 kept: 48 removed, and said so.
+    assert "removed 48 file(s)" in r.output
+    index = json.loads((out / "fleetplan-files.json").read_text())
+    assert sorted(index["files"]) == ["aws-us-east-1/window-19-00.yaml", "clusters.yaml",
+                                      "gcp-us-central1/window-19-00.yaml"]
+
+
+def test_cli_export_refuses_to_drop_an_edited_file_or_replace_a_users_file(tmp_path):
+    out = tmp_path / "k"
+    assert CliRunner().invoke(main, ["export", "k8s", str(PLAN_FILE), "--out", str(out)]).exit_code == 0
+    edited = out / "gcp-us-central1" / "schedule-keda.yaml"
+    edited.write_text(edited.read_text() + "# my edit\n")
+    before = _tree(out)
+    r = CliRunner().invoke(main, ["export", "k8s", str(PLAN_FILE), "--out", str(out), "--window", "19:30"])
+    assert r.exit_code == 2 and "edited since" in r.output and "schedule-keda.yaml" in r.output, r.output
+    assert "move it out of the folder" in r.output and "Traceback" not in r.output
+    assert _tree(out) == before  # nothing written, nothing removed
+    # A file fleetplan did not write, where the export would write: refused, kept.
+    mine = tmp_path / "m"
+    (mine / "aws-us-east-1").mkdir(parents=True)
+    (mine / "clusters.yaml").write_text("my clusters")
+    r = CliRunner().invoke(main, ["export", "k8s", str(PLAN_FILE), "--out", str(mine), "--window", "19:30"])
+    assert r.exit_code == 2 and "was not written by an earlier export" in r.output, r.output
+    assert _tree(mine) == {"clusters.yaml": "my clusters"}
+
+
+def test_every_out_refuses_a_missing_parent_folder(tmp_path):
+    # One rule for every --out: the output file or folder may be new, its parent folder must exist.
+    r = CliRunner().invoke(main, ["export", "k8s", str(PLAN_FILE), "--out", str(tmp_path / "typo" / "k")])
+    assert r.exit_code == 2 and "does not exist" in r.output and "--out" in r.output, r.output
+    assert not (tmp_path / "typo").exists()
+    r = CliRunner().invoke(main, ["export", "vllm", str(PLAN_FILE), "--out", str(tmp_path / "typo" / "v.sh")])
+    assert r.exit_code == 2 and "does not exist" in r.output, r.output
+    r = CliRunner().invoke(main, ["plan", "--out", str(tmp_path / "typo" / "plan.json")])
+    assert r.exit_code == 2 and "does not exist" in r.output, r.output
+    assert not (tmp_path / "typo").exists()
 
 
 @pytest.mark.parametrize("args, message", [

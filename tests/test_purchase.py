@@ -16,9 +16,9 @@ from fleetplan.errors import InputError
 from fleetplan.placement.deployment import DeployFile, workloads
 from fleetplan.placement.ledger import plan_ledger
 from fleetplan.placement.plan import Plan, commitments, evaluate
-from fleetplan.placement.planio import plan_from_dict, plan_to_dict
+from fleetplan.placement.planio import load_plan_file, plan_from_dict, plan_to_dict
 from fleetplan.placement.problem import ModelSpec, Pool, Problem, ReplicaOption
-from fleetplan.placement.scenario import build_problem, load_scenario, read_scenario, scenario_from_raw
+from fleetplan.placement.scenario import build_problem, load_scenario, read_scenario, scenario_embed, scenario_from_raw
 from fleetplan.placement.validate import plan_cost_usd, validate
 from fleetplan.service.actuate import plan_targets
 from fleetplan.solvers.baselines import greedy
@@ -220,6 +220,25 @@ def test_example_plan_file_round_trip(example):
     led = plan_ledger(problem, plan).ledger
     line = next(i for i in led.items if i.unit == "committed GPU-hour")
     assert (line.quantity_per_day, line.unit_price_usd, line.pool) == (5 * 24, pytest.approx(7.5), "committed")
+
+
+def test_plan_file_reader_takes_commitments_and_refuses_edits(example, tmp_path):
+    # The plan file reader (a schema, then every derived figure recomputed) knows the commitments: the file reads
+    # back with its commitment; a fractional commitment and an edited break-even are refused, naming the field.
+    problem, scenario, plan = example
+    d = json.loads(json.dumps(plan_to_dict(problem, plan, scenario=scenario_embed(scenario))))
+    f = tmp_path / "p.json"
+    f.write_text(json.dumps(d))
+    _p, back, _s, _d = load_plan_file(f)
+    assert back.commitments == {"committed": 5}
+    for edit, field in ((lambda x: x["commitments"][0].update(gpus=4.5), "commitments"),
+                        (lambda x: x["commitments"][0].update(break_even_utilization=0.5), "commitments")):
+        bad = copy.deepcopy(d)
+        edit(bad)
+        f.write_text(json.dumps(bad))
+        with pytest.raises(InputError) as e:
+            load_plan_file(f)
+        assert f"field '{field}[0]" in str(e.value), e.value
 
 
 def test_named_pools_get_their_own_workloads(example):

@@ -76,3 +76,13 @@ def test_success_replaces_every_destination(tmp_path):
     with atomic_path(tmp_path / "c.txt") as t:
         t.write_text("c")
     assert (tmp_path / "c.txt").read_text() == "c"
+
+
+def test_an_output_with_another_files_suffix_is_refused(tmp_path):
+    # --xlsx writes a workbook and --plot a PNG whatever the name says: a .csv name would hold an xlsx.
+    with pytest.raises(InputError, match=r"--xlsx writes a \.xlsx file .* ends in '\.csv'; name it x\.xlsx"):
+        check_destinations({"--xlsx": tmp_path / "x.csv"})
+    with pytest.raises(InputError, match=r"--plot writes a \.png file"):
+        check_destinations({"--plot": tmp_path / "p.json"})
+    check_destinations({"--xlsx": tmp_path / "x.XLSX", "--plot": tmp_path / "p.png"})
+    assert list(tmp_path.iterdir()) == []

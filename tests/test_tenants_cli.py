@@ -226,3 +226,50 @@ def test_key_typos_and_gpu_aliases(tmp_path):
     res = CliRunner().invoke(main, ["allocate", str(p), "--backend", "cpsat", "--format", "json", "--time-limit", "5"])
     assert res.exit_code == 0, res.output
     assert "H100-SXM-80GB" in res.output
+
+
+SMALL_TENANTS = """\
+name: small
+pool:
+  - {{name: h100, gpu: H100-SXM-80GB, gpus_per_node: 8, count: 1}}
+tenants:
+  - {{name: chat, quota_gpus: {q1}, burst_gpus: {b1}, demand_gpus: [6, 2], interference_class: interactive}}
+  - {{name: batch, quota_gpus: 4, demand_gpus: [1, 5], interference_class: batch}}
+"""
+
+
+def test_tenant_error_names_the_tenant_and_field(tmp_path):
+    # burst below the quota: the message named "row 1"; now the tenant and the field path, value and fix.
+    f = tmp_path / "t.yaml"
+    f.write_text(SMALL_TENANTS.format(q1=6, b1=2))
+    r = CliRunner().invoke(main, ["allocate", str(f), "--time-limit", "5"])
+    assert r.exit_code == 2, r.output
+    assert f"{f}, field 'tenants[0].burst_gpus': tenant chat:" in r.output and "row 1" not in r.output, r.output
+    assert "Traceback" not in r.output
+
+
+def test_quotas_beyond_the_pool_warn(tmp_path):
+    # Quotas 6 + 4 = 10 GPUs on one 8-GPU node: oversubscribed. The guarantees min(quota, demand) are 6+1 = 7 and
+    # 2+4 = 6 GPUs per window, so the allocation runs, with a warning naming both totals.
+    f = tmp_path / "t.yaml"
+    f.write_text(SMALL_TENANTS.format(q1=6, b1=8))
+    quiet = ["--time-limit", "10", "--format", "json", "--split", "none", "--no-margin"]
+    r = CliRunner().invoke(main, ["allocate", str(f), *quiet])
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    (w,) = out["warnings"]
+    assert "quotas add up to 10 GPUs" in w and "pool has 8 GPUs" in w
+    assert "largest guaranteed total in a window is 7" in w
+    assert "Warning: " in r.stderr
+    ok = tmp_path / "ok.yaml"
+    ok.write_text(SMALL_TENANTS.format(q1=4, b1=8))
+    r = CliRunner().invoke(main, ["allocate", str(ok), *quiet])
+    assert r.exit_code == 0 and json.loads(r.stdout)["warnings"] == [], r.output
+
+
+def test_allocate_table_folds_instead_of_cutting():
+    # Rich cuts a cell with "…" when the table is wider than the console (80 columns when not a terminal); every
+    # column folds instead, so no value is cut.
+    r = CliRunner().invoke(main, ["allocate", "--time-limit", "60", "--split", "none"])
+    assert r.exit_code == 0, r.output
+    assert "…" not in r.output
