@@ -220,19 +220,23 @@ def _plot(path: Path, problem: Problem, plan: Plan) -> None:
                    "E.g. Llama-3.1-8B@H100:tp1=bench/*.json. The plan file keeps it, so its replay uses it too.")
 @click.option("--verify-rounds", type=click.IntRange(min=0, max=20), default=6, show_default=True,
               help="Most re-plans of --verify.")
+@click.option("--verify-slice", "verify_slice_s", type=click.FloatRange(min=60, max=86400), default=None,
+              metavar="SECONDS",
+              help="--verify replays this many seconds of each window, around its busiest slot (as `fleetplan "
+                   "simulate --slice`), instead of whole windows: faster, and the stricter test for long windows.")
 @click.option("--best-effort", is_flag=True,
               help="When demand exceeds the inventory, plan the most demand served in order of the models' "
                    "priority (higher first), then the lowest cost, and list the unserved req/s per model and window "
                    "(without it such a scenario is an error).")
 def plan(scenario, backend, time_limit_s, threads, gap, window_s, out_path, fmt, plot_path, xlsx_path,
-         no_baselines, verify, verify_rounds, profiles, best_effort) -> None:
+         no_baselines, verify, verify_rounds, verify_slice_s, profiles, best_effort) -> None:
     """Plan SCENARIO (a YAML file or a shipped scenario's name; the shipped default when omitted): replicas per
     model, GPU type, site and window at the lowest cost that meets every SLO. Every plan is re-checked by the
     independent validator before it is printed. With --format json an error is also printed on stdout as a JSON
     object {"error": ..., "explanation": [...]} (exit code 2)."""
     try:
         _plan(scenario, backend, time_limit_s, threads, gap, window_s, out_path, fmt, plot_path, xlsx_path,
-              no_baselines, verify, verify_rounds, profiles, best_effort)
+              no_baselines, verify, verify_rounds, verify_slice_s, profiles, best_effort)
     except FleetplanError as exc:
         if fmt == "json":
             click.echo(json.dumps({"error": str(exc), "explanation": list(getattr(exc, "explanation", []))},
@@ -249,11 +253,14 @@ class NoPlanError(FleetplanError):
 
 
 def _plan(scenario, backend, time_limit_s, threads, gap, window_s, out_path, fmt, plot_path, xlsx_path,
-          no_baselines, verify, verify_rounds, profiles, best_effort) -> None:
+          no_baselines, verify, verify_rounds, verify_slice_s, profiles, best_effort) -> None:
     time_limit_s, gap = check_solve_options(time_limit_s, gap)  # NaN, infinities and out-of-range values refused
     if best_effort and verify:
         raise InputError("--best-effort with --verify: the replay sends every request, the unserved ones too, to "
                          "the plan; use one of the two", field="--best-effort")
+    if verify_slice_s is not None and not verify:
+        raise InputError("--verify-slice without --verify: add --verify, or drop --verify-slice",
+                         field="--verify-slice", value=verify_slice_s)
     outputs = {"--out": out_path, "--plot": plot_path, "--xlsx": xlsx_path}
     check_destinations(outputs, inputs=[scenario])  # fail before a long solve, not after it
     with progress_status(enabled=sys.stderr.isatty()) as say:
@@ -262,7 +269,7 @@ def _plan(scenario, backend, time_limit_s, threads, gap, window_s, out_path, fmt
         say("evaluating the capacity model")
         vr = None
         if verify:
-            vr = verify_plan(sc, backend=backend, max_rounds=verify_rounds, progress=say,
+            vr = verify_plan(sc, backend=backend, max_rounds=verify_rounds, progress=say, slice_s=verify_slice_s,
                              solve_options=dict(time_limit_s=time_limit_s, threads=threads, gap=gap))
             problem, result = vr.problem, vr.plan
         else:

@@ -618,8 +618,11 @@ def scenario_row(spec: SplitSpec, values: dict[str, float]) -> dict[str, float |
     row["split_ttft_added_s"] = r.options["split"].ttft_added_s
     row["split_slo_ok"] = r.options["split"].slo_ok
     row["savings_usd_per_day"] = r.savings_usd_per_day
-    row["verdict"] = ("split saves" if r.savings_usd_per_day > 0 else f"{r.best_single_site} cheaper") + (
-        "" if r.options["split"].slo_ok else " (split misses SLO)")
+    # A split that misses the SLO saves nothing a team can use: the verdict never says "split saves" for it.
+    if not r.options["split"].slo_ok:
+        row["verdict"] = f"{r.best_single_site} (the split misses the SLO)"
+    else:
+        row["verdict"] = "split saves" if r.savings_usd_per_day > 0 else f"{r.best_single_site} cheaper"
     return row
 
 

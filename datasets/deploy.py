@@ -41,12 +41,16 @@ class VllmDefaults:
         port: the server's first port (a second server on a shared GPU takes the next one).
         multi_node_script: path, inside the image, of the Ray bootstrap script for pipeline stages on several nodes.
         ray_port: port of the Ray head on a group's leader.
+        kv_connector: vLLM KV connector of disaggregated prefill/decode servers (``--kv-transfer-config``).
+        nixl_side_channel_port: first NIXL handshake port (``VLLM_NIXL_SIDE_CHANNEL_PORT``) on a host.
     """
 
     image: str
     port: int
     multi_node_script: str
     ray_port: int
+    kv_connector: str
+    nixl_side_channel_port: int
 
 
 @lru_cache(maxsize=1)
@@ -55,6 +59,8 @@ def vllm_defaults() -> VllmDefaults:
     values = {r["key"]: r["value"] for r in _rows("vllm.csv", ("key", "value", "source"))}
     try:
         return VllmDefaults(image=values["image"], port=int(values["port"]),
-                            multi_node_script=values["multi_node_script"], ray_port=int(values["ray_port"]))
+                            multi_node_script=values["multi_node_script"], ray_port=int(values["ray_port"]),
+                            kv_connector=values["kv_connector"],
+                            nixl_side_channel_port=int(values["nixl_side_channel_port"]))
     except (KeyError, ValueError) as exc:
         raise InputError(f"bad or missing entry {exc}", source="datasets/data/deploy/vllm.csv") from None

@@ -26,6 +26,16 @@ Server arguments come from the plan's Problem (the capacity model's numbers, rec
   (vLLM quantizes the bf16 checkpoint on load); int8/int4 need a pre-quantized checkpoint, named in the deployment
   file with its method (``models: {NAME: {hf_repo: ..., quantization: awq}}``).
 
+Disaggregated plans (prefill and decode pools, ``Plan.pd_replicas``): one workload per (site, model, GPU type, tp,
+role, and for prefill the decode site it ships to), named by :func:`pd_workload_name`. Their servers add vLLM's
+disaggregated-prefill flags: ``--kv-transfer-config`` with the KV connector of datasets/data/deploy/vllm.csv
+(NixlConnector) and ``kv_role`` ``kv_producer`` (prefill) or ``kv_consumer`` (decode). A decode server's
+``--max-num-seqs`` and ``--max-model-len`` come from its option's batch and KV budget; a prefill server has no
+``--max-num-seqs`` (the capacity model sizes prefill by compute, one prompt at a time: vLLM's default applies) and its
+``--max-model-len`` from the same KV budget as a dedicated replica (memory_utilization × GPUs × memory − weights).
+Clients do not call these servers directly: a routing proxy sends each request to a prefill server, then to a decode
+server (README, "Disaggregated prefill and decode").
+
 The deployment file (YAML, :class:`DeployFile`) maps sites to Kubernetes contexts and namespaces, and may override
 the image, a model's checkpoint and a GPU type's node label.
 """
@@ -33,6 +43,7 @@ the image, a model's checkpoint and a GPU type's node label.
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import re
 from dataclasses import dataclass
@@ -46,7 +57,7 @@ from fleetplan.datasets.deploy import gpu_product_labels, vllm_defaults
 from fleetplan.errors import InputError
 from fleetplan.fileio import InputModel, input_field, read_yaml, validate_input
 from fleetplan.placement.plan import OptionKey, Plan
-from fleetplan.placement.problem import Problem
+from fleetplan.placement.problem import PdKey, Problem
 from fleetplan.placement.scenario import Scenario, scenario_catalog_file
 
 #: KV-cache block size of vLLM's paged attention (tokens); --max-model-len is rounded down to whole blocks.
@@ -124,6 +135,15 @@ def workload_name(model: str, gpu: str, tp: int, pp: int, pool_name: str = "") -
                   + (f"-{slug(pool_name)}" if pool_name else ""))
 
 
+def pd_workload_name(model: str, gpu: str, tp: int, role: str, site: str, decode_site: str = "",
+                     pool_name: str = "") -> str:
+    """Name of a prefill or decode workload at ``site``: 'llama-3-1-70b-h100-sxm-80gb-tp2-decode',
+    '...-tp2-prefill', and '...-tp2-prefill-to-aws-us-east-1' for prefill replicas that ship to another site's
+    decode replicas (+ '-<pool name>' for a named pool; cut as in :func:`workload_name`)."""
+    to = f"-to-{slug(decode_site)}" if role == "prefill" and decode_site and decode_site != site else ""
+    return _short(f"{slug(model)}-{slug(gpu)}-tp{tp}-{role}{to}" + (f"-{slug(pool_name)}" if pool_name else ""))
+
+
 def shared_workload_name(models: tuple[str, ...], gpu: str, pool_name: str = "") -> str:
     """Name of the workload of shared GPUs with residents ``models`` (in any order) on ``gpu``:
     'shared-llama-3-1-8b-qwen2-5-7b-a100-sxm4-80gb' (+ '-<pool name>' for a named pool; cut as in
@@ -142,9 +162,11 @@ class VllmServer:
         port: HTTP port.
         port_name: a per-model port name (Kubernetes Services target it), 'm<index of the model in the problem>'.
         tp, pp: tensor- and pipeline-parallel sizes.
-        max_num_seqs, max_model_len: see the module docstring.
+        max_num_seqs, max_model_len: see the module docstring (max_num_seqs None: vLLM's default).
         gpu_memory_utilization: share of each GPU's memory this server may take (0..1).
         dtype, kv_cache_dtype, quantization: vLLM's --dtype, --kv-cache-dtype and --quantization (None: none).
+        kv_role: 'kv_producer' (a prefill server) or 'kv_consumer' (a decode server) of a disaggregated plan, with
+            ``kv_connector``; None for a colocated server.
     """
 
     model: str
@@ -153,22 +175,35 @@ class VllmServer:
     port_name: str
     tp: int
     pp: int
-    max_num_seqs: int
+    max_num_seqs: int | None
     max_model_len: int
     gpu_memory_utilization: float
     dtype: str
     kv_cache_dtype: str
     quantization: str | None
+    kv_role: str | None = None
+    kv_connector: str = ""
+
+    def kv_transfer_config(self) -> str | None:
+        """The JSON of ``--kv-transfer-config`` (compact, keys in vLLM's order), or None for a colocated server."""
+        if self.kv_role is None:
+            return None
+        return json.dumps({"kv_connector": self.kv_connector, "kv_role": self.kv_role}, separators=(",", ":"))
 
     def args(self, *, ray: bool = False) -> list[str]:
         """The arguments after ``vllm serve`` (``ray``: the pipeline stages run on a Ray cluster of several nodes)."""
         out = [self.checkpoint, "--served-model-name", self.model, "--host", "0.0.0.0", "--port", str(self.port),
-               "--tensor-parallel-size", str(self.tp), "--pipeline-parallel-size", str(self.pp),
-               "--max-num-seqs", str(self.max_num_seqs), "--max-model-len", str(self.max_model_len),
-               "--gpu-memory-utilization", f"{self.gpu_memory_utilization:.3f}", "--dtype", self.dtype,
-               "--kv-cache-dtype", self.kv_cache_dtype]
+               "--tensor-parallel-size", str(self.tp), "--pipeline-parallel-size", str(self.pp)]
+        if self.max_num_seqs is not None:
+            out += ["--max-num-seqs", str(self.max_num_seqs)]
+        out += ["--max-model-len", str(self.max_model_len),
+                "--gpu-memory-utilization", f"{self.gpu_memory_utilization:.3f}", "--dtype", self.dtype,
+                "--kv-cache-dtype", self.kv_cache_dtype]
         if self.quantization:
             out += ["--quantization", self.quantization]
+        config = self.kv_transfer_config()
+        if config is not None:
+            out += ["--kv-transfer-config", config]
         if ray:
             out += ["--distributed-executor-backend", "ray"]
         return out
@@ -188,6 +223,8 @@ class Workload:
         pods_per_replica: pp (1 unless pipeline stages span nodes).
         replicas: replicas in each window.
         load_s: seconds to load one replica's weights (the scenario's load bandwidth): the lead a scaler needs.
+        pd_key: the plan's prefill/decode option key (model, role, pool, tp, decode site) of a prefill or decode
+            workload, None otherwise.
     """
 
     name: str
@@ -201,10 +238,21 @@ class Workload:
     pods_per_replica: int
     replicas: tuple[int, ...]
     load_s: float
+    pd_key: PdKey | None = None
 
     @property
     def shared(self) -> bool:
-        return self.key is None
+        return self.key is None and self.pd_key is None
+
+    @property
+    def role(self) -> str:
+        """'colocated' (dedicated or shared), 'prefill' or 'decode'."""
+        return self.pd_key[1] if self.pd_key is not None else "colocated"
+
+    @property
+    def decode_site(self) -> str:
+        """The site a prefill workload ships its KV caches to ('' otherwise)."""
+        return self.pd_key[4] if self.pd_key is not None else ""
 
     @property
     def multi_node(self) -> bool:
@@ -300,10 +348,6 @@ def workloads(problem: Problem, plan: Plan, scenario: Scenario, deploy: DeployFi
     Raises InputError when a model has no checkpoint, a GPU type no node label, the problem no capacity-model
     batch limits (a hand-built problem), or two workloads of one site get the same name.
     """
-    if plan.pd_replicas:
-        # Not silently dropped: a prefill/decode pool needs vLLM's --kv-transfer-config (a KV connector) per role.
-        raise InputError("exporting a disaggregated plan (prefill and decode pools) is not implemented yet; export "
-                         "a plan made with disaggregation: {enabled: false}", field="prefill_decode")
     deploy = deploy or DeployFile()
     ck = _Checkpoints(scenario, deploy)
     pools = problem.pool_by_id
@@ -332,6 +376,28 @@ def workloads(problem: Problem, plan: Plan, scenario: Scenario, deploy: DeployFi
                             servers=(server,),
                             gpus_per_pod=o.tp, pods_per_replica=o.pp, replicas=tuple(counts),
                             load_s=weights / (o.tp * o.pp) / bandwidth))
+    pd_opts = problem.pd_option_by_key
+    connector = vllm_defaults().kv_connector
+    for pkey, counts in sorted(plan.pd_replicas.items()):
+        if not any(counts):
+            continue
+        o = pd_opts[pkey]
+        pool = pools[o.pool]
+        where = f"{o.role} option {o.model} on {o.pool} tp {o.tp}"
+        model = ck.model(o.model)
+        repo, dtype, kv, quant = ck.server_settings(o.model)
+        weights = model.weight_bytes(ck.weight_dtype)
+        # A prefill option records no KV budget (it is sized by compute): a dedicated replica's, as the replay uses.
+        budget = o.kv_budget_bytes if o.role == "decode" else mu * o.tp * pool.memory_bytes_per_gpu - weights
+        server = VllmServer(model=o.model, checkpoint=repo, port=port0, port_name=f"m{index[o.model]}", tp=o.tp,
+                            pp=1, max_num_seqs=_max_num_seqs(o.max_batch, where) if o.role == "decode" else None,
+                            max_model_len=_max_model_len(model, budget, ck.kv_dtype, where),
+                            gpu_memory_utilization=mu, dtype=dtype, kv_cache_dtype=kv, quantization=quant,
+                            kv_role="kv_producer" if o.role == "prefill" else "kv_consumer", kv_connector=connector)
+        out.append(Workload(name=pd_workload_name(o.model, pool.gpu, o.tp, o.role, pool.site, o.decode_site, pool.name),
+                            site=pool.site, pool=o.pool, gpu=pool.gpu, gpu_product_label=gpu_label(pool.gpu, deploy),
+                            key=None, servers=(server,), gpus_per_pod=o.tp, pods_per_replica=1,
+                            replicas=tuple(counts), load_s=weights / o.tp / bandwidth, pd_key=pkey))
     groups: dict[tuple[str, tuple[str, ...]], int] = {}
     for g in plan.shared:  # residents in name order: the same group whatever order a solver lists them in
         group = (g.pool, tuple(sorted(g.models)))

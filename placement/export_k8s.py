@@ -16,6 +16,16 @@ exported, one multi-document YAML file ``<site>/window-HH-MM.yaml`` holds:
   ``serves.fleetplan.io/<model>: "true"`` and name the port of that model's server ``m<index>``, so one Service
   reaches a model on dedicated and shared pods alike.
 
+Disaggregated plans: the prefill and decode replicas of a model are Deployments of their own (one per GPU type, tp
+and role, :func:`fleetplan.placement.deployment.pd_workload_name`) whose ``vllm serve`` carries
+``--kv-transfer-config`` (NixlConnector, kv_producer / kv_consumer). Their pods carry ``fleetplan.io/role`` and
+``prefill.fleetplan.io/<model>`` or ``decode.fleetplan.io/<model>`` (not the ``serves`` label: clients must not
+reach them directly), get ``VLLM_NIXL_SIDE_CHANNEL_HOST`` = the pod's IP (the address the decode side pulls the KV
+cache from) and name the NIXL handshake port ``nixl``. Per model and role a headless ``Service``
+``vllm-<model>-prefill`` / ``-decode`` lists the pods' addresses for the routing proxy that must run in front
+(vLLM's toy proxy, llm-d or Dynamo; README "Disaggregated prefill and decode"); the model's own Service then
+selects that proxy's pods (``serves.fleetplan.io/<model>``), which the export does not write.
+
 Workloads idle in a window are kept with ``replicas: 0``, so every window's file holds the same objects and
 ``kubectl apply`` of the next window's file only changes replicas.
 
@@ -61,19 +71,28 @@ def service_name(model: str) -> str:
 
 
 def _labels(w: Workload) -> dict[str, str]:
-    return {"app.kubernetes.io/name": "vllm", **MANAGED_BY, "fleetplan.io/workload": w.name,
-            "fleetplan.io/site": slug(w.site)}
+    out = {"app.kubernetes.io/name": "vllm", **MANAGED_BY, "fleetplan.io/workload": w.name,
+           "fleetplan.io/site": slug(w.site)}
+    if w.pd_key is not None:
+        out["fleetplan.io/role"] = w.role
+    return out
 
 
 def _serve_labels(w: Workload) -> dict[str, str]:
+    if w.pd_key is not None:  # reached through the routing proxy only
+        return {f"{w.role}.fleetplan.io/{slug(s.model)}": "true" for s in w.servers}
     return {f"{SERVES_PREFIX}{slug(s.model)}": "true" for s in w.servers}
 
 
-def _env(deploy: DeployFile) -> list[dict]:
-    if deploy.hf_token_secret is None:
-        return []
-    return [{"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": deploy.hf_token_secret, "key": "token",
-                                                                 "optional": True}}}]
+def _env(deploy: DeployFile, w: Workload | None = None) -> list[dict]:
+    out = []
+    if deploy.hf_token_secret is not None:
+        out.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": deploy.hf_token_secret,
+                                                                        "key": "token", "optional": True}}})
+    if w is not None and w.pd_key is not None:  # the NIXL handshake: where the decode side reaches this pod
+        out += [{"name": "VLLM_NIXL_SIDE_CHANNEL_HOST", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+                {"name": "VLLM_NIXL_SIDE_CHANNEL_PORT", "value": str(vllm_defaults().nixl_side_channel_port)}]
+    return out
 
 
 def _shell_quote(arg: str) -> str:
@@ -114,6 +133,8 @@ def _probe(port: int | None, ports: list[int]) -> dict:
 def _container(w: Workload, deploy: DeployFile, image: str) -> dict:
     """The container of a Deployment pod: one `vllm serve`, or on a shared GPU a shell that starts each server."""
     ports = [{"name": s.port_name, "containerPort": s.port, "protocol": "TCP"} for s in w.servers]
+    if w.pd_key is not None:
+        ports.append({"name": "nixl", "containerPort": vllm_defaults().nixl_side_channel_port, "protocol": "TCP"})
     c: dict[str, Any] = {"name": "vllm", "image": image}
     if len(w.servers) == 1:
         s = w.servers[0]
@@ -132,7 +153,7 @@ def _container(w: Workload, deploy: DeployFile, image: str) -> dict:
         c["command"] = ["bash", "-c", "\n".join(lines)]
         probe = _probe(None, [s.port for s in w.servers])
     c["ports"] = ports
-    env = _env(deploy)
+    env = _env(deploy, w)
     if env:
         c["env"] = env
     c["resources"] = _resources(w.gpus_per_pod)
@@ -191,19 +212,37 @@ def workload_manifest(w: Workload, replicas: int, namespace: str, deploy: Deploy
 
 
 def services(ws: list[Workload], namespace: str) -> list[dict]:
-    """One ClusterIP Service per model served by ``ws`` (port 8000 -> the model's named port on every pod)."""
+    """One ClusterIP Service per model served by colocated workloads of ``ws`` (port 8000 -> the model's named port
+    on every pod), then one headless Service per model and role of its prefill and decode workloads (the pods'
+    addresses, for the routing proxy: module docstring)."""
     ports: dict[str, str] = {}
+    pd_ports: dict[tuple[str, str], str] = {}
     for w in ws:
         for s in w.servers:
-            ports[s.model] = s.port_name
+            if w.pd_key is None:
+                ports[s.model] = s.port_name
+            else:
+                pd_ports[(s.model, w.role)] = s.port_name
     port = vllm_defaults().port
-    return [{"apiVersion": "v1", "kind": "Service",
-             "metadata": {"name": service_name(m), "namespace": namespace,
-                          "labels": {**MANAGED_BY, "fleetplan.io/model": slug(m)},
-                          "annotations": {"fleetplan.io/model": m}},
-             "spec": {"type": "ClusterIP", "selector": {f"{SERVES_PREFIX}{slug(m)}": "true"},
+    out: list[dict] = [
+        {"apiVersion": "v1", "kind": "Service",
+         "metadata": {"name": service_name(m), "namespace": namespace,
+                      "labels": {**MANAGED_BY, "fleetplan.io/model": slug(m)},
+                      "annotations": {"fleetplan.io/model": m}},
+         "spec": {"type": "ClusterIP", "selector": {f"{SERVES_PREFIX}{slug(m)}": "true"},
+                  "ports": [{"name": "http", "port": port, "targetPort": name, "protocol": "TCP"}]}}
+        for m, name in sorted(ports.items())]
+    out += [{"apiVersion": "v1", "kind": "Service",
+             "metadata": {"name": f"{service_name(m)[:63 - len(role) - 1].rstrip('-')}-{role}",
+                          "namespace": namespace,
+                          "labels": {**MANAGED_BY, "fleetplan.io/model": slug(m), "fleetplan.io/role": role},
+                          "annotations": {"fleetplan.io/model": m,
+                                          "fleetplan.io/note": f"{role} servers of a disaggregated plan: for the "
+                                                               "routing proxy, not for clients"}},
+             "spec": {"clusterIP": "None", "selector": {f"{role}.fleetplan.io/{slug(m)}": "true"},
                       "ports": [{"name": "http", "port": port, "targetPort": name, "protocol": "TCP"}]}}
-            for m, name in sorted(ports.items())]
+            for (m, role), name in sorted(pd_ports.items())]
+    return out
 
 
 def _runs(active: list[bool]) -> list[tuple[int, int]]:

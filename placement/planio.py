@@ -333,7 +333,19 @@ def problem_from_plan_dict(d: dict) -> tuple[Problem, Scenario]:
     # Plan files written before YAML 1.2 floats were read as numbers hold e.g. "1.0e9" as text.
     scenario = scenario_from_raw(yaml12_numbers(sc["raw"]), source=sc.get("source", "plan file"),
                                  base=sc.get("base"), window_length_s=d.get("window_length_s"))
-    return build_problem(scenario), scenario
+    return build_problem(scenario, derating=_verify_derating(d)), scenario
+
+
+def _verify_derating(d: dict) -> dict:
+    """The capacity derating a ``plan --verify`` run planned with ({option key: factor}, from the file's
+    ``verify.derating[].key/factor``), so the rebuilt problem is the one the plan was made for; {} otherwise."""
+    out = {}
+    for i, e in enumerate(((d.get("verify") or {}).get("derating")) or []):
+        if not isinstance(e, dict) or not isinstance(e.get("key"), list) or not isinstance(e.get("factor"), float | int):
+            raise InputError("each verify.derating entry needs its option key (a list) and factor (a number); "
+                             "re-create the file with `fleetplan plan --verify --out`", field=f"verify.derating[{i}]")
+        out[tuple(e["key"])] = float(e["factor"])
+    return out
 
 
 def load_plan_file(path: str | Path) -> tuple[Problem, Plan, Any, dict]:

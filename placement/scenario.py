@@ -665,7 +665,7 @@ def _option_capacity(prof: MeasuredProfile | None, model: Model, gpu: GPU, mix: 
 
 
 #: Key of a derated option: (model, pool id, tp, pp) for a dedicated replica, (model, pool id, 'shared', 1) for a
-#: shared-GPU residence.
+#: shared-GPU residence, (model, pool id, 'prefill' | 'decode', tp) for a prefill or decode option.
 DeratingKey = tuple[str, str, int | str, int]
 
 
@@ -887,7 +887,8 @@ def build_problem(scenario: Scenario, *, progress: Callable[[str], None] | None 
                 raise _err("disaggregation and request classes together are not supported yet; leave this model "
                            "out of disaggregation.models or drop its classes", mw, "disaggregation")
             pdo, routes = _pd_options(model, mix, slo, pools, gpus, tps, opts, calib_file=calib_file, weight_dtype=wd,
-                                      kv_dtype=kvd, link=link, why=why, prefill_only=prefill_only)
+                                      kv_dtype=kvd, link=link, why=why, prefill_only=prefill_only,
+                                      derating=derating)
             pd_options += pdo
             kv_routes += routes
         notes[model.name] = tuple(why)
@@ -905,7 +906,8 @@ def build_problem(scenario: Scenario, *, progress: Callable[[str], None] | None 
 
 def _pd_options(model: Model, mix: TokenMix, slo: SLO, pools: list[Pool], gpus: dict[str, GPU], tps: list[int],
                 opts: dict, *, calib_file: str | None, weight_dtype: str, kv_dtype: str, link: Link,
-                why: list[str], prefill_only: set[str]) -> tuple[list[ReplicaOption], list[KvRoute]]:
+                why: list[str], prefill_only: set[str],
+                derating: dict[DeratingKey, float] | None = None) -> tuple[list[ReplicaOption], list[KvRoute]]:
     """Prefill and decode options of ``model`` on ``pools`` and the KV routes between their sites (issue 17).
 
     Decode options: every pool and tp (pp 1) with a positive decode capacity
@@ -918,8 +920,10 @@ def _pd_options(model: Model, mix: TokenMix, slo: SLO, pools: list[Pool], gpus: 
     a site, the shipped WAN link between sites; one stream per tensor-parallel rank), as the ledger's split
     comparison sizes them. Routes carry the mean prompt's KV bytes, its text bytes (bytes_per_token) and the
     egress tables (the sender's cloud and route class; a flat ``kv_egress_usd_per_gb`` when given).
-    Options left out are explained in ``why``.
+    Options left out are explained in ``why``. ``derating``: capacity factors per (model, pool, role, tp), as
+    :func:`build_problem` takes them.
     """
+    derating = derating or {}
     dis = opts["disaggregation"]
     mu_mem = opts["memory_utilization"]
     kv_mean = model.kv_tokens_cached(mix.input_tokens_mean) * model.kv_bytes_per_token(kv_dtype)
@@ -950,7 +954,7 @@ def _pd_options(model: Model, mix: TokenMix, slo: SLO, pools: list[Pool], gpus: 
                 continue
             tpot = decode_step_time_s(model, gpu, batch, mix.input_tokens_p95 + mix.output_tokens_p95 / 2, tp=tp,
                                       weight_dtype=weight_dtype, kv_dtype=kv_dtype, calib=calib)
-            cap *= 1 - pool.interruption_rate  # a spot pool's capacity, derated as the whole replicas' are
+            cap *= derating.get((model.name, pool.id, "decode", tp), 1.0) * (1 - pool.interruption_rate)  # spot derated
             decode.append(ReplicaOption(model.name, pool.id, tp, 1, cap, mu_mem * gpu.memory_bytes,
                                         start_cost_usd=start_usd(pool, tp), tpot_p95_s=tpot, max_batch=batch,
                                         kv_budget_bytes=mu_mem * tp * gpu.memory_bytes - weights,
@@ -977,7 +981,7 @@ def _pd_options(model: Model, mix: TokenMix, slo: SLO, pools: list[Pool], gpus: 
                     why.append(f"{pool.id} tp {tp} prefill for decode at {ds}: misses TTFT {slo.ttft_s:g} s "
                                f"(KV transfer {added:.3f} s)")
                     continue
-                cap *= 1 - pool.interruption_rate
+                cap *= derating.get((model.name, pool.id, "prefill", tp), 1.0) * (1 - pool.interruption_rate)
                 prefill.append(ReplicaOption(model.name, pool.id, tp, 1, cap, mu_mem * gpu.memory_bytes,
                                              start_cost_usd=start_usd(pool, tp), ttft_p95_s=ttft + added,
                                              capacity_source=f"prefill-only roofline ({calib.gpu} row), KV over "

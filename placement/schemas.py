@@ -639,6 +639,8 @@ class PlanFile(InputModel):
                                                          "route and window")
     kv_break_even: dict | None = input_field(None, description="the run's break-even KV egress price (not "
                                              "re-checked: it needs a re-solve)")
+    verify: dict | None = input_field(None, description="the run's replay verification report (`plan --verify`; "
+                                      "not re-checked: it needs replays)")
     baselines: dict[str, dict] | None = input_field(None, description="baseline plans of the run (not re-checked)")
     validation: dict | None = input_field(None, description="the validator's report (recomputed, re-checked)")
     scenario: PlanScenarioEntry | None = input_field(None, description="the embedded scenario (required to read "

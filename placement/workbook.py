@@ -9,7 +9,10 @@ Sheets:
 * ``Ledger``: traffic (GB per day, formulas), then one row per line item (quantity, unit price, amount per day and
   per month, whether it counts in the total, input-token share, source), then the totals per option, USD per
   request and per million input / output tokens, and the break-even cross-site egress price, all formulas.
-* ``Plan`` (plans only): replicas per model, GPU type, site and window; GPU-hours and starts as formulas.
+* ``Plan`` (plans only): replicas per model, GPU type, site and window with their role (colocated, shared,
+  prefill -> decode site, decode); GPU-hours and starts as formulas; a disaggregated plan's KV flows per route and
+  window (req/s) with requests, KV GB and prompt GB as formulas. The Ledger has GPU lines per role and, per KV route,
+  a 0-USD GB line inside a site or, across sites, band lines of each egress table's monthly volume (formulas).
 * ``Scenarios`` (split only): a sweep computed in Python (values, not formulas) with the verdict per cell.
 * A bar chart of the total USD per day per option (split) or per line category (plan).
 
@@ -36,7 +39,7 @@ from fleetplan.datasets.catalog import load_gpus
 from fleetplan.datasets.ledger import load_assumptions
 from fleetplan.fileio import atomic_path
 from fleetplan.placement.ledger import plan_ledger
-from fleetplan.placement.plan import Plan, commitments, evaluate
+from fleetplan.placement.plan import Plan, commitments, evaluate, starts
 from fleetplan.placement.problem import Problem
 
 _BOLD = Font(bold=True)
@@ -396,6 +399,31 @@ def build_plan_workbook(problem: Problem, plan: Plan, *, gpus: dict[str, GPU] | 
         if opts[key].start_cost_usd > 0:
             a.add(f"start/{key}", f"start {key[0]} on {key[1]} tp{key[2]} pp{key[3]}", opts[key].start_cost_usd,
                   "USD/start", "problem option")
+    pd_opts = problem.pd_option_by_key
+    for pkey in sorted(plan.pd_replicas):
+        o = pd_opts[pkey]
+        if o.start_cost_usd > 0:
+            a.add(f"start/{pkey}", f"start {o.role} {o.model} on {o.pool} tp{o.tp}", o.start_cost_usd, "USD/start",
+                  "problem option")
+    routes = problem.kv_route_by_key
+    kv_tables: dict[tuple[str, str, str], EgressTable] = {}
+    if plan.kv_flows_req_per_s:
+        a.section("KV routes of the prefill/decode pools (bytes per request)")
+        for rkey in sorted(plan.kv_flows_req_per_s):
+            rt = routes[rkey]
+            a.add(f"kvb/{rkey}", f"KV-cache bytes per request {rt.model} {rt.prefill_site} -> {rt.decode_site}",
+                  rt.kv_bytes_per_request, "bytes", "KV-cached tokens of a mean prompt × KV bytes per token")
+            a.add(f"pb/{rkey}", f"prompt text bytes per request {rt.model} {rt.decode_site} -> {rt.prefill_site}",
+                  rt.prompt_bytes_per_request, "bytes", "mean prompt tokens × text bytes per token")
+            for t in (rt.kv_table, rt.prompt_table):
+                if t is not None:
+                    kv_tables.setdefault(table_key(t), t)
+    if kv_tables:
+        a.section("KV and prompt egress prices across sites (USD per GB inside each monthly volume band)")
+        for tk, t in kv_tables.items():
+            for j, band in enumerate(t.tiers):
+                a.add(f"eg/{tk}/{j}", f"egress {tk[0]} {tk[1]} ({tk[2]}) band {j + 1}", band.usd_per_gb, "USD/GB",
+                      t.source, band.from_gb, band.to_gb)
     a.section("Traffic served away from its origin (routed from the plan's capacity)")
     for (src, dst), gb in sorted(pl.egress_gb.items()):
         a.add(f"gb/{src}/{dst}", f"GB over the horizon {src} -> {dst}", gb, "GB", "plan routing (origin first)")
@@ -405,37 +433,67 @@ def build_plan_workbook(problem: Problem, plan: Plan, *, gpus: dict[str, GPU] | 
     wp = wb.create_sheet("Plan")
     W = problem.n_windows
     head = ["Model", "Site", "GPU", "Pool", "tp", "pp", "GPUs per replica"] + [f"w{w}" for w in range(W)] + [
-        "GPU-hours", "Starts"]
+        "GPU-hours", "Starts", "Role", "Pool and role"]
     wp.append(head)
     for c in wp[1]:
         c.font = _BOLD
     first_w, last_w = get_column_letter(8), get_column_letter(7 + W)
     gh_col, st_col = get_column_letter(8 + W), get_column_letter(9 + W)
-    start_ref = {}
-    for key in sorted(plan.replicas):
-        o = opts[key]
-        p = pools[o.pool]
+    key_col = get_column_letter(11 + W)
+    start_ref: dict[object, str] = {}
+
+    def replica_row(vals: list, role: str, kind: str, counts_start: bool) -> int:
         r = wp.max_row + 1
-        vals = [key[0], p.site, p.gpu, o.pool, o.tp, o.pp, o.gpus] + list(plan.replicas[key])
         for c, v in enumerate(vals, start=1):
             wp.cell(r, c, v)
         wp.cell(r, 8 + W, f"=SUM({first_w}{r}:{last_w}{r})*G{r}*{a.ref['window_h']}")
-        if W > 1:
+        if W > 1 and counts_start:
             terms = [f"MAX(0,{get_column_letter(8 + w)}{r}-{get_column_letter(8 + (w - 1) % W)}{r})"
                      for w in range(W)]
             wp.cell(r, 9 + W, "=" + "+".join(terms))
         else:
             wp.cell(r, 9 + W, 0)
+        wp.cell(r, 10 + W, role)
+        wp.cell(r, 11 + W, f"{vals[3]} {kind}")
+        return r
+
+    for key in sorted(plan.replicas):
+        o = opts[key]
+        p = pools[o.pool]
+        r = replica_row([key[0], p.site, p.gpu, o.pool, o.tp, o.pp, o.gpus] + list(plan.replicas[key]),
+                        "colocated", "colocated", True)
         start_ref[key] = f"Plan!${st_col}${r}"
+    for pkey in sorted(plan.pd_replicas):  # prefill and decode pools, with their role
+        o = pd_opts[pkey]
+        p = pools[o.pool]
+        role = f"prefill -> {o.decode_site}" if o.role == "prefill" else "decode"
+        r = replica_row([o.model, p.site, p.gpu, o.pool, o.tp, 1, o.gpus] + list(plan.pd_replicas[pkey]), role,
+                        o.role, True)
+        start_ref[pkey] = f"Plan!${st_col}${r}"
     for shared in plan.shared:
         p = pools[shared.pool]
-        r = wp.max_row + 1
-        vals = ["shared: " + "+".join(shared.models), p.site, p.gpu, shared.pool, 1, 1, 1] + [1] * W
-        for c, v in enumerate(vals, start=1):
-            wp.cell(r, c, v)
-        wp.cell(r, 8 + W, f"=SUM({first_w}{r}:{last_w}{r})*G{r}*{a.ref['window_h']}")
-        wp.cell(r, 9 + W, 0)
+        replica_row(["shared: " + "+".join(shared.models), p.site, p.gpu, shared.pool, 1, 1, 1] + [1] * W, "shared",
+                    "shared", False)
     n_plan = wp.max_row
+    flow_rows: dict[tuple[str, str, str], int] = {}
+    if plan.kv_flows_req_per_s:
+        wp.append(())
+        hr = wp.max_row + 1
+        kv_head = ["KV flow (req/s)", "Prefill site", "Decode site", "Link", "Route class", "", ""] + [
+            f"w{w}" for w in range(W)] + ["Requests", "KV GB", "Prompt GB"]
+        for c, h in enumerate(kv_head, start=1):
+            wp.cell(hr, c, h).font = _BOLD
+        for rkey in sorted(plan.kv_flows_req_per_s):
+            rt = routes[rkey]
+            r = wp.max_row + 1
+            vals = [rt.model, rt.prefill_site, rt.decode_site, rt.link, rt.route_class or "same site", "", ""] + list(
+                plan.kv_flows_req_per_s[rkey])
+            for c, v in enumerate(vals, start=1):
+                wp.cell(r, c, v)
+            wp.cell(r, 8 + W, f"=SUM({first_w}{r}:{last_w}{r})*{a.ref['window_h']}*3600")
+            wp.cell(r, 9 + W, f"={gh_col}{r}*{a.ref[f'kvb/{rkey}']}/1000000000")
+            wp.cell(r, 10 + W, f"={gh_col}{r}*{a.ref[f'pb/{rkey}']}/1000000000")
+            flow_rows[rkey] = r
 
     wl = wb.create_sheet("Ledger")
     for c, h in enumerate(LEDGER_HEADER, start=1):
@@ -443,14 +501,25 @@ def build_plan_workbook(problem: Problem, plan: Plan, *, gpus: dict[str, GPU] | 
     ls = _LedgerSheet(wl, a.ref["dpm"])
     dfac = a.ref["day_factor"]
     gh_of = {}
+
+    def gh_sum(pid: str, kinds: tuple[str, ...]) -> str:
+        return "(" + "+".join(f"SUMIF(Plan!${key_col}$2:${key_col}${n_plan},\"{pid} {k}\",Plan!${gh_col}$2:"
+                              f"${gh_col}${n_plan})" for k in kinds) + ")"
+
+    pd_kinds = {(pools[k[2]].id, k[1]) for k in plan.pd_replicas}
     for pid in pools_used:
         p = pools[pid]
-        gh = f"SUMIF(Plan!$D$2:$D${n_plan},\"{pid}\",Plan!${gh_col}$2:${gh_col}${n_plan})"
-        gh_of[pid] = gh
+        gh_of[pid] = f"SUMIF(Plan!$D$2:$D${n_plan},\"{pid}\",Plan!${gh_col}$2:${gh_col}${n_plan})"
         named = f" [{p.name}]" if p.name else ""
-        ls.item("plan", "gpu", f"GPU-hours {p.gpu}{named}", p.site, f"={gh}/{dfac}", "GPU-hour",
-                f"={a.ref['price/' + pid]}",
-                1, 0.0, p.price_source or "problem pool price")
+        if any(k[1] == pid for k in plan.replicas) or any(g.pool == pid for g in plan.shared):
+            ls.item("plan", "gpu", f"GPU-hours {p.gpu}{named}", p.site,
+                    f"={gh_sum(pid, ('colocated', 'shared'))}/{dfac}", "GPU-hour", f"={a.ref['price/' + pid]}", 1,
+                    0.0, p.price_source or "problem pool price")
+        for role in ("prefill", "decode"):
+            if (pid, role) in pd_kinds:
+                ls.item("plan", "gpu", f"{role} GPU-hours {p.gpu}{named}", p.site, f"={gh_sum(pid, (role,))}/{dfac}",
+                        "GPU-hour", f"={a.ref['price/' + pid]}", 1, 1.0 if role == "prefill" else 0.0,
+                        p.price_source or "problem pool price")
     for pid in committed:
         p = pools[pid]
         ls.item("plan", "gpu", f"committed GPUs {p.gpu} [{pid}]", p.site, f"={a.ref['commit/' + pid]}*24",
@@ -461,6 +530,39 @@ def build_plan_workbook(problem: Problem, plan: Plan, *, gpus: dict[str, GPU] | 
             ls.item("plan", "start", f"starts {key[0]} on {key[1]} tp{key[2]} pp{key[3]}", pools[key[1]].site,
                     f"={start_ref[key]}/{dfac}", "start", f"={a.ref['start/' + str(key)]}", 1, 0.0,
                     "problem option")
+    for pkey in sorted(plan.pd_replicas):
+        o = pd_opts[pkey]
+        if f"start/{pkey}" in a.ref and starts(plan.pd_replicas[pkey]):
+            ls.item("plan", "start", f"{o.role} starts {o.model} on {o.pool} tp{o.tp}", pools[o.pool].site,
+                    f"={start_ref[pkey]}/{dfac}", "start", f"={a.ref['start/' + str(pkey)]}", 1, 0.0,
+                    "problem option")
+    # KV caches (prefill -> decode) and prompts (decode -> prefill) of the disaggregated routes: inside a site a
+    # 0-USD line of its GB; across sites each egress table's monthly volume (a formula over the Plan sheet's flows)
+    # priced band by band, as the clouds bill it.
+    gb_col = {"kv": get_column_letter(9 + W), "prompt": get_column_letter(10 + W)}
+    volume: dict[tuple[str, str, str], list[str]] = {}
+    for rkey, r in sorted(flow_rows.items()):
+        rt = routes[rkey]
+        for kind, table in (("kv", rt.kv_table), ("prompt", rt.prompt_table)):
+            src, dst = (rt.prefill_site, rt.decode_site) if kind == "kv" else (rt.decode_site, rt.prefill_site)
+            gb_ref = f"Plan!${gb_col[kind]}${r}"
+            if table is None:
+                ls.item("plan", "egress", f"{kind} {rt.model} {src} -> {dst} over {rt.link} (no egress)", src,
+                        f"={gb_ref}/{dfac}", "GB", "=0", 1, 1.0, "inside one site")
+            else:
+                volume.setdefault(table_key(table), []).append(gb_ref)
+    if volume:
+        a.section("KV and prompt egress volumes (formulas over the Plan sheet's KV flows)")
+    for tk, gbs in volume.items():
+        t = kv_tables[tk]
+        vol = a.add(f"vol/{tk}", f"KV and prompt egress per month, {tk[0]} {tk[1]} ({tk[2]})",
+                    f"=({'+'.join(gbs)})*{a.ref['dpm']}/{dfac}", "GB/month",
+                    "formula: the routes' GB over the horizon (Plan sheet) × days per month / days in the horizon")
+        for j, band in enumerate(t.tiers):
+            rk = f"eg/{tk}/{j}"
+            hi = None if band.to_gb is None else a.col(rk, "F")
+            ls.item("plan", "egress", f"kv+prompt egress {tk[0]} {tk[1]} band {j + 1}", tk[0],
+                    _band_qty(vol, a.col(rk, "E"), hi, a.ref["dpm"]), "GB", f"={a.ref[rk]}", 1, 1.0, t.source)
     for (src, dst) in sorted(pl.egress_gb):
         ls.item("plan", "egress", f"requests served away {src} -> {dst}", dst, f"={a.ref[f'gb/{src}/{dst}']}/{dfac}",
                 "GB", f"={a.ref[f'rate/{src}/{dst}']}", 1, 0.0, "problem egress table")

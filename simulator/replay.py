@@ -18,6 +18,11 @@ Two replays:
   rate-scaled to the window's demand. A trace with no model column is split over the plan's models in proportion to
   their demand in that window (seeded), or sent to one model.
 
+Disaggregated plans (prefill and decode pools, ``Plan.pd_replicas``): the share of a model's requests the plan's KV
+flows carry goes prefill replica -> KV transfer -> decode replica on a route drawn by the flows; TTFT counts the
+prefill queue and prefill, the transfer, and the decode replica's first iteration, which emits the first token
+(:mod:`fleetplan.simulator.disagg` says exactly what is modelled).
+
 Slices: a window may be simulated for ``slice_s`` seconds instead of all of it (``simulate_day(slice_s=...)``). The
 slice is the window's busiest 10-minute slot (the one the plan is sized for, ``demand_rate: peak``) widened
 symmetrically to ``slice_s``, preceded by ``warmup_s`` seconds whose requests are simulated but not measured. Each
@@ -48,10 +53,12 @@ from fleetplan.costmodels.capacity import SLO
 from fleetplan.costmodels.energy import energy_kwh
 from fleetplan.costmodels.hardware import Model
 from fleetplan.costmodels.latency import decode_step_time_s, prefill_time_s
+from fleetplan.costmodels.network import Link
 from fleetplan.costmodels.queueing import lognormal_sigma, normal_quantile
+from fleetplan.costmodels.split import kv_transfer_s
 from fleetplan.datasets.calibration import idle_fraction, load_calibration
 from fleetplan.datasets.catalog import get_gpu, get_model
-from fleetplan.datasets.network import inter_node_link
+from fleetplan.datasets.network import inter_node_link, load_network_graph
 from fleetplan.datasets.servegen import servegen_client_mix, servegen_day_curve
 from fleetplan.datasets.traces import Trace, load_trace
 from fleetplan.errors import InputError, UnknownNameError
@@ -63,6 +70,14 @@ from fleetplan.placement.scenario import (
     scenario_models,
     scenario_profiles,
     scenario_slos,
+)
+from fleetplan.simulator.disagg import (
+    PdFleet,
+    RouteKey,
+    choose_routes,
+    decode_group,
+    prefill_group,
+    run_disaggregated,
 )
 from fleetplan.simulator.engine import FCFS, DeviceSpec, EngineSpec, Policy, RunResult, StepModel, run
 
@@ -129,11 +144,15 @@ class FleetBuilder:
         return (get_model(model_name, self.scenario_file("models")), opts.get("weight_dtype", "bf16"),
                 opts.get("kv_dtype", "bf16"))
 
-    def step_model(self, model_name: str, pool_id: str, tp: int, pp: int, kv_budget_bytes: float | None) -> StepModel:
-        """The (cached) step model of ``model_name`` on ``tp × pp`` GPUs of ``pool_id``."""
+    def step_model(self, model_name: str, pool_id: str, tp: int, pp: int, kv_budget_bytes: float | None,
+                   role: str = "colocated") -> StepModel:
+        """The (cached) step model of ``model_name`` on ``tp × pp`` GPUs of ``pool_id``. ``role`` 'decode': a decode
+        replica of a disaggregated plan, whose "prefill" of a request is its first iteration on it: one decode step of
+        one sequence at the prompt's context (:mod:`fleetplan.simulator.disagg`); 'colocated' and 'prefill' replicas
+        prefill as the engine does."""
         if model_name in self._override:
             return self._override[model_name]
-        key = (model_name, pool_id, tp, pp, kv_budget_bytes)
+        key = (model_name, pool_id, tp, pp, kv_budget_bytes, role)
         if key in self._cache:
             return self._cache[key]
 
@@ -178,11 +197,17 @@ class FleetBuilder:
             note = ""
         if note and note not in self.notes:
             self.notes.append(note)
+        if role == "decode":
+            step = decode
+
+            def prefill(i: float) -> float:  # the decode replica's first iteration: the prompt's last token
+                return step(1.0, i)
         sm = StepModel(prefill, decode,
                        kv_bytes_per_token=model.kv_bytes_per_token(kd), kv_budget_bytes=budget,
                        max_tokens=min(self.max_tokens, model.max_context_tokens),
                        sliding_window_tokens=model.sliding_window_tokens, pcie_bytes_per_s=pcie,
-                       label=f"{model_name} on {pool_id} tp{tp}" + (f"xpp{pp}" if pp > 1 else ""))
+                       label=(f"{role} " if role != "colocated" else "") + f"{model_name} on {pool_id} tp{tp}"
+                       + (f"xpp{pp}" if pp > 1 else ""))
         self._cache[key] = sm
         return sm
 
@@ -221,6 +246,47 @@ class FleetBuilder:
                 engines.append(EngineSpec(m, len(devices) - 1, self.step_model(m, g.pool, 1, 1, budget)))
             dm.append(tuple(g.models))
         return Fleet(engines, devices, dm)
+
+    def pd_fleet(self, w: int) -> PdFleet:
+        """The prefill and decode replicas of window ``w`` (:class:`fleetplan.simulator.disagg.PdFleet`): one device
+        and engine per replica; a prefill replica in the router group of its route (model, its pool's site, the
+        decode site it ships to), a decode replica in the group of its model and site."""
+        pools = self.problem.pool_by_id
+        out = PdFleet([], [], [], [])
+        for (m, role, pool_id, tp, dsite), counts in sorted(self.plan.pd_replicas.items()):
+            n = counts[w]
+            if not n:
+                continue
+            pool = pools[pool_id]
+            gpu = get_gpu(pool.gpu, self.scenario_file("gpus"))
+            sm = self.step_model(m, pool_id, tp, 1, None, role=role)
+            group = prefill_group((m, pool.site, dsite)) if role == "prefill" else decode_group(m, pool.site)
+            to = f" -> {dsite}" if role == "prefill" else ""
+            for r in range(n):
+                out.devices.append(DeviceSpec(f"{m} {role} {pool.gpu}@{pool.site} tp{tp}{to} #{r + 1}", tp,
+                                              pool.usd_per_gpu_hour, gpu.tdp_w or 0.0, gpu=pool.gpu))
+                out.engines.append(EngineSpec(m, len(out.devices) - 1, sm))
+                out.groups.append(group)
+                out.tp.append(tp)
+        return out
+
+    def kv_link(self, prefill_site: str, decode_site: str) -> Link:
+        """The link a KV cache takes from ``prefill_site`` to ``decode_site``, as the planner's prefill options
+        (:func:`fleetplan.placement.scenario.build_problem`) take it: the scenario's inter-node link inside a site,
+        the shipped network graph's link between two sites."""
+        if prefill_site == decode_site:
+            opts = self.scenario.options if self.scenario is not None else {}
+            return inter_node_link(opts.get("inter_node_link"))
+        return load_network_graph().link(prefill_site, decode_site)
+
+    def kv_transfer_s(self, route: RouteKey, prompt_tokens: np.ndarray, streams: np.ndarray) -> np.ndarray:
+        """Seconds each prompt's KV cache takes over ``route``'s link (:func:`fleetplan.costmodels.split.
+        kv_transfer_s`: KV-cached prompt tokens × KV bytes per token, one stream per prefill tp rank)."""
+        model, _, kd = self.model_spec(route[0])
+        link = self.kv_link(route[1], route[2])
+        kvpt = model.kv_bytes_per_token(kd)
+        return np.asarray([kv_transfer_s(model.kv_tokens_cached(float(t)) * kvpt, link, int(s))
+                           for t, s in zip(prompt_tokens, streams, strict=True)], dtype=np.float64)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -697,10 +763,14 @@ def _collect(problem: Problem, wl: Workload, res: RunResult, lat: dict[str, list
         lat.setdefault(m, []).append((ttft[sel], tp, queue[sel], ok, e2e_all[sel]))
 
 
-def run_window(builder: FleetBuilder, wl: Workload, w: int, policy: Policy = FCFS) -> tuple[Fleet, RunResult]:
-    """Run ``wl`` on window ``w``'s fleet. Raises InputError when a request's model has no replica there."""
+def run_window(builder: FleetBuilder, wl: Workload, w: int, policy: Policy = FCFS,
+               seed: int = 0) -> tuple[Fleet, RunResult]:
+    """Run ``wl`` on window ``w``'s fleet. A disaggregated plan's requests go prefill replica -> KV transfer ->
+    decode replica on the routes of the plan's flows (:mod:`fleetplan.simulator.disagg`; ``seed`` draws the
+    routes). Raises InputError when a request's model has no replica there."""
     fleet = builder.fleet(w)
-    served = {e.model for e in fleet.engines}
+    pd = builder.pd_fleet(w)
+    served = {e.model for e in fleet.engines} | {e.model for e in pd.engines}
     missing = sorted(set(wl.model.tolist()) - served)
     if missing:
         known = sorted(builder.problem.model_by_name)
@@ -709,9 +779,19 @@ def run_window(builder: FleetBuilder, wl: Workload, w: int, policy: Policy = FCF
             raise UnknownNameError("model", unknown[0], known, field="model")
         raise InputError(f"the plan has no replica of {missing[0]} in window {w}, but requests for it arrive; "
                          "plan with min_replicas >= 1 or pick another window", field="model", value=missing[0])
-    res = run(wl.arrival_s, wl.input_tokens, wl.output_tokens, wl.model, fleet.engines, fleet.devices, policy,
-              class_of=request_classes(builder.problem, wl))
-    return fleet, res
+    classes = request_classes(builder.problem, wl)
+    flows = {k: f[w] for k, f in builder.plan.kv_flows_req_per_s.items() if f[w] > 0}
+    if pd.empty and not flows:
+        return fleet, run(wl.arrival_s, wl.input_tokens, wl.output_tokens, wl.model, fleet.engines, fleet.devices,
+                          policy, class_of=classes)
+    demand = {m.name: m.demand_req_per_s[w] for m in builder.problem.models}
+    routes = choose_routes(wl.model, flows, demand, {e.model for e in fleet.engines},
+                           np.random.default_rng([seed, w, 17]))
+    engines, devices, res = run_disaggregated(wl.arrival_s, wl.input_tokens, wl.output_tokens, wl.model, routes,
+                                              fleet.engines, fleet.devices, pd, builder.kv_transfer_s,
+                                              policy=policy, class_of=classes)
+    dm = fleet.device_models + [(e.model,) for e in pd.engines]
+    return Fleet(engines, devices, dm), res
 
 
 def request_classes(problem: Problem, wl: Workload) -> np.ndarray | None:
@@ -757,10 +837,6 @@ def simulate_day(problem: Problem, plan: Plan, scenario: Scenario, *, seed: int 
         windows: window indices to run (default all); models: models to replay (default all).
         progress: called with a short status text before each window.
     """
-    if plan.pd_replicas:
-        raise InputError("the replay of disaggregated plans (prefill pool -> KV transfer -> decode pool) is not "
-                         "implemented yet; replay a plan made with disaggregation: {enabled: false}",
-                         field="prefill_decode")
     import time
 
     t0 = time.perf_counter()
@@ -783,7 +859,7 @@ def simulate_day(problem: Problem, plan: Plan, scenario: Scenario, *, seed: int 
         total += len(wl.arrival_s)
         if len(wl.arrival_s) == 0:
             continue
-        fleet, res = run_window(builder, wl, w, policy)
+        fleet, res = run_window(builder, wl, w, policy, seed=seed)
         rows += window_metrics(problem, fleet, wl, res, w, L, slos)
         _collect(problem, wl, res, lat, slos)
         if slice_s is not None and slice_s < L:
@@ -898,10 +974,6 @@ def simulate_trace(problem: Problem, plan: Plan, scenario: Scenario, trace: Trac
     (the peak window of the models the trace goes to). With ``bucket_s``, the per-window rows are per
     ``bucket_s``-second interval of the trace instead (their ``window`` field is the interval's index), e.g. to see
     TTFT grow during a burst."""
-    if plan.pd_replicas:
-        raise InputError("the replay of disaggregated plans (prefill pool -> KV transfer -> decode pool) is not "
-                         "implemented yet; replay a plan made with disaggregation: {enabled: false}",
-                         field="prefill_decode")
     import time
 
     t0 = time.perf_counter()
@@ -909,7 +981,7 @@ def simulate_trace(problem: Problem, plan: Plan, scenario: Scenario, trace: Trac
     wl = trace_workload(trace, problem, w, model=model, rate_scale=rate_scale, time_scale=time_scale, seed=seed)
     builder = FleetBuilder(problem, plan, scenario, max_tokens=float((wl.input_tokens + wl.output_tokens).max()))
     slos = model_slos(problem, scenario)
-    fleet, res = run_window(builder, wl, w, policy)
+    fleet, res = run_window(builder, wl, w, policy, seed=seed)
     dur = wl.measure_to_s - wl.measure_from_s
     if bucket_s:
         rows = []

@@ -73,9 +73,12 @@ class VerifyResult:
 
 
 def _options_used(plan: Plan, model: str, w: int) -> list[DeratingKey]:
-    """Option keys ``model`` uses in window ``w`` of ``plan``: dedicated replica types and shared residences."""
+    """Option keys ``model`` uses in window ``w`` of ``plan``: dedicated replica types, shared residences, and
+    prefill and decode options ((model, pool, role, tp): one factor per role and shape, whatever the decode site)."""
     keys: list[DeratingKey] = [k for k, counts in plan.replicas.items() if k[0] == model and counts[w] > 0]
     keys += sorted({(model, g.pool, "shared", 1) for g in plan.shared if model in g.models})
+    keys += sorted({(model, k[2], k[1], k[3]) for k, counts in plan.pd_replicas.items()
+                    if k[0] == model and counts[w] > 0})
     return keys
 
 
@@ -157,6 +160,8 @@ def verify_plan(scenario: Scenario, *, backend: str = "highs", solve_options: di
 
 def _key_text(key: DeratingKey) -> str:
     model, pool, tp, pp = key
+    if tp in ("prefill", "decode"):
+        return f"{model} {tp} on {pool} tp{pp}"
     return f"{model} on {pool} " + ("shared" if tp == "shared" else f"tp{tp}" + (f"xpp{pp}" if pp > 1 else ""))
 
 
@@ -166,7 +171,8 @@ def verify_to_dict(vr: VerifyResult) -> dict:
             "rounds": [{"round": r.round, "cost_usd_per_day": r.cost_usd_per_day, "attainment": r.attainment,
                         "misses": [{"model": m, "window": w, "targets": t} for m, w, t in r.misses]}
                        for r in vr.rounds],
-            "derating": [{"option": _key_text(k), "factor": f, "why": why} for k, (f, why) in vr.derating.items()],
+            "derating": [{"option": _key_text(k), "key": list(k), "factor": f, "why": why}
+                         for k, (f, why) in vr.derating.items()],
             "unmet": [{"model": m, "window": w, "targets": t} for m, w, t in vr.unmet]}
 
 

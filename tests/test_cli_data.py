@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import json
 
@@ -10,6 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from fleetplan.cli.main import main
+from fleetplan.datasets.catalog import load_gpu_prices, load_gpu_specs, load_models
 
 
 def run(*args: str):
@@ -128,10 +130,6 @@ def test_csv_export_reads_back_through_extra(sub, tmp_path):
 def test_csv_export_gives_identical_records(tmp_path):
     # Record by record: the loaders read the exported file into the same GpuSpec, Model and GpuPrice records (a
     # price read from a user's file is marked as the user's, with its file as the snapshot, and carries no flags).
-    import dataclasses
-
-    from fleetplan.datasets.catalog import load_gpu_prices, load_gpu_specs, load_models
-
     for sub, load in (("gpus", load_gpu_specs), ("models", load_models)):
         f = tmp_path / f"{sub}.csv"
         f.write_text(run(sub, "--format", "csv").output)

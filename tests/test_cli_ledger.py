@@ -6,7 +6,9 @@ import json
 
 from click.testing import CliRunner
 
+from fleetplan.cli.ledger import parse_vary
 from fleetplan.cli.main import main
+from fleetplan.errors import InputError
 
 BASE = ["ledger", "split", "--model", "llama-3.1-70b", "--prefill-site", "aws:us-east-1", "--decode-site",
         "aws:us-west-2", "--trace", "azure-conv", "--rate-req-per-s", "2", "--no-prompt-break-even",
@@ -94,9 +96,9 @@ WHATIF = ["ledger", "whatif", "--model", "llama-3.1-70b", "--prefill-site", "aws
 
 
 def test_whatif_infeasible_cell_names_the_binding_constraint():
-    # An 8,192-token mean prompt (p95 ~29k tokens) cannot meet TTFT 2 s at any tp: the prefill binds, not the decode
-    # GPU. The verdict names the TTFT target, its value and each tp's TTFT, largest tp first.
-    r = CliRunner().invoke(main, WHATIF + ["--vary", "prompt_tokens=8192"])
+    # A 16,384-token mean prompt cannot meet TTFT 2 s at any tp: the prefill binds, not the decode GPU. The verdict
+    # names the TTFT target, its value and each tp's TTFT, largest tp first.
+    r = CliRunner().invoke(main, WHATIF + ["--vary", "prompt_tokens=16384"])
     assert r.exit_code == 0, r.output
     (row,) = json.loads(r.output)
     v = row["verdict"]
@@ -107,9 +109,19 @@ def test_whatif_infeasible_cell_names_the_binding_constraint():
     # Independent check that TTFT is what binds: the tp-8 TTFT the message quotes, as the target, makes the cell
     # feasible (same prompts, same GPU).
     quoted = float(v.split("tp 8: TTFT p95 ")[1].split(" s")[0])
-    ok = CliRunner().invoke(main, WHATIF + ["--vary", "prompt_tokens=8192", "--ttft-slo-s", str(quoted * 1.05)])
+    ok = CliRunner().invoke(main, WHATIF + ["--vary", "prompt_tokens=16384", "--ttft-slo-s", str(quoted * 1.05)])
     assert ok.exit_code == 0, ok.output
     assert not json.loads(ok.output)[0]["verdict"].startswith("infeasible"), ok.output
+
+
+def test_whatif_never_says_split_saves_when_the_split_misses_its_slo():
+    # At an 8,192-token mean prompt the colocated designs meet TTFT 2 s but the split (its KV transfer added to
+    # TTFT) does not: the verdict names the single site and the miss, never "split saves".
+    r = CliRunner().invoke(main, WHATIF + ["--vary", "prompt_tokens=8192"])
+    assert r.exit_code == 0, r.output
+    (row,) = json.loads(r.output)
+    assert row["split_slo_ok"] is False
+    assert row["verdict"].endswith("(the split misses the SLO)") and "split saves" not in row["verdict"]
 
 
 def test_decode_pool_failure_names_tpot_when_tpot_binds():
@@ -122,8 +134,6 @@ def test_decode_pool_failure_names_tpot_when_tpot_binds():
 
 
 def test_vary_empty_item_and_two_part_range_refused():
-    from fleetplan.cli.ledger import parse_vary
-    from fleetplan.errors import InputError
 
     for text, words in (("prompt_tokens=1,,2", "value 2 of the list is empty"),
                         ("prompt_tokens=1,2,", "value 3 of the list is empty"),

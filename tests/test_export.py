@@ -51,12 +51,23 @@ CRDS = HERE / "data" / "crds"
 GOLDEN_K8S = ("clusters.yaml", "gcp-us-central1/window-00-00.yaml", "gcp-us-central1/window-19-00.yaml",
               "gcp-us-central1/schedule-keda.yaml")
 K8S_VERSION = "1.37.0"
+#: Golden export of the shipped disagg_wins plan (prefill and decode pools, issue 17): its plan and what is kept.
+PD_PLAN_FILE = GOLDEN / "disagg_wins" / "plan.json"
+GOLDEN_PD = ("clusters.yaml", "aws-us-east-1/window-06-00.yaml", "aws-us-east-1/schedule-keda.yaml")
 
 
 @lru_cache(maxsize=1)
 def default():
     problem, plan, scenario, _ = load_plan_file(PLAN_FILE)
     return problem, plan, scenario
+
+
+@lru_cache(maxsize=1)
+def pd_export() -> tuple[dict[str, str], str]:
+    problem, plan, scenario, _ = load_plan_file(PD_PLAN_FILE)
+    ws = workloads(problem, plan, scenario)
+    files = export_k8s(problem, ws, list(range(problem.n_windows)), DeployFile(), schedule=True)
+    return files, export_vllm(problem, ws, list(range(problem.n_windows)), plan_name=problem.name)
 
 
 @lru_cache(maxsize=1)
@@ -321,19 +332,17 @@ def test_cli_export_replaces_an_earlier_export(tmp_path):
     r = CliRunner().invoke(main, ["export", "k8s", str(PLAN_FILE), "--out", str(out)])
     assert r.exit_code == 0, r.output
     day = _tree(out)
-    assert "aws-us-east-1/schedule-keda.yaml" in day and "aws-us-east-1/window-03-00.yaml" in day
+    assert "gcp-us-central1/schedule-keda.yaml" in day and "gcp-us-central1/window-03-00.yaml" in day
     (out / "notes.txt").write_text("mine")
-    (out / "aws-us-east-1" / "kustomization.yaml").write_text("mine too")
+    (out / "gcp-us-central1" / "kustomization.yaml").write_text("mine too")
     r = CliRunner().invoke(main, ["export", "k8s", str(PLAN_FILE), "--out", str(out), "--window", "19:30"])
     assert r.exit_code == 0, r.output
-    assert sorted(_tree(out)) == ["aws-us-east-1/kustomization.yaml", "aws-us-east-1/window-19-00.yaml",
-                                  "clusters.yaml", "fleetplan-files.json", "gcp-us-central1/window-19-00.yaml",
-                                  "notes.txt"]
-    # 2 sites × (24 windows + schedule) + clusters.yaml = 51 files before; 3 kept: 48 removed, and said so.
-    assert "removed 48 file(s)" in r.output
+    assert sorted(_tree(out)) == ["clusters.yaml", "fleetplan-files.json", "gcp-us-central1/kustomization.yaml",
+                                  "gcp-us-central1/window-19-00.yaml", "notes.txt"]
+    # 1 site × (24 windows + schedule) + clusters.yaml = 26 files before; 2 kept: 24 removed, and said so.
+    assert "removed 24 file(s)" in r.output
     index = json.loads((out / "fleetplan-files.json").read_text())
-    assert sorted(index["files"]) == ["aws-us-east-1/window-19-00.yaml", "clusters.yaml",
-                                      "gcp-us-central1/window-19-00.yaml"]
+    assert sorted(index["files"]) == ["clusters.yaml", "gcp-us-central1/window-19-00.yaml"]
 
 
 def test_cli_export_refuses_to_drop_an_edited_file_or_replace_a_users_file(tmp_path):
@@ -348,7 +357,7 @@ def test_cli_export_refuses_to_drop_an_edited_file_or_replace_a_users_file(tmp_p
     assert _tree(out) == before  # nothing written, nothing removed
     # A file fleetplan did not write, where the export would write: refused, kept.
     mine = tmp_path / "m"
-    (mine / "aws-us-east-1").mkdir(parents=True)
+    (mine / "gcp-us-central1").mkdir(parents=True)
     (mine / "clusters.yaml").write_text("my clusters")
     r = CliRunner().invoke(main, ["export", "k8s", str(PLAN_FILE), "--out", str(mine), "--window", "19:30"])
     assert r.exit_code == 2 and "was not written by an earlier export" in r.output, r.output
@@ -406,19 +415,88 @@ def test_gpu_without_a_known_label(monkeypatch):
     assert {w.gpu_product_label for w in workloads(problem, plan, scenario, given)} == {"A100-LABEL"}
 
 
+def test_disaggregated_plan_exports_prefill_and_decode_deployments():
+    # disagg_wins: prefill and decode pools of Llama-3.1-70B at one site (plus a colocated replica in two windows).
+    problem, plan, scenario, _ = load_plan_file(PD_PLAN_FILE)
+    assert validate(problem, plan).ok and plan.pd_replicas
+    files, vllm_text = pd_export()
+    for rel in GOLDEN_PD:
+        assert files[rel] == (PD_PLAN_FILE.parent / "k8s" / rel).read_text(), f"{rel} differs from its golden file"
+    assert vllm_text == (PD_PLAN_FILE.parent / "vllm.sh").read_text()
+    ev = evaluate(problem, plan)
+    roles: dict[str, str] = {}
+    checked: set[str] = set()
+    for rel, text in files.items():
+        if rel == "clusters.yaml":
+            continue
+        docs = _docs(text)
+        for doc in docs:
+            key = json.dumps(doc, sort_keys=True)
+            if key not in checked:
+                check_manifest(doc)
+                checked.add(key)
+        m = re.fullmatch(r".+/window-(\d\d)-(\d\d)\.yaml", rel)
+        if not m:
+            continue
+        gpus = 0
+        for doc in docs:
+            if doc["kind"] != "Deployment":
+                continue
+            pod = doc["spec"]["template"]
+            c = pod["spec"]["containers"][0]
+            gpus += doc["spec"]["replicas"] * int(c["resources"]["limits"]["nvidia.com/gpu"])
+            role = pod["metadata"]["labels"].get("fleetplan.io/role", "colocated")
+            roles[doc["metadata"]["name"]] = role
+            args = c["args"]
+            if role == "colocated":
+                assert "--kv-transfer-config" not in args
+                assert pod["metadata"]["labels"]["serves.fleetplan.io/llama-3-1-70b"] == "true"
+                continue
+            config = json.loads(args[args.index("--kv-transfer-config") + 1])
+            assert config == {"kv_connector": "NixlConnector",
+                              "kv_role": {"prefill": "kv_producer", "decode": "kv_consumer"}[role]}
+            assert pod["metadata"]["labels"][f"{role}.fleetplan.io/llama-3-1-70b"] == "true"
+            assert "serves.fleetplan.io/llama-3-1-70b" not in pod["metadata"]["labels"]  # behind the proxy only
+            env = {e["name"]: e for e in c["env"]}
+            assert env["VLLM_NIXL_SIDE_CHANNEL_HOST"]["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP"
+            assert ("--max-num-seqs" in args) is (role == "decode")
+        # Independent check: the GPUs asked for in each window are the plan's (prefill, decode and colocated).
+        assert gpus == ev.gpus_per_window[window_index(problem, f"{m.group(1)}:{m.group(2)}")]
+        svc = {d["metadata"]["name"]: d for d in docs if d["kind"] == "Service"}
+        assert svc["vllm-llama-3-1-70b-prefill"]["spec"]["clusterIP"] == "None"
+        assert set(svc) == {"vllm-llama-3-1-70b", "vllm-llama-3-1-70b-prefill", "vllm-llama-3-1-70b-decode"}
+    assert set(roles.values()) == {"colocated", "prefill", "decode"}
+    # vLLM commands: the same flags, one NIXL handshake port per server on a node, the proxy's endpoints listed.
+    assert vllm_text.count("kv_role\":\"kv_producer") and vllm_text.count("kv_role\":\"kv_consumer")
+    assert "VLLM_NIXL_SIDE_CHANNEL_PORT=5601" in vllm_text and "# prefill servers: " in vllm_text
+    for w in range(problem.n_windows):
+        for _, lines in node_commands(problem, workloads(problem, plan, scenario), w):
+            ports = re.findall(r"VLLM_NIXL_SIDE_CHANNEL_PORT=(\d+)", "\n".join(lines))
+            assert len(ports) == len(set(ports))
+
+
 def regenerate(replan: bool) -> None:
     """Rewrite the golden files (module docstring)."""
     if replan:
         subprocess.run([sys.executable, "-m", "fleetplan.cli.main", "plan", "--out", str(PLAN_FILE)], check=True,
                        stdout=subprocess.DEVNULL)
+        subprocess.run([sys.executable, "-m", "fleetplan.cli.main", "plan", "disagg_wins", "--no-baselines",
+                        "--out", str(PD_PLAN_FILE)], check=True, stdout=subprocess.DEVNULL)
     default.cache_clear()
     full_export.cache_clear()
+    pd_export.cache_clear()
     files, vllm_text = full_export()
     for rel in GOLDEN_K8S:
         p = GOLDEN / "k8s" / rel
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_text(files[rel])
     (GOLDEN / "vllm.sh").write_text(vllm_text)
+    files, vllm_text = pd_export()
+    for rel in GOLDEN_PD:
+        p = PD_PLAN_FILE.parent / "k8s" / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(files[rel])
+    (PD_PLAN_FILE.parent / "vllm.sh").write_text(vllm_text)
 
 
 if __name__ == "__main__":

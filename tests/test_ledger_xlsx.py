@@ -1,7 +1,9 @@
 """What-if workbooks recomputed by two independent spreadsheet engines: the `formulas` package and LibreOffice
 (headless; CI installs it, elsewhere its tests are skipped with the reason)."""
 
+import copy
 import csv
+import dataclasses
 import shutil
 import subprocess
 from pathlib import Path
@@ -10,11 +12,18 @@ import openpyxl
 import pytest
 from openpyxl.utils import get_column_letter
 
+from fleetplan.costmodels.ledger import DAYS_PER_MONTH
+from fleetplan.costmodels.prices import EgressTable, EgressTier
 from fleetplan.costmodels.split import compare, with_cross_site_egress
 from fleetplan.errors import InputError
 from fleetplan.placement.ledger import plan_ledger
+from fleetplan.placement.plan import evaluate, kv_traffic
+from fleetplan.placement.scenario import build_problem, load_scenario, scenario_from_raw
 from fleetplan.placement.split import SplitOptions, make_spec
+from fleetplan.placement.validate import validate
 from fleetplan.placement.workbook import write_plan_workbook, write_split_workbook
+from fleetplan.solvers.disagg import with_flat_kv_egress
+from fleetplan.solvers.milp import solve_milp
 
 formulas = pytest.importorskip("formulas")
 
@@ -194,3 +203,57 @@ def test_unwritable_folder_leaves_nothing(tmp_path, split_result):
     with pytest.raises(InputError):
         write_split_workbook(tmp_path / "missing" / "l.xlsx", split_result)
     assert not (tmp_path / "missing").exists()
+
+
+@pytest.fixture(scope="module")
+def split_plan():
+    # disagg_egress_loses on one day at a steady 10 req/s, with the cross-site KV egress free so the plan prefills
+    # in us-east-2 and decodes in us-east-1; then billed at a tiered table (100 GB/month free, 0.09 USD/GB, 0.05
+    # above 1e6 GB/month) for the KV and the prompt bytes, so the workbook's band formulas have volume to price.
+    raw = copy.deepcopy(load_scenario("disagg_egress_loses").raw)
+    raw["options"]["window_length_s"] = 86400
+    raw["models"][0]["demand"] = {"rates": [10.0]}
+    problem = build_problem(scenario_from_raw(raw))
+    plan = solve_milp(with_flat_kv_egress(problem, 0.0), time_limit_s=30)
+    tiers = (EgressTier(0.0, 100.0, 0.0), EgressTier(100.0, 1e6, 0.09), EgressTier(1e6, None, 0.05))
+    table = EgressTable("aws", "inter_region", "test tiers", tiers)
+    tiered = dataclasses.replace(problem, kv_routes=tuple(
+        dataclasses.replace(r, kv_table=table, prompt_table=table) if r.cross_site else r
+        for r in problem.kv_routes))
+    plan = dataclasses.replace(plan, objective_usd=None)
+    assert validate(tiered, plan).ok and any(k[1] != k[2] for k in plan.kv_flows_req_per_s)
+    return tiered, plan
+
+
+def test_plan_workbook_shows_prefill_decode_pools_and_prices_kv_egress_live(tmp_path, split_plan):
+    prob, plan = split_plan
+    pl = plan_ledger(prob, plan)
+    path = write_plan_workbook(tmp_path / "pd.xlsx", prob, plan)
+    wb = openpyxl.load_workbook(path)
+    wp = wb["Plan"]
+    roles = {c.value for c in wp[get_column_letter(10 + prob.n_windows)][1:] if c.value}
+    assert {"decode", "prefill -> aws:us-east-1"} <= roles
+    vals = _recompute(path)
+    sr = _row_of(wb["Ledger"], "Summary") + 1
+    ev = evaluate(prob, plan)
+    per_day = 24.0 / prob.horizon_hours
+    assert ev.kv_egress_usd > 0
+    assert round(vals[("LEDGER", f"B{sr}")], 2) == round(pl.ledger.total_usd_per_day, 2)
+    assert round(vals[("LEDGER", f"D{sr}")], 2) == round(ev.gpu_usd * per_day, 2)
+    assert round(vals[("LEDGER", f"F{sr}")], 2) == round(ev.egress_usd * per_day, 2)
+    # Edit: the last band, 0.05 USD/GB, to 0.06. The monthly volume V (KV + prompt GB of the cross-site routes,
+    # ~1e7 GB) lies in it, so the day's egress grows by (V − 1e6) × 0.01 / days per month.
+    month_gb = sum(pl_gb for (key, _kind), pl_gb in kv_traffic(prob, plan).gb.items() if key[1] != key[2]) \
+        * DAYS_PER_MONTH / (prob.horizon_hours / 24)
+    assert month_gb > 1e6
+    wa = wb["Assumptions"]
+    band = next(r[0].row for r in wa.iter_rows(max_col=1) if str(r[0].value).startswith("egress aws inter_region")
+                and str(r[0].value).endswith("band 3"))
+    assert wa.cell(band, 2).value == 0.05
+    wa.cell(band, 2).value = 0.06
+    wb.save(tmp_path / "pd2.xlsx")
+    vals2 = _recompute(tmp_path / "pd2.xlsx")
+    assert vals2[("LEDGER", f"F{sr}")] - vals[("LEDGER", f"F{sr}")] == pytest.approx(
+        (month_gb - 1e6) * 0.01 / DAYS_PER_MONTH, rel=1e-9)
+    lo = _libreoffice(path, tmp_path)
+    assert round(lo[("LEDGER", f"B{sr}")], 2) == round(pl.ledger.total_usd_per_day, 2)
