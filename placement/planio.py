@@ -341,7 +341,7 @@ def _verify_derating(d: dict) -> dict:
     ``verify.derating[].key/factor``), so the rebuilt problem is the one the plan was made for; {} otherwise."""
     out = {}
     for i, e in enumerate(((d.get("verify") or {}).get("derating")) or []):
-        if not isinstance(e, dict) or not isinstance(e.get("key"), list) or not isinstance(e.get("factor"), float | int):
+        if not (isinstance(e, dict) and isinstance(e.get("key"), list) and isinstance(e.get("factor"), float | int)):
             raise InputError("each verify.derating entry needs its option key (a list) and factor (a number); "
                              "re-create the file with `fleetplan plan --verify --out`", field=f"verify.derating[{i}]")
         out[tuple(e["key"])] = float(e["factor"])
