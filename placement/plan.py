@@ -60,6 +60,9 @@ class Plan:
             (:attr:`Problem.pd_options`); empty for a colocated-only plan.
         kv_flows_req_per_s: {(model, prefill site, decode site): req/s prefilled at the first site and decoded at
             the second in each window}: the disaggregated share of the demand and the route its KV cache takes.
+        class_unserved_req_per_s: best-effort plans of models with request classes: {(model, class): req/s of
+            that class left unserved in each window} for the classes with any; a class model's entry in
+            ``unserved_req_per_s`` is the sum over its classes.
     """
 
     replicas: dict[OptionKey, tuple[int, ...]] = field(default_factory=dict)
@@ -74,6 +77,7 @@ class Plan:
     unserved_req_per_s: dict[str, tuple[float, ...]] = field(default_factory=dict)
     pd_replicas: dict[PdKey, tuple[int, ...]] = field(default_factory=dict)
     kv_flows_req_per_s: dict[RouteKey, tuple[float, ...]] = field(default_factory=dict)
+    class_unserved_req_per_s: dict[tuple[str, str], tuple[float, ...]] = field(default_factory=dict)
 
     @property
     def has_solution(self) -> bool:

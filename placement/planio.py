@@ -12,7 +12,9 @@ windows [{index, start_s, gpus, utilization, demand_req_per_s {model}, capacity_
 {model: {"gpu@site tpN": n}}}], baselines {name: {cost_usd_per_day, gpu_hours_per_day, valid, message}},
 validation {ok, violations}, scenario {name, source, raw}, best_effort (true when demand is left unserved),
 unserved_req_per_s {model: [req/s per window]} (best-effort plans; empty otherwise; each window's
-served_req_per_s = demand - unserved, under windows[].served_req_per_s), disaggregated plans only:
+served_req_per_s = demand - unserved, under windows[].served_req_per_s), class_unserved_req_per_s {model: {class:
+[req/s per window]}} (best-effort plans of models with request classes: the classes left short; they sum to the
+model's unserved_req_per_s), disaggregated plans only:
 prefill_decode [{model, role (prefill | decode), pool, site, gpu, tp, decode_site, capacity_req_per_s,
 kv_transfer_s, capacity_source, counts[]}] and kv_flows [{model, prefill_site, decode_site, route_class, link,
 req_per_s[], kv_gb_per_day, prompt_gb_per_day}] (windows[].replicas label them 'prefill'/'decode').
@@ -77,6 +79,11 @@ def plan_to_dict(problem: Problem, plan: Plan, *, scenario: dict | None = None,
         "best_effort": plan.best_effort,
         "unserved_req_per_s": {m: list(v) for m, v in plan.unserved_req_per_s.items()},
     }
+    if plan.class_unserved_req_per_s:
+        by_class: dict[str, dict[str, list[float]]] = {}
+        for (m, c), v in plan.class_unserved_req_per_s.items():
+            by_class.setdefault(m, {})[c] = list(v)
+        out["class_unserved_req_per_s"] = by_class
     for key, counts in sorted(plan.replicas.items()):
         o = opts[key]
         p = pools[o.pool]
@@ -167,6 +174,8 @@ def plan_from_dict(d: dict, problem: Problem | None = None) -> Plan:
                        for g in d["shared_gpus"])
         status = Status(d["status"])
         unserved = {str(m): tuple(float(x) for x in v) for m, v in (d.get("unserved_req_per_s") or {}).items()}
+        class_unserved = {(str(m), str(c)): tuple(float(x) for x in v)
+                          for m, row in (d.get("class_unserved_req_per_s") or {}).items() for c, v in row.items()}
         pd = {(r["model"], r["role"], r["pool"], int(r["tp"]), r["decode_site"]): tuple(int(c) for c in r["counts"])
               for r in d.get("prefill_decode") or []}
         flows = {(r["model"], r["prefill_site"], r["decode_site"]): tuple(float(x) for x in r["req_per_s"])
@@ -204,7 +213,8 @@ def plan_from_dict(d: dict, problem: Problem | None = None) -> Plan:
                 objective_usd=cost / f if cost is not None else None,
                 bound_usd=bound / f if bound is not None else None, gap=d.get("gap"),
                 solve_time_s=float(d.get("solve_time_s", 0.0)), message=d.get("message", ""),
-                unserved_req_per_s=unserved, pd_replicas=pd, kv_flows_req_per_s=flows)
+                unserved_req_per_s=unserved, pd_replicas=pd, kv_flows_req_per_s=flows,
+                class_unserved_req_per_s=class_unserved)
 
 
 def read_plan_json(path: str | Path) -> dict:
