@@ -12,7 +12,9 @@ windows [{index, start_s, gpus, utilization, demand_req_per_s {model}, capacity_
 {model: {"gpu@site tpN": n}}}], baselines {name: {cost_usd_per_day, gpu_hours_per_day, valid, message}},
 validation {ok, violations}, scenario {name, source, raw}, best_effort (true when demand is left unserved),
 unserved_req_per_s {model: [req/s per window]} (best-effort plans; empty otherwise; each window's
-served_req_per_s = demand - unserved, under windows[].served_req_per_s), class_unserved_req_per_s {model: {class:
+served_req_per_s = demand - unserved, under windows[].served_req_per_s), arrivals {model: {peak_factor, source}}
+(models whose capacity is sized for peak_factor × each window's rate: their options' capacities are already
+divided by it), class_unserved_req_per_s {model: {class:
 [req/s per window]}} (best-effort plans of models with request classes: the classes left short; they sum to the
 model's unserved_req_per_s), disaggregated plans only:
 prefill_decode [{model, role (prefill | decode), pool, site, gpu, tp, decode_site, capacity_req_per_s,
@@ -78,6 +80,8 @@ def plan_to_dict(problem: Problem, plan: Plan, *, scenario: dict | None = None,
         "notes": list(problem.notes),
         "best_effort": plan.best_effort,
         "unserved_req_per_s": {m: list(v) for m, v in plan.unserved_req_per_s.items()},
+        "arrivals": {m.name: {"peak_factor": m.peak_factor, "source": m.peak_factor_source}
+                     for m in problem.models if m.peak_factor != 1.0},
     }
     if plan.class_unserved_req_per_s:
         by_class: dict[str, dict[str, list[float]]] = {}
