@@ -79,6 +79,11 @@ def _render_table(problem, plan, d: dict) -> None:
             total = sum(demand[name])
             u.add_row(name, str(prio[name]), " ".join(f"{x:.1f}" for x in row), f"{max(row):.2f}",
                       f"{sum(row) / total:.1%}" if total else "")
+            shares = problem.model_by_name[name].classes
+            for cls, crow in sorted((d.get("class_unserved_req_per_s") or {}).get(name, {}).items()):
+                ctotal = shares[cls] * total
+                u.add_row(f"  class {cls}", "", " ".join(f"{x:.1f}" for x in crow), f"{max(crow):.2f}",
+                          f"{sum(crow) / ctotal:.1%}" if ctotal else "")
         console.print(u)
     s = Table(title="Summary (per day)", title_justify="left")
     s.add_column("plan")

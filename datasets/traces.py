@@ -33,6 +33,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from fleetplan.costmodels.arrivals import peak_rate_factor
 from fleetplan.costmodels.demand import Demand, TokenMix, WindowDemand
 from fleetplan.costmodels.queueing import lognormal_sigma
 from fleetplan.errors import InputError, UnknownNameError, check_range
@@ -740,3 +741,15 @@ def synthetic_trace(rate_req_per_s: float, duration_s: float, token_mix: TokenMi
               f"{token_mix.output_tokens_mean:g} p95 {token_mix.output_tokens_p95:g}), seed {seed}")
     models = None if model is None else np.full(n, model, dtype=object)
     return Trace(arrivals, tin, tout, model=models, name=name, source=source, synthetic=True)
+
+
+@functools.lru_cache(maxsize=32)
+def trace_peak_factor(name_or_path: str, *, interval_s: float, quantile: float, window_s: float) -> tuple[float, str]:
+    """(peak-to-mean rate factor, where it comes from) of a trace's arrivals: the ``quantile`` of its
+    ``interval_s`` rates over each ``window_s`` window's mean rate
+    (:func:`fleetplan.costmodels.arrivals.peak_rate_factor`), and a sentence naming the trace and its source.
+    Raises what :func:`load_trace` and ``peak_rate_factor`` raise."""
+    tr = load_trace(name_or_path)
+    f = peak_rate_factor(tr.arrival_s, interval_s=interval_s, quantile=quantile, window_s=window_s)
+    return f, (f"p{quantile * 100:g} of the {interval_s:g} s arrival rates / the {window_s:g} s window's mean in trace "
+               f"{tr.name} ({tr.source})")

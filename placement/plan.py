@@ -64,6 +64,9 @@ class Plan:
         commitments: {committed pool id: GPUs committed for the whole horizon} (see
             :attr:`~fleetplan.placement.problem.Pool.committed`); a committed pool the plan uses but does not list
             is taken at its peak use in a window (the least commitment that holds the plan, :func:`commitments`).
+        class_unserved_req_per_s: best-effort plans of models with request classes: {(model, class): req/s of
+            that class left unserved in each window} for the classes with any; a class model's entry in
+            ``unserved_req_per_s`` is the sum over its classes.
     """
 
     replicas: dict[OptionKey, tuple[int, ...]] = field(default_factory=dict)
@@ -79,6 +82,7 @@ class Plan:
     pd_replicas: dict[PdKey, tuple[int, ...]] = field(default_factory=dict)
     kv_flows_req_per_s: dict[RouteKey, tuple[float, ...]] = field(default_factory=dict)
     commitments: dict[str, int] = field(default_factory=dict)
+    class_unserved_req_per_s: dict[tuple[str, str], tuple[float, ...]] = field(default_factory=dict)
 
     @property
     def has_solution(self) -> bool:

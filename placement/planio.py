@@ -16,8 +16,11 @@ utilization, demand_req_per_s {model}, capacity_req_per_s {model}, replicas {mod
 pool's label is "gpu@site [name]"), baselines {name: {cost_usd_per_day, gpu_hours_per_day, valid, message}},
 validation {ok, violations}, scenario {name, source, raw}, best_effort (true when demand is left unserved),
 unserved_req_per_s {model: [req/s per window]} (best-effort plans; empty otherwise; each window's served_req_per_s =
-demand - unserved, under windows[].served_req_per_s), disaggregated plans only: prefill_decode [{model, role
-(prefill | decode), pool, site, gpu, tp, decode_site, capacity_req_per_s, kv_transfer_s, capacity_source,
+demand - unserved, under windows[].served_req_per_s), arrivals {model: {peak_factor, source}} (models whose
+capacity is sized for peak_factor × each window's rate: their options' capacities are already divided by it),
+class_unserved_req_per_s {model: {class: [req/s per window]}} (best-effort plans of models with request classes: the
+classes left short; they sum to the model's unserved_req_per_s), disaggregated plans only: prefill_decode [{model,
+role (prefill | decode), pool, site, gpu, tp, decode_site, capacity_req_per_s, kv_transfer_s, capacity_source,
 counts[]}] and kv_flows [{model, prefill_site, decode_site, route_class, link, req_per_s[], kv_gb_per_day,
 prompt_gb_per_day}] (windows[].replicas label them 'prefill'/'decode'). capacity_source says where an option's
 capacity came from: 'roofline (<GPU> row of <calibration file>)' or 'measured <format> <file> (...)'.
@@ -88,11 +91,18 @@ def plan_to_dict(problem: Problem, plan: Plan, *, scenario: dict | None = None,
         "notes": list(problem.notes),
         "best_effort": plan.best_effort,
         "unserved_req_per_s": {m: list(v) for m, v in plan.unserved_req_per_s.items()},
+        "arrivals": {m.name: {"peak_factor": m.peak_factor, "source": m.peak_factor_source}
+                     for m in problem.models if m.peak_factor != 1.0},
     }
     if ev and ev.committed_usd:
         out["cost_breakdown_usd_per_day"]["of_which_commitments"] = ev.committed_usd * f
     if any(p.committed for p in problem.pools):
         out["commitments"] = _commitment_entries(problem, plan) if plan.has_solution else []
+    if plan.class_unserved_req_per_s:
+        by_class: dict[str, dict[str, list[float]]] = {}
+        for (m, c), v in plan.class_unserved_req_per_s.items():
+            by_class.setdefault(m, {})[c] = list(v)
+        out["class_unserved_req_per_s"] = by_class
     for key, counts in sorted(plan.replicas.items()):
         o = opts[key]
         p = pools[o.pool]
@@ -219,6 +229,8 @@ def plan_from_dict(d: dict, problem: Problem | None = None) -> Plan:
             raise ValueError(f"status {d['status']!r} is not one of {', '.join(x.value for x in Status)}")
         status = Status(d["status"])
         unserved = {str(m): tuple(float(x) for x in v) for m, v in (d.get("unserved_req_per_s") or {}).items()}
+        class_unserved = {(str(m), str(c)): tuple(float(x) for x in v)
+                          for m, row in (d.get("class_unserved_req_per_s") or {}).items() for c, v in row.items()}
         pd = {(r["model"], r["role"], r["pool"], int(r["tp"]), r["decode_site"]): tuple(int(c) for c in r["counts"])
               for r in d.get("prefill_decode") or []}
         flows = {(r["model"], r["prefill_site"], r["decode_site"]): tuple(float(x) for x in r["req_per_s"])
@@ -258,7 +270,8 @@ def plan_from_dict(d: dict, problem: Problem | None = None) -> Plan:
                 objective_usd=cost / f if cost is not None else None,
                 bound_usd=bound / f if bound is not None else None, gap=d.get("gap"),
                 solve_time_s=float(d.get("solve_time_s", 0.0)), message=d.get("message", ""),
-                unserved_req_per_s=unserved, pd_replicas=pd, kv_flows_req_per_s=flows, commitments=committed)
+                unserved_req_per_s=unserved, pd_replicas=pd, kv_flows_req_per_s=flows, commitments=committed,
+                class_unserved_req_per_s=class_unserved)
 
 
 def read_plan_json(path: str | Path) -> dict:
@@ -281,7 +294,7 @@ def read_plan_json(path: str | Path) -> dict:
 #: Plan-file keys recomputed from the replicas and the embedded scenario, which must agree with the file.
 DERIVED_KEYS = ("name", "cost_usd_per_day", "gpu_hours_per_day", "cost_breakdown_usd_per_day", "utilization",
                 "window_length_s", "n_windows", "pools", "replicas", "shared_gpus", "windows", "notes", "best_effort",
-                "validation", "commitments", "prefill_decode", "kv_flows")
+                "validation", "commitments", "prefill_decode", "kv_flows", "arrivals")
 
 
 def _first_difference(a: Any, b: Any, path: str) -> tuple[str, Any, Any] | None:

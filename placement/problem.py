@@ -341,6 +341,10 @@ class ModelSpec:
             class c's demand in window w is share_c × demand_req_per_s[w]. Empty: one class (the whole mix).
         class_max_tokens: ((input_tokens_max, output_tokens_max), ...) per class (same order; inf: no bound), or
             empty: a request belongs to the first class whose bounds hold its lengths (the simulator routes by it).
+        peak_factor: arrival burstiness inside a window (>= 1): the capacities of this model's options in the
+            Problem are already divided by it (capacity sized for peak_factor × demand_req_per_s, while the
+            demand billed and routed for egress stays demand_req_per_s); 1 without the scenario key ``arrivals``.
+        peak_factor_source: where ``peak_factor`` comes from (the scenario key, or the trace statistic).
     """
 
     name: str
@@ -355,9 +359,12 @@ class ModelSpec:
     priority: int = 0
     class_shares: tuple[tuple[str, float], ...] = ()
     class_max_tokens: tuple[tuple[float, float], ...] = ()
+    peak_factor: float = 1.0
+    peak_factor_source: str = ""
 
     def __post_init__(self) -> None:
         owner = f"model {self.name}"
+        check_range(self.peak_factor, field="peak_factor", source=owner, low=1.0, high=10.0)
         if not isinstance(self.priority, int) or isinstance(self.priority, bool) or abs(self.priority) > 1_000_000:
             raise InputError(f"{owner}: priority must be a whole number between -1000000 and 1000000 (higher is "
                              "served first)", field="priority", value=self.priority)

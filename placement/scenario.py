@@ -135,6 +135,7 @@ from fleetplan.datasets.traces import (
     load_trace,
     read_day_curve_csv,
     token_mix_from_trace,
+    trace_peak_factor,
     trace_to_demand,
 )
 from fleetplan.errors import FleetplanError, InputError, UnknownNameError
@@ -142,6 +143,7 @@ from fleetplan.fileio import parse_yaml, read_text_file, validate_input
 from fleetplan.placement.problem import KvRoute, ModelSpec, Pool, Problem, ReplicaOption, ShareOption
 from fleetplan.placement.schemas import (
     ENTRY_LABELS,
+    ArrivalsSpec,
     ClassEdgesSpec,
     DemandSpec,
     InventoryRow,
@@ -664,6 +666,30 @@ def _option_capacity(prof: MeasuredProfile | None, model: Model, gpu: GPU, mix: 
                             kv_budget_bytes=kv_budget_bytes)
 
 
+def _peak_factor(spec: ArrivalsSpec | None, window_s: float, base: Path | None, where: str) -> tuple[float, str]:
+    """(peak factor, its source) of an ``arrivals`` key (:class:`~fleetplan.placement.schemas.ArrivalsSpec`):
+    (1.0, '') without one; a trace file path is relative to the scenario's folder. Raises what
+    :func:`~fleetplan.datasets.traces.trace_peak_factor` raises, with ``where`` as the source."""
+    if spec is None:
+        return 1.0, ""
+    if spec.peak_factor is not None:
+        return float(spec.peak_factor), f"peak_factor given in {where}"
+    name = spec.from_trace or ""
+    if base is not None and (base / name).is_file():
+        name = str(base / name)
+    try:
+        return trace_peak_factor(name, interval_s=spec.interval_s, quantile=spec.quantile, window_s=window_s)
+    except InputError as exc:
+        raise InputError(f"{where}.from_trace: {exc}", field="arrivals.from_trace", value=spec.from_trace) from None
+
+
+def _peaked(o: ReplicaOption, peak: float) -> ReplicaOption:
+    """``o`` with its capacity (and class capacities) divided by the peak factor, its source saying so."""
+    return dataclasses.replace(o, capacity_req_per_s=o.capacity_req_per_s / peak,
+                               class_capacity_req_per_s=tuple((c, v / peak) for c, v in o.class_capacity_req_per_s),
+                               capacity_source=f"{o.capacity_source} ÷ peak factor {peak:.3g}")
+
+
 #: Key of a derated option: (model, pool id, tp, pp) for a dedicated replica, (model, pool id, 'shared', 1) for a
 #: shared-GPU residence, (model, pool id, 'prefill' | 'decode', tp) for a prefill or decode option.
 DeratingKey = tuple[str, str, int | str, int]
@@ -731,7 +757,10 @@ def build_problem(scenario: Scenario, *, progress: Callable[[str], None] | None 
     site_names = sorted({p.site for p in pools})
 
     mu_mem = opts["memory_utilization"]
-    models, options, shares, notes = [], [], [], {}
+    models: list[ModelSpec] = []
+    options: list[ReplicaOption] = []
+    shares: list[ShareOption] = []
+    notes: dict[str, tuple[str, ...]] = {}
     pd_options: list[ReplicaOption] = []
     kv_routes: list[KvRoute] = []
     dis = opts["disaggregation"]
@@ -747,6 +776,9 @@ def build_problem(scenario: Scenario, *, progress: Callable[[str], None] | None 
     for i, m in enumerate(spec.models):
         mw = f"{where}: models[{i}]"
         model = scenario_model(m, mw, base, _file("models"))
+        first = (len(options), len(shares), len(pd_options))
+        peak, peak_src = _peak_factor(m.arrivals or spec.options.arrivals, opts["window_length_s"], base,
+                                      f"{mw}.arrivals" if m.arrivals else f"{where}: options.arrivals")
         wd = m.weight_dtype or opts["weight_dtype"]
         kvd = m.kv_dtype or opts["kv_dtype"]
         slo = m.slo.to_slo()
@@ -771,7 +803,8 @@ def build_problem(scenario: Scenario, *, progress: Callable[[str], None] | None 
                                 max_replicas=max_r, origin_site=origin, request_bytes=request_bytes,
                                 demand_source=demand.source, priority=m.priority,
                                 class_shares=tuple((c, sh) for c, (sh, _mx) in class_mixes.items()),
-                                class_max_tokens=tuple((c[3], c[4]) for c in class_list)))
+                                class_max_tokens=tuple((c[3], c[4]) for c in class_list),
+                                peak_factor=peak, peak_factor_source=peak_src))
         why = []
         weights = model.weight_bytes(wd)
         mprof = measured.get(model.name, {})
@@ -891,11 +924,19 @@ def build_problem(scenario: Scenario, *, progress: Callable[[str], None] | None 
                                       derating=derating)
             pd_options += pdo
             kv_routes += routes
+        if peak != 1.0:  # capacity sized for peak × the window's rate: every option of the model holds 1/peak
+            options[first[0]:] = [_peaked(o, peak) for o in options[first[0]:]]
+            shares[first[1]:] = [dataclasses.replace(s, capacity_req_per_s=s.capacity_req_per_s / peak,
+                                                     capacity_source=f"{s.capacity_source} ÷ peak factor {peak:.3g}")
+                                 for s in shares[first[1]:]]
+            pd_options[first[2]:] = [_peaked(o, peak) for o in pd_options[first[2]:]]
         notes[model.name] = tuple(why)
     n_windows = len(next(iter(scenario.demands.values())).windows)
     synthetic = [name for name, d in scenario.demands.items() if d.synthetic]
     pnotes = tuple(f"{m.name}: {m.demand_source}" for m in models) + tuple(
-        f"{name}: SYNTHETIC demand" for name in synthetic)
+        f"{name}: SYNTHETIC demand" for name in synthetic) + tuple(
+        f"{m.name}: arrivals: capacity sized for {m.peak_factor:.3f} × each window's rate ({m.peak_factor_source}); "
+        "billed demand and egress at the window's rate" for m in models if m.peak_factor != 1.0)
     return Problem(window_length_s=opts["window_length_s"], n_windows=n_windows, pools=tuple(pools),
                    models=tuple(models), options=tuple(options), share_options=tuple(shares), margin=opts["margin"],
                    shared_memory_utilization=mu_mem, max_shared_gpus_per_pool=opts["max_shared_gpus_per_pool"],

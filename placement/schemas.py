@@ -158,6 +158,31 @@ class DisaggregationSpec(InputModel):
         "egress tables (a what-if, e.g. near the break-even price)", fix="give USD per GB, e.g. 0.02")
 
 
+class ArrivalsSpec(InputModel):
+    """Burstiness of arrivals inside a window: capacity is sized for peak factor × each window's rate (the billed
+    demand and its egress stay the window's rate). Give peak_factor, or from_trace (with interval_s and quantile)
+    to measure it (:func:`fleetplan.costmodels.arrivals.peak_rate_factor`)."""
+
+    peak_factor: float | None = input_field(
+        None, ge=1, le=10, description="capacity is sized for this × each window's rate, e.g. 1.4",
+        fix="give a factor of at least 1, e.g. 1.4")
+    from_trace: str | None = input_field(
+        None, min_length=1, description="a shipped trace name or trace file whose arrivals give the factor: the "
+        "quantile of its interval_s rates over its window's mean rate, e.g. azure-conv")
+    interval_s: float = input_field(60.0, ge=1, le=3600, description="counting interval of from_trace, seconds",
+                                    fix="give seconds, e.g. 60")
+    quantile: float = input_field(0.95, gt=0, le=1, description="quantile of the interval rates of from_trace",
+                                  fix="give a quantile in (0, 1], e.g. 0.95")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> ArrivalsSpec:
+        if (self.peak_factor is None) == (self.from_trace is None):
+            raise ValueError("give one of peak_factor (e.g. 1.4) or from_trace (e.g. azure-conv)")
+        if self.peak_factor is not None and {"interval_s", "quantile"} & self.model_fields_set:
+            raise ValueError("interval_s and quantile measure from_trace; with peak_factor leave them out")
+        return self
+
+
 class ScenarioOptions(InputModel):
     """Planning options; every key is optional."""
 
@@ -203,6 +228,9 @@ class ScenarioOptions(InputModel):
                                               "pipeline-parallel replica (the default link when absent)")
     disaggregation: DisaggregationSpec = input_field(default_factory=DisaggregationSpec,
                                                      description="prefill/decode pools (off by default)")
+    arrivals: ArrivalsSpec | None = input_field(
+        None, description="every model's arrival burstiness: capacity sized for a peak factor × each window's rate "
+        "(a model's own arrivals key wins); default none (factor 1)")
 
 
 class ScenarioFiles(InputModel):
@@ -386,6 +414,9 @@ class ScenarioModel(InputModel):
         "{prompt_quantiles} cut from the token-mix trace, or 'auto' (the trace's prompt quantiles 0.5 and 0.8); "
         "each class gets its share of the demand and its own capacity per GPU type; a replica serves a mix of "
         "classes with additive load")
+    arrivals: ArrivalsSpec | None = input_field(
+        None, description="this model's arrival burstiness (instead of options.arrivals): capacity sized for a "
+        "peak factor × each window's rate")
 
     @model_validator(mode="after")
     def _classes_sum_to_one(self) -> ScenarioModel:
@@ -639,6 +670,10 @@ class PlanFile(InputModel):
                                                          "route and window")
     kv_break_even: dict | None = input_field(None, description="the run's break-even KV egress price (not "
                                              "re-checked: it needs a re-solve)")
+    arrivals: dict[str, dict] | None = input_field(None, description="models sized for a peak factor × the window "
+                                                   "rate (re-checked)")
+    class_unserved_req_per_s: dict[str, dict[str, list[_Rate]]] | None = input_field(
+        None, description="best-effort plans of class models: unserved req/s per class and window")
     verify: dict | None = input_field(None, description="the run's replay verification report (`plan --verify`; "
                                       "not re-checked: it needs replays)")
     baselines: dict[str, dict] | None = input_field(None, description="baseline plans of the run (not re-checked)")

@@ -77,6 +77,31 @@ def _classes_routable(demand_req_per_s: dict[str, float], replicas: list[tuple[i
     return bool(res.status == 0)
 
 
+def _least_class_unserved(demand_req_per_s: dict[str, float], replicas: list[tuple[int, dict[str, float]]],
+                          usable: float) -> float:
+    """Least total req/s of one window's class demand the replicas leave unserved (same data as
+    :func:`_classes_routable`): Σ demand - max Σ x[r,c] with Σ_r x[r,c] <= demand_c and the additive load
+    Σ_c x[r,c] / cap[r,c] <= usable × count_r (scipy's linprog)."""
+    cells = [(r, c) for r, (count, caps) in enumerate(replicas) if count for c in caps if c in demand_req_per_s]
+    total = sum(demand_req_per_s.values())
+    if not cells:
+        return total
+    classes = list(demand_req_per_s)
+    a = np.zeros((len(classes) + len(replicas), len(cells)))
+    b = np.zeros(len(classes) + len(replicas))
+    for i, c in enumerate(classes):
+        b[i] = demand_req_per_s[c]
+        for j, (_r, cc) in enumerate(cells):
+            a[i, j] = 1.0 if cc == c else 0.0
+    for r, (count, caps) in enumerate(replicas):
+        b[len(classes) + r] = usable * count
+        for j, (rr, c) in enumerate(cells):
+            if rr == r:
+                a[len(classes) + r, j] = 1.0 / caps[c]
+    res = linprog(-np.ones(len(cells)), A_ub=a, b_ub=b, bounds=(0, None), method="highs")
+    return total + float(res.fun or 0.0) if res.status == 0 else total
+
+
 def _banded_usd(monthly_gb: float, bands: list[tuple[float, float | None, float]]) -> float:
     """USD of ``monthly_gb`` GB in a month through ``bands`` [(from GB, to GB or None, USD/GB)], each band's rate on
     the GB inside it (written here again, apart from the objective's pricing)."""
@@ -194,7 +219,9 @@ def validate(problem: Problem, plan: Plan, *, check_objective: bool = True) -> V
     (6) replica floor and ceiling (decode replicas count); (7) the reported objective equals the recomputed cost,
     KV egress bands and commitments included (when the plan reports one); (8) a best-effort plan's unserved demand:
     known models, one value per window, 0 <= unserved <= demand, and (in (3)) served + unserved = demand: the
-    capacity covers demand - unserved, and unserved is no more than the demand capacity leaves over;
+    capacity covers demand - unserved, and unserved is no more than the demand capacity leaves over; for a model
+    with request classes, per class (``class_unserved_req_per_s``, summing to the model's): each class's demand less
+    its unserved is routable, and the total unserved is no more than the least the replicas must leave (an LP);
     (9) disaggregated plans: prefill/decode keys and KV flows known and well shaped, the SLO of every prefill (TTFT
     with the KV transfer) and decode (TPOT) option used, each flow within its route's prefill capacity and each
     decode site's flows within its decode capacity (after the margin), the flows counted as served demand in (3)
@@ -254,6 +281,23 @@ def validate(problem: Problem, plan: Plan, *, check_objective: bool = True) -> V
         elif any(not (-ABS_TOL <= x <= d * (1 + REL_TOL) + ABS_TOL) for x, d in zip(row, models[name].demand_req_per_s,
                                                                                  strict=True)):
             v.append(f"unserved demand of {name} must be within [0, demand] in every window, got {row}")
+    for (name, cls), row in plan.class_unserved_req_per_s.items():
+        m = models.get(name)
+        if m is None or cls not in m.classes:
+            v.append(f"unserved demand of class {cls} of {name}, which is not a request class of the problem")
+        elif len(row) != W or any(not (-ABS_TOL <= x <= m.classes[cls] * d * (1 + REL_TOL) + ABS_TOL)
+                                  for x, d in zip(row, m.demand_req_per_s, strict=False)):
+            v.append(f"unserved demand of class {cls} of {name}: {W} values within [0, the class's demand] "
+                     f"expected, got {row}")
+    for m in problem.models:
+        by_class = [row for (name, _c), row in plan.class_unserved_req_per_s.items() if name == m.name]
+        u = plan.unserved_req_per_s.get(m.name)
+        if m.class_shares and (u is not None or by_class):
+            summed = [sum(r[w] for r in by_class if len(r) == W) for w in range(W)]
+            if u is None or len(u) != W or any(abs(a - b) > REL_TOL * max(1.0, b) + ABS_TOL
+                                               for a, b in zip(summed, u, strict=False)):
+                v.append(f"unserved demand of {m.name} (request classes) must be the sum of its classes' unserved "
+                         f"demand (class_unserved_req_per_s) in every window")
     if v:
         return ValidationReport(tuple(v))
 
@@ -318,12 +362,20 @@ def validate(problem: Problem, plan: Plan, *, check_objective: bool = True) -> V
         u = plan.unserved_req_per_s.get(m.name, (0.0,) * W)
         if m.class_shares:  # (3') request classes: each class routable with additive load on its model's replicas
             mine = [(counts, opts[key].class_capacity) for key, counts in plan.replicas.items() if key[0] == m.name]
+            zero = (0.0,) * W
             for w, d in enumerate(m.demand_req_per_s):
-                want = {c: share * (d - u[w]) for c, share in m.class_shares}  # unserved taken pro rata
-                if not _classes_routable(want, [(counts[w], caps) for counts, caps in mine], tol_margin):
+                uc = {c: plan.class_unserved_req_per_s.get((m.name, c), zero)[w] for c, _ in m.class_shares}
+                want = {c: share * d - uc[c] for c, share in m.class_shares}
+                reps = [(counts[w], caps) for counts, caps in mine]
+                if not _classes_routable(want, reps, tol_margin):
                     v.append(f"{m.name} window {w}: the replicas cannot serve every request class "
                              f"({', '.join(f'{c} {r:.3f} req/s' for c, r in want.items())}) within "
                              f"{tol_margin:.3f} of their per-class capacities")
+                elif any(uc.values()):  # (8) no more unserved than the replicas must leave (an LP of its own)
+                    least = _least_class_unserved({c: share * d for c, share in m.class_shares}, reps, tol_margin)
+                    if sum(uc.values()) > least * (1 + REL_TOL) + ABS_TOL * len(uc):
+                        v.append(f"{m.name} window {w}: {sum(uc.values()):.3f} req/s of its classes reported "
+                                 f"unserved but the replicas can serve all but {least:.3f} req/s")
             continue
         for w, d in enumerate(m.demand_req_per_s):
             if cap[m.name][w] + u[w] < d * (1 - REL_TOL) - ABS_TOL:

@@ -8,7 +8,8 @@
 (c) ``autoscale_dedicated``: each window, each model sized on its own on dedicated GPUs (what a per-model
     autoscaler does): no sharing, so (c) against the optimum isolates what packing complementary models adds.
 ``greedy``: first-fit decreasing of the small models by their per-window vector of compute shares (models with
-    complementary curves land together), plus per-window autoscaling of the rest: the solvers' warm start.
+    complementary curves land together), plus per-window autoscaling of the rest (models with request classes:
+    each class routed to the options serving it, :func:`_class_split`): the solvers' warm start.
 
 Every baseline respects the inventory where it can: it picks the cheapest option whose pool still has room in
 every window it needs, and falls back to the cheapest option otherwise (then ``validate`` reports the overflow).
@@ -135,6 +136,57 @@ def _split_dedicated(problem: Problem, inv: _Inventory, model: str, demand: list
     return {k: tuple(c) for k, c in counts.items() if any(c)}
 
 
+def _class_split(problem: Problem, inv: _Inventory, model: str, demand: list[float], floor: int) -> dict:
+    """Replicas per window for a model with request classes (constraint (12)'s additive load): in each window the
+    classes, largest demand first, fill first the room left on replicas already opened for earlier classes (free),
+    then new replicas of the option with the lowest cost per usable req/s of that class that still has room
+    (whole replicas: ceil of the load); then the floor with the cheapest replica that has room. A class nothing
+    with room serves stays short (the plan is then invalid in that window only, for the window-by-window repair).
+    The routing used here is one ``validate``'s LP accepts, so a plan it completes is valid."""
+    spec = problem.model_by_name[model]
+    mu = 1 - problem.margin
+    pools = problem.pool_by_id
+    opts = [o for o in problem.options if o.model == model and o.class_capacity]
+    counts = {o.key: [0] * len(demand) for o in opts}
+    for w, d in enumerate(demand):
+        load = {o.key: 0.0 for o in opts}  # replicas' worth of usable capacity in use
+        n = {o.key: 0 for o in opts}
+        for cls, share in sorted(spec.class_shares, key=lambda cs: (-cs[1], cs[0])):
+            need = share * d
+            serving = [o for o in opts if cls in o.class_capacity]
+            for o in sorted(serving, key=lambda o: -o.class_capacity[cls]):  # spare room on open replicas
+                take = min(need, (n[o.key] - load[o.key]) * mu * o.class_capacity[cls])
+                if take > 0:
+                    load[o.key] += take / (mu * o.class_capacity[cls])
+                    need -= take
+            by_cost = sorted(serving, key=lambda o: (o.gpus * pools[o.pool].usd_per_gpu_hour
+                                                     / o.class_capacity[cls], o.key))
+            for o in by_cost:
+                if need <= 1e-12:
+                    break
+                room = inv.free[o.pool][w] // o.gpus
+                if spec.max_replicas is not None:
+                    room = min(room, spec.max_replicas - sum(n.values()))
+                k = min(room, math.ceil(load[o.key] + need / (mu * o.class_capacity[cls]) - 1e-9) - n[o.key])
+                if k <= 0:
+                    continue
+                take = min(need, (n[o.key] + k - load[o.key]) * mu * o.class_capacity[cls])
+                n[o.key] += k
+                inv.free[o.pool][w] -= k * o.gpus
+                load[o.key] += take / (mu * o.class_capacity[cls])
+                need -= take
+        for o in sorted(opts, key=lambda o: (o.gpus * pools[o.pool].usd_per_gpu_hour, o.key)):
+            short = floor - sum(n.values())
+            if short <= 0:
+                break
+            k = min(short, inv.free[o.pool][w] // o.gpus)
+            n[o.key] += k
+            inv.free[o.pool][w] -= k * o.gpus
+        for key, c in n.items():
+            counts[key][w] = c
+    return {k: tuple(c) for k, c in counts.items() if any(c)}
+
+
 def _pack_shared(problem: Problem, inv: _Inventory, time_aware: bool) -> tuple[list[SharedGPU], set[str]]:
     """First-fit decreasing of share-eligible models onto shared GPUs; returns the GPUs and the packed models.
 
@@ -242,7 +294,9 @@ def _split_plan(problem: Problem) -> Plan:
     for m in sorted(problem.models, key=lambda m: (best[m.name], m.name)):
         demand = [0.0] * W if m.name in packed else list(m.demand_req_per_s)
         floor = max(0, m.min_replicas - 1) if m.name in packed else m.min_replicas
-        if any(demand) or floor:
+        if m.class_shares:  # one capacity per class: route the classes (a class model never shares a GPU)
+            replicas.update(_class_split(problem, inv, m.name, demand, floor))
+        elif any(demand) or floor:
             replicas.update(_split_dedicated(problem, inv, m.name, demand, floor, per_window=True, partial=True))
     return _finish(problem, replicas, shared, "greedy")
 

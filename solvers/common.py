@@ -277,6 +277,7 @@ def finish_plan(problem: Problem, *, backend: str, gap: float, bounds: dict[str,
     return Plan(replicas=plan.replicas, shared=plan.shared, status=status, backend=backend,
                 objective_usd=objective, bound_usd=bound, gap=g, solve_time_s=solve_time_s,
                 message="; ".join(parts), unserved_req_per_s=plan.unserved_req_per_s,
+                class_unserved_req_per_s=plan.class_unserved_req_per_s,
                 pd_replicas=plan.pd_replicas, kv_flows_req_per_s=plan.kv_flows_req_per_s,
                 commitments=commitments(problem, plan))
 

@@ -10,7 +10,14 @@ served rates are recomputed exactly, passes ``validate``:
 - req/s of model m in units of 1/R_m (a power of two); supply coefficients rounded *up* (a relaxation), demand
   rounded down; R_m is chosen so that rounding one part or one replica costs at most SCALE_ERROR of the rate;
 - egress through qe[m,s,w] in 1/1024 req/s, qe >= (q - 1 unit) rounded down, costs rounded down;
-- cost in nano-dollars, rounded *down* (so CP-SAT's bound stays a bound on the exact cost).
+- cost in nano-dollars, rounded *down* (so CP-SAT's bound stays a bound on the exact cost);
+- request classes (constraint (12)): z[o,c,w] parts of option o's usable capacity given to class c, LOAD_PARTS
+  parts per replica (a power of two with C_o / LOAD_PARTS <= SCALE_ERROR, C_o the classes o serves); one part
+  serves (1-μ)·cap_o,c / LOAD_PARTS req/s of class c, in rate units rounded *up*; (12b) is
+  Σ_c z[o,c,w] <= (LOAD_PARTS + C_o)·n[o,w] (the C_o slack absorbs the rounding up of a MILP routing to whole
+  parts, and is 0 without a replica); (12a) Σ_o supply >= the class's demand in rate units, rounded down. R_m is
+  chosen so that one part's rounding is at most SCALE_ERROR of its rate. A class model has no shared GPUs and no
+  egress (the Problem refuses both), so it needs no site split q: (12a) over all its options covers the demand.
 After the solve, the served rates of the shared GPUs are recomputed exactly from the integer decisions (the
 demand left after the dedicated replicas, split in proportion to CP-SAT's parts) and the plan is re-checked by
 ``validate``; if the check fails (a scaling error beyond the bound), the warm start is returned and the message
@@ -24,6 +31,7 @@ import time
 
 from ortools.sat.python import cp_model
 
+from fleetplan.errors import SolverError
 from fleetplan.placement.plan import Plan, SharedGPU, Status, tidy_shared
 from fleetplan.placement.problem import Problem
 from fleetplan.placement.validate import validate
@@ -33,6 +41,8 @@ from fleetplan.solvers.common import TIME_LIMIT_SHARE, build_index, by_model_and
 SCALE_ERROR = 2.5e-7
 COST_SCALE = 1e9  # nano-dollars
 EGRESS_UNITS_PER_REQ_PER_S = 1024
+#: Largest demand of a class in rate units (2**60: with the parts' own bounds every row stays inside int64).
+MAX_UNITS = 1 << 60
 
 
 def _pow2_at_least(x: float) -> int:
@@ -74,6 +84,13 @@ def _add_purchase(problem: Problem, idx, md: cp_model.CpModel, n: dict, y: dict)
     return commit
 
 
+def load_parts(problem: Problem) -> int:
+    """LOAD_PARTS of the module docstring: parts of a replica's usable capacity in the class routing (1 without
+    classes): the least power of two with (most classes an option serves) / parts <= SCALE_ERROR."""
+    most = max((len(o.class_capacity_req_per_s) for o in problem.options), default=0)
+    return _pow2_at_least(most / SCALE_ERROR) if most else 1
+
+
 def scales(problem: Problem, idx) -> tuple[int, dict[str, int], dict[tuple[str, int], int]]:
     """(SHARE_PARTS, {model: R_m rate units per req/s}, {bin: k_pb}) for the scaling in the module docstring."""
     pools = problem.pool_by_id
@@ -103,6 +120,9 @@ def scales(problem: Problem, idx) -> tuple[int, dict[str, int], dict[tuple[str, 
         css = [s.capacity_req_per_s for (mm, _p), s in idx.share.items() if mm == m.name]
         if css:
             need = max(need, parts / (min(css) * SCALE_ERROR))
+        ccs = [mu * c for o in idx.options if o.model == m.name for _k, c in o.class_capacity_req_per_s]
+        if ccs:  # one part of a class route: (1-μ)·cap_o,c / LOAD_PARTS req/s, rounded up by at most one unit
+            need = max(need, load_parts(problem) / (min(ccs) * SCALE_ERROR))
         rate[m.name] = _pow2_at_least(need)
     return parts, rate, kmax
 
@@ -138,6 +158,43 @@ def _fill_shared(problem: Problem, replicas: dict, shared: list[tuple[str, tuple
                  for i, (p, res, _u) in enumerate(shared))
 
 
+def _class_routing(problem: Problem, idx, md: cp_model.CpModel, n: dict, R: dict[str, int], mu: float) -> dict:
+    """Constraint (12) in integers (module docstring): adds z[o,c,w] and rows (12a), (12b) to ``md``; returns z."""
+    lp = load_parts(problem)
+    z: dict = {}
+    for m in problem.models:
+        if not m.class_shares:
+            continue
+        r = R[m.name]
+        mine = [o for o in idx.options if o.model == m.name]
+        for w in idx.W:
+            for cls, share in m.class_shares:
+                demand_units = _down(share * m.demand_req_per_s[w] * r)
+                supply = []
+                for o in mine:
+                    cap = o.class_capacity.get(cls)
+                    if cap is None:
+                        continue
+                    per_part = _up(mu * cap * r / lp)  # rate units one part serves, rounded up (a relaxation)
+                    # a route never needs more parts than carry the whole class demand (keeps products in int64)
+                    most = min((lp + len(o.class_capacity)) * idx.ub[o.key], demand_units // per_part + 2)
+                    z[(o.key, cls, w)] = md.new_int_var(0, most, f"z_{len(z)}")
+                    supply.append(per_part * z[(o.key, cls, w)])
+                if demand_units > MAX_UNITS:
+                    raise SolverError(f"model {m.name}: its class capacities and demand span too wide a range for "
+                                      "CP-SAT's integer scaling; use --backend highs")
+                # (12a) each class is served.
+                if supply:
+                    md.add(sum(supply) >= demand_units)
+                elif demand_units > 0:
+                    md.add_bool_or([])  # no option serves this class: infeasible (explained before solving)
+            for o in mine:
+                # (12b) additive load within the replicas' usable capacity (plus the rounding slack C_o parts).
+                load = [z[(o.key, c, w)] for c in o.class_capacity if (o.key, c, w) in z]
+                md.add(sum(load) <= (lp + len(o.class_capacity)) * n[(o.key, w)])
+    return z
+
+
 def solve_cpsat(problem: Problem, *, time_limit_s: float = 60, threads: int = 2, gap: float = 1e-4,
                 warm_start: Plan | None = None, log: bool = False, deadline: float | None = None,
                 extra_bounds: dict[str, float | None] | None = None) -> Plan:
@@ -171,7 +228,7 @@ def solve_cpsat(problem: Problem, *, time_limit_s: float = 60, threads: int = 2,
                 u[(mname, p, b, w)] = md.new_int_var(0, share_cap + kmax[(p, b)], f"u_{j}_{mname}_{w}")
     q, qe = {}, {}
     for mname, sites in idx.sites_of.items():
-        if len(sites) > 1:
+        if len(sites) > 1 and not models[mname].class_shares:  # a class model covers its demand by (12a)
             dmax = max(models[mname].demand_req_per_s)
             for s in sites:
                 for w in W:
@@ -184,7 +241,10 @@ def solve_cpsat(problem: Problem, *, time_limit_s: float = 60, threads: int = 2,
                         md.add(per * qe[(mname, s, w)] >= q[(mname, s, w)] - per + 1)
 
     opts_of, bins_of = by_model_and_site(problem, idx)
+    _class_routing(problem, idx, md, n, R, mu)
     for m in problem.models:
+        if m.class_shares:
+            continue  # (1) and (2) are (12a) for a model with request classes
         sites = idx.sites_of[m.name]
         r = R[m.name]
         for w in W:

@@ -70,7 +70,15 @@ import pulp
 
 from fleetplan.costmodels.ledger import DAYS_PER_MONTH, HOURS_PER_DAY, table_key
 from fleetplan.errors import SolverError
-from fleetplan.placement.plan import Plan, SharedGPU, Status, evaluate, tidy_shared, unserved
+from fleetplan.placement.plan import (
+    UNSERVED_TOL_REQ_PER_S,
+    Plan,
+    SharedGPU,
+    Status,
+    evaluate,
+    tidy_shared,
+    unserved,
+)
 from fleetplan.placement.problem import Problem
 from fleetplan.solvers.common import (
     TIME_LIMIT_SHARE,
@@ -107,6 +115,7 @@ class PlacementMilpModel:
     nd: dict | None = None
     g: dict | None = None
     c: dict | None = None
+    unserved_class: dict | None = None
 
 
 def build_milp(problem: Problem, *, relax: bool = False, elastic: bool = False,
@@ -134,7 +143,8 @@ def build_milp(problem: Problem, *, relax: bool = False, elastic: bool = False,
     st_out[o] >= after[o] - n[o], each at the option's start cost (used by fix-and-optimize by windows).
     ``unserved=True`` adds the unserved demand u[m,w] ∈ [0, d[m,w]] (req/s) to the supply side of (1)/(2), with
     no cost: the objective stays the cost, and :func:`solve_best_effort` minimises the unserved demand by
-    priority class first (best effort when demand exceeds the inventory).
+    priority class first (best effort when demand exceeds the inventory). For a model with request classes,
+    u[m,w] = Σ_c uc[m,c,w] with uc[m,c,w] ∈ [0, r[m,c]·d[m,w]] on the demand side of (12a).
     """
     idx = build_index(problem, aggregate=aggregate)
     W = idx.W
@@ -217,6 +227,7 @@ def build_milp(problem: Problem, *, relax: bool = False, elastic: bool = False,
 
     # (12) Request classes: routing variables and their two constraints.
     x: dict = {}
+    unserved_c: dict = {}
     for o in idx.options:
         for cls in o.class_capacity:
             for w in W:
@@ -228,8 +239,15 @@ def build_milp(problem: Problem, *, relax: bool = False, elastic: bool = False,
         for w in W:
             for ci, (cls, share) in enumerate(m.class_shares):
                 extra = [short[(m.name, w)]] if elastic else []
+                if unserved:  # best effort: the class's unserved req/s
+                    uc = lp.add_variable(f"unserved_c_{len(unserved_c)}", 0, share * m.demand_req_per_s[w])
+                    unserved_c[(m.name, cls, w)] = uc
+                    extra.append(uc)
                 lp += (pulp.lpSum([x[(o.key, cls, w)] for o in mine if cls in o.class_capacity] + extra)
                        >= share * m.demand_req_per_s[w], f"c12a_class_{m.name}_{ci}_{w}")
+            if unserved:
+                lp += (unserved_v[(m.name, w)] == pulp.lpSum(unserved_c[(m.name, c, w)] for c, _ in m.class_shares),
+                       f"c12_unserved_{m.name}_{w}")
             for o in mine:
                 caps = o.class_capacity
                 lp += (pulp.lpSum(x[(o.key, k, w)] * (1.0 / cap) for k, cap in caps.items())
@@ -243,10 +261,13 @@ def build_milp(problem: Problem, *, relax: bool = False, elastic: bool = False,
                     for s in sites:
                         supply = [x[(o.key, k, w)] for o in opts_of.get((m.name, s), []) for k in o.class_capacity]
                         lp += pulp.lpSum(supply) >= q[(m.name, s, w)], f"c1_cover_{m.name}_{s}_{w}"
-                    lp += (pulp.lpSum([q[(m.name, s, w)] for s in sites]) >= m.demand_req_per_s[w],
+                    extra = [short[(m.name, w)]] if elastic else []
+                    extra += [unserved_v[(m.name, w)]] if unserved else []
+                    lp += (pulp.lpSum([q[(m.name, s, w)] for s in sites] + extra) >= m.demand_req_per_s[w],
                            f"c2_demand_{m.name}_{w}")
                 if not sites and m.demand_req_per_s[w] > 0:
                     extra = [short[(m.name, w)]] if elastic else []
+                    extra += [unserved_v[(m.name, w)]] if unserved else []
                     lp += pulp.lpSum(extra) >= m.demand_req_per_s[w], f"c1_no_option_{m.name}_{w}"
             continue
         for w in W:
@@ -369,7 +390,8 @@ def build_milp(problem: Problem, *, relax: bool = False, elastic: bool = False,
     commit = _add_commitments(problem, idx, lp, n, y, nd, icat)
     _add_spot_fallback(problem, idx, lp, n, y, nd)
     return PlacementMilpModel(lp=lp, idx=idx, n=n, st=st, y=y, a=a, f=f, q=q, relax=relax, short=short,
-                              floor_short=floor_short, unserved=unserved_v, x=x, nd=nd, g=g, c=commit)
+                              floor_short=floor_short, unserved=unserved_v, x=x, nd=nd, g=g, c=commit,
+                              unserved_class=unserved_c)
 
 
 def _kv_egress_terms(problem: Problem, lp: pulp.LpProblem, g: dict, W: range, relax: bool) -> list:
@@ -732,13 +754,48 @@ def solve_best_effort(problem: Problem, *, backend: str = "highs", time_limit_s:
     if not infeasible and value is not None:
         replicas, shared = extract_plan(problem, model)
         pd, flows = extract_pd(model)
+        by_model = unserved(problem, replicas, shared, flows)
+        by_class = class_unserved(problem, model)
+        by_model = {m: row for m, row in by_model.items() if not problem.model_by_name[m].class_shares}
+        for (mname, _c), row in by_class.items():  # a class model's unserved demand is the sum of its classes'
+            prev = by_model.get(mname, (0.0,) * len(row))
+            by_model[mname] = tuple(a + b for a, b in zip(prev, row, strict=True))
         incumbent = Plan(replicas=replicas, shared=shared, pd_replicas=pd, kv_flows_req_per_s=flows,
-                         unserved_req_per_s=unserved(problem, replicas, shared, flows),
+                         unserved_req_per_s=by_model, class_unserved_req_per_s=by_class,
                          commitments=extract_commitments(model))
     bounds = {f"{backend} (at the served levels)": bound} if proven else {}
     return finish_plan(problem, backend=backend, gap=gap, bounds=bounds, incumbent=incumbent,
                        time_limit_reached=reached, time_limit_s=time_limit_s,
                        solve_time_s=time.perf_counter() - t0, notes=tuple(notes))
+
+
+def class_unserved(problem: Problem, model: PlacementMilpModel) -> dict[tuple[str, str], tuple[float, ...]]:
+    """{(model, class): req/s of the class left unserved in each window} of a solved model, for the models with
+    request classes that leave any: the plan's own routing, not the solver's uc variables: each replica option's
+    class flows x (scaled down, when the solver's tolerance put them above the replicas' usable capacity, to fit
+    it exactly), then unserved = the class's demand - what its flows serve (below UNSERVED_TOL_REQ_PER_S: 0)."""
+    W = model.idx.W
+    mu = 1 - problem.margin
+    out = {}
+    for m in problem.models:
+        if not m.class_shares:
+            continue
+        mine = [o for o in model.idx.options if o.model == m.name]
+        rows: dict[str, list[float]] = {c: [0.0] * len(W) for c, _ in m.class_shares}
+        for w in W:
+            served = dict.fromkeys(rows, 0.0)
+            for o in mine:
+                flows = {c: max(0.0, (model.x or {})[(o.key, c, w)].value() or 0.0) for c in o.class_capacity}
+                load = sum(f / o.class_capacity[c] for c, f in flows.items())
+                n = round(model.n[(o.key, w)].value() or 0)
+                scale = min(1.0, mu * n / load) if load > 0 else 0.0
+                for c, f in flows.items():
+                    served[c] += f * scale
+            for c, share in m.class_shares:
+                left = share * m.demand_req_per_s[w] - served[c]
+                rows[c][w] = left if left > UNSERVED_TOL_REQ_PER_S else 0.0
+        out.update({(m.name, c): tuple(r) for c, r in rows.items() if any(r)})
+    return out
 
 
 def highspy_status(name: str):

@@ -139,15 +139,6 @@ def solve(problem, backend: str = "highs", *, time_limit_s: float = 60, threads:
     say = progress or (lambda s: None)
     t0 = time.perf_counter()
     deadline = t0 + time_limit_s
-    if problem.has_classes:
-        # Request classes are in the MILP's formulation (constraint (12)) only: the greedy warm start, CP-SAT and
-        # the per-window paths still read one capacity per option.
-        if backend not in ("highs", "cbc"):
-            raise SolverError(f"backend {backend!r} does not support request classes yet; use highs or cbc")
-        if best_effort:  # the unserved-demand variables of the best-effort steps are not per class yet
-            raise SolverError("--best-effort does not support request classes yet; plan without it, or without "
-                              "the models' classes")
-        warm_start = False
     if problem.has_disaggregation:
         # Prefill and decode pools (constraint (13) with the KV egress bands) are in the MILP only: the greedy warm
         # start, the per-window paths and CP-SAT know whole replicas, and the prechecks count colocated capacity.
@@ -164,7 +155,7 @@ def solve(problem, backend: str = "highs", *, time_limit_s: float = 60, threads:
         return Plan(status=Status.INFEASIBLE, backend=backend, message="; ".join(reasons),
                     solve_time_s=time.perf_counter() - t0)
     size = model_size(problem)
-    large = size > MONOLITHIC_MAX_VARS and not problem.has_classes and not problem.has_disaggregation
+    large = size > MONOLITHIC_MAX_VARS and not problem.has_disaggregation
     if large:
         return _solve_large(problem, backend, size=size, t0=t0, deadline=deadline, time_limit_s=time_limit_s,
                             threads=threads, gap=gap, say=say)

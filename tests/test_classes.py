@@ -1,4 +1,5 @@
-"""Request classes in the planner: additive per-class load on a replica (MILP constraint (12), validate's LP).
+"""Request classes in the planner: additive per-class load on a replica (MILP constraint (12), CP-SAT's integer
+form of it, validate's LP), the greedy warm start and fleet-scale path, best effort per class.
 
 The instance is Mélange's shipped toy example (github.com/tyler-griggs/melange-release, melange/config/example.json):
 two GPU types (A10G $1.01/h, A100-80GB $3.67/h), 2 × 2 (input, output) buckets with shares [[0.2, 0.1], [0.5, 0.2]]
@@ -9,6 +10,7 @@ README reports its answer: 3 A10G + 1 A100 = $6.70/h (each bucket goes whole to 
 import copy
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -16,10 +18,10 @@ import pytest
 
 from fleetplan.datasets.profiles import ProfileCapacity
 from fleetplan.datasets.traces import load_trace
-from fleetplan.errors import InputError, SolverError
+from fleetplan.errors import InputError
 from fleetplan.fileio import read_yaml
 from fleetplan.placement.plan import Plan
-from fleetplan.placement.planio import load_plan_file, plan_to_dict
+from fleetplan.placement.planio import load_plan_file, plan_from_dict, plan_to_dict
 from fleetplan.placement.problem import ModelSpec, Pool, Problem, ReplicaOption
 from fleetplan.placement.scenario import (
     build_problem,
@@ -31,7 +33,10 @@ from fleetplan.placement.scenario import (
 from fleetplan.placement.validate import validate
 from fleetplan.simulator.engine import DeviceSpec, EngineSpec, Policy, StepModel, run
 from fleetplan.simulator.replay import FleetBuilder
-from fleetplan.solvers.baselines import dedicated_peak
+from fleetplan.solvers import solve as solve_mod
+from fleetplan.solvers.baselines import dedicated_peak, greedy
+from fleetplan.solvers.cpsat import solve_cpsat
+from fleetplan.solvers.milp import solve_milp
 from fleetplan.solvers.solve import solve
 
 SHARES = (("in0-out0", 0.2), ("in0-out1", 0.1), ("in1-out0", 0.5), ("in1-out1", 0.2))
@@ -106,8 +111,6 @@ def test_bad_classes_refused():
         ModelSpec("toy", (1.0,), 1.0, 0.1, class_shares=(("a", 0.5), ("b", 0.4)))
     with pytest.raises(InputError, match="class capacities"):
         melange_problem(a10g=(("zz", 1.0),))
-    with pytest.raises(SolverError, match="request classes"):
-        solve(melange_problem(), "cpsat", time_limit_s=5)
 
 
 def test_melange_example_scenario_costs_no_more_than_melange():
@@ -243,3 +246,103 @@ def test_shipped_melange_example_by_name():
     p = build_problem(load_scenario("melange_example"))
     plan = solve(p, "highs", time_limit_s=20)
     assert validate(p, plan).ok and plan.objective_usd == pytest.approx(4.68, abs=1e-6)  # as computed above
+
+
+# CP-SAT, the greedy warm start, the fleet-scale path and best effort with request classes.
+
+A10G_KEY = ("toy", f"{SITE}/A10G", 1, 1)
+A100_KEY = ("toy", f"{SITE}/A100-80GB", 1, 1)
+
+
+def _split_problem():
+    """A10G serves only the short-output classes, A100 only the long-output ones: no option serves the whole mix."""
+    p = melange_problem(a10g=(("in0-out0", 2.0), ("in1-out0", 5.0)))
+    a100 = replace(p.options[1], class_capacity_req_per_s=(("in0-out1", 20.0), ("in1-out1", 20.0)))
+    return replace(p, options=(p.options[0], a100))
+
+
+@pytest.fixture(scope="module")
+def corpus():
+    return {"melange": melange_problem(), "melange margin 0.1": melange_problem(margin=0.1),
+            "melange A10G short outputs": melange_problem(a10g=(("in0-out0", 2.0), ("in1-out0", 5.0))),
+            "melange split": _split_problem(),
+            "melange_example.yaml": build_problem(load_scenario("melange_example")),
+            "8B auto classes, 24 windows": build_problem(scenario_from_raw(_default_8b("auto")))}
+
+
+def test_cpsat_equals_highs_on_the_class_corpus(corpus):
+    for name, p in corpus.items():
+        ref = solve_milp(p, time_limit_s=30)
+        got = solve_cpsat(p, time_limit_s=30)
+        assert ref.status.value == got.status.value == "optimal", (name, got.message)
+        assert validate(p, got).ok, (name, validate(p, got).violations)
+        # the same optimum to the cent (CP-SAT's model is a relaxation whose answer validate re-checks exactly)
+        assert round(got.objective_usd, 2) == round(ref.objective_usd, 2), name
+        assert got.bound_usd <= got.objective_usd + 1e-9
+
+
+def test_cpsat_class_optimum_by_hand():
+    # The by-hand optimum of test_classes.test_melange_example_costs_no_more_than_melange: 1 A100 + 1 A10G = $4.68/h.
+    p = melange_problem()
+    plan = solve(p, "cpsat", time_limit_s=10)
+    assert validate(p, plan).ok
+    assert plan.replicas == {A10G_KEY: (1,), A100_KEY: (1,)}
+    assert plan.objective_usd == pytest.approx(4.68, abs=1e-6)
+
+
+def test_greedy_routes_classes_when_no_option_serves_the_whole_mix():
+    p = _split_problem()
+    assert dedicated_peak(p).message  # a one-capacity baseline has no option serving the mix
+    g = greedy(p)
+    assert not g.message and validate(p, g, check_objective=False).ok
+    # By hand: the short-output classes only fit A10G: 6/2 + 15/5 = 6 A10G; the long ones on A100: 3/20 + 6/20 =
+    # 0.45 -> 1 A100. $6.06 + $3.67 = $9.73/h, which is also the optimum (each class has one GPU type).
+    assert g.replicas == {A10G_KEY: (6,), A100_KEY: (1,)}
+    assert g.objective_usd == pytest.approx(9.73)
+    assert solve(p, "highs", time_limit_s=10).objective_usd == pytest.approx(9.73)
+
+
+def test_warm_start_and_fleet_scale_path_plan_classes(corpus, monkeypatch):
+    p = corpus["8B auto classes, 24 windows"]
+    ref = solve_milp(p, time_limit_s=30)
+    g = greedy(p)
+    assert not g.message and validate(p, g, check_objective=False).ok
+    for backend in ("highs", "cpsat"):
+        plan = solve(p, backend, time_limit_s=20)  # greedy warm start, its window-by-window pass, then the model
+        assert validate(p, plan).ok and plan.objective_usd == pytest.approx(ref.objective_usd, abs=0.005)
+    monkeypatch.setattr(solve_mod, "MONOLITHIC_MAX_VARS", 0)  # force the fleet-scale decomposition
+    big = solve(p, "highs", time_limit_s=20)
+    assert "large problem" in big.message and validate(p, big).ok, big.message
+    assert ref.objective_usd - 1e-6 <= big.objective_usd <= g.objective_usd + 1e-6
+    assert big.bound_usd is not None and big.bound_usd <= ref.objective_usd + 1e-6
+
+
+def _short_problem():
+    p = melange_problem()
+    pools = (replace(p.pools[0], nodes=1), replace(p.pools[1], nodes=1))
+    return replace(p, pools=pools, models=(replace(p.models[0], demand_req_per_s=(60.0,)),))
+
+
+@pytest.mark.parametrize("backend", ["highs", "cbc", "cpsat"])
+def test_best_effort_leaves_classes_unserved_and_validate_rechecks(backend):
+    p = _short_problem()
+    plan = solve(p, backend, time_limit_s=10, best_effort=True)
+    assert validate(p, plan).ok, validate(p, plan).violations
+    assert plan.replicas == {A10G_KEY: (1,), A100_KEY: (1,)}
+    # By hand, 60 req/s = classes 12, 6, 30, 12 on one A100 (20, 20, 40, 20) and one A10G (2, 1, 5, 2): the A10G's
+    # best relative use is in1-out0 (5 vs the A100's 40: ratio 1/8, others 1/10 and 1/20): 5 req/s; the A100 serves
+    # the other 25 of in1-out0 (load 0.625) and 0.375 × 20 = 7.5 req/s of a 20-req/s class. Served 37.5, unserved
+    # 22.5 req/s (only in the 20-req/s classes; in1-out0 fully served).
+    (u,) = plan.unserved_req_per_s["toy"]
+    assert u == pytest.approx(22.5, abs=1e-5)
+    assert sum(v[0] for v in plan.class_unserved_req_per_s.values()) == pytest.approx(u, abs=1e-9)
+    assert ("toy", "in1-out0") not in plan.class_unserved_req_per_s
+    back = plan_from_dict(plan_to_dict(p, plan), p)
+    assert back.class_unserved_req_per_s == plan.class_unserved_req_per_s and validate(p, back).ok
+    # validate's own checks: more unserved than the replicas must leave, a class sum that does not match, a class
+    # short beyond what is declared
+    cls = next(iter(plan.class_unserved_req_per_s))
+    more = {**plan.class_unserved_req_per_s, cls: (plan.class_unserved_req_per_s[cls][0] + 1.0,)}
+    assert not validate(p, replace(plan, class_unserved_req_per_s=more, unserved_req_per_s={"toy": (u + 1,)})).ok
+    assert not validate(p, replace(plan, unserved_req_per_s={"toy": (u + 1,)})).ok
+    assert not validate(p, replace(plan, class_unserved_req_per_s={cls: (u,)})).ok
