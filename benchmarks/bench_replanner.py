@@ -17,8 +17,9 @@ three fleets, all planned on the scenario's mean day (what the planner knows):
 * replanner: fleetplan's Replanner (solvers/online.py, default OnlineConfig, so forecast_method as measured by
   bench_forecast.py) started from the offline plan, its forecaster warmed with the ``--warm-days`` ServeGen days
   before the replayed one (observed the same way; the service has been running), a round every 5 minutes on the
-  observed rates, a HiGHS re-solve every hour and whenever a round drifts above the last re-solve's cost, adopted
-  only when it pays for its migrations.
+  observed rates, a HiGHS re-solve every hour and whenever a round drifts above the last re-solve's cost (sized for
+  ``Replanner.resolve_demand``: the forecast held over the scale-down cooldown), of which the part that pays for its
+  migrations is adopted (``Replanner.consider``).
 
 Observed rate = the replayed requests of the model in the last 5 minutes / 300 s. Prints per day and policy: GPU
 cost (billed GPU-hours x pool price; a started replica is billed from its start, a stopped one until its queue is
@@ -151,9 +152,7 @@ def replanner_steps(problem, lt, offline, rates, resolve_limit_s: float,
             r.forecaster.observe(m.name, float(rates[m.name][k - 1]), t)
         res = r.round(t)
         if k % int(3600 / STEP_S) == 0 or r.drifted:
-            w = r.forecaster.window_at(t)
-            demand = {m.name: r.forecaster.forecast(m.name, w, t) for m in problem.models}
-            cand = solve(window_problem(problem, demand), "highs", time_limit_s=resolve_limit_s, threads=1,
+            cand = solve(window_problem(problem, r.resolve_demand(t)), "highs", time_limit_s=resolve_limit_s, threads=1,
                          lp_bound=False)
             ok, got, _ = r.consider(cand, t)
             offered += 1

@@ -440,10 +440,7 @@ class ReplanService:
 
     def _solve_candidate(self, time_limit_s: float):
         with self.state_lock:
-            now = self.clock()
-            fc = self.replanner.forecaster
-            w = fc.window_at(now)
-            demand = {m: fc.forecast(m, w, now) for m in self.model_names}
+            demand = self.replanner.resolve_demand(self.clock())
         prob = window_problem(self.problem, demand)
         return solve(prob, "highs", time_limit_s=time_limit_s, threads=1, lp_bound=False)
 

@@ -11,8 +11,10 @@ Pieces (used by the ``fleetplan serve`` service, usable on their own):
   weights, and shared GPUs) and runs heuristic rounds: add replicas where the forecast exceeds capacity (loading
   replicas count as coming capacity), best fit onto nodes with free GPUs; remove with hysteresis, only when the
   survivors carry the forecast at the target utilization after absorbing the removed replica's share; at most a
-  migration budget of starts + stops per round. :meth:`Replanner.consider` adopts a full MILP re-solve only when
-  its saving over ``resolve_horizon_s`` exceeds a threshold after the cost of the migrations it needs.
+  migration budget of starts + stops per round. :meth:`Replanner.consider` adopts the part of a full MILP re-solve
+  (the models it would move, in groups that share GPUs) whose saving over ``resolve_horizon_s`` exceeds a threshold
+  after the cost of the migrations it needs; re-solves are sized for :meth:`Replanner.resolve_demand` (the
+  forecast held over the scale-down cooldown, as the rounds' removals are).
 
 The online plan is for one window: it is expressed as a one-window :class:`~fleetplan.placement.problem.Problem`
 (:func:`window_problem`) and :class:`~fleetplan.placement.plan.Plan`, so ``validate`` checks it like any plan;
@@ -87,6 +89,11 @@ class OnlineConfig:
         resolve_drift_margin: a heuristic round whose plan costs more than (1 + margin) × the cost the last
             re-solve had per forecast req/s (model by model, at today's forecast) asks for a re-solve now
             (:attr:`Replanner.drifted`); the service runs one at its next tick.
+        add_max_cost_ratio: a heuristic round adds only replicas whose GPU cost per usable req/s is at most this
+            multiple of the model's most efficient option that fits (>= 1; e.g. not a tp-2 A100 replica of a 70B
+            model at 3x the cost per req/s of a tp-4 one, to cover a small deficit a little cheaper this hour):
+            such fragments made the fleet drift above the re-solve's cost and the next re-solve swap them out again
+            (two migrations each, measured in benchmarks/bench_replanner.py).
         forecast_method: what forecasts a model's rate before the floor on the latest observation. 'blend': the
             day-curve/EWMA blend above. 'seasonal_naive', 'autoets', 'mstl': statsforecast's SeasonalNaive, AutoETS
             and MSTL (trend by AutoETS without season) with a season of one day, fitted on the history of observed
@@ -100,8 +107,10 @@ class OnlineConfig:
             > 10 %; blend 19.5 %, 10.0 %; AutoETS 11.9 % but 14.7 % under; seasonal naive 27.9 %, 8.7 %.
         history_slot_s: length of one slot of the observed-rate history, seconds (a divisor of a day; 600 is
             ServeGen's resolution and two service rounds).
-        history_days: days of history kept per model (bounded state), >= 2. It is part of the state stored with
-            every plan: about 9 KB of JSON per model for 7 days of 600-s slots.
+        history_days: days of history kept per model (bounded state), >= 2; the slots the current fit was made on
+            stay until it is replaced (at most a day more). It is part of the state stored with every plan, at full
+            precision so a restarted service forecasts exactly as before: about 20 KB of JSON per model for 7 days
+            of 600-s slots.
     """
 
     ewma_alpha: float = 0.3
@@ -120,6 +129,7 @@ class OnlineConfig:
     cooldown_s: float = 1800.0
     migration_cost_replica_hours: float = 0.25
     resolve_drift_margin: float = 0.1
+    add_max_cost_ratio: float = 1.5
     forecast_method: str = "mstl"
     history_slot_s: float = 600.0
     history_days: int = 7
@@ -151,6 +161,10 @@ class OnlineConfig:
         if not isinstance(self.migration_budget, int) or self.migration_budget < 0:
             raise InputError("online config: migration_budget must be a whole number >= 0 (starts + stops per "
                              "round)", field="migration_budget", value=self.migration_budget)
+        v = self.add_max_cost_ratio
+        if not (isinstance(v, int | float) and math.isfinite(v) and v >= 1):
+            raise InputError("online config: add_max_cost_ratio must be a finite number >= 1",
+                             field="add_max_cost_ratio", value=v)
         for name in ("resolve_min_saving_usd", "resolve_horizon_s", "latest_max_age_s", "tenant_ttl_s", "cooldown_s",
                      "migration_cost_replica_hours", "resolve_drift_margin"):
             v = getattr(self, name)
@@ -230,6 +244,8 @@ class Forecaster:
         self._late: dict[str, int] = {}  # observations that landed in a slot older than the model's newest
         self._newest: dict[str, int] = {}  # {model: newest history slot}
         self._fits: dict[str, tuple[int, object]] = {}  # {model: (newest slot fitted on, fitted model)}
+        # {model: (first, last) history slots of the current fit}: stored, so a restart refits on the same slots
+        self._fit_span: dict[str, tuple[int, int]] = {}
         self._cache: dict[str, tuple[tuple, float | None]] = {}
         self._told: set[str] = set()  # fallback reasons already logged
         self._served: dict[str, float] = {}  # {model: the last forecast before the floor}
@@ -316,6 +332,9 @@ class Forecaster:
         if slot > newest:  # a new slot: drop those more than history_days older
             self._newest[model] = slot
             keep_from = slot - c.history_days * self._slots_per_day() + 1
+            span = self._fit_span.get(model)
+            if span is not None:  # the slots of the current fit stay until it is replaced (at most a day more)
+                keep_from = min(keep_from, span[0])
             for k in [k for k in hist if k < keep_from]:
                 del hist[k]
 
@@ -351,7 +370,7 @@ class Forecaster:
         elif horizon > per_day:
             self._fallback(f"{model}: no observation for more than a day")
         else:
-            value = self._fit_forecast(model, self._series(hist, first, last), last, horizon)
+            value = self._fit_forecast(model, self._series(hist, first, last), first, last, horizon)
         self._cache[model] = (key, value)
         return value
 
@@ -365,7 +384,7 @@ class Forecaster:
         y[~seen] = np.interp(x[~seen], x[seen], y[seen])
         return y.tolist()
 
-    def _fit_forecast(self, model: str, y: list[float], last: int, horizon: int) -> float | None:
+    def _fit_forecast(self, model: str, y: list[float], first: int, last: int, horizon: int) -> float | None:
         c = self.config
         per_day = self._slots_per_day()
         try:
@@ -380,11 +399,21 @@ class Forecaster:
                 out = SeasonalNaive(season_length=per_day).forecast(y=arr, h=horizon)
             else:
                 fit = self._fits.get(model)
-                if fit is None or last - fit[0] >= per_day:
+                span = self._fit_span.get(model)
+                todo: tuple[tuple[int, int], np.ndarray] | None = None
+                if (fit is None and span is not None and 0 <= last - span[1] < per_day
+                        and span[0] >= min(self.history[model])):
+                    # restored state: refit on the slots the fit before the restart was made on (same forecast)
+                    todo = (span, np.asarray(self._series(self.history[model], span[0], span[1]), np.float64))
+                elif fit is None or last - fit[0] >= per_day:
+                    todo = ((first, last), arr)
+                if todo is not None:
                     m: object = (AutoETS(season_length=per_day) if c.forecast_method == "autoets" else
                                  MSTL(season_length=per_day, trend_forecaster=AutoETS(model="ZZN")))
-                    m.fit(y=arr)  # type: ignore[attr-defined]
-                    fit = self._fits[model] = (last, m)
+                    m.fit(y=todo[1])  # type: ignore[attr-defined]
+                    fit = self._fits[model] = (todo[0][1], m)
+                    self._fit_span[model] = todo[0]
+                assert fit is not None
                 out = fit[1].forward(y=arr, h=horizon)  # type: ignore[attr-defined]
             value = float(out["mean"][-1])
         except Exception as exc:  # a third-party model failing must not stop the re-planner: blend, logged
@@ -450,16 +479,17 @@ class Forecaster:
                 "latest": [[m, t, r, at] for (m, t), (r, at) in self.latest.items()], "error": dict(self.error),
                 "n_observations": self.n_observations, "newest_at_s": self.newest_at_s,
                 "pending": [[m, d, w, list(v)] for m, ((d, w), v) in self.pending.items()],
-                "history": {m: self._history_dict(h) for m, h in self.history.items() if h}}
+                "history": {m: self._history_dict(h) for m, h in self.history.items() if h},
+                "fit_span": {m: list(v) for m, v in self._fit_span.items() if m in self.history}}
 
     @staticmethod
     def _history_dict(hist: Mapping[int, list[float]]) -> dict:
-        """A model's history, compact (it is stored with every plan): the first slot, the mean total of every slot
-        from it on (6 significant digits; None where nothing was observed), and the newest slot's observation
-        count (the only slot still being averaged)."""
+        """A model's history (it is stored with every plan): the first slot, the mean total of every slot from it on
+        (None where nothing was observed), and the newest slot's sum and observation count (the only slot still
+        being averaged). Full precision, so a restarted forecaster forecasts exactly what this one does."""
         first, last = min(hist), max(hist)
-        means = [float(f"{hist[k][0] / hist[k][1]:.6g}") if k in hist else None for k in range(first, last + 1)]
-        return {"first": first, "mean": means, "n_last": hist[last][1]}
+        means = [hist[k][0] / hist[k][1] if k in hist else None for k in range(first, last + 1)]
+        return {"first": first, "mean": means, "n_last": hist[last][1], "sum_last": hist[last][0]}
 
     def load_dict(self, d: dict) -> None:
         """Restore the state written by :meth:`to_dict` (models no longer known are dropped)."""
@@ -481,8 +511,9 @@ class Forecaster:
             last = first + len(means) - 1
             if last in hist:
                 n = max(1.0, float(h.get("n_last", 1.0)))
-                hist[last] = [hist[last][0] * n, n]
+                hist[last] = [float(h["sum_last"]) if "sum_last" in h else hist[last][0] * n, n]
         self._late, self._fits, self._cache, self._newest = {}, {}, {}, {}
+        self._fit_span = {m: (int(a), int(b)) for m, (a, b) in d.get("fit_span", {}).items() if m in self.history}
         newest = d.get("newest_at_s")
         if newest is None and self.latest:
             newest = max(at for _, at in self.latest.values())
@@ -791,13 +822,20 @@ class Replanner:
 
     # ---- the heuristic round --------------------------------------------------------------------------------
     def _choose_option(self, model: str, deficit: float) -> ReplicaOption | None:
+        """The option a round adds for ``deficit`` req/s of ``model``: among those that fit the nodes and meet the
+        model's SLO, and whose GPU cost per usable req/s is at most ``add_max_cost_ratio`` × the lowest among them
+        (all of them when none is), the lowest hourly cost for the deficit (GPU + egress + start cost spread over
+        resolve_horizon_s); None when nothing fits."""
         spec = self.models[model]
+        fits = [o for o in self.by_model[model] if self.nodes.can_place(o.pool, o.tp, o.pp)
+                and o.ttft_p95_s <= spec.ttft_p95_s * (1 + 1e-6) and o.tpot_p95_s <= spec.tpot_p95_s * (1 + 1e-6)]
+        if not fits:
+            return None
+        per_req = {o.key: self.price_per_hour[o.key] / self.usable[o.key] for o in fits}
+        cap = min(per_req.values()) * self.config.add_max_cost_ratio
+        efficient = [o for o in fits if per_req[o.key] <= cap * (1 + 1e-9)]
         best, best_score = None, None
-        for o in self.by_model[model]:
-            if not self.nodes.can_place(o.pool, o.tp, o.pp):
-                continue
-            if o.ttft_p95_s > spec.ttft_p95_s * (1 + 1e-6) or o.tpot_p95_s > spec.tpot_p95_s * (1 + 1e-6):
-                continue
+        for o in efficient:
             u = self.usable[o.key]
             n = max(1, math.ceil(deficit / u - _EPS))
             site = self.pools[o.pool].site
@@ -1094,16 +1132,41 @@ class Replanner:
         usd += sum(h * self.pools[pool].usd_per_busy_gpu_hour for pool, _ in old)
         return usd, n + len(old)
 
+    def resolve_demand(self, at_s: float) -> dict[str, float]:
+        """{model: req/s} a full re-solve at ``at_s`` is sized for and checked against: the forecast, or the highest
+        forecast a round recorded in the last ``cooldown_s`` when that is higher (the scale-down stabilization of
+        the rounds holds for re-solves too: a re-solve does not shrink a model right after a round grew it, which
+        made the fleet flap at a replica boundary, one start and one stop each time)."""
+        w = self.forecaster.window_at(at_s)
+        out = {}
+        for m in self.models:
+            f = self.forecaster.forecast(m, w, at_s)
+            if self.config.cooldown_s > 0:
+                f = max([f] + [v for t, v in self.recent_forecasts.get(m, []) if at_s - self.config.cooldown_s < t
+                               <= at_s])
+            out[m] = f
+        return out
+
     def consider(self, candidate: Plan, at_s: float | None = None) -> tuple[bool, OnlineResult | None, str]:
-        """Offer a full re-solve's one-window plan; adopt it only if it is valid against the current forecast and
-        (current cost/h − its cost/h) × resolve_horizon_s − its migration cost > resolve_min_saving_usd.
+        """Offer a full re-solve's one-window plan and adopt the part of it that pays for its migrations. Plans are
+        checked against :meth:`resolve_demand` (what the candidate should be solved for).
+
+        The models are split into groups that must move together (models sharing a GPU in the live plan or in
+        the candidate); a group whose replicas and shared GPUs are the same in both needs no decision. For every
+        subset of the other groups (all subsets up to 8 groups; beyond that all, none and each one alone), the
+        mixed plan takes those groups from the candidate and keeps the rest; it counts only if it is valid against
+        the current forecast. Its net saving is (current cost/h − its cost/h) × resolve_horizon_s − the cost of
+        the migrations it needs (:meth:`migration_cost_usd`). The mix with the largest net saving is adopted when
+        that saving exceeds resolve_min_saving_usd (the whole candidate is one of the mixes): a re-solve that
+        reshuffles a model for a few cents does not move it, and one model's real saving is not blocked by
+        another's needless moves. The plan now live (adopted or kept) becomes the reference the rounds' drift is
+        measured against (:attr:`drifted`).
 
         Returns (adopted, the adopted result or None, a message with the figures).
         """
         at_s = time.time() if at_s is None else float(at_s)
         t0 = time.perf_counter()
-        w = self.forecaster.window_at(at_s)
-        forecast = {m: self.forecaster.forecast(m, w, at_s) for m in self.models}
+        forecast = self.resolve_demand(at_s)
         prob = window_problem(self.problem, forecast)
         if not candidate.has_solution or not candidate.replicas and not candidate.shared:
             return False, None, f"re-solve has no plan ({candidate.status.value}: {candidate.message[:200]})"
@@ -1111,39 +1174,95 @@ class Replanner:
         rep = validate(prob, cand)
         if not rep.ok:
             return False, None, "re-solve plan fails the current forecast: " + "; ".join(rep.violations[:3])
-        cur = self.current
-        if cur is None:
-            cur = self._result(at_s, "round", t0=t0, before=self.counts(), forecast=forecast)
-        cost_new = evaluate(prob, cand).total_usd / prob.window_hours
-        cur_plan = replace(cur.plan, objective_usd=None)
+        # the live placement evaluated at this forecast (its shared GPUs' served rates recomputed)
+        kept_current = self.current
+        cur_plan = replace(self._result(at_s, "round", t0=t0, before=self.counts(), forecast=forecast).plan,
+                           objective_usd=None)
+        self.current = kept_current
         cost_cur = evaluate(prob, cur_plan).total_usd / prob.window_hours
-        mig_usd, mig_n = self.migration_cost_usd(candidate)
-        saving = (cost_cur - cost_new) * self.config.resolve_horizon_s / 3600.0 - mig_usd
-        msg = (f"re-solve: ${cost_new:,.2f}/h vs current ${cost_cur:,.2f}/h, {mig_n} migrations costing "
-               f"${mig_usd:,.2f}, net saving ${saving:,.2f} over {self.config.resolve_horizon_s:g} s "
-               f"(threshold ${self.config.resolve_min_saving_usd:,.2f})")
-        self._set_reference(cand if cost_new <= cost_cur else cur_plan, forecast)
+        cost_new = evaluate(prob, cand).total_usd / prob.window_hours
+        best: tuple[float, int, Plan, float, float, tuple[str, ...]] | None = None
+        all_groups = self._groups(cur_plan, cand)
+        for take in self._subsets(all_groups):
+            models = frozenset(m for g in take for m in g)
+            mix = cand if len(take) == len(all_groups) else self._mix(cur_plan, cand, models)
+            if mix is not cand and not validate(prob, mix).ok:
+                continue
+            cost_mix = cost_new if mix is cand else evaluate(prob, mix).total_usd / prob.window_hours
+            mig_usd, mig_n = self.migration_cost_usd(mix)
+            saving = (cost_cur - cost_mix) * self.config.resolve_horizon_s / 3600.0 - mig_usd
+            if best is None or (saving, -mig_n) > (best[0], -best[1]):
+                best = (saving, mig_n, mix, cost_mix, mig_usd, tuple(sorted(models)))
+        assert best is not None  # the whole candidate is always a mix, and it is valid
+        saving, mig_n, mix, cost_mix, mig_usd, taken = best
+        part = "" if mix is cand else f" (its part for {', '.join(taken) or 'no model'})"
+        msg = (f"re-solve: ${cost_new:,.2f}/h vs current ${cost_cur:,.2f}/h; best adoption{part}: ${cost_mix:,.2f}/h, "
+               f"{mig_n} migrations costing ${mig_usd:,.2f}, net saving ${saving:,.2f} over "
+               f"{self.config.resolve_horizon_s:g} s (threshold ${self.config.resolve_min_saving_usd:,.2f})")
         self.drifted = False
-        if saving <= self.config.resolve_min_saving_usd:
+        self._set_reference(cand if cost_new <= cost_cur else cur_plan, forecast)
+        if saving <= self.config.resolve_min_saving_usd or mig_n == 0:
             return False, None, msg + ": kept the current plan"
         before = self.counts()
         before_shared = [(s.pool, s.models) for s in self.shared]
         old_instances = {k: list(v) for k, v in self.instances.items()}
         ready = {}
-        for key, counts in candidate.replicas.items():
+        for key, counts in mix.replicas.items():
             keep = sorted(i.ready_at_s for i in old_instances.get(key, []))[:counts[0]]
             new = [at_s + self.load_time_s.get(key, 0.0)] * (counts[0] - len(keep))
             ready[key] = keep + new
         snap = self.snapshot()
         try:
-            self._install({k: v[0] for k, v in candidate.replicas.items() if v[0]},
-                          [(g.pool, tuple(g.models)) for g in candidate.shared], ready)
+            self._install({k: v[0] for k, v in mix.replicas.items() if v[0]},
+                          [(g.pool, tuple(g.models)) for g in mix.shared], ready)
         except InputError as exc:
             self.restore(snap, at_s)
             return False, None, f"{msg}: not adopted ({exc})"
         res = self._result(at_s, "resolve", t0=t0, before=before, forecast=forecast, before_shared=before_shared,
                            message=msg + ": adopted")
         return True, res, msg + ": adopted"
+
+    def _groups(self, a: Plan, b: Plan) -> list[frozenset[str]]:
+        """The models that must move together between plans ``a`` and ``b`` (connected by shared GPUs in either),
+        only the groups whose replicas or shared GPUs differ between the two."""
+        parent = {m: m for m in self.models}
+
+        def find(m: str) -> str:
+            while parent[m] != m:
+                m = parent[m]
+            return m
+
+        for g in (*a.shared, *b.shared):
+            for m in g.models[1:]:
+                parent[find(m)] = find(g.models[0])
+        groups: dict[str, set[str]] = {}
+        for m in self.models:
+            groups.setdefault(find(m), set()).add(m)
+
+        def part(p: Plan, ms: set[str]) -> tuple:
+            reps = sorted((k, v[0]) for k, v in p.replicas.items() if k[0] in ms and v[0])
+            sh = sorted((g.pool, tuple(g.models)) for g in p.shared if g.models[0] in ms)
+            return tuple(reps), tuple(sh)
+
+        return [frozenset(ms) for _, ms in sorted(groups.items()) if part(a, ms) != part(b, ms)]
+
+    @staticmethod
+    def _subsets(groups: list[frozenset[str]]) -> list[tuple[frozenset[str], ...]]:
+        """The subsets of ``groups`` :meth:`consider` weighs: all of them up to 8 groups; beyond, all, none and
+        each one alone."""
+        if len(groups) <= 8:
+            return [tuple(g for i, g in enumerate(groups) if mask >> i & 1) for mask in range(1 << len(groups))]
+        return [tuple(groups), ()] + [(g,) for g in groups]
+
+    @staticmethod
+    def _mix(current: Plan, candidate: Plan, take: frozenset[str]) -> Plan:
+        """``current`` with the replicas and shared GPUs of the models in ``take`` from ``candidate`` (``take`` is a
+        union of :meth:`_groups`, so no shared GPU has residents on both sides)."""
+        reps = {k: v for k, v in current.replicas.items() if k[0] not in take}
+        reps.update({k: v for k, v in candidate.replicas.items() if k[0] in take})
+        shared = tuple(g for g in current.shared if g.models[0] not in take) + tuple(
+            g for g in candidate.shared if g.models[0] in take)
+        return replace(candidate, replicas=reps, shared=shared, objective_usd=None)
 
 
 __all__ = ["Action", "Forecaster", "OnlineConfig", "OnlineResult", "Replanner", "estimate_demand", "load_times",

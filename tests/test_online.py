@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import replace
 
 import pytest
 
@@ -333,3 +334,76 @@ def test_round_serves_by_priority_when_the_forecast_exceeds_the_fleet():
     r.forecaster.observe("hi", 18.0, 3.0)
     res = r.round(4.0)
     assert res.plan.replicas == {("lo", pool.id, 1, 1): (4,)} and res.unmet_req_per_s["hi"] == pytest.approx(18.0)
+
+
+def test_resolve_adopts_only_the_part_that_pays_for_its_migrations():
+    # Two models on X ($2/GPU-h) now; the re-solve moves 'a' (15 req/s, 2 replicas) to Y ($1) and 'b' (5 req/s,
+    # 1 replica) to Z ($1.95). Migration cost 0.25 replica-hours per start or stop, $0.10 load per start:
+    #   a: saves 2 x ($2 - $1) = $2.00/h; 2 starts 2 x ($0.10 + $0.25) = $0.70, 2 stops 2 x $0.50 = $1.00 -> +$0.30
+    #   b: saves $0.05/h; 1 start $0.10 + $0.4875 = $0.5875, 1 stop $0.50 -> -$1.0375
+    # the whole re-solve nets $0.30 - $1.0375 = -$0.7375 (kept before); its part for 'a' alone nets $0.30 > $0.10.
+    pools = [Pool("t:r1", g, nodes=2, gpus_per_node=8, usd_per_gpu_hour=usd, memory_bytes_per_gpu=80e9)
+             for g, usd in (("X", 2.0), ("Y", 1.0), ("Z", 1.95))]
+    opts = [ReplicaOption(m, f"t:r1/{g}", 1, 1, 10.0, 40e9, start_cost_usd=0.1)
+            for m, gs in (("a", "XY"), ("b", "XZ")) for g in gs]
+    models = (ModelSpec("a", (15.0,) * 24, 1.0, 0.1, min_replicas=1), ModelSpec("b", (5.0,) * 24, 1.0, 0.1,
+                                                                                min_replicas=1))
+    p = Problem(H, 24, tuple(pools), models, tuple(opts), margin=0.1)
+    snap = {"replicas": [{"model": "a", "pool": "t:r1/X", "tp": 1, "pp": 1, "ready_at_s": [0.0, 0.0]},
+                         {"model": "b", "pool": "t:r1/X", "tp": 1, "pp": 1, "ready_at_s": [0.0]}],
+            "shared": [], "forecaster": {}}
+    cand = solve(window_problem(p, {"a": 15.0, "b": 5.0}), "highs", time_limit_s=10, lp_bound=False)
+    assert cand.replicas == {("a", "t:r1/Y", 1, 1): (2,), ("b", "t:r1/Z", 1, 1): (1,)}
+    r = Replanner(p, OnlineConfig(floor_on_latest=False, migration_cost_replica_hours=0.25,
+                                  resolve_min_saving_usd=0.1))
+    r.restore(snap, 0.0)
+    assert r.migration_cost_usd(cand)[0] == pytest.approx(0.70 + 1.00 + 0.5875 + 0.50)
+    ok, res, msg = r.consider(cand, 10.0)
+    assert ok and "its part for a" in msg and "net saving $0.30" in msg, msg
+    assert r.counts() == {("a", "t:r1/Y", 1, 1): 2, ("b", "t:r1/X", 1, 1): 1}
+    assert res.migrations == 4 and validate(res.problem, res.plan).ok
+
+
+def test_round_does_not_add_an_inefficient_fragment_for_a_small_deficit():
+    # 'a' on X: 10 req/s (9 usable) for $2/h = $0.222 per usable req/s; on Y a small replica: 1 req/s (0.9 usable)
+    # for $1/h = $1.11 per usable req/s, 5x X's. One X replica runs; the forecast 9.5 leaves a deficit of 0.5:
+    # one Y replica ($1/h) covers it more cheaply this hour, but at 5x > 1.5x the cost per req/s: X is added.
+    pools = [Pool("t:r1", g, nodes=2, gpus_per_node=8, usd_per_gpu_hour=usd, memory_bytes_per_gpu=80e9)
+             for g, usd in (("X", 2.0), ("Y", 1.0))]
+    opts = [ReplicaOption("a", "t:r1/X", 1, 1, 10.0, 40e9), ReplicaOption("a", "t:r1/Y", 1, 1, 1.0, 40e9)]
+    p = Problem(H, 24, tuple(pools), (ModelSpec("a", (5.0,) * 24, 1.0, 0.1, min_replicas=1),), tuple(opts),
+                margin=0.1)
+    r = Replanner(p, EXACT)
+    assert r.initial(0.0).plan.replicas == {("a", "t:r1/X", 1, 1): (1,)}
+    r.forecaster.observe("a", 9.5, at_s=10.0)
+    res = r.round(60.0)
+    assert res.plan.replicas == {("a", "t:r1/X", 1, 1): (2,)} and validate(res.problem, res.plan).ok
+    # with the ratio at 5.1 the fragment is allowed again (it is the cheaper hour)
+    r2 = Replanner(p, replace(EXACT, add_max_cost_ratio=5.1))
+    r2.initial(0.0)
+    r2.forecaster.observe("a", 9.5, at_s=10.0)
+    assert r2.round(60.0).plan.replicas == {("a", "t:r1/X", 1, 1): (1,), ("a", "t:r1/Y", 1, 1): (1,)}
+
+
+def test_a_resolve_does_not_shrink_a_model_within_the_cooldown():
+    # tiny(): 9 usable req/s per replica. A round at 20 req/s runs ceil(20 / 9) = 3 replicas; 10 minutes later the
+    # forecast is 5 req/s. A re-solve for 5 req/s (1 replica) would save 2 x $2/h = $4 over the hour against 2 stops
+    # costing 2 x 0.25 h x $2/h = $1: adopted before; within the 30-min cooldown the re-solve is sized for, and
+    # checked against, the highest forecast of the cooldown (20 req/s), as the rounds' removals are.
+    p = tiny()
+    r = Replanner(p, replace(EXACT, cooldown_s=1800.0))
+    r.initial(0.0)
+    r.forecaster.observe("a", 20.0, at_s=10.0)
+    assert r.round(60.0).plan.replicas == {("a", "t:r1/X", 1, 1): (3,)}
+    r.forecaster.observe("a", 5.0, at_s=600.0)
+    assert r.round(660.0).plan.replicas == {("a", "t:r1/X", 1, 1): (3,)}  # the round holds (cooldown)
+    assert r.resolve_demand(700.0) == {"a": 20.0}
+    small = solve(window_problem(p, {"a": 5.0}), "highs", time_limit_s=10, lp_bound=False)
+    assert small.replicas == {("a", "t:r1/X", 1, 1): (1,)}
+    ok, _, msg = r.consider(small, 700.0)
+    assert not ok and "fails the current forecast" in msg and r.counts() == {("a", "t:r1/X", 1, 1): 3}
+    # after the cooldown (no round since 660 s) the same re-solve is adopted: $4 - $1 = $3 > $1
+    r.forecaster.observe("a", 5.0, at_s=2500.0)
+    assert r.resolve_demand(2600.0) == {"a": 5.0}
+    ok, res, msg = r.consider(small, 2600.0)
+    assert ok and validate(res.problem, res.plan).ok and r.counts() == {("a", "t:r1/X", 1, 1): 1}, msg
