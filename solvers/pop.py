@@ -24,9 +24,9 @@ recombine. Here:
    cost is dropped. If the recombined plan still does not fit (a part's models fit only where another part's
    sit), it is repaired window by window on the whole fleet (exact one-window models over every model).
 5. The bound is the WHOLE problem's (not the sum of the parts' bounds, which bounds a problem with less
-   inventory): Σ_w of the LP relaxation, with the covering inequalities (11), of window w's own problem
-   (:func:`fleetplan.solvers.decompose.window_problem`) on the whole fleet; a window without an answer in time adds
-   0, so the sum stays a valid lower bound.
+   inventory): the larger of Σ_w of the LP relaxation, with the covering inequalities (11), of window w's own
+   problem (:func:`fleetplan.solvers.decompose.window_problem`) on the whole fleet (a window without an answer in
+   time adds 0, so the sum stays a valid lower bound) and the closed-form :func:`separable_bound`.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ from fleetplan.placement.plan import Plan, Status, evaluate
 from fleetplan.placement.problem import Problem
 from fleetplan.placement.validate import validate
 from fleetplan.solvers.baselines import greedy
-from fleetplan.solvers.common import finish_plan
+from fleetplan.solvers.common import cover_cost_floor, finish_plan
 from fleetplan.solvers.decompose import solve_by_windows, window_problem
 from fleetplan.solvers.executor import Executor
 from fleetplan.solvers.milp import solve_lp_bound
@@ -52,7 +52,10 @@ from fleetplan.solvers.milp import solve_lp_bound
 PARTITIONS = ("shape", "random")
 #: Share of the time limit the parallel fan-out (parts and per-window bounds) may use; the rest goes to the
 #: seam repair and the final improvement pass on the whole fleet.
-FANOUT_SHARE = 0.75
+FANOUT_SHARE = 0.65
+#: Share of the time limit kept back at the end for recombining, validating and evaluating the whole plan (at
+#: 2,000 models one ``validate`` takes 6-10 s on a busy machine).
+FINISH_SHARE = 0.05
 #: Share of the fan-out's worker-seconds given to the parts (the rest to the per-window bounds).
 PART_SHARE = 0.35
 #: Share of the time left after the fan-out kept for the last-resort repair on the whole fleet when some part has
@@ -142,6 +145,43 @@ def split_problem(problem: Problem, parts: list[list[str]]) -> list[Problem]:
             option_notes={k: v for k, v in problem.option_notes.items() if k in mine},
             name=f"{problem.name} (part {j + 1}/{len(parts)})"))
     return subs
+
+
+def separable_bound(problem: Problem) -> float | None:
+    """A lower bound on the optimum, USD, in closed form: Σ over windows w and models m of the least cost of m alone
+    in w with the inventory, the start and egress costs (>= 0) and the memory and resident limits of shared GPUs
+    dropped, a shared GPU charged by the share of its compute m uses. Valid: within a window a shared GPU of pool
+    p costs c_p·h and carries Σ_m f[m]/(μ·cs[m,p]) <= 1 of compute ((3) of :mod:`fleetplan.solvers.milp`), so its
+    cost is at least Σ_m c_p·h·f[m]/(μ·cs[m,p]), which splits by model; without the inventory the models are
+    independent, and the windows are (:func:`fleetplan.solvers.decompose.window_problem`). Per model and window:
+    for a model that cannot share a GPU, the least whole-replica covering of its demand and replica floor
+    (:func:`fleetplan.solvers.common.cover_cost_floor`); for one that can, its demand × the lowest cost per usable
+    req/s over its dedicated and shared options (floors dropped: a residency may meet them). Seconds at 2,000
+    models, where the per-window LP may not finish; weaker than the LP where the inventory binds. None when a
+    model with demand has no option (the prechecks report it)."""
+    mu = 1 - problem.margin
+    h = problem.window_hours
+    pools = problem.pool_by_id
+    shares_of: dict[str, list] = {}
+    for sh in problem.share_options:
+        shares_of.setdefault(sh.model, []).append(sh)
+    total = 0.0
+    for m in problem.models:
+        opts = problem.options_by_model[m.name]
+        cost = [o.gpus * pools[o.pool].usd_per_gpu_hour * h for o in opts]
+        if m.name in shares_of:
+            unit = min([c / (mu * o.capacity_req_per_s) for c, o in zip(cost, opts, strict=True)]
+                       + [pools[sh.pool].usd_per_gpu_hour * h / (mu * sh.capacity_req_per_s)
+                          for sh in shares_of[m.name]])
+            total += unit * sum(m.demand_req_per_s)
+            continue
+        spec = [(c, mu * o.capacity_req_per_s, pools[o.pool].gpus // o.gpus) for c, o in zip(cost, opts, strict=True)]
+        for d in m.demand_req_per_s:
+            floor_usd = cover_cost_floor(spec, d, m.min_replicas)
+            if floor_usd == math.inf:
+                return None
+            total += floor_usd
+    return total
 
 
 def _improve(problem: Problem, start: Plan, *, backend: str, threads: int | None, deadline: float) -> Plan:
@@ -292,12 +332,14 @@ def solve_pop(problem: Problem, k: int, executor: Executor, *, backend: str = "h
                        progress=lambda n: say(f"{n}/{len(items)} tasks done"))
     plans = [p for p in out[:k] if isinstance(p, Plan)]
     wb = out[k:]
-    bound = sum(max(0.0, b) for b in wb if b is not None) if any(b is not None for b in wb) else None
+    bounds = {"per-window LP": sum(max(0.0, b) for b in wb if b is not None) if any(b is not None for b in wb)
+              else None, "per-model": separable_bound(problem)}
     notes = [f"POP decomposition into {k} parts ({partition} partition, seed {seed}) on {executor.describe()}; "
-             f"bound: Σ over windows of each window's LP bound on the whole fleet "
-             f"({sum(b is not None for b in wb)}/{W} windows solved in time)"]
+             f"bounds of the whole fleet: Σ over windows of each window's LP bound "
+             f"({sum(b is not None for b in wb)}/{W} windows solved in time), and the per-model bound"]
     some_invalid = not all(validate(sub, p, check_objective=False).ok for sub, p in zip(parts, plans, strict=True))
-    seam_end = deadline - (LAST_RESORT_SHARE * (deadline - time.perf_counter()) if some_invalid else 0.0)
+    deadline_work = deadline - FINISH_SHARE * time_limit_s
+    seam_end = deadline_work - (LAST_RESORT_SHARE * (deadline_work - time.perf_counter()) if some_invalid else 0.0)
     plans, seam_notes = _seams(problem, parts, plans, backend=milp, threads=threads, deadline=seam_end, say=say)
     notes += seam_notes
     plan = _combine(plans)
@@ -306,15 +348,17 @@ def solve_pop(problem: Problem, k: int, executor: Executor, *, backend: str = "h
         # last resort: the whole fleet window by window (exact one-window models over every model), from the
         # recombined plan's shared GPUs; e.g. a part whose models fit only where another part's models sit
         say("repairing the recombined plan window by window on the whole fleet")
-        plan = _improve(problem, plan, backend=milp, threads=threads, deadline=deadline)
+        plan = _improve(problem, plan, backend=milp, threads=threads, deadline=deadline_work)
         report = validate(problem, plan, check_objective=False)
         notes.append("the recombined plan was repaired window by window on the whole fleet" if report.ok else
                      "the window-by-window repair of the recombined plan on the whole fleet failed")
     if not report.ok:
-        return Plan(status=Status.NO_SOLUTION, backend="pop", bound_usd=bound, solve_time_s=time.perf_counter() - t0,
+        known = [b for b in bounds.values() if b is not None]
+        return Plan(status=Status.NO_SOLUTION, backend="pop", bound_usd=max(known) if known else None,
+                    solve_time_s=time.perf_counter() - t0,
                     message="; ".join([*notes, "the recombined plan does not fit: "
                                        + "; ".join(report.violations[:3])]))
-    return finish_plan(problem, backend=f"{backend}-pop", gap=gap, bounds={"per-window LP": bound}, start=plan,
+    return finish_plan(problem, backend=f"{backend}-pop", gap=gap, bounds=bounds, start=plan,
                        time_limit_reached=time.perf_counter() >= deadline - 0.5, time_limit_s=time_limit_s,
                        solve_time_s=time.perf_counter() - t0, notes=tuple(notes), backend_ran=False)
 

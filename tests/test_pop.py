@@ -13,7 +13,7 @@ from fleetplan.placement.plan import Status
 from fleetplan.placement.problem import ModelSpec, Pool, Problem, ReplicaOption
 from fleetplan.placement.validate import validate
 from fleetplan.solvers.executor import Executor, LocalExecutor
-from fleetplan.solvers.pop import partition_models, solve_pop, split_problem
+from fleetplan.solvers.pop import partition_models, separable_bound, solve_pop, split_problem
 from fleetplan.solvers.solve import solve
 
 
@@ -123,3 +123,13 @@ def test_fleet_instance_has_the_benchmark_size():
     p = fleet_instance(20, 24, n_gpus=20_000, seed=0)
     # 20,000 GPUs over 6 pools of 8-GPU nodes: 416 nodes each (20,000 // 48), 19,968 GPUs
     assert len(p.models) == 20 and p.n_windows == 24 and sum(x.gpus for x in p.pools) == 19_968
+
+
+def test_per_model_bound_by_hand():
+    # _four_models has no shared GPUs: per model and window the least whole-GPU covering, as in the monolithic
+    # test above: 7 + 5 = 12 GPU-h at $1 (the inventory does not bind, so the bound is the optimum)
+    assert separable_bound(_four_models()) == pytest.approx(12.0)
+    # planted: every model may share and its shared capacity equals its dedicated one, so the bound is
+    # Σ demand / (0.9 × capacity) × $2 = n_gpus × 0.9 / 0.9 × $2 per window: the planted optimum itself
+    problem, optimum = planted_instance(3, models_per_gpu=2, n_windows=3, seed=1)
+    assert separable_bound(problem) == pytest.approx(optimum)
