@@ -10,6 +10,7 @@ from pathlib import Path
 
 import click
 
+from fleetplan.cli.executor import executor_options
 from fleetplan.cli.output import progress_status
 from fleetplan.errors import FleetplanError, InputError
 from fleetplan.fileio import check_destinations, output_files
@@ -22,8 +23,10 @@ from fleetplan.placement.workbook import build_plan_workbook
 from fleetplan.simulator.verify import verify_plan, verify_text, verify_to_dict
 from fleetplan.solvers.baselines import BASELINES
 from fleetplan.solvers.disagg import kv_break_even
+from fleetplan.solvers.executor import make_executor
 from fleetplan.solvers.explain import explain_infeasible
-from fleetplan.solvers.solve import BACKENDS, MIN_TIME_LIMIT_S, check_solve_options, solve
+from fleetplan.solvers.pop import PARTITIONS
+from fleetplan.solvers.solve import BACKENDS, MIN_TIME_LIMIT_S, POP_AUTO_MODELS, check_solve_options, solve
 
 
 def _fmt_counts(counts) -> str:
@@ -233,15 +236,29 @@ def _plot(path: Path, problem: Problem, plan: Plan) -> None:
               help="When demand exceeds the inventory, plan the most demand served in order of the models' "
                    "priority (higher first), then the lowest cost, and list the unserved req/s per model and window "
                    "(without it such a scenario is an error).")
+@click.option("--decompose", "decompose", type=click.IntRange(min=1), default=None,
+              help="Plan by POP decomposition into this many sub-fleets solved in parallel, then recombined and "
+                   f"repaired, with the whole problem's bound (default: {POP_AUTO_MODELS:,}+ models only; 1: "
+                   "never).")
+@click.option("--partition", type=click.Choice(PARTITIONS), default="shape", show_default=True,
+              help="How --decompose splits the models: by demand-curve shape (every part gets every peak hour) or "
+                   "at random.")
+@click.option("--workers", type=click.IntRange(1, 64), default=None,
+              help="Processes (or Ray CPUs) for the sub-fleets of --decompose (default: this machine's CPUs, at "
+                   "most 4).")
+@executor_options
 def plan(scenario, backend, time_limit_s, threads, gap, window_s, out_path, fmt, plot_path, xlsx_path,
-         no_baselines, verify, verify_rounds, verify_slice_s, profiles, best_effort) -> None:
+         no_baselines, verify, verify_rounds, verify_slice_s, profiles, best_effort, decompose, partition, workers,
+         executor, ray_address) -> None:
     """Plan SCENARIO (a YAML file or a shipped scenario's name; the shipped default when omitted): replicas per
     model, GPU type, site and window at the lowest cost that meets every SLO. Every plan is re-checked by the
     independent validator before it is printed. With --format json an error is also printed on stdout as a JSON
     object {"error": ..., "explanation": [...]} (exit code 2)."""
     try:
+        pop = dict(decompose=decompose, partition=partition, workers=workers, executor=executor,
+                   ray_address=ray_address)
         _plan(scenario, backend, time_limit_s, threads, gap, window_s, out_path, fmt, plot_path, xlsx_path,
-              no_baselines, verify, verify_rounds, verify_slice_s, profiles, best_effort)
+              no_baselines, verify, verify_rounds, verify_slice_s, profiles, best_effort, pop)
     except FleetplanError as exc:
         if fmt == "json":
             click.echo(json.dumps({"error": str(exc), "explanation": list(getattr(exc, "explanation", []))},
@@ -258,7 +275,8 @@ class NoPlanError(FleetplanError):
 
 
 def _plan(scenario, backend, time_limit_s, threads, gap, window_s, out_path, fmt, plot_path, xlsx_path,
-          no_baselines, verify, verify_rounds, verify_slice_s, profiles, best_effort) -> None:
+          no_baselines, verify, verify_rounds, verify_slice_s, profiles, best_effort, pop=None) -> None:
+    pop = pop or {}
     time_limit_s, gap = check_solve_options(time_limit_s, gap)  # NaN, infinities and out-of-range values refused
     if best_effort and verify:
         raise InputError("--best-effort with --verify: the replay sends every request, the unserved ones too, to "
@@ -279,8 +297,11 @@ def _plan(scenario, backend, time_limit_s, threads, gap, window_s, out_path, fmt
             problem, result = vr.problem, vr.plan
         else:
             problem = build_problem(sc, progress=say)
-            result = solve(problem, backend, time_limit_s=time_limit_s, threads=threads, gap=gap, progress=say,
-                           best_effort=best_effort)
+            with make_executor(pop.get("executor", "process"), workers=pop.get("workers"),
+                               address=pop.get("ray_address")) as ex:
+                result = solve(problem, backend, time_limit_s=time_limit_s, threads=threads, gap=gap, progress=say,
+                               best_effort=best_effort, decompose=pop.get("decompose"),
+                               partition=pop.get("partition", "shape"), executor=ex)
         baselines = {} if no_baselines else {name: fn(problem) for name, fn in BASELINES.items()}
     if not result.has_solution:
         # the same reasons solve() gave, as a list (the prechecks, else the elastic relaxation's shortfalls)

@@ -1,8 +1,9 @@
 """Synthetic placement problems for tests and benchmarks (labeled synthetic in their names and notes).
 
 ``planted_instance`` cuts full GPUs into items, so the optimal cost is known at any size; ``random_instance``
-makes seeded problems of a given size (models × windows, up to ~1,000 GPUs) with mixed model sizes and daily
-curves whose peaks fall at different hours.
+makes seeded problems of a given size (models × windows × GPUs) with mixed model sizes and daily curves whose
+peaks fall at different hours; ``fleet_instance`` is the fleet-scale one (2,000 models × 24 windows × 20,000 GPUs by
+default) of the decomposition benchmark.
 """
 
 from __future__ import annotations
@@ -88,3 +89,9 @@ def random_instance(n_models: int, n_windows: int = 24, *, seed: int = 0, max_gp
                    margin=margin, max_shared_gpus_per_pool=max(2, min(32, n_models // 4)), egress_usd_per_gb=egress,
                    name=f"synthetic {n_models} models x {n_windows} windows",
                    notes=("synthetic: seeded random generator",))
+
+
+def fleet_instance(n_models: int = 2000, n_windows: int = 24, *, n_gpus: int = 20_000, seed: int = 0) -> Problem:
+    """A seeded fleet-scale synthetic problem: :func:`random_instance` with ``n_gpus`` GPUs in inventory (rounded
+    down to whole 8-GPU nodes over its six pools: 19,968 for 20,000) and the same mix of models and curves."""
+    return random_instance(n_models, n_windows, seed=seed, max_gpus=n_gpus)

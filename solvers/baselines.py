@@ -63,8 +63,8 @@ def _dedicated(problem: Problem, inv: _Inventory, model: str, demand: list[float
     margin = problem.margin
     best = None
     fallback = None
-    for o in problem.options:
-        if o.model != model or not problem.serves_whole_mix(o):
+    for o in problem.options_by_model[model]:
+        if not problem.serves_whole_mix(o):
             continue
         if per_window:
             counts = [max(floor, _replicas_needed(d, o, margin)) for d in demand]
@@ -107,8 +107,8 @@ def _split_dedicated(problem: Problem, inv: _Inventory, model: str, demand: list
     spec = problem.model_by_name[model]
     mu = 1 - problem.margin
     W = len(demand)
-    opts = sorted((o for o in problem.options
-                   if o.model == model and o.capacity_req_per_s > 0 and problem.serves_whole_mix(o)),
+    opts = sorted((o for o in problem.options_by_model[model]
+                   if o.capacity_req_per_s > 0 and problem.serves_whole_mix(o)),
                   key=lambda o: (_unit_cost(problem, o), o.key))
     groups = [list(range(W))] if not per_window else [[w] for w in range(W)]
     counts = {o.key: [0] * W for o in opts}

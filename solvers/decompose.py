@@ -20,7 +20,8 @@ from fleetplan.placement.problem import Problem
 from fleetplan.placement.validate import validate
 from fleetplan.solvers.common import shared_candidates
 from fleetplan.solvers.cpsat import solve_cpsat
-from fleetplan.solvers.milp import solve_aggregate_bound, solve_milp
+from fleetplan.solvers.executor import Executor
+from fleetplan.solvers.milp import BoundResult, solve_aggregate_bound, solve_milp
 
 #: Sweeps over the windows at most: a later sweep re-solves each window against its neighbours' new replicas
 #: (the starts between windows change), until a sweep changes nothing or the time is up. One: at 200 models a
@@ -51,7 +52,8 @@ def _window_problem(problem: Problem, base: Plan, w: int) -> Problem:
             drop.add(m.name)  # no dedicated replica allowed beyond its shared residency
             ceil = None
         models.append(replace(m, demand_req_per_s=(residual,), min_replicas=floor, max_replicas=ceil))
-    pools = tuple(replace(p, reserved_gpus=min(p.nodes * p.gpus_per_node, reserved[p.id])) for p in problem.pools)
+    pools = tuple(replace(p, reserved_gpus=min(p.nodes * p.gpus_per_node, p.reserved_gpus + reserved[p.id]))
+                  for p in problem.pools)  # the pool's own reserved GPUs stay reserved
     options = tuple(o for o in problem.options if o.model not in drop)
     return replace(problem, n_windows=1, pools=pools, models=tuple(models), options=options, share_options=(),
                    max_shared_gpus_per_pool=0)
@@ -154,17 +156,47 @@ def window_problem(problem: Problem, w: int) -> Problem:
     return replace(problem, n_windows=1, models=models, share_options=shares)
 
 
+#: Share of a fanned-out window's budget given to HiGHS's time limit (the rest: building the model, hand-over).
+FANOUT_SOLVE_SHARE = 0.7
+#: Least time left, seconds, for the per-window bound to fan out (below it, starting the workers and sending them
+#: the problem would use a large share of the time: the windows run in this process).
+FANOUT_MIN_S = 20.0
+
+
+def _window_bound_task(problem: Problem, item: tuple[int, float, int | None, float]) -> BoundResult:
+    """Window ``w``'s aggregate bound with the solver limit fixed before the fan-out (see :func:`window_bound`)."""
+    w, limit_s, threads, gap = item
+    return solve_aggregate_bound(window_problem(problem, w), time_limit_s=limit_s, threads=threads, gap=gap)
+
+
 def window_bound(problem: Problem, *, deadline: float, threads: int | None = None, gap: float = 1e-3,
-                 progress=None) -> float | None:
+                 progress=None, executor: Executor | None = None) -> float | None:
     """Σ_w of HiGHS's proven bound on the aggregate MILP of :func:`window_problem` (w), USD: a valid lower bound on
     the optimum (see window_problem; the aggregate model relaxes which model shares which GPU, see
     ``build_milp(aggregate=True)``). Windows run in order, each with an equal share of the time left before
     ``deadline`` (a time.perf_counter() value); a window that does not close gives its own proven bound, and a
     window left without one (no time, or no bound found) adds 0, which keeps the sum valid. None when no
-    window gave a bound, or when a window is infeasible (then so is the problem)."""
+    window gave a bound, or when a window is infeasible (then so is the problem).
+    With an ``executor`` of several workers and at least FANOUT_MIN_S left, the windows run on it at once, each
+    with the same solver limit fixed before the fan-out (FANOUT_SOLVE_SHARE of its share of the worker-seconds
+    left) and one solver thread, so the bound does not depend on which executor ran it (up to windows stopped by
+    their limit)."""
     W = problem.n_windows
     total = 0.0
     got = 0
+    fan_out = executor is not None and (executor.workers or 1) > 1 and W > 1
+    if fan_out and executor is not None and deadline - time.perf_counter() >= FANOUT_MIN_S:
+        left = deadline - time.perf_counter()
+        per = FANOUT_SOLVE_SHARE * left * min(executor.workers or 1, W) / W
+        if progress:
+            progress(f"per-window bound: {W} windows on {executor.describe()} ({per:.0f} s each)")
+        # one solver thread per task: the workers already use the CPUs
+        results = executor.map(_window_bound_task, [(w, per, 1, gap) for w in range(W)], common=problem,
+                               with_common=True)
+        if any(r.infeasible for r in results):
+            return None
+        found = [max(0.0, r.bound_usd) for r in results if r.bound_usd is not None]  # every window's cost >= 0
+        return sum(found) if found else None
     for w in range(W):
         left = deadline - time.perf_counter()
         if left <= 0.1:

@@ -13,8 +13,10 @@ from fleetplan.solvers.baselines import greedy
 from fleetplan.solvers.common import build_index, finish_plan
 from fleetplan.solvers.cpsat import solve_cpsat
 from fleetplan.solvers.decompose import solve_by_windows, window_bound
+from fleetplan.solvers.executor import Executor, make_executor
 from fleetplan.solvers.explain import explain_infeasible, precheck
 from fleetplan.solvers.milp import solve_best_effort, solve_lp_bound, solve_milp
+from fleetplan.solvers.pop import default_parts, solve_pop
 
 
 def _milp(backend: str) -> Callable[..., Plan]:
@@ -48,6 +50,9 @@ MONOLITHIC_MAX_VARS = 150_000
 #: Seconds to build the monolithic model per variable (model_size), measured at 50 models on 2 busy cores; the
 #: model is not built when less than twice that (build and hand-over to the solver) is left.
 BUILD_S_PER_VAR = 4e-5
+#: From this many models on, ``solve`` decomposes into sub-fleets by default (:mod:`fleetplan.solvers.pop`): at
+#: 2,000 models the window-by-window path's one-window models and the greedy plan alone outlast 10 minutes.
+POP_AUTO_MODELS = 1000
 #: Shortest time limit accepted, seconds (model building alone takes longer on all but tiny problems).
 MIN_TIME_LIMIT_S = 0.5
 
@@ -85,11 +90,13 @@ def _repair(problem, g: Plan, *, backend: str, threads: int | None, deadline: fl
 
 
 def _solve_large(problem, backend: str, *, size: int, t0: float, deadline: float, time_limit_s: float,
-                 threads: int | None, gap: float, say: Callable[[str], None]) -> Plan:
+                 threads: int | None, gap: float, say: Callable[[str], None],
+                 executor: Executor | None = None) -> Plan:
     """Problems above MONOLITHIC_MAX_VARS: the greedy plan improved (or repaired) window by window with
     WINDOW_BOUND_SHARE of the time left (REPAIR_SHARE when it does not fit), then the per-window bound with the
     rest; no monolithic model and no LP relaxation (building either alone overran 20 s at 200 models, and the
-    per-window bound is stronger than the LP's)."""
+    per-window bound is stronger than the LP's). The windows' bounds run at once on ``executor`` (default: a local
+    process pool of this machine's CPUs)."""
     notes = [f"large problem ({size:,} variables > {MONOLITHIC_MAX_VARS:,}): greedy plan improved window by window "
              "with exact one-window models; no monolithic model"]
     say("building the greedy plan")
@@ -104,8 +111,13 @@ def _solve_large(problem, backend: str, *, size: int, t0: float, deadline: float
         start = solve_by_windows(problem, g, backend=backend, threads=threads, gap=BY_WINDOW_GAP,
                                  deadline=time.perf_counter() + (1 - WINDOW_BOUND_SHARE) * left, progress=say)
     say("per-window bound")
-    bounds = {"per-window": window_bound(problem, deadline=deadline, threads=threads, gap=BY_WINDOW_GAP,
-                                         progress=say)}
+    ex = executor or make_executor("process")  # the windows' bounds at once on this machine's CPUs
+    try:
+        bounds = {"per-window": window_bound(problem, deadline=deadline, threads=threads, gap=BY_WINDOW_GAP,
+                                             progress=say, executor=ex)}
+    finally:
+        if executor is None:
+            ex.close()
     return finish_plan(problem, backend=backend, gap=gap, bounds=bounds, start=start,
                        time_limit_reached=time.perf_counter() >= deadline - 0.2, time_limit_s=time_limit_s,
                        solve_time_s=time.perf_counter() - t0, notes=tuple(notes), backend_ran=False)
@@ -113,7 +125,8 @@ def _solve_large(problem, backend: str, *, size: int, t0: float, deadline: float
 
 def solve(problem, backend: str = "highs", *, time_limit_s: float = 60, threads: int | None = None,
           gap: float = 1e-4, warm_start: bool = True, lp_bound: bool = True,
-          progress: Callable[[str], None] | None = None, best_effort: bool = False) -> Plan:
+          progress: Callable[[str], None] | None = None, best_effort: bool = False, decompose: int | None = None,
+          executor: Executor | None = None, partition: str = "shape", seed: int = 0) -> Plan:
     """Solve a placement Problem with ``backend`` (a name in REGISTRY); returns a new Plan.
 
     Steps, all within ``time_limit_s`` of wall time (model building included, plus the last step's overrun):
@@ -131,6 +144,11 @@ def solve(problem, backend: str = "highs", *, time_limit_s: float = 60, threads:
     rounds capacities and has no unserved demand: with ``backend='cpsat'`` the best-effort stage runs HiGHS and
     the message says so). A problem that even best effort cannot plan (replica floors beyond the inventory) stays
     INFEASIBLE with its explanation.
+    ``decompose=k`` (k >= 2): POP decomposition into k sub-fleets (:func:`fleetplan.solvers.pop.solve_pop`, with
+    ``partition`` and ``seed``), its parts and per-window bounds run on ``executor`` (default: a local process
+    pool of :func:`~fleetplan.solvers.executor.default_workers`); problems of POP_AUTO_MODELS models or more are
+    decomposed by default (``decompose=None``; k from :func:`~fleetplan.solvers.pop.default_parts`), and
+    ``decompose=1`` turns it off. Not with request classes or best effort.
     Raises SolverError for an unknown backend, InputError for a time limit or gap out of range (NaN included).
     """
     if backend not in REGISTRY:
@@ -154,11 +172,27 @@ def solve(problem, backend: str = "highs", *, time_limit_s: float = 60, threads:
     if reasons:
         return Plan(status=Status.INFEASIBLE, backend=backend, message="; ".join(reasons),
                     solve_time_s=time.perf_counter() - t0)
+    k = decompose if decompose is not None else (default_parts(problem) if len(problem.models) >= POP_AUTO_MODELS
+                                                 and not problem.has_classes and not best_effort
+                                                 and not problem.has_disaggregation else 1)
+    if k != 1:
+        if problem.has_classes or best_effort or problem.has_disaggregation:
+            raise SolverError("--decompose does not support request classes, --best-effort or disaggregated "
+                              "prefill/decode pools yet; plan without it")
+        say(f"decomposing into {k} sub-fleets")
+        ex = executor or make_executor("process")
+        try:
+            plan = solve_pop(problem, k, ex, backend=backend, time_limit_s=time_limit_s, threads=threads, gap=gap,
+                             partition=partition, seed=seed, deadline=deadline, progress=say)
+        finally:
+            if executor is None:
+                ex.close()
+        return replace(plan, solve_time_s=time.perf_counter() - t0)
     size = model_size(problem)
     large = size > MONOLITHIC_MAX_VARS and not problem.has_disaggregation
     if large:
         return _solve_large(problem, backend, size=size, t0=t0, deadline=deadline, time_limit_s=time_limit_s,
-                            threads=threads, gap=gap, say=say)
+                            threads=threads, gap=gap, say=say, executor=executor)
     start = None
     notes: list[str] = []
     if warm_start:

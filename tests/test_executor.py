@@ -20,6 +20,7 @@ from fleetplan.datasets.sharing import load_interference
 from fleetplan.datasets.shipped import shipped_scenario_text
 from fleetplan.errors import InputError, UnknownNameError
 from fleetplan.fileio import parse_yaml
+from fleetplan.placement.generators import planted_instance
 from fleetplan.placement.plan import evaluate
 from fleetplan.placement.planio import per_day_factor
 from fleetplan.placement.scenario import build_problem, scenario_from_raw
@@ -270,3 +271,19 @@ def test_ray_pareto_front_equals_this_process(ray_instance):
         validate_allocation(problem, alloc)
     pts = {(round(o.utilization, 6), round(o.isolation, 6)) for _, o in fanned.pareto}
     assert (0.875, 0.0) in pts and (0.9375, 0.15) in pts
+
+
+@ray_group
+def test_ray_pop_decomposition_equals_the_process_pool(ray_instance):
+    # POP into 2 parts (solvers/pop.py): every task closes by its gap well within its budget on this tiny planted
+    # instance, so the plan, its cost and the whole problem's bound are the same to the cent on every executor
+    problem, optimum = planted_instance(3, models_per_gpu=2, n_windows=3, seed=1)
+    with LocalExecutor(2) as ex:
+        local = solve(problem, time_limit_s=20, gap=1e-4, decompose=2, executor=ex)
+    with make_executor("ray") as ex:
+        on_ray = solve(problem, time_limit_s=20, gap=1e-4, decompose=2, executor=ex)
+    assert validate(problem, on_ray).ok and on_ray.bound_usd <= optimum + 1e-6
+    assert (on_ray.replicas, on_ray.shared) == (local.replicas, local.shared)
+    assert round(on_ray.objective_usd, 2) == round(local.objective_usd, 2)
+    assert round(on_ray.bound_usd, 2) == round(local.bound_usd, 2)
+    assert "on local Ray" in on_ray.message or "on Ray" in on_ray.message

@@ -1,0 +1,373 @@
+"""POP-style decomposition of a fleet into k sub-fleets, for problems far beyond the window-by-window path.
+
+POP (Narayanan et al., "Solving Large-Scale Granular Resource Allocation Problems Efficiently with POP", SOSP 2021):
+split the clients (here: models) into k parts and the resources (here: each pool's nodes and its candidate shared
+GPUs) in proportion to each part's demand, solve the k smaller problems independently and in parallel, and
+recombine. Here:
+
+1. Partition (:func:`partition_models`): ``random`` (a seeded shuffle dealt round-robin) or ``shape`` (models
+   sorted by the window of their peak and dealt round-robin, so every part holds peaks at every hour and its
+   aggregate curve is as flat as the fleet's: complementary peaks stay together in each part).
+2. Split (:func:`split_problem`): part j's weight is the peak over windows of its summed GPU-equivalent demand
+   (:func:`gpu_demand`); every pool's nodes, reserved GPUs and candidate shared GPUs are split by largest
+   remainder in proportion to the weights, so the parts' inventories sum to the fleet's and any combination of the
+   parts' valid plans is a valid plan of the whole (tp groups of divisible sizes pack onto the union of the nodes).
+3. Solve the parts (:func:`_solve_part`: the greedy plan, improved or repaired window by window by
+   :func:`fleetplan.solvers.decompose.solve_by_windows`) and, in the same fan-out, the whole problem's per-window
+   bound (:func:`_window_bound_task`), through an :class:`~fleetplan.solvers.executor.Executor` (local processes
+   or Ray). Every task's budget is fixed before the fan-out, so the answers do not depend on which executor ran
+   them (up to windows stopped by their time share rather than their gap).
+4. Recombine and repair the seams (:func:`_seams`): each part in turn (parts without a valid plan first) is solved
+   again window by window against the whole pools less what every other part uses in its busiest window: the
+   leftover inventory of the other parts serves models its own share could not, and the pass improves the parts
+   it reaches in time. Each step keeps the plan valid for the whole problem, and a step that does not lower the
+   cost is dropped. If the recombined plan still does not fit (a part's models fit only where another part's
+   sit), it is repaired window by window on the whole fleet (exact one-window models over every model).
+5. The bound is the WHOLE problem's (not the sum of the parts' bounds, which bounds a problem with less
+   inventory): the larger of Σ_w of the LP relaxation, with the covering inequalities (11), of window w's own
+   problem (:func:`fleetplan.solvers.decompose.window_problem`) on the whole fleet (a window without an answer in
+   time adds 0, so the sum stays a valid lower bound) and the closed-form :func:`separable_bound`.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from fleetplan.errors import InputError
+from fleetplan.placement.plan import Plan, Status, evaluate
+from fleetplan.placement.problem import Problem
+from fleetplan.placement.validate import validate
+from fleetplan.solvers.baselines import greedy
+from fleetplan.solvers.common import cover_cost_floor, finish_plan
+from fleetplan.solvers.decompose import solve_by_windows, window_problem
+from fleetplan.solvers.executor import Executor
+from fleetplan.solvers.milp import solve_lp_bound
+
+#: Ways to partition the models (``--partition``).
+PARTITIONS = ("shape", "random")
+#: Share of the time limit the parallel fan-out (parts and per-window bounds) may use; the rest goes to the
+#: seam repair and the final improvement pass on the whole fleet.
+FANOUT_SHARE = 0.65
+#: Share of the time limit kept back at the end for recombining, validating and evaluating the whole plan (at
+#: 2,000 models one ``validate`` takes 6-10 s on a busy machine).
+FINISH_SHARE = 0.05
+#: Share of the fan-out's worker-seconds given to the parts (the rest to the per-window bounds).
+PART_SHARE = 0.35
+#: Share of the time left after the fan-out kept for the last-resort repair on the whole fleet when some part has
+#: no valid plan after the fan-out.
+LAST_RESORT_SHARE = 0.4
+#: Relative gap of the one-window models inside the parts and the seam pass.
+WINDOW_GAP = 0.005
+#: Seconds kept back per task for its model building and hand-over, and for the recombination.
+TASK_OVERHEAD_S = 1.0
+
+
+def gpu_demand(problem: Problem) -> dict[str, np.ndarray]:
+    """{model: GPU-equivalents it needs in each window}, shape (n_windows,): demand / the most req/s one GPU of
+    its options sustains after the margin, and at least its replica floor × the fewest GPUs of a replica. A
+    model without options counts 0 (it cannot be served anyway). Used to weigh parts and split the pools."""
+    mu = 1 - problem.margin
+    out = {}
+    for m in problem.models:
+        opts = problem.options_by_model[m.name]
+        if not opts:
+            out[m.name] = np.zeros(problem.n_windows)
+            continue
+        per_gpu = max(o.capacity_req_per_s / o.gpus for o in opts) * mu
+        floor = m.min_replicas * min(o.gpus for o in opts)
+        out[m.name] = np.maximum(np.asarray(m.demand_req_per_s, dtype=float) / per_gpu, floor)
+    return out
+
+
+def partition_models(problem: Problem, k: int, *, method: str = "shape", seed: int = 0) -> list[list[str]]:
+    """The models' names in ``k`` parts of sizes differing by at most one (see the module docstring for the
+    methods); deterministic in (problem, k, method, seed). Raises InputError for k < 1 or k > the models, or an
+    unknown method."""
+    names = [m.name for m in problem.models]
+    if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= max(1, len(names)):
+        raise InputError(f"--decompose must be a whole number from 1 to the number of models ({len(names)}), "
+                         f"got {k!r}", field="decompose", value=k)
+    if method == "random":
+        order = [names[i] for i in np.random.default_rng(seed).permutation(len(names))]
+    elif method == "shape":
+        dem = gpu_demand(problem)
+        # by peak window, then heaviest first: dealt round-robin, each part gets every peak hour and every size
+        order = sorted(names, key=lambda n: (int(np.argmax(dem[n])), -float(dem[n].max()), n))
+    else:
+        raise InputError(f"unknown partition {method!r}; use one of {', '.join(PARTITIONS)}", field="partition",
+                         value=method)
+    parts: list[list[str]] = [[] for _ in range(k)]
+    for i, n in enumerate(order):
+        parts[i % k].append(n)
+    return parts
+
+
+def _largest_remainder(total: int, weights: list[float]) -> list[int]:
+    """``total`` split into whole numbers in proportion to ``weights`` (sum = total; equal split if all 0)."""
+    w = np.asarray(weights, dtype=float)
+    w = w / w.sum() if w.sum() > 0 else np.full(len(w), 1 / len(w))
+    raw = w * total
+    base = np.floor(raw).astype(int)
+    for i in np.argsort(-(raw - base), kind="stable")[: total - int(base.sum())]:
+        base[i] += 1
+    return [int(x) for x in base]
+
+
+def split_problem(problem: Problem, parts: list[list[str]]) -> list[Problem]:
+    """One sub-problem per part: its models, their options and share options, and each pool's nodes, reserved
+    GPUs and candidate shared GPUs split by largest remainder in proportion to the parts' peak GPU-equivalent
+    demand (:func:`gpu_demand`). The sub-problems' inventories sum to the whole's. Returns the sub-problems in
+    the order of ``parts``."""
+    dem = gpu_demand(problem)
+    weights = [float(np.sum([dem[n] for n in part], axis=0).max()) if part else 0.0 for part in parts]
+    pools_of: list[list] = [[] for _ in parts]
+    shared_of = _largest_remainder(problem.max_shared_gpus_per_pool, weights)
+    for p in problem.pools:
+        nodes = _largest_remainder(p.nodes, weights)
+        left = p.reserved_gpus
+        for j, nj in enumerate(nodes):
+            r = min(left, nj * p.gpus_per_node)
+            left -= r
+            pools_of[j].append(replace(p, nodes=nj, reserved_gpus=r))
+    subs = []
+    for j, part in enumerate(parts):
+        mine = set(part)
+        subs.append(replace(
+            problem, pools=tuple(pools_of[j]), models=tuple(m for m in problem.models if m.name in mine),
+            options=tuple(o for o in problem.options if o.model in mine),
+            share_options=tuple(s for s in problem.share_options if s.model in mine),
+            max_shared_gpus_per_pool=shared_of[j],
+            option_notes={k: v for k, v in problem.option_notes.items() if k in mine},
+            name=f"{problem.name} (part {j + 1}/{len(parts)})"))
+    return subs
+
+
+def separable_bound(problem: Problem) -> float | None:
+    """A lower bound on the optimum, USD, in closed form: Σ over windows w and models m of the least cost of m alone
+    in w with the inventory, the start and egress costs (>= 0) and the memory and resident limits of shared GPUs
+    dropped, a shared GPU charged by the share of its compute m uses. Valid: within a window a shared GPU of pool
+    p costs c_p·h and carries Σ_m f[m]/(μ·cs[m,p]) <= 1 of compute ((3) of :mod:`fleetplan.solvers.milp`), so its
+    cost is at least Σ_m c_p·h·f[m]/(μ·cs[m,p]), which splits by model; without the inventory the models are
+    independent, and the windows are (:func:`fleetplan.solvers.decompose.window_problem`). Per model and window:
+    for a model that cannot share a GPU, the least whole-replica covering of its demand and replica floor
+    (:func:`fleetplan.solvers.common.cover_cost_floor`); for one that can, its demand × the lowest cost per usable
+    req/s over its dedicated and shared options (floors dropped: a residency may meet them). Seconds at 2,000
+    models, where the per-window LP may not finish; weaker than the LP where the inventory binds. None when a
+    model with demand has no option (the prechecks report it)."""
+    mu = 1 - problem.margin
+    h = problem.window_hours
+    pools = problem.pool_by_id
+    shares_of: dict[str, list] = {}
+    for sh in problem.share_options:
+        shares_of.setdefault(sh.model, []).append(sh)
+    total = 0.0
+    for m in problem.models:
+        opts = problem.options_by_model[m.name]
+        cost = [o.gpus * pools[o.pool].usd_per_gpu_hour * h for o in opts]
+        if m.name in shares_of:
+            unit = min([c / (mu * o.capacity_req_per_s) for c, o in zip(cost, opts, strict=True)]
+                       + [pools[sh.pool].usd_per_gpu_hour * h / (mu * sh.capacity_req_per_s)
+                          for sh in shares_of[m.name]])
+            total += unit * sum(m.demand_req_per_s)
+            continue
+        spec = [(c, mu * o.capacity_req_per_s, pools[o.pool].gpus // o.gpus) for c, o in zip(cost, opts, strict=True)]
+        for d in m.demand_req_per_s:
+            floor_usd = cover_cost_floor(spec, d, m.min_replicas)
+            if floor_usd == math.inf:
+                return None
+            total += floor_usd
+    return total
+
+
+def _improve(problem: Problem, start: Plan, *, backend: str, threads: int | None, deadline: float) -> Plan:
+    """``start`` (the greedy plan of ``problem``, valid or not) improved or repaired window by window."""
+    return solve_by_windows(problem, start, backend=backend, threads=threads, gap=WINDOW_GAP, deadline=deadline)
+
+
+@dataclass(frozen=True)
+class _PartTask:
+    sub: Problem
+    backend: str
+    budget_s: float
+    threads: int | None
+
+
+@dataclass(frozen=True)
+class _BoundTask:
+    window: int
+    budget_s: float
+    threads: int | None
+
+
+def _task(problem: Problem, item: _PartTask | _BoundTask) -> Plan | float | None:
+    """One task of the fan-out (module-level, so every executor can run it): a part's plan or a window's bound."""
+    if isinstance(item, _PartTask):
+        return _solve_part(item)
+    return _window_bound_task(problem, item)
+
+
+def _solve_part(t: _PartTask) -> Plan:
+    """Part ``t.sub``'s plan: the greedy plan improved (or repaired) window by window within ``t.budget_s``
+    (from the task's own start); the plan may not fit when the repair ran out of time (the seam pass repairs)."""
+    end = time.perf_counter() + t.budget_s
+    g = greedy(t.sub)
+    return _improve(t.sub, g, backend=t.backend, threads=t.threads, deadline=end)
+
+
+def _window_bound_task(problem: Problem, t: _BoundTask) -> float | None:
+    """The LP bound (with covering cuts) of window ``t.window`` of the whole problem, USD, or None in time."""
+    end = time.perf_counter() + t.budget_s
+    return solve_lp_bound(window_problem(problem, t.window), time_limit_s=t.budget_s, threads=t.threads,
+                          deadline=end)
+
+
+def _usage(problem: Problem, plan: Plan, models: set[str]) -> dict[str, list[int]]:
+    """GPUs of ``plan`` in use per pool and window by ``models`` (their dedicated replicas and the shared GPUs
+    any of them resides on)."""
+    W = problem.n_windows
+    opts = problem.option_by_key
+    use = {p.id: [0] * W for p in problem.pools}
+    for key, counts in plan.replicas.items():
+        if key[0] in models:
+            g = opts[key].gpus
+            use[key[1]] = [u + c * g for u, c in zip(use[key[1]], counts, strict=True)]
+    for s in plan.shared:
+        if models & set(s.models):
+            use[s.pool] = [u + 1 for u in use[s.pool]]
+    return use
+
+
+def _restrict(plan: Plan, models: set[str]) -> Plan:
+    """``plan``'s replicas and shared GPUs of ``models`` (shared GPUs whose residents are all among them)."""
+    return Plan(replicas={k: v for k, v in plan.replicas.items() if k[0] in models},
+                shared=tuple(s for s in plan.shared if set(s.models) <= models), backend=plan.backend)
+
+
+def _combine(plans: list[Plan]) -> Plan:
+    replicas: dict = {}
+    shared: list = []
+    for p in plans:
+        replicas.update(p.replicas)
+        shared.extend(p.shared)
+    return Plan(replicas=replicas, shared=tuple(shared), status=Status.HEURISTIC, backend="pop")
+
+
+def _seams(problem: Problem, parts: list[Problem], plans: list[Plan], *, backend: str, threads: int | None,
+           deadline: float, say: Callable[[str], None]) -> tuple[list[Plan], list[str]]:
+    """The seam pass (module docstring, step 4): returns the parts' plans after it and notes for the message."""
+    plans = list(plans)
+    names = [{m.name for m in sub.models} for sub in parts]
+    valid = [validate(sub, p, check_objective=False).ok for sub, p in zip(parts, plans, strict=True)]
+    cost = [evaluate(sub, p).total_usd for sub, p in zip(parts, plans, strict=True)]
+    order = sorted(range(len(parts)), key=lambda j: (valid[j], -cost[j], j))
+    notes = []
+    repaired = improved = 0
+    for i, j in enumerate(order):
+        left = deadline - time.perf_counter()
+        if left <= 0.5:
+            break
+        say(f"seam pass: part {j + 1}/{len(parts)}" + ("" if valid[j] else " (repair)"))
+        others = _usage(problem, _combine([p for q, p in enumerate(plans) if q != j]),
+                        set().union(*(names[q] for q in range(len(parts)) if q != j)))
+        pools = []
+        for p in problem.pools:
+            taken = p.reserved_gpus + max(others[p.id])
+            pools.append(replace(p, reserved_gpus=min(p.nodes * p.gpus_per_node, taken)))
+        wide = replace(parts[j], pools=tuple(pools), max_shared_gpus_per_pool=problem.max_shared_gpus_per_pool)
+        start = _restrict(plans[j], names[j])
+        new = _improve(wide, start, backend=backend, threads=threads,
+                       deadline=time.perf_counter() + left / (len(order) - i))
+        if not validate(wide, new, check_objective=False).ok:
+            continue
+        new_cost = evaluate(wide, new).total_usd
+        if not valid[j] or new_cost < cost[j] - 1e-6:
+            repaired += not valid[j]
+            improved += valid[j]
+            plans[j], valid[j], cost[j] = new, True, new_cost
+    notes.append(f"seam pass on the whole pools: {repaired} part(s) repaired, {improved} improved")
+    if not all(valid):
+        notes.append(f"{sum(not v for v in valid)} part(s) still without a valid plan")
+    return plans, notes
+
+
+def solve_pop(problem: Problem, k: int, executor: Executor, *, backend: str = "highs", time_limit_s: float = 600,
+              threads: int | None = None, gap: float = 0.05, partition: str = "shape", seed: int = 0,
+              deadline: float | None = None, progress: Callable[[str], None] | None = None) -> Plan:
+    """Plan ``problem`` by POP decomposition into ``k`` sub-fleets (module docstring) on ``executor``.
+
+    Args:
+        k: parts (1 <= k <= models). backend: 'highs' or 'cbc' for the one-window models (CP-SAT: 'highs' is
+            used; its one-window models are far slower at this size). threads: solver threads per task.
+        gap: the requested relative gap (the status is OPTIMAL only within it).
+        partition, seed: see :func:`partition_models`.
+        deadline: a time.perf_counter() value for the whole call (default: now + time_limit_s).
+
+    Returns a Plan from :func:`fleetplan.solvers.common.finish_plan` (status from the whole problem's per-window
+    bound; HEURISTIC without one), or NO_SOLUTION with the reason when the recombined plan is not valid.
+    Raises InputError for a bad k or partition.
+    """
+    t0 = time.perf_counter()
+    say = progress or (lambda s: None)
+    deadline = deadline if deadline is not None else t0 + time_limit_s
+    milp = backend if backend in ("highs", "cbc") else "highs"
+    parts_names = partition_models(problem, k, method=partition, seed=seed)
+    parts = split_problem(problem, parts_names)
+    W = problem.n_windows
+    workers = max(1, executor.workers or 1)
+    fan = max(0.0, FANOUT_SHARE * (deadline - time.perf_counter()))
+    # worker-seconds of the fan-out, PART_SHARE to the parts: each part's budget (a fixed number, the same on
+    # every executor) so that k parts and W windows finish within ``fan`` on ``workers`` workers
+    part_s = max(1.0, PART_SHARE * fan * workers / k - TASK_OVERHEAD_S)
+    bound_s = max(1.0, (1 - PART_SHARE) * fan * workers / W - TASK_OVERHEAD_S)
+    items: list[_PartTask | _BoundTask] = [_PartTask(sub, milp, part_s, threads) for sub in parts]
+    items += [_BoundTask(w, bound_s, threads) for w in range(W)]
+    say(f"solving {k} parts ({part_s:.0f} s each) and {W} window bounds ({bound_s:.0f} s each) on "
+        f"{executor.describe()}")
+    out = executor.map(_task, items, common=problem, with_common=True,
+                       progress=lambda n: say(f"{n}/{len(items)} tasks done"))
+    plans = [p for p in out[:k] if isinstance(p, Plan)]
+    wb = out[k:]
+    bounds = {"per-window LP": sum(max(0.0, b) for b in wb if b is not None) if any(b is not None for b in wb)
+              else None, "per-model": separable_bound(problem)}
+    notes = [f"POP decomposition into {k} parts ({partition} partition, seed {seed}) on {executor.describe()}; "
+             f"bounds of the whole fleet: Σ over windows of each window's LP bound "
+             f"({sum(b is not None for b in wb)}/{W} windows solved in time), and the per-model bound"]
+    some_invalid = not all(validate(sub, p, check_objective=False).ok for sub, p in zip(parts, plans, strict=True))
+    deadline_work = deadline - FINISH_SHARE * time_limit_s
+    seam_end = deadline_work - (LAST_RESORT_SHARE * (deadline_work - time.perf_counter()) if some_invalid else 0.0)
+    plans, seam_notes = _seams(problem, parts, plans, backend=milp, threads=threads, deadline=seam_end, say=say)
+    notes += seam_notes
+    plan = _combine(plans)
+    report = validate(problem, plan, check_objective=False)
+    if not report.ok:
+        # last resort: the whole fleet window by window (exact one-window models over every model), from the
+        # recombined plan's shared GPUs; e.g. a part whose models fit only where another part's models sit
+        say("repairing the recombined plan window by window on the whole fleet")
+        plan = _improve(problem, plan, backend=milp, threads=threads, deadline=deadline_work)
+        report = validate(problem, plan, check_objective=False)
+        notes.append("the recombined plan was repaired window by window on the whole fleet" if report.ok else
+                     "the window-by-window repair of the recombined plan on the whole fleet failed")
+    if not report.ok:
+        known = [b for b in bounds.values() if b is not None]
+        return Plan(status=Status.NO_SOLUTION, backend="pop", bound_usd=max(known) if known else None,
+                    solve_time_s=time.perf_counter() - t0,
+                    message="; ".join([*notes, "the recombined plan does not fit: "
+                                       + "; ".join(report.violations[:3])]))
+    return finish_plan(problem, backend=f"{backend}-pop", gap=gap, bounds=bounds, start=plan,
+                       time_limit_reached=time.perf_counter() >= deadline - 0.5, time_limit_s=time_limit_s,
+                       solve_time_s=time.perf_counter() - t0, notes=tuple(notes), backend_ran=False)
+
+
+def default_parts(problem: Problem) -> int:
+    """Parts for the automatic path: one per MODELS_PER_PART models (at least 2)."""
+    return max(2, math.ceil(len(problem.models) / MODELS_PER_PART))
+
+
+#: Models per part of the automatic decomposition (a part then solves like the 200-model instance of the
+#: planner benchmark, within a minute per part).
+MODELS_PER_PART = 250
