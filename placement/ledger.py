@@ -128,17 +128,23 @@ def plan_ledger(problem: Problem, plan: Plan, *, gpus: dict | None = None, energ
     a = load_assumptions()
     kwh_price = a["electricity_usd_per_kwh"].value if usd_per_kwh is None else usd_per_kwh
     pue_v = a["pue"].value if pue is None else pue
-    for pid in sorted(gpu_hours):
+    # GPU-hours and energy per pool: whole replicas and shared GPUs (role ''), then prefill and decode replicas on
+    # lines of their own (input_share: the prefill's GPU-hours serve input tokens only, the decode's output only).
+    rows = [(pid, "", gpu_hours[pid]) for pid in sorted(gpu_hours)] + [
+        (pid, role, h) for (pid, role), h in sorted(pd_hours.items())]
+    for pid, role, h in rows:
         p = pools[pid]
-        q = gpu_hours[pid] / day_factor
+        q = h / day_factor
         named = f" [{p.name}]" if p.name else ""
-        items.append(LineItem("plan", "gpu", f"GPU-hours {p.gpu} at {p.site}{named}", q, "GPU-hour",
+        what = f"{role} " if role else ""
+        share = 1.0 if role == "prefill" else 0.0  # LineItem's default for whole replicas too
+        items.append(LineItem("plan", "gpu", f"{what}GPU-hours {p.gpu} at {p.site}{named}", q, "GPU-hour",
                               p.usd_per_gpu_hour, p.price_source or "problem pool price", site=p.site, gpu=p.gpu,
-                              pricing_model=p.pricing_model, pool=pid))
+                              pricing_model=p.pricing_model, pool=pid, input_share=share))
         spec = gpus.get(p.gpu)
         if spec is not None and spec.tdp_w:
             kwh = q * power_w(spec.tdp_w, util, idle_fraction(p.gpu)) / 1000.0 * pue_v
-            energy.append(LineItem("plan", "energy", f"energy {p.gpu} at {p.site} ({spec.tdp_w:g} W TDP at "
+            energy.append(LineItem("plan", "energy", f"energy {what}{p.gpu} at {p.site} ({spec.tdp_w:g} W TDP at "
                                    f"{util:.0%}, PUE {pue_v:g})", kwh, "kWh", kwh_price,
                                    a["electricity_usd_per_kwh"].source if usd_per_kwh is None else "user",
                                    site=p.site, gpu=p.gpu, in_total=energy_billed, pool=pid))
@@ -149,20 +155,6 @@ def plan_ledger(problem: Problem, plan: Plan, *, gpus: dict | None = None, energ
                                   c * HOURS_PER_DAY, "committed GPU-hour", p.committed_usd_per_gpu_hour,
                                   p.price_source or "problem pool price", site=p.site, gpu=p.gpu,
                                   pricing_model=p.pricing_model, pool=pid))
-    for (pid, role), h in sorted(pd_hours.items()):
-        p = pools[pid]
-        q = h / day_factor
-        items.append(LineItem("plan", "gpu", f"{role} GPU-hours {p.gpu} at {p.site}", q, "GPU-hour",
-                              p.usd_per_gpu_hour, p.price_source or "problem pool price", site=p.site, gpu=p.gpu,
-                              pricing_model=p.pricing_model, input_share=1.0 if role == "prefill" else 0.0,
-                              pool=pid))
-        spec = gpus.get(p.gpu)
-        if spec is not None and spec.tdp_w:
-            kwh = q * power_w(spec.tdp_w, util, idle_fraction(p.gpu)) / 1000.0 * pue_v
-            energy.append(LineItem("plan", "energy", f"energy {role} {p.gpu} at {p.site} ({spec.tdp_w:g} W TDP at "
-                                   f"{util:.0%}, PUE {pue_v:g})", kwh, "kWh", kwh_price,
-                                   a["electricity_usd_per_kwh"].source if usd_per_kwh is None else "user",
-                                   site=p.site, gpu=p.gpu, in_total=energy_billed, pool=pid))
     for pkey, counts in sorted(plan.pd_replicas.items()):
         n = starts(counts)
         o = pd_opts[pkey]
