@@ -284,6 +284,9 @@ def read_plan_json(path: str | Path) -> dict:
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise InputError(f"not JSON: {getattr(exc, 'msg', exc)}", source=str(p),
                          row=getattr(exc, "lineno", None)) from None
+    except ValueError:  # a whole number past Python's 4300-digit limit (not a JSONDecodeError)
+        raise InputError("a number in the file has more than 4300 digits; give counts no larger than the pool's "
+                         "GPUs", source=str(p)) from None
     if not isinstance(d, dict) or d.get("fleetplan_plan_version") != FORMAT_VERSION:
         raise InputError("not a fleetplan plan file (no fleetplan_plan_version 1); write one with "
                          "`fleetplan plan --out plan.json`", source=str(p), field="fleetplan_plan_version")

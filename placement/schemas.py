@@ -549,7 +549,11 @@ class TenantsFile(InputModel):
 
 # ---- plan files (``fleetplan plan --out plan.json``; read by simulate, export and serve) ---------------------------
 
-_Count = Annotated[int, Field(ge=0)]
+#: Most replicas, instances or committed GPUs one plan-file entry may give per window: a sanity bound (the largest
+#: fleets planned have about 20,000 GPUs in all), so a mistyped 10**300 is refused with a short message before any
+#: check builds per-GPU lists of that size. ``placement.validate`` also refuses counts beyond the pool's GPUs.
+MAX_PLAN_COUNT = 1_000_000
+_Count = Annotated[int, Field(ge=0, le=MAX_PLAN_COUNT)]
 _Rate = Annotated[float, Field(ge=0)]
 
 
@@ -565,7 +569,8 @@ class PlanReplicaEntry(InputModel):
     capacity_req_per_s: float = input_field(ge=0, description="capacity of one replica (recomputed, re-checked)")
     capacity_source: str = input_field(description="where the capacity came from (recomputed, re-checked)")
     counts: list[_Count] = input_field(description="replicas per window, whole numbers >= 0",
-                                       fix="give whole numbers >= 0 of replicas, one per window")
+                                       fix="give whole numbers >= 0 of replicas, one per window, no more "
+                                           "than the pool's GPUs")
     class_capacity_req_per_s: dict[str, float] | None = input_field(None, description="capacity per request "
                                                                      "class (recomputed, re-checked)")
 
@@ -586,7 +591,7 @@ class PlanCommitmentEntry(InputModel):
 
     pool: str = input_field(description="committed pool id")
     gpus: _Count = input_field(description="GPUs committed for the whole horizon, a whole number >= 0",
-                               fix="give a whole number >= 0 of GPUs")
+                               fix="give a whole number >= 0 of GPUs, no more than the pool's")
     busy_share: float | None = input_field(None, description="share of the committed hours in use (re-checked)")
     committed_usd_per_gpu_hour: float = input_field(description="committed rate (re-checked)")
     committed_price_source: str = input_field(description="where the committed rate came from (re-checked)")
@@ -609,7 +614,8 @@ class PlanPdEntry(InputModel):
     kv_transfer_s: float = input_field(ge=0, description="KV transfer time added to TTFT (re-checked)")
     capacity_source: str = input_field(description="where the capacity came from (re-checked)")
     counts: list[_Count] = input_field(description="instances per window, whole numbers >= 0",
-                                       fix="give whole numbers >= 0 of instances, one per window")
+                                       fix="give whole numbers >= 0 of instances, one per window, no more "
+                                           "than the pool's GPUs")
 
 
 class PlanKvFlowEntry(InputModel):
