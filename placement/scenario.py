@@ -140,7 +140,15 @@ from fleetplan.datasets.traces import (
 )
 from fleetplan.errors import FleetplanError, InputError, UnknownNameError
 from fleetplan.fileio import parse_yaml, read_text_file, validate_input
-from fleetplan.placement.problem import KvRoute, ModelSpec, Pool, Problem, ReplicaOption, ShareOption
+from fleetplan.placement.problem import (
+    COMMITTED_FALLBACK_WHY,
+    KvRoute,
+    ModelSpec,
+    Pool,
+    Problem,
+    ReplicaOption,
+    ShareOption,
+)
 from fleetplan.placement.schemas import (
     ENTRY_LABELS,
     ArrivalsSpec,
@@ -456,6 +464,11 @@ def _check_pool_names(pools: list[Pool], rows_where: list[str]) -> None:
             raise UnknownNameError("fallback pool (a row of the same site and GPU type, not spot)", p.fallback_pool,
                                    [q.id for q in pools if q.site == p.site and q.gpu == p.gpu and q is not p
                                     and q.pricing_model != SPOT_PRICING_MODEL], source=rw, field="fallback")
+        if f is not None and f.committed:
+            usable = [q.id for q in pools if q.site == p.site and q.gpu == p.gpu and not q.committed
+                      and q.pricing_model != SPOT_PRICING_MODEL]
+            here = f" (here: {', '.join(usable)})" if usable else ""
+            raise _err(f"fallback {f.id!r} is a committed row: {COMMITTED_FALLBACK_WHY}{here}", rw, "fallback", f.id)
 
 
 def egress_table(sites: list[str]) -> dict[tuple[str, str], float]:

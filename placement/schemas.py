@@ -259,8 +259,9 @@ class InventoryRow(InputModel):
                                    "a site has several rows of one GPU type (owned + committed + on-demand + spot)")
     interruption_rate: float | None = input_field(None, ge=0, lt=1, description="spot rows: expected share of spot "
                                                   "GPU-hours lost to preemption; derates the pool's capacity")
-    fallback: str | None = input_field(None, description="spot rows: name of the pool (same site and GPU type) whose "
-                                       "free GPUs must cover interruption_rate × the spot GPUs in use")
+    fallback: str | None = input_field(None, description="spot rows: name of the pool (same site and GPU type; "
+                                       "on-demand or owned, not spot or committed) whose free GPUs must cover "
+                                       "interruption_rate × the spot GPUs in use")
     on_demand_usd_per_gpu_hour: float | None = input_field(None, gt=0, le=1000, description="committed rows: the "
                                                            "on-demand rate for the break-even utilization (default: "
                                                            "an on-demand row of the site, else the catalogs)")

@@ -126,6 +126,10 @@ def test_pool_ids_and_bad_pools():
     spot = _pool("s", 1, 1.0, "spot", interruption_rate=0.1, fallback_pool="nowhere")
     with pytest.raises(InputError, match="fallback"):
         Problem(window_length_s=3600, n_windows=1, pools=(spot,), models=(), options=())
+    committed = _pool("c", 1, 0.0, "committed-1y", committed_usd_per_gpu_hour=1.0)
+    spot = _pool("s", 1, 1.0, "spot", interruption_rate=0.1, fallback_pool="c")
+    with pytest.raises(InputError, match="'c' is a committed pool"):
+        Problem(window_length_s=3600, n_windows=1, pools=(committed, spot), models=(), options=())
 
 
 def test_break_even_and_owned_marginal_cost():
@@ -193,6 +197,9 @@ def _raw_example() -> dict:
     (lambda r: r["sites"][0]["inventory"][3].pop("interruption_rate"), "interruption_rate", "needs interruption_rate"),
     (lambda r: r["sites"][0]["inventory"][1].pop("name"), "name", "own name"),
     (lambda r: r["sites"][0]["inventory"][3].update(fallback="spot"), "fallback", "fallback pool"),
+    # a committed fallback was accepted: its headroom was the uncommitted GPUs, which may never run anything
+    (lambda r: r["sites"][0]["inventory"][3].update(fallback="committed"), "fallback",
+     "is a committed row: its GPUs beyond the commitment run nothing"),
     (lambda r: r["sites"][0]["inventory"][2].update(interruption_rate=0.1), "interruption_rate", "spot rows"),
 ])
 def test_scenario_purchase_errors_name_the_row(edit, field, words):
