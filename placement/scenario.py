@@ -426,15 +426,27 @@ def _pool(row: InventoryRow, where: str, site: str, gpu: GPU, pricing_model: str
         raise InputError(str(exc), source=where, field=exc.field, value=exc.value) from None
 
 
-def _with_on_demand_reference(pools: list[Pool], prices, price_date: str | None) -> list[Pool]:
+def _with_on_demand_reference(pools: list[Pool], prices, price_date: str | None, rows_where: list[str]) -> list[Pool]:
     """``pools`` with the on-demand rate of every committed pool that has none (for its break-even utilization):
     an on-demand pool of the same site and GPU type in the scenario, else the catalogs' on-demand price there,
-    else none (the plan then says the break-even is unknown)."""
+    else none (the plan then says the break-even is unknown).
+
+    A committed row's own ``on_demand_usd_per_gpu_hour`` changes only the reported break-even, never the cost
+    (overflow beyond the commitment runs on, and is priced at, the site's on-demand pool). So when such a pool
+    exists, a rate differing from the pool's by more than half a cent is refused (InputError naming the row
+    ``rows_where[k]``): it would contradict the pool that actually carries the overflow."""
     out = []
-    for p in pools:
+    for p, rw in zip(pools, rows_where, strict=True):
+        twin = next((q for q in pools if q.site == p.site and q.gpu == p.gpu
+                     and q.pricing_model == "on-demand"), None) if p.committed else None
+        given = p.on_demand_usd_per_gpu_hour
+        if twin is not None and given is not None and not math.isclose(given, twin.usd_per_gpu_hour,
+                                                                        rel_tol=1e-9, abs_tol=0.005):
+            raise _err(f"on_demand_usd_per_gpu_hour {given:g} differs from the {twin.usd_per_gpu_hour:g} USD/GPU-h "
+                       f"of the on-demand pool {twin.id!r} of this site and GPU type, which carries (and prices) the "
+                       "overflow beyond the commitment; drop the key (that pool's rate is the break-even's "
+                       "reference) or change that row's usd_per_gpu_hour", rw, "on_demand_usd_per_gpu_hour", given)
         if p.committed and p.on_demand_usd_per_gpu_hour is None:
-            twin = next((q for q in pools if q.site == p.site and q.gpu == p.gpu
-                         and q.pricing_model == "on-demand"), None)
             if twin is not None:
                 p = dataclasses.replace(p, on_demand_usd_per_gpu_hour=twin.usd_per_gpu_hour,
                                         on_demand_price_source=f"pool {twin.id}: {twin.price_source}")
@@ -765,7 +777,7 @@ def build_problem(scenario: Scenario, *, progress: Callable[[str], None] | None 
             rows_where.append(rw)
     if not pools:
         raise _err("no GPU pool left (check allowed_gpus and the inventories)", where, "sites")
-    pools = _with_on_demand_reference(pools, prices, opts.get("price_date"))
+    pools = _with_on_demand_reference(pools, prices, opts.get("price_date"), rows_where)
     _check_pool_names(pools, rows_where)
     site_names = sorted({p.site for p in pools})
 

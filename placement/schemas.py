@@ -263,8 +263,11 @@ class InventoryRow(InputModel):
                                        "on-demand or owned, not spot or committed) whose free GPUs must cover "
                                        "interruption_rate × the spot GPUs in use")
     on_demand_usd_per_gpu_hour: float | None = input_field(None, gt=0, le=1000, description="committed rows: the "
-                                                           "on-demand rate for the break-even utilization (default: "
-                                                           "an on-demand row of the site, else the catalogs)")
+                                                           "on-demand rate for the break-even utilization only (the "
+                                                           "cost is unchanged: overflow is priced at the site's "
+                                                           "on-demand row); allowed only when the site has no "
+                                                           "on-demand row of this GPU type, or equal to its rate "
+                                                           "(default: that row's rate, else the catalogs')")
 
 
 class SiteSpec(InputModel):

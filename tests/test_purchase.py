@@ -188,6 +188,21 @@ def test_shipped_example_scenario_by_hand(example):
     assert ("Llama-3.1-8B", "on-demand", 1, 1) not in plan.replicas
 
 
+def test_on_demand_reference_of_a_committed_row():
+    # Equal to the on-demand row's rate within half a cent (11.06 vs 11.0612): accepted, and the row's value is
+    # the break-even's reference (7.5 / 11.06). Without an on-demand row it is the only reference: accepted as given.
+    raw = _raw_example()
+    raw["sites"][0]["inventory"][1]["on_demand_usd_per_gpu_hour"] = 11.06
+    pool = build_problem(scenario_from_raw(raw, source="example")).pool_by_id["committed"]
+    assert pool.break_even_utilization == pytest.approx(7.5 / 11.06)
+    raw = _raw_example()
+    raw["sites"][0]["inventory"][1]["on_demand_usd_per_gpu_hour"] = 15.0
+    del raw["sites"][0]["inventory"][2]
+    raw["sites"][0]["inventory"][2]["fallback"] = "owned"
+    pool = build_problem(scenario_from_raw(raw, source="example")).pool_by_id["committed"]
+    assert pool.break_even_utilization == pytest.approx(7.5 / 15.0)
+
+
 def _raw_example() -> dict:
     raw, _where, _base = read_scenario("purchase_example")
     return copy.deepcopy(raw)
@@ -201,6 +216,9 @@ def _raw_example() -> dict:
     (lambda r: r["sites"][0]["inventory"][3].update(fallback="committed"), "fallback",
      "is a committed row: its GPUs beyond the commitment run nothing"),
     (lambda r: r["sites"][0]["inventory"][2].update(interruption_rate=0.1), "interruption_rate", "spot rows"),
+    # 12 against the on-demand row's 11.0612 (Cyclenerd): only the break-even moved, the overflow stayed at 11.0612
+    (lambda r: r["sites"][0]["inventory"][1].update(on_demand_usd_per_gpu_hour=12.0), "on_demand_usd_per_gpu_hour",
+     "differs from the 11.0612 USD/GPU-h of the on-demand pool 'on-demand'"),
 ])
 def test_scenario_purchase_errors_name_the_row(edit, field, words):
     raw = _raw_example()
