@@ -130,9 +130,10 @@ def _render_table(problem, plan, d: dict) -> None:
         console.print(f"[dim]price: {shown} from {src}[/dim]", markup=True, highlight=False)
     for c in d.get("commitments", []):
         be = c["break_even_utilization"]
-        busy = c["busy_share"]
+        deployed, load = c["deployed_share"], c["load_share"]
         console.print(f"commitment: {c['pool']} {c['gpus']} GPUs for the whole horizon"
-                      + (f", busy {busy:.0%} of their hours" if busy is not None else "")
+                      + (f", deployed {deployed:.0%} of their hours, load {load:.0%} of their capacity"
+                         if deployed is not None else "")
                       + (f"; break-even utilization {be:.1%} = {c['committed_usd_per_gpu_hour']:.4g} / "
                          f"{c['on_demand_usd_per_gpu_hour']:.4g} USD/GPU-h (on demand from "
                          f"{c['on_demand_price_source']})" if be is not None else

@@ -596,7 +596,10 @@ class PlanCommitmentEntry(InputModel):
     pool: str = input_field(description="committed pool id")
     gpus: _Count = input_field(description="GPUs committed for the whole horizon, a whole number >= 0",
                                fix="give a whole number >= 0 of GPUs, no more than the pool's")
-    busy_share: float | None = input_field(None, description="share of the committed hours in use (re-checked)")
+    deployed_share: float | None = input_field(None, description="share of the committed GPU-hours with a replica "
+                                               "deployed, whatever its load (re-checked)")
+    load_share: float | None = input_field(None, description="share of the committed GPU-hours busy with load: "
+                                           "the figure to compare with the break-even (re-checked)")
     committed_usd_per_gpu_hour: float = input_field(description="committed rate (re-checked)")
     committed_price_source: str = input_field(description="where the committed rate came from (re-checked)")
     on_demand_usd_per_gpu_hour: float | None = input_field(None, description="on-demand rate (re-checked)")

@@ -10,6 +10,7 @@ import json
 
 import pytest
 
+from fleetplan.cli.plan import _render_table
 from fleetplan.costmodels.energy import owned_marginal_usd_per_gpu_hour
 from fleetplan.costmodels.prices import break_even_utilization
 from fleetplan.errors import InputError
@@ -106,6 +107,23 @@ def test_commitment_is_checked_and_defaults_to_peak_use():
     assert any("> the 6 GPUs committed" in v for v in validate(problem, short).violations)
     wrong = Plan(replicas=plan.replicas, commitments={"on-demand": 3})
     assert any("not a committed pool" in v for v in validate(problem, wrong).violations)
+
+
+def test_commitment_reports_deployed_and_load_shares(capsys):
+    # A committed-only plan keeps 10 replicas up in every window (idle committed GPUs cost nothing more, starts do):
+    # deployed 40 / (10 × 4) = 100% of the committed GPU-hours, but the load is demand / capacity =
+    # (2 + 6 + 10 + 4) req/s / (10 GPUs × 1 req/s × 4 windows) = 22 / 40 = 55%. "busy 100%" reported the first only.
+    committed = _pool("committed", 10, 0.0, "committed-1y", committed_usd_per_gpu_hour=6.5)
+    model = ModelSpec("m", (2.0, 6.0, 10.0, 4.0), ttft_p95_s=1.0, tpot_p95_s=0.1)
+    problem = Problem(window_length_s=6 * 3600, n_windows=4, pools=(committed,), models=(model,),
+                      options=(ReplicaOption("m", "committed", 1, 1, 1.0, 40e9),), margin=0.0)
+    plan = Plan(replicas={("m", "committed", 1, 1): (10, 10, 10, 10)}, commitments={"committed": 10})
+    assert validate(problem, plan).ok, validate(problem, plan).violations
+    (c,) = plan_to_dict(problem, plan)["commitments"]
+    assert c["deployed_share"] == pytest.approx(1.0) and c["load_share"] == pytest.approx(22 / 40)
+    _render_table(problem, plan, plan_to_dict(problem, plan))
+    assert "committed 10 GPUs for the whole horizon, deployed 100% of their hours, load 55% of their capacity" \
+        in capsys.readouterr().out
 
 
 def test_greedy_keeps_the_fallback_headroom():
@@ -235,7 +253,7 @@ def test_example_plan_file_round_trip(example):
     problem, _scenario, plan = example
     d = json.loads(json.dumps(plan_to_dict(problem, plan)))
     (c,) = d["commitments"]
-    assert (c["pool"], c["gpus"], c["busy_share"]) == ("committed", 5, 1.0)
+    assert (c["pool"], c["gpus"], c["deployed_share"]) == ("committed", 5, 1.0)
     assert c["break_even_utilization"] == pytest.approx(7.5 / 11.0612)
     assert "scenario" in c["committed_price_source"] and "on-demand" in c["on_demand_price_source"]
     assert d["cost_breakdown_usd_per_day"]["of_which_commitments"] == pytest.approx(5 * 7.5 * 24)
