@@ -157,6 +157,15 @@ class DisaggregationSpec(InputModel):
         None, ge=0, le=5, description="flat USD per GB for KV and prompt bytes crossing sites, instead of the routes' "
         "egress tables (a what-if, e.g. near the break-even price)", fix="give USD per GB, e.g. 0.02")
 
+    @model_validator(mode="after")
+    def _keys_need_enabled(self) -> DisaggregationSpec:
+        idle = sorted(self.model_fields_set - {"enabled"})
+        if idle and not self.enabled:
+            keys = ", ".join(idle)
+            raise ValueError(f"{keys} {'has' if len(idle) == 1 else 'have'} no effect while enabled is false; set "
+                             f"enabled: true to plan with prefill and decode pools, or remove {keys}")
+        return self
+
 
 class ArrivalsSpec(InputModel):
     """Burstiness of arrivals inside a window: capacity is sized for peak factor × each window's rate (the billed

@@ -11,6 +11,7 @@ import pytest
 from fleetplan.costmodels.ledger import DAYS_PER_MONTH
 from fleetplan.costmodels.prices import EgressTable, EgressTier
 from fleetplan.costmodels.split import compare
+from fleetplan.errors import InputError
 from fleetplan.placement.ledger import plan_ledger
 from fleetplan.placement.plan import evaluate
 from fleetplan.placement.planio import plan_from_dict, plan_to_dict
@@ -133,3 +134,17 @@ def test_kv_egress_bands_are_exact_and_the_break_even_flips_the_choice():
 def test_default_scenario_has_no_disaggregation():
     problem = build_problem(load_scenario())
     assert not problem.has_disaggregation and not problem.kv_routes
+
+
+@pytest.mark.parametrize("extra, keys", [
+    ({"prefill_only_sites": ["gcp:us-central1"]}, "prefill_only_sites has no effect while enabled is false"),
+    ({"cross_site": False, "kv_egress_usd_per_gb": 0.02}, "cross_site, kv_egress_usd_per_gb have no effect"),
+])
+def test_disaggregation_keys_without_enabled_refused(extra, keys):
+    # They were silently ignored while enabled was false (or absent, its default).
+    for enabled in ({"enabled": False}, {}):
+        raw = copy.deepcopy(ONE_SITE)
+        raw["options"]["disaggregation"] = {**enabled, **extra}
+        with pytest.raises(InputError) as e:
+            scenario_from_raw(raw, source="s.yaml")
+        assert e.value.field == "options.disaggregation" and keys in str(e.value) and "enabled: true" in str(e.value)
