@@ -88,6 +88,7 @@ from pathlib import Path
 
 import numpy as np
 
+from fleetplan.costmodels.arrivals import MIN_INTERVALS_PER_WINDOW
 from fleetplan.costmodels.calibration import Calibration
 from fleetplan.costmodels.capacity import (
     PROFILE_FORMATS,
@@ -691,21 +692,30 @@ def _option_capacity(prof: MeasuredProfile | None, model: Model, gpu: GPU, mix: 
                             kv_budget_bytes=kv_budget_bytes)
 
 
-def _peak_factor(spec: ArrivalsSpec | None, window_s: float, base: Path | None, where: str) -> tuple[float, str]:
-    """(peak factor, its source) of an ``arrivals`` key (:class:`~fleetplan.placement.schemas.ArrivalsSpec`):
-    (1.0, '') without one; a trace file path is relative to the scenario's folder. Raises what
-    :func:`~fleetplan.datasets.traces.trace_peak_factor` raises, with ``where`` as the source."""
+def _peak_factor(spec: ArrivalsSpec | None, window_s: float, base: Path | None, source: str,
+                 path: str) -> tuple[float, str]:
+    """(peak factor, its source) of an ``arrivals`` key (:class:`~fleetplan.placement.schemas.ArrivalsSpec`) at
+    field path ``path`` (e.g. 'options.arrivals') of the file ``source``: (1.0, '') without one; a trace file path
+    is relative to the scenario's folder. Raises InputError naming ``source`` and one field path: interval_s when
+    fewer than MIN_INTERVALS_PER_WINDOW intervals fit a window, else the key (interval_s, quantile or from_trace)
+    an error of :func:`~fleetplan.datasets.traces.trace_peak_factor` is about."""
     if spec is None:
         return 1.0, ""
     if spec.peak_factor is not None:
-        return float(spec.peak_factor), f"peak_factor given in {where}"
+        return float(spec.peak_factor), f"peak_factor given in {source}: {path}"
+    if spec.interval_s * MIN_INTERVALS_PER_WINDOW > window_s:
+        raise InputError(f"{spec.interval_s:g} s leaves fewer than {MIN_INTERVALS_PER_WINDOW} intervals in a "
+                         f"{window_s:g} s window, too few for a quantile; give at most "
+                         f"{window_s / MIN_INTERVALS_PER_WINDOW:g} s (e.g. 60)", source=source,
+                         field=f"{path}.interval_s", value=spec.interval_s)
     name = spec.from_trace or ""
     if base is not None and (base / name).is_file():
         name = str(base / name)
     try:
         return trace_peak_factor(name, interval_s=spec.interval_s, quantile=spec.quantile, window_s=window_s)
     except InputError as exc:
-        raise InputError(f"{where}.from_trace: {exc}", field="arrivals.from_trace", value=spec.from_trace) from None
+        key = exc.field if exc.field in ("interval_s", "quantile") else "from_trace"
+        raise InputError(exc.message, source=source, field=f"{path}.{key}", value=exc.value) from None
 
 
 def _peaked(o: ReplicaOption, peak: float) -> ReplicaOption:
@@ -802,8 +812,8 @@ def build_problem(scenario: Scenario, *, progress: Callable[[str], None] | None 
         mw = f"{where}: models[{i}]"
         model = scenario_model(m, mw, base, _file("models"))
         first = (len(options), len(shares), len(pd_options))
-        peak, peak_src = _peak_factor(m.arrivals or spec.options.arrivals, opts["window_length_s"], base,
-                                      f"{mw}.arrivals" if m.arrivals else f"{where}: options.arrivals")
+        peak, peak_src = _peak_factor(m.arrivals or spec.options.arrivals, opts["window_length_s"], base, where,
+                                      f"models[{i}].arrivals" if m.arrivals else "options.arrivals")
         wd = m.weight_dtype or opts["weight_dtype"]
         kvd = m.kv_dtype or opts["kv_dtype"]
         slo = m.slo.to_slo()
