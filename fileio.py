@@ -525,6 +525,9 @@ def _message(err: Mapping, parts: list, root: dict) -> str:
                   or "exclusiveMaximum" in s), {})
         lo = s.get("minimum", s.get("exclusiveMinimum"))
         hi = s.get("maximum", s.get("exclusiveMaximum"))
+        if kind in ("less_than", "greater_than"):  # an exclusive bound: "outside 0..1, not below 1" read oddly
+            word = "below" if kind == "less_than" else "above"
+            return f"must be {word} {_num(ctx.get(key))}; got {_show(value)}{tail}"
         if lo is not None and hi is not None:
             return f"{_show(value)} is outside {_num(lo)}..{_num(hi)}, {side}{tail}"
         return f"{_show(value)} is {side}{tail}"

@@ -463,24 +463,35 @@ def _with_on_demand_reference(pools: list[Pool], prices, price_date: str | None,
 
 
 def _check_pool_names(pools: list[Pool], rows_where: list[str]) -> None:
-    """Pool ids are unique and a spot row's ``fallback`` names another row's pool of the same site and GPU type
-    that is not spot; otherwise InputError naming the row (``rows_where[k]`` is where ``pools[k]`` comes from)."""
-    ids = [p.id for p in pools]
+    """Pool ids are unique (an InputError names the second row of an id) and a spot row's ``fallback`` names
+    another row of the same site and GPU type that is on-demand or owned (not spot, not committed:
+    :data:`~fleetplan.placement.problem.COMMITTED_FALLBACK_WHY`); otherwise InputError naming the row
+    (``rows_where[k]`` is where ``pools[k]`` comes from) and the rows that would do."""
     by_id = {p.id: p for p in pools}
+    seen: set[str] = set()
     for p, rw in zip(pools, rows_where, strict=True):
-        if ids.count(p.id) > 1:
-            raise _err(f"two inventory rows make the pool {p.id!r}; give each row of one site and GPU type its own "
-                       "name (e.g. owned, committed, on-demand, spot)", rw, "name", p.id)
-        f = by_id.get(p.fallback_pool) if p.fallback_pool is not None else None
-        if p.fallback_pool is not None and (f is None or f.site != p.site or f.gpu != p.gpu
-                                            or f.pricing_model == SPOT_PRICING_MODEL):
-            raise UnknownNameError("fallback pool (a row of the same site and GPU type, not spot)", p.fallback_pool,
-                                   [q.id for q in pools if q.site == p.site and q.gpu == p.gpu and q is not p
-                                    and q.pricing_model != SPOT_PRICING_MODEL], source=rw, field="fallback")
-        if f is not None and f.committed:
-            usable = [q.id for q in pools if q.site == p.site and q.gpu == p.gpu and not q.committed
-                      and q.pricing_model != SPOT_PRICING_MODEL]
-            here = f" (here: {', '.join(usable)})" if usable else ""
+        if p.id in seen:
+            raise _err(f"an earlier inventory row already makes the pool {p.id!r}; give each row of one site and GPU "
+                       "type its own name (e.g. owned, committed, on-demand, spot)", rw, "name", p.id)
+        seen.add(p.id)
+    for p, rw in zip(pools, rows_where, strict=True):
+        if p.fallback_pool is None:
+            continue
+        usable = [q.id for q in pools if q.site == p.site and q.gpu == p.gpu and q is not p and not q.committed
+                  and q.pricing_model != SPOT_PRICING_MODEL]
+        here = f" (here: {', '.join(usable)})" if usable else " (this site has none of this GPU type: add one)"
+        f = by_id.get(p.fallback_pool)
+        if f is p:
+            raise _err(f"a spot row cannot be its own fallback pool: its interrupted replicas restart on another "
+                       f"row's GPUs; name an on-demand or owned row of the same site and GPU type{here}", rw,
+                       "fallback", p.fallback_pool)
+        if f is None:
+            raise UnknownNameError("fallback pool", p.fallback_pool, usable, source=rw, field="fallback")
+        if f.site != p.site or f.gpu != p.gpu or f.pricing_model == SPOT_PRICING_MODEL:
+            why = "a spot row" if f.pricing_model == SPOT_PRICING_MODEL else f"{f.gpu} at {f.site}"
+            raise _err(f"fallback {f.id!r} is {why}; name an on-demand or owned row of the same site and GPU type"
+                       f"{here}", rw, "fallback", f.id)
+        if f.committed:
             raise _err(f"fallback {f.id!r} is a committed row: {COMMITTED_FALLBACK_WHY}{here}", rw, "fallback", f.id)
 
 
@@ -804,10 +815,14 @@ def build_problem(scenario: Scenario, *, progress: Callable[[str], None] | None 
     if not prefill_only <= {p.site for p in pools}:
         known = sorted({p.site for p in pools})
         raise UnknownNameError("site", sorted(prefill_only - set(known))[0], known, source=where,
-                               field="disaggregation.prefill_only_sites")
+                               field="options.disaggregation.prefill_only_sites")
+    if prefill_only and prefill_only == {p.site for p in pools}:
+        raise _err(f"every site ({', '.join(sorted(prefill_only))}) is prefill-only, so no model can be decoded or "
+                   "served anywhere; leave at least one site out of prefill_only_sites", where,
+                   "options.disaggregation.prefill_only_sites")
     if dis["enabled"] and dis_models is not None and not dis_models <= {m.name for m in spec.models}:
         raise UnknownNameError("scenario model", sorted(dis_models - {m.name for m in spec.models})[0],
-                               [m.name for m in spec.models], source=where, field="disaggregation.models")
+                               [m.name for m in spec.models], source=where, field="options.disaggregation.models")
     for i, m in enumerate(spec.models):
         mw = f"{where}: models[{i}]"
         model = scenario_model(m, mw, base, _file("models"))
@@ -952,8 +967,9 @@ def build_problem(scenario: Scenario, *, progress: Callable[[str], None] | None 
                     why.append(f"{pool.id} shared: {cap.reason or cap.limiting}")
         if dis["enabled"] and (dis_models is None or m.name in dis_models):
             if class_mixes:
-                raise _err("disaggregation and request classes together are not supported yet; leave this model "
-                           "out of disaggregation.models or drop its classes", mw, "disaggregation")
+                raise _err(f"disaggregation and request classes together are not supported yet: model {m.name} "
+                           f"(models[{i}]) has classes; leave it out of options.disaggregation.models or drop its "
+                           "classes", where, "options.disaggregation")
             pdo, routes = _pd_options(model, mix, slo, pools, gpus, tps, opts, calib_file=calib_file, weight_dtype=wd,
                                       kv_dtype=kvd, link=link, why=why, prefill_only=prefill_only,
                                       derating=derating)

@@ -267,7 +267,8 @@ class InventoryRow(InputModel):
     name: str | None = input_field(None, min_length=1, description="the pool's id (default 'site/gpu'); needed when "
                                    "a site has several rows of one GPU type (owned + committed + on-demand + spot)")
     interruption_rate: float | None = input_field(None, ge=0, lt=1, description="spot rows: expected share of spot "
-                                                  "GPU-hours lost to preemption; derates the pool's capacity")
+                                                  "GPU-hours lost to preemption; derates the pool's capacity",
+                                                  fix="give the share of spot hours lost, e.g. 0.05")
     fallback: str | None = input_field(None, description="spot rows: name of the pool (same site and GPU type; "
                                        "on-demand or owned, not spot or committed) whose free GPUs must cover "
                                        "interruption_rate × the spot GPUs in use")

@@ -148,3 +148,24 @@ def test_disaggregation_keys_without_enabled_refused(extra, keys):
         with pytest.raises(InputError) as e:
             scenario_from_raw(raw, source="s.yaml")
         assert e.value.field == "options.disaggregation" and keys in str(e.value) and "enabled: true" in str(e.value)
+
+
+def test_disaggregation_errors_name_the_options_key():
+    # Every site prefill-only left no option to decode or serve: "no usable GPU type, tp and site" per model,
+    # without naming prefill_only_sites.
+    raw = copy.deepcopy(ONE_SITE)
+    raw["options"]["disaggregation"]["prefill_only_sites"] = ["aws:us-east-1"]
+    with pytest.raises(InputError) as e:
+        build_problem(scenario_from_raw(raw, source="s.yaml"))
+    assert e.value.field == "options.disaggregation.prefill_only_sites" and "every site" in str(e.value)
+    # disaggregation with request classes was refused as "models[0], field 'disaggregation'"
+    raw = copy.deepcopy(ONE_SITE)
+    mix = {"input_tokens_mean": 60, "input_tokens_p95": 100, "output_tokens_mean": 60, "output_tokens_p95": 100}
+    raw["models"][0]["classes"] = [
+        {"name": "short", "share": 0.5, "input_tokens_max": 100, "output_tokens_max": 100, "token_mix": mix},
+        {"name": "long", "share": 0.5, "input_tokens_max": 1000, "output_tokens_max": 1000,
+         "token_mix": {k: 5 * v for k, v in mix.items()}}]
+    with pytest.raises(InputError) as e:
+        build_problem(scenario_from_raw(raw, source="s.yaml"))
+    assert e.value.field == "options.disaggregation" and "models[0]" in str(e.value), str(e.value)
+    assert str(e.value).startswith("s.yaml, field 'options.disaggregation': ")

@@ -249,6 +249,28 @@ def test_scenario_purchase_errors_name_the_row(edit, field, words):
     assert e.value.field == field and words in str(e.value) and "inventory[" in str(e.value)
 
 
+@pytest.mark.parametrize("edit, words, absent", [
+    # was "1.0 is outside 0..1, not below 1"
+    (lambda r: r["sites"][0]["inventory"][3].update(interruption_rate=1.0),
+     "field 'sites[0].inventory[3].interruption_rate': site gcp:us-central1: must be below 1; got 1.0; give the "
+     "share of spot hours lost", "outside"),
+    # was "unknown fallback pool ... known fallback pool (a row of the same site and GPU type, not spot)s: ..."
+    (lambda r: r["sites"][0]["inventory"][3].update(fallback="spot"),
+     "sites[0].inventory[3], field 'fallback': a spot row cannot be its own fallback pool", ")s:"),
+    # the second row of a pool id is the one to rename (it pointed at the first)
+    (lambda r: r["sites"][0]["inventory"][2].update(name="owned"),
+     "sites[0].inventory[2], field 'name': an earlier inventory row already makes the pool 'owned'", "inventory[0]"),
+])
+def test_purchase_error_wording(edit, words, absent):
+    raw = _raw_example()
+    edit(raw)
+    if raw["sites"][0]["inventory"][2].get("name") == "owned":
+        raw["sites"][0]["inventory"][3]["fallback"] = "owned"
+    with pytest.raises(InputError) as e:
+        build_problem(scenario_from_raw(raw, source="example"))
+    assert words in str(e.value) and absent not in str(e.value), str(e.value)
+
+
 def test_example_plan_file_round_trip(example):
     problem, _scenario, plan = example
     d = json.loads(json.dumps(plan_to_dict(problem, plan)))
