@@ -18,7 +18,7 @@ class InputError(FleetplanError, ValueError):
     """Bad user input: a value out of range, a missing column, a malformed file.
 
     Args:
-        message: what is wrong and how to fix it.
+        message: what is wrong and how to fix it (kept as ``message``; ``str()`` prefixes source, row and field).
         source: file (or other origin) the value came from, if any.
         row: 1-based data row (header excluded) or line number, if any.
         field: the field or column name, if any.
@@ -34,6 +34,7 @@ class InputError(FleetplanError, ValueError):
         field: str | None = None,
         value: object = None,
     ) -> None:
+        self.message = message
         self.source = source
         self.row = row
         self.field = field

@@ -19,6 +19,7 @@ import difflib
 import functools
 import hashlib
 import json
+import math
 import os
 import re
 import tempfile
@@ -457,6 +458,9 @@ def _path_text(parts: list) -> str:
 
 
 def _show(value: Any) -> str:
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**15:
+        # a huge whole number by its size, not its digits (repr of one past 4300 digits even raises)
+        return f"{'-' if value < 0 else ''}about 10^{int(abs(value).bit_length() * math.log10(2))}"
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
 
@@ -521,6 +525,9 @@ def _message(err: Mapping, parts: list, root: dict) -> str:
                   or "exclusiveMaximum" in s), {})
         lo = s.get("minimum", s.get("exclusiveMinimum"))
         hi = s.get("maximum", s.get("exclusiveMaximum"))
+        if kind in ("less_than", "greater_than"):  # an exclusive bound: "outside 0..1, not below 1" read oddly
+            word = "below" if kind == "less_than" else "above"
+            return f"must be {word} {_num(ctx.get(key))}; got {_show(value)}{tail}"
         if lo is not None and hi is not None:
             return f"{_show(value)} is outside {_num(lo)}..{_num(hi)}, {side}{tail}"
         return f"{_show(value)} is {side}{tail}"

@@ -22,6 +22,7 @@ from fleetplan.placement.validate import validate
 from fleetplan.placement.workbook import build_plan_workbook
 from fleetplan.simulator.verify import verify_plan, verify_text, verify_to_dict
 from fleetplan.solvers.baselines import BASELINES
+from fleetplan.solvers.common import gap_text
 from fleetplan.solvers.disagg import kv_break_even
 from fleetplan.solvers.executor import make_executor
 from fleetplan.solvers.explain import explain_infeasible
@@ -96,7 +97,7 @@ def _render_table(problem, plan, d: dict) -> None:
               f"mean util {d['utilization']['mean']:.0%}, peak {d['utilization']['peak']:.0%}")
     if d.get("lower_bound_usd_per_day") is not None:
         s.add_row("lower bound (proven)", f"{d['lower_bound_usd_per_day']:,.2f}", "", "",
-                  f"gap {d['gap']:.2%}" if d.get("gap") is not None else "")
+                  f"gap {gap_text(d['gap'])}" if d.get("gap") is not None else "")
     for name, b in (d.get("baselines") or {}).items():
         ratio = b["cost_usd_per_day"] / d["cost_usd_per_day"] if d["cost_usd_per_day"] else float("nan")
         s.add_row(name, f"{b['cost_usd_per_day']:,.2f}", f"{b['gpu_hours_per_day']:,.1f}", f"{ratio:.2f}",
@@ -130,9 +131,10 @@ def _render_table(problem, plan, d: dict) -> None:
         console.print(f"[dim]price: {shown} from {src}[/dim]", markup=True, highlight=False)
     for c in d.get("commitments", []):
         be = c["break_even_utilization"]
-        busy = c["busy_share"]
+        deployed, load = c["deployed_share"], c["load_share"]
         console.print(f"commitment: {c['pool']} {c['gpus']} GPUs for the whole horizon"
-                      + (f", busy {busy:.0%} of their hours" if busy is not None else "")
+                      + (f", deployed {deployed:.0%} of their hours, load {load:.0%} of their capacity"
+                         if deployed is not None else "")
                       + (f"; break-even utilization {be:.1%} = {c['committed_usd_per_gpu_hour']:.4g} / "
                          f"{c['on_demand_usd_per_gpu_hour']:.4g} USD/GPU-h (on demand from "
                          f"{c['on_demand_price_source']})" if be is not None else

@@ -17,6 +17,7 @@ from fleetplan.errors import FleetplanError
 from fleetplan.fileio import check_destinations, output_files
 from fleetplan.placement.scenario import load_scenario
 from fleetplan.placement.sweep import cell_label, sweep_variables
+from fleetplan.solvers.common import gap_text
 from fleetplan.solvers.executor import default_workers, make_executor
 from fleetplan.solvers.solve import BACKENDS, MIN_TIME_LIMIT_S
 from fleetplan.solvers.sweep import SweepSettings, run_sweep
@@ -50,7 +51,7 @@ def _table(rows: list[dict], names: list[str], title: str) -> None:
         cells = []
         for c in cols:
             v = r[c]
-            cells.append(f"{0.0 if abs(v) < 5e-5 else v:.2%}" if c == "gap" and v is not None else
+            cells.append(gap_text(v) if c == "gap" and v is not None else
                          f"{v:.1f}" if c == "solve_s" and v is not None else
                          f"{v:g}" if c in names else _fmt(v))
         t.add_row(*cells)

@@ -53,16 +53,38 @@ def binned_rates(arrival_s: np.ndarray, *, interval_s: float, window_s: float | 
 def peak_rate_factor(arrival_s: np.ndarray, *, interval_s: float = 60.0, quantile: float = 0.95,
                      window_s: float | None = None) -> float:
     """Peak-to-mean rate factor (module docstring): the ``quantile`` of the binned rates of :func:`binned_rates`
-    pooled over the windows, at least 1 (a factor below 1 would size below the mean). Dimensionless.
-    Raises InputError when no window has MIN_INTERVALS_PER_WINDOW full intervals, or ``quantile`` is outside (0, 1]."""
+    pooled over the windows. Dimensionless, at least 1.
+    Raises InputError when no window has MIN_INTERVALS_PER_WINDOW full intervals (naming the longest interval that
+    fits), when ``quantile`` is outside (0, 1], or when the factor it gives is below 1 (capacity under the window's
+    mean rate; the error gives the measured factor and the least quantile giving 1). Never clamps."""
     if not 0.0 < quantile <= 1.0:
         raise InputError(f"quantile {quantile!r} must be in (0, 1], e.g. 0.95", field="quantile", value=quantile)
     rel = binned_rates(arrival_s, interval_s=interval_s, window_s=window_s)
     if not rel:
+        t = np.asarray(arrival_s, dtype=float)
+        span = float(t[-1] - t[0]) if len(t) else 0.0
+        longest = min(span, float(window_s)) if window_s is not None else span
         raise InputError(f"the arrivals span no window with {MIN_INTERVALS_PER_WINDOW} full intervals of "
-                         f"{interval_s:g} s; give a shorter interval_s or a longer trace", field="interval_s",
-                         value=interval_s)
-    return max(1.0, float(np.quantile(np.concatenate(rel), quantile)))
+                         f"{interval_s:g} s (the arrivals span {span:g} s); give interval_s at most "
+                         f"{np.floor(longest / MIN_INTERVALS_PER_WINDOW):g} s", field="interval_s", value=interval_s)
+    pooled = np.sort(np.concatenate(rel))
+    factor = float(np.quantile(pooled, quantile))
+    if factor < 1.0:
+        raise InputError(f"quantile {quantile:g} gives a peak factor of {factor:.3g}, below 1 (capacity under the "
+                         f"window's mean rate); give a quantile of at least {_least_quantile_to_one(pooled):.2f}",
+                         field="quantile", value=quantile)
+    return factor
+
+
+def _least_quantile_to_one(pooled: np.ndarray) -> float:
+    """The least quantile (rounded up to 0.01) at which ``np.quantile`` of the sorted ``pooled`` rates (linear
+    interpolation between order statistics k and k + 1 at position q × (n - 1)) reaches 1."""
+    n = len(pooled)
+    k = int(np.searchsorted(pooled, 1.0)) - 1  # pooled[k] < 1 <= pooled[k + 1]
+    if k < 0 or n < 2:
+        return 0.01
+    q = (k + (1.0 - pooled[k]) / (pooled[k + 1] - pooled[k])) / (n - 1)
+    return float(np.ceil(q * 100 - 1e-9) / 100)
 
 
 def index_of_dispersion(arrival_s: np.ndarray, *, interval_s: float) -> float:

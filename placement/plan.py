@@ -116,6 +116,8 @@ class Evaluation:
         served_away_req_per_s: {model: rate served away from its origin in each window}.
         kv_egress_usd: the part of ``egress_usd`` billed for KV caches and prompts crossing sites between prefill
             and decode pools, USD over the horizon.
+        busy_gpus_by_pool: {pool id: busy GPUs in each window} (the numerator of the utilization, per pool; a pool
+            without GPUs in use is absent): the load the pool's replicas carry, in GPUs, not the GPUs deployed.
     """
 
     gpu_usd: float
@@ -128,6 +130,7 @@ class Evaluation:
     served_away_req_per_s: dict[str, tuple[float, ...]]
     kv_egress_usd: float = 0.0
     committed_usd: float = 0.0
+    busy_gpus_by_pool: dict[str, tuple[float, ...]] = field(default_factory=dict)
 
     @property
     def total_usd(self) -> float:
@@ -357,6 +360,8 @@ def evaluate(problem: Problem, plan: Plan) -> Evaluation:
     busy = [0.0] * W
     ded_cap = {m.name: [0.0] * W for m in problem.models}
     ded_gpus = {m.name: [0.0] * W for m in problem.models}
+    ded_pool_gpus: dict[str, dict[str, list[float]]] = {}  # model -> {pool: dedicated GPUs per window}
+    busy_pool: dict[str, list[float]] = {}
     shared_served = {m.name: [0.0] * W for m in problem.models}
     for key, counts in plan.replicas.items():
         o = opts[key]
@@ -366,10 +371,12 @@ def evaluate(problem: Problem, plan: Plan) -> Evaluation:
             gpus[w] += n * o.gpus
             ded_cap[o.model][w] += n * o.capacity_req_per_s
             ded_gpus[o.model][w] += n * o.gpus
+            ded_pool_gpus.setdefault(o.model, {}).setdefault(o.pool, [0.0] * W)[w] += n * o.gpus
         start_usd += starts(counts) * o.start_cost_usd
     pd_opts = problem.pd_option_by_key
     pd_cap: dict[tuple, list[float]] = {}  # (model, role, site, decode site) -> capacity per window, req/s
     pd_gpus: dict[tuple, list[float]] = {}
+    pd_pool_gpus: dict[tuple, dict[str, list[float]]] = {}  # group -> {pool: GPUs per window}
     for pkey, counts in plan.pd_replicas.items():
         o = pd_opts[pkey]
         price = pools[o.pool].usd_per_gpu_hour
@@ -379,6 +386,7 @@ def evaluate(problem: Problem, plan: Plan) -> Evaluation:
             gpus[w] += n * o.gpus
             pd_cap.setdefault(group, [0.0] * W)[w] += n * o.capacity_req_per_s
             pd_gpus.setdefault(group, [0.0] * W)[w] += n * o.gpus
+            pd_pool_gpus.setdefault(group, {}).setdefault(o.pool, [0.0] * W)[w] += n * o.gpus
         start_usd += starts(counts) * o.start_cost_usd
     for group, gcaps in pd_cap.items():
         mname, role, site, dsite = group
@@ -388,6 +396,8 @@ def evaluate(problem: Problem, plan: Plan) -> Evaluation:
                                           or (role == "decode" and ds == site)))
             if gcaps[w] > 0:
                 busy[w] += min(1.0, load / gcaps[w]) * pd_gpus[group][w]
+                for pid, pool_gpus in pd_pool_gpus[group].items():
+                    busy_pool.setdefault(pid, [0.0] * W)[w] += min(1.0, load / gcaps[w]) * pool_gpus[w]
     for g in plan.shared:
         price = pools[g.pool].usd_per_gpu_hour
         gpu_usd += price * hours * W
@@ -397,6 +407,7 @@ def evaluate(problem: Problem, plan: Plan) -> Evaluation:
             cap = shares[(mname, g.pool)].capacity_req_per_s
             for w, f in enumerate(served):
                 busy[w] += f / cap
+                busy_pool.setdefault(g.pool, [0.0] * W)[w] += f / cap
                 shared_served[mname][w] += f
     served_demand = plan.served_req_per_s(problem)
     for (mname, _ps, _ds), flows in plan.kv_flows_req_per_s.items():
@@ -407,6 +418,8 @@ def evaluate(problem: Problem, plan: Plan) -> Evaluation:
             need = max(0.0, d - shared_served[m.name][w])
             if ded_cap[m.name][w] > 0:
                 busy[w] += min(1.0, need / ded_cap[m.name][w]) * ded_gpus[m.name][w]
+                for pid, pool_gpus in ded_pool_gpus.get(m.name, {}).items():
+                    busy_pool.setdefault(pid, [0.0] * W)[w] += min(1.0, need / ded_cap[m.name][w]) * pool_gpus[w]
     committed_usd = sum(c * pools[pid].committed_usd_per_gpu_hour * problem.horizon_hours
                         for pid, c in commitments(problem, plan).items())
     gpu_usd += committed_usd
@@ -425,4 +438,5 @@ def evaluate(problem: Problem, plan: Plan) -> Evaluation:
     util = tuple(busy[w] / gpus[w] if gpus[w] else 0.0 for w in range(W))
     return Evaluation(gpu_usd=gpu_usd, start_usd=start_usd, egress_usd=egress_usd, gpu_hours=sum(gpus) * hours,
                       gpus_per_window=tuple(gpus), utilization_per_window=util, capacity_req_per_s=cap_total,
-                      served_away_req_per_s=away, kv_egress_usd=kv, committed_usd=committed_usd)
+                      served_away_req_per_s=away, kv_egress_usd=kv, committed_usd=committed_usd,
+                      busy_gpus_by_pool={pid: tuple(b) for pid, b in busy_pool.items()})

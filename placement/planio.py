@@ -6,26 +6,26 @@ solve_time_s, message, cost_breakdown_usd_per_day {gpu, starts, egress, of_which
 of gpu, when any)}, utilization {mean, peak}, window_length_s, n_windows, pools [{id, site, gpu, nodes,
 gpus_per_node, usd_per_gpu_hour, pricing_model, price_source, and when set: name, committed_usd_per_gpu_hour,
 interruption_rate, fallback}] (the price each pool used and where it came from: the user's row, the scenario, or the
-catalog snapshot with its date), commitments [{pool, gpus, busy_share, committed_usd_per_gpu_hour,
+catalog snapshot with its date), commitments [{pool, gpus, deployed_share, load_share, committed_usd_per_gpu_hour,
 committed_price_source, on_demand_usd_per_gpu_hour, on_demand_price_source, break_even_utilization}] (only for a
-problem with committed pools: the GPUs committed for the whole horizon, the share of their hours in use, and
-committed rate / on-demand rate), replicas [{model, pool, site, gpu, tp, pp, capacity_req_per_s, capacity_source,
-counts[], class_capacity_req_per_s {class: req/s} (only for a model with request classes)}], shared_gpus [{pool,
-site, gpu, models[], served_req_per_s {model: []}, capacity_source {model}}], windows [{index, start_s, gpus,
-utilization, demand_req_per_s {model}, capacity_req_per_s {model}, replicas {model: {"gpu@site tpN": n}}}] (a named
-pool's label is "gpu@site [name]"), baselines {name: {cost_usd_per_day, gpu_hours_per_day, valid, message}},
-validation {ok, violations}, scenario {name, source, raw}, best_effort (true when demand is left unserved),
-unserved_req_per_s {model: [req/s per window]} (best-effort plans; empty otherwise; each window's served_req_per_s =
-demand - unserved, under windows[].served_req_per_s), arrivals {model: {peak_factor, source}} (models whose
-capacity is sized for peak_factor × each window's rate: their options' capacities are already divided by it),
-class_unserved_req_per_s {model: {class: [req/s per window]}} (best-effort plans of models with request classes: the
-classes left short; they sum to the model's unserved_req_per_s), disaggregated plans only: prefill_decode [{model,
-role (prefill | decode), pool, site, gpu, tp, decode_site, capacity_req_per_s, kv_transfer_s, capacity_source,
-counts[]}] and kv_flows [{model, prefill_site, decode_site, route_class, link, req_per_s[], kv_gb_per_day,
-prompt_gb_per_day}] (windows[].replicas label them 'prefill'/'decode'). capacity_source says where an option's
-capacity came from: 'roofline (<GPU> row of <calibration file>)' or 'measured <format> <file> (...)'.
-"per day" figures scale the horizon's totals to 24 h (the horizon is a day for 24 one-hour windows; a shorter
-horizon is taken to repeat).
+problem with committed pools: the GPUs committed for the whole horizon, the share of their GPU-hours with a replica
+deployed, the share busy with load, and committed rate / on-demand rate), replicas [{model, pool, site, gpu, tp, pp,
+capacity_req_per_s, capacity_source, counts[], class_capacity_req_per_s {class: req/s} (only for a model with
+request classes)}], shared_gpus [{pool, site, gpu, models[], served_req_per_s {model: []}, capacity_source
+{model}}], windows [{index, start_s, gpus, utilization, demand_req_per_s {model}, capacity_req_per_s {model},
+replicas {model: {"gpu@site tpN": n}}}] (a named pool's label is "gpu@site [name]"), baselines {name:
+{cost_usd_per_day, gpu_hours_per_day, valid, message}}, validation {ok, violations}, scenario {name, source, raw},
+best_effort (true when demand is left unserved), unserved_req_per_s {model: [req/s per window]} (best-effort plans;
+empty otherwise; each window's served_req_per_s = demand - unserved, under windows[].served_req_per_s), arrivals
+{model: {peak_factor, source}} (models whose capacity is sized for peak_factor × each window's rate: their options'
+capacities are already divided by it), class_unserved_req_per_s {model: {class: [req/s per window]}} (best-effort
+plans of models with request classes: the classes left short; they sum to the model's unserved_req_per_s),
+disaggregated plans only: prefill_decode [{model, role (prefill | decode), pool, site, gpu, tp, decode_site,
+capacity_req_per_s, kv_transfer_s, capacity_source, counts[]}] and kv_flows [{model, prefill_site, decode_site,
+route_class, link, req_per_s[], kv_gb_per_day, prompt_gb_per_day}] (windows[].replicas label them
+'prefill'/'decode'). capacity_source says where an option's capacity came from: 'roofline (<GPU> row of <calibration
+file>)' or 'measured <format> <file> (...)'. "per day" figures scale the horizon's totals to 24 h (the horizon is a
+day for 24 one-hour windows; a shorter horizon is taken to repeat).
 
 Reading (:func:`load_plan_file`): the file is checked against :class:`~fleetplan.placement.schemas.PlanFile` (wrong
 types such as 1.5 or "2" replicas and unknown keys are refused, naming the field path). The plan is the replicas,
@@ -46,7 +46,16 @@ from typing import Any
 
 from fleetplan.errors import InputError
 from fleetplan.fileio import validate_input, yaml12_numbers
-from fleetplan.placement.plan import Plan, SharedGPU, Status, commitments, evaluate, kv_traffic, pool_gpus_per_window
+from fleetplan.placement.plan import (
+    Evaluation,
+    Plan,
+    SharedGPU,
+    Status,
+    commitments,
+    evaluate,
+    kv_traffic,
+    pool_gpus_per_window,
+)
 from fleetplan.placement.problem import Pool, Problem
 from fleetplan.placement.scenario import Scenario, build_problem, scenario_from_raw
 from fleetplan.placement.schemas import PlanFile
@@ -97,7 +106,7 @@ def plan_to_dict(problem: Problem, plan: Plan, *, scenario: dict | None = None,
     if ev and ev.committed_usd:
         out["cost_breakdown_usd_per_day"]["of_which_commitments"] = ev.committed_usd * f
     if any(p.committed for p in problem.pools):
-        out["commitments"] = _commitment_entries(problem, plan) if plan.has_solution else []
+        out["commitments"] = _commitment_entries(problem, plan, ev) if plan.has_solution and ev else []
     if plan.class_unserved_req_per_s:
         by_class: dict[str, dict[str, list[float]]] = {}
         for (m, c), v in plan.class_unserved_req_per_s.items():
@@ -192,16 +201,20 @@ def _pool_entry(p: Pool) -> dict[str, Any]:
     return out
 
 
-def _commitment_entries(problem: Problem, plan: Plan) -> list[dict[str, Any]]:
-    """Per committed pool: GPUs committed, the share of their hours the plan keeps busy, the rates and the
-    break-even utilization (committed rate / on-demand rate) with the sources of both rates."""
+def _commitment_entries(problem: Problem, plan: Plan, ev: Evaluation) -> list[dict[str, Any]]:
+    """Per committed pool: GPUs committed; ``deployed_share``, the share of their GPU-hours with a replica deployed
+    (idle committed GPUs cost nothing more and starts cost money, so a plan may keep replicas up all day: this
+    share can be 1 at low load); ``load_share``, the share of their GPU-hours busy with load (the evaluation's busy
+    GPUs of the pool, :attr:`Evaluation.busy_gpus_by_pool`: the figure to set against the break-even); the rates
+    and the break-even utilization (committed rate / on-demand rate) with the sources of both rates."""
     pools = problem.pool_by_id
     use = pool_gpus_per_window(problem, plan)
     out = []
     for pid, c in commitments(problem, plan).items():
         p = pools[pid]
-        busy = sum(use[pid]) / (c * problem.n_windows) if c else None
-        out.append({"pool": pid, "gpus": c, "busy_share": busy,
+        deployed = sum(use[pid]) / (c * problem.n_windows) if c else None
+        load = sum(ev.busy_gpus_by_pool.get(pid, ())) / (c * problem.n_windows) if c else None
+        out.append({"pool": pid, "gpus": c, "deployed_share": deployed, "load_share": load,
                     "committed_usd_per_gpu_hour": p.committed_usd_per_gpu_hour,
                     "committed_price_source": p.price_source,
                     "on_demand_usd_per_gpu_hour": p.on_demand_usd_per_gpu_hour,
@@ -284,6 +297,9 @@ def read_plan_json(path: str | Path) -> dict:
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise InputError(f"not JSON: {getattr(exc, 'msg', exc)}", source=str(p),
                          row=getattr(exc, "lineno", None)) from None
+    except ValueError:  # a whole number past Python's 4300-digit limit (not a JSONDecodeError)
+        raise InputError("a number in the file has more than 4300 digits; give counts no larger than the pool's "
+                         "GPUs", source=str(p)) from None
     if not isinstance(d, dict) or d.get("fleetplan_plan_version") != FORMAT_VERSION:
         raise InputError("not a fleetplan plan file (no fleetplan_plan_version 1); write one with "
                          "`fleetplan plan --out plan.json`", source=str(p), field="fleetplan_plan_version")

@@ -34,6 +34,13 @@ ROLES = ("colocated", "prefill", "decode")
 PdKey = tuple[str, str, str, int, str]
 
 
+#: Why a spot pool may not fall back to a committed pool (one text for the scenario and the problem checks): the
+#: headroom would be the pool's uncommitted GPUs, which run nothing (use never exceeds the commitment).
+COMMITTED_FALLBACK_WHY = ("its GPUs beyond the commitment run nothing (use never exceeds the commitment), so they "
+                          "are no headroom for interrupted spot replicas; fall back to an on-demand or owned pool of "
+                          "the same site and GPU type")
+
+
 @dataclass(frozen=True)
 class Pool:
     """GPUs of one type at one site.
@@ -61,7 +68,8 @@ class Pool:
         interruption_rate: spot pools: expected share of a spot GPU's hours lost to preemption, in [0, 1). The
             capacities of the pool's options are already derated by (1 - interruption_rate) (the scenario builder
             does it), so a spot replica counts for its expected surviving capacity.
-        fallback_pool: spot pools: id of a pool of the same GPU type at the same site (not spot) whose free GPUs
+        fallback_pool: spot pools: id of a pool of the same GPU type at the same site (not spot, not committed:
+            :data:`COMMITTED_FALLBACK_WHY`) whose free GPUs
             cover the expected interrupted share: in every window, interruption_rate × spot GPUs in use <= GPUs
             of the fallback pool left unused (the fallback rule; None: no headroom is kept).
     """
@@ -489,6 +497,9 @@ class Problem:
                 raise InputError(f"pool {p.id}: fallback {p.fallback_pool!r} must be a pool that is not spot, with "
                                  f"the same site ({p.site}) and GPU type ({p.gpu})", field="fallback",
                                  value=p.fallback_pool)
+            if f.committed:
+                raise InputError(f"pool {p.id}: fallback {f.id!r} is a committed pool: {COMMITTED_FALLBACK_WHY}",
+                                 field="fallback", value=f.id)
         names = [m.name for m in self.models]
         if len(set(names)) != len(names):
             raise InputError("two models have the same name", field="models")

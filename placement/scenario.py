@@ -88,6 +88,7 @@ from pathlib import Path
 
 import numpy as np
 
+from fleetplan.costmodels.arrivals import MIN_INTERVALS_PER_WINDOW
 from fleetplan.costmodels.calibration import Calibration
 from fleetplan.costmodels.capacity import (
     PROFILE_FORMATS,
@@ -140,7 +141,15 @@ from fleetplan.datasets.traces import (
 )
 from fleetplan.errors import FleetplanError, InputError, UnknownNameError
 from fleetplan.fileio import parse_yaml, read_text_file, validate_input
-from fleetplan.placement.problem import KvRoute, ModelSpec, Pool, Problem, ReplicaOption, ShareOption
+from fleetplan.placement.problem import (
+    COMMITTED_FALLBACK_WHY,
+    KvRoute,
+    ModelSpec,
+    Pool,
+    Problem,
+    ReplicaOption,
+    ShareOption,
+)
 from fleetplan.placement.schemas import (
     ENTRY_LABELS,
     ArrivalsSpec,
@@ -418,15 +427,27 @@ def _pool(row: InventoryRow, where: str, site: str, gpu: GPU, pricing_model: str
         raise InputError(str(exc), source=where, field=exc.field, value=exc.value) from None
 
 
-def _with_on_demand_reference(pools: list[Pool], prices, price_date: str | None) -> list[Pool]:
+def _with_on_demand_reference(pools: list[Pool], prices, price_date: str | None, rows_where: list[str]) -> list[Pool]:
     """``pools`` with the on-demand rate of every committed pool that has none (for its break-even utilization):
     an on-demand pool of the same site and GPU type in the scenario, else the catalogs' on-demand price there,
-    else none (the plan then says the break-even is unknown)."""
+    else none (the plan then says the break-even is unknown).
+
+    A committed row's own ``on_demand_usd_per_gpu_hour`` changes only the reported break-even, never the cost
+    (overflow beyond the commitment runs on, and is priced at, the site's on-demand pool). So when such a pool
+    exists, a rate differing from the pool's by more than half a cent is refused (InputError naming the row
+    ``rows_where[k]``): it would contradict the pool that actually carries the overflow."""
     out = []
-    for p in pools:
+    for p, rw in zip(pools, rows_where, strict=True):
+        twin = next((q for q in pools if q.site == p.site and q.gpu == p.gpu
+                     and q.pricing_model == "on-demand"), None) if p.committed else None
+        given = p.on_demand_usd_per_gpu_hour
+        if twin is not None and given is not None and not math.isclose(given, twin.usd_per_gpu_hour,
+                                                                        rel_tol=1e-9, abs_tol=0.005):
+            raise _err(f"on_demand_usd_per_gpu_hour {given:g} differs from the {twin.usd_per_gpu_hour:g} USD/GPU-h "
+                       f"of the on-demand pool {twin.id!r} of this site and GPU type, which carries (and prices) the "
+                       "overflow beyond the commitment; drop the key (that pool's rate is the break-even's "
+                       "reference) or change that row's usd_per_gpu_hour", rw, "on_demand_usd_per_gpu_hour", given)
         if p.committed and p.on_demand_usd_per_gpu_hour is None:
-            twin = next((q for q in pools if q.site == p.site and q.gpu == p.gpu
-                         and q.pricing_model == "on-demand"), None)
             if twin is not None:
                 p = dataclasses.replace(p, on_demand_usd_per_gpu_hour=twin.usd_per_gpu_hour,
                                         on_demand_price_source=f"pool {twin.id}: {twin.price_source}")
@@ -442,20 +463,36 @@ def _with_on_demand_reference(pools: list[Pool], prices, price_date: str | None)
 
 
 def _check_pool_names(pools: list[Pool], rows_where: list[str]) -> None:
-    """Pool ids are unique and a spot row's ``fallback`` names another row's pool of the same site and GPU type
-    that is not spot; otherwise InputError naming the row (``rows_where[k]`` is where ``pools[k]`` comes from)."""
-    ids = [p.id for p in pools]
+    """Pool ids are unique (an InputError names the second row of an id) and a spot row's ``fallback`` names
+    another row of the same site and GPU type that is on-demand or owned (not spot, not committed:
+    :data:`~fleetplan.placement.problem.COMMITTED_FALLBACK_WHY`); otherwise InputError naming the row
+    (``rows_where[k]`` is where ``pools[k]`` comes from) and the rows that would do."""
     by_id = {p.id: p for p in pools}
+    seen: set[str] = set()
     for p, rw in zip(pools, rows_where, strict=True):
-        if ids.count(p.id) > 1:
-            raise _err(f"two inventory rows make the pool {p.id!r}; give each row of one site and GPU type its own "
-                       "name (e.g. owned, committed, on-demand, spot)", rw, "name", p.id)
-        f = by_id.get(p.fallback_pool) if p.fallback_pool is not None else None
-        if p.fallback_pool is not None and (f is None or f.site != p.site or f.gpu != p.gpu
-                                            or f.pricing_model == SPOT_PRICING_MODEL):
-            raise UnknownNameError("fallback pool (a row of the same site and GPU type, not spot)", p.fallback_pool,
-                                   [q.id for q in pools if q.site == p.site and q.gpu == p.gpu and q is not p
-                                    and q.pricing_model != SPOT_PRICING_MODEL], source=rw, field="fallback")
+        if p.id in seen:
+            raise _err(f"an earlier inventory row already makes the pool {p.id!r}; give each row of one site and GPU "
+                       "type its own name (e.g. owned, committed, on-demand, spot)", rw, "name", p.id)
+        seen.add(p.id)
+    for p, rw in zip(pools, rows_where, strict=True):
+        if p.fallback_pool is None:
+            continue
+        usable = [q.id for q in pools if q.site == p.site and q.gpu == p.gpu and q is not p and not q.committed
+                  and q.pricing_model != SPOT_PRICING_MODEL]
+        here = f" (here: {', '.join(usable)})" if usable else " (this site has none of this GPU type: add one)"
+        f = by_id.get(p.fallback_pool)
+        if f is p:
+            raise _err(f"a spot row cannot be its own fallback pool: its interrupted replicas restart on another "
+                       f"row's GPUs; name an on-demand or owned row of the same site and GPU type{here}", rw,
+                       "fallback", p.fallback_pool)
+        if f is None:
+            raise UnknownNameError("fallback pool", p.fallback_pool, usable, source=rw, field="fallback")
+        if f.site != p.site or f.gpu != p.gpu or f.pricing_model == SPOT_PRICING_MODEL:
+            why = "a spot row" if f.pricing_model == SPOT_PRICING_MODEL else f"{f.gpu} at {f.site}"
+            raise _err(f"fallback {f.id!r} is {why}; name an on-demand or owned row of the same site and GPU type"
+                       f"{here}", rw, "fallback", f.id)
+        if f.committed:
+            raise _err(f"fallback {f.id!r} is a committed row: {COMMITTED_FALLBACK_WHY}{here}", rw, "fallback", f.id)
 
 
 def egress_table(sites: list[str]) -> dict[tuple[str, str], float]:
@@ -666,21 +703,30 @@ def _option_capacity(prof: MeasuredProfile | None, model: Model, gpu: GPU, mix: 
                             kv_budget_bytes=kv_budget_bytes)
 
 
-def _peak_factor(spec: ArrivalsSpec | None, window_s: float, base: Path | None, where: str) -> tuple[float, str]:
-    """(peak factor, its source) of an ``arrivals`` key (:class:`~fleetplan.placement.schemas.ArrivalsSpec`):
-    (1.0, '') without one; a trace file path is relative to the scenario's folder. Raises what
-    :func:`~fleetplan.datasets.traces.trace_peak_factor` raises, with ``where`` as the source."""
+def _peak_factor(spec: ArrivalsSpec | None, window_s: float, base: Path | None, source: str,
+                 path: str) -> tuple[float, str]:
+    """(peak factor, its source) of an ``arrivals`` key (:class:`~fleetplan.placement.schemas.ArrivalsSpec`) at
+    field path ``path`` (e.g. 'options.arrivals') of the file ``source``: (1.0, '') without one; a trace file path
+    is relative to the scenario's folder. Raises InputError naming ``source`` and one field path: interval_s when
+    fewer than MIN_INTERVALS_PER_WINDOW intervals fit a window, else the key (interval_s, quantile or from_trace)
+    an error of :func:`~fleetplan.datasets.traces.trace_peak_factor` is about."""
     if spec is None:
         return 1.0, ""
     if spec.peak_factor is not None:
-        return float(spec.peak_factor), f"peak_factor given in {where}"
+        return float(spec.peak_factor), f"peak_factor given in {source}: {path}"
+    if spec.interval_s * MIN_INTERVALS_PER_WINDOW > window_s:
+        raise InputError(f"{spec.interval_s:g} s leaves fewer than {MIN_INTERVALS_PER_WINDOW} intervals in a "
+                         f"{window_s:g} s window, too few for a quantile; give at most "
+                         f"{window_s / MIN_INTERVALS_PER_WINDOW:g} s (e.g. 60)", source=source,
+                         field=f"{path}.interval_s", value=spec.interval_s)
     name = spec.from_trace or ""
     if base is not None and (base / name).is_file():
         name = str(base / name)
     try:
         return trace_peak_factor(name, interval_s=spec.interval_s, quantile=spec.quantile, window_s=window_s)
     except InputError as exc:
-        raise InputError(f"{where}.from_trace: {exc}", field="arrivals.from_trace", value=spec.from_trace) from None
+        key = exc.field if exc.field in ("interval_s", "quantile") else "from_trace"
+        raise InputError(exc.message, source=source, field=f"{path}.{key}", value=exc.value) from None
 
 
 def _peaked(o: ReplicaOption, peak: float) -> ReplicaOption:
@@ -752,7 +798,7 @@ def build_problem(scenario: Scenario, *, progress: Callable[[str], None] | None 
             rows_where.append(rw)
     if not pools:
         raise _err("no GPU pool left (check allowed_gpus and the inventories)", where, "sites")
-    pools = _with_on_demand_reference(pools, prices, opts.get("price_date"))
+    pools = _with_on_demand_reference(pools, prices, opts.get("price_date"), rows_where)
     _check_pool_names(pools, rows_where)
     site_names = sorted({p.site for p in pools})
 
@@ -769,16 +815,20 @@ def build_problem(scenario: Scenario, *, progress: Callable[[str], None] | None 
     if not prefill_only <= {p.site for p in pools}:
         known = sorted({p.site for p in pools})
         raise UnknownNameError("site", sorted(prefill_only - set(known))[0], known, source=where,
-                               field="disaggregation.prefill_only_sites")
+                               field="options.disaggregation.prefill_only_sites")
+    if prefill_only and prefill_only == {p.site for p in pools}:
+        raise _err(f"every site ({', '.join(sorted(prefill_only))}) is prefill-only, so no model can be decoded or "
+                   "served anywhere; leave at least one site out of prefill_only_sites", where,
+                   "options.disaggregation.prefill_only_sites")
     if dis["enabled"] and dis_models is not None and not dis_models <= {m.name for m in spec.models}:
         raise UnknownNameError("scenario model", sorted(dis_models - {m.name for m in spec.models})[0],
-                               [m.name for m in spec.models], source=where, field="disaggregation.models")
+                               [m.name for m in spec.models], source=where, field="options.disaggregation.models")
     for i, m in enumerate(spec.models):
         mw = f"{where}: models[{i}]"
         model = scenario_model(m, mw, base, _file("models"))
         first = (len(options), len(shares), len(pd_options))
-        peak, peak_src = _peak_factor(m.arrivals or spec.options.arrivals, opts["window_length_s"], base,
-                                      f"{mw}.arrivals" if m.arrivals else f"{where}: options.arrivals")
+        peak, peak_src = _peak_factor(m.arrivals or spec.options.arrivals, opts["window_length_s"], base, where,
+                                      f"models[{i}].arrivals" if m.arrivals else "options.arrivals")
         wd = m.weight_dtype or opts["weight_dtype"]
         kvd = m.kv_dtype or opts["kv_dtype"]
         slo = m.slo.to_slo()
@@ -917,8 +967,9 @@ def build_problem(scenario: Scenario, *, progress: Callable[[str], None] | None 
                     why.append(f"{pool.id} shared: {cap.reason or cap.limiting}")
         if dis["enabled"] and (dis_models is None or m.name in dis_models):
             if class_mixes:
-                raise _err("disaggregation and request classes together are not supported yet; leave this model "
-                           "out of disaggregation.models or drop its classes", mw, "disaggregation")
+                raise _err(f"disaggregation and request classes together are not supported yet: model {m.name} "
+                           f"(models[{i}]) has classes; leave it out of options.disaggregation.models or drop its "
+                           "classes", where, "options.disaggregation")
             pdo, routes = _pd_options(model, mix, slo, pools, gpus, tps, opts, calib_file=calib_file, weight_dtype=wd,
                                       kv_dtype=kvd, link=link, why=why, prefill_only=prefill_only,
                                       derating=derating)

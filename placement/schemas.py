@@ -157,6 +157,15 @@ class DisaggregationSpec(InputModel):
         None, ge=0, le=5, description="flat USD per GB for KV and prompt bytes crossing sites, instead of the routes' "
         "egress tables (a what-if, e.g. near the break-even price)", fix="give USD per GB, e.g. 0.02")
 
+    @model_validator(mode="after")
+    def _keys_need_enabled(self) -> DisaggregationSpec:
+        idle = sorted(self.model_fields_set - {"enabled"})
+        if idle and not self.enabled:
+            keys = ", ".join(idle)
+            raise ValueError(f"{keys} {'has' if len(idle) == 1 else 'have'} no effect while enabled is false; set "
+                             f"enabled: true to plan with prefill and decode pools, or remove {keys}")
+        return self
+
 
 class ArrivalsSpec(InputModel):
     """Burstiness of arrivals inside a window: capacity is sized for peak factor × each window's rate (the billed
@@ -258,12 +267,17 @@ class InventoryRow(InputModel):
     name: str | None = input_field(None, min_length=1, description="the pool's id (default 'site/gpu'); needed when "
                                    "a site has several rows of one GPU type (owned + committed + on-demand + spot)")
     interruption_rate: float | None = input_field(None, ge=0, lt=1, description="spot rows: expected share of spot "
-                                                  "GPU-hours lost to preemption; derates the pool's capacity")
-    fallback: str | None = input_field(None, description="spot rows: name of the pool (same site and GPU type) whose "
-                                       "free GPUs must cover interruption_rate × the spot GPUs in use")
+                                                  "GPU-hours lost to preemption; derates the pool's capacity",
+                                                  fix="give the share of spot hours lost, e.g. 0.05")
+    fallback: str | None = input_field(None, description="spot rows: name of the pool (same site and GPU type; "
+                                       "on-demand or owned, not spot or committed) whose free GPUs must cover "
+                                       "interruption_rate × the spot GPUs in use")
     on_demand_usd_per_gpu_hour: float | None = input_field(None, gt=0, le=1000, description="committed rows: the "
-                                                           "on-demand rate for the break-even utilization (default: "
-                                                           "an on-demand row of the site, else the catalogs)")
+                                                           "on-demand rate for the break-even utilization only (the "
+                                                           "cost is unchanged: overflow is priced at the site's "
+                                                           "on-demand row); allowed only when the site has no "
+                                                           "on-demand row of this GPU type, or equal to its rate "
+                                                           "(default: that row's rate, else the catalogs')")
 
 
 class SiteSpec(InputModel):
@@ -549,7 +563,11 @@ class TenantsFile(InputModel):
 
 # ---- plan files (``fleetplan plan --out plan.json``; read by simulate, export and serve) ---------------------------
 
-_Count = Annotated[int, Field(ge=0)]
+#: Most replicas, instances or committed GPUs one plan-file entry may give per window: a sanity bound (the largest
+#: fleets planned have about 20,000 GPUs in all), so a mistyped 10**300 is refused with a short message before any
+#: check builds per-GPU lists of that size. ``placement.validate`` also refuses counts beyond the pool's GPUs.
+MAX_PLAN_COUNT = 1_000_000
+_Count = Annotated[int, Field(ge=0, le=MAX_PLAN_COUNT)]
 _Rate = Annotated[float, Field(ge=0)]
 
 
@@ -565,7 +583,8 @@ class PlanReplicaEntry(InputModel):
     capacity_req_per_s: float = input_field(ge=0, description="capacity of one replica (recomputed, re-checked)")
     capacity_source: str = input_field(description="where the capacity came from (recomputed, re-checked)")
     counts: list[_Count] = input_field(description="replicas per window, whole numbers >= 0",
-                                       fix="give whole numbers >= 0 of replicas, one per window")
+                                       fix="give whole numbers >= 0 of replicas, one per window, no more "
+                                           "than the pool's GPUs")
     class_capacity_req_per_s: dict[str, float] | None = input_field(None, description="capacity per request "
                                                                      "class (recomputed, re-checked)")
 
@@ -586,8 +605,11 @@ class PlanCommitmentEntry(InputModel):
 
     pool: str = input_field(description="committed pool id")
     gpus: _Count = input_field(description="GPUs committed for the whole horizon, a whole number >= 0",
-                               fix="give a whole number >= 0 of GPUs")
-    busy_share: float | None = input_field(None, description="share of the committed hours in use (re-checked)")
+                               fix="give a whole number >= 0 of GPUs, no more than the pool's")
+    deployed_share: float | None = input_field(None, description="share of the committed GPU-hours with a replica "
+                                               "deployed, whatever its load (re-checked)")
+    load_share: float | None = input_field(None, description="share of the committed GPU-hours busy with load: "
+                                           "the figure to compare with the break-even (re-checked)")
     committed_usd_per_gpu_hour: float = input_field(description="committed rate (re-checked)")
     committed_price_source: str = input_field(description="where the committed rate came from (re-checked)")
     on_demand_usd_per_gpu_hour: float | None = input_field(None, description="on-demand rate (re-checked)")
@@ -609,7 +631,8 @@ class PlanPdEntry(InputModel):
     kv_transfer_s: float = input_field(ge=0, description="KV transfer time added to TTFT (re-checked)")
     capacity_source: str = input_field(description="where the capacity came from (re-checked)")
     counts: list[_Count] = input_field(description="instances per window, whole numbers >= 0",
-                                       fix="give whole numbers >= 0 of instances, one per window")
+                                       fix="give whole numbers >= 0 of instances, one per window, no more "
+                                           "than the pool's GPUs")
 
 
 class PlanKvFlowEntry(InputModel):

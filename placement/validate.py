@@ -15,7 +15,7 @@ import numpy as np
 from scipy.optimize import linprog
 
 from fleetplan.placement.plan import Plan
-from fleetplan.placement.problem import Problem
+from fleetplan.placement.problem import Pool, Problem
 
 #: Relative tolerance for floating-point comparisons (solvers work to ~1e-7 feasibility tolerance).
 REL_TOL = 1e-6
@@ -100,6 +100,19 @@ def _least_class_unserved(demand_req_per_s: dict[str, float], replicas: list[tup
                 a[len(classes) + r, j] = 1.0 / caps[c]
     res = linprog(-np.ones(len(cells)), A_ub=a, b_ub=b, bounds=(0, None), method="highs")
     return total + float(res.fun or 0.0) if res.status == 0 else total
+
+
+def _beyond_pool(key: tuple, counts: list[int] | tuple[int, ...], gpus_per_replica: int, pool: Pool) -> list[str]:
+    """The violation (at most one: the first window) of an option whose replicas need more GPUs than its pool has
+    in all, or []. Checked before any per-GPU list is built, so a count such as 10**300 is refused without
+    allocating; the message names the option, the window and both figures, not the count's digits."""
+    total = pool.nodes * pool.gpus_per_node
+    for w, n in enumerate(counts):
+        if n * gpus_per_replica > total:
+            shown = f"{n}" if n < 10**9 else f"about 10^{len(str(n)) - 1}"
+            return [f"{key} window {w}: {shown} replicas of {gpus_per_replica} GPUs each do not fit the {total} GPUs "
+                    f"of pool {pool.id}; give at most {total // gpus_per_replica} replicas"]
+    return []
 
 
 def _banded_usd(monthly_gb: float, bands: list[tuple[float, float | None, float]]) -> float:
@@ -246,6 +259,8 @@ def validate(problem: Problem, plan: Plan, *, check_objective: bool = True) -> V
             v.append(f"{key}: {len(counts)} windows, expected {W}")
         if any((not isinstance(n, int)) or n < 0 for n in counts):
             v.append(f"{key}: replica counts must be whole numbers >= 0, got {counts}")
+        else:
+            v += _beyond_pool(key, counts, opts[key].tp * opts[key].pp, pools[opts[key].pool])
     for i, g in enumerate(plan.shared):
         if g.pool not in pools:
             v.append(f"shared GPU {i}: unknown pool {g.pool}")
@@ -267,6 +282,8 @@ def validate(problem: Problem, plan: Plan, *, check_objective: bool = True) -> V
             v.append(f"prefill/decode key {pkey} is not an option of the problem")
         elif len(counts) != W or any((not isinstance(n, int)) or n < 0 for n in counts):
             v.append(f"{pkey}: {W} whole replica counts >= 0 expected, got {counts}")
+        else:
+            v += _beyond_pool(pkey, counts, pd_opts[pkey].tp, pools[pd_opts[pkey].pool])
     for rkey, flows in plan.kv_flows_req_per_s.items():
         if rkey not in routes:
             v.append(f"KV flow {rkey} is not a route of the problem")

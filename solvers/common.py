@@ -217,6 +217,16 @@ def relative_gap(objective_usd: float, bound_usd: float | None) -> float | None:
     return (objective_usd - bound_usd) / abs(objective_usd)
 
 
+def gap_text(gap: float) -> str:
+    """A relative gap as a percentage with two decimals for reports: a gap within :data:`BOUND_REL_TOL` below 0
+    (float noise between a plan's cost and an equal bound) reads "0.00%", never "-0.00%"; a gap further below 0
+    (a bound above the plan: a defect, see :func:`finish_plan`) keeps its sign, with digits enough to show it."""
+    if -BOUND_REL_TOL <= gap < 0:
+        gap = 0.0
+    text = f"{gap:.2%}"
+    return f"{gap * 100:.2g}%" if text in ("-0.00%", "0.00%") and gap < 0 else text
+
+
 def finish_plan(problem: Problem, *, backend: str, gap: float, bounds: dict[str, float | None],
                 incumbent: Plan | None = None, start: Plan | None = None, time_limit_reached: bool = False,
                 time_limit_s: float | None = None, solve_time_s: float = 0.0, notes: tuple[str, ...] = (),
@@ -265,7 +275,7 @@ def finish_plan(problem: Problem, *, backend: str, gap: float, bounds: dict[str,
                      "please report this")
     elif bound is not None and g is not None and g <= gap + 1e-9:
         status = Status.OPTIMAL
-        parts.append(f"proven optimal within the {gap:.2%} gap (gap {max(g, 0.0):.2%}, {bound_src} bound)")
+        parts.append(f"proven optimal within the {gap:.2%} gap (gap {gap_text(g)}, {bound_src} bound)")
     elif bound is not None:
         status = Status.FEASIBLE
         why = f"time limit {time_limit_s:.3g} s reached" if time_limit_reached else "stopped"

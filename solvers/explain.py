@@ -86,11 +86,18 @@ def explain_infeasible(problem: Problem, *, time_limit_s: float = 30) -> list[st
     model = build_milp(problem, relax=True, elastic=True)
     model.lp.solve(HiGHS(msg=False, timeLimit=time_limit_s))
     out = []
+    by_class: dict[tuple[str, int], list[str]] = {}
+    for (m, cls, w), var in (model.short_class or {}).items():
+        v = var.value() or 0.0
+        if v > 1e-6:
+            by_class.setdefault((m, w), []).append(f"{cls} {v:.2f}")
     for (m, w), var in model.short.items():
         v = var.value() or 0.0
         if v > 1e-6:
+            split = by_class.get((m, w))
+            classes = f" (by request class, one least split: {', '.join(split)} req/s)" if split else ""
             out.append(f"model {m} in window {w}: {v:.2f} req/s cannot be served within the inventory, "
-                       "even with fractional replicas")
+                       f"even with fractional replicas{classes}")
     for (m, w), var in model.floor_short.items():
         v = var.value() or 0.0
         if v > 1e-6:

@@ -116,6 +116,7 @@ class PlacementMilpModel:
     g: dict | None = None
     c: dict | None = None
     unserved_class: dict | None = None
+    short_class: dict | None = None
 
 
 def build_milp(problem: Problem, *, relax: bool = False, elastic: bool = False,
@@ -125,7 +126,9 @@ def build_milp(problem: Problem, *, relax: bool = False, elastic: bool = False,
 
     ``elastic=True`` adds a shortfall variable short[m,w] >= 0 (req/s, penalty ELASTIC_PENALTY_USD each) to the
     demand side of (1)/(2) and floor_short[m,w] to the floor in (7): an always-feasible model whose positive
-    shortfalls say which model and window cannot be served and by how much (used to explain infeasibility).
+    shortfalls say which model and window cannot be served and by how much (used to explain infeasibility). For a
+    model with request classes each class has its own shortfall short_class[m,cls,w] in (12a), and short[m,w] is
+    their sum (one variable in every class's constraint would let one req/s of shortfall cover each class at once).
     ``aggregate=True`` merges each pool's identical candidate shared GPUs into one bin with y, a ∈ [0, B_p] and
     a ≤ y (y: shared GPUs on, a: GPUs the model resides on). With ``relax=True`` it is the same LP bound (any
     aggregate solution splits evenly over the B_p bins) without the symmetric copies; with ``relax=False`` y and
@@ -228,6 +231,7 @@ def build_milp(problem: Problem, *, relax: bool = False, elastic: bool = False,
     # (12) Request classes: routing variables and their two constraints.
     x: dict = {}
     unserved_c: dict = {}
+    short_c: dict = {}
     for o in idx.options:
         for cls in o.class_capacity:
             for w in W:
@@ -238,7 +242,11 @@ def build_milp(problem: Problem, *, relax: bool = False, elastic: bool = False,
         mine = [o for o in idx.options if o.model == m.name]
         for w in W:
             for ci, (cls, share) in enumerate(m.class_shares):
-                extra = [short[(m.name, w)]] if elastic else []
+                extra = []
+                if elastic:  # the class's own shortfall, req/s; short[m, w] is their sum
+                    sc = lp.add_variable(f"short_c_{len(short_c)}", 0)
+                    short_c[(m.name, cls, w)] = sc
+                    extra.append(sc)
                 if unserved:  # best effort: the class's unserved req/s
                     uc = lp.add_variable(f"unserved_c_{len(unserved_c)}", 0, share * m.demand_req_per_s[w])
                     unserved_c[(m.name, cls, w)] = uc
@@ -248,6 +256,9 @@ def build_milp(problem: Problem, *, relax: bool = False, elastic: bool = False,
             if unserved:
                 lp += (unserved_v[(m.name, w)] == pulp.lpSum(unserved_c[(m.name, c, w)] for c, _ in m.class_shares),
                        f"c12_unserved_{m.name}_{w}")
+            if elastic:
+                lp += (short[(m.name, w)] == pulp.lpSum(short_c[(m.name, c, w)] for c, _ in m.class_shares),
+                       f"c12_short_{m.name}_{w}")
             for o in mine:
                 caps = o.class_capacity
                 lp += (pulp.lpSum(x[(o.key, k, w)] * (1.0 / cap) for k, cap in caps.items())
@@ -391,7 +402,7 @@ def build_milp(problem: Problem, *, relax: bool = False, elastic: bool = False,
     _add_spot_fallback(problem, idx, lp, n, y, nd)
     return PlacementMilpModel(lp=lp, idx=idx, n=n, st=st, y=y, a=a, f=f, q=q, relax=relax, short=short,
                               floor_short=floor_short, unserved=unserved_v, x=x, nd=nd, g=g, c=commit,
-                              unserved_class=unserved_c)
+                              unserved_class=unserved_c, short_class=short_c)
 
 
 def _kv_egress_terms(problem: Problem, lp: pulp.LpProblem, g: dict, W: range, relax: bool) -> list:

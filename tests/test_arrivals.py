@@ -27,7 +27,12 @@ def test_peak_factor_by_hand():
     # Four 10 s bins holding 1, 1, 1, 5 arrivals: mean 2 per bin, rates / mean = 0.5, 0.5, 0.5, 2.5.
     t = np.array([0.0, 11.0, 21.0, 31.0, 32.0, 33.0, 34.0, 35.0, 40.0])  # the last one closes the 40 s span
     assert peak_rate_factor(t, interval_s=10, quantile=1.0) == pytest.approx(2.5)
-    assert peak_rate_factor(t, interval_s=10, quantile=0.5) == 1.0  # 0.5 is below the mean: never under 1
+    # The median, 0.5, is below the mean: refused (it was clamped to 1 silently), giving the least quantile that
+    # reaches 1: np.quantile interpolates at q × 3 between 0.5 (index 2) and 2.5 (index 3): 0.5 + (3q - 2) × 2 = 1
+    # at q = 0.75.
+    with pytest.raises(InputError, match="quantile 0.5 gives a peak factor of 0.5, below 1 .*at least 0.75"):
+        peak_rate_factor(t, interval_s=10, quantile=0.5)
+    assert peak_rate_factor(t, interval_s=10, quantile=0.75) == pytest.approx(1.0)
     with pytest.raises(InputError, match="quantile"):
         peak_rate_factor(t, interval_s=10, quantile=1.5)
     with pytest.raises(InputError, match="full intervals"):
@@ -94,6 +99,29 @@ def test_bad_arrivals_keys_are_one_line_errors(arrivals, match):
     with pytest.raises(InputError, match=match) as e:
         build_problem(scenario_from_raw(_default_70b(arrivals)))
     assert "\n" not in str(e.value).strip()
+
+
+@pytest.mark.parametrize("arrivals, field, words", [
+    # azure-conv's p1 minute rate is 0.62 × the mean (a factor below 1 was clamped to 1.0 with no note)
+    ({"from_trace": "azure-conv", "quantile": 0.01}, "quantile", "gives a peak factor of 0.624, below 1"),
+    # one 3600 s interval in a 3600 s window: no quantile; at most 3600 / 4 = 900 s
+    ({"from_trace": "azure-conv", "interval_s": 3600}, "interval_s", "give at most 900 s"),
+    # azure-conv spans 3501.72 s: 4 intervals of 900 s do not fit; floor(3501.72 / 4) = 875 s do
+    ({"from_trace": "azure-conv", "interval_s": 900}, "interval_s", "give interval_s at most 875 s"),
+    ({"from_trace": "azur-conv"}, "from_trace", "did you mean 'azure-conv'"),
+])
+def test_arrivals_trace_errors_name_one_field_path(arrivals, field, words):
+    # The path was stacked three times, the first wrong: "field 'arrivals.from_trace': s.yaml:
+    # options.arrivals.from_trace: field 'interval_s': ...".
+    for key in ("options", "model"):
+        raw = _default_70b() if key == "model" else _default_70b(arrivals)
+        if key == "model":
+            raw["models"][0]["arrivals"] = arrivals
+        with pytest.raises(InputError) as e:
+            build_problem(scenario_from_raw(raw, source="s.yaml"))
+        path = "options.arrivals" if key == "options" else "models[0].arrivals"
+        assert e.value.field == f"{path}.{field}" and words in str(e.value), str(e.value)
+        assert str(e.value).startswith(f"s.yaml, field '{path}.{field}': ") and str(e.value).count("field") == 1
 
 
 def test_trace_factor_plan_meets_the_trace_replay_and_the_plain_one_misses(tmp_path):

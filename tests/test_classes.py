@@ -36,6 +36,7 @@ from fleetplan.simulator.replay import FleetBuilder
 from fleetplan.solvers import solve as solve_mod
 from fleetplan.solvers.baselines import dedicated_peak, greedy
 from fleetplan.solvers.cpsat import solve_cpsat
+from fleetplan.solvers.explain import explain_infeasible
 from fleetplan.solvers.milp import solve_milp
 from fleetplan.solvers.solve import solve
 
@@ -86,6 +87,20 @@ def test_validate_routes_classes_independently():
     assert not validate(p, _plan(0, 1)).ok
     assert not validate(p, _plan(11, 0)).ok
     assert validate(p, _plan(12, 0)).ok
+
+
+def test_infeasibility_shortfall_is_summed_over_classes():
+    # 3 A10G and no A100. A10G load per req/s: in0-out0 1/2, in0-out1 1/1, in1-out0 1/5, in1-out1 1/2; in1-out0
+    # is the lightest, and its 0.5 × 30 = 15 req/s take 15 / 5 = 3.0 GPUs: all of them. So at most 15 req/s are
+    # served and 6 + 3 + 6 = 15 req/s of the other classes are short (the only least split). The explanation said
+    # 5.00: one shortfall variable sat in every class's constraint, covering each class at once.
+    p = melange_problem()
+    p = replace(p, pools=(replace(p.pools[0], nodes=3), replace(p.pools[1], nodes=0)))
+    (reason,) = explain_infeasible(p)
+    assert reason == ("model toy in window 0: 15.00 req/s cannot be served within the inventory, even with fractional "
+                      "replicas (by request class, one least split: in0-out0 6.00, in0-out1 3.00, in1-out1 6.00 req/s)")
+    best = solve(p, "highs", time_limit_s=20, best_effort=True)
+    assert validate(p, best).ok and best.unserved_req_per_s["toy"] == pytest.approx((15.0,))
 
 
 def test_class_missing_slo_has_no_capacity():

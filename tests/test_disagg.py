@@ -11,6 +11,7 @@ import pytest
 from fleetplan.costmodels.ledger import DAYS_PER_MONTH
 from fleetplan.costmodels.prices import EgressTable, EgressTier
 from fleetplan.costmodels.split import compare
+from fleetplan.errors import InputError
 from fleetplan.placement.ledger import plan_ledger
 from fleetplan.placement.plan import evaluate
 from fleetplan.placement.planio import plan_from_dict, plan_to_dict
@@ -133,3 +134,38 @@ def test_kv_egress_bands_are_exact_and_the_break_even_flips_the_choice():
 def test_default_scenario_has_no_disaggregation():
     problem = build_problem(load_scenario())
     assert not problem.has_disaggregation and not problem.kv_routes
+
+
+@pytest.mark.parametrize("extra, keys", [
+    ({"prefill_only_sites": ["gcp:us-central1"]}, "prefill_only_sites has no effect while enabled is false"),
+    ({"cross_site": False, "kv_egress_usd_per_gb": 0.02}, "cross_site, kv_egress_usd_per_gb have no effect"),
+])
+def test_disaggregation_keys_without_enabled_refused(extra, keys):
+    # They were silently ignored while enabled was false (or absent, its default).
+    for enabled in ({"enabled": False}, {}):
+        raw = copy.deepcopy(ONE_SITE)
+        raw["options"]["disaggregation"] = {**enabled, **extra}
+        with pytest.raises(InputError) as e:
+            scenario_from_raw(raw, source="s.yaml")
+        assert e.value.field == "options.disaggregation" and keys in str(e.value) and "enabled: true" in str(e.value)
+
+
+def test_disaggregation_errors_name_the_options_key():
+    # Every site prefill-only left no option to decode or serve: "no usable GPU type, tp and site" per model,
+    # without naming prefill_only_sites.
+    raw = copy.deepcopy(ONE_SITE)
+    raw["options"]["disaggregation"]["prefill_only_sites"] = ["aws:us-east-1"]
+    with pytest.raises(InputError) as e:
+        build_problem(scenario_from_raw(raw, source="s.yaml"))
+    assert e.value.field == "options.disaggregation.prefill_only_sites" and "every site" in str(e.value)
+    # disaggregation with request classes was refused as "models[0], field 'disaggregation'"
+    raw = copy.deepcopy(ONE_SITE)
+    mix = {"input_tokens_mean": 60, "input_tokens_p95": 100, "output_tokens_mean": 60, "output_tokens_p95": 100}
+    raw["models"][0]["classes"] = [
+        {"name": "short", "share": 0.5, "input_tokens_max": 100, "output_tokens_max": 100, "token_mix": mix},
+        {"name": "long", "share": 0.5, "input_tokens_max": 1000, "output_tokens_max": 1000,
+         "token_mix": {k: 5 * v for k, v in mix.items()}}]
+    with pytest.raises(InputError) as e:
+        build_problem(scenario_from_raw(raw, source="s.yaml"))
+    assert e.value.field == "options.disaggregation" and "models[0]" in str(e.value), str(e.value)
+    assert str(e.value).startswith("s.yaml, field 'options.disaggregation': ")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 from pathlib import Path
 
@@ -10,6 +11,8 @@ import pytest
 from click.testing import CliRunner
 
 from fleetplan.cli.main import main
+from fleetplan.placement.planio import load_plan_file
+from fleetplan.placement.validate import validate
 
 PLAN = Path(__file__).parent / "golden" / "export" / "default_plan.json"
 
@@ -42,6 +45,12 @@ def test_untouched_plan_file_is_read(tmp_path):
     (("replicas", 0, "cunts"), [1], "unknown key 'cunts' in 'replicas[0]'; did you mean 'counts'?"),
     (("costs_usd_per_day",), 1.0, "did you mean 'cost_usd_per_day'?"),
     (("status",), "great", "field 'status': plan file is malformed: status 'great' is not one of"),
+    # 10**300 and 10**10 replicas raised OverflowError / MemoryError in validate's per-GPU lists; the schema's
+    # sanity bound (MAX_PLAN_COUNT) refuses them, and a huge number is shown by its size, not its 301 digits
+    (("replicas", 0, "counts", 0), 10**300, "field 'replicas[0].counts[0]': about 10^300 is outside 0..1e+06"),
+    (("replicas", 0, "counts", 0), 10**10, "field 'replicas[0].counts[0]': 10000000000 is outside 0..1e+06"),
+    (("commitments",), [{"pool": "x", "gpus": 10**300, "committed_usd_per_gpu_hour": 1.0,
+                           "committed_price_source": "x"}], "about 10^300 is outside 0..1e+06"),
 ])
 def test_wrong_types_and_unknown_keys_refused(tmp_path, path, value, message):
     r = _export(tmp_path, _edit(path, value))
@@ -74,3 +83,22 @@ def test_edited_replica_counts_are_revalidated(tmp_path):
     r = _export(tmp_path, d)
     assert r.exit_code == 2 and "Traceback" not in r.output, r.output
     assert "cost" in r.output, r.output
+
+
+def test_count_beyond_the_pool_refused_without_building_lists(tmp_path):
+    # Within the schema's bound but beyond the pool: replicas[0] is tp 4 on gcp:us-central1/A100-SXM4-80GB, 2 nodes
+    # x 8 = 16 GPUs, so at most 16 // 4 = 4 replicas; 999,999 is refused by validate, naming option and window.
+    r = _export(tmp_path, _edit(("replicas", 0, "counts", 5), 999_999))
+    assert r.exit_code == 2 and "Traceback" not in r.output, r.output
+    assert ("window 5: 999999 replicas of 4 GPUs each do not fit the 16 GPUs of pool gcp:us-central1/A100-SXM4-80GB; "
+            "give at most 4 replicas") in r.output, r.output
+
+
+def test_validate_refuses_a_huge_count_without_allocating():
+    # Past the schema (a Plan built in code): validate must answer at once, not build 4 * 10**300 list entries.
+    problem, plan, _, _ = load_plan_file(PLAN)
+    key = next(iter(plan.replicas))
+    counts = list(plan.replicas[key])
+    counts[0] = 10**300
+    report = validate(problem, dataclasses.replace(plan, replicas={**plan.replicas, key: tuple(counts)}))
+    assert not report.ok and "window 0: about 10^300 replicas" in report.violations[0], report.violations

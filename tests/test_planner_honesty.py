@@ -8,15 +8,17 @@ from __future__ import annotations
 import math
 
 import pytest
+from click.testing import CliRunner
 
 import fleetplan.solvers.solve as solve_mod
+from fleetplan.cli.main import main
 from fleetplan.errors import InputError
 from fleetplan.placement.generators import planted_instance, random_instance
 from fleetplan.placement.plan import Plan, Status, evaluate
 from fleetplan.placement.problem import ModelSpec, Pool, Problem, ReplicaOption, ShareOption
 from fleetplan.placement.validate import plan_cost_usd, validate
 from fleetplan.solvers.baselines import _finish, greedy
-from fleetplan.solvers.common import cover_cost_floor, finish_plan
+from fleetplan.solvers.common import BOUND_REL_TOL, cover_cost_floor, finish_plan, gap_text
 from fleetplan.solvers.decompose import window_bound
 from fleetplan.solvers.milp import solve_aggregate_bound
 from fleetplan.solvers.solve import BACKENDS, solve
@@ -229,3 +231,12 @@ def test_fleet_scale_path_keeps_short_time_limits(monkeypatch):
         assert time.perf_counter() - t <= limit + 2.0
         assert plan.has_solution and validate(problem, plan).ok
         assert plan.bound_usd is None or plan.bound_usd <= plan.objective_usd + 1e-6
+
+
+def test_gap_is_never_printed_as_negative_zero():
+    # melange_example's bound equals its cost up to float noise: the table said "gap -0.00%".
+    r = CliRunner().invoke(main, ["plan", "melange_example", "--no-baselines"])
+    assert r.exit_code == 0 and "gap 0.00%" in r.output and "-0.00%" not in r.output, r.output
+    # within the bound tolerance below 0: 0.00%; beyond it (a defect) the sign stays, with the digits to show it
+    assert gap_text(-1e-16) == gap_text(-BOUND_REL_TOL) == gap_text(0.0) == "0.00%"
+    assert gap_text(-3e-6) == "-0.0003%" and gap_text(-0.01) == "-1.00%" and gap_text(0.0039) == "0.39%"

@@ -10,6 +10,7 @@ import json
 
 import pytest
 
+from fleetplan.cli.plan import _render_table
 from fleetplan.costmodels.energy import owned_marginal_usd_per_gpu_hour
 from fleetplan.costmodels.prices import break_even_utilization
 from fleetplan.errors import InputError
@@ -108,6 +109,23 @@ def test_commitment_is_checked_and_defaults_to_peak_use():
     assert any("not a committed pool" in v for v in validate(problem, wrong).violations)
 
 
+def test_commitment_reports_deployed_and_load_shares(capsys):
+    # A committed-only plan keeps 10 replicas up in every window (idle committed GPUs cost nothing more, starts do):
+    # deployed 40 / (10 × 4) = 100% of the committed GPU-hours, but the load is demand / capacity =
+    # (2 + 6 + 10 + 4) req/s / (10 GPUs × 1 req/s × 4 windows) = 22 / 40 = 55%. "busy 100%" reported the first only.
+    committed = _pool("committed", 10, 0.0, "committed-1y", committed_usd_per_gpu_hour=6.5)
+    model = ModelSpec("m", (2.0, 6.0, 10.0, 4.0), ttft_p95_s=1.0, tpot_p95_s=0.1)
+    problem = Problem(window_length_s=6 * 3600, n_windows=4, pools=(committed,), models=(model,),
+                      options=(ReplicaOption("m", "committed", 1, 1, 1.0, 40e9),), margin=0.0)
+    plan = Plan(replicas={("m", "committed", 1, 1): (10, 10, 10, 10)}, commitments={"committed": 10})
+    assert validate(problem, plan).ok, validate(problem, plan).violations
+    (c,) = plan_to_dict(problem, plan)["commitments"]
+    assert c["deployed_share"] == pytest.approx(1.0) and c["load_share"] == pytest.approx(22 / 40)
+    _render_table(problem, plan, plan_to_dict(problem, plan))
+    assert "committed 10 GPUs for the whole horizon, deployed 100% of their hours, load 55% of their capacity" \
+        in capsys.readouterr().out
+
+
 def test_greedy_keeps_the_fallback_headroom():
     problem = four_pools(on_demand_gpus=5)
     g = greedy(problem)
@@ -126,6 +144,10 @@ def test_pool_ids_and_bad_pools():
     spot = _pool("s", 1, 1.0, "spot", interruption_rate=0.1, fallback_pool="nowhere")
     with pytest.raises(InputError, match="fallback"):
         Problem(window_length_s=3600, n_windows=1, pools=(spot,), models=(), options=())
+    committed = _pool("c", 1, 0.0, "committed-1y", committed_usd_per_gpu_hour=1.0)
+    spot = _pool("s", 1, 1.0, "spot", interruption_rate=0.1, fallback_pool="c")
+    with pytest.raises(InputError, match="'c' is a committed pool"):
+        Problem(window_length_s=3600, n_windows=1, pools=(committed, spot), models=(), options=())
 
 
 def test_break_even_and_owned_marginal_cost():
@@ -184,6 +206,21 @@ def test_shipped_example_scenario_by_hand(example):
     assert ("Llama-3.1-8B", "on-demand", 1, 1) not in plan.replicas
 
 
+def test_on_demand_reference_of_a_committed_row():
+    # Equal to the on-demand row's rate within half a cent (11.06 vs 11.0612): accepted, and the row's value is
+    # the break-even's reference (7.5 / 11.06). Without an on-demand row it is the only reference: accepted as given.
+    raw = _raw_example()
+    raw["sites"][0]["inventory"][1]["on_demand_usd_per_gpu_hour"] = 11.06
+    pool = build_problem(scenario_from_raw(raw, source="example")).pool_by_id["committed"]
+    assert pool.break_even_utilization == pytest.approx(7.5 / 11.06)
+    raw = _raw_example()
+    raw["sites"][0]["inventory"][1]["on_demand_usd_per_gpu_hour"] = 15.0
+    del raw["sites"][0]["inventory"][2]
+    raw["sites"][0]["inventory"][2]["fallback"] = "owned"
+    pool = build_problem(scenario_from_raw(raw, source="example")).pool_by_id["committed"]
+    assert pool.break_even_utilization == pytest.approx(7.5 / 15.0)
+
+
 def _raw_example() -> dict:
     raw, _where, _base = read_scenario("purchase_example")
     return copy.deepcopy(raw)
@@ -193,7 +230,13 @@ def _raw_example() -> dict:
     (lambda r: r["sites"][0]["inventory"][3].pop("interruption_rate"), "interruption_rate", "needs interruption_rate"),
     (lambda r: r["sites"][0]["inventory"][1].pop("name"), "name", "own name"),
     (lambda r: r["sites"][0]["inventory"][3].update(fallback="spot"), "fallback", "fallback pool"),
+    # a committed fallback was accepted: its headroom was the uncommitted GPUs, which may never run anything
+    (lambda r: r["sites"][0]["inventory"][3].update(fallback="committed"), "fallback",
+     "is a committed row: its GPUs beyond the commitment run nothing"),
     (lambda r: r["sites"][0]["inventory"][2].update(interruption_rate=0.1), "interruption_rate", "spot rows"),
+    # 12 against the on-demand row's 11.0612 (Cyclenerd): only the break-even moved, the overflow stayed at 11.0612
+    (lambda r: r["sites"][0]["inventory"][1].update(on_demand_usd_per_gpu_hour=12.0), "on_demand_usd_per_gpu_hour",
+     "differs from the 11.0612 USD/GPU-h of the on-demand pool 'on-demand'"),
 ])
 def test_scenario_purchase_errors_name_the_row(edit, field, words):
     raw = _raw_example()
@@ -206,11 +249,33 @@ def test_scenario_purchase_errors_name_the_row(edit, field, words):
     assert e.value.field == field and words in str(e.value) and "inventory[" in str(e.value)
 
 
+@pytest.mark.parametrize("edit, words, absent", [
+    # was "1.0 is outside 0..1, not below 1"
+    (lambda r: r["sites"][0]["inventory"][3].update(interruption_rate=1.0),
+     "field 'sites[0].inventory[3].interruption_rate': site gcp:us-central1: must be below 1; got 1.0; give the "
+     "share of spot hours lost", "outside"),
+    # was "unknown fallback pool ... known fallback pool (a row of the same site and GPU type, not spot)s: ..."
+    (lambda r: r["sites"][0]["inventory"][3].update(fallback="spot"),
+     "sites[0].inventory[3], field 'fallback': a spot row cannot be its own fallback pool", ")s:"),
+    # the second row of a pool id is the one to rename (it pointed at the first)
+    (lambda r: r["sites"][0]["inventory"][2].update(name="owned"),
+     "sites[0].inventory[2], field 'name': an earlier inventory row already makes the pool 'owned'", "inventory[0]"),
+])
+def test_purchase_error_wording(edit, words, absent):
+    raw = _raw_example()
+    edit(raw)
+    if raw["sites"][0]["inventory"][2].get("name") == "owned":
+        raw["sites"][0]["inventory"][3]["fallback"] = "owned"
+    with pytest.raises(InputError) as e:
+        build_problem(scenario_from_raw(raw, source="example"))
+    assert words in str(e.value) and absent not in str(e.value), str(e.value)
+
+
 def test_example_plan_file_round_trip(example):
     problem, _scenario, plan = example
     d = json.loads(json.dumps(plan_to_dict(problem, plan)))
     (c,) = d["commitments"]
-    assert (c["pool"], c["gpus"], c["busy_share"]) == ("committed", 5, 1.0)
+    assert (c["pool"], c["gpus"], c["deployed_share"]) == ("committed", 5, 1.0)
     assert c["break_even_utilization"] == pytest.approx(7.5 / 11.0612)
     assert "scenario" in c["committed_price_source"] and "on-demand" in c["on_demand_price_source"]
     assert d["cost_breakdown_usd_per_day"]["of_which_commitments"] == pytest.approx(5 * 7.5 * 24)
