@@ -186,7 +186,8 @@ def separable_bound(problem: Problem) -> float | None:
 
 def _improve(problem: Problem, start: Plan, *, backend: str, threads: int | None, deadline: float) -> Plan:
     """``start`` (the greedy plan of ``problem``, valid or not) improved or repaired window by window."""
-    return solve_by_windows(problem, start, backend=backend, threads=threads, gap=WINDOW_GAP, deadline=deadline)
+    return solve_by_windows(problem, start, backend=backend, threads=threads, gap=WINDOW_GAP, deadline=deadline,
+                            cover=True)
 
 
 @dataclass(frozen=True)
