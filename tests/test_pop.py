@@ -18,7 +18,13 @@ from fleetplan.solvers.baselines import greedy
 from fleetplan.solvers.common import cheapest_cover, cover_cost_floor
 from fleetplan.solvers.decompose import cover_window, solve_by_windows
 from fleetplan.solvers.executor import Executor, LocalExecutor
-from fleetplan.solvers.pop import partition_models, separable_bound, solve_pop, split_problem
+from fleetplan.solvers.pop import (
+    partition_models,
+    separable_bound,
+    separable_bound_by_window,
+    solve_pop,
+    split_problem,
+)
 from fleetplan.solvers.solve import solve
 
 
@@ -134,6 +140,8 @@ def test_per_model_bound_by_hand():
     # _four_models has no shared GPUs: per model and window the least whole-GPU covering, as in the monolithic
     # test above: 7 + 5 = 12 GPU-h at $1 (the inventory does not bind, so the bound is the optimum)
     assert separable_bound(_four_models()) == pytest.approx(12.0)
+    # by window: w0 ceil(40/10) + ceil(20/10) + 0 + ceil(10/10) = 7 GPUs, w1 1 + 0 + 3 + 1 = 5, at $1 each
+    assert separable_bound_by_window(_four_models()) == pytest.approx([7.0, 5.0])
     # planted: every model may share and its shared capacity equals its dedicated one, so the bound is
     # Σ demand / (0.9 × capacity) × $2 = n_gpus × 0.9 / 0.9 × $2 per window: the planted optimum itself
     problem, optimum = planted_instance(3, models_per_gpu=2, n_windows=3, seed=1)
