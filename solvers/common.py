@@ -161,44 +161,86 @@ def cover_cost_floor(options: list[tuple[float, float, int]], demand: float, flo
     """Least cost of whole replicas covering ``demand`` with at least ``floor`` replicas, ignoring inventory:
     min Σ c·n s.t. Σ cap·n >= demand, Σ n >= floor, 0 <= n <= ub, n integer, for ``options`` [(c USD per
     replica, cap usable req/s per replica, ub)]. Exact by depth-first search over the options in order of cost
-    per req/s, pruned by the LP value of the rest; after COVER_MAX_NODES nodes it returns the LP value of the
-    whole problem (still a lower bound). Demand within 1e-6 relative counts as covered (a looser covering, so
-    the result stays a lower bound under the solvers' feasibility tolerance). math.inf if nothing covers.
+    per req/s, pruned by the LP value of the rest (:func:`cheapest_cover`); after COVER_MAX_NODES nodes it returns
+    the LP value of the whole problem (still a lower bound). Demand within 1e-6 relative counts as covered (a
+    looser covering, so the result stays a lower bound under the solvers' feasibility tolerance). math.inf if
+    nothing covers.
 
     Used as a valid inequality (cost of a model's dedicated replicas in a window >= this) for models that
     cannot use a shared GPU: a relaxation's LP then loses none of the whole-replica rounding of those models.
     """
-    opts = sorted((o for o in options if o[1] > 0 and o[2] > 0), key=lambda o: (o[0] / o[1], o[0]))
+    best, _counts, lp, complete = _cover_search(options, demand, floor, None, 1e-6)
+    return best if complete else lp
+
+
+def cheapest_cover(options: list[tuple[float, float, int]], demand: float, floor: int,
+                   ceiling: int | None = None) -> tuple[float, list[int]] | None:
+    """The cheapest whole-replica covering found (a plan, not a bound): (cost USD, replicas per option in the
+    order of ``options``) with Σ cap·n >= demand (within 1e-9 relative), floor <= Σ n <= ``ceiling`` (None: no
+    ceiling), n <= ub; the same search as :func:`cover_cost_floor` (exact unless it visits COVER_MAX_NODES nodes,
+    then the best covering found so far). None when no covering exists or none was found."""
+    best, counts, _lp, _complete = _cover_search(options, demand, floor, ceiling, 1e-9)
+    return None if counts is None else (best, counts)
+
+
+def _cover_search(options: list[tuple[float, float, int]], demand: float, floor: int, ceiling: int | None,
+                  rel_tol: float) -> tuple[float, list[int] | None, float, bool]:
+    """Depth-first search of :func:`cheapest_cover`: (best cost or math.inf, its replicas per option in the order
+    of ``options`` or None, the LP value of the whole problem, True if the search was complete)."""
+    live = [i for i, o in enumerate(options) if o[1] > 0 and o[2] > 0]
+    if live:
+        # An option j is dropped when another i costs no more with no less capacity and room for every replica
+        # of a minimal covering (one without a replica to spare: at most max(floor, ceil(demand / least
+        # capacity) + 1) replicas; some optimal covering is minimal, costs being >= 0): swapping j's replicas
+        # for i's then keeps it a covering at no more cost, so the optimum stays (exactness kept).
+        most = max(floor, math.ceil(demand / min(options[i][1] for i in live)) + 1)
+        live = [j for j in live
+                if not any(i != j and options[i][0] <= options[j][0] and options[i][1] >= options[j][1]
+                           and options[i][2] >= most and (options[i][:2] != options[j][:2] or i < j)
+                           for i in live)]
+    order = sorted(live, key=lambda i: (options[i][0] / options[i][1], options[i][0], i))
+    opts = [options[i] for i in order]
     if not opts:
-        return 0.0 if demand <= 0 and floor <= 0 else math.inf
-    tol = 1e-6 * max(1.0, demand)
+        ok = demand <= 0 and floor <= 0
+        return (0.0 if ok else math.inf), ([0] * len(options) if ok else None), 0.0, True
+    tol = rel_tol * max(1.0, demand)
     n_opt = len(opts)
+    top = math.inf if ceiling is None else ceiling
     unit_rest = [min(c / cap for c, cap, _ in opts[i:]) for i in range(n_opt)]
     c_rest = [min(c for c, _, _ in opts[i:]) for i in range(n_opt)]
     lp = max(demand * unit_rest[0], floor * c_rest[0])
     best = math.inf
+    best_k: list[int] | None = None
+    ks = [0] * n_opt
     nodes = 0
 
     def search(i: int, need: float, count: int, cost: float) -> None:
-        nonlocal best, nodes
+        nonlocal best, best_k, nodes
         nodes += 1
         if need <= tol and count >= floor:
-            best = min(best, cost)
+            if cost < best:
+                best, best_k = cost, list(ks)
             return
         if i == n_opt or nodes > COVER_MAX_NODES:
             return
-        lb = cost + max(max(0.0, need) * unit_rest[i], max(0, floor - count) * c_rest[i])
+        # the rest costs at least its LP value, and at least one more replica while demand or floor is left
+        lb = cost + max(max(0.0, need) * unit_rest[i], max(1 if need > tol else 0, floor - count) * c_rest[i])
         if lb >= best - 1e-12:
             return
         c, cap, ub = opts[i]
-        k_max = min(ub, max(math.ceil(max(0.0, need - tol) / cap), floor - count, 0))
-        for k in range(k_max, -1, -1):
+        k_max = min(ub, max(math.ceil(max(0.0, need - tol) / cap), floor - count, 0), top - count)
+        for k in range(int(k_max), -1, -1):
+            ks[i] = k
             search(i + 1, need - k * cap, count + k, cost + k * c)
+        ks[i] = 0
 
     search(0, demand, 0, 0.0)
-    if nodes > COVER_MAX_NODES:
-        return lp
-    return best
+    counts = None
+    if best_k is not None:
+        counts = [0] * len(options)
+        for j, i in enumerate(order):
+            counts[i] = best_k[j]
+    return best, counts, lp, nodes <= COVER_MAX_NODES
 
 
 #: Float tolerance (USD, relative to the objective) below which a bound above the objective is rounding noise.

@@ -18,7 +18,7 @@ from dataclasses import replace
 from fleetplan.placement.plan import Plan, Status, evaluate, starts_per_window
 from fleetplan.placement.problem import Problem
 from fleetplan.placement.validate import validate
-from fleetplan.solvers.common import shared_candidates
+from fleetplan.solvers.common import cheapest_cover, shared_candidates
 from fleetplan.solvers.cpsat import solve_cpsat
 from fleetplan.solvers.executor import Executor
 from fleetplan.solvers.milp import BoundResult, solve_aggregate_bound, solve_milp
@@ -29,6 +29,130 @@ from fleetplan.solvers.milp import BoundResult, solve_aggregate_bound, solve_mil
 SWEEPS = 1
 #: Relative gap of a window model that repairs a base window which does not fit (a valid plan comes first).
 REPAIR_GAP = 0.05
+#: Passes of the fill step of :func:`cover_window` at most (each moves models to cheaper options with room).
+COVER_FILL_PASSES = 3
+
+
+def cover_applies(problem: Problem) -> bool:
+    """True when :func:`cover_window` models ``problem`` exactly: one capacity per option (no request classes),
+    no prefill/decode pools, no commitments and no spot fallback (their pools couple beyond GPU counts)."""
+    return not (problem.has_classes or problem.has_disaggregation
+                or any(p.committed or p.fallback_pool is not None for p in problem.pools))
+
+
+def cover_window(sub: Problem, prefer: dict | None = None) -> Plan | None:
+    """A plan of the one-window problem ``sub`` (dedicated replicas only: ``sub`` has no share options, as
+    :func:`_window_problem` builds it), in well under a second at 500 models where a one-window MILP finds none
+    better than the greedy window in a minute. Three steps:
+
+    1. each model alone takes its cheapest whole-replica covering of its demand within its replica floor and
+       ceiling (:func:`fleetplan.solvers.common.cheapest_cover`, exact; the pools' GPUs ignored);
+    2. each pool holding more GPUs than it has sheds models, the smallest cost increase first (a model's
+       cheapest covering without that pool), each covered again within the GPUs the other models leave;
+    3. fill: models move, the largest saving first, to their cheapest covering within the GPUs left free
+       (COVER_FILL_PASSES passes at most, until none saves).
+
+    ``prefer`` ({option key: replicas}, e.g. the window before) breaks cost ties towards replicas already
+    running (fewer starts). Egress and start costs are not priced here (the caller compares the exact cost of
+    the window with its starts). Returns None when ``sub`` is outside :func:`cover_applies` or no covering fits
+    the pools."""
+    if not cover_applies(sub) or sub.n_windows != 1 or sub.share_options:
+        return None
+    h = sub.window_hours
+    mu = 1 - sub.margin
+    free0 = {p.id: p.gpus for p in sub.pools}
+    price = {p.id: p.usd_per_gpu_hour * h for p in sub.pools}
+    prefer = prefer or {}
+    opt = sub.option_by_key
+    opts_of = {m.name: [o for o in sub.options_by_model[m.name] if o.capacity_req_per_s > 0] for m in sub.models}
+
+    def gpus_in(counts: dict) -> dict[str, int]:
+        out = dict.fromkeys(free0, 0)
+        for key, k in counts.items():
+            out[key[1]] += k * opt[key].gpus
+        return out
+
+    def cost(counts: dict) -> float:
+        return sum(k * opt[key].gpus * price[key[1]] for key, k in counts.items())
+
+    def choose(m, room: dict, forbid: str | None = None) -> dict | None:
+        """m's cheapest covering within ``room`` (GPUs per pool) without pool ``forbid``."""
+        opts = opts_of[m.name]
+        only: dict[str, object] = {}  # pool -> the one option kept there (after a covering over the pool's room)
+        for _attempt in range(2):
+            spec = []
+            for o in opts:
+                ub = room[o.pool] // o.gpus if o.pool != forbid and only.get(o.pool, o.key) == o.key else 0
+                tie = 1e-9 * price[o.pool] * (0 if prefer.get(o.key) else 1)  # ties go to running replicas
+                spec.append((o.gpus * price[o.pool] + tie, mu * o.capacity_req_per_s, ub))
+            got = cheapest_cover(spec, m.demand_req_per_s[0], m.min_replicas, m.max_replicas)
+            if got is None:
+                return None
+            counts = {o.key: k for o, k in zip(opts, got[1], strict=True) if k}
+            over = [q for q, g in gpus_in(counts).items() if g > 0 and g > room[q]]
+            if not over:
+                return counts
+            # options of one pool fit one by one but not together: keep the pool's largest share and retry
+            for q in over:
+                only[q] = max((key for key in counts if key[1] == q), key=lambda k: (counts[k] * opt[k].gpus, k))
+        return None
+
+    def room_for(m, use: dict) -> dict:
+        mine = gpus_in(chosen[m.name])
+        return {q: free0[q] - use[q] + mine[q] for q in free0}
+
+    def move(m, new: dict, use: dict) -> None:
+        for q, g in gpus_in(new).items():
+            use[q] += g
+        for q, g in gpus_in(chosen[m.name]).items():
+            use[q] -= g
+        chosen[m.name] = new
+
+    chosen: dict[str, dict] = {}
+    for m in sub.models:  # 1.
+        got = choose(m, free0)
+        if got is None:
+            return None
+        chosen[m.name] = got
+    use = dict.fromkeys(free0, 0)
+    for counts in chosen.values():
+        for q, g in gpus_in(counts).items():
+            use[q] += g
+    for p in sorted(free0, key=lambda p: (-(use[p] - free0[p]), p)):  # 2.
+        if use[p] <= free0[p]:
+            continue
+        regret = []
+        for m in sub.models:
+            if any(key[1] == p for key in chosen[m.name]):
+                alt = choose(m, free0, forbid=p)
+                if alt is not None:
+                    regret.append((cost(alt) - cost(chosen[m.name]), m.name, m))
+        for _r, _n, m in sorted(regret, key=lambda r: r[:2]):
+            if use[p] <= free0[p]:
+                break
+            alt = choose(m, room_for(m, use), forbid=p)
+            if alt is not None:
+                move(m, alt, use)
+        if use[p] > free0[p]:
+            return None
+    for _ in range(COVER_FILL_PASSES):  # 3.
+        gains = []
+        for m in sub.models:
+            alt = choose(m, room_for(m, use))
+            if alt is not None and cost(alt) < cost(chosen[m.name]) - 1e-9:
+                gains.append((cost(chosen[m.name]) - cost(alt), m.name, m))
+        moved = 0
+        for _g, _n, m in sorted(gains, key=lambda r: (-r[0], r[1])):
+            alt = choose(m, room_for(m, use))
+            if alt is not None and cost(alt) < cost(chosen[m.name]) - 1e-9:
+                move(m, alt, use)
+                moved += 1
+        if not moved:
+            break
+    if any(use[p] > free0[p] for p in free0):
+        return None
+    return Plan(replicas={key: (k,) for counts in chosen.values() for key, k in counts.items()},
+                status=Status.HEURISTIC, backend="cover")
 
 
 def _window_problem(problem: Problem, base: Plan, w: int) -> Problem:
@@ -65,14 +189,17 @@ def _base_window_plan(base: Plan, w: int) -> Plan:
 
 def solve_by_windows(problem: Problem, base: Plan, *, backend: str = "highs", time_limit_s: float = 60,
                      threads: int | None = None, gap: float = 1e-3, deadline: float | None = None,
-                     progress=None) -> Plan:
+                     progress=None, cover: bool = False) -> Plan:
     """Improve ``base`` window by window (module docstring); returns a HEURISTIC plan (never worse than ``base``
     in GPU and egress cost; start costs are re-evaluated), or ``base`` itself if no window improves. A ``base``
     that does not fit the problem (e.g. the greedy plan over the inventory) is repaired where the window models
     find plans with its shared GPUs: its windows that do not fit are solved first, to REPAIR_GAP, and share the
     time among themselves, so a short time limit goes to the repair; the others get equal shares of the time
     left before ``deadline`` (a time.perf_counter() value; model building included); windows left without time
-    keep ``base``'s replicas. The caller checks the result with ``validate``."""
+    keep ``base``'s replicas. With ``cover=True`` (problems within :func:`cover_applies`) a first pass gives
+    every window, in order, :func:`cover_window`'s plan (ties towards the replicas of the window before) when it
+    repairs the window or lowers its local cost; the one-window models then start from the result. The caller
+    checks the result with ``validate``."""
     t0 = time.perf_counter()
     deadline = deadline if deadline is not None else t0 + time_limit_s
     W = problem.n_windows
@@ -94,6 +221,21 @@ def solve_by_windows(problem: Problem, base: Plan, *, backend: str = "highs", ti
                          for k in set(mine) | set(before) | set(after)) if W > 1 else 0.0
         return evaluate(sub, sub_plan).total_usd + starts_usd
 
+    if cover and cover_applies(problem):
+        for w in range(W):
+            if deadline - time.perf_counter() <= 0.1:
+                break
+            if progress:
+                progress(f"window {w + 1}/{W}: covering models one by one within the pools")
+            r = cover_window(subs[w], prefer=counts_of[(w - 1) % W])
+            if r is None or not validate(subs[w], r, check_objective=False).ok:
+                continue
+            if not fits[w] or local_usd(r, subs[w], w) < local_usd(warms[w], subs[w], w) - 1e-6:
+                chosen_of[w] = r
+                counts_of[w] = {k: c[0] for k, c in r.replicas.items() if c[0]}
+                warms[w] = Plan(replicas=dict(r.replicas))
+                fits[w] = True
+        order = sorted(range(W), key=lambda w: (fits[w], w))
     for sweep in range(SWEEPS):
         changed = False
         for i, w in enumerate(order if sweep == 0 else range(W)):

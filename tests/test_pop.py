@@ -5,15 +5,26 @@ instance of that module)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from fleetplan.errors import InputError, SolverError
 from fleetplan.placement.generators import fleet_instance, planted_instance
-from fleetplan.placement.plan import Status
+from fleetplan.placement.plan import Status, evaluate
 from fleetplan.placement.problem import ModelSpec, Pool, Problem, ReplicaOption
 from fleetplan.placement.validate import validate
+from fleetplan.solvers.baselines import greedy
+from fleetplan.solvers.common import cheapest_cover, cover_cost_floor
+from fleetplan.solvers.decompose import cover_window, solve_by_windows
 from fleetplan.solvers.executor import Executor, LocalExecutor
-from fleetplan.solvers.pop import partition_models, separable_bound, solve_pop, split_problem
+from fleetplan.solvers.pop import (
+    partition_models,
+    separable_bound,
+    separable_bound_by_window,
+    solve_pop,
+    split_problem,
+)
 from fleetplan.solvers.solve import solve
 
 
@@ -129,7 +140,66 @@ def test_per_model_bound_by_hand():
     # _four_models has no shared GPUs: per model and window the least whole-GPU covering, as in the monolithic
     # test above: 7 + 5 = 12 GPU-h at $1 (the inventory does not bind, so the bound is the optimum)
     assert separable_bound(_four_models()) == pytest.approx(12.0)
+    # by window: w0 ceil(40/10) + ceil(20/10) + 0 + ceil(10/10) = 7 GPUs, w1 1 + 0 + 3 + 1 = 5, at $1 each
+    assert separable_bound_by_window(_four_models()) == pytest.approx([7.0, 5.0])
     # planted: every model may share and its shared capacity equals its dedicated one, so the bound is
     # Σ demand / (0.9 × capacity) × $2 = n_gpus × 0.9 / 0.9 × $2 per window: the planted optimum itself
     problem, optimum = planted_instance(3, models_per_gpu=2, n_windows=3, seed=1)
     assert separable_bound(problem) == pytest.approx(optimum)
+
+
+def test_cheapest_cover_by_hand():
+    # options (USD per replica, usable req/s, most replicas): A 2/10, B 3/20, C 5/20 (C costs more than B for the
+    # same capacity). Demand 25: A + B = $5 (30 req/s) beats B + B = $6, 3 A = $6, C + A = $7.
+    a, b, c = (2.0, 10.0, 5), (3.0, 20.0, 5), (5.0, 20.0, 5)
+    assert cheapest_cover([a, b, c], 25.0, 0) == (5.0, [1, 1, 0])
+    # at least 3 replicas: 3 A = $6 (30 req/s) beats 2 A + B = $7
+    assert cheapest_cover([a, b, c], 25.0, 3) == (6.0, [3, 0, 0])
+    # at most 1 replica: none covers 25 req/s alone
+    assert cheapest_cover([a, b, c], 25.0, 0, ceiling=1) is None
+    # B limited to one replica, demand 45: 3 A + B = $9 (50) beats A + B + C = $10 and 5 A = $10; C may not be
+    # dropped for B here (B has no room for a second replica), and the bound agrees with the covering found
+    assert cheapest_cover([a, (3.0, 20.0, 1), c], 45.0, 0) == (9.0, [3, 1, 0])
+    assert cover_cost_floor([a, (3.0, 20.0, 1), c], 45.0, 0) == pytest.approx(9.0)
+
+
+def _two_pools_one_window() -> Problem:
+    """One window; pool P: 2 GPUs at $1/h, pool Q: 8 GPUs at $2/h; tp 1 options of 10 req/s on both, margin 0;
+    model a 15 req/s, b 5 req/s."""
+    p = Pool("s:r", "P", nodes=1, gpus_per_node=2, usd_per_gpu_hour=1.0, memory_bytes_per_gpu=80e9)
+    q = Pool("s:r", "Q", nodes=1, gpus_per_node=8, usd_per_gpu_hour=2.0, memory_bytes_per_gpu=80e9)
+    models = (ModelSpec("a", (15.0,), 1.0, 0.05), ModelSpec("b", (5.0,), 1.0, 0.05))
+    options = tuple(ReplicaOption(m, pool.id, 1, 1, 10.0, 20e9) for m in ("a", "b") for pool in (p, q))
+    return Problem(3600.0, 1, (p, q), models, options, margin=0.0, max_shared_gpus_per_pool=0, name="two pools")
+
+
+def test_cover_window_sheds_the_cheapest_move_off_a_full_pool():
+    problem = _two_pools_one_window()
+    plan = cover_window(problem)
+    # alone, a takes 2 P GPUs ($2) and b 1 P GPU ($1): 3 > 2 GPUs of P. Moving b to Q costs +$1, moving a +$2:
+    # b moves; a on 2 P GPUs + b on 1 Q GPU = $2 + $2 = $4, the optimum (a on P + Q and b on P is also $4)
+    assert plan is not None and validate(problem, plan).ok
+    assert evaluate(problem, plan).total_usd == pytest.approx(4.0)
+    mono = solve(problem, time_limit_s=20, gap=1e-6)
+    assert mono.status is Status.OPTIMAL and mono.objective_usd == pytest.approx(4.0)
+
+
+def test_cover_window_gives_up_when_nothing_fits():
+    problem = _two_pools_one_window()
+    # 100 req/s for a needs 10 GPUs: P and Q hold 10, b needs one more
+    tight = replace(problem, models=(replace(problem.models[0], demand_req_per_s=(100.0,)), problem.models[1]))
+    assert cover_window(tight) is None
+
+
+def test_by_windows_with_cover_is_valid_and_below_greedy_but_not_below_the_optimum():
+    problem = fleet_instance(10, 2, n_gpus=200, seed=3)
+    g = greedy(problem)
+    assert validate(problem, g, check_objective=False).ok
+    plan = solve_by_windows(problem, g, time_limit_s=10, cover=True)
+    assert validate(problem, plan, check_objective=False).ok
+    cost = evaluate(problem, plan).total_usd
+    exact = solve(problem, time_limit_s=20, gap=1e-3, decompose=1)
+    assert exact.bound_usd is not None and exact.bound_usd <= cost + 1e-6
+    # greedy picks one option per model for all windows; covering each window mixes options (measured: $7,750.19
+    # -> $7,326.27)
+    assert cost < evaluate(problem, g).total_usd - 100
