@@ -272,14 +272,7 @@ def build_milp(problem: Problem, *, relax: bool = False, elastic: bool = False,
                     for s in sites:
                         supply = [x[(o.key, k, w)] for o in opts_of.get((m.name, s), []) for k in o.class_capacity]
                         lp += pulp.lpSum(supply) >= q[(m.name, s, w)], f"c1_cover_{m.name}_{s}_{w}"
-                    extra = [short[(m.name, w)]] if elastic else []
-                    extra += [unserved_v[(m.name, w)]] if unserved else []
-                    lp += (pulp.lpSum([q[(m.name, s, w)] for s in sites] + extra) >= m.demand_req_per_s[w],
-                           f"c2_demand_{m.name}_{w}")
-                if not sites and m.demand_req_per_s[w] > 0:
-                    extra = [short[(m.name, w)]] if elastic else []
-                    extra += [unserved_v[(m.name, w)]] if unserved else []
-                    lp += pulp.lpSum(extra) >= m.demand_req_per_s[w], f"c1_no_option_{m.name}_{w}"
+                _demand_rows(lp, m, w, sites, q, short if elastic else None, unserved_v if unserved else None)
             continue
         for w in W:
             # (1) Coverage at each site (or of the demand itself for a model with one site).
@@ -293,16 +286,7 @@ def build_milp(problem: Problem, *, relax: bool = False, elastic: bool = False,
                 if unserved and len(sites) == 1:
                     supply.append(unserved_v[(m.name, w)])
                 lp += pulp.lpSum(supply) >= rhs, f"c1_cover_{m.name}_{s}_{w}"
-            # (2) Demand is served across sites.
-            if len(sites) > 1:
-                extra = [short[(m.name, w)]] if elastic else []
-                extra += [unserved_v[(m.name, w)]] if unserved else []
-                lp += (pulp.lpSum([q[(m.name, s, w)] for s in sites] + extra) >= m.demand_req_per_s[w],
-                       f"c2_demand_{m.name}_{w}")
-            if not sites and m.demand_req_per_s[w] > 0:
-                extra = [short[(m.name, w)]] if elastic else []
-                extra += [unserved_v[(m.name, w)]] if unserved else []
-                lp += pulp.lpSum(extra) >= m.demand_req_per_s[w], f"c1_no_option_{m.name}_{w}"
+            _demand_rows(lp, m, w, sites, q, short if elastic else None, unserved_v if unserved else None)
 
     for (p, b) in idx.bins:
         residents = idx.residents[(p, b)]
@@ -403,6 +387,20 @@ def build_milp(problem: Problem, *, relax: bool = False, elastic: bool = False,
     return PlacementMilpModel(lp=lp, idx=idx, n=n, st=st, y=y, a=a, f=f, q=q, relax=relax, short=short,
                               floor_short=floor_short, unserved=unserved_v, x=x, nd=nd, g=g, c=commit,
                               unserved_class=unserved_c, short_class=short_c)
+
+
+def _demand_rows(lp: pulp.LpProblem, m, w: int, sites: tuple[str, ...], q: dict, short: dict | None,
+                 unserved: dict | None) -> None:
+    """(2) the demand of model ``m`` in window ``w`` served across its ``sites`` (when it has several), and a model
+    with no option at all, whose demand only the elastic shortfall (``short``) or the unserved demand (best effort,
+    ``unserved``) can meet (then the model is infeasible unless one of them is given)."""
+    extra = [short[(m.name, w)]] if short is not None else []
+    extra += [unserved[(m.name, w)]] if unserved is not None else []
+    if len(sites) > 1:
+        lp += (pulp.lpSum([q[(m.name, s, w)] for s in sites] + extra) >= m.demand_req_per_s[w],
+               f"c2_demand_{m.name}_{w}")
+    if not sites and m.demand_req_per_s[w] > 0:
+        lp += pulp.lpSum(extra) >= m.demand_req_per_s[w], f"c1_no_option_{m.name}_{w}"
 
 
 def _kv_egress_terms(problem: Problem, lp: pulp.LpProblem, g: dict, W: range, relax: bool) -> list:
