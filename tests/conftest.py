@@ -6,6 +6,13 @@ import pytest
 
 from fleetplan.placement.plan import Plan
 from fleetplan.placement.problem import ModelSpec, Pool, Problem, ReplicaOption
+from fleetplan.service.runtime import load_problem
+
+
+@pytest.fixture(scope="session")
+def shipped():
+    """(problem, loads) of the shipped default scenario as the re-planner service loads it (once per worker)."""
+    return load_problem(None)
 
 
 @pytest.fixture

@@ -9,35 +9,20 @@ import warnings
 import httpx
 import pytest
 from click.testing import CliRunner
+from service_support import AUTH, T0, TOKEN, Clock
 
 from fleetplan.cli.main import main
 from fleetplan.errors import InputError
 from fleetplan.placement.validate import validate
 from fleetplan.service.app import create_app
 from fleetplan.service.prometheus import match_model, pull_observations
-from fleetplan.service.runtime import ReplanService, ServiceSettings, load_problem
+from fleetplan.service.runtime import ReplanService, ServiceSettings
 from fleetplan.service.store import Store, normalize_url
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")  # starlette asks for httpx2, a package not needed here
     from fastapi.testclient import TestClient
 
-TOKEN = "test-token-123"
-AUTH = {"Authorization": f"Bearer {TOKEN}"}
-T0 = 1_700_000_000.0 - (1_700_000_000.0 % 86400) + 20 * 3600  # 20:00 UTC of some day
-
-
-@pytest.fixture(scope="module")
-def shipped():
-    return load_problem(None)
-
-
-class Clock:
-    def __init__(self, t: float = T0) -> None:
-        self.t = t
-
-    def __call__(self) -> float:
-        return self.t
 
 
 def make(shipped, db, *, token=TOKEN, clock=None, **kw):

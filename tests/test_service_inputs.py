@@ -11,34 +11,17 @@ from __future__ import annotations
 import json
 import warnings
 
-import pytest
+from service_support import AUTH, TOKEN, Clock, M
 
 from fleetplan.cli.main import main
 from fleetplan.service.app import create_app
-from fleetplan.service.runtime import ReplanService, ServiceSettings, load_problem
+from fleetplan.service.runtime import ReplanService, ServiceSettings
 from fleetplan.service.store import shown_url
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")
     from fastapi.testclient import TestClient
 
-TOKEN = "test-token-123"
-AUTH = {"Authorization": f"Bearer {TOKEN}"}
-T0 = 1_700_000_000.0 - (1_700_000_000.0 % 86400) + 20 * 3600  # 20:00 UTC of some day
-M = "Llama-3.1-8B"
-
-
-@pytest.fixture(scope="module")
-def shipped():
-    return load_problem(None)
-
-
-class Clock:
-    def __init__(self, t: float = T0) -> None:
-        self.t = t
-
-    def __call__(self) -> float:
-        return self.t
 
 
 def make(shipped, db, *, clock=None, **kw):
