@@ -358,46 +358,35 @@ def workloads(problem: Problem, plan: Plan, scenario: Scenario, deploy: DeployFi
     bandwidth = scenario.options["load_bandwidth_bytes_per_s"]
     port0 = vllm_defaults().port
     out: list[Workload] = []
-    for key, counts in sorted(plan.replicas.items()):
-        if not any(counts):
-            continue
-        o = opts[key]
-        pool = pools[o.pool]
-        where = f"option {o.model} on {o.pool} tp {o.tp} pp {o.pp}"
-        model = ck.model(o.model)
-        repo, dtype, kv, quant = ck.server_settings(o.model)
-        server = VllmServer(model=o.model, checkpoint=repo, port=port0, port_name=f"m{index[o.model]}", tp=o.tp,
-                            pp=o.pp, max_num_seqs=_max_num_seqs(o.max_batch, where),
-                            max_model_len=_max_model_len(model, o.kv_budget_bytes, ck.kv_dtype, where),
-                            gpu_memory_utilization=mu, dtype=dtype, kv_cache_dtype=kv, quantization=quant)
-        weights = model.weight_bytes(ck.weight_dtype)
-        out.append(Workload(name=workload_name(o.model, pool.gpu, o.tp, o.pp, pool.name), site=pool.site,
-                            pool=o.pool, gpu=pool.gpu, gpu_product_label=gpu_label(pool.gpu, deploy), key=key,
-                            servers=(server,),
-                            gpus_per_pod=o.tp, pods_per_replica=o.pp, replicas=tuple(counts),
-                            load_s=weights / (o.tp * o.pp) / bandwidth))
     pd_opts = problem.pd_option_by_key
     connector = vllm_defaults().kv_connector
-    for pkey, counts in sorted(plan.pd_replicas.items()):
+    # Whole replicas, then prefill and decode replicas (role 'prefill' / 'decode', pp 1) with vLLM's KV-transfer role.
+    entries = [(opts[k], counts, k, None) for k, counts in sorted(plan.replicas.items())] + [
+        (pd_opts[pk], counts, None, pk) for pk, counts in sorted(plan.pd_replicas.items())]
+    for o, counts, key, pkey in entries:
         if not any(counts):
             continue
-        o = pd_opts[pkey]
         pool = pools[o.pool]
-        where = f"{o.role} option {o.model} on {o.pool} tp {o.tp}"
+        role = o.role
+        where = (f"{role} option " if pkey else "option ") + f"{o.model} on {o.pool} tp {o.tp} pp {o.pp}"
         model = ck.model(o.model)
         repo, dtype, kv, quant = ck.server_settings(o.model)
         weights = model.weight_bytes(ck.weight_dtype)
-        # A prefill option records no KV budget (it is sized by compute): a dedicated replica's, as the replay uses.
-        budget = o.kv_budget_bytes if o.role == "decode" else mu * o.tp * pool.memory_bytes_per_gpu - weights
+        # A prefill option records no KV budget (it is sized by compute): a dedicated replica's, as the replay uses;
+        # nor a batch limit (vLLM's default then).
+        budget = mu * o.tp * pool.memory_bytes_per_gpu - weights if role == "prefill" else o.kv_budget_bytes
         server = VllmServer(model=o.model, checkpoint=repo, port=port0, port_name=f"m{index[o.model]}", tp=o.tp,
-                            pp=1, max_num_seqs=_max_num_seqs(o.max_batch, where) if o.role == "decode" else None,
+                            pp=o.pp, max_num_seqs=None if role == "prefill" else _max_num_seqs(o.max_batch, where),
                             max_model_len=_max_model_len(model, budget, ck.kv_dtype, where),
                             gpu_memory_utilization=mu, dtype=dtype, kv_cache_dtype=kv, quantization=quant,
-                            kv_role="kv_producer" if o.role == "prefill" else "kv_consumer", kv_connector=connector)
-        out.append(Workload(name=pd_workload_name(o.model, pool.gpu, o.tp, o.role, pool.site, o.decode_site, pool.name),
-                            site=pool.site, pool=o.pool, gpu=pool.gpu, gpu_product_label=gpu_label(pool.gpu, deploy),
-                            key=None, servers=(server,), gpus_per_pod=o.tp, pods_per_replica=1,
-                            replicas=tuple(counts), load_s=weights / o.tp / bandwidth, pd_key=pkey))
+                            kv_role={"prefill": "kv_producer", "decode": "kv_consumer"}.get(role),
+                            kv_connector=connector if pkey else "")
+        name = (pd_workload_name(o.model, pool.gpu, o.tp, role, pool.site, o.decode_site, pool.name) if pkey
+                else workload_name(o.model, pool.gpu, o.tp, o.pp, pool.name))
+        out.append(Workload(name=name, site=pool.site, pool=o.pool, gpu=pool.gpu,
+                            gpu_product_label=gpu_label(pool.gpu, deploy), key=key, servers=(server,),
+                            gpus_per_pod=o.tp, pods_per_replica=o.pp, replicas=tuple(counts),
+                            load_s=weights / (o.tp * o.pp) / bandwidth, pd_key=pkey))
     groups: dict[tuple[str, tuple[str, ...]], int] = {}
     for g in plan.shared:  # residents in name order: the same group whatever order a solver lists them in
         group = (g.pool, tuple(sorted(g.models)))
