@@ -26,17 +26,23 @@ from fleetplan.solvers.common import shared_bins_per_pool, shared_candidates
 
 
 class _Inventory:
-    """GPUs used per pool and window while a heuristic builds a plan. A spot pool's fallback pool keeps back, all
-    day, its interruption rate × the spot pool's GPUs (rounded up): the fallback rule then holds whatever the
-    heuristic puts on spot."""
+    """GPUs used per pool and window while a heuristic builds a plan. A spot pool offers at most the GPUs its
+    fallback pool can cover (interruption rate × spot GPUs <= the fallback's GPUs), and the fallback pool keeps back,
+    all day, the interruption rate × those GPUs (rounded up): the fallback rule then holds whatever the heuristic puts
+    on spot."""
 
     def __init__(self, problem: Problem) -> None:
         self.problem = problem
         self.free = {p.id: [p.gpus] * problem.n_windows for p in problem.pools}
+        pools = problem.pool_by_id
         for p in problem.pools:
             if p.fallback_pool is not None and p.interruption_rate:
-                keep = math.ceil(p.interruption_rate * p.gpus - 1e-9)
-                self.free[p.fallback_pool] = [max(0, f - keep) for f in self.free[p.fallback_pool]]
+                # Spot GPUs the fallback pool can cover at all (rate × spot <= its GPUs), then the headroom kept for
+                # them: the rule holds by construction, nothing is cut to fit.
+                usable = min(p.gpus, math.floor(pools[p.fallback_pool].gpus / p.interruption_rate + 1e-9))
+                keep = math.ceil(p.interruption_rate * usable - 1e-9)
+                self.free[p.id] = [min(f, usable) for f in self.free[p.id]]
+                self.free[p.fallback_pool] = [f - keep for f in self.free[p.fallback_pool]]
 
     def fits(self, pool: str, gpus_per_window: list[int]) -> bool:
         return all(g <= f for g, f in zip(gpus_per_window, self.free[pool], strict=True))

@@ -132,6 +132,21 @@ def test_greedy_keeps_the_fallback_headroom():
     assert not g.message and validate(problem, g).ok
 
 
+def test_greedy_offers_only_the_spot_gpus_its_fallback_can_cover():
+    # A 1-GPU fallback at interruption rate 0.5 covers 2 spot GPUs (0.5 × 2 = 1): the greedy may use 2 of the 4
+    # spot GPUs and keeps the one fallback GPU free, so its plan holds the rule. It used to offer all 4 spot GPUs
+    # with nothing kept: 1.5 req/s on 3 spot GPUs (0.5 × 3 = 1.5 > 1 fallback GPU), a plan validate refuses.
+    pools = (_pool("on-demand", 1, 10.0, "on-demand"),
+             _pool("spot", 4, 4.0, "spot", interruption_rate=0.5, fallback_pool="on-demand"),
+             _pool("extra", 8, 20.0, "on-demand"))
+    options = tuple(ReplicaOption("m", p.id, 1, 1, 0.5 if p.id == "spot" else 1.0, 40e9) for p in pools)
+    model = ModelSpec("m", (1.5,), ttft_p95_s=1.0, tpot_p95_s=0.1)
+    problem = Problem(window_length_s=3600, n_windows=1, pools=pools, models=(model,), options=options, margin=0.0)
+    g = greedy(problem)
+    assert validate(problem, g).ok, validate(problem, g).violations
+    assert g.replicas.get(("m", "spot", 1, 1), (0,))[0] <= 2 and ("m", "on-demand", 1, 1) not in g.replicas
+
+
 def test_pool_ids_and_bad_pools():
     assert _pool("", 1, 1.0, "on-demand").id == f"{SITE}/{GPU}"  # default id unchanged
     a = _pool("", 1, 1.0, "on-demand")
