@@ -12,10 +12,11 @@ them); the result is re-checked by ``validate`` like any other plan.
 
 from __future__ import annotations
 
+import math
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
-from fleetplan.placement.plan import Plan, Status, evaluate, starts_per_window
+from fleetplan.placement.plan import Plan, SharedGPU, Status, evaluate, starts_per_window
 from fleetplan.placement.problem import Problem
 from fleetplan.placement.validate import validate
 from fleetplan.solvers.common import cheapest_cover, shared_candidates
@@ -153,6 +154,122 @@ def cover_window(sub: Problem, prefer: dict | None = None) -> Plan | None:
         return None
     return Plan(replicas={key: (k,) for counts in chosen.values() for key, k in counts.items()},
                 status=Status.HEURISTIC, backend="cover")
+
+
+@dataclass
+class _Bin:
+    """A shared GPU being edited by :func:`dissolve_shared`: its residents, their served req/s per window, its
+    compute share per window and its resident memory (bytes)."""
+
+    pool: str
+    models: list[str]
+    served: dict[str, tuple[float, ...]]
+    load: list[float]
+    mem: float
+
+
+def dissolve_shared(problem: Problem, plan: Plan, *, deadline: float | None = None) -> Plan:
+    """``plan`` with shared GPUs removed where that lowers its cost: the shared GPUs are all-day decisions of the
+    greedy packing that the one-window models of :func:`solve_by_windows` keep fixed. Least-loaded GPU first,
+    each resident's served rates move to another shared GPU with room in every window (memory, residents,
+    compute share <= 1 - margin), else to dedicated replicas: per window the cheapest whole-replica covering
+    (:func:`fleetplan.solvers.common.cheapest_cover`) of the rate within the GPUs its pools have free, and the
+    model's replica floor. A removal is kept when the plan stays valid (``validate``) and its whole cost
+    (``evaluate``: GPUs, starts and egress) drops; sweeps repeat until none is kept or ``deadline`` (a
+    time.perf_counter() value) passes. Returns ``plan`` itself when nothing is removed or outside
+    :func:`cover_applies`; the caller re-checks the result."""
+    if not plan.shared or not cover_applies(problem):
+        return plan
+    W, h, mu = problem.n_windows, problem.window_hours, 1 - problem.margin
+    pools = problem.pool_by_id
+    share_of = {(s.model, s.pool): s for s in problem.share_options}
+    models = problem.model_by_name
+    opts = problem.option_by_key
+    limit = {p.id: p.memory_bytes_per_gpu * problem.shared_memory_utilization for p in problem.pools}
+    k_max = problem.max_models_per_shared_gpu
+
+    def gpus_used(pl: Plan) -> dict[str, list[int]]:
+        use = {p.id: [p.reserved_gpus] * W for p in problem.pools}
+        for key, c in pl.replicas.items():
+            o = opts[key]
+            for w in range(W):
+                use[o.pool][w] += c[w] * o.gpus
+        for g in pl.shared:
+            for w in range(W):
+                use[g.pool][w] += 1
+        return use
+
+    def load(g) -> list[float]:
+        return [sum(v[w] / share_of[(m, g.pool)].capacity_req_per_s for m, v in g.served_req_per_s.items())
+                for w in range(W)]
+
+    def without(pl: Plan, i: int) -> Plan | None:
+        """pl with shared GPU i removed and its residents re-homed, or None when one cannot be."""
+        gone = pl.shared[i]
+        use = gpus_used(pl)
+        for w in range(W):
+            use[gone.pool][w] -= 1
+        others = [_Bin(g.pool, list(g.models), dict(g.served_req_per_s), load(g),
+                       sum(share_of[(m, g.pool)].memory_bytes for m in g.models))
+                  for j, g in enumerate(pl.shared) if j != i]
+        reps = {key: list(c) for key, c in pl.replicas.items()}
+        for m in sorted(gone.models, key=lambda m: (-sum(gone.served_req_per_s[m]), m)):
+            served = gone.served_req_per_s[m]
+            home = None
+            for b in others:
+                s = share_of.get((m, b.pool))
+                if s is None or m in b.models or b.mem + s.memory_bytes > limit[b.pool] * (1 - 1e-9):
+                    continue
+                if k_max is not None and len(b.models) >= k_max:
+                    continue
+                if all(b.load[w] + served[w] / s.capacity_req_per_s <= mu * (1 - 1e-9) for w in range(W)):
+                    home = b
+                    break
+            if home is not None:
+                s = share_of[(m, home.pool)]
+                home.models.append(m)
+                home.served[m] = tuple(served)
+                home.mem += s.memory_bytes
+                home.load = [home.load[w] + served[w] / s.capacity_req_per_s for w in range(W)]
+                continue
+            mine = [o for o in problem.options_by_model[m] if o.capacity_req_per_s > 0]
+            resident = sum(1 for b in others if m in b.models)
+            for w in range(W):
+                dedicated = sum(reps.get(o.key, [0] * W)[w] for o in problem.options_by_model[m])
+                floor = max(0, models[m].min_replicas - resident - dedicated)
+                if served[w] <= 0 and not floor:
+                    continue
+                spec = [(o.gpus * pools[o.pool].usd_per_gpu_hour * h, mu * o.capacity_req_per_s,
+                         max(0, pools[o.pool].gpus - use[o.pool][w]) // o.gpus) for o in mine]
+                got = cheapest_cover(spec, served[w], floor)
+                if got is None:
+                    return None
+                for o, k in zip(mine, got[1], strict=True):
+                    if k:
+                        reps.setdefault(o.key, [0] * W)[w] += k
+                        use[o.pool][w] += k * o.gpus
+        shared = tuple(SharedGPU(pool=b.pool, models=tuple(b.models), served_req_per_s=b.served)
+                       for b in others)
+        return Plan(replicas={key: tuple(c) for key, c in reps.items() if any(c)}, shared=shared)
+
+    best, best_usd = plan, evaluate(problem, plan).total_usd
+    kept = True
+    while kept:
+        kept = False
+        for i in sorted(range(len(best.shared)), key=lambda i: (sum(load(best.shared[i])), i)):
+            if deadline is not None and time.perf_counter() >= deadline:
+                break
+            cand = without(best, i)
+            if cand is None:
+                continue
+            usd = evaluate(problem, cand).total_usd
+            if usd < best_usd - 1e-6 and validate(problem, cand, check_objective=False).ok:
+                best, best_usd, kept = cand, usd, True
+                break  # indices changed: start the sweep again
+    if best is plan:
+        return plan
+    return replace(best, status=Status.HEURISTIC, backend=plan.backend, objective_usd=best_usd,
+                   message=plan.message)
 
 
 def _window_problem(problem: Problem, base: Plan, w: int) -> Problem:
@@ -298,17 +415,21 @@ def window_problem(problem: Problem, w: int) -> Problem:
     return replace(problem, n_windows=1, models=models, share_options=shares)
 
 
-#: Share of a fanned-out window's budget given to HiGHS's time limit (the rest: building the model, hand-over).
-FANOUT_SOLVE_SHARE = 0.7
+#: Share of a fanned-out window's slot of the worker-seconds left that its task may use, model building
+#: included (the rest: starting the task, sending the problem, collecting the result).
+FANOUT_SOLVE_SHARE = 0.9
 #: Least time left, seconds, for the per-window bound to fan out (below it, starting the workers and sending them
 #: the problem would use a large share of the time: the windows run in this process).
 FANOUT_MIN_S = 20.0
 
 
 def _window_bound_task(problem: Problem, item: tuple[int, float, int | None, float]) -> BoundResult:
-    """Window ``w``'s aggregate bound with the solver limit fixed before the fan-out (see :func:`window_bound`)."""
-    w, limit_s, threads, gap = item
-    return solve_aggregate_bound(window_problem(problem, w), time_limit_s=limit_s, threads=threads, gap=gap)
+    """Window ``w``'s aggregate bound within a budget fixed before the fan-out and counted from the task's own
+    start, model building included (see :func:`window_bound`)."""
+    w, budget_s, threads, gap = item
+    end = time.perf_counter() + budget_s
+    return solve_aggregate_bound(window_problem(problem, w), time_limit_s=budget_s, threads=threads, gap=gap,
+                                 deadline=end)
 
 
 def window_bound(problem: Problem, *, deadline: float, threads: int | None = None, gap: float = 1e-3,
@@ -320,16 +441,16 @@ def window_bound(problem: Problem, *, deadline: float, threads: int | None = Non
     window left without one (no time, or no bound found) adds 0, which keeps the sum valid. None when no
     window gave a bound, or when a window is infeasible (then so is the problem).
     With an ``executor`` of several workers and at least FANOUT_MIN_S left, the windows run on it at once, each
-    with the same solver limit fixed before the fan-out (FANOUT_SOLVE_SHARE of its share of the worker-seconds
-    left) and one solver thread, so the bound does not depend on which executor ran it (up to windows stopped by
-    their limit)."""
+    with the same budget fixed before the fan-out (FANOUT_SOLVE_SHARE of its share of the worker-seconds left,
+    model building included, counted from the task's start) and one solver thread, so the bound does not depend
+    on which executor ran it (up to windows stopped by their limit)."""
     W = problem.n_windows
     total = 0.0
     got = 0
     fan_out = executor is not None and (executor.workers or 1) > 1 and W > 1
     if fan_out and executor is not None and deadline - time.perf_counter() >= FANOUT_MIN_S:
         left = deadline - time.perf_counter()
-        per = FANOUT_SOLVE_SHARE * left * min(executor.workers or 1, W) / W
+        per = FANOUT_SOLVE_SHARE * left / math.ceil(W / (executor.workers or 1))  # rounds of tasks per worker
         if progress:
             progress(f"per-window bound: {W} windows on {executor.describe()} ({per:.0f} s each)")
         # one solver thread per task: the workers already use the CPUs
@@ -345,7 +466,8 @@ def window_bound(problem: Problem, *, deadline: float, threads: int | None = Non
             break
         if progress:
             progress(f"window {w + 1}/{W} of the per-window bound")
-        r = solve_aggregate_bound(window_problem(problem, w), time_limit_s=left / (W - w), threads=threads, gap=gap)
+        r = solve_aggregate_bound(window_problem(problem, w), time_limit_s=left / (W - w), threads=threads, gap=gap,
+                                  deadline=time.perf_counter() + left / (W - w))
         if r.infeasible:
             return None
         if r.bound_usd is not None:

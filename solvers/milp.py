@@ -579,14 +579,16 @@ class BoundResult:
 
 
 def solve_aggregate_bound(problem: Problem, *, time_limit_s: float, threads: int | None = None,
-                          gap: float = 1e-4) -> BoundResult:
+                          gap: float = 1e-4, deadline: float | None = None) -> BoundResult:
     """HiGHS's proven bound on the aggregate MILP of ``problem`` (``build_milp(aggregate=True, cover_cuts=True)``:
     integer replicas, integer counts of shared GPUs per pool, the covering inequalities (11); a relaxation of the
     exact MILP, see build_milp), USD.
 
     The dual bound is valid whether or not HiGHS closes the gap within ``time_limit_s`` (which counts the solve,
-    not the model building; the caller keeps its own deadline)."""
+    not the model building); ``deadline`` (a time.perf_counter() value) also caps it once the model is built."""
     model = build_milp(problem, aggregate=True, cover_cuts=True)
+    if deadline is not None:
+        time_limit_s = min(time_limit_s, deadline - time.perf_counter())
     solver = HiGHS(msg=False, timeLimit=max(0.01, time_limit_s), threads=threads, gapRel=gap)
     model.lp.solve(solver)
     if model.lp.status == pulp.LpStatusInfeasible or model.lp.sol_status == pulp.LpSolutionInfeasible:
