@@ -32,7 +32,8 @@ GPUs, :attr:`fleetplan.simulator.fleetday.FleetDayReport.capacity_utilization`),
 meeting their model's TTFT and TPOT targets; dropped requests fail), migrations (replica starts + stops, shared GPUs
 one each), and the re-planner's re-solves adopted / offered; then the average per day and the goals (<= 0.85x the
 reactive cost at >= its attainment, <= 40 migrations a day, >= 10% higher mean utilization: judged on the capacity
-utilization as a relative increase, the busy one printed beside it), each marked met or not.
+utilization as a relative increase, the busy one printed beside it), each marked met or not; and the billed
+GPU-hours per day of each model's dedicated replicas and of the shared GPUs (where the GPU-hours go).
 """
 
 from __future__ import annotations
@@ -219,6 +220,13 @@ def main() -> None:
         print(f"  {name:9s}: ${cost:9,.2f}  {gh:6.1f} GPU-h  util busy {util:5.1%} capacity {cap_u:5.1%}  "
               f"attainment {att:6.2%}  "
               f"migrations {mig:.0f}")
+    print("Billed GPU-hours per day by model (dedicated replicas; shared GPUs apart):")
+    for name, reps in totals.items():
+        by: dict[str, float] = {}
+        for r in reps:
+            for m, h in r.gpu_hours_by_model.items():
+                by[m] = by.get(m, 0.0) + h / n
+        print(f"  {name:9s}: " + ", ".join(f"{m} {h:.1f}" for m, h in sorted(by.items())))
     c_r, u_r, k_r, a_r, _ = agg["reactive"]
     c_p, u_p, k_p, a_p, m_p = agg["replanner"]
 

@@ -80,6 +80,8 @@ class FleetDayReport:
     windows: list[int] = field(default_factory=list)
     #: GPU-hours of rated capacity the served requests used (module docstring: capacity utilization).
     rated_gpu_hours: float = 0.0
+    #: Billed GPU-hours per model's dedicated replicas; shared GPUs under 'shared GPUs' (they sum to gpu_hours).
+    gpu_hours_by_model: dict[str, float] = field(default_factory=dict)
 
     @property
     def utilization(self) -> float:
@@ -292,6 +294,8 @@ def replay_fleet_day(problem: Problem, scenario: Scenario, steps: Sequence[Fleet
             end = min(max(x.stop_s - a, done_by_dev[d]), L) if math.isfinite(x.stop_s) else L
             billed_h = max(0.0, end - start) / 3600.0 * dev.gpus
             rep.gpu_hours += billed_h
+            who = x.models[0] if x.key is not None else "shared GPUs"
+            rep.gpu_hours_by_model[who] = rep.gpu_hours_by_model.get(who, 0.0) + billed_h
             rep.cost_usd += billed_h * dev.usd_per_gpu_hour
             rep.busy_gpu_hours += min(float(busy[d]), max(0.0, end - start)) / 3600.0 * dev.gpus
         rep.windows.append(w)

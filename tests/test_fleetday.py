@@ -39,6 +39,7 @@ def test_replay_fleet_day_bills_from_start_to_stop_and_drops_a_model_without_rep
     # By hand: replica A bills 0..1200 s, replica B 300..900 s (it serves nothing, so it stops at its step):
     # 1800 GPU-s = 0.5 GPU-h x $4 = $2.00. Migrations: one start (at 300) + one stop (at 900) = 2.
     assert rep.gpu_hours == pytest.approx(0.5)
+    assert rep.gpu_hours_by_model == pytest.approx({"Llama-3.1-8B": 0.5})  # the only replicas billed
     assert rep.cost_usd == pytest.approx(0.5 * USD_PER_GPU_HOUR)
     assert rep.migrations == 2
     assert rep.busy_gpu_hours == 0.0 and rep.utilization == 0.0
