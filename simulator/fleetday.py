@@ -11,9 +11,13 @@ in it, with the router (:mod:`fleetplan.simulator.engine`) sending a request onl
 A request whose model has no serving replica at its arrival is dropped (counted as missing its SLO).
 
 Reported (:class:`FleetDayReport`): GPU cost (billed GPU-hours × the pool's price; egress not included), GPU-hours,
-mean utilization (busy GPU-seconds / billed GPU-seconds), SLO attainment (share of requests meeting every TTFT and
-TPOT target of their model, :func:`fleetplan.simulator.replay.model_slos`), per model and overall, and migrations
-(replica starts + stops, shared GPUs one each).
+mean utilization (busy GPU-seconds / billed GPU-seconds; busy = the engine is running a prefill or decode step, which
+continuous batching keeps near 100% at any load), capacity utilization (the rated GPU-seconds of the requests served
+/ billed GPU-seconds: a request served by a replica of option o uses o.gpus / o.capacity_req_per_s GPU-seconds of
+rated capacity, one served on a shared GPU 1 / the share option's capacity_req_per_s, the planner's ratings, so a
+fleet billed exactly for its load at rated capacity is at 100%), SLO attainment (share of requests meeting every
+TTFT and TPOT target of their model, :func:`fleetplan.simulator.replay.model_slos`), per model and overall, and
+migrations (replica starts + stops, shared GPUs one each).
 """
 
 from __future__ import annotations
@@ -74,11 +78,21 @@ class FleetDayReport:
     migrations: int
     by_model: dict[str, tuple[int, int]] = field(default_factory=dict)  # {model: (requests, met)}
     windows: list[int] = field(default_factory=list)
+    #: GPU-hours of rated capacity the served requests used (module docstring: capacity utilization).
+    rated_gpu_hours: float = 0.0
+    #: Billed GPU-hours per model's dedicated replicas; shared GPUs under 'shared GPUs' (they sum to gpu_hours).
+    gpu_hours_by_model: dict[str, float] = field(default_factory=dict)
 
     @property
     def utilization(self) -> float:
         """Busy GPU-hours / billed GPU-hours (0 when nothing was billed)."""
         return self.busy_gpu_hours / self.gpu_hours if self.gpu_hours else 0.0
+
+    @property
+    def capacity_utilization(self) -> float:
+        """Rated GPU-hours of the served requests / billed GPU-hours (0 when nothing was billed): the served load
+        over the rated capacity of the billed GPUs (module docstring)."""
+        return self.rated_gpu_hours / self.gpu_hours if self.gpu_hours else 0.0
 
     @property
     def attainment(self) -> float:
@@ -203,6 +217,7 @@ def replay_fleet_day(problem: Problem, scenario: Scenario, steps: Sequence[Fleet
     lives = lifetimes(steps, load_time_s)
     pools = problem.pool_by_id
     shares = problem.share_by_key
+    options = problem.option_by_key
     builder = FleetBuilder(problem, None, scenario)  # type: ignore[arg-type]  # only step models are used
     slos = model_slos(problem, scenario)
     names = [m.name for m in problem.models]
@@ -214,6 +229,7 @@ def replay_fleet_day(problem: Problem, scenario: Scenario, steps: Sequence[Fleet
         live = [x for x in lives if x.start_s < b and x.stop_s > a]
         engines: list[EngineSpec] = []
         devices: list[DeviceSpec] = []
+        rated_s: list[float] = []  # per engine: GPU-seconds of rated capacity one request uses
         for x in live:
             pool = pools[x.pool]
             gpu = get_gpu(pool.gpu, builder.scenario_file("gpus"))
@@ -224,6 +240,7 @@ def replay_fleet_day(problem: Problem, scenario: Scenario, steps: Sequence[Fleet
                                           gpu.tdp_w or 0.0, gpu=pool.gpu))
                 engines.append(EngineSpec(m, len(devices) - 1, builder.step_model(m, x.pool, tp, pp, None), frm,
                                           until))
+                rated_s.append(tp * pp / options[x.key].capacity_req_per_s)
             else:
                 devices.append(DeviceSpec(f"shared {x.pool}", 1, pool.usd_per_busy_gpu_hour, gpu.tdp_w or 0.0,
                                           gpu=pool.gpu))
@@ -233,6 +250,7 @@ def replay_fleet_day(problem: Problem, scenario: Scenario, steps: Sequence[Fleet
                     budget = shares[(m, x.pool)].memory_bytes - weights
                     engines.append(EngineSpec(m, len(devices) - 1, builder.step_model(m, x.pool, 1, 1, budget), frm,
                                               until))
+                    rated_s.append(1.0 / shares[(m, x.pool)].capacity_req_per_s)
         wl = scenario_workload(scenario, w, 0.0, L, seed, names=names)
         served = {e.model for e in engines}
         keep = np.isin(wl.model, list(served)) if len(wl.arrival_s) else np.zeros(0, dtype=bool)
@@ -260,6 +278,8 @@ def replay_fleet_day(problem: Problem, scenario: Scenario, steps: Sequence[Fleet
                 rep.met += int(ok.sum())
             dev_of_eng = np.array([e.device for e in engines])
             served_by = res.engine
+            done = (served_by >= 0) & ~res.dropped
+            rep.rated_gpu_hours += float(np.asarray(rated_s)[served_by[done]].sum()) / 3600.0
             fin = np.where(np.isfinite(res.done_s), res.done_s, 0.0)
             for ei in range(len(engines)):
                 on = served_by == ei
@@ -274,6 +294,8 @@ def replay_fleet_day(problem: Problem, scenario: Scenario, steps: Sequence[Fleet
             end = min(max(x.stop_s - a, done_by_dev[d]), L) if math.isfinite(x.stop_s) else L
             billed_h = max(0.0, end - start) / 3600.0 * dev.gpus
             rep.gpu_hours += billed_h
+            who = x.models[0] if x.key is not None else "shared GPUs"
+            rep.gpu_hours_by_model[who] = rep.gpu_hours_by_model.get(who, 0.0) + billed_h
             rep.cost_usd += billed_h * dev.usd_per_gpu_hour
             rep.busy_gpu_hours += min(float(busy[d]), max(0.0, end - start)) / 3600.0 * dev.gpus
         rep.windows.append(w)

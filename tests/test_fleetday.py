@@ -39,6 +39,7 @@ def test_replay_fleet_day_bills_from_start_to_stop_and_drops_a_model_without_rep
     # By hand: replica A bills 0..1200 s, replica B 300..900 s (it serves nothing, so it stops at its step):
     # 1800 GPU-s = 0.5 GPU-h x $4 = $2.00. Migrations: one start (at 300) + one stop (at 900) = 2.
     assert rep.gpu_hours == pytest.approx(0.5)
+    assert rep.gpu_hours_by_model == pytest.approx({"Llama-3.1-8B": 0.5})  # the only replicas billed
     assert rep.cost_usd == pytest.approx(0.5 * USD_PER_GPU_HOUR)
     assert rep.migrations == 2
     assert rep.busy_gpu_hours == 0.0 and rep.utilization == 0.0
@@ -49,6 +50,24 @@ def test_replay_fleet_day_bills_from_start_to_stop_and_drops_a_model_without_rep
     assert rep.by_model["Llama-3.1-70B"] == (n70, 0)
     assert rep.by_model["Llama-3.1-8B"] == (0, 0)
     assert (rep.requests, rep.met, rep.attainment) == (n70, 0, 0.0)
+
+
+def test_capacity_utilization_is_rated_gpu_seconds_of_served_requests_over_billed():
+    # One 8B replica (1 GPU) for two 600-s windows, 70B never served. Capacity utilization = (served 8B requests x
+    # 1 GPU / the option's capacity_req_per_s) / billed GPU-seconds; the 70B requests are dropped and use nothing.
+    sc = _scenario([0.5, 0.5], [0.05, 0.05])
+    problem = build_problem(sc)
+    (o8,) = [o for o in problem.options if o.model == "Llama-3.1-8B"]
+    rep = replay_fleet_day(problem, sc, [FleetStep(0.0, {o8.key: 1})], {o8.key: 60.0}, seed=0)
+    n8 = sum(int((scenario_workload(sc, w, 0.0, 600.0, 0, names=["Llama-3.1-8B", "Llama-3.1-70B"]).model
+                  == "Llama-3.1-8B").sum()) for w in range(2))
+    assert n8 > 0 and rep.by_model["Llama-3.1-8B"][0] == n8
+    # By hand: billed 1200 GPU-s at least (the replica runs the whole day; its queue may end a little later).
+    assert rep.gpu_hours * 3600 == pytest.approx(1200.0, abs=60.0)
+    assert rep.rated_gpu_hours == pytest.approx(n8 / o8.capacity_req_per_s / 3600.0)
+    assert rep.capacity_utilization == pytest.approx(n8 / o8.capacity_req_per_s / (rep.gpu_hours * 3600.0))
+    # About 0.5 req/s against the option's rating (a few req/s): well below 1, unlike the busy-time figure.
+    assert 0.0 < rep.capacity_utilization < 0.5
 
 
 def test_cli_simulate_fleet_replays_a_changing_fleet(tmp_path):
