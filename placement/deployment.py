@@ -42,14 +42,18 @@ the image, a model's checkpoint and a GPU type's node label.
 
 from __future__ import annotations
 
+import difflib
+import functools
 import hashlib
 import json
 import math
 import re
+import zoneinfo
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import Field, PrivateAttr, field_validator
 
 from fleetplan.costmodels.hardware import Model
 from fleetplan.datasets.catalog import get_model, model_hf_repo
@@ -96,14 +100,53 @@ class DeployFile(InputModel):
     namespace: str = input_field("fleetplan", description="namespace of every site without its own",
                                  pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=63,
                                  fix="give a DNS label: lowercase letters, digits and '-'")
-    timezone: str = input_field("UTC", description="time zone of the plan's day (window 0 starts at 00:00 there), "
-                                "for the KEDA cron schedule", min_length=1)
+    timezone: str = input_field("UTC", description="IANA time zone name of the plan's day (window 0 starts at 00:00 "
+                                "there), for the KEDA cron schedule", min_length=1)
     hf_token_secret: str | None = input_field("hf-token", description="Secret whose key 'token' holds a Hugging "
                                               "Face token (optional in the pod; null: no token)")
     sites: dict[str, SiteTarget] = Field(default_factory=dict, description="site name -> its cluster")
     models: dict[str, ModelTarget] = Field(default_factory=dict, description="catalog model name -> checkpoint")
     gpu_labels: dict[str, str] = Field(default_factory=dict, description="catalog GPU name -> nvidia.com/gpu.product "
                                        "node label (for GPU types datasets/data/deploy/gpu_products.csv lacks)")
+    #: The file it was read from (None: built in code), for errors found later against a plan.
+    _source: str | None = PrivateAttr(default=None)
+
+    @field_validator("timezone")
+    @classmethod
+    def _iana_timezone(cls, value: str) -> str:
+        # KEDA's cron scaler loads the name with Go's time.LoadLocation: an IANA name, not an offset or abbreviation.
+        if value not in _iana_timezones():
+            raise ValueError(f"{value!r} is not an IANA time zone name, which KEDA's cron scaler needs; "
+                             + _timezone_fix(value))
+        return value
+
+    @property
+    def source(self) -> str | None:
+        """The path the file was read from (None for a DeployFile built in code)."""
+        return self._source
+
+
+@functools.cache
+def _iana_timezones() -> frozenset[str]:
+    return frozenset(zoneinfo.available_timezones())
+
+
+def _timezone_fix(value: str) -> str:
+    offset = re.fullmatch(r"(?:UTC|GMT)?\s*([+-])(\d{1,2})(?::?(\d{2}))?", value.strip(), flags=re.IGNORECASE)
+    if offset and int(offset.group(2)) <= 14 and int(offset.group(3) or 0) == 0:
+        hours = int(offset.group(2))
+        name = "Etc/UTC" if hours == 0 else f"Etc/GMT{'-' if offset.group(1) == '+' else '+'}{hours}"
+        return (f"give the place's zone (e.g. Asia/Karachi), or {name} for a fixed offset of {value.strip()} "
+                "(IANA's Etc names reverse the sign)")
+    close = difflib.get_close_matches(value, sorted(_iana_timezones()), n=3, cutoff=0.6)
+    if close:
+        return f"did you mean {' or '.join(repr(c) for c in close)}?"
+    return "give a name such as UTC, Europe/Berlin or America/New_York"
+
+
+def _close_hint(name: str, known: Iterable[str]) -> str:
+    close = difflib.get_close_matches(name, sorted(known), n=3, cutoff=0.5)
+    return f"did you mean {' or '.join(repr(c) for c in close)}? " if close else ""
 
 
 def read_deploy_file(path: str | Path | None) -> DeployFile:
@@ -111,7 +154,9 @@ def read_deploy_file(path: str | Path | None) -> DeployFile:
     if path is None:
         return DeployFile()
     raw = read_yaml(path, what="deployment file")
-    return validate_input(DeployFile, raw if raw is not None else {}, source=str(path))
+    deploy = validate_input(DeployFile, raw if raw is not None else {}, source=str(path))
+    deploy._source = str(path)
+    return deploy
 
 
 def slug(text: str) -> str:
@@ -345,10 +390,12 @@ def gpu_label(gpu: str, deploy: DeployFile) -> str:
 def workloads(problem: Problem, plan: Plan, scenario: Scenario, deploy: DeployFile | None = None) -> list[Workload]:
     """The workloads of ``plan`` (see the module docstring), sorted by site then name.
 
-    Raises InputError when a model has no checkpoint, a GPU type no node label, the problem no capacity-model
+    Raises InputError when the deployment file names a model or GPU type the scenario lacks
+    (:func:`check_catalog_names`), a model has no checkpoint, a GPU type no node label, the problem no capacity-model
     batch limits (a hand-built problem), or two workloads of one site get the same name.
     """
     deploy = deploy or DeployFile()
+    check_catalog_names(problem, deploy)
     ck = _Checkpoints(scenario, deploy)
     pools = problem.pool_by_id
     opts = problem.option_by_key
@@ -435,16 +482,36 @@ def site_target(site: str, deploy: DeployFile) -> tuple[str, str]:
 
 
 def check_targets(sites: list[str], deploy: DeployFile) -> None:
-    """Raise InputError when the deployment file names a site the plan does not have (a typo would silently send
-    that site's workloads to a default context), or two sites share a (context, namespace)."""
+    """Raise InputError (naming the deployment file and the field path) when the deployment file names a site the
+    plan's scenario does not have (a typo would silently send that site's workloads to a default context), or two
+    sites share a (context, namespace)."""
     for s in deploy.sites:
         if s not in sites:
-            raise InputError(f"the deployment file names site {s!r}, which the plan does not use; its sites: "
-                             f"{', '.join(sites)}", field="sites", value=s)
+            raise InputError(f"the deployment file names site {s!r}, which the plan's scenario does not have; "
+                             f"{_close_hint(s, sites)}its sites: {', '.join(sites)}; fix or remove the entry",
+                             source=deploy.source, field=f"sites.{s}", value=s)
     seen: dict[tuple[str, str], str] = {}
     for s in sites:
         t = site_target(s, deploy)
         if t in seen:
             raise InputError(f"sites {seen[t]} and {s} both map to context {t[0]} namespace {t[1]}; give each its own "
-                             "namespace", field="sites", value=s)
+                             "namespace", source=deploy.source, field=f"sites.{s}", value=s)
         seen[t] = s
+
+
+def check_catalog_names(problem: Problem, deploy: DeployFile) -> None:
+    """Raise InputError (naming the deployment file and the field path) when its ``models`` names a model the
+    plan's scenario does not have, or its ``gpu_labels`` a GPU type none of the scenario's pools has: the entry
+    would be ignored silently (a misspelt model would keep the catalog's checkpoint)."""
+    models = [m.name for m in problem.models]
+    for name in deploy.models:
+        if name not in models:
+            raise InputError(f"the deployment file gives a checkpoint for model {name!r}, which the plan's scenario "
+                             f"does not have; {_close_hint(name, models)}its models: {', '.join(models)}; fix or "
+                             "remove the entry", source=deploy.source, field=f"models.{name}", value=name)
+    gpus = sorted({p.gpu for p in problem.pools})
+    for gpu in deploy.gpu_labels:
+        if gpu not in gpus:
+            raise InputError(f"the deployment file gives a node label for GPU type {gpu!r}, which no site of the "
+                             f"plan's scenario has; {_close_hint(gpu, gpus)}its GPU types: {', '.join(gpus)}; fix or "
+                             "remove the entry", source=deploy.source, field=f"gpu_labels.{gpu}", value=gpu)

@@ -405,6 +405,40 @@ def test_deploy_file(tmp_path):
         read_deploy_file(unknown)
 
 
+@pytest.mark.parametrize("text, field, words", [
+    # An unknown site, model or GPU type would be ignored silently (a misspelt model keeps the catalog checkpoint).
+    ("sites:\n  gcp:us-centrl1: {context: x}\n", "sites.gcp:us-centrl1", "did you mean 'gcp:us-central1'"),
+    ("models:\n  Nope: {hf_repo: x/y}\n", "models.Nope", "does not have; its models: Llama-3.1-70B"),
+    ("models:\n  Llama-3.1-8b: {hf_repo: x/y}\n", "models.Llama-3.1-8b", "did you mean 'Llama-3.1-8B'"),
+    ("gpu_labels: {A100-SXM4-80G: X}\n", "gpu_labels.A100-SXM4-80G", "did you mean 'A100-SXM4-80GB'"),
+    # KEDA's cron scaler takes an IANA name (Go's time.LoadLocation); an offset or a made-up name is refused.
+    ("timezone: Mars/Base\n", "timezone", "'Mars/Base' is not an IANA time zone name"),
+    ("timezone: Europe/Berln\n", "timezone", "did you mean 'Europe/Berlin'"),
+    # +05:00 is Etc/GMT-5: IANA's Etc zones reverse the sign (POSIX style).
+    ("timezone: '+05:00'\n", "timezone", "Etc/GMT-5 for a fixed offset of +05:00"),
+])
+def test_deploy_file_bad_values_name_file_field_value_and_fix(tmp_path, text, field, words):
+    bad = tmp_path / "d.yaml"
+    bad.write_text(text)
+    for kind in ("k8s",) if field.startswith("sites") else ("k8s", "vllm"):  # export vllm uses no sites
+        r = CliRunner().invoke(main, ["export", kind, str(PLAN_FILE), "--out", str(tmp_path / kind), "--deploy",
+                                      str(bad)])
+        assert r.exit_code == 2 and "Traceback" not in r.output, r.output
+        assert r.output.startswith(f"Error: {bad}, field '{field}': ") and words in r.output, r.output
+        assert not (tmp_path / kind).exists()
+
+
+def test_deploy_file_iana_timezone_reaches_keda(tmp_path):
+    good = tmp_path / "d.yaml"
+    good.write_text("timezone: America/New_York\n")
+    problem, plan, scenario = default()
+    deploy = read_deploy_file(good)
+    files = export_k8s(problem, workloads(problem, plan, scenario, deploy), list(range(problem.n_windows)), deploy,
+                       schedule=True)
+    keda = files["gcp-us-central1/schedule-keda.yaml"]
+    assert "timezone: America/New_York" in keda and "timezone: UTC" not in keda
+
+
 def test_gpu_without_a_known_label(monkeypatch):
 
     problem, plan, scenario = default()
