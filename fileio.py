@@ -224,8 +224,9 @@ def write_file_set(root: str | Path, files: Mapping[str, str], *, field: str | N
     with fewer windows or models) are removed once the new set is in place, so the folder never mixes two exports.
     Only files the index lists are ever replaced or removed; the user's other files are left alone. Refused
     (InputError naming ``field``, nothing written): ``root`` fails :func:`check_output_folder`; a file the new set
-    would replace exists but no index lists it (the user's file); a file of the earlier set that the new one drops
-    was edited since (its checksum differs: move it away first); an unreadable index.
+    would replace exists but no index lists it (the user's file); a file of the earlier set was edited since (its
+    checksum differs from the index's) and the new set would overwrite it with other text or drop it (move it away
+    first); an unreadable index.
     """
     folder = check_output_folder(root, field=field)
     old = _read_file_set_index(folder, field) if folder.exists() else {}
@@ -235,6 +236,12 @@ def write_file_set(root: str | Path, files: Mapping[str, str], *, field: str | N
             raise InputError(f"{p} exists and was not written by an earlier export into {folder} (no "
                              f"{FILE_SET_INDEX} lists it); it is not replaced: move it away or export into an empty "
                              "folder", source=str(p), field=field)
+    for rel, text in files.items():  # replacing an edited file would lose the edit as removing it would
+        p = folder / rel
+        if rel in old and p.is_file() and _sha256(p) not in (old[rel], text_sha256(text)):
+            raise InputError(f"{p} is from an earlier export and was edited since; the new export would overwrite "
+                             "it: move it out of the folder (or delete it) and export again", source=str(p),
+                             field=field)
     stale = [rel for rel in old if rel not in files and (folder / rel).exists()]
     for rel in stale:
         if (folder / rel).is_file() and _sha256(folder / rel) != old[rel]:

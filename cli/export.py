@@ -54,7 +54,9 @@ def k8s(plan_file, out_dir, window, all_windows, deploy_file, lead_minutes) -> N
     files = export_k8s(problem, ws, wins, deploy, schedule=window is None, lead_minutes=lead_minutes)
     root = Path(out_dir)
     removed = write_file_set(root, files, field="--out", written_by="fleetplan export k8s")
-    click.echo(f"wrote {len(files)} files for {len(ws)} workloads at {len({w.site for w in ws})} sites into {root} "
+    n_sites = len({w.site for w in ws})
+    click.echo(f"wrote {len(files)} files for {len(ws)} workloads at {n_sites} site{'s' if n_sites != 1 else ''} "
+               f"into {root} "
                f"({len(wins)} window{'s' if len(wins) != 1 else ''}); see {root / 'clusters.yaml'}"
                + (f"; removed {len(removed)} file(s) of the earlier export it does not produce: "
                   f"{', '.join(removed)}" if removed else ""), err=True)

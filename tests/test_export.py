@@ -364,6 +364,24 @@ def test_cli_export_refuses_to_drop_an_edited_file_or_replace_a_users_file(tmp_p
     assert _tree(mine) == {"clusters.yaml": "my clusters"}
 
 
+def test_cli_export_refuses_to_overwrite_an_edited_file(tmp_path):
+    # The same rule for replacing as for removing: an exported file edited since is refused, nothing is written.
+    out = tmp_path / "k"
+    assert CliRunner().invoke(main, ["export", "k8s", str(PLAN_FILE), "--out", str(out)]).exit_code == 0
+    edited = out / "gcp-us-central1" / "window-05-00.yaml"
+    edited.write_text(edited.read_text() + "# my edit\n")
+    before = _tree(out)
+    r = CliRunner().invoke(main, ["export", "k8s", str(PLAN_FILE), "--out", str(out)])
+    assert r.exit_code == 2 and "edited since" in r.output and "would overwrite" in r.output, r.output
+    assert "window-05-00.yaml" in r.output and "move it out of the folder" in r.output
+    assert "Traceback" not in r.output and _tree(out) == before
+    # Moved away as the message says: the export goes through. An unedited earlier set is replaced silently.
+    edited.rename(tmp_path / "mine.yaml")
+    r = CliRunner().invoke(main, ["export", "k8s", str(PLAN_FILE), "--out", str(out)])
+    assert r.exit_code == 0 and "1 site into" in r.output, r.output
+    assert CliRunner().invoke(main, ["export", "k8s", str(PLAN_FILE), "--out", str(out)]).exit_code == 0
+
+
 def test_every_out_refuses_a_missing_parent_folder(tmp_path):
     # One rule for every --out: the output file or folder may be new, its parent folder must exist.
     r = CliRunner().invoke(main, ["export", "k8s", str(PLAN_FILE), "--out", str(tmp_path / "typo" / "k")])
