@@ -457,6 +457,35 @@ def test_deploy_file_iana_timezone_reaches_keda(tmp_path):
     assert "timezone: America/New_York" in keda and "timezone: UTC" not in keda
 
 
+def _readme_step(n: int) -> str:
+    text = (HERE.parent / "README.md").read_text()
+    step = text[text.index(f"\n{n}. **"):text.index(f"\n{n + 1}. **")]
+    return " ".join(step.split())
+
+
+def test_readme_export_steps_match_the_default_plan():
+    # README "From plan to production" steps 2 and 5 name the nodes, sites and folders of the default plan: derived
+    # here from the golden default plan's workloads, so a re-plan that moves the fleet fails until the README follows.
+    problem, plan, scenario = default()
+    ws = workloads(problem, plan, scenario)
+    used = sorted({w.site for w in ws})
+    step2, step5 = _readme_step(2), _readme_step(5)
+    for site in used:
+        for label in sorted({w.gpu_product_label for w in ws if w.site == site}):
+            assert f"`{label}` nodes at {site}" in step2, (label, site)
+        assert f"k8s/{site.replace(':', '-')}/window-00-00.yaml" in step5
+    for site in sorted(set(problem.sites) - set(used)):
+        assert f"nothing runs at {site}" in step2
+    others = {lab for lab in deployment.gpu_product_labels().values()} - {w.gpu_product_label for w in ws}
+    assert not [lab for lab in others if lab in step2]
+    # The CLI's summary line, as the README quotes it: "4 workloads at 1 site".
+    assert f"its {len(ws)} workloads at {len(used)} site{'s' if len(used) != 1 else ''} (as the export says)" in step2
+    # GPUs at the peak: per window, replicas × GPUs per pod × pods per replica, summed over the workloads.
+    gpus = [sum(w.replicas[i] * w.gpus_per_pod * w.pods_per_replica for w in ws) for i in range(problem.n_windows)]
+    peak = max(gpus)
+    assert f"take {peak} GPUs at the peak ({deployment.window_label(problem, gpus.index(peak))})" in step2
+
+
 def test_gpu_without_a_known_label(monkeypatch):
 
     problem, plan, scenario = default()
