@@ -99,6 +99,14 @@ def split_options(kw: dict, *, base: dict | None = None, source: str | None = No
     return SplitOptions.from_mapping({**(base or {}), **given}, source=source)
 
 
+#: Most values one ``--vary NAME=START:STOP:COUNT`` range gives.
+MAX_VARY_COUNT = 1000
+#: Help of ``--vary`` (both what-if commands): the forms and what each variable sets.
+VARY_HELP = ("NAME=START:STOP:COUNT (COUNT values from START to STOP, COUNT 1.." + str(MAX_VARY_COUNT) + ") or "
+             "NAME=V1,V2,... (repeat for a grid); NAME is one of: "
+             + "; ".join(f"{k}: {v}" for k, v in SWEEP_VARIABLES.items()) + ".")
+
+
 def parse_vary(text: str, names: Collection[str] = tuple(SWEEP_VARIABLES)) -> tuple[str, list[float]]:
     """'name=a:b:n' (n values from a to b) or 'name=v1,v2,...', the name one of ``names`` (default: the what-if
     variables). Raises InputError otherwise."""
@@ -120,17 +128,30 @@ def parse_vary(text: str, names: Collection[str] = tuple(SWEEP_VARIABLES)) -> tu
                          f"write the values with one comma between them, e.g. "
                          f"{name}={','.join(x.strip() for x in items if x.strip()) or '1,2'}", field="vary",
                          value=text)
-    try:
-        if ":" in spec:
-            a, b, n = spec.split(":")
-            if int(n) < 1 or int(n) > 1000:
-                raise ValueError
-            vals = [round(float(x), 12) for x in np.linspace(float(a), float(b), int(n))]
-        else:
+    if ":" in spec:
+        a, b, n = (x.strip() for x in spec.split(":"))
+        try:
+            count = int(n)
+        except ValueError:
+            count = 0
+        if not 1 <= count <= MAX_VARY_COUNT:
+            raise InputError(f"--vary {text!r}: the COUNT {n!r} (how many values from START to STOP) must be a whole "
+                             f"number from 1 to {MAX_VARY_COUNT}, e.g. {name}={a}:{b}:5", field="vary",
+                             value=text)
+        try:
+            start, stop = float(a), float(b)
+        except ValueError:
+            raise InputError(f"--vary {text!r}: START and STOP must be numbers, e.g. {name}=1:2:{count}",
+                             field="vary", value=text) from None
+        vals = [round(float(x), 12) for x in np.linspace(start, stop, count)]
+    else:
+        try:
             vals = [float(x) for x in items]
-    except ValueError:
-        raise InputError(f"--vary {text!r}: values must be numbers (START:STOP:COUNT with COUNT 1..1000, or a "
-                         "comma-separated list)", field="vary", value=text) from None
+        except ValueError:
+            raise InputError(f"--vary {text!r}: values must be numbers (NAME=V1,V2,... or NAME=START:STOP:COUNT)",
+                             field="vary", value=text) from None
+    if not all(math.isfinite(v) for v in vals):
+        raise InputError(f"--vary {text!r}: values must be finite numbers", field="vary", value=text)
     if not vals:
         raise InputError(f"--vary {text!r}: no values", field="vary", value=text)
     return name, vals
@@ -270,8 +291,7 @@ def _max_cells_option(f: Callable) -> Callable:
 @ledger.command("whatif")
 @_split_options
 @click.option("--vary", "vary", multiple=True, required=True,
-              help="NAME=START:STOP:COUNT or NAME=V1,V2,... (repeat); names: egress_usd_per_gb, prompt_tokens, "
-                   "output_tokens, rate_req_per_s, gpu_price_factor, prefill_price_factor, decode_price_factor.")
+              help=VARY_HELP)
 @click.option("--workers", type=click.IntRange(1, 64), default=default_workers(),
               show_default=True, help="Parallel processes (or CPUs of a local Ray instance).")
 @executor_options

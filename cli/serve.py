@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import datetime as dt
+import errno
 import json
 import os
+import socket
 from pathlib import Path
 
 import click
@@ -16,7 +18,7 @@ from fleetplan.placement.deployment import DeployFile, check_targets, read_deplo
 from fleetplan.service.actuate import K8sActuator, kube_clients
 from fleetplan.service.app import create_app
 from fleetplan.service.runtime import ReplanService, ServiceSettings, fleet_history
-from fleetplan.service.store import Store, shown_url
+from fleetplan.service.store import Store, shown_url, sqlite_path
 from fleetplan.solvers.online import FORECAST_METHODS, OnlineConfig
 
 DEFAULT_DB = "sqlite:///fleetplan.db"
@@ -45,6 +47,35 @@ def _db_url(db_url: str | None, db_file: str | None) -> str:
     if db_url and db_file:
         raise InputError("give either --db or --db-file, not both", field="--db-file")
     return db_url or _secret(db_file, "--db-file", "FLEETPLAN_DB_URL", "database URL") or DEFAULT_DB
+
+
+def check_port(host: str, port: int) -> None:
+    """Raise InputError unless ``host``:``port`` can be listened on now (bound and released at once, with the
+    options uvicorn binds with), so a port in use is reported before the database is opened or written."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise InputError(f"port {port} on {host} is in use (another fleetplan serve?): give another --port "
+                                 "or stop the process that listens there", field="--port", value=port) from None
+            if exc.errno == errno.EACCES:
+                raise InputError(f"not allowed to listen on port {port} (ports below 1024 need privileges): give "
+                                 "--port 1024 or above", field="--port", value=port) from None
+            reason = exc.strerror or str(exc)
+            raise InputError(f"cannot listen on {host}:{port}: {reason}; give an address of this machine (e.g. "
+                             "127.0.0.1)", field="--host", value=host) from None
+
+
+def _remove_sqlite(path: Path | None) -> None:
+    """Remove the SQLite database ``path`` and its journal files (a failed start's new database)."""
+    if path is None:
+        return
+    for p in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm"),
+              path.with_name(path.name + "-journal")):
+        p.unlink(missing_ok=True)
 
 
 def attach_actuator(service: ReplanService, deploy: DeployFile, *, kubeconfig: str | None = None,
@@ -83,7 +114,13 @@ def attach_actuator(service: ReplanService, deploy: DeployFile, *, kubeconfig: s
 @click.option("--target-utilization", default=0.8, show_default=True, type=click.FloatRange(0.05, 1.0),
               help="Replicas are removed only if the survivors then run at most this busy.")
 @click.option("--day-curve-weight", default=0.5, show_default=True, type=click.FloatRange(0, 1),
-              help="Forecast = weight x day curve + (1 - weight) x recent average.")
+              help="With --forecast blend (and before two days are observed): forecast = weight x day curve + "
+                   "(1 - weight) x recent average, then raised to the newest observed rate (see --floor-on-latest).")
+@click.option("--floor-on-latest/--no-floor-on-latest", default=OnlineConfig().floor_on_latest, show_default=True,
+              help="Never forecast below the newest observed rate of a model (its live tenants' sum; an observation "
+                   f"older than {OnlineConfig().latest_max_age_s / 60:g} min no longer counts), whatever the method "
+                   "and --day-curve-weight: a burst is met within one round. Off is cheaper and misses more SLOs "
+                   "(measured by benchmarks/bench_replanner.py).")
 @click.option("--ewma-alpha", default=0.3, show_default=True, type=click.FloatRange(0.01, 1.0),
               help="Weight of the newest observation in the recent average.")
 @click.option("--min-saving", "min_saving_usd", default=1.0, show_default=True, type=click.FloatRange(0),
@@ -135,8 +172,8 @@ def attach_actuator(service: ReplanService, deploy: DeployFile, *, kubeconfig: s
 @click.option("--log-level", default="info", show_default=True,
               type=click.Choice(["critical", "error", "warning", "info", "debug"]))
 def serve(scenario, db_url, db_file, db_timeout_s, host, port, interval_s, resolve_every_s, resolve_time_limit_s,
-          migration_budget, target_utilization, day_curve_weight, ewma_alpha, min_saving_usd, cooldown_s,
-          migration_cost_replica_hours, forecast_method, plan_file, max_body_bytes,
+          migration_budget, target_utilization, day_curve_weight, floor_on_latest, ewma_alpha, min_saving_usd,
+          cooldown_s, migration_cost_replica_hours, forecast_method, plan_file, max_body_bytes,
           prometheus_url, prometheus_window_s, rate_ceiling_factor, max_clock_skew_s, tenant_ttl_s, max_tenants,
           token_file, read_token_file, insecure_no_auth, actuate, dry_run, deploy_file, kubeconfig, actuate_log,
           ready_timeout_s, log_level) -> None:
@@ -155,7 +192,7 @@ def serve(scenario, db_url, db_file, db_timeout_s, host, port, interval_s, resol
     if token and insecure_no_auth:
         raise InputError("give either a token or --insecure-no-auth, not both", field="--insecure-no-auth")
     db_url = _db_url(db_url, db_file)
-    online = OnlineConfig(ewma_alpha=ewma_alpha, day_curve_weight=day_curve_weight,
+    online = OnlineConfig(ewma_alpha=ewma_alpha, day_curve_weight=day_curve_weight, floor_on_latest=floor_on_latest,
                           target_utilization=target_utilization, migration_budget=migration_budget,
                           resolve_min_saving_usd=min_saving_usd, tenant_ttl_s=tenant_ttl_s,
                           max_tenants_per_model=max_tenants, cooldown_s=cooldown_s,
@@ -174,12 +211,24 @@ def serve(scenario, db_url, db_file, db_timeout_s, host, port, interval_s, resol
     if actuate is None and (deploy_file or kubeconfig or actuate_log):
         raise InputError("--deploy, --kubeconfig and --actuate-log go with --actuate k8s", field="--actuate")
     deploy = read_deploy_file(deploy_file) if actuate else None
-    app = create_app(settings)
-    if actuate == "k8s" and deploy is not None:
-        attach_actuator(app.state.service, deploy, kubeconfig=kubeconfig, dry_run=dry_run,
-                        ready_timeout_s=ready_timeout_s, log_file=actuate_log)
-        click.echo(f"acting on Kubernetes ({'dry run: recording, not patching' if dry_run else 'patching replicas'})",
-                   err=True)
+    check_port(host, port)
+    # A start that fails (a plan file that does not fit, an unreachable cluster) leaves no new database behind.
+    new_db = sqlite_path(db_url)
+    if new_db is not None and new_db.exists():
+        new_db = None
+    app = None
+    try:
+        app = create_app(settings)
+        if actuate == "k8s" and deploy is not None:
+            attach_actuator(app.state.service, deploy, kubeconfig=kubeconfig, dry_run=dry_run,
+                            ready_timeout_s=ready_timeout_s, log_file=actuate_log)
+            doing = "dry run: recording, not patching" if dry_run else "patching replicas"
+            click.echo(f"acting on Kubernetes ({doing})", err=True)
+    except BaseException:
+        if app is not None:
+            app.state.service.close()
+        _remove_sqlite(new_db)
+        raise
     click.echo(f"fleetplan serve: http://{host}:{port}/docs (plan {app.state.service.plan_row['id']}, "
                f"{'resumed' if app.state.service.resumed else 'new'}; database {shown_url(db_url)})", err=True)
     uvicorn.run(app, host=host, port=port, log_level=log_level)

@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from fleetplan.cli.executor import executor_options
-from fleetplan.cli.ledger import _max_cells_option, _split_options, run_whatif, split_options
+from fleetplan.cli.ledger import VARY_HELP, _max_cells_option, _split_options, run_whatif, split_options
 from fleetplan.datasets.shipped import shipped_scenario_text
 from fleetplan.errors import InputError
 from fleetplan.fileio import parse_yaml, read_yaml
@@ -46,8 +46,7 @@ def _with_optional(f):
 @click.argument("scenario", required=False)
 @_with_optional
 @click.option("--vary", "vary", multiple=True, required=True,
-              help="NAME=START:STOP:COUNT or NAME=V1,V2,... (repeat); names: egress_usd_per_gb, prompt_tokens, "
-                   "output_tokens, rate_req_per_s, gpu_price_factor, prefill_price_factor, decode_price_factor.")
+              help=VARY_HELP)
 @click.option("--workers", type=click.IntRange(1, 64), default=2, show_default=True,
               help="Parallel processes (or CPUs of a local Ray instance).")
 @executor_options

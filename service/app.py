@@ -44,15 +44,21 @@ LABEL_PATTERN = r"^[^\x00-\x1f\x7f]+$"
 COUNT_MAX = 1e15
 
 
+#: why counts may be fractional (said in every count's schema description)
+_FRACTIONAL = ("; a fractional count is accepted: Prometheus' increase() and delta() extrapolate counters and gauges "
+               "to the interval's edges, so the counts it reports are rarely whole")
+
+
 def _count(description: str):
-    return Field(None, ge=0, le=COUNT_MAX, description=description)
+    return Field(None, ge=0, le=COUNT_MAX, description=description + _FRACTIONAL)
 
 
 class Observation(BaseModel):
     """One interval's counters for one model and tenant. Give ``arrivals``, or ``completions`` with the queue
     sizes at the interval's start and end (demand = completions + queue growth). Numbers are JSON numbers (no
-    strings, no booleans); the service also refuses a rate above its ceiling (a multiple of the fleet's capacity)
-    and an ``at_s`` far from its clock, naming the field."""
+    strings, no booleans); counts may be fractional (as Prometheus' increase() reports them). The service also
+    refuses a rate above its ceiling (a multiple of the fleet's capacity) and an ``at_s`` far from its clock,
+    naming the field."""
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False, strict=True)
 
@@ -104,7 +110,8 @@ class ErrorResponse(BaseModel):
 
 
 class ValidationErrorItem(BaseModel):
-    """One invalid field: its location (``["body", "observations", 0, "arrivals"]``), a message, a type."""
+    """One invalid field: its location (``["body", "observations", 0, "arrivals"]``), a message, a type, and
+    usually the ``input`` refused (cut to its first characters, as text, when it is long)."""
 
     model_config = ConfigDict(extra="allow")
     loc: list[str | int]
@@ -342,6 +349,36 @@ def _loc(field: str | None) -> list:
     return loc
 
 
+#: longest ``input`` echoed in a 422 (as JSON text); a longer one is cut, so a refused 1 MB body is not sent back
+ECHO_MAX_CHARS = 500
+#: query parameters that are unix times (a NaN or infinity is refused as not a time)
+_TIME_QUERIES = ("from_s", "to_s")
+
+
+def _capped(item: dict) -> dict:
+    """A validation error item whose ``input`` is at most ECHO_MAX_CHARS characters of JSON (else cut, as text)."""
+    if "input" not in item:
+        return item
+    text = json.dumps(item["input"], ensure_ascii=False)
+    if len(text) <= ECHO_MAX_CHARS:
+        return item
+    return {**item, "input": f"{text[:ECHO_MAX_CHARS]}... ({len(text):,} characters; cut)"}
+
+
+def _is_json(content_type: str | None) -> bool:
+    """Whether FastAPI parses a body of this Content-Type as JSON (application/json or a +json type)."""
+    media = (content_type or "").split(";")[0].strip().lower()
+    return media == "application/json" or (media.startswith("application/") and media.endswith("+json"))
+
+
+def _explained(item: dict) -> dict:
+    """A validation error item with a message a user can act on where pydantic's is misleading."""
+    loc = item.get("loc") or []
+    if item.get("type") == "finite_number" and len(loc) == 2 and loc[0] == "query" and loc[1] in _TIME_QUERIES:
+        return {**item, "msg": f"{loc[1]}={item.get('input')} is not a time: give unix seconds from 0 to 1e11"}
+    return item
+
+
 def _redacted(body: dict) -> dict:
     """The plan body without per-tenant rates (the forecaster's per-tenant EWMA and newest rates)."""
     online = dict(body["online"])
@@ -377,9 +414,18 @@ def create_app(settings: ServiceSettings, service: ReplanService | None = None, 
     async def _invalid_body(request, exc: RequestValidationError):
         """422 with the field named; the offending input is echoed only in a JSON-safe form (an infinity, a NaN or
         a lone surrogate would make the error response itself unserializable)."""
-        errors = jsonable_encoder(_safe(list(exc.errors())), custom_encoder={
+        raw = list(exc.errors())
+        ct = request.headers.get("content-type")
+        if not _is_json(ct) and any((e.get("loc") or ("",))[0] == "body" for e in raw):
+            # FastAPI reads a body without a JSON Content-Type as bytes, and pydantic then says "Input should be a
+            # valid dictionary": the fix is the header, not the body
+            return JSONResponse(status_code=422, content={"detail": [{
+                "loc": ["body"], "type": "content_type",
+                "msg": _safe(f"send the body as JSON with the header Content-Type: application/json (got "
+                             f"{repr(ct) if ct else 'no Content-Type'})")}]})
+        errors = jsonable_encoder(_safe(raw), custom_encoder={
             float: lambda f: f if math.isfinite(f) else str(f), bytes: lambda b: b.decode("utf-8", "replace")})
-        return JSONResponse(status_code=422, content={"detail": _safe(errors)})
+        return JSONResponse(status_code=422, content={"detail": _safe([_capped(_explained(e)) for e in errors])})
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request, exc: StarletteHTTPException):
@@ -492,13 +538,18 @@ def create_app(settings: ServiceSettings, service: ReplanService | None = None, 
     def delete_observations(
             ids: str | None = Query(None, max_length=10_000, pattern=r"^[0-9]{1,18}(,[0-9]{1,18})*$",
                                     description="comma-separated observation ids"),
-            from_s: float | None = Query(None, ge=0, le=1e11, description="delete observations with at_s >= this"),
-            to_s: float | None = Query(None, ge=0, le=1e11, description="... and at_s <= this (unix s)")):
+            from_s: float | None = Query(None, ge=0, le=1e11, allow_inf_nan=False,
+                                         description="delete observations with at_s >= this"),
+            to_s: float | None = Query(None, ge=0, le=1e11, allow_inf_nan=False,
+                                       description="... and at_s <= this (unix s; not before from_s)")):
         """Delete the observations that match every filter given (ids, at_s >= from_s, at_s <= to_s) and rebuild
         the forecaster from those that remain (stored as a new plan with the placement unchanged, in the same
         transaction as the delete, so a restart never replays them)."""
         if ids is None and from_s is None and to_s is None:
             return _err422(["query", "ids"], InputError("give ids, or from_s and/or to_s"))
+        if from_s is not None and to_s is not None and to_s < from_s:
+            return _err422(["query", "to_s"], InputError(
+                f"to_s={to_s:g} is before from_s={from_s:g}: the range is empty; give from_s <= to_s"))
         id_list = [int(x) for x in ids.split(",")] if ids is not None else None
         try:
             return svc.delete_observations(ids=id_list, from_s=from_s, to_s=to_s)

@@ -231,7 +231,11 @@ class ReplanService:
         #: Called with each committed plan row after it is published (e.g. the cluster actuator's submit); a hook
         #: that raises is logged and does not undo the commit.
         self.commit_hooks: list[Callable[[dict], None]] = []
-        self._start()
+        try:
+            self._start()
+        except BaseException:
+            self.close()  # no connection outlives a failed start (the caller may remove a new database file)
+            raise
 
     @property
     def plan_row(self) -> dict | None:

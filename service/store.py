@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import (
@@ -129,6 +130,15 @@ def normalize_url(url: str) -> str:
         return url
     raise InputError(f"database URL scheme {scheme!r} is not supported; use sqlite:///file.db or "
                      "postgresql://user@host/db", field="db", value=url)
+
+
+def sqlite_path(url: str) -> Path | None:
+    """The file of a SQLite database URL (``sqlite:///fleetplan.db`` -> ``fleetplan.db``), None for an in-memory
+    database or another database. Raises InputError for a URL :func:`normalize_url` refuses."""
+    u = make_url(normalize_url(url))
+    if not u.drivername.startswith("sqlite") or not u.database or u.database == ":memory:":
+        return None
+    return Path(u.database)
 
 
 class Store:

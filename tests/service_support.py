@@ -17,3 +17,12 @@ class Clock:
 
     def __call__(self) -> float:
         return self.t
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on now (for `fleetplan serve`, which checks its port before it starts)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

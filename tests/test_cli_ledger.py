@@ -4,6 +4,7 @@ import csv
 import io
 import json
 
+import pytest
 from click.testing import CliRunner
 
 from fleetplan.cli.ledger import parse_vary
@@ -146,6 +147,23 @@ def test_vary_empty_item_and_two_part_range_refused():
         else:
             raise AssertionError(f"{text} accepted")
     assert parse_vary("prompt_tokens=1, 2") == ("prompt_tokens", [1.0, 2.0])
+
+
+def test_vary_count_out_of_range_names_the_count():
+    # was "values must be numbers" although START and STOP are numbers: the COUNT is what is wrong
+    for text in ("egress_usd_per_gb=0.01:0.09:0", "egress_usd_per_gb=0.01:0.09:100000",
+                 "egress_usd_per_gb=0.01:0.09:2.5"):
+        with pytest.raises(InputError, match=r"COUNT .* must be a whole number from 1 to 1000") as exc:
+            parse_vary(text)
+        assert text in str(exc.value) and "values must be numbers" not in str(exc.value)
+    with pytest.raises(InputError, match="START and STOP must be numbers"):
+        parse_vary("egress_usd_per_gb=a:0.09:3")
+    with pytest.raises(InputError, match="finite"):
+        parse_vary("egress_usd_per_gb=0:inf:2")
+    # 0.01 to 0.09 in 5 values: steps of (0.09 - 0.01) / 4 = 0.02
+    assert parse_vary("egress_usd_per_gb=0.01:0.09:5") == ("egress_usd_per_gb", [0.01, 0.03, 0.05, 0.07, 0.09])
+    # prompt_tokens is a mean length (the split workbook itself varies it by x0.25), so a fraction is a value
+    assert parse_vary("prompt_tokens=1.5") == ("prompt_tokens", [1.5])
 
 
 def test_sweep_window_error_names_vary():

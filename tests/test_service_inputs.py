@@ -11,12 +11,14 @@ from __future__ import annotations
 import json
 import warnings
 
-from service_support import AUTH, TOKEN, Clock, M
+import pytest
+from service_support import AUTH, TOKEN, Clock, M, free_port
 
 from fleetplan.cli.main import main
 from fleetplan.service.app import create_app
 from fleetplan.service.runtime import ReplanService, ServiceSettings
 from fleetplan.service.store import shown_url
+from fleetplan.solvers.online import OnlineConfig
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")
@@ -246,7 +248,115 @@ def test_database_url_from_env_or_file_and_never_printed_with_its_password(tmp_p
     monkeypatch.delenv("FLEETPLAN_DB_URL")
     url_file = tmp_path / "db.url"
     url_file.write_text(f"sqlite:///{tmp_path / 'f.db'}\n")
-    r = CliRunner().invoke(main, ["serve", "--db-file", str(url_file), "--interval", "0", "--resolve-every", "0"])
+    r = CliRunner().invoke(main, ["serve", "--db-file", str(url_file), "--interval", "0", "--resolve-every", "0",
+                                  "--port", str(free_port())])
     assert r.exit_code == 0 and ran and f"database sqlite:///{tmp_path / 'f.db'}" in r.output, r.output
     r = CliRunner().invoke(main, ["serve", "--db-file", str(tmp_path / "missing.url")])
     assert r.exit_code == 2 and "no such database URL file" in r.output
+
+
+def _forecast_metric(c, model: str) -> float:
+    line = next(x for x in c.get("/metrics").text.splitlines()
+                if x.startswith(f'fleetplan_forecast_req_per_s{{model="{model}"}}'))
+    return float(line.rsplit(" ", 1)[1])
+
+
+def test_day_curve_weight_one_follows_the_curve_only_without_the_floor(shipped, tmp_path):
+    # New-user finding: `serve --forecast blend --day-curve-weight 1` forecast 10 req/s after an observation of
+    # 600 arrivals in 60 s, not the day curve's value: the newest observation is a floor (floor_on_latest), on by
+    # default and now said in --help; --no-floor-on-latest gives the curve alone.
+    problem, _ = shipped
+    m = problem.models[0].name
+    for floor in (True, False):
+        clock = Clock()
+        online = OnlineConfig(forecast_method="blend", day_curve_weight=1.0, floor_on_latest=floor)
+        client, svc = make(shipped, f"sqlite:///{tmp_path / f'{floor}.db'}", clock=clock, online=online)
+        with client as c:
+            w = svc.replanner.forecaster.window_at(clock.t)
+            curve = svc.replanner.forecaster.curve[m][w]
+            assert curve < 10  # the observation below is above the curve (else the floor is not seen)
+            assert post(c, {"model": m, "interval_s": 60, "arrivals": 600, "at_s": clock.t}).status_code == 202
+            assert c.post("/v1/replan", headers=AUTH).status_code == 200
+            # 600 / 60 s = 10 req/s with the floor; weight 1 x the curve + 0 x recent without it
+            assert _forecast_metric(c, m) == pytest.approx(10.0 if floor else curve)
+
+
+def test_serve_passes_no_floor_on_latest_to_the_forecaster(tmp_path, monkeypatch):
+    import uvicorn
+    from click.testing import CliRunner
+
+    ran = []
+    monkeypatch.setattr(uvicorn, "run", lambda app, **kw: ran.append(app))
+    monkeypatch.setenv("FLEETPLAN_TOKEN", TOKEN)
+    args = ["serve", "--db", f"sqlite:///{tmp_path / 'a.db'}", "--interval", "0", "--resolve-every", "0",
+            "--port", str(free_port())]
+    r = CliRunner().invoke(main, args + ["--no-floor-on-latest"])
+    assert r.exit_code == 0, r.output
+    assert ran[-1].state.service.settings.online.floor_on_latest is False
+    ran[-1].state.service.close()
+    r = CliRunner().invoke(main, args)
+    assert r.exit_code == 0, r.output
+    assert ran[-1].state.service.settings.online.floor_on_latest is True  # the default policy is kept
+    ran[-1].state.service.close()
+
+
+def test_http_mistakes_get_a_message_that_names_the_fix(shipped, tmp_path):
+    client, svc = make(shipped, f"sqlite:///{tmp_path / 'a.db'}")
+    with client as c:
+        # NaN is not a time (was "should be less than or equal to 100000000000")
+        for q in ("from_s=nan", "to_s=inf"):
+            r = c.delete(f"/v1/observations?{q}", headers=AUTH)
+            assert r.status_code == 422 and "is not a time" in r.text, r.text
+        # a range given backwards is a mistake, not "0 deleted" (and no plan is rebuilt for it)
+        plan_id = svc.plan_row["id"]
+        r = c.delete("/v1/observations", params={"from_s": 10, "to_s": 5}, headers=AUTH)
+        assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["query", "to_s"], r.text
+        assert "before from_s" in r.text and svc.plan_row["id"] == plan_id
+        assert c.delete("/v1/observations", params={"from_s": 5, "to_s": 5}, headers=AUTH).status_code == 200
+        # a JSON body without Content-Type: the header is the fix (was "Input should be a valid dictionary")
+        body = json.dumps({"observations": [{"model": M, "interval_s": 60, "arrivals": 6}]})
+        for headers in ({}, {"Content-Type": "text/plain"}):
+            r = c.post("/v1/observations", content=body, headers={**AUTH, **headers})
+            assert r.status_code == 422 and "Content-Type: application/json" in r.text, r.text
+        r = c.post("/v1/replan", content=b'{"full": false}', headers=AUTH)
+        assert r.status_code == 422 and "Content-Type: application/json" in r.text, r.text
+        assert svc.store.count_observations() == 0
+        # 5,000 items: refused, and the 300 KB body is not echoed back whole
+        big = [{"model": M, "interval_s": 60, "arrivals": 1}] * 5000
+        r = post(c, *big)
+        assert r.status_code == 422 and len(r.content) < 2000, len(r.content)
+        assert r.json()["detail"][0]["loc"] == ["body", "observations"]
+        # a fractional count is accepted (Prometheus' increase() extrapolates) and the schema says so
+        assert post(c, {"model": M, "interval_s": 60, "arrivals": 5.5}).status_code == 202
+        doc = c.get("/openapi.json").json()
+        assert "fractional" in doc["components"]["schemas"]["Observation"]["properties"]["arrivals"]["description"]
+
+
+def test_a_failed_start_leaves_no_new_database(tmp_path, monkeypatch):
+    import socket
+
+    import uvicorn
+    from click.testing import CliRunner
+
+    monkeypatch.setattr(uvicorn, "run", lambda app, **kw: pytest.fail("a failed start must not serve"))
+    monkeypatch.setenv("FLEETPLAN_TOKEN", TOKEN)
+    db = tmp_path / "new.db"
+    bad = tmp_path / "bad.json"
+    bad.write_text("{}")
+    base = ["serve", "--db", f"sqlite:///{db}", "--interval", "0", "--resolve-every", "0"]
+    # a plan file that is not a plan: the error, and no new.db (main left the file with its tables behind)
+    r = CliRunner().invoke(main, base + ["--port", str(free_port()), "--plan", str(bad)])
+    assert r.exit_code == 2 and "bad.json" in r.output and "Traceback" not in r.output, r.output
+    assert list(tmp_path.iterdir()) == [bad]
+    # the port in use: one line naming --port, checked before the database is made (main: uvicorn's "[Errno 98]"
+    # after the first plan was committed to a new file)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        r = CliRunner().invoke(main, base + ["--port", str(s.getsockname()[1])])
+    assert r.exit_code == 2 and "field '--port'" in r.output and "in use" in r.output, r.output
+    assert list(tmp_path.iterdir()) == [bad]
+    # an existing database is never removed by a failed start
+    db.write_bytes(b"")
+    r = CliRunner().invoke(main, base + ["--port", str(free_port()), "--plan", str(bad)])
+    assert r.exit_code == 2 and db.exists()
