@@ -50,6 +50,13 @@ class InputError(FleetplanError, ValueError):
         super().__init__(f"{prefix}: {message}" if prefix else message)
 
 
+def _plural(noun: str) -> str:
+    """English plural of a kind of name: 'GPU type' -> 'GPU types', 'ServeGen series' -> 'ServeGen series'."""
+    if noun.endswith("series"):
+        return noun
+    return noun + "es" if noun.endswith(("s", "x", "ch", "sh")) else noun + "s"
+
+
 class UnknownNameError(InputError, KeyError):
     """A name (GPU type, model, site, trace) that no catalog holds; the message suggests close names."""
 
@@ -61,7 +68,7 @@ class UnknownNameError(InputError, KeyError):
             lowered = {k.lower(): k for k in known}
             close = [lowered[k] for k in difflib.get_close_matches(name.lower(), list(lowered), n=3, cutoff=0.4)]
         hint = f"did you mean {' or '.join(repr(c) for c in close)}?" if close else (
-            f"known {kind}s: {', '.join(known[:12])}{' ...' if len(known) > 12 else ''}")
+            f"known {_plural(kind)}: {', '.join(known[:12])}{' ...' if len(known) > 12 else ''}")
         self.kind = kind
         self.name = name
         self.suggestions = close

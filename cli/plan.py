@@ -308,8 +308,17 @@ def _plan(scenario, backend, time_limit_s, threads, gap, window_s, out_path, fmt
     if not result.has_solution:
         # the same reasons solve() gave, as a list (the prechecks, else the elastic relaxation's shortfalls)
         why = explain_infeasible(problem) if result.status is Status.INFEASIBLE else [result.message]
-        hint = ("; rerun with --best-effort to serve the most demand by priority"
-                if result.status is Status.INFEASIBLE and not best_effort else "")
+        # --best-effort serves what the inventory can: a model with no usable option at all stays unserved
+        unservable = [m.name for m in problem.models
+                      if not any(o.model == m.name for o in problem.options)
+                      and not any(s.model == m.name for s in problem.share_options)]
+        if result.status is not Status.INFEASIBLE or best_effort:
+            hint = ""
+        elif unservable:
+            hint = (f"; --best-effort cannot serve {', '.join(unservable)} (no GPU type, tp and site meets its SLO "
+                    "and token mix): change that model's token mix, SLO, tp list or the sites' GPUs")
+        else:
+            hint = "; rerun with --best-effort to serve the most demand by priority"
         raise NoPlanError(f"no plan ({result.status.value}): {result.message}{hint}", why)
     report = validate(problem, result)
     if not report.ok:

@@ -11,6 +11,9 @@ from dataclasses import dataclass, field
 
 from fleetplan.errors import InputError
 
+#: Highest request rate a window accepts, req/s (a sanity bound: it catches a rate given in the wrong unit).
+MAX_RATE_REQ_PER_S = 1e7
+
 #: Accepted token lengths of one request (prompt or output), tokens (low, high).
 TOKENS_PER_REQUEST_RANGE: tuple[float, float] = (1.0, 2_000_000.0)
 
@@ -65,8 +68,8 @@ class WindowDemand:
     def __post_init__(self) -> None:
         for f in ("rate_mean_req_per_s", "rate_peak_req_per_s"):
             v = getattr(self, f)
-            if not isinstance(v, int | float) or math.isnan(v) or v < 0 or v > 1e7:
-                raise InputError(f"{v!r} req/s is outside 0..1e7", field=f, value=v)
+            if not isinstance(v, int | float) or math.isnan(v) or v < 0 or v > MAX_RATE_REQ_PER_S:
+                raise InputError(f"{v!r} req/s is outside 0..{MAX_RATE_REQ_PER_S:g}", field=f, value=v)
         if not (self.length_s > 0):
             raise InputError(f"window length {self.length_s!r} s must be positive", field="length_s",
                              value=self.length_s)

@@ -210,6 +210,8 @@ def _check_arrivals(t: np.ndarray, *, field: str, source: str, rows: np.ndarray 
 
 
 def _read_csv_frame(path: Path, display: str) -> pd.DataFrame:
+    if path.is_dir():
+        raise InputError(f"{path} is a folder, not a file; give the path of a CSV file", source=display)
     if not path.is_file():
         raise InputError(f"file not found: {path}; check the path", source=display)
     try:

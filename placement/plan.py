@@ -53,6 +53,7 @@ class Plan:
         objective_usd: cost over the horizon (GPU + starts + egress), USD, as the solver reports it.
         bound_usd: a proven lower bound on the optimum (LP relaxation or the solver's dual bound), or None.
         gap: (objective - bound) / objective, or None.
+        requested_gap: the relative gap the solve was asked for (OPTIMAL means gap <= it), or None.
         solve_time_s: wall time of the solve, seconds.
         message: explanation (infeasibility, time limit, warm start used ...).
         unserved_req_per_s: best-effort plans only: {model: demand left unserved in each window, req/s} for the
@@ -76,6 +77,7 @@ class Plan:
     objective_usd: float | None = None
     bound_usd: float | None = None
     gap: float | None = None
+    requested_gap: float | None = None
     solve_time_s: float = 0.0
     message: str = ""
     unserved_req_per_s: dict[str, tuple[float, ...]] = field(default_factory=dict)

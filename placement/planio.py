@@ -32,9 +32,10 @@ types such as 1.5 or "2" replicas and unknown keys are refused, naming the field
 shared GPUs and unserved demand on the embedded scenario; every figure derived from them (cost, GPU-hours, cost
 breakdown, utilization, pools and prices, each replica's site/GPU/capacity, windows, notes, validation) is
 recomputed and must agree with the file, so an edit the reader would otherwise ignore (a lowered cost, a changed
-window table) is refused: edit the replica counts and write the file again with the derived figures recomputed
-(``fleetplan plan`` on the scenario), never the figures alone. The solver's report (status, backend, lower bound,
-gap, solve time, message) and the baselines are what the run wrote and are kept as they are.
+window table) is refused. The solver's report is checked against that cost (:func:`check_report`: the lower bound
+at most the cost, the gap (cost - bound) / cost, status optimal only within ``requested_gap``, valid baselines at
+least the bound); the bound and the baselines' own costs need a re-solve and are not recomputed. Edited replica
+counts are refused too (:data:`EDIT_ADVICE` says why and what to do instead).
 """
 
 from __future__ import annotations
@@ -63,6 +64,14 @@ from fleetplan.placement.validate import validate
 
 FORMAT_VERSION = 1
 
+#: The one advice for a hand-edited plan file. Edited replica counts are not accepted even with the derived figures
+#: recomputed: the file's status, lower bound and gap describe the replicas the solver returned, and would be false
+#: for any other counts.
+EDIT_ADVICE = ("a plan file records one solve and cannot be hand-edited (its status, bound and gap hold only for "
+               "the solved replicas): to force replica counts, set min_replicas/max_replicas in the scenario and "
+               "re-plan with `fleetplan plan --out`, or replay a fleet of your own with `fleetplan simulate PLAN "
+               "--fleet FILE`")
+
 
 def per_day_factor(problem: Problem) -> float:
     """Multiplier from the horizon's totals to a day's (1 for a 24-hour horizon)."""
@@ -86,6 +95,7 @@ def plan_to_dict(problem: Problem, plan: Plan, *, scenario: dict | None = None,
         "gpu_hours_per_day": ev.gpu_hours * f if ev else None,
         "lower_bound_usd_per_day": plan.bound_usd * f if plan.bound_usd is not None else None,
         "gap": plan.gap,
+        **({"requested_gap": plan.requested_gap} if plan.requested_gap is not None else {}),
         "solve_time_s": plan.solve_time_s,
         "message": plan.message,
         "cost_breakdown_usd_per_day": ({"gpu": ev.gpu_usd * f, "starts": ev.start_usd * f,
@@ -282,6 +292,7 @@ def plan_from_dict(d: dict, problem: Problem | None = None) -> Plan:
     return Plan(replicas=replicas, shared=shared, status=status, backend=d.get("backend", ""),
                 objective_usd=cost / f if cost is not None else None,
                 bound_usd=bound / f if bound is not None else None, gap=d.get("gap"),
+                requested_gap=d.get("requested_gap"),
                 solve_time_s=float(d.get("solve_time_s", 0.0)), message=d.get("message", ""),
                 unserved_req_per_s=unserved, pd_replicas=pd, kv_flows_req_per_s=flows, commitments=committed,
                 class_unserved_req_per_s=class_unserved)
@@ -347,9 +358,42 @@ def check_derived(d: dict, problem: Problem, plan: Plan) -> None:
         diff = _first_difference(d[key], again.get(key), key)
         if diff:
             where, given, computed = diff
-            raise InputError(f"says {given!r} but the plan's replicas on its scenario give {computed!r}; derived "
-                             "figures are recomputed, not read: edit the replica counts (or re-plan) instead",
-                             field=where.removeprefix("."), value=given)
+            raise InputError(f"says {given!r} but the plan's replicas on its scenario give {computed!r} (it is "
+                             "recomputed from them); " + EDIT_ADVICE, field=where.removeprefix("."), value=given)
+
+
+def check_report(d: dict) -> None:
+    """Raise InputError when the solver's report in the plan dict ``d`` contradicts its (already re-checked) cost:
+    a lower bound above the cost (unless the file reports that defect itself), a gap other than (cost - bound) /
+    cost, a gap without a bound, status optimal without a bound or with a gap above the requested one, or a valid
+    baseline cheaper than the proven lower bound (every valid plan costs at least the bound). The bound itself
+    needs a re-solve and is not recomputed."""
+    cost, bound, gap = d.get("cost_usd_per_day"), d.get("lower_bound_usd_per_day"), d.get("gap")
+    status, wanted = d.get("status"), d.get("requested_gap")
+    if cost is None:
+        return
+    tol = 1e-7 * max(1.0, abs(cost))
+    if bound is not None and bound > cost + tol and "DEFECT" not in (d.get("message") or ""):
+        raise InputError(f"the lower bound {bound!r} is above the plan's cost {cost!r}; " + EDIT_ADVICE,
+                         field="lower_bound_usd_per_day", value=bound)
+    if bound is None and gap is not None:
+        raise InputError(f"a gap {gap!r} without a lower bound; " + EDIT_ADVICE, field="gap", value=gap)
+    if bound is not None:
+        expected = (cost - bound) / abs(cost) if cost else (0.0 if abs(bound) <= 1e-9 else -math.inf)
+        if gap is None or not math.isclose(gap, expected, rel_tol=1e-6, abs_tol=1e-9):
+            raise InputError(f"says {gap!r} but (cost - lower bound) / cost is {expected!r}; " + EDIT_ADVICE,
+                             field="gap", value=gap)
+    if status == Status.OPTIMAL.value:
+        if bound is None:
+            raise InputError("status optimal without a lower bound; " + EDIT_ADVICE, field="status", value=status)
+        if wanted is not None and gap is not None and gap > wanted + 1e-9:
+            raise InputError(f"status optimal with a gap of {gap:.2%}, above the requested {wanted:.2%}; "
+                             + EDIT_ADVICE, field="status", value=status)
+    for name, b in (d.get("baselines") or {}).items():
+        bc = b.get("cost_usd_per_day") if isinstance(b, dict) else None
+        if bound is not None and b.get("valid") and isinstance(bc, int | float) and bc < bound - tol:
+            raise InputError(f"the valid baseline costs {bc!r}, below the proven lower bound {bound!r}; "
+                             + EDIT_ADVICE, field=f"baselines.{name}.cost_usd_per_day", value=bc)
 
 
 def problem_from_plan_dict(d: dict) -> tuple[Problem, Scenario]:
@@ -359,10 +403,31 @@ def problem_from_plan_dict(d: dict) -> tuple[Problem, Scenario]:
     if not isinstance(sc, dict) or "raw" not in sc:
         raise InputError("plan file has no embedded scenario; re-create it with `fleetplan plan --out`",
                          field="scenario")
-    # Plan files written before YAML 1.2 floats were read as numbers hold e.g. "1.0e9" as text.
-    scenario = scenario_from_raw(yaml12_numbers(sc["raw"]), source=sc.get("source", "plan file"),
-                                 base=sc.get("base"), window_length_s=d.get("window_length_s"))
-    return build_problem(scenario, derating=_verify_derating(d)), scenario
+    src = sc.get("source", "plan file")
+    try:
+        # Plan files written before YAML 1.2 floats were read as numbers hold e.g. "1.0e9" as text.
+        scenario = scenario_from_raw(yaml12_numbers(sc["raw"]), source=src, base=sc.get("base"),
+                                     window_length_s=_window_length_s(d, sc))
+        return build_problem(scenario, derating=_verify_derating(d)), scenario
+    except InputError as exc:  # the error is in the plan file's copy of the scenario, not in the scenario file
+        where = exc.source or ""
+        if not where.startswith(src):
+            raise
+        entry = where[len(src):].lstrip(": ")
+        path = ".".join(x for x in ("scenario.raw", entry, exc.field) if x)
+        raise InputError(f"{exc.message} (in the plan file's copy of {src}; re-plan the fixed scenario)",
+                         field=path, value=exc.value) from None
+
+
+def _window_length_s(d: dict, sc: dict) -> float | None:
+    """The window length the plan was made with: the file's ``window_length_s``, which the embedded scenario's
+    ``window_length_s`` (when given) must equal (the plan's counts are per window of that length)."""
+    top, embedded = d.get("window_length_s"), sc.get("window_length_s")
+    if embedded is not None and top is not None and not math.isclose(embedded, top, rel_tol=1e-9):
+        raise InputError(f"says {embedded:g} s but the plan's window_length_s is {top:g} s; both are the window "
+                         "length the plan was made with: re-plan with the window length you want "
+                         "(`fleetplan plan --window`)", field="scenario.window_length_s", value=embedded)
+    return top
 
 
 def _verify_derating(d: dict) -> dict:
@@ -397,10 +462,11 @@ def load_plan_file(path: str | Path) -> tuple[Problem, Plan, Any, dict]:
     report = validate(problem, plan)
     if not report.ok:
         more = f" (and {len(report.violations) - 3} more)" if len(report.violations) > 3 else ""
-        raise InputError("the plan does not hold for its own scenario (was it edited?): "
-                         + "; ".join(report.violations[:3]) + more, source=str(path))
+        raise InputError("the plan does not hold for its own scenario: " + "; ".join(report.violations[:3]) + more
+                         + "; " + EDIT_ADVICE, source=str(path))
     try:
         check_derived(d, problem, plan)
+        check_report(d)
     except InputError as exc:
         raise InputError(str(exc), source=str(path)) from None
     return problem, plan, scenario, d

@@ -400,8 +400,10 @@ class ModelSpec:
                              value=self.min_replicas)
         if self.max_replicas is not None and (not isinstance(self.max_replicas, int)
                                               or self.max_replicas < max(1, self.min_replicas)):
-            raise InputError(f"{owner}: max_replicas must be a whole number >= max(1, min_replicas)",
-                             field="max_replicas", value=self.max_replicas)
+            raise InputError(f"{owner}: max_replicas {self.max_replicas!r} is below min_replicas "
+                             f"{self.min_replicas} (or below 1); give a whole number max_replicas >= "
+                             f"{max(1, self.min_replicas)}, or lower min_replicas", field="max_replicas",
+                             value=self.max_replicas)
         check_range(self.request_bytes, field="request_bytes", source=owner, low=0)
 
     @property
@@ -502,7 +504,9 @@ class Problem:
                                  field="fallback", value=f.id)
         names = [m.name for m in self.models]
         if len(set(names)) != len(names):
-            raise InputError("two models have the same name", field="models")
+            dup = sorted({n for n in names if names.count(n) > 1})
+            raise InputError(f"two models have the same name ({', '.join(dup)}); give each model once",
+                             field="models", value=dup)
         for m in self.models:
             if len(m.demand_req_per_s) != self.n_windows:
                 raise InputError(f"model {m.name}: {len(m.demand_req_per_s)} demand values for "

@@ -98,10 +98,10 @@ from fleetplan.costmodels.capacity import (
     measured_replica_capacity,
     replica_capacity,
 )
-from fleetplan.costmodels.demand import Demand, TokenMix
+from fleetplan.costmodels.demand import MAX_RATE_REQ_PER_S, Demand, TokenMix
 from fleetplan.costmodels.energy import owned_marginal_usd_per_gpu_hour
 from fleetplan.costmodels.hardware import GPU, Model, check_params
-from fleetplan.costmodels.latency import decode_step_time_s
+from fleetplan.costmodels.latency import TP_DEGREES, decode_step_time_s
 from fleetplan.costmodels.network import Link, Site, route_class
 from fleetplan.costmodels.prices import (
     COMMITTED_PRICING_MODELS,
@@ -213,6 +213,18 @@ def _at(where: str, key: str) -> Iterator[None]:
         raise InputError(str(exc), source=where, field=key, value=exc.name) from None
 
 
+@contextlib.contextmanager
+def _within(where: str, key: str | None = None) -> Iterator[None]:
+    """Give an InputError raised inside without a file (a cost-model record's own check) the file and entry
+    ``where`` it came from and the field path ``key`` (default: the error's own field)."""
+    try:
+        yield
+    except InputError as exc:
+        if exc.source:
+            raise
+        raise InputError(exc.message, source=where, field=key or exc.field, value=exc.value) from None
+
+
 def _check_region(site: Site, prices: list, where: str) -> None:
     """Raise UnknownNameError (naming ``where``) when ``site``'s cloud has price rows but none in its region (a
     misspelt region, 'us-est-1', would otherwise surface as a missing price)."""
@@ -273,8 +285,9 @@ def _demand(spec: DemandSpec, where: str, base: Path | None, length: float, mix:
 
     if spec.servegen is not None:
         sg = spec.servegen
-        return servegen_demand(sg.series, sg.mean_rate_req_per_s, mix, window_length_s=length, day=sg.day,
-                               gaps=sg.gaps)
+        with _at(where, "demand.servegen.series"):
+            return servegen_demand(sg.series, sg.mean_rate_req_per_s, mix, window_length_s=length, day=sg.day,
+                                   gaps=sg.gaps)
     if spec.trace is not None:
         if spec.trace.file:
             file = spec.trace.file
@@ -293,6 +306,9 @@ def _demand(spec: DemandSpec, where: str, base: Path | None, length: float, mix:
         p = Path(spec.day_curve.file)
         if base is not None and not p.is_absolute():
             p = base / p
+        if p.is_dir():
+            raise _err(f"{p} is a folder, not a file; give the path of a day-curve CSV", where,
+                       "demand.day_curve.file", str(p))
         curve = read_day_curve_csv(p)
         scale = spec.day_curve.scale
         if abs(curve.window_length_s - length) > 1e-6:
@@ -300,6 +316,10 @@ def _demand(spec: DemandSpec, where: str, base: Path | None, length: float, mix:
                        f"{length:g}", where, "demand.day_curve")
         return day_curve_demand(curve.rates_req_per_s * scale, length, mix, f"day curve {p} × {scale:g}")
     if spec.rates is not None:
+        for k, r in enumerate(spec.rates):
+            if not 0 <= float(r) <= MAX_RATE_REQ_PER_S:
+                raise _err(f"{float(r):g} req/s is outside 0..{MAX_RATE_REQ_PER_S:g}; give the window's mean "
+                           "request rate in req/s", where, f"demand.rates[{k}]", r)
         return day_curve_demand([float(r) for r in spec.rates], length, mix, "rates given in the scenario")
     # DemandSpec checks that exactly one kind is given.
     raise _err("give one of servegen, trace, day_curve, rates under 'demand'", where, "demand")
@@ -616,6 +636,9 @@ def parse_profile_option(text: str) -> tuple[str, str, int, str | None, str]:
     for mod in mods:
         if mod.startswith("tp") and mod[2:].isdigit():
             tp = int(mod[2:])
+            if tp not in TP_DEGREES:
+                raise InputError(f"--profile {text!r}: tp{tp} is not a tensor-parallel degree; give tp "
+                                 f"{', '.join(map(str, TP_DEGREES))}", field="--profile", value=text)
         elif mod in PROFILE_FORMATS:
             fmt = mod
         else:
@@ -780,10 +803,16 @@ def build_problem(scenario: Scenario, *, progress: Callable[[str], None] | None 
     pools: list[Pool] = []
     rows_where: list[str] = []
     gpus = {}
+    site_rows: dict[str, int] = {}
     for i, s in enumerate(spec.sites):
         sw = f"{where}: sites[{i}]"
-        parsed = Site.parse(s.name)
+        with _within(sw, "name"):
+            parsed = Site.parse(s.name)
         site = parsed.name
+        if site in site_rows:
+            raise _err(f"site {site!r} is listed twice (sites[{site_rows[site]}] and sites[{i}]); list each site "
+                       "once, with all its inventory rows under it", sw, "name", s.name)
+        site_rows[site] = i
         if any(row.usd_per_gpu_hour is None for row in s.inventory):  # a catalog price is looked up
             _check_region(parsed, prices, sw)
         for j, row in enumerate(s.inventory):
@@ -823,6 +852,7 @@ def build_problem(scenario: Scenario, *, progress: Callable[[str], None] | None 
     if dis["enabled"] and dis_models is not None and not dis_models <= {m.name for m in spec.models}:
         raise UnknownNameError("scenario model", sorted(dis_models - {m.name for m in spec.models})[0],
                                [m.name for m in spec.models], source=where, field="options.disaggregation.models")
+    model_rows: dict[str, int] = {}
     for i, m in enumerate(spec.models):
         mw = f"{where}: models[{i}]"
         model = scenario_model(m, mw, base, _file("models"))
@@ -835,7 +865,8 @@ def build_problem(scenario: Scenario, *, progress: Callable[[str], None] | None 
         tps = m.tp_degrees
         origin = m.origin_site
         if origin is not None:
-            origin = Site.parse(origin).name
+            with _within(mw, "origin_site"):
+                origin = Site.parse(origin).name
             if origin not in site_names:
                 raise UnknownNameError("site", origin, site_names, source=mw, field="origin_site")
         demand = scenario.demands[m.name]
@@ -849,12 +880,17 @@ def build_problem(scenario: Scenario, *, progress: Callable[[str], None] | None 
              c.input_tokens_max or math.inf, c.output_tokens_max or math.inf)
             for k, c in enumerate(m.classes or [])]
         class_mixes = {c[0]: (c[1], c[2]) for c in class_list}
-        models.append(ModelSpec(model.name, rates, slo.ttft_s, slo.tpot_s, min_replicas=min_r,
-                                max_replicas=max_r, origin_site=origin, request_bytes=request_bytes,
-                                demand_source=demand.source, priority=m.priority,
-                                class_shares=tuple((c, sh) for c, (sh, _mx) in class_mixes.items()),
-                                class_max_tokens=tuple((c[3], c[4]) for c in class_list),
-                                peak_factor=peak, peak_factor_source=peak_src))
+        if model.name in model_rows:
+            raise _err(f"models[{model_rows[model.name]}] and models[{i}] are both the model {model.name!r}; give "
+                       "each model once", mw, "name", m.name)
+        model_rows[model.name] = i
+        with _within(mw):
+            models.append(ModelSpec(model.name, rates, slo.ttft_s, slo.tpot_s, min_replicas=min_r,
+                                    max_replicas=max_r, origin_site=origin, request_bytes=request_bytes,
+                                    demand_source=demand.source, priority=m.priority,
+                                    class_shares=tuple((c, sh) for c, (sh, _mx) in class_mixes.items()),
+                                    class_max_tokens=tuple((c[3], c[4]) for c in class_list),
+                                    peak_factor=peak, peak_factor_source=peak_src))
         why = []
         weights = model.weight_bytes(wd)
         mprof = measured.get(model.name, {})

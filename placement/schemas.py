@@ -462,7 +462,7 @@ class ScenarioFile(InputModel):
     """A planner scenario: sites with GPU inventory, models with SLOs and demand, and planning options
     (``fleetplan plan SCENARIO``)."""
 
-    name: str | None = input_field(None, description="label of the scenario")
+    name: str | None = input_field(None, min_length=1, description="label of the scenario")
     description: str | None = input_field(None, description="free text")
     notes: Notes = input_field(None, description="free text")
     options: ScenarioOptions = input_field(default_factory=ScenarioOptions, description="planning options")
@@ -661,8 +661,8 @@ class PlanScenarioEntry(InputModel):
 class PlanFile(InputModel):
     """A plan file (``placement/planio.py`` describes each field). The reader uses the replicas, the shared GPUs,
     the unserved demand and the embedded scenario; every figure derived from them (costs, GPU-hours, pools, windows,
-    validation, ...) is recomputed and must agree with the file, and the solver's report (status, backend, bound,
-    gap, solve time, message) and the baselines are kept as the run wrote them."""
+    validation, ...) is recomputed and must agree with the file; the solver's report (status, bound, gap) and the
+    baselines' costs are checked against the recomputed cost (see ``placement/planio.py``)."""
 
     fleetplan_plan_version: Literal[1] = input_field(description="plan file format version")
     name: str = input_field(description="scenario name (re-checked)")
@@ -672,6 +672,8 @@ class PlanFile(InputModel):
     gpu_hours_per_day: float | None = input_field(None, description="GPU-hours per day (recomputed, re-checked)")
     lower_bound_usd_per_day: float | None = input_field(None, description="the solver's proven lower bound")
     gap: float | None = input_field(None, description="relative optimality gap (as the solver reported it)")
+    requested_gap: float | None = input_field(None, ge=0, description="the relative gap the solve was asked for "
+                                              "(status optimal: gap <= it; re-checked)")
     solve_time_s: float = input_field(0.0, ge=0, description="solve time, seconds")
     message: str = input_field("", description="the solver's message")
     cost_breakdown_usd_per_day: dict[str, float] | None = input_field(None, description="recomputed, re-checked")

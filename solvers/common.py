@@ -327,7 +327,7 @@ def finish_plan(problem: Problem, *, backend: str, gap: float, bounds: dict[str,
         why = f"time limit {time_limit_s:.3g} s reached; " if time_limit_reached else ""
         parts.append(f"{why}no proven bound")
     return Plan(replicas=plan.replicas, shared=plan.shared, status=status, backend=backend,
-                objective_usd=objective, bound_usd=bound, gap=g, solve_time_s=solve_time_s,
+                objective_usd=objective, bound_usd=bound, gap=g, requested_gap=gap, solve_time_s=solve_time_s,
                 message="; ".join(parts), unserved_req_per_s=plan.unserved_req_per_s,
                 class_unserved_req_per_s=plan.class_unserved_req_per_s,
                 pd_replicas=plan.pd_replicas, kv_flows_req_per_s=plan.kv_flows_req_per_s,

@@ -102,3 +102,41 @@ def test_validate_refuses_a_huge_count_without_allocating():
     counts[0] = 10**300
     report = validate(problem, dataclasses.replace(plan, replicas={**plan.replicas, key: tuple(counts)}))
     assert not report.ok and "window 0: about 10^300 replicas" in report.violations[0], report.violations
+
+
+# The golden plan: cost 854.8172, lower bound 851.4768, gap (854.8172 - 851.4768) / 854.8172 = 0.39%, status optimal.
+@pytest.mark.parametrize("path, value, field", [
+    (("lower_bound_usd_per_day",), 99999.0, "lower_bound_usd_per_day"),   # a bound above the cost passed silently
+    (("gap",), 0.5, "gap"),                                               # gap 0.5 with status optimal passed
+    (("baselines", "dedicated_peak", "cost_usd_per_day"), 1.0,            # a baseline below the proven bound
+     "baselines.dedicated_peak.cost_usd_per_day"),
+    (("scenario", "window_length_s"), 1800.0, "scenario.window_length_s"),  # was ignored
+])
+def test_edited_solver_report_refused(tmp_path, path, value, field):
+    r = _export(tmp_path, _edit(path, value))
+    assert r.exit_code == 2 and f"field '{field}'" in r.output and "Traceback" not in r.output, r.output
+
+
+def test_optimal_beyond_the_requested_gap_refused(tmp_path):
+    # bound and gap edited consistently (bound = cost x 0.5, gap 0.5): status optimal needs gap <= requested_gap.
+    d = json.loads(PLAN.read_text())
+    d.update(lower_bound_usd_per_day=d["cost_usd_per_day"] * 0.5, gap=0.5, requested_gap=0.005)
+    r = _export(tmp_path, d)
+    assert r.exit_code == 2 and "status optimal with a gap of 50.00%, above the requested 0.50%" in r.output, r.output
+
+
+def test_edits_get_one_advice(tmp_path):
+    # A changed replica count (refused by validate's cost check) and a changed capacity (refused by the derived
+    # check) say the same thing: the file cannot be hand-edited, and how to get other counts.
+    d = json.loads(PLAN.read_text())
+    d["replicas"][0]["counts"][0] += 1
+    r1 = _export(tmp_path, d)
+    r2 = _export(tmp_path, _edit(("replicas", 0, "capacity_req_per_s"), 1.0))
+    for r in (r1, r2):
+        assert r.exit_code == 2 and "cannot be hand-edited" in r.output and "min_replicas" in r.output, r.output
+
+
+def test_bad_embedded_scenario_is_blamed_on_the_plan_file(tmp_path):
+    r = _export(tmp_path, _edit(("scenario", "raw", "models", 0, "tp"), [3]))
+    assert r.exit_code == 2 and "field 'scenario.raw.models[0].tp[0]'" in r.output, r.output
+    assert "plan file's copy" in r.output, r.output
