@@ -41,7 +41,10 @@ def _render_table(problem, plan, d: dict) -> None:
 
     console = Console(width=None if sys.stdout.isatty() else 120)
     console.print(f"[bold]{d['name']}[/bold]: {problem.n_windows} windows of {problem.window_length_s / 60:g} min; "
-                  f"status [bold]{d['status']}[/bold] ({d['backend']}, {d['solve_time_s']:.1f} s)")
+                  f"status [bold]{d['status']}[/bold]"
+                  + (f" within the requested {plan.requested_gap:.2%} gap" if d["status"] == "optimal"
+                     and plan.requested_gap is not None else "")
+                  + f" ({d['backend']}, {d['solve_time_s']:.1f} s)")
     if plan.message:
         console.print(plan.message, markup=False)
     if abs(problem.horizon_hours - 24) > 1e-9:
@@ -94,7 +97,7 @@ def _render_table(problem, plan, d: dict) -> None:
     for col in ("cost $/day", "GPU-hours/day", "cost vs this plan", "note"):
         s.add_column(col, justify="right" if col != "note" else "left")
     s.add_row("this plan", f"{d['cost_usd_per_day']:,.2f}", f"{d['gpu_hours_per_day']:,.1f}", "1.00",
-              f"mean util {d['utilization']['mean']:.0%}, peak {d['utilization']['peak']:.0%}")
+              f"load {d['utilization']['mean']:.0%} of rated capacity (mean), peak {d['utilization']['peak']:.0%}")
     if d.get("lower_bound_usd_per_day") is not None:
         s.add_row("lower bound (proven)", f"{d['lower_bound_usd_per_day']:,.2f}", "", "",
                   f"gap {gap_text(d['gap'])}" if d.get("gap") is not None else "")

@@ -612,7 +612,8 @@ def solve_milp(problem: Problem, *, backend: str = "highs", time_limit_s: float 
     HiGHS gets no MIP start: HiGHS 1.16's presolve maps a start into its reduced space with a wrong objective
     (a 7.34 start valued 3.67 there, then "optimal" at 3.67 while the returned columns are the start's), so a
     start could only lower quality; the start competes after the solve instead. CBC gets it as its warm start.
-    ``deadline`` (a time.perf_counter() value) caps the solver's time limit after the model is built.
+    ``deadline`` (a time.perf_counter() value) caps the solver's time limit after the model is built; a message
+    names ``time_limit_s`` (the caller's limit, of which ``deadline`` is the end), never the share left for the solver.
     ``neighbours``: see :func:`build_milp` (the solver then also weighs the starts against the fixed neighbour
     windows; the returned plan's objective and status are still those of ``problem`` alone).
     Raises SolverError if the backend is unknown or not available.
@@ -624,6 +625,7 @@ def solve_milp(problem: Problem, *, backend: str = "highs", time_limit_s: float 
     used_warm = False
     if backend == "cbc" and warm_start is not None:
         used_warm = _set_initial(model, warm_values(problem, model.idx, warm_start))
+    user_limit_s = time_limit_s  # what messages name: the solver's own share below is an internal figure
     if deadline is not None:
         # PuLP hands the model to HiGHS and reads the answer back in Python, in about the time it took to build
         # it: that time is kept back from the solver's limit so the whole call ends by the deadline.
@@ -631,14 +633,15 @@ def solve_milp(problem: Problem, *, backend: str = "highs", time_limit_s: float 
     bounds = dict(extra_bounds or {})
     if time_limit_s <= 0.05:
         return finish_plan(problem, backend=backend, gap=gap, bounds=bounds, start=warm_start,
-                           time_limit_reached=True, time_limit_s=max(0.0, time_limit_s),
+                           time_limit_reached=True, time_limit_s=user_limit_s,
                            solve_time_s=time.perf_counter() - t0,
                            notes=("no time left for the solver after building the model",))
     if backend == "highs":
         solver = HiGHS(msg=msg, timeLimit=time_limit_s, threads=threads, gapRel=gap)
     else:
-        # Wall-clock time limit (CBC counts CPU seconds by default).
-        solver = pulp.PULP_CBC_CMD(msg=msg, timeLimit=max(1, math.ceil(time_limit_s)), threads=threads, gapRel=gap,
+        # Wall-clock time limit (CBC counts CPU seconds by default); CBC takes fractional seconds (a whole
+        # second rounded up overran a 1-s limit by 0.4 s).
+        solver = pulp.PULP_CBC_CMD(msg=msg, timeLimit=round(time_limit_s, 2), threads=threads, gapRel=gap,
                                    warmStart=used_warm, timeMode="elapsed")
     if not solver.available():
         raise SolverError(f"MILP backend {backend!r} is not available in this environment; install highspy "
@@ -672,7 +675,7 @@ def solve_milp(problem: Problem, *, backend: str = "highs", time_limit_s: float 
             bounds["CBC proof"] = evaluate(problem, incumbent).total_usd * (1 - gap)
     notes = ("warm-started from the heuristic plan",) if used_warm else ()
     return finish_plan(problem, backend=backend, gap=gap, bounds=bounds, incumbent=incumbent, start=warm_start,
-                       time_limit_reached=reached, time_limit_s=time_limit_s, solve_time_s=time.perf_counter() - t0,
+                       time_limit_reached=reached, time_limit_s=user_limit_s, solve_time_s=time.perf_counter() - t0,
                        notes=notes)
 
 
