@@ -208,7 +208,7 @@ def _print_split(result, fmt: str) -> None:
     con.print(s)
     be = result.break_even_egress_usd_per_gb
     if be is None:
-        be_text = "n/a"
+        be_text = f"n/a ({result.break_even_egress_note})" if result.break_even_egress_note else "n/a"
     elif be < 0:
         be_text = "none (the split costs more even with free egress)"
     else:
@@ -218,6 +218,8 @@ def _print_split(result, fmt: str) -> None:
     for o in result.options.values():
         if o.note:
             con.print(f"{o.name}: {o.note}")
+        elif o.sizing:
+            con.print(f"Sizing: {o.sizing}")
     con.print(f"Verdict: {result.verdict}")
 
 
@@ -329,8 +331,9 @@ def _plot(rows: list[dict], names: list[str], path: Path) -> None:
     others = names[1:]
     fig, ax = plt.subplots(figsize=(7, 4))
     series: dict[tuple, list[tuple[float, float]]] = {}
-    for r in rows:
-        series.setdefault(tuple(r[n] for n in others), []).append((r[x], r["savings_usd_per_day"]))
+    for r in rows:  # cells without savings (the split misses the SLO, or no design meets it) are not plotted
+        if r["savings_usd_per_day"] is not None:
+            series.setdefault(tuple(r[n] for n in others), []).append((r[x], r["savings_usd_per_day"]))
     for key, pts in series.items():
         pts.sort()
         label = ", ".join(f"{n}={v:g}" for n, v in zip(others, key, strict=True)) or "split"

@@ -3,6 +3,7 @@
 import csv
 import io
 import json
+import math
 
 from click.testing import CliRunner
 
@@ -122,6 +123,15 @@ def test_whatif_never_says_split_saves_when_the_split_misses_its_slo():
     (row,) = json.loads(r.output)
     assert row["split_slo_ok"] is False
     assert row["verdict"].endswith("(the split misses the SLO)") and "split saves" not in row["verdict"]
+    # No cost or savings for a design that misses its SLO; the sizing column says why it misses.
+    assert row["split_usd_per_day"] is None and row["savings_usd_per_day"] is None
+    assert "split misses the SLO: TTFT p95" in row["sizing"] and row["split_ttft_p95_s"] > 2.0
+    # Colocated needs 336 GPUs here (24 at 4,096 tokens): TTFT binds at tp 8, the p95 prompt of ~29k tokens
+    # prefilling in 1.81 s of the 2 s target leaves little time to queue, so a replica serves ~0.15 req/s:
+    # 8 × ceil(5.53 req/s / (0.1496 × 0.9)) = 8 × 42 = 336. The row says so.
+    assert "colocated: TTFT binds at tp 8" in row["sizing"], row["sizing"]
+    cap = float(row["sizing"].split("colocated: ")[1].split(" req/s per replica")[0].rsplit(", ", 1)[1])
+    assert row["colocated_gpus"] == 8 * math.ceil(5.53042198907183 / (cap * 0.9))
 
 
 def test_decode_pool_failure_names_tpot_when_tpot_binds():
