@@ -206,3 +206,25 @@ def test_split_yaml_files_are_relative_to_the_yaml(tmp_path, monkeypatch):
     assert given.exit_code == 0, given.output
     (a,), (b,) = json.loads(r.output), json.loads(given.output)
     assert a["colocated_usd_per_day"] == b["colocated_usd_per_day"]
+
+
+def test_price_date_must_be_a_date_with_a_snapshot_on_or_before_it():
+    from fleetplan.datasets.catalog import load_gpu_prices
+
+    earliest = min(p.as_of for p in load_gpu_prices() if p.as_of)
+    args = [a for a in BASE if a != "2025-05-31"]
+    at = args.index("--price-date") + 1
+    for bad, words in (("2025-13-45", "is not a date"), ("2025-02-29", "is not a date"),
+                       ("1999-01-01", f"the earliest is {earliest}")):
+        r = CliRunner().invoke(main, args[:at] + [bad] + args[at:])
+        assert r.exit_code == 2, (bad, r.output)
+        assert "price_date" in r.output and bad in r.output and words in r.output and "Traceback" not in r.output
+    ok = CliRunner().invoke(main, args[:at] + [earliest] + args[at:])
+    assert ok.exit_code == 0, ok.output
+
+
+def test_one_site_break_even_egress_is_not_applicable():
+    args = BASE[:BASE.index("--prefill-site") + 1] + ["aws:us-west-2"] + BASE[BASE.index("--prefill-site") + 2:]
+    r = CliRunner().invoke(main, args)
+    assert r.exit_code == 0, r.output
+    assert "Break-even cross-site egress: n/a (one site" in r.output and "0.00000 USD/GB" not in r.output

@@ -176,3 +176,12 @@ def test_same_site_has_no_break_even_egress():
                                        decode_site="aws:us-west-2", price_date="2025-05-31")),
                 prompt_break_even=False)
     assert r.break_even_egress_usd_per_gb is None and "one site" in r.break_even_egress_note
+
+
+def test_egress_line_names_the_sending_site_not_only_the_tables_scope():
+    # Colocated runs at us-west-2; the data's one AWS internet table is scoped 'us-east-1 (US East) to internet':
+    # the line says the traffic leaves us-west-2 and which table prices it.
+    r = compare(_shipped(), prompt_break_even=False)
+    (line,) = [i for i in r.options["colocated"].ledger.items if i.category == "egress"][:1]
+    assert line.label.startswith("response egress aws:us-west-2 to internet, priced by the aws internet table"), \
+        line.label
