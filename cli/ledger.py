@@ -314,11 +314,18 @@ def run_whatif(options: SplitOptions, vary: tuple[str, ...], workers: int, fmt: 
         from rich.table import Table
 
         t = Table(title="What-if scenarios (USD per day)")
-        for c in rows[0]:
+        cols = [c for c in rows[0] if c != "sizing"]  # long text: printed under the table, one line per row
+        t.add_column("row")
+        for c in cols:
             t.add_column(c)
-        for r in rows:
-            t.add_row(*(f"{v:,.4g}" if isinstance(v, float) else ("-" if v is None else str(v)) for v in r.values()))
-        Console(width=None if sys.stdout.isatty() else 200).print(t)
+        for i, r in enumerate(rows, start=1):
+            t.add_row(str(i), *(f"{r[c]:,.4g}" if isinstance(r[c], float) else "-" if r[c] is None else str(r[c])
+                                for c in cols))
+        con = Console(width=None if sys.stdout.isatty() else 200)
+        con.print(t)
+        for i, r in enumerate(rows, start=1):
+            if r.get("sizing"):
+                con.print(f"row {i} sizing: {r['sizing']}")
 
 
 def _plot(rows: list[dict], names: list[str], path: Path) -> None:
