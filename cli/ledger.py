@@ -229,7 +229,7 @@ def _print_split(result, fmt: str) -> None:
     con.print(s)
     be = result.break_even_egress_usd_per_gb
     if be is None:
-        be_text = "n/a"
+        be_text = f"n/a ({result.break_even_egress_note})" if result.break_even_egress_note else "n/a"
     elif be < 0:
         be_text = "none (the split costs more even with free egress)"
     else:
@@ -239,6 +239,8 @@ def _print_split(result, fmt: str) -> None:
     for o in result.options.values():
         if o.note:
             con.print(f"{o.name}: {o.note}")
+        elif o.sizing:
+            con.print(f"Sizing: {o.sizing}")
     con.print(f"Verdict: {result.verdict}")
 
 
@@ -332,11 +334,18 @@ def run_whatif(options: SplitOptions, vary: tuple[str, ...], workers: int, fmt: 
         from rich.table import Table
 
         t = Table(title="What-if scenarios (USD per day)")
-        for c in rows[0]:
+        cols = [c for c in rows[0] if c != "sizing"]  # long text: printed under the table, one line per row
+        t.add_column("row")
+        for c in cols:
             t.add_column(c)
-        for r in rows:
-            t.add_row(*(f"{v:,.4g}" if isinstance(v, float) else ("-" if v is None else str(v)) for v in r.values()))
-        Console(width=None if sys.stdout.isatty() else 200).print(t)
+        for i, r in enumerate(rows, start=1):
+            t.add_row(str(i), *(f"{r[c]:,.4g}" if isinstance(r[c], float) else "-" if r[c] is None else str(r[c])
+                                for c in cols))
+        con = Console(width=None if sys.stdout.isatty() else 200)
+        con.print(t)
+        for i, r in enumerate(rows, start=1):
+            if r.get("sizing"):
+                con.print(f"row {i} sizing: {r['sizing']}")
 
 
 def _plot(rows: list[dict], names: list[str], path: Path) -> None:
@@ -349,8 +358,9 @@ def _plot(rows: list[dict], names: list[str], path: Path) -> None:
     others = names[1:]
     fig, ax = plt.subplots(figsize=(7, 4))
     series: dict[tuple, list[tuple[float, float]]] = {}
-    for r in rows:
-        series.setdefault(tuple(r[n] for n in others), []).append((r[x], r["savings_usd_per_day"]))
+    for r in rows:  # cells without savings (the split misses the SLO, or no design meets it) are not plotted
+        if r["savings_usd_per_day"] is not None:
+            series.setdefault(tuple(r[n] for n in others), []).append((r[x], r["savings_usd_per_day"]))
     for key, pts in series.items():
         pts.sort()
         label = ", ".join(f"{n}={v:g}" for n, v in zip(others, key, strict=True)) or "split"

@@ -379,6 +379,17 @@ def replica_capacity_from_latency(prefill_s: Callable[[float], float], decode_st
                            ttft_p95_s=best.ttft_s, limiting=lim or "tpot", **common)
 
 
+def latency_at_rate(prefill_s: Callable[[float], float], decode_step_s: Callable[[float, float], float],
+                    mix: TokenMix, slo: SLO, rate_req_per_s: float, *, residents: int = 1) -> tuple[float, float]:
+    """(TTFT, TPOT) of one replica at arrival rate ``rate_req_per_s``, seconds, each at its target's percentile:
+    the same model :func:`replica_capacity_from_latency` sizes with (module docstring, points 1-4, 8 and 9), at the
+    rate a pool actually runs at instead of at its capacity. Memory is not checked (the caller keeps the rate within
+    the replica's capacity); math.inf when the prefills saturate the replica or TPOT has no fixed point.
+    """
+    e = _evaluate(max(0.0, rate_req_per_s), _sizing(prefill_s, mix, slo, residents), decode_step_s, slo, math.inf)
+    return e.ttft_s, e.tpot_s
+
+
 def kv_tokens_held(model: Model, input_tokens: float, output_tokens: float, *, block_tokens: int | None = 16,
                    whole: bool = False) -> float:
     """KV tokens one sequence holds in the cache, as a paged engine allocates them.

@@ -313,12 +313,16 @@ def egress_items(option: str, flows: Sequence[Flow]) -> list[LineItem]:
         egress_cost_usd(monthly, table)  # raises with a clear message when the volume is beyond the priced bands
         share = sum(f.gb_per_day * f.input_share for f in fl) / daily if daily > 0 else 0.0
         kinds = "+".join(sorted({f.kind for f in fl}))
+        # Where the traffic goes, then which table prices it: a table's scope may name another region (the data's
+        # only internet table of a cloud stands for all its regions), so the scope alone would misplace the flow.
+        route = "; ".join(sorted({f"{f.src} to {'internet' if f.dst == 'users' else f.dst}" for f in fl}))
         for t in table.tiers:
             hi = monthly if t.to_gb is None else min(monthly, t.to_gb)
             band = hi - t.from_gb
             if band <= 0 and not (t.from_gb == 0 and monthly == 0):
                 continue
-            out.append(LineItem(option, "egress", f"{kinds} egress {key[0]} {key[1]} ({key[2]})",
+            out.append(LineItem(option, "egress", f"{kinds} egress {route}, priced by the {key[0]} {key[1]} "
+                                f"table '{key[2]}'",
                                 max(band, 0.0) / DAYS_PER_MONTH, "GB", t.usd_per_gb, table.source or "egress table",
                                 site=fl[0].src, route_class=key[1], tier=band_label(t.from_gb, t.to_gb),
                                 input_share=share))

@@ -12,6 +12,7 @@ intra_zone, inter_zone, inter_region, internet_egress).
 
 from __future__ import annotations
 
+import datetime
 import math
 import re
 from collections.abc import Iterable, Sequence
@@ -377,13 +378,26 @@ def _in_date(p: GpuPrice, price_date: str | None) -> bool:
     return price_date is None or not p.as_of or p.as_of <= price_date
 
 
-def check_price_date(price_date: str | None, *, field: str = "price_date") -> str | None:
-    """``price_date`` checked as YYYY-MM-DD (None passes). Raises InputError otherwise."""
+def check_price_date(price_date: str | None, *, field: str = "price_date",
+                     prices: Iterable[GpuPrice] | None = None) -> str | None:
+    """``price_date`` checked as a calendar date YYYY-MM-DD (None passes); with ``prices``, also on or after the
+    earliest dated catalog snapshot among them (before it only undated rows would be left: a price nobody dated
+    standing for a day before every known price). Raises InputError (field, value, format or the earliest date)."""
     if price_date is None:
         return None
     if not isinstance(price_date, str) or not _ISO_DATE.fullmatch(price_date):
         raise InputError(f"price date {price_date!r} is not a date; give YYYY-MM-DD, e.g. 2025-05-31", field=field,
                          value=price_date)
+    try:
+        datetime.date.fromisoformat(price_date)
+    except ValueError:
+        raise InputError(f"price date {price_date!r} is not a date (month 01-12, a day that month has); give "
+                         "YYYY-MM-DD, e.g. 2025-05-31", field=field, value=price_date) from None
+    if prices is not None:
+        earliest = min((p.as_of for p in prices if not p.user and p.as_of), default=None)
+        if earliest is not None and price_date < earliest:
+            raise InputError(f"no dated price snapshot on or before {price_date}; the earliest is {earliest}: give "
+                             "a date on or after it, or none for the newest snapshot", field=field, value=price_date)
     return price_date
 
 
@@ -496,7 +510,7 @@ def find_price(gpu_name: str, cloud: str, region: str | None, pricing_model: str
             message lists the regions / pricing models that do have a price, and the rows left out and why).
     """
     rows = list(prices)
-    price_date = check_price_date(price_date)
+    price_date = check_price_date(price_date, prices=rows)
     if pricing_model not in PRICING_MODELS:
         raise InputError(f"unknown pricing model {pricing_model!r}; use one of {', '.join(PRICING_MODELS)}",
                          field="pricing_model", value=pricing_model)

@@ -36,7 +36,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from fleetplan.costmodels.calibration import Calibration, calibration_for
-from fleetplan.costmodels.capacity import SLO, replica_capacity
+from fleetplan.costmodels.capacity import SLO, latency_at_rate, replica_capacity
 from fleetplan.costmodels.demand import TokenMix
 from fleetplan.costmodels.energy import idle_fraction_for
 from fleetplan.costmodels.hardware import GPU, Model
@@ -135,10 +135,14 @@ class OptionResult:
         name: 'colocated', 'disaggregated' or 'split'.
         pools: GPU pools; flows: traffic crossing a billed boundary.
         ttft_added_s: TTFT the KV transfer adds for a p95 prompt, seconds (0 for colocated).
-        ttft_p95_s: p95 TTFT at the pools' capacity (an upper bound at the actual load), seconds.
+        ttft_p95_s: modelled p95 TTFT at the day's load (each replica at rate / replicas), seconds: colocated by
+            the capacity model (:func:`fleetplan.costmodels.capacity.latency_at_rate`); prefill/decode pools as
+            prefill of the p95 prompt + the M/M/1 p95 wait of a prefill replica + the KV transfer (module
+            docstring), the models the pools are sized with.
         slo_ok: True when the SLO holds; note: why not, or other remarks.
         ledger: the line items.
         kv_gb_per_request: KV GB one mean prompt moves (0 when nothing crosses a network).
+        sizing: what sizes each pool, e.g. 'colocated: TTFT binds at tp 8 (...), 0.150 req/s per replica'.
     """
 
     name: str
@@ -150,6 +154,12 @@ class OptionResult:
     note: str
     ledger: Ledger
     kv_gb_per_request: float = 0.0
+    sizing: str = ""
+
+    @property
+    def gpus(self) -> int:
+        """GPUs of all pools."""
+        return sum(p.gpus for p in self.pools)
 
     @property
     def cross_site_gb_per_day(self) -> float:
@@ -166,7 +176,8 @@ class OptionResult:
         s = self.ledger.summary()
         s.update(ttft_added_s=self.ttft_added_s, ttft_p95_s=self.ttft_p95_s, slo_ok=self.slo_ok, note=self.note,
                  gpus={p.role: p.gpus for p in self.pools}, tp={p.role: p.tp for p in self.pools},
-                 sites={p.role: p.site for p in self.pools}, kv_gb_per_request=self.kv_gb_per_request)
+                 sites={p.role: p.site for p in self.pools}, kv_gb_per_request=self.kv_gb_per_request,
+                 sizing=self.sizing)
         return s
 
 
@@ -177,9 +188,10 @@ class SplitResult:
     Attributes:
         spec: the inputs.
         options: {name: OptionResult}.
-        best_single_site: 'colocated' or 'disaggregated' (the cheaper one).
+        best_single_site: 'colocated' or 'disaggregated': the cheaper of those meeting the SLO.
         break_even_egress_usd_per_gb: flat cross-site egress price at which (c) costs as much as the best
-            single-site option (negative: (c) costs more even with free egress).
+            single-site option (negative: (c) costs more even with free egress; None: not applicable, see
+            ``break_even_egress_note``).
         break_even_prompt_tokens: mean prompt length at which (c) stops saving money (None: not computed, or no
             crossing in the searched range; see ``break_even_note``).
         verdict: one line.
@@ -192,10 +204,14 @@ class SplitResult:
     break_even_prompt_tokens: float | None
     break_even_note: str
     verdict: str
+    break_even_egress_note: str = ""
 
     @property
-    def savings_usd_per_day(self) -> float:
-        """Best single-site total minus the split's total (positive: the split saves)."""
+    def savings_usd_per_day(self) -> float | None:
+        """Best single-site total minus the split's total (positive: the split saves); None when the split misses
+        the SLO (a design that misses its targets has no cost to compare)."""
+        if not self.options["split"].slo_ok:
+            return None
         return (self.options[self.best_single_site].ledger.total_usd_per_day
                 - self.options["split"].ledger.total_usd_per_day)
 
@@ -211,6 +227,7 @@ class SplitResult:
             "options": {k: v.summary() for k, v in self.options.items()},
             "best_single_site": self.best_single_site, "savings_usd_per_day": self.savings_usd_per_day,
             "break_even_egress_usd_per_gb": self.break_even_egress_usd_per_gb,
+            "break_even_egress_note": self.break_even_egress_note,
             "break_even_prompt_tokens": self.break_even_prompt_tokens, "break_even_note": self.break_even_note,
             "verdict": self.verdict,
         }
@@ -274,6 +291,10 @@ def decode_replica_capacity(model: Model, gpu: GPU, mix: TokenMix, slo: SLO, *, 
         b, lim = lo, "tpot"
     return b / (mix.output_tokens_mean * step(b)), b, lim
 
+
+#: Words for a capacity model's ``limiting`` value (what stops a replica from serving more).
+_BINDS = {"ttft": "TTFT", "tpot": "TPOT", "kv_memory": "KV memory", "prefill_saturated": "prefill compute",
+          "e2e": "end-to-end latency"}
 
 #: What binds when no tensor-parallel degree meets the SLO: {limiting: (SplitSpec field, fix)}.
 _BINDING = {
@@ -342,8 +363,9 @@ def _kv_transfer_s(spec: SplitSpec, link: Link, streams: int, prompt_tokens: flo
 
 
 def _pd_pools(spec: SplitSpec, link: Link, prefill_site: str, prefill_gpu: GPU, prefill_price: GpuPrice,
-              ) -> tuple[list[GpuPool], float, float, bool, str]:
-    """Prefill and decode pools for options (b)/(c): (pools, ttft_added_s, ttft_p95_s, slo_ok, note)."""
+              ) -> tuple[list[GpuPool], float, float, bool, str, str]:
+    """Prefill and decode pools for options (b)/(c): (pools, ttft_added_s, ttft_p95_s, slo_ok, note, sizing);
+    ttft_p95_s is the modelled p95 at the day's load (:class:`OptionResult`)."""
     s = spec
     pcal = s.calib(prefill_gpu)
     dec = []
@@ -353,52 +375,60 @@ def _pd_pools(spec: SplitSpec, link: Link, prefill_site: str, prefill_gpu: GPU, 
                                               kv_dtype=s.kv_dtype, calib=s.calib(s.decode_gpu))
         if cap > 0:
             n = _replicas(s.rate_req_per_s, cap, s.margin)
-            dec.append((n * tp, tp, n, cap))
+            dec.append((n * tp, tp, n, cap, lim))
         else:
             failed.append((tp, lim, _decode_reason(s, tp, lim)))
     if not dec:
         raise _no_tp_error(f"the decode pool of {s.model.name}", s.decode_gpu, "decode_gpu", s.slo, failed)
-    _, dtp, dn, dcap = min(dec)
+    _, dtp, dn, dcap, dlim = min(dec)
     pre = []
     for tp in _tp_choices(prefill_price):
         added = _kv_transfer_s(s, link, tp, s.mix.input_tokens_p95)
-        cap, ttft = prefill_replica_capacity(s.model, prefill_gpu, s.mix, s.slo.ttft_s - added, tp=tp,
-                                             weight_dtype=s.weight_dtype, calib=pcal)
+        cap, _ = prefill_replica_capacity(s.model, prefill_gpu, s.mix, s.slo.ttft_s - added, tp=tp,
+                                          weight_dtype=s.weight_dtype, calib=pcal)
         if cap > 0:
             n = _replicas(s.rate_req_per_s, cap, s.margin)
-            pre.append((n * tp, tp, n, cap, added, ttft + added, True))
-    note = ""
+            pre.append((n * tp, tp, n, cap, added, True))
     if not pre:  # the SLO cannot hold: size by compute alone and say so
         for tp in _tp_choices(prefill_price):
             if s.model.weight_bytes(s.weight_dtype) > 0.9 * tp * prefill_gpu.memory_bytes:
                 continue
-            p_mean = prefill_time_s(s.model, prefill_gpu, s.mix.input_tokens_mean, tp=tp, weight_dtype=s.weight_dtype,
-                                    calib=pcal)
-            p95 = prefill_time_s(s.model, prefill_gpu, s.mix.input_tokens_p95, tp=tp, weight_dtype=s.weight_dtype,
-                                 calib=pcal)
-            cap = 1.0 / p_mean
-            n = _replicas(s.rate_req_per_s, cap, s.margin)
-            added = _kv_transfer_s(s, link, tp, s.mix.input_tokens_p95)
-            ttft = p95 + mm1_wait_quantile_s(cap * (1 - s.margin), cap) + added
-            pre.append((n * tp, tp, n, cap, added, ttft, False))
+            cap = 1.0 / prefill_time_s(s.model, prefill_gpu, s.mix.input_tokens_mean, tp=tp,
+                                       weight_dtype=s.weight_dtype, calib=pcal)
+            pre.append((_replicas(s.rate_req_per_s, cap, s.margin) * tp, tp,
+                        _replicas(s.rate_req_per_s, cap, s.margin), cap,
+                        _kv_transfer_s(s, link, tp, s.mix.input_tokens_p95), False))
         if not pre:
             raise InputError(f"{s.model.name}'s weights do not fit on {prefill_gpu.name} at any tp",
                              field="prefill_gpu", value=prefill_gpu.name)
-    _, ptp, pn, pcap, added, ttft, ok = min(pre, key=lambda r: (r[0], r[1]))
-    if not ok:
-        note = (f"TTFT p95 {ttft:.2f} s exceeds the SLO {s.slo.ttft_s:g} s (the KV transfer adds {added:.2f} s); "
-                "prefill pool sized by compute alone")
+    _, ptp, pn, pcap, added, ok = min(pre, key=lambda r: (r[0], r[1]))
+    p_mean = prefill_time_s(s.model, prefill_gpu, s.mix.input_tokens_mean, tp=ptp, weight_dtype=s.weight_dtype,
+                            calib=pcal)
+    p95 = prefill_time_s(s.model, prefill_gpu, s.mix.input_tokens_p95, tp=ptp, weight_dtype=s.weight_dtype,
+                         calib=pcal)
+    # The modelled p95 TTFT at the day's load (each prefill replica at rate / replicas), not at capacity (which is
+    # the target itself when TTFT sizes the pool).
+    ttft = p95 + mm1_wait_quantile_s(s.rate_req_per_s / pn, 1.0 / p_mean) + added
+    if ok:
+        sizing = (f"prefill: TTFT binds at tp {ptp} (the p95 prompt of {s.mix.input_tokens_p95:,.0f} tokens "
+                  f"prefills in {p95:.2f} s + KV transfer {added:.2f} s of the {s.slo.ttft_s:g} s target), "
+                  f"{pcap:.4g} req/s per replica")
+        note = ""
+    else:
+        sizing = f"prefill: compute alone at tp {ptp}, {pcap:.4g} req/s per replica (the TTFT target cannot hold)"
+        note = (f"TTFT p95 {ttft:.2f} s exceeds the SLO {s.slo.ttft_s:g} s (the p95 prompt of "
+                f"{s.mix.input_tokens_p95:,.0f} tokens prefills in {p95:.2f} s at tp {ptp}, the KV transfer adds "
+                f"{added:.2f} s); prefill pool sized by compute alone")
+    sizing += f"; decode: {_BINDS.get(dlim, dlim)} binds at tp {dtp}, {dcap:.4g} req/s per replica"
     pools = [
         GpuPool("prefill", prefill_site, prefill_gpu.name, ptp, pn, prefill_price, prefill_gpu.tdp_w,
-                utilization=min(1.0, s.rate_req_per_s * prefill_time_s(
-                    s.model, prefill_gpu, s.mix.input_tokens_mean, tp=ptp, weight_dtype=s.weight_dtype,
-                    calib=pcal) / pn),
+                utilization=min(1.0, s.rate_req_per_s * p_mean / pn),
                 input_share=1.0, capacity_req_per_s=pcap, idle_fraction=s.idle_fraction(prefill_gpu)),
         GpuPool("decode", s.decode_site, s.decode_gpu.name, dtp, dn, s.decode_price, s.decode_gpu.tdp_w,
                 utilization=min(1.0, s.rate_req_per_s / (dn * dcap)), input_share=0.0, capacity_req_per_s=dcap,
                 idle_fraction=s.idle_fraction(s.decode_gpu)),
     ]
-    return pools, added, ttft, ok, note
+    return pools, added, ttft, ok, note, sizing
 
 
 def _response_flow(spec: SplitSpec) -> Flow:
@@ -431,29 +461,40 @@ def colocated(spec: SplitSpec) -> OptionResult:
                            s.slo, failed)
     _, tp, n, c = min(cands, key=lambda r: (r[0], r[1]))
     lam = s.rate_req_per_s / n
-    p_mean = prefill_time_s(s.model, s.decode_gpu, s.mix.input_tokens_mean, tp=tp, weight_dtype=s.weight_dtype,
-                            calib=s.calib(s.decode_gpu))
-    pool = GpuPool("colocated", s.decode_site, s.decode_gpu.name, tp, n, s.decode_price, s.decode_gpu.tdp_w,
+    g, cal = s.decode_gpu, s.calib(s.decode_gpu)
+    p_mean = prefill_time_s(s.model, g, s.mix.input_tokens_mean, tp=tp, weight_dtype=s.weight_dtype, calib=cal)
+    # The modelled p95 TTFT at the day's load (each replica at rate / replicas), the capacity model's own latencies.
+    ttft, _ = latency_at_rate(
+        lambda i: prefill_time_s(s.model, g, i, tp=tp, weight_dtype=s.weight_dtype, calib=cal),
+        lambda b, ctx: decode_step_time_s(s.model, g, b, ctx, tp=tp, weight_dtype=s.weight_dtype,
+                                          kv_dtype=s.kv_dtype, calib=cal), s.mix, s.slo, lam)
+    sizing = f"colocated: {_BINDS.get(c.limiting, c.limiting)} binds at tp {tp}"
+    if c.limiting in ("ttft", "prefill_saturated"):
+        p95 = prefill_time_s(s.model, g, s.mix.input_tokens_p95, tp=tp, weight_dtype=s.weight_dtype, calib=cal)
+        sizing += (f" (the p95 prompt of {s.mix.input_tokens_p95:,.0f} tokens prefills in {p95:.2f} s of the "
+                   f"{s.slo.ttft_s:g} s target)")
+    sizing += f", {c.req_per_s:.4g} req/s per replica"
+    pool = GpuPool("colocated", s.decode_site, g.name, tp, n, s.decode_price, g.tdp_w,
                    utilization=min(1.0, lam / c.req_per_s), input_share=min(1.0, lam * p_mean),
-                   capacity_req_per_s=c.req_per_s, idle_fraction=s.idle_fraction(s.decode_gpu))
+                   capacity_req_per_s=c.req_per_s, idle_fraction=s.idle_fraction(g))
     flows = (_response_flow(s),)
-    return OptionResult("colocated", (pool,), flows, 0.0, c.ttft_p95_s, True, "",
-                        _ledger(s, "colocated", [pool], flows))
+    return OptionResult("colocated", (pool,), flows, 0.0, ttft, True, "",
+                        _ledger(s, "colocated", [pool], flows), sizing=sizing)
 
 
 def disaggregated(spec: SplitSpec) -> OptionResult:
     """Option (b): prefill and decode pools at the decode site; KV over the inter-node link, no egress."""
     s = spec
-    pools, added, ttft, ok, note = _pd_pools(s, s.local_link, s.decode_site, s.decode_gpu, s.decode_price)
+    pools, added, ttft, ok, note, sizing = _pd_pools(s, s.local_link, s.decode_site, s.decode_gpu, s.decode_price)
     flows = (_response_flow(s),)
     return OptionResult("disaggregated", tuple(pools), flows, added, ttft, ok, note,
-                        _ledger(s, "disaggregated", pools, flows), 0.0)
+                        _ledger(s, "disaggregated", pools, flows), 0.0, f"disaggregated: {sizing}")
 
 
 def split(spec: SplitSpec) -> OptionResult:
     """Option (c): prefill pool at the prefill site, decode pool at the decode site; KV and prompts cross the WAN."""
     s = spec
-    pools, added, ttft, ok, note = _pd_pools(s, s.wan_link, s.prefill_site, s.prefill_gpu, s.prefill_price)
+    pools, added, ttft, ok, note, sizing = _pd_pools(s, s.wan_link, s.prefill_site, s.prefill_gpu, s.prefill_price)
     d = s.requests_per_day
     kv_gb = d * s.kv_bytes(s.mix.input_tokens_mean) / 1e9
     prompt_gb = d * s.mix.input_tokens_mean * s.text_bytes_per_token / 1e9
@@ -462,7 +503,7 @@ def split(spec: SplitSpec) -> OptionResult:
              Flow("prompt", s.decode_site, s.prefill_site, rc, prompt_gb, s.prompt_table, 1.0),
              _response_flow(s))
     return OptionResult("split", tuple(pools), flows, added, ttft, ok, note, _ledger(s, "split", pools, flows),
-                        s.kv_bytes(s.mix.input_tokens_mean) / 1e9)
+                        s.kv_bytes(s.mix.input_tokens_mean) / 1e9, f"split: {sizing}")
 
 
 def flat_table(table: EgressTable, usd_per_gb: float) -> EgressTable:
@@ -493,18 +534,28 @@ def compare_options(spec: SplitSpec) -> dict[str, OptionResult]:
     return {"colocated": colocated(spec), "disaggregated": disaggregated(spec), "split": split(spec)}
 
 
+def _best_single_site(options: Mapping[str, OptionResult]) -> str:
+    """The cheaper of 'colocated' and 'disaggregated' among those meeting the SLO (colocated always does: it raises
+    otherwise)."""
+    return min((k for k in ("colocated", "disaggregated") if options[k].slo_ok),
+               key=lambda k: options[k].ledger.total_usd_per_day)
+
+
 def _savings(spec: SplitSpec) -> float:
+    """Best single-site total minus the split's, USD/day; -inf when the split misses the SLO (it saves nothing)."""
     o = compare_options(spec)
-    best = min(o["colocated"].ledger.total_usd_per_day, o["disaggregated"].ledger.total_usd_per_day)
-    return best - o["split"].ledger.total_usd_per_day
+    if not o["split"].slo_ok:
+        return -math.inf
+    return o[_best_single_site(o)].ledger.total_usd_per_day - o["split"].ledger.total_usd_per_day
 
 
 def break_even_prompt_tokens(spec: SplitSpec, *, low: float = 16.0, points: int = 16) -> tuple[float | None, str]:
     """Mean prompt length (tokens) from which (c) stops saving money, and a note.
 
     Scans a geometric grid from ``low`` to the model's context (minus the p95 output) for the first length where the
-    savings are <= 0, then bisects between the last saving and the first non-saving length (12 steps). The pools
-    change in whole replicas, so the savings are a step function; the first crossing is reported.
+    savings are <= 0 (a split that misses the SLO saves nothing), then bisects between the last saving and the first
+    non-saving length (12 steps). The pools change in whole replicas, so the savings are a step function; the first
+    crossing is reported.
     """
     hi = max(low * 2, (spec.model.max_context_tokens - spec.mix.output_tokens_p95) / (
         spec.mix.input_tokens_p95 / spec.mix.input_tokens_mean))
@@ -527,28 +578,39 @@ def break_even_prompt_tokens(spec: SplitSpec, *, low: float = 16.0, points: int 
 def compare(spec: SplitSpec, *, prompt_break_even: bool = True) -> SplitResult:
     """Compare (a), (b) and (c) on ``spec``; the break-even values and a one-line verdict (module docstring)."""
     opts = compare_options(spec)
-    best = min(("colocated", "disaggregated"), key=lambda k: opts[k].ledger.total_usd_per_day)
+    best = _best_single_site(opts)
     c = opts["split"]
     cross_gb = c.cross_site_gb_per_day
     fixed = c.ledger.total_usd_per_day - c.cross_site_egress_usd_per_day
-    be_egress = (opts[best].ledger.total_usd_per_day - fixed) / cross_gb if cross_gb > 0 else None
+    be_egress: float | None = None
+    if spec.prefill_site == spec.decode_site:
+        be_note_egress = f"one site, {spec.decode_site}: nothing crosses sites"
+    elif not c.slo_ok:
+        be_note_egress = "the split misses the SLO at any egress price"
+    elif cross_gb <= 0:
+        be_note_egress = "nothing crosses the sites"
+    else:
+        be_egress = (opts[best].ledger.total_usd_per_day - fixed) / cross_gb
+        be_note_egress = ""
     be_prompt, be_note = (break_even_prompt_tokens(spec) if prompt_break_even else (None, "not computed"))
     tb, tc = opts[best].ledger.total_usd_per_day, c.ledger.total_usd_per_day
     diff = tb - tc
-    slo = "the SLO holds" if c.slo_ok else "the SLO FAILS"
-    if diff > 0:
+    if not c.slo_ok:
+        verdict = (f"keep it in one site: {best} at {spec.decode_site} costs ${tb:,.0f}/day and meets the SLO; the "
+                   f"split misses it ({c.note}), so it has no cost to compare")
+    elif diff > 0:
         verdict = (f"split across sites saves ${diff:,.0f}/day ({diff / tb:.0%}) over {best} at {spec.decode_site} "
-                   f"(${tc:,.0f} vs ${tb:,.0f}/day); TTFT +{c.ttft_added_s:.2f} s, {slo}")
+                   f"(${tc:,.0f} vs ${tb:,.0f}/day); TTFT +{c.ttft_added_s:.2f} s, the SLO holds")
         if be_egress is not None:
             verdict += f"; it stops paying above ${be_egress:.4f}/GB cross-site egress"
     else:
         verdict = (f"keep it in one site: {best} at {spec.decode_site} costs ${tb:,.0f}/day, the split "
-                   f"${tc:,.0f}/day (+${-diff:,.0f}, of which ${c.cross_site_egress_usd_per_day:,.0f} egress); "
-                   f"TTFT +{c.ttft_added_s:.2f} s, {slo}")
+                   f"${tc:,.0f}/day (+${abs(diff):,.0f}, of which ${c.cross_site_egress_usd_per_day:,.0f} egress); "
+                   f"TTFT +{c.ttft_added_s:.2f} s, the SLO holds")
         if be_egress is not None:
             verdict += (f"; it would pay below ${be_egress:.4f}/GB egress" if be_egress > 0 else
                         "; not even free egress would make it pay")
-    return SplitResult(spec, opts, best, be_egress, be_prompt, be_note, verdict)
+    return SplitResult(spec, opts, best, be_egress, be_prompt, be_note, verdict, be_note_egress)
 
 
 # ---- sweeps -----------------------------------------------------------------------------------------------------
@@ -599,8 +661,10 @@ def apply_variables(spec: SplitSpec, values: dict[str, float]) -> SplitSpec:
 
 
 def scenario_row(spec: SplitSpec, values: dict[str, float]) -> dict[str, float | bool | str | None]:
-    """One sweep cell: the variables, each option's total USD/day, the split's TTFT and SLO, the savings and a
-    short verdict ('split saves' / 'single site')."""
+    """One sweep cell: the variables, each option's total USD/day (None when it misses the SLO) and GPUs, the
+    split's TTFT (added and p95) and SLO, the savings (None when the split misses the SLO), a short verdict
+    ('split saves' / '<option> cheaper' / '<option> (the split misses the SLO)' / 'infeasible: ...') and what sizes
+    each design ('sizing': binding constraint, tp and capacity per replica, or why the SLO is missed)."""
     s = apply_variables(spec, values)
     row: dict[str, float | bool | str | None] = dict(values)
     try:
@@ -608,21 +672,31 @@ def scenario_row(spec: SplitSpec, values: dict[str, float]) -> dict[str, float |
     except InputError as exc:
         # A cell whose design cannot meet the SLO at all (e.g. a 32k-token prompt on one GPU type) is reported as
         # such; the rest of the grid still runs.
-        for k in OPTIONS:
-            row[f"{k}_usd_per_day"] = None
-        row.update(split_ttft_added_s=None, split_slo_ok=False, savings_usd_per_day=None,
-                   verdict=f"infeasible: {exc}")
+        row.update({f"{k}_usd_per_day": None for k in OPTIONS})
+        row.update({f"{k}_gpus": None for k in OPTIONS})
+        row.update(split_ttft_added_s=None, split_ttft_p95_s=None, split_slo_ok=False, savings_usd_per_day=None,
+                   verdict=f"infeasible: {exc}", sizing=None)
         return row
     for k, o in r.options.items():
-        row[f"{k}_usd_per_day"] = o.ledger.total_usd_per_day
-    row["split_ttft_added_s"] = r.options["split"].ttft_added_s
-    row["split_slo_ok"] = r.options["split"].slo_ok
+        # A design that misses the SLO has no cost to compare: null, and the sizing column says why.
+        row[f"{k}_usd_per_day"] = o.ledger.total_usd_per_day if o.slo_ok else None
+    for k, o in r.options.items():
+        row[f"{k}_gpus"] = o.gpus
+    sp = r.options["split"]
+    row["split_ttft_added_s"] = sp.ttft_added_s
+    row["split_ttft_p95_s"] = sp.ttft_p95_s
+    row["split_slo_ok"] = sp.slo_ok
     row["savings_usd_per_day"] = r.savings_usd_per_day
     # A split that misses the SLO saves nothing a team can use: the verdict never says "split saves" for it.
-    if not r.options["split"].slo_ok:
+    if not sp.slo_ok:
         row["verdict"] = f"{r.best_single_site} (the split misses the SLO)"
     else:
-        row["verdict"] = "split saves" if r.savings_usd_per_day > 0 else f"{r.best_single_site} cheaper"
+        row["verdict"] = "split saves" if sp.ledger.total_usd_per_day < r.options[
+            r.best_single_site].ledger.total_usd_per_day else f"{r.best_single_site} cheaper"
+    # Why each design has the GPUs it has (the binding constraint, tp and capacity per replica), and why the split
+    # misses its SLO when it does.
+    row["sizing"] = " | ".join(o.sizing if o.slo_ok else f"{o.name} misses the SLO: {o.note}"
+                               for o in r.options.values())
     return row
 
 

@@ -107,6 +107,7 @@ from fleetplan.costmodels.prices import (
     COMMITTED_PRICING_MODELS,
     OWNED_PRICING_MODEL,
     SPOT_PRICING_MODEL,
+    check_price_date,
     price_label,
     select_egress_table,
 )
@@ -793,6 +794,11 @@ def build_problem(scenario: Scenario, *, progress: Callable[[str], None] | None 
 
     measured = scenario_profiles(scenario)
     prices = load_gpu_prices(_file("prices"))
+    try:  # a real date, not before every dated snapshot (else find_price would blame an inventory row's price)
+        check_price_date(opts.get("price_date"), prices=prices)
+    except InputError as exc:
+        raise _err(str(exc).removeprefix("field 'price_date': "), f"{where}: options", "price_date",
+                   opts.get("price_date")) from None
     calib_file = opts.get("calibration")
     if calib_file is not None and base is not None and not Path(calib_file).is_absolute():
         calib_file = str(base / calib_file)

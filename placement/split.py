@@ -16,7 +16,7 @@ from pydantic import ConfigDict, Field
 from fleetplan.costmodels.capacity import SLO, TPOT_P95_RANGE_S, TTFT_P95_RANGE_S
 from fleetplan.costmodels.hardware import GPU
 from fleetplan.costmodels.network import NetworkGraph, Site, route_class
-from fleetplan.costmodels.prices import GpuPrice, select_egress_table, usable_prices
+from fleetplan.costmodels.prices import GpuPrice, check_price_date, select_egress_table, usable_prices
 from fleetplan.costmodels.split import SplitSpec, apply_variables
 from fleetplan.datasets.calibration import load_calibration_table, load_idle_fractions
 from fleetplan.datasets.catalog import find_price, get_gpu, get_model, load_egress, load_gpu_prices
@@ -147,6 +147,7 @@ def make_spec(options: SplitOptions, *, graph: NetworkGraph | None = None) -> Sp
     rate = (len(tr) / tr.span_s) if o.rate_req_per_s is None else o.rate_req_per_s
     slo = SLO(o.ttft_slo_s, o.tpot_slo_s)
     prices = load_gpu_prices(o.prices_file) if o.prices_file else load_gpu_prices()
+    check_price_date(o.price_date, prices=prices)  # a real date, not before every dated snapshot
     pp = _price_at(pg, ps, o.pricing_model, prices, o.prefill_usd_per_gpu_hour, "--prefill-usd-per-gpu-hour",
                    o.price_date)
     dp = _price_at(dg, ds, o.pricing_model, prices, o.decode_usd_per_gpu_hour, "--decode-usd-per-gpu-hour",

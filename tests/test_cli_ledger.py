@@ -3,6 +3,7 @@
 import csv
 import io
 import json
+import math
 
 import pytest
 from click.testing import CliRunner
@@ -123,6 +124,15 @@ def test_whatif_never_says_split_saves_when_the_split_misses_its_slo():
     (row,) = json.loads(r.output)
     assert row["split_slo_ok"] is False
     assert row["verdict"].endswith("(the split misses the SLO)") and "split saves" not in row["verdict"]
+    # No cost or savings for a design that misses its SLO; the sizing column says why it misses.
+    assert row["split_usd_per_day"] is None and row["savings_usd_per_day"] is None
+    assert "split misses the SLO: TTFT p95" in row["sizing"] and row["split_ttft_p95_s"] > 2.0
+    # Colocated needs 336 GPUs here (24 at 4,096 tokens): TTFT binds at tp 8, the p95 prompt of ~29k tokens
+    # prefilling in 1.81 s of the 2 s target leaves little time to queue, so a replica serves ~0.15 req/s:
+    # 8 × ceil(5.53 req/s / (0.1496 × 0.9)) = 8 × 42 = 336. The row says so.
+    assert "colocated: TTFT binds at tp 8" in row["sizing"], row["sizing"]
+    cap = float(row["sizing"].split("colocated: ")[1].split(" req/s per replica")[0].rsplit(", ", 1)[1])
+    assert row["colocated_gpus"] == 8 * math.ceil(5.53042198907183 / (cap * 0.9))
 
 
 def test_decode_pool_failure_names_tpot_when_tpot_binds():
@@ -214,3 +224,25 @@ def test_split_yaml_files_are_relative_to_the_yaml(tmp_path, monkeypatch):
     assert given.exit_code == 0, given.output
     (a,), (b,) = json.loads(r.output), json.loads(given.output)
     assert a["colocated_usd_per_day"] == b["colocated_usd_per_day"]
+
+
+def test_price_date_must_be_a_date_with_a_snapshot_on_or_before_it():
+    from fleetplan.datasets.catalog import load_gpu_prices
+
+    earliest = min(p.as_of for p in load_gpu_prices() if p.as_of)
+    args = [a for a in BASE if a != "2025-05-31"]
+    at = args.index("--price-date") + 1
+    for bad, words in (("2025-13-45", "is not a date"), ("2025-02-29", "is not a date"),
+                       ("1999-01-01", f"the earliest is {earliest}")):
+        r = CliRunner().invoke(main, args[:at] + [bad] + args[at:])
+        assert r.exit_code == 2, (bad, r.output)
+        assert "price_date" in r.output and bad in r.output and words in r.output and "Traceback" not in r.output
+    ok = CliRunner().invoke(main, args[:at] + [earliest] + args[at:])
+    assert ok.exit_code == 0, ok.output
+
+
+def test_one_site_break_even_egress_is_not_applicable():
+    args = BASE[:BASE.index("--prefill-site") + 1] + ["aws:us-west-2"] + BASE[BASE.index("--prefill-site") + 2:]
+    r = CliRunner().invoke(main, args)
+    assert r.exit_code == 0, r.output
+    assert "Break-even cross-site egress: n/a (one site" in r.output and "0.00000 USD/GB" not in r.output

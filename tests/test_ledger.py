@@ -4,6 +4,7 @@ import math
 
 import pytest
 
+from fleetplan.costmodels.latency import prefill_time_s
 from fleetplan.costmodels.ledger import DAYS_PER_MONTH, Flow, GpuPool, build_ledger, egress_items
 from fleetplan.costmodels.prices import GpuPrice, egress_cost_usd, select_egress_table
 from fleetplan.costmodels.split import compare, with_cross_site_egress
@@ -130,3 +131,57 @@ def test_plan_ledger_matches_evaluate(tiny_ledger_problem):
     total = pl.ledger.gpu_usd_per_day + pl.ledger.egress_usd_per_day + pl.ledger.start_usd_per_day
     assert total * pl.day_factor == pytest.approx(ev.total_usd)
     assert math.isclose(pl.ledger.egress_usd_per_day * pl.day_factor, ev.egress_usd)
+
+
+def _shipped(**kw):
+    return make_spec(SplitOptions(model="llama-3.1-70b", prefill_site="aws:us-east-1", decode_site="aws:us-west-2",
+                                  price_date="2025-05-31", **kw))
+
+
+def test_split_ttft_p95_is_the_modelled_estimate_not_the_target():
+    # TTFT 3 s and 10 s size the same pools (the decode pool binds on KV memory; the prefill pool stays at 2 × tp 2),
+    # so the same load gives the same modelled TTFT: it cannot be the target (which it was: exactly 3.0 and 10.0).
+    r3, r10 = (compare(_shipped(ttft_slo_s=t), prompt_break_even=False) for t in (3.0, 10.0))
+    for name in ("disaggregated", "split"):
+        a, b = r3.options[name], r10.options[name]
+        assert [(p.role, p.tp, p.replicas) for p in a.pools] == [(p.role, p.tp, p.replicas) for p in b.pools]
+        assert a.ttft_p95_s == pytest.approx(b.ttft_p95_s) and a.ttft_p95_s < 3.0 * (1 - 1e-3), name
+    # Hand formula: prefill of the p95 prompt + M/M/1 p95 wait ln(ρ/0.05) / (μ − λ) at λ = rate / replicas,
+    # μ = 1 / prefill of the mean prompt + the KV transfer.
+    s = _shipped(ttft_slo_s=3.0)
+    o = r3.options["split"]
+    pre = next(p for p in o.pools if p.role == "prefill")
+    cal = s.calib(s.prefill_gpu)
+    mu = 1 / prefill_time_s(s.model, s.prefill_gpu, s.mix.input_tokens_mean, tp=pre.tp, calib=cal)
+    lam = s.rate_req_per_s / pre.replicas
+    want = (prefill_time_s(s.model, s.prefill_gpu, s.mix.input_tokens_p95, tp=pre.tp, calib=cal)
+            + max(0.0, math.log(lam / mu / 0.05)) / (mu - lam) + o.ttft_added_s)
+    assert o.ttft_p95_s == pytest.approx(want, rel=1e-9)
+    # Colocated: at the day's load it is no more than at the replica's capacity (the old, upper-bound figure).
+    c = r3.options["colocated"]
+    assert 0 < c.ttft_p95_s <= 1.1581281426022274 + 1e-9
+
+
+def test_split_that_misses_its_slo_has_no_savings_or_break_even():
+    # An 8,192-token mean prompt: the split's prefill (p95 29k tokens) plus the KV transfer misses TTFT 2 s.
+    r = compare(_shipped(prompt_tokens=8192.0), prompt_break_even=False)
+    assert not r.options["split"].slo_ok
+    assert r.savings_usd_per_day is None and r.break_even_egress_usd_per_gb is None
+    assert "misses the SLO" in r.break_even_egress_note
+    assert "saves" not in r.verdict and "misses" in r.verdict and r.best_single_site == "colocated"
+
+
+def test_same_site_has_no_break_even_egress():
+    r = compare(make_spec(SplitOptions(model="llama-3.1-70b", prefill_site="aws:us-west-2",
+                                       decode_site="aws:us-west-2", price_date="2025-05-31")),
+                prompt_break_even=False)
+    assert r.break_even_egress_usd_per_gb is None and "one site" in r.break_even_egress_note
+
+
+def test_egress_line_names_the_sending_site_not_only_the_tables_scope():
+    # Colocated runs at us-west-2; the data's one AWS internet table is scoped 'us-east-1 (US East) to internet':
+    # the line says the traffic leaves us-west-2 and which table prices it.
+    r = compare(_shipped(), prompt_break_even=False)
+    (line,) = [i for i in r.options["colocated"].ledger.items if i.category == "egress"][:1]
+    assert line.label.startswith("response egress aws:us-west-2 to internet, priced by the aws internet table"), \
+        line.label
