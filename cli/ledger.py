@@ -143,6 +143,8 @@ def parse_vary(text: str, names: Collection[str] = tuple(SWEEP_VARIABLES)) -> tu
         except ValueError:
             raise InputError(f"--vary {text!r}: START and STOP must be numbers, e.g. {name}=1:2:{count}",
                              field="vary", value=text) from None
+        if not (math.isfinite(start) and math.isfinite(stop)):  # before linspace, which warns on inf/nan
+            raise InputError(f"--vary {text!r}: START and STOP must be finite numbers", field="vary", value=text)
         vals = [round(float(x), 12) for x in np.linspace(start, stop, count)]
     else:
         try:
