@@ -417,7 +417,7 @@ def window_problem(problem: Problem, w: int) -> Problem:
 
 #: Share of a fanned-out window's slot of the worker-seconds left that its task may use, model building
 #: included (the rest: starting the task, sending the problem, collecting the result).
-FANOUT_SOLVE_SHARE = 0.9
+FANOUT_SOLVE_SHARE = 0.97
 #: Least time left, seconds, for the per-window bound to fan out (below it, starting the workers and sending them
 #: the problem would use a large share of the time: the windows run in this process).
 FANOUT_MIN_S = 20.0

@@ -45,8 +45,9 @@ REPAIR_SHARE = 0.7
 #: Relative gap of each one-window model of the fix-and-optimize pass (its time share usually stops it first).
 BY_WINDOW_GAP = 0.005
 #: The same on problems too large for the monolithic model, where that pass gives the plan: at 200 models x 960
-#: GPUs its 24 windows close at 0.1% within 16 s on 2 cores (0.5%: 12 s, a plan 0.08% dearer).
-LARGE_WINDOW_GAP = 0.001
+#: GPUs on 2 idle cores its 24 windows close at 0.01% in 20 s ($51,914.72 a day; 0.1%: 20 s, $51,958.55; 0.5%:
+#: 12 s, $52,032.35).
+LARGE_WINDOW_GAP = 1e-4
 #: Relative gap at which a window of the per-window bound stops: small, so each window uses its whole share of the
 #: time (at 200 models the windows' bounds still rise after 15 s each; none closes at this gap).
 BOUND_WINDOW_GAP = 1e-4
