@@ -345,12 +345,17 @@ def test_cli_export_replaces_an_earlier_export(tmp_path):
     assert sorted(index["files"]) == ["clusters.yaml", "gcp-us-central1/window-19-00.yaml"]
 
 
-def test_cli_export_refuses_to_drop_an_edited_file_or_replace_a_users_file(tmp_path):
+def _export_then_edit(tmp_path, rel: str):
+    """An export of the golden plan into tmp_path/k with ``rel`` edited since; returns (folder, edited file, tree)."""
     out = tmp_path / "k"
     assert CliRunner().invoke(main, ["export", "k8s", str(PLAN_FILE), "--out", str(out)]).exit_code == 0
-    edited = out / "gcp-us-central1" / "schedule-keda.yaml"
+    edited = out / "gcp-us-central1" / rel
     edited.write_text(edited.read_text() + "# my edit\n")
-    before = _tree(out)
+    return out, edited, _tree(out)
+
+
+def test_cli_export_refuses_to_drop_an_edited_file_or_replace_a_users_file(tmp_path):
+    out, _edited, before = _export_then_edit(tmp_path, "schedule-keda.yaml")
     r = CliRunner().invoke(main, ["export", "k8s", str(PLAN_FILE), "--out", str(out), "--window", "19:30"])
     assert r.exit_code == 2 and "edited since" in r.output and "schedule-keda.yaml" in r.output, r.output
     assert "move it out of the folder" in r.output and "Traceback" not in r.output
@@ -366,11 +371,7 @@ def test_cli_export_refuses_to_drop_an_edited_file_or_replace_a_users_file(tmp_p
 
 def test_cli_export_refuses_to_overwrite_an_edited_file(tmp_path):
     # The same rule for replacing as for removing: an exported file edited since is refused, nothing is written.
-    out = tmp_path / "k"
-    assert CliRunner().invoke(main, ["export", "k8s", str(PLAN_FILE), "--out", str(out)]).exit_code == 0
-    edited = out / "gcp-us-central1" / "window-05-00.yaml"
-    edited.write_text(edited.read_text() + "# my edit\n")
-    before = _tree(out)
+    out, edited, before = _export_then_edit(tmp_path, "window-05-00.yaml")
     r = CliRunner().invoke(main, ["export", "k8s", str(PLAN_FILE), "--out", str(out)])
     assert r.exit_code == 2 and "edited since" in r.output and "would overwrite" in r.output, r.output
     assert "window-05-00.yaml" in r.output and "move it out of the folder" in r.output
