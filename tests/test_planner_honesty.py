@@ -6,6 +6,7 @@ Each finding of the "honest optimizer" issue is a test here; every plan is re-ch
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 from click.testing import CliRunner
@@ -156,7 +157,10 @@ def test_a_time_limit_message_names_the_users_limit():
                                   "json"])
     assert r.exit_code == 0, r.output
     d = json.loads(r.output)
-    assert d["status"] == "feasible" and "time limit 1 s reached" in d["message"], d["message"]
+    # whatever the machine's load let each stage do (feasible with the LP bound, or heuristic without one), the
+    # only limit named is the user's
+    assert d["status"] in ("feasible", "heuristic"), d
+    assert re.findall(r"time limit ([0-9.]+) s reached", d["message"]) == ["1"], d["message"]
 
 
 # ------------------------------------------------------------------------------------------ fleet scale
