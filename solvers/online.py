@@ -1179,8 +1179,9 @@ class Replanner:
         rounds' drift is measured against (:attr:`drifted`), adopted or not: a cheaper plan kept out by its
         migrations stays the reference, so while the live fleet costs more than resolve_drift_margin above it the
         next rounds ask for a re-solve again (measured on ServeGen days 7 and 11: ~100 re-solves offered a day
-        against 24 hourly ones). Those re-solves are what removes replicas the removal band keeps (making the live
-        plan the reference instead raised Llama-3.1-70B's GPU-hours from 218 to 222 a day), so the rule stays.
+        against 24 hourly ones). Those re-solves are what removes replicas the removal band keeps (with no drift
+        re-solves at all, Llama-3.1-70B's GPU-hours rose from 218 to 222 a day), so the rule stays until the band
+        is revisited with it.
 
         Returns (adopted, the adopted result or None, a message with the figures).
         """
