@@ -10,6 +10,7 @@ from click.testing import CliRunner
 
 from fleetplan.cli.ledger import parse_vary
 from fleetplan.cli.main import main
+from fleetplan.datasets.catalog import load_gpu_prices
 from fleetplan.errors import InputError
 
 BASE = ["ledger", "split", "--model", "llama-3.1-70b", "--prefill-site", "aws:us-east-1", "--decode-site",
@@ -227,8 +228,6 @@ def test_split_yaml_files_are_relative_to_the_yaml(tmp_path, monkeypatch):
 
 
 def test_price_date_must_be_a_date_with_a_snapshot_on_or_before_it():
-    from fleetplan.datasets.catalog import load_gpu_prices
-
     earliest = min(p.as_of for p in load_gpu_prices() if p.as_of)
     args = [a for a in BASE if a != "2025-05-31"]
     at = args.index("--price-date") + 1
