@@ -52,6 +52,23 @@ def shared_bins_per_pool(problem: Problem, pool: str, n_candidates: int) -> int:
     return min(problem.max_shared_gpus_per_pool, problem.pool_by_id[pool].gpus, n_candidates)
 
 
+def gpus_in_use(problem: Problem, plan: Plan, models: set[str] | None = None) -> dict[str, list[int]]:
+    """{pool id: GPUs of ``plan`` in use in each window} (W entries each), by ``models`` (their dedicated replicas
+    and the shared GPUs any of them resides on; None: all of the plan). The pools' own reserved GPUs are not
+    counted (add ``Pool.reserved_gpus`` for the room left)."""
+    W = problem.n_windows
+    opts = problem.option_by_key
+    use = {p.id: [0] * W for p in problem.pools}
+    for key, counts in plan.replicas.items():
+        if models is None or key[0] in models:
+            g = opts[key].gpus
+            use[key[1]] = [u + c * g for u, c in zip(use[key[1]], counts, strict=True)]
+    for s in plan.shared:
+        if models is None or models & set(s.models):
+            use[s.pool] = [u + 1 for u in use[s.pool]]
+    return use
+
+
 def build_index(problem: Problem, *, aggregate: bool = False) -> Index:
     """Index sets of ``problem``. With ``aggregate=True`` each pool's identical candidate shared GPUs collapse
     into one aggregate bin whose variables range over 0..B_p (``bin_ub``): the same LP relaxation without the

@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from fleetplan.placement.plan import Plan, SharedGPU, Status, evaluate, starts_per_window
 from fleetplan.placement.problem import Problem
 from fleetplan.placement.validate import validate
-from fleetplan.solvers.common import cheapest_cover, shared_candidates
+from fleetplan.solvers.common import cheapest_cover, gpus_in_use, shared_candidates
 from fleetplan.solvers.cpsat import solve_cpsat
 from fleetplan.solvers.executor import Executor
 from fleetplan.solvers.milp import BoundResult, solve_aggregate_bound, solve_milp
@@ -184,20 +184,8 @@ def dissolve_shared(problem: Problem, plan: Plan, *, deadline: float | None = No
     pools = problem.pool_by_id
     share_of = {(s.model, s.pool): s for s in problem.share_options}
     models = problem.model_by_name
-    opts = problem.option_by_key
     limit = {p.id: p.memory_bytes_per_gpu * problem.shared_memory_utilization for p in problem.pools}
     k_max = problem.max_models_per_shared_gpu
-
-    def gpus_used(pl: Plan) -> dict[str, list[int]]:
-        use = {p.id: [p.reserved_gpus] * W for p in problem.pools}
-        for key, c in pl.replicas.items():
-            o = opts[key]
-            for w in range(W):
-                use[o.pool][w] += c[w] * o.gpus
-        for g in pl.shared:
-            for w in range(W):
-                use[g.pool][w] += 1
-        return use
 
     def load(g) -> list[float]:
         return [sum(v[w] / share_of[(m, g.pool)].capacity_req_per_s for m, v in g.served_req_per_s.items())
@@ -206,7 +194,8 @@ def dissolve_shared(problem: Problem, plan: Plan, *, deadline: float | None = No
     def without(pl: Plan, i: int) -> Plan | None:
         """pl with shared GPU i removed and its residents re-homed, or None when one cannot be."""
         gone = pl.shared[i]
-        use = gpus_used(pl)
+        use = {pid: [u + pools[pid].reserved_gpus for u in row]  # the room left: reserved GPUs too
+               for pid, row in gpus_in_use(problem, pl).items()}
         for w in range(W):
             use[gone.pool][w] -= 1
         others = [_Bin(g.pool, list(g.models), dict(g.served_req_per_s), load(g),

@@ -47,7 +47,7 @@ from fleetplan.placement.plan import Plan, Status, evaluate
 from fleetplan.placement.problem import Problem
 from fleetplan.placement.validate import validate
 from fleetplan.solvers.baselines import greedy
-from fleetplan.solvers.common import cover_cost_floor, finish_plan
+from fleetplan.solvers.common import cover_cost_floor, finish_plan, gpus_in_use
 from fleetplan.solvers.decompose import solve_by_windows, window_problem
 from fleetplan.solvers.executor import Executor
 from fleetplan.solvers.milp import solve_lp_bound
@@ -238,22 +238,6 @@ def _window_bound_task(problem: Problem, t: _BoundTask) -> float | None:
                           deadline=end)
 
 
-def _usage(problem: Problem, plan: Plan, models: set[str]) -> dict[str, list[int]]:
-    """GPUs of ``plan`` in use per pool and window by ``models`` (their dedicated replicas and the shared GPUs
-    any of them resides on)."""
-    W = problem.n_windows
-    opts = problem.option_by_key
-    use = {p.id: [0] * W for p in problem.pools}
-    for key, counts in plan.replicas.items():
-        if key[0] in models:
-            g = opts[key].gpus
-            use[key[1]] = [u + c * g for u, c in zip(use[key[1]], counts, strict=True)]
-    for s in plan.shared:
-        if models & set(s.models):
-            use[s.pool] = [u + 1 for u in use[s.pool]]
-    return use
-
-
 def _restrict(plan: Plan, models: set[str]) -> Plan:
     """``plan``'s replicas and shared GPUs of ``models`` (shared GPUs whose residents are all among them)."""
     return Plan(replicas={k: v for k, v in plan.replicas.items() if k[0] in models},
@@ -284,8 +268,8 @@ def _seams(problem: Problem, parts: list[Problem], plans: list[Plan], *, backend
         if left <= 0.5:
             break
         say(f"seam pass: part {j + 1}/{len(parts)}" + ("" if valid[j] else " (repair)"))
-        others = _usage(problem, _combine([p for q, p in enumerate(plans) if q != j]),
-                        set().union(*(names[q] for q in range(len(parts)) if q != j)))
+        others = gpus_in_use(problem, _combine([p for q, p in enumerate(plans) if q != j]),
+                             set().union(*(names[q] for q in range(len(parts)) if q != j)))
         pools = []
         for p in problem.pools:
             taken = p.reserved_gpus + max(others[p.id])
