@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from fleetplan.errors import FleetplanError, InputError, UnknownNameError
 from fleetplan.placement.planio import load_plan_file, plan_to_dict
 from fleetplan.placement.problem import Problem
-from fleetplan.placement.scenario import build_problem, load_scenario, scenario_models
+from fleetplan.placement.scenario import Scenario, build_problem, load_scenario, scenario_models
 from fleetplan.service.prometheus import pull_observations
 from fleetplan.service.store import Store, body_digest
 from fleetplan.solvers.online import (
@@ -120,7 +120,11 @@ def load_problem(scenario: str | None) -> tuple[Problem, dict]:
     """(Problem, load time per option) of a scenario: load times from the catalog's weight bytes and the
     scenario's load bandwidth (options.load_bandwidth_bytes_per_s)."""
 
-    sc = load_scenario(scenario)
+    return scenario_problem(load_scenario(scenario))
+
+
+def scenario_problem(sc: Scenario) -> tuple[Problem, dict]:
+    """(Problem, load time per option) of a loaded scenario (:func:`load_problem` for one given by name or path)."""
     problem = build_problem(sc)
     # The planner's own models (config.json, base_model, files.models) with their per-model weight dtypes.
     weights = {name: model.weight_bytes(wd) for name, (model, wd, _kvd) in scenario_models(sc).items()}
