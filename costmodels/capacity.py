@@ -43,6 +43,16 @@ Model and approximations (λ = arrival rate, req/s; I, O = input and output toke
    prefills (the M/M/1 wait at arrival rate K·λ). Without this term a Qwen2.5-7B sharing an A100 with
    Llama-3.1-8B replayed at TPOT p95 ≈ 125 ms against a 100 ms target in every window of the default day.
 
+Known limit, measured: the prefill stall is spread evenly over every request's decode (point 1), but a prefill that
+arrives during a short answer's few decode steps adds its whole duration to that request's TPOT, so for short-answer
+mixes the TPOT tail is optimistic. Qwen2.5-7B with the Azure code mix (28 output tokens on average) on one A100 at its
+rated p95 capacity (3.57 req/s) misses 100 ms for 19.5% of requests in the replay (``fleetplan simulate``); the
+default scenario's plans meet their p95 targets in replay only because their loads sit below rated capacity. With
+p99 TPOT targets the default scenario's plan misses Qwen2.5-7B's in all 24 windows (104-136 ms against 100), and
+``fleetplan plan --verify`` does not close it by derating. ``fleetplan simulate --check`` and ``plan --verify``
+report such misses. A per-request TPOT model needs the traces' length distributions (a :class:`TokenMix` carries
+a mean and a p95; the lognormal they imply has the wrong tails).
+
 Latencies come from :mod:`fleetplan.costmodels.latency` (analytic roofline) or from a measured profile through
 :func:`replica_capacity_from_latency`.
 """
