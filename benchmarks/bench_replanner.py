@@ -54,6 +54,7 @@ import time
 
 import numpy as np
 
+from fleetplan.errors import FleetplanError
 from fleetplan.placement.scenario import build_problem, load_scenario, scenario_from_raw
 from fleetplan.service.runtime import scenario_problem
 from fleetplan.simulator.fleetday import FleetStep, plan_steps, replay_fleet_day
@@ -218,22 +219,31 @@ def replanner_steps(problem, lt, offline, rates, resolve_limit_s: float,
 
 
 def parse_variant(text: str) -> tuple[str, OnlineConfig]:
-    """``key=value,...`` (OnlineConfig fields; true/false, numbers or words) -> (label, config)."""
-    fields = {f.name: f for f in dataclasses.fields(OnlineConfig)}
+    """``FIELD=VALUE,...`` (OnlineConfig fields, each VALUE read as its default's type: true/false, a number or a
+    word) -> (label, config); exits with a one-line message naming the part that is wrong."""
+    defaults = OnlineConfig()
+    names = sorted(f.name for f in dataclasses.fields(OnlineConfig))
     kw: dict[str, object] = {}
     for part in text.split(","):
-        key, sep, val = part.partition("=")
-        if not sep or key.strip() not in fields:
+        key, sep, val = (x.strip() for x in part.partition("="))
+        if not sep or key not in names:
             raise SystemExit(f"--variant {text!r}: {part!r} is not FIELD=VALUE with an OnlineConfig field "
-                             f"({', '.join(sorted(fields))})")
-        v = val.strip()
-        kw[key.strip()] = {"true": True, "false": False}.get(v.lower(), v)
-        if isinstance(kw[key.strip()], str):
-            try:
-                kw[key.strip()] = float(v)
-            except ValueError:
-                pass
-    return f"replanner ({text})", OnlineConfig(**kw)  # type: ignore[arg-type]
+                             f"({', '.join(names)})")
+        kind = type(getattr(defaults, key))
+        try:
+            if kind is bool:
+                kw[key] = {"true": True, "false": False}[val.lower()]
+            elif kind in (int, float):
+                kw[key] = kind(val)
+            else:
+                kw[key] = val
+        except (KeyError, ValueError):
+            raise SystemExit(f"--variant {text!r}: {key} takes {'true or false' if kind is bool else kind.__name__},"
+                             f" not {val!r}") from None
+    try:
+        return f"replanner ({text})", OnlineConfig(**kw)  # type: ignore[arg-type]
+    except FleetplanError as e:
+        raise SystemExit(f"--variant {text!r}: {e}") from None
 
 
 def plot(path: str, agg: dict[str, tuple], per_day: dict[str, list], days: list[int]) -> None:
