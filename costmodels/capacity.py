@@ -43,15 +43,19 @@ Model and approximations (λ = arrival rate, req/s; I, O = input and output toke
    prefills (the M/M/1 wait at arrival rate K·λ). Without this term a Qwen2.5-7B sharing an A100 with
    Llama-3.1-8B replayed at TPOT p95 ≈ 125 ms against a 100 ms target in every window of the default day.
 
-Known limit, measured: the prefill stall is spread evenly over every request's decode (point 1), but a prefill that
-arrives during a short answer's few decode steps adds its whole duration to that request's TPOT, so for short-answer
-mixes the TPOT tail is optimistic. Qwen2.5-7B with the Azure code mix (28 output tokens on average) on one A100 at its
-rated p95 capacity (3.57 req/s) misses 100 ms for 19.5% of requests in the replay (``fleetplan simulate``); the
-default scenario's plans meet their p95 targets in replay only because their loads sit below rated capacity. With
-p99 TPOT targets the default scenario's plan misses Qwen2.5-7B's in all 24 windows (104-136 ms against 100), and
-``fleetplan plan --verify`` does not close it by derating. ``fleetplan simulate --check`` and ``plan --verify``
-report such misses. A per-request TPOT model needs the traces' length distributions (a :class:`TokenMix` carries
-a mean and a p95; the lognormal they imply has the wrong tails).
+Known limit, measured (``benchmarks/bench_capacity_tail.py``: one replica of each dedicated option of the default
+scenario, Poisson arrivals, lengths from the model's trace): the prefill stall is spread evenly over every request's
+decode (point 1), but with prefill priority a short answer waits for whole prefills (the queue behind its own and
+those arriving during its few steps) between its tokens, so the TPOT tail is optimistic, most for short answers after
+long prompts. At their rated capacity 13 of the 30 dedicated ratings miss a target for more requests than the
+percentile allows: Qwen2.5-7B with the Azure code mix (28 output tokens on average) misses its 100-ms TPOT for 18-63%
+of requests (A100 tp 1: 18-21%), Llama-3.1-70B for 6.5-24.5% on A100 tp 4/8 and H100 tp 4/8 (and its TTFT on H100 tp 2
+for 7.8%). At 0.9 x the rating (the default margin) 8 still miss (Qwen on every option, the 70B on gcp A100 tp 4 and
+tp 8). The default scenario's plans meet their p95 targets in replay because their loads sit lower; with p99 TPOT
+targets its plan misses Qwen2.5-7B's in all 24 windows (104-136 ms against 100) and ``fleetplan plan --verify`` does
+not close it by derating. ``fleetplan simulate --check`` and ``plan --verify`` report such misses. A per-request TPOT
+model needs the traces' length distributions (a :class:`TokenMix` carries a mean and a p95; the lognormal they imply
+has the wrong tails); the calibration data come from vLLM 0.11, which chunks prefills (point 1 does not).
 
 Latencies come from :mod:`fleetplan.costmodels.latency` (analytic roofline) or from a measured profile through
 :func:`replica_capacity_from_latency`.

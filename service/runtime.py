@@ -124,7 +124,10 @@ def load_problem(scenario: str | None) -> tuple[Problem, dict]:
 
 
 def scenario_problem(sc: Scenario) -> tuple[Problem, dict]:
-    """(Problem, load time per option) of a loaded scenario (:func:`load_problem` for one given by name or path)."""
+    """(Problem, {option key: seconds a new replica loads before it serves}) of a loaded scenario, as the service
+    plans it (:func:`load_problem` for one given by name or path). Load time = the model's weight bytes per GPU /
+    the scenario's ``options.load_bandwidth_bytes_per_s``. Raises InputError (or a subclass) for a scenario the
+    planner cannot build a problem from."""
     problem = build_problem(sc)
     # The planner's own models (config.json, base_model, files.models) with their per-model weight dtypes.
     weights = {name: model.weight_bytes(wd) for name, (model, wd, _kvd) in scenario_models(sc).items()}
