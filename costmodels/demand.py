@@ -6,9 +6,14 @@ Readers in ``fleetplan.datasets`` turn traces and day curves into :class:`Demand
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import math
 from dataclasses import dataclass, field
 
+import numpy as np
+
+from fleetplan.costmodels.queueing import lognormal_sigma
 from fleetplan.errors import InputError
 
 #: Highest request rate a window accepts, req/s (a sanity bound: it catches a rate given in the wrong unit).
@@ -25,12 +30,16 @@ class TokenMix:
     Attributes:
         input_tokens_mean, input_tokens_p95: prompt length mean and 95th percentile.
         output_tokens_mean, output_tokens_p95: generated length mean and 95th percentile.
+        lengths: the population itself when known (a trace's requests): (prompt tokens, output tokens), two int
+            arrays of the same length >= 1; None when the mix is given by its four statistics. Not compared:
+            two mixes with the same statistics are equal. :meth:`draw` samples from it.
     """
 
     input_tokens_mean: float
     input_tokens_p95: float
     output_tokens_mean: float
     output_tokens_p95: float
+    lengths: tuple[np.ndarray, np.ndarray] | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         low, high = TOKENS_PER_REQUEST_RANGE
@@ -43,6 +52,40 @@ class TokenMix:
                 or self.output_tokens_p95 < self.output_tokens_mean * 0.5):
             raise InputError("p95 token length is far below the mean; check the columns are not swapped",
                              field="input_tokens_p95", value=self.input_tokens_p95)
+        if self.lengths is not None:
+            inp, out = self.lengths
+            if len(inp) != len(out) or len(inp) == 0:
+                raise InputError(f"lengths need as many prompt as output lengths, at least one ({len(inp)} and "
+                                 f"{len(out)} given)", field="lengths", value=(len(inp), len(out)))
+
+    @functools.cached_property
+    def lengths_digest(self) -> str:
+        """A digest of :attr:`lengths` ('' without them): with the four statistics, it tells two populations apart
+        (e.g. as a cache key)."""
+        if self.lengths is None:
+            return ""
+        h = hashlib.blake2b(digest_size=16)
+        for a in self.lengths:
+            h.update(np.ascontiguousarray(a, dtype=np.int64).tobytes())
+        return h.hexdigest()
+
+    def draw(self, rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """``n`` requests' (prompt tokens, output tokens), int64 arrays of shape (n,): drawn with replacement from
+        :attr:`lengths` when known, else each length from the lognormal with the mix's mean and p95
+        (:func:`~fleetplan.costmodels.queueing.lognormal_sigma`), rounded to whole tokens >= 1. The draws consume
+        ``rng`` in a fixed order (indices; or prompts then outputs), so a seed gives the same requests."""
+        if self.lengths is not None:
+            idx = rng.integers(0, len(self.lengths[0]), size=n)
+            return (np.asarray(self.lengths[0], dtype=np.int64)[idx],
+                    np.asarray(self.lengths[1], dtype=np.int64)[idx])
+        return (_lognormal(rng, self.input_tokens_mean, self.input_tokens_p95, n),
+                _lognormal(rng, self.output_tokens_mean, self.output_tokens_p95, n))
+
+
+def _lognormal(rng: np.random.Generator, mean: float, p95: float, n: int) -> np.ndarray:
+    s = lognormal_sigma(mean, max(p95, 1.0))
+    mu = math.log(mean) - s * s / 2
+    return np.maximum(1, np.rint(rng.lognormal(mu, s, size=n))).astype(np.int64)
 
 
 @dataclass(frozen=True)

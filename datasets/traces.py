@@ -488,7 +488,7 @@ def list_traces() -> list[dict]:
 def _token_mix(inp: np.ndarray, out: np.ndarray, where: str) -> TokenMix:
     try:
         return TokenMix(float(np.mean(inp)), float(np.percentile(inp, 95)), float(np.mean(out)),
-                        float(np.percentile(out, 95)))
+                        float(np.percentile(out, 95)), lengths=(inp, out))
     except InputError as exc:
         raise InputError(f"{where}: {exc}", field=exc.field, value=exc.value) from None
 

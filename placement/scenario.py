@@ -707,7 +707,7 @@ def trace_classes(m: ScenarioModel, where: str) -> list[tuple[str, float, TokenM
             raise _err(f"the class of prompts in ({lo:g}, {hi:g}] tokens holds {int(sel.sum())} requests of trace "
                        f"{tr.name}; move the edges", where, "classes")
         mix = TokenMix(float(inp[sel].mean()), float(np.percentile(inp[sel], 95)), float(out[sel].mean()),
-                       float(np.percentile(out[sel], 95)))
+                       float(np.percentile(out[sel], 95)), lengths=(inp[sel], out[sel]))
         out_classes.append((f"prompt<={hi:g}", float(sel.mean()), mix, hi, math.inf))
     total = sum(c[1] for c in out_classes)
     return [(n, sh / total, mx, a, b) for n, sh, mx, a, b in out_classes]

@@ -40,7 +40,6 @@ A shared GPU's cost and energy are split between its models by busy time (equall
 
 from __future__ import annotations
 
-import functools
 import math
 import os
 from collections.abc import Callable
@@ -54,7 +53,7 @@ from fleetplan.costmodels.energy import energy_kwh
 from fleetplan.costmodels.hardware import Model
 from fleetplan.costmodels.latency import decode_step_time_s, prefill_time_s
 from fleetplan.costmodels.network import Link
-from fleetplan.costmodels.queueing import lognormal_sigma, normal_quantile
+from fleetplan.costmodels.queueing import normal_quantile
 from fleetplan.costmodels.split import kv_transfer_s
 from fleetplan.datasets.calibration import idle_fraction, load_calibration
 from fleetplan.datasets.catalog import get_gpu, get_model
@@ -325,29 +324,10 @@ class Workload:
                         np.concatenate([p.model for p in parts])[order], measure_from_s, measure_to_s, source)
 
 
-@functools.cache
-def _trace(name: str) -> Trace:
-
-    return load_trace(name)
-
-
-def _lognormal(rng: np.random.Generator, mean: float, p95: float, n: int) -> np.ndarray:
-    """Lognormal draws with the given mean and 95th percentile (:func:`fleetplan.costmodels.queueing.
-    lognormal_sigma`), rounded to whole tokens >= 1."""
-    s = lognormal_sigma(mean, max(p95, 1.0))
-    mu = math.log(mean) - s * s / 2
-    return np.maximum(1, np.rint(rng.lognormal(mu, s, size=n))).astype(np.int64)
-
-
 def _tokens(model_raw: dict, scenario: Scenario, rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:
-    spec = model_raw.get("token_mix") or {}
-    if isinstance(spec, dict) and "trace" in spec:
-        tr = _trace(spec["trace"])
-        idx = rng.integers(0, len(tr), size=n)
-        return tr.input_tokens[idx], tr.output_tokens[idx]
-    mix = scenario.token_mixes[model_raw["name"]]
-    return (_lognormal(rng, mix.input_tokens_mean, mix.input_tokens_p95, n),
-            _lognormal(rng, mix.output_tokens_mean, mix.output_tokens_p95, n))
+    """``n`` requests' token lengths for a scenario model: its trace's requests, or the lognormals of its given
+    statistics (:meth:`~fleetplan.costmodels.demand.TokenMix.draw`, what the capacity model samples too)."""
+    return scenario.token_mixes[model_raw["name"]].draw(rng, n)
 
 
 def gamma_renewal(rng: np.random.Generator, rate_req_per_s: float, cv: float, start_s: float,

@@ -27,7 +27,7 @@ FLAT = TokenMix(100, 100, 100, 100)
 
 def _flat(slo: SLO, max_batch: float = 1e9):
     return replica_capacity_from_latency(lambda i: 0.1, lambda b, c: 0.02, FLAT, slo, kv_bytes_per_seq=1.0,
-                                         kv_budget_bytes=max_batch)
+                                         kv_budget_bytes=max_batch, per_request=False)  # points 1-9
 
 
 def test_slo_rejects_milliseconds():

@@ -92,13 +92,13 @@ def test_shipped_examples_replay_within_their_slos(scenario, wins_plan, tmp_path
 
 
 def test_a_prefill_pool_cut_by_hand_misses_ttft(wins_plan):
-    # Window 1 (10 req/s, all disaggregated) keeps one tp-2 prefill replica of ~4.1 req/s capacity: the prefill
+    # Window 1 (10 req/s, all disaggregated) keeps one tp-2 prefill replica of ~3.9 req/s capacity: the prefill
     # queue grows without bound (ρ > 2), so TTFT must miss; validate says why on its own.
     d = read_plan_json(wins_plan)
     problem, sc = problem_from_plan_dict(d)
     plan = plan_from_dict(d, problem)
     assert sum(f[1] for f in plan.kv_flows_req_per_s.values()) == pytest.approx(10.0)
-    cut = {k: (v[:1] + (0,) + v[2:] if k[1] == "prefill" and k[3] != 2 else v) for k, v in plan.pd_replicas.items()}
+    cut = {k: (v[:1] + (int(k[3] == 2),) + v[2:] if k[1] == "prefill" else v) for k, v in plan.pd_replicas.items()}
     assert sum(v[1] * (k[1] == "prefill") for k, v in cut.items()) == 1
     bad = dataclasses.replace(plan, pd_replicas=cut, objective_usd=None)
     assert any("prefill capacity" in v for v in validate(problem, bad).violations)

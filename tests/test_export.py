@@ -49,7 +49,8 @@ CRDS = HERE / "data" / "crds"
 # The default plan uses one site (gcp:us-central1, A100 only) since the calibration's all-reduce efficiency floor
 # made Llama-3.1-70B on A100 at tp 4 hold its peak with two replicas (before, H100s at aws:us-east-1 took the peak).
 GOLDEN_K8S = ("clusters.yaml", "gcp-us-central1/window-00-00.yaml", "gcp-us-central1/window-19-00.yaml",
-              "gcp-us-central1/schedule-keda.yaml")
+              "gcp-us-central1/schedule-keda.yaml", "aws-us-east-1/window-19-00.yaml",
+              "aws-us-east-1/schedule-keda.yaml")
 K8S_VERSION = "1.37.0"
 #: Golden export of the shipped disagg_wins plan (prefill and decode pools, issue 17): its plan and what is kept.
 PD_PLAN_FILE = GOLDEN / "disagg_wins" / "plan.json"
@@ -208,12 +209,12 @@ def test_server_arguments_come_from_the_capacity_model():
             assert (s.tp, s.pp) == (o.tp, o.pp) and w.gpus_per_pod == o.tp
             assert s.max_num_seqs == math.floor(o.max_batch)
             assert s.gpu_memory_utilization == scenario.options["memory_utilization"]
-    shared = next(w for w in ws if w.name == "shared-llama-3-1-8b-qwen2-5-7b-a100-sxm4-80gb")
-    qwen = shared.servers[1]
-    share = problem.share_by_key[("Qwen2.5-7B", shared.pool)]
-    # Qwen2.5-7B: 2 x 28 layers x 4 KV heads x 128 x 2 bytes = 57,344 KV bytes per token; its shared KV budget in
-    # whole 16-token blocks gives --max-model-len (below its 32,768-token context).
-    assert qwen.max_model_len == int(share.kv_budget_bytes // 57344) // 16 * 16 < 32768
+    shared = next(w for w in ws if w.name == "shared-llama-3-1-8b-mistral-7b-v0-1-a100-sxm4-80gb")
+    llama = shared.servers[0]
+    share = problem.share_by_key[("Llama-3.1-8B", shared.pool)]
+    # Llama-3.1-8B: 2 x 32 layers x 8 KV heads x 128 x 2 bytes = 131,072 KV bytes per token; its shared KV budget in
+    # whole 16-token blocks gives --max-model-len (below its 131,072-token context).
+    assert llama.max_model_len == int(share.kv_budget_bytes // 131072) // 16 * 16 < 131072
     # The two servers' memory shares fit the scenario's memory_utilization (0.9) of the GPU.
     assert sum(s.gpu_memory_utilization for s in shared.servers) <= 0.9
     assert [s.port for s in shared.servers] == [8000, 8001]
@@ -314,9 +315,11 @@ def test_cli_export(tmp_path):
     r = CliRunner().invoke(main, ["export", "k8s", str(PLAN_FILE), "--out", str(tmp_path / "k"), "--window", "19:30"])
     assert r.exit_code == 0, r.output
     written = sorted(str(p.relative_to(tmp_path / "k")) for p in (tmp_path / "k").rglob("*") if p.is_file())
-    assert written == ["clusters.yaml", "fleetplan-files.json", "gcp-us-central1/window-19-00.yaml"]
-    assert (tmp_path / "k" / "gcp-us-central1/window-19-00.yaml").read_text() == \
-        (GOLDEN / "k8s" / "gcp-us-central1/window-19-00.yaml").read_text()
+    assert written == ["aws-us-east-1/window-19-00.yaml", "clusters.yaml", "fleetplan-files.json",
+                       "gcp-us-central1/window-19-00.yaml"]
+    for site in ("aws-us-east-1", "gcp-us-central1"):
+        assert (tmp_path / "k" / site / "window-19-00.yaml").read_text() == \
+            (GOLDEN / "k8s" / site / "window-19-00.yaml").read_text()
     r = CliRunner().invoke(main, ["export", "vllm", str(PLAN_FILE), "--window", "00:00"])
     assert r.exit_code == 0 and "## window 00:00-01:00" in r.output and "## window 01:00" not in r.output
 
@@ -337,12 +340,14 @@ def test_cli_export_replaces_an_earlier_export(tmp_path):
     (out / "gcp-us-central1" / "kustomization.yaml").write_text("mine too")
     r = CliRunner().invoke(main, ["export", "k8s", str(PLAN_FILE), "--out", str(out), "--window", "19:30"])
     assert r.exit_code == 0, r.output
-    assert sorted(_tree(out)) == ["clusters.yaml", "fleetplan-files.json", "gcp-us-central1/kustomization.yaml",
-                                  "gcp-us-central1/window-19-00.yaml", "notes.txt"]
-    # 1 site × (24 windows + schedule) + clusters.yaml = 26 files before; 2 kept: 24 removed, and said so.
-    assert "removed 24 file(s)" in r.output
+    assert sorted(_tree(out)) == ["aws-us-east-1/window-19-00.yaml", "clusters.yaml", "fleetplan-files.json",
+                                  "gcp-us-central1/kustomization.yaml", "gcp-us-central1/window-19-00.yaml",
+                                  "notes.txt"]
+    # 2 sites × (24 windows + schedule) + clusters.yaml = 51 files before; 3 kept: 48 removed, and said so.
+    assert "removed 48 file(s)" in r.output
     index = json.loads((out / "fleetplan-files.json").read_text())
-    assert sorted(index["files"]) == ["clusters.yaml", "gcp-us-central1/window-19-00.yaml"]
+    assert sorted(index["files"]) == ["aws-us-east-1/window-19-00.yaml", "clusters.yaml",
+                                      "gcp-us-central1/window-19-00.yaml"]
 
 
 def _export_then_edit(tmp_path, rel: str):
@@ -379,7 +384,7 @@ def test_cli_export_refuses_to_overwrite_an_edited_file(tmp_path):
     # Moved away as the message says: the export goes through. An unedited earlier set is replaced silently.
     edited.rename(tmp_path / "mine.yaml")
     r = CliRunner().invoke(main, ["export", "k8s", str(PLAN_FILE), "--out", str(out)])
-    assert r.exit_code == 0 and "1 site into" in r.output, r.output
+    assert r.exit_code == 0 and "2 sites into" in r.output, r.output
     assert CliRunner().invoke(main, ["export", "k8s", str(PLAN_FILE), "--out", str(out)]).exit_code == 0
 
 
@@ -494,7 +499,7 @@ def test_gpu_without_a_known_label(monkeypatch):
     with pytest.raises(InputError, match="no nvidia.com/gpu.product label known for GPU"):
         workloads(problem, plan, scenario)
     given = DeployFile(gpu_labels={"A100-SXM4-80GB": "A100-LABEL", "H100-SXM-80GB": "H100-LABEL"})
-    assert {w.gpu_product_label for w in workloads(problem, plan, scenario, given)} == {"A100-LABEL"}
+    assert {w.gpu_product_label for w in workloads(problem, plan, scenario, given)} == {"A100-LABEL", "H100-LABEL"}
 
 
 def test_disaggregated_plan_exports_prefill_and_decode_deployments():

@@ -29,7 +29,8 @@ FLAT = TokenMix(100, 100, 100, 100)
 
 def _flat(slo: SLO, residents: int = 1):
     return replica_capacity_from_latency(lambda i: 0.1, lambda b, c: 0.02, FLAT, slo, kv_bytes_per_seq=1.0,
-                                         kv_budget_bytes=1e9, residents=residents)
+                                         kv_budget_bytes=1e9, residents=residents,
+                                         per_request=False)  # points 1-9 (10: test_capacity_tail.py)
 
 
 def test_ttft_p99_rate_matches_independent_root():

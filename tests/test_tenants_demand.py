@@ -42,14 +42,13 @@ def scenario(models, *, gpus_per_node=8, types=(A100,), **tenant):
 
 def test_two_models_summed_then_rounded_up():
     # With the shipped calibration (values at the time of writing; the test recomputes them):
-    #   Llama-3.1-8B on A100-80GB, azure-conv mix: tp1 3.544 req/s (3.544/GPU), tp2 5.124 (2.562/GPU), tp4 6.309
-    #   (1.577/GPU), tp8 6.752 (0.844/GPU) -> tp 1, 3.544 req/s per replica.
-    #   Qwen2.5-7B on A100-80GB, azure-code mix: tp 1, 3.995 req/s per replica.
-    # Window 0: 0/3.544 + 1/3.995 = 0.250 -> 1 GPU.
-    # Window 1: 1.5/3.544 + 2/3.995 = 0.423 + 0.501 = 0.924 -> 1 GPU (rounding each model first would give 2).
-    # Window 2: 10/3.544 + 1/3.995 = 2.822 + 0.250 = 3.072 -> 4 GPUs.
+    #   Llama-3.1-8B on A100-80GB, azure-conv mix: tp 1, 5.093 req/s per replica (the most per GPU).
+    #   Qwen2.5-7B on A100-80GB, azure-code mix: tp 2, 5.313 req/s per replica (2.656 per GPU).
+    # Window 0: 0/5.093 + 1/5.313 × 2 = 0.376 -> 1 GPU.
+    # Window 1: 1.5/5.093 + 1.5/5.313 × 2 = 0.295 + 0.565 = 0.859 -> 1 GPU (rounding each model first would give 2).
+    # Window 2: 10/5.093 + 1/5.313 × 2 = 1.963 + 0.376 = 2.340 -> 3 GPUs.
     llama = [0, 1.5, 10]
-    qwen = [1, 2, 1]
+    qwen = [1, 1.5, 1]
     p = problem_from_dict(scenario([
         {"name": "Llama-3.1-8B", "rates_req_per_s": llama},
         {"name": "qwen2.5-7b", "rates_req_per_s": qwen, "token_mix": {"trace": "azure-code"}}]))
@@ -68,8 +67,8 @@ def test_two_models_summed_then_rounded_up():
 
 def test_best_tp_skips_options_that_do_not_fit():
     # Llama-3.1-70B (141 GB in bf16) on H100-80GB: tp1 does not fit (141 > 0.9 × 80); per GPU the calibration gives
-    # tp2 0.111, tp4 0.778, tp8 0.453 req/s -> tp 4, about 3.11 req/s per replica.
-    # 5 req/s -> 5 / 3.11 × 4 = 6.43 -> 7 GPUs.
+    # tp2 1.009, tp4 1.382, tp8 0.964 req/s -> tp 4, about 5.53 req/s per replica.
+    # 5 req/s -> 5 / 5.53 × 4 = 3.62 -> 4 GPUs.
     tp, cap = best_option("Llama-3.1-70B", H100, "azure-conv")
     gpus, models = demand_from_models("big", [{"name": "Llama-3.1-70B", "rates_req_per_s": [5, 0]}], H100, 8,
                                       slo=SLO_S, token_mix={"trace": "azure-conv"})
@@ -89,12 +88,12 @@ def test_shipped_scenario_derived_tenant():
     tp_q, cap_q = best_option("Qwen2.5-7B", A100, "azure-code")
     tp_l, cap_l = best_option("Llama-3.1-8B", A100, "azure-conv")
     q, ll = t.models[0].rates_req_per_s, t.models[1].rates_req_per_s
-    # e.g. window 14 (14:00 UTC), recomputed with the calibration fitted across models (vLLM 0.11) and block-wise KV:
-    # Qwen2.5-7B at tp 2 sustains 8.385 req/s, Llama-3.1-8B at tp 1 4.935 req/s:
-    # 9 / 8.385 × 2 + 3 / 4.935 = 2.147 + 0.608 = 2.755 -> 3 GPUs (was 4 with the Llama-2-70B-only constants).
+    # e.g. window 14 (14:00 UTC), with the per-request check of short answers (capacity point 10): Qwen2.5-7B at tp 2
+    # sustains 5.313 req/s, Llama-3.1-8B at tp 1 5.093 req/s:
+    # 9 / 5.313 × 2 + 3 / 5.093 = 3.388 + 0.589 = 3.977 -> 4 GPUs (3 before point 10).
     assert t.demand_gpus == tuple(math.ceil(a / cap_q * tp_q + b / cap_l * tp_l - 1e-9) for a, b in zip(q, ll,
                                                                                                        strict=True))
-    assert t.demand_gpus[14] == 3
+    assert t.demand_gpus[14] == 4
     # At least four tenants, the derived one among them, each with its own daily curve.
     assert len(problem.tenants) >= 4
     assert len({t.demand_gpus for t in problem.tenants}) == len(problem.tenants)

@@ -9,12 +9,10 @@ CUDA_VISIBLE_DEVICES=4,5,6,7 vllm serve meta-llama/Llama-3.1-70B --served-model-
 wait
 ### gcp:us-central1 / A100-SXM4-80GB node 2 of 2
 CUDA_VISIBLE_DEVICES=0,1 vllm serve mistralai/Mixtral-8x7B-Instruct-v0.1 --served-model-name Mixtral-8x7B-v0.1 --host 0.0.0.0 --port 8000 --tensor-parallel-size 2 --pipeline-parallel-size 1 --max-num-seqs 365 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
-CUDA_VISIBLE_DEVICES=2 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8001 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 41 --max-model-len 56000 --gpu-memory-utilization 0.492 --dtype bfloat16 --kv-cache-dtype auto &
-until curl -sf http://127.0.0.1:8001/health >/dev/null; do sleep 5; done
-CUDA_VISIBLE_DEVICES=2 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8002 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 4 --max-model-len 15168 --gpu-memory-utilization 0.407 --dtype bfloat16 --kv-cache-dtype auto &
-CUDA_VISIBLE_DEVICES=3 vllm serve mistralai/Mistral-7B-Instruct-v0.1 --served-model-name Mistral-7B-v0.1 --host 0.0.0.0 --port 8003 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 45 --max-model-len 32768 --gpu-memory-utilization 0.486 --dtype bfloat16 --kv-cache-dtype auto &
-until curl -sf http://127.0.0.1:8003/health >/dev/null; do sleep 5; done
-CUDA_VISIBLE_DEVICES=3 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8004 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 4 --max-model-len 15168 --gpu-memory-utilization 0.413 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=2 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8001 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 520 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=3 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8002 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 28 --max-model-len 39296 --gpu-memory-utilization 0.456 --dtype bfloat16 --kv-cache-dtype auto &
+until curl -sf http://127.0.0.1:8002/health >/dev/null; do sleep 5; done
+CUDA_VISIBLE_DEVICES=3 vllm serve mistralai/Mistral-7B-Instruct-v0.1 --served-model-name Mistral-7B-v0.1 --host 0.0.0.0 --port 8003 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 31 --max-model-len 32768 --gpu-memory-utilization 0.443 --dtype bfloat16 --kv-cache-dtype auto &
 wait
 
 ## window 01:00-02:00
@@ -24,12 +22,10 @@ CUDA_VISIBLE_DEVICES=4,5,6,7 vllm serve meta-llama/Llama-3.1-70B --served-model-
 wait
 ### gcp:us-central1 / A100-SXM4-80GB node 2 of 2
 CUDA_VISIBLE_DEVICES=0,1 vllm serve mistralai/Mixtral-8x7B-Instruct-v0.1 --served-model-name Mixtral-8x7B-v0.1 --host 0.0.0.0 --port 8000 --tensor-parallel-size 2 --pipeline-parallel-size 1 --max-num-seqs 365 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
-CUDA_VISIBLE_DEVICES=2 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8001 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 41 --max-model-len 56000 --gpu-memory-utilization 0.492 --dtype bfloat16 --kv-cache-dtype auto &
-until curl -sf http://127.0.0.1:8001/health >/dev/null; do sleep 5; done
-CUDA_VISIBLE_DEVICES=2 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8002 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 4 --max-model-len 15168 --gpu-memory-utilization 0.407 --dtype bfloat16 --kv-cache-dtype auto &
-CUDA_VISIBLE_DEVICES=3 vllm serve mistralai/Mistral-7B-Instruct-v0.1 --served-model-name Mistral-7B-v0.1 --host 0.0.0.0 --port 8003 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 45 --max-model-len 32768 --gpu-memory-utilization 0.486 --dtype bfloat16 --kv-cache-dtype auto &
-until curl -sf http://127.0.0.1:8003/health >/dev/null; do sleep 5; done
-CUDA_VISIBLE_DEVICES=3 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8004 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 4 --max-model-len 15168 --gpu-memory-utilization 0.413 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=2 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8001 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 520 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=3 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8002 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 28 --max-model-len 39296 --gpu-memory-utilization 0.456 --dtype bfloat16 --kv-cache-dtype auto &
+until curl -sf http://127.0.0.1:8002/health >/dev/null; do sleep 5; done
+CUDA_VISIBLE_DEVICES=3 vllm serve mistralai/Mistral-7B-Instruct-v0.1 --served-model-name Mistral-7B-v0.1 --host 0.0.0.0 --port 8003 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 31 --max-model-len 32768 --gpu-memory-utilization 0.443 --dtype bfloat16 --kv-cache-dtype auto &
 wait
 
 ## window 02:00-03:00
@@ -39,12 +35,10 @@ CUDA_VISIBLE_DEVICES=4,5,6,7 vllm serve meta-llama/Llama-3.1-70B --served-model-
 wait
 ### gcp:us-central1 / A100-SXM4-80GB node 2 of 2
 CUDA_VISIBLE_DEVICES=0,1 vllm serve mistralai/Mixtral-8x7B-Instruct-v0.1 --served-model-name Mixtral-8x7B-v0.1 --host 0.0.0.0 --port 8000 --tensor-parallel-size 2 --pipeline-parallel-size 1 --max-num-seqs 365 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
-CUDA_VISIBLE_DEVICES=2 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8001 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 41 --max-model-len 56000 --gpu-memory-utilization 0.492 --dtype bfloat16 --kv-cache-dtype auto &
-until curl -sf http://127.0.0.1:8001/health >/dev/null; do sleep 5; done
-CUDA_VISIBLE_DEVICES=2 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8002 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 4 --max-model-len 15168 --gpu-memory-utilization 0.407 --dtype bfloat16 --kv-cache-dtype auto &
-CUDA_VISIBLE_DEVICES=3 vllm serve mistralai/Mistral-7B-Instruct-v0.1 --served-model-name Mistral-7B-v0.1 --host 0.0.0.0 --port 8003 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 45 --max-model-len 32768 --gpu-memory-utilization 0.486 --dtype bfloat16 --kv-cache-dtype auto &
-until curl -sf http://127.0.0.1:8003/health >/dev/null; do sleep 5; done
-CUDA_VISIBLE_DEVICES=3 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8004 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 4 --max-model-len 15168 --gpu-memory-utilization 0.413 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=2 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8001 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 520 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=3 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8002 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 28 --max-model-len 39296 --gpu-memory-utilization 0.456 --dtype bfloat16 --kv-cache-dtype auto &
+until curl -sf http://127.0.0.1:8002/health >/dev/null; do sleep 5; done
+CUDA_VISIBLE_DEVICES=3 vllm serve mistralai/Mistral-7B-Instruct-v0.1 --served-model-name Mistral-7B-v0.1 --host 0.0.0.0 --port 8003 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 31 --max-model-len 32768 --gpu-memory-utilization 0.443 --dtype bfloat16 --kv-cache-dtype auto &
 wait
 
 ## window 03:00-04:00
@@ -54,12 +48,10 @@ CUDA_VISIBLE_DEVICES=4,5,6,7 vllm serve meta-llama/Llama-3.1-70B --served-model-
 wait
 ### gcp:us-central1 / A100-SXM4-80GB node 2 of 2
 CUDA_VISIBLE_DEVICES=0,1 vllm serve mistralai/Mixtral-8x7B-Instruct-v0.1 --served-model-name Mixtral-8x7B-v0.1 --host 0.0.0.0 --port 8000 --tensor-parallel-size 2 --pipeline-parallel-size 1 --max-num-seqs 365 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
-CUDA_VISIBLE_DEVICES=2 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8001 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 41 --max-model-len 56000 --gpu-memory-utilization 0.492 --dtype bfloat16 --kv-cache-dtype auto &
-until curl -sf http://127.0.0.1:8001/health >/dev/null; do sleep 5; done
-CUDA_VISIBLE_DEVICES=2 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8002 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 4 --max-model-len 15168 --gpu-memory-utilization 0.407 --dtype bfloat16 --kv-cache-dtype auto &
-CUDA_VISIBLE_DEVICES=3 vllm serve mistralai/Mistral-7B-Instruct-v0.1 --served-model-name Mistral-7B-v0.1 --host 0.0.0.0 --port 8003 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 45 --max-model-len 32768 --gpu-memory-utilization 0.486 --dtype bfloat16 --kv-cache-dtype auto &
-until curl -sf http://127.0.0.1:8003/health >/dev/null; do sleep 5; done
-CUDA_VISIBLE_DEVICES=3 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8004 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 4 --max-model-len 15168 --gpu-memory-utilization 0.413 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=2 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8001 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 520 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=3 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8002 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 28 --max-model-len 39296 --gpu-memory-utilization 0.456 --dtype bfloat16 --kv-cache-dtype auto &
+until curl -sf http://127.0.0.1:8002/health >/dev/null; do sleep 5; done
+CUDA_VISIBLE_DEVICES=3 vllm serve mistralai/Mistral-7B-Instruct-v0.1 --served-model-name Mistral-7B-v0.1 --host 0.0.0.0 --port 8003 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 31 --max-model-len 32768 --gpu-memory-utilization 0.443 --dtype bfloat16 --kv-cache-dtype auto &
 wait
 
 ## window 04:00-05:00
@@ -69,12 +61,10 @@ CUDA_VISIBLE_DEVICES=4,5,6,7 vllm serve meta-llama/Llama-3.1-70B --served-model-
 wait
 ### gcp:us-central1 / A100-SXM4-80GB node 2 of 2
 CUDA_VISIBLE_DEVICES=0,1 vllm serve mistralai/Mixtral-8x7B-Instruct-v0.1 --served-model-name Mixtral-8x7B-v0.1 --host 0.0.0.0 --port 8000 --tensor-parallel-size 2 --pipeline-parallel-size 1 --max-num-seqs 365 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
-CUDA_VISIBLE_DEVICES=2 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8001 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 41 --max-model-len 56000 --gpu-memory-utilization 0.492 --dtype bfloat16 --kv-cache-dtype auto &
-until curl -sf http://127.0.0.1:8001/health >/dev/null; do sleep 5; done
-CUDA_VISIBLE_DEVICES=2 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8002 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 4 --max-model-len 15168 --gpu-memory-utilization 0.407 --dtype bfloat16 --kv-cache-dtype auto &
-CUDA_VISIBLE_DEVICES=3 vllm serve mistralai/Mistral-7B-Instruct-v0.1 --served-model-name Mistral-7B-v0.1 --host 0.0.0.0 --port 8003 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 45 --max-model-len 32768 --gpu-memory-utilization 0.486 --dtype bfloat16 --kv-cache-dtype auto &
-until curl -sf http://127.0.0.1:8003/health >/dev/null; do sleep 5; done
-CUDA_VISIBLE_DEVICES=3 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8004 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 4 --max-model-len 15168 --gpu-memory-utilization 0.413 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=2 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8001 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 520 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=3 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8002 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 28 --max-model-len 39296 --gpu-memory-utilization 0.456 --dtype bfloat16 --kv-cache-dtype auto &
+until curl -sf http://127.0.0.1:8002/health >/dev/null; do sleep 5; done
+CUDA_VISIBLE_DEVICES=3 vllm serve mistralai/Mistral-7B-Instruct-v0.1 --served-model-name Mistral-7B-v0.1 --host 0.0.0.0 --port 8003 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 31 --max-model-len 32768 --gpu-memory-utilization 0.443 --dtype bfloat16 --kv-cache-dtype auto &
 wait
 
 ## window 05:00-06:00
@@ -84,12 +74,10 @@ CUDA_VISIBLE_DEVICES=4,5,6,7 vllm serve meta-llama/Llama-3.1-70B --served-model-
 wait
 ### gcp:us-central1 / A100-SXM4-80GB node 2 of 2
 CUDA_VISIBLE_DEVICES=0,1 vllm serve mistralai/Mixtral-8x7B-Instruct-v0.1 --served-model-name Mixtral-8x7B-v0.1 --host 0.0.0.0 --port 8000 --tensor-parallel-size 2 --pipeline-parallel-size 1 --max-num-seqs 365 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
-CUDA_VISIBLE_DEVICES=2 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8001 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 41 --max-model-len 56000 --gpu-memory-utilization 0.492 --dtype bfloat16 --kv-cache-dtype auto &
-until curl -sf http://127.0.0.1:8001/health >/dev/null; do sleep 5; done
-CUDA_VISIBLE_DEVICES=2 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8002 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 4 --max-model-len 15168 --gpu-memory-utilization 0.407 --dtype bfloat16 --kv-cache-dtype auto &
-CUDA_VISIBLE_DEVICES=3 vllm serve mistralai/Mistral-7B-Instruct-v0.1 --served-model-name Mistral-7B-v0.1 --host 0.0.0.0 --port 8003 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 45 --max-model-len 32768 --gpu-memory-utilization 0.486 --dtype bfloat16 --kv-cache-dtype auto &
-until curl -sf http://127.0.0.1:8003/health >/dev/null; do sleep 5; done
-CUDA_VISIBLE_DEVICES=3 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8004 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 4 --max-model-len 15168 --gpu-memory-utilization 0.413 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=2 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8001 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 520 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=3 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8002 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 28 --max-model-len 39296 --gpu-memory-utilization 0.456 --dtype bfloat16 --kv-cache-dtype auto &
+until curl -sf http://127.0.0.1:8002/health >/dev/null; do sleep 5; done
+CUDA_VISIBLE_DEVICES=3 vllm serve mistralai/Mistral-7B-Instruct-v0.1 --served-model-name Mistral-7B-v0.1 --host 0.0.0.0 --port 8003 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 31 --max-model-len 32768 --gpu-memory-utilization 0.443 --dtype bfloat16 --kv-cache-dtype auto &
 wait
 
 ## window 06:00-07:00
@@ -99,12 +87,10 @@ CUDA_VISIBLE_DEVICES=4,5,6,7 vllm serve meta-llama/Llama-3.1-70B --served-model-
 wait
 ### gcp:us-central1 / A100-SXM4-80GB node 2 of 2
 CUDA_VISIBLE_DEVICES=0,1 vllm serve mistralai/Mixtral-8x7B-Instruct-v0.1 --served-model-name Mixtral-8x7B-v0.1 --host 0.0.0.0 --port 8000 --tensor-parallel-size 2 --pipeline-parallel-size 1 --max-num-seqs 365 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
-CUDA_VISIBLE_DEVICES=2 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8001 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 41 --max-model-len 56000 --gpu-memory-utilization 0.492 --dtype bfloat16 --kv-cache-dtype auto &
-until curl -sf http://127.0.0.1:8001/health >/dev/null; do sleep 5; done
-CUDA_VISIBLE_DEVICES=2 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8002 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 4 --max-model-len 15168 --gpu-memory-utilization 0.407 --dtype bfloat16 --kv-cache-dtype auto &
-CUDA_VISIBLE_DEVICES=3 vllm serve mistralai/Mistral-7B-Instruct-v0.1 --served-model-name Mistral-7B-v0.1 --host 0.0.0.0 --port 8003 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 45 --max-model-len 32768 --gpu-memory-utilization 0.486 --dtype bfloat16 --kv-cache-dtype auto &
-until curl -sf http://127.0.0.1:8003/health >/dev/null; do sleep 5; done
-CUDA_VISIBLE_DEVICES=3 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8004 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 4 --max-model-len 15168 --gpu-memory-utilization 0.413 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=2 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8001 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 520 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=3 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8002 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 28 --max-model-len 39296 --gpu-memory-utilization 0.456 --dtype bfloat16 --kv-cache-dtype auto &
+until curl -sf http://127.0.0.1:8002/health >/dev/null; do sleep 5; done
+CUDA_VISIBLE_DEVICES=3 vllm serve mistralai/Mistral-7B-Instruct-v0.1 --served-model-name Mistral-7B-v0.1 --host 0.0.0.0 --port 8003 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 31 --max-model-len 32768 --gpu-memory-utilization 0.443 --dtype bfloat16 --kv-cache-dtype auto &
 wait
 
 ## window 07:00-08:00
@@ -114,12 +100,10 @@ CUDA_VISIBLE_DEVICES=4,5,6,7 vllm serve meta-llama/Llama-3.1-70B --served-model-
 wait
 ### gcp:us-central1 / A100-SXM4-80GB node 2 of 2
 CUDA_VISIBLE_DEVICES=0,1 vllm serve mistralai/Mixtral-8x7B-Instruct-v0.1 --served-model-name Mixtral-8x7B-v0.1 --host 0.0.0.0 --port 8000 --tensor-parallel-size 2 --pipeline-parallel-size 1 --max-num-seqs 365 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
-CUDA_VISIBLE_DEVICES=2 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8001 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 41 --max-model-len 56000 --gpu-memory-utilization 0.492 --dtype bfloat16 --kv-cache-dtype auto &
-until curl -sf http://127.0.0.1:8001/health >/dev/null; do sleep 5; done
-CUDA_VISIBLE_DEVICES=2 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8002 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 4 --max-model-len 15168 --gpu-memory-utilization 0.407 --dtype bfloat16 --kv-cache-dtype auto &
-CUDA_VISIBLE_DEVICES=3 vllm serve mistralai/Mistral-7B-Instruct-v0.1 --served-model-name Mistral-7B-v0.1 --host 0.0.0.0 --port 8003 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 45 --max-model-len 32768 --gpu-memory-utilization 0.486 --dtype bfloat16 --kv-cache-dtype auto &
-until curl -sf http://127.0.0.1:8003/health >/dev/null; do sleep 5; done
-CUDA_VISIBLE_DEVICES=3 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8004 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 4 --max-model-len 15168 --gpu-memory-utilization 0.413 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=2 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8001 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 520 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=3 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8002 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 28 --max-model-len 39296 --gpu-memory-utilization 0.456 --dtype bfloat16 --kv-cache-dtype auto &
+until curl -sf http://127.0.0.1:8002/health >/dev/null; do sleep 5; done
+CUDA_VISIBLE_DEVICES=3 vllm serve mistralai/Mistral-7B-Instruct-v0.1 --served-model-name Mistral-7B-v0.1 --host 0.0.0.0 --port 8003 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 31 --max-model-len 32768 --gpu-memory-utilization 0.443 --dtype bfloat16 --kv-cache-dtype auto &
 wait
 
 ## window 08:00-09:00
@@ -129,12 +113,10 @@ CUDA_VISIBLE_DEVICES=4,5,6,7 vllm serve meta-llama/Llama-3.1-70B --served-model-
 wait
 ### gcp:us-central1 / A100-SXM4-80GB node 2 of 2
 CUDA_VISIBLE_DEVICES=0,1 vllm serve mistralai/Mixtral-8x7B-Instruct-v0.1 --served-model-name Mixtral-8x7B-v0.1 --host 0.0.0.0 --port 8000 --tensor-parallel-size 2 --pipeline-parallel-size 1 --max-num-seqs 365 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
-CUDA_VISIBLE_DEVICES=2 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8001 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 41 --max-model-len 56000 --gpu-memory-utilization 0.492 --dtype bfloat16 --kv-cache-dtype auto &
-until curl -sf http://127.0.0.1:8001/health >/dev/null; do sleep 5; done
-CUDA_VISIBLE_DEVICES=2 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8002 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 4 --max-model-len 15168 --gpu-memory-utilization 0.407 --dtype bfloat16 --kv-cache-dtype auto &
-CUDA_VISIBLE_DEVICES=3 vllm serve mistralai/Mistral-7B-Instruct-v0.1 --served-model-name Mistral-7B-v0.1 --host 0.0.0.0 --port 8003 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 45 --max-model-len 32768 --gpu-memory-utilization 0.486 --dtype bfloat16 --kv-cache-dtype auto &
-until curl -sf http://127.0.0.1:8003/health >/dev/null; do sleep 5; done
-CUDA_VISIBLE_DEVICES=3 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8004 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 4 --max-model-len 15168 --gpu-memory-utilization 0.413 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=2 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8001 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 520 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=3 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8002 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 28 --max-model-len 39296 --gpu-memory-utilization 0.456 --dtype bfloat16 --kv-cache-dtype auto &
+until curl -sf http://127.0.0.1:8002/health >/dev/null; do sleep 5; done
+CUDA_VISIBLE_DEVICES=3 vllm serve mistralai/Mistral-7B-Instruct-v0.1 --served-model-name Mistral-7B-v0.1 --host 0.0.0.0 --port 8003 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 31 --max-model-len 32768 --gpu-memory-utilization 0.443 --dtype bfloat16 --kv-cache-dtype auto &
 wait
 
 ## window 09:00-10:00
@@ -144,12 +126,11 @@ CUDA_VISIBLE_DEVICES=4,5,6,7 vllm serve meta-llama/Llama-3.1-70B --served-model-
 wait
 ### gcp:us-central1 / A100-SXM4-80GB node 2 of 2
 CUDA_VISIBLE_DEVICES=0,1 vllm serve mistralai/Mixtral-8x7B-Instruct-v0.1 --served-model-name Mixtral-8x7B-v0.1 --host 0.0.0.0 --port 8000 --tensor-parallel-size 2 --pipeline-parallel-size 1 --max-num-seqs 365 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
-CUDA_VISIBLE_DEVICES=2 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8001 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 41 --max-model-len 56000 --gpu-memory-utilization 0.492 --dtype bfloat16 --kv-cache-dtype auto &
-until curl -sf http://127.0.0.1:8001/health >/dev/null; do sleep 5; done
-CUDA_VISIBLE_DEVICES=2 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8002 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 4 --max-model-len 15168 --gpu-memory-utilization 0.407 --dtype bfloat16 --kv-cache-dtype auto &
-CUDA_VISIBLE_DEVICES=3 vllm serve mistralai/Mistral-7B-Instruct-v0.1 --served-model-name Mistral-7B-v0.1 --host 0.0.0.0 --port 8003 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 45 --max-model-len 32768 --gpu-memory-utilization 0.486 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=2 vllm serve mistralai/Mistral-7B-Instruct-v0.1 --served-model-name Mistral-7B-v0.1 --host 0.0.0.0 --port 8001 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 375 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=3 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8002 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 520 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=4 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8003 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 28 --max-model-len 39296 --gpu-memory-utilization 0.456 --dtype bfloat16 --kv-cache-dtype auto &
 until curl -sf http://127.0.0.1:8003/health >/dev/null; do sleep 5; done
-CUDA_VISIBLE_DEVICES=3 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8004 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 4 --max-model-len 15168 --gpu-memory-utilization 0.413 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=4 vllm serve mistralai/Mistral-7B-Instruct-v0.1 --served-model-name Mistral-7B-v0.1 --host 0.0.0.0 --port 8004 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 31 --max-model-len 32768 --gpu-memory-utilization 0.443 --dtype bfloat16 --kv-cache-dtype auto &
 wait
 
 ## window 10:00-11:00
@@ -159,12 +140,11 @@ CUDA_VISIBLE_DEVICES=4,5,6,7 vllm serve meta-llama/Llama-3.1-70B --served-model-
 wait
 ### gcp:us-central1 / A100-SXM4-80GB node 2 of 2
 CUDA_VISIBLE_DEVICES=0,1 vllm serve mistralai/Mixtral-8x7B-Instruct-v0.1 --served-model-name Mixtral-8x7B-v0.1 --host 0.0.0.0 --port 8000 --tensor-parallel-size 2 --pipeline-parallel-size 1 --max-num-seqs 365 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
-CUDA_VISIBLE_DEVICES=2 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8001 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 41 --max-model-len 56000 --gpu-memory-utilization 0.492 --dtype bfloat16 --kv-cache-dtype auto &
-until curl -sf http://127.0.0.1:8001/health >/dev/null; do sleep 5; done
-CUDA_VISIBLE_DEVICES=2 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8002 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 4 --max-model-len 15168 --gpu-memory-utilization 0.407 --dtype bfloat16 --kv-cache-dtype auto &
-CUDA_VISIBLE_DEVICES=3 vllm serve mistralai/Mistral-7B-Instruct-v0.1 --served-model-name Mistral-7B-v0.1 --host 0.0.0.0 --port 8003 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 45 --max-model-len 32768 --gpu-memory-utilization 0.486 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=2 vllm serve mistralai/Mistral-7B-Instruct-v0.1 --served-model-name Mistral-7B-v0.1 --host 0.0.0.0 --port 8001 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 375 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=3 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8002 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 520 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=4 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8003 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 28 --max-model-len 39296 --gpu-memory-utilization 0.456 --dtype bfloat16 --kv-cache-dtype auto &
 until curl -sf http://127.0.0.1:8003/health >/dev/null; do sleep 5; done
-CUDA_VISIBLE_DEVICES=3 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8004 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 4 --max-model-len 15168 --gpu-memory-utilization 0.413 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=4 vllm serve mistralai/Mistral-7B-Instruct-v0.1 --served-model-name Mistral-7B-v0.1 --host 0.0.0.0 --port 8004 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 31 --max-model-len 32768 --gpu-memory-utilization 0.443 --dtype bfloat16 --kv-cache-dtype auto &
 wait
 
 ## window 11:00-12:00
@@ -174,12 +154,11 @@ CUDA_VISIBLE_DEVICES=4,5,6,7 vllm serve meta-llama/Llama-3.1-70B --served-model-
 wait
 ### gcp:us-central1 / A100-SXM4-80GB node 2 of 2
 CUDA_VISIBLE_DEVICES=0,1 vllm serve mistralai/Mixtral-8x7B-Instruct-v0.1 --served-model-name Mixtral-8x7B-v0.1 --host 0.0.0.0 --port 8000 --tensor-parallel-size 2 --pipeline-parallel-size 1 --max-num-seqs 365 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
-CUDA_VISIBLE_DEVICES=2 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8001 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 41 --max-model-len 56000 --gpu-memory-utilization 0.492 --dtype bfloat16 --kv-cache-dtype auto &
-until curl -sf http://127.0.0.1:8001/health >/dev/null; do sleep 5; done
-CUDA_VISIBLE_DEVICES=2 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8002 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 4 --max-model-len 15168 --gpu-memory-utilization 0.407 --dtype bfloat16 --kv-cache-dtype auto &
-CUDA_VISIBLE_DEVICES=3 vllm serve mistralai/Mistral-7B-Instruct-v0.1 --served-model-name Mistral-7B-v0.1 --host 0.0.0.0 --port 8003 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 45 --max-model-len 32768 --gpu-memory-utilization 0.486 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=2 vllm serve mistralai/Mistral-7B-Instruct-v0.1 --served-model-name Mistral-7B-v0.1 --host 0.0.0.0 --port 8001 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 375 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=3 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8002 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 520 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=4 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8003 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 28 --max-model-len 39296 --gpu-memory-utilization 0.456 --dtype bfloat16 --kv-cache-dtype auto &
 until curl -sf http://127.0.0.1:8003/health >/dev/null; do sleep 5; done
-CUDA_VISIBLE_DEVICES=3 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8004 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 4 --max-model-len 15168 --gpu-memory-utilization 0.413 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=4 vllm serve mistralai/Mistral-7B-Instruct-v0.1 --served-model-name Mistral-7B-v0.1 --host 0.0.0.0 --port 8004 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 31 --max-model-len 32768 --gpu-memory-utilization 0.443 --dtype bfloat16 --kv-cache-dtype auto &
 wait
 
 ## window 12:00-13:00
@@ -189,12 +168,10 @@ CUDA_VISIBLE_DEVICES=4,5,6,7 vllm serve meta-llama/Llama-3.1-70B --served-model-
 wait
 ### gcp:us-central1 / A100-SXM4-80GB node 2 of 2
 CUDA_VISIBLE_DEVICES=0,1 vllm serve mistralai/Mixtral-8x7B-Instruct-v0.1 --served-model-name Mixtral-8x7B-v0.1 --host 0.0.0.0 --port 8000 --tensor-parallel-size 2 --pipeline-parallel-size 1 --max-num-seqs 365 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
-CUDA_VISIBLE_DEVICES=2 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8001 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 41 --max-model-len 56000 --gpu-memory-utilization 0.492 --dtype bfloat16 --kv-cache-dtype auto &
-until curl -sf http://127.0.0.1:8001/health >/dev/null; do sleep 5; done
-CUDA_VISIBLE_DEVICES=2 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8002 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 4 --max-model-len 15168 --gpu-memory-utilization 0.407 --dtype bfloat16 --kv-cache-dtype auto &
-CUDA_VISIBLE_DEVICES=3 vllm serve mistralai/Mistral-7B-Instruct-v0.1 --served-model-name Mistral-7B-v0.1 --host 0.0.0.0 --port 8003 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 45 --max-model-len 32768 --gpu-memory-utilization 0.486 --dtype bfloat16 --kv-cache-dtype auto &
-until curl -sf http://127.0.0.1:8003/health >/dev/null; do sleep 5; done
-CUDA_VISIBLE_DEVICES=3 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8004 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 4 --max-model-len 15168 --gpu-memory-utilization 0.413 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=2 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8001 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 520 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=3 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8002 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 28 --max-model-len 39296 --gpu-memory-utilization 0.456 --dtype bfloat16 --kv-cache-dtype auto &
+until curl -sf http://127.0.0.1:8002/health >/dev/null; do sleep 5; done
+CUDA_VISIBLE_DEVICES=3 vllm serve mistralai/Mistral-7B-Instruct-v0.1 --served-model-name Mistral-7B-v0.1 --host 0.0.0.0 --port 8003 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 31 --max-model-len 32768 --gpu-memory-utilization 0.443 --dtype bfloat16 --kv-cache-dtype auto &
 wait
 
 ## window 13:00-14:00
@@ -204,12 +181,11 @@ CUDA_VISIBLE_DEVICES=4,5,6,7 vllm serve meta-llama/Llama-3.1-70B --served-model-
 wait
 ### gcp:us-central1 / A100-SXM4-80GB node 2 of 2
 CUDA_VISIBLE_DEVICES=0,1 vllm serve mistralai/Mixtral-8x7B-Instruct-v0.1 --served-model-name Mixtral-8x7B-v0.1 --host 0.0.0.0 --port 8000 --tensor-parallel-size 2 --pipeline-parallel-size 1 --max-num-seqs 365 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
-CUDA_VISIBLE_DEVICES=2 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8001 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 41 --max-model-len 56000 --gpu-memory-utilization 0.492 --dtype bfloat16 --kv-cache-dtype auto &
-until curl -sf http://127.0.0.1:8001/health >/dev/null; do sleep 5; done
-CUDA_VISIBLE_DEVICES=2 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8002 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 4 --max-model-len 15168 --gpu-memory-utilization 0.407 --dtype bfloat16 --kv-cache-dtype auto &
-CUDA_VISIBLE_DEVICES=3 vllm serve mistralai/Mistral-7B-Instruct-v0.1 --served-model-name Mistral-7B-v0.1 --host 0.0.0.0 --port 8003 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 45 --max-model-len 32768 --gpu-memory-utilization 0.486 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=2 vllm serve mistralai/Mistral-7B-Instruct-v0.1 --served-model-name Mistral-7B-v0.1 --host 0.0.0.0 --port 8001 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 375 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=3 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8002 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 520 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=4 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8003 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 28 --max-model-len 39296 --gpu-memory-utilization 0.456 --dtype bfloat16 --kv-cache-dtype auto &
 until curl -sf http://127.0.0.1:8003/health >/dev/null; do sleep 5; done
-CUDA_VISIBLE_DEVICES=3 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8004 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 4 --max-model-len 15168 --gpu-memory-utilization 0.413 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=4 vllm serve mistralai/Mistral-7B-Instruct-v0.1 --served-model-name Mistral-7B-v0.1 --host 0.0.0.0 --port 8004 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 31 --max-model-len 32768 --gpu-memory-utilization 0.443 --dtype bfloat16 --kv-cache-dtype auto &
 wait
 
 ## window 14:00-15:00
@@ -219,12 +195,11 @@ CUDA_VISIBLE_DEVICES=4,5,6,7 vllm serve meta-llama/Llama-3.1-70B --served-model-
 wait
 ### gcp:us-central1 / A100-SXM4-80GB node 2 of 2
 CUDA_VISIBLE_DEVICES=0,1 vllm serve mistralai/Mixtral-8x7B-Instruct-v0.1 --served-model-name Mixtral-8x7B-v0.1 --host 0.0.0.0 --port 8000 --tensor-parallel-size 2 --pipeline-parallel-size 1 --max-num-seqs 365 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
-CUDA_VISIBLE_DEVICES=2 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8001 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 41 --max-model-len 56000 --gpu-memory-utilization 0.492 --dtype bfloat16 --kv-cache-dtype auto &
-until curl -sf http://127.0.0.1:8001/health >/dev/null; do sleep 5; done
-CUDA_VISIBLE_DEVICES=2 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8002 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 4 --max-model-len 15168 --gpu-memory-utilization 0.407 --dtype bfloat16 --kv-cache-dtype auto &
-CUDA_VISIBLE_DEVICES=3 vllm serve mistralai/Mistral-7B-Instruct-v0.1 --served-model-name Mistral-7B-v0.1 --host 0.0.0.0 --port 8003 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 45 --max-model-len 32768 --gpu-memory-utilization 0.486 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=2 vllm serve mistralai/Mistral-7B-Instruct-v0.1 --served-model-name Mistral-7B-v0.1 --host 0.0.0.0 --port 8001 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 375 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=3 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8002 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 520 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=4 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8003 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 28 --max-model-len 39296 --gpu-memory-utilization 0.456 --dtype bfloat16 --kv-cache-dtype auto &
 until curl -sf http://127.0.0.1:8003/health >/dev/null; do sleep 5; done
-CUDA_VISIBLE_DEVICES=3 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8004 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 4 --max-model-len 15168 --gpu-memory-utilization 0.413 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=4 vllm serve mistralai/Mistral-7B-Instruct-v0.1 --served-model-name Mistral-7B-v0.1 --host 0.0.0.0 --port 8004 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 31 --max-model-len 32768 --gpu-memory-utilization 0.443 --dtype bfloat16 --kv-cache-dtype auto &
 wait
 
 ## window 15:00-16:00
@@ -234,12 +209,11 @@ CUDA_VISIBLE_DEVICES=4,5,6,7 vllm serve meta-llama/Llama-3.1-70B --served-model-
 wait
 ### gcp:us-central1 / A100-SXM4-80GB node 2 of 2
 CUDA_VISIBLE_DEVICES=0,1 vllm serve mistralai/Mixtral-8x7B-Instruct-v0.1 --served-model-name Mixtral-8x7B-v0.1 --host 0.0.0.0 --port 8000 --tensor-parallel-size 2 --pipeline-parallel-size 1 --max-num-seqs 365 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
-CUDA_VISIBLE_DEVICES=2 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8001 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 41 --max-model-len 56000 --gpu-memory-utilization 0.492 --dtype bfloat16 --kv-cache-dtype auto &
-until curl -sf http://127.0.0.1:8001/health >/dev/null; do sleep 5; done
-CUDA_VISIBLE_DEVICES=2 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8002 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 4 --max-model-len 15168 --gpu-memory-utilization 0.407 --dtype bfloat16 --kv-cache-dtype auto &
-CUDA_VISIBLE_DEVICES=3 vllm serve mistralai/Mistral-7B-Instruct-v0.1 --served-model-name Mistral-7B-v0.1 --host 0.0.0.0 --port 8003 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 45 --max-model-len 32768 --gpu-memory-utilization 0.486 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=2 vllm serve mistralai/Mistral-7B-Instruct-v0.1 --served-model-name Mistral-7B-v0.1 --host 0.0.0.0 --port 8001 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 375 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=3 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8002 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 520 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=4 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8003 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 28 --max-model-len 39296 --gpu-memory-utilization 0.456 --dtype bfloat16 --kv-cache-dtype auto &
 until curl -sf http://127.0.0.1:8003/health >/dev/null; do sleep 5; done
-CUDA_VISIBLE_DEVICES=3 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8004 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 4 --max-model-len 15168 --gpu-memory-utilization 0.413 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=4 vllm serve mistralai/Mistral-7B-Instruct-v0.1 --served-model-name Mistral-7B-v0.1 --host 0.0.0.0 --port 8004 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 31 --max-model-len 32768 --gpu-memory-utilization 0.443 --dtype bfloat16 --kv-cache-dtype auto &
 wait
 
 ## window 16:00-17:00
@@ -249,12 +223,11 @@ CUDA_VISIBLE_DEVICES=4,5,6,7 vllm serve meta-llama/Llama-3.1-70B --served-model-
 wait
 ### gcp:us-central1 / A100-SXM4-80GB node 2 of 2
 CUDA_VISIBLE_DEVICES=0,1 vllm serve mistralai/Mixtral-8x7B-Instruct-v0.1 --served-model-name Mixtral-8x7B-v0.1 --host 0.0.0.0 --port 8000 --tensor-parallel-size 2 --pipeline-parallel-size 1 --max-num-seqs 365 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
-CUDA_VISIBLE_DEVICES=2 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8001 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 41 --max-model-len 56000 --gpu-memory-utilization 0.492 --dtype bfloat16 --kv-cache-dtype auto &
-until curl -sf http://127.0.0.1:8001/health >/dev/null; do sleep 5; done
-CUDA_VISIBLE_DEVICES=2 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8002 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 4 --max-model-len 15168 --gpu-memory-utilization 0.407 --dtype bfloat16 --kv-cache-dtype auto &
-CUDA_VISIBLE_DEVICES=3 vllm serve mistralai/Mistral-7B-Instruct-v0.1 --served-model-name Mistral-7B-v0.1 --host 0.0.0.0 --port 8003 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 45 --max-model-len 32768 --gpu-memory-utilization 0.486 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=2 vllm serve mistralai/Mistral-7B-Instruct-v0.1 --served-model-name Mistral-7B-v0.1 --host 0.0.0.0 --port 8001 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 375 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=3 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8002 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 520 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=4 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8003 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 28 --max-model-len 39296 --gpu-memory-utilization 0.456 --dtype bfloat16 --kv-cache-dtype auto &
 until curl -sf http://127.0.0.1:8003/health >/dev/null; do sleep 5; done
-CUDA_VISIBLE_DEVICES=3 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8004 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 4 --max-model-len 15168 --gpu-memory-utilization 0.413 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=4 vllm serve mistralai/Mistral-7B-Instruct-v0.1 --served-model-name Mistral-7B-v0.1 --host 0.0.0.0 --port 8004 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 31 --max-model-len 32768 --gpu-memory-utilization 0.443 --dtype bfloat16 --kv-cache-dtype auto &
 wait
 
 ## window 17:00-18:00
@@ -264,12 +237,11 @@ CUDA_VISIBLE_DEVICES=4,5,6,7 vllm serve meta-llama/Llama-3.1-70B --served-model-
 wait
 ### gcp:us-central1 / A100-SXM4-80GB node 2 of 2
 CUDA_VISIBLE_DEVICES=0,1 vllm serve mistralai/Mixtral-8x7B-Instruct-v0.1 --served-model-name Mixtral-8x7B-v0.1 --host 0.0.0.0 --port 8000 --tensor-parallel-size 2 --pipeline-parallel-size 1 --max-num-seqs 365 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
-CUDA_VISIBLE_DEVICES=2 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8001 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 41 --max-model-len 56000 --gpu-memory-utilization 0.492 --dtype bfloat16 --kv-cache-dtype auto &
-until curl -sf http://127.0.0.1:8001/health >/dev/null; do sleep 5; done
-CUDA_VISIBLE_DEVICES=2 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8002 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 4 --max-model-len 15168 --gpu-memory-utilization 0.407 --dtype bfloat16 --kv-cache-dtype auto &
-CUDA_VISIBLE_DEVICES=3 vllm serve mistralai/Mistral-7B-Instruct-v0.1 --served-model-name Mistral-7B-v0.1 --host 0.0.0.0 --port 8003 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 45 --max-model-len 32768 --gpu-memory-utilization 0.486 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=2 vllm serve mistralai/Mistral-7B-Instruct-v0.1 --served-model-name Mistral-7B-v0.1 --host 0.0.0.0 --port 8001 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 375 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=3 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8002 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 520 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=4 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8003 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 28 --max-model-len 39296 --gpu-memory-utilization 0.456 --dtype bfloat16 --kv-cache-dtype auto &
 until curl -sf http://127.0.0.1:8003/health >/dev/null; do sleep 5; done
-CUDA_VISIBLE_DEVICES=3 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8004 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 4 --max-model-len 15168 --gpu-memory-utilization 0.413 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=4 vllm serve mistralai/Mistral-7B-Instruct-v0.1 --served-model-name Mistral-7B-v0.1 --host 0.0.0.0 --port 8004 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 31 --max-model-len 32768 --gpu-memory-utilization 0.443 --dtype bfloat16 --kv-cache-dtype auto &
 wait
 
 ## window 18:00-19:00
@@ -279,42 +251,36 @@ CUDA_VISIBLE_DEVICES=4,5,6,7 vllm serve meta-llama/Llama-3.1-70B --served-model-
 wait
 ### gcp:us-central1 / A100-SXM4-80GB node 2 of 2
 CUDA_VISIBLE_DEVICES=0,1 vllm serve mistralai/Mixtral-8x7B-Instruct-v0.1 --served-model-name Mixtral-8x7B-v0.1 --host 0.0.0.0 --port 8000 --tensor-parallel-size 2 --pipeline-parallel-size 1 --max-num-seqs 365 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
-CUDA_VISIBLE_DEVICES=2 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8001 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 41 --max-model-len 56000 --gpu-memory-utilization 0.492 --dtype bfloat16 --kv-cache-dtype auto &
-until curl -sf http://127.0.0.1:8001/health >/dev/null; do sleep 5; done
-CUDA_VISIBLE_DEVICES=2 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8002 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 4 --max-model-len 15168 --gpu-memory-utilization 0.407 --dtype bfloat16 --kv-cache-dtype auto &
-CUDA_VISIBLE_DEVICES=3 vllm serve mistralai/Mistral-7B-Instruct-v0.1 --served-model-name Mistral-7B-v0.1 --host 0.0.0.0 --port 8003 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 45 --max-model-len 32768 --gpu-memory-utilization 0.486 --dtype bfloat16 --kv-cache-dtype auto &
-until curl -sf http://127.0.0.1:8003/health >/dev/null; do sleep 5; done
-CUDA_VISIBLE_DEVICES=3 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8004 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 4 --max-model-len 15168 --gpu-memory-utilization 0.413 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=2 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8001 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 520 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=3 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8002 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 28 --max-model-len 39296 --gpu-memory-utilization 0.456 --dtype bfloat16 --kv-cache-dtype auto &
+until curl -sf http://127.0.0.1:8002/health >/dev/null; do sleep 5; done
+CUDA_VISIBLE_DEVICES=3 vllm serve mistralai/Mistral-7B-Instruct-v0.1 --served-model-name Mistral-7B-v0.1 --host 0.0.0.0 --port 8003 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 31 --max-model-len 32768 --gpu-memory-utilization 0.443 --dtype bfloat16 --kv-cache-dtype auto &
 wait
 
 ## window 19:00-20:00
-### gcp:us-central1 / A100-SXM4-80GB node 1 of 2
-CUDA_VISIBLE_DEVICES=0,1,2,3 vllm serve meta-llama/Llama-3.1-70B --served-model-name Llama-3.1-70B --host 0.0.0.0 --port 8000 --tensor-parallel-size 4 --pipeline-parallel-size 1 --max-num-seqs 401 --max-model-len 131072 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
-CUDA_VISIBLE_DEVICES=4,5,6,7 vllm serve meta-llama/Llama-3.1-70B --served-model-name Llama-3.1-70B --host 0.0.0.0 --port 8001 --tensor-parallel-size 4 --pipeline-parallel-size 1 --max-num-seqs 401 --max-model-len 131072 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
+### aws:us-east-1 / H100-SXM-80GB node 1 of 2
+CUDA_VISIBLE_DEVICES=0,1,2,3 vllm serve meta-llama/Llama-3.1-70B --served-model-name Llama-3.1-70B --host 0.0.0.0 --port 8000 --tensor-parallel-size 4 --pipeline-parallel-size 1 --max-num-seqs 398 --max-model-len 131072 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
 wait
-### gcp:us-central1 / A100-SXM4-80GB node 2 of 2
+### gcp:us-central1 / A100-SXM4-80GB node 1 of 2
 CUDA_VISIBLE_DEVICES=0,1 vllm serve mistralai/Mixtral-8x7B-Instruct-v0.1 --served-model-name Mixtral-8x7B-v0.1 --host 0.0.0.0 --port 8000 --tensor-parallel-size 2 --pipeline-parallel-size 1 --max-num-seqs 365 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
-CUDA_VISIBLE_DEVICES=2 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8001 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 41 --max-model-len 56000 --gpu-memory-utilization 0.492 --dtype bfloat16 --kv-cache-dtype auto &
-until curl -sf http://127.0.0.1:8001/health >/dev/null; do sleep 5; done
-CUDA_VISIBLE_DEVICES=2 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8002 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 4 --max-model-len 15168 --gpu-memory-utilization 0.407 --dtype bfloat16 --kv-cache-dtype auto &
-CUDA_VISIBLE_DEVICES=3 vllm serve mistralai/Mistral-7B-Instruct-v0.1 --served-model-name Mistral-7B-v0.1 --host 0.0.0.0 --port 8003 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 45 --max-model-len 32768 --gpu-memory-utilization 0.486 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=2 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8001 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 365 --max-model-len 131072 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=3 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8002 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 520 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=4 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8003 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 28 --max-model-len 39296 --gpu-memory-utilization 0.456 --dtype bfloat16 --kv-cache-dtype auto &
 until curl -sf http://127.0.0.1:8003/health >/dev/null; do sleep 5; done
-CUDA_VISIBLE_DEVICES=3 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8004 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 4 --max-model-len 15168 --gpu-memory-utilization 0.413 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=4 vllm serve mistralai/Mistral-7B-Instruct-v0.1 --served-model-name Mistral-7B-v0.1 --host 0.0.0.0 --port 8004 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 31 --max-model-len 32768 --gpu-memory-utilization 0.443 --dtype bfloat16 --kv-cache-dtype auto &
 wait
 
 ## window 20:00-21:00
-### gcp:us-central1 / A100-SXM4-80GB node 1 of 2
-CUDA_VISIBLE_DEVICES=0,1,2,3 vllm serve meta-llama/Llama-3.1-70B --served-model-name Llama-3.1-70B --host 0.0.0.0 --port 8000 --tensor-parallel-size 4 --pipeline-parallel-size 1 --max-num-seqs 401 --max-model-len 131072 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
-CUDA_VISIBLE_DEVICES=4,5,6,7 vllm serve meta-llama/Llama-3.1-70B --served-model-name Llama-3.1-70B --host 0.0.0.0 --port 8001 --tensor-parallel-size 4 --pipeline-parallel-size 1 --max-num-seqs 401 --max-model-len 131072 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
+### aws:us-east-1 / H100-SXM-80GB node 1 of 2
+CUDA_VISIBLE_DEVICES=0,1,2,3 vllm serve meta-llama/Llama-3.1-70B --served-model-name Llama-3.1-70B --host 0.0.0.0 --port 8000 --tensor-parallel-size 4 --pipeline-parallel-size 1 --max-num-seqs 398 --max-model-len 131072 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
 wait
-### gcp:us-central1 / A100-SXM4-80GB node 2 of 2
+### gcp:us-central1 / A100-SXM4-80GB node 1 of 2
 CUDA_VISIBLE_DEVICES=0,1 vllm serve mistralai/Mixtral-8x7B-Instruct-v0.1 --served-model-name Mixtral-8x7B-v0.1 --host 0.0.0.0 --port 8000 --tensor-parallel-size 2 --pipeline-parallel-size 1 --max-num-seqs 365 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
-CUDA_VISIBLE_DEVICES=2 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8001 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 41 --max-model-len 56000 --gpu-memory-utilization 0.492 --dtype bfloat16 --kv-cache-dtype auto &
-until curl -sf http://127.0.0.1:8001/health >/dev/null; do sleep 5; done
-CUDA_VISIBLE_DEVICES=2 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8002 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 4 --max-model-len 15168 --gpu-memory-utilization 0.407 --dtype bfloat16 --kv-cache-dtype auto &
-CUDA_VISIBLE_DEVICES=3 vllm serve mistralai/Mistral-7B-Instruct-v0.1 --served-model-name Mistral-7B-v0.1 --host 0.0.0.0 --port 8003 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 45 --max-model-len 32768 --gpu-memory-utilization 0.486 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=2 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8001 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 365 --max-model-len 131072 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=3 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8002 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 520 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=4 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8003 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 28 --max-model-len 39296 --gpu-memory-utilization 0.456 --dtype bfloat16 --kv-cache-dtype auto &
 until curl -sf http://127.0.0.1:8003/health >/dev/null; do sleep 5; done
-CUDA_VISIBLE_DEVICES=3 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8004 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 4 --max-model-len 15168 --gpu-memory-utilization 0.413 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=4 vllm serve mistralai/Mistral-7B-Instruct-v0.1 --served-model-name Mistral-7B-v0.1 --host 0.0.0.0 --port 8004 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 31 --max-model-len 32768 --gpu-memory-utilization 0.443 --dtype bfloat16 --kv-cache-dtype auto &
 wait
 
 ## window 21:00-22:00
@@ -324,12 +290,11 @@ CUDA_VISIBLE_DEVICES=4,5,6,7 vllm serve meta-llama/Llama-3.1-70B --served-model-
 wait
 ### gcp:us-central1 / A100-SXM4-80GB node 2 of 2
 CUDA_VISIBLE_DEVICES=0,1 vllm serve mistralai/Mixtral-8x7B-Instruct-v0.1 --served-model-name Mixtral-8x7B-v0.1 --host 0.0.0.0 --port 8000 --tensor-parallel-size 2 --pipeline-parallel-size 1 --max-num-seqs 365 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
-CUDA_VISIBLE_DEVICES=2 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8001 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 41 --max-model-len 56000 --gpu-memory-utilization 0.492 --dtype bfloat16 --kv-cache-dtype auto &
-until curl -sf http://127.0.0.1:8001/health >/dev/null; do sleep 5; done
-CUDA_VISIBLE_DEVICES=2 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8002 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 4 --max-model-len 15168 --gpu-memory-utilization 0.407 --dtype bfloat16 --kv-cache-dtype auto &
-CUDA_VISIBLE_DEVICES=3 vllm serve mistralai/Mistral-7B-Instruct-v0.1 --served-model-name Mistral-7B-v0.1 --host 0.0.0.0 --port 8003 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 45 --max-model-len 32768 --gpu-memory-utilization 0.486 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=2 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8001 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 365 --max-model-len 131072 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=3 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8002 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 520 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=4 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8003 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 28 --max-model-len 39296 --gpu-memory-utilization 0.456 --dtype bfloat16 --kv-cache-dtype auto &
 until curl -sf http://127.0.0.1:8003/health >/dev/null; do sleep 5; done
-CUDA_VISIBLE_DEVICES=3 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8004 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 4 --max-model-len 15168 --gpu-memory-utilization 0.413 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=4 vllm serve mistralai/Mistral-7B-Instruct-v0.1 --served-model-name Mistral-7B-v0.1 --host 0.0.0.0 --port 8004 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 31 --max-model-len 32768 --gpu-memory-utilization 0.443 --dtype bfloat16 --kv-cache-dtype auto &
 wait
 
 ## window 22:00-23:00
@@ -340,12 +305,11 @@ wait
 ### gcp:us-central1 / A100-SXM4-80GB node 2 of 2
 CUDA_VISIBLE_DEVICES=0,1 vllm serve mistralai/Mixtral-8x7B-Instruct-v0.1 --served-model-name Mixtral-8x7B-v0.1 --host 0.0.0.0 --port 8000 --tensor-parallel-size 2 --pipeline-parallel-size 1 --max-num-seqs 365 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
 CUDA_VISIBLE_DEVICES=2,3 vllm serve mistralai/Mixtral-8x7B-Instruct-v0.1 --served-model-name Mixtral-8x7B-v0.1 --host 0.0.0.0 --port 8001 --tensor-parallel-size 2 --pipeline-parallel-size 1 --max-num-seqs 365 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
-CUDA_VISIBLE_DEVICES=4 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8002 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 41 --max-model-len 56000 --gpu-memory-utilization 0.492 --dtype bfloat16 --kv-cache-dtype auto &
-until curl -sf http://127.0.0.1:8002/health >/dev/null; do sleep 5; done
-CUDA_VISIBLE_DEVICES=4 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8003 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 4 --max-model-len 15168 --gpu-memory-utilization 0.407 --dtype bfloat16 --kv-cache-dtype auto &
-CUDA_VISIBLE_DEVICES=5 vllm serve mistralai/Mistral-7B-Instruct-v0.1 --served-model-name Mistral-7B-v0.1 --host 0.0.0.0 --port 8004 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 45 --max-model-len 32768 --gpu-memory-utilization 0.486 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=4 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8002 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 365 --max-model-len 131072 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=5 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8003 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 520 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=6 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8004 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 28 --max-model-len 39296 --gpu-memory-utilization 0.456 --dtype bfloat16 --kv-cache-dtype auto &
 until curl -sf http://127.0.0.1:8004/health >/dev/null; do sleep 5; done
-CUDA_VISIBLE_DEVICES=5 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8005 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 4 --max-model-len 15168 --gpu-memory-utilization 0.413 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=6 vllm serve mistralai/Mistral-7B-Instruct-v0.1 --served-model-name Mistral-7B-v0.1 --host 0.0.0.0 --port 8005 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 31 --max-model-len 32768 --gpu-memory-utilization 0.443 --dtype bfloat16 --kv-cache-dtype auto &
 wait
 
 ## window 23:00-00:00
@@ -355,10 +319,8 @@ CUDA_VISIBLE_DEVICES=4,5,6,7 vllm serve meta-llama/Llama-3.1-70B --served-model-
 wait
 ### gcp:us-central1 / A100-SXM4-80GB node 2 of 2
 CUDA_VISIBLE_DEVICES=0,1 vllm serve mistralai/Mixtral-8x7B-Instruct-v0.1 --served-model-name Mixtral-8x7B-v0.1 --host 0.0.0.0 --port 8000 --tensor-parallel-size 2 --pipeline-parallel-size 1 --max-num-seqs 365 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
-CUDA_VISIBLE_DEVICES=2 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8001 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 41 --max-model-len 56000 --gpu-memory-utilization 0.492 --dtype bfloat16 --kv-cache-dtype auto &
-until curl -sf http://127.0.0.1:8001/health >/dev/null; do sleep 5; done
-CUDA_VISIBLE_DEVICES=2 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8002 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 4 --max-model-len 15168 --gpu-memory-utilization 0.407 --dtype bfloat16 --kv-cache-dtype auto &
-CUDA_VISIBLE_DEVICES=3 vllm serve mistralai/Mistral-7B-Instruct-v0.1 --served-model-name Mistral-7B-v0.1 --host 0.0.0.0 --port 8003 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 45 --max-model-len 32768 --gpu-memory-utilization 0.486 --dtype bfloat16 --kv-cache-dtype auto &
-until curl -sf http://127.0.0.1:8003/health >/dev/null; do sleep 5; done
-CUDA_VISIBLE_DEVICES=3 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8004 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 4 --max-model-len 15168 --gpu-memory-utilization 0.413 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=2 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8001 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 520 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=3 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8002 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 28 --max-model-len 39296 --gpu-memory-utilization 0.456 --dtype bfloat16 --kv-cache-dtype auto &
+until curl -sf http://127.0.0.1:8002/health >/dev/null; do sleep 5; done
+CUDA_VISIBLE_DEVICES=3 vllm serve mistralai/Mistral-7B-Instruct-v0.1 --served-model-name Mistral-7B-v0.1 --host 0.0.0.0 --port 8003 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 31 --max-model-len 32768 --gpu-memory-utilization 0.443 --dtype bfloat16 --kv-cache-dtype auto &
 wait
