@@ -9,13 +9,15 @@ discrete-event engine (:mod:`fleetplan.simulator.engine`, the replay `fleetplan 
 the rating's formulas: for every dedicated option of the scenario (model, pool, tp, pp), one replica, Poisson
 arrivals at ``--load`` x its rated capacity (``capacity_req_per_s``, before the scenario's margin) for
 ``--duration-s`` seconds (the first 10% warms the replica up and is not measured), prompt and output lengths drawn
-from the model's token-mix trace (the Azure LLM inference traces 2023 for the default scenario; a model whose mix
-is given by numbers is skipped, its lengths have no distribution to draw from).
+as the replay draws them (:meth:`fleetplan.costmodels.demand.TokenMix.draw`: the model's trace, the Azure LLM
+inference traces 2023 for the default scenario; the lognormals of a mix given by numbers).
 
 Prints, per option: the rating, the share of measured requests missing the TTFT target and the TPOT target, each
 against the share its percentile allows (1 - q), and the replayed latency at the percentile; then the options whose
-rating is optimistic (a target's miss share above 1 - q by more than its 95% binomial margin). Shared GPUs are not
-replayed here: their ratings assume co-residents like the model itself (capacity docstring, point 9).
+rating is optimistic (a target's miss share above 1 - q by more than its 95% binomial margin; requests in one
+replay are correlated through the batch, so seeds differ by about a point more than that margin: --seed to see it).
+Shared GPUs are not replayed here: their ratings assume co-residents like the model itself (capacity docstring,
+point 9).
 """
 
 from __future__ import annotations
@@ -26,7 +28,6 @@ import time
 
 import numpy as np
 
-from fleetplan.datasets.traces import load_trace
 from fleetplan.placement.plan import Plan
 from fleetplan.placement.scenario import build_problem, load_scenario
 from fleetplan.simulator.replay import FleetBuilder, Workload, model_slos, request_latencies, run_window
@@ -46,11 +47,7 @@ def main() -> None:
     sc = load_scenario(a.scenario)
     problem = build_problem(sc)
     slos = model_slos(problem, sc)
-    traces = {}
-    for pm, raw in zip(problem.models, sc.raw["models"], strict=True):
-        spec = raw.get("token_mix") or {}
-        if isinstance(spec, dict) and "trace" in spec:
-            traces[pm.name] = load_trace(spec["trace"])
+    mixes = {pm.name: sc.token_mixes[raw["name"]] for pm, raw in zip(problem.models, sc.raw["models"], strict=True)}
     if a.models:
         unknown = sorted(set(a.models) - set(problem.model_by_name))
         if unknown:
@@ -66,19 +63,13 @@ def main() -> None:
         if (a.models and o.model not in a.models) or o.capacity_req_per_s <= 0:
             continue
         label = f"{o.model} {o.pool} tp{o.tp}" + (f" pp{o.pp}" if o.pp > 1 else "")
-        if o.model not in traces:
-            print(f"{label:58s} skipped: its token mix is given by numbers, not a trace")
-            continue
         slo = slos[o.model]
         rate = a.load * o.capacity_req_per_s
         rng = np.random.default_rng([a.seed, i])
         n = int(rng.poisson(rate * a.duration_s))
         arr = np.sort(rng.uniform(0.0, a.duration_s, n))  # Poisson: n uniform points on the interval
-        tr = traces[o.model]
-        idx = rng.integers(0, len(tr), n)
-        wl = Workload(arr, np.asarray(tr.input_tokens[idx], dtype=np.int64),
-                      np.asarray(tr.output_tokens[idx], dtype=np.int64), np.full(n, o.model, dtype=object),
-                      0.1 * a.duration_s, a.duration_s, "poisson")
+        inp, out = mixes[o.model].draw(rng, n)
+        wl = Workload(arr, inp, out, np.full(n, o.model, dtype=object), 0.1 * a.duration_s, a.duration_s, "poisson")
         one = window_problem(problem, {o.model: rate})
         plan = Plan(replicas={o.key: (1,)})
         _, res = run_window(FleetBuilder(one, plan, sc), wl, 0)
