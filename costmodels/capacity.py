@@ -48,8 +48,8 @@ Model and approximations (λ = arrival rate, req/s; I, O = input and output toke
     between its tokens: the closed form above spreads that stall evenly and was optimistic in the tail. Each rate
     is therefore also checked on :data:`TAIL_REQUESTS` requests drawn with a fixed seed from the mix's population
     (:attr:`TokenMix.lengths`, a trace's requests; else the lognormals of its statistics): the prefills of all
-    residents' Poisson arrivals form an FCFS queue (Lindley's recursion) with priority over decode; a request's O -
-    1 decode steps take the idle time after its prefill, each step at the mean context of the running batch
+    residents' Poisson arrivals form an FCFS queue (Lindley's recursion) with priority over decode; a request's O−1
+    decode steps take the idle time after its prefill, each step at the mean context of the running batch
     (sequences weighted by their output lengths) and at the mean number of sequences decoding during its life (from
     a first pass at the fixed-point batch). TTFT (+ one step) and TPOT at their percentiles over these requests
     (the first and last 10% left out) must meet the targets too; the figures reported are the larger of the two
@@ -57,10 +57,11 @@ Model and approximations (λ = arrival rate, req/s; I, O = input and output toke
     dedicated option of the default scenario, Poisson arrivals at its rating, lengths from its trace): without this
     point 13 of the 30 ratings missed a target for more requests than the percentile allows (Qwen2.5-7B with the
     Azure code mix, 28 output tokens on average: 18-63% of requests over its 100-ms TPOT; Llama-3.1-70B 6.5-24.5%
-    on tp 4 and 8); with it Qwen's misses are 3.8-5.5% and 6 ratings still miss, all Llama-3.1-70B at 5.7-9.8% (the
-    replay's batch and context move during a request; both checks use means); at 0.9 x the rating (the default
-    margin) every rating holds. Not modelled: chunked prefill (vLLM 0.11's default, the engine of the calibration
-    data), which bounds each stall to one chunk.
+    on tp 4 and 8); with it Qwen's misses are 4.7-5.4% and 6 ratings still miss, all Llama-3.1-70B, at 5.7-9.8%
+    (the replay's batch and context move during a request, both checks use means; its TTFT on H100 tp 2 waits for
+    KV memory, not modelled per request); at 0.9 x the rating (the default margin) every rating holds. Not
+    modelled: chunked prefill (vLLM 0.11's default, the engine of the calibration data), which bounds each stall to
+    one chunk.
 
 Latencies come from :mod:`fleetplan.costmodels.latency` (analytic roofline) or from a measured profile through
 :func:`replica_capacity_from_latency`.

@@ -66,8 +66,9 @@ class OnlineConfig:
         floor_on_latest: never forecast below the newest observed rate (a burst is met within one round), whatever
             the method and day_curve_weight; an observation sets the floor until a newer one of its tenant replaces
             it or it is older than latest_max_age_s (``fleetplan serve --no-floor-on-latest`` turns it off).
-            Measured with benchmarks/bench_replanner.py on ServeGen days 1, 5 and 9: without it the day costs 3.9%
-            less ($908 instead of $946) but SLO attainment falls from 99.26% to 97.86%, so it stays on.
+            Measured with benchmarks/bench_replanner.py on ServeGen days 1, 5 and 9: without it the day costs 7.2%
+            less ($938.57 instead of $1,011.52) but SLO attainment falls from 99.44% to 98.49% (the reactive
+            autoscaler's: 99.11%), so it stays on.
         latest_max_age_s: an observation older than this no longer sets the floor, seconds.
         target_utilization: a replica is removed only if the survivors then run at most at this share of their
             usable capacity, in (0, 1]; the gap to 1 is the hysteresis band.
@@ -87,17 +88,10 @@ class OnlineConfig:
             last ``cooldown_s`` (the rule of Kubernetes' HPA scale-down stabilization), so the fleet does not turn
             from growing to shrinking within the cooldown; growing is never delayed (the forecast exceeding
             usable capacity is the band that lets the direction change back at once). 0 turns it off. Measured
-            as floor_on_latest: 900 s costs 1.1% less a day than 1800 s at 99.18% attainment instead of 99.26%;
-            target_utilization 0.9 instead of 0.8 changed the cost by 0.1% (removals are rarely what holds GPUs).
-            Where the re-planner's extra Llama-3.1-70B GPU-hours over the reactive autoscaler go (ServeGen days 3,
-            7 and 11, 219 vs 199 billed a day): the stacked maxima. Removals wait for the highest forecast of 30
-            minutes, each forecast being max(MSTL point, newest observation); the MSTL point alone is unbiased
-            (-1% to +1% against the next 5 minutes), the floored forecast +5% to +9%, its 30-minute maximum +11% to
-            +24%, while the reactive holds the larger of two readings. One tp-4 A100 replica (1.94 usable req/s)
-            is 65% of this model's mean rate, so the 2-to-3 replica boundary (3.89 req/s) lies inside its 5-minute
-            swings and a third replica is held ~5 h a day longer. cooldown_s 600 with floor_on_latest off brings
-            the model to 201 GPU-h and the day to 0.864x the reactive's cost, but attainment to 99.08% (99.43%
-            with the defaults, the reactive 99.55%): a policy trade-off, not a defect.
+            as floor_on_latest (days 1, 5 and 9): 900 s costs 1.5% less a day than 1800 s at 99.42% attainment
+            instead of 99.44% (34 migrations a day instead of 29), 600 s 2.7% less at 99.41% (37 migrations): the
+            cooldown holds a replica after each peak for the forecast's 30-minute maximum (each forecast being
+            max(MSTL point, newest observation)); the reactive autoscaler holds the larger of two readings.
         migration_cost_replica_hours: operational cost of one replica start or stop, in hours of that replica's
             price, charged on top of its load time when a re-solve is weighed: draining a stopped replica's queue
             and cold prefix caches on a new one cost minutes of its capacity, and each change risks a failed
