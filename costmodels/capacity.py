@@ -426,6 +426,23 @@ def _sizing(prefill_s: Callable[[float], float], mix: TokenMix, slo: SLO, reside
                    tail=_TailSample(gaps, pre_t, t_out))
 
 
+def _largest_passing(ev: Callable[[float], _Eval], lo: float, hi: float, best: _Eval,
+                     rel_tol: float) -> tuple[float, float, _Eval, str]:
+    """Bisection for the largest rate in [lo, hi) at which ``ev`` passes (``lo`` passing, with evaluation
+    ``best``; ``hi`` failing): (lo, hi, best, the limiting check of the last failing rate or '')."""
+    lim = ""
+    for _ in range(60):
+        mid = 0.5 * (lo + hi)
+        e = ev(mid)
+        if e.ok:
+            lo, best = mid, e
+        else:
+            hi, lim = mid, e.limiting
+        if hi - lo <= rel_tol * hi:
+            break
+    return lo, hi, best, lim
+
+
 def replica_capacity_from_latency(prefill_s: Callable[[float], float], decode_step_s: Callable[[float, float], float],
                                   mix: TokenMix, slo: SLO, *, kv_bytes_per_seq: float, kv_budget_bytes: float,
                                   kv_bytes_per_seq_p95: float | None = None, gpus: int = 1,
@@ -479,33 +496,15 @@ def replica_capacity_from_latency(prefill_s: Callable[[float], float], decode_st
                                limiting=low.limiting, reason=what, **common)
     # Bisection on the closed-form checks (points 1-9), then, below that rate, on the per-request check too
     # (point 10, ~1 ms an evaluation): it only ever lowers the rate.
-    lo, hi = 0.0, 1.0 / (residents * sz.pre_mean_s)
-    best = low
-    for _ in range(60):
-        mid = 0.5 * (lo + hi)
-        e = ev(mid, False)
-        if e.ok:
-            lo, best = mid, e
-        else:
-            hi = mid
-        if hi - lo <= 1e-6 * hi:
-            break
+    lo, hi, best, _ = _largest_passing(lambda x: ev(x, False), 0.0, 1.0 / (residents * sz.pre_mean_s), low, 1e-6)
     lim = ev(hi, False).limiting
     if per_request and lo > 0:
         e = ev(lo, True)
         if e.ok:
             best = e
         else:
-            lim, hi, lo, best = e.limiting, lo, 0.0, low
-            for _ in range(60):
-                mid = 0.5 * (lo + hi)
-                e = ev(mid, True)
-                if e.ok:
-                    lo, best = mid, e
-                else:
-                    hi, lim = mid, e.limiting
-                if hi - lo <= 1e-5 * hi:
-                    break
+            lo, hi, best, lim2 = _largest_passing(lambda x: ev(x, True), 0.0, lo, low, 1e-5)
+            lim = lim2 or e.limiting
     return ReplicaCapacity(lo, batch_at_capacity=best.batch if lo > 0 else 0.0, tpot_p95_s=best.tpot_s,
                            ttft_p95_s=best.ttft_s, limiting=lim or "tpot", **common)
 
