@@ -69,6 +69,22 @@ class TokenMix:
             h.update(np.ascontiguousarray(a, dtype=np.int64).tobytes())
         return h.hexdigest()
 
+    def scaled(self, input_factor: float = 1.0, output_factor: float = 1.0, *,
+               input_cap_tokens: float | None = None) -> TokenMix:
+        """This mix with every prompt length × ``input_factor`` and every output length × ``output_factor``: the
+        statistics, and the population when known (rounded to whole tokens >= 1). With ``input_cap_tokens`` no
+        prompt exceeds it (the p95, the mean and every prompt of the population are capped: e.g. the context minus
+        the output). Raises InputError as the constructor does."""
+        cap = math.inf if input_cap_tokens is None else max(1.0, float(input_cap_tokens))
+        ip = min(self.input_tokens_p95 * input_factor, cap)
+        lengths = None
+        if self.lengths is not None:
+            inp = np.clip(np.rint(np.asarray(self.lengths[0], dtype=np.float64) * input_factor), 1, cap)
+            out = np.maximum(1, np.rint(np.asarray(self.lengths[1], dtype=np.float64) * output_factor))
+            lengths = (inp.astype(np.int64), out.astype(np.int64))
+        return TokenMix(min(self.input_tokens_mean * input_factor, ip), ip, self.output_tokens_mean * output_factor,
+                        self.output_tokens_p95 * output_factor, lengths=lengths)
+
     def draw(self, rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:
         """``n`` requests' (prompt tokens, output tokens), int64 arrays of shape (n,): drawn with replacement from
         :attr:`lengths` when known, else each length from the lognormal with the mix's mean and p95

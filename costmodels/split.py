@@ -514,12 +514,11 @@ def flat_table(table: EgressTable, usd_per_gb: float) -> EgressTable:
 
 
 def with_prompt_tokens(spec: SplitSpec, prompt_tokens_mean: float) -> SplitSpec:
-    """``spec`` with the mean prompt length set (the p95 scaled by the same factor, capped by the context)."""
+    """``spec`` with the mean prompt length set: every prompt (statistics and population,
+    :meth:`~fleetplan.costmodels.demand.TokenMix.scaled`) scaled by the same factor, capped by the context."""
     check_range(prompt_tokens_mean, field="prompt_tokens", low=1, high=spec.model.max_context_tokens, unit="tokens")
-    f = prompt_tokens_mean / spec.mix.input_tokens_mean
     cap = max(1.0, spec.model.max_context_tokens - spec.mix.output_tokens_p95)
-    p95 = min(spec.mix.input_tokens_p95 * f, cap)
-    mix = dataclasses.replace(spec.mix, input_tokens_mean=min(prompt_tokens_mean, p95), input_tokens_p95=p95)
+    mix = spec.mix.scaled(prompt_tokens_mean / spec.mix.input_tokens_mean, input_cap_tokens=cap)
     return dataclasses.replace(spec, mix=mix)
 
 
@@ -643,9 +642,7 @@ def apply_variables(spec: SplitSpec, values: dict[str, float]) -> SplitSpec:
             spec = with_prompt_tokens(spec, v)
         elif k == "output_tokens":
             check_range(v, field="output_tokens", low=1, high=spec.model.max_context_tokens, unit="tokens")
-            f = v / spec.mix.output_tokens_mean
-            spec = dataclasses.replace(spec, mix=dataclasses.replace(
-                spec.mix, output_tokens_mean=float(v), output_tokens_p95=spec.mix.output_tokens_p95 * f))
+            spec = dataclasses.replace(spec, mix=spec.mix.scaled(output_factor=v / spec.mix.output_tokens_mean))
         elif k == "rate_req_per_s":
             spec = dataclasses.replace(spec, rate_req_per_s=float(v))
         elif k == "gpu_price_factor":

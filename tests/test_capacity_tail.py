@@ -13,11 +13,13 @@ from fleetplan.costmodels.capacity import (
     replica_capacity,
 )
 from fleetplan.costmodels.demand import TokenMix
+from fleetplan.costmodels.split import apply_variables
 from fleetplan.datasets.calibration import load_calibration
 from fleetplan.datasets.catalog import get_gpu, get_model
 from fleetplan.errors import InputError
 from fleetplan.placement.plan import Plan
 from fleetplan.placement.scenario import build_problem, load_scenario
+from fleetplan.placement.split import SplitOptions, make_spec
 from fleetplan.simulator.replay import FleetBuilder, Workload, request_latencies, run_window
 from fleetplan.solvers.online import window_problem
 
@@ -106,3 +108,27 @@ def test_capacities_are_remembered_per_population():
     # Same statistics, another population: computed afresh (the cache key has the population's digest).
     b = replica_capacity(l8b, h100, TokenMix(2000, 2000, 3, 3, lengths=long_), slo, calib=cal)
     assert b.req_per_s != a.req_per_s
+
+
+def test_scaled_mix_scales_its_population():
+    mix = TokenMix(20, 29, 2, 2.9, lengths=(np.array([10, 20, 30]), np.array([1, 2, 3])))
+    m = mix.scaled(2.0, 0.5, input_cap_tokens=50)
+    # Prompts 20, 40, 60 capped at 50; outputs 0.5, 1, 1.5 rounded to even and at least 1: 1, 1, 2.
+    assert m.lengths[0].tolist() == [20, 40, 50] and m.lengths[1].tolist() == [1, 1, 2]
+    # Statistics: p95 min(29 x 2, 50) = 50, mean min(40, 50) = 40; outputs 1.0 and 1.45.
+    assert (m.input_tokens_mean, m.input_tokens_p95) == (40, 50)
+    assert (m.output_tokens_mean, m.output_tokens_p95) == pytest.approx((1.0, 1.45))
+    assert TokenMix(20, 29, 2, 2.9).scaled(2.0).lengths is None
+
+
+def test_whatif_output_length_reaches_the_requests_it_draws():
+    # `ledger whatif --vary output_tokens=1` kept the trace's own output lengths for the per-request check (the
+    # colocated option stayed TPOT-bound at 1-token outputs): the population follows the variable now.
+    spec = make_spec(SplitOptions(model="qwen2.5-7b", prefill_site="gcp:us-central1", decode_site="aws:us-east-1",
+                                  trace="azure-code", gpu="A100-SXM4-80GB"))
+    one = apply_variables(spec, {"output_tokens": 1})
+    # Every output x 1 / 27.9 (the trace's mean), rounded and at least 1: the population's mean is near 1.
+    assert one.mix.output_tokens_mean == pytest.approx(1.0) and one.mix.lengths[1].mean() < 1.5
+    long_ = apply_variables(spec, {"prompt_tokens": 4 * spec.mix.input_tokens_mean})
+    assert long_.mix.lengths[0].mean() > 3 * spec.mix.lengths[0].mean()
+    assert long_.mix.lengths[0].max() <= spec.model.max_context_tokens - spec.mix.output_tokens_p95
