@@ -308,15 +308,21 @@ def _tail(lam: float, sz: _Sizing, decode: Callable[[float, float], float], batc
     recursion) with priority over decode, so a request's decode advances only while no prefill runs. Its decode
     steps take ``decode`` at the mean context and, first, at the fixed-point ``batch``; then at the mean number of
     sequences decoding during its own decode (itself included), from the first pass. TTFT = wait + own prefill +
-    one step (the step in progress when it arrives)."""
+    one step (the step in progress when it arrives). At ``lam`` <= 0 each request runs alone: no wait, steps at
+    batch 1."""
     t = sz.tail
+    k = len(t.unit_gaps)
+    lo, hi = int(k * TAIL_EDGE_SHARE), int(k * (1 - TAIL_EDGE_SHARE))
+    steps = np.maximum(t.output_tokens - 1, 0)
+    if lam <= 0:  # no queueing and no co-running sequence: each request alone on the device
+        step1 = decode(1.0, sz.ctx_mean)
+        return (t.prefill_s + step1)[lo:hi], np.where(steps > 0, step1, 0.0)[lo:hi]
     arr = np.cumsum(t.unit_gaps) / (sz.residents * lam)
     p = t.prefill_s
     x = np.concatenate(([0.0], np.cumsum(p[:-1] - np.diff(arr))))
     wait = x - np.minimum.accumulate(x)  # Lindley: W_n = X_n - min_{k<=n} X_k, X_0 = 0
     end = arr + wait + p
     idle = end - np.cumsum(p)  # idle seconds before each prefill starts (non-decreasing)
-    steps = np.maximum(t.output_tokens - 1, 0)
 
     def done_at(step_s: np.ndarray) -> np.ndarray:
         level = idle + steps * step_s  # idle seconds by which the request's decode is done
@@ -343,9 +349,7 @@ def _tail(lam: float, sz: _Sizing, decode: Callable[[float, float], float], batc
     with np.errstate(invalid="ignore", divide="ignore"):
         tpot = np.where(steps > 0, (done - end) / np.maximum(steps, 1), 0.0)
     tpot = np.where(np.isnan(tpot), np.inf, tpot)  # a step time of inf (beyond a measured range) times 0 steps
-    k = len(arr)
-    lo, hi = int(k * TAIL_EDGE_SHARE), int(k * (1 - TAIL_EDGE_SHARE))
-    return (end - arr + step0)[lo:hi], tpot[lo:hi]
+    return (wait + p + step0)[lo:hi], tpot[lo:hi]
 
 
 def _evaluate(lam: float, sz: _Sizing, decode: Callable[[float, float], float], slo: SLO,
@@ -391,7 +395,7 @@ def _evaluate(lam: float, sz: _Sizing, decode: Callable[[float, float], float], 
         e2e = ttft_at("e2e") + max(0.0, sz.out_q["e2e"] - 1) * decode(bq["e2e"], sz.ctx_q["e2e"]) / (1.0 - rho)
         if e2e > slo.e2e_s:
             return _Eval(False, "e2e", b, tpot_q, ttft_q)
-    if per_request and lam > 0:
+    if per_request:
         ttft_r, tpot_r = _tail(lam, sz, decode, b)
         tpot_q = max(tpot_q, float(np.quantile(tpot_r, sz.q["tpot"])))
         ttft_q = max(ttft_q, float(np.quantile(ttft_r, sz.q["ttft"])))
@@ -483,7 +487,7 @@ def replica_capacity_from_latency(prefill_s: Callable[[float], float], decode_st
     def ev(lam: float, tail: bool) -> _Eval:
         return _evaluate(lam, sz, decode_step_s, slo, max_batch, tail)
 
-    low = ev(0.0, False)
+    low = ev(0.0, per_request)
     if not low.ok:
         what = {"tpot": f"TPOT p{slo.tpot_percentile:g} {low.tpot_s * 1e3:.1f} ms at batch 1 exceeds the target "
                         f"{slo.tpot_s * 1e3:.1f} ms",
@@ -512,7 +516,7 @@ def replica_capacity_from_latency(prefill_s: Callable[[float], float], decode_st
 def latency_at_rate(prefill_s: Callable[[float], float], decode_step_s: Callable[[float, float], float],
                     mix: TokenMix, slo: SLO, rate_req_per_s: float, *, residents: int = 1) -> tuple[float, float]:
     """(TTFT, TPOT) of one replica at arrival rate ``rate_req_per_s``, seconds, each at its target's percentile:
-    the same model :func:`replica_capacity_from_latency` sizes with (module docstring, points 1-4, 8 and 9), at the
+    the same model :func:`replica_capacity_from_latency` sizes with (module docstring, points 1-4 and 8-10), at the
     rate a pool actually runs at instead of at its capacity. Memory is not checked (the caller keeps the rate within
     the replica's capacity); math.inf when the prefills saturate the replica or TPOT has no fixed point.
     """

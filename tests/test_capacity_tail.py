@@ -11,6 +11,7 @@ from fleetplan.costmodels.capacity import (
     _tail,
     _TailSample,
     replica_capacity,
+    replica_capacity_from_latency,
 )
 from fleetplan.costmodels.demand import TokenMix
 from fleetplan.costmodels.split import apply_variables
@@ -132,3 +133,17 @@ def test_whatif_output_length_reaches_the_requests_it_draws():
     long_ = apply_variables(spec, {"prompt_tokens": 4 * spec.mix.input_tokens_mean})
     assert long_.mix.lengths[0].mean() > 3 * spec.mix.lengths[0].mean()
     assert long_.mix.lengths[0].max() <= spec.model.max_context_tokens - spec.mix.output_tokens_p95
+
+
+def test_a_target_the_requests_miss_at_zero_load_rates_zero_with_the_reason():
+    # The statistics say 100-token prompts (prefill 0.1 s at 1 ms a token), the population is 1,000-token prompts
+    # (1.0 s): the closed form passes a 0.5-s TTFT at zero load (0.1 + 0.02 s), the requests need 1.0 + 0.02 s. The
+    # rating was a bisection's 3e-13 req/s; it is 0 with the reason now.
+    mix = TokenMix(100, 100, 10, 10, lengths=(np.full(50, 1000), np.full(50, 10)))
+    c = replica_capacity_from_latency(lambda i: i / 1000, lambda b, c: 0.02, mix, SLO(0.5, 1.0), kv_bytes_per_seq=1.0,
+                                      kv_budget_bytes=1e9)
+    assert c.req_per_s == 0.0 and c.limiting == "ttft"
+    assert "TTFT p95 1.020 s with no queueing exceeds the target 0.500 s" in c.reason, c.reason
+    # Without the per-request check the closed form alone rates it above 0.
+    assert replica_capacity_from_latency(lambda i: i / 1000, lambda b, c: 0.02, mix, SLO(0.5, 1.0),
+                                         kv_bytes_per_seq=1.0, kv_budget_bytes=1e9, per_request=False).req_per_s > 1
