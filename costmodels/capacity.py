@@ -397,8 +397,9 @@ def _evaluate(lam: float, sz: _Sizing, decode: Callable[[float, float], float], 
             return _Eval(False, "e2e", b, tpot_q, ttft_q)
     if per_request:
         ttft_r, tpot_r = _tail(lam, sz, decode, b)
-        tpot_q = max(tpot_q, float(np.quantile(tpot_r, sz.q["tpot"])))
-        ttft_q = max(ttft_q, float(np.quantile(ttft_r, sz.q["ttft"])))
+        # An order statistic (no interpolation: a step time of inf beyond a measured range stays inf, not nan).
+        tpot_q = max(tpot_q, float(np.quantile(tpot_r, sz.q["tpot"], method="higher")))
+        ttft_q = max(ttft_q, float(np.quantile(ttft_r, sz.q["ttft"], method="higher")))
         if tpot_q > slo.tpot_s:
             return _Eval(False, "tpot", b, tpot_q, ttft_q)
         if ttft_q > slo.ttft_s:

@@ -231,12 +231,13 @@ def test_keda_schedule_replayed_minute_by_minute():
     replicas, except in the lead minutes before a window, where it is at least both neighbours' (start before
     stop)."""
     problem, plan, scenario = default()
-    ws = {w.name: w for w in workloads(problem, plan, scenario)}
+    # Keyed by site folder and name: two sites may run workloads of the same name (the same model and GPU type).
+    ws = {(w.site.replace(":", "-"), w.name): w for w in workloads(problem, plan, scenario)}
     files, _ = full_export()
     checked = 0
     for site in sorted({rel.split("/")[0] for rel in files if rel.endswith("/schedule-keda.yaml")}):
         for so in _docs(files[f"{site}/schedule-keda.yaml"]):
-            w = ws[so["spec"]["scaleTargetRef"]["name"]]
+            w = ws[(site, so["spec"]["scaleTargetRef"]["name"])]
             spans = [(_cron_minute(t["metadata"]["start"]), _cron_minute(t["metadata"]["end"]),
                       int(t["metadata"]["desiredReplicas"])) for t in so["spec"]["triggers"]]
             for t in range(24 * 60):

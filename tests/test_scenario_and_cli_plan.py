@@ -151,7 +151,7 @@ def test_cli_plan_default_scenario_beats_baselines(tmp_path):
     # dominates every plan. The calibration with GPU-family efficiencies shared across engines (A100 and H100 reach
     # ~0.95 of their HBM bandwidth) makes 70B on A100 tp 4 cheaper than on H100 tp 2; with the all-reduce efficiency
     # held to its physical floor (0.5, Calibration.BOUNDS) two A100 tp-4 replicas of the 70B hold most of its day.
-    # With the per-request TPOT check (capacity point 10): $898.59 vs $1,155.56 (dedicated peak, 0.78; 294 vs 264
+    # With the per-request TPOT check (capacity point 10): $899.08 vs $1,155.56 (dedicated peak, 0.78; 294 vs 264
     # GPU-h, the baseline buys an H100 at the 70B's peak) and $960.77 (autoscaling, 0.94; 322 GPU-h). The comparison
     # is on the planner's objective, cost.
     assert d["cost_usd_per_day"] <= 0.85 * b["dedicated_peak"]["cost_usd_per_day"]

@@ -10,7 +10,7 @@ wait
 ### gcp:us-central1 / A100-SXM4-80GB node 2 of 2
 CUDA_VISIBLE_DEVICES=0,1 vllm serve mistralai/Mixtral-8x7B-Instruct-v0.1 --served-model-name Mixtral-8x7B-v0.1 --host 0.0.0.0 --port 8000 --tensor-parallel-size 2 --pipeline-parallel-size 1 --max-num-seqs 365 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
 CUDA_VISIBLE_DEVICES=2 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8001 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 520 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
-CUDA_VISIBLE_DEVICES=3 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8002 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 28 --max-model-len 39296 --gpu-memory-utilization 0.456 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=3 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8002 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 28 --max-model-len 39216 --gpu-memory-utilization 0.456 --dtype bfloat16 --kv-cache-dtype auto &
 until curl -sf http://127.0.0.1:8002/health >/dev/null; do sleep 5; done
 CUDA_VISIBLE_DEVICES=3 vllm serve mistralai/Mistral-7B-Instruct-v0.1 --served-model-name Mistral-7B-v0.1 --host 0.0.0.0 --port 8003 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 31 --max-model-len 32768 --gpu-memory-utilization 0.443 --dtype bfloat16 --kv-cache-dtype auto &
 wait
@@ -23,7 +23,7 @@ wait
 ### gcp:us-central1 / A100-SXM4-80GB node 2 of 2
 CUDA_VISIBLE_DEVICES=0,1 vllm serve mistralai/Mixtral-8x7B-Instruct-v0.1 --served-model-name Mixtral-8x7B-v0.1 --host 0.0.0.0 --port 8000 --tensor-parallel-size 2 --pipeline-parallel-size 1 --max-num-seqs 365 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
 CUDA_VISIBLE_DEVICES=2 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8001 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 520 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
-CUDA_VISIBLE_DEVICES=3 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8002 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 28 --max-model-len 39296 --gpu-memory-utilization 0.456 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=3 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8002 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 28 --max-model-len 39216 --gpu-memory-utilization 0.456 --dtype bfloat16 --kv-cache-dtype auto &
 until curl -sf http://127.0.0.1:8002/health >/dev/null; do sleep 5; done
 CUDA_VISIBLE_DEVICES=3 vllm serve mistralai/Mistral-7B-Instruct-v0.1 --served-model-name Mistral-7B-v0.1 --host 0.0.0.0 --port 8003 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 31 --max-model-len 32768 --gpu-memory-utilization 0.443 --dtype bfloat16 --kv-cache-dtype auto &
 wait
@@ -36,7 +36,7 @@ wait
 ### gcp:us-central1 / A100-SXM4-80GB node 2 of 2
 CUDA_VISIBLE_DEVICES=0,1 vllm serve mistralai/Mixtral-8x7B-Instruct-v0.1 --served-model-name Mixtral-8x7B-v0.1 --host 0.0.0.0 --port 8000 --tensor-parallel-size 2 --pipeline-parallel-size 1 --max-num-seqs 365 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
 CUDA_VISIBLE_DEVICES=2 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8001 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 520 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
-CUDA_VISIBLE_DEVICES=3 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8002 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 28 --max-model-len 39296 --gpu-memory-utilization 0.456 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=3 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8002 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 28 --max-model-len 39216 --gpu-memory-utilization 0.456 --dtype bfloat16 --kv-cache-dtype auto &
 until curl -sf http://127.0.0.1:8002/health >/dev/null; do sleep 5; done
 CUDA_VISIBLE_DEVICES=3 vllm serve mistralai/Mistral-7B-Instruct-v0.1 --served-model-name Mistral-7B-v0.1 --host 0.0.0.0 --port 8003 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 31 --max-model-len 32768 --gpu-memory-utilization 0.443 --dtype bfloat16 --kv-cache-dtype auto &
 wait
@@ -49,7 +49,7 @@ wait
 ### gcp:us-central1 / A100-SXM4-80GB node 2 of 2
 CUDA_VISIBLE_DEVICES=0,1 vllm serve mistralai/Mixtral-8x7B-Instruct-v0.1 --served-model-name Mixtral-8x7B-v0.1 --host 0.0.0.0 --port 8000 --tensor-parallel-size 2 --pipeline-parallel-size 1 --max-num-seqs 365 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
 CUDA_VISIBLE_DEVICES=2 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8001 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 520 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
-CUDA_VISIBLE_DEVICES=3 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8002 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 28 --max-model-len 39296 --gpu-memory-utilization 0.456 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=3 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8002 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 28 --max-model-len 39216 --gpu-memory-utilization 0.456 --dtype bfloat16 --kv-cache-dtype auto &
 until curl -sf http://127.0.0.1:8002/health >/dev/null; do sleep 5; done
 CUDA_VISIBLE_DEVICES=3 vllm serve mistralai/Mistral-7B-Instruct-v0.1 --served-model-name Mistral-7B-v0.1 --host 0.0.0.0 --port 8003 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 31 --max-model-len 32768 --gpu-memory-utilization 0.443 --dtype bfloat16 --kv-cache-dtype auto &
 wait
@@ -62,7 +62,7 @@ wait
 ### gcp:us-central1 / A100-SXM4-80GB node 2 of 2
 CUDA_VISIBLE_DEVICES=0,1 vllm serve mistralai/Mixtral-8x7B-Instruct-v0.1 --served-model-name Mixtral-8x7B-v0.1 --host 0.0.0.0 --port 8000 --tensor-parallel-size 2 --pipeline-parallel-size 1 --max-num-seqs 365 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
 CUDA_VISIBLE_DEVICES=2 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8001 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 520 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
-CUDA_VISIBLE_DEVICES=3 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8002 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 28 --max-model-len 39296 --gpu-memory-utilization 0.456 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=3 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8002 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 28 --max-model-len 39216 --gpu-memory-utilization 0.456 --dtype bfloat16 --kv-cache-dtype auto &
 until curl -sf http://127.0.0.1:8002/health >/dev/null; do sleep 5; done
 CUDA_VISIBLE_DEVICES=3 vllm serve mistralai/Mistral-7B-Instruct-v0.1 --served-model-name Mistral-7B-v0.1 --host 0.0.0.0 --port 8003 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 31 --max-model-len 32768 --gpu-memory-utilization 0.443 --dtype bfloat16 --kv-cache-dtype auto &
 wait
@@ -75,7 +75,7 @@ wait
 ### gcp:us-central1 / A100-SXM4-80GB node 2 of 2
 CUDA_VISIBLE_DEVICES=0,1 vllm serve mistralai/Mixtral-8x7B-Instruct-v0.1 --served-model-name Mixtral-8x7B-v0.1 --host 0.0.0.0 --port 8000 --tensor-parallel-size 2 --pipeline-parallel-size 1 --max-num-seqs 365 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
 CUDA_VISIBLE_DEVICES=2 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8001 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 520 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
-CUDA_VISIBLE_DEVICES=3 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8002 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 28 --max-model-len 39296 --gpu-memory-utilization 0.456 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=3 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8002 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 28 --max-model-len 39216 --gpu-memory-utilization 0.456 --dtype bfloat16 --kv-cache-dtype auto &
 until curl -sf http://127.0.0.1:8002/health >/dev/null; do sleep 5; done
 CUDA_VISIBLE_DEVICES=3 vllm serve mistralai/Mistral-7B-Instruct-v0.1 --served-model-name Mistral-7B-v0.1 --host 0.0.0.0 --port 8003 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 31 --max-model-len 32768 --gpu-memory-utilization 0.443 --dtype bfloat16 --kv-cache-dtype auto &
 wait
@@ -88,7 +88,7 @@ wait
 ### gcp:us-central1 / A100-SXM4-80GB node 2 of 2
 CUDA_VISIBLE_DEVICES=0,1 vllm serve mistralai/Mixtral-8x7B-Instruct-v0.1 --served-model-name Mixtral-8x7B-v0.1 --host 0.0.0.0 --port 8000 --tensor-parallel-size 2 --pipeline-parallel-size 1 --max-num-seqs 365 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
 CUDA_VISIBLE_DEVICES=2 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8001 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 520 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
-CUDA_VISIBLE_DEVICES=3 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8002 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 28 --max-model-len 39296 --gpu-memory-utilization 0.456 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=3 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8002 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 28 --max-model-len 39216 --gpu-memory-utilization 0.456 --dtype bfloat16 --kv-cache-dtype auto &
 until curl -sf http://127.0.0.1:8002/health >/dev/null; do sleep 5; done
 CUDA_VISIBLE_DEVICES=3 vllm serve mistralai/Mistral-7B-Instruct-v0.1 --served-model-name Mistral-7B-v0.1 --host 0.0.0.0 --port 8003 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 31 --max-model-len 32768 --gpu-memory-utilization 0.443 --dtype bfloat16 --kv-cache-dtype auto &
 wait
@@ -101,7 +101,7 @@ wait
 ### gcp:us-central1 / A100-SXM4-80GB node 2 of 2
 CUDA_VISIBLE_DEVICES=0,1 vllm serve mistralai/Mixtral-8x7B-Instruct-v0.1 --served-model-name Mixtral-8x7B-v0.1 --host 0.0.0.0 --port 8000 --tensor-parallel-size 2 --pipeline-parallel-size 1 --max-num-seqs 365 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
 CUDA_VISIBLE_DEVICES=2 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8001 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 520 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
-CUDA_VISIBLE_DEVICES=3 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8002 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 28 --max-model-len 39296 --gpu-memory-utilization 0.456 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=3 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8002 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 28 --max-model-len 39216 --gpu-memory-utilization 0.456 --dtype bfloat16 --kv-cache-dtype auto &
 until curl -sf http://127.0.0.1:8002/health >/dev/null; do sleep 5; done
 CUDA_VISIBLE_DEVICES=3 vllm serve mistralai/Mistral-7B-Instruct-v0.1 --served-model-name Mistral-7B-v0.1 --host 0.0.0.0 --port 8003 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 31 --max-model-len 32768 --gpu-memory-utilization 0.443 --dtype bfloat16 --kv-cache-dtype auto &
 wait
@@ -114,7 +114,7 @@ wait
 ### gcp:us-central1 / A100-SXM4-80GB node 2 of 2
 CUDA_VISIBLE_DEVICES=0,1 vllm serve mistralai/Mixtral-8x7B-Instruct-v0.1 --served-model-name Mixtral-8x7B-v0.1 --host 0.0.0.0 --port 8000 --tensor-parallel-size 2 --pipeline-parallel-size 1 --max-num-seqs 365 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
 CUDA_VISIBLE_DEVICES=2 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8001 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 520 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
-CUDA_VISIBLE_DEVICES=3 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8002 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 28 --max-model-len 39296 --gpu-memory-utilization 0.456 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=3 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8002 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 28 --max-model-len 39216 --gpu-memory-utilization 0.456 --dtype bfloat16 --kv-cache-dtype auto &
 until curl -sf http://127.0.0.1:8002/health >/dev/null; do sleep 5; done
 CUDA_VISIBLE_DEVICES=3 vllm serve mistralai/Mistral-7B-Instruct-v0.1 --served-model-name Mistral-7B-v0.1 --host 0.0.0.0 --port 8003 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 31 --max-model-len 32768 --gpu-memory-utilization 0.443 --dtype bfloat16 --kv-cache-dtype auto &
 wait
@@ -128,7 +128,7 @@ wait
 CUDA_VISIBLE_DEVICES=0,1 vllm serve mistralai/Mixtral-8x7B-Instruct-v0.1 --served-model-name Mixtral-8x7B-v0.1 --host 0.0.0.0 --port 8000 --tensor-parallel-size 2 --pipeline-parallel-size 1 --max-num-seqs 365 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
 CUDA_VISIBLE_DEVICES=2 vllm serve mistralai/Mistral-7B-Instruct-v0.1 --served-model-name Mistral-7B-v0.1 --host 0.0.0.0 --port 8001 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 375 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
 CUDA_VISIBLE_DEVICES=3 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8002 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 520 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
-CUDA_VISIBLE_DEVICES=4 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8003 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 28 --max-model-len 39296 --gpu-memory-utilization 0.456 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=4 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8003 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 28 --max-model-len 39216 --gpu-memory-utilization 0.456 --dtype bfloat16 --kv-cache-dtype auto &
 until curl -sf http://127.0.0.1:8003/health >/dev/null; do sleep 5; done
 CUDA_VISIBLE_DEVICES=4 vllm serve mistralai/Mistral-7B-Instruct-v0.1 --served-model-name Mistral-7B-v0.1 --host 0.0.0.0 --port 8004 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 31 --max-model-len 32768 --gpu-memory-utilization 0.443 --dtype bfloat16 --kv-cache-dtype auto &
 wait
@@ -142,7 +142,7 @@ wait
 CUDA_VISIBLE_DEVICES=0,1 vllm serve mistralai/Mixtral-8x7B-Instruct-v0.1 --served-model-name Mixtral-8x7B-v0.1 --host 0.0.0.0 --port 8000 --tensor-parallel-size 2 --pipeline-parallel-size 1 --max-num-seqs 365 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
 CUDA_VISIBLE_DEVICES=2 vllm serve mistralai/Mistral-7B-Instruct-v0.1 --served-model-name Mistral-7B-v0.1 --host 0.0.0.0 --port 8001 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 375 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
 CUDA_VISIBLE_DEVICES=3 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8002 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 520 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
-CUDA_VISIBLE_DEVICES=4 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8003 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 28 --max-model-len 39296 --gpu-memory-utilization 0.456 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=4 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8003 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 28 --max-model-len 39216 --gpu-memory-utilization 0.456 --dtype bfloat16 --kv-cache-dtype auto &
 until curl -sf http://127.0.0.1:8003/health >/dev/null; do sleep 5; done
 CUDA_VISIBLE_DEVICES=4 vllm serve mistralai/Mistral-7B-Instruct-v0.1 --served-model-name Mistral-7B-v0.1 --host 0.0.0.0 --port 8004 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 31 --max-model-len 32768 --gpu-memory-utilization 0.443 --dtype bfloat16 --kv-cache-dtype auto &
 wait
@@ -156,7 +156,7 @@ wait
 CUDA_VISIBLE_DEVICES=0,1 vllm serve mistralai/Mixtral-8x7B-Instruct-v0.1 --served-model-name Mixtral-8x7B-v0.1 --host 0.0.0.0 --port 8000 --tensor-parallel-size 2 --pipeline-parallel-size 1 --max-num-seqs 365 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
 CUDA_VISIBLE_DEVICES=2 vllm serve mistralai/Mistral-7B-Instruct-v0.1 --served-model-name Mistral-7B-v0.1 --host 0.0.0.0 --port 8001 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 375 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
 CUDA_VISIBLE_DEVICES=3 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8002 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 520 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
-CUDA_VISIBLE_DEVICES=4 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8003 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 28 --max-model-len 39296 --gpu-memory-utilization 0.456 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=4 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8003 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 28 --max-model-len 39216 --gpu-memory-utilization 0.456 --dtype bfloat16 --kv-cache-dtype auto &
 until curl -sf http://127.0.0.1:8003/health >/dev/null; do sleep 5; done
 CUDA_VISIBLE_DEVICES=4 vllm serve mistralai/Mistral-7B-Instruct-v0.1 --served-model-name Mistral-7B-v0.1 --host 0.0.0.0 --port 8004 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 31 --max-model-len 32768 --gpu-memory-utilization 0.443 --dtype bfloat16 --kv-cache-dtype auto &
 wait
@@ -169,23 +169,25 @@ wait
 ### gcp:us-central1 / A100-SXM4-80GB node 2 of 2
 CUDA_VISIBLE_DEVICES=0,1 vllm serve mistralai/Mixtral-8x7B-Instruct-v0.1 --served-model-name Mixtral-8x7B-v0.1 --host 0.0.0.0 --port 8000 --tensor-parallel-size 2 --pipeline-parallel-size 1 --max-num-seqs 365 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
 CUDA_VISIBLE_DEVICES=2 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8001 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 520 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
-CUDA_VISIBLE_DEVICES=3 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8002 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 28 --max-model-len 39296 --gpu-memory-utilization 0.456 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=3 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8002 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 28 --max-model-len 39216 --gpu-memory-utilization 0.456 --dtype bfloat16 --kv-cache-dtype auto &
 until curl -sf http://127.0.0.1:8002/health >/dev/null; do sleep 5; done
 CUDA_VISIBLE_DEVICES=3 vllm serve mistralai/Mistral-7B-Instruct-v0.1 --served-model-name Mistral-7B-v0.1 --host 0.0.0.0 --port 8003 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 31 --max-model-len 32768 --gpu-memory-utilization 0.443 --dtype bfloat16 --kv-cache-dtype auto &
 wait
 
 ## window 13:00-14:00
+### aws:us-east-1 / A100-SXM4-80GB node 1 of 2
+CUDA_VISIBLE_DEVICES=0 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8000 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 365 --max-model-len 131072 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
+wait
 ### gcp:us-central1 / A100-SXM4-80GB node 1 of 2
 CUDA_VISIBLE_DEVICES=0,1,2,3 vllm serve meta-llama/Llama-3.1-70B --served-model-name Llama-3.1-70B --host 0.0.0.0 --port 8000 --tensor-parallel-size 4 --pipeline-parallel-size 1 --max-num-seqs 401 --max-model-len 131072 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
 CUDA_VISIBLE_DEVICES=4,5,6,7 vllm serve meta-llama/Llama-3.1-70B --served-model-name Llama-3.1-70B --host 0.0.0.0 --port 8001 --tensor-parallel-size 4 --pipeline-parallel-size 1 --max-num-seqs 401 --max-model-len 131072 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
 wait
 ### gcp:us-central1 / A100-SXM4-80GB node 2 of 2
 CUDA_VISIBLE_DEVICES=0,1 vllm serve mistralai/Mixtral-8x7B-Instruct-v0.1 --served-model-name Mixtral-8x7B-v0.1 --host 0.0.0.0 --port 8000 --tensor-parallel-size 2 --pipeline-parallel-size 1 --max-num-seqs 365 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
-CUDA_VISIBLE_DEVICES=2 vllm serve mistralai/Mistral-7B-Instruct-v0.1 --served-model-name Mistral-7B-v0.1 --host 0.0.0.0 --port 8001 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 375 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
-CUDA_VISIBLE_DEVICES=3 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8002 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 520 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
-CUDA_VISIBLE_DEVICES=4 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8003 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 28 --max-model-len 39296 --gpu-memory-utilization 0.456 --dtype bfloat16 --kv-cache-dtype auto &
-until curl -sf http://127.0.0.1:8003/health >/dev/null; do sleep 5; done
-CUDA_VISIBLE_DEVICES=4 vllm serve mistralai/Mistral-7B-Instruct-v0.1 --served-model-name Mistral-7B-v0.1 --host 0.0.0.0 --port 8004 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 31 --max-model-len 32768 --gpu-memory-utilization 0.443 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=2 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8001 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 520 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=3 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8002 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 28 --max-model-len 39216 --gpu-memory-utilization 0.456 --dtype bfloat16 --kv-cache-dtype auto &
+until curl -sf http://127.0.0.1:8002/health >/dev/null; do sleep 5; done
+CUDA_VISIBLE_DEVICES=3 vllm serve mistralai/Mistral-7B-Instruct-v0.1 --served-model-name Mistral-7B-v0.1 --host 0.0.0.0 --port 8003 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 31 --max-model-len 32768 --gpu-memory-utilization 0.443 --dtype bfloat16 --kv-cache-dtype auto &
 wait
 
 ## window 14:00-15:00
@@ -195,9 +197,9 @@ CUDA_VISIBLE_DEVICES=4,5,6,7 vllm serve meta-llama/Llama-3.1-70B --served-model-
 wait
 ### gcp:us-central1 / A100-SXM4-80GB node 2 of 2
 CUDA_VISIBLE_DEVICES=0,1 vllm serve mistralai/Mixtral-8x7B-Instruct-v0.1 --served-model-name Mixtral-8x7B-v0.1 --host 0.0.0.0 --port 8000 --tensor-parallel-size 2 --pipeline-parallel-size 1 --max-num-seqs 365 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
-CUDA_VISIBLE_DEVICES=2 vllm serve mistralai/Mistral-7B-Instruct-v0.1 --served-model-name Mistral-7B-v0.1 --host 0.0.0.0 --port 8001 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 375 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=2 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8001 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 365 --max-model-len 131072 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
 CUDA_VISIBLE_DEVICES=3 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8002 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 520 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
-CUDA_VISIBLE_DEVICES=4 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8003 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 28 --max-model-len 39296 --gpu-memory-utilization 0.456 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=4 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8003 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 28 --max-model-len 39216 --gpu-memory-utilization 0.456 --dtype bfloat16 --kv-cache-dtype auto &
 until curl -sf http://127.0.0.1:8003/health >/dev/null; do sleep 5; done
 CUDA_VISIBLE_DEVICES=4 vllm serve mistralai/Mistral-7B-Instruct-v0.1 --served-model-name Mistral-7B-v0.1 --host 0.0.0.0 --port 8004 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 31 --max-model-len 32768 --gpu-memory-utilization 0.443 --dtype bfloat16 --kv-cache-dtype auto &
 wait
@@ -209,9 +211,9 @@ CUDA_VISIBLE_DEVICES=4,5,6,7 vllm serve meta-llama/Llama-3.1-70B --served-model-
 wait
 ### gcp:us-central1 / A100-SXM4-80GB node 2 of 2
 CUDA_VISIBLE_DEVICES=0,1 vllm serve mistralai/Mixtral-8x7B-Instruct-v0.1 --served-model-name Mixtral-8x7B-v0.1 --host 0.0.0.0 --port 8000 --tensor-parallel-size 2 --pipeline-parallel-size 1 --max-num-seqs 365 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
-CUDA_VISIBLE_DEVICES=2 vllm serve mistralai/Mistral-7B-Instruct-v0.1 --served-model-name Mistral-7B-v0.1 --host 0.0.0.0 --port 8001 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 375 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=2 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8001 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 365 --max-model-len 131072 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
 CUDA_VISIBLE_DEVICES=3 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8002 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 520 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
-CUDA_VISIBLE_DEVICES=4 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8003 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 28 --max-model-len 39296 --gpu-memory-utilization 0.456 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=4 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8003 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 28 --max-model-len 39216 --gpu-memory-utilization 0.456 --dtype bfloat16 --kv-cache-dtype auto &
 until curl -sf http://127.0.0.1:8003/health >/dev/null; do sleep 5; done
 CUDA_VISIBLE_DEVICES=4 vllm serve mistralai/Mistral-7B-Instruct-v0.1 --served-model-name Mistral-7B-v0.1 --host 0.0.0.0 --port 8004 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 31 --max-model-len 32768 --gpu-memory-utilization 0.443 --dtype bfloat16 --kv-cache-dtype auto &
 wait
@@ -223,9 +225,9 @@ CUDA_VISIBLE_DEVICES=4,5,6,7 vllm serve meta-llama/Llama-3.1-70B --served-model-
 wait
 ### gcp:us-central1 / A100-SXM4-80GB node 2 of 2
 CUDA_VISIBLE_DEVICES=0,1 vllm serve mistralai/Mixtral-8x7B-Instruct-v0.1 --served-model-name Mixtral-8x7B-v0.1 --host 0.0.0.0 --port 8000 --tensor-parallel-size 2 --pipeline-parallel-size 1 --max-num-seqs 365 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
-CUDA_VISIBLE_DEVICES=2 vllm serve mistralai/Mistral-7B-Instruct-v0.1 --served-model-name Mistral-7B-v0.1 --host 0.0.0.0 --port 8001 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 375 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=2 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8001 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 365 --max-model-len 131072 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
 CUDA_VISIBLE_DEVICES=3 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8002 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 520 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
-CUDA_VISIBLE_DEVICES=4 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8003 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 28 --max-model-len 39296 --gpu-memory-utilization 0.456 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=4 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8003 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 28 --max-model-len 39216 --gpu-memory-utilization 0.456 --dtype bfloat16 --kv-cache-dtype auto &
 until curl -sf http://127.0.0.1:8003/health >/dev/null; do sleep 5; done
 CUDA_VISIBLE_DEVICES=4 vllm serve mistralai/Mistral-7B-Instruct-v0.1 --served-model-name Mistral-7B-v0.1 --host 0.0.0.0 --port 8004 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 31 --max-model-len 32768 --gpu-memory-utilization 0.443 --dtype bfloat16 --kv-cache-dtype auto &
 wait
@@ -237,9 +239,9 @@ CUDA_VISIBLE_DEVICES=4,5,6,7 vllm serve meta-llama/Llama-3.1-70B --served-model-
 wait
 ### gcp:us-central1 / A100-SXM4-80GB node 2 of 2
 CUDA_VISIBLE_DEVICES=0,1 vllm serve mistralai/Mixtral-8x7B-Instruct-v0.1 --served-model-name Mixtral-8x7B-v0.1 --host 0.0.0.0 --port 8000 --tensor-parallel-size 2 --pipeline-parallel-size 1 --max-num-seqs 365 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
-CUDA_VISIBLE_DEVICES=2 vllm serve mistralai/Mistral-7B-Instruct-v0.1 --served-model-name Mistral-7B-v0.1 --host 0.0.0.0 --port 8001 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 375 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=2 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8001 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 365 --max-model-len 131072 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
 CUDA_VISIBLE_DEVICES=3 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8002 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 520 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
-CUDA_VISIBLE_DEVICES=4 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8003 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 28 --max-model-len 39296 --gpu-memory-utilization 0.456 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=4 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8003 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 28 --max-model-len 39216 --gpu-memory-utilization 0.456 --dtype bfloat16 --kv-cache-dtype auto &
 until curl -sf http://127.0.0.1:8003/health >/dev/null; do sleep 5; done
 CUDA_VISIBLE_DEVICES=4 vllm serve mistralai/Mistral-7B-Instruct-v0.1 --served-model-name Mistral-7B-v0.1 --host 0.0.0.0 --port 8004 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 31 --max-model-len 32768 --gpu-memory-utilization 0.443 --dtype bfloat16 --kv-cache-dtype auto &
 wait
@@ -252,7 +254,7 @@ wait
 ### gcp:us-central1 / A100-SXM4-80GB node 2 of 2
 CUDA_VISIBLE_DEVICES=0,1 vllm serve mistralai/Mixtral-8x7B-Instruct-v0.1 --served-model-name Mixtral-8x7B-v0.1 --host 0.0.0.0 --port 8000 --tensor-parallel-size 2 --pipeline-parallel-size 1 --max-num-seqs 365 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
 CUDA_VISIBLE_DEVICES=2 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8001 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 520 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
-CUDA_VISIBLE_DEVICES=3 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8002 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 28 --max-model-len 39296 --gpu-memory-utilization 0.456 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=3 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8002 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 28 --max-model-len 39216 --gpu-memory-utilization 0.456 --dtype bfloat16 --kv-cache-dtype auto &
 until curl -sf http://127.0.0.1:8002/health >/dev/null; do sleep 5; done
 CUDA_VISIBLE_DEVICES=3 vllm serve mistralai/Mistral-7B-Instruct-v0.1 --served-model-name Mistral-7B-v0.1 --host 0.0.0.0 --port 8003 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 31 --max-model-len 32768 --gpu-memory-utilization 0.443 --dtype bfloat16 --kv-cache-dtype auto &
 wait
@@ -263,9 +265,9 @@ CUDA_VISIBLE_DEVICES=0,1,2,3 vllm serve meta-llama/Llama-3.1-70B --served-model-
 wait
 ### gcp:us-central1 / A100-SXM4-80GB node 1 of 2
 CUDA_VISIBLE_DEVICES=0,1 vllm serve mistralai/Mixtral-8x7B-Instruct-v0.1 --served-model-name Mixtral-8x7B-v0.1 --host 0.0.0.0 --port 8000 --tensor-parallel-size 2 --pipeline-parallel-size 1 --max-num-seqs 365 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
-CUDA_VISIBLE_DEVICES=2 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8001 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 365 --max-model-len 131072 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=2 vllm serve mistralai/Mistral-7B-Instruct-v0.1 --served-model-name Mistral-7B-v0.1 --host 0.0.0.0 --port 8001 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 375 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
 CUDA_VISIBLE_DEVICES=3 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8002 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 520 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
-CUDA_VISIBLE_DEVICES=4 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8003 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 28 --max-model-len 39296 --gpu-memory-utilization 0.456 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=4 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8003 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 28 --max-model-len 39216 --gpu-memory-utilization 0.456 --dtype bfloat16 --kv-cache-dtype auto &
 until curl -sf http://127.0.0.1:8003/health >/dev/null; do sleep 5; done
 CUDA_VISIBLE_DEVICES=4 vllm serve mistralai/Mistral-7B-Instruct-v0.1 --served-model-name Mistral-7B-v0.1 --host 0.0.0.0 --port 8004 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 31 --max-model-len 32768 --gpu-memory-utilization 0.443 --dtype bfloat16 --kv-cache-dtype auto &
 wait
@@ -276,9 +278,9 @@ CUDA_VISIBLE_DEVICES=0,1,2,3 vllm serve meta-llama/Llama-3.1-70B --served-model-
 wait
 ### gcp:us-central1 / A100-SXM4-80GB node 1 of 2
 CUDA_VISIBLE_DEVICES=0,1 vllm serve mistralai/Mixtral-8x7B-Instruct-v0.1 --served-model-name Mixtral-8x7B-v0.1 --host 0.0.0.0 --port 8000 --tensor-parallel-size 2 --pipeline-parallel-size 1 --max-num-seqs 365 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
-CUDA_VISIBLE_DEVICES=2 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8001 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 365 --max-model-len 131072 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=2 vllm serve mistralai/Mistral-7B-Instruct-v0.1 --served-model-name Mistral-7B-v0.1 --host 0.0.0.0 --port 8001 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 375 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
 CUDA_VISIBLE_DEVICES=3 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8002 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 520 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
-CUDA_VISIBLE_DEVICES=4 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8003 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 28 --max-model-len 39296 --gpu-memory-utilization 0.456 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=4 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8003 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 28 --max-model-len 39216 --gpu-memory-utilization 0.456 --dtype bfloat16 --kv-cache-dtype auto &
 until curl -sf http://127.0.0.1:8003/health >/dev/null; do sleep 5; done
 CUDA_VISIBLE_DEVICES=4 vllm serve mistralai/Mistral-7B-Instruct-v0.1 --served-model-name Mistral-7B-v0.1 --host 0.0.0.0 --port 8004 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 31 --max-model-len 32768 --gpu-memory-utilization 0.443 --dtype bfloat16 --kv-cache-dtype auto &
 wait
@@ -290,9 +292,9 @@ CUDA_VISIBLE_DEVICES=4,5,6,7 vllm serve meta-llama/Llama-3.1-70B --served-model-
 wait
 ### gcp:us-central1 / A100-SXM4-80GB node 2 of 2
 CUDA_VISIBLE_DEVICES=0,1 vllm serve mistralai/Mixtral-8x7B-Instruct-v0.1 --served-model-name Mixtral-8x7B-v0.1 --host 0.0.0.0 --port 8000 --tensor-parallel-size 2 --pipeline-parallel-size 1 --max-num-seqs 365 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
-CUDA_VISIBLE_DEVICES=2 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8001 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 365 --max-model-len 131072 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=2 vllm serve mistralai/Mistral-7B-Instruct-v0.1 --served-model-name Mistral-7B-v0.1 --host 0.0.0.0 --port 8001 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 375 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
 CUDA_VISIBLE_DEVICES=3 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8002 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 520 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
-CUDA_VISIBLE_DEVICES=4 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8003 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 28 --max-model-len 39296 --gpu-memory-utilization 0.456 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=4 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8003 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 28 --max-model-len 39216 --gpu-memory-utilization 0.456 --dtype bfloat16 --kv-cache-dtype auto &
 until curl -sf http://127.0.0.1:8003/health >/dev/null; do sleep 5; done
 CUDA_VISIBLE_DEVICES=4 vllm serve mistralai/Mistral-7B-Instruct-v0.1 --served-model-name Mistral-7B-v0.1 --host 0.0.0.0 --port 8004 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 31 --max-model-len 32768 --gpu-memory-utilization 0.443 --dtype bfloat16 --kv-cache-dtype auto &
 wait
@@ -305,9 +307,9 @@ wait
 ### gcp:us-central1 / A100-SXM4-80GB node 2 of 2
 CUDA_VISIBLE_DEVICES=0,1 vllm serve mistralai/Mixtral-8x7B-Instruct-v0.1 --served-model-name Mixtral-8x7B-v0.1 --host 0.0.0.0 --port 8000 --tensor-parallel-size 2 --pipeline-parallel-size 1 --max-num-seqs 365 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
 CUDA_VISIBLE_DEVICES=2,3 vllm serve mistralai/Mixtral-8x7B-Instruct-v0.1 --served-model-name Mixtral-8x7B-v0.1 --host 0.0.0.0 --port 8001 --tensor-parallel-size 2 --pipeline-parallel-size 1 --max-num-seqs 365 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
-CUDA_VISIBLE_DEVICES=4 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8002 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 365 --max-model-len 131072 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=4 vllm serve mistralai/Mistral-7B-Instruct-v0.1 --served-model-name Mistral-7B-v0.1 --host 0.0.0.0 --port 8002 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 375 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
 CUDA_VISIBLE_DEVICES=5 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8003 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 520 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
-CUDA_VISIBLE_DEVICES=6 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8004 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 28 --max-model-len 39296 --gpu-memory-utilization 0.456 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=6 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8004 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 28 --max-model-len 39216 --gpu-memory-utilization 0.456 --dtype bfloat16 --kv-cache-dtype auto &
 until curl -sf http://127.0.0.1:8004/health >/dev/null; do sleep 5; done
 CUDA_VISIBLE_DEVICES=6 vllm serve mistralai/Mistral-7B-Instruct-v0.1 --served-model-name Mistral-7B-v0.1 --host 0.0.0.0 --port 8005 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 31 --max-model-len 32768 --gpu-memory-utilization 0.443 --dtype bfloat16 --kv-cache-dtype auto &
 wait
@@ -320,7 +322,7 @@ wait
 ### gcp:us-central1 / A100-SXM4-80GB node 2 of 2
 CUDA_VISIBLE_DEVICES=0,1 vllm serve mistralai/Mixtral-8x7B-Instruct-v0.1 --served-model-name Mixtral-8x7B-v0.1 --host 0.0.0.0 --port 8000 --tensor-parallel-size 2 --pipeline-parallel-size 1 --max-num-seqs 365 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
 CUDA_VISIBLE_DEVICES=2 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8001 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 520 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto &
-CUDA_VISIBLE_DEVICES=3 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8002 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 28 --max-model-len 39296 --gpu-memory-utilization 0.456 --dtype bfloat16 --kv-cache-dtype auto &
+CUDA_VISIBLE_DEVICES=3 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8002 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 28 --max-model-len 39216 --gpu-memory-utilization 0.456 --dtype bfloat16 --kv-cache-dtype auto &
 until curl -sf http://127.0.0.1:8002/health >/dev/null; do sleep 5; done
 CUDA_VISIBLE_DEVICES=3 vllm serve mistralai/Mistral-7B-Instruct-v0.1 --served-model-name Mistral-7B-v0.1 --host 0.0.0.0 --port 8003 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 31 --max-model-len 32768 --gpu-memory-utilization 0.443 --dtype bfloat16 --kv-cache-dtype auto &
 wait
