@@ -28,6 +28,7 @@ import time
 
 import numpy as np
 
+from fleetplan.errors import FleetplanError
 from fleetplan.placement.plan import Plan
 from fleetplan.placement.scenario import build_problem, load_scenario
 from fleetplan.simulator.replay import FleetBuilder, Workload, model_slos, request_latencies, run_window
@@ -40,12 +41,19 @@ def main() -> None:
     ap.add_argument("--duration-s", type=float, default=1800.0, help="replayed seconds per option")
     ap.add_argument("--load", type=float, default=1.0, help="arrival rate as a share of the rated capacity")
     ap.add_argument("--models", nargs="+", help="only these models (catalog names)")
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seed", type=int, default=0, help="seed of the arrivals and lengths (>= 0)")
     a = ap.parse_args()
-    if not (a.duration_s >= 60 and 0 < a.load <= 2):
-        raise SystemExit("--duration-s must be >= 60 and --load in (0, 2]")
-    sc = load_scenario(a.scenario)
-    problem = build_problem(sc)
+    if not a.duration_s >= 60:
+        raise SystemExit(f"--duration-s {a.duration_s:g}: give at least 60 s")
+    if not 0 < a.load <= 2:
+        raise SystemExit(f"--load {a.load:g}: give a share of the rating in (0, 2], e.g. 0.9")
+    if a.seed < 0:
+        raise SystemExit(f"--seed {a.seed}: give a seed >= 0")
+    try:
+        sc = load_scenario(a.scenario)
+        problem = build_problem(sc)
+    except FleetplanError as e:
+        raise SystemExit(f"error: {e}") from None
     slos = model_slos(problem, sc)
     mixes = {pm.name: sc.token_mixes[raw["name"]] for pm, raw in zip(problem.models, sc.raw["models"], strict=True)}
     if a.models:
@@ -54,7 +62,8 @@ def main() -> None:
             raise SystemExit(f"--models: {unknown[0]!r} is not a model of the scenario "
                              f"({', '.join(problem.model_by_name)})")
     print(f"{sc.source}: one replica per dedicated option, Poisson arrivals at {a.load:g} x its rating for "
-          f"{a.duration_s:g} s (first 10% not measured), lengths from each model's trace")
+          f"{a.duration_s:g} s (first 10% not measured), lengths from each model's token mix (its trace, or the "
+          "lognormals of its statistics)")
     print(f"{'option':58s} {'rated':>7s} {'n':>6s}  {'TTFT miss':>15s}  {'TPOT miss':>15s}  "
           f"{'TTFT@q':>7s} {'TPOT@q':>8s}")
     optimistic = []

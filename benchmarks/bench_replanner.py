@@ -1,7 +1,8 @@
-"""A day of the re-planner, measured with fleetplan itself (issue 14, finding 9 and item 7).
+"""A day of the re-planner against a reactive autoscaler, the static plan and clairvoyant planners, replayed.
 
 Run: `.venv/bin/python benchmarks/bench_replanner.py [--days 3 7 11] [--resolve-time-limit 10] [--variant
-cooldown_s=600,floor_on_latest=false] [--no-clairvoyant] [--plot replanner.png]` (~4 min, +1 min per variant).
+cooldown_s=600,floor_on_latest=false] [--no-clairvoyant] [--plot replanner.png]` (about 2 minutes a day, 6 for the
+default three; each variant adds about 1 minute a day).
 
 For each ServeGen day (m-large, m-mid and m-small have 14 days; deepseek-r1 and mm-image only day 0, kept), the
 shipped default scenario's requests of that day are replayed (:func:`fleetplan.simulator.fleetday.replay_fleet_day`:
@@ -49,8 +50,10 @@ from __future__ import annotations
 import argparse
 import copy
 import dataclasses
+import difflib
 import math
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -227,8 +230,12 @@ def parse_variant(text: str) -> tuple[str, OnlineConfig]:
     for part in text.split(","):
         key, sep, val = (x.strip() for x in part.partition("="))
         if not sep or key not in names:
-            raise SystemExit(f"--variant {text!r}: {part!r} is not FIELD=VALUE with an OnlineConfig field "
-                             f"({', '.join(names)})")
+            close = difflib.get_close_matches(key, names, n=1)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            raise SystemExit(f"--variant {text!r}: {part!r} is not FIELD=VALUE with an OnlineConfig field ({hint}"
+                             f"fields: {', '.join(names)})")
+        if key in kw:
+            raise SystemExit(f"--variant {text!r}: {key} is given twice; give each field once")
         kind = type(getattr(defaults, key))
         try:
             if kind is bool:
@@ -281,10 +288,11 @@ def plot(path: str, agg: dict[str, tuple], per_day: dict[str, list], days: list[
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--days", type=int, nargs="+", default=[3, 7, 11])
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--resolve-time-limit", type=float, default=10.0)
-    ap.add_argument("--plan-time-limit", type=float, default=60.0)
+    ap.add_argument("--days", type=int, nargs="+", default=[3, 7, 11],
+                    help="ServeGen days to replay, 0-13 (about 2 minutes each, +1 per --variant)")
+    ap.add_argument("--seed", type=int, default=0, help="seed of the replayed requests")
+    ap.add_argument("--resolve-time-limit", type=float, default=10.0, help="seconds per re-solve of the re-planner")
+    ap.add_argument("--plan-time-limit", type=float, default=60.0, help="seconds for the offline plans")
     ap.add_argument("--warm-days", type=int, default=2, help="days before each replayed one fed to the forecaster")
     ap.add_argument("--no-clairvoyant", action="store_true",
                     help="skip the two clairvoyant references (the planner given the day's own rates)")
@@ -297,6 +305,13 @@ def main() -> None:
     ap.add_argument("--plot", metavar="PNG", help="write cost per day against attainment for every policy here")
     a = ap.parse_args()
     variants = [parse_variant(v) for v in a.variant]
+    if a.plot and not Path(a.plot).resolve().parent.is_dir():
+        raise SystemExit(f"--plot {a.plot}: its folder does not exist; give a path in an existing folder")
+    for day in a.days:
+        try:
+            day_scenario(day, a.tpot_percentile)
+        except FleetplanError as e:
+            raise SystemExit(f"--days {day}: {e}") from None
     problem, lt = mean_day_problem(a.tpot_percentile)
     t0 = time.perf_counter()
     offline = solve(problem, "highs", time_limit_s=a.plan_time_limit)
