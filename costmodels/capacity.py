@@ -413,7 +413,12 @@ def _sizing(prefill_s: Callable[[float], float], mix: TokenMix, slo: SLO, reside
     q = {m: slo.planning_quantile(m) for m, _, _ in slo.targets()}
 
     def tokens(mean: float, p95: float, x: float) -> float:
-        return p95 if abs(x - 0.95) < 1e-12 else lognormal_quantile(mean, p95, x)
+        # The lognormal cannot hold every (mean, p95) (lognormal_sigma caps p95/mean at about 3.87): a quantile
+        # above 0.95 is never taken below the given p95, nor one below 0.95 above it.
+        if abs(x - 0.95) < 1e-12:
+            return p95
+        v = lognormal_quantile(mean, p95, x)
+        return max(v, p95) if x > 0.95 else min(v, p95)
 
     inp = {m: tokens(mix.input_tokens_mean, mix.input_tokens_p95, x) for m, x in q.items()}
     out = {m: tokens(mix.output_tokens_mean, mix.output_tokens_p95, x) for m, x in q.items()}
@@ -490,11 +495,12 @@ def replica_capacity_from_latency(prefill_s: Callable[[float], float], decode_st
 
     low = ev(0.0, per_request)
     if not low.ok:
-        what = {"tpot": f"TPOT p{slo.tpot_percentile:g} {low.tpot_s * 1e3:.1f} ms at batch 1 exceeds the target "
+        pct = {m: f"p{100 * x:.6g}" for m, x in sz.q.items()}  # the quantile sized at (an attainment raises it)
+        what = {"tpot": f"TPOT {pct['tpot']} {low.tpot_s * 1e3:.1f} ms at batch 1 exceeds the target "
                         f"{slo.tpot_s * 1e3:.1f} ms",
-                "ttft": f"TTFT p{slo.ttft_percentile:g} {low.ttft_s:.3f} s with no queueing exceeds the target "
+                "ttft": f"TTFT {pct['ttft']} {low.ttft_s:.3f} s with no queueing exceeds the target "
                         f"{slo.ttft_s:.3f} s",
-                "e2e": f"end-to-end p{slo.e2e_percentile:g} latency with no queueing exceeds the target "
+                "e2e": f"end-to-end {pct.get('e2e', '')} latency with no queueing exceeds the target "
                        f"{slo.e2e_s} s",
                 }.get(low.limiting, f"infeasible even at a vanishing rate ({low.limiting})")
         return ReplicaCapacity(0.0, batch_at_capacity=0.0, tpot_p95_s=low.tpot_s, ttft_p95_s=low.ttft_s,

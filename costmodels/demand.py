@@ -48,10 +48,11 @@ class TokenMix:
             if not isinstance(v, int | float) or math.isnan(v) or v < low or v > high:
                 raise InputError(f"{v!r} tokens is outside 1..2,000,000; give token counts per request",
                                  field=f, value=v)
-        if (self.input_tokens_p95 < self.input_tokens_mean * 0.5
-                or self.output_tokens_p95 < self.output_tokens_mean * 0.5):
-            raise InputError("p95 token length is far below the mean; check the columns are not swapped",
-                             field="input_tokens_p95", value=self.input_tokens_p95)
+        for kind in ("input", "output"):
+            mean, p95 = getattr(self, f"{kind}_tokens_mean"), getattr(self, f"{kind}_tokens_p95")
+            if p95 < mean * 0.5:
+                raise InputError(f"p95 {p95:g} tokens is far below the mean {mean:g}; check the columns are not "
+                                 "swapped", field=f"{kind}_tokens_p95", value=p95)
         if self.lengths is not None:
             inp, out = self.lengths
             if len(inp) != len(out) or len(inp) == 0:

@@ -147,3 +147,25 @@ def test_a_target_the_requests_miss_at_zero_load_rates_zero_with_the_reason():
     # Without the per-request check the closed form alone rates it above 0.
     assert replica_capacity_from_latency(lambda i: i / 1000, lambda b, c: 0.02, mix, SLO(0.5, 1.0),
                                          kv_bytes_per_seq=1.0, kv_budget_bytes=1e9, per_request=False).req_per_s > 1
+
+
+def test_a_higher_percentile_never_rates_looser():
+    # Prompts of mean 100 and p95 5,000 tokens: no lognormal has that p95/mean (lognormal_sigma caps it at ~3.87),
+    # and its p99 was 1,187 tokens, below the given p95, so a p99 TTFT target rated 2x the p95 one. The quantile
+    # above 0.95 is now at least the p95 (prefill 1 ms a token: a 5,000-token prompt takes 5 s > the 2-s target
+    # at p99 as at p95, so both rate 0).
+    mix = TokenMix(100, 5000, 200, 400)
+
+    def rate(pct):
+        return replica_capacity_from_latency(lambda i: i / 1000, lambda b, c: 0.02, mix,
+                                             SLO(2.0, 1.0, ttft_percentile=pct, tpot_percentile=pct),
+                                             kv_bytes_per_seq=1.0, kv_budget_bytes=1e9, per_request=False).req_per_s
+    assert rate(99) <= rate(95)
+    assert rate(99) == 0.0
+
+
+def test_swapped_output_statistics_name_the_output_field():
+    # The error named input_tokens_p95 (and no value) when the output p95 was below its mean.
+    with pytest.raises(InputError, match="p95 50 tokens is far below the mean 200") as e:
+        TokenMix(1000, 3000, 200, 50)
+    assert e.value.field == "output_tokens_p95"
