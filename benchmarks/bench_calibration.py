@@ -27,9 +27,10 @@ import time
 import numpy as np
 
 from fleetplan.costmodels.calibration_fit import FitResult, fit_calibration
-from fleetplan.costmodels.capacity import SLO, replica_capacity
+from fleetplan.costmodels.capacity import replica_capacity
 from fleetplan.costmodels.demand import TokenMix
-from fleetplan.datasets.catalog import get_gpu
+from fleetplan.costmodels.slo import SLO
+from fleetplan.datasets.catalog.names import get_gpu
 from fleetplan.datasets.measured import DEFAULT_FRAMEWORK, GOALS, calibrate, models, observations, steady_state_rates
 
 RATE_GOAL_PCT = 25.0

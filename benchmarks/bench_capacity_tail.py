@@ -30,9 +30,13 @@ import numpy as np
 
 from fleetplan.errors import FleetplanError
 from fleetplan.placement.plan import Plan
-from fleetplan.placement.scenario import build_problem, load_scenario
-from fleetplan.simulator.replay import FleetBuilder, Workload, model_slos, request_latencies, run_window
-from fleetplan.solvers.online import window_problem
+from fleetplan.scenario.build import build_problem
+from fleetplan.scenario.read import load_scenario
+from fleetplan.simulator.fleet import FleetBuilder
+from fleetplan.simulator.metrics import model_slos, request_latencies
+from fleetplan.simulator.replay import run_window
+from fleetplan.simulator.workload import Workload
+from fleetplan.solvers.online.state import window_problem
 
 
 def main() -> None:

@@ -22,8 +22,9 @@ from __future__ import annotations
 import argparse
 import copy
 
-from fleetplan.placement.scenario import build_problem, read_scenario, scenario_from_raw
 from fleetplan.placement.validate import validate
+from fleetplan.scenario.build import build_problem
+from fleetplan.scenario.read import read_scenario, scenario_from_raw
 from fleetplan.simulator.replay import simulate_day
 from fleetplan.solvers.solve import solve
 
@@ -38,7 +39,7 @@ def _raw(scale: float, edges_q: list[float]) -> dict:
     m.pop("origin_site", None)
     m["demand"]["servegen"]["mean_rate_req_per_s"] *= scale
     if edges_q:
-        m["classes"] = {"prompt_quantiles": edges_q}  # cut from the token-mix trace (placement.scenario)
+        m["classes"] = {"prompt_quantiles": edges_q}  # cut from the token-mix trace (scenario.classes)
     return raw
 
 

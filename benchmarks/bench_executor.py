@@ -16,7 +16,7 @@ import time
 
 import numpy as np
 
-from fleetplan.placement.scenario import load_scenario
+from fleetplan.scenario.read import load_scenario
 from fleetplan.solvers.executor import LocalExecutor, RayExecutor
 from fleetplan.solvers.sweep import SweepSettings, run_sweep
 

@@ -41,7 +41,8 @@ from fleetplan.datasets.servegen import (
     servegen_gap_windows,
     servegen_series,
 )
-from fleetplan.solvers.online import FORECAST_METHODS, Forecaster, OnlineConfig
+from fleetplan.solvers.online.config import FORECAST_METHODS, OnlineConfig
+from fleetplan.solvers.online.forecast import Forecaster
 
 SERIES = ("m-large", "m-mid", "m-small")
 WINDOW_S = 3600.0

@@ -25,8 +25,9 @@ import time
 
 from fleetplan.placement.generators import random_instance
 from fleetplan.placement.plan import evaluate
-from fleetplan.placement.scenario import build_problem, load_scenario
 from fleetplan.placement.validate import validate
+from fleetplan.scenario.build import build_problem
+from fleetplan.scenario.read import load_scenario
 from fleetplan.solvers.baselines import BASELINES
 from fleetplan.solvers.solve import solve
 

@@ -16,7 +16,7 @@ three fleets, all planned on the scenario's mean day (what the planner knows):
   when two readings in a row ask for fewer (to the larger of the two); replicas that do not fit the option's pool
   spill to the model's next option by cost per req/s (never needed on the default scenario's days unless said);
   the same capacity model as the planner (the options' capacity_req_per_s);
-* replanner: fleetplan's Replanner (solvers/online.py, default OnlineConfig, so forecast_method as measured by
+* replanner: fleetplan's Replanner (solvers/online/, default OnlineConfig, so forecast_method as measured by
   bench_forecast.py) started from the offline plan, its forecaster warmed with the ``--warm-days`` ServeGen days
   before the replayed one (observed the same way; the service has been running), a round every 5 minutes on the
   observed rates, a HiGHS re-solve every hour and whenever a round drifts above the last re-solve's cost (sized for
@@ -58,11 +58,14 @@ from pathlib import Path
 import numpy as np
 
 from fleetplan.errors import FleetplanError
-from fleetplan.placement.scenario import build_problem, load_scenario, scenario_from_raw
+from fleetplan.scenario.build import build_problem
+from fleetplan.scenario.read import load_scenario, scenario_from_raw
 from fleetplan.service.runtime import scenario_problem
 from fleetplan.simulator.fleetday import FleetStep, plan_steps, replay_fleet_day
-from fleetplan.simulator.replay import scenario_workload
-from fleetplan.solvers.online import OnlineConfig, Replanner, window_problem
+from fleetplan.simulator.workload import scenario_workload
+from fleetplan.solvers.online.config import OnlineConfig
+from fleetplan.solvers.online.replanner import Replanner
+from fleetplan.solvers.online.state import window_problem
 from fleetplan.solvers.solve import solve
 
 STEP_S = 300.0

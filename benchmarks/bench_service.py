@@ -36,7 +36,9 @@ import httpx
 
 from fleetplan.placement.generators import random_instance
 from fleetplan.service.runtime import load_problem
-from fleetplan.solvers.online import OnlineConfig, OnlineResult, Replanner, load_times
+from fleetplan.solvers.online.config import OnlineConfig
+from fleetplan.solvers.online.replanner import Replanner
+from fleetplan.solvers.online.state import OnlineResult, load_times
 
 TOKEN = "bench-token-123"
 

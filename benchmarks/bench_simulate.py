@@ -18,7 +18,8 @@ import sys
 import time
 
 from fleetplan.datasets.traces import load_trace
-from fleetplan.placement.scenario import build_problem, load_scenario, scenario_from_raw
+from fleetplan.scenario.build import build_problem
+from fleetplan.scenario.read import load_scenario, scenario_from_raw
 from fleetplan.simulator.engine import Policy
 from fleetplan.simulator.replay import simulate_day, simulate_trace
 from fleetplan.solvers.solve import solve

@@ -21,9 +21,9 @@ import time
 
 from fleetplan.datasets.sharing import load_interference
 from fleetplan.placement.tenants import Node, Tenant, TenantProblem, validate_allocation
-from fleetplan.solvers.tenant_baselines import fair_share, static_partition
-from fleetplan.solvers.tenants import solve_allocation
-from fleetplan.solvers.tenants_cpsat import split_allocation
+from fleetplan.solvers.tenants.allocate import solve_allocation
+from fleetplan.solvers.tenants.baselines import fair_share, static_partition
+from fleetplan.solvers.tenants.slicing import split_allocation
 
 CLASSES = ["interactive", "prefill", "batch", "training"]
 

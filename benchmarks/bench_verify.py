@@ -6,7 +6,7 @@ tolerance) and overall attainment >= 95%."""
 
 from __future__ import annotations
 
-from fleetplan.placement.scenario import load_scenario
+from fleetplan.scenario.read import load_scenario
 from fleetplan.simulator.verify import verify_plan, verify_text
 
 

@@ -11,18 +11,12 @@ import click
 
 from fleetplan.cli.executor import executor_options
 from fleetplan.fileio import atomic_path, check_destinations
-from fleetplan.placement.tenants import (
-    Objectives,
-    Tenant,
-    TenantProblem,
-    load_tenants,
-    quota_warning,
-    validate_allocation,
-)
+from fleetplan.placement.tenants import Objectives, Tenant, TenantProblem, quota_warning, validate_allocation
+from fleetplan.scenario.tenants import load_tenants
 from fleetplan.solvers.executor import make_executor
-from fleetplan.solvers.tenant_baselines import fair_share, static_partition
-from fleetplan.solvers.tenants import AllocationResult, solve_allocation
-from fleetplan.solvers.tenants_cpsat import NodeSplit, split_allocation, split_kind
+from fleetplan.solvers.tenants.allocate import AllocationResult, solve_allocation
+from fleetplan.solvers.tenants.baselines import fair_share, static_partition
+from fleetplan.solvers.tenants.slicing import NodeSplit, split_allocation, split_kind
 
 if TYPE_CHECKING:  # rich is imported when a table is printed (start-up speed)
     from rich.table import Table

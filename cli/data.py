@@ -25,20 +25,11 @@ from fleetplan.costmodels.prices import (
     price_problems,
     usable_prices,
 )
-from fleetplan.datasets.catalog import (
-    GPU_FILE_COLUMNS,
-    MODEL_FILE_COLUMNS,
-    PRICE_FILE_COLUMNS,
-    gpu_file_row,
-    load_egress,
-    load_gpu_prices,
-    load_gpu_specs,
-    load_models,
-    model_file_row,
-    model_from_hf_config,
-    price_file_row,
-    resolve_name,
-)
+from fleetplan.datasets.catalog.egress import load_egress
+from fleetplan.datasets.catalog.gpus import GPU_FILE_COLUMNS, gpu_file_row, load_gpu_specs
+from fleetplan.datasets.catalog.models import MODEL_FILE_COLUMNS, load_models, model_file_row, model_from_hf_config
+from fleetplan.datasets.catalog.names import resolve_name
+from fleetplan.datasets.catalog.prices import PRICE_FILE_COLUMNS, load_gpu_prices, price_file_row
 from fleetplan.datasets.traces import list_traces
 from fleetplan.errors import InputError, UnknownNameError
 

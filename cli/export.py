@@ -7,11 +7,11 @@ from pathlib import Path
 import click
 
 from fleetplan.errors import InputError
+from fleetplan.export.deployment import read_deploy_file, window_index, workloads
+from fleetplan.export.k8s import export_k8s
+from fleetplan.export.vllm import export_vllm
 from fleetplan.fileio import check_output_folder, write_file_set, write_text_atomic
-from fleetplan.placement.deployment import read_deploy_file, window_index, workloads
-from fleetplan.placement.export_k8s import export_k8s
-from fleetplan.placement.export_vllm import export_vllm
-from fleetplan.placement.planio import load_plan_file
+from fleetplan.outputs.planio import load_plan_file
 
 _DEPLOY_HELP = ("Deployment file (YAML): site -> kubectl context and namespace, image, checkpoints, GPU node labels "
                 "(README: 'From plan to production').")

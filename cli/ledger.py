@@ -1,7 +1,7 @@
 """``fleetplan ledger``: cost ledgers, the prefill-here/decode-there comparison, what-if workbooks and sweeps.
 
-Thin layer over :mod:`fleetplan.placement.split` (options -> spec), :mod:`fleetplan.costmodels.split` (the
-comparison), :mod:`fleetplan.costmodels.ledger` and :mod:`fleetplan.placement.workbook`. Bad input raises a
+Thin layer over :mod:`fleetplan.scenario.split` (options -> spec), :mod:`fleetplan.costmodels.split` (the
+comparison), :mod:`fleetplan.costmodels.ledger` and :mod:`fleetplan.outputs.workbook`. Bad input raises a
 fleetplan error (one line, exit code 2); files are written to a temporary file and renamed.
 """
 
@@ -21,8 +21,8 @@ from fleetplan.cli.executor import executor_options, map_with_progress
 from fleetplan.costmodels.split import SWEEP_VARIABLES, apply_variables, compare, grid, scenario_row
 from fleetplan.errors import InputError, UnknownNameError
 from fleetplan.fileio import check_destinations, output_files
-from fleetplan.placement.split import SplitOptions, make_spec
-from fleetplan.placement.workbook import build_split_workbook
+from fleetplan.outputs.workbook import build_split_workbook
+from fleetplan.scenario.split import SplitOptions, make_spec
 from fleetplan.solvers.executor import Executor, default_workers, make_executor
 
 
@@ -93,7 +93,7 @@ def _split_options(f: Callable) -> Callable:
 
 
 def split_options(kw: dict, *, base: dict | None = None, source: str | None = None) -> SplitOptions:
-    """The :class:`~fleetplan.placement.split.SplitOptions` of the split options in ``kw`` (click's keyword
+    """The :class:`~fleetplan.scenario.split.SplitOptions` of the split options in ``kw`` (click's keyword
     arguments; None = not given), over ``base`` (a split file's mapping, read from ``source``). Raises InputError."""
     given = {k: v for k, v in kw.items() if k in SplitOptions.model_fields and v is not None}
     return SplitOptions.from_mapping({**(base or {}), **given}, source=source)

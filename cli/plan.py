@@ -14,12 +14,14 @@ from fleetplan.cli.executor import executor_options
 from fleetplan.cli.output import progress_status
 from fleetplan.errors import FleetplanError, InputError
 from fleetplan.fileio import check_destinations, output_files
+from fleetplan.outputs.planio import plan_to_dict
+from fleetplan.outputs.workbook import build_plan_workbook
 from fleetplan.placement.plan import Plan, Status, evaluate
-from fleetplan.placement.planio import plan_to_dict
 from fleetplan.placement.problem import Problem
-from fleetplan.placement.scenario import build_problem, load_scenario, scenario_embed, with_profiles
 from fleetplan.placement.validate import validate
-from fleetplan.placement.workbook import build_plan_workbook
+from fleetplan.scenario.build import build_problem
+from fleetplan.scenario.profiles import with_profiles
+from fleetplan.scenario.read import load_scenario, scenario_embed
 from fleetplan.simulator.verify import verify_plan, verify_text, verify_to_dict
 from fleetplan.solvers.baselines import BASELINES
 from fleetplan.solvers.common import gap_text

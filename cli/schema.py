@@ -1,7 +1,7 @@
 """``fleetplan schema scenario|tenants|split``: the JSON Schema of an input file, so an editor checks YAML as it
 is typed.
 
-The schemas come from the pydantic models that check the files (``fleetplan.placement.schemas``); with the YAML
+The schemas come from the pydantic models that check the files (``fleetplan.scenario.schemas``); with the YAML
 language server, for example, a first line ``# yaml-language-server: $schema=scenario.schema.json`` in a scenario
 file names the schema printed by ``fleetplan schema scenario > scenario.schema.json``.
 """
@@ -13,8 +13,8 @@ import json
 import click
 
 from fleetplan.fileio import InputModel
-from fleetplan.placement.schemas import ScenarioFile, TenantsFile
-from fleetplan.placement.split import SplitOptions
+from fleetplan.scenario.schemas import ScenarioFile, TenantsFile
+from fleetplan.scenario.split import SplitOptions
 
 #: Input file kind -> the pydantic model that checks it.
 SCHEMAS: dict[str, type[InputModel]] = {"scenario": ScenarioFile, "tenants": TenantsFile, "split": SplitOptions}

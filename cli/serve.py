@@ -13,13 +13,13 @@ import click
 
 from fleetplan.cli.output import write_text_atomic
 from fleetplan.errors import InputError
+from fleetplan.export.deployment import DeployFile, check_targets, read_deploy_file, site_target
 from fleetplan.fileio import check_destinations
-from fleetplan.placement.deployment import DeployFile, check_targets, read_deploy_file, site_target
 from fleetplan.service.actuate import K8sActuator, kube_clients
 from fleetplan.service.app import create_app
 from fleetplan.service.runtime import ReplanService, ServiceSettings, fleet_history
 from fleetplan.service.store import Store, shown_url, sqlite_path
-from fleetplan.solvers.online import FORECAST_METHODS, OnlineConfig
+from fleetplan.solvers.online.config import FORECAST_METHODS, OnlineConfig
 
 DEFAULT_DB = "sqlite:///fleetplan.db"
 

@@ -11,21 +11,15 @@ import click
 from fleetplan.cli.output import atomic_path, progress_status, write_text_atomic
 from fleetplan.datasets.traces import load_trace
 from fleetplan.fileio import check_destinations, check_output_folder
-from fleetplan.placement.planio import load_plan_file
+from fleetplan.outputs.planio import load_plan_file
 from fleetplan.simulator.engine import Policy
+from fleetplan.simulator.fleet import FleetBuilder
 from fleetplan.simulator.fleetday import read_json, replay_fleet_day, scenario_weight_bytes, steps_from_dict
-from fleetplan.simulator.replay import (
-    FleetBuilder,
-    ModelWindowMetrics,
-    SimReport,
-    parse_window,
-    scenario_workload,
-    simulate_day,
-    simulate_trace,
-    trace_workload,
-)
+from fleetplan.simulator.metrics import ModelWindowMetrics, SimReport
+from fleetplan.simulator.replay import parse_window, simulate_day, simulate_trace
 from fleetplan.simulator.whatif import preemption_whatif, two_tier_whatif
-from fleetplan.solvers.online import load_times
+from fleetplan.simulator.workload import scenario_workload, trace_workload
+from fleetplan.solvers.online.state import load_times
 
 
 def _f(x: float | None, fmt: str = ".3f") -> str:

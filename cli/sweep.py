@@ -1,6 +1,6 @@
 """``fleetplan sweep [SCENARIO] --vary KEY=...``: plan a grid of planning scenarios (demand growth, GPU prices, SLO
 targets, window length), each cell within its own time limit, on local processes or Ray; a table, a CSV and a
-plot. Thin layer over :mod:`fleetplan.placement.sweep` (the scenario changes) and :mod:`fleetplan.solvers.sweep`
+plot. Thin layer over :mod:`fleetplan.scenario.sweep` (the scenario changes) and :mod:`fleetplan.solvers.sweep`
 (the cells)."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from fleetplan.cli.executor import executor_options, progress_bar
 from fleetplan.cli.ledger import _clean, _csv, parse_grid
 from fleetplan.errors import FleetplanError
 from fleetplan.fileio import check_destinations, output_files
-from fleetplan.placement.scenario import load_scenario
-from fleetplan.placement.sweep import cell_label, sweep_variables
+from fleetplan.scenario.read import load_scenario
+from fleetplan.scenario.sweep import cell_label, sweep_variables
 from fleetplan.solvers.common import gap_text
 from fleetplan.solvers.executor import default_workers, make_executor
 from fleetplan.solvers.solve import BACKENDS, MIN_TIME_LIMIT_S

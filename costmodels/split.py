@@ -36,7 +36,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from fleetplan.costmodels.calibration import Calibration, calibration_for
-from fleetplan.costmodels.capacity import SLO, latency_at_rate, replica_capacity
+from fleetplan.costmodels.capacity import latency_at_rate, replica_capacity
 from fleetplan.costmodels.demand import TokenMix
 from fleetplan.costmodels.energy import idle_fraction_for
 from fleetplan.costmodels.hardware import GPU, Model
@@ -45,6 +45,7 @@ from fleetplan.costmodels.ledger import SECONDS_PER_DAY, Flow, GpuPool, Ledger, 
 from fleetplan.costmodels.network import Link, route_class
 from fleetplan.costmodels.prices import EgressTable, EgressTier, GpuPrice
 from fleetplan.costmodels.queueing import mm1_wait_quantile_s
+from fleetplan.costmodels.slo import SLO
 from fleetplan.errors import InputError, UnknownNameError, check_range
 
 OPTIONS = ("colocated", "disaggregated", "split")
@@ -53,7 +54,7 @@ OPTIONS = ("colocated", "disaggregated", "split")
 @dataclass(frozen=True)
 class SplitSpec:
     """Everything the comparison needs, resolved (catalog lookups done by
-    :func:`fleetplan.placement.split.make_spec`; this module only does the arithmetic).
+    :func:`fleetplan.scenario.split.make_spec`; this module only does the arithmetic).
 
     Attributes:
         model: the model.
@@ -354,7 +355,7 @@ def kv_transfer_s(kv_bytes: float, link: Link, streams: int) -> float:
     """Seconds to move ``kv_bytes`` of one prompt's KV cache over ``link``: bytes / (bandwidth × ``streams``) + one
     round trip (the decode side asks for the cache, then receives it; one connection per tensor-parallel rank of
     the prefill replica, each sending its shard, as links.csv gives per-flow bandwidth). The planner's prefill
-    options (:mod:`fleetplan.placement.scenario`) and this module's pools both use it."""
+    options (:mod:`fleetplan.scenario`) and this module's pools both use it."""
     return kv_bytes / (link.bandwidth_bytes_per_s * streams) + link.rtt_s
 
 

@@ -52,7 +52,8 @@ from fleetplan.costmodels.calibration_fit import (
 )
 from fleetplan.costmodels.hardware import Model
 from fleetplan.datasets.calibration import load_reference_models
-from fleetplan.datasets.catalog import get_gpu, get_model, load_gpus
+from fleetplan.datasets.catalog.gpus import load_gpus
+from fleetplan.datasets.catalog.names import get_gpu, get_model
 from fleetplan.datasets.profiles import splitwise_fit_rows
 from fleetplan.errors import InputError
 

@@ -37,19 +37,14 @@ import numpy as np
 import pandas as pd
 
 from fleetplan.costmodels.calibration import Calibration
-from fleetplan.costmodels.capacity import (
-    PROFILE_FORMATS,
-    SLO,
-    MeasuredProfile,
-    ReplicaCapacity,
-    ServingPoint,
-    replica_capacity,
-)
+from fleetplan.costmodels.capacity import ReplicaCapacity, replica_capacity
 from fleetplan.costmodels.demand import TokenMix
 from fleetplan.costmodels.hardware import GPU, Model
 from fleetplan.costmodels.latency import decode_step_time_s, prefill_time_s
+from fleetplan.costmodels.profile_capacity import PROFILE_FORMATS, MeasuredProfile, ServingPoint
+from fleetplan.costmodels.slo import SLO
 from fleetplan.datasets.calibration import load_calibration, load_reference_models
-from fleetplan.datasets.catalog import get_gpu
+from fleetplan.datasets.catalog.names import get_gpu
 from fleetplan.errors import InputError, UnknownNameError
 
 #: Splitwise hardware labels -> catalog GPU names (the profiles were measured on DGX A100 (SXM4 80 GB) and
@@ -767,7 +762,8 @@ def profile_files(pattern: str, base: Path | None = None) -> list[Path]:
 def load_profile(files: list[Path], fmt: str | None = None, *, tp: int = 1, model: str = "", gpu: str = "",
                  source: str = "") -> MeasuredProfile:
     """Read a measured profile of ``model`` on ``tp`` × ``gpu`` from ``files`` (several only for vllm-bench runs),
-    detecting the format when ``fmt`` is None. Returns a :class:`~fleetplan.costmodels.capacity.MeasuredProfile`.
+    detecting the format when ``fmt`` is None. Returns a
+    :class:`~fleetplan.costmodels.profile_capacity.MeasuredProfile`.
     Raises InputError for an unreadable or malformed file, formats that disagree, or several files of a
     one-file format."""
     source = source or ", ".join(str(f) for f in files)

@@ -2,7 +2,7 @@
 
 A :class:`Problem` holds everything a solver needs and nothing it must compute: the GPU pools per site, the
 models with their demand per window, and, for every (model, pool, tp, pp) the capacity one replica sustains under
-the model's SLO (computed beforehand by ``fleetplan.costmodels.capacity``; see ``fleetplan.placement.scenario``).
+the model's SLO (computed beforehand by ``fleetplan.costmodels.capacity``; see ``fleetplan.scenario``).
 Keeping the Problem numeric makes the solvers, the baselines and :func:`fleetplan.placement.validate.validate`
 independent of the cost models, and lets tests build golden instances by hand.
 
@@ -30,8 +30,14 @@ from fleetplan.errors import InputError, check_range
 #: Roles of a replica: serves whole requests, only prefills (ships the KV cache on), or only decodes.
 ROLES = ("colocated", "prefill", "decode")
 
+#: Key of a dedicated option and of a plan's replica counts: (model, pool id, tp, pp).
+OptionKey = tuple[str, str, int, int]
 #: Key of a prefill or decode option: (model, role, pool id, tp, decode site of a prefill option or '').
 PdKey = tuple[str, str, str, int, str]
+#: Key of a derated option (``build_problem(derating=...)``, ``plan --verify``): (model, pool id, tp, pp) for a
+#: dedicated replica, (model, pool id, 'shared', 1) for a shared-GPU residence, (model, pool id, 'prefill' |
+#: 'decode', tp) for a prefill or decode option.
+DeratingKey = tuple[str, str, int | str, int]
 
 
 #: Why a spot pool may not fall back to a committed pool (one text for the scenario and the problem checks): the
@@ -239,7 +245,7 @@ class ReplicaOption:
         return dict(self.class_capacity_req_per_s)
 
     @property
-    def key(self) -> tuple[str, str, int, int]:
+    def key(self) -> OptionKey:
         """(model, pool, tp, pp): the key of a plan's replica counts."""
         return (self.model, self.pool, self.tp, self.pp)
 

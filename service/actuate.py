@@ -2,7 +2,7 @@
 
 ``fleetplan serve --actuate k8s`` gives every committed plan row to a :class:`K8sActuator`. The row's one-window plan
 names, per site, the replicas of each workload (:func:`plan_targets`; the names are those ``fleetplan export k8s``
-gave the Deployments and LeaderWorkerSets, :mod:`fleetplan.placement.deployment`). Each site's workloads live in the
+gave the Deployments and LeaderWorkerSets, :mod:`fleetplan.export.deployment`). Each site's workloads live in the
 context and namespace the deployment file maps it to. Applying a row (:meth:`K8sActuator.apply`):
 
 1. reads each workload's replicas through the ``scale`` subresource (a workload the plan does not name but that
@@ -33,8 +33,8 @@ from pathlib import Path
 from typing import Any
 
 from fleetplan.errors import FleetplanError, InputError
-from fleetplan.placement.deployment import DeployFile, shared_workload_name, site_target, workload_name
-from fleetplan.placement.export_k8s import LWS_API_VERSION, MANAGED_BY
+from fleetplan.export.deployment import DeployFile, shared_workload_name, site_target, workload_name
+from fleetplan.export.k8s import LWS_API_VERSION, MANAGED_BY
 
 log = logging.getLogger("fleetplan.service.actuate")
 
@@ -83,7 +83,7 @@ class Applied:
 
 
 def plan_targets(body: dict, deploy: DeployFile) -> list[Target]:
-    """The :class:`Target` of every workload a plan body (:func:`fleetplan.placement.planio.plan_to_dict` of a
+    """The :class:`Target` of every workload a plan body (:func:`fleetplan.outputs.planio.plan_to_dict` of a
     one-window plan, as the service stores it) runs: dedicated replicas by (model, GPU, tp, pp), shared GPUs grouped
     by (GPU, residents). Raises InputError for a body without replicas."""
     try:

@@ -26,19 +26,16 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from fleetplan.errors import FleetplanError, InputError, UnknownNameError
-from fleetplan.placement.planio import load_plan_file, plan_to_dict
+from fleetplan.outputs.planio import load_plan_file, plan_to_dict
 from fleetplan.placement.problem import Problem
-from fleetplan.placement.scenario import Scenario, build_problem, load_scenario, scenario_models
+from fleetplan.scenario.build import build_problem
+from fleetplan.scenario.read import Scenario, load_scenario, scenario_models
 from fleetplan.service.prometheus import pull_observations
 from fleetplan.service.store import Store, body_digest
-from fleetplan.solvers.online import (
-    OnlineConfig,
-    OnlineResult,
-    Replanner,
-    estimate_demand,
-    load_times,
-    window_problem,
-)
+from fleetplan.solvers.online.config import OnlineConfig
+from fleetplan.solvers.online.forecast import estimate_demand
+from fleetplan.solvers.online.replanner import Replanner
+from fleetplan.solvers.online.state import OnlineResult, load_times, window_problem
 from fleetplan.solvers.solve import solve
 
 log = logging.getLogger("fleetplan.service")

@@ -5,7 +5,7 @@ start). Between two steps the difference is a migration: a started replica is bi
 its load time (``load_time_s``, e.g. :func:`fleetplan.solvers.online.load_times`); a stopped replica takes no new
 requests after its step and finishes its queue (billed until its last request is done); loading replicas are stopped
 before ready ones, and the newest first (as :class:`fleetplan.solvers.online.Replanner` does). Shared GPUs serve at
-once. Requests are the scenario's (:func:`fleetplan.simulator.replay.scenario_workload`), window by window; each
+once. Requests are the scenario's (:func:`fleetplan.simulator.workload.scenario_workload`), window by window; each
 window starts empty (queues do not carry over window boundaries, as in ``simulate_day``) and sees every replica alive
 in it, with the router (:mod:`fleetplan.simulator.engine`) sending a request only to replicas serving at its arrival.
 A request whose model has no serving replica at its arrival is dropped (counted as missing its SLO).
@@ -16,7 +16,7 @@ continuous batching keeps near 100% at any load), capacity utilization (the rate
 / billed GPU-seconds: a request served by a replica of option o uses o.gpus / o.capacity_req_per_s GPU-seconds of
 rated capacity, one served on a shared GPU 1 / the share option's capacity_req_per_s, the planner's ratings, so a
 fleet billed exactly for its load at rated capacity is at 100%), SLO attainment (share of requests meeting every
-TTFT and TPOT target of their model, :func:`fleetplan.simulator.replay.model_slos`), per model and overall, and
+TTFT and TPOT target of their model, :func:`fleetplan.simulator.metrics.model_slos`), per model and overall, and
 migrations (replica starts + stops, shared GPUs one each).
 """
 
@@ -30,20 +30,14 @@ from pathlib import Path
 
 import numpy as np
 
-from fleetplan.datasets.catalog import get_gpu
+from fleetplan.datasets.catalog.names import get_gpu
 from fleetplan.errors import InputError
-from fleetplan.placement.problem import Problem
-from fleetplan.placement.scenario import Scenario, scenario_models
+from fleetplan.placement.problem import OptionKey, Problem
+from fleetplan.scenario.read import Scenario, scenario_models
 from fleetplan.simulator.engine import FCFS, DeviceSpec, EngineSpec, Policy, run
-from fleetplan.simulator.replay import (
-    FleetBuilder,
-    meets_slo,
-    model_slos,
-    request_latencies,
-    scenario_workload,
-)
-
-OptionKey = tuple[str, str, int, int]
+from fleetplan.simulator.fleet import FleetBuilder
+from fleetplan.simulator.metrics import meets_slo, model_slos, request_latencies
+from fleetplan.simulator.workload import scenario_workload
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ Loop (at most ``max_rounds`` re-plans):
 1. Build the problem (with the derating so far) and solve it; the plan is re-checked by
    :func:`fleetplan.placement.validate.validate`.
 2. Replay it with :func:`fleetplan.simulator.replay.simulate_day` (the same replay ``fleetplan simulate`` runs).
-3. For every model-window that misses a target (:meth:`~fleetplan.simulator.replay.ModelWindowMetrics.misses`:
+3. For every model-window that misses a target (:meth:`~fleetplan.simulator.metrics.ModelWindowMetrics.misses`:
    a latency at its percentile more than 2% above target, or attainment below target), every option that model uses
    in that window (its dedicated replica types and its shared-GPU residences) is derated: its capacity is multiplied
    by min(target / replayed) over its missed latency targets (the attainment target counts as 0.95), clamped to
@@ -25,12 +25,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from fleetplan.errors import FleetplanError
+from fleetplan.outputs.planio import per_day_factor
 from fleetplan.placement.plan import Plan, evaluate
-from fleetplan.placement.planio import per_day_factor
-from fleetplan.placement.problem import Problem
-from fleetplan.placement.scenario import DeratingKey, Scenario, build_problem
+from fleetplan.placement.problem import DeratingKey, Problem
 from fleetplan.placement.validate import validate
-from fleetplan.simulator.replay import SimReport, simulate_day
+from fleetplan.scenario.build import build_problem
+from fleetplan.scenario.read import Scenario
+from fleetplan.simulator.metrics import SimReport
+from fleetplan.simulator.replay import simulate_day
 from fleetplan.solvers.solve import solve
 
 #: Smallest and largest factor one round applies to an option's capacity.
@@ -55,7 +57,7 @@ class VerifyResult:
 
     Attributes:
         problem, plan, report: the last round's problem (derated), plan and replay.
-        derating: per option key (:data:`~fleetplan.placement.scenario.DeratingKey`), (cumulative factor, reasons).
+        derating: per option key (:data:`~fleetplan.placement.problem.DeratingKey`), (cumulative factor, reasons).
         rounds: every round, first (the plain plan) to last.
         ok: True when the last replay meets every target.
         unmet: the last replay's misses when not ok, [(model, window, targets)].
@@ -102,7 +104,7 @@ def verify_plan(scenario: Scenario, *, backend: str = "highs", solve_options: di
     """Plan ``scenario`` and tighten it until its own replay meets every target (module docstring).
 
     Args:
-        scenario: as :func:`fleetplan.placement.scenario.load_scenario` returns it.
+        scenario: as :func:`fleetplan.scenario.read.load_scenario` returns it.
         backend, solve_options: passed to :func:`fleetplan.solvers.solve.solve` (time_limit_s, threads, gap).
         max_rounds: re-plans after the first plan (0: replay and report only).
         seed, slice_s: of the replay (:func:`fleetplan.simulator.replay.simulate_day`; whole windows by default).

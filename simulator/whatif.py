@@ -11,7 +11,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from fleetplan.simulator.engine import Policy
-from fleetplan.simulator.replay import FleetBuilder, Workload, request_latencies, run_window
+from fleetplan.simulator.fleet import FleetBuilder
+from fleetplan.simulator.metrics import request_latencies
+from fleetplan.simulator.replay import run_window
+from fleetplan.simulator.workload import Workload
 
 
 def _q(x: np.ndarray, q: float) -> float:

@@ -1,6 +1,6 @@
 """Scenario sweeps (``fleetplan sweep``): plan every cell of a grid of scenario changes on an executor.
 
-A cell is the base scenario with ``{variable: value}`` applied (:func:`fleetplan.placement.sweep.apply_sweep`),
+A cell is the base scenario with ``{variable: value}`` applied (:func:`fleetplan.scenario.sweep.apply_sweep`),
 planned by :func:`fleetplan.solvers.solve.solve` within its own time limit, and re-checked by
 :func:`fleetplan.placement.validate.validate`. Cells are independent tasks of an
 :class:`~fleetplan.solvers.executor.Executor`; each takes its settings (backend, time limit, threads, gap) as
@@ -16,11 +16,12 @@ from dataclasses import dataclass
 
 from fleetplan.costmodels.split import grid
 from fleetplan.errors import InputError
+from fleetplan.outputs.planio import per_day_factor
 from fleetplan.placement.plan import evaluate
-from fleetplan.placement.planio import per_day_factor
-from fleetplan.placement.scenario import Scenario, build_problem
-from fleetplan.placement.sweep import PriceKey, apply_sweep, base_prices
 from fleetplan.placement.validate import validate
+from fleetplan.scenario.build import build_problem
+from fleetplan.scenario.read import Scenario
+from fleetplan.scenario.sweep import PriceKey, apply_sweep, base_prices
 from fleetplan.solvers.executor import Executor
 from fleetplan.solvers.solve import check_solve_options, solve
 

@@ -17,8 +17,8 @@ from kubernetes import client as k8s
 
 from fleetplan.cli.main import main
 from fleetplan.cli.serve import attach_actuator
-from fleetplan.placement.deployment import DeployFile, SiteTarget, workload_name
-from fleetplan.placement.planio import plan_to_dict
+from fleetplan.export.deployment import DeployFile, SiteTarget, workload_name
+from fleetplan.outputs.planio import plan_to_dict
 from fleetplan.service.actuate import K8sActuator, plan_targets
 from fleetplan.service.runtime import ReplanService, ServiceSettings, load_problem
 

@@ -19,9 +19,10 @@ from fleetplan.cli.main import main
 from fleetplan.costmodels.arrivals import index_of_dispersion, peak_rate_factor
 from fleetplan.datasets.traces import load_trace, trace_peak_factor
 from fleetplan.errors import InputError
-from fleetplan.placement.planio import plan_to_dict
-from fleetplan.placement.scenario import build_problem, read_scenario, scenario_from_raw
+from fleetplan.outputs.planio import plan_to_dict
 from fleetplan.placement.validate import validate
+from fleetplan.scenario.build import build_problem
+from fleetplan.scenario.read import read_scenario, scenario_from_raw
 from fleetplan.solvers.solve import solve
 
 README = Path(__file__).parent.parent / "README.md"

@@ -10,8 +10,8 @@ import pytest
 from click.testing import CliRunner
 
 from fleetplan.cli.main import main
+from fleetplan.outputs.planio import plan_from_dict, problem_from_plan_dict
 from fleetplan.placement.plan import Plan, Status
-from fleetplan.placement.planio import plan_from_dict, problem_from_plan_dict
 from fleetplan.placement.problem import ModelSpec, Pool, Problem, ReplicaOption
 from fleetplan.placement.validate import validate
 from fleetplan.service.app import create_app

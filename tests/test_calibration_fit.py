@@ -17,7 +17,7 @@ from fleetplan.costmodels.calibration_fit import (
     predict_many,
 )
 from fleetplan.costmodels.latency import decode_step_time_s, prefill_time_s
-from fleetplan.datasets.catalog import get_gpu, get_model
+from fleetplan.datasets.catalog.names import get_gpu, get_model
 from fleetplan.datasets.measured import load_measurements, observations, steady_state_rates
 from fleetplan.errors import InputError
 

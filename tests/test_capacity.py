@@ -8,11 +8,12 @@ from typing import get_args
 import pytest
 from scipy.optimize import brentq
 
-from fleetplan.costmodels.capacity import SLO, kv_tokens_held, replica_capacity, replica_capacity_from_latency
+from fleetplan.costmodels.capacity import kv_tokens_held, replica_capacity, replica_capacity_from_latency
 from fleetplan.costmodels.demand import TokenMix
 from fleetplan.costmodels.hardware import BYTES_PER_ELEMENT, GPU, DType, Model
+from fleetplan.costmodels.slo import SLO
 from fleetplan.datasets.calibration import load_calibration
-from fleetplan.datasets.catalog import get_gpu, get_model
+from fleetplan.datasets.catalog.names import get_gpu, get_model
 from fleetplan.errors import InputError
 
 H100 = GPU("H100-SXM-80GB", 80e9, 3350e9, 989.4e12, 1978.9e12, 900e9, 128e9, 700)

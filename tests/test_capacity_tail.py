@@ -5,7 +5,6 @@ import numpy as np
 import pytest
 
 from fleetplan.costmodels.capacity import (
-    SLO,
     _replica_capacity,
     _Sizing,
     _tail,
@@ -14,15 +13,20 @@ from fleetplan.costmodels.capacity import (
     replica_capacity_from_latency,
 )
 from fleetplan.costmodels.demand import TokenMix
+from fleetplan.costmodels.slo import SLO
 from fleetplan.costmodels.split import apply_variables
 from fleetplan.datasets.calibration import load_calibration
-from fleetplan.datasets.catalog import get_gpu, get_model
+from fleetplan.datasets.catalog.names import get_gpu, get_model
 from fleetplan.errors import InputError
 from fleetplan.placement.plan import Plan
-from fleetplan.placement.scenario import build_problem, load_scenario
-from fleetplan.placement.split import SplitOptions, make_spec
-from fleetplan.simulator.replay import FleetBuilder, Workload, request_latencies, run_window
-from fleetplan.solvers.online import window_problem
+from fleetplan.scenario.build import build_problem
+from fleetplan.scenario.read import load_scenario
+from fleetplan.scenario.split import SplitOptions, make_spec
+from fleetplan.simulator.fleet import FleetBuilder
+from fleetplan.simulator.metrics import request_latencies
+from fleetplan.simulator.replay import run_window
+from fleetplan.simulator.workload import Workload
+from fleetplan.solvers.online.state import window_problem
 
 
 def _sizing(gaps, prefill, outputs):

@@ -8,14 +8,9 @@ from importlib import resources
 
 import pytest
 
-from fleetplan.datasets.catalog import (
-    get_gpu,
-    get_model,
-    load_gpu_specs,
-    load_gpus,
-    load_models,
-    pcie_bytes_per_s,
-)
+from fleetplan.datasets.catalog.gpus import load_gpu_specs, load_gpus, pcie_bytes_per_s
+from fleetplan.datasets.catalog.models import load_models
+from fleetplan.datasets.catalog.names import get_gpu, get_model
 from fleetplan.errors import InputError, UnknownNameError
 
 GPU_HEADER = ("gpu,vendor,form_factor,memory_gb_vendor,memory_type,mem_bandwidth_GBps,bf16_dense_tflops,"

@@ -20,19 +20,14 @@ from fleetplan.datasets.profiles import ProfileCapacity
 from fleetplan.datasets.traces import load_trace
 from fleetplan.errors import InputError
 from fleetplan.fileio import read_yaml
+from fleetplan.outputs.planio import load_plan_file, plan_from_dict, plan_to_dict
 from fleetplan.placement.plan import Plan
-from fleetplan.placement.planio import load_plan_file, plan_from_dict, plan_to_dict
 from fleetplan.placement.problem import ModelSpec, Pool, Problem, ReplicaOption
-from fleetplan.placement.scenario import (
-    build_problem,
-    load_scenario,
-    read_scenario,
-    scenario_embed,
-    scenario_from_raw,
-)
 from fleetplan.placement.validate import validate
+from fleetplan.scenario.build import build_problem
+from fleetplan.scenario.read import load_scenario, read_scenario, scenario_embed, scenario_from_raw
 from fleetplan.simulator.engine import DeviceSpec, EngineSpec, Policy, StepModel, run
-from fleetplan.simulator.replay import FleetBuilder
+from fleetplan.simulator.fleet import FleetBuilder
 from fleetplan.solvers import solve as solve_mod
 from fleetplan.solvers.baselines import dedicated_peak, greedy
 from fleetplan.solvers.cpsat import solve_cpsat

@@ -11,7 +11,9 @@ import pytest
 from click.testing import CliRunner
 
 from fleetplan.cli.main import main
-from fleetplan.datasets.catalog import load_gpu_prices, load_gpu_specs, load_models
+from fleetplan.datasets.catalog.gpus import load_gpu_specs
+from fleetplan.datasets.catalog.models import load_models
+from fleetplan.datasets.catalog.prices import load_gpu_prices
 
 
 def run(*args: str):

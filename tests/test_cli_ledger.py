@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from fleetplan.cli.ledger import parse_vary
 from fleetplan.cli.main import main
-from fleetplan.datasets.catalog import load_gpu_prices
+from fleetplan.datasets.catalog.prices import load_gpu_prices
 from fleetplan.errors import InputError
 
 BASE = ["ledger", "split", "--model", "llama-3.1-70b", "--prefill-site", "aws:us-east-1", "--decode-site",

@@ -12,12 +12,13 @@ from fleetplan.costmodels.ledger import DAYS_PER_MONTH
 from fleetplan.costmodels.prices import EgressTable, EgressTier
 from fleetplan.costmodels.split import compare
 from fleetplan.errors import InputError
-from fleetplan.placement.ledger import plan_ledger
+from fleetplan.outputs.ledger import plan_ledger
+from fleetplan.outputs.planio import plan_from_dict, plan_to_dict
 from fleetplan.placement.plan import evaluate
-from fleetplan.placement.planio import plan_from_dict, plan_to_dict
-from fleetplan.placement.scenario import build_problem, load_scenario, scenario_from_raw
-from fleetplan.placement.split import SplitOptions, make_spec
 from fleetplan.placement.validate import validate
+from fleetplan.scenario.build import build_problem
+from fleetplan.scenario.read import load_scenario, scenario_from_raw
+from fleetplan.scenario.split import SplitOptions, make_spec
 from fleetplan.solvers.disagg import kv_break_even, with_flat_kv_egress
 from fleetplan.solvers.milp import solve_milp
 

@@ -14,13 +14,17 @@ from click.testing import CliRunner
 from fleetplan.cli.main import main
 from fleetplan.costmodels.latency import decode_step_time_s, prefill_time_s
 from fleetplan.datasets.calibration import load_calibration
-from fleetplan.datasets.catalog import get_gpu, get_model
+from fleetplan.datasets.catalog.names import get_gpu, get_model
+from fleetplan.outputs.planio import plan_from_dict, problem_from_plan_dict, read_plan_json
 from fleetplan.placement.plan import Plan
-from fleetplan.placement.planio import plan_from_dict, problem_from_plan_dict, read_plan_json
-from fleetplan.placement.scenario import build_problem, scenario_from_raw
 from fleetplan.placement.validate import validate
-from fleetplan.simulator.replay import FleetBuilder, Workload, request_latencies, run_window, simulate_day
+from fleetplan.scenario.build import build_problem
+from fleetplan.scenario.read import scenario_from_raw
+from fleetplan.simulator.fleet import FleetBuilder
+from fleetplan.simulator.metrics import request_latencies
+from fleetplan.simulator.replay import run_window, simulate_day
 from fleetplan.simulator.verify import _options_used, verify_plan
+from fleetplan.simulator.workload import Workload
 
 SITE = "aws:us-east-1"
 POOL = f"{SITE}/H100-SXM-80GB"

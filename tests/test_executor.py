@@ -20,18 +20,19 @@ from fleetplan.datasets.sharing import load_interference
 from fleetplan.datasets.shipped import shipped_scenario_text
 from fleetplan.errors import InputError, UnknownNameError
 from fleetplan.fileio import parse_yaml
+from fleetplan.outputs.planio import per_day_factor
 from fleetplan.placement.generators import planted_instance
 from fleetplan.placement.plan import evaluate
-from fleetplan.placement.planio import per_day_factor
-from fleetplan.placement.scenario import build_problem, scenario_from_raw
-from fleetplan.placement.split import SplitOptions, make_spec
-from fleetplan.placement.sweep import apply_sweep, base_prices, sweep_variables
 from fleetplan.placement.tenants import Node, Tenant, TenantProblem, validate_allocation
 from fleetplan.placement.validate import validate
+from fleetplan.scenario.build import build_problem
+from fleetplan.scenario.read import scenario_from_raw
+from fleetplan.scenario.split import SplitOptions, make_spec
+from fleetplan.scenario.sweep import apply_sweep, base_prices, sweep_variables
 from fleetplan.solvers.executor import Executor, LocalExecutor, make_executor, spawn_seeds
 from fleetplan.solvers.solve import solve
 from fleetplan.solvers.sweep import SweepSettings, run_sweep
-from fleetplan.solvers.tenants import solve_allocation
+from fleetplan.solvers.tenants.allocate import solve_allocation
 
 H100 = "H100-SXM-80GB"
 A10G = "A10G"

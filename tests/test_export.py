@@ -28,16 +28,17 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-import fleetplan.placement.deployment as deployment
+import fleetplan.export.deployment as deployment
 from fleetplan.cli.main import main
 from fleetplan.errors import InputError
-from fleetplan.placement.deployment import DeployFile, read_deploy_file, window_index, workloads
-from fleetplan.placement.export_k8s import export_k8s, lead_minutes_for
-from fleetplan.placement.export_vllm import export_vllm, node_commands
+from fleetplan.export.deployment import DeployFile, read_deploy_file, window_index, workloads
+from fleetplan.export.k8s import export_k8s, lead_minutes_for
+from fleetplan.export.vllm import export_vllm, node_commands
+from fleetplan.outputs.planio import load_plan_file
 from fleetplan.placement.plan import Plan, Status, evaluate
-from fleetplan.placement.planio import load_plan_file
-from fleetplan.placement.scenario import build_problem, scenario_from_raw
 from fleetplan.placement.validate import validate
+from fleetplan.scenario.build import build_problem
+from fleetplan.scenario.read import scenario_from_raw
 
 pytestmark = pytest.mark.xdist_group("export")
 

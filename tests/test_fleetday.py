@@ -8,11 +8,12 @@ import pytest
 from click.testing import CliRunner
 
 from fleetplan.cli.main import main
-from fleetplan.placement.planio import plan_to_dict
-from fleetplan.placement.scenario import build_problem, scenario_embed, scenario_from_raw
+from fleetplan.outputs.planio import plan_to_dict
+from fleetplan.scenario.build import build_problem
+from fleetplan.scenario.read import scenario_embed, scenario_from_raw
 from fleetplan.service.runtime import ReplanService, ServiceSettings, load_problem
 from fleetplan.simulator.fleetday import FleetStep, replay_fleet_day, steps_from_dict
-from fleetplan.simulator.replay import scenario_workload
+from fleetplan.simulator.workload import scenario_workload
 from fleetplan.solvers.baselines import autoscale_dedicated
 
 USD_PER_GPU_HOUR = 4.0

@@ -11,7 +11,8 @@ import pytest
 from fleetplan.cli.main import main
 from fleetplan.errors import InputError
 from fleetplan.service.runtime import ReplanService, ServiceSettings, load_problem
-from fleetplan.solvers.online import Forecaster, OnlineConfig
+from fleetplan.solvers.online.config import OnlineConfig
+from fleetplan.solvers.online.forecast import Forecaster
 
 SLOT_S = 3600.0  # one-hour history slots: a season of 24
 

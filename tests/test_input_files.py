@@ -1,4 +1,4 @@
-"""Input files: YAML read with duplicate keys refused, checked by the pydantic models of placement.schemas, errors
+"""Input files: YAML read with duplicate keys refused, checked by the pydantic models of scenario.schemas, errors
 as one line naming the file, the field path, the value and the fix; `fleetplan schema` prints their JSON Schemas."""
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ from click.testing import CliRunner
 from fleetplan.cli.main import main
 from fleetplan.costmodels.latency import TP_DEGREES, prefill_time_s
 from fleetplan.datasets.calibration import load_calibration
-from fleetplan.datasets.catalog import get_gpu, get_model
+from fleetplan.datasets.catalog.names import get_gpu, get_model
 from fleetplan.errors import InputError
 from fleetplan.fileio import parse_yaml, read_yaml
-from fleetplan.placement.planio import problem_from_plan_dict
-from fleetplan.placement.scenario import load_scenario
+from fleetplan.outputs.planio import problem_from_plan_dict
+from fleetplan.scenario.read import load_scenario
 
 # The README's small scenario, written out as YAML text so each test can break one line of it.
 SMALL = """\

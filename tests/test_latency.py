@@ -12,11 +12,12 @@ from fleetplan.costmodels.hardware import GPU, Model
 from fleetplan.costmodels.latency import allreduce_time_s, decode_step_time_s, moe_params_read, prefill_time_s
 from fleetplan.costmodels.network import Link
 from fleetplan.datasets.calibration import load_calibration, load_calibration_table, write_calibration_table
-from fleetplan.datasets.catalog import get_gpu, get_model
+from fleetplan.datasets.catalog.names import get_gpu, get_model
 from fleetplan.datasets.measured import load_measurements, observations
 from fleetplan.datasets.profiles import mdape_table, roofline_predictions, splitwise_fit_rows
 from fleetplan.errors import InputError
-from fleetplan.placement.scenario import build_problem, read_scenario, scenario_from_raw
+from fleetplan.scenario.build import build_problem
+from fleetplan.scenario.read import read_scenario, scenario_from_raw
 
 # Records built from the shipped CSV numbers (datasets/data/hardware/gpus.csv, datasets/data/models/models.csv).
 H100 = GPU("H100-SXM-80GB", 80e9, 3350e9, 989.4e12, 1978.9e12, 900e9, 128e9, 700)

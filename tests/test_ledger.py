@@ -8,11 +8,11 @@ from fleetplan.costmodels.latency import prefill_time_s
 from fleetplan.costmodels.ledger import DAYS_PER_MONTH, Flow, GpuPool, build_ledger, egress_items
 from fleetplan.costmodels.prices import GpuPrice, egress_cost_usd, select_egress_table
 from fleetplan.costmodels.split import compare, with_cross_site_egress
-from fleetplan.datasets.catalog import load_egress
+from fleetplan.datasets.catalog.egress import load_egress
 from fleetplan.errors import InputError
-from fleetplan.placement.ledger import plan_ledger
+from fleetplan.outputs.ledger import plan_ledger
 from fleetplan.placement.plan import evaluate
-from fleetplan.placement.split import SplitOptions, make_spec
+from fleetplan.scenario.split import SplitOptions, make_spec
 
 
 @pytest.fixture(scope="module")

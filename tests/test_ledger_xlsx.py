@@ -16,12 +16,13 @@ from fleetplan.costmodels.ledger import DAYS_PER_MONTH
 from fleetplan.costmodels.prices import EgressTable, EgressTier
 from fleetplan.costmodels.split import compare, with_cross_site_egress
 from fleetplan.errors import InputError
-from fleetplan.placement.ledger import plan_ledger
+from fleetplan.outputs.ledger import plan_ledger
+from fleetplan.outputs.workbook import write_plan_workbook, write_split_workbook
 from fleetplan.placement.plan import evaluate, kv_traffic
-from fleetplan.placement.scenario import build_problem, load_scenario, scenario_from_raw
-from fleetplan.placement.split import SplitOptions, make_spec
 from fleetplan.placement.validate import validate
-from fleetplan.placement.workbook import write_plan_workbook, write_split_workbook
+from fleetplan.scenario.build import build_problem
+from fleetplan.scenario.read import load_scenario, scenario_from_raw
+from fleetplan.scenario.split import SplitOptions, make_spec
 from fleetplan.solvers.disagg import with_flat_kv_egress
 from fleetplan.solvers.milp import solve_milp
 

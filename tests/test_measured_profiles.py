@@ -17,14 +17,10 @@ import pytest
 from click.testing import CliRunner
 
 from fleetplan.cli.main import main as cli
-from fleetplan.costmodels.capacity import (
-    SLO,
-    MeasuredProfile,
-    measured_replica_capacity,
-    serving_profile_capacity,
-)
 from fleetplan.costmodels.demand import TokenMix
-from fleetplan.datasets.catalog import get_gpu, get_model
+from fleetplan.costmodels.profile_capacity import MeasuredProfile, measured_replica_capacity, serving_profile_capacity
+from fleetplan.costmodels.slo import SLO
+from fleetplan.datasets.catalog.names import get_gpu, get_model
 from fleetplan.datasets.profiles import (
     detect_profile_format,
     load_profile,
@@ -32,16 +28,12 @@ from fleetplan.datasets.profiles import (
     read_step_csv,
 )
 from fleetplan.errors import InputError
-from fleetplan.placement.planio import plan_to_dict
-from fleetplan.placement.scenario import (
-    build_problem,
-    load_scenario,
-    parse_profile_option,
-    scenario_profiles,
-    with_profiles,
-)
+from fleetplan.outputs.planio import plan_to_dict
 from fleetplan.placement.validate import validate
-from fleetplan.simulator.replay import FleetBuilder
+from fleetplan.scenario.build import build_problem
+from fleetplan.scenario.profiles import parse_profile_option, scenario_profiles, with_profiles
+from fleetplan.scenario.read import load_scenario
+from fleetplan.simulator.fleet import FleetBuilder
 from fleetplan.solvers.solve import solve
 
 DATA = Path(__file__).parent / "data" / "profiles"

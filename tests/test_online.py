@@ -13,14 +13,10 @@ from fleetplan.errors import InputError
 from fleetplan.placement.generators import random_instance
 from fleetplan.placement.problem import ModelSpec, Pool, Problem, ReplicaOption
 from fleetplan.placement.validate import validate
-from fleetplan.solvers.online import (
-    Forecaster,
-    OnlineConfig,
-    Replanner,
-    estimate_demand,
-    load_times,
-    window_problem,
-)
+from fleetplan.solvers.online.config import OnlineConfig
+from fleetplan.solvers.online.forecast import Forecaster, estimate_demand
+from fleetplan.solvers.online.replanner import Replanner
+from fleetplan.solvers.online.state import load_times, window_problem
 from fleetplan.solvers.solve import solve
 
 H = 3600.0

@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 import fleetplan
-from fleetplan.placement.planio import per_day_factor
-from fleetplan.placement.scenario import build_problem, load_scenario
+from fleetplan.outputs.planio import per_day_factor
+from fleetplan.scenario.build import build_problem
+from fleetplan.scenario.read import load_scenario
 from fleetplan.solvers.solve import solve
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -134,7 +135,7 @@ def test_plain_install_plans_and_serves(tmp_path):
     assert d["status"] == "optimal" and here.status.value == "optimal"
     assert d["cost_usd_per_day"] == pytest.approx(here.objective_usd * per_day_factor(build_problem(
         load_scenario(None))), rel=0.01)  # both proven within the 0.5% default gap of one optimum
-    check = ("from fleetplan.placement.planio import plan_from_dict, problem_from_plan_dict, read_plan_json\n"
+    check = ("from fleetplan.outputs.planio import plan_from_dict, problem_from_plan_dict, read_plan_json\n"
              "from fleetplan.placement.validate import validate\n"
              "d = read_plan_json('plan.json')\n"
              "problem, _ = problem_from_plan_dict(d)\n"

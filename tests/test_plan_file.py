@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from fleetplan.cli.main import main
-from fleetplan.placement.planio import load_plan_file
+from fleetplan.outputs.planio import load_plan_file
 from fleetplan.placement.validate import validate
 
 PLAN = Path(__file__).parent / "golden" / "export" / "default_plan.json"

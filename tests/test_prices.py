@@ -12,7 +12,8 @@ from fleetplan.costmodels.prices import (
     egress_rate_usd_per_gb,
     select_egress_table,
 )
-from fleetplan.datasets.catalog import find_price, load_egress, load_gpu_prices, skipped_price_rows
+from fleetplan.datasets.catalog.egress import load_egress
+from fleetplan.datasets.catalog.prices import find_price, load_gpu_prices, skipped_price_rows
 from fleetplan.errors import InputError, UnknownNameError
 
 PRICE_HEADER = "provider,instance,region,zone,gpu,gpu_count,usd_per_hour,pricing_model,source"

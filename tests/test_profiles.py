@@ -9,9 +9,10 @@ import math
 import pandas as pd
 import pytest
 
-from fleetplan.costmodels.capacity import SLO, profile_replica_capacity
 from fleetplan.costmodels.demand import TokenMix
 from fleetplan.costmodels.hardware import GPU, Model
+from fleetplan.costmodels.profile_capacity import profile_replica_capacity
+from fleetplan.costmodels.slo import SLO
 from fleetplan.datasets.profiles import (
     ProfileCapacity,
     SplitwiseProfile,

@@ -14,18 +14,19 @@ from fleetplan.cli.plan import _render_table
 from fleetplan.costmodels.energy import owned_marginal_usd_per_gpu_hour
 from fleetplan.costmodels.prices import break_even_utilization
 from fleetplan.errors import InputError
-from fleetplan.placement.deployment import DeployFile, workloads
-from fleetplan.placement.ledger import plan_ledger
+from fleetplan.export.deployment import DeployFile, workloads
+from fleetplan.outputs.ledger import plan_ledger
+from fleetplan.outputs.planio import load_plan_file, plan_from_dict, plan_to_dict
 from fleetplan.placement.plan import Plan, commitments, evaluate
-from fleetplan.placement.planio import load_plan_file, plan_from_dict, plan_to_dict
 from fleetplan.placement.problem import ModelSpec, Pool, Problem, ReplicaOption
-from fleetplan.placement.scenario import build_problem, load_scenario, read_scenario, scenario_embed, scenario_from_raw
 from fleetplan.placement.validate import plan_cost_usd, validate
+from fleetplan.scenario.build import build_problem
+from fleetplan.scenario.read import load_scenario, read_scenario, scenario_embed, scenario_from_raw
 from fleetplan.service.actuate import plan_targets
 from fleetplan.solvers.baselines import greedy
 from fleetplan.solvers.cpsat import solve_cpsat
 from fleetplan.solvers.milp import solve_milp
-from fleetplan.solvers.online import Replanner
+from fleetplan.solvers.online.replanner import Replanner
 from fleetplan.solvers.solve import solve
 
 SITE = "gcp:us-central1"

@@ -7,9 +7,10 @@ import json
 import pytest
 
 from fleetplan.errors import InputError
-from fleetplan.placement.planio import plan_to_dict
-from fleetplan.placement.scenario import build_problem, load_scenario, scenario_embed
+from fleetplan.outputs.planio import plan_to_dict
 from fleetplan.placement.validate import validate
+from fleetplan.scenario.build import build_problem
+from fleetplan.scenario.read import load_scenario, scenario_embed
 from fleetplan.service.runtime import ReplanService, ServiceSettings, load_problem
 from fleetplan.simulator.fleetday import FleetStep, count_migrations, lifetimes
 from fleetplan.solvers.baselines import autoscale_dedicated

@@ -9,14 +9,16 @@ import yaml
 from click.testing import CliRunner
 
 from fleetplan.cli.main import main
-from fleetplan.costmodels.capacity import SLO, replica_capacity
+from fleetplan.costmodels.capacity import replica_capacity
+from fleetplan.costmodels.slo import SLO
 from fleetplan.datasets.calibration import load_calibration
-from fleetplan.datasets.catalog import get_gpu, get_model
+from fleetplan.datasets.catalog.names import get_gpu, get_model
 from fleetplan.errors import InputError, UnknownNameError
+from fleetplan.outputs.planio import plan_from_dict, problem_from_plan_dict
 from fleetplan.placement.plan import evaluate
-from fleetplan.placement.planio import plan_from_dict, problem_from_plan_dict
-from fleetplan.placement.scenario import build_problem, load_scenario
 from fleetplan.placement.validate import validate
+from fleetplan.scenario.build import build_problem
+from fleetplan.scenario.read import load_scenario
 
 SMALL = {
     "name": "small",

@@ -18,7 +18,7 @@ from fleetplan.cli.main import main
 from fleetplan.service.app import create_app
 from fleetplan.service.runtime import ReplanService, ServiceSettings
 from fleetplan.service.store import shown_url
-from fleetplan.solvers.online import OnlineConfig
+from fleetplan.solvers.online.config import OnlineConfig
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")

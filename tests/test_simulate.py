@@ -12,10 +12,12 @@ from click.testing import CliRunner
 
 from fleetplan.cli.main import main
 from fleetplan.datasets.traces import Trace, load_trace
-from fleetplan.placement.planio import plan_to_dict
-from fleetplan.placement.scenario import build_problem, scenario_embed, scenario_from_raw
+from fleetplan.outputs.planio import plan_to_dict
+from fleetplan.scenario.build import build_problem
+from fleetplan.scenario.read import scenario_embed, scenario_from_raw
 from fleetplan.simulator.engine import DeviceSpec, EngineSpec, Policy, StepModel, run
-from fleetplan.simulator.replay import FleetBuilder, simulate_day, simulate_trace
+from fleetplan.simulator.fleet import FleetBuilder
+from fleetplan.simulator.replay import simulate_day, simulate_trace
 from fleetplan.solvers.solve import solve
 
 

@@ -10,16 +10,19 @@ from click.testing import CliRunner
 from scipy.optimize import brentq
 
 from fleetplan.cli.main import main
-from fleetplan.costmodels.capacity import SLO, replica_capacity_from_latency
+from fleetplan.costmodels.capacity import replica_capacity_from_latency
 from fleetplan.costmodels.demand import TokenMix
 from fleetplan.costmodels.queueing import lognormal_quantile
+from fleetplan.costmodels.slo import SLO
 from fleetplan.errors import InputError
 from fleetplan.fileio import validate_input
-from fleetplan.placement.planio import plan_to_dict
-from fleetplan.placement.scenario import build_problem, scenario_embed, scenario_from_raw
-from fleetplan.placement.schemas import SLOSpec
+from fleetplan.outputs.planio import plan_to_dict
 from fleetplan.placement.validate import validate
-from fleetplan.simulator.replay import ModelWindowMetrics, simulate_day
+from fleetplan.scenario.build import build_problem
+from fleetplan.scenario.read import scenario_embed, scenario_from_raw
+from fleetplan.scenario.schemas import SLOSpec
+from fleetplan.simulator.metrics import ModelWindowMetrics
+from fleetplan.simulator.replay import simulate_day
 from fleetplan.simulator.verify import verify_plan, verify_text
 from fleetplan.solvers.solve import solve
 

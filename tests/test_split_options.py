@@ -8,7 +8,7 @@ from fleetplan.costmodels.hardware import GPU, Model
 from fleetplan.costmodels.latency import decode_step_time_s, prefill_time_s
 from fleetplan.datasets.calibration import load_calibration
 from fleetplan.errors import InputError
-from fleetplan.placement.split import SplitOptions
+from fleetplan.scenario.split import SplitOptions
 
 H100 = GPU("H100-SXM-80GB", 80e9, 3350e9, 989.4e12, 1978.9e12, 900e9, 128e9, 700)
 L8B = Model("Llama-3.1-8B", 32, 4096, 32, 8, 128, 8.03e9, 8.03e9)

@@ -20,13 +20,13 @@ from fleetplan.placement.tenants import (
     Node,
     Tenant,
     TenantProblem,
-    load_tenants,
     validate_allocation,
 )
-from fleetplan.solvers.tenant_baselines import fair_share, packed_greedy, static_partition
-from fleetplan.solvers.tenants import dominates, normalisers, solve_allocation, weighted_score
-from fleetplan.solvers.tenants_cpsat import node_needs, split_allocation, split_kind, split_mig, split_mps
-from fleetplan.solvers.tenants_milp import TenantMilpModel
+from fleetplan.scenario.tenants import load_tenants
+from fleetplan.solvers.tenants.allocate import dominates, normalisers, solve_allocation, weighted_score
+from fleetplan.solvers.tenants.baselines import fair_share, packed_greedy, static_partition
+from fleetplan.solvers.tenants.milp import TenantMilpModel
+from fleetplan.solvers.tenants.slicing import node_needs, split_allocation, split_kind, split_mig, split_mps
 
 TABLE = load_interference()
 H100 = "H100-SXM-80GB"

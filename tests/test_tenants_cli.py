@@ -8,11 +8,12 @@ import pytest
 from click.testing import CliRunner
 
 from fleetplan.cli.main import main
-from fleetplan.costmodels.capacity import SLO, replica_capacity
+from fleetplan.costmodels.capacity import replica_capacity
+from fleetplan.costmodels.slo import SLO
 from fleetplan.datasets.calibration import load_calibration
-from fleetplan.datasets.catalog import get_gpu, get_model
+from fleetplan.datasets.catalog.names import get_gpu, get_model
 from fleetplan.datasets.traces import load_trace, token_mix_from_trace
-from fleetplan.placement.tenants import load_tenants
+from fleetplan.scenario.tenants import load_tenants
 
 SMALL = """
 name: small

@@ -10,12 +10,13 @@ import math
 
 import pytest
 
-from fleetplan.costmodels.capacity import SLO, replica_capacity
+from fleetplan.costmodels.capacity import replica_capacity
+from fleetplan.costmodels.slo import SLO
 from fleetplan.datasets.calibration import load_calibration
-from fleetplan.datasets.catalog import get_gpu, get_model
+from fleetplan.datasets.catalog.names import get_gpu, get_model
 from fleetplan.datasets.traces import load_trace, token_mix_from_trace
 from fleetplan.errors import InputError, UnknownNameError
-from fleetplan.placement.tenants import demand_from_models, load_tenants, problem_from_dict
+from fleetplan.scenario.tenants import demand_from_models, load_tenants, problem_from_dict
 
 A100 = "A100-SXM4-80GB"
 H100 = "H100-SXM-80GB"

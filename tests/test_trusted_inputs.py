@@ -11,10 +11,12 @@ from click.testing import CliRunner
 from fleetplan.cli.main import main
 from fleetplan.costmodels.hardware import architecture_params, check_params
 from fleetplan.costmodels.prices import GpuPrice, find_price, price_problems, usable_prices
-from fleetplan.datasets.catalog import _shape_flags, load_gpu_prices, model_from_hf_config
-from fleetplan.datasets.catalog import find_price as catalog_find_price
+from fleetplan.datasets.catalog.models import model_from_hf_config
+from fleetplan.datasets.catalog.prices import _shape_flags, load_gpu_prices
+from fleetplan.datasets.catalog.prices import find_price as catalog_find_price
 from fleetplan.errors import InputError
-from fleetplan.placement.scenario import build_problem, load_scenario
+from fleetplan.scenario.build import build_problem
+from fleetplan.scenario.read import load_scenario
 
 # Key sets of the public config.json files; numbers as datasets/data/models/models.csv gives them (with sources).
 LLAMA_31_8B = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096,

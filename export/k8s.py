@@ -1,10 +1,10 @@
 """Kubernetes manifests for a plan: vLLM workloads, a Service per model, and a KEDA schedule for the day.
 
-For each site (one cluster and namespace, :func:`fleetplan.placement.deployment.site_target`) and each window
+For each site (one cluster and namespace, :func:`fleetplan.export.deployment.site_target`) and each window
 exported, one multi-document YAML file ``<site>/window-HH-MM.yaml`` holds:
 
 * the Namespace;
-* per workload (:mod:`fleetplan.placement.deployment`) a ``Deployment`` (apps/v1) with that window's replicas, or a
+* per workload (:mod:`fleetplan.export.deployment`) a ``Deployment`` (apps/v1) with that window's replicas, or a
   ``LeaderWorkerSet`` (leaderworkerset.x-k8s.io/v1) when pipeline stages span nodes (a group of ``pp`` pods, one per
   node: the leader starts a Ray head and ``vllm serve``, the workers join its Ray cluster). Each pod asks for
   ``nvidia.com/gpu`` = tp (requests = limits) on nodes whose ``nvidia.com/gpu.product`` label is the GPU type's
@@ -17,7 +17,7 @@ exported, one multi-document YAML file ``<site>/window-HH-MM.yaml`` holds:
   reaches a model on dedicated and shared pods alike.
 
 Disaggregated plans: the prefill and decode replicas of a model are Deployments of their own (one per GPU type, tp
-and role, :func:`fleetplan.placement.deployment.pd_workload_name`) whose ``vllm serve`` carries
+and role, :func:`fleetplan.export.deployment.pd_workload_name`) whose ``vllm serve`` carries
 ``--kv-transfer-config`` (NixlConnector, kv_producer / kv_consumer). Their pods carry ``fleetplan.io/role`` and
 ``prefill.fleetplan.io/<model>`` or ``decode.fleetplan.io/<model>`` (not the ``serves`` label: clients must not
 reach them directly), get ``VLLM_NIXL_SIDE_CHANNEL_HOST`` = the pod's IP (the address the decode side pulls the KV
@@ -47,15 +47,7 @@ import yaml
 
 from fleetplan.datasets.deploy import vllm_defaults
 from fleetplan.errors import InputError
-from fleetplan.placement.deployment import (
-    DeployFile,
-    VllmServer,
-    Workload,
-    check_targets,
-    site_target,
-    slug,
-    window_label,
-)
+from fleetplan.export.deployment import DeployFile, VllmServer, Workload, check_targets, site_target, slug, window_label
 from fleetplan.placement.problem import Problem
 
 #: API versions of the kinds written (LeaderWorkerSet v1 since LWS 0.5; KEDA v1alpha1 is KEDA's only version).

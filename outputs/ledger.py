@@ -10,7 +10,7 @@ from fleetplan.costmodels.energy import power_w
 from fleetplan.costmodels.ledger import HOURS_PER_DAY, Ledger, LineItem, table_key
 from fleetplan.costmodels.network import route_class
 from fleetplan.datasets.calibration import idle_fraction
-from fleetplan.datasets.catalog import load_gpus
+from fleetplan.datasets.catalog.gpus import load_gpus
 from fleetplan.datasets.ledger import load_assumptions
 from fleetplan.errors import InputError
 from fleetplan.placement.plan import Plan, commitments, evaluate, kv_traffic, site_capacity, starts

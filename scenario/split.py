@@ -13,13 +13,15 @@ from typing import Any
 
 from pydantic import ConfigDict, Field
 
-from fleetplan.costmodels.capacity import SLO, TPOT_P95_RANGE_S, TTFT_P95_RANGE_S
 from fleetplan.costmodels.hardware import GPU
 from fleetplan.costmodels.network import NetworkGraph, Site, route_class
 from fleetplan.costmodels.prices import GpuPrice, check_price_date, select_egress_table, usable_prices
+from fleetplan.costmodels.slo import SLO, TPOT_P95_RANGE_S, TTFT_P95_RANGE_S
 from fleetplan.costmodels.split import SplitSpec, apply_variables
 from fleetplan.datasets.calibration import load_calibration_table, load_idle_fractions
-from fleetplan.datasets.catalog import find_price, get_gpu, get_model, load_egress, load_gpu_prices
+from fleetplan.datasets.catalog.egress import load_egress
+from fleetplan.datasets.catalog.names import get_gpu, get_model
+from fleetplan.datasets.catalog.prices import find_price, load_gpu_prices
 from fleetplan.datasets.ledger import load_assumptions
 from fleetplan.datasets.network import load_network_graph
 from fleetplan.datasets.traces import load_trace, token_mix_from_trace

@@ -3,12 +3,12 @@
 A plan's decisions become *workloads*, one per (site, model, GPU type, tp × pp) with its replicas per window, and
 one per group of shared GPUs with the same residents; each workload runs one vLLM OpenAI-compatible server per
 resident model (:class:`VllmServer`). ``fleetplan export k8s`` turns the workloads into Kubernetes manifests
-(:mod:`fleetplan.placement.export_k8s`), ``fleetplan export vllm`` into launch commands per node
-(:mod:`fleetplan.placement.export_vllm`), and the service's actuator patches their replicas
+(:mod:`fleetplan.export.k8s`), ``fleetplan export vllm`` into launch commands per node
+(:mod:`fleetplan.export.vllm`), and the service's actuator patches their replicas
 (:mod:`fleetplan.service.actuate`): all three name a workload by :func:`workload_name`.
 
 Server arguments come from the plan's Problem (the capacity model's numbers, recorded in each option by
-``placement.scenario.build_problem``) and the scenario's options:
+``scenario.build.build_problem``) and the scenario's options:
 
 * ``--tensor-parallel-size`` / ``--pipeline-parallel-size``: the option's tp and pp.
 * ``--max-num-seqs``: floor of the concurrent sequences the option's KV budget holds (the capacity model's
@@ -56,13 +56,14 @@ from pathlib import Path
 from pydantic import Field, PrivateAttr, field_validator
 
 from fleetplan.costmodels.hardware import Model
-from fleetplan.datasets.catalog import get_model, model_hf_repo
+from fleetplan.datasets.catalog.models import model_hf_repo
+from fleetplan.datasets.catalog.names import get_model
 from fleetplan.datasets.deploy import gpu_product_labels, vllm_defaults
 from fleetplan.errors import InputError
 from fleetplan.fileio import InputModel, input_field, read_yaml, validate_input
 from fleetplan.placement.plan import OptionKey, Plan
 from fleetplan.placement.problem import PdKey, Problem
-from fleetplan.placement.scenario import Scenario, scenario_catalog_file
+from fleetplan.scenario.read import Scenario, scenario_catalog_file
 
 #: KV-cache block size of vLLM's paged attention (tokens); --max-model-len is rounded down to whole blocks.
 KV_BLOCK_TOKENS = 16

@@ -22,10 +22,10 @@ import copy
 import re
 
 from fleetplan.costmodels.network import Site
-from fleetplan.datasets.catalog import get_gpu
+from fleetplan.datasets.catalog.names import get_gpu
 from fleetplan.errors import InputError, UnknownNameError, check_range
 from fleetplan.placement.problem import Problem
-from fleetplan.placement.scenario import Scenario, scenario_catalog_file, scenario_from_raw
+from fleetplan.scenario.read import Scenario, scenario_catalog_file, scenario_from_raw
 
 #: The variables of every scenario, with what they change (per-GPU price factors are added by sweep_variables).
 SCENARIO_SWEEP_VARIABLES = {

@@ -1,5 +1,5 @@
 """Tenant allocation in its three modes (weighted, lexicographic, Pareto) over either backend: the MILP of
-:mod:`fleetplan.solvers.tenants_milp` (PuLP + HiGHS) or the CP-SAT model of :mod:`fleetplan.solvers.tenants_cpsat`
+:mod:`fleetplan.solvers.tenants.milp` (PuLP + HiGHS) or the CP-SAT model of :mod:`fleetplan.solvers.tenants.cpsat`
 (same notation and numbered constraints; see the MILP module's docstring for the model and the objectives)."""
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from fleetplan.placement.tenants import (
     validate_allocation,
 )
 from fleetplan.solvers.executor import Executor
-from fleetplan.solvers.tenants_cpsat import CpSatModel
-from fleetplan.solvers.tenants_milp import TenantMilpModel
+from fleetplan.solvers.tenants.cpsat import CpSatModel
+from fleetplan.solvers.tenants.milp import TenantMilpModel
 
 MODES = ("weighted", "lexicographic", "pareto")
 BACKENDS = ("highs", "cpsat")
@@ -193,7 +193,7 @@ def solve_allocation(problem: TenantProblem, *, mode: str = "weighted", backend:
         problem: the pool, tenants and interference table.
         mode: 'weighted' (maximize the weighted normalised score), 'lexicographic' (``order``, each stage keeping
             earlier optima within ``tolerance``, relative) or 'pareto' (``points`` epsilon-constraint solves).
-        backend: 'highs' (this MILP) or 'cpsat' (``fleetplan.solvers.tenants_cpsat``).
+        backend: 'highs' (this MILP) or 'cpsat' (``fleetplan.solvers.tenants.cpsat``).
         weights: {'utilization', 'isolation', 'sla': weight ≥ 0}; default 1 each.
         time_limit_s: wall-time budget for the whole call, split over its solves; threads: solver threads.
         margin: reserve interference headroom on shared nodes.

@@ -35,10 +35,10 @@ from fleetplan.costmodels.ledger import DAYS_PER_MONTH, SECONDS_PER_DAY, Flow, t
 from fleetplan.costmodels.prices import EgressTable
 from fleetplan.costmodels.split import SplitResult
 from fleetplan.datasets.calibration import idle_fraction
-from fleetplan.datasets.catalog import load_gpus
+from fleetplan.datasets.catalog.gpus import load_gpus
 from fleetplan.datasets.ledger import load_assumptions
 from fleetplan.fileio import atomic_path
-from fleetplan.placement.ledger import plan_ledger
+from fleetplan.outputs.ledger import plan_ledger
 from fleetplan.placement.plan import Plan, commitments, evaluate, starts
 from fleetplan.placement.problem import Problem
 
@@ -342,7 +342,7 @@ def build_plan_workbook(problem: Problem, plan: Plan, *, gpus: dict[str, GPU] | 
     """Workbook for a plan: Assumptions (prices, rates, start costs, energy), Plan (replicas per model, GPU type,
     site and window; GPU-hours and starts as formulas), Ledger (per-day lines and totals as formulas) and a chart.
 
-    ``gpus``, ``energy_billed``, ``usd_per_kwh`` and ``pue`` go to :func:`fleetplan.placement.ledger.plan_ledger`.
+    ``gpus``, ``energy_billed``, ``usd_per_kwh`` and ``pue`` go to :func:`fleetplan.outputs.ledger.plan_ledger`.
     The totals equal the plan ledger's (and so :func:`fleetplan.placement.plan.evaluate`'s, per day).
     """
 

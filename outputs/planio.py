@@ -27,7 +27,7 @@ route_class, link, req_per_s[], kv_gb_per_day, prompt_gb_per_day}] (windows[].re
 file>)' or 'measured <format> <file> (...)'. "per day" figures scale the horizon's totals to 24 h (the horizon is a
 day for 24 one-hour windows; a shorter horizon is taken to repeat).
 
-Reading (:func:`load_plan_file`): the file is checked against :class:`~fleetplan.placement.schemas.PlanFile` (wrong
+Reading (:func:`load_plan_file`): the file is checked against :class:`~fleetplan.outputs.planfile.PlanFile` (wrong
 types such as 1.5 or "2" replicas and unknown keys are refused, naming the field path). The plan is the replicas,
 shared GPUs and unserved demand on the embedded scenario; every figure derived from them (cost, GPU-hours, cost
 breakdown, utilization, pools and prices, each replica's site/GPU/capacity, windows, notes, validation) is
@@ -47,6 +47,7 @@ from typing import Any
 
 from fleetplan.errors import InputError
 from fleetplan.fileio import validate_input, yaml12_numbers
+from fleetplan.outputs.planfile import PlanFile
 from fleetplan.placement.plan import (
     Evaluation,
     Plan,
@@ -58,9 +59,9 @@ from fleetplan.placement.plan import (
     pool_gpus_per_window,
 )
 from fleetplan.placement.problem import Pool, Problem
-from fleetplan.placement.scenario import Scenario, build_problem, scenario_from_raw
-from fleetplan.placement.schemas import PlanFile
 from fleetplan.placement.validate import validate
+from fleetplan.scenario.build import build_problem
+from fleetplan.scenario.read import Scenario, scenario_from_raw
 
 FORMAT_VERSION = 1
 

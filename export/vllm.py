@@ -1,6 +1,6 @@
 """A plan as plain ``vllm serve`` launch commands per node, for teams without Kubernetes.
 
-The same workloads and server arguments as the Kubernetes export (:mod:`fleetplan.placement.deployment`). For each
+The same workloads and server arguments as the Kubernetes export (:mod:`fleetplan.export.deployment`). For each
 window and each pool, replicas are placed on the pool's nodes first-fit by GPUs, largest first (tp divides the node
 size, so they pack without gaps); each server gets its GPUs through ``CUDA_VISIBLE_DEVICES`` and its own port on
 the node (8000, 8001, ...). A shared GPU runs one server per resident model on the same GPU, each limited to its
@@ -20,7 +20,7 @@ import dataclasses
 
 from fleetplan.datasets.deploy import vllm_defaults
 from fleetplan.errors import InputError
-from fleetplan.placement.deployment import VllmServer, Workload, window_label
+from fleetplan.export.deployment import VllmServer, Workload, window_label
 from fleetplan.placement.problem import Problem
 
 

@@ -1,0 +1,232 @@
+"""A tenants file (``fleetplan allocate``; the shipped ``datasets/scenarios/tenants_default.yaml``) into a
+:class:`~fleetplan.placement.tenants.TenantProblem`: nodes of the pool, tenants with quota, burst, weight, SLA
+target and interference class, and each tenant's demand per window, given in GPUs or derived from its models'
+request rates through the cost models (:func:`demand_from_models`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from pathlib import Path
+
+from fleetplan.costmodels.capacity import replica_capacity
+from fleetplan.datasets.calibration import load_calibration
+from fleetplan.datasets.catalog.gpus import load_gpu_specs
+from fleetplan.datasets.catalog.models import load_models
+from fleetplan.datasets.catalog.names import get_gpu, get_model, resolve_name
+from fleetplan.datasets.sharing import load_interference
+from fleetplan.datasets.shipped import shipped_scenario_text
+from fleetplan.errors import InputError, UnknownNameError
+from fleetplan.fileio import parse_yaml, read_text_file, validate_input
+from fleetplan.placement.tenants import ModelDemand, Node, Tenant, TenantProblem, known_gpu_names
+from fleetplan.scenario.read import token_mix_from_spec
+from fleetplan.scenario.schemas import (
+    DEFAULT_TP_DEGREES,
+    ENTRY_LABELS,
+    SLOSpec,
+    TenantEntry,
+    TenantModels,
+    TenantsFile,
+    TokenMixSpec,
+)
+
+#: Tensor-parallel degrees tried when a model entry gives no ``tp`` list.
+DEFAULT_TPS = DEFAULT_TP_DEGREES
+
+
+def demand_from_models(tenant: str, models: object, gpu: str, node_gpus: int, *, slo: object = None,
+                       token_mix: object = None, source: str = "scenario", row: int | None = None
+                       ) -> tuple[tuple[int, ...], tuple[ModelDemand, ...]]:
+    """GPUs a tenant needs per window, derived from its models' request rates through the cost models.
+
+    Args:
+        tenant: tenant name (for messages).
+        models: list of mappings with keys ``name`` (catalog model, aliases accepted), ``rates_req_per_s`` (one
+            rate ≥ 0 per window, req/s), optional ``token_mix`` ({trace: azure-conv} or the four token statistics,
+            as in the planner's scenarios), ``slo`` ({ttft_p95_s, tpot_p95_s}, seconds) and ``tp`` (degrees to
+            try, default 1, 2, 4, 8).
+        gpu: the tenant's GPU type (catalog name); node_gpus: GPUs per node of that type (tp must divide it).
+        slo, token_mix: tenant-level defaults for models that do not give their own.
+        source, row: where the entry came from (for messages).
+
+    Method: for each model and each tp option, one replica's capacity cap(tp) under the SLO comes from
+    ``fleetplan.costmodels.capacity.replica_capacity(model, gpu, mix, SLO(...), tp=tp)`` (bf16 weights and KV, 90%
+    of GPU memory usable: that function's defaults). The option with the most req/s per GPU, cap(tp) / tp, is
+    kept (ties: the smaller tp). The model then needs rate / cap × tp GPUs in a window (fractional: replicas are
+    not rounded per model, since the allocation hands out GPUs, not replicas); the tenant's demand is the sum over
+    its models, rounded UP to whole GPUs per window (GPUs are allocated whole, and rounding down would leave part
+    of the traffic without capacity).
+
+    Returns (demand in whole GPUs per window, one :class:`ModelDemand` per model).
+
+    ``models``, ``slo`` and ``token_mix`` are checked by the models of ``fleetplan.scenario.schemas``
+    (:data:`~fleetplan.scenario.schemas.TenantModels`, ``SLOSpec``, ``TokenMixSpec``; checked instances pass as they
+    are). Raises InputError naming the tenant, the model and the field, with the fix, for: no models, an unknown key
+    ("did you mean"), an unknown model (UnknownNameError with "did you mean"), a negative or missing rate, rate lists
+    of different lengths, an SLO in milliseconds or out of range, a missing or bad token mix, and a model that fits
+    no tp on the GPU type (the cost model's reason for each tp is given).
+    """
+
+    def err(msg: str, fld: str, value: object = None) -> InputError:
+        return InputError(f"tenant {tenant}: {msg}", source=source, row=row, field=fld, value=value)
+
+    where = f"{source}{f', row {row}' if row is not None else ''}"
+    context = f"tenant {tenant}"
+    specs = validate_input(TenantModels, models, source=where, prefix="models", context=context, labels=ENTRY_LABELS)
+    slo_default = validate_input(SLOSpec | None, slo, source=where, prefix="slo", context=context,
+                                 labels=ENTRY_LABELS)
+    mix_default = validate_input(TokenMixSpec | None, token_mix, source=where, prefix="token_mix", context=context,
+                                 labels=ENTRY_LABELS)
+    gpu_rec = get_gpu(gpu)
+    out: list[ModelDemand] = []
+    for j, m in enumerate(specs):
+        f = f"models[{j}]"
+        try:
+            model = get_model(m.name)
+        except UnknownNameError as exc:
+            raise UnknownNameError("model", m.name, _known_models() + list(exc.suggestions),
+                                   source=f"{where}, tenant {tenant}", field=f"{f}.name") from exc
+        who = f"model {model.name}"
+        rates = m.rates_req_per_s
+        if out and len(rates) != len(out[0].rates_req_per_s):
+            raise err(f"{who} gives {len(rates)} rates but {out[0].model} gives {len(out[0].rates_req_per_s)}; "
+                      "give one rate per window for every model", f"{f}.rates_req_per_s")
+        spec = m.slo if m.slo is not None else slo_default
+        if spec is None:
+            raise err(f"{who} needs slo: {{ttft_p95_s, tpot_p95_s}} in seconds (on the model or the tenant)",
+                      f"{f}.slo")
+        target = spec.to_slo()
+        try:
+            mix = token_mix_from_spec(m.token_mix if m.token_mix is not None else mix_default,
+                                      f"{where}: tenant {tenant}, {who}")
+        except UnknownNameError as exc:  # an unknown trace name: say whose token mix it is
+            raise err(f"{who}: token_mix: {exc}", f"{f}.token_mix", exc.name) from None
+        tps = m.tp_degrees
+        why: list[str] = [f"tp {t}: larger than or not dividing the {node_gpus}-GPU node"
+                          for t in tps if t > node_gpus or node_gpus % t]
+        best: tuple[float, int, float] | None = None  # (req/s per GPU, tp, req/s per replica)
+        for t in sorted(t for t in set(tps) if t <= node_gpus and node_gpus % t == 0):
+            cap = replica_capacity(model, gpu_rec, mix, target, tp=t, calib=load_calibration(gpu_rec))
+            if cap.req_per_s <= 0:
+                why.append(f"tp {t}: {cap.reason or cap.limiting}")
+            elif best is None or cap.req_per_s / t > best[0] + 1e-12:
+                best = (cap.req_per_s / t, t, cap.req_per_s)
+        if best is None:
+            raise err(f"{who} fits no tensor-parallel degree on {gpu} nodes of {node_gpus} GPUs under its SLO "
+                      f"({target.label()}): " + "; ".join(why)
+                      + ". Give the tenant a GPU type with more memory or larger nodes, a larger tp, a smaller "
+                      "model or a looser SLO", f"{f}.name", model.name)
+        _, tp, cap_rps = best
+        rs = tuple(float(r) for r in rates)
+        out.append(ModelDemand(model.name, gpu, tp, cap_rps, rs, tuple(r / cap_rps * tp for r in rs)))
+    total = [sum(md.gpus[w] for md in out) for w in range(len(out[0].gpus))]
+    # Rounded up to whole GPUs per window (1e-9 absorbs float noise such as 3.0000000000000004).
+    return tuple(math.ceil(g - 1e-9) for g in total), tuple(out)
+
+
+def _known_models() -> list[str]:
+
+    return list(load_models())
+
+
+def _canonical_gpu(name: str, source: str) -> str:
+    """The catalog's name for GPU ``name`` (aliases such as 'H100' or 'A100-80GB' resolved); UnknownNameError
+    with "did you mean" otherwise."""
+    try:
+        return resolve_name("gpu", str(name), load_gpu_specs())
+    except UnknownNameError as exc:
+        raise UnknownNameError("GPU type", str(name), exc_known(exc), source=source, field="gpu") from None
+
+
+def exc_known(exc: UnknownNameError) -> list[str]:
+    """The names an UnknownNameError was raised against (its suggestions, else the catalog's names)."""
+    return list(exc.suggestions) or sorted(known_gpu_names())
+
+
+def problem_from_dict(data: Mapping, *, source: str = "scenario") -> TenantProblem:
+    """Build a :class:`TenantProblem` from a scenario mapping (the YAML layout of
+    ``datasets/scenarios/tenants_default.yaml``): keys ``name``, ``window_s``, ``interference`` (optional CSV path),
+    ``pool`` (list of {name, gpu, gpus_per_node, count, site}) and ``tenants`` (list of {name, quota_gpus,
+    burst_gpus, weight, sla_target, interference_class, gpu_types, demand_gpus}).
+
+    Instead of ``demand_gpus`` a tenant may give ``models`` (list of {name, rates_req_per_s, token_mix, slo, tp}),
+    with optional tenant-level ``slo`` and ``token_mix`` used by models that give none: its demand is then derived
+    through the cost models by :func:`demand_from_models` on its GPU type (``gpu_types`` must name exactly one
+    type, or the pool has only one) and rounded up to whole GPUs per window.
+
+    The mapping is checked by :class:`~fleetplan.scenario.schemas.TenantsFile` (keys, types, ranges; its JSON
+    Schema: ``fleetplan schema tenants``); GPU and model names are then resolved through the catalogs.
+    Raises InputError / UnknownNameError naming the entry and field.
+    """
+    if not isinstance(data, Mapping):
+        raise InputError("the scenario must be a mapping with 'pool' and 'tenants'", source=source)
+    spec = validate_input(TenantsFile, dict(data), source=source, labels=ENTRY_LABELS)
+    nodes: list[Node] = []
+    for p in spec.pool:
+        gpu = _canonical_gpu(p.gpu, source)
+        for k in range(p.count):
+            nm = f"{p.name}-{k}" if p.count > 1 else p.name
+            nodes.append(Node(nm, gpu, p.gpus_per_node, p.site))
+    tenants: list[Tenant] = []
+    for i, t in enumerate(spec.tenants, start=1):
+        types = tuple(_canonical_gpu(g, source) for g in t.gpu_types)
+        derived: tuple[ModelDemand, ...] = ()
+        if t.models is not None:
+            d, derived = _derived_demand(t, types, nodes, source, i)
+        else:
+            d = tuple(t.demand_gpus or ())
+        try:
+            tenants.append(Tenant(
+                name=t.name, quota_gpus=t.quota_gpus,
+                burst_gpus=t.burst_gpus if t.burst_gpus is not None else t.quota_gpus, weight=t.weight,
+                demand_gpus=tuple(d), sla_target=t.sla_target, interference_class=t.interference_class,
+                gpu_types=types, models=derived))
+        except InputError as exc:
+            msg = str(exc).removeprefix(f"field '{exc.field}': ") if exc.field else str(exc)
+            raise InputError(f"tenant {t.name}: {msg}", source=source,
+                             field=f"tenants[{i - 1}]" + (f".{exc.field}" if exc.field else ""),
+                             value=exc.value) from None
+    interference = load_interference(spec.interference)
+    return TenantProblem(tuple(nodes), tuple(tenants), interference, window_s=spec.window_s, name=spec.name)
+
+
+def _derived_demand(t: TenantEntry, types: tuple[str, ...], nodes: list[Node], source: str, row: int
+                    ) -> tuple[tuple[int, ...], tuple[ModelDemand, ...]]:
+    """Demand of a scenario tenant that gives ``models``: its one GPU type, that type's node size, then
+    :func:`demand_from_models`."""
+    name = t.name
+    pool_types = sorted({n.gpu for n in nodes})
+    if len(types) == 1:
+        gpu = types[0]
+    elif not types and len(pool_types) == 1:
+        gpu = pool_types[0]
+    else:
+        raise InputError(f"tenant {name} derives its demand from models, so it needs gpu_types with exactly one GPU "
+                         f"type of the pool (the GPUs needed depend on the type), e.g. gpu_types: [{pool_types[0]}]",
+                         source=source, row=row, field="gpu_types", value=list(types))
+    if gpu not in pool_types:
+        raise UnknownNameError("GPU type in the pool", gpu, pool_types,
+                               source=f"{source}, row {row}, tenant {name}", field="gpu_types")
+    node_gpus = min(n.gpus for n in nodes if n.gpu == gpu)
+    return demand_from_models(name, t.models, gpu, node_gpus, slo=t.slo, token_mix=t.token_mix, source=source,
+                              row=row)
+
+
+def load_tenants(path: str | Path | None = None) -> tuple[TenantProblem, dict]:
+    """Read a scenario YAML (the shipped ``tenants_default.yaml`` if no path).
+
+    Returns (problem, options) where options holds the optional keys 'weights', 'order', 'tolerance'.
+    Raises InputError for a missing, binary or malformed file (a key given twice in one mapping included).
+    """
+    if path is None:
+        text, src = shipped_scenario_text("tenants_default.yaml"), "tenants_default.yaml"
+    else:
+        p = Path(path)
+        if not p.exists():
+            raise InputError(f"scenario file {p} does not exist", source=str(p))
+        text, src = read_text_file(p, what="tenants YAML file"), str(p)
+    data = parse_yaml(text, source=src)
+    problem = problem_from_dict(data, source=src)
+    opts = {k: data[k] for k in ("weights", "order", "tolerance") if k in data}
+    return problem, opts

@@ -1,0 +1,232 @@
+"""The fleet of one window of a plan as the engine runs it (:class:`Fleet`, built by :class:`FleetBuilder`): an engine
+per replica with its step times (the cost models, or a measured profile where the scenario names one), the devices
+they run on (shared GPUs time-sliced between their models), and the prefill and decode pools of a disaggregated
+plan.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from fleetplan.costmodels.hardware import Model
+from fleetplan.costmodels.latency import decode_step_time_s, prefill_time_s
+from fleetplan.costmodels.network import Link
+from fleetplan.costmodels.split import kv_transfer_s
+from fleetplan.datasets.calibration import load_calibration
+from fleetplan.datasets.catalog.names import get_gpu, get_model
+from fleetplan.datasets.network import inter_node_link, load_network_graph
+from fleetplan.placement.plan import Plan
+from fleetplan.placement.problem import Problem
+from fleetplan.scenario.profiles import scenario_profiles
+from fleetplan.scenario.read import Scenario, scenario_catalog_file, scenario_models
+from fleetplan.simulator.disagg import (
+    PdFleet,
+    RouteKey,
+    decode_group,
+    prefill_group,
+)
+from fleetplan.simulator.engine import DeviceSpec, EngineSpec, StepModel
+
+
+@dataclass
+class Fleet:
+    """Engines and devices of one window, plus the model each engine serves.
+
+    Attributes:
+        engines, devices: as :func:`fleetplan.simulator.engine.run` takes them.
+        device_models: per device, the models resident on it.
+    """
+
+    engines: list[EngineSpec]
+    devices: list[DeviceSpec]
+    device_models: list[tuple[str, ...]] = field(default_factory=list)
+
+
+class FleetBuilder:
+    """Builds :class:`Fleet` objects for a plan's windows, caching one :class:`StepModel` per replica type.
+
+    Step times come from the same source as the plan's capacity
+    (:func:`fleetplan.scenario.profiles.scenario_profiles`): a measured profile's step times where it has them (a
+    step-time CSV, Splitwise; extended linearly beyond the measured range, as :attr:`notes` says), else the
+    calibrated roofline
+    (:func:`fleetplan.costmodels.latency.prefill_time_s`, :func:`~fleetplan.costmodels.latency.decode_step_time_s`)
+    with the scenario's dtypes and inter-node link: rate-only profiles (vllm bench serve, guidellm, throughput
+    tables) have no step times, so the replay uses the roofline for them and :attr:`notes` says so. The KV
+    budget is memory_utilization × GPUs × GPU memory − weights for a dedicated replica (as in
+    :func:`fleetplan.costmodels.capacity.replica_capacity`) and the share option's footprint − weights on a shared GPU.
+    """
+
+    def __init__(self, problem: Problem, plan: Plan, scenario: Scenario, *, max_tokens: float = 32768,
+                 step_models: dict[str, StepModel] | None = None):
+        self.problem, self.plan, self.scenario = problem, plan, scenario
+        self.max_tokens = max_tokens
+        self._cache: dict[tuple, StepModel] = {}
+        self._models: dict[str, tuple[Model, str, str]] | None = None
+        self._override = step_models or {}
+        self.profiles = scenario_profiles(scenario) if scenario is not None else {}
+        #: Where each replica type's step times come from, when not from the roofline alone (for reports).
+        self.notes: list[str] = []
+
+    def scenario_file(self, key: str) -> str | None:
+        """The scenario's ``files: {key: path}`` entry resolved against its folder, or None (the shipped table)."""
+        return scenario_catalog_file(self.scenario, key) if self.scenario is not None else None
+
+    def model_spec(self, model_name: str) -> tuple[Model, str, str]:
+        """(Model, weight dtype, KV dtype) as the plan's scenario gives them (config.json, base_model, per-model
+        dtypes: :func:`fleetplan.scenario.read.scenario_models`); the catalog row and bf16 without one."""
+        if self.scenario is not None and self.scenario.spec is not None:
+            if self._models is None:
+                self._models = scenario_models(self.scenario)
+            if model_name in self._models:
+                return self._models[model_name]
+        opts = self.scenario.options if self.scenario is not None else {}
+        return (get_model(model_name, self.scenario_file("models")), opts.get("weight_dtype", "bf16"),
+                opts.get("kv_dtype", "bf16"))
+
+    def step_model(self, model_name: str, pool_id: str, tp: int, pp: int, kv_budget_bytes: float | None,
+                   role: str = "colocated") -> StepModel:
+        """The (cached) step model of ``model_name`` on ``tp × pp`` GPUs of ``pool_id``. ``role`` 'decode': a decode
+        replica of a disaggregated plan, whose "prefill" of a request is its first iteration on it: one decode step of
+        one sequence at the prompt's context (:mod:`fleetplan.simulator.disagg`); 'colocated' and 'prefill' replicas
+        prefill as the engine does."""
+        if model_name in self._override:
+            return self._override[model_name]
+        key = (model_name, pool_id, tp, pp, kv_budget_bytes, role)
+        if key in self._cache:
+            return self._cache[key]
+
+        opts = self.scenario.options if self.scenario is not None else {}
+        model, wd, kd = self.model_spec(model_name)
+        mu = opts.get("memory_utilization", 0.9)
+        pool = self.problem.pool_by_id[pool_id]
+        gpu = get_gpu(pool.gpu, self.scenario_file("gpus"))
+        calib_file = opts.get("calibration")
+        base = self.scenario.base_dir if self.scenario is not None else None
+        if calib_file is not None and base and not os.path.isabs(calib_file):
+            calib_file = os.path.join(base, calib_file)
+        calib = load_calibration(gpu, calib_file)
+        link = inter_node_link(opts.get("inter_node_link")) if pp > 1 else None
+        kw: dict[str, Any] = dict(tp=tp, pp=pp, weight_dtype=wd, link=link, calib=calib)
+        budget = mu * tp * pp * gpu.memory_bytes - model.weight_bytes(wd) if kv_budget_bytes is None \
+            else kv_budget_bytes
+        pcie = gpu.pcie_bytes_per_s / 2 * tp * pp if gpu.pcie_bytes_per_s else None
+
+        def prefill(i: float) -> float:
+            return prefill_time_s(model, gpu, i, **kw)
+
+        def decode(b: float, c: float) -> float:
+            return decode_step_time_s(model, gpu, b, c, kv_dtype=kd, **kw)
+
+        prof = self.profiles.get(model.name, {}).get((gpu.name, tp)) if pp == 1 else None
+        where = f"{model.name} on {gpu.name} tp{tp}"
+        if prof is not None and prof.step is not None:
+            st = prof.step
+            bounds = (("prompts up to", getattr(st, "max_prompt_tokens", None)),
+                      ("batch up to", getattr(st, "max_batch", None)),
+                      ("context up to", getattr(st, "max_context_tokens", None)))
+            rng = ", ".join(f"{what} {v:g}" for what, v in bounds if v is not None)
+            st = st.for_replay() if hasattr(st, "for_replay") else st
+            prefill, decode = st.prefill_time_s, st.decode_step_time_s  # type: ignore[assignment]
+            note = (f"{where}: step times from {prof.label}; beyond the measured range ({rng}) the replay extends "
+                    "them linearly")
+        elif prof is not None:
+            note = (f"{where}: the plan's capacity comes from {prof.label}, which has no step times; the replay "
+                    f"uses the roofline ({calib.gpu} calibration row) for it")
+        else:
+            note = ""
+        if note and note not in self.notes:
+            self.notes.append(note)
+        if role == "decode":
+            step = decode
+
+            def prefill(i: float) -> float:  # the decode replica's first iteration: the prompt's last token
+                return step(1.0, i)
+        sm = StepModel(prefill, decode,
+                       kv_bytes_per_token=model.kv_bytes_per_token(kd), kv_budget_bytes=budget,
+                       max_tokens=min(self.max_tokens, model.max_context_tokens),
+                       sliding_window_tokens=model.sliding_window_tokens, pcie_bytes_per_s=pcie,
+                       label=(f"{role} " if role != "colocated" else "") + f"{model_name} on {pool_id} tp{tp}"
+                       + (f"xpp{pp}" if pp > 1 else ""))
+        self._cache[key] = sm
+        return sm
+
+    def fleet(self, w: int) -> Fleet:
+        """The devices and engines of window ``w``: every dedicated replica of the plan in that window, and every
+        shared GPU (on all day)."""
+
+        pools = self.problem.pool_by_id
+        shares = self.problem.share_by_key
+        engines: list[EngineSpec] = []
+        devices: list[DeviceSpec] = []
+        dm: list[tuple[str, ...]] = []
+        for (m, pool_id, tp, pp), counts in sorted(self.plan.replicas.items()):
+            n = counts[w]
+            if not n:
+                continue
+            pool = pools[pool_id]
+            gpu = get_gpu(pool.gpu, self.scenario_file("gpus"))
+            sm = self.step_model(m, pool_id, tp, pp, None)
+            served = self.problem.option_by_key[(m, pool_id, tp, pp)].class_capacity
+            for r in range(n):
+                devices.append(DeviceSpec(f"{m} {pool.label} tp{tp}x{pp} #{r + 1}", tp * pp,
+                                          pool.usd_per_busy_gpu_hour, gpu.tdp_w or 0.0, gpu=pool.gpu))
+                engines.append(EngineSpec(m, len(devices) - 1, sm, classes=frozenset(served) if served else None))
+                dm.append((m,))
+        for g_i, g in enumerate(self.plan.shared):
+            pool = pools[g.pool]
+            gpu = get_gpu(pool.gpu, self.scenario_file("gpus"))
+            devices.append(DeviceSpec(f"shared {pool.label} #{g_i + 1} ({' + '.join(g.models)})", 1,
+                                      pool.usd_per_busy_gpu_hour, gpu.tdp_w or 0.0, gpu=pool.gpu))
+            for m in g.models:
+                opt = shares[(m, g.pool)]
+
+                model, wd, _ = self.model_spec(m)
+                budget = opt.memory_bytes - model.weight_bytes(wd)
+                engines.append(EngineSpec(m, len(devices) - 1, self.step_model(m, g.pool, 1, 1, budget)))
+            dm.append(tuple(g.models))
+        return Fleet(engines, devices, dm)
+
+    def pd_fleet(self, w: int) -> PdFleet:
+        """The prefill and decode replicas of window ``w`` (:class:`fleetplan.simulator.disagg.PdFleet`): one device
+        and engine per replica; a prefill replica in the router group of its route (model, its pool's site, the
+        decode site it ships to), a decode replica in the group of its model and site."""
+        pools = self.problem.pool_by_id
+        out = PdFleet([], [], [], [])
+        for (m, role, pool_id, tp, dsite), counts in sorted(self.plan.pd_replicas.items()):
+            n = counts[w]
+            if not n:
+                continue
+            pool = pools[pool_id]
+            gpu = get_gpu(pool.gpu, self.scenario_file("gpus"))
+            sm = self.step_model(m, pool_id, tp, 1, None, role=role)
+            group = prefill_group((m, pool.site, dsite)) if role == "prefill" else decode_group(m, pool.site)
+            to = f" -> {dsite}" if role == "prefill" else ""
+            for r in range(n):
+                out.devices.append(DeviceSpec(f"{m} {role} {pool.gpu}@{pool.site} tp{tp}{to} #{r + 1}", tp,
+                                              pool.usd_per_gpu_hour, gpu.tdp_w or 0.0, gpu=pool.gpu))
+                out.engines.append(EngineSpec(m, len(out.devices) - 1, sm))
+                out.groups.append(group)
+                out.tp.append(tp)
+        return out
+
+    def kv_link(self, prefill_site: str, decode_site: str) -> Link:
+        """The link a KV cache takes from ``prefill_site`` to ``decode_site``, as the planner's prefill options
+        (:func:`fleetplan.scenario.build.build_problem`) take it: the scenario's inter-node link inside a site,
+        the shipped network graph's link between two sites."""
+        if prefill_site == decode_site:
+            opts = self.scenario.options if self.scenario is not None else {}
+            return inter_node_link(opts.get("inter_node_link"))
+        return load_network_graph().link(prefill_site, decode_site)
+
+    def kv_transfer_s(self, route: RouteKey, prompt_tokens: np.ndarray, streams: np.ndarray) -> np.ndarray:
+        """Seconds each prompt's KV cache takes over ``route``'s link (:func:`fleetplan.costmodels.split.
+        kv_transfer_s`: KV-cached prompt tokens × KV bytes per token, one stream per prefill tp rank)."""
+        model, _, kd = self.model_spec(route[0])
+        link = self.kv_link(route[1], route[2])
+        kvpt = model.kv_bytes_per_token(kd)
+        return np.asarray([kv_transfer_s(model.kv_tokens_cached(float(t)) * kvpt, link, int(s))
+                           for t, s in zip(prompt_tokens, streams, strict=True)], dtype=np.float64)
