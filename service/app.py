@@ -151,7 +151,12 @@ class Action(BaseModel):
     pp: int
     count: int
     ready_at_s: float | None = None
-    shared_models: list[str] | None = None
+    models: list[str] | None = None
+    shared_models: list[str] | None = Field(None, description="stored diffs from before 'models': a shared GPU's "
+                                            "residents")
+    role: Literal["colocated", "prefill", "decode"] = "colocated"
+    decode_site: str | None = None
+    reason: Literal["plan", "lost", "replaced"] = "plan"
 
 
 class PlanDiff(BaseModel):

@@ -334,17 +334,29 @@ def test_named_pools_get_their_own_workloads(example):
     assert {t.name.rsplit("-", 1)[-1]: t.replicas for t in targets} == {"committed": 5, "owned": 5, "spot": 0}
 
 
-def test_online_round_prices_a_committed_gpu_at_its_rate(example):
-    problem, _scenario, _plan = example
-    # A one-window plan commits what it uses, so the round ranks a committed GPU at 7.5 USD/h. Per usable GPU
-    # (0.9 C; spot 0.81 C) an hour costs: owned 0.1207 / 0.9 = 0.134, spot 2.525 / 0.81 = 3.117, committed
-    # 7.5 / 0.9 = 8.333, on demand 11.06 / 0.9 = 12.29: the round fills owned, then spot, then committed.
+def test_online_rounds_use_the_days_commitment_first_and_never_beyond_it(example):
+    problem, _scenario, plan = example
+    # The commitment is bought for the day (the plan commits 5 GPUs), so online its GPUs cost nothing more and a
+    # round cannot change it: a cold start, which would have to choose one, is refused.
+    with pytest.raises(InputError, match="fleetplan serve --plan"):
+        Replanner(problem).initial(0.0)
+    assert plan.commitments == {"committed": 5}
     r = Replanner(problem)
-    assert r.initial(0.0).report.ok
+    night = r.start_from(plan, 0.0)  # window 0: 5 owned + 5 committed replicas, as planned
+    assert {k[1]: v[0] for k, v in night.plan.replicas.items()} == {"owned": 5, "committed": 5}
+    assert night.report.ok
+    # 181 req/s. Usable req/s per replica: 10.3631 x 0.9 = 9.3268 (spot x 0.9 more: 8.3941). Per usable req/s an
+    # hour costs: committed 0 (sunk, all 5 in use already), owned 0.120666 / 9.3268 = 0.0129, spot
+    # 2.52493 / 8.3941 = 0.3008, on demand 11.0612 / 9.3268 = 1.186. The budget of 8 starts: 3 owned (8 in all),
+    # then 5 spot: 13 x 9.3268 + 5 x 8.3941 = 163.2 req/s, the rest unmet until the next round.
     r.forecaster.observe("Llama-3.1-8B", 181.0, at_s=10.0)
     res = r.round(60.0)
     assert res.report.ok, res.report.violations
-    reps = {k[1]: v[0] for k, v in res.plan.replicas.items()}
-    assert reps["owned"] == 8 and reps["spot"] == 8 and reps.get("committed", 0) > 0 and "on-demand" not in reps
-    # the round's cost per hour: 8 owned × 0.120666 + 8 spot × 2.52493 + committed × 7.5
-    assert res.cost_usd_per_hour == pytest.approx(8 * 0.120666 + 8 * 2.52493 + reps["committed"] * 7.5)
+    assert {k[1]: v[0] for k, v in res.plan.replicas.items()} == {"owned": 8, "committed": 5, "spot": 5}
+    assert res.unmet_req_per_s["Llama-3.1-8B"] == pytest.approx(181 - (13 * 9.32679 + 5 * 8.39411), rel=1e-4)
+    # the hour: the commitment 5 x 7.50 (paid whatever runs) + 8 owned x 0.120666 + 5 spot x 2.52493
+    assert res.cost_usd_per_hour == pytest.approx(5 * 7.5 + 8 * 0.120666 + 5 * 2.52493)
+    # next round: 3 more spot (8 in all: 188.4 req/s >= 181); the on-demand pool keeps 0.1 x 8 spot GPUs free
+    res = r.round(120.0)
+    assert {k[1]: v[0] for k, v in res.plan.replicas.items()} == {"owned": 8, "committed": 5, "spot": 8}
+    assert res.report.ok and res.unmet_req_per_s["Llama-3.1-8B"] == 0.0
