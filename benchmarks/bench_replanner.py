@@ -1,48 +1,62 @@
-"""A day of the re-planner against a reactive autoscaler, the static plan and clairvoyant planners, replayed.
+"""A day of the re-planner against reactive autoscalers, the static plan and clairvoyant planners, replayed.
 
-Run: `.venv/bin/python benchmarks/bench_replanner.py [--days 3 7 11] [--resolve-time-limit 10] [--variant
-cooldown_s=600,floor_on_latest=false] [--no-clairvoyant] [--plot replanner.png]` (about 2 minutes a day, 6 for the
-default three; each variant adds about 1 minute a day).
+Run: `.venv/bin/python benchmarks/bench_replanner.py [--days 3 7 11] [--seeds 0] [--surprise none|plus20|plus50|
+double70b|site-outage] [--load-time-factor 1] [--arrivals servegen|poisson] [--per-window] [--variant
+cooldown_s=600,...] [--no-clairvoyant] [--json FILE] [--plot replanner.png]` (about 3 minutes a day and seed with
+the clairvoyant references, 2 without; each variant adds about 1 minute a day).
 
-For each ServeGen day (m-large, m-mid and m-small have 14 days; deepseek-r1 and mm-image only day 0, kept), the
-shipped default scenario's requests of that day are replayed (:func:`fleetplan.simulator.fleetday.replay_fleet_day`:
-new replicas billed from their start and serving after their load time, stopped ones finishing their queues) against
-three fleets, all planned on the scenario's mean day (what the planner knows):
+For each ServeGen day (m-large, m-mid and m-small have 14 days; deepseek-r1 and mm-image only day 0, kept) and seed,
+the shipped default scenario's requests of that day are replayed (:func:`fleetplan.simulator.fleetday.
+replay_fleet_day`: new replicas billed from their start and serving after their load time, make-before-break at
+every step, stopped replicas finishing their queues) against these fleets, all planned on the scenario's mean day
+(what the planner knows):
 
 * static: the offline plan (`fleetplan plan`, HiGHS), its per-window replicas changing at window starts;
-* reactive: the issue's reactive autoscaler, per model every 5 minutes: ceil(observed rate / (capacity x 0.9))
-  replicas of ONE option per model, the option the offline plan uses most (most replica-windows; ties: the cheaper
-  per req/s; a model the offline plan serves only on shared GPUs: its cheapest option per req/s), scaled down only
-  when two readings in a row ask for fewer (to the larger of the two); replicas that do not fit the option's pool
-  spill to the model's next option by cost per req/s (never needed on the default scenario's days unless said);
-  the same capacity model as the planner (the options' capacity_req_per_s);
-* replanner: fleetplan's Replanner (solvers/online/, default OnlineConfig, so forecast_method as measured by
-  bench_forecast.py) started from the offline plan, its forecaster warmed with the ``--warm-days`` ServeGen days
-  before the replayed one (observed the same way; the service has been running), a round every 5 minutes on the
-  observed rates, a HiGHS re-solve every hour and whenever a round drifts above the last re-solve's cost (sized for
-  ``Replanner.resolve_demand``: the forecast held over the scale-down cooldown), of which the part that pays for its
-  migrations is adopted (``Replanner.consider``);
-* each ``--variant``: the same re-planner with some OnlineConfig fields changed (the trade-off of its knobs);
-* two clairvoyant references, which know the replayed day (unless ``--no-clairvoyant``): "clairvoyant hourly", the
-  offline planner given the day's own curve (each hour sized for its busiest 10 minutes, the scenario's margin), what
-  a re-planner with a perfect hourly forecast and free migrations runs; "clairvoyant 5-min", per 5-minute step the
-  cheapest one-window plan for that step's and the next step's observed rates, ignoring migrations and stability:
-  about the least any policy bound by the scenario's margin pays. They tell whether a cost goal is within reach of
-  any forecast, not a policy to deploy.
+* reactive: per model every 5 minutes ceil(observed rate / (capacity x 0.9)) replicas of ONE option, the option the
+  offline plan uses most (most replica-windows; ties: the cheaper per req/s; a model the offline plan serves only on
+  shared GPUs: its cheapest option per req/s), scaled down only when two readings in a row ask for fewer (to the
+  larger of the two); replicas that do not fit the option's pool (or whose pool is down) spill to the model's next
+  option by cost per req/s;
+* reactive-cheapest: the same rule on each model's cheapest option per req/s;
+* hpa: Kubernetes' Horizontal Pod Autoscaler rule on the most-planned option: every 60 s, desired = ceil(rate over
+  the last 60 s / (capacity x 0.9)); no change while |desired / current - 1| <= 0.1 (its tolerance); scale-down to
+  the highest desired of the last 300 s (its stabilization window), scale-up at once; spilling as the reactive;
+* replanner: fleetplan's Replanner (solvers/online/, default OnlineConfig) started from the offline plan, its
+  forecaster warmed with the ``--warm-days`` days before (observed the same way: the service has been running), a
+  round every 5 minutes on the observed rates, a HiGHS re-solve every hour and whenever a round drifts above the last
+  re-solve's cost (``Replanner.consider`` adopts the part that pays for its migrations), the replicas it replaces
+  stopped when their replacements serve (``Replanner.settle``), and a site outage reported ``--report-delay``
+  seconds after it starts (``Replanner.set_unavailable``);
+* each ``--variant``: the same re-planner with some OnlineConfig fields changed;
+* clairvoyant references, which know the replayed day (unless ``--no-clairvoyant``; not for a site outage, which a
+  planned day cannot express): "clairvoyant hourly", the offline planner given the day's own requests (each hour
+  sized for its busiest 10 minutes, the scenario's margin): what a re-planner with a perfect hourly forecast and free
+  migrations runs; "clairvoyant 5-min", per 5-minute step the cheapest one-window plan for that step's and the next
+  step's observed rates, ignoring migrations and stability: about the least any policy bound by the scenario's margin
+  pays. They tell whether a cost goal is within reach of any forecast, not a policy to deploy.
 
-Observed rate = the replayed requests of the model in the last 5 minutes / 300 s. Prints per day and policy: GPU
-cost (billed GPU-hours x pool price; a started replica is billed from its start, a stopped one until its queue is
-done), GPU-hours, two utilizations: "busy" = busy GPU-seconds / billed GPU-seconds (busy: a GPU is running a prefill or
-decode step of the discrete-event engine; loading and idle time count as not busy; with continuous batching this
-saturates near 100% at any load, so it barely tells fleets apart) and "capacity" = the rated GPU-seconds of the
-requests served / billed GPU-seconds (a request served by a replica of option o uses o.gpus / o.capacity_req_per_s
-GPU-seconds, on a shared GPU 1 / the share option's capacity: the served load over the rated capacity of the billed
-GPUs, :attr:`fleetplan.simulator.fleetday.FleetDayReport.capacity_utilization`), SLO attainment (share of requests
-meeting their model's TTFT and TPOT targets; dropped requests fail), migrations (replica starts + stops, shared GPUs
-one each), and the re-planner's re-solves adopted / offered; then the average per day and the goals (<= 0.85x the
-reactive cost at >= its attainment, <= 40 migrations a day, >= 10% higher mean utilization: judged on the capacity
-utilization as a relative increase, the busy one printed beside it), each marked met or not; and the billed
-GPU-hours per day of each model's dedicated replicas and of the shared GPUs (where the GPU-hours go).
+Surprises (``--surprise``; applied to the replayed day only, the warm-up days and the offline plan do not know
+them): plus20 / plus50 all demand +20% / +50%; double70b Llama-3.1-70B's demand doubled from 12:00; site-outage
+gcp:us-central1 (where the offline plan puts the whole noon fleet) down 12:00-14:00: its replicas stop serving,
+none start there, and the reactive policies spill as their pools are down. ``--load-time-factor F`` multiplies
+every replica's load time in the replay and in what the re-planner knows. ``--arrivals servegen`` (default): each
+ServeGen client a Gamma renewal process with its own inter-arrival CV (bursty); ``poisson``: the capacity model's
+assumption. Queues carry over from one hour to the next (one engine run for the day) unless ``--per-window``.
+
+Observed rate = the replayed requests of the model in the last 5 minutes (60 s for hpa) / the interval. Printed per
+day and policy: GPU cost (billed GPU-hours x pool price; a started replica is billed from its start, a stopped one
+until its queue is done), GPU-hours, two utilizations: "busy" = busy GPU-seconds / billed GPU-seconds (continuous
+batching keeps it near 100% at any load) and "capacity" = the rated GPU-seconds of the requests served / billed
+GPU-seconds (:attr:`fleetplan.simulator.fleetday.FleetDayReport.capacity_utilization`), SLO attainment (share of
+requests meeting their model's TTFT and TPOT targets; dropped requests fail), the attainment in the surprise's own
+hour (for site-outage: from the re-planner's first round after the report to the outage's end), and migrations
+(replica starts + stops, shared GPUs one each). Then the averages per day, and the goals: the re-planner dominates
+every reactive baseline (cheaper, >= its attainment, fewer migrations), regret <= 3% against clairvoyant hourly;
+on a surprise day <= 0.95x the reactive's cost at >= its attainment and >= 99% in the surprise's hour.
+
+``--json FILE`` writes ``{"policies": {NAME: {"cost_usd_per_day", "attainment", "migrations_per_day",
+"capacity_utilization", "busy_utilization", "gpu_hours_per_day", "surprise_attainment"}}, "days", "seeds",
+"surprise", "load_time_factor", "arrivals"}`` (averages over the days and seeds run).
 """
 
 from __future__ import annotations
@@ -51,25 +65,59 @@ import argparse
 import copy
 import dataclasses
 import difflib
+import json
 import math
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from fleetplan.errors import FleetplanError
+from fleetplan.fileio import write_text_atomic
 from fleetplan.scenario.build import build_problem
 from fleetplan.scenario.read import load_scenario, scenario_from_raw
 from fleetplan.service.runtime import scenario_problem
-from fleetplan.simulator.fleetday import FleetStep, plan_steps, replay_fleet_day
-from fleetplan.simulator.workload import scenario_workload
+from fleetplan.simulator.fleetday import FleetStep, Outage, day_requests, plan_steps, replay_fleet_day
 from fleetplan.solvers.online.config import OnlineConfig
 from fleetplan.solvers.online.replanner import Replanner
 from fleetplan.solvers.online.state import window_problem
 from fleetplan.solvers.solve import solve
 
 STEP_S = 300.0
+HPA_STEP_S = 60.0
 MULTI_DAY = ("m-large", "m-mid", "m-small")
+SURPRISES = ("none", "plus20", "plus50", "double70b", "site-outage")
+OUTAGE_SITE = "gcp:us-central1"
+NOON_S = 12 * 3600.0
+
+
+@dataclass(frozen=True)
+class Surprise:
+    """What the replayed day holds that the plan does not know: a demand factor per (model, window) and outages;
+    ``hour`` = (from, to) seconds of the day its attainment is judged on."""
+
+    name: str
+    factors: dict[tuple[str, int], float]
+    outages: tuple[Outage, ...]
+    hour: tuple[float, float] | None
+
+
+def make_surprise(name: str, problem) -> Surprise:
+    W = problem.n_windows
+    L = problem.window_length_s
+    models = [m.name for m in problem.models]
+    if name == "plus20":
+        return Surprise(name, {(m, w): 1.2 for m in models for w in range(W)}, (), (NOON_S, NOON_S + 3600.0))
+    if name == "plus50":
+        return Surprise(name, {(m, w): 1.5 for m in models for w in range(W)}, (), (NOON_S, NOON_S + 3600.0))
+    if name == "double70b":
+        m70 = next(m for m in models if m.startswith("Llama-3.1-70B"))
+        return Surprise(name, {(m70, w): 2.0 for w in range(int(NOON_S // L), W)}, (), (NOON_S, NOON_S + 3600.0))
+    if name == "site-outage":
+        pools = tuple(p.id for p in problem.pools if p.site == OUTAGE_SITE)
+        return Surprise(name, {}, (Outage(pools, NOON_S, NOON_S + 2 * 3600.0),), (NOON_S, NOON_S + 2 * 3600.0))
+    return Surprise("none", {}, (), None)
 
 
 def default_raw(tpot_percentile: int = 95) -> tuple[dict, str | None]:
@@ -99,24 +147,39 @@ def mean_day_problem(tpot_percentile: int = 95):
     return scenario_problem(scenario_from_raw(raw, source="default", base=base_dir))
 
 
-def observed_rates(scenario, problem, seed: int) -> dict[str, np.ndarray]:
-    """{model: req/s in each 5-minute step of the day} from the replayed requests (same seed as the replay)."""
-    L = problem.window_length_s
-    names = [m.name for m in problem.models]
-    steps = int(problem.n_windows * L // STEP_S)
-    out = {m: np.zeros(steps) for m in names}
-    for w in range(problem.n_windows):
-        wl = scenario_workload(scenario, w, 0.0, L, seed, names=names)
-        for m in names:
-            t = wl.arrival_s[wl.model == m] + w * L
-            idx = (t // STEP_S).astype(int)
-            np.add.at(out[m], idx[idx < steps], 1.0)
-    return {m: v / STEP_S for m, v in out.items()}
+def observed_rates(wl, names: list[str], step_s: float, day_s: float) -> dict[str, np.ndarray]:
+    """{model: req/s in each ``step_s`` step of the day} of the day's requests ``wl`` (times from the day's start)."""
+    steps = int(day_s // step_s)
+    out = {}
+    for m in names:
+        idx = (wl.arrival_s[wl.model == m] // step_s).astype(int)
+        out[m] = np.bincount(idx[idx < steps], minlength=steps)[:steps] / step_s
+    return out
 
 
-def reactive_option_order(problem, offline) -> dict[str, list]:
-    """{model: its options, the one the offline plan uses most first (most replica-windows; ties: cheaper per req/s),
-    then by cost per req/s}: the autoscaler scales the first; the rest take what its pool cannot hold."""
+# ---- reactive baselines -------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Reactive:
+    """A reactive autoscaler: one option per model ('planned': the offline plan's most-used; 'cheapest': per
+    req/s), scaled every ``period_s`` on the rate of the last period; ``tolerance``: no change while
+    |desired / current - 1| <= it; scale-down: 'two-readings' (when two readings in a row ask for fewer, to the
+    larger) or 'window' (to the highest desired of the last ``window_s``)."""
+
+    name: str
+    choice: str
+    period_s: float
+    tolerance: float
+    down: str
+    window_s: float = 300.0
+
+
+REACTIVES = (Reactive("reactive", "planned", STEP_S, 0.0, "two-readings"),
+             Reactive("reactive-cheapest", "cheapest", STEP_S, 0.0, "two-readings"),
+             Reactive("hpa", "planned", HPA_STEP_S, 0.1, "window"))
+
+
+def option_order(problem, offline, choice: str) -> dict[str, list]:
+    """{model: its options, the one the autoscaler scales first, then the rest by cost per req/s}."""
     pools = problem.pool_by_id
 
     def per_req(o):
@@ -126,64 +189,83 @@ def reactive_option_order(problem, offline) -> dict[str, list]:
     for m in problem.models:
         opts = sorted((o for o in problem.options if o.model == m.name), key=lambda o: (per_req(o), o.key))
         used = {o.key: sum(offline.replicas.get(o.key, ())) for o in opts}
-        if max(used.values(), default=0) > 0:
+        if choice == "planned" and max(used.values(), default=0) > 0:
             first = max(opts, key=lambda o: (used[o.key], -per_req(o)))
             opts = [first] + [o for o in opts if o is not first]
         out[m.name] = opts
     return out
 
 
-def reactive_steps(problem, offline, rates: dict[str, np.ndarray]) -> tuple[list[FleetStep], int]:
-    """The reactive autoscaler's fleet (module docstring) and how many 5-minute steps had to spill to another
-    option."""
-    opts = reactive_option_order(problem, offline)
-    cur: dict[str, int] = {m.name: max(1, m.min_replicas) for m in problem.models}
-    prev_want: dict[str, int] = dict(cur)
-    steps = []
-    spilled = 0
+def _down_pools(outages: tuple[Outage, ...], t: float) -> set[str]:
+    return {p for o in outages if o.from_s <= t < o.to_s for p in o.pools}
+
+
+def reactive_steps(problem, offline, rates: dict[str, np.ndarray], spec: Reactive, outages: tuple[Outage, ...] = ()
+                   ) -> tuple[list[FleetStep], int]:
+    """The fleet of the reactive autoscaler ``spec`` (module docstring) on ``rates`` (req/s per ``spec.period_s``
+    step) and how many steps had to spill to another option."""
+    opts = option_order(problem, offline, spec.choice)
+    cur = {m.name: max(1, m.min_replicas) for m in problem.models}
+    prev_want = dict(cur)
+    history: dict[str, list[tuple[float, int]]] = {m.name: [] for m in problem.models}
+    steps, spilled = [], 0
     n = len(next(iter(rates.values())))
     for k in range(n):
-        t = k * STEP_S
+        t = k * spec.period_s
         for m in problem.models:
             first = opts[m.name][0]
             r = rates[m.name][k - 1] if k else m.demand_req_per_s[0]
             want = max(m.min_replicas, 1, math.ceil(r / (first.capacity_req_per_s * 0.9) - 1e-9))
-            if want >= cur[m.name]:
-                cur[m.name] = want
-            elif prev_want[m.name] < cur[m.name]:
-                cur[m.name] = max(want, prev_want[m.name])
+            cur[m.name] = _next_count(spec, cur[m.name], want, prev_want[m.name], history[m.name], t)
             prev_want[m.name] = want
-        free = {p.id: p.gpus for p in problem.pools}
-        reps: dict = {}
-        spill = False
-        for m in problem.models:
-            need_req = cur[m.name] * opts[m.name][0].capacity_req_per_s
-            for i, o in enumerate(opts[m.name]):
-                if need_req <= 1e-9:
-                    break
-                k_n = min(math.ceil(need_req / o.capacity_req_per_s - 1e-9), free[o.pool] // o.gpus)
-                if k_n > 0:
-                    spill |= i > 0
-                    reps[o.key] = reps.get(o.key, 0) + k_n
-                    free[o.pool] -= k_n * o.gpus
-                    need_req -= k_n * o.capacity_req_per_s
+        reps, spill = _fit_counts(problem, opts, cur, _down_pools(outages, t))
         spilled += int(spill)
         steps.append(FleetStep(t, reps))
     return steps, spilled
 
 
+def _next_count(spec: Reactive, cur: int, want: int, prev_want: int, history: list[tuple[float, int]],
+                t: float) -> int:
+    if spec.down == "window":
+        history.append((t, want))
+        history[:] = [(s, w) for s, w in history if t - spec.window_s < s <= t]
+        if cur and abs(want / cur - 1) <= spec.tolerance:
+            return cur
+        return want if want >= cur else max(w for _, w in history)
+    if want >= cur:
+        return want
+    return max(want, prev_want) if prev_want < cur else cur
+
+
+def _fit_counts(problem, opts, cur: dict[str, int], down: set[str]) -> tuple[dict, bool]:
+    free = {p.id: (0 if p.id in down else p.gpus) for p in problem.pools}
+    reps: dict = {}
+    spill = False
+    for m in problem.models:
+        need_req = cur[m.name] * opts[m.name][0].capacity_req_per_s
+        for i, o in enumerate(opts[m.name]):
+            if need_req <= 1e-9:
+                break
+            k_n = min(math.ceil(need_req / o.capacity_req_per_s - 1e-9), free[o.pool] // o.gpus)
+            if k_n > 0:
+                spill |= i > 0
+                reps[o.key] = reps.get(o.key, 0) + k_n
+                free[o.pool] -= k_n * o.gpus
+                need_req -= k_n * o.capacity_req_per_s
+    return reps, spill
+
+
+# ---- planners -----------------------------------------------------------------------------------------------------
 def clairvoyant_hourly_steps(dprob, limit_s: float) -> list[FleetStep]:
-    """The offline planner given the replayed day's own curve (each hour sized for its busiest 10 minutes of that
-    day, the scenario's margin): what a re-planner with a perfect hourly forecast and free migrations would run."""
+    """The offline planner given the replayed day's own curve: what a re-planner with a perfect hourly forecast and
+    free migrations would run."""
     p = solve(dprob, "highs", time_limit_s=limit_s)
     return plan_steps(dprob, p.replicas, [(g.pool, g.models) for g in p.shared])
 
 
 def clairvoyant_step_steps(problem, rates: dict[str, np.ndarray], limit_s: float) -> list[FleetStep]:
     """Per 5-minute step, the cheapest one-window plan (HiGHS) for the larger of that step's and the next step's
-    observed rates (the next one so that replicas start before the load they serve): a policy that knows the day's
-    rates 5 minutes ahead and ignores migrations and stability. Its cost is about the least any policy bound by the
-    scenario's margin pays; its attainment shows what following the rates that closely costs in SLO."""
+    observed rates: a policy that knows the day's rates 5 minutes ahead and ignores migrations and stability."""
     n = len(next(iter(rates.values())))
     steps = []
     for k in range(n):
@@ -194,9 +276,15 @@ def clairvoyant_step_steps(problem, rates: dict[str, np.ndarray], limit_s: float
     return steps
 
 
-def replanner_steps(problem, lt, offline, rates, resolve_limit_s: float,
-                    warm: list[dict[str, np.ndarray]] = (), config: OnlineConfig | None = None
-                    ) -> tuple[list[FleetStep], int, int]:
+def _step_of(r: Replanner, t: float) -> FleetStep:
+    return FleetStep(t, {**r.counts(), **r.pd_counts()}, tuple((s.pool, s.models) for s in r.shared))
+
+
+def replanner_steps(problem, lt, offline, rates, resolve_limit_s: float, warm: list[dict[str, np.ndarray]] = (),
+                    config: OnlineConfig | None = None, outages: tuple[Outage, ...] = (), report_delay_s: float = 60.0
+                    ) -> tuple[list[FleetStep], int, int, float | None]:
+    """The re-planner's fleet (module docstring); returns (steps, re-solves adopted, offered, time of its first
+    round after an outage was reported or None)."""
     r = Replanner(problem, config or OnlineConfig(), lt)
     day_s = problem.n_windows * problem.window_length_s
     for i, past in enumerate(warm):  # the days before, oldest first, at negative times (the service's history)
@@ -204,24 +292,42 @@ def replanner_steps(problem, lt, offline, rates, resolve_limit_s: float,
         for k in range(len(next(iter(past.values())))):
             for m in problem.models:
                 r.forecaster.observe(m.name, float(past[m.name][k]), t0 + (k + 1) * STEP_S)
-    res = r.start_from(offline, 0.0)
-    steps = [FleetStep(0.0, r.counts(), tuple((s.pool, s.models) for s in r.shared))]
+    r.start_from(offline, 0.0)
+    steps = [_step_of(r, 0.0)]
+    events = sorted([(o.from_s + report_delay_s, o.pools, True) for o in outages]
+                    + [(o.to_s + report_delay_s, o.pools, False) for o in outages])
     adopted = offered = 0
+    first_after = None
     n = len(next(iter(rates.values())))
     for k in range(1, n):
         t = k * STEP_S
+        while events and events[0][0] <= t:
+            at, pools, down = events.pop(0)
+            _settle_until(r, steps, at)
+            r.set_unavailable({p: (range(problem.pool_by_id[p].nodes) if down else ()) for p in pools}, at)
+            steps.append(_step_of(r, at))
+            if down and first_after is None:
+                first_after = at
+        _settle_until(r, steps, t)
         for m in problem.models:
             r.forecaster.observe(m.name, float(rates[m.name][k - 1]), t)
-        res = r.round(t)
+        r.round(t)
         if k % int(3600 / STEP_S) == 0 or r.drifted:
-            cand = solve(window_problem(problem, r.resolve_demand(t)), "highs", time_limit_s=resolve_limit_s, threads=1,
+            cand = solve(r.candidate_problem(r.resolve_demand(t)), "highs", time_limit_s=resolve_limit_s, threads=1,
                          lp_bound=False)
-            ok, got, _ = r.consider(cand, t)
+            ok, _, _ = r.consider(cand, t)
             offered += 1
             adopted += int(ok)
-            res = got or res
-        steps.append(FleetStep(t, r.counts(), tuple((s.pool, s.models) for s in r.shared)))
-    return steps, adopted, offered
+        steps.append(_step_of(r, t))
+    _settle_until(r, steps, day_s - 1e-6)
+    return steps, adopted, offered, first_after
+
+
+def _settle_until(r: Replanner, steps: list[FleetStep], t: float) -> None:
+    """Emit a step at every make-before-break stop that comes due before ``t``."""
+    while (due := r.next_settle_s()) is not None and due <= t:
+        r.settle(due)
+        steps.append(_step_of(r, due))
 
 
 def parse_variant(text: str) -> tuple[str, OnlineConfig]:
@@ -256,150 +362,219 @@ def parse_variant(text: str) -> tuple[str, OnlineConfig]:
         raise SystemExit(f"--variant {text!r}: {e}") from None
 
 
-def plot(path: str, agg: dict[str, tuple], per_day: dict[str, list], days: list[int]) -> None:
-    """Cost per day against SLO attainment, one colour per policy (small marks: each day; large: the average), the
-    goal region (<= 0.85x the reactive's cost at >= its attainment) shaded."""
+# ---- reporting ----------------------------------------------------------------------------------------------------
+@dataclass
+class Tally:
+    """One policy's replays: sums over days and seeds."""
+
+    cost: float = 0.0
+    gpu_hours: float = 0.0
+    busy: float = 0.0
+    rated: float = 0.0
+    requests: int = 0
+    met: int = 0
+    migrations: int = 0
+    runs: int = 0
+    hour_requests: int = 0
+    hour_met: int = 0
+
+    def add(self, rep, hour: tuple[float, float] | None) -> None:
+        self.cost += rep.cost_usd
+        self.gpu_hours += rep.gpu_hours
+        self.busy += rep.busy_gpu_hours
+        self.rated += rep.rated_gpu_hours
+        self.requests += rep.requests
+        self.met += rep.met
+        self.migrations += rep.migrations
+        self.runs += 1
+        if hour is not None:
+            req, met = rep.between(*hour)
+            self.hour_requests += req
+            self.hour_met += met
+
+    def summary(self) -> dict:
+        n = max(1, self.runs)
+        return {"cost_usd_per_day": self.cost / n, "attainment": self.met / max(1, self.requests),
+                "migrations_per_day": self.migrations / n,
+                "capacity_utilization": self.rated / self.gpu_hours if self.gpu_hours else 0.0,
+                "busy_utilization": self.busy / self.gpu_hours if self.gpu_hours else 0.0,
+                "gpu_hours_per_day": self.gpu_hours / n,
+                "surprise_attainment": self.hour_met / self.hour_requests if self.hour_requests else None}
+
+
+def goals(agg: dict[str, dict], surprise: str) -> list[str]:
+    """Lines saying which goals hold (module docstring)."""
+    rp = agg["replanner"]
+
+    def met(ok: bool) -> str:
+        return "met" if ok else "NOT met"
+
+    out = []
+    for name in (s.name for s in REACTIVES):
+        b = agg[name]
+        dom = (rp["cost_usd_per_day"] < b["cost_usd_per_day"] and rp["attainment"] >= b["attainment"]
+               and rp["migrations_per_day"] < b["migrations_per_day"])
+        out.append(f"  vs {name}: cost {rp['cost_usd_per_day'] / b['cost_usd_per_day']:.3f}x, attainment "
+                   f"{rp['attainment']:.2%} vs {b['attainment']:.2%}, migrations {rp['migrations_per_day']:.0f} vs "
+                   f"{b['migrations_per_day']:.0f}: dominates {met(dom)}")
+        if surprise != "none":
+            ok = rp["cost_usd_per_day"] <= 0.95 * b["cost_usd_per_day"] and rp["attainment"] >= b["attainment"]
+            out.append(f"    surprise goal <= 0.95x its cost at >= its attainment: {met(ok)}")
+    if "clairvoyant hourly" in agg:
+        c = agg["clairvoyant hourly"]["cost_usd_per_day"]
+        regret = rp["cost_usd_per_day"] / c - 1
+        out.append(f"  regret vs clairvoyant hourly {regret:+.1%} (goal <= +3%: {met(regret <= 0.03)})")
+    if rp["surprise_attainment"] is not None:
+        out.append(f"  attainment in the surprise's hour {rp['surprise_attainment']:.2%} (goal >= 99%: "
+                   f"{met(rp['surprise_attainment'] >= 0.99)})")
+    return out
+
+
+def plot(path: str, agg: dict[str, dict], per_run: dict[str, list], title: str) -> None:
+    """Cost per day against SLO attainment, one colour per policy (small marks: each day and seed; large: the
+    average), the region that dominates the reactive autoscaler shaded."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(8.5, 5.5))
-    c_r, _, _, a_r, _ = agg["reactive"]
-    lo_att = min(min(r.attainment for r in reps) for reps in per_day.values())
-    ax.fill_between([a_r * 100, 100.0], 0, 0.85 * c_r, color="tab:green", alpha=0.12,
-                    label=f"goal: <= 0.85x reactive (${0.85 * c_r:,.0f}) at >= {a_r:.2%}")
-    for i, (name, reps) in enumerate(per_day.items()):
+    r = agg["reactive"]
+    lo_att = min(min(x.attainment for x in reps) for reps in per_run.values())
+    ax.fill_between([r["attainment"] * 100, 100.0], 0, r["cost_usd_per_day"], color="tab:green", alpha=0.10,
+                    label=f"cheaper than the reactive (${r['cost_usd_per_day']:,.0f}) at >= its {r['attainment']:.2%}")
+    for i, (name, reps) in enumerate(per_run.items()):
         col = f"C{i}"
-        ax.scatter([r.attainment * 100 for r in reps], [r.cost_usd for r in reps], s=14, color=col, alpha=0.5)
-        cost, _, _, att, mig = agg[name]
-        ax.scatter([att * 100], [cost], s=90, color=col, edgecolor="black", zorder=3,
-                   label=f"{name}: ${cost:,.0f}/day ({cost / c_r:.3f}x), {att:.2%}, {mig:.0f} migr/day")
-    costs = [r.cost_usd for reps in per_day.values() for r in reps]
+        a = agg[name]
+        ax.scatter([x.attainment * 100 for x in reps], [x.cost_usd for x in reps], s=14, color=col, alpha=0.5)
+        ax.scatter([a["attainment"] * 100], [a["cost_usd_per_day"]], s=90, color=col, edgecolor="black", zorder=3,
+                   label=f"{name}: ${a['cost_usd_per_day']:,.0f}/day "
+                         f"({a['cost_usd_per_day'] / r['cost_usd_per_day']:.3f}x), {a['attainment']:.2%}, "
+                         f"{a['migrations_per_day']:.0f} migr/day")
+    costs = [x.cost_usd for reps in per_run.values() for x in reps]
     ax.set_ylim(min(costs) * 0.95, max(costs) * 1.03)
     ax.set_xlim(lo_att * 100 - 0.1, 100.0)
     ax.set_xlabel("SLO attainment, % of requests meeting TTFT and TPOT targets")
     ax.set_ylabel("GPU cost, USD per day")
-    ax.set_title(f"A day of each policy, default scenario, ServeGen days {' '.join(map(str, days))}\n"
-                 "(small marks: each day; large: the average)", fontsize=10)
+    ax.set_title(title + "\n(small marks: each day and seed; large: the average)", fontsize=10)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7.5, loc="upper left")
+    ax.legend(fontsize=7, loc="upper left")
     fig.tight_layout()
     fig.savefig(path, dpi=130)
     plt.close(fig)
 
 
-def main() -> None:
+def _args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--days", type=int, nargs="+", default=[3, 7, 11],
-                    help="ServeGen days to replay, 0-13 (about 2 minutes each, +1 per --variant)")
-    ap.add_argument("--seed", type=int, default=0, help="seed of the replayed requests")
+    ap.add_argument("--days", type=int, nargs="+", default=[3, 7, 11], help="ServeGen days to replay, 0-13")
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0], help="seeds of the replayed requests")
+    ap.add_argument("--surprise", choices=SURPRISES, default="none", help="what the replayed day holds unplanned")
+    ap.add_argument("--load-time-factor", type=float, default=1.0, help="multiply every replica's load time")
+    ap.add_argument("--arrivals", choices=("servegen", "poisson"), default="servegen",
+                    help="bursty ServeGen clients (default) or Poisson arrivals")
+    ap.add_argument("--per-window", action="store_true", help="each hour starts with empty queues (as before)")
+    ap.add_argument("--report-delay", type=float, default=60.0, help="seconds before an outage is reported")
     ap.add_argument("--resolve-time-limit", type=float, default=10.0, help="seconds per re-solve of the re-planner")
     ap.add_argument("--plan-time-limit", type=float, default=60.0, help="seconds for the offline plans")
     ap.add_argument("--warm-days", type=int, default=2, help="days before each replayed one fed to the forecaster")
-    ap.add_argument("--no-clairvoyant", action="store_true",
-                    help="skip the two clairvoyant references (the planner given the day's own rates)")
+    ap.add_argument("--no-clairvoyant", action="store_true", help="skip the clairvoyant references")
     ap.add_argument("--variant", action="append", default=[], metavar="FIELD=VALUE,...",
-                    help="also run the re-planner with these OnlineConfig fields changed (repeatable), e.g. "
-                         "cooldown_s=600,floor_on_latest=false")
+                    help="also run the re-planner with these OnlineConfig fields changed (repeatable)")
     ap.add_argument("--tpot-percentile", type=int, choices=[90, 95, 99], default=95,
-                    help="every model's TPOT target (same seconds) at this percentile instead of the shipped p95: "
-                         "what the planners promise when asked for a higher attainment")
+                    help="every model's TPOT target (same seconds) at this percentile instead of the shipped p95")
+    ap.add_argument("--json", metavar="FILE", help="write the averages per policy here")
     ap.add_argument("--plot", metavar="PNG", help="write cost per day against attainment for every policy here")
     a = ap.parse_args()
-    variants = [parse_variant(v) for v in a.variant]
-    if a.plot and not Path(a.plot).resolve().parent.is_dir():
-        raise SystemExit(f"--plot {a.plot}: its folder does not exist; give a path in an existing folder")
+    for flag, path in (("--plot", a.plot), ("--json", a.json)):
+        if path and not Path(path).resolve().parent.is_dir():
+            raise SystemExit(f"{flag} {path}: its folder does not exist; give a path in an existing folder")
+    if not (math.isfinite(a.load_time_factor) and a.load_time_factor > 0):
+        raise SystemExit(f"--load-time-factor {a.load_time_factor}: give a number > 0")
     for day in a.days:
         try:
             day_scenario(day, a.tpot_percentile)
         except FleetplanError as e:
             raise SystemExit(f"--days {day}: {e}") from None
+    if any(s < 0 for s in a.seeds):
+        raise SystemExit("--seeds: give whole numbers >= 0")
+    return a
+
+
+def main() -> None:
+    a = _args()
+    variants = [parse_variant(v) for v in a.variant]
     problem, lt = mean_day_problem(a.tpot_percentile)
+    lt = {k: v * a.load_time_factor for k, v in lt.items()}
     t0 = time.perf_counter()
     offline = solve(problem, "highs", time_limit_s=a.plan_time_limit)
     print(f"offline plan (mean day): ${offline.objective_usd:,.2f}/day, {offline.status.value} "
           f"({time.perf_counter() - t0:.0f} s)")
     static = plan_steps(problem, offline.replicas, [(g.pool, g.models) for g in offline.shared])
-    totals: dict[str, list] = {}
-    for day in a.days:
-        sc = day_scenario(day, a.tpot_percentile)
-        dprob = build_problem(sc)
-        rates = observed_rates(sc, dprob, a.seed)
-        warm = []
-        for d in range(max(0, day - a.warm_days), day):
-            wsc = day_scenario(d, a.tpot_percentile)
-            warm.append(observed_rates(wsc, build_problem(wsc), a.seed))
-        t1 = time.perf_counter()
-        rp_steps, adopted, offered = replanner_steps(problem, lt, offline, rates, a.resolve_time_limit, warm)
-        re_steps, spilled = reactive_steps(problem, offline, rates)
-        policies = {"static": static, "reactive": re_steps, "replanner": rp_steps}
-        print(f"ServeGen day {day} (re-planner driven in {time.perf_counter() - t1:.0f} s, warmed with {len(warm)} "
-              f"days; re-solves adopted {adopted} of {offered}; reactive spilled to a second option in {spilled} of "
-              f"{len(re_steps)} steps):")
-        for label, cfg in variants:
-            policies[label] = replanner_steps(problem, lt, offline, rates, a.resolve_time_limit, warm, cfg)[0]
-        if not a.no_clairvoyant:
-            policies["clairvoyant hourly"] = clairvoyant_hourly_steps(dprob, a.plan_time_limit)
-            policies["clairvoyant 5-min"] = clairvoyant_step_steps(problem, rates, 5.0)
-        for name, steps in policies.items():
-            rep = replay_fleet_day(dprob, sc, steps, lt, seed=a.seed)
-            totals.setdefault(name, []).append(rep)
-            worst = min(rep.by_model.items(), key=lambda kv: kv[1][1] / max(kv[1][0], 1))
-            print(f"  {name:9s}: ${rep.cost_usd:8,.2f}  {rep.gpu_hours:6.1f} GPU-h  util busy {rep.utilization:5.1%} "
-                  f"capacity {rep.capacity_utilization:5.1%}  "
-                  f"attainment {rep.attainment:6.2%} (lowest {worst[0]} {worst[1][1] / max(worst[1][0], 1):.1%})  "
-                  f"migrations {rep.migrations}", flush=True)
-    n = len(a.days)
-    print(f"Average per day over days {' '.join(map(str, a.days))}:")
-    agg = {}
-    for name, reps in totals.items():
-        cost = sum(r.cost_usd for r in reps) / n
-        gh = sum(r.gpu_hours for r in reps) / n
-        util = sum(r.busy_gpu_hours for r in reps) / n / gh if gh else 0.0  # pooled: busy / billed GPU-hours
-        cap_u = sum(r.rated_gpu_hours for r in reps) / n / gh if gh else 0.0  # pooled: rated / billed GPU-hours
-        att = sum(r.met for r in reps) / max(1, sum(r.requests for r in reps))
-        mig = sum(r.migrations for r in reps) / n
-        agg[name] = (cost, util, cap_u, att, mig)
-        print(f"  {name:9s}: ${cost:9,.2f}  {gh:6.1f} GPU-h  util busy {util:5.1%} capacity {cap_u:5.1%}  "
-              f"attainment {att:6.2%}  "
-              f"migrations {mig:.0f}")
-    print("Billed GPU-hours per day by model (dedicated replicas; shared GPUs apart):")
-    for name, reps in totals.items():
-        by: dict[str, float] = {}
-        for r in reps:
-            for m, h in r.gpu_hours_by_model.items():
-                by[m] = by.get(m, 0.0) + h / n
-        print(f"  {name:9s}: " + ", ".join(f"{m} {h:.1f}" for m, h in sorted(by.items())))
-    print("SLO misses per day by model (requests missing a target or dropped):")
-    for name, reps in totals.items():
-        miss: dict[str, float] = {}
-        for r in reps:
-            for m, (req, met_n) in r.by_model.items():
-                miss[m] = miss.get(m, 0.0) + (req - met_n) / n
-        print(f"  {name:9s}: " + ", ".join(f"{m} {v:,.0f}" for m, v in sorted(miss.items())))
-    c_r, u_r, k_r, a_r, _ = agg["reactive"]
-    c_p, u_p, k_p, a_p, m_p = agg["replanner"]
-
-    def met(ok: bool) -> str:
-        return "met" if ok else "NOT met"
-
-    print("Goals (re-planner against the reactive autoscaler, averages per day):")
-    print(f"  cost {c_p / c_r:.3f}x (goal <= 0.85: {met(c_p <= 0.85 * c_r)}) at attainment {a_p:.2%} vs {a_r:.2%} "
-          f"(goal >=: {met(a_p >= a_r)})")
-    print(f"  {m_p:.0f} migrations a day (goal <= 40: {met(m_p <= 40)})")
-    print(f"  capacity utilization {k_p:.1%} vs {k_r:.1%}, {k_p / k_r - 1:+.1%} relative (goal >= +10%: "
-          f"{met(k_p >= 1.1 * k_r)}); busy utilization {u_p:.1%} vs {u_r:.1%}, {u_p / u_r - 1:+.1%} relative")
-    others = [nm for nm in agg if nm not in ("static", "reactive", "replanner")]
-    if others:
-        print("Every other policy against the reactive autoscaler (cost ratio, attainment, migrations a day):")
-        for nm in others:
-            c, _, k, at, mg = agg[nm]
-            print(f"  {nm}: {c / c_r:.3f}x at {at:.2%} ({'>=' if at >= a_r else '<'} the reactive's), "
-                  f"capacity utilization {k / k_r - 1:+.1%}, {mg:.0f} migrations")
+    names = [m.name for m in problem.models]
+    day_s = problem.n_windows * problem.window_length_s
+    sur = make_surprise(a.surprise, problem)
+    replay_kw = {"arrivals": a.arrivals, "carry_queues": not a.per_window, "outages": sur.outages}
+    tallies: dict[str, Tally] = {}
+    per_run: dict[str, list] = {}
+    for seed in a.seeds:
+        for day in a.days:
+            sc = day_scenario(day, a.tpot_percentile)
+            dprob = build_problem(sc)
+            wl = day_requests(dprob, sc, seed, arrivals=a.arrivals, demand_factors=sur.factors)
+            rates = observed_rates(wl, names, STEP_S, day_s)
+            warm = []
+            for d in range(max(0, day - a.warm_days), day):
+                wsc = day_scenario(d, a.tpot_percentile)
+                warm.append(observed_rates(day_requests(build_problem(wsc), wsc, seed, arrivals=a.arrivals), names,
+                                           STEP_S, day_s))
+            t1 = time.perf_counter()
+            rp, adopted, offered, first_after = replanner_steps(problem, lt, offline, rates, a.resolve_time_limit, warm,
+                                                                outages=sur.outages, report_delay_s=a.report_delay)
+            policies: dict[str, list[FleetStep]] = {"static": static}
+            for spec in REACTIVES:
+                r_rates = rates if spec.period_s == STEP_S else observed_rates(wl, names, spec.period_s, day_s)
+                policies[spec.name] = reactive_steps(problem, offline, r_rates, spec, sur.outages)[0]
+            policies["replanner"] = rp
+            print(f"ServeGen day {day}, seed {seed} (re-planner driven in {time.perf_counter() - t1:.0f} s; re-solves "
+                  f"adopted {adopted} of {offered}):", flush=True)
+            for label, cfg in variants:
+                policies[label] = replanner_steps(problem, lt, offline, rates, a.resolve_time_limit, warm, cfg,
+                                                  sur.outages, a.report_delay)[0]
+            if not a.no_clairvoyant and not sur.outages:
+                policies["clairvoyant hourly"] = clairvoyant_hourly_steps(dprob, a.plan_time_limit)
+                policies["clairvoyant 5-min"] = clairvoyant_step_steps(problem, rates, 5.0)
+            hour = sur.hour
+            if sur.outages and first_after is not None:
+                hour = (first_after, sur.outages[0].to_s)
+            for name, steps in policies.items():
+                rep = replay_fleet_day(dprob, sc, steps, lt, seed=seed, demand_factors=sur.factors, **replay_kw)
+                tallies.setdefault(name, Tally()).add(rep, hour)
+                per_run.setdefault(name, []).append(rep)
+                h = f"  surprise hour {rep.between(*hour)[1] / max(1, rep.between(*hour)[0]):.2%}" if hour else ""
+                print(f"  {name:18s}: ${rep.cost_usd:8,.2f}  {rep.gpu_hours:6.1f} GPU-h  util busy "
+                      f"{rep.utilization:5.1%} capacity {rep.capacity_utilization:5.1%}  attainment "
+                      f"{rep.attainment:6.2%}{h}  migrations {rep.migrations}", flush=True)
+    agg = {name: t.summary() for name, t in tallies.items()}
+    print(f"Average per day over days {' '.join(map(str, a.days))}, seeds {' '.join(map(str, a.seeds))} (surprise "
+          f"{a.surprise}, load times x{a.load_time_factor:g}, {a.arrivals} arrivals, "
+          f"{'per-window' if a.per_window else 'queues carried over'}):")
+    for name, s in agg.items():
+        hs = f"  surprise hour {s['surprise_attainment']:.2%}" if s["surprise_attainment"] is not None else ""
+        print(f"  {name:18s}: ${s['cost_usd_per_day']:9,.2f}  {s['gpu_hours_per_day']:6.1f} GPU-h  util busy "
+              f"{s['busy_utilization']:5.1%} capacity {s['capacity_utilization']:5.1%}  attainment "
+              f"{s['attainment']:6.2%}{hs}  migrations {s['migrations_per_day']:.0f}")
+    print("Goals (the re-planner's averages):")
+    print("\n".join(goals(agg, a.surprise)))
+    if a.json:
+        doc = {"policies": agg, "days": a.days, "seeds": a.seeds, "surprise": a.surprise,
+               "load_time_factor": a.load_time_factor, "arrivals": a.arrivals, "carry_queues": not a.per_window}
+        write_text_atomic(a.json, json.dumps(doc, indent=1) + "\n")
+        print(f"json: {a.json}")
     if a.plot:
-        plot(a.plot, agg, totals, a.days)
+        plot(a.plot, agg, per_run, f"A day of each policy, default scenario, ServeGen days "
+                                   f"{' '.join(map(str, a.days))}, surprise {a.surprise}")
         print(f"plot: {a.plot}")
+
 
 if __name__ == "__main__":
     main()

@@ -58,8 +58,9 @@ def _tokens(model_raw: dict, scenario: Scenario, rng: np.random.Generator, n: in
 def gamma_renewal(rng: np.random.Generator, rate_req_per_s: float, cv: float, start_s: float,
                   end_s: float) -> np.ndarray:
     """Arrival times of a Gamma renewal process on [start_s, end_s): inter-arrivals Gamma(shape 1/cv², scale
-    cv²/rate) (mean 1/rate, coefficient of variation cv; cv = 1 is Poisson). The first arrival is a uniform fraction
-    of a first gap (an approximation of the stationary start). Empty for a zero rate."""
+    cv²/rate) (mean 1/rate, coefficient of variation cv; cv = 1 is Poisson), started in its stationary state (the
+    first arrival is a uniform point of a length-biased gap), so the expected count is rate × span at any CV. Empty
+    for a zero rate."""
     span = end_s - start_s
     if rate_req_per_s <= 0 or span <= 0:
         return np.zeros(0)
@@ -72,7 +73,10 @@ def gamma_renewal(rng: np.random.Generator, rate_req_per_s: float, cv: float, st
         m = int(expected + 6 * math.sqrt(expected * max(cv * cv, 1.0)) + 16)
         g = rng.gamma(shape, scale, size=m)
         if first:
-            g[0] *= rng.uniform()
+            # the stationary start: the gap the window opens in is length-biased (Gamma(shape + 1, scale)) and the
+            # window opens at a uniform point of it, so E[arrivals] = rate × span whatever the CV (a first gap of
+            # U × an ordinary gap over-counts by about (cv² + 1) / 2 arrivals per start: +0.5 even for Poisson)
+            g[0] = rng.gamma(shape + 1.0, scale) * rng.uniform()
             first = False
         c = total + np.cumsum(g)
         chunks.append(c)

@@ -3,16 +3,25 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 from click.testing import CliRunner
 
 from fleetplan.cli.main import main
+from fleetplan.errors import InputError
 from fleetplan.outputs.planio import plan_to_dict
 from fleetplan.scenario.build import build_problem
 from fleetplan.scenario.read import scenario_embed, scenario_from_raw
 from fleetplan.service.runtime import ReplanService, ServiceSettings, load_problem
-from fleetplan.simulator.fleetday import FleetStep, replay_fleet_day, steps_from_dict
+from fleetplan.simulator.fleetday import (
+    FleetStep,
+    Outage,
+    day_requests,
+    lifetimes,
+    replay_fleet_day,
+    steps_from_dict,
+)
 from fleetplan.simulator.workload import scenario_workload
 from fleetplan.solvers.baselines import autoscale_dedicated
 
@@ -132,3 +141,68 @@ def test_export_history_turns_stored_plans_into_fleet_steps(tmp_path):
     assert r.exit_code != 0 and "no stored plan" in r.output and "Traceback" not in r.output
     r = CliRunner().invoke(main, ["export-history", "--db", f"sqlite:///{db}", "--day", "yesterday"])
     assert r.exit_code != 0 and "YYYY-MM-DD" in r.output
+
+
+def test_lifetimes_make_before_break_and_outages_by_hand():
+    x, y = ("a", "p", 1, 1), ("a", "q", 1, 1)
+    steps = [FleetStep(0.0, {x: 1}), FleetStep(100.0, {y: 1})]
+    # X is replaced by Y at 100 s; Y loads 120 s: make-before-break keeps X serving (and billed) until 220 s
+    got = sorted((life.key, life.start_s, life.ready_s, life.stop_s) for life in lifetimes(steps, {y: 120.0}))
+    assert got == [(x, 0.0, 0.0, 220.0), (y, 100.0, 220.0, math.inf)]
+    got = sorted((life.key, life.stop_s) for life in lifetimes(steps, {y: 120.0}, make_before_break=False))
+    assert got == [(x, 100.0), (y, math.inf)]
+    # pool q down 150..400 s: Y (loading until 220) never serves then; it starts again at 400 (ready 520)
+    lives = lifetimes(steps, {y: 120.0}, outages=[Outage(("q",), 150.0, 400.0)])
+    got = sorted((life.key, life.start_s, life.ready_s, life.stop_s, life.killed) for life in lives)
+    assert got == [(x, 0.0, 0.0, 220.0, False), (y, 100.0, 220.0, 150.0, True), (y, 400.0, 520.0, math.inf, False)]
+    with pytest.raises(InputError, match="from_s < to_s"):
+        Outage(("q",), 5.0, 5.0)
+
+
+def test_demand_factors_thin_and_add_independent_draws():
+    sc = _scenario([2.0, 2.0], [0.5, 0.5])
+    problem = build_problem(sc)
+    names = [m.name for m in problem.models]
+    base = day_requests(problem, sc, 3)
+    n8 = int((base.model == "Llama-3.1-8B").sum())
+    # x 0.5 on the 8B in window 0: a subset of the base requests (each kept or not), the 70B untouched
+    half = day_requests(problem, sc, 3, demand_factors={("Llama-3.1-8B", 0): 0.5})
+    kept8 = half.arrival_s[(half.model == "Llama-3.1-8B") & (half.arrival_s < 600)]
+    assert set(kept8) <= set(base.arrival_s) and 0 < len(kept8) < n8
+    assert int((half.model == "Llama-3.1-70B").sum()) == int((base.model == "Llama-3.1-70B").sum())
+    # x 2 on the 70B in window 1: the base plus one independent draw of that window (seed + 104729)
+    twice = day_requests(problem, sc, 3, demand_factors={("Llama-3.1-70B", 1): 2.0})
+    extra = scenario_workload(sc, 1, 0.0, 600.0, 3 + 104729, names=names, models=["Llama-3.1-70B"])
+    assert len(twice.arrival_s) == len(base.arrival_s) + len(extra.arrival_s)
+    with pytest.raises(InputError, match="unknown model"):
+        day_requests(problem, sc, 3, demand_factors={("nope", 0): 2.0})
+
+
+def test_an_outage_drops_what_its_replicas_hold_and_requests_meanwhile():
+    sc = _scenario([0.5, 0.5], [0.0, 0.0])
+    problem = build_problem(sc)
+    (o8,) = [o for o in problem.options if o.model == "Llama-3.1-8B"]
+    steps = [FleetStep(0.0, {o8.key: 1})]
+    full = replay_fleet_day(problem, sc, steps, {o8.key: 60.0}, seed=0)
+    cut = replay_fleet_day(problem, sc, steps, {o8.key: 60.0}, seed=0,
+                           outages=[Outage((o8.pool,), 300.0, 900.0)])
+    # the requests arriving 300..900 s have no replica: all missed; before and after, as without the outage
+    req, met = cut.between(300.0, 900.0)
+    assert req > 0 and met == 0
+    assert cut.between(0.0, 240.0) == full.between(0.0, 240.0)
+    # billed: 0..300 s, then again from 900 s to the end (1200 s): 600 GPU-s = 1/6 GPU-h
+    assert cut.gpu_hours == pytest.approx(600.0 / 3600.0, abs=60.0 / 3600.0)
+    assert cut.requests == full.requests and cut.met < full.met
+    with pytest.raises(InputError, match="unknown pool"):
+        replay_fleet_day(problem, sc, steps, {}, outages=[Outage(("nope",), 0.0, 1.0)])
+
+
+def test_queues_carried_over_or_not_agree_when_nothing_waits_at_a_boundary():
+    sc = _scenario([0.3, 0.3], [0.0, 0.0])
+    problem = build_problem(sc)
+    (o8,) = [o for o in problem.options if o.model == "Llama-3.1-8B"]
+    steps = [FleetStep(0.0, {o8.key: 1})]
+    a = replay_fleet_day(problem, sc, steps, {}, seed=1, carry_queues=True)
+    b = replay_fleet_day(problem, sc, steps, {}, seed=1, carry_queues=False)
+    assert (a.requests, a.met) == (b.requests, b.met)
+    assert a.gpu_hours == pytest.approx(b.gpu_hours, abs=1e-3)
