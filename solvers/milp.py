@@ -58,6 +58,11 @@ subject to
         ρ_p · Σ_{o in p} k_o·n[o,w] + Σ_{o in f} k_o·n[o,w] + Σ_b y[f,b] <= G_f - ρ_p·Σ_b y[p,b]
         (the fallback pool leaves room for the expected interrupted share of the spot GPUs in use)
 With ``relax=True`` every integer and binary variable is continuous: the LP relaxation, a lower bound.
+
+In the code, :func:`build_milp` adds the variables, then each numbered constraint by one function ``_cN_...``
+(laid out in the numbering's order; :func:`_constraints` adds their rows in the order the solver has always been
+given them), then the objective. :mod:`fleetplan.solvers.cpsat` builds the same blocks over the same index in the
+same order.
 """
 
 from __future__ import annotations
@@ -123,7 +128,8 @@ class PlacementMilpModel:
 class _MilpBuild:
     """The MILP while :func:`build_milp` builds it: the problem, its index, the options of the build and every
     variable (the names of the module docstring), each keyed by the Problem's own keys. The variables come first
-    (:func:`_variables`); each ``_cN_...`` block then adds constraint (N), and :func:`_objective` the objective.
+    (:func:`_variables`), then the constraints (:func:`_constraints`, one ``_cN_...`` function per numbered
+    constraint), then the objective (:func:`_objective`).
 
     Variables beyond the module docstring's list: short[m,w], floor_short[m,w] (elastic shortfalls, req/s and
     replicas) and short_c[m,c,w]; unserved[m,w] and unserved_c[m,c,w] (best effort, req/s); x[o,c,w] of (12);
@@ -320,10 +326,10 @@ def _class_variables(mb: _MilpBuild) -> None:
 def _constraints(mb: _MilpBuild, *, cover_cuts: bool, neighbours: tuple[dict, dict] | None) -> None:
     """Every constraint, in the order its rows reach the solver: (14); (12) per model and window; (1), (2) per
     model and window; per shared GPU (3), (4) per window, then (5), (10), (9); (6); (7); (8) against fixed
-    neighbours; (11); (13); (8); (15); (16); :func:`fleetplan.solvers.cpsat.solve_cpsat` adds its rows in the same
-    order. Not the numbering's order: HiGHS's search path depends on the order of the rows (with the rows in the
-    numbering's order the default scenario's plan is another one within its 0.5% gap, $898.58 a day instead of
-    $899.08), and this is the order every plan so far was solved with."""
+    neighbours; (11); (13); (8); (15); (16); :func:`fleetplan.solvers.cpsat.build_cpsat` adds its rows in the same
+    order. Not the numbering's order: HiGHS's search path depends on the order of the rows (measured when the blocks
+    were cut apart: with the rows in the numbering's order the default scenario's plan is another one within its
+    0.5% gap, $898.58 a day instead of $899.08), and this is the order every plan so far was solved with."""
     problem, idx = mb.problem, mb.idx
     _c14_kv_egress(mb)
     for m in problem.models:
