@@ -1,9 +1,13 @@
 """Independent feasibility check of a plan, in plain Python, with no solver.
 
-``validate(problem, plan)`` re-derives every constraint from the plan's decisions: per-window capacity against
-demand (after the safety margin), the SLO of every option used, memory and compute share of every shared GPU,
-inventory per pool and window with tensor-parallel groups placed inside nodes (first-fit decreasing onto the
-pool's nodes), replica floor and ceiling, and the reported objective against the recomputed cost.
+``validate(problem, plan)`` re-derives every constraint from the plan's decisions, one check per constraint of
+the formulation, numbered as in :mod:`fleetplan.solvers.milp` and run in that order: once the decisions are well
+formed (keys of the problem, one value per window, in their domains), the SLO of every option used, (1)-(2)
+capacity against demand (after the safety margin), (3) the compute share and (5) the memory of every shared GPU,
+(6) inventory per pool and window with tensor-parallel groups placed inside nodes (first-fit decreasing onto the
+pool's nodes), (7) replica floor and ceiling, (10) residents per shared GPU, (12) request classes, (13) prefill and
+decode capacity, (15) commitments, (16) the spot fallback rule, and last the reported objective against the cost
+recomputed here. It shares no code with the solvers' models or objective.
 It is used by every solver test, by the CLI before it prints a plan, and by the service before it adopts one.
 """
 
@@ -162,95 +166,101 @@ def _gpus_by_pool(problem: Problem, plan: Plan) -> dict[str, list[int]]:
     return out
 
 
+def _site_capacity(problem: Problem, plan: Plan) -> dict[str, list[dict[str, float]]]:
+    """{model: per window {site: usable req/s}}: dedicated replicas' capacity after the margin, the shared GPUs'
+    served rates and the KV flows decoded at a site (counted here, not by plan.py)."""
+    pools = {p.id: p for p in problem.pools}
+    site_cap: dict[str, list[dict[str, float]]] = {m.name: [{} for _ in range(problem.n_windows)]
+                                                   for m in problem.models}
+    for key, counts in plan.replicas.items():
+        o = next(x for x in problem.options if x.key == key)
+        site = pools[o.pool].site
+        for w, n in enumerate(counts):
+            cell = site_cap[o.model][w]
+            cell[site] = cell.get(site, 0.0) + n * o.capacity_req_per_s * (1 - problem.margin)
+    for g in plan.shared:
+        site = pools[g.pool].site
+        for mname, served in g.served_req_per_s.items():
+            for w, f in enumerate(served):
+                cell = site_cap[mname][w]
+                cell[site] = cell.get(site, 0.0) + f
+    for (mname, _ps, ds), flows in plan.kv_flows_req_per_s.items():  # disaggregated demand is served at the decode site
+        for w, f in enumerate(flows):
+            site_cap[mname][w][ds] = site_cap[mname][w].get(ds, 0.0) + f
+    return site_cap
+
+
+def _rises(counts: tuple[int, ...] | list[int]) -> int:
+    """Replicas started over the cyclic horizon: each rise from the previous window (the last precedes the first)."""
+    W = len(counts)
+    return sum(counts[w] - counts[w - 1] for w in range(W) if counts[w] > counts[w - 1])
+
+
+def _gpu_and_start_terms(problem: Problem, plan: Plan) -> list[float]:
+    """USD terms of :func:`plan_cost_usd` for the GPUs and starts: each committed pool's commitment (the plan's,
+    else its peak GPUs) × committed rate × every hour; per replica option GPU-hours × price, then its starts ×
+    start cost; each shared GPU all day; per prefill/decode option GPU-hours, then its starts."""
+    hours = problem.window_length_s / 3600.0
+    W = problem.n_windows
+    pools = {p.id: p for p in problem.pools}
+    terms = [plan.commitments.get(pid, max(gpus)) * pools[pid].committed_usd_per_gpu_hour * hours * W
+             for pid, gpus in _gpus_by_pool(problem, plan).items() if pools[pid].committed]
+    for key, counts in plan.replicas.items():
+        o = next(x for x in problem.options if x.key == key)
+        terms.append(sum(counts) * o.tp * o.pp * pools[o.pool].usd_per_gpu_hour * hours)
+        if W > 1:
+            terms.append(_rises(counts) * o.start_cost_usd)
+    terms += [pools[g.pool].usd_per_gpu_hour * hours * W for g in plan.shared]
+    for pkey, counts in plan.pd_replicas.items():
+        po = next(x for x in problem.pd_options if x.pd_key == pkey)
+        terms.append(sum(counts) * po.tp * pools[po.pool].usd_per_gpu_hour * hours)
+        if W > 1:
+            terms.append(_rises(counts) * po.start_cost_usd)
+    return terms
+
+
+def _request_egress_terms(problem: Problem, plan: Plan) -> list[float]:
+    """USD terms of :func:`plan_cost_usd` for the requests' egress: each window's served demand (demand less the
+    plan's unserved) at the origin first, then at the cheapest other sites, × request bytes × window seconds ×
+    $/GB."""
+    site_cap = _site_capacity(problem, plan)
+    terms = []
+    for m in problem.models:
+        u = plan.unserved_req_per_s.get(m.name)
+
+        def rate(site: str, m=m) -> float:
+            if m.origin_site is None or site == m.origin_site:
+                return 0.0
+            return problem.egress_usd_per_gb[(m.origin_site, site)]
+
+        for w, d in enumerate(m.demand_req_per_s):
+            left = d - u[w] if u else d  # egress is paid on the served demand only
+            for site, c in sorted(site_cap[m.name][w].items(), key=lambda kv: (rate(kv[0]), kv[0] != m.origin_site)):
+                if left <= 0:
+                    break
+                take = min(left, c)
+                terms.append(take * problem.window_length_s * m.request_bytes / 1e9 * rate(site))
+                left -= take
+    return terms
+
+
 def plan_cost_usd(problem: Problem, plan: Plan) -> float:
     """Cost of ``plan`` over the horizon, USD, computed independently of ``evaluate``: GPU-hours × $/GPU-hour
     (shared GPUs all day), replica starts on the cyclic horizon (a rise from the previous window, the last window
     preceding the first) × start cost, and egress with each window's demand served at the origin first, then at
     the cheapest other sites (rate × request bytes × window seconds × $/GB), and each committed pool's commitment
     (the plan's, else its peak GPUs in a window) × its committed rate × every hour of the horizon."""
-    hours = problem.window_length_s / 3600.0
-    W = problem.n_windows
-    usd = 0.0
-    for pid, gpus in _gpus_by_pool(problem, plan).items():
-        pool = next(p for p in problem.pools if p.id == pid)
-        if pool.committed:
-            usd += plan.commitments.get(pid, max(gpus)) * pool.committed_usd_per_gpu_hour * hours * W
-    site_cap: dict[str, list[dict[str, float]]] = {m.name: [{} for _ in range(W)] for m in problem.models}
-    for key, counts in plan.replicas.items():
-        o = next(x for x in problem.options if x.key == key)
-        pool = next(p for p in problem.pools if p.id == o.pool)
-        usd += sum(counts) * o.tp * o.pp * pool.usd_per_gpu_hour * hours
-        if W > 1:
-            rises = sum(counts[w] - counts[w - 1] for w in range(W) if counts[w] > counts[w - 1])
-            usd += rises * o.start_cost_usd
-        for w, n in enumerate(counts):
-            cell = site_cap[o.model][w]
-            cell[pool.site] = cell.get(pool.site, 0.0) + n * o.capacity_req_per_s * (1 - problem.margin)
-    for g in plan.shared:
-        pool = next(p for p in problem.pools if p.id == g.pool)
-        usd += pool.usd_per_gpu_hour * hours * W
-        for mname, served in g.served_req_per_s.items():
-            for w, f in enumerate(served):
-                cell = site_cap[mname][w]
-                cell[pool.site] = cell.get(pool.site, 0.0) + f
-    for pkey, counts in plan.pd_replicas.items():  # prefill and decode replicas: GPU-hours and starts as above
-        o = next(x for x in problem.pd_options if x.pd_key == pkey)
-        pool = next(p for p in problem.pools if p.id == o.pool)
-        usd += sum(counts) * o.tp * pool.usd_per_gpu_hour * hours
-        if W > 1:
-            usd += sum(counts[w] - counts[w - 1] for w in range(W) if counts[w] > counts[w - 1]) * o.start_cost_usd
-    for (mname, _ps, ds), flows in plan.kv_flows_req_per_s.items():  # disaggregated demand is served at the decode site
-        for w, f in enumerate(flows):
-            site_cap[mname][w][ds] = site_cap[mname][w].get(ds, 0.0) + f
-    usd += kv_egress_usd(problem, plan)
-    for m in problem.models:
-        u = plan.unserved_req_per_s.get(m.name)
-        for w, d in enumerate(m.demand_req_per_s):
-            d = d - u[w] if u else d  # egress is paid on the served demand only
-            def rate(site: str, m=m) -> float:
-                if m.origin_site is None or site == m.origin_site:
-                    return 0.0
-                return problem.egress_usd_per_gb[(m.origin_site, site)]
-            left = d
-            for site, c in sorted(site_cap[m.name][w].items(), key=lambda kv: (rate(kv[0]), kv[0] != m.origin_site)):
-                if left <= 0:
-                    break
-                take = min(left, c)
-                usd += take * problem.window_length_s * m.request_bytes / 1e9 * rate(site)
-                left -= take
-    return usd
+    return sum([*_gpu_and_start_terms(problem, plan), kv_egress_usd(problem, plan),
+                *_request_egress_terms(problem, plan)])
 
 
-def validate(problem: Problem, plan: Plan, *, check_objective: bool = True) -> ValidationReport:
-    """Check ``plan`` against every constraint of ``problem``; returns a :class:`ValidationReport`.
+# The plan's decisions are well formed: keys of the problem, one value per window, in their domains. Checked first:
+# the checks by constraint below read the problem's records by these keys.
 
-    Checks: (1) keys and shapes; (2) SLO of every option used (its latency at capacity within the model's
-    targets); (3) capacity: usable capacity covers demand in every window (for a model with request classes: a
-    routing of every class onto its replicas with additive per-class load exists, checked by an LP); (4) shared
-    GPUs: residency allowed, memory fits, compute share <= 1 - margin in every window, served rates >= 0;
-    (5) inventory: in every window and pool the replicas' tp groups and the shared GPUs fit onto the pool's nodes;
-    (6) replica floor and ceiling (decode replicas count); (7) the reported objective equals the recomputed cost,
-    KV egress bands and commitments included (when the plan reports one); (8) a best-effort plan's unserved demand:
-    known models, one value per window, 0 <= unserved <= demand, and (in (3)) served + unserved = demand: the
-    capacity covers demand - unserved, and unserved is no more than the demand capacity leaves over; for a model
-    with request classes, per class (``class_unserved_req_per_s``, summing to the model's): each class's demand less
-    its unserved is routable, and the total unserved is no more than the least the replicas must leave (an LP);
-    (9) disaggregated plans: prefill/decode keys and KV flows known and well shaped, the SLO of every prefill (TTFT
-    with the KV transfer) and decode (TPOT) option used, each flow within its route's prefill capacity and each
-    decode site's flows within its decode capacity (after the margin), the flows counted as served demand in (3)
-    and their replicas in (5); (10) commitments: only for committed pools, whole GPUs within the pool, never below
-    the pool's use in a window; (11) the spot fallback rule: in every window a spot pool's interruption rate × its
-    GPUs in use fits in the GPUs its fallback pool leaves unused.
-    """
+def _replica_shapes(problem: Problem, plan: Plan) -> list[str]:
+    """Dedicated replicas: options of the problem, one whole count >= 0 per window, within the pool's GPUs."""
     v: list[str] = []
-    W = problem.n_windows
-    opts = problem.option_by_key
-    pools = problem.pool_by_id
-    shares = problem.share_by_key
-    models = problem.model_by_name
-    tol_margin = 1 - problem.margin
-
-    # (1) keys and shapes
+    W, opts, pools = problem.n_windows, problem.option_by_key, problem.pool_by_id
     for key, counts in plan.replicas.items():
         if key not in opts:
             v.append(f"replica key {key} is not an option of the problem")
@@ -261,6 +271,14 @@ def validate(problem: Problem, plan: Plan, *, check_objective: bool = True) -> V
             v.append(f"{key}: replica counts must be whole numbers >= 0, got {counts}")
         else:
             v += _beyond_pool(key, counts, opts[key].tp * opts[key].pp, pools[opts[key].pool])
+    return v
+
+
+def _shared_shapes(problem: Problem, plan: Plan) -> list[str]:
+    """Shared GPUs: in a pool of the problem, residents allowed to share a GPU there, one served rate >= 0 per
+    window."""
+    v: list[str] = []
+    W, pools, shares = problem.n_windows, problem.pool_by_id, problem.share_by_key
     for i, g in enumerate(plan.shared):
         if g.pool not in pools:
             v.append(f"shared GPU {i}: unknown pool {g.pool}")
@@ -268,13 +286,24 @@ def validate(problem: Problem, plan: Plan, *, check_objective: bool = True) -> V
             if (mname, g.pool) not in shares:
                 v.append(f"shared GPU {i} ({g.pool}): {mname} may not share a GPU there")
         for mname, served in g.served_req_per_s.items():
-            if mname not in g.models:
-                v.append(f"shared GPU {i}: serves {mname}, which is not resident")
             if len(served) != W:
                 v.append(f"shared GPU {i}: {mname} has {len(served)} windows, expected {W}")
             if any(f < -ABS_TOL for f in served):
                 v.append(f"shared GPU {i}: negative served rate for {mname}")
-    # (9) prefill/decode replicas and KV flows: keys and shapes
+    return v
+
+
+def _c4_only_residents_serve(problem: Problem, plan: Plan) -> list[str]:
+    """(4) A shared GPU serves only its residents (a served rate keyed by another model is a key error)."""
+    return [f"shared GPU {i}: serves {mname}, which is not resident"
+            for i, g in enumerate(plan.shared) for mname in g.served_req_per_s if mname not in g.models]
+
+
+def _pd_shapes(problem: Problem, plan: Plan) -> list[str]:
+    """Prefill/decode replicas: options of the problem, one whole count >= 0 per window, within the pool's GPUs;
+    KV flows: routes of the problem, one rate >= 0 per window."""
+    v: list[str] = []
+    W, pools = problem.n_windows, problem.pool_by_id
     pd_opts = {o.pd_key: o for o in problem.pd_options}
     routes = {r.key: r for r in problem.kv_routes}
     for pkey, counts in plan.pd_replicas.items():
@@ -289,7 +318,13 @@ def validate(problem: Problem, plan: Plan, *, check_objective: bool = True) -> V
             v.append(f"KV flow {rkey} is not a route of the problem")
         elif len(flows) != W or any(not (f >= -ABS_TOL) for f in flows):
             v.append(f"KV flow {rkey}: {W} rates >= 0 expected, got {flows}")
-    # (8) unserved demand of a best-effort plan: shapes and range
+    return v
+
+
+def _unserved_shapes(problem: Problem, plan: Plan) -> list[str]:
+    """A best-effort plan's unserved demand: known models, one value per window within [0, the demand]."""
+    v: list[str] = []
+    W, models = problem.n_windows, problem.model_by_name
     for name, row in plan.unserved_req_per_s.items():
         if name not in models:
             v.append(f"unserved demand of {name}, which is not a model of the problem")
@@ -298,6 +333,14 @@ def validate(problem: Problem, plan: Plan, *, check_objective: bool = True) -> V
         elif any(not (-ABS_TOL <= x <= d * (1 + REL_TOL) + ABS_TOL) for x, d in zip(row, models[name].demand_req_per_s,
                                                                                  strict=True)):
             v.append(f"unserved demand of {name} must be within [0, demand] in every window, got {row}")
+    return v
+
+
+def _class_unserved_shapes(problem: Problem, plan: Plan) -> list[str]:
+    """A best-effort plan's unserved demand by request class: known classes, one value per window within [0, the
+    class's demand], and a class model's unserved demand the sum of its classes'."""
+    v: list[str] = []
+    W, models = problem.n_windows, problem.model_by_name
     for (name, cls), row in plan.class_unserved_req_per_s.items():
         m = models.get(name)
         if m is None or cls not in m.classes:
@@ -315,10 +358,17 @@ def validate(problem: Problem, plan: Plan, *, check_objective: bool = True) -> V
                                                for a, b in zip(summed, u, strict=False)):
                 v.append(f"unserved demand of {m.name} (request classes) must be the sum of its classes' unserved "
                          f"demand (class_unserved_req_per_s) in every window")
-    if v:
-        return ValidationReport(tuple(v))
+    return v
 
-    # (2) SLO of every option used
+
+# The checks by constraint, on a well-formed plan.
+
+def _slo(problem: Problem, plan: Plan) -> list[str]:
+    """The SLO of every option used: its latency at capacity within the model's targets (prefill: TTFT with the KV
+    transfer; decode: TPOT). The MILP only has options within the SLO."""
+    v: list[str] = []
+    opts, shares, models = problem.option_by_key, problem.share_by_key, problem.model_by_name
+    pd_opts = {o.pd_key: o for o in problem.pd_options}
     for key, counts in plan.replicas.items():
         o = opts[key]
         m = models[o.model]
@@ -326,74 +376,51 @@ def validate(problem: Problem, plan: Plan, *, check_objective: bool = True) -> V
             v.append(f"{key}: latency at capacity (TTFT {o.ttft_p95_s:.3f} s, TPOT {o.tpot_p95_s * 1e3:.1f} ms) "
                      f"misses the SLO (TTFT {m.ttft_p95_s:.3f} s, TPOT {m.tpot_p95_s * 1e3:.1f} ms)")
     for pkey, counts in plan.pd_replicas.items():
-        o = pd_opts[pkey]
-        m = models[o.model]
-        late = o.ttft_p95_s > m.ttft_p95_s * (1 + REL_TOL) if o.role == "prefill" else (
-            o.tpot_p95_s > m.tpot_p95_s * (1 + REL_TOL))
+        po = pd_opts[pkey]
+        m = models[po.model]
+        late = po.ttft_p95_s > m.ttft_p95_s * (1 + REL_TOL) if po.role == "prefill" else (
+            po.tpot_p95_s > m.tpot_p95_s * (1 + REL_TOL))
         if any(counts) and late:
-            v.append(f"{pkey}: {o.role} latency at capacity (TTFT {o.ttft_p95_s:.3f} s incl. KV transfer "
-                     f"{o.kv_transfer_s:.3f} s, TPOT {o.tpot_p95_s * 1e3:.1f} ms) misses the SLO")
+            v.append(f"{pkey}: {po.role} latency at capacity (TTFT {po.ttft_p95_s:.3f} s incl. KV transfer "
+                     f"{po.kv_transfer_s:.3f} s, TPOT {po.tpot_p95_s * 1e3:.1f} ms) misses the SLO")
     for g in plan.shared:
         for name in g.models:
             s = shares[(name, g.pool)]
             m = models[name]
             if s.ttft_p95_s > m.ttft_p95_s * (1 + REL_TOL) or s.tpot_p95_s > m.tpot_p95_s * (1 + REL_TOL):
                 v.append(f"shared {name}@{g.pool}: latency at capacity misses the SLO")
+    return v
 
-    # (3) capacity covers demand
+
+def _usable_capacity(problem: Problem, plan: Plan) -> dict[str, list[float]]:
+    """{model: usable req/s per window}: replicas' capacity after the margin, the shared GPUs' served rates and
+    the KV flows (disaggregated demand served)."""
+    W, opts = problem.n_windows, problem.option_by_key
     cap = {m.name: [0.0] * W for m in problem.models}
     for key, counts in plan.replicas.items():
         o = opts[key]
         for w, n in enumerate(counts):
-            cap[o.model][w] += n * o.capacity_req_per_s * tol_margin
+            cap[o.model][w] += n * o.capacity_req_per_s * (1 - problem.margin)
     for g in plan.shared:
         for name, served in g.served_req_per_s.items():
             for w, f in enumerate(served):
                 cap[name][w] += f
-    # (3'') disaggregated: every KV flow has prefill capacity on its route, every decode site decode capacity for
-    # all the flows into it; then the flows count as served demand
-    site = {p.id: p.site for p in problem.pools}
-    for w in range(W):
-        pre: dict[tuple[str, str, str], float] = {}
-        dec: dict[tuple[str, str], float] = {}
-        for pkey, counts in plan.pd_replicas.items():
-            o = pd_opts[pkey]
-            if o.role == "prefill":
-                k3 = (o.model, site[o.pool], o.decode_site)
-                pre[k3] = pre.get(k3, 0.0) + counts[w] * o.capacity_req_per_s * tol_margin
-            else:
-                k2 = (o.model, site[o.pool])
-                dec[k2] = dec.get(k2, 0.0) + counts[w] * o.capacity_req_per_s * tol_margin
-        into: dict[tuple[str, str], float] = {}
-        for (mname, ps, ds), flows in plan.kv_flows_req_per_s.items():
-            if flows[w] > pre.get((mname, ps, ds), 0.0) * (1 + REL_TOL) + ABS_TOL:
-                v.append(f"{mname} window {w}: KV flow {ps} -> {ds} {flows[w]:.3f} req/s > prefill capacity "
-                         f"{pre.get((mname, ps, ds), 0.0):.3f} req/s")
-            into[(mname, ds)] = into.get((mname, ds), 0.0) + flows[w]
-            cap[mname][w] += flows[w]
-        for (mname, ds), f in into.items():
-            if f > dec.get((mname, ds), 0.0) * (1 + REL_TOL) + ABS_TOL:
-                v.append(f"{mname} window {w}: {f:.3f} req/s decoded at {ds} > decode capacity "
-                         f"{dec.get((mname, ds), 0.0):.3f} req/s")
+    for (mname, _ps, _ds), flows in plan.kv_flows_req_per_s.items():
+        for w, f in enumerate(flows):
+            cap[mname][w] += f
+    return cap
+
+
+def _c1_c2_coverage(problem: Problem, plan: Plan) -> list[str]:
+    """(1)-(2) In every window the usable capacity of a model without request classes (:func:`_usable_capacity`,
+    summed over its sites: the site split only prices egress, which the cost check reprices) covers its demand
+    less its unserved demand, and the unserved demand is no more than the demand the capacity leaves over."""
+    v: list[str] = []
+    cap = _usable_capacity(problem, plan)
     for m in problem.models:
-        u = plan.unserved_req_per_s.get(m.name, (0.0,) * W)
-        if m.class_shares:  # (3') request classes: each class routable with additive load on its model's replicas
-            mine = [(counts, opts[key].class_capacity) for key, counts in plan.replicas.items() if key[0] == m.name]
-            zero = (0.0,) * W
-            for w, d in enumerate(m.demand_req_per_s):
-                uc = {c: plan.class_unserved_req_per_s.get((m.name, c), zero)[w] for c, _ in m.class_shares}
-                want = {c: share * d - uc[c] for c, share in m.class_shares}
-                reps = [(counts[w], caps) for counts, caps in mine]
-                if not _classes_routable(want, reps, tol_margin):
-                    v.append(f"{m.name} window {w}: the replicas cannot serve every request class "
-                             f"({', '.join(f'{c} {r:.3f} req/s' for c, r in want.items())}) within "
-                             f"{tol_margin:.3f} of their per-class capacities")
-                elif any(uc.values()):  # (8) no more unserved than the replicas must leave (an LP of its own)
-                    least = _least_class_unserved({c: share * d for c, share in m.class_shares}, reps, tol_margin)
-                    if sum(uc.values()) > least * (1 + REL_TOL) + ABS_TOL * len(uc):
-                        v.append(f"{m.name} window {w}: {sum(uc.values()):.3f} req/s of its classes reported "
-                                 f"unserved but the replicas can serve all but {least:.3f} req/s")
-            continue
+        if m.class_shares:
+            continue  # (12)
+        u = plan.unserved_req_per_s.get(m.name, (0.0,) * problem.n_windows)
         for w, d in enumerate(m.demand_req_per_s):
             if cap[m.name][w] + u[w] < d * (1 - REL_TOL) - ABS_TOL:
                 left = f" - unserved {u[w]:.3f}" if u[w] else ""
@@ -403,27 +430,45 @@ def validate(problem: Problem, plan: Plan, *, check_objective: bool = True) -> V
                 v.append(f"{m.name} window {w}: {u[w]:.3f} req/s reported unserved but the capacity "
                          f"{cap[m.name][w]:.3f} req/s leaves only {max(0.0, d - cap[m.name][w]):.3f} of the demand "
                          f"{d:.3f} req/s")
+    return v
 
-    # (4) shared GPUs: memory and compute share
+
+def _c3_shared_compute(problem: Problem, plan: Plan) -> list[str]:
+    """(3) The compute share of every shared GPU within 1 - margin in every window."""
+    v: list[str] = []
+    shares, usable = problem.share_by_key, 1 - problem.margin
     for i, g in enumerate(plan.shared):
-        pool = pools[g.pool]
-        mem = sum(shares[(name, g.pool)].memory_bytes for name in g.models)
-        limit = pool.memory_bytes_per_gpu * problem.shared_memory_utilization
-        k = problem.max_models_per_shared_gpu
-        if k is not None and len(g.models) > k:
-            v.append(f"shared GPU {i} ({g.pool}): {len(g.models)} resident models > {k} allowed")
-        if mem > limit * (1 + REL_TOL):
-            v.append(f"shared GPU {i} ({g.pool}): resident memory {mem / 1e9:.1f} GB > {limit / 1e9:.1f} GB")
-        for w in range(W):
+        for w in range(problem.n_windows):
             share = sum(served[w] / shares[(name, g.pool)].capacity_req_per_s
                         for name, served in g.served_req_per_s.items())
-            if share > tol_margin * (1 + REL_TOL) + ABS_TOL:
-                v.append(f"shared GPU {i} ({g.pool}) window {w}: compute share {share:.3f} > {tol_margin:.3f}")
+            if share > usable * (1 + REL_TOL) + ABS_TOL:
+                v.append(f"shared GPU {i} ({g.pool}) window {w}: compute share {share:.3f} > {usable:.3f}")
+    return v
 
-    # (5) inventory with tp groups inside nodes
-    for pid, pool in pools.items():
+
+def _c5_shared_memory(problem: Problem, plan: Plan) -> list[str]:
+    """(5) The residents' memory of every shared GPU within its memory × the shared-memory utilization (bytes)."""
+    v: list[str] = []
+    pools, shares = problem.pool_by_id, problem.share_by_key
+    for i, g in enumerate(plan.shared):
+        mem = sum(shares[(name, g.pool)].memory_bytes for name in g.models)
+        limit = pools[g.pool].memory_bytes_per_gpu * problem.shared_memory_utilization
+        if mem > limit * (1 + REL_TOL):
+            v.append(f"shared GPU {i} ({g.pool}): resident memory {mem / 1e9:.1f} GB > {limit / 1e9:.1f} GB")
+    return v
+
+
+def _c6_inventory_on_nodes(problem: Problem, plan: Plan) -> list[str]:
+    """(6) In every window and pool the replicas' tensor-parallel groups (pp of them per replica), the
+    prefill/decode replicas' groups, the shared GPUs and the pool's reserved GPUs fit onto the pool's nodes, each
+    group inside one node (first-fit decreasing): stronger than the MILP's GPU count, which implies it for
+    power-of-two groups (module docstring of the MILP)."""
+    v: list[str] = []
+    opts = problem.option_by_key
+    pd_opts = {o.pd_key: o for o in problem.pd_options}
+    for pid, pool in problem.pool_by_id.items():
         n_shared = sum(1 for g in plan.shared if g.pool == pid)
-        for w in range(W):
+        for w in range(problem.n_windows):
             groups = [1] * (n_shared + pool.reserved_gpus)
             for key, counts in plan.replicas.items():
                 o = opts[key]
@@ -435,9 +480,96 @@ def validate(problem: Problem, plan: Plan, *, check_objective: bool = True) -> V
             if sum(groups) > pool.nodes * pool.gpus_per_node or not _ffd_fits(groups, pool.nodes, pool.gpus_per_node):
                 v.append(f"{pid} window {w}: {sum(groups)} GPUs in groups {sorted(set(groups))} do not fit "
                          f"{pool.nodes} nodes × {pool.gpus_per_node} GPUs")
+    return v
 
-    # (10) commitments: only committed pools, whole GPUs within the pool, at least the use in every window
-    # (11) spot fallback: interruption_rate × spot GPUs in use <= GPUs the fallback pool leaves unused
+
+def _c7_replica_floor_ceiling(problem: Problem, plan: Plan) -> list[str]:
+    """(7) In every window a model's replicas, shared residencies and decode replicas within its floor and
+    ceiling."""
+    v: list[str] = []
+    resident = {m.name: sum(1 for g in plan.shared if m.name in g.models) for m in problem.models}
+    for m in problem.models:
+        for w in range(problem.n_windows):
+            n = resident[m.name] + sum(c[w] for k, c in plan.replicas.items() if k[0] == m.name) + sum(
+                c[w] for k, c in plan.pd_replicas.items() if k[0] == m.name and k[1] == "decode")
+            if n < m.min_replicas:
+                v.append(f"{m.name} window {w}: {n} replicas < floor {m.min_replicas}")
+            if m.max_replicas is not None and n > m.max_replicas:
+                v.append(f"{m.name} window {w}: {n} replicas > ceiling {m.max_replicas}")
+    return v
+
+
+def _c10_residents_per_gpu(problem: Problem, plan: Plan) -> list[str]:
+    """(10) At most max_models_per_shared_gpu residents on every shared GPU, when set."""
+    k = problem.max_models_per_shared_gpu
+    return [f"shared GPU {i} ({g.pool}): {len(g.models)} resident models > {k} allowed"
+            for i, g in enumerate(plan.shared) if k is not None and len(g.models) > k]
+
+
+def _c12_request_classes(problem: Problem, plan: Plan) -> list[str]:
+    """(12) In every window a model with request classes can route each class's demand less its unserved demand
+    onto its replicas with additive per-class load (an LP, :func:`_classes_routable`), and the unserved demand of
+    its classes is no more than the least its replicas must leave (an LP of its own,
+    :func:`_least_class_unserved`)."""
+    v: list[str] = []
+    opts, usable = problem.option_by_key, 1 - problem.margin
+    zero = (0.0,) * problem.n_windows
+    for m in problem.models:
+        if not m.class_shares:
+            continue
+        mine = [(counts, opts[key].class_capacity) for key, counts in plan.replicas.items() if key[0] == m.name]
+        for w, d in enumerate(m.demand_req_per_s):
+            uc = {c: plan.class_unserved_req_per_s.get((m.name, c), zero)[w] for c, _ in m.class_shares}
+            want = {c: share * d - uc[c] for c, share in m.class_shares}
+            reps = [(counts[w], caps) for counts, caps in mine]
+            if not _classes_routable(want, reps, usable):
+                v.append(f"{m.name} window {w}: the replicas cannot serve every request class "
+                         f"({', '.join(f'{c} {r:.3f} req/s' for c, r in want.items())}) within "
+                         f"{usable:.3f} of their per-class capacities")
+            elif any(uc.values()):
+                least = _least_class_unserved({c: share * d for c, share in m.class_shares}, reps, usable)
+                if sum(uc.values()) > least * (1 + REL_TOL) + ABS_TOL * len(uc):
+                    v.append(f"{m.name} window {w}: {sum(uc.values()):.3f} req/s of its classes reported "
+                             f"unserved but the replicas can serve all but {least:.3f} req/s")
+    return v
+
+
+def _c13_disaggregated(problem: Problem, plan: Plan) -> list[str]:
+    """(13) In every window each KV flow within its route's prefill capacity (13a), and the flows decoded at a site
+    within the decode capacity there (13b), after the margin. The flows count as served demand in (1)-(2)."""
+    v: list[str] = []
+    usable = 1 - problem.margin
+    pd_opts = {o.pd_key: o for o in problem.pd_options}
+    site = {p.id: p.site for p in problem.pools}
+    for w in range(problem.n_windows):
+        pre: dict[tuple[str, str, str], float] = {}
+        dec: dict[tuple[str, str], float] = {}
+        for pkey, counts in plan.pd_replicas.items():
+            o = pd_opts[pkey]
+            if o.role == "prefill":
+                k3 = (o.model, site[o.pool], o.decode_site)
+                pre[k3] = pre.get(k3, 0.0) + counts[w] * o.capacity_req_per_s * usable
+            else:
+                k2 = (o.model, site[o.pool])
+                dec[k2] = dec.get(k2, 0.0) + counts[w] * o.capacity_req_per_s * usable
+        into: dict[tuple[str, str], float] = {}
+        for (mname, ps, ds), flows in plan.kv_flows_req_per_s.items():
+            if flows[w] > pre.get((mname, ps, ds), 0.0) * (1 + REL_TOL) + ABS_TOL:
+                v.append(f"{mname} window {w}: KV flow {ps} -> {ds} {flows[w]:.3f} req/s > prefill capacity "
+                         f"{pre.get((mname, ps, ds), 0.0):.3f} req/s")
+            into[(mname, ds)] = into.get((mname, ds), 0.0) + flows[w]
+        for (mname, ds), f in into.items():
+            if f > dec.get((mname, ds), 0.0) * (1 + REL_TOL) + ABS_TOL:
+                v.append(f"{mname} window {w}: {f:.3f} req/s decoded at {ds} > decode capacity "
+                         f"{dec.get((mname, ds), 0.0):.3f} req/s")
+    return v
+
+
+def _c15_commitments(problem: Problem, plan: Plan) -> list[str]:
+    """(15) Commitments only for committed pools, whole GPUs within the pool, never below the pool's use in a
+    window."""
+    v: list[str] = []
+    pools = problem.pool_by_id
     use = _gpus_by_pool(problem, plan)
     for pid, c in plan.commitments.items():
         if pid not in pools or not pools[pid].committed:
@@ -447,32 +579,69 @@ def validate(problem: Problem, plan: Plan, *, check_objective: bool = True) -> V
         elif max(use[pid]) > c:
             w = use[pid].index(max(use[pid]))
             v.append(f"{pid} window {w}: {use[pid][w]} GPUs in use > the {c} GPUs committed")
+    return v
+
+
+def _c16_spot_fallback(problem: Problem, plan: Plan) -> list[str]:
+    """(16) In every window a spot pool's interruption rate × its GPUs in use fits in the GPUs its fallback pool
+    leaves unused."""
+    v: list[str] = []
+    pools = problem.pool_by_id
+    use = _gpus_by_pool(problem, plan)
     for pid, pool in pools.items():
         if pool.fallback_pool is None or not pool.interruption_rate:
             continue
         fb = pools[pool.fallback_pool]
-        for w in range(W):
+        for w in range(problem.n_windows):
             need = pool.interruption_rate * use[pid][w]
             free = fb.gpus - use[fb.id][w]
             if need > free + ABS_TOL:
                 v.append(f"{pid} window {w}: fallback headroom {free} GPUs of {fb.id} < interruption rate "
                          f"{pool.interruption_rate:g} × {use[pid][w]} spot GPUs = {need:.2f}")
+    return v
 
-    # (6) replica floor and ceiling
-    resident = {m.name: sum(1 for g in plan.shared if m.name in g.models) for m in problem.models}
-    for m in problem.models:
-        for w in range(W):
-            n = resident[m.name] + sum(c[w] for k, c in plan.replicas.items() if k[0] == m.name) + sum(
-                c[w] for k, c in plan.pd_replicas.items() if k[0] == m.name and k[1] == "decode")
-            if n < m.min_replicas:
-                v.append(f"{m.name} window {w}: {n} replicas < floor {m.min_replicas}")
-            if m.max_replicas is not None and n > m.max_replicas:
-                v.append(f"{m.name} window {w}: {n} replicas > ceiling {m.max_replicas}")
 
-    # (7) objective, recomputed here from the decisions, the prices and the start rule (no code shared with
-    # evaluate(), whose value the solvers report)
+def _cost(problem: Problem, plan: Plan) -> list[str]:
+    """The reported objective equals the cost recomputed here (:func:`plan_cost_usd`, no code shared with
+    ``evaluate``, whose value the solvers report), KV egress bands and commitments included."""
+    total = plan_cost_usd(problem, plan)
+    if plan.objective_usd is not None and abs(total - plan.objective_usd) > 1e-4 * max(1.0, abs(total)) + 0.01:
+        return [f"reported objective ${plan.objective_usd:,.2f} differs from the recomputed cost ${total:,.2f}"]
+    return []
+
+
+#: The well-formedness checks of :func:`validate`, in order.
+SHAPE_CHECKS = (_replica_shapes, _shared_shapes, _c4_only_residents_serve, _pd_shapes, _unserved_shapes,
+                _class_unserved_shapes)
+#: The checks by constraint of :func:`validate`, in the order of the MILP's numbering
+#: (:mod:`fleetplan.solvers.milp`), after the SLO.
+CONSTRAINT_CHECKS = (_slo, _c1_c2_coverage, _c3_shared_compute, _c5_shared_memory, _c6_inventory_on_nodes,
+                     _c7_replica_floor_ceiling, _c10_residents_per_gpu, _c12_request_classes, _c13_disaggregated,
+                     _c15_commitments, _c16_spot_fallback)
+
+
+def validate(problem: Problem, plan: Plan, *, check_objective: bool = True) -> ValidationReport:
+    """Check ``plan`` against every constraint of ``problem``; returns a :class:`ValidationReport` whose
+    violations (messages naming the key, window and figures) come in the order of the checks.
+
+    First the decisions must be well formed (SHAPE_CHECKS; with any violation here the report stops): replicas
+    and prefill/decode replicas are options of the problem with one whole count >= 0 per window within the pool's
+    GPUs; shared GPUs are in known pools with residents allowed there, one served rate >= 0 per window, served
+    only for residents ((4)); KV flows are routes of the problem with one rate >= 0 per window; a best-effort
+    plan's unserved demand is known, one value per window within [0, demand], a class model's the sum of its
+    classes'. Then one check per constraint of the MILP's numbering (CONSTRAINT_CHECKS): the SLO of every option
+    used; (1)-(2) coverage with served + unserved = demand; (3) compute share; (5) memory of the shared GPUs;
+    (6) inventory with tensor-parallel groups placed on the pools' nodes; (7) replica floor and ceiling (decode
+    replicas count); (10) residents per shared GPU; (12) request classes routable with additive load (an LP);
+    (13) prefill and decode capacity behind the KV flows; (15) commitments; (16) the spot fallback rule. Last,
+    with ``check_objective`` and when nothing else is violated, the reported objective (when the plan reports one)
+    against the recomputed cost. (8) starts and (14) KV egress bands are costs, repriced by the cost check; (9)
+    and (11) only cut the solvers' search.
+    """
+    v = [msg for check in SHAPE_CHECKS for msg in check(problem, plan)]
+    if v:
+        return ValidationReport(tuple(v))
+    v = [msg for check in CONSTRAINT_CHECKS for msg in check(problem, plan)]
     if check_objective and plan.objective_usd is not None and not v:
-        total = plan_cost_usd(problem, plan)
-        if abs(total - plan.objective_usd) > 1e-4 * max(1.0, abs(total)) + 0.01:
-            v.append(f"reported objective ${plan.objective_usd:,.2f} differs from the recomputed cost ${total:,.2f}")
+        v = _cost(problem, plan)
     return ValidationReport(tuple(v))

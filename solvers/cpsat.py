@@ -21,13 +21,16 @@ served rates are recomputed exactly, passes ``validate``:
 After the solve, the served rates of the shared GPUs are recomputed exactly from the integer decisions (the
 demand left after the dedicated replicas, split in proportion to CP-SAT's parts) and the plan is re-checked by
 ``validate``; if the check fails (a scaling error beyond the bound), the warm start is returned and the message
-says so. Constraints are numbered as in the MILP's docstring; variables are indexed by the Problem's keys.
+says so. Constraints are numbered as in the MILP's docstring and built by one function each, in the MILP's order
+(:func:`build_cpsat`); variables are indexed by the Problem's keys through the MILP's index
+(:class:`fleetplan.solvers.common.Index`).
 """
 
 from __future__ import annotations
 
 import math
 import time
+from dataclasses import dataclass, field
 
 from ortools.sat.python import cp_model
 
@@ -35,7 +38,14 @@ from fleetplan.errors import SolverError
 from fleetplan.placement.plan import Plan, SharedGPU, Status, tidy_shared
 from fleetplan.placement.problem import Problem
 from fleetplan.placement.validate import validate
-from fleetplan.solvers.common import TIME_LIMIT_SHARE, build_index, by_model_and_site, finish_plan, warm_values
+from fleetplan.solvers.common import (
+    TIME_LIMIT_SHARE,
+    Index,
+    build_index,
+    by_model_and_site,
+    finish_plan,
+    warm_values,
+)
 
 #: Largest relative error each scaling step may add (well inside validate's 1e-6).
 SCALE_ERROR = 2.5e-7
@@ -57,31 +67,8 @@ def _down(x: float) -> int:
     return math.floor(x)
 
 
-#: Parts per unit of a spot pool's interruption rate in the fallback row (14), rounded down: a relaxation.
+#: Parts per unit of a spot pool's interruption rate in the fallback row (16), rounded down: a relaxation.
 RATE_PARTS = 1_000_000
-
-
-def _add_purchase(problem: Problem, idx, md: cp_model.CpModel, n: dict, y: dict) -> dict:
-    """The MILP's (15) commitments (returns {pool id: c variable}; the caller adds their cost) and (16) spot
-    fallback rows, the rate in RATE_PARTS rounded down (a relaxation; validate checks the exact rule)."""
-    def use(pid: str, w: int) -> list:
-        return ([o.gpus * n[(o.key, w)] for o in idx.options if o.pool == pid]
-                + [var for (p, _b), var in y.items() if p == pid])
-
-    commit = {}
-    pools = problem.pool_by_id
-    for j, pool in enumerate(problem.pools):
-        if pool.committed and use(pool.id, 0):
-            commit[pool.id] = md.new_int_var(0, pool.gpus, f"commit_{j}")
-            for w in idx.W:
-                md.add(sum(use(pool.id, w)) <= commit[pool.id])
-        if pool.fallback_pool is not None and pool.interruption_rate:
-            fb = pools[pool.fallback_pool]
-            rho = _down(pool.interruption_rate * RATE_PARTS)
-            for w in idx.W:
-                if use(pool.id, w):
-                    md.add(rho * sum(use(pool.id, w)) + RATE_PARTS * sum(use(fb.id, w)) <= RATE_PARTS * fb.gpus)
-    return commit
 
 
 def load_parts(problem: Problem) -> int:
@@ -158,41 +145,360 @@ def _fill_shared(problem: Problem, replicas: dict, shared: list[tuple[str, tuple
                  for i, (p, res, _u) in enumerate(shared))
 
 
-def _class_routing(problem: Problem, idx, md: cp_model.CpModel, n: dict, R: dict[str, int], mu: float) -> dict:
-    """Constraint (12) in integers (module docstring): adds z[o,c,w] and rows (12a), (12b) to ``md``; returns z."""
-    lp = load_parts(problem)
-    z: dict = {}
+@dataclass
+class PlacementCpSatModel:
+    """A CP-SAT model of :func:`build_cpsat`: the problem, its index (the MILP's,
+    :func:`fleetplan.solvers.common.build_index`), the scaling of the module docstring and the variables, keyed
+    like the MILP's. Variables: n[o,w], st[o,w], y[p,b], a[m,p,b], u[m,p,b,w] (parts of a shared GPU's compute),
+    q[m,s,w] (rate units), qe[m,s,w] (1/EGRESS_UNITS_PER_REQ_PER_S req/s), z[o,c,w] (parts of a replica's usable
+    capacity, with z_units[o,c,w] the rate units one part serves and class_units[m,c,w] the class's demand in
+    rate units), c[p] (the commitments of (15)); opts_of, bins_of: :func:`fleetplan.solvers.common.by_model_and_site`;
+    load_parts: :func:`load_parts`."""
+
+    problem: Problem
+    idx: Index
+    md: cp_model.CpModel
+    parts: int
+    R: dict[str, int]
+    kmax: dict[tuple[str, int], int]
+    n: dict = field(default_factory=dict)
+    st: dict = field(default_factory=dict)
+    y: dict = field(default_factory=dict)
+    a: dict = field(default_factory=dict)
+    u: dict = field(default_factory=dict)
+    q: dict = field(default_factory=dict)
+    qe: dict = field(default_factory=dict)
+    z: dict = field(default_factory=dict)
+    z_units: dict = field(default_factory=dict)
+    class_units: dict = field(default_factory=dict)
+    c: dict = field(default_factory=dict)
+    opts_of: dict = field(default_factory=dict)
+    bins_of: dict = field(default_factory=dict)
+    load_parts: int = 1
+
+    @property
+    def mu(self) -> float:
+        """1 - μ: the usable share of a capacity after the margin."""
+        return 1 - self.problem.margin
+
+    @property
+    def share_cap(self) -> int:
+        """floor(SHARE_PARTS·(1-μ)): the parts of a shared GPU's compute within the margin."""
+        return _down(self.parts * self.mu)
+
+
+def build_cpsat(problem: Problem) -> PlacementCpSatModel:
+    """The CP-SAT model of ``problem`` (module docstring): the MILP's numbered blocks over the MILP's index, its rows
+    in the MILP's order (``fleetplan.solvers.milp._constraints``), no hint. Raises SolverError when a class model's
+    capacities and demand span too wide a range for the integer scaling."""
+    idx = build_index(problem)
+    parts, R, kmax = scales(problem, idx)
+    cb = PlacementCpSatModel(problem, idx, cp_model.CpModel(), parts, R, kmax, load_parts=load_parts(problem))
+    _variables(cb)
+    _constraints(cb)
+    _objective(cb)
+    return cb
+
+
+def _variables(cb: PlacementCpSatModel) -> None:
+    """Every variable, in the order of their indices: n, st, y, a and u (per candidate shared GPU), q and qe (with
+    qe's defining rows), z, c."""
+    problem, idx, md = cb.problem, cb.idx, cb.md
+    W = idx.W
+    cb.opts_of, cb.bins_of = by_model_and_site(problem, idx)
+    cb.n = {(o.key, w): md.new_int_var(0, idx.ub[o.key], f"n_{i}_{w}") for i, o in enumerate(idx.options) for w in W}
+    cb.st = {(o.key, w): md.new_int_var(0, idx.ub[o.key], f"st_{i}_{w}") for i, o in enumerate(idx.options)
+             for w in W if o.start_cost_usd > 0 and len(W) > 1}
+    cb.y = {(p, b): md.new_bool_var(f"y_{j}") for j, (p, b) in enumerate(idx.bins)}
+    for j, (p, b) in enumerate(idx.bins):
+        for mname in idx.residents[(p, b)]:
+            cb.a[(mname, p, b)] = md.new_bool_var(f"a_{j}_{mname}")
+            for w in W:
+                cb.u[(mname, p, b, w)] = md.new_int_var(0, cb.share_cap + cb.kmax[(p, b)], f"u_{j}_{mname}_{w}")
+    _site_variables(cb)
+    _class_variables(cb)
+    for j, pool in enumerate(problem.pools):
+        if pool.committed and _pool_use(cb, pool.id, 0):
+            cb.c[pool.id] = md.new_int_var(0, pool.gpus, f"commit_{j}")
+
+
+def _site_variables(cb: PlacementCpSatModel) -> None:
+    """q[m,s,w] for the models without classes with capacity at several sites, and qe[m,s,w] where serving m at s
+    pays egress, with qe >= floor((q - 1 unit) / units per qe): any exact routing has a qe no larger than its own
+    rate."""
+    problem, md = cb.problem, cb.md
+    models = problem.model_by_name
+    for mname, sites in cb.idx.sites_of.items():
+        if len(sites) <= 1 or models[mname].class_shares:  # a class model covers its demand by (12a)
+            continue
+        dmax = max(models[mname].demand_req_per_s)
+        for s in sites:
+            for w in cb.idx.W:
+                q = cb.q[(mname, s, w)] = md.new_int_var(0, _up(dmax * cb.R[mname]) + 1, f"q_{mname}_{s}_{w}")
+                if problem.egress_usd_per_req_per_s_window(models[mname], s):
+                    qe = cb.qe[(mname, s, w)] = md.new_int_var(0, _up(dmax * EGRESS_UNITS_PER_REQ_PER_S) + 1,
+                                                               f"qe_{mname}_{s}_{w}")
+                    per = cb.R[mname] // EGRESS_UNITS_PER_REQ_PER_S
+                    md.add(per * qe >= q - per + 1)
+
+
+def _class_variables(cb: PlacementCpSatModel) -> None:
+    """(12)'s z[o,c,w] (module docstring): for each class of a model and each option serving it, the parts of the
+    option's usable capacity routed to the class, with the rate units one part serves rounded *up* (a relaxation)
+    and the class's demand in rate units rounded down. Raises SolverError for a class demand beyond MAX_UNITS."""
+    problem, idx, lp = cb.problem, cb.idx, cb.load_parts
     for m in problem.models:
         if not m.class_shares:
             continue
-        r = R[m.name]
+        r = cb.R[m.name]
         mine = [o for o in idx.options if o.model == m.name]
         for w in idx.W:
             for cls, share in m.class_shares:
-                demand_units = _down(share * m.demand_req_per_s[w] * r)
-                supply = []
+                demand_units = cb.class_units[(m.name, cls, w)] = _down(share * m.demand_req_per_s[w] * r)
                 for o in mine:
                     cap = o.class_capacity.get(cls)
                     if cap is None:
                         continue
-                    per_part = _up(mu * cap * r / lp)  # rate units one part serves, rounded up (a relaxation)
+                    per_part = cb.z_units[(o.key, cls, w)] = _up(cb.mu * cap * r / lp)
                     # a route never needs more parts than carry the whole class demand (keeps products in int64)
                     most = min((lp + len(o.class_capacity)) * idx.ub[o.key], demand_units // per_part + 2)
-                    z[(o.key, cls, w)] = md.new_int_var(0, most, f"z_{len(z)}")
-                    supply.append(per_part * z[(o.key, cls, w)])
+                    cb.z[(o.key, cls, w)] = cb.md.new_int_var(0, most, f"z_{len(cb.z)}")
                 if demand_units > MAX_UNITS:
                     raise SolverError(f"model {m.name}: its class capacities and demand span too wide a range for "
                                       "CP-SAT's integer scaling; use --backend highs")
-                # (12a) each class is served.
-                if supply:
-                    md.add(sum(supply) >= demand_units)
-                elif demand_units > 0:
-                    md.add_bool_or([])  # no option serves this class: infeasible (explained before solving)
-            for o in mine:
-                # (12b) additive load within the replicas' usable capacity (plus the rounding slack C_o parts).
-                load = [z[(o.key, c, w)] for c in o.class_capacity if (o.key, c, w) in z]
-                md.add(sum(load) <= (lp + len(o.class_capacity)) * n[(o.key, w)])
-    return z
+
+
+def _constraints(cb: PlacementCpSatModel) -> None:
+    """Every constraint, in the MILP's order (``fleetplan.solvers.milp._constraints``; CP-SAT has no (11),
+    (13) or (14)): (12) per model and window; (1), (2) per model and window; per shared GPU (3), (4) per window,
+    then (5), (10), (9); (6); (7); (8); (15); (16)."""
+    problem, idx = cb.problem, cb.idx
+    for m in problem.models:
+        if not m.class_shares:
+            continue
+        for w in idx.W:
+            _c12a_classes_served(cb, m, w)
+            _c12b_additive_load(cb, m, w)
+    for m in problem.models:
+        if m.class_shares:
+            continue  # (1) and (2) are (12a) for a model with request classes
+        for w in idx.W:
+            _c1_coverage(cb, m, w)
+            _c2_demand(cb, m, w)
+    for (p, b) in idx.bins:
+        for w in idx.W:
+            _c3_shared_compute(cb, p, b, w)
+            _c4_only_residents_serve(cb, p, b, w)
+        _c5_shared_memory(cb, p, b)
+        _c10_residents_per_gpu(cb, p, b)
+        _c9_symmetry(cb, p, b)
+    _c6_inventory(cb)
+    _c7_replica_floor_ceiling(cb)
+    _c8_starts(cb)
+    _c15_commitments(cb)
+    _c16_spot_fallback(cb)
+
+
+def _c1_coverage(cb: PlacementCpSatModel, m, w: int) -> None:
+    """(1) Coverage at each site of model ``m`` (without classes) in window ``w``, in rate units, supply rounded
+    up (a relaxation): q[m,s,w], or the demand rounded down for a model with one site."""
+    idx, r = cb.idx, cb.R[m.name]
+    sites = idx.sites_of[m.name]
+    for s in sites:
+        supply = [_up(cb.mu * o.capacity_req_per_s * r) * cb.n[(o.key, w)] for o in cb.opts_of.get((m.name, s), [])]
+        supply += [_up(idx.share[(m.name, p)].capacity_req_per_s * r / cb.parts) * cb.u[(m.name, p, b, w)]
+                   for (p, b) in cb.bins_of.get((m.name, s), [])]
+        rhs = cb.q[(m.name, s, w)] if len(sites) > 1 else _down(m.demand_req_per_s[w] * r)
+        cb.md.add(sum(supply) >= rhs)
+
+
+def _c2_demand(cb: PlacementCpSatModel, m, w: int) -> None:
+    """(2) The demand of model ``m`` in window ``w`` (rate units, rounded down) is served across its sites; a model
+    with demand and no option at all makes the model infeasible (explained before solving)."""
+    sites = cb.idx.sites_of[m.name]
+    demand_units = _down(m.demand_req_per_s[w] * cb.R[m.name])
+    if len(sites) > 1:
+        cb.md.add(sum(cb.q[(m.name, s, w)] for s in sites) >= demand_units)
+    if not sites and demand_units > 0:
+        cb.md.add_bool_or([])
+
+
+def _c3_shared_compute(cb: PlacementCpSatModel, p: str, b: int, w: int) -> None:
+    """(3) The compute parts of shared GPU (p, b) in window ``w`` (plus the rounding slack k_pb parts)."""
+    cb.md.add(sum(cb.u[(m, p, b, w)] for m in cb.idx.residents[(p, b)])
+              <= (cb.share_cap + cb.kmax[(p, b)]) * cb.y[(p, b)])
+
+
+def _c4_only_residents_serve(cb: PlacementCpSatModel, p: str, b: int, w: int) -> None:
+    """(4) Only the models resident on shared GPU (p, b) are served by it in window ``w``."""
+    for mname in cb.idx.residents[(p, b)]:
+        cb.md.add(cb.u[(mname, p, b, w)] <= (cb.share_cap + cb.kmax[(p, b)]) * cb.a[(mname, p, b)])
+
+
+def _c5_shared_memory(cb: PlacementCpSatModel, p: str, b: int) -> None:
+    """(5) The residents' footprints fit the memory of shared GPU (p, b), in kB: footprints rounded down, the limit
+    up (a relaxation; validate checks the exact bytes)."""
+    problem, idx = cb.problem, cb.idx
+    lim_kb = _up(problem.pool_by_id[p].memory_bytes_per_gpu * problem.shared_memory_utilization / 1e3)
+    cb.md.add(sum(_down(idx.share[(m, p)].memory_bytes / 1e3) * cb.a[(m, p, b)] for m in idx.residents[(p, b)])
+              <= lim_kb * cb.y[(p, b)])
+
+
+def _c6_inventory(cb: PlacementCpSatModel) -> None:
+    """(6) In every window the GPUs in use (replicas and shared GPUs) fit the pool."""
+    idx = cb.idx
+    for pid, pool in cb.problem.pool_by_id.items():
+        bins = [cb.y[k] for k in idx.bins if k[0] == pid]
+        opts = [o for o in idx.options if o.pool == pid]
+        if not opts and not bins:
+            continue
+        for w in idx.W:
+            cb.md.add(sum(o.gpus * cb.n[(o.key, w)] for o in opts) + sum(bins) <= pool.gpus)
+
+
+def _c7_replica_floor_ceiling(cb: PlacementCpSatModel) -> None:
+    """(7) Replicas and residencies of a model within its floor and ceiling in every window."""
+    idx = cb.idx
+    for m in cb.problem.models:
+        resident = [var for (mm, p, b), var in cb.a.items() if mm == m.name]
+        for w in idx.W:
+            reps = [cb.n[(o.key, w)] for o in idx.options if o.model == m.name] + resident
+            if m.min_replicas:
+                cb.md.add(sum(reps) >= m.min_replicas)
+            if m.max_replicas is not None:
+                cb.md.add(sum(reps) <= m.max_replicas)
+
+
+def _c8_starts(cb: PlacementCpSatModel) -> None:
+    """(8) Starts between consecutive windows (cyclic)."""
+    W = cb.idx.W
+    for (key, w), var in cb.st.items():
+        cb.md.add(var >= cb.n[(key, w)] - cb.n[(key, W[w - 1])])
+
+
+def _c9_symmetry(cb: PlacementCpSatModel, p: str, b: int) -> None:
+    """(9) Symmetry breaking among a pool's candidate shared GPUs: y[p,b] <= y[p,b-1]."""
+    if b > 0:
+        cb.md.add(cb.y[(p, b)] <= cb.y[(p, b - 1)])
+
+
+def _c10_residents_per_gpu(cb: PlacementCpSatModel, p: str, b: int) -> None:
+    """(10) At most K = max_models_per_shared_gpu models reside on shared GPU (p, b), when K is set."""
+    k = cb.problem.max_models_per_shared_gpu
+    if k is not None:
+        cb.md.add(sum(cb.a[(m, p, b)] for m in cb.idx.residents[(p, b)]) <= k * cb.y[(p, b)])
+
+
+def _c12a_classes_served(cb: PlacementCpSatModel, m, w: int) -> None:
+    """(12a) Each request class of model ``m`` in window ``w`` is served (rate units; module docstring); a class no
+    option serves makes the model infeasible (explained before solving)."""
+    for cls, _share in m.class_shares:
+        supply = [cb.z_units[(o.key, cls, w)] * cb.z[(o.key, cls, w)] for o in cb.idx.options
+                  if o.model == m.name and (o.key, cls, w) in cb.z]
+        demand_units = cb.class_units[(m.name, cls, w)]
+        if supply:
+            cb.md.add(sum(supply) >= demand_units)
+        elif demand_units > 0:
+            cb.md.add_bool_or([])
+
+
+def _c12b_additive_load(cb: PlacementCpSatModel, m, w: int) -> None:
+    """(12b) The class parts of each option of model ``m`` in window ``w`` within LOAD_PARTS per replica (plus the
+    rounding slack C_o parts)."""
+    lp = cb.load_parts
+    for o in cb.idx.options:
+        if o.model == m.name:
+            load = [cb.z[(o.key, c, w)] for c in o.class_capacity if (o.key, c, w) in cb.z]
+            cb.md.add(sum(load) <= (lp + len(o.class_capacity)) * cb.n[(o.key, w)])
+
+
+def _pool_use(cb: PlacementCpSatModel, pid: str, w: int) -> list:
+    """Terms of the GPUs pool ``pid`` uses in window ``w``: replicas' k_o·n[o,w] and its shared GPUs y[p,b]."""
+    return ([o.gpus * cb.n[(o.key, w)] for o in cb.idx.options if o.pool == pid]
+            + [var for (p, _b), var in cb.y.items() if p == pid])
+
+
+def _c15_commitments(cb: PlacementCpSatModel) -> None:
+    """(15) A committed pool's use <= its commitment c[p] in every window (the objective prices c)."""
+    for pid, var in cb.c.items():
+        for w in cb.idx.W:
+            cb.md.add(sum(_pool_use(cb, pid, w)) <= var)
+
+
+def _c16_spot_fallback(cb: PlacementCpSatModel) -> None:
+    """(16) In every window the fallback pool of each spot pool leaves interruption_rate × the spot GPUs in use
+    unused, the rate in RATE_PARTS rounded down (a relaxation; validate checks the exact rule)."""
+    pools = cb.problem.pool_by_id
+    for pool in cb.problem.pools:
+        if pool.fallback_pool is None or not pool.interruption_rate:
+            continue
+        fb = pools[pool.fallback_pool]
+        rho = _down(pool.interruption_rate * RATE_PARTS)
+        for w in cb.idx.W:
+            if _pool_use(cb, pool.id, w):
+                cb.md.add(rho * sum(_pool_use(cb, pool.id, w)) + RATE_PARTS * sum(_pool_use(cb, fb.id, w))
+                          <= RATE_PARTS * fb.gpus)
+
+
+def _objective(cb: PlacementCpSatModel) -> None:
+    """The MILP's objective in nano-dollars, every coefficient rounded down (CP-SAT's bound stays a bound on the
+    exact cost): GPU-hours × price, starts × start cost, egress through qe, commitments."""
+    problem, idx, W = cb.problem, cb.idx, cb.idx.W
+    pools, models, h = problem.pool_by_id, problem.model_by_name, problem.window_hours
+    terms = []
+    for o in idx.options:
+        c = _down(o.gpus * pools[o.pool].usd_per_gpu_hour * h * COST_SCALE)
+        terms += [c * cb.n[(o.key, w)] for w in W]
+        sc = _down(o.start_cost_usd * COST_SCALE)
+        terms += [sc * cb.st[(o.key, w)] for w in W if (o.key, w) in cb.st]
+    for (p, _b), var in cb.y.items():
+        terms.append(_down(pools[p].usd_per_gpu_hour * h * len(W) * COST_SCALE) * var)
+    for (mname, s, _w), var in cb.qe.items():
+        e = problem.egress_usd_per_req_per_s_window(models[mname], s) / EGRESS_UNITS_PER_REQ_PER_S
+        terms.append(_down(e * COST_SCALE) * var)
+    for pid, var in cb.c.items():
+        terms.append(_down(pools[pid].committed_usd_per_gpu_hour * problem.horizon_hours * COST_SCALE) * var)
+    cb.md.minimize(sum(terms))
+
+
+def _hint(cb: PlacementCpSatModel, warm_start: Plan) -> None:
+    """The warm start as CP-SAT's hint (nothing when it does not map onto the index)."""
+    warm = warm_values(cb.problem, cb.idx, warm_start)
+    if not warm:
+        return
+    md, W = cb.md, cb.idx.W
+    for (key, w), var in cb.n.items():
+        md.add_hint(var, warm["n"][key][w])
+    for (key, w), var in cb.st.items():
+        md.add_hint(var, warm["st"][key][w])
+    for k, var in cb.y.items():
+        md.add_hint(var, warm["y"].get(k, 0))
+    for ka, var in cb.a.items():
+        md.add_hint(var, warm["a"].get(ka, 0))
+    for (mname, p, b, w), var in cb.u.items():
+        f = warm["f"].get((mname, p, b), [0.0] * len(W))[w]
+        md.add_hint(var, min(cb.share_cap, _up(f / cb.idx.share[(mname, p)].capacity_req_per_s * cb.parts)))
+    for (mname, s, w), var in cb.q.items():
+        md.add_hint(var, _down(warm["q"].get((mname, s, w), 0.0) * cb.R[mname]))
+
+
+def _extract_plan(cb: PlacementCpSatModel, solver: cp_model.CpSolver) -> Plan:
+    """The plan of CP-SAT's answer: its replicas and shared GPUs, the served rates recomputed exactly
+    (:func:`_fill_shared`), its commitments."""
+    problem, idx, W = cb.problem, cb.idx, cb.idx.W
+    replicas = {}
+    for o in idx.options:
+        counts = tuple(int(solver.value(cb.n[(o.key, w)])) for w in W)
+        if any(counts):
+            replicas[o.key] = counts
+    raw = []
+    for (p, b), var in cb.y.items():
+        if solver.value(var):
+            residents = tuple(m for m in idx.residents[(p, b)] if solver.value(cb.a[(m, p, b)]))
+            raw.append((p, residents, {m: [solver.value(cb.u[(m, p, b, w)]) for w in W] for m in residents}))
+    shared = tidy_shared(problem, replicas, _fill_shared(problem, replicas, raw))
+    return Plan(replicas=replicas, shared=shared,
+                commitments={pid: int(solver.value(var)) for pid, var in cb.c.items()})
 
 
 def solve_cpsat(problem: Problem, *, time_limit_s: float = 60, threads: int = 2, gap: float = 1e-4,
@@ -205,140 +511,9 @@ def solve_cpsat(problem: Problem, *, time_limit_s: float = 60, threads: int = 2,
     :func:`fleetplan.solvers.common.finish_plan` (the cheaper of CP-SAT's plan and ``warm_start`` is returned).
     """
     t0 = time.perf_counter()
-    idx = build_index(problem)
-    W = idx.W
-    mu = 1 - problem.margin
-    h = problem.window_hours
-    pools = problem.pool_by_id
-    models = problem.model_by_name
-    parts, R, kmax = scales(problem, idx)
-    share_cap = _down(parts * mu)
-    md = cp_model.CpModel()
-
-    # Variables.
-    n = {(o.key, w): md.new_int_var(0, idx.ub[o.key], f"n_{i}_{w}") for i, o in enumerate(idx.options) for w in W}
-    st = {(o.key, w): md.new_int_var(0, idx.ub[o.key], f"st_{i}_{w}") for i, o in enumerate(idx.options)
-          for w in W if o.start_cost_usd > 0 and len(W) > 1}
-    y = {(p, b): md.new_bool_var(f"y_{j}") for j, (p, b) in enumerate(idx.bins)}
-    a, u = {}, {}
-    for j, (p, b) in enumerate(idx.bins):
-        for mname in idx.residents[(p, b)]:
-            a[(mname, p, b)] = md.new_bool_var(f"a_{j}_{mname}")
-            for w in W:
-                u[(mname, p, b, w)] = md.new_int_var(0, share_cap + kmax[(p, b)], f"u_{j}_{mname}_{w}")
-    q, qe = {}, {}
-    for mname, sites in idx.sites_of.items():
-        if len(sites) > 1 and not models[mname].class_shares:  # a class model covers its demand by (12a)
-            dmax = max(models[mname].demand_req_per_s)
-            for s in sites:
-                for w in W:
-                    q[(mname, s, w)] = md.new_int_var(0, _up(dmax * R[mname]) + 1, f"q_{mname}_{s}_{w}")
-                    if problem.egress_usd_per_req_per_s_window(models[mname], s):
-                        qe[(mname, s, w)] = md.new_int_var(0, _up(dmax * EGRESS_UNITS_PER_REQ_PER_S) + 1,
-                                                       f"qe_{mname}_{s}_{w}")
-                        per = R[mname] // EGRESS_UNITS_PER_REQ_PER_S
-                        # qe >= floor((q - 1) / per): any exact routing has a qe no larger than its own rate.
-                        md.add(per * qe[(mname, s, w)] >= q[(mname, s, w)] - per + 1)
-
-    opts_of, bins_of = by_model_and_site(problem, idx)
-    _class_routing(problem, idx, md, n, R, mu)
-    for m in problem.models:
-        if m.class_shares:
-            continue  # (1) and (2) are (12a) for a model with request classes
-        sites = idx.sites_of[m.name]
-        r = R[m.name]
-        for w in W:
-            demand_units = _down(m.demand_req_per_s[w] * r)
-            # (1) Coverage at each site (supply rounded up: a relaxation).
-            for s in sites:
-                supply = [_up(mu * o.capacity_req_per_s * r) * n[(o.key, w)] for o in opts_of.get((m.name, s), [])]
-                supply += [_up(idx.share[(m.name, p)].capacity_req_per_s * r / parts) * u[(m.name, p, b, w)]
-                           for (p, b) in bins_of.get((m.name, s), [])]
-                rhs = q[(m.name, s, w)] if len(sites) > 1 else demand_units
-                md.add(sum(supply) >= rhs)
-            # (2) Demand is served across sites.
-            if len(sites) > 1:
-                md.add(sum(q[(m.name, s, w)] for s in sites) >= demand_units)
-            if not sites and demand_units > 0:
-                md.add_bool_or([])  # no option at all: infeasible (explained before solving)
-
-    for (p, b) in idx.bins:
-        residents = idx.residents[(p, b)]
-        for w in W:
-            # (3) Compute share of a shared GPU (plus the rounding slack k_pb parts).
-            md.add(sum(u[(m, p, b, w)] for m in residents) <= (share_cap + kmax[(p, b)]) * y[(p, b)])
-            # (4) Only resident models are served.
-            for mname in residents:
-                md.add(u[(mname, p, b, w)] <= (share_cap + kmax[(p, b)]) * a[(mname, p, b)])
-        # (5) Resident footprints fit the GPU's memory (kB: footprints down, limit up: a relaxation; validate
-        # checks the exact bytes).
-        lim_kb = _up(pools[p].memory_bytes_per_gpu * problem.shared_memory_utilization / 1e3)
-        md.add(sum(_down(idx.share[(m, p)].memory_bytes / 1e3) * a[(m, p, b)] for m in residents)
-               <= lim_kb * y[(p, b)])
-        # (10) At most K models reside on one shared GPU.
-        if problem.max_models_per_shared_gpu is not None:
-            md.add(sum(a[(m, p, b)] for m in residents) <= problem.max_models_per_shared_gpu * y[(p, b)])
-        # (9) Symmetry breaking.
-        if b > 0:
-            md.add(y[(p, b)] <= y[(p, b - 1)])
-
-    for pid, pool in pools.items():
-        bins = [y[k] for k in idx.bins if k[0] == pid]
-        opts = [o for o in idx.options if o.pool == pid]
-        if not opts and not bins:
-            continue
-        for w in W:
-            # (6) Inventory.
-            md.add(sum(o.gpus * n[(o.key, w)] for o in opts) + sum(bins) <= pool.gpus)
-
-    for m in problem.models:
-        resident = [var for (mm, p, b), var in a.items() if mm == m.name]
-        for w in W:
-            reps = [n[(o.key, w)] for o in idx.options if o.model == m.name] + resident
-            # (7) Replica floor and ceiling.
-            if m.min_replicas:
-                md.add(sum(reps) >= m.min_replicas)
-            if m.max_replicas is not None:
-                md.add(sum(reps) <= m.max_replicas)
-
-    # (8) Starts (cyclic).
-    for (key, w), var in st.items():
-        md.add(var >= n[(key, w)] - n[(key, W[w - 1])])
-    commit = _add_purchase(problem, idx, md, n, y)
-
-    # Objective in nano-dollars, every coefficient rounded down (CP-SAT's bound stays a bound on the exact cost).
-    terms = []
-    for o in idx.options:
-        c = _down(o.gpus * pools[o.pool].usd_per_gpu_hour * h * COST_SCALE)
-        terms += [c * n[(o.key, w)] for w in W]
-        sc = _down(o.start_cost_usd * COST_SCALE)
-        terms += [sc * st[(o.key, w)] for w in W if (o.key, w) in st]
-    for (p, _b), var in y.items():
-        terms.append(_down(pools[p].usd_per_gpu_hour * h * len(W) * COST_SCALE) * var)
-    for (mname, s, _w), var in qe.items():
-        e = problem.egress_usd_per_req_per_s_window(models[mname], s) / EGRESS_UNITS_PER_REQ_PER_S
-        terms.append(_down(e * COST_SCALE) * var)
-    for pid, var in commit.items():
-        terms.append(_down(pools[pid].committed_usd_per_gpu_hour * problem.horizon_hours * COST_SCALE) * var)
-    md.minimize(sum(terms))
-
-    # Hint: the warm start.
-    warm = warm_values(problem, idx, warm_start) if warm_start is not None else {}
-    if warm:
-        for (key, w), var in n.items():
-            md.add_hint(var, warm["n"][key][w])
-        for (key, w), var in st.items():
-            md.add_hint(var, warm["st"][key][w])
-        for k, var in y.items():
-            md.add_hint(var, warm["y"].get(k, 0))
-        for ka, var in a.items():
-            md.add_hint(var, warm["a"].get(ka, 0))
-        for (mname, p, b, w), var in u.items():
-            f = warm["f"].get((mname, p, b), [0.0] * len(W))[w]
-            md.add_hint(var, min(share_cap, _up(f / idx.share[(mname, p)].capacity_req_per_s * parts)))
-        for (mname, s, w), var in q.items():
-            md.add_hint(var, _down(warm["q"].get((mname, s, w), 0.0) * R[mname]))
-
+    cb = build_cpsat(problem)
+    if warm_start is not None:
+        _hint(cb, warm_start)
     if deadline is not None:
         time_limit_s = min(time_limit_s, deadline - time.perf_counter())
     bounds = dict(extra_bounds or {})
@@ -352,31 +527,19 @@ def solve_cpsat(problem: Problem, *, time_limit_s: float = 60, threads: int = 2,
     solver.parameters.num_workers = max(1, int(threads or 1))
     solver.parameters.relative_gap_limit = float(gap)
     solver.parameters.log_search_progress = log
-    code = solver.solve(md)
+    code = solver.solve(cb.md)
     reached = code != cp_model.OPTIMAL and solver.wall_time >= TIME_LIMIT_SHARE * time_limit_s
     if code == cp_model.INFEASIBLE:
         return Plan(status=Status.INFEASIBLE, backend="cpsat", solve_time_s=time.perf_counter() - t0)
     if code == cp_model.MODEL_INVALID:
-        raise RuntimeError(f"CP-SAT rejected the model: {md.validate()}")
+        raise RuntimeError(f"CP-SAT rejected the model: {cb.md.validate()}")
     if code in (cp_model.OPTIMAL, cp_model.FEASIBLE) or math.isfinite(solver.best_objective_bound):
         cp_bound = solver.best_objective_bound / COST_SCALE
         bounds["CP-SAT"] = cp_bound if math.isfinite(cp_bound) else None
     incumbent = None
     notes: list[str] = []
     if code in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        replicas = {}
-        for o in idx.options:
-            counts = tuple(int(solver.value(n[(o.key, w)])) for w in W)
-            if any(counts):
-                replicas[o.key] = counts
-        raw = []
-        for (p, b), var in y.items():
-            if solver.value(var):
-                residents = tuple(m for m in idx.residents[(p, b)] if solver.value(a[(m, p, b)]))
-                raw.append((p, residents, {m: [solver.value(u[(m, p, b, w)]) for w in W] for m in residents}))
-        shared = tidy_shared(problem, replicas, _fill_shared(problem, replicas, raw))
-        incumbent = Plan(replicas=replicas, shared=shared,
-                         commitments={pid: int(solver.value(var)) for pid, var in commit.items()})
+        incumbent = _extract_plan(cb, solver)
         report = validate(problem, incumbent, check_objective=False)
         if not report.ok:
             notes.append("CP-SAT's plan fails the exact check after rescaling (" + report.violations[0] + ")")

@@ -41,6 +41,118 @@ def cover_applies(problem: Problem) -> bool:
                 or any(p.committed or p.fallback_pool is not None for p in problem.pools))
 
 
+class _Cover:
+    """The working state of :func:`cover_window` on the one-window problem ``sub``: the GPUs per pool, each GPU's
+    price for the window, the options of each model with capacity, the replicas each model has chosen
+    ({model: {option key: replicas}}) and the GPUs in use per pool."""
+
+    def __init__(self, sub: Problem, prefer: dict) -> None:
+        h = sub.window_hours
+        self.sub = sub
+        self.mu = 1 - sub.margin
+        self.free0 = {p.id: p.gpus for p in sub.pools}
+        self.price = {p.id: p.usd_per_gpu_hour * h for p in sub.pools}
+        self.prefer = prefer
+        self.opt = sub.option_by_key
+        self.opts_of = {m.name: [o for o in sub.options_by_model[m.name] if o.capacity_req_per_s > 0]
+                        for m in sub.models}
+        self.chosen: dict[str, dict] = {}
+        self.use: dict[str, int] = dict.fromkeys(self.free0, 0)
+
+    def gpus_in(self, counts: dict) -> dict[str, int]:
+        """GPUs per pool of ``counts`` ({option key: replicas})."""
+        out = dict.fromkeys(self.free0, 0)
+        for key, k in counts.items():
+            out[key[1]] += k * self.opt[key].gpus
+        return out
+
+    def cost(self, counts: dict) -> float:
+        """USD of ``counts`` for the window."""
+        return sum(k * self.opt[key].gpus * self.price[key[1]] for key, k in counts.items())
+
+    def choose(self, m, room: dict, forbid: str | None = None) -> dict | None:
+        """m's cheapest covering within ``room`` (GPUs per pool) without pool ``forbid``."""
+        opts = self.opts_of[m.name]
+        only: dict[str, object] = {}  # pool -> the one option kept there (after a covering over the pool's room)
+        for _attempt in range(2):
+            spec = []
+            for o in opts:
+                ub = room[o.pool] // o.gpus if o.pool != forbid and only.get(o.pool, o.key) == o.key else 0
+                tie = 1e-9 * self.price[o.pool] * (0 if self.prefer.get(o.key) else 1)  # ties go to running replicas
+                spec.append((o.gpus * self.price[o.pool] + tie, self.mu * o.capacity_req_per_s, ub))
+            got = cheapest_cover(spec, m.demand_req_per_s[0], m.min_replicas, m.max_replicas)
+            if got is None:
+                return None
+            counts = {o.key: k for o, k in zip(opts, got[1], strict=True) if k}
+            over = [q for q, g in self.gpus_in(counts).items() if g > 0 and g > room[q]]
+            if not over:
+                return counts
+            # options of one pool fit one by one but not together: keep the pool's largest share and retry
+            for q in over:
+                only[q] = max((key for key in counts if key[1] == q),
+                              key=lambda k: (counts[k] * self.opt[k].gpus, k))
+        return None
+
+    def room_for(self, m) -> dict:
+        """GPUs per pool m may use: the free GPUs plus its own."""
+        mine = self.gpus_in(self.chosen[m.name])
+        return {q: self.free0[q] - self.use[q] + mine[q] for q in self.free0}
+
+    def move(self, m, new: dict) -> None:
+        """m takes the replicas ``new`` instead of its chosen ones."""
+        for q, g in self.gpus_in(new).items():
+            self.use[q] += g
+        for q, g in self.gpus_in(self.chosen[m.name]).items():
+            self.use[q] -= g
+        self.chosen[m.name] = new
+
+    def alone(self) -> bool:
+        """Step 1 of :func:`cover_window`: each model's cheapest covering, the pools' GPUs ignored; False when a
+        model has none."""
+        for m in self.sub.models:
+            got = self.choose(m, self.free0)
+            if got is None:
+                return False
+            self.chosen[m.name] = got
+        for counts in self.chosen.values():
+            for q, g in self.gpus_in(counts).items():
+                self.use[q] += g
+        return True
+
+    def shed(self, p: str) -> bool:
+        """Step 2 for pool ``p``: models leave it, the smallest cost increase first, until it fits; False when it
+        cannot be made to fit."""
+        regret = []
+        for m in self.sub.models:
+            if any(key[1] == p for key in self.chosen[m.name]):
+                alt = self.choose(m, self.free0, forbid=p)
+                if alt is not None:
+                    regret.append((self.cost(alt) - self.cost(self.chosen[m.name]), m.name, m))
+        for _r, _n, m in sorted(regret, key=lambda r: r[:2]):
+            if self.use[p] <= self.free0[p]:
+                break
+            alt = self.choose(m, self.room_for(m), forbid=p)
+            if alt is not None:
+                self.move(m, alt)
+        return self.use[p] <= self.free0[p]
+
+    def fill(self) -> int:
+        """One pass of step 3: models move, the largest saving first, to their cheapest covering within the GPUs
+        left free; returns how many moved."""
+        gains = []
+        for m in self.sub.models:
+            alt = self.choose(m, self.room_for(m))
+            if alt is not None and self.cost(alt) < self.cost(self.chosen[m.name]) - 1e-9:
+                gains.append((self.cost(self.chosen[m.name]) - self.cost(alt), m.name, m))
+        moved = 0
+        for _g, _n, m in sorted(gains, key=lambda r: (-r[0], r[1])):
+            alt = self.choose(m, self.room_for(m))
+            if alt is not None and self.cost(alt) < self.cost(self.chosen[m.name]) - 1e-9:
+                self.move(m, alt)
+                moved += 1
+        return moved
+
+
 def cover_window(sub: Problem, prefer: dict | None = None) -> Plan | None:
     """A plan of the one-window problem ``sub`` (dedicated replicas only: ``sub`` has no share options, as
     :func:`_window_problem` builds it), in well under a second at 500 models where a one-window MILP finds none
@@ -59,100 +171,18 @@ def cover_window(sub: Problem, prefer: dict | None = None) -> Plan | None:
     the pools."""
     if not cover_applies(sub) or sub.n_windows != 1 or sub.share_options:
         return None
-    h = sub.window_hours
-    mu = 1 - sub.margin
-    free0 = {p.id: p.gpus for p in sub.pools}
-    price = {p.id: p.usd_per_gpu_hour * h for p in sub.pools}
-    prefer = prefer or {}
-    opt = sub.option_by_key
-    opts_of = {m.name: [o for o in sub.options_by_model[m.name] if o.capacity_req_per_s > 0] for m in sub.models}
-
-    def gpus_in(counts: dict) -> dict[str, int]:
-        out = dict.fromkeys(free0, 0)
-        for key, k in counts.items():
-            out[key[1]] += k * opt[key].gpus
-        return out
-
-    def cost(counts: dict) -> float:
-        return sum(k * opt[key].gpus * price[key[1]] for key, k in counts.items())
-
-    def choose(m, room: dict, forbid: str | None = None) -> dict | None:
-        """m's cheapest covering within ``room`` (GPUs per pool) without pool ``forbid``."""
-        opts = opts_of[m.name]
-        only: dict[str, object] = {}  # pool -> the one option kept there (after a covering over the pool's room)
-        for _attempt in range(2):
-            spec = []
-            for o in opts:
-                ub = room[o.pool] // o.gpus if o.pool != forbid and only.get(o.pool, o.key) == o.key else 0
-                tie = 1e-9 * price[o.pool] * (0 if prefer.get(o.key) else 1)  # ties go to running replicas
-                spec.append((o.gpus * price[o.pool] + tie, mu * o.capacity_req_per_s, ub))
-            got = cheapest_cover(spec, m.demand_req_per_s[0], m.min_replicas, m.max_replicas)
-            if got is None:
-                return None
-            counts = {o.key: k for o, k in zip(opts, got[1], strict=True) if k}
-            over = [q for q, g in gpus_in(counts).items() if g > 0 and g > room[q]]
-            if not over:
-                return counts
-            # options of one pool fit one by one but not together: keep the pool's largest share and retry
-            for q in over:
-                only[q] = max((key for key in counts if key[1] == q), key=lambda k: (counts[k] * opt[k].gpus, k))
+    c = _Cover(sub, prefer or {})
+    if not c.alone():
         return None
-
-    def room_for(m, use: dict) -> dict:
-        mine = gpus_in(chosen[m.name])
-        return {q: free0[q] - use[q] + mine[q] for q in free0}
-
-    def move(m, new: dict, use: dict) -> None:
-        for q, g in gpus_in(new).items():
-            use[q] += g
-        for q, g in gpus_in(chosen[m.name]).items():
-            use[q] -= g
-        chosen[m.name] = new
-
-    chosen: dict[str, dict] = {}
-    for m in sub.models:  # 1.
-        got = choose(m, free0)
-        if got is None:
+    for p in sorted(c.free0, key=lambda p: (-(c.use[p] - c.free0[p]), p)):
+        if c.use[p] > c.free0[p] and not c.shed(p):
             return None
-        chosen[m.name] = got
-    use = dict.fromkeys(free0, 0)
-    for counts in chosen.values():
-        for q, g in gpus_in(counts).items():
-            use[q] += g
-    for p in sorted(free0, key=lambda p: (-(use[p] - free0[p]), p)):  # 2.
-        if use[p] <= free0[p]:
-            continue
-        regret = []
-        for m in sub.models:
-            if any(key[1] == p for key in chosen[m.name]):
-                alt = choose(m, free0, forbid=p)
-                if alt is not None:
-                    regret.append((cost(alt) - cost(chosen[m.name]), m.name, m))
-        for _r, _n, m in sorted(regret, key=lambda r: r[:2]):
-            if use[p] <= free0[p]:
-                break
-            alt = choose(m, room_for(m, use), forbid=p)
-            if alt is not None:
-                move(m, alt, use)
-        if use[p] > free0[p]:
-            return None
-    for _ in range(COVER_FILL_PASSES):  # 3.
-        gains = []
-        for m in sub.models:
-            alt = choose(m, room_for(m, use))
-            if alt is not None and cost(alt) < cost(chosen[m.name]) - 1e-9:
-                gains.append((cost(chosen[m.name]) - cost(alt), m.name, m))
-        moved = 0
-        for _g, _n, m in sorted(gains, key=lambda r: (-r[0], r[1])):
-            alt = choose(m, room_for(m, use))
-            if alt is not None and cost(alt) < cost(chosen[m.name]) - 1e-9:
-                move(m, alt, use)
-                moved += 1
-        if not moved:
+    for _ in range(COVER_FILL_PASSES):
+        if not c.fill():
             break
-    if any(use[p] > free0[p] for p in free0):
+    if any(c.use[p] > c.free0[p] for p in c.free0):
         return None
-    return Plan(replicas={key: (k,) for counts in chosen.values() for key, k in counts.items()},
+    return Plan(replicas={key: (k,) for counts in c.chosen.values() for key, k in counts.items()},
                 status=Status.HEURISTIC, backend="cover")
 
 
@@ -168,6 +198,84 @@ class _Bin:
     mem: float
 
 
+class _Dissolve:
+    """What :func:`dissolve_shared` reads of the problem: windows, window hours, 1 - margin, the pools, the share
+    options by (model, pool), the models, each pool's memory limit for residents and the residents' limit."""
+
+    def __init__(self, problem: Problem) -> None:
+        self.problem = problem
+        self.W, self.h, self.mu = problem.n_windows, problem.window_hours, 1 - problem.margin
+        self.pools = problem.pool_by_id
+        self.share_of = {(s.model, s.pool): s for s in problem.share_options}
+        self.models = problem.model_by_name
+        self.limit = {p.id: p.memory_bytes_per_gpu * problem.shared_memory_utilization for p in problem.pools}
+        self.k_max = problem.max_models_per_shared_gpu
+
+    def load(self, g: SharedGPU) -> list[float]:
+        """Compute share of shared GPU ``g`` per window."""
+        return [sum(v[w] / self.share_of[(m, g.pool)].capacity_req_per_s for m, v in g.served_req_per_s.items())
+                for w in range(self.W)]
+
+    def without(self, pl: Plan, i: int) -> Plan | None:
+        """``pl`` with shared GPU i removed and its residents re-homed (most served first), or None when one cannot
+        be."""
+        gone = pl.shared[i]
+        use = {pid: [u + self.pools[pid].reserved_gpus for u in row]  # the room left: reserved GPUs too
+               for pid, row in gpus_in_use(self.problem, pl).items()}
+        for w in range(self.W):
+            use[gone.pool][w] -= 1
+        others = [_Bin(g.pool, list(g.models), dict(g.served_req_per_s), self.load(g),
+                       sum(self.share_of[(m, g.pool)].memory_bytes for m in g.models))
+                  for j, g in enumerate(pl.shared) if j != i]
+        reps = {key: list(c) for key, c in pl.replicas.items()}
+        for m in sorted(gone.models, key=lambda m: (-sum(gone.served_req_per_s[m]), m)):
+            served = gone.served_req_per_s[m]
+            if not self.to_shared(m, served, others) and not self.to_dedicated(m, served, others, reps, use):
+                return None
+        shared = tuple(SharedGPU(pool=b.pool, models=tuple(b.models), served_req_per_s=b.served) for b in others)
+        return Plan(replicas={key: tuple(c) for key, c in reps.items() if any(c)}, shared=shared)
+
+    def to_shared(self, m: str, served: tuple[float, ...], others: list[_Bin]) -> bool:
+        """Move m's ``served`` rates to the first other shared GPU with room in every window (memory, residents,
+        compute share <= 1 - margin); False when none has."""
+        for b in others:
+            s = self.share_of.get((m, b.pool))
+            if s is None or m in b.models or b.mem + s.memory_bytes > self.limit[b.pool] * (1 - 1e-9):
+                continue
+            if self.k_max is not None and len(b.models) >= self.k_max:
+                continue
+            if all(b.load[w] + served[w] / s.capacity_req_per_s <= self.mu * (1 - 1e-9) for w in range(self.W)):
+                b.models.append(m)
+                b.served[m] = tuple(served)
+                b.mem += s.memory_bytes
+                b.load = [b.load[w] + served[w] / s.capacity_req_per_s for w in range(self.W)]
+                return True
+        return False
+
+    def to_dedicated(self, m: str, served: tuple[float, ...], others: list[_Bin], reps: dict, use: dict) -> bool:
+        """Serve m's ``served`` rates with dedicated replicas added to ``reps`` (and their GPUs to ``use``): per
+        window the cheapest whole-replica covering within the GPUs its pools have free, and m's replica floor;
+        False when a window has none."""
+        W, pools = self.W, self.pools
+        mine = [o for o in self.problem.options_by_model[m] if o.capacity_req_per_s > 0]
+        resident = sum(1 for b in others if m in b.models)
+        for w in range(W):
+            dedicated = sum(reps.get(o.key, [0] * W)[w] for o in self.problem.options_by_model[m])
+            floor = max(0, self.models[m].min_replicas - resident - dedicated)
+            if served[w] <= 0 and not floor:
+                continue
+            spec = [(o.gpus * pools[o.pool].usd_per_gpu_hour * self.h, self.mu * o.capacity_req_per_s,
+                     max(0, pools[o.pool].gpus - use[o.pool][w]) // o.gpus) for o in mine]
+            got = cheapest_cover(spec, served[w], floor)
+            if got is None:
+                return False
+            for o, k in zip(mine, got[1], strict=True):
+                if k:
+                    reps.setdefault(o.key, [0] * W)[w] += k
+                    use[o.pool][w] += k * o.gpus
+        return True
+
+
 def dissolve_shared(problem: Problem, plan: Plan, *, deadline: float | None = None) -> Plan:
     """``plan`` with shared GPUs removed where that lowers its cost: the shared GPUs are all-day decisions of the
     greedy packing that the one-window models of :func:`solve_by_windows` keep fixed. Least-loaded GPU first,
@@ -180,75 +288,15 @@ def dissolve_shared(problem: Problem, plan: Plan, *, deadline: float | None = No
     :func:`cover_applies`; the caller re-checks the result."""
     if not plan.shared or not cover_applies(problem):
         return plan
-    W, h, mu = problem.n_windows, problem.window_hours, 1 - problem.margin
-    pools = problem.pool_by_id
-    share_of = {(s.model, s.pool): s for s in problem.share_options}
-    models = problem.model_by_name
-    limit = {p.id: p.memory_bytes_per_gpu * problem.shared_memory_utilization for p in problem.pools}
-    k_max = problem.max_models_per_shared_gpu
-
-    def load(g) -> list[float]:
-        return [sum(v[w] / share_of[(m, g.pool)].capacity_req_per_s for m, v in g.served_req_per_s.items())
-                for w in range(W)]
-
-    def without(pl: Plan, i: int) -> Plan | None:
-        """pl with shared GPU i removed and its residents re-homed, or None when one cannot be."""
-        gone = pl.shared[i]
-        use = {pid: [u + pools[pid].reserved_gpus for u in row]  # the room left: reserved GPUs too
-               for pid, row in gpus_in_use(problem, pl).items()}
-        for w in range(W):
-            use[gone.pool][w] -= 1
-        others = [_Bin(g.pool, list(g.models), dict(g.served_req_per_s), load(g),
-                       sum(share_of[(m, g.pool)].memory_bytes for m in g.models))
-                  for j, g in enumerate(pl.shared) if j != i]
-        reps = {key: list(c) for key, c in pl.replicas.items()}
-        for m in sorted(gone.models, key=lambda m: (-sum(gone.served_req_per_s[m]), m)):
-            served = gone.served_req_per_s[m]
-            home = None
-            for b in others:
-                s = share_of.get((m, b.pool))
-                if s is None or m in b.models or b.mem + s.memory_bytes > limit[b.pool] * (1 - 1e-9):
-                    continue
-                if k_max is not None and len(b.models) >= k_max:
-                    continue
-                if all(b.load[w] + served[w] / s.capacity_req_per_s <= mu * (1 - 1e-9) for w in range(W)):
-                    home = b
-                    break
-            if home is not None:
-                s = share_of[(m, home.pool)]
-                home.models.append(m)
-                home.served[m] = tuple(served)
-                home.mem += s.memory_bytes
-                home.load = [home.load[w] + served[w] / s.capacity_req_per_s for w in range(W)]
-                continue
-            mine = [o for o in problem.options_by_model[m] if o.capacity_req_per_s > 0]
-            resident = sum(1 for b in others if m in b.models)
-            for w in range(W):
-                dedicated = sum(reps.get(o.key, [0] * W)[w] for o in problem.options_by_model[m])
-                floor = max(0, models[m].min_replicas - resident - dedicated)
-                if served[w] <= 0 and not floor:
-                    continue
-                spec = [(o.gpus * pools[o.pool].usd_per_gpu_hour * h, mu * o.capacity_req_per_s,
-                         max(0, pools[o.pool].gpus - use[o.pool][w]) // o.gpus) for o in mine]
-                got = cheapest_cover(spec, served[w], floor)
-                if got is None:
-                    return None
-                for o, k in zip(mine, got[1], strict=True):
-                    if k:
-                        reps.setdefault(o.key, [0] * W)[w] += k
-                        use[o.pool][w] += k * o.gpus
-        shared = tuple(SharedGPU(pool=b.pool, models=tuple(b.models), served_req_per_s=b.served)
-                       for b in others)
-        return Plan(replicas={key: tuple(c) for key, c in reps.items() if any(c)}, shared=shared)
-
+    d = _Dissolve(problem)
     best, best_usd = plan, evaluate(problem, plan).total_usd
     kept = True
     while kept:
         kept = False
-        for i in sorted(range(len(best.shared)), key=lambda i: (sum(load(best.shared[i])), i)):
+        for i in sorted(range(len(best.shared)), key=lambda i: (sum(d.load(best.shared[i])), i)):
             if deadline is not None and time.perf_counter() >= deadline:
                 break
-            cand = without(best, i)
+            cand = d.without(best, i)
             if cand is None:
                 continue
             usd = evaluate(problem, cand).total_usd
@@ -293,6 +341,100 @@ def _base_window_plan(base: Plan, w: int) -> Plan:
     return Plan(replicas={k: (c[w],) for k, c in base.replicas.items() if c[w]})
 
 
+class _ByWindows:
+    """The working state of :func:`solve_by_windows`: the one-window problems (``subs``), each window's starting
+    plan (``warms``) and whether it fits its window (``fits``), the plans chosen so far (``chosen_of``) and the
+    working plan's replicas per window (``counts_of``, {option key: replicas})."""
+
+    def __init__(self, problem: Problem, base: Plan) -> None:
+        W = problem.n_windows
+        self.problem, self.base, self.W = problem, base, W
+        self.subs = [_window_problem(problem, base, w) for w in range(W)]
+        self.warms = [_base_window_plan(base, w) for w in range(W)]
+        self.fits = [validate(self.subs[w], self.warms[w], check_objective=False).ok for w in range(W)]
+        self.chosen_of: dict[int, Plan] = {}
+        self.counts_of = {w: {k: v[w] for k, v in base.replicas.items() if v[w]} for w in range(W)}
+
+    def order(self) -> list[int]:
+        """The windows to solve, those to repair first."""
+        return sorted(range(self.W), key=lambda w: (self.fits[w], w))
+
+    def local_usd(self, sub_plan: Plan, w: int) -> float:
+        """Cost of window w's replicas: the window's own cost plus the starts they cause against the working
+        plan's neighbour windows (the start rule of starts_per_window on before, this, after)."""
+        W = self.W
+        mine = {k: c[0] for k, c in sub_plan.replicas.items()}
+        before, after = self.counts_of[(w - 1) % W], self.counts_of[(w + 1) % W]
+        opts = self.problem.option_by_key
+        starts_usd = sum(opts[k].start_cost_usd * sum(starts_per_window([before.get(k, 0), mine.get(k, 0),
+                                                                         after.get(k, 0)]))
+                         for k in set(mine) | set(before) | set(after)) if W > 1 else 0.0
+        return evaluate(self.subs[w], sub_plan).total_usd + starts_usd
+
+    def adopt(self, w: int, plan: Plan) -> None:
+        """Window w takes ``plan``'s replicas."""
+        self.chosen_of[w] = plan
+        self.counts_of[w] = {k: c[0] for k, c in plan.replicas.items() if c[0]}
+
+    def cover_pass(self, deadline: float, progress) -> None:
+        """Every window, in order, takes :func:`cover_window`'s plan (ties towards the replicas of the window
+        before) when it repairs the window or lowers its local cost; the window models then start from it."""
+        W = self.W
+        for w in range(W):
+            if deadline - time.perf_counter() <= 0.1:
+                break
+            if progress:
+                progress(f"window {w + 1}/{W}: covering models one by one within the pools")
+            r = cover_window(self.subs[w], prefer=self.counts_of[(w - 1) % W])
+            if r is None or not validate(self.subs[w], r, check_objective=False).ok:
+                continue
+            if not self.fits[w] or self.local_usd(r, w) < self.local_usd(self.warms[w], w) - 1e-6:
+                self.adopt(w, r)
+                self.warms[w] = Plan(replicas=dict(r.replicas))
+                self.fits[w] = True
+
+    def sweep(self, sweep: int, order: list[int], deadline: float, progress, solve_window) -> bool:
+        """One sweep over the windows (``order`` in the first, else in turn), each window solved by
+        ``solve_window(w, sub, start, per, end, repair)`` in its share of the time left; a window takes the
+        answer when it repairs the window or lowers its local cost. Returns whether a window changed."""
+        W = self.W
+        changed = False
+        for i, w in enumerate(order if sweep == 0 else range(W)):
+            left = deadline - time.perf_counter()
+            if left <= 0.1:
+                break  # out of time: the remaining windows keep the working plan's replicas
+            repair = sweep == 0 and not self.fits[w]
+            to_repair = sum(1 for v in order[i:] if not self.fits[v]) if repair else 0
+            per = left / (to_repair if repair else W - i)  # a plan first: repairs share the time before the rest
+            if progress:
+                progress(f"window {w + 1}/{W} of the fix-and-optimize pass" + (" (repair)" if repair else "")
+                         + (f", sweep {sweep + 1}" if sweep else ""))
+            sub = self.subs[w]
+            warm = self.warms[w] if sweep == 0 else Plan(replicas={k: (c,) for k, c in self.counts_of[w].items()})
+            end = min(deadline, time.perf_counter() + per)
+            start = None if repair else warm  # a start must be a valid plan (finish_plan may return it)
+            r = solve_window(w, sub, start, per, end, repair)
+            if r.has_solution and r.objective_usd is not None and validate(sub, r, check_objective=False).ok:
+                if repair or self.local_usd(r, w) < self.local_usd(warm, w) - 1e-6:
+                    self.adopt(w, r)  # better, or a repair of a base window that does not fit
+                    changed = True
+        return changed
+
+    def combined(self, backend: str) -> Plan:
+        """The whole plan: each window's chosen replicas (the base's where none was chosen) and the base's shared
+        GPUs."""
+        W = self.W
+        counts: dict = {}
+        for w in range(W):
+            src = self.chosen_of.get(w)
+            rows = src.replicas.items() if src is not None else ((k, (v[w],)) for k, v in self.base.replicas.items())
+            for key, c in rows:
+                counts.setdefault(key, [0] * W)[w] = c[0]
+        replicas = {k: tuple(v) for k, v in counts.items() if any(v)}
+        return Plan(replicas=replicas, shared=self.base.shared, status=Status.HEURISTIC,
+                    backend=f"{backend}-by-window")
+
+
 def solve_by_windows(problem: Problem, base: Plan, *, backend: str = "highs", time_limit_s: float = 60,
                      threads: int | None = None, gap: float = 1e-3, deadline: float | None = None,
                      progress=None, cover: bool = False) -> Plan:
@@ -309,76 +451,26 @@ def solve_by_windows(problem: Problem, base: Plan, *, backend: str = "highs", ti
     t0 = time.perf_counter()
     deadline = deadline if deadline is not None else t0 + time_limit_s
     W = problem.n_windows
-    subs = [_window_problem(problem, base, w) for w in range(W)]
-    warms = [_base_window_plan(base, w) for w in range(W)]
-    fits = [validate(subs[w], warms[w], check_objective=False).ok for w in range(W)]
-    order = sorted(range(W), key=lambda w: (fits[w], w))  # windows to repair first
-    chosen_of: dict[int, Plan] = {}
-    counts_of = {w: {k: v[w] for k, v in base.replicas.items() if v[w]} for w in range(W)}  # the working plan
+    bw = _ByWindows(problem, base)
+    order = bw.order()
 
-    def local_usd(sub_plan: Plan, sub: Problem, w: int) -> float:
-        """Cost of window w's replicas: the window's own cost plus the starts they cause against the working
-        plan's neighbour windows (the start rule of starts_per_window on before, this, after)."""
-        mine = {k: c[0] for k, c in sub_plan.replicas.items()}
-        before, after = counts_of[(w - 1) % W], counts_of[(w + 1) % W]
-        opts = problem.option_by_key
-        starts_usd = sum(opts[k].start_cost_usd * sum(starts_per_window([before.get(k, 0), mine.get(k, 0),
-                                                                         after.get(k, 0)]))
-                         for k in set(mine) | set(before) | set(after)) if W > 1 else 0.0
-        return evaluate(sub, sub_plan).total_usd + starts_usd
+    def solve_window(w: int, sub: Problem, start: Plan | None, per: float, end: float, repair: bool) -> Plan:
+        """Window w's one-window model (``per`` seconds until ``end``; a repair to REPAIR_GAP at least)."""
+        g = max(gap, REPAIR_GAP) if repair else gap
+        if backend == "cpsat":
+            return solve_cpsat(sub, time_limit_s=per, threads=threads or 2, gap=g, warm_start=start, deadline=end)
+        nb = (bw.counts_of[(w - 1) % W], bw.counts_of[(w + 1) % W]) if W > 1 else None
+        return solve_milp(sub, backend=backend, time_limit_s=per, threads=threads, gap=g, warm_start=start,
+                          deadline=end, neighbours=nb)
 
     if cover and cover_applies(problem):
-        for w in range(W):
-            if deadline - time.perf_counter() <= 0.1:
-                break
-            if progress:
-                progress(f"window {w + 1}/{W}: covering models one by one within the pools")
-            r = cover_window(subs[w], prefer=counts_of[(w - 1) % W])
-            if r is None or not validate(subs[w], r, check_objective=False).ok:
-                continue
-            if not fits[w] or local_usd(r, subs[w], w) < local_usd(warms[w], subs[w], w) - 1e-6:
-                chosen_of[w] = r
-                counts_of[w] = {k: c[0] for k, c in r.replicas.items() if c[0]}
-                warms[w] = Plan(replicas=dict(r.replicas))
-                fits[w] = True
-        order = sorted(range(W), key=lambda w: (fits[w], w))
+        bw.cover_pass(deadline, progress)
+        order = bw.order()
     for sweep in range(SWEEPS):
-        changed = False
-        for i, w in enumerate(order if sweep == 0 else range(W)):
-            left = deadline - time.perf_counter()
-            if left <= 0.1:
-                break  # out of time: the remaining windows keep the working plan's replicas
-            repair = sweep == 0 and not fits[w]
-            to_repair = sum(1 for v in order[i:] if not fits[v]) if repair else 0
-            per = left / (to_repair if repair else W - i)  # a plan first: repairs share the time before the rest
-            if progress:
-                progress(f"window {w + 1}/{W} of the fix-and-optimize pass" + (" (repair)" if repair else "")
-                         + (f", sweep {sweep + 1}" if sweep else ""))
-            sub = subs[w]
-            warm = warms[w] if sweep == 0 else Plan(replicas={k: (c,) for k, c in counts_of[w].items()})
-            end = min(deadline, time.perf_counter() + per)
-            g = max(gap, REPAIR_GAP) if repair else gap
-            start = None if repair else warm  # a start must be a valid plan (finish_plan may return it)
-            if backend == "cpsat":
-                r = solve_cpsat(sub, time_limit_s=per, threads=threads or 2, gap=g, warm_start=start, deadline=end)
-            else:
-                nb = (counts_of[(w - 1) % W], counts_of[(w + 1) % W]) if W > 1 else None
-                r = solve_milp(sub, backend=backend, time_limit_s=per, threads=threads, gap=g, warm_start=start,
-                               deadline=end, neighbours=nb)
-            if r.has_solution and r.objective_usd is not None and validate(sub, r, check_objective=False).ok:
-                if repair or local_usd(r, sub, w) < local_usd(warm, sub, w) - 1e-6:
-                    chosen_of[w] = r  # better, or a repair of a base window that does not fit
-                    counts_of[w] = {k: c[0] for k, c in r.replicas.items() if c[0]}
-                    changed = True
+        changed = bw.sweep(sweep, order, deadline, progress, solve_window)
         if not changed or deadline - time.perf_counter() <= 0.1:
             break
-    counts: dict = {}
-    for w in range(W):
-        src = chosen_of.get(w)
-        for key, c in (src.replicas.items() if src is not None else ((k, (v[w],)) for k, v in base.replicas.items())):
-            counts.setdefault(key, [0] * W)[w] = c[0]
-    replicas = {k: tuple(v) for k, v in counts.items() if any(v)}
-    plan = Plan(replicas=replicas, shared=base.shared, status=Status.HEURISTIC, backend=f"{backend}-by-window")
+    plan = bw.combined(backend)
     if not validate(problem, plan, check_objective=False).ok:
         return base
     cost = evaluate(problem, plan).total_usd

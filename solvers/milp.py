@@ -58,13 +58,18 @@ subject to
         ρ_p · Σ_{o in p} k_o·n[o,w] + Σ_{o in f} k_o·n[o,w] + Σ_b y[f,b] <= G_f - ρ_p·Σ_b y[p,b]
         (the fallback pool leaves room for the expected interrupted share of the spot GPUs in use)
 With ``relax=True`` every integer and binary variable is continuous: the LP relaxation, a lower bound.
+
+In the code, :func:`build_milp` adds the variables, then each numbered constraint by one function ``_cN_...``
+(laid out in the numbering's order; :func:`_constraints` adds their rows in the order the solver has always been
+given them), then the objective. :mod:`fleetplan.solvers.cpsat` builds the same blocks over the same index in the
+same order.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pulp
 
@@ -119,6 +124,66 @@ class PlacementMilpModel:
     short_class: dict | None = None
 
 
+@dataclass
+class _MilpBuild:
+    """The MILP while :func:`build_milp` builds it: the problem, its index, the options of the build and every
+    variable (the names of the module docstring), each keyed by the Problem's own keys. The variables come first
+    (:func:`_variables`), then the constraints (:func:`_constraints`, one ``_cN_...`` function per numbered
+    constraint), then the objective (:func:`_objective`).
+
+    Variables beyond the module docstring's list: short[m,w], floor_short[m,w] (elastic shortfalls, req/s and
+    replicas) and short_c[m,c,w]; unserved[m,w] and unserved_c[m,c,w] (best effort, req/s); x[o,c,w] of (12);
+    nd[o,w], std[o,w] (their starts) and g[r,w] of (13), keyed by pd key and route key; st_nb[o] = (st_in[o],
+    st_out[o]) the starts against fixed neighbour windows; c[p] of (15); kv_egress, the objective terms of (14);
+    opts_of, bins_of: :func:`fleetplan.solvers.common.by_model_and_site`.
+    """
+
+    problem: Problem
+    idx: Index
+    lp: pulp.LpProblem
+    relax: bool
+    elastic: bool
+    aggregate: bool
+    with_starts: bool
+    with_unserved: bool
+    n: dict = field(default_factory=dict)
+    st: dict = field(default_factory=dict)
+    y: dict = field(default_factory=dict)
+    a: dict = field(default_factory=dict)
+    f: dict = field(default_factory=dict)
+    q: dict = field(default_factory=dict)
+    short: dict = field(default_factory=dict)
+    floor_short: dict = field(default_factory=dict)
+    unserved: dict = field(default_factory=dict)
+    x: dict = field(default_factory=dict)
+    short_c: dict = field(default_factory=dict)
+    unserved_c: dict = field(default_factory=dict)
+    pd_opts: list = field(default_factory=list)
+    nd: dict = field(default_factory=dict)
+    std: dict = field(default_factory=dict)
+    g: dict = field(default_factory=dict)
+    st_nb: dict = field(default_factory=dict)
+    c: dict = field(default_factory=dict)
+    kv_egress: list = field(default_factory=list)
+    opts_of: dict = field(default_factory=dict)
+    bins_of: dict = field(default_factory=dict)
+
+    @property
+    def mu(self) -> float:
+        """1 - μ: the usable share of a capacity after the margin."""
+        return 1 - self.problem.margin
+
+    @property
+    def icat(self) -> str:
+        """PuLP category of the integer variables (continuous in the LP relaxation)."""
+        return pulp.LpContinuous if self.relax else pulp.LpInteger
+
+    def slack(self, m, w: int) -> list:
+        """The elastic shortfall and the unserved demand of model ``m`` in window ``w``, where the build has them."""
+        return ([self.short[(m.name, w)]] if self.elastic else []) + (
+            [self.unserved[(m.name, w)]] if self.with_unserved else [])
+
+
 def build_milp(problem: Problem, *, relax: bool = False, elastic: bool = False,
                aggregate: bool = False, with_starts: bool = True, cover_cuts: bool = False,
                neighbours: tuple[dict, dict] | None = None, unserved: bool = False) -> PlacementMilpModel:
@@ -148,267 +213,351 @@ def build_milp(problem: Problem, *, relax: bool = False, elastic: bool = False,
     no cost: the objective stays the cost, and :func:`solve_best_effort` minimises the unserved demand by
     priority class first (best effort when demand exceeds the inventory). For a model with request classes,
     u[m,w] = Σ_c uc[m,c,w] with uc[m,c,w] ∈ [0, r[m,c]·d[m,w]] on the demand side of (12a).
+    Raises ValueError for ``neighbours`` on a problem of several windows.
     """
-    idx = build_index(problem, aggregate=aggregate)
-    W = idx.W
-    mu = 1 - problem.margin
-    h = problem.window_hours
-    pools = problem.pool_by_id
-    models = problem.model_by_name
-    icat = pulp.LpContinuous if relax else pulp.LpInteger
-    bcat = pulp.LpContinuous if relax else (pulp.LpInteger if aggregate else pulp.LpBinary)
+    if neighbours is not None and problem.n_windows != 1:
+        raise ValueError("neighbours is only valid for a one-window problem")
     lp = pulp.LpProblem("placement", pulp.LpMinimize)
+    mb = _MilpBuild(problem, build_index(problem, aggregate=aggregate), lp, relax=relax, elastic=elastic,
+                    aggregate=aggregate, with_starts=with_starts, with_unserved=unserved)
+    _variables(mb, neighbours)
+    _constraints(mb, cover_cuts=cover_cuts, neighbours=neighbours)
+    _objective(mb)
+    return PlacementMilpModel(lp=lp, idx=mb.idx, n=mb.n, st=mb.st, y=mb.y, a=mb.a, f=mb.f, q=mb.q, relax=relax,
+                              short=mb.short, floor_short=mb.floor_short, unserved=mb.unserved, x=mb.x, nd=mb.nd,
+                              g=mb.g, c=mb.c, unserved_class=mb.unserved_c, short_class=mb.short_c)
 
-    # Variables, indexed by the data's own keys.
-    n = {(o.key, w): lp.add_variable(f"n_{i}_{w}", 0, idx.ub[o.key], icat)
-         for i, o in enumerate(idx.options) for w in W}
-    st = {(o.key, w): lp.add_variable(f"st_{i}_{w}", 0) for i, o in enumerate(idx.options) for w in W
-          if o.start_cost_usd > 0 and len(W) > 1 and with_starts}
-    y = {(p, b): lp.add_variable(f"y_{j}", 0, idx.bin_ub[(p, b)], bcat) for j, (p, b) in enumerate(idx.bins)}
-    a: dict = {}
-    f: dict = {}
+
+def _variables(mb: _MilpBuild, neighbours: tuple[dict, dict] | None) -> None:
+    """Every variable of the build but (14)'s band fills and (15)'s commitments (their blocks add them)."""
+    mb.opts_of, mb.bins_of = by_model_and_site(mb.problem, mb.idx)
+    _replica_variables(mb)
+    _shared_variables(mb)
+    _site_variables(mb)
+    _slack_variables(mb)
+    _pd_variables(mb)
+    _class_variables(mb)
+    if neighbours is not None:
+        for i, o in enumerate(mb.idx.options):
+            if o.start_cost_usd > 0:
+                mb.st_nb[o.key] = (mb.lp.add_variable(f"st_in_{i}", 0), mb.lp.add_variable(f"st_out_{i}", 0))
+
+
+def _replica_variables(mb: _MilpBuild) -> None:
+    """n[o,w] ∈ [0, ub_o] replicas, and st[o,w] >= 0 starts (options with a start cost, several windows)."""
+    idx, W = mb.idx, mb.idx.W
+    mb.n = {(o.key, w): mb.lp.add_variable(f"n_{i}_{w}", 0, idx.ub[o.key], mb.icat)
+            for i, o in enumerate(idx.options) for w in W}
+    mb.st = {(o.key, w): mb.lp.add_variable(f"st_{i}_{w}", 0) for i, o in enumerate(idx.options) for w in W
+             if o.start_cost_usd > 0 and len(W) > 1 and mb.with_starts}
+
+
+def _shared_variables(mb: _MilpBuild) -> None:
+    """y[p,b], a[m,p,b] (binary, or integers in [0, B_p] with a <= y for an aggregate bin) and f[m,p,b,w] >= 0."""
+    idx, lp = mb.idx, mb.lp
+    bcat = pulp.LpContinuous if mb.relax else (pulp.LpInteger if mb.aggregate else pulp.LpBinary)
+    mb.y = {(p, b): lp.add_variable(f"y_{j}", 0, idx.bin_ub[(p, b)], bcat) for j, (p, b) in enumerate(idx.bins)}
+    a, f = mb.a, mb.f
     for j, (p, b) in enumerate(idx.bins):
         for mname in idx.residents[(p, b)]:
             a[(mname, p, b)] = lp.add_variable(f"a_{j}_{len(a)}", 0, idx.bin_ub[(p, b)], bcat)
-            if aggregate:
-                lp += a[(mname, p, b)] <= y[(p, b)], f"agg_{j}_{len(a)}"
-            for w in W:
+            if mb.aggregate:
+                lp += a[(mname, p, b)] <= mb.y[(p, b)], f"agg_{j}_{len(a)}"
+            for w in idx.W:
                 f[(mname, p, b, w)] = lp.add_variable(f"f_{j}_{len(f)}", 0)
-    q: dict = {}
-    for mname, sites in idx.sites_of.items():
+
+
+def _site_variables(mb: _MilpBuild) -> None:
+    """q[m,s,w] >= 0 for the models with capacity at several sites."""
+    for mname, sites in mb.idx.sites_of.items():
         if len(sites) > 1:
             for s in sites:
-                for w in W:
-                    q[(mname, s, w)] = lp.add_variable(f"q_{len(q)}", 0)
+                for w in mb.idx.W:
+                    mb.q[(mname, s, w)] = mb.lp.add_variable(f"q_{len(mb.q)}", 0)
 
-    short = {}
-    floor_short = {}
-    if elastic:
-        for i, m in enumerate(problem.models):
-            for w in W:
-                short[(m.name, w)] = lp.add_variable(f"short_{i}_{w}", 0)
-                floor_short[(m.name, w)] = lp.add_variable(f"fshort_{i}_{w}", 0)
-    unserved_v = {}
-    if unserved:
-        for i, m in enumerate(problem.models):
-            for w in W:
-                unserved_v[(m.name, w)] = lp.add_variable(f"unserved_{i}_{w}", 0, m.demand_req_per_s[w])
 
-    # (13) Prefill and decode replicas, and the flows between them.
+def _slack_variables(mb: _MilpBuild) -> None:
+    """Elastic: short[m,w], floor_short[m,w] >= 0; best effort: unserved[m,w] ∈ [0, d[m,w]]."""
+    for i, m in enumerate(mb.problem.models):
+        for w in mb.idx.W:
+            if mb.elastic:
+                mb.short[(m.name, w)] = mb.lp.add_variable(f"short_{i}_{w}", 0)
+                mb.floor_short[(m.name, w)] = mb.lp.add_variable(f"fshort_{i}_{w}", 0)
+            if mb.with_unserved:
+                mb.unserved[(m.name, w)] = mb.lp.add_variable(f"unserved_{i}_{w}", 0, m.demand_req_per_s[w])
+
+
+def _pd_variables(mb: _MilpBuild) -> None:
+    """(13)'s nd[o,w] ∈ [0, ub] prefill and decode replicas (options with room for one), their starts std[o,w]
+    and the KV flows g[r,w] >= 0."""
+    problem, lp, W = mb.problem, mb.lp, mb.idx.W
+    pools, models = problem.pool_by_id, problem.model_by_name
     pd_ub = {}
     for o in problem.pd_options:
         u = pools[o.pool].gpus // o.gpus
         mx = models[o.model].max_replicas
         pd_ub[o.pd_key] = u if mx is None else min(u, mx)
-    pd_opts = [o for o in problem.pd_options if pd_ub[o.pd_key] > 0]
-    nd = {(o.pd_key, w): lp.add_variable(f"nd_{i}_{w}", 0, pd_ub[o.pd_key], icat)
-          for i, o in enumerate(pd_opts) for w in W}
-    std = {(o.pd_key, w): lp.add_variable(f"std_{i}_{w}", 0) for i, o in enumerate(pd_opts) for w in W
-           if o.start_cost_usd > 0 and len(W) > 1 and with_starts}
-    g = {(r.key, w): lp.add_variable(f"g_{i}_{w}", 0) for i, r in enumerate(problem.kv_routes) for w in W}
+    mb.pd_opts = [o for o in problem.pd_options if pd_ub[o.pd_key] > 0]
+    mb.nd = {(o.pd_key, w): lp.add_variable(f"nd_{i}_{w}", 0, pd_ub[o.pd_key], mb.icat)
+             for i, o in enumerate(mb.pd_opts) for w in W}
+    mb.std = {(o.pd_key, w): lp.add_variable(f"std_{i}_{w}", 0) for i, o in enumerate(mb.pd_opts) for w in W
+              if o.start_cost_usd > 0 and len(W) > 1 and mb.with_starts}
+    mb.g = {(r.key, w): lp.add_variable(f"g_{i}_{w}", 0) for i, r in enumerate(problem.kv_routes) for w in W}
 
-    # Objective: GPU-hours × price + starts × start cost + egress.
-    obj = [ELASTIC_PENALTY_USD * v for v in short.values()] + [ELASTIC_PENALTY_USD * v for v in floor_short.values()]
-    for o in idx.options:
-        c = o.gpus * pools[o.pool].usd_per_gpu_hour * h
-        obj += [c * n[(o.key, w)] for w in W]
-        obj += [o.start_cost_usd * st[(o.key, w)] for w in W if (o.key, w) in st]
-    for (p, _b), var in y.items():
-        obj.append(pools[p].usd_per_gpu_hour * h * len(W) * var)
-    for (mname, s, _w), var in q.items():
-        e = problem.egress_usd_per_req_per_s_window(models[mname], s)
-        if e:
-            obj.append(e * var)
-    for o in pd_opts:
-        c = o.gpus * pools[o.pool].usd_per_gpu_hour * h
-        obj += [c * nd[(o.pd_key, w)] for w in W]
-        obj += [o.start_cost_usd * std[(o.pd_key, w)] for w in W if (o.pd_key, w) in std]
-    obj += _kv_egress_terms(problem, lp, g, W, relax)
-    lp += pulp.lpSum(obj)
 
-    opts_of, bins_of = by_model_and_site(problem, idx)
-
-    # (12) Request classes: routing variables and their two constraints.
-    x: dict = {}
-    unserved_c: dict = {}
-    short_c: dict = {}
-    for o in idx.options:
+def _class_variables(mb: _MilpBuild) -> None:
+    """(12)'s x[o,c,w] >= 0 for every class o serves, and each class's own shortfall short_c[m,c,w] >= 0
+    (elastic) or unserved demand unserved_c[m,c,w] ∈ [0, r[m,c]·d[m,w]] (best effort)."""
+    lp, W = mb.lp, mb.idx.W
+    for o in mb.idx.options:
         for cls in o.class_capacity:
             for w in W:
-                x[(o.key, cls, w)] = lp.add_variable(f"x_{len(x)}", 0)
+                mb.x[(o.key, cls, w)] = lp.add_variable(f"x_{len(mb.x)}", 0)
+    for m in mb.problem.models:
+        for w in W if m.class_shares else ():
+            for cls, share in m.class_shares:
+                if mb.elastic:
+                    mb.short_c[(m.name, cls, w)] = lp.add_variable(f"short_c_{len(mb.short_c)}", 0)
+                if mb.with_unserved:
+                    mb.unserved_c[(m.name, cls, w)] = lp.add_variable(f"unserved_c_{len(mb.unserved_c)}", 0,
+                                                                      share * m.demand_req_per_s[w])
+
+
+def _constraints(mb: _MilpBuild, *, cover_cuts: bool, neighbours: tuple[dict, dict] | None) -> None:
+    """Every constraint, in the order its rows reach the solver: (14); (12) per model and window; (1), (2) per
+    model and window; per shared GPU (3), (4) per window, then (5), (10), (9); (6); (7); (8) against fixed
+    neighbours; (11); (13); (8); (15); (16); :func:`fleetplan.solvers.cpsat.build_cpsat` adds its rows in the same
+    order. Not the numbering's order: HiGHS's search path depends on the order of the rows (measured when the blocks
+    were cut apart: with the rows in the numbering's order the default scenario's plan is another one within its
+    0.5% gap, $898.58 a day instead of $899.08), and this is the order every plan so far was solved with."""
+    problem, idx = mb.problem, mb.idx
+    _c14_kv_egress(mb)
     for m in problem.models:
         if not m.class_shares:
             continue
-        mine = [o for o in idx.options if o.model == m.name]
-        for w in W:
-            for ci, (cls, share) in enumerate(m.class_shares):
-                extra = []
-                if elastic:  # the class's own shortfall, req/s; short[m, w] is their sum
-                    sc = lp.add_variable(f"short_c_{len(short_c)}", 0)
-                    short_c[(m.name, cls, w)] = sc
-                    extra.append(sc)
-                if unserved:  # best effort: the class's unserved req/s
-                    uc = lp.add_variable(f"unserved_c_{len(unserved_c)}", 0, share * m.demand_req_per_s[w])
-                    unserved_c[(m.name, cls, w)] = uc
-                    extra.append(uc)
-                lp += (pulp.lpSum([x[(o.key, cls, w)] for o in mine if cls in o.class_capacity] + extra)
-                       >= share * m.demand_req_per_s[w], f"c12a_class_{m.name}_{ci}_{w}")
-            if unserved:
-                lp += (unserved_v[(m.name, w)] == pulp.lpSum(unserved_c[(m.name, c, w)] for c, _ in m.class_shares),
-                       f"c12_unserved_{m.name}_{w}")
-            if elastic:
-                lp += (short[(m.name, w)] == pulp.lpSum(short_c[(m.name, c, w)] for c, _ in m.class_shares),
-                       f"c12_short_{m.name}_{w}")
-            for o in mine:
-                caps = o.class_capacity
-                lp += (pulp.lpSum(x[(o.key, k, w)] * (1.0 / cap) for k, cap in caps.items())
-                       <= mu * n[(o.key, w)], f"c12b_load_{m.name}_{idx.options.index(o)}_{w}")
-
+        for w in idx.W:
+            _c12a_classes_served(mb, m, w)
+            _c12b_additive_load(mb, m, w)
     for m in problem.models:
-        sites = idx.sites_of[m.name]
-        if m.class_shares:
-            for w in W:
-                if len(sites) > 1:  # (1) with classes: what each site serves, for (2)
-                    for s in sites:
-                        supply = [x[(o.key, k, w)] for o in opts_of.get((m.name, s), []) for k in o.class_capacity]
-                        lp += pulp.lpSum(supply) >= q[(m.name, s, w)], f"c1_cover_{m.name}_{s}_{w}"
-                _demand_rows(lp, m, w, sites, q, short if elastic else None, unserved_v if unserved else None)
-            continue
-        for w in W:
-            # (1) Coverage at each site (or of the demand itself for a model with one site).
-            for s in sites:
-                supply = [mu * o.capacity_req_per_s * n[(o.key, w)] for o in opts_of.get((m.name, s), [])]
-                supply += [f[(m.name, p, b, w)] for (p, b) in bins_of.get((m.name, s), [])]
-                supply += [g[(r.key, w)] for r in problem.kv_routes if r.model == m.name and r.decode_site == s]
-                rhs = q[(m.name, s, w)] if len(sites) > 1 else m.demand_req_per_s[w]
-                if elastic and len(sites) == 1:
-                    supply.append(short[(m.name, w)])
-                if unserved and len(sites) == 1:
-                    supply.append(unserved_v[(m.name, w)])
-                lp += pulp.lpSum(supply) >= rhs, f"c1_cover_{m.name}_{s}_{w}"
-            _demand_rows(lp, m, w, sites, q, short if elastic else None, unserved_v if unserved else None)
-
+        for w in idx.W:
+            _c1_coverage(mb, m, w)
+            _c2_demand(mb, m, w)
     for (p, b) in idx.bins:
-        residents = idx.residents[(p, b)]
-        for w in W:
-            # (3) Compute share of a shared GPU stays within 1 - margin.
-            lp += (pulp.lpSum(f[(m, p, b, w)] * (1.0 / idx.share[(m, p)].capacity_req_per_s) for m in residents)
-                   <= mu * y[(p, b)], f"c3_share_{p}_{b}_{w}")
-            # (4) Only resident models are served.
-            for mname in residents:
-                lp += (f[(mname, p, b, w)] <= mu * idx.share[(mname, p)].capacity_req_per_s * a[(mname, p, b)],
-                       f"c4_{mname}_{p}_{b}_{w}")
-        # (5) Resident footprints fit the GPU's memory.
-        lim = pools[p].memory_bytes_per_gpu * problem.shared_memory_utilization
-        lp += (pulp.lpSum(idx.share[(m, p)].memory_bytes / 1e9 * a[(m, p, b)] for m in residents)
-               <= lim / 1e9 * y[(p, b)], f"c5_mem_{p}_{b}")
-        # (10) At most K models reside on one shared GPU (their decode steps interleave).
-        if problem.max_models_per_shared_gpu is not None:
-            lp += (pulp.lpSum(a[(m, p, b)] for m in residents) <= problem.max_models_per_shared_gpu * y[(p, b)],
-                   f"c10_residents_{p}_{b}")
-        # (9) Symmetry breaking among a pool's candidate shared GPUs.
-        if b > 0:
-            lp += y[(p, b)] <= y[(p, b - 1)], f"c9_sym_{p}_{b}"
+        for w in idx.W:
+            _c3_shared_compute(mb, p, b, w)
+            _c4_only_residents_serve(mb, p, b, w)
+        _c5_shared_memory(mb, p, b)
+        _c10_residents_per_gpu(mb, p, b)
+        _c9_symmetry(mb, p, b)
+    _c6_inventory(mb)
+    _c7_replica_floor_ceiling(mb)
+    if neighbours is not None:
+        _c8_neighbour_starts(mb, neighbours)
+    if cover_cuts:
+        _c11_cover_cuts(mb)
+    _c13_disaggregated(mb)
+    _c8_starts(mb)
+    _c15_commitments(mb)
+    _c16_spot_fallback(mb)
 
-    for pid, pool in pools.items():
-        bins = [y[(p, b)] for (p, b) in idx.bins if p == pid]
+
+def _c1_coverage(mb: _MilpBuild, m, w: int) -> None:
+    """(1) Coverage at each site of model ``m`` in window ``w``: the usable capacity of the dedicated replicas
+    there, the shared GPUs' served rates and the KV flows decoded there cover q[m,s,w]; for a model with one site
+    they cover its demand (with the shortfall or unserved demand, where the build has them). A model with request
+    classes covers q with its class flows x (at one site (12a) alone covers its demand); a model with no option
+    at all only with the shortfall or unserved demand."""
+    problem, lp = mb.problem, mb.lp
+    sites = mb.idx.sites_of[m.name]
+    if not sites and m.demand_req_per_s[w] > 0:
+        lp += pulp.lpSum(mb.slack(m, w)) >= m.demand_req_per_s[w], f"c1_no_option_{m.name}_{w}"
+    if m.class_shares:
+        for s in sites if len(sites) > 1 else ():
+            supply = [mb.x[(o.key, k, w)] for o in mb.opts_of.get((m.name, s), []) for k in o.class_capacity]
+            lp += pulp.lpSum(supply) >= mb.q[(m.name, s, w)], f"c1_cover_{m.name}_{s}_{w}"
+        return
+    for s in sites:
+        supply = [mb.mu * o.capacity_req_per_s * mb.n[(o.key, w)] for o in mb.opts_of.get((m.name, s), [])]
+        supply += [mb.f[(m.name, p, b, w)] for (p, b) in mb.bins_of.get((m.name, s), [])]
+        supply += [mb.g[(r.key, w)] for r in problem.kv_routes if r.model == m.name and r.decode_site == s]
+        rhs = mb.q[(m.name, s, w)] if len(sites) > 1 else m.demand_req_per_s[w]
+        if len(sites) == 1:
+            supply += mb.slack(m, w)
+        lp += pulp.lpSum(supply) >= rhs, f"c1_cover_{m.name}_{s}_{w}"
+
+
+def _c2_demand(mb: _MilpBuild, m, w: int) -> None:
+    """(2) The demand of model ``m`` in window ``w`` is served across its sites, when it has several (with the
+    shortfall or unserved demand, where the build has them)."""
+    sites = mb.idx.sites_of[m.name]
+    if len(sites) > 1:
+        mb.lp += (pulp.lpSum([mb.q[(m.name, s, w)] for s in sites] + mb.slack(m, w)) >= m.demand_req_per_s[w],
+                  f"c2_demand_{m.name}_{w}")
+
+
+def _c3_shared_compute(mb: _MilpBuild, p: str, b: int, w: int) -> None:
+    """(3) The compute share of shared GPU (p, b) in window ``w`` stays within 1 - margin."""
+    idx = mb.idx
+    mb.lp += (pulp.lpSum(mb.f[(m, p, b, w)] * (1.0 / idx.share[(m, p)].capacity_req_per_s)
+                         for m in idx.residents[(p, b)]) <= mb.mu * mb.y[(p, b)], f"c3_share_{p}_{b}_{w}")
+
+
+def _c4_only_residents_serve(mb: _MilpBuild, p: str, b: int, w: int) -> None:
+    """(4) Only the models resident on shared GPU (p, b) are served by it in window ``w``."""
+    idx = mb.idx
+    for mname in idx.residents[(p, b)]:
+        mb.lp += (mb.f[(mname, p, b, w)] <= mb.mu * idx.share[(mname, p)].capacity_req_per_s * mb.a[(mname, p, b)],
+                  f"c4_{mname}_{p}_{b}_{w}")
+
+
+def _c5_shared_memory(mb: _MilpBuild, p: str, b: int) -> None:
+    """(5) The residents' footprints fit the memory of shared GPU (p, b) (GB on both sides)."""
+    problem, idx = mb.problem, mb.idx
+    lim = problem.pool_by_id[p].memory_bytes_per_gpu * problem.shared_memory_utilization
+    mb.lp += (pulp.lpSum(idx.share[(m, p)].memory_bytes / 1e9 * mb.a[(m, p, b)] for m in idx.residents[(p, b)])
+              <= lim / 1e9 * mb.y[(p, b)], f"c5_mem_{p}_{b}")
+
+
+def _c6_inventory(mb: _MilpBuild) -> None:
+    """(6) In every window the GPUs in use (replicas, prefill/decode replicas, shared GPUs) fit the pool."""
+    idx, n, nd = mb.idx, mb.n, mb.nd
+    for pid, pool in mb.problem.pool_by_id.items():
+        bins = [mb.y[(p, b)] for (p, b) in idx.bins if p == pid]
         opts = [o for o in idx.options if o.pool == pid]
-        popts = [o for o in pd_opts if o.pool == pid]
+        popts = [o for o in mb.pd_opts if o.pool == pid]
         if not opts and not bins and not popts:
             continue
-        for w in W:
-            # (6) Inventory: GPUs in use fit the pool.
-            lp += (pulp.lpSum(o.gpus * n[(o.key, w)] for o in opts) + pulp.lpSum(bins)
-                   + pulp.lpSum(o.gpus * nd[(o.pd_key, w)] for o in popts) <= pool.gpus, f"c6_inv_{pid}_{w}")
+        for w in idx.W:
+            mb.lp += (pulp.lpSum(o.gpus * n[(o.key, w)] for o in opts) + pulp.lpSum(bins)
+                      + pulp.lpSum(o.gpus * nd[(o.pd_key, w)] for o in popts) <= pool.gpus, f"c6_inv_{pid}_{w}")
 
-    for m in problem.models:
-        resident = [var for (mm, p, b), var in a.items() if mm == m.name]
-        for w in W:
-            reps = [n[(o.key, w)] for o in idx.options if o.model == m.name] + resident
-            reps += [nd[(o.pd_key, w)] for o in pd_opts if o.model == m.name and o.role == "decode"]
-            # (7) Replica floor and ceiling.
+
+def _c7_replica_floor_ceiling(mb: _MilpBuild) -> None:
+    """(7) Replicas, residencies and decode replicas of a model within its floor (less the elastic floor shortfall)
+    and its ceiling in every window."""
+    idx = mb.idx
+    for m in mb.problem.models:
+        resident = [var for (mm, p, b), var in mb.a.items() if mm == m.name]
+        for w in idx.W:
+            reps = [mb.n[(o.key, w)] for o in idx.options if o.model == m.name] + resident
+            reps += [mb.nd[(o.pd_key, w)] for o in mb.pd_opts if o.model == m.name and o.role == "decode"]
             if m.min_replicas:
-                extra = [floor_short[(m.name, w)]] if elastic else []
-                lp += pulp.lpSum(reps + extra) >= m.min_replicas, f"c7_floor_{m.name}_{w}"
+                extra = [mb.floor_short[(m.name, w)]] if mb.elastic else []
+                mb.lp += pulp.lpSum(reps + extra) >= m.min_replicas, f"c7_floor_{m.name}_{w}"
             if m.max_replicas is not None:
-                lp += pulp.lpSum(reps) <= m.max_replicas, f"c7_ceil_{m.name}_{w}"
+                mb.lp += pulp.lpSum(reps) <= m.max_replicas, f"c7_ceil_{m.name}_{w}"
 
-    if neighbours is not None:
-        if len(W) != 1:
-            raise ValueError("neighbours is only valid for a one-window problem")
-        before, after = neighbours
-        starts_usd = []
-        for i, o in enumerate(idx.options):
-            if o.start_cost_usd > 0:
-                s_in = lp.add_variable(f"st_in_{i}", 0)
-                s_out = lp.add_variable(f"st_out_{i}", 0)
-                lp += s_in >= n[(o.key, 0)] - before.get(o.key, 0), f"c8_in_{i}"
-                lp += s_out >= after.get(o.key, 0) - n[(o.key, 0)], f"c8_out_{i}"
-                starts_usd += [o.start_cost_usd * s_in, o.start_cost_usd * s_out]
-        lp.setObjective(lp.objective + pulp.lpSum(starts_usd))
 
-    if cover_cuts:
-        can_share = {m for (m, _p) in idx.share}
-        for m in problem.models:
-            if m.name in can_share or m.class_shares or any(o.model == m.name for o in pd_opts):
-                # a class's capacity is not capacity_req_per_s; disaggregated pools cover demand too
-                continue
-            mine = [o for o in idx.options if o.model == m.name]
-            cost = {o.key: o.gpus * pools[o.pool].usd_per_gpu_hour * h for o in mine}
-            spec = [(cost[o.key], mu * o.capacity_req_per_s, idx.ub[o.key]) for o in mine]
-            for w in W:
-                floor_usd = cover_cost_floor(spec, m.demand_req_per_s[w], m.min_replicas)
-                if 0 < floor_usd < math.inf:
-                    # (11) the dedicated replicas of m cost at least the least whole-replica covering
-                    lp += (pulp.lpSum(cost[o.key] * n[(o.key, w)] for o in mine) >= floor_usd * (1 - 1e-9),
-                           f"c11_cover_{m.name}_{w}")
+def _c8_starts(mb: _MilpBuild) -> None:
+    """(8) Starts between consecutive windows (cyclic) of the replicas and of the prefill/decode replicas."""
+    lp, W, n, nd = mb.lp, mb.idx.W, mb.n, mb.nd
+    for (key, w), var in mb.st.items():
+        lp += var >= n[(key, w)] - n[(key, W[w - 1])], f"c8_start_{key[0]}_{key[1]}_{key[2]}_{key[3]}_{w}"
+    for i, ((pkey, w), var) in enumerate(mb.std.items()):
+        lp += var >= nd[(pkey, w)] - nd[(pkey, W[w - 1])], f"c8_pdstart_{i}"
 
-    # (13a) prefill and (13b) decode capacity behind the flows.
+
+def _c8_neighbour_starts(mb: _MilpBuild, neighbours: tuple[dict, dict]) -> None:
+    """(8) of a one-window problem against the fixed windows before and after it (``neighbours``, see
+    :func:`build_milp`): st_in[o] >= n[o] - before[o] and st_out[o] >= after[o] - n[o]."""
+    before, after = neighbours
+    for i, o in enumerate(mb.idx.options):
+        if o.key in mb.st_nb:
+            s_in, s_out = mb.st_nb[o.key]
+            mb.lp += s_in >= mb.n[(o.key, 0)] - before.get(o.key, 0), f"c8_in_{i}"
+            mb.lp += s_out >= after.get(o.key, 0) - mb.n[(o.key, 0)], f"c8_out_{i}"
+
+
+def _c9_symmetry(mb: _MilpBuild, p: str, b: int) -> None:
+    """(9) Symmetry breaking among a pool's candidate shared GPUs: y[p,b] <= y[p,b-1]."""
+    if b > 0:
+        mb.lp += mb.y[(p, b)] <= mb.y[(p, b - 1)], f"c9_sym_{p}_{b}"
+
+
+def _c10_residents_per_gpu(mb: _MilpBuild, p: str, b: int) -> None:
+    """(10) At most K = max_models_per_shared_gpu models reside on shared GPU (p, b) (their decode steps
+    interleave), when K is set."""
+    k = mb.problem.max_models_per_shared_gpu
+    if k is not None:
+        mb.lp += (pulp.lpSum(mb.a[(m, p, b)] for m in mb.idx.residents[(p, b)]) <= k * mb.y[(p, b)],
+                  f"c10_residents_{p}_{b}")
+
+
+def _c11_cover_cuts(mb: _MilpBuild) -> None:
+    """(11) of :func:`build_milp`: the dedicated replicas of a model that cannot use a shared GPU (without classes
+    or prefill/decode pools, whose capacities are not capacity_req_per_s) cost at least its least whole-replica
+    covering in each window."""
+    problem, idx = mb.problem, mb.idx
+    pools, h = problem.pool_by_id, problem.window_hours
+    can_share = {m for (m, _p) in idx.share}
+    for m in problem.models:
+        if m.name in can_share or m.class_shares or any(o.model == m.name for o in mb.pd_opts):
+            continue
+        mine = [o for o in idx.options if o.model == m.name]
+        cost = {o.key: o.gpus * pools[o.pool].usd_per_gpu_hour * h for o in mine}
+        spec = [(cost[o.key], mb.mu * o.capacity_req_per_s, idx.ub[o.key]) for o in mine]
+        for w in idx.W:
+            floor_usd = cover_cost_floor(spec, m.demand_req_per_s[w], m.min_replicas)
+            if 0 < floor_usd < math.inf:
+                mb.lp += (pulp.lpSum(cost[o.key] * mb.n[(o.key, w)] for o in mine) >= floor_usd * (1 - 1e-9),
+                          f"c11_cover_{m.name}_{w}")
+
+
+def _c12a_classes_served(mb: _MilpBuild, m, w: int) -> None:
+    """(12a) Each request class of model ``m`` in window ``w`` is served by the options serving it (with the
+    class's own shortfall or unserved demand, where the build has them, whose sums over the classes are
+    short[m,w] and unserved[m,w])."""
+    lp = mb.lp
+    mine = [o for o in mb.idx.options if o.model == m.name]
+    for ci, (cls, share) in enumerate(m.class_shares):
+        extra = [mb.short_c[(m.name, cls, w)]] if mb.elastic else []
+        extra += [mb.unserved_c[(m.name, cls, w)]] if mb.with_unserved else []
+        lp += (pulp.lpSum([mb.x[(o.key, cls, w)] for o in mine if cls in o.class_capacity] + extra)
+               >= share * m.demand_req_per_s[w], f"c12a_class_{m.name}_{ci}_{w}")
+    if mb.with_unserved:
+        lp += (mb.unserved[(m.name, w)] == pulp.lpSum(mb.unserved_c[(m.name, c, w)] for c, _ in m.class_shares),
+               f"c12_unserved_{m.name}_{w}")
+    if mb.elastic:
+        lp += (mb.short[(m.name, w)] == pulp.lpSum(mb.short_c[(m.name, c, w)] for c, _ in m.class_shares),
+               f"c12_short_{m.name}_{w}")
+
+
+def _c12b_additive_load(mb: _MilpBuild, m, w: int) -> None:
+    """(12b) The class flows of each option of model ``m`` load its replicas in window ``w`` additively, within
+    1 - margin of each."""
+    idx = mb.idx
+    for o in idx.options:
+        if o.model == m.name:
+            mb.lp += (pulp.lpSum(mb.x[(o.key, k, w)] * (1.0 / cap) for k, cap in o.class_capacity.items())
+                      <= mb.mu * mb.n[(o.key, w)], f"c12b_load_{m.name}_{idx.options.index(o)}_{w}")
+
+
+def _c13_disaggregated(mb: _MilpBuild) -> None:
+    """(13a) The prefill replicas of a KV route's sites carry its flow; (13b) the decode replicas of a site carry
+    every flow decoded there (usable capacities after the margin)."""
+    problem, lp, nd, g = mb.problem, mb.lp, mb.nd, mb.g
+    pools = problem.pool_by_id
     for i, r in enumerate(problem.kv_routes):
-        pre = [o for o in pd_opts if o.role == "prefill" and o.model == r.model
+        pre = [o for o in mb.pd_opts if o.role == "prefill" and o.model == r.model
                and pools[o.pool].site == r.prefill_site and o.decode_site == r.decode_site]
-        for w in W:
-            lp += (pulp.lpSum(mu * o.capacity_req_per_s * nd[(o.pd_key, w)] for o in pre) >= g[(r.key, w)],
+        for w in mb.idx.W:
+            lp += (pulp.lpSum(mb.mu * o.capacity_req_per_s * nd[(o.pd_key, w)] for o in pre) >= g[(r.key, w)],
                    f"c13a_prefill_{i}_{w}")
     for j, (mname, s) in enumerate(sorted({(r.model, r.decode_site) for r in problem.kv_routes})):
-        dec = [o for o in pd_opts if o.role == "decode" and o.model == mname and pools[o.pool].site == s]
+        dec = [o for o in mb.pd_opts if o.role == "decode" and o.model == mname and pools[o.pool].site == s]
         into = [r for r in problem.kv_routes if r.model == mname and r.decode_site == s]
-        for w in W:
-            lp += (pulp.lpSum(mu * o.capacity_req_per_s * nd[(o.pd_key, w)] for o in dec)
+        for w in mb.idx.W:
+            lp += (pulp.lpSum(mb.mu * o.capacity_req_per_s * nd[(o.pd_key, w)] for o in dec)
                    >= pulp.lpSum(g[(r.key, w)] for r in into), f"c13b_decode_{j}_{w}")
 
-    # (8) Starts between consecutive windows (cyclic).
-    for (key, w), var in st.items():
-        lp += var >= n[(key, w)] - n[(key, W[w - 1])], f"c8_start_{key[0]}_{key[1]}_{key[2]}_{key[3]}_{w}"
-    for i, ((pkey, w), var) in enumerate(std.items()):
-        lp += var >= nd[(pkey, w)] - nd[(pkey, W[w - 1])], f"c8_pdstart_{i}"
-    commit = _add_commitments(problem, idx, lp, n, y, nd, icat)
-    _add_spot_fallback(problem, idx, lp, n, y, nd)
-    return PlacementMilpModel(lp=lp, idx=idx, n=n, st=st, y=y, a=a, f=f, q=q, relax=relax, short=short,
-                              floor_short=floor_short, unserved=unserved_v, x=x, nd=nd, g=g, c=commit,
-                              unserved_class=unserved_c, short_class=short_c)
 
-
-def _demand_rows(lp: pulp.LpProblem, m, w: int, sites: tuple[str, ...], q: dict, short: dict | None,
-                 unserved: dict | None) -> None:
-    """(2) the demand of model ``m`` in window ``w`` served across its ``sites`` (when it has several), and a model
-    with no option at all, whose demand only the elastic shortfall (``short``) or the unserved demand (best effort,
-    ``unserved``) can meet (then the model is infeasible unless one of them is given)."""
-    extra = [short[(m.name, w)]] if short is not None else []
-    extra += [unserved[(m.name, w)]] if unserved is not None else []
-    if len(sites) > 1:
-        lp += (pulp.lpSum([q[(m.name, s, w)] for s in sites] + extra) >= m.demand_req_per_s[w],
-               f"c2_demand_{m.name}_{w}")
-    if not sites and m.demand_req_per_s[w] > 0:
-        lp += pulp.lpSum(extra) >= m.demand_req_per_s[w], f"c1_no_option_{m.name}_{w}"
-
-
-def _kv_egress_terms(problem: Problem, lp: pulp.LpProblem, g: dict, W: range, relax: bool) -> list:
-    """Objective terms of (14): each egress table's monthly volume of KV and prompt traffic (over the flows ``g``)
-    priced band by band; adds the band variables and constraints to ``lp``. Relaxed (``relax``), the band
-    binaries are continuous and cheaper bands may fill first: still a lower bound."""
+def _c14_kv_egress(mb: _MilpBuild) -> None:
+    """(14) Each egress table's monthly volume of KV and prompt traffic (over the flows g) split into band fills
+    that fill in order (binaries z; continuous when relaxed, where cheaper bands may fill first: still a lower
+    bound); sets ``mb.kv_egress``, the objective terms that price the bands over the horizon."""
+    problem, lp = mb.problem, mb.lp
     if not problem.kv_routes:
-        return []
+        return
     month_factor = DAYS_PER_MONTH * HOURS_PER_DAY / problem.horizon_hours
     volume: dict[tuple[str, str, str], list] = {}
     tables = {}
@@ -419,20 +568,19 @@ def _kv_egress_terms(problem: Problem, lp: pulp.LpProblem, g: dict, W: range, re
             tk = table_key(table)
             tables[tk] = table
             gb_per_req_per_s = problem.window_length_s * nbytes / 1e9 * month_factor
-            volume.setdefault(tk, []).extend(gb_per_req_per_s * g[(r.key, w)] for w in W)
-    terms = []
+            volume.setdefault(tk, []).extend(gb_per_req_per_s * mb.g[(r.key, w)] for w in mb.idx.W)
     for t_i, (tk, parts) in enumerate(sorted(volume.items())):
         tiers = tables[tk].tiers
         total = pulp.lpSum(parts)
         if len({t.usd_per_gb for t in tiers}) == 1 and tiers[-1].to_gb is None:  # flat
-            terms.append(tiers[0].usd_per_gb / month_factor * total)
+            mb.kv_egress.append(tiers[0].usd_per_gb / month_factor * total)
             continue
         v = []
         z = []
         for k, t in enumerate(tiers):
             width = None if t.to_gb is None else t.to_gb - t.from_gb
             v.append(lp.add_variable(f"kvband_{t_i}_{k}", 0, width))
-            z.append(lp.add_variable(f"kvz_{t_i}_{k}", 0, 1, pulp.LpContinuous if relax else pulp.LpBinary))
+            z.append(lp.add_variable(f"kvz_{t_i}_{k}", 0, 1, pulp.LpContinuous if mb.relax else pulp.LpBinary))
         lp += pulp.lpSum(v) == total, f"c14_volume_{t_i}"
         for k, t in enumerate(tiers):
             if t.to_gb is not None:
@@ -441,8 +589,7 @@ def _kv_egress_terms(problem: Problem, lp: pulp.LpProblem, g: dict, W: range, re
                 if k + 1 < len(tiers):
                     lp += v[k] >= width * z[k + 1], f"c14_full_{t_i}_{k}"
                     lp += z[k + 1] <= z[k], f"c14_order_{t_i}_{k}"
-            terms.append(t.usd_per_gb / month_factor * v[k])
-    return terms
+            mb.kv_egress.append(t.usd_per_gb / month_factor * v[k])
 
 
 def _pool_use(idx: Index, pid: str, n: dict, y: dict, nd: dict, w: int) -> list:
@@ -453,35 +600,64 @@ def _pool_use(idx: Index, pid: str, n: dict, y: dict, nd: dict, w: int) -> list:
             + [var for (p, _b), var in y.items() if p == pid])
 
 
-def _add_commitments(problem: Problem, idx: Index, lp: pulp.LpProblem, n: dict, y: dict, nd: dict,
-                     cat: str) -> dict:
-    """(15) The commitment c[p] of every committed pool (GPUs, ``cat`` integer or continuous), its cost over the
-    horizon in the objective, and use <= c[p] in every window; returns {pool id: c variable}."""
-    c: dict = {}
-    for j, pool in enumerate(problem.pools):
-        if not pool.committed or not _pool_use(idx, pool.id, n, y, nd, 0):
+def _c15_commitments(mb: _MilpBuild) -> None:
+    """(15) The commitment c[p] ∈ [0, G_p] (integer, continuous when relaxed) of every committed pool in use, and
+    its use <= c[p] in every window (the objective prices c)."""
+    idx = mb.idx
+    for j, pool in enumerate(mb.problem.pools):
+        if not pool.committed or not _pool_use(idx, pool.id, mb.n, mb.y, mb.nd, 0):
             continue
-        c[pool.id] = var = lp.add_variable(f"commit_{j}", 0, pool.gpus, cat)
-        lp.setObjective(lp.objective + pool.committed_usd_per_gpu_hour * problem.horizon_hours * var)
+        mb.c[pool.id] = var = mb.lp.add_variable(f"commit_{j}", 0, pool.gpus, mb.icat)
         for w in idx.W:
-            lp += pulp.lpSum(_pool_use(idx, pool.id, n, y, nd, w)) <= var, f"c15_commit_{j}_{w}"
-    return c
+            mb.lp += pulp.lpSum(_pool_use(idx, pool.id, mb.n, mb.y, mb.nd, w)) <= var, f"c15_commit_{j}_{w}"
 
 
-def _add_spot_fallback(problem: Problem, idx: Index, lp: pulp.LpProblem, n: dict, y: dict, nd: dict) -> None:
+def _c16_spot_fallback(mb: _MilpBuild) -> None:
     """(16) In every window the fallback pool of each spot pool leaves interruption_rate × the spot GPUs in use
     unused."""
-    pools = problem.pool_by_id
-    for j, pool in enumerate(problem.pools):
+    idx = mb.idx
+    pools = mb.problem.pool_by_id
+    for j, pool in enumerate(mb.problem.pools):
         if pool.fallback_pool is None or not pool.interruption_rate:
             continue
         fb = pools[pool.fallback_pool]
         for w in idx.W:
-            spot = _pool_use(idx, pool.id, n, y, nd, w)
+            spot = _pool_use(idx, pool.id, mb.n, mb.y, mb.nd, w)
             if not spot:
                 continue
-            lp += (pool.interruption_rate * pulp.lpSum(spot) + pulp.lpSum(_pool_use(idx, fb.id, n, y, nd, w))
-                   <= fb.gpus, f"c16_fallback_{j}_{w}")
+            mb.lp += (pool.interruption_rate * pulp.lpSum(spot)
+                      + pulp.lpSum(_pool_use(idx, fb.id, mb.n, mb.y, mb.nd, w)) <= fb.gpus, f"c16_fallback_{j}_{w}")
+
+
+def _objective(mb: _MilpBuild) -> None:
+    """Minimize GPU-hours × price (replicas, shared GPUs all day, prefill/decode replicas) + starts × start cost
+    (against the fixed neighbour windows too) + egress of the site split q + (14)'s KV egress bands + (15)'s
+    commitments × committed rate × horizon hours; elastic: + ELASTIC_PENALTY_USD per req/s or replica short."""
+    problem, idx, W = mb.problem, mb.idx, mb.idx.W
+    pools, models, h = problem.pool_by_id, problem.model_by_name, problem.window_hours
+    obj = [ELASTIC_PENALTY_USD * v for v in mb.short.values()]
+    obj += [ELASTIC_PENALTY_USD * v for v in mb.floor_short.values()]
+    for o in idx.options:
+        c = o.gpus * pools[o.pool].usd_per_gpu_hour * h
+        obj += [c * mb.n[(o.key, w)] for w in W]
+        obj += [o.start_cost_usd * mb.st[(o.key, w)] for w in W if (o.key, w) in mb.st]
+    for (p, _b), var in mb.y.items():
+        obj.append(pools[p].usd_per_gpu_hour * h * len(W) * var)
+    for (mname, s, _w), var in mb.q.items():
+        e = problem.egress_usd_per_req_per_s_window(models[mname], s)
+        if e:
+            obj.append(e * var)
+    for o in mb.pd_opts:
+        c = o.gpus * pools[o.pool].usd_per_gpu_hour * h
+        obj += [c * mb.nd[(o.pd_key, w)] for w in W]
+        obj += [o.start_cost_usd * mb.std[(o.pd_key, w)] for w in W if (o.pd_key, w) in mb.std]
+    obj += mb.kv_egress
+    for o in idx.options:
+        if o.key in mb.st_nb:
+            obj += [o.start_cost_usd * s for s in mb.st_nb[o.key]]
+    for pid, var in mb.c.items():
+        obj.append(pools[pid].committed_usd_per_gpu_hour * problem.horizon_hours * var)
+    mb.lp += pulp.lpSum(obj)
 
 
 def extract_commitments(model: PlacementMilpModel) -> dict[str, int]:

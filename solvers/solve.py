@@ -198,23 +198,42 @@ def solve(problem, backend: str = "highs", *, time_limit_s: float = 60, threads:
                                                  and not problem.has_classes and not best_effort
                                                  and not problem.has_disaggregation else 1)
     if k != 1:
-        if problem.has_classes or best_effort or problem.has_disaggregation:
-            raise SolverError("--decompose does not support request classes, --best-effort or disaggregated "
-                              "prefill/decode pools yet; plan without it")
-        say(f"decomposing into {k} sub-fleets")
-        ex = executor or make_executor("process")
-        try:
-            plan = solve_pop(problem, k, ex, backend=backend, time_limit_s=time_limit_s, threads=threads, gap=gap,
-                             partition=partition, seed=seed, deadline=deadline, progress=say)
-        finally:
-            if executor is None:
-                ex.close()
+        plan = _decomposed(problem, k, backend, best_effort=best_effort, executor=executor, time_limit_s=time_limit_s,
+                           threads=threads, gap=gap, partition=partition, seed=seed, deadline=deadline, say=say)
         return replace(plan, solve_time_s=time.perf_counter() - t0)
     size = model_size(problem)
-    large = size > MONOLITHIC_MAX_VARS and not problem.has_disaggregation
-    if large:
+    if size > MONOLITHIC_MAX_VARS and not problem.has_disaggregation:
         return _solve_large(problem, backend, size=size, t0=t0, deadline=deadline, time_limit_s=time_limit_s,
                             threads=threads, gap=gap, say=say, executor=executor)
+    return _solve_monolithic(problem, backend, size=size, t0=t0, deadline=deadline, time_limit_s=time_limit_s,
+                             threads=threads, gap=gap, say=say, warm_start=warm_start, lp_bound=lp_bound,
+                             best_effort=best_effort)
+
+
+def _decomposed(problem, k: int, backend: str, *, best_effort: bool, executor: Executor | None, time_limit_s: float,
+                threads: int | None, gap: float, partition: str, seed: int, deadline: float,
+                say: Callable[[str], None]) -> Plan:
+    """The POP plan of ``problem`` in ``k`` sub-fleets on ``executor`` (default: a local process pool, closed after);
+    SolverError for request classes, best effort or disaggregated pools."""
+    if problem.has_classes or best_effort or problem.has_disaggregation:
+        raise SolverError("--decompose does not support request classes, --best-effort or disaggregated "
+                          "prefill/decode pools yet; plan without it")
+    say(f"decomposing into {k} sub-fleets")
+    ex = executor or make_executor("process")
+    try:
+        return solve_pop(problem, k, ex, backend=backend, time_limit_s=time_limit_s, threads=threads, gap=gap,
+                         partition=partition, seed=seed, deadline=deadline, progress=say)
+    finally:
+        if executor is None:
+            ex.close()
+
+
+def _solve_monolithic(problem, backend: str, *, size: int, t0: float, deadline: float, time_limit_s: float,
+                      threads: int | None, gap: float, say: Callable[[str], None], warm_start: bool, lp_bound: bool,
+                      best_effort: bool) -> Plan:
+    """Problems up to MONOLITHIC_MAX_VARS (see :func:`solve`): the greedy warm start (repaired if it does not fit),
+    the LP bound, fix-and-optimize by windows, then the exact model with the time left; an infeasible answer is
+    explained, or planned by best effort."""
     start = None
     notes: list[str] = []
     if warm_start:

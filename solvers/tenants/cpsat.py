@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from fleetplan.errors import SolverError
 from fleetplan.placement.status import Status
-from fleetplan.placement.tenants import OBJECTIVE_SENSE, SolveOutcome, TenantProblem
+from fleetplan.placement.tenants import OBJECTIVE_SENSE, Node, SolveOutcome, Tenant, TenantProblem
 from fleetplan.solvers.tenants.baselines import packed_greedy
 
 if TYPE_CHECKING:  # OR-Tools is imported when a model is built (start-up speed); its types are for mypy only
@@ -48,15 +48,14 @@ class CpSatModel:
                  hint: Mapping[tuple[str, int, str], int] | None = None) -> None:
         from ortools.sat.python import cp_model
 
-
         self.cp = cp_model
         self.problem, self.windows, self.margin = problem, list(windows), margin
         P = problem
-        md = cp_model.CpModel()
+        self.md = cp_model.CpModel()
         self.x: dict[tuple[str, int, str], IntVar] = {}
         self.y: dict[tuple[str, int, str], IntVar] = {}
         classes = sorted({t.interference_class for t in P.tenants})
-        cmax = max([round(SCALE * P.class_coefficient(a, b)) for a in classes for b in classes] + [0])
+        self._cmax = max([round(SCALE * P.class_coefficient(a, b)) for a in classes for b in classes] + [0])
         self.s: dict[tuple[int, str], IntVar] = {}
         self.p: dict[tuple[str, int, str], IntVar] = {}
         self.m: dict[tuple[str, int, str], IntVar] = {}
@@ -64,51 +63,10 @@ class CpSatModel:
         self.u: dict[tuple[str, int], IntVar] = {}
         for w in self.windows:
             for n in P.nodes:
-                here = [t for t in P.tenants if t.runs_on(n.gpu) and t.wanted(w) > 0]
-                for t in here:
-                    ub = min(n.gpus, t.wanted(w))
-                    x = self.x[t.name, w, n.name] = md.new_int_var(0, ub, f"x_{t.name}_{w}_{n.name}")
-                    y = self.y[t.name, w, n.name] = md.new_bool_var(f"y_{t.name}_{w}_{n.name}")
-                    # (1) A GPU count needs presence.
-                    md.add(x <= ub * y)
-                    md.add(x >= 1).only_enforce_if(y)
-                s = self.s[w, n.name] = md.new_int_var(0, cmax if len(here) >= 2 else 0, f"s_{w}_{n.name}")
-                if len(here) >= 2:
-                    p: dict[str, IntVar] = {}
-                    for k in sorted({t.interference_class for t in here}):
-                        members = [self.y[t.name, w, n.name] for t in here if t.interference_class == k]
-                        p[k] = self.p[k, w, n.name] = md.new_bool_var(f"p_{k}_{w}_{n.name}")
-                        # (2) Class presence; two or more of one class set m.
-                        md.add_max_equality(p[k], members)
-                        if len(members) >= 2:
-                            m = self.m[k, w, n.name] = md.new_bool_var(f"m_{k}_{w}_{n.name}")
-                            md.add(sum(members) <= 1 + (len(members) - 1) * m)
-                            # (3) Same-class pair.
-                            md.add(s >= round(SCALE * P.class_coefficient(k, k)) * m)
-                    ks = sorted(p)
-                    for i, a in enumerate(ks):
-                        for b in ks[i + 1:]:
-                            # (3) The worst co-located class pair sets the node coefficient.
-                            md.add(s >= round(SCALE * P.class_coefficient(a, b)) * (p[a] + p[b] - 1))
-                # (4) Capacity minus the interference headroom (thousandths of a GPU).
-                node_load = sum(self.x[t.name, w, n.name] for t in here)
-                md.add(SCALE * node_load + (n.gpus * s if margin else 0) <= SCALE * n.gpus)
-            # (7) Identical nodes are used in order of non-increasing load.
-            load = {n.name: sum(self.x[t.name, w, n.name] for t in P.tenants if (t.name, w, n.name) in self.x)
-                    for n in P.nodes}
-            for prev, n in zip(P.nodes, P.nodes[1:], strict=False):
-                if (prev.gpu, prev.gpus) == (n.gpu, n.gpus):
-                    md.add(load[prev.name] >= load[n.name])
+                self._node(w, n)
+            self._symmetry(w)
             for t in P.tenants:
-                d_m = round(SCALE * float(t.demand_gpus[w]))
-                g_m = math.ceil(SCALE * t.guaranteed(w) - 1e-6)
-                v = self.v[t.name, w] = md.new_int_var(g_m, d_m, f"v_{t.name}_{w}")
-                u = self.u[t.name, w] = md.new_int_var(0, d_m, f"u_{t.name}_{w}")
-                held = sum(self.x[t.name, w, n.name] for n in P.nodes if (t.name, w, n.name) in self.x)
-                # (5) Served GPUs are allocated GPUs; (6) burst limit and no GPUs beyond the demand.
-                md.add(v <= SCALE * held)
-                md.add(held <= t.wanted(w))
-                md.add(u >= round(SCALE * t.sla_target * t.demand_gpus[w]) - v)
+                self._served(w, t)
         cap = P.capacity_gpu_windows
         wts = {t.name: round(SCALE * t.weight) for t in P.tenants}
         self.int_expr = {
@@ -117,7 +75,6 @@ class CpSatModel:
             "sla": sum(wts[t] * u for (t, _), u in self.u.items()),
         }
         self.unit = {"utilization": 1.0 / (SCALE * cap), "isolation": 1.0 / SCALE, "sla": 1.0 / (SCALE * SCALE)}
-        self.md = md
         self._last: dict | None = None
         if hint is None:
             cached = _HINTS.get(id(P))
@@ -127,6 +84,68 @@ class CpSatModel:
                     _HINTS.pop(next(iter(_HINTS)))
             hint = {k: v for k, v in cached[1].items() if k[1] in set(self.windows)}
         self._hint(hint)
+
+    def _node(self, w: int, n: Node) -> None:
+        """Node n in window w: x and y of the tenants that may run there with (1), the coefficient s (thousandths)
+        with (2) and (3) when two or more may (else s = 0), and (4)."""
+        md = self.md
+        here = [t for t in self.problem.tenants if t.runs_on(n.gpu) and t.wanted(w) > 0]
+        for t in here:
+            ub = min(n.gpus, t.wanted(w))
+            x = self.x[t.name, w, n.name] = md.new_int_var(0, ub, f"x_{t.name}_{w}_{n.name}")
+            y = self.y[t.name, w, n.name] = md.new_bool_var(f"y_{t.name}_{w}_{n.name}")
+            # (1) A GPU count needs presence.
+            md.add(x <= ub * y)
+            md.add(x >= 1).only_enforce_if(y)
+        s = self.s[w, n.name] = md.new_int_var(0, self._cmax if len(here) >= 2 else 0, f"s_{w}_{n.name}")
+        if len(here) >= 2:
+            self._interference(w, n, here, s)
+        # (4) Capacity minus the interference headroom (thousandths of a GPU).
+        node_load = sum(self.x[t.name, w, n.name] for t in here)
+        md.add(SCALE * node_load + (n.gpus * s if self.margin else 0) <= SCALE * n.gpus)
+
+    def _interference(self, w: int, n: Node, here: list[Tenant], s: IntVar) -> None:
+        """(2) class presence p and same-class pairs m of node n in window w, and (3) the node coefficient s."""
+        md, P = self.md, self.problem
+        p: dict[str, IntVar] = {}
+        for k in sorted({t.interference_class for t in here}):
+            members = [self.y[t.name, w, n.name] for t in here if t.interference_class == k]
+            p[k] = self.p[k, w, n.name] = md.new_bool_var(f"p_{k}_{w}_{n.name}")
+            # (2) Class presence; two or more of one class set m.
+            md.add_max_equality(p[k], members)
+            if len(members) >= 2:
+                m = self.m[k, w, n.name] = md.new_bool_var(f"m_{k}_{w}_{n.name}")
+                md.add(sum(members) <= 1 + (len(members) - 1) * m)
+                # (3) Same-class pair.
+                md.add(s >= round(SCALE * P.class_coefficient(k, k)) * m)
+        ks = sorted(p)
+        for i, a in enumerate(ks):
+            for b in ks[i + 1:]:
+                # (3) The worst co-located class pair sets the node coefficient.
+                md.add(s >= round(SCALE * P.class_coefficient(a, b)) * (p[a] + p[b] - 1))
+
+    def _symmetry(self, w: int) -> None:
+        """(7) Identical nodes are used in order of non-increasing load in window w."""
+        P = self.problem
+        load = {n.name: sum(self.x[t.name, w, n.name] for t in P.tenants if (t.name, w, n.name) in self.x)
+                for n in P.nodes}
+        for prev, n in zip(P.nodes, P.nodes[1:], strict=False):
+            if (prev.gpu, prev.gpus) == (n.gpu, n.gpus):
+                self.md.add(load[prev.name] >= load[n.name])
+
+    def _served(self, w: int, t: Tenant) -> None:
+        """Tenant t in window w (milli-GPUs): v within [guarantee, demand] with (5), (6), and u >= the SLA
+        shortfall."""
+        md, P = self.md, self.problem
+        d_m = round(SCALE * float(t.demand_gpus[w]))
+        g_m = math.ceil(SCALE * t.guaranteed(w) - 1e-6)
+        v = self.v[t.name, w] = md.new_int_var(g_m, d_m, f"v_{t.name}_{w}")
+        u = self.u[t.name, w] = md.new_int_var(0, d_m, f"u_{t.name}_{w}")
+        held = sum(self.x[t.name, w, n.name] for n in P.nodes if (t.name, w, n.name) in self.x)
+        # (5) Served GPUs are allocated GPUs; (6) burst limit and no GPUs beyond the demand.
+        md.add(v <= SCALE * held)
+        md.add(held <= t.wanted(w))
+        md.add(u >= round(SCALE * t.sla_target * t.demand_gpus[w]) - v)
 
     def _hint(self, gpus: Mapping[tuple[str, int, str], int]) -> None:
         """Hint every variable from a GPU allocation (a complete hint lets CP-SAT start from it at once)."""

@@ -39,7 +39,7 @@ from collections.abc import Sequence
 
 from fleetplan.errors import SolverError
 from fleetplan.placement.status import Status
-from fleetplan.placement.tenants import OBJECTIVE_SENSE, SolveOutcome, TenantProblem
+from fleetplan.placement.tenants import OBJECTIVE_SENSE, Node, SolveOutcome, Tenant, TenantProblem
 from fleetplan.solvers.highs import HiGHS
 
 
@@ -57,80 +57,99 @@ class TenantMilpModel:
 
         self.problem, self.windows, self.margin = problem, list(windows), margin
         self.pulp = pulp
-        lp = pulp.LpProblem("tenant_allocation", pulp.LpMaximize)
+        self.lp = pulp.LpProblem("tenant_allocation", pulp.LpMaximize)
         P = problem
         self.x: dict[tuple[str, int, str], pulp.LpVariable] = {}
-        y: dict[tuple[str, int, str], pulp.LpVariable] = {}
+        self._y: dict[tuple[str, int, str], pulp.LpVariable] = {}
         classes = sorted({t.interference_class for t in P.tenants})
-        cmax = max([P.class_coefficient(a, b) for a in classes for b in classes] + [0.0])
+        self._cmax = max([P.class_coefficient(a, b) for a in classes for b in classes] + [0.0])
         # Names use indices: PuLP rewrites characters like '-' and ' ', which could make two names collide.
-        tid = {t.name: i for i, t in enumerate(P.tenants)}
-        nid = {n.name: i for i, n in enumerate(P.nodes)}
-        cid = {c: i for i, c in enumerate(classes)}
+        self._tid = {t.name: i for i, t in enumerate(P.tenants)}
+        self._nid = {n.name: i for i, n in enumerate(P.nodes)}
+        self._cid = {c: i for i, c in enumerate(classes)}
         self.s: dict[tuple[int, str], pulp.LpVariable] = {}
         self.v: dict[tuple[str, int], pulp.LpVariable] = {}
         self.u: dict[tuple[str, int], pulp.LpVariable] = {}
         for w in self.windows:
             for n in P.nodes:
-                here = [t for t in P.tenants if t.runs_on(n.gpu) and t.wanted(w) > 0]
-                for t in here:
-                    ub = min(n.gpus, t.wanted(w))
-                    tag = f"{tid[t.name]}_{w}_{nid[n.name]}"
-                    self.x[t.name, w, n.name] = lp.add_variable(f"x_{tag}", 0, ub, cat="Integer")
-                    y[t.name, w, n.name] = lp.add_variable(f"y_{tag}", cat="Binary")
-                    # (1) A GPU count needs presence.
-                    lp += self.x[t.name, w, n.name] <= ub * y[t.name, w, n.name], f"presence_{tag}"
-                s = self.s[w, n.name] = lp.add_variable(f"s_{w}_{nid[n.name]}", 0, cmax)
-                if len(here) >= 2:
-                    p = {}
-                    for k in {t.interference_class for t in here}:
-                        members = [t for t in here if t.interference_class == k]
-                        p[k] = lp.add_variable(f"p_{cid[k]}_{w}_{nid[n.name]}", cat="Binary")
-                        # (2) Class presence; two or more of one class set m.
-                        for t in members:
-                            lp += y[t.name, w, n.name] <= p[k], f"class_{tid[t.name]}_{w}_{nid[n.name]}"
-                        if len(members) >= 2:
-                            m = lp.add_variable(f"m_{cid[k]}_{w}_{nid[n.name]}", cat="Binary")
-                            lp += (pulp.lpSum(y[t.name, w, n.name] for t in members) <= 1 + (len(members) - 1) * m,
-                                   f"same_{cid[k]}_{w}_{nid[n.name]}")
-                            # (3) Same-class pair.
-                            lp += s >= P.class_coefficient(k, k) * m, f"pairkk_{cid[k]}_{w}_{nid[n.name]}"
-                    ks = sorted(p)
-                    for i, a in enumerate(ks):
-                        for b in ks[i + 1:]:
-                            # (3) The worst co-located class pair sets the node coefficient.
-                            lp += (s >= P.class_coefficient(a, b) * (p[a] + p[b] - 1),
-                                   f"pair_{cid[a]}_{cid[b]}_{w}_{nid[n.name]}")
-                else:
-                    s.upBound = 0
-                # (4) Capacity minus the interference headroom.
-                head = n.gpus * s if margin else 0
-                lp += (pulp.lpSum(self.x[t.name, w, n.name] for t in here) + head <= n.gpus,
-                       f"capacity_{w}_{nid[n.name]}")
-            # (7) Identical nodes are used in order of non-increasing load.
-            load = {n.name: pulp.lpSum(self.x[t.name, w, n.name] for t in P.tenants if (t.name, w, n.name) in self.x)
-                    for n in P.nodes}
-            for prev, n in zip(P.nodes, P.nodes[1:], strict=False):
-                if (prev.gpu, prev.gpus) == (n.gpu, n.gpus):
-                    lp += load[prev.name] >= load[n.name], f"symmetry_{w}_{nid[n.name]}"
+                self._node(w, n)
+            self._symmetry(w)
             for t in P.tenants:
-                d = float(t.demand_gpus[w])
-                v = self.v[t.name, w] = lp.add_variable(f"v_{tid[t.name]}_{w}", t.guaranteed(w), d)
-                self.u[t.name, w] = lp.add_variable(f"u_{tid[t.name]}_{w}", 0)
-                # (5) Served GPUs are allocated GPUs; the guarantee is v's lower bound.
-                held = pulp.lpSum(self.x[t.name, w, n.name] for n in P.nodes if (t.name, w, n.name) in self.x)
-                lp += v <= held, f"served_{tid[t.name]}_{w}"
-                # (6) Burst limit and no GPUs beyond the demand.
-                lp += held <= t.wanted(w), f"burst_{tid[t.name]}_{w}"
-                lp += self.u[t.name, w] >= t.sla_target * d - v, f"sla_{tid[t.name]}_{w}"
+                self._served(w, t)
         cap = P.capacity_gpu_windows
         self.expr = {
             "utilization": pulp.lpSum(self.v.values()) * (1.0 / cap),
             "isolation": pulp.lpSum(self.s.values()),
             "sla": pulp.lpSum(P.tenant(t).weight * u for (t, _), u in self.u.items()),
         }
-        self.lp = lp
         self._n_limits = 0
+
+    def _node(self, w: int, n: Node) -> None:
+        """Node n in window w: x and y of the tenants that may run there with (1), the coefficient s with (2) and
+        (3) when two or more may (else s = 0), and (4)."""
+        lp, pulp = self.lp, self.pulp
+        here = [t for t in self.problem.tenants if t.runs_on(n.gpu) and t.wanted(w) > 0]
+        for t in here:
+            ub = min(n.gpus, t.wanted(w))
+            tag = f"{self._tid[t.name]}_{w}_{self._nid[n.name]}"
+            self.x[t.name, w, n.name] = lp.add_variable(f"x_{tag}", 0, ub, cat="Integer")
+            self._y[t.name, w, n.name] = lp.add_variable(f"y_{tag}", cat="Binary")
+            # (1) A GPU count needs presence.
+            lp += self.x[t.name, w, n.name] <= ub * self._y[t.name, w, n.name], f"presence_{tag}"
+        s = self.s[w, n.name] = lp.add_variable(f"s_{w}_{self._nid[n.name]}", 0, self._cmax)
+        if len(here) >= 2:
+            self._interference(w, n, here, s)
+        else:
+            s.upBound = 0
+        # (4) Capacity minus the interference headroom.
+        head = n.gpus * s if self.margin else 0
+        lp += (pulp.lpSum(self.x[t.name, w, n.name] for t in here) + head <= n.gpus,
+               f"capacity_{w}_{self._nid[n.name]}")
+
+    def _interference(self, w: int, n: Node, here: list[Tenant], s) -> None:
+        """(2) class presence p and same-class pairs m of node n in window w, and (3) the node coefficient s."""
+        lp, pulp, P = self.lp, self.pulp, self.problem
+        y, tid, cid, nn = self._y, self._tid, self._cid, self._nid[n.name]
+        p = {}
+        for k in {t.interference_class for t in here}:
+            members = [t for t in here if t.interference_class == k]
+            p[k] = lp.add_variable(f"p_{cid[k]}_{w}_{nn}", cat="Binary")
+            # (2) Class presence; two or more of one class set m.
+            for t in members:
+                lp += y[t.name, w, n.name] <= p[k], f"class_{tid[t.name]}_{w}_{nn}"
+            if len(members) >= 2:
+                m = lp.add_variable(f"m_{cid[k]}_{w}_{nn}", cat="Binary")
+                lp += (pulp.lpSum(y[t.name, w, n.name] for t in members) <= 1 + (len(members) - 1) * m,
+                       f"same_{cid[k]}_{w}_{nn}")
+                # (3) Same-class pair.
+                lp += s >= P.class_coefficient(k, k) * m, f"pairkk_{cid[k]}_{w}_{nn}"
+        ks = sorted(p)
+        for i, a in enumerate(ks):
+            for b in ks[i + 1:]:
+                # (3) The worst co-located class pair sets the node coefficient.
+                lp += s >= P.class_coefficient(a, b) * (p[a] + p[b] - 1), f"pair_{cid[a]}_{cid[b]}_{w}_{nn}"
+
+    def _symmetry(self, w: int) -> None:
+        """(7) Identical nodes are used in order of non-increasing load in window w."""
+        P = self.problem
+        load = {n.name: self.pulp.lpSum(self.x[t.name, w, n.name] for t in P.tenants if (t.name, w, n.name) in self.x)
+                for n in P.nodes}
+        for prev, n in zip(P.nodes, P.nodes[1:], strict=False):
+            if (prev.gpu, prev.gpus) == (n.gpu, n.gpus):
+                self.lp += load[prev.name] >= load[n.name], f"symmetry_{w}_{self._nid[n.name]}"
+
+    def _served(self, w: int, t: Tenant) -> None:
+        """Tenant t in window w: v (the guarantee its lower bound) with (5), (6), and u >= the SLA shortfall."""
+        lp, P, tid = self.lp, self.problem, self._tid
+        d = float(t.demand_gpus[w])
+        v = self.v[t.name, w] = lp.add_variable(f"v_{tid[t.name]}_{w}", t.guaranteed(w), d)
+        self.u[t.name, w] = lp.add_variable(f"u_{tid[t.name]}_{w}", 0)
+        # (5) Served GPUs are allocated GPUs; the guarantee is v's lower bound.
+        held = self.pulp.lpSum(self.x[t.name, w, n.name] for n in P.nodes if (t.name, w, n.name) in self.x)
+        lp += v <= held, f"served_{tid[t.name]}_{w}"
+        # (6) Burst limit and no GPUs beyond the demand.
+        lp += held <= t.wanted(w), f"burst_{tid[t.name]}_{w}"
+        lp += self.u[t.name, w] >= t.sla_target * d - v, f"sla_{tid[t.name]}_{w}"
 
     def set_objective(self, coefs: dict[str, float]) -> None:
         """Maximize Σ coef_k · sense_k · objective_k (coefficients already include any normalisation)."""

@@ -57,6 +57,70 @@ def _renumber(parts: Sequence[tuple]) -> tuple[tuple, ...]:
     return tuple(sorted((order[p[0]], *p[1:]) for p in parts))
 
 
+class _MigModel:
+    """The CP-SAT model of :func:`split_mig`: b[g, profile, start, tenant] (an instance of that profile at that start
+    slot of GPU g for the tenant), on[g, t] (t has an instance on g), unmet[t] (compute slices short) and
+    shared[g] (g holds two or more tenants)."""
+
+    def __init__(self, cp_model, profiles: Sequence, gpus: int, needs: Mapping[str, int],
+                 memory_gb: Mapping[str, float] | None) -> None:
+        self.tenants = tenants = sorted(needs)
+        self.prof = {p.name: p for p in profiles}
+        md = self.md = cp_model.CpModel()
+        self.b: dict[tuple[int, str, int, str], IntVar] = {}
+        for g in range(gpus):
+            for pr in profiles:
+                for st in pr.placements:
+                    for t in tenants:
+                        self.b[g, pr.name, st, t] = md.new_bool_var(f"b_{g}_{pr.name}_{st}_{t}")
+        self.on: dict[tuple[int, str], IntVar] = {}
+        for g in range(gpus):
+            self._gpu(g, profiles)
+        self.unmet: dict[str, IntVar] = {}
+        for t in tenants:
+            self._need(t, needs[t], (memory_gb or {}).get(t))
+        self.shared = []
+        for g in range(gpus):
+            sh = md.new_bool_var(f"shared_{g}")
+            md.add(sum(self.on[g, t] for t in tenants) <= 1 + len(tenants) * sh)
+            self.shared.append(sh)
+        big = 10_000
+        md.minimize(big * big * sum(self.unmet.values()) + big * sum(self.shared) + sum(self.b.values()))
+
+    def _gpu(self, g: int, profiles: Sequence) -> None:
+        """Instances on GPU g do not overlap in memory slots, use at most 7 compute slices and at most each
+        profile's number of instances; on[g, t] for every tenant."""
+        md, prof = self.md, self.prof
+        mine = {k: v for k, v in self.b.items() if k[0] == g}
+        for slot in range(8):
+            md.add(sum(v for k, v in mine.items() if k[2] <= slot < k[2] + prof[k[1]].memory_slices) <= 1)
+        md.add(sum(prof[k[1]].compute_slices * v for k, v in mine.items()) <= 7)
+        for pr in profiles:
+            md.add(sum(v for k, v in mine.items() if k[1] == pr.name) <= pr.max_instances)
+        for t in self.tenants:
+            self.on[g, t] = md.new_bool_var(f"on_{g}_{t}")
+            md.add_max_equality(self.on[g, t], [v for k, v in mine.items() if k[3] == t])
+
+    def _need(self, t: str, need: int, memory_gb: float | None) -> None:
+        """Tenant t's compute need is met, or the shortfall unmet[t] is counted; its instances hold at least
+        ``memory_gb`` GB when given."""
+        md, prof = self.md, self.prof
+        got = sum(prof[k[1]].compute_slices * v for k, v in self.b.items() if k[3] == t)
+        self.unmet[t] = md.new_int_var(0, need, f"unmet_{t}")
+        md.add(got + self.unmet[t] >= need)
+        if memory_gb:
+            md.add(sum(int(prof[k[1]].memory_gb) * v for k, v in self.b.items() if k[3] == t) >= math.ceil(memory_gb))
+
+    def split(self, solver, status: Status, needs: Mapping[str, int]) -> NodeSplit:
+        """The NodeSplit of a solved model."""
+        tenants, prof = self.tenants, self.prof
+        parts = _renumber([k for k, v in self.b.items() if solver.value(v)])
+        granted = {t: sum(prof[p].compute_slices for (_, p, _, tt) in parts if tt == t) for t in tenants}
+        return NodeSplit("mig", parts, granted, {t: int(solver.value(self.unmet[t])) for t in tenants},
+                         int(sum(solver.value(s) for s in self.shared)), status,
+                         needs={t: int(needs[t]) for t in tenants}, used_gpus=len({p[0] for p in parts}))
+
+
 def split_mig(gpu: str, gpus: int, needs: Mapping[str, int], *, memory_gb: Mapping[str, float] | None = None,
               time_limit_s: float = 5.0, threads: int = 1) -> NodeSplit:
     """Cut ``gpus`` GPUs of type ``gpu`` into MIG instances for tenants needing ``needs[t]`` compute slices
@@ -71,58 +135,18 @@ def split_mig(gpu: str, gpus: int, needs: Mapping[str, int], *, memory_gb: Mappi
     for t, n in needs.items():
         if not isinstance(n, int) or n < 0:
             raise InputError(f"need of {t} must be a whole number of compute slices ≥ 0, got {n!r}", field="needs")
-    tenants = sorted(needs)
-    md = cp_model.CpModel()
-    b: dict[tuple[int, str, int, str], IntVar] = {}
-    for g in range(gpus):
-        for pr in profiles:
-            for st in pr.placements:
-                for t in tenants:
-                    b[g, pr.name, st, t] = md.new_bool_var(f"b_{g}_{pr.name}_{st}_{t}")
-    prof = {p.name: p for p in profiles}
-    on: dict[tuple[int, str], IntVar] = {}
-    for g in range(gpus):
-        mine = {k: v for k, v in b.items() if k[0] == g}
-        # Instances on one GPU do not overlap in memory slots and use at most 7 compute slices.
-        for slot in range(8):
-            md.add(sum(v for k, v in mine.items() if k[2] <= slot < k[2] + prof[k[1]].memory_slices) <= 1)
-        md.add(sum(prof[k[1]].compute_slices * v for k, v in mine.items()) <= 7)
-        for pr in profiles:
-            md.add(sum(v for k, v in mine.items() if k[1] == pr.name) <= pr.max_instances)
-        for t in tenants:
-            on[g, t] = md.new_bool_var(f"on_{g}_{t}")
-            md.add_max_equality(on[g, t], [v for k, v in mine.items() if k[3] == t])
-    unmet = {}
-    for t in tenants:
-        got = sum(prof[k[1]].compute_slices * v for k, v in b.items() if k[3] == t)
-        unmet[t] = md.new_int_var(0, needs[t], f"unmet_{t}")
-        # Each tenant's compute need is met, or the shortfall is counted.
-        md.add(got + unmet[t] >= needs[t])
-        if memory_gb and memory_gb.get(t):
-            md.add(sum(int(prof[k[1]].memory_gb) * v for k, v in b.items() if k[3] == t)
-                   >= math.ceil(memory_gb[t]))
-    shared = []
-    for g in range(gpus):
-        sh = md.new_bool_var(f"shared_{g}")
-        md.add(sum(on[g, t] for t in tenants) <= 1 + len(tenants) * sh)
-        shared.append(sh)
-    big = 10_000
-    md.minimize(big * big * sum(unmet.values()) + big * sum(shared) + sum(b.values()))
+    mig = _MigModel(cp_model, profiles, gpus, needs, memory_gb)
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = float(time_limit_s)
     solver.parameters.num_workers = max(1, threads)
-    status = cpsat_status(cp_model, solver.solve(md))
+    status = cpsat_status(cp_model, solver.solve(mig.md))
     if status is Status.INFEASIBLE:
         raise SolverError(f"MIG split of {gpus}× {gpu}: the tenants' memory needs exceed what MIG instances on "
                           f"{gpus} GPUs hold; use --split mps or --split none")
     if status is not Status.OPTIMAL and status is not Status.FEASIBLE:
         raise SolverError(f"MIG split of {gpus}× {gpu}: no split found within {time_limit_s:.1f} s (the time left "
                           "of --time-limit); raise --time-limit")
-    parts = _renumber([k for k, v in b.items() if solver.value(v)])
-    granted = {t: sum(prof[p].compute_slices for (_, p, _, tt) in parts if tt == t) for t in tenants}
-    return NodeSplit("mig", parts, granted, {t: int(solver.value(unmet[t])) for t in tenants},
-                     int(sum(solver.value(s) for s in shared)), status, needs={t: int(needs[t]) for t in tenants},
-                     used_gpus=len({p[0] for p in parts}))
+    return mig.split(solver, status, needs)
 
 
 def split_mps(gpus: int, needs: Mapping[str, float], coefficient: Mapping[tuple[str, str], float], *,
