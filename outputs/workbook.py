@@ -311,7 +311,8 @@ def _split_summary(wl: Worksheet, a: _Inputs, result: SplitResult, led: _LedgerS
                    flow_ref: dict[tuple[str, int], str], cross_rows: dict[str, list[int]]) -> None:
     """Totals per option (per day and month, by category, per request and per million tokens, cross-site egress),
     the break-even cross-site egress price and the split's savings (formulas), the verdict, widths and a chart."""
-    sr = wl.max_row + 2
+    wl.append(())
+    sr = wl.max_row + 1
     heads = ("Summary", "Total USD/day", "Total USD/month", "GPU USD/day", "Egress USD/day", "Energy USD/day",
              "USD per request", "USD per 1M input tokens", "USD per 1M output tokens", "Cross-site egress USD/day")
     for c, h in enumerate(heads, start=1):
