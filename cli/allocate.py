@@ -3,17 +3,28 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
 
-from fleetplan.cli.executor import executor_options
+from fleetplan.cli.options import (
+    backend_option,
+    checked_time_limit,
+    fanout_options,
+    format_option,
+    plot_option,
+    threads_option,
+    time_limit_option,
+)
+from fleetplan.cli.output import table
 from fleetplan.fileio import atomic_path, check_destinations
 from fleetplan.placement.tenants import Objectives, Tenant, TenantProblem, quota_warning, validate_allocation
 from fleetplan.scenario.tenants import load_tenants
 from fleetplan.solvers.executor import make_executor
+from fleetplan.solvers.tenants.allocate import BACKENDS as ALLOCATION_BACKENDS
 from fleetplan.solvers.tenants.allocate import AllocationResult, solve_allocation
 from fleetplan.solvers.tenants.baselines import fair_share, static_partition
 from fleetplan.solvers.tenants.slicing import NodeSplit, split_allocation, split_kind
@@ -111,30 +122,154 @@ def _split_table(problem: TenantProblem, splits: dict[tuple[int, str], NodeSplit
     return tab
 
 
+def _solve(problem: TenantProblem, opts: dict, *, mode: str, backend: str, time_limit_s: float, threads: int,
+           points: int, margin: bool, split: str, executor: str, workers: int, ray_address: str | None,
+           t0: float) -> tuple[AllocationResult, dict[tuple[int, str], NodeSplit]]:
+    """The allocation, then the in-node split of its shared nodes in what is left of ``time_limit_s`` since
+    ``t0`` (``time.perf_counter()`` at the start of the command; at least 1 s), with a spinner on stderr."""
+    from rich.console import Console
+
+    with make_executor(executor, workers=workers, address=ray_address) as ex, \
+            Console(stderr=True).status("allocating ...") as status:
+        result = solve_allocation(problem, mode=mode, backend=backend, weights=opts.get("weights"),
+                                  order=opts.get("order"), tolerance=float(opts.get("tolerance", 0.01)),
+                                  points=points, time_limit_s=time_limit_s, threads=threads, margin=margin,
+                                  progress=lambda m: status.update(m), executor=ex)
+        status.update("splitting shared nodes ...")
+        splits = split_allocation(problem, result.allocation, kind=split, threads=threads,
+                                  time_limit_s=max(1.0, time_limit_s - (time.perf_counter() - t0)))
+    return result, splits
+
+
+def _policies(problem: TenantProblem, result: AllocationResult) -> dict[str, Objectives]:
+    """The objectives of the optimizer's allocation and of the static and fair-share policies, each re-checked by
+    the independent checker (the optimizer's with its guarantees)."""
+    policies = {"optimizer": validate_allocation(problem, result.allocation)}
+    for name, make in (("static", static_partition), ("fair-share", fair_share)):
+        policies[name] = validate_allocation(problem, make(problem), check_guarantees=False)
+    return policies
+
+
+def _allocation_json(problem: TenantProblem, result: AllocationResult, splits: dict[tuple[int, str], NodeSplit],
+                     policies: dict[str, Objectives], *, mode: str, backend: str, split: str, kinds: dict[str, str],
+                     warning: str | None) -> dict:
+    """The run as one JSON object: the allocation per tenant, window and node, the tenants' demand, the split,
+    the policies' objectives, the Pareto front, the lexicographic stages and the warnings."""
+    alloc = result.allocation
+    per_tenant: dict = {t.name: {} for t in problem.tenants}
+    for (t, w, n), g in sorted(alloc.gpus.items()):
+        per_tenant[t].setdefault(str(w), {})[n] = g
+    return {
+        "scenario": problem.name, "mode": mode, "backend": backend, "status": alloc.status.value,
+        "gap": alloc.gap, "solve_s": round(alloc.solve_s, 3), "margin": alloc.margin,
+        "windows": problem.n_windows, "pool_gpus": sum(n.gpus for n in problem.nodes),
+        "allocation": per_tenant,
+        "tenants": {t.name: _tenant_json(t) for t in problem.tenants},
+        "split": {"mode": split, "kinds": kinds, "nodes": _splits_json(problem, splits)},
+        "policies": {k: _objectives_json(v) for k, v in policies.items()},
+        "pareto": [_objectives_json(o) for _, o in result.pareto],
+        "lexicographic_stages": [{"objective": n, "optimum": b, "kept": k} for n, b, k in result.stages],
+        "warnings": [warning] if warning else [],
+    }
+
+
+def _policies_table(policies: dict[str, Objectives]) -> Table:
+    tab = table("Policies", ("policy", "utilization", "isolation", "shared node-windows", "SLA shortfall (GPU-w)",
+                "unmet guarantee (GPU-w)", "adjusted capacity (GPU-w)", "SLA met"), right=True)
+    for name, o in policies.items():
+        tab.add_row(name, f"{100 * o.utilization:.1f}%", f"{o.isolation:.2f}", str(o.shared_node_windows),
+                    f"{o.sla:.1f}", f"{o.unmet_guaranteed_gpu_windows:.1f}",
+                    f"{o.interference_adjusted_capacity_gpu_windows:.0f}",
+                    f"{sum(o.sla_met.values())}/{len(o.sla_met)}")
+    return tab
+
+
+def _attainment_table(problem: TenantProblem, policies: dict[str, Objectives]) -> Table:
+    att = table("SLA attainment per tenant (served / demand)", ("tenant", "target", *policies),
+                right=lambda c: c != "tenant")
+    for tenant in problem.tenants:
+        att.add_row(tenant.name, f"{100 * tenant.sla_target:.0f}%",
+                    *[f"{100 * o.attainment[tenant.name]:.1f}%" for o in policies.values()])
+    return att
+
+
+def _stages_table(result: AllocationResult) -> Table:
+    st = table("Lexicographic stages", ("objective", "optimum", "kept within"), right=True)
+    for n, b, k in result.stages:
+        st.add_row(n, f"{b:.4f}", f"{k:.4f}")
+    return st
+
+
+def _pareto_table(result: AllocationResult) -> Table:
+    pt = table("Pareto front (non-dominated)", ("point", "utilization", "isolation", "SLA shortfall",
+               "shared node-windows"), right=True)
+    for i, (_, o) in enumerate(result.pareto):
+        pt.add_row(str(i), f"{100 * o.utilization:.2f}%", f"{o.isolation:.2f}", f"{o.sla:.1f}",
+                   str(o.shared_node_windows))
+    return pt
+
+
+def _gpus_table(problem: TenantProblem, result: AllocationResult) -> Table:
+    """GPUs held per tenant and window against its demand ('held/demand')."""
+    gt = table("Optimizer: GPUs per tenant and window (nodes in JSON)",
+               ("window", *(t.name for t in problem.tenants)), right=True)
+    for w in range(problem.n_windows):
+        held = {t.name: 0 for t in problem.tenants}
+        for (t, ww, _n), g in result.allocation.gpus.items():
+            if ww == w:
+                held[t] += g
+        gt.add_row(str(w), *[f"{held[t.name]}/{t.demand_gpus[w]:g}" for t in problem.tenants])
+    return gt
+
+
+def _print_tables(problem: TenantProblem, result: AllocationResult, splits: dict[tuple[int, str], NodeSplit],
+                  policies: dict[str, Objectives], *, mode: str, backend: str, split: str,
+                  plot: Path | None) -> None:
+    from rich.console import Console
+
+    con = Console()
+    alloc = result.allocation
+    gap = f", gap {100 * alloc.gap:.2f}%" if alloc.gap is not None else ""
+    con.print(f"[bold]{problem.name or 'scenario'}[/]: {len(problem.tenants)} tenants, {len(problem.nodes)} nodes "
+              f"({sum(n.gpus for n in problem.nodes)} GPUs), {problem.n_windows} windows; mode {mode}, backend "
+              f"{backend}: {alloc.status.value}{gap} in {alloc.solve_s:.1f} s")
+    con.print(_policies_table(policies))
+    con.print(_attainment_table(problem, policies))
+    if result.stages:
+        con.print(_stages_table(result))
+    if result.pareto:
+        con.print(_pareto_table(result))
+    for tenant in problem.tenants:
+        if tenant.models:
+            how = "; ".join(f"{m.model} tp {m.tp} ({m.replica_req_per_s:.2f} req/s per replica on {m.gpu})"
+                            for m in tenant.models)
+            con.print(f"{tenant.name}: demand from its models ({how}), rounded up to whole GPUs per window")
+    if split != "none":
+        con.print(_split_table(problem, splits, split))
+    con.print(_gpus_table(problem, result))
+    if plot is not None:
+        con.print(f"plot written to {plot}")
+
+
 @click.command("allocate")
 @click.argument("scenario", required=False, type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--mode", type=click.Choice(["weighted", "lexicographic", "pareto"]), default="weighted",
               show_default=True, help="Weighted sum, lexicographic order, or Pareto front (epsilon-constraint).")
-@click.option("--backend", type=click.Choice(["highs", "cpsat"]), default="highs", show_default=True,
-              help="MILP with HiGHS (PuLP) or OR-Tools CP-SAT.")
-@click.option("--time-limit", "time_limit_s", type=click.FloatRange(0.1, 86400), default=60.0, show_default=True,
-              help="Solver time budget in seconds for the whole run.")
-@click.option("--threads", type=click.IntRange(1, 256), default=1, show_default=True, help="Solver threads.")
+@backend_option(ALLOCATION_BACKENDS)
+@time_limit_option(60.0, "the whole run (allocation, then the in-node split)")
+@threads_option(1)
 @click.option("--points", type=click.IntRange(2, 50), default=5, show_default=True,
               help="Pareto points (mode pareto).")
-@click.option("--workers", type=click.IntRange(1, 64), default=1, show_default=True,
-              help="Pareto solves run at once (mode pareto): processes, or CPUs of a local Ray instance.")
-@executor_options
-@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
-@click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Write a PNG of utilization vs isolation (Pareto front and the policies).")
+@fanout_options("the Pareto solves (mode pareto)", workers=1)
+@format_option(("table", "json"))
+@plot_option("utilization vs isolation (Pareto front and the policies)")
 @click.option("--no-margin", is_flag=True, help="Do not reserve interference headroom on shared nodes.")
 @click.option("--split", "split", type=click.Choice(["auto", "mig", "mps", "none"]), default="auto",
               show_default=True,
               help="Split inside each shared node (second level): auto = MIG slices where the GPU type has MIG "
                    "profiles (A100, H100, H200), MPS shares elsewhere; mig or mps for every node; none to skip.")
 def allocate(scenario: Path | None, mode: str, backend: str, time_limit_s: float, threads: int, points: int,
-             workers: int, executor: str, ray_address: str | None, fmt: str, plot: Path | None, no_margin: bool,
+             workers: int, executor: str, ray_address: str | None, fmt: str, plot: str | None, no_margin: bool,
              split: str) -> None:
     """Allocate a shared GPU pool to tenants per time window and compare the optimizer with static partitioning
     and quota-with-borrowing fair share, then split every node the optimizer shares into MIG slices or MPS shares.
@@ -142,111 +277,23 @@ def allocate(scenario: Path | None, mode: str, backend: str, time_limit_s: float
 
     The in-node split gets the time left of --time-limit (at least 1 s, and at least 0.1 s per distinct node
     case). Nodes held by one tenant are not split: that tenant has whole GPUs."""
-    import time
-
-    from rich.console import Console
-
-
-    check_destinations({"--plot": plot})  # before the solve
+    time_limit_s = checked_time_limit(time_limit_s)
+    plot_path = Path(plot) if plot is not None else None
+    check_destinations({"--plot": plot_path})  # before the solve
     t0 = time.perf_counter()
     problem, opts = load_tenants(scenario)
     warning = quota_warning(problem)
     if warning:
         click.echo(f"Warning: {warning}", err=True)
     kinds = {} if split == "none" else {g: split_kind(split, g) for g in sorted({n.gpu for n in problem.nodes})}
-    err = Console(stderr=True)
-    with make_executor(executor, workers=workers, address=ray_address) as ex, \
-            err.status("allocating ...") as status:
-        result = solve_allocation(problem, mode=mode, backend=backend, weights=opts.get("weights"),
-                                  order=opts.get("order"), tolerance=float(opts.get("tolerance", 0.01)),
-                                  points=points, time_limit_s=time_limit_s, threads=threads, margin=not no_margin,
-                                  progress=lambda m: status.update(m), executor=ex)
-        status.update("splitting shared nodes ...")
-        splits = split_allocation(problem, result.allocation, kind=split, threads=threads,
-                                  time_limit_s=max(1.0, time_limit_s - (time.perf_counter() - t0)))
-    # Every allocation is re-checked by the independent checker before it is shown.
-    policies = {"optimizer": validate_allocation(problem, result.allocation)}
-    for name, make in (("static", static_partition), ("fair-share", fair_share)):
-        policies[name] = validate_allocation(problem, make(problem), check_guarantees=False)
-    if plot is not None:
-        _plot(plot, result, policies)
-    alloc = result.allocation
+    result, splits = _solve(problem, opts, mode=mode, backend=backend, time_limit_s=time_limit_s, threads=threads,
+                            points=points, margin=not no_margin, split=split, executor=executor, workers=workers,
+                            ray_address=ray_address, t0=t0)
+    policies = _policies(problem, result)  # every allocation re-checked by the independent checker
+    if plot_path is not None:
+        _plot(plot_path, result, policies)
     if fmt == "json":
-        per_tenant: dict = {t.name: {} for t in problem.tenants}
-        for (t, w, n), g in sorted(alloc.gpus.items()):
-            per_tenant[t].setdefault(str(w), {})[n] = g
-        out = {
-            "scenario": problem.name, "mode": mode, "backend": backend, "status": alloc.status.value,
-            "gap": alloc.gap, "solve_s": round(alloc.solve_s, 3), "margin": alloc.margin,
-            "windows": problem.n_windows, "pool_gpus": sum(n.gpus for n in problem.nodes),
-            "allocation": per_tenant,
-            "tenants": {t.name: _tenant_json(t) for t in problem.tenants},
-            "split": {"mode": split, "kinds": kinds, "nodes": _splits_json(problem, splits)},
-            "policies": {k: _objectives_json(v) for k, v in policies.items()},
-            "pareto": [_objectives_json(o) for _, o in result.pareto],
-            "lexicographic_stages": [{"objective": n, "optimum": b, "kept": k} for n, b, k in result.stages],
-            "warnings": [warning] if warning else [],
-        }
-        click.echo(json.dumps(out, indent=2))
+        click.echo(json.dumps(_allocation_json(problem, result, splits, policies, mode=mode, backend=backend,
+                                               split=split, kinds=kinds, warning=warning), indent=2))
         return
-    from rich.table import Table
-
-    con = Console()
-    gap = f", gap {100 * alloc.gap:.2f}%" if alloc.gap is not None else ""
-    con.print(f"[bold]{problem.name or 'scenario'}[/]: {len(problem.tenants)} tenants, {len(problem.nodes)} nodes "
-              f"({sum(n.gpus for n in problem.nodes)} GPUs), {problem.n_windows} windows; mode {mode}, backend "
-              f"{backend}: {alloc.status.value}{gap} in {alloc.solve_s:.1f} s")
-    tab = Table(title="Policies")
-    for c in ("policy", "utilization", "isolation", "shared node-windows", "SLA shortfall (GPU-w)",
-              "unmet guarantee (GPU-w)", "adjusted capacity (GPU-w)", "SLA met"):
-        tab.add_column(c, justify="right", overflow="fold")
-    for name, o in policies.items():
-        tab.add_row(name, f"{100 * o.utilization:.1f}%", f"{o.isolation:.2f}", str(o.shared_node_windows),
-                    f"{o.sla:.1f}", f"{o.unmet_guaranteed_gpu_windows:.1f}",
-                    f"{o.interference_adjusted_capacity_gpu_windows:.0f}",
-                    f"{sum(o.sla_met.values())}/{len(o.sla_met)}")
-    con.print(tab)
-    att = Table(title="SLA attainment per tenant (served / demand)")
-    att.add_column("tenant", overflow="fold")
-    att.add_column("target", justify="right", overflow="fold")
-    for name in policies:
-        att.add_column(name, justify="right", overflow="fold")
-    for tenant in problem.tenants:
-        att.add_row(tenant.name, f"{100 * tenant.sla_target:.0f}%",
-                    *[f"{100 * o.attainment[tenant.name]:.1f}%" for o in policies.values()])
-    con.print(att)
-    if result.stages:
-        st = Table(title="Lexicographic stages")
-        for c in ("objective", "optimum", "kept within"):
-            st.add_column(c, justify="right", overflow="fold")
-        for n, b, k in result.stages:
-            st.add_row(n, f"{b:.4f}", f"{k:.4f}")
-        con.print(st)
-    if result.pareto:
-        pt = Table(title="Pareto front (non-dominated)")
-        for c in ("point", "utilization", "isolation", "SLA shortfall", "shared node-windows"):
-            pt.add_column(c, justify="right", overflow="fold")
-        for i, (_, o) in enumerate(result.pareto):
-            pt.add_row(str(i), f"{100 * o.utilization:.2f}%", f"{o.isolation:.2f}", f"{o.sla:.1f}",
-                       str(o.shared_node_windows))
-        con.print(pt)
-    derived = [tenant for tenant in problem.tenants if tenant.models]
-    for tenant in derived:
-        how = "; ".join(f"{m.model} tp {m.tp} ({m.replica_req_per_s:.2f} req/s per replica on {m.gpu})"
-                        for m in tenant.models)
-        con.print(f"{tenant.name}: demand from its models ({how}), rounded up to whole GPUs per window")
-    if split != "none":
-        con.print(_split_table(problem, splits, split))
-    gt = Table(title="Optimizer: GPUs per tenant and window (nodes in JSON)")
-    gt.add_column("window", justify="right", overflow="fold")
-    for tenant in problem.tenants:
-        gt.add_column(tenant.name, justify="right", overflow="fold")
-    for w in range(problem.n_windows):
-        held = {t.name: 0 for t in problem.tenants}
-        for (t, ww, _n), g in alloc.gpus.items():
-            if ww == w:
-                held[t] += g
-        gt.add_row(str(w), *[f"{held[t.name]}/{t.demand_gpus[w]:g}" for t in problem.tenants])
-    con.print(gt)
-    if plot is not None:
-        con.print(f"plot written to {plot}")
+    _print_tables(problem, result, splits, policies, mode=mode, backend=backend, split=split, plot=plot_path)

@@ -7,20 +7,19 @@ Bad input raises a fleetplan error, which the ``fleetplan`` group prints as one 
 
 from __future__ import annotations
 
-import csv
-import io
 import json
-import math
-import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import click
 
+from fleetplan.cli.options import format_option, price_date_option
+from fleetplan.cli.output import json_safe, rows_csv, stdout_console, table
 from fleetplan.costmodels.prices import (
     PRICING_MODELS,
     SNAPSHOT_DISAGREEMENT_FACTOR,
     GpuPrice,
+    PriceProblem,
     check_price_date,
     price_problems,
     usable_prices,
@@ -36,11 +35,6 @@ from fleetplan.errors import InputError, UnknownNameError
 GB = 1e9
 
 
-def _format_option(f: Callable) -> Callable:
-    return click.option("--format", "fmt", type=click.Choice(["table", "json", "csv"]), default="table",
-                        show_default=True, help="Output format.")(f)
-
-
 def _extra_option(what: str) -> Callable:
     def deco(f: Callable) -> Callable:
         return click.option("--extra", type=click.Path(dir_okay=False), default=None,
@@ -49,53 +43,36 @@ def _extra_option(what: str) -> Callable:
     return deco
 
 
-def _clean(v: Any) -> Any:
-    if isinstance(v, float) and (math.isnan(v) or math.isinf(v)):
-        return None
-    return v
+def _cell(v: Any, number_format: str | None) -> str:
+    if v is None:
+        return ""
+    if number_format is not None and isinstance(v, int | float):
+        return format(v, number_format)
+    return str(v)
 
 
 def _render(rows: Sequence[dict[str, Any]], fmt: str, *, title: str, table_columns: Sequence[str] | None = None,
             numbers: dict[str, str] | None = None, file_rows: Sequence[dict[str, Any]] | None = None,
             file_columns: Sequence[str] = ()) -> None:
-    """Print ``rows`` as a rich table, JSON (a list of objects) or CSV (header + rows) on stdout. With
-    ``file_rows`` (rows in the catalog file's columns ``file_columns``), CSV prints those instead, so the output
-    can be edited and read back with --extra."""
-    rows = [{k: _clean(v) for k, v in r.items()} for r in rows]
+    """Print ``rows`` as a rich table (``table_columns``, default all; ``numbers``: {column: format spec}, right
+    justified), JSON (a list of objects) or CSV (header + rows) on stdout. With ``file_rows`` (rows in the catalog
+    file's columns ``file_columns``), CSV prints those instead, so the output can be edited and read back with
+    --extra. NaN and infinities are printed as empty (null in JSON)."""
+    rows = [json_safe(r) for r in rows]
     if fmt == "json":
         click.echo(json.dumps(rows, indent=2))
         return
     if fmt == "csv":
         if file_rows is not None:
-            rows, table_columns = [{k: _clean(v) for k, v in r.items()} for r in file_rows], file_columns
-        buf = io.StringIO()
-        cols = list(rows[0]) if rows else list(table_columns or [])
-        w = csv.DictWriter(buf, fieldnames=cols, lineterminator="\n")
-        w.writeheader()
-        for r in rows:
-            w.writerow({k: "" if v is None else v for k, v in r.items()})
-        click.echo(buf.getvalue(), nl=False)
+            rows, table_columns = [json_safe(r) for r in file_rows], file_columns
+        click.echo(rows_csv(rows, list(table_columns or [])), nl=False)
         return
-    from rich.console import Console
-    from rich.table import Table
-
-    cols = list(table_columns or (rows[0] if rows else []))
     numbers = numbers or {}
-    table = Table(title=title, show_lines=False)
-    for c in cols:
-        table.add_column(c, justify="right" if c in numbers else "left", overflow="fold")
+    cols = list(table_columns or (rows[0] if rows else []))
+    t = table(title, cols, right=lambda c: c in numbers, show_lines=False)
     for r in rows:
-        cells = []
-        for c in cols:
-            v = r.get(c)
-            if v is None:
-                cells.append("")
-            elif c in numbers and isinstance(v, int | float):
-                cells.append(format(v, numbers[c]))
-            else:
-                cells.append(str(v))
-        table.add_row(*cells)
-    Console(width=None if sys.stdout.isatty() else 200).print(table)
+        t.add_row(*(_cell(r.get(c), numbers.get(c)) for c in cols))
+    stdout_console(200).print(t)
 
 
 @click.group("data")
@@ -104,7 +81,7 @@ def data() -> None:
 
 
 @data.command("gpus")
-@_format_option
+@format_option()
 @_extra_option("GPUs")
 def gpus(fmt: str, extra: str | None) -> None:
     """GPU specs (memory, HBM bandwidth, dense BF16/FP8 TFLOPS, links, TDP); 'eligible' says whether the
@@ -135,7 +112,7 @@ def gpus(fmt: str, extra: str | None) -> None:
 
 
 @data.command("models")
-@_format_option
+@format_option()
 @_extra_option("models")
 @click.option("--from-config", "from_config", type=click.Path(dir_okay=False), default=None,
               help="Show only the architecture of this Hugging Face config.json (parameters computed from it).")
@@ -165,15 +142,59 @@ def models(fmt: str, extra: str | None, from_config: str | None) -> None:
             file_rows=[model_file_row(m) for m in found.values()], file_columns=MODEL_FILE_COLUMNS)
 
 
+def _filter_prices(rows: list[GpuPrice], *, gpu: str | None, cloud: str | None, region: str | None,
+                   pricing_model: str | None) -> list[GpuPrice]:
+    """The price rows that match every filter given (GPU by name or alias, cloud, region, pricing model); raises
+    InputError for an unknown pricing model, GPU or cloud."""
+    if pricing_model is not None and pricing_model.lower() not in PRICING_MODELS:
+        raise InputError(f"unknown pricing model {pricing_model!r}; use one of {', '.join(PRICING_MODELS)}",
+                         field="--pricing-model", value=pricing_model)
+    out = rows
+    if gpu is not None:
+        gpu = resolve_name("gpu", gpu, set(load_gpu_specs()) | {p.gpu for p in rows})
+        out = [p for p in out if p.gpu == gpu]
+    if cloud is not None:
+        clouds = {p.cloud for p in rows}
+        if cloud.lower() not in clouds:
+            raise UnknownNameError("cloud", cloud, clouds, field="--cloud")
+        out = [p for p in out if p.cloud == cloud.lower()]
+    if region is not None:
+        out = [p for p in out if p.region == region]
+    if pricing_model is not None:
+        out = [p for p in out if p.pricing_model == pricing_model.lower()]
+    return out
+
+
+def _used(p: GpuPrice, usable: set[int], problems: dict[int, PriceProblem], price_date: str | None) -> str:
+    """Whether the planner may choose the price row ``p`` ('yes'), or why not."""
+    if id(p) in usable:
+        return "yes (your row)" if p.user else "yes"
+    if id(p) in problems:
+        return f"no: {problems[id(p)].kind}"
+    return "no: after --price-date" if price_date and p.as_of and p.as_of > price_date else "no: older snapshot"
+
+
+def _price_row(p: GpuPrice, used: str, problem: PriceProblem | None) -> dict[str, Any]:
+    """A price row as printed (USD rounded to 6 decimals), with its problem's message under --check."""
+    return {"cloud": p.cloud, "region": p.region, "zone": p.zone, "gpu": p.gpu, "instance": p.instance,
+            "gpus_per_node": p.gpus_per_node, "node_usd_per_hour": round(p.node_usd_per_hour, 6),
+            "usd_per_gpu_hour": round(p.usd_per_gpu_hour or 0.0, 6), "pricing_model": p.pricing_model,
+            "as_of": p.as_of or "undated", "used": used, "snapshot": p.snapshot, "source": p.source} | (
+        {"problem": problem.message} if problem is not None else {})
+
+
+#: The table columns of `data prices --check`.
+_CHECK_COLUMNS = ["cloud", "zone", "instance", "pricing_model", "usd_per_gpu_hour", "as_of", "used", "problem"]
+
+
 @data.command("prices")
-@_format_option
+@format_option()
 @_extra_option("GPU prices")
 @click.option("--gpu", default=None, help="Only this GPU (name or alias, e.g. H100, A100-80GB).")
 @click.option("--cloud", default=None, help="Only this cloud (aws, gcp, azure).")
 @click.option("--region", default=None, help="Only this region (e.g. us-east-1).")
 @click.option("--pricing-model", default=None, help="Only this pricing model (on-demand, spot, capacity-block, ...).")
-@click.option("--price-date", default=None, help="Prices as of this date (YYYY-MM-DD): the newest snapshot dated on "
-              "or before it is usable (default: the newest).")
+@price_date_option
 @click.option("--check", is_flag=True, help="List only the rows that are never chosen, and why: spot above on-demand, "
               "a GPU count that contradicts the instance type, snapshots that disagree by more than "
               f"{SNAPSHOT_DISAGREEMENT_FACTOR:g}x, stale rows of a superseded snapshot, rules of price_rules.csv.")
@@ -184,49 +205,22 @@ def prices(fmt: str, extra: str | None, gpu: str | None, cloud: str | None, regi
     prices are host VM + GPUs. Your own rows (--extra) always win over the catalogs."""
 
     price_date = check_price_date(price_date, field="--price-date")
-    rows_in = all_rows = load_gpu_prices(extra)
-    if pricing_model is not None and pricing_model.lower() not in PRICING_MODELS:
-        raise InputError(f"unknown pricing model {pricing_model!r}; use one of {', '.join(PRICING_MODELS)}",
-                         field="--pricing-model", value=pricing_model)
-    if gpu is not None:
-        gpu = resolve_name("gpu", gpu, set(load_gpu_specs()) | {p.gpu for p in rows_in})
-        rows_in = [p for p in rows_in if p.gpu == gpu]
-    if cloud is not None:
-        clouds = {p.cloud for p in all_rows}
-        if cloud.lower() not in clouds:
-            raise UnknownNameError("cloud", cloud, clouds, field="--cloud")
-        rows_in = [p for p in rows_in if p.cloud == cloud.lower()]
-    if region is not None:
-        rows_in = [p for p in rows_in if p.region == region]
-    if pricing_model is not None:
-        rows_in = [p for p in rows_in if p.pricing_model == pricing_model.lower()]
+    all_rows = load_gpu_prices(extra)
+    rows_in = _filter_prices(all_rows, gpu=gpu, cloud=cloud, region=region, pricing_model=pricing_model)
     problems = {id(q.row): q for q in price_problems(all_rows, price_date=price_date)}
     usable = {id(p) for p in usable_prices(all_rows, price_date=price_date)}
     if check:
         rows_in = [p for p in rows_in if id(p) in problems]
         if not rows_in:
-            click.echo("No inconsistent price rows" + (" among these filters." if (gpu or cloud or region
-                                                                               or pricing_model) else "."))
+            filtered = gpu or cloud or region or pricing_model
+            click.echo("No inconsistent price rows" + (" among these filters." if filtered else "."))
             return
     if not rows_in:
         raise InputError("no price matches these filters; drop a filter to see what is available",
                          field="--region" if region else None)
-
-    def used(p: GpuPrice) -> str:
-        if id(p) in usable:
-            return "yes (your row)" if p.user else "yes"
-        if id(p) in problems:
-            return f"no: {problems[id(p)].kind}"
-        return "no: after --price-date" if price_date and p.as_of and p.as_of > price_date else "no: older snapshot"
-
-    rows = [{"cloud": p.cloud, "region": p.region, "zone": p.zone, "gpu": p.gpu, "instance": p.instance,
-             "gpus_per_node": p.gpus_per_node, "node_usd_per_hour": round(p.node_usd_per_hour, 6),
-             "usd_per_gpu_hour": round(p.usd_per_gpu_hour or 0.0, 6), "pricing_model": p.pricing_model,
-             "as_of": p.as_of or "undated", "used": used(p), "snapshot": p.snapshot, "source": p.source}
-            | ({"problem": problems[id(p)].message} if check else {}) for p in rows_in]
-    shown = [c for c in rows[0] if c not in ("source", "snapshot")]
-    if check and fmt == "table":
-        shown = ["cloud", "zone", "instance", "pricing_model", "usd_per_gpu_hour", "as_of", "used", "problem"]
+    rows = [_price_row(p, _used(p, usable, problems, price_date), problems[id(p)] if check else None)
+            for p in rows_in]
+    shown = _CHECK_COLUMNS if check and fmt == "table" else [c for c in rows[0] if c not in ("source", "snapshot")]
     _render(rows, fmt, title="GPU price rows never chosen, and why" if check else "GPU prices (USD)",
             table_columns=shown, numbers={"gpus_per_node": "d", "node_usd_per_hour": ".4f", "usd_per_gpu_hour": ".4f"},
             file_rows=None if check else [price_file_row(p) for p in rows_in], file_columns=PRICE_FILE_COLUMNS)
@@ -236,7 +230,7 @@ def prices(fmt: str, extra: str | None, gpu: str | None, cloud: str | None, regi
 
 
 @data.command("egress")
-@_format_option
+@format_option()
 @_extra_option("egress prices")
 @click.option("--bound", type=click.Choice(["high", "low"]), default="high", show_default=True,
               help="Which end of a price quoted as a range to use (high is conservative).")
@@ -259,7 +253,7 @@ def egress(fmt: str, extra: str | None, bound: str) -> None:
 
 
 @data.command("traces")
-@_format_option
+@format_option()
 def traces(fmt: str) -> None:
     """The shipped request traces: name, file, request count, time span, license and source."""
     rows = [{k: r.get(k) for k in ("name", "file", "requests", "span_s", "license", "source")} | {

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import click
 
+from fleetplan.cli.options import deploy_option
 from fleetplan.errors import InputError
 from fleetplan.export.deployment import read_deploy_file, window_index, workloads
 from fleetplan.export.k8s import export_k8s
@@ -13,8 +15,11 @@ from fleetplan.export.vllm import export_vllm
 from fleetplan.fileio import check_output_folder, write_file_set, write_text_atomic
 from fleetplan.outputs.planio import load_plan_file
 
-_DEPLOY_HELP = ("Deployment file (YAML): site -> kubectl context and namespace, image, checkpoints, GPU node labels "
-                "(README: 'From plan to production').")
+
+def _window_option(default: str) -> Callable[[Callable], Callable]:
+    """``--window HH:MM`` (keyword ``window``): one window of the plan; ``default`` says what runs without it."""
+    return click.option("--window", default=None,
+                        help=f"Only the window holding this time of day (HH:MM); default: {default}.")
 
 
 def _windows(problem, window: str | None, all_windows: bool) -> list[int]:
@@ -36,9 +41,9 @@ def export() -> None:
               help="Folder to write into (created if missing; its parent must exist): one sub-folder per site, and "
                    "fleetplan-files.json, the index by which a later export into the folder replaces this one "
                    "(files it no longer produces are removed; other files are never touched).")
-@click.option("--window", default=None, help="Export only the window holding this time of day (HH:MM).")
+@_window_option("every window and a KEDA schedule for the day (--all-windows)")
 @click.option("--all-windows", is_flag=True, help="Every window and a KEDA schedule for the day (the default).")
-@click.option("--deploy", "deploy_file", default=None, type=click.Path(dir_okay=False), help=_DEPLOY_HELP)
+@deploy_option()
 @click.option("--lead-minutes", default=None, type=click.IntRange(0, 600),
               help="Start scheduled replicas this many minutes before their window (default: each workload's weight "
                    "load time from the scenario, rounded up).")
@@ -64,9 +69,8 @@ def k8s(plan_file, out_dir, window, all_windows, deploy_file, lead_minutes) -> N
 
 @export.command("vllm")
 @click.argument("plan_file", type=click.Path(dir_okay=False))
-@click.option("--window", default=None, help="Only the window holding this time of day (HH:MM); default: every one.")
-@click.option("--deploy", "deploy_file", default=None, type=click.Path(dir_okay=False),
-              help="Deployment file (YAML) for checkpoints and the image (its sites are not used).")
+@_window_option("every window")
+@deploy_option("; only its checkpoints and image are used here, not its sites")
 @click.option("--out", "out_file", default=None, type=click.Path(dir_okay=False),
               help="Write the commands to this file instead of standard output.")
 def vllm(plan_file, window, deploy_file, out_file) -> None:

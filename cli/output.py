@@ -1,14 +1,80 @@
-"""Output helpers shared by the commands: atomic file writes (never a half-written file) and a progress spinner."""
+"""Output helpers shared by the commands: atomic file writes (never a half-written file), JSON and CSV of result
+rows, rich tables and consoles on stdout, a progress spinner and a progress bar on stderr.
+
+rich is imported inside the functions that draw, so commands that print JSON start fast.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import csv
+import io
+import math
+import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Literal
 
 from fleetplan.fileio import atomic_path, write_text_atomic
 
-__all__ = ["atomic_path", "progress_status", "write_text_atomic"]
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.table import Table
+
+    from fleetplan.solvers.executor import Executor
+
+__all__ = ["atomic_path", "json_safe", "map_with_progress", "progress_bar", "progress_status", "rows_csv",
+           "stdout_console", "table", "write_text_atomic"]
+
+
+def json_safe(obj: Any) -> Any:
+    """``obj`` with every NaN or infinite float (inside dicts, lists and tuples too; tuples become lists) replaced
+    by None, which JSON has (``json.dumps`` would write NaN/Infinity, which is not JSON)."""
+    if isinstance(obj, float) and (math.isnan(obj) or math.isinf(obj)):
+        return None
+    if isinstance(obj, dict):
+        return {k: json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [json_safe(v) for v in obj]
+    return obj
+
+
+def rows_csv(rows: Sequence[dict[str, Any]], columns: Sequence[str] | None = None) -> str:
+    """CSV text (header line, then one line per row, ``\\n`` line ends) of ``rows``, columns those of the first
+    row; without rows the header of ``columns``, or nothing when ``columns`` is None. None, NaN and infinities are
+    written as empty cells."""
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=list(rows[0]) if rows else list(columns or ()), lineterminator="\n")
+    if rows or columns is not None:
+        w.writeheader()
+    for r in rows:
+        w.writerow({k: "" if v is None else v for k, v in json_safe(r).items()})
+    return buf.getvalue()
+
+
+def stdout_console(piped_width: int | None) -> Console:
+    """A rich console on stdout: the terminal's width, or ``piped_width`` characters when stdout is not a terminal
+    (so piped and captured output does not depend on the terminal it ran in)."""
+    from rich.console import Console
+
+    return Console(width=None if sys.stdout.isatty() else piped_width)
+
+
+def table(title: str, columns: Sequence[str], *, right: Callable[[str], bool] | bool = False, fold: bool = True,
+          **kw: Any) -> Table:
+    """A rich table titled ``title`` with ``columns``, right-justified where ``right(column)`` (or all when
+    ``right`` is True), long cells folded onto more lines when ``fold`` (else cut with an ellipsis); ``kw`` go to
+    :class:`rich.table.Table` (e.g. ``title_justify="left"``)."""
+    from rich.table import Table
+
+    t = Table(title=title, **kw)
+    for c in columns:
+        justify: Literal["left", "right"] = "right" if (right(c) if callable(right) else right) else "left"
+        if fold:
+            t.add_column(c, justify=justify, overflow="fold")
+        else:
+            t.add_column(c, justify=justify)
+    return t
 
 
 @contextlib.contextmanager
@@ -26,3 +92,22 @@ def progress_status(enabled: bool = True) -> Iterator[Callable[[str], None]]:
             status.update(f"{text} ({time.perf_counter() - t0:.0f} s)")
 
         yield say
+
+
+@contextlib.contextmanager
+def progress_bar(label: str, total: int, *, quiet: bool) -> Iterator[Callable[[int], None]]:
+    """A rich progress bar on stderr over ``total`` tasks (none when ``quiet``); yields ``done(n)``, the callback
+    an executor's ``map`` calls with the number of tasks finished."""
+    from rich.console import Console
+    from rich.progress import Progress
+
+    with Progress(console=Console(stderr=True), disable=quiet, transient=True) as bar:
+        task = bar.add_task(label, total=total)
+        yield lambda n: bar.update(task, completed=n)
+
+
+def map_with_progress(ex: Executor, fn: Callable[..., Any], items: Sequence[Any], *, label: str, quiet: bool,
+                      common: Any = None, with_common: bool = False) -> list[Any]:
+    """``ex.map(fn, items, ...)`` with a progress bar on stderr (none when ``quiet``); results in item order."""
+    with progress_bar(f"{label} ({ex.describe()})", len(items), quiet=quiet) as done:
+        return ex.map(fn, items, common=common, with_common=with_common, progress=done)

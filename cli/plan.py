@@ -6,12 +6,25 @@ import csv
 import io
 import json
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
-from fleetplan.cli.executor import executor_options
-from fleetplan.cli.output import progress_status
+from fleetplan.cli.options import (
+    backend_option,
+    fanout_options,
+    format_option,
+    gap_option,
+    out_option,
+    plot_option,
+    threads_option,
+    time_limit_option,
+    xlsx_option,
+)
+from fleetplan.cli.output import progress_status, stdout_console, table
 from fleetplan.errors import FleetplanError, InputError
 from fleetplan.fileio import check_destinations, output_files
 from fleetplan.outputs.planio import plan_to_dict
@@ -21,15 +34,19 @@ from fleetplan.placement.problem import Problem
 from fleetplan.placement.validate import validate
 from fleetplan.scenario.build import build_problem
 from fleetplan.scenario.profiles import with_profiles
-from fleetplan.scenario.read import load_scenario, scenario_embed
-from fleetplan.simulator.verify import verify_plan, verify_text, verify_to_dict
+from fleetplan.scenario.read import Scenario, load_scenario, scenario_embed
+from fleetplan.simulator.verify import VerifyResult, verify_plan, verify_text, verify_to_dict
 from fleetplan.solvers.baselines import BASELINES
 from fleetplan.solvers.common import gap_text
 from fleetplan.solvers.disagg import kv_break_even
 from fleetplan.solvers.executor import make_executor
 from fleetplan.solvers.explain import explain_infeasible
 from fleetplan.solvers.pop import PARTITIONS
-from fleetplan.solvers.solve import BACKENDS, MIN_TIME_LIMIT_S, POP_AUTO_MODELS, check_solve_options, solve
+from fleetplan.solvers.solve import POP_AUTO_MODELS, check_solve_options, solve
+
+if TYPE_CHECKING:  # rich is imported when a table is printed (start-up speed)
+    from rich.console import Console
+    from rich.table import Table
 
 
 def _fmt_counts(counts) -> str:
@@ -37,11 +54,9 @@ def _fmt_counts(counts) -> str:
     return ("" if max(counts, default=0) < 10 else " ").join(str(c) for c in counts)
 
 
-def _render_table(problem, plan, d: dict) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    console = Console(width=None if sys.stdout.isatty() else 120)
+def _headline(console: Console, problem: Problem, plan: Plan, d: dict) -> None:
+    """The plan's name, windows, status (with the requested gap when optimal), backend and solve time; the
+    solver's message; a note when the horizon is not a day."""
     console.print(f"[bold]{d['name']}[/bold]: {problem.n_windows} windows of {problem.window_length_s / 60:g} min; "
                   f"status [bold]{d['status']}[/bold]"
                   + (f" within the requested {plan.requested_gap:.2%} gap" if d["status"] == "optimal"
@@ -52,9 +67,13 @@ def _render_table(problem, plan, d: dict) -> None:
     if abs(problem.horizon_hours - 24) > 1e-9:
         console.print(f"[yellow]The scenario covers {problem.horizon_hours:g} h; figures 'per day' repeat it "
                       f"{24 / problem.horizon_hours:g} times.[/yellow]")
-    t = Table(title="Replicas per window (one digit per window, first to last)", title_justify="left")
-    for col in ("model", "GPU @ site", "tp×pp", "replicas per window", "GPU-h/day", "capacity from"):
-        t.add_column(col, justify="right" if col == "GPU-h/day" else "left", overflow="fold")
+
+
+def _replicas_table(problem: Problem, d: dict) -> Table:
+    """Replicas per model, GPU type, site and window: dedicated replicas, prefill/decode pools, shared GPUs."""
+    t = table("Replicas per window (one digit per window, first to last)",
+              ("model", "GPU @ site", "tp×pp", "replicas per window", "GPU-h/day", "capacity from"),
+              right=lambda c: c == "GPU-h/day", title_justify="left")
     f = 24.0 / problem.horizon_hours
     named = {p.id: f" (pool {p.name})" for p in problem.pools if p.name}  # several pools of one site and GPU type
     for r in d["replicas"]:
@@ -75,29 +94,36 @@ def _render_table(problem, plan, d: dict) -> None:
         t.add_row(" + ".join(g["models"]), where, "shared", "1 GPU, all day", "24",
                   "; ".join(f"{m}: {s}" for m, s in src.items()) if len(set(src.values())) > 1
                   else next(iter(src.values()), ""))
-    console.print(t)
-    if d.get("unserved_req_per_s"):
-        prio = {m.name: m.priority for m in problem.models}
-        u = Table(title="Unserved demand (best effort: demand exceeds the inventory), req/s per window",
-                  title_justify="left")
-        for col in ("model", "priority", "unserved req/s per window", "peak req/s", "share of demand"):
-            u.add_column(col, justify="left" if col in ("model", "unserved req/s per window") else "right",
-                         overflow="fold")
-        demand = {m.name: m.demand_req_per_s for m in problem.models}
-        for name, row in sorted(d["unserved_req_per_s"].items(), key=lambda kv: (-prio[kv[0]], kv[0])):
-            total = sum(demand[name])
-            u.add_row(name, str(prio[name]), " ".join(f"{x:.1f}" for x in row), f"{max(row):.2f}",
-                      f"{sum(row) / total:.1%}" if total else "")
-            shares = problem.model_by_name[name].classes
-            for cls, crow in sorted((d.get("class_unserved_req_per_s") or {}).get(name, {}).items()):
-                ctotal = shares[cls] * total
-                u.add_row(f"  class {cls}", "", " ".join(f"{x:.1f}" for x in crow), f"{max(crow):.2f}",
-                          f"{sum(crow) / ctotal:.1%}" if ctotal else "")
-        console.print(u)
-    s = Table(title="Summary (per day)", title_justify="left")
-    s.add_column("plan")
-    for col in ("cost $/day", "GPU-hours/day", "cost vs this plan", "note"):
-        s.add_column(col, justify="right" if col != "note" else "left")
+    return t
+
+
+def _unserved_row(name: str, priority: str, row: list[float], total: float) -> tuple[str, ...]:
+    return (name, priority, " ".join(f"{x:.1f}" for x in row), f"{max(row):.2f}",
+            f"{sum(row) / total:.1%}" if total else "")
+
+
+def _unserved_table(problem: Problem, d: dict) -> Table:
+    """Unserved req/s per model (and request class) and window of a best-effort plan, higher priority first."""
+    left = ("model", "unserved req/s per window")
+    u = table("Unserved demand (best effort: demand exceeds the inventory), req/s per window",
+              ("model", "priority", "unserved req/s per window", "peak req/s", "share of demand"),
+              right=lambda c: c not in left, title_justify="left")
+    prio = {m.name: m.priority for m in problem.models}
+    demand = {m.name: m.demand_req_per_s for m in problem.models}
+    by_class = d.get("class_unserved_req_per_s") or {}
+    for name, row in sorted(d["unserved_req_per_s"].items(), key=lambda kv: (-prio[kv[0]], kv[0])):
+        total = sum(demand[name])
+        u.add_row(*_unserved_row(name, str(prio[name]), row, total))
+        shares = problem.model_by_name[name].classes
+        for cls, crow in sorted(by_class.get(name, {}).items()):
+            u.add_row(*_unserved_row(f"  class {cls}", "", crow, shares[cls] * total))
+    return u
+
+
+def _summary_table(d: dict) -> Table:
+    """Cost and GPU-hours per day of the plan, its proven lower bound and the baselines."""
+    s = table("Summary (per day)", ("plan", "cost $/day", "GPU-hours/day", "cost vs this plan", "note"),
+              right=lambda c: c not in ("plan", "note"), fold=False, title_justify="left")
     s.add_row("this plan", f"{d['cost_usd_per_day']:,.2f}", f"{d['gpu_hours_per_day']:,.1f}", "1.00",
               f"load {d['utilization']['mean']:.0%} of rated capacity (mean), peak {d['utilization']['peak']:.0%}")
     if d.get("lower_bound_usd_per_day") is not None:
@@ -107,17 +133,49 @@ def _render_table(problem, plan, d: dict) -> None:
         ratio = b["cost_usd_per_day"] / d["cost_usd_per_day"] if d["cost_usd_per_day"] else float("nan")
         s.add_row(name, f"{b['cost_usd_per_day']:,.2f}", f"{b['gpu_hours_per_day']:,.1f}", f"{ratio:.2f}",
                   "" if b["valid"] else "exceeds the problem: " + b["message"][:60])
-    console.print(s)
-    if d.get("kv_flows"):
-        k = Table(title="Disaggregated traffic (prefill -> decode), per day", title_justify="left")
-        for col in ("model", "route", "link", "req/s per window", "KV GB/day", "prompt GB/day"):
-            k.add_column(col, justify="right" if "GB" in col else "left", overflow="fold")
-        for r in d["kv_flows"]:
-            k.add_row(r["model"], f"{r['prefill_site']} -> {r['decode_site']}"
-                      + (f" ({r['route_class']})" if r["route_class"] else " (same site)"), r["link"],
-                      " ".join(f"{x:.1f}" for x in r["req_per_s"]), f"{r['kv_gb_per_day']:,.0f}",
-                      f"{r['prompt_gb_per_day']:,.1f}")
-        console.print(k)
+    return s
+
+
+def _kv_table(d: dict) -> Table:
+    """Prefill -> decode traffic of a disaggregated plan: route, link, req/s per window, KV and prompt GB/day."""
+    k = table("Disaggregated traffic (prefill -> decode), per day",
+              ("model", "route", "link", "req/s per window", "KV GB/day", "prompt GB/day"),
+              right=lambda c: "GB" in c, title_justify="left")
+    for r in d["kv_flows"]:
+        k.add_row(r["model"], f"{r['prefill_site']} -> {r['decode_site']}"
+                  + (f" ({r['route_class']})" if r["route_class"] else " (same site)"), r["link"],
+                  " ".join(f"{x:.1f}" for x in r["req_per_s"]), f"{r['kv_gb_per_day']:,.0f}",
+                  f"{r['prompt_gb_per_day']:,.1f}")
+    return k
+
+
+def _price_line(pool: dict) -> str:
+    """'price: POOL RATE USD/GPU-h (PRICING) from SOURCE', the rate left out when the source states it."""
+    rate = pool.get("committed_usd_per_gpu_hour", pool["usd_per_gpu_hour"])
+    per = " per committed GPU-h" if "committed_usd_per_gpu_hour" in pool else ""
+    price = f"{rate:.4g} USD/GPU-h"
+    src = pool["price_source"]
+    # a catalog source states the price itself: print it once
+    shown = f"{pool['id']} ({pool['pricing_model']})" if price in src else f"{pool['id']} {price}{per} " \
+        f"({pool['pricing_model']})"
+    return f"[dim]price: {shown} from {src}[/dim]"
+
+
+def _commitment_line(c: dict) -> str:
+    """A committed pool: its GPUs, the shares deployed and loaded, and the break-even utilization."""
+    be = c["break_even_utilization"]
+    deployed, load = c["deployed_share"], c["load_share"]
+    return (f"commitment: {c['pool']} {c['gpus']} GPUs for the whole horizon"
+            + (f", deployed {deployed:.0%} of their hours, load {load:.0%} of their capacity"
+               if deployed is not None else "")
+            + (f"; break-even utilization {be:.1%} = {c['committed_usd_per_gpu_hour']:.4g} / "
+               f"{c['on_demand_usd_per_gpu_hour']:.4g} USD/GPU-h (on demand from "
+               f"{c['on_demand_price_source']})" if be is not None else
+               "; break-even utilization unknown (no on-demand price)"))
+
+
+def _footer(console: Console, d: dict) -> None:
+    """The lines under the tables: KV break-even price, cost per day by kind, prices, commitments, notes."""
     if d.get("kv_break_even"):
         be = d["kv_break_even"]
         price = f"${be['usd_per_gb']:.3g}/GB" if be["usd_per_gb"] is not None else "none"
@@ -126,26 +184,24 @@ def _render_table(problem, plan, d: dict) -> None:
     console.print(f"cost/day: GPUs ${bd['gpu']:,.2f} + replica starts ${bd['starts']:,.2f} + egress "
                   f"${bd['egress']:,.2f}")
     for pool in d.get("pools", []):
-        rate = pool.get("committed_usd_per_gpu_hour", pool["usd_per_gpu_hour"])
-        per = " per committed GPU-h" if "committed_usd_per_gpu_hour" in pool else ""
-        price = f"{rate:.4g} USD/GPU-h"
-        src = pool["price_source"]
-        # a catalog source states the price itself: print it once
-        shown = f"{pool['id']} ({pool['pricing_model']})" if price in src else f"{pool['id']} {price}{per} " \
-            f"({pool['pricing_model']})"
-        console.print(f"[dim]price: {shown} from {src}[/dim]", markup=True, highlight=False)
+        console.print(_price_line(pool), markup=True, highlight=False)
     for c in d.get("commitments", []):
-        be = c["break_even_utilization"]
-        deployed, load = c["deployed_share"], c["load_share"]
-        console.print(f"commitment: {c['pool']} {c['gpus']} GPUs for the whole horizon"
-                      + (f", deployed {deployed:.0%} of their hours, load {load:.0%} of their capacity"
-                         if deployed is not None else "")
-                      + (f"; break-even utilization {be:.1%} = {c['committed_usd_per_gpu_hour']:.4g} / "
-                         f"{c['on_demand_usd_per_gpu_hour']:.4g} USD/GPU-h (on demand from "
-                         f"{c['on_demand_price_source']})" if be is not None else
-                         "; break-even utilization unknown (no on-demand price)"), highlight=False)
+        console.print(_commitment_line(c), highlight=False)
     for n in d.get("notes", []):
         console.print(f"[dim]demand: {n}[/dim]")
+
+
+def _render_table(problem: Problem, plan: Plan, d: dict) -> None:
+    """The plan ``d`` (:func:`~fleetplan.outputs.planio.plan_to_dict` of ``plan``) as rich tables on stdout."""
+    console = stdout_console(120)
+    _headline(console, problem, plan, d)
+    console.print(_replicas_table(problem, d))
+    if d.get("unserved_req_per_s"):
+        console.print(_unserved_table(problem, d))
+    console.print(_summary_table(d))
+    if d.get("kv_flows"):
+        console.print(_kv_table(d))
+    _footer(console, d)
 
 
 def _csv(d: dict) -> str:
@@ -208,21 +264,16 @@ def _plot(path: Path, problem: Problem, plan: Plan) -> None:
 
 @click.command("plan")
 @click.argument("scenario", required=False)
-@click.option("--backend", type=click.Choice(BACKENDS), default="highs", show_default=True,
-              help="MILP with HiGHS or CBC (PuLP), or CP-SAT (OR-Tools).")
-@click.option("--time-limit", "time_limit_s", type=float, default=60.0, show_default=True,
-              help=f"Time limit of the whole solve, seconds ({MIN_TIME_LIMIT_S:g} to 86400).")
-@click.option("--threads", type=click.IntRange(min=1, max=256), default=None, help="Solver threads (default: all).")
-@click.option("--gap", type=float, default=0.005, show_default=True,
-              help="Relative optimality gap at which the solver may stop.")
+@backend_option()
+@time_limit_option(60.0)
+@threads_option(None)
+@gap_option()
 @click.option("--window", "window_s", type=click.FloatRange(min=60, max=86400), default=None,
               help="Window length in seconds (overrides the scenario's).")
-@click.option("--out", "out_path", type=click.Path(dir_okay=False), default=None, help="Write the plan as JSON.")
-@click.option("--format", "fmt", type=click.Choice(["table", "json", "csv"]), default="table", show_default=True)
-@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
-              help="PNG of demand against provisioned capacity per model over the day.")
-@click.option("--xlsx", "xlsx_path", type=click.Path(dir_okay=False), default=None,
-              help="What-if workbook of the plan with live formulas.")
+@out_option("the plan as JSON (the plan file `fleetplan simulate`, `export` and `serve --plan` read)")
+@format_option()
+@plot_option("demand against provisioned capacity per model over the day")
+@xlsx_option("the plan")
 @click.option("--no-baselines", is_flag=True, help="Skip the baselines.")
 @click.option("--verify", is_flag=True,
               help="Replay the plan over its day (as `fleetplan simulate` does); for every model-window that misses "
@@ -250,22 +301,14 @@ def _plot(path: Path, problem: Problem, plan: Plan) -> None:
 @click.option("--partition", type=click.Choice(PARTITIONS), default="shape", show_default=True,
               help="How --decompose splits the models: by demand-curve shape (every part gets every peak hour) or "
                    "at random.")
-@click.option("--workers", type=click.IntRange(1, 64), default=None,
-              help="Processes (or Ray CPUs) for the sub-fleets of --decompose (default: this machine's CPUs, at "
-                   "most 4).")
-@executor_options
-def plan(scenario, backend, time_limit_s, threads, gap, window_s, out_path, fmt, plot_path, xlsx_path,
-         no_baselines, verify, verify_rounds, verify_slice_s, profiles, best_effort, decompose, partition, workers,
-         executor, ray_address) -> None:
+@fanout_options("the sub-fleets of --decompose", workers=None, workers_default_text="this machine's CPUs, at most 4")
+def plan(scenario: str | None, fmt: str, **kw) -> None:
     """Plan SCENARIO (a YAML file or a shipped scenario's name; the shipped default when omitted): replicas per
     model, GPU type, site and window at the lowest cost that meets every SLO. Every plan is re-checked by the
     independent validator before it is printed. With --format json an error is also printed on stdout as a JSON
     object {"error": ..., "explanation": [...]} (exit code 2)."""
     try:
-        pop = dict(decompose=decompose, partition=partition, workers=workers, executor=executor,
-                   ray_address=ray_address)
-        _plan(scenario, backend, time_limit_s, threads, gap, window_s, out_path, fmt, plot_path, xlsx_path,
-              no_baselines, verify, verify_rounds, verify_slice_s, profiles, best_effort, pop)
+        _plan(scenario, fmt, _PlanArgs(**kw))
     except FleetplanError as exc:
         if fmt == "json":
             click.echo(json.dumps({"error": str(exc), "explanation": list(getattr(exc, "explanation", []))},
@@ -281,66 +324,116 @@ class NoPlanError(FleetplanError):
         self.explanation = explanation
 
 
-def _plan(scenario, backend, time_limit_s, threads, gap, window_s, out_path, fmt, plot_path, xlsx_path,
-          no_baselines, verify, verify_rounds, verify_slice_s, profiles, best_effort, pop=None) -> None:
-    pop = pop or {}
-    time_limit_s, gap = check_solve_options(time_limit_s, gap)  # NaN, infinities and out-of-range values refused
-    if best_effort and verify:
+@dataclass(frozen=True)
+class _PlanArgs:
+    """The options of ``fleetplan plan`` besides the scenario and --format (click's keyword arguments)."""
+
+    backend: str
+    time_limit_s: float
+    threads: int | None
+    gap: float
+    window_s: float | None
+    out: str | None
+    plot: str | None
+    xlsx: str | None
+    no_baselines: bool
+    verify: bool
+    verify_rounds: int
+    verify_slice_s: float | None
+    profiles: tuple[str, ...]
+    best_effort: bool
+    decompose: int | None
+    partition: str
+    workers: int | None
+    executor: str
+    ray_address: str | None
+
+    @property
+    def outputs(self) -> dict[str, str | None]:
+        """{option: file} of the files to write (None: not asked for)."""
+        return {"--out": self.out, "--plot": self.plot, "--xlsx": self.xlsx}
+
+
+def _check_options(a: _PlanArgs) -> _PlanArgs:
+    """``a`` with the time limit and gap checked (NaN, infinities and out-of-range values refused) and no two
+    options that contradict each other; raises InputError naming the option."""
+    time_limit_s, gap = check_solve_options(a.time_limit_s, a.gap)
+    if a.best_effort and a.verify:
         raise InputError("--best-effort with --verify: the replay sends every request, the unserved ones too, to "
                          "the plan; use one of the two", field="--best-effort")
-    if verify_slice_s is not None and not verify:
+    if a.verify_slice_s is not None and not a.verify:
         raise InputError("--verify-slice without --verify: add --verify, or drop --verify-slice",
-                         field="--verify-slice", value=verify_slice_s)
-    outputs = {"--out": out_path, "--plot": plot_path, "--xlsx": xlsx_path}
-    check_destinations(outputs, inputs=[scenario])  # fail before a long solve, not after it
+                         field="--verify-slice", value=a.verify_slice_s)
+    return replace(a, time_limit_s=time_limit_s, gap=gap)
+
+
+def _solve(sc: Scenario, a: _PlanArgs, say: Callable[[str], None]) -> tuple[Problem, Plan, VerifyResult | None]:
+    """(problem, plan, the --verify rounds or None) of the scenario ``sc``."""
+    if a.verify:
+        vr = verify_plan(sc, backend=a.backend, max_rounds=a.verify_rounds, progress=say, slice_s=a.verify_slice_s,
+                         solve_options=dict(time_limit_s=a.time_limit_s, threads=a.threads, gap=a.gap))
+        return vr.problem, vr.plan, vr
+    problem = build_problem(sc, progress=say)
+    with make_executor(a.executor, workers=a.workers, address=a.ray_address) as ex:
+        result = solve(problem, a.backend, time_limit_s=a.time_limit_s, threads=a.threads, gap=a.gap, progress=say,
+                       best_effort=a.best_effort, decompose=a.decompose, partition=a.partition, executor=ex)
+    return problem, result, None
+
+
+def _no_plan_error(problem: Problem, result: Plan, best_effort: bool) -> NoPlanError:
+    """The error for a solve without a plan: its status and message, with a hint (--best-effort, or what keeps a
+    model from being served at all), and as explanation the reasons solve() gave."""
+    # the same reasons solve() gave, as a list (the prechecks, else the elastic relaxation's shortfalls)
+    why = explain_infeasible(problem) if result.status is Status.INFEASIBLE else [result.message]
+    # --best-effort serves what the inventory can: a model with no usable option at all stays unserved
+    unservable = [m.name for m in problem.models
+                  if not any(o.model == m.name for o in problem.options)
+                  and not any(s.model == m.name for s in problem.share_options)]
+    if result.status is not Status.INFEASIBLE or best_effort:
+        hint = ""
+    elif unservable:
+        hint = (f"; --best-effort cannot serve {', '.join(unservable)} (no GPU type, tp and site meets its SLO "
+                "and token mix): change that model's token mix, SLO, tp list or the sites' GPUs")
+    else:
+        hint = "; rerun with --best-effort to serve the most demand by priority"
+    return NoPlanError(f"no plan ({result.status.value}): {result.message}{hint}", why)
+
+
+def _plan_dict(sc: Scenario, problem: Problem, result: Plan, a: _PlanArgs, baselines: dict[str, Plan],
+               vr: VerifyResult | None) -> dict:
+    """The plan file's dict, with the break-even KV egress price of a disaggregated problem and the --verify
+    rounds."""
+    d = plan_to_dict(problem, result, scenario=scenario_embed(sc), baselines=baselines)
+    if problem.has_disaggregation:
+        d["kv_break_even"] = kv_break_even(problem, result, backend=a.backend if a.backend in ("highs", "cbc")
+                                           else "highs", time_limit_s=a.time_limit_s, threads=a.threads).to_dict()
+    if vr is not None:
+        d["verify"] = verify_to_dict(vr)
+    return d
+
+
+def _plan(scenario: str | None, fmt: str, a: _PlanArgs) -> None:
+    a = _check_options(a)
+    check_destinations(a.outputs, inputs=[scenario])  # fail before a long solve, not after it
     with progress_status(enabled=sys.stderr.isatty()) as say:
         say("reading the scenario and its demand")
-        sc = with_profiles(load_scenario(scenario, window_length_s=window_s), list(profiles))
+        sc = with_profiles(load_scenario(scenario, window_length_s=a.window_s), list(a.profiles))
         say("evaluating the capacity model")
-        vr = None
-        if verify:
-            vr = verify_plan(sc, backend=backend, max_rounds=verify_rounds, progress=say, slice_s=verify_slice_s,
-                             solve_options=dict(time_limit_s=time_limit_s, threads=threads, gap=gap))
-            problem, result = vr.problem, vr.plan
-        else:
-            problem = build_problem(sc, progress=say)
-            with make_executor(pop.get("executor", "process"), workers=pop.get("workers"),
-                               address=pop.get("ray_address")) as ex:
-                result = solve(problem, backend, time_limit_s=time_limit_s, threads=threads, gap=gap, progress=say,
-                               best_effort=best_effort, decompose=pop.get("decompose"),
-                               partition=pop.get("partition", "shape"), executor=ex)
-        baselines = {} if no_baselines else {name: fn(problem) for name, fn in BASELINES.items()}
+        problem, result, vr = _solve(sc, a, say)
+        baselines = {} if a.no_baselines else {name: fn(problem) for name, fn in BASELINES.items()}
     if not result.has_solution:
-        # the same reasons solve() gave, as a list (the prechecks, else the elastic relaxation's shortfalls)
-        why = explain_infeasible(problem) if result.status is Status.INFEASIBLE else [result.message]
-        # --best-effort serves what the inventory can: a model with no usable option at all stays unserved
-        unservable = [m.name for m in problem.models
-                      if not any(o.model == m.name for o in problem.options)
-                      and not any(s.model == m.name for s in problem.share_options)]
-        if result.status is not Status.INFEASIBLE or best_effort:
-            hint = ""
-        elif unservable:
-            hint = (f"; --best-effort cannot serve {', '.join(unservable)} (no GPU type, tp and site meets its SLO "
-                    "and token mix): change that model's token mix, SLO, tp list or the sites' GPUs")
-        else:
-            hint = "; rerun with --best-effort to serve the most demand by priority"
-        raise NoPlanError(f"no plan ({result.status.value}): {result.message}{hint}", why)
+        raise _no_plan_error(problem, result, a.best_effort)
     report = validate(problem, result)
     if not report.ok:
         raise FleetplanError("the solver's plan fails the independent check (please report this): "
                              + "; ".join(report.violations[:5]))
-    d = plan_to_dict(problem, result, scenario=scenario_embed(sc), baselines=baselines)
-    if problem.has_disaggregation:
-        d["kv_break_even"] = kv_break_even(problem, result, backend=backend if backend in ("highs", "cbc")
-                                           else "highs", time_limit_s=time_limit_s, threads=threads).to_dict()
-    if vr is not None:
-        d["verify"] = verify_to_dict(vr)
-    with output_files(outputs) as tmp:  # all of them or none
-        if out_path:
+    d = _plan_dict(sc, problem, result, a, baselines, vr)
+    with output_files(a.outputs) as tmp:  # all of them or none
+        if a.out:
             tmp["--out"].write_text(json.dumps(d, indent=1))
-        if plot_path:
+        if a.plot:
             _plot(tmp["--plot"], problem, result)
-        if xlsx_path:
+        if a.xlsx:
             build_plan_workbook(problem, result).save(tmp["--xlsx"])
     if fmt == "json":
         click.echo(json.dumps(d, indent=1))

@@ -5,20 +5,25 @@ from __future__ import annotations
 import json
 import math
 import sys
+from collections.abc import Callable
 
 import click
 
-from fleetplan.cli.output import atomic_path, progress_status, write_text_atomic
+from fleetplan.cli.options import format_option
+from fleetplan.cli.output import progress_status, stdout_console
 from fleetplan.datasets.traces import load_trace
-from fleetplan.fileio import check_destinations, check_output_folder
+from fleetplan.fileio import atomic_path, check_destinations, check_output_folder, write_text_atomic
 from fleetplan.outputs.planio import load_plan_file
+from fleetplan.placement.plan import Plan
+from fleetplan.placement.problem import Problem
+from fleetplan.scenario.read import Scenario
 from fleetplan.simulator.engine import Policy
 from fleetplan.simulator.fleet import FleetBuilder
 from fleetplan.simulator.fleetday import read_json, replay_fleet_day, scenario_weight_bytes, steps_from_dict
 from fleetplan.simulator.metrics import ModelWindowMetrics, SimReport
 from fleetplan.simulator.replay import parse_window, simulate_day, simulate_trace
 from fleetplan.simulator.whatif import preemption_whatif, two_tier_whatif
-from fleetplan.simulator.workload import scenario_workload, trace_workload
+from fleetplan.simulator.workload import Workload, scenario_workload, trace_workload
 from fleetplan.solvers.online.state import load_times
 
 
@@ -106,10 +111,9 @@ def render_markdown(rep: SimReport, whatif: dict | None = None) -> str:
 
 
 def _print_table(rep: SimReport) -> None:
-    from rich.console import Console
     from rich.table import Table
 
-    console = Console(width=None if sys.stdout.isatty() else 140)
+    console = stdout_console(140)
     console.print(f"[bold]{rep.title}[/bold]")
     t = Table(title="Per model (all measured requests)", title_justify="left")
     for c, _ in _COLS:
@@ -222,7 +226,7 @@ def _simulate_fleet(plan_file: str, fleet_file: str, seed: int, policy: Policy, 
 @click.option("--report", "report_path", type=click.Path(dir_okay=False), default=None, help="Write a markdown report.")
 @click.option("--plots", "plots_dir", type=click.Path(file_okay=False), default=None,
               help="Folder for latency-CDF and per-window attainment plots.")
-@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@format_option(("table", "json"))
 @click.option("--fleet", "fleet_file", type=click.Path(dir_okay=False), default=None,
               help="Replay a fleet that changes during the day instead of the plan's windows: a JSON file "
                    '{"steps": [{"at_s": s from the day\'s start, "replicas": [{"model", "pool", "tp", "pp", "count"}], '
@@ -253,54 +257,76 @@ def simulate(plan_file, trace_ref, window, model, rate_scale, time_scale, bucket
         say("reading the plan and rebuilding its problem")
         problem, plan, scenario, _ = load_plan_file(plan_file)
         if trace_ref is not None:
-
-            say(f"reading trace {trace_ref}")
-            trace = load_trace(trace_ref)
-            say("replaying the trace")
-            rep = simulate_trace(problem, plan, scenario, trace, window=window, model=model, rate_scale=rate_scale,
-                                 time_scale=time_scale, seed=seed, policy=policy, bucket_s=bucket_s)
-            if what_if:
-                w = parse_window(window, problem, [model] if model else None)
-                wl = trace_workload(trace, problem, w, model=model, rate_scale=rate_scale, time_scale=time_scale,
-                                    seed=seed)
+            rep, w, wl = _replay_trace(problem, plan, scenario, trace_ref, say, window=window, model=model,
+                                       rate_scale=rate_scale, time_scale=time_scale, seed=seed, policy=policy,
+                                       bucket_s=bucket_s, what_if=what_if)
         else:
             rep = simulate_day(problem, plan, scenario, seed=seed, slice_s=slice_s, arrivals=arrivals, policy=policy,
                                progress=say)
-            if what_if:
-                w = parse_window(None, problem)
-                wl = scenario_workload(scenario, w, 0.0, problem.window_length_s, seed, arrivals=arrivals,
-                                       names=[m.name for m in problem.models])
-        if what_if:
-
-            builder = FleetBuilder(problem, plan, scenario,
-                                   max_tokens=float((wl.input_tokens + wl.output_tokens).max()))
-            say("what-if: preemption")
-            whatif["preemption"] = preemption_whatif(builder, wl, w, threshold_s=preempt_after, resume=resume,
-                                                     router=router)
-            say("what-if: two-tier KV cache")
-            whatif["two_tier"] = two_tier_whatif(builder, wl, w, router=router)
+            w = parse_window(None, problem) if what_if else -1
+            wl = scenario_workload(scenario, w, 0.0, problem.window_length_s, seed, arrivals=arrivals,
+                                   names=[m.name for m in problem.models]) if what_if else None
+        if wl is not None:
+            whatif = _what_ifs(problem, plan, scenario, wl, w, say, preempt_after=preempt_after, resume=resume,
+                               router=router)
             rep.notes.append(f"what-ifs replayed on window {w}")
     if report_path:
         write_text_atomic(report_path, render_markdown(rep, whatif))
     if plots_dir:
         _plots(plots_dir, rep)
+    _print(rep, whatif, fmt)
+    if check:
+        _check(rep)
+
+
+def _replay_trace(problem: Problem, plan: Plan, scenario: Scenario, trace_ref: str, say: Callable[[str], None], *,
+                  window: str | None, model: str | None, rate_scale: bool, time_scale: float | None, seed: int,
+                  policy: Policy, bucket_s: float | None, what_if: bool) -> tuple[SimReport, int, Workload | None]:
+    """(report, window, the window's workload for the what-ifs, or None without them) of a --trace replay."""
+    say(f"reading trace {trace_ref}")
+    trace = load_trace(trace_ref)
+    say("replaying the trace")
+    rep = simulate_trace(problem, plan, scenario, trace, window=window, model=model, rate_scale=rate_scale,
+                         time_scale=time_scale, seed=seed, policy=policy, bucket_s=bucket_s)
+    if not what_if:
+        return rep, -1, None
+    w = parse_window(window, problem, [model] if model else None)
+    return rep, w, trace_workload(trace, problem, w, model=model, rate_scale=rate_scale, time_scale=time_scale,
+                                  seed=seed)
+
+
+def _what_ifs(problem: Problem, plan: Plan, scenario: Scenario, wl: Workload, w: int, say: Callable[[str], None],
+              *, preempt_after: float, resume: str, router: str) -> dict:
+    """{'preemption': ..., 'two_tier': [...]}: the what-if policies replayed on window ``w``'s workload ``wl``."""
+    builder = FleetBuilder(problem, plan, scenario, max_tokens=float((wl.input_tokens + wl.output_tokens).max()))
+    say("what-if: preemption")
+    preemption = preemption_whatif(builder, wl, w, threshold_s=preempt_after, resume=resume, router=router)
+    say("what-if: two-tier KV cache")
+    return {"preemption": preemption, "two_tier": two_tier_whatif(builder, wl, w, router=router)}
+
+
+def _print(rep: SimReport, whatif: dict, fmt: str) -> None:
+    """The report (and the what-ifs) on stdout, as JSON or as tables."""
     if fmt == "json":
         d = rep.to_dict()
         if whatif:
             d["what_if"] = {"preemption": whatif["preemption"].__dict__,
                             "two_tier": [r.__dict__ for r in whatif["two_tier"]]}
         click.echo(json.dumps(d, indent=1, default=lambda x: None))
-    else:
-        _print_table(rep)
-        if whatif:
-            from rich.console import Console
+        return
+    _print_table(rep)
+    if whatif:
+        from rich.console import Console
 
-            Console(width=140).print(render_markdown(rep, whatif).split("## What-if policies", 1)[1])
-    if check:
-        misses = rep.misses()
-        if misses:
-            click.echo(f"SLO check failed: {len(misses)} of {len(rep.rows)} model-windows miss a target:\n"
-                       + _misses_text(rep), err=True)
-            sys.exit(1)
-        click.echo(f"SLO check passed: every target met in all {len(rep.rows)} model-windows (2% tolerance)",
-                   err=True)
+        Console(width=140).print(render_markdown(rep, whatif).split("## What-if policies", 1)[1])
+
+
+def _check(rep: SimReport) -> None:
+    """--check: exit 1 with the misses on stderr when a model-window misses a target, else say it passed."""
+    misses = rep.misses()
+    if misses:
+        click.echo(f"SLO check failed: {len(misses)} of {len(rep.rows)} model-windows miss a target:\n"
+                   + _misses_text(rep), err=True)
+        sys.exit(1)
+    click.echo(f"SLO check passed: every target met in all {len(rep.rows)} model-windows (2% tolerance)",
+               err=True)

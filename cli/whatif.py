@@ -1,18 +1,114 @@
-"""``fleetplan whatif [SCENARIO] --vary NAME=...``: a grid of prefill/decode split designs, evaluated in parallel."""
+"""``fleetplan whatif [SCENARIO] --vary NAME=...``: a grid of prefill/decode split designs, evaluated in parallel;
+:func:`run_whatif` is also the body of ``fleetplan ledger whatif``."""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import click
 
-from fleetplan.cli.executor import executor_options
-from fleetplan.cli.ledger import VARY_HELP, _max_cells_option, _split_options, run_whatif, split_options
+from fleetplan.cli.grid import MAX_GRID_CELLS, parse_grid
+from fleetplan.cli.options import (
+    fanout_options,
+    format_option,
+    max_cells_option,
+    out_option,
+    plot_option,
+    split_design_options,
+    split_options,
+    vary_option,
+)
+from fleetplan.cli.output import json_safe, map_with_progress, rows_csv, stdout_console, table
+from fleetplan.costmodels.split import SWEEP_VARIABLES, SplitSpec, apply_variables, grid, scenario_row
 from fleetplan.datasets.shipped import shipped_scenario_text
 from fleetplan.errors import InputError
-from fleetplan.fileio import parse_yaml, read_yaml
+from fleetplan.fileio import check_destinations, output_files, parse_yaml, read_yaml
+from fleetplan.scenario.split import SplitOptions, make_spec
+from fleetplan.solvers.executor import Executor, make_executor
 
 DEFAULT = "split_default.yaml"
+#: What --plot of both what-if commands draws.
+PLOT_HELP = "the split's savings over the first --vary variable (one line per combination of the others)"
+
+
+def run_cells(spec: SplitSpec, variables: Mapping[str, Sequence[float]], ex: Executor, quiet: bool) -> list[dict]:
+    """The what-if rows of every cell of the grid, run by the executor ``ex``, in grid order."""
+    cells = grid(dict(variables))
+    for c in cells:  # fail fast on bad values, before starting processes
+        apply_variables(spec, c)
+    return map_with_progress(ex, scenario_row, cells, label="scenarios", quiet=quiet, common=spec, with_common=True)
+
+
+def run_whatif(options: SplitOptions, vary: tuple[str, ...], workers: int, fmt: str, out: str | None,
+               plot: str | None, max_cells: int = MAX_GRID_CELLS, *, executor: str = "process",
+               ray_address: str | None = None) -> None:
+    """Sweep the design ``options`` over the ``--vary`` grid and print/write the table (both whatif commands), the
+    cells run by the ``executor`` ('process' with ``workers`` processes, or 'ray' at ``ray_address``)."""
+    outputs = {"--out": out, "--plot": plot}
+    check_destinations(outputs)  # before the sweep
+    variables = parse_grid(vary, max_cells)
+    spec = make_spec(options)
+    with make_executor(executor, workers=workers, address=ray_address) as ex:
+        rows = run_cells(spec, variables, ex, quiet=fmt != "table")
+    with output_files(outputs) as tmp:  # both or neither
+        if out:
+            tmp["--out"].write_text(rows_csv(rows))
+        if plot:
+            _plot(rows, list(variables), tmp["--plot"])
+    if fmt == "json":
+        click.echo(json.dumps([json_safe(r) for r in rows], indent=2))
+    elif fmt == "csv":
+        click.echo(rows_csv(rows), nl=False)
+    else:
+        _print_rows(rows)
+
+
+def _cell(v: object) -> str:
+    return f"{v:,.4g}" if isinstance(v, float) else "-" if v is None else str(v)
+
+
+def _print_rows(rows: list[dict]) -> None:
+    """The what-if rows as a table, then each row's sizing (long text) on a line of its own."""
+    cols = [c for c in rows[0] if c != "sizing"]  # long text: printed under the table, one line per row
+    t = table("What-if scenarios (USD per day)", ["row", *cols], fold=False)
+    for i, r in enumerate(rows, start=1):
+        t.add_row(str(i), *(_cell(r[c]) for c in cols))
+    con = stdout_console(200)
+    con.print(t)
+    for i, r in enumerate(rows, start=1):
+        if r.get("sizing"):
+            con.print(f"row {i} sizing: {r['sizing']}")
+
+
+def _plot(rows: list[dict], names: list[str], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    x = names[0]
+    others = names[1:]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    series: dict[tuple, list[tuple[float, float]]] = {}
+    for r in rows:  # cells without savings (the split misses the SLO, or no design meets it) are not plotted
+        if r["savings_usd_per_day"] is not None:
+            series.setdefault(tuple(r[n] for n in others), []).append((r[x], r["savings_usd_per_day"]))
+    for key, pts in series.items():
+        pts.sort()
+        label = ", ".join(f"{n}={v:g}" for n, v in zip(others, key, strict=True)) or "split"
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=label)
+    ax.axhline(0, color="grey", lw=0.8)
+    ax.set_xlabel(x)
+    ax.set_ylabel("split saves USD/day (negative: costs more)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+
+    try:
+        fig.savefig(path, format="png")
+    finally:
+        plt.close(fig)
 
 
 def _read(scenario: str | None) -> tuple[dict, str]:
@@ -34,27 +130,15 @@ def _read(scenario: str | None) -> tuple[dict, str]:
     return data, str(p)
 
 
-def _with_optional(f):
-    """The split options of `fleetplan ledger split`, none required here: the scenario file may give them."""
-    f = _split_options(f)
-    for p in f.__click_params__:
-        p.required = False
-    return f
-
-
 @click.command("whatif")
 @click.argument("scenario", required=False)
-@_with_optional
-@click.option("--vary", "vary", multiple=True, required=True,
-              help=VARY_HELP)
-@click.option("--workers", type=click.IntRange(1, 64), default=2, show_default=True,
-              help="Parallel processes (or CPUs of a local Ray instance).")
-@executor_options
-@click.option("--format", "fmt", type=click.Choice(["table", "json", "csv"]), default="table", show_default=True)
-@click.option("--out", type=click.Path(dir_okay=False), default=None, help="Also write the table as CSV.")
-@click.option("--plot", type=click.Path(dir_okay=False), default=None,
-              help="Write a PNG plot of the split's savings over the first variable.")
-@_max_cells_option
+@split_design_options(required=False)
+@vary_option(SWEEP_VARIABLES)
+@fanout_options("the cells", workers=2)
+@format_option()
+@out_option("the table as CSV")
+@plot_option(PLOT_HELP)
+@max_cells_option(MAX_GRID_CELLS)
 @click.pass_context
 def whatif(ctx: click.Context, scenario: str | None, **kw) -> None:
     """Sweep a prefill/decode split design: SCENARIO is a YAML file of `fleetplan ledger split` options (the shipped

@@ -62,7 +62,7 @@ from fleetplan.datasets.deploy import gpu_product_labels, vllm_defaults
 from fleetplan.errors import InputError
 from fleetplan.fileio import InputModel, input_field, read_yaml, validate_input
 from fleetplan.placement.plan import OptionKey, Plan
-from fleetplan.placement.problem import PdKey, Problem
+from fleetplan.placement.problem import PdKey, Problem, ReplicaOption
 from fleetplan.scenario.read import Scenario, scenario_catalog_file
 
 #: KV-cache block size of vLLM's paged attention (tokens); --max-model-len is rounded down to whole blocks.
@@ -398,73 +398,18 @@ def workloads(problem: Problem, plan: Plan, scenario: Scenario, deploy: DeployFi
     deploy = deploy or DeployFile()
     check_catalog_names(problem, deploy)
     ck = _Checkpoints(scenario, deploy)
-    pools = problem.pool_by_id
-    opts = problem.option_by_key
-    shares = problem.share_by_key
-    index = {m.name: i for i, m in enumerate(problem.models)}
-    mu = scenario.options["memory_utilization"]
-    bandwidth = scenario.options["load_bandwidth_bytes_per_s"]
-    port0 = vllm_defaults().port
-    out: list[Workload] = []
-    pd_opts = problem.pd_option_by_key
-    connector = vllm_defaults().kv_connector
+    opts, pd_opts = problem.option_by_key, problem.pd_option_by_key
     # Whole replicas, then prefill and decode replicas (role 'prefill' / 'decode', pp 1) with vLLM's KV-transfer role.
     entries = [(opts[k], counts, k, None) for k, counts in sorted(plan.replicas.items())] + [
         (pd_opts[pk], counts, None, pk) for pk, counts in sorted(plan.pd_replicas.items())]
-    for o, counts, key, pkey in entries:
-        if not any(counts):
-            continue
-        pool = pools[o.pool]
-        role = o.role
-        where = (f"{role} option " if pkey else "option ") + f"{o.model} on {o.pool} tp {o.tp} pp {o.pp}"
-        model = ck.model(o.model)
-        repo, dtype, kv, quant = ck.server_settings(o.model)
-        weights = model.weight_bytes(ck.weight_dtype)
-        # A prefill option records no KV budget (it is sized by compute): a dedicated replica's, as the replay uses;
-        # nor a batch limit (vLLM's default then).
-        budget = mu * o.tp * pool.memory_bytes_per_gpu - weights if role == "prefill" else o.kv_budget_bytes
-        server = VllmServer(model=o.model, checkpoint=repo, port=port0, port_name=f"m{index[o.model]}", tp=o.tp,
-                            pp=o.pp, max_num_seqs=None if role == "prefill" else _max_num_seqs(o.max_batch, where),
-                            max_model_len=_max_model_len(model, budget, ck.kv_dtype, where),
-                            gpu_memory_utilization=mu, dtype=dtype, kv_cache_dtype=kv, quantization=quant,
-                            kv_role={"prefill": "kv_producer", "decode": "kv_consumer"}.get(role),
-                            kv_connector=connector if pkey else "")
-        name = (pd_workload_name(o.model, pool.gpu, o.tp, role, pool.site, o.decode_site, pool.name) if pkey
-                else workload_name(o.model, pool.gpu, o.tp, o.pp, pool.name))
-        out.append(Workload(name=name, site=pool.site, pool=o.pool, gpu=pool.gpu,
-                            gpu_product_label=gpu_label(pool.gpu, deploy), key=key, servers=(server,),
-                            gpus_per_pod=o.tp, pods_per_replica=o.pp, replicas=tuple(counts),
-                            load_s=weights / (o.tp * o.pp) / bandwidth, pd_key=pkey))
+    out = [_replica_workload(problem, scenario, ck, o, counts, key, pkey)
+           for o, counts, key, pkey in entries if any(counts)]
     groups: dict[tuple[str, tuple[str, ...]], int] = {}
     for g in plan.shared:  # residents in name order: the same group whatever order a solver lists them in
         group = (g.pool, tuple(sorted(g.models)))
         groups[group] = groups.get(group, 0) + 1
-    for (pool_id, models), n in sorted(groups.items()):
-        pool = pools[pool_id]
-        feet = [shares[(m, pool_id)].memory_bytes / pool.memory_bytes_per_gpu for m in models]
-        slack = (mu - sum(feet)) / len(models)
-        if slack < 0:
-            raise InputError(f"shared GPU {pool_id} with {', '.join(models)}: footprints take {sum(feet):.0%} of the "
-                             f"GPU, more than memory_utilization {mu:g}", field="shared_gpus")
-        servers = []
-        load_s = 0.0
-        for i, (m, foot) in enumerate(zip(models, feet, strict=True)):
-            s = shares[(m, pool_id)]
-            where = f"shared option {m} on {pool_id}"
-            model = ck.model(m)
-            repo, dtype, kv, quant = ck.server_settings(m)
-            # Rounded down to the 3 decimals the flag is written with, so the shares never add up past mu.
-            util = math.floor((foot + slack) * 1000) / 1000
-            servers.append(VllmServer(model=m, checkpoint=repo, port=port0 + i, port_name=f"m{index[m]}", tp=1, pp=1,
-                                      max_num_seqs=_max_num_seqs(s.max_batch, where),
-                                      max_model_len=_max_model_len(model, s.kv_budget_bytes, ck.kv_dtype, where),
-                                      gpu_memory_utilization=util, dtype=dtype, kv_cache_dtype=kv,
-                                      quantization=quant))
-            load_s += model.weight_bytes(ck.weight_dtype) / bandwidth
-        out.append(Workload(name=shared_workload_name(models, pool.gpu, pool.name), site=pool.site, pool=pool_id,
-                            gpu=pool.gpu, gpu_product_label=gpu_label(pool.gpu, deploy), key=None,
-                            servers=tuple(servers),
-                            gpus_per_pod=1, pods_per_replica=1, replicas=(n,) * problem.n_windows, load_s=load_s))
+    out += [_shared_workload(problem, scenario, ck, pool_id, models, n)
+            for (pool_id, models), n in sorted(groups.items())]
     out.sort(key=lambda w: (w.site, w.name))
     seen: set[tuple[str, str]] = set()
     for w in out:
@@ -473,6 +418,69 @@ def workloads(problem: Problem, plan: Plan, scenario: Scenario, deploy: DeployFi
                              field="replicas", value=w.name)
         seen.add((w.site, w.name))
     return out
+
+
+def _replica_workload(problem: Problem, scenario: Scenario, ck: _Checkpoints, o: ReplicaOption,
+                      counts: tuple[int, ...], key: OptionKey | None, pkey: PdKey | None) -> Workload:
+    """The workload of a whole replica option (``key``) or a prefill/decode option (``pkey``): one vLLM server
+    with the option's parallelism, KV budget and batch limit, and its KV-transfer role for prefill and decode."""
+    pool = problem.pool_by_id[o.pool]
+    mu = scenario.options["memory_utilization"]
+    role = o.role
+    where = (f"{role} option " if pkey else "option ") + f"{o.model} on {o.pool} tp {o.tp} pp {o.pp}"
+    model = ck.model(o.model)
+    repo, dtype, kv, quant = ck.server_settings(o.model)
+    weights = model.weight_bytes(ck.weight_dtype)
+    # A prefill option records no KV budget (it is sized by compute): a dedicated replica's, as the replay uses;
+    # nor a batch limit (vLLM's default then).
+    budget = mu * o.tp * pool.memory_bytes_per_gpu - weights if role == "prefill" else o.kv_budget_bytes
+    index = [m.name for m in problem.models].index(o.model)
+    server = VllmServer(model=o.model, checkpoint=repo, port=vllm_defaults().port, port_name=f"m{index}", tp=o.tp,
+                        pp=o.pp, max_num_seqs=None if role == "prefill" else _max_num_seqs(o.max_batch, where),
+                        max_model_len=_max_model_len(model, budget, ck.kv_dtype, where),
+                        gpu_memory_utilization=mu, dtype=dtype, kv_cache_dtype=kv, quantization=quant,
+                        kv_role={"prefill": "kv_producer", "decode": "kv_consumer"}.get(role),
+                        kv_connector=vllm_defaults().kv_connector if pkey else "")
+    name = (pd_workload_name(o.model, pool.gpu, o.tp, role, pool.site, o.decode_site, pool.name) if pkey
+            else workload_name(o.model, pool.gpu, o.tp, o.pp, pool.name))
+    return Workload(name=name, site=pool.site, pool=o.pool, gpu=pool.gpu,
+                    gpu_product_label=gpu_label(pool.gpu, ck.deploy), key=key, servers=(server,),
+                    gpus_per_pod=o.tp, pods_per_replica=o.pp, replicas=tuple(counts),
+                    load_s=weights / (o.tp * o.pp) / scenario.options["load_bandwidth_bytes_per_s"], pd_key=pkey)
+
+
+def _shared_workload(problem: Problem, scenario: Scenario, ck: _Checkpoints, pool_id: str, models: tuple[str, ...],
+                     n: int) -> Workload:
+    """The workload of ``n`` shared GPUs of pool ``pool_id`` holding ``models``: one vLLM server per model on the
+    GPU, each with its memory footprint and an equal part of the slack up to memory_utilization. Raises
+    InputError when the footprints take more than memory_utilization."""
+    pool = problem.pool_by_id[pool_id]
+    shares = problem.share_by_key
+    mu = scenario.options["memory_utilization"]
+    names = [m.name for m in problem.models]
+    feet = [shares[(m, pool_id)].memory_bytes / pool.memory_bytes_per_gpu for m in models]
+    slack = (mu - sum(feet)) / len(models)
+    if slack < 0:
+        raise InputError(f"shared GPU {pool_id} with {', '.join(models)}: footprints take {sum(feet):.0%} of the "
+                         f"GPU, more than memory_utilization {mu:g}", field="shared_gpus")
+    servers = []
+    load_s = 0.0
+    for i, (m, foot) in enumerate(zip(models, feet, strict=True)):
+        s = shares[(m, pool_id)]
+        where = f"shared option {m} on {pool_id}"
+        model = ck.model(m)
+        repo, dtype, kv, quant = ck.server_settings(m)
+        # Rounded down to the 3 decimals the flag is written with, so the shares never add up past mu.
+        util = math.floor((foot + slack) * 1000) / 1000
+        servers.append(VllmServer(model=m, checkpoint=repo, port=vllm_defaults().port + i,
+                                  port_name=f"m{names.index(m)}", tp=1, pp=1,
+                                  max_num_seqs=_max_num_seqs(s.max_batch, where),
+                                  max_model_len=_max_model_len(model, s.kv_budget_bytes, ck.kv_dtype, where),
+                                  gpu_memory_utilization=util, dtype=dtype, kv_cache_dtype=kv, quantization=quant))
+        load_s += model.weight_bytes(ck.weight_dtype) / scenario.options["load_bandwidth_bytes_per_s"]
+    return Workload(name=shared_workload_name(models, pool.gpu, pool.name), site=pool.site, pool=pool_id,
+                    gpu=pool.gpu, gpu_product_label=gpu_label(pool.gpu, ck.deploy), key=None, servers=tuple(servers),
+                    gpus_per_pod=1, pods_per_replica=1, replicas=(n,) * problem.n_windows, load_s=load_s)
 
 
 def site_target(site: str, deploy: DeployFile) -> tuple[str, str]:

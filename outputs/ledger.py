@@ -104,12 +104,43 @@ def plan_ledger(problem: Problem, plan: Plan, *, gpus: dict | None = None, energ
 
     if gpus is None:
         gpus = load_gpus()
-    opts = problem.option_by_key
-    pools = problem.pool_by_id
-    hours = problem.window_hours
     day_factor = problem.horizon_hours / HOURS_PER_DAY
     ev = evaluate(problem, plan)
-    util = ev.mean_utilization
+    a = load_assumptions()
+    energy_price = _EnergyPrice(a["electricity_usd_per_kwh"].value if usd_per_kwh is None else usd_per_kwh,
+                                a["electricity_usd_per_kwh"].source if usd_per_kwh is None else "user",
+                                a["pue"].value if pue is None else pue, energy_billed)
+    items, energy = _gpu_and_energy_items(problem, plan, day_factor, ev.mean_utilization, gpus, energy_price)
+    items += _commitment_items(problem, plan)
+    items += _pd_start_items(problem, plan, day_factor)
+    items += kv_route_items(problem, plan, day_factor)
+    st = {key: starts(counts) for key, counts in sorted(plan.replicas.items())}
+    items += _start_items(problem, st, day_factor)
+    eg = plan_egress_gb(problem, plan)
+    items += _served_away_items(problem, eg, day_factor)
+    requests = sum(sum(m.demand_req_per_s) * problem.window_length_s for m in problem.models) / day_factor
+    led = Ledger("plan", tuple(items + energy), requests_per_day=requests)
+    if not math.isclose(led.gpu_usd_per_day * day_factor, ev.gpu_usd, rel_tol=1e-9, abs_tol=1e-6) or not math.isclose(
+            led.egress_usd_per_day * day_factor, ev.egress_usd, rel_tol=1e-9, abs_tol=1e-6):
+        raise AssertionError("plan ledger GPU or egress total disagrees with evaluate()")  # a bug, never user input
+    return PlanLedger(led, day_factor, eg, st)
+
+
+@dataclass(frozen=True)
+class _EnergyPrice:
+    """USD per kWh and its source, power usage effectiveness, and whether energy counts in the total."""
+
+    usd_per_kwh: float
+    source: str
+    pue: float
+    billed: bool
+
+
+def _gpu_hours(problem: Problem, plan: Plan) -> list[tuple[str, str, float]]:
+    """(pool, role, GPU-hours over the horizon): whole replicas and shared GPUs (role ''), per pool in pool order,
+    then the prefill and decode replicas per (pool, role). Raises InputError for a plan key that names no option."""
+    opts = problem.option_by_key
+    hours = problem.window_hours
     gpu_hours: dict[str, float] = {}
     for key, counts in plan.replicas.items():
         if key not in opts:
@@ -123,16 +154,19 @@ def plan_ledger(problem: Problem, plan: Plan, *, gpus: dict | None = None, energ
     for pkey, counts in plan.pd_replicas.items():
         o = pd_opts[pkey]
         pd_hours[(o.pool, o.role)] = pd_hours.get((o.pool, o.role), 0.0) + sum(counts) * o.gpus * hours
+    return [(pid, "", gpu_hours[pid]) for pid in sorted(gpu_hours)] + [
+        (pid, role, h) for (pid, role), h in sorted(pd_hours.items())]
+
+
+def _gpu_and_energy_items(problem: Problem, plan: Plan, day_factor: float, util: float, gpus: dict,
+                          price: _EnergyPrice) -> tuple[list[LineItem], list[LineItem]]:
+    """(GPU-hour lines, energy lines) per pool and role of :func:`_gpu_hours` (input_share: the prefill's
+    GPU-hours serve input tokens only, the decode's output only); energy at utilization ``util`` for pools whose
+    GPU has a TDP in ``gpus``."""
+    pools = problem.pool_by_id
     items: list[LineItem] = []
     energy: list[LineItem] = []
-    a = load_assumptions()
-    kwh_price = a["electricity_usd_per_kwh"].value if usd_per_kwh is None else usd_per_kwh
-    pue_v = a["pue"].value if pue is None else pue
-    # GPU-hours and energy per pool: whole replicas and shared GPUs (role ''), then prefill and decode replicas on
-    # lines of their own (input_share: the prefill's GPU-hours serve input tokens only, the decode's output only).
-    rows = [(pid, "", gpu_hours[pid]) for pid in sorted(gpu_hours)] + [
-        (pid, role, h) for (pid, role), h in sorted(pd_hours.items())]
-    for pid, role, h in rows:
+    for pid, role, h in _gpu_hours(problem, plan):
         p = pools[pid]
         q = h / day_factor
         named = f" [{p.name}]" if p.name else ""
@@ -143,47 +177,65 @@ def plan_ledger(problem: Problem, plan: Plan, *, gpus: dict | None = None, energ
                               pricing_model=p.pricing_model, pool=pid, input_share=share))
         spec = gpus.get(p.gpu)
         if spec is not None and spec.tdp_w:
-            kwh = q * power_w(spec.tdp_w, util, idle_fraction(p.gpu)) / 1000.0 * pue_v
+            kwh = q * power_w(spec.tdp_w, util, idle_fraction(p.gpu)) / 1000.0 * price.pue
             energy.append(LineItem("plan", "energy", f"energy {what}{p.gpu} at {p.site} ({spec.tdp_w:g} W TDP at "
-                                   f"{util:.0%}, PUE {pue_v:g})", kwh, "kWh", kwh_price,
-                                   a["electricity_usd_per_kwh"].source if usd_per_kwh is None else "user",
-                                   site=p.site, gpu=p.gpu, in_total=energy_billed, pool=pid))
+                                   f"{util:.0%}, PUE {price.pue:g})", kwh, "kWh", price.usd_per_kwh, price.source,
+                                   site=p.site, gpu=p.gpu, in_total=price.billed, pool=pid))
+    return items, energy
+
+
+def _commitment_items(problem: Problem, plan: Plan) -> list[LineItem]:
+    """A committed pool's GPUs × 24 committed GPU-hours a day × its committed rate."""
+    pools = problem.pool_by_id
+    out = []
     for pid, c in sorted(commitments(problem, plan).items()):
         p = pools[pid]
         if c:
-            items.append(LineItem("plan", "gpu", f"committed GPUs {p.gpu} at {p.site} [{pid}]: {c} GPUs every hour",
-                                  c * HOURS_PER_DAY, "committed GPU-hour", p.committed_usd_per_gpu_hour,
-                                  p.price_source or "problem pool price", site=p.site, gpu=p.gpu,
-                                  pricing_model=p.pricing_model, pool=pid))
+            out.append(LineItem("plan", "gpu", f"committed GPUs {p.gpu} at {p.site} [{pid}]: {c} GPUs every hour",
+                                c * HOURS_PER_DAY, "committed GPU-hour", p.committed_usd_per_gpu_hour,
+                                p.price_source or "problem pool price", site=p.site, gpu=p.gpu,
+                                pricing_model=p.pricing_model, pool=pid))
+    return out
+
+
+def _pd_start_items(problem: Problem, plan: Plan, day_factor: float) -> list[LineItem]:
+    """Starts per day × start cost of the prefill and decode replicas whose option has a start cost."""
+    pools, pd_opts = problem.pool_by_id, problem.pd_option_by_key
+    out = []
     for pkey, counts in sorted(plan.pd_replicas.items()):
         n = starts(counts)
         o = pd_opts[pkey]
         if n and o.start_cost_usd > 0:
-            items.append(LineItem("plan", "start", f"{o.role} replica starts {o.model} on {o.pool} tp{o.tp}",
-                                  n / day_factor, "start", o.start_cost_usd, "problem option start cost",
-                                  site=pools[o.pool].site, gpu=pools[o.pool].gpu))
-    items += kv_route_items(problem, plan, day_factor)
-    st = {}
-    for key, counts in sorted(plan.replicas.items()):
-        n = starts(counts)
-        st[key] = n
+            out.append(LineItem("plan", "start", f"{o.role} replica starts {o.model} on {o.pool} tp{o.tp}",
+                                n / day_factor, "start", o.start_cost_usd, "problem option start cost",
+                                site=pools[o.pool].site, gpu=pools[o.pool].gpu))
+    return out
+
+
+def _start_items(problem: Problem, st: dict[tuple[str, str, int, int], int], day_factor: float) -> list[LineItem]:
+    """Starts per day × start cost of the dedicated replicas (``st``: starts over the horizon per option) whose
+    option has a start cost."""
+    pools, opts = problem.pool_by_id, problem.option_by_key
+    out = []
+    for key, n in st.items():
         o = opts[key]
         if n and o.start_cost_usd > 0:
-            items.append(LineItem("plan", "start", f"replica starts {key[0]} on {key[1]} tp{key[2]} pp{key[3]}",
-                                  n / day_factor, "start", o.start_cost_usd, "problem option start cost",
-                                  site=pools[o.pool].site, gpu=pools[o.pool].gpu))
-    eg = plan_egress_gb(problem, plan)
+            out.append(LineItem("plan", "start", f"replica starts {key[0]} on {key[1]} tp{key[2]} pp{key[3]}",
+                                n / day_factor, "start", o.start_cost_usd, "problem option start cost",
+                                site=pools[o.pool].site, gpu=pools[o.pool].gpu))
+    return out
+
+
+def _served_away_items(problem: Problem, eg: dict[tuple[str, str], float], day_factor: float) -> list[LineItem]:
+    """GB per day of requests served away from their origin (``eg``: GB over the horizon per (origin, site)) ×
+    the problem's egress rate, with the route class when the site names give one."""
+    out = []
     for (origin, site), gb in sorted(eg.items()):
         rate = problem.egress_rate(origin, site)
         try:
             rc = route_class(origin, site)
         except InputError:
             rc = ""
-        items.append(LineItem("plan", "egress", f"requests served away: {origin} -> {site}", gb / day_factor, "GB",
-                              rate, "problem egress table", site=site, route_class=rc))
-    requests = sum(sum(m.demand_req_per_s) * problem.window_length_s for m in problem.models) / day_factor
-    led = Ledger("plan", tuple(items + energy), requests_per_day=requests)
-    if not math.isclose(led.gpu_usd_per_day * day_factor, ev.gpu_usd, rel_tol=1e-9, abs_tol=1e-6) or not math.isclose(
-            led.egress_usd_per_day * day_factor, ev.egress_usd, rel_tol=1e-9, abs_tol=1e-6):
-        raise AssertionError("plan ledger GPU or egress total disagrees with evaluate()")  # a bug, never user input
-    return PlanLedger(led, day_factor, eg, st)
+        out.append(LineItem("plan", "egress", f"requests served away: {origin} -> {site}", gb / day_factor, "GB",
+                            rate, "problem egress table", site=site, route_class=rc))
+    return out

@@ -84,8 +84,6 @@ def plan_to_dict(problem: Problem, plan: Plan, *, scenario: dict | None = None,
     """A JSON-ready dict of ``plan`` on ``problem`` (see the module docstring)."""
     f = per_day_factor(problem)
     ev = evaluate(problem, plan) if plan.has_solution else None
-    pools = problem.pool_by_id
-    opts = problem.option_by_key
     report = validate(problem, plan) if plan.has_solution else None
     out: dict[str, Any] = {
         "fleetplan_plan_version": FORMAT_VERSION,
@@ -99,23 +97,20 @@ def plan_to_dict(problem: Problem, plan: Plan, *, scenario: dict | None = None,
         **({"requested_gap": plan.requested_gap} if plan.requested_gap is not None else {}),
         "solve_time_s": plan.solve_time_s,
         "message": plan.message,
-        "cost_breakdown_usd_per_day": ({"gpu": ev.gpu_usd * f, "starts": ev.start_usd * f,
-                                        "egress": ev.egress_usd * f} if ev else None),
+        "cost_breakdown_usd_per_day": _cost_breakdown(ev, f) if ev else None,
         "utilization": {"mean": ev.mean_utilization, "peak": ev.peak_utilization} if ev else None,
         "window_length_s": problem.window_length_s,
         "n_windows": problem.n_windows,
         "pools": [_pool_entry(p) for p in problem.pools],
-        "replicas": [],
-        "shared_gpus": [],
-        "windows": [],
+        "replicas": _replica_entries(problem, plan),
+        "shared_gpus": _shared_entries(problem, plan),
+        "windows": _window_entries(problem, plan, ev) if ev else [],
         "notes": list(problem.notes),
         "best_effort": plan.best_effort,
         "unserved_req_per_s": {m: list(v) for m, v in plan.unserved_req_per_s.items()},
         "arrivals": {m.name: {"peak_factor": m.peak_factor, "source": m.peak_factor_source}
                      for m in problem.models if m.peak_factor != 1.0},
     }
-    if ev and ev.committed_usd:
-        out["cost_breakdown_usd_per_day"]["of_which_commitments"] = ev.committed_usd * f
     if any(p.committed for p in problem.pools):
         out["commitments"] = _commitment_entries(problem, plan, ev) if plan.has_solution and ev else []
     if plan.class_unserved_req_per_s:
@@ -123,6 +118,31 @@ def plan_to_dict(problem: Problem, plan: Plan, *, scenario: dict | None = None,
         for (m, c), v in plan.class_unserved_req_per_s.items():
             by_class.setdefault(m, {})[c] = list(v)
         out["class_unserved_req_per_s"] = by_class
+    if plan.pd_replicas or plan.kv_flows_req_per_s:
+        out["prefill_decode"] = _pd_entries(problem, plan)
+        out["kv_flows"] = _kv_flow_entries(problem, plan, f)
+    if baselines:
+        out["baselines"] = {name: _baseline_entry(problem, b, f) for name, b in baselines.items()}
+    out["validation"] = {"ok": report.ok, "violations": list(report.violations)} if report else None
+    if scenario is not None:
+        out["scenario"] = scenario
+    return out
+
+
+def _cost_breakdown(ev: Evaluation, f: float) -> dict[str, float]:
+    """GPU, start and egress USD per day (``f``: days per horizon⁻¹), and the commitments' part of the GPU cost
+    when there is one."""
+    out = {"gpu": ev.gpu_usd * f, "starts": ev.start_usd * f, "egress": ev.egress_usd * f}
+    if ev.committed_usd:
+        out["of_which_commitments"] = ev.committed_usd * f
+    return out
+
+
+def _replica_entries(problem: Problem, plan: Plan) -> list[dict[str, Any]]:
+    """The dedicated replicas: option (model, pool, site, GPU, tp, pp), capacity and its source, counts per
+    window; per request class the capacity of a model with classes."""
+    pools, opts = problem.pool_by_id, problem.option_by_key
+    out = []
     for key, counts in sorted(plan.replicas.items()):
         o = opts[key]
         p = pools[o.pool]
@@ -131,69 +151,81 @@ def plan_to_dict(problem: Problem, plan: Plan, *, scenario: dict | None = None,
                  "counts": list(counts)}
         if o.class_capacity:  # request classes: the classes this option serves and its capacity for each
             entry["class_capacity_req_per_s"] = o.class_capacity
-        out["replicas"].append(entry)
-    pd_opts = problem.pd_option_by_key
-    if plan.pd_replicas or plan.kv_flows_req_per_s:
-        out["prefill_decode"] = []
-        for pkey, counts in sorted(plan.pd_replicas.items()):
+        out.append(entry)
+    return out
+
+
+def _pd_entries(problem: Problem, plan: Plan) -> list[dict[str, Any]]:
+    """The prefill and decode replicas of a disaggregated plan, with their role, decode site and KV transfer."""
+    pools, pd_opts = problem.pool_by_id, problem.pd_option_by_key
+    out = []
+    for pkey, counts in sorted(plan.pd_replicas.items()):
+        o = pd_opts[pkey]
+        p = pools[o.pool]
+        out.append({"model": o.model, "role": o.role, "pool": o.pool, "site": p.site, "gpu": p.gpu, "tp": o.tp,
+                    "decode_site": o.decode_site, "capacity_req_per_s": o.capacity_req_per_s,
+                    "kv_transfer_s": o.kv_transfer_s, "capacity_source": o.capacity_source, "counts": list(counts)})
+    return out
+
+
+def _kv_flow_entries(problem: Problem, plan: Plan, f: float) -> list[dict[str, Any]]:
+    """Per KV route: req/s per window and the KV and prompt GB per day it moves."""
+    traffic = kv_traffic(problem, plan)
+    routes = problem.kv_route_by_key
+    return [{"model": k[0], "prefill_site": k[1], "decode_site": k[2], "route_class": routes[k].route_class,
+             "link": routes[k].link, "req_per_s": list(v), "kv_gb_per_day": traffic.gb.get((k, "kv"), 0.0) * f,
+             "prompt_gb_per_day": traffic.gb.get((k, "prompt"), 0.0) * f}
+            for k, v in sorted(plan.kv_flows_req_per_s.items())]
+
+
+def _shared_entries(problem: Problem, plan: Plan) -> list[dict[str, Any]]:
+    """The shared GPUs: pool, site, GPU, the models on it, what it serves of each, and their capacity sources."""
+    pools, shares = problem.pool_by_id, problem.share_by_key
+    return [{"pool": g.pool, "site": pools[g.pool].site, "gpu": pools[g.pool].gpu, "models": list(g.models),
+             "served_req_per_s": {m: list(v) for m, v in g.served_req_per_s.items()},
+             "capacity_source": {m: shares[(m, g.pool)].capacity_source for m in g.models if (m, g.pool) in shares}}
+            for g in plan.shared]
+
+
+def _window_replicas(problem: Problem, plan: Plan, w: int) -> dict[str, dict[str, int]]:
+    """{model: {replica label: count}} in window ``w``: 'gpu@site tpN[xppM]', 'ROLE gpu@site tpN[->decode site]'
+    and 'gpu@site shared' (one per shared GPU the model is on)."""
+    pools, opts, pd_opts = problem.pool_by_id, problem.option_by_key, problem.pd_option_by_key
+    reps: dict[str, dict[str, int]] = {}
+    for key, counts in plan.replicas.items():
+        if counts[w]:
+            o = opts[key]
+            label = f"{pools[o.pool].label} tp{o.tp}" + (f"xpp{o.pp}" if o.pp > 1 else "")
+            reps.setdefault(o.model, {})[label] = counts[w]
+    for pkey, counts in plan.pd_replicas.items():
+        if counts[w]:
             o = pd_opts[pkey]
             p = pools[o.pool]
-            out["prefill_decode"].append({
-                "model": o.model, "role": o.role, "pool": o.pool, "site": p.site, "gpu": p.gpu, "tp": o.tp,
-                "decode_site": o.decode_site, "capacity_req_per_s": o.capacity_req_per_s,
-                "kv_transfer_s": o.kv_transfer_s, "capacity_source": o.capacity_source, "counts": list(counts)})
-        traffic = kv_traffic(problem, plan)
-        routes = problem.kv_route_by_key
-        out["kv_flows"] = [{"model": k[0], "prefill_site": k[1], "decode_site": k[2],
-                            "route_class": routes[k].route_class, "link": routes[k].link, "req_per_s": list(v),
-                            "kv_gb_per_day": traffic.gb.get((k, "kv"), 0.0) * f,
-                            "prompt_gb_per_day": traffic.gb.get((k, "prompt"), 0.0) * f}
-                           for k, v in sorted(plan.kv_flows_req_per_s.items())]
+            to = f"->{o.decode_site}" if o.role == "prefill" and o.decode_site != p.site else ""
+            reps.setdefault(o.model, {})[f"{o.role} {p.label} tp{o.tp}{to}"] = counts[w]
     for g in plan.shared:
-        p = pools[g.pool]
-        shares = problem.share_by_key
-        out["shared_gpus"].append({"pool": g.pool, "site": p.site, "gpu": p.gpu, "models": list(g.models),
-                                   "served_req_per_s": {m: list(v) for m, v in g.served_req_per_s.items()},
-                                   "capacity_source": {m: shares[(m, g.pool)].capacity_source for m in g.models
-                                                       if (m, g.pool) in shares}})
-    if ev:
-        served = plan.served_req_per_s(problem)
-        for w in range(problem.n_windows):
-            reps: dict[str, dict[str, int]] = {}
-            for key, counts in plan.replicas.items():
-                if counts[w]:
-                    o = opts[key]
-                    p = pools[o.pool]
-                    label = f"{p.label} tp{o.tp}" + (f"xpp{o.pp}" if o.pp > 1 else "")
-                    reps.setdefault(o.model, {})[label] = counts[w]
-            for pkey, counts in plan.pd_replicas.items():
-                if counts[w]:
-                    o = pd_opts[pkey]
-                    p = pools[o.pool]
-                    to = f"->{o.decode_site}" if o.role == "prefill" and o.decode_site != p.site else ""
-                    reps.setdefault(o.model, {})[f"{o.role} {p.label} tp{o.tp}{to}"] = counts[w]
-            for g in plan.shared:
-                p = pools[g.pool]
-                for m in g.models:
-                    label = f"{p.label} shared"
-                    reps.setdefault(m, {})[label] = reps.get(m, {}).get(label, 0) + 1
-            out["windows"].append({
-                "index": w, "start_s": w * problem.window_length_s, "gpus": ev.gpus_per_window[w],
-                "utilization": ev.utilization_per_window[w],
-                "demand_req_per_s": {m.name: m.demand_req_per_s[w] for m in problem.models},
-                "served_req_per_s": {m: v[w] for m, v in served.items()},
-                "capacity_req_per_s": {m: c[w] for m, c in ev.capacity_req_per_s.items()},
-                "replicas": reps})
-    if baselines:
-        out["baselines"] = {}
-        for name, b in baselines.items():
-            be = evaluate(problem, b)
-            out["baselines"][name] = {"cost_usd_per_day": be.total_usd * f, "gpu_hours_per_day": be.gpu_hours * f,
-                                      "valid": not b.message, "message": b.message}
-    out["validation"] = {"ok": report.ok, "violations": list(report.violations)} if report else None
-    if scenario is not None:
-        out["scenario"] = scenario
-    return out
+        label = f"{pools[g.pool].label} shared"
+        for m in g.models:
+            reps.setdefault(m, {})[label] = reps.get(m, {}).get(label, 0) + 1
+    return reps
+
+
+def _window_entries(problem: Problem, plan: Plan, ev: Evaluation) -> list[dict[str, Any]]:
+    """Per window: start, GPUs, utilization, demand, served and capacity per model, and the replicas."""
+    served = plan.served_req_per_s(problem)
+    return [{"index": w, "start_s": w * problem.window_length_s, "gpus": ev.gpus_per_window[w],
+             "utilization": ev.utilization_per_window[w],
+             "demand_req_per_s": {m.name: m.demand_req_per_s[w] for m in problem.models},
+             "served_req_per_s": {m: v[w] for m, v in served.items()},
+             "capacity_req_per_s": {m: c[w] for m, c in ev.capacity_req_per_s.items()},
+             "replicas": _window_replicas(problem, plan, w)} for w in range(problem.n_windows)]
+
+
+def _baseline_entry(problem: Problem, b: Plan, f: float) -> dict[str, Any]:
+    """A baseline's cost and GPU-hours per day, and whether it is a valid plan (no message) or why not."""
+    be = evaluate(problem, b)
+    return {"cost_usd_per_day": be.total_usd * f, "gpu_hours_per_day": be.gpu_hours * f, "valid": not b.message,
+            "message": b.message}
 
 
 def _pool_entry(p: Pool) -> dict[str, Any]:
@@ -243,60 +275,81 @@ def plan_from_dict(d: dict, problem: Problem | None = None) -> Plan:
         raise InputError("not a fleetplan plan file (missing fleetplan_plan_version 1); write one with "
                          "`fleetplan plan --out plan.json`", field="fleetplan_plan_version")
     try:
-        replicas = {(r["model"], r["pool"], int(r["tp"]), int(r["pp"])): tuple(int(c) for c in r["counts"])
-                    for r in d["replicas"]}
-        shared = tuple(SharedGPU(pool=g["pool"], models=tuple(g["models"]),
-                                 served_req_per_s={m: tuple(float(x) for x in v)
-                                                   for m, v in g["served_req_per_s"].items()})
-                       for g in d["shared_gpus"])
-        if d["status"] not in {x.value for x in Status}:
-            raise ValueError(f"status {d['status']!r} is not one of {', '.join(x.value for x in Status)}")
-        status = Status(d["status"])
-        unserved = {str(m): tuple(float(x) for x in v) for m, v in (d.get("unserved_req_per_s") or {}).items()}
-        class_unserved = {(str(m), str(c)): tuple(float(x) for x in v)
-                          for m, row in (d.get("class_unserved_req_per_s") or {}).items() for c, v in row.items()}
-        pd = {(r["model"], r["role"], r["pool"], int(r["tp"]), r["decode_site"]): tuple(int(c) for c in r["counts"])
-              for r in d.get("prefill_decode") or []}
-        flows = {(r["model"], r["prefill_site"], r["decode_site"]): tuple(float(x) for x in r["req_per_s"])
-                 for r in d.get("kv_flows") or []}
-        committed = {str(c["pool"]): int(c["gpus"]) for c in (d.get("commitments") or [])}
+        fields = _plan_fields(d)
     except (KeyError, TypeError, ValueError) as exc:
         raise InputError(f"plan file is malformed: {exc}; re-create it with `fleetplan plan --out`",
                          field="status" if "status" in str(exc) else "replicas") from None
     if problem is not None:
-        W = problem.n_windows
-        for k, counts in replicas.items():
-            if len(counts) != W or any(c < 0 for c in counts):
-                raise InputError(f"plan replica {k} has {len(counts)} counts {list(counts)}; the scenario has {W} "
-                                 "windows and counts are whole numbers >= 0 (was the file edited?)",
-                                 field="replicas.counts", value=list(counts))
-        for g in shared:
-            for m, v in g.served_req_per_s.items():
-                if len(v) != W:
-                    raise InputError(f"shared GPU {g.pool} serves {m} in {len(v)} windows; the scenario has {W}",
-                                     field="shared_gpus.served_req_per_s", value=list(v))
-        opts = problem.option_by_key
-        for k in replicas:
-            if k not in opts:
-                raise InputError(f"plan replica {k} is not an option of the scenario (the scenario changed since "
-                                 "the plan was made?)", field="replicas", value=k)
-        for pk in pd:
-            if pk not in problem.pd_option_by_key:
-                raise InputError(f"plan {pk[1]} replica {pk} is not an option of the scenario (the scenario changed "
-                                 "since the plan was made?)", field="prefill_decode", value=pk)
-        for rk in flows:
-            if rk not in problem.kv_route_by_key:
-                raise InputError(f"plan KV flow {rk} is not a route of the scenario", field="kv_flows", value=rk)
+        _check_plan_keys(problem, fields)
     f = per_day_factor(problem) if problem is not None else 1.0
     cost = d.get("cost_usd_per_day")
     bound = d.get("lower_bound_usd_per_day")
-    return Plan(replicas=replicas, shared=shared, status=status, backend=d.get("backend", ""),
-                objective_usd=cost / f if cost is not None else None,
+    return Plan(**fields, backend=d.get("backend", ""), objective_usd=cost / f if cost is not None else None,
                 bound_usd=bound / f if bound is not None else None, gap=d.get("gap"),
-                requested_gap=d.get("requested_gap"),
-                solve_time_s=float(d.get("solve_time_s", 0.0)), message=d.get("message", ""),
-                unserved_req_per_s=unserved, pd_replicas=pd, kv_flows_req_per_s=flows, commitments=committed,
-                class_unserved_req_per_s=class_unserved)
+                requested_gap=d.get("requested_gap"), solve_time_s=float(d.get("solve_time_s", 0.0)),
+                message=d.get("message", ""))
+
+
+def _counts(values: Any) -> tuple[int, ...]:
+    return tuple(int(c) for c in values)
+
+
+def _rates(values: Any) -> tuple[float, ...]:
+    return tuple(float(x) for x in values)
+
+
+def _plan_fields(d: dict) -> dict[str, Any]:
+    """The :class:`Plan` fields a plan dict stores (replicas, shared GPUs, status, unserved demand, prefill/decode
+    replicas, KV flows, commitments), as Plan's keyword arguments. Raises KeyError, TypeError or ValueError for a
+    malformed dict."""
+    replicas = {(r["model"], r["pool"], int(r["tp"]), int(r["pp"])): _counts(r["counts"]) for r in d["replicas"]}
+    shared = tuple(SharedGPU(pool=g["pool"], models=tuple(g["models"]),
+                             served_req_per_s={m: _rates(v) for m, v in g["served_req_per_s"].items()})
+                   for g in d["shared_gpus"])
+    if d["status"] not in {x.value for x in Status}:
+        raise ValueError(f"status {d['status']!r} is not one of {', '.join(x.value for x in Status)}")
+    return {
+        "replicas": replicas,
+        "shared": shared,
+        "status": Status(d["status"]),
+        "unserved_req_per_s": {str(m): _rates(v) for m, v in (d.get("unserved_req_per_s") or {}).items()},
+        "class_unserved_req_per_s": {(str(m), str(c)): _rates(v)
+                                     for m, row in (d.get("class_unserved_req_per_s") or {}).items()
+                                     for c, v in row.items()},
+        "pd_replicas": {(r["model"], r["role"], r["pool"], int(r["tp"]), r["decode_site"]): _counts(r["counts"])
+                        for r in d.get("prefill_decode") or []},
+        "kv_flows_req_per_s": {(r["model"], r["prefill_site"], r["decode_site"]): _rates(r["req_per_s"])
+                               for r in d.get("kv_flows") or []},
+        "commitments": {str(c["pool"]): int(c["gpus"]) for c in (d.get("commitments") or [])},
+    }
+
+
+def _check_plan_keys(problem: Problem, fields: dict[str, Any]) -> None:
+    """Raise InputError when the plan's counts do not have one whole number >= 0 per window of ``problem``, or a
+    replica, prefill/decode replica or KV flow names no option or route of it."""
+    W = problem.n_windows
+    for k, counts in fields["replicas"].items():
+        if len(counts) != W or any(c < 0 for c in counts):
+            raise InputError(f"plan replica {k} has {len(counts)} counts {list(counts)}; the scenario has {W} "
+                             "windows and counts are whole numbers >= 0 (was the file edited?)",
+                             field="replicas.counts", value=list(counts))
+    for g in fields["shared"]:
+        for m, v in g.served_req_per_s.items():
+            if len(v) != W:
+                raise InputError(f"shared GPU {g.pool} serves {m} in {len(v)} windows; the scenario has {W}",
+                                 field="shared_gpus.served_req_per_s", value=list(v))
+    opts = problem.option_by_key
+    for k in fields["replicas"]:
+        if k not in opts:
+            raise InputError(f"plan replica {k} is not an option of the scenario (the scenario changed since "
+                             "the plan was made?)", field="replicas", value=k)
+    for pk in fields["pd_replicas"]:
+        if pk not in problem.pd_option_by_key:
+            raise InputError(f"plan {pk[1]} replica {pk} is not an option of the scenario (the scenario changed "
+                             "since the plan was made?)", field="prefill_decode", value=pk)
+    for rk in fields["kv_flows_req_per_s"]:
+        if rk not in problem.kv_route_by_key:
+            raise InputError(f"plan KV flow {rk} is not a route of the scenario", field="kv_flows", value=rk)
 
 
 def read_plan_json(path: str | Path) -> dict:

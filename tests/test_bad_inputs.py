@@ -78,6 +78,10 @@ CLI_CASES = [
     (["plan", "--xlsx", "/dev/null"], ["not a regular file"]),
     (["plan", "--time-limit", "nan"], ["time"]),
     (["plan", "--gap", "nan"], ["gap"]),
+    # --time-limit is one option with one check (cli/options.py): allocate took NaN and solved until it failed.
+    (["allocate", "--time-limit", "nan"], ["field 'time limit': nan is not a finite number"]),
+    (["allocate", "--time-limit", "0.2"], ["0.2 s is below the minimum 0.5 s"]),
+    (["sweep", "--vary", "demand_factor=1", "--time-limit", "inf"], ["field 'time limit': inf is not a finite"]),
     (["ledger", "split", "--model", "llama-3.1-70b", "--prefill-site", "aws:us-east-1", "--decode-site",
       "aws:us-west-2", "--csv-out", "{tmp}/no/x.csv"], ["does not exist"]),
     (["serve", "--db", "notaurl", "--insecure-no-auth"], ["'notaurl' is not a database URL", "sqlite:///"]),

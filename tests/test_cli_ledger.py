@@ -8,7 +8,7 @@ import math
 import pytest
 from click.testing import CliRunner
 
-from fleetplan.cli.ledger import parse_vary
+from fleetplan.cli.grid import parse_vary
 from fleetplan.cli.main import main
 from fleetplan.datasets.catalog.prices import load_gpu_prices
 from fleetplan.errors import InputError

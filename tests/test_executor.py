@@ -13,8 +13,8 @@ import sys
 import pytest
 from click.testing import CliRunner
 
-from fleetplan.cli.ledger import _run_sweep
 from fleetplan.cli.main import main
+from fleetplan.cli.whatif import run_cells
 from fleetplan.costmodels.split import grid
 from fleetplan.datasets.sharing import load_interference
 from fleetplan.datasets.shipped import shipped_scenario_text
@@ -245,9 +245,9 @@ def test_ray_whatif_grid_equals_the_process_pool(ray_instance):
     spec = make_spec(SplitOptions.from_mapping(parse_yaml(shipped_scenario_text(split), source=split), source=split))
     variables = {"egress_usd_per_gb": [0.0, 0.02], "prompt_tokens": [500.0, 4000.0]}
     with LocalExecutor(2) as ex:
-        local = _run_sweep(spec, variables, ex, quiet=True)
+        local = run_cells(spec, variables, ex, quiet=True)
     with make_executor("ray") as ex:
-        on_ray = _run_sweep(spec, variables, ex, quiet=True)
+        on_ray = run_cells(spec, variables, ex, quiet=True)
     assert len(local) == 4 and [r["egress_usd_per_gb"] for r in local] == [0.0, 0.0, 0.02, 0.02]
     assert on_ray == local
 

@@ -1,0 +1,222 @@
+"""The click options that several ``fleetplan`` commands take, each declared once here: one name, one type, one
+help text (a command fills in only what differs: its default, and what the option applies to, e.g. "each cell's
+solve").
+
+Solver options (``plan``, ``sweep``, ``allocate``): ``--backend``, ``--time-limit``, ``--gap``, ``--threads``. The
+time limit and the gap are plain numbers on the command line and are checked by
+:func:`fleetplan.solvers.solve.check_solve_options` before any work (:func:`checked_time_limit` for a command
+without a gap), so a NaN or out-of-range value gets the same one-line error from every command.
+
+Fan-out options (``plan --decompose``, ``sweep``, ``allocate --mode pareto``, ``whatif``, ``ledger whatif``):
+``--workers``, ``--executor``, ``--ray-address`` (:func:`fanout_options`).
+
+Outputs: ``--format``, ``--out``, ``--plot``, ``--xlsx``. Grids: ``--vary``, ``--max-cells``. The split design
+(``ledger split``, ``ledger whatif``, ``whatif``): :func:`split_design_options` and :func:`split_options`.
+Catalog prices: ``--price-date``. Deployment: ``--deploy``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import click
+
+from fleetplan.cli.grid import MAX_CELLS_LIMIT, MAX_VARY_COUNT
+from fleetplan.scenario.split import SplitOptions
+from fleetplan.solvers.executor import EXECUTORS
+from fleetplan.solvers.solve import BACKENDS, MIN_TIME_LIMIT_S, check_solve_options
+
+Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
+
+#: Longest --time-limit, seconds (a day), as :func:`~fleetplan.solvers.solve.check_solve_options` accepts.
+MAX_TIME_LIMIT_S = 86400
+#: The output formats of a command that prints rows.
+FORMATS = ("table", "json", "csv")
+#: What each solver backend is, for the help of --backend.
+_BACKEND_TEXT = {"highs": "MILP with HiGHS (PuLP)", "cbc": "MILP with CBC (PuLP)", "cpsat": "CP-SAT (OR-Tools)"}
+
+
+def _apply(f: Callable[..., Any], options: Sequence[Decorator]) -> Callable[..., Any]:
+    """``f`` with ``options`` applied so that they appear in ``--help`` in the order given."""
+    for o in reversed(options):
+        f = o(f)
+    return f
+
+
+def _either(names: Sequence[str]) -> str:
+    """'a', 'a or b', 'a, b or c'."""
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]
+
+
+# ---- solver ------------------------------------------------------------------------------------------------------
+
+def backend_option(backends: Sequence[str] = BACKENDS, default: str = "highs") -> Decorator:
+    """``--backend`` (keyword ``backend``): one of ``backends`` (default: every backend of ``fleetplan.solvers.solve``;
+    ``allocate`` passes those of the tenant allocator)."""
+    text = _either([_BACKEND_TEXT.get(b, b) for b in backends])
+    return click.option("--backend", type=click.Choice(list(backends)), default=default, show_default=True,
+                        help=f"Solver: {text}.")
+
+
+def time_limit_option(default_s: float, scope: str = "the whole solve") -> Decorator:
+    """``--time-limit`` (keyword ``time_limit_s``), seconds of ``scope``; check it with
+    :func:`~fleetplan.solvers.solve.check_solve_options` (or :func:`checked_time_limit`) before the work."""
+    return click.option("--time-limit", "time_limit_s", type=float, default=default_s, show_default=True,
+                        help=f"Time limit of {scope}, seconds ({MIN_TIME_LIMIT_S:g} to {MAX_TIME_LIMIT_S}).")
+
+
+def checked_time_limit(time_limit_s: float) -> float:
+    """``--time-limit`` of a command without ``--gap``, checked as
+    :func:`~fleetplan.solvers.solve.check_solve_options` checks it (a finite number of seconds from
+    MIN_TIME_LIMIT_S to 86400); raises InputError naming the option otherwise."""
+    return check_solve_options(time_limit_s, 0.0)[0]
+
+
+def gap_option(scope: str = "the solver") -> Decorator:
+    """``--gap`` (keyword ``gap``): the relative optimality gap at which ``scope`` may stop, default 0.005; checked
+    by :func:`~fleetplan.solvers.solve.check_solve_options`."""
+    return click.option("--gap", type=float, default=0.005, show_default=True,
+                        help=f"Relative optimality gap at which {scope} may stop (0 to below 1).")
+
+
+def threads_option(default: int | None, scope: str = "") -> Decorator:
+    """``--threads`` (keyword ``threads``): solver threads (``scope``, e.g. ' per cell'), 1 to 256; None = all
+    cores."""
+    return click.option("--threads", type=click.IntRange(1, 256), default=default, show_default=default is not None,
+                        help=f"Solver threads{scope}" + (" (default: all)." if default is None else "."))
+
+
+# ---- fan-out ------------------------------------------------------------------------------------------------------
+
+def fanout_options(what: str, workers: int | None, workers_default_text: str = "") -> Decorator:
+    """``--workers`` (keyword ``workers``; ``workers`` is its default, None shown as ``workers_default_text``),
+    ``--executor process|ray`` and ``--ray-address`` (keywords ``executor``, ``ray_address``): where ``what`` runs
+    (e.g. "the cells")."""
+    default_text = f" (default: {workers_default_text})" if workers is None else ""
+    return lambda f: _apply(f, [
+        click.option("--workers", type=click.IntRange(1, 64), default=workers, show_default=workers is not None,
+                     help=f"Processes (or CPUs of a local Ray instance) that run {what} at once{default_text}."),
+        click.option("--executor", type=click.Choice(EXECUTORS), default="process", show_default=True,
+                     help=f"Where {what} run: local processes (--workers), or Ray (pip install 'fleetplan[ray]'). "
+                          "Results are the same on both."),
+        click.option("--ray-address", default=None, metavar="auto|ray://HOST:PORT",
+                     help="With --executor ray: the cluster to use ('auto': the running one); default: start a local "
+                          "Ray instance with --workers CPUs."),
+    ])
+
+
+# ---- outputs ------------------------------------------------------------------------------------------------------
+
+def format_option(formats: Sequence[str] = FORMATS, detail: str = "") -> Decorator:
+    """``--format`` (keyword ``fmt``): one of ``formats``, default table; ``detail`` says more about them."""
+    return click.option("--format", "fmt", type=click.Choice(list(formats)), default="table", show_default=True,
+                        help="Output format" + (f": {detail}" if detail else "."))
+
+
+def out_option(what: str) -> Decorator:
+    """``--out`` (keyword ``out``): a file to write ``what`` to, besides what the command prints."""
+    return click.option("--out", type=click.Path(dir_okay=False), default=None, help=f"Also write {what}.")
+
+
+def plot_option(what: str) -> Decorator:
+    """``--plot`` (keyword ``plot``): a PNG file of ``what``."""
+    return click.option("--plot", type=click.Path(dir_okay=False), default=None, help=f"Write a PNG of {what}.")
+
+
+def xlsx_option(what: str) -> Decorator:
+    """``--xlsx`` (keyword ``xlsx``): a what-if workbook of ``what`` (inputs, and live formulas over them)."""
+    return click.option("--xlsx", type=click.Path(dir_okay=False), default=None,
+                        help=f"Also write a what-if workbook of {what} (inputs, and live formulas over them).")
+
+
+# ---- grids --------------------------------------------------------------------------------------------------------
+
+def vary_option(variables: Mapping[str, str]) -> Decorator:
+    """``--vary`` (keyword ``vary``, repeatable, required): one variable of the grid, among ``variables``
+    ({name: what it sets}); parsed by :func:`fleetplan.cli.grid.parse_grid`."""
+    names = "; ".join(f"{k}: {v}" for k, v in variables.items())
+    return click.option("--vary", "vary", multiple=True, required=True,
+                        help=f"NAME=START:STOP:COUNT (COUNT values from START to STOP, COUNT 1..{MAX_VARY_COUNT}) or "
+                             f"NAME=V1,V2,... (repeat for a grid); NAME is one of: {names}.")
+
+
+def max_cells_option(default: int) -> Decorator:
+    """``--max-cells`` (keyword ``max_cells``): the largest grid run, ``default`` without it."""
+    return click.option("--max-cells", type=click.IntRange(1, MAX_CELLS_LIMIT), default=default, show_default=True,
+                        help="Largest grid run (cells = product of the --vary value counts).")
+
+
+# ---- catalogs ------------------------------------------------------------------------------------------------------
+
+def price_date_option(f: Callable[..., Any]) -> Callable[..., Any]:
+    """``--price-date`` (keyword ``price_date``): catalog prices as of a date."""
+    return click.option("--price-date", default=None,
+                        help="Catalog prices as of this date (YYYY-MM-DD): the newest snapshot dated on or before it "
+                             "(default: the newest).")(f)
+
+
+# ---- deployment ---------------------------------------------------------------------------------------------------
+
+def deploy_option(use: str = "") -> Decorator:
+    """``--deploy`` (keyword ``deploy_file``): the deployment file (:class:`fleetplan.export.deployment.DeployFile`);
+    ``use`` says which of its parts the command uses."""
+    return click.option("--deploy", "deploy_file", default=None, type=click.Path(dir_okay=False),
+                        help="Deployment file (YAML): site -> kubectl context and namespace, image, checkpoints, GPU "
+                             f"node labels (README: 'From plan to production'){use}.")
+
+
+# ---- the split design -----------------------------------------------------------------------------------------------
+
+def _split_default(name: str) -> Any:
+    """The default of a SplitOptions field (one home for the defaults of the split options)."""
+    return SplitOptions.model_fields[name].default
+
+
+def split_design_options(required: bool = True) -> Decorator:
+    """The options of a prefill/decode split design (``ledger split``, ``ledger whatif``; ``whatif`` with
+    ``required=False``, where a scenario file may give them), keywords the :class:`SplitOptions` fields; turn them
+    into SplitOptions with :func:`split_options`."""
+    d = _split_default
+    return lambda f: _apply(f, [
+        click.option("--model", required=required, help="Model name or alias, e.g. llama-3.1-70b."),
+        click.option("--prefill-site", required=required, help="Site of the prefill pool, 'cloud:region[:zone]'."),
+        click.option("--decode-site", required=required, help="Site of the decode pool (near the users)."),
+        click.option("--trace", default=d("trace"), show_default=True, help="Trace giving the token mix and rate."),
+        click.option("--gpu", default=d("gpu"), show_default=True, help="GPU type of both pools."),
+        click.option("--prefill-gpu", default=None, help="GPU type of the prefill pool (default --gpu)."),
+        click.option("--decode-gpu", default=None, help="GPU type of the decode pool (default --gpu)."),
+        click.option("--rate-req-per-s", type=float, default=None, help="Request rate (default: the trace's)."),
+        click.option("--ttft-slo-s", type=float, default=d("ttft_slo_s"), show_default=True,
+                     help="p95 TTFT target, seconds."),
+        click.option("--tpot-slo-s", type=float, default=d("tpot_slo_s"), show_default=True,
+                     help="p95 TPOT target, seconds."),
+        click.option("--pricing-model", default=d("pricing_model"), show_default=True, help="on-demand, spot, ..."),
+        click.option("--prefill-usd-per-gpu-hour", type=float, default=None,
+                     help="Your price per GPU-hour at the prefill site (instead of the catalog's)."),
+        click.option("--decode-usd-per-gpu-hour", type=float, default=None,
+                     help="Your price per GPU-hour at the decode site (instead of the catalog's)."),
+        click.option("--prices", "prices_file", type=click.Path(dir_okay=False), default=None,
+                     help="Your own GPU price rows (CSV/YAML, the shipped price file's columns)."),
+        price_date_option,
+        click.option("--models", "models_file", type=click.Path(dir_okay=False), default=None,
+                     help="Your own model architectures (CSV/YAML with the shipped models file's columns, or a "
+                          "Hugging Face config.json)."),
+        click.option("--egress", "egress_file", type=click.Path(dir_okay=False), default=None,
+                     help="Your own egress rows (CSV/YAML, the shipped egress file's columns)."),
+        click.option("--egress-usd-per-gb", type=float, default=None,
+                     help="Flat cross-site egress price, USD/GB (instead of the route's table)."),
+        click.option("--margin", type=float, default=d("margin"), show_default=True,
+                     help="Capacity headroom (0..0.9)."),
+        click.option("--usd-per-kwh", type=float, default=None, help="Electricity price (default: shipped)."),
+        click.option("--energy-billed/--energy-included", default=d("energy_billed"), show_default=True,
+                     help="Add energy to the total (own hardware) or not (cloud prices include power)."),
+    ])
+
+
+def split_options(kw: Mapping[str, Any], *, base: Mapping[str, Any] | None = None,
+                  source: str | None = None) -> SplitOptions:
+    """The :class:`~fleetplan.scenario.split.SplitOptions` of the split options in ``kw`` (click's keyword
+    arguments; None = not given), over ``base`` (a split file's mapping, read from ``source``). Raises InputError."""
+    given = {k: v for k, v in kw.items() if k in SplitOptions.model_fields and v is not None}
+    return SplitOptions.from_mapping({**(base or {}), **given}, source=source)
