@@ -387,6 +387,7 @@ class Engine:
         for i, spec in enumerate(engines):
             self.cands.setdefault(spec.model, []).append(i)
         idx_of_model = {m: np.flatnonzero(models == m) for m in set(models.tolist())}
+        self._tables: dict[tuple[int, str], tuple[list[float], list[float], list[float]]] = {}
         for m in idx_of_model:
             if m not in self.cands:
                 raise InputError(f"requests for model {m!r} but the plan serves it on no replica in this window",
@@ -409,21 +410,27 @@ class Engine:
         if share > 0 and not pcie:
             raise InputError(f"{sm.label}: the GPU record has no PCIe bandwidth; a host KV tier needs it",
                              field="pcie_bytes_per_s")
-        n = len(inp)
-        p = np.zeros(n)
-        r = np.zeros(n)
-        nd = np.zeros(n)
         blk = self.policy.kv_block_tokens or 0
-        if len(ids):
-            p[ids] = sm.prefill(inp[ids])
-            r[ids] = sm.cached_tokens(inp[ids] + out[ids])
-            if blk:
-                r[ids] = inp[ids] + out[ids] + blk - 1
-                nd[ids] = inp[ids] + blk
+        # engines of one replica type (one StepModel) share the per-request tables: a day's replay of a fleet
+        # that changes every minute has hundreds of engines, and a table per engine is engines x requests
+        key = (id(sm), spec.model)
+        if key not in self._tables:
+            n = len(inp)
+            p = np.zeros(n)
+            r = np.zeros(n)
+            nd = np.zeros(n)
+            if len(ids):
+                p[ids] = sm.prefill(inp[ids])
+                r[ids] = sm.cached_tokens(inp[ids] + out[ids])
+                if blk:
+                    r[ids] = inp[ids] + out[ids] + blk - 1
+                    nd[ids] = inp[ids] + blk
+            self._tables[key] = (p.tolist(), r.tolist(), nd.tolist())
+        pre, resv, need = self._tables[key]
         e = _EngineState(i, self.devs[spec.device], sm, kv_cap=sm.kv_budget_tokens / (1.0 - share),
                          tok_s=sm.token_share_s,
                          pcie_s_per_token=share * sm.kv_bytes_per_token / pcie if share > 0 and pcie else 0.0,
-                         pre=p.tolist(), resv=r.tolist(), need=nd.tolist(), blk=blk,
+                         pre=pre, resv=resv, need=need, blk=blk,
                          serve_from_s=spec.serve_from_s, serve_until_s=spec.serve_until_s)
         e.dev.engines.append(e)
         return e

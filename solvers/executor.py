@@ -1,7 +1,7 @@
 """Executors: where fleetplan's fan-outs run — in this process, in local worker processes, or on a Ray cluster.
 
 Every fan-out in fleetplan goes through :meth:`Executor.map`: the what-if grids of ``fleetplan ledger whatif``
-(:func:`fleetplan.cli.ledger._run_sweep`), the cells of ``fleetplan sweep`` (:mod:`fleetplan.solvers.sweep`), the
+(:func:`fleetplan.cli.whatif.run_cells`), the cells of ``fleetplan sweep`` (:mod:`fleetplan.solvers.sweep`), the
 Pareto anchors and points of the tenant solver (:func:`fleetplan.solvers.tenants.allocate._pareto`). ``map`` returns the
 results in the order of its items whichever executor ran them and however the tasks finished, so a fan-out gives
 the same answer to the cent on every executor provided its tasks are deterministic: a task takes everything it
