@@ -261,9 +261,36 @@ def _codes(*codes: int) -> dict:
     return out
 
 
+class _Pairs(list):
+    """A JSON object as the list of its (key, value) pairs, in order (json's ``object_pairs_hook``)."""
+
+
+def duplicate_key(body: bytes) -> list | None:
+    """The location (``["body", "observations", 0, "arrivals"]``) of the first key a JSON object of ``body`` gives
+    twice, or None (none repeated, or not JSON: the request's own parser then says what is wrong). Python's JSON
+    reader keeps the last value silently: ``{"arrivals": 5, "arrivals": 50000}`` would be stored as 50000."""
+    try:
+        doc = json.loads(body, object_pairs_hook=_Pairs)
+    except (ValueError, RecursionError):
+        return None
+    stack: list[tuple[Any, list]] = [(doc, ["body"])]
+    while stack:
+        node, path = stack.pop()
+        if isinstance(node, _Pairs):
+            seen: set[str] = set()
+            for k, v in node:
+                if k in seen:
+                    return [*path, k]
+                seen.add(k)
+                stack.append((v, [*path, k]))
+        elif isinstance(node, list):
+            stack.extend((v, [*path, i]) for i, v in enumerate(node))
+    return None
+
+
 class _BodyLimit:
     """ASGI middleware: reads a request body up to ``max_bytes`` and answers 413 beyond it (by Content-Length
-    when given, else by counting the chunks)."""
+    when given, else by counting the chunks); a JSON body that repeats a key in one object gets 422 naming it."""
 
     def __init__(self, app, max_bytes: int) -> None:
         self.app = app
@@ -293,6 +320,16 @@ class _BodyLimit:
             chunks.append(chunk)
             more = msg.get("more_body", False)
         data = b"".join(chunks)
+        headers = dict(scope["headers"])
+        where = duplicate_key(data) if data and _is_json(headers.get(b"content-type", b"").decode("latin-1")) else None
+        if where is not None:
+            body = json.dumps(_safe({"detail": [{"loc": where, "type": "duplicate_key", "msg": (
+                f"key {where[-1]!r} is given twice in one JSON object; a JSON reader would keep one of them "
+                "silently: send it once")}]})).encode()
+            await send({"type": "http.response.start", "status": 422, "headers": [
+                (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+            await send({"type": "http.response.body", "body": body})
+            return
         sent = False
 
         async def replay():

@@ -16,6 +16,7 @@ traceback, counted in /metrics, and the round retried with backoff (1, 2, 4, ...
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 import logging
 import math
@@ -33,7 +34,7 @@ from fleetplan.scenario.read import Scenario, load_scenario, scenario_models
 from fleetplan.service.prometheus import pull_observations
 from fleetplan.service.store import Store, body_digest
 from fleetplan.solvers.online.config import OnlineConfig
-from fleetplan.solvers.online.forecast import estimate_demand
+from fleetplan.solvers.online.forecast import Forecaster, estimate_demand
 from fleetplan.solvers.online.replanner import Replanner
 from fleetplan.solvers.online.state import OnlineResult, load_times, window_problem
 from fleetplan.solvers.solve import solve
@@ -59,11 +60,17 @@ class ServiceSettings:
         prometheus_window_s: the interval one pull covers, seconds (None: ``interval_s``, or 300 when that is 0).
         read_token: a second bearer token that may read per-tenant rates but not write, or None.
         db_timeout_s: longest wait for a database lock or connection before a write fails (503), seconds.
-        rate_ceiling_factor: an observation's rate above this multiple of the whole fleet's capacity for its model
-            is refused (422): no real counter reports that, a broken or hostile one would scale the fleet to its
-            maximum.
-        max_clock_skew_s: how far in the future an observation's ``at_s`` may be, seconds.
-        max_observation_age_s: how far in the past an observation's ``at_s`` may be, seconds.
+        rate_ceiling_factor: an observation is refused (422) when the sum over its model's live tenants (measured at
+            the same time: :func:`~fleetplan.solvers.online.forecast.concurrent_total`) would exceed this multiple of
+            the whole fleet's capacity for the model: no real counter reports that, and a broken or hostile one (or
+            99 new tenants each just under a per-observation ceiling) would scale the fleet to its maximum.
+        fleet_ceiling_factor: ... and when Σ over models of (that sum / the whole fleet's capacity for the model), the
+            number of whole fleets the observed demand would fill, would exceed this.
+        max_clock_skew_s: how far ahead of the service's clock an observation's ``at_s`` may be, seconds (clocks
+            synchronized by NTP agree within milliseconds; an observation from the future would hold the floor).
+        max_observation_age_s: how far in the past an observation's ``at_s`` may be, seconds: the forecast's horizon
+            (an observation older than OnlineConfig.latest_max_age_s no longer sets the floor, and one a day old
+            would feed today's recent average).
         online: the re-planner's policy (see OnlineConfig; tenant expiry and cap live there).
         plan_file: an offline plan (``fleetplan plan --out plan.json``) to start from when the database holds no
             plan: its replicas and shared GPUs of the current window, counted as ready. None: a cold-start plan.
@@ -83,8 +90,9 @@ class ServiceSettings:
     read_token: str | None = None
     db_timeout_s: float = 30.0
     rate_ceiling_factor: float = 10.0
-    max_clock_skew_s: float = 300.0
-    max_observation_age_s: float = 86400.0
+    fleet_ceiling_factor: float = 10.0
+    max_clock_skew_s: float = 5.0
+    max_observation_age_s: float = 1800.0
     online: OnlineConfig = field(default_factory=OnlineConfig)
     plan_file: str | None = None
 
@@ -101,7 +109,7 @@ class ServiceSettings:
             v = getattr(self, name)
             if not (isinstance(v, int | float) and math.isfinite(v) and v >= 0):
                 raise InputError(f"{name} must be a finite number >= 0 seconds", field=name, value=v)
-        for name in ("db_timeout_s", "rate_ceiling_factor"):
+        for name in ("db_timeout_s", "rate_ceiling_factor", "fleet_ceiling_factor"):
             v = getattr(self, name)
             if not (isinstance(v, int | float) and math.isfinite(v) and v > 0):
                 raise InputError(f"{name} must be a finite number > 0", field=name, value=v)
@@ -218,8 +226,10 @@ class ReplanService:
         else:
             log.info("forecast method %s", method)
         self.model_names = [m.name for m in problem.models]
-        self.rate_ceiling_req_per_s = {m: settings.rate_ceiling_factor * max(c, 1.0)
-                                       for m, c in fleet_capacity_req_per_s(problem).items()}
+        #: {model: req/s} the whole inventory could serve (at least 1), the unit of the ceilings
+        self.fleet_capacity_req_per_s = {m: max(c, 1.0) for m, c in fleet_capacity_req_per_s(problem).items()}
+        self.rate_ceiling_req_per_s = {m: settings.rate_ceiling_factor * c
+                                       for m, c in self.fleet_capacity_req_per_s.items()}
         self.last_obs_id = 0
         self.published: Published | None = None
         self.counters = {"observations": 0, "rounds": 0, "migrations": 0, "resolves_adopted": 0,
@@ -271,13 +281,16 @@ class ReplanService:
                 staged = self.replanner.clone()
                 self._commit(staged, staged.initial(now))
 
-    def _feed(self, replanner: Replanner, r: dict) -> None:
-        """Feed one stored observation row to ``replanner``'s forecaster; a row it refuses is logged and counted
+    def _feed(self, target: Replanner | Forecaster, r: dict) -> None:
+        """Feed one stored observation row to ``replanner``'s forecaster at the service's clock when it was received
+        (``received_at_s``: a replay rebuilds the state the live feed made); a row it refuses is logged and counted
         (rows were checked before they were stored, so this is for rows written by an older version)."""
-        if r["model"] not in replanner.models:
+        fc = target.forecaster if isinstance(target, Replanner) else target
+        if r["model"] not in fc.curve:
             return
         try:
-            replanner.forecaster.observe(r["model"], r["demand_req_per_s"], r["at_s"], r["tenant"])
+            fc.observe(r["model"], r["demand_req_per_s"], r["at_s"], r["tenant"],
+                                         interval_s=r["interval_s"], now_s=r["received_at_s"])
         except InputError as exc:
             self.counters["observations_not_fed"] += 1
             log.warning("observation %s not fed to the forecaster: %s", r.get("id"), exc)
@@ -350,47 +363,83 @@ class ReplanService:
     # ---- writes --------------------------------------------------------------------------------------------
     def check_observations(self, items: list[dict], source: str = "api") -> list[dict]:
         """Rows ready to store for observation dicts (the POST /v1/observations schema), or InputError naming
-        ``observations[i].<field>``: an unknown model, counters that give no estimate, a rate that is not finite
-        or above the ceiling (``rate_ceiling_factor`` × the whole fleet's capacity for the model), ``at_s`` more
-        than ``max_clock_skew_s`` ahead of now or ``max_observation_age_s`` behind it, a new tenant label beyond
-        the cap of live ones."""
+        ``observations[i].<field>``: an unknown model, counters that give no estimate, a rate that is not finite,
+        ``at_s`` more than ``max_clock_skew_s`` ahead of the service's clock or ``max_observation_age_s`` behind it,
+        or before the newest observation of its tenant, a new tenant label beyond the cap of live ones, and a sum
+        over the model's live tenants above ``rate_ceiling_factor`` × the whole fleet's capacity for the model (or
+        over models above ``fleet_ceiling_factor`` whole fleets) once the item is counted."""
         s = self.settings
         now = self.clock()
         rows = []
-        with self.state_lock:
-            live = {m: self.replanner.forecaster.tenants(m, now) for m in self.model_names}
         cap = s.online.max_tenants_per_model
-        for i, o in enumerate(items):
-            if o["model"] not in self.replanner.models:
-                raise UnknownNameError("model", o["model"], self.model_names, field=f"observations[{i}].model")
-            try:
-                rate = estimate_demand(o["interval_s"], arrivals=o.get("arrivals"),
-                                       completions=o.get("completions"), waiting_start=o.get("waiting_start"),
-                                       waiting_end=o.get("waiting_end"), running_start=o.get("running_start"),
-                                       running_end=o.get("running_end"))
-            except InputError as exc:
-                raise InputError(str(exc), field=f"observations[{i}].{exc.field}") from None
-            count_field = "arrivals" if o.get("arrivals") is not None else "completions"
-            ceiling = self.rate_ceiling_req_per_s[o["model"]]
-            if not (math.isfinite(rate) and rate <= ceiling):
-                raise InputError(f"{rate:.6g} req/s exceeds the ceiling of {ceiling:.6g} req/s for {o['model']} "
-                                 f"({s.rate_ceiling_factor:g} x the whole fleet's capacity); check the counter and "
-                                 "interval_s", field=f"observations[{i}].{count_field}", value=rate)
-            at = o.get("at_s")
-            at = now if at is None else float(at)
-            if not (math.isfinite(at) and now - s.max_observation_age_s <= at <= now + s.max_clock_skew_s):
-                raise InputError(f"at_s must be within {s.max_observation_age_s:g} s before and {s.max_clock_skew_s:g}"
-                                 f" s after the service's clock ({now:.0f}); it is {at - now:+.0f} s off",
-                                 field=f"observations[{i}].at_s", value=at)
-            tenant = o.get("tenant") or "default"
-            if tenant not in live[o["model"]]:
-                live[o["model"]].add(tenant)
-                if len(live[o["model"]]) > cap:
-                    raise InputError(f"{o['model']} already has {cap} live tenant labels (the cap); reuse a label or "
-                                     f"wait {s.online.tenant_ttl_s:g} s for silent ones to expire",
-                                     field=f"observations[{i}].tenant", value=tenant)
-            rows.append({"at_s": at, "model": o["model"], "tenant": tenant, "interval_s": float(o["interval_s"]),
-                         "demand_req_per_s": rate, "source": source, "body": o})
+        with self.state_lock:
+            fc = self.replanner.forecaster
+            live = {m: fc.tenants(m, now) for m in self.model_names}
+            newest: dict[tuple[str, str], float] = {}
+            for m in self.model_names:
+                for t in live[m]:
+                    at_t = fc.newest_at(m, t)
+                    if at_t is not None:
+                        newest[(m, t)] = at_t
+            updates: dict[str, dict[str, tuple[float, float, float]]] = {}
+            totals = {m: fc.total(m, now) for m in self.model_names}
+            for i, o in enumerate(items):
+                m = o["model"]
+                if m not in self.replanner.models:
+                    raise UnknownNameError("model", m, self.model_names, field=f"observations[{i}].model")
+                try:
+                    rate = estimate_demand(o["interval_s"], arrivals=o.get("arrivals"),
+                                           completions=o.get("completions"), waiting_start=o.get("waiting_start"),
+                                           waiting_end=o.get("waiting_end"), running_start=o.get("running_start"),
+                                           running_end=o.get("running_end"))
+                except InputError as exc:
+                    raise InputError(str(exc), field=f"observations[{i}].{exc.field}") from None
+                count_field = "arrivals" if o.get("arrivals") is not None else "completions"
+                if not math.isfinite(rate):
+                    raise InputError(f"the rate {rate} is not finite; check the counter and interval_s",
+                                     field=f"observations[{i}].{count_field}", value=rate)
+                at = o.get("at_s")
+                at = now if at is None else float(at)
+                if not (math.isfinite(at) and now - s.max_observation_age_s <= at <= now + s.max_clock_skew_s):
+                    raise InputError(f"at_s must be within {s.max_observation_age_s:g} s before and "
+                                     f"{s.max_clock_skew_s:g} s after the service's clock ({now:.0f}); it is "
+                                     f"{at - now:+.0f} s off (an older observation no longer bears on the forecast; "
+                                     "one from the future would hold it: check the sender's clock)",
+                                     field=f"observations[{i}].at_s", value=at)
+                tenant = o.get("tenant") or "default"
+                prev = newest.get((m, tenant))
+                if prev is not None and at < prev:
+                    raise InputError(f"at_s {at:.3f} is {prev - at:.0f} s before the newest observation of tenant "
+                                     f"{tenant!r} of {m} ({prev:.3f}): send a tenant's observations in time order",
+                                     field=f"observations[{i}].at_s", value=at)
+                if tenant not in live[m]:
+                    live[m].add(tenant)
+                    if len(live[m]) > cap:
+                        raise InputError(f"{m} already has {cap} live tenant labels (the cap); reuse a label or "
+                                         f"wait {s.online.tenant_ttl_s:g} s for silent ones to expire",
+                                         field=f"observations[{i}].tenant", value=tenant)
+                interval = float(o["interval_s"])
+                span = interval if prev is None or prev >= at else max(interval, at - prev)
+                newest[(m, tenant)] = at
+                upd = updates.setdefault(m, {})
+                upd[tenant] = (rate, at, span)
+                totals[m] = fc.total(m, now, updates=upd)
+                ceiling = self.rate_ceiling_req_per_s[m]
+                if totals[m] > ceiling:
+                    raise InputError(
+                        f"with this observation ({rate:.6g} req/s) the live tenants of {m} would sum to "
+                        f"{totals[m]:.6g} req/s, above the ceiling of {ceiling:.6g} req/s ({s.rate_ceiling_factor:g} "
+                        f"x the whole fleet's capacity for {m}); check the counter and interval_s",
+                        field=f"observations[{i}].{count_field}", value=rate)
+                fleets = sum(v / self.fleet_capacity_req_per_s[k] for k, v in totals.items())
+                if fleets > s.fleet_ceiling_factor:
+                    raise InputError(
+                        f"with this observation the observed demand of all models would fill {fleets:.3g} whole "
+                        f"fleets (each model's sum over its tenants / what the whole fleet could serve of it), above "
+                        f"the ceiling of {s.fleet_ceiling_factor:g}; check the counters",
+                        field=f"observations[{i}].{count_field}", value=rate)
+                rows.append({"at_s": at, "model": m, "tenant": tenant, "interval_s": interval,
+                             "demand_req_per_s": rate, "source": source, "body": o, "received_at_s": now})
         return rows
 
     def observe_once(self, items: list[dict], source: str = "api", idempotency_key: str | None = None
@@ -430,19 +479,53 @@ class ReplanService:
 
     def delete_observations(self, *, ids: list[int] | None = None, from_s: float | None = None,
                             to_s: float | None = None) -> dict:
-        """Delete stored observations by id and/or time range (unix s, ``at_s`` inclusive) and rebuild the
-        forecaster: a fresh one on the day curves replays every remaining observation in id order. The rebuilt
-        state is stored as a new plan (the placement unchanged, reason 'rebuild') in the same transaction as the
-        delete, so a restart resumes without them. Returns {deleted, ids, plan_id}."""
+        """Delete stored observations by id and/or time range (unix s, ``at_s`` inclusive), rebuild the forecaster
+        without them and repair the fleet at once. Returns {deleted, ids, plan_id}.
+
+        The rebuild starts from the newest stored plan whose state predates the first deleted observation (its
+        ``last_observation_id`` is below it; none: a fresh forecaster on the day curves) and replays the
+        observations stored after it, in id order, at the clock each was received: its time grows with the age of
+        the deleted observation, not with the table. The forecasts the rounds of the last ``cooldown_s`` recorded
+        for the scale-down stabilization are recomputed from the rebuilt state at each round's own observations, so
+        the cooldown does not hold the deleted values; a heuristic round with no migration budget (reason 'rebuild')
+        then runs on it, committed in the same transaction as the delete, so a restart never replays them."""
         with self.write_lock:
             doomed = self.store.observation_ids_where(ids=ids, from_s=from_s, to_s=to_s)
             if not doomed:
                 return {"deleted": 0, "ids": [], "plan_id": self.plan_row["id"] if self.plan_row else None}
+            now = self.clock()
+            first = doomed[0]
             staged = self.replanner.clone()
-            staged.forecaster = staged.fresh_forecaster()
-            for r in self.store.iter_observations(skip=set(doomed)):
-                self._feed(staged, r)
-            res = staged.refresh(self.clock(), "rebuild")
+            fc = staged.fresh_forecaster()
+            base = self.store.plan_before_observation(first)
+            after = 0
+            if base is not None:
+                fc.load_dict(base["body"]["online"]["state"].get("forecaster", {}))
+                after = int(base["last_observation_id"])
+            held_at = {t for v in staged.recent_forecasts.values() for t, _ in v}
+            # the rounds whose forecasts held deleted observations: (their last observation id, their time)
+            points = sorted((mark, at) for at, mark in self.store.plan_marks(now - staged.config.cooldown_s)
+                            if at in held_at and mark >= first)
+            redone: dict[float, dict[str, float]] = {}
+
+            def forecast_at(at: float) -> None:
+                probe = copy.deepcopy(fc)  # a forecast may fit a model: the replayed state stays as the feed left it
+                probe.expire(at)
+                w = probe.window_at(at)
+                redone[at] = {m: probe.forecast(m, w, at) for m in staged.models}
+
+            k = 0
+            for r in self.store.iter_observations(after=after, skip=set(doomed)):
+                while k < len(points) and points[k][0] < r["id"]:
+                    forecast_at(points[k][1])
+                    k += 1
+                self._feed(fc, r)
+            for _, at in points[k:]:
+                forecast_at(at)
+            staged.forecaster = fc
+            staged.recent_forecasts = {m: [(t, redone[t][m] if t in redone else v) for t, v in hist]
+                                       for m, hist in staged.recent_forecasts.items()}
+            res = staged.round(now, budget=-1, reason="rebuild")
             row = self._commit(staged, res, delete_observation_ids=doomed)
             return {"deleted": len(doomed), "ids": doomed, "plan_id": row["id"]}
 

@@ -217,15 +217,16 @@ class Store:
         ids = []
         for r in rows:
             res = c.execute(insert(observations).values(
-                received_at_s=now, at_s=r["at_s"], model=r["model"], tenant=r["tenant"],
+                received_at_s=r.get("received_at_s", now), at_s=r["at_s"], model=r["model"], tenant=r["tenant"],
                 interval_s=r["interval_s"], demand_req_per_s=r["demand_req_per_s"], source=r["source"],
                 body=json.dumps(r["body"])))
             ids.append(int(res.inserted_primary_key[0]))
         return ids
 
     def add_observations(self, rows: list[dict]) -> list[int]:
-        """Insert observation rows (keys: at_s, model, tenant, interval_s, demand_req_per_s, source, body dict) in
-        one committed transaction; returns their ids in order."""
+        """Insert observation rows (keys: at_s, model, tenant, interval_s, demand_req_per_s, source, body dict, and
+        received_at_s: the service's clock at receipt, default the wall clock) in one committed transaction; returns
+        their ids in order."""
         with self.engine.begin() as c:
             return self._insert_observations(c, rows, time.time())
 
@@ -351,6 +352,20 @@ class Store:
             rows = c.execute(select(plans).where(plans.c.at_s >= from_s, plans.c.at_s < to_s)
                              .order_by(plans.c.id)).mappings().all()
         return [self._plan_row(r) for r in [*before, *rows]]
+
+    def plan_before_observation(self, obs_id: int) -> dict | None:
+        """The newest stored plan (with its body) whose state holds no observation from ``obs_id`` on (its
+        ``last_observation_id`` is below it), or None."""
+        with self.engine.connect() as c:
+            r = c.execute(select(plans).where(plans.c.last_observation_id < obs_id).order_by(plans.c.id.desc())
+                          .limit(1)).mappings().first()
+        return self._plan_row(r) if r else None
+
+    def plan_marks(self, since_at_s: float) -> list[tuple[float, int]]:
+        """(at_s, last_observation_id) of the plans whose round time is after ``since_at_s`` (unix s)."""
+        with self.engine.connect() as c:
+            rows = c.execute(select(plans.c.at_s, plans.c.last_observation_id).where(plans.c.at_s > since_at_s))
+            return [(float(a), int(b)) for a, b in rows]
 
     def count_plans(self) -> int:
         with self.engine.connect() as c:
