@@ -184,8 +184,6 @@ def serve(scenario, db_url, db_file, db_timeout_s, host, port, interval_s, resol
     """
     import logging
 
-    import uvicorn
-
 
     token = _token(token_file)
     read_token = _secret(read_token_file, "--read-token-file", "FLEETPLAN_READ_TOKEN", "read token")
@@ -231,7 +229,26 @@ def serve(scenario, db_url, db_file, db_timeout_s, host, port, interval_s, resol
         raise
     click.echo(f"fleetplan serve: http://{host}:{port}/docs (plan {app.state.service.plan_row['id']}, "
                f"{'resumed' if app.state.service.resumed else 'new'}; database {shown_url(db_url)})", err=True)
-    uvicorn.run(app, host=host, port=port, log_level=log_level)
+    run_until_stopped(app, host=host, port=port, log_level=log_level)
+
+
+def _stopped(signum, _frame) -> None:
+    raise SystemExit(0)
+
+
+def run_until_stopped(app, **uvicorn_kw) -> None:
+    """Serve ``app`` with uvicorn until SIGTERM or SIGINT, then shut down gracefully and exit with status 0: a
+    requested stop (Kubernetes sends SIGTERM) is not a failure. uvicorn re-raises the signal it stopped for once it
+    has shut down (exit 143 for SIGTERM); the handler it restores then, this one, exits 0 instead."""
+    import signal
+
+    import uvicorn
+
+    previous = signal.signal(signal.SIGTERM, _stopped)
+    try:
+        uvicorn.run(app, **uvicorn_kw)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 @click.command("export-history")

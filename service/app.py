@@ -33,8 +33,9 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from fleetplan import __version__
 from fleetplan.errors import FleetplanError, InputError
-from fleetplan.service.runtime import ReplanService, ServiceSettings
+from fleetplan.service.runtime import Busy, ReplanService, ServiceSettings
 from fleetplan.service.store import IdempotencyConflict
+from fleetplan.solvers.online.state import Action
 
 log = logging.getLogger("fleetplan.service")
 
@@ -140,22 +141,10 @@ class ObservationsDeleted(BaseModel):
     plan_id: int | None
 
 
-class Action(BaseModel):
-    """One start or stop of ``count`` replicas of an option (``tp`` 0: a shared GPU, its models listed)."""
-
-    model_config = ConfigDict(extra="forbid")
-    action: Literal["start", "stop"]
-    model: str
-    pool: str
-    tp: int
-    pp: int
-    count: int
-    ready_at_s: float | None = None
-    shared_models: list[str] | None = None
-
-
 class PlanDiff(BaseModel):
-    """The actions that turn the previous stored plan into this one."""
+    """The actions that turn the previous stored plan into this one: each one the re-planner's own record
+    (:class:`fleetplan.solvers.online.state.Action`), so the schema is derived from it (``models``: a shared GPU's
+    residents; diffs stored by earlier versions, which named it ``shared_models``, are read into the same form)."""
 
     plan_id: int
     previous_plan_id: int | None
@@ -251,11 +240,15 @@ class Readiness(BaseModel):
 
 def _codes(*codes: int) -> dict:
     text = {401: "missing or wrong bearer token", 404: "no plan yet", 409: "conflict (see detail)",
-            413: "request body too large", 503: "database unavailable (see detail); retry later"}
+            413: "request body too large", 429: "busy: the write queue is full or a re-solve runs; retry after the "
+            "Retry-After header's seconds", 503: "database unavailable (see detail); retry later"}
     out: dict[int | str, dict] = {}
     for code in codes:
         if code == 422:
             out[422] = {"model": ValidationErrorResponse, "description": "invalid request; the field is named"}
+        elif code == 429:
+            out[429] = {"model": ErrorResponse, "description": text[code],
+                        "headers": {"Retry-After": {"description": "seconds to wait", "schema": {"type": "string"}}}}
         else:
             out[code] = {"model": ErrorResponse, "description": text[code]}
     return out
@@ -480,6 +473,11 @@ def create_app(settings: ServiceSettings, service: ReplanService | None = None, 
         return JSONResponse(status_code=503, content={"detail": _safe(f"database unavailable: {reason}")},
                             headers={"Retry-After": "5"})
 
+    @app.exception_handler(Busy)
+    async def _busy(request, exc: Busy):
+        return JSONResponse(status_code=429, content={"detail": _safe(str(exc))},
+                            headers={"Retry-After": str(int(math.ceil(exc.retry_after_s)))})
+
     bearer = HTTPBearer(auto_error=False)
     bearer_dep = Depends(bearer)
 
@@ -552,7 +550,7 @@ def create_app(settings: ServiceSettings, service: ReplanService | None = None, 
                                              "migrations", "valid", "summary")} for r in rows]}
 
     @app.post("/v1/observations", status_code=202, response_model=ObservationsAccepted,
-              dependencies=[Depends(require_token)], responses=_codes(401, 409, 413, 422, 503))
+              dependencies=[Depends(require_token)], responses=_codes(401, 409, 413, 422, 429, 503))
     def post_observations(batch: ObservationBatch, idempotency_key: Annotated[str | None, Header(
             alias="Idempotency-Key", min_length=1, max_length=200, pattern=r"^[\x21-\x7e]+$",
             description="a retry with the same key and body stores nothing again (kept a day)")] = None):
@@ -561,8 +559,9 @@ def create_app(settings: ServiceSettings, service: ReplanService | None = None, 
             return _err422(["body", "observations"], InputError(
                 f"at most {settings.max_observations_per_request} observations per request"))
         try:
-            ids, replayed = svc.observe_once([o.model_dump() for o in batch.observations],
-                                             idempotency_key=idempotency_key)
+            with svc.admission():
+                ids, replayed = svc.observe_once([o.model_dump() for o in batch.observations],
+                                                 idempotency_key=idempotency_key)
         except InputError as exc:
             return _err422(_loc(exc.field), exc)
         except IdempotencyConflict as exc:
@@ -571,7 +570,7 @@ def create_app(settings: ServiceSettings, service: ReplanService | None = None, 
         return JSONResponse({"accepted": len(ids), "ids": ids}, status_code=202, headers=headers)
 
     @app.delete("/v1/observations", response_model=ObservationsDeleted, dependencies=[Depends(require_token)],
-                responses=_codes(401, 409, 413, 422, 503))
+                responses=_codes(401, 409, 413, 422, 429, 503))
     def delete_observations(
             ids: str | None = Query(None, max_length=10_000, pattern=r"^[0-9]{1,18}(,[0-9]{1,18})*$",
                                     description="comma-separated observation ids"),
@@ -589,23 +588,29 @@ def create_app(settings: ServiceSettings, service: ReplanService | None = None, 
                 f"to_s={to_s:g} is before from_s={from_s:g}: the range is empty; give from_s <= to_s"))
         id_list = [int(x) for x in ids.split(",")] if ids is not None else None
         try:
-            return svc.delete_observations(ids=id_list, from_s=from_s, to_s=to_s)
+            with svc.admission():
+                return svc.delete_observations(ids=id_list, from_s=from_s, to_s=to_s)
+        except Busy:
+            raise
         except FleetplanError as exc:
             raise HTTPException(409, str(exc)) from None
 
     @app.post("/v1/replan", response_model=ReplanResponse, dependencies=[Depends(require_token)],
-              responses=_codes(401, 409, 413, 422, 503))
+              responses=_codes(401, 409, 413, 422, 429, 503))
     def post_replan(req: ReplanRequest | None = None):
         """Pull Prometheus (when configured, whatever the interval), then run a heuristic round, or a full
         re-solve with ``full``; 409 when the round's plan is refused."""
         req = req or ReplanRequest()
         pulled = svc.try_pull_prometheus()
         try:
-            if req.full:
+            if req.full:  # one at a time: 429 while another runs
                 adopted, msg = svc.resolve(req.time_limit_s)
             else:
-                svc.replan()
+                with svc.admission():
+                    svc.replan()
                 adopted, msg = True, "heuristic round adopted"
+        except Busy:
+            raise
         except FleetplanError as exc:
             raise HTTPException(409, str(exc)) from None
         pub = svc.published

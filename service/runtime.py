@@ -16,6 +16,7 @@ traceback, counted in /metrics, and the round retried with backoff (1, 2, 4, ...
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import importlib.util
 import logging
@@ -24,11 +25,12 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 from fleetplan.errors import FleetplanError, InputError, UnknownNameError
 from fleetplan.outputs.planio import load_plan_file, plan_to_dict
 from fleetplan.placement.problem import Problem
+from fleetplan.placement.validate import validate
 from fleetplan.scenario.build import build_problem
 from fleetplan.scenario.read import Scenario, load_scenario, scenario_models
 from fleetplan.service.prometheus import pull_observations
@@ -36,7 +38,7 @@ from fleetplan.service.store import Store, body_digest
 from fleetplan.solvers.online.config import OnlineConfig
 from fleetplan.solvers.online.forecast import Forecaster, estimate_demand
 from fleetplan.solvers.online.replanner import Replanner
-from fleetplan.solvers.online.state import OnlineResult, load_times, window_problem
+from fleetplan.solvers.online.state import Action, OnlineResult, load_times, window_problem
 from fleetplan.solvers.solve import solve
 
 log = logging.getLogger("fleetplan.service")
@@ -71,6 +73,9 @@ class ServiceSettings:
         max_observation_age_s: how far in the past an observation's ``at_s`` may be, seconds: the forecast's horizon
             (an observation older than OnlineConfig.latest_max_age_s no longer sets the floor, and one a day old
             would feed today's recent average).
+        max_pending_writes: most write requests (POST /v1/observations, DELETE, POST /v1/replan) queued for the
+            write lock at once; one more gets 429 with Retry-After, so overload shows as refusals a client backs off
+            from, not as unbounded latency.
         online: the re-planner's policy (see OnlineConfig; tenant expiry and cap live there).
         plan_file: an offline plan (``fleetplan plan --out plan.json``) to start from when the database holds no
             plan: its replicas and shared GPUs of the current window, counted as ready. None: a cold-start plan.
@@ -95,6 +100,7 @@ class ServiceSettings:
     max_observation_age_s: float = 1800.0
     online: OnlineConfig = field(default_factory=OnlineConfig)
     plan_file: str | None = None
+    max_pending_writes: int = 32
 
     def __post_init__(self) -> None:
         if self.token is None and not self.insecure_no_auth:
@@ -188,6 +194,27 @@ def start_from_plan(replanner: Replanner, plan_file: str, now_s: float) -> Onlin
                          source=plan_file, field=exc.field) from None
 
 
+class Busy(FleetplanError):
+    """The service cannot take this request now (HTTP 429): its write queue is full, or a re-solve is running.
+    ``retry_after_s`` is when to try again, seconds."""
+
+    def __init__(self, message: str, retry_after_s: float) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+#: Outcomes of a full re-solve (the ``outcome`` label of fleetplan_resolves_total).
+RESOLVE_OUTCOMES = ("adopted", "kept", "infeasible", "failed")
+
+
+def action_dict(a: Action) -> dict:
+    """An :class:`Action` as stored and served: its fields by name (``models`` a list; the API's schema is the
+    record's)."""
+    d = asdict(a)
+    d["models"] = list(a.models)
+    return d
+
+
 @dataclass(frozen=True)
 class Published:
     """What readers see: the last committed plan row (with body), its diff, and the figures /metrics needs. Built
@@ -232,9 +259,16 @@ class ReplanService:
                                        for m, c in self.fleet_capacity_req_per_s.items()}
         self.last_obs_id = 0
         self.published: Published | None = None
-        self.counters = {"observations": 0, "rounds": 0, "migrations": 0, "resolves_adopted": 0,
-                         "resolves_kept": 0, "resolves_failed": 0, "prometheus_errors": 0, "round_errors": 0,
-                         "loop_errors": 0, "observations_not_fed": 0, "commit_hook_errors": 0}
+        self.counters = {"observations": 0, "rounds": 0, "migrations": 0, "prometheus_errors": 0, "round_errors": 0,
+                         "loop_errors": 0, "observations_not_fed": 0, "commit_hook_errors": 0, "writes_refused": 0}
+        #: {(outcome, reason): count} of full re-solves (outcomes: RESOLVE_OUTCOMES)
+        self.resolves: dict[tuple[str, str], int] = {}
+        #: writes waiting for the write lock or holding it; beyond settings.max_pending_writes a write gets 429
+        self._pending = 0
+        self._pending_lock = threading.Lock()
+        self._write_s = 0.05  # exponentially weighted seconds per admitted write (for Retry-After)
+        self._resolve_lock = threading.Lock()  # one re-solve at a time (the loop's or a request's)
+        self._resolve_started_s = 0.0
         self.last_round_s = 0.0
         self.last_success_s = 0.0
         self._stop = threading.Event()
@@ -333,7 +367,7 @@ class ReplanService:
                         for k, v in sorted(res.loading.items())],
             "cost_usd_per_hour": res.cost_usd_per_hour, "round_time_s": res.round_time_s,
             "migrations": res.migrations, "state": staged.snapshot()}
-        actions = [a.to_dict() for a in res.actions]
+        actions = [action_dict(a) for a in res.actions]
         prev = self.plan_row["id"] if self.plan_row else None
         summary = self._summary(res)
         pid = self.store.add_plan(at_s=res.at_s, window=res.window, reason=res.reason,
@@ -529,30 +563,83 @@ class ReplanService:
             row = self._commit(staged, res, delete_observation_ids=doomed)
             return {"deleted": len(doomed), "ids": doomed, "plan_id": row["id"]}
 
+    @contextlib.contextmanager
+    def admission(self):
+        """Admit one write request (a block run under it), or raise :class:`Busy` when ``max_pending_writes`` are
+        already queued for the write lock: overload answers 429 with a Retry-After (the queue's expected wait),
+        never an unbounded wait."""
+        limit = self.settings.max_pending_writes
+        with self._pending_lock:
+            if self._pending >= limit:
+                self.counters["writes_refused"] += 1
+                wait = max(1.0, math.ceil(self._pending * self._write_s))
+                raise Busy(f"the write queue is full ({self._pending} writes waiting; max_pending_writes {limit}); "
+                           f"retry in {wait:g} s", retry_after_s=wait)
+            self._pending += 1
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            dt = time.perf_counter() - t0
+            with self._pending_lock:
+                self._pending -= 1
+                self._write_s = 0.9 * self._write_s + 0.1 * dt / max(1, self._pending + 1)
+
     def _solve_candidate(self, time_limit_s: float):
         with self.state_lock:
             demand = self.replanner.resolve_demand(self.clock())
         prob = window_problem(self.problem, demand)
         return solve(prob, "highs", time_limit_s=time_limit_s, threads=1, lp_bound=False)
 
+    def _count_resolve(self, outcome: str, reason: str) -> None:
+        key = (outcome, reason)
+        self.resolves[key] = self.resolves.get(key, 0) + 1
+
     def resolve(self, time_limit_s: float | None = None) -> tuple[bool, str]:
-        """Full MILP re-solve now (blocking); adopted only if worth its migrations. Returns (adopted, message)."""
+        """Full MILP re-solve now (blocking); adopted only if worth its migrations. Returns (adopted, message).
+        Raises :class:`Busy` while another re-solve runs (the loop's or another request's): one at a time."""
+        limit = time_limit_s or self.settings.resolve_time_limit_s
+        if not self._resolve_lock.acquire(blocking=False):
+            left = max(1.0, math.ceil(self._resolve_started_s + self.settings.resolve_time_limit_s - time.time()))
+            raise Busy(f"a re-solve is running; retry in {left:g} s", retry_after_s=left)
         try:
-            cand = self._solve_candidate(time_limit_s or self.settings.resolve_time_limit_s)
-        except FleetplanError as exc:
-            self.counters["resolves_failed"] += 1
-            return False, f"re-solve failed: {exc}"
-        return self._offer(cand)
+            self._resolve_started_s = time.time()
+            try:
+                cand = self._solve_candidate(limit)
+            except FleetplanError as exc:
+                self._count_resolve("failed", type(exc).__name__)
+                return False, f"re-solve failed: {exc}"
+            return self._offer(cand)
+        finally:
+            self._resolve_lock.release()
 
     def _offer(self, cand) -> tuple[bool, str]:
+        """Offer a re-solve's plan (:meth:`Replanner.consider`) and count its outcome with a reason: 'infeasible'
+        (the solver's status: no plan meets the forecast, or none found in the time limit), 'kept' (the saving does
+        not pay for the migrations, or the forecast moved during the solve and the plan no longer meets it),
+        'adopted', or 'failed' (the plan could not be installed)."""
+        if not cand.has_solution:
+            self._count_resolve("infeasible", cand.status.value)
+            msg = f"re-solve has no plan ({cand.status.value}: {cand.message[:200]})"
+            log.warning(msg)
+            return False, msg
         with self.write_lock:
+            now = self.clock()
             staged = self.replanner.clone()
-            adopted, res, msg = staged.consider(cand, self.clock())
+            stale = not validate(window_problem(self.problem, staged.resolve_demand(now)),
+                                 replace(cand, objective_usd=None)).ok
+            adopted, res, msg = staged.consider(cand, now)
             if adopted and res is not None:
                 self._commit(staged, res)
-                self.counters["resolves_adopted"] += 1
+                self._count_resolve("adopted", "saving")
+            elif stale:
+                self._count_resolve("kept", "stale_forecast")
+            elif "not adopted" in msg:
+                self._count_resolve("failed", "install")
+            elif not cand.replicas and not cand.shared:
+                self._count_resolve("kept", "empty_plan")
             else:
-                self.counters["resolves_kept"] += 1
+                self._count_resolve("kept", "saving_below_threshold")
             return adopted, msg
 
     # ---- periodic loop -------------------------------------------------------------------------------------
@@ -601,15 +688,19 @@ class ReplanService:
                 log.error("re-plan round failed (%d in a row), retrying in %g s: %s", k, delay, exc, exc_info=True)
         try:
             if s.resolve_every_s and self._future is None and now_s >= state.setdefault(
-                    "next_resolve", now_s + s.resolve_every_s):
+                    "next_resolve", now_s + s.resolve_every_s) and self._resolve_lock.acquire(blocking=False):
                 state["next_resolve"] = now_s + s.resolve_every_s
+                self._resolve_started_s = time.time()
                 self._future = self._pool.submit(self._solve_candidate, s.resolve_time_limit_s)
             if self._future is not None and self._future.done():
                 fut, self._future = self._future, None
-                adopted, msg = self._offer(fut.result())
+                try:
+                    adopted, msg = self._offer(fut.result())
+                finally:
+                    self._resolve_lock.release()
                 log.info(msg)
         except Exception as exc:  # noqa: BLE001 - a failed solve keeps the current plan
-            self.counters["resolves_failed"] += 1
+            self._count_resolve("failed", type(exc).__name__)
             log.error("re-solve failed: %s", exc, exc_info=True)
 
     def _loop(self) -> None:
@@ -714,8 +805,18 @@ class ReplanService:
                [({}, 1.0 if self.loop_state() == "running" else 0.0)])
         metric("fleetplan_migrations_total", "counter", "replica starts and stops adopted", [({}, c["migrations"])])
         metric("fleetplan_observations_total", "counter", "observations stored", [({}, c["observations"])])
-        metric("fleetplan_resolves_total", "counter", "full MILP re-solves by outcome",
-               [({"outcome": o}, c[f"resolves_{o}"]) for o in ("adopted", "kept", "failed")])
+        resolves = dict(self.resolves)
+        for o in RESOLVE_OUTCOMES:  # every outcome has a series from the start (an alert on a rate needs one)
+            if not any(k[0] == o for k in resolves):
+                resolves[(o, "none")] = 0
+        metric("fleetplan_resolves_total", "counter", "full MILP re-solves by outcome and reason: adopted; kept "
+               "(saving_below_threshold, stale_forecast, empty_plan); infeasible (the solver's status: infeasible, "
+               "no_solution); failed (the error's class, or install)",
+               [({"outcome": o, "reason": r}, n) for (o, r), n in sorted(resolves.items())])
+        metric("fleetplan_writes_refused_total", "counter", "write requests answered 429 (the write queue was full)",
+               [({}, c["writes_refused"])])
+        metric("fleetplan_writes_pending", "gauge", "write requests queued for or holding the write lock",
+               [({}, self._pending)])
         metric("fleetplan_prometheus_errors_total", "counter", "failed Prometheus pulls",
                [({}, c["prometheus_errors"])])
         metric("fleetplan_forecast_req_per_s", "gauge", "demand forecast for the current window", forecast)

@@ -141,6 +141,16 @@ def sqlite_path(url: str) -> Path | None:
     return Path(u.database)
 
 
+def stored_action(d: dict) -> dict:
+    """A stored diff action in today's form (the fields of :class:`fleetplan.solvers.online.state.Action`): diffs
+    written before version 2 of the schema name a shared GPU's residents ``shared_models`` and leave out empty
+    fields."""
+    out = {k: v for k, v in d.items() if k != "shared_models"}
+    out["models"] = list(d.get("models", d.get("shared_models")) or [])
+    out.setdefault("ready_at_s", None)
+    return out
+
+
 class Store:
     """The service's database.
 
@@ -378,7 +388,7 @@ class Store:
         if r is None:
             return None
         return {"plan_id": r["plan_id"], "previous_plan_id": r["previous_plan_id"], "created_at_s": r["created_at_s"],
-                "actions": json.loads(r["body"])}
+                "actions": [stored_action(a) for a in json.loads(r["body"])]}
 
     def close(self) -> None:
         self.engine.dispose()
