@@ -7,7 +7,11 @@ with a 2xx is on disk.
 
 Tables: ``observations`` (one row per model, tenant and interval), ``plans`` (the plan JSON with the live state
 needed to resume), ``diffs`` (start/stop actions against the previous plan), ``idempotency_keys`` (the ids a
-keyed POST stored, so a retry stores nothing twice), ``probes`` (one row rewritten by the readiness check).
+keyed POST stored, so a retry stores nothing twice), ``probes`` (one row rewritten by the readiness check),
+``leases`` (the leader's lease: :mod:`fleetplan.service.leader`), ``service_meta`` (small facts such as how far
+retention folded observations). The schema is versioned by Alembic (``fleetplan/service/migrations``):
+:meth:`Store.migrate` upgrades a database in place when the service starts, a database made before migrations
+existed included.
 """
 
 from __future__ import annotations
@@ -45,28 +49,30 @@ observations = Table(
     "observations", metadata,
     Column("id", Integer, primary_key=True, autoincrement=True),
     Column("received_at_s", Float, nullable=False),
-    Column("at_s", Float, nullable=False),
+    Column("at_s", Float, nullable=False, index=True),
     Column("model", String(200), nullable=False, index=True),
     Column("tenant", String(200), nullable=False),
     Column("interval_s", Float, nullable=False),
     Column("demand_req_per_s", Float, nullable=False),
     Column("source", String(40), nullable=False),
     Column("body", Text, nullable=False),
+    sqlite_autoincrement=True,  # ids never reused (migration 0002)
 )
 
 plans = Table(
     "plans", metadata,
     Column("id", Integer, primary_key=True, autoincrement=True),
     Column("created_at_s", Float, nullable=False, index=True),
-    Column("at_s", Float, nullable=False),
+    Column("at_s", Float, nullable=False, index=True),
     Column("window", Integer, nullable=False),
     Column("reason", String(40), nullable=False),
     Column("cost_usd_per_hour", Float, nullable=False),
     Column("migrations", Integer, nullable=False),
     Column("valid", Integer, nullable=False),
-    Column("last_observation_id", Integer, nullable=False),
+    Column("last_observation_id", Integer, nullable=False, index=True),
     Column("summary", Text, nullable=False),
     Column("body", Text, nullable=False),
+    Column("epoch", Integer, nullable=False, server_default="0"),  # the lease epoch of the leader that committed it
 )
 
 diffs = Table(
@@ -92,6 +98,35 @@ probes = Table(
     Column("id", Integer, primary_key=True),
     Column("at_s", Float, nullable=False),
 )
+
+leases = Table(
+    "leases", metadata,
+    Column("name", String(40), primary_key=True),
+    Column("holder", String(200), nullable=False),
+    Column("epoch", Integer, nullable=False),
+    Column("expires_at_s", Float, nullable=False),
+    Column("renewed_at_s", Float, nullable=False),
+)
+
+service_meta = Table(
+    "service_meta", metadata,
+    Column("key", String(64), primary_key=True),
+    Column("value", Text, nullable=False),
+)
+
+#: the revision a database made before migrations existed is stamped with
+LEGACY_REVISION = "0001"
+#: key of the advisory lock that serializes migrations on PostgreSQL (any constant; "fleetplan" in ASCII, cut)
+_MIGRATION_LOCK = 0x666C656574706C61
+
+
+def alembic_config():
+    """Alembic's configuration for the migrations shipped in ``fleetplan.service.migrations``."""
+    from alembic.config import Config
+
+    cfg = Config()
+    cfg.set_main_option("script_location", "fleetplan.service:migrations")
+    return cfg
 
 #: keyed POSTs are remembered this long, seconds (a retry after a dropped connection comes within minutes)
 IDEMPOTENCY_KEEP_S = 86400.0
@@ -185,12 +220,72 @@ class Store:
                 cur.close()
         self._keyed_inserts = 0
         try:
-            metadata.create_all(self.engine)
+            self.revision = self.migrate()
+        except InputError:
+            self.engine.dispose()
+            raise
         except Exception as exc:  # noqa: BLE001 - any driver error becomes one clear line for the user
+            self.engine.dispose()
             shown = make_url(self.url).render_as_string(hide_password=True)
             reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
             raise InputError(f"cannot open the database {shown}: {reason}; check the URL, that the folder exists "
                              "and that the server is running", field="db", value=shown) from None
+
+    def migrate(self) -> str:
+        """Upgrade the schema to the newest revision shipped (Alembic), in one transaction that also holds a lock
+        (PostgreSQL: an advisory lock; SQLite: BEGIN IMMEDIATE), so two services starting at once migrate once. A
+        database made before migrations existed is stamped revision 0001 first (its rows kept). A database already
+        at the newest revision is only read (a read-only file opens). Returns the revision. Raises InputError for
+        a database at a revision this fleetplan does not know (made by a newer one)."""
+        from alembic import command
+        from alembic.runtime.migration import MigrationContext
+        from alembic.script import ScriptDirectory
+        from sqlalchemy import inspect
+
+        cfg = alembic_config()
+        script = ScriptDirectory.from_config(cfg)
+        head = script.get_current_head()
+        assert head is not None  # the package ships its revisions
+        known = {rev.revision for rev in script.walk_revisions()}
+        with self.engine.connect() as c:
+            current = MigrationContext.configure(c).get_current_revision()
+        if current == head:
+            return head
+        if current is not None and current not in known:
+            raise InputError(f"the database's schema is at revision {current!r}, which this fleetplan does not know "
+                             f"(its newest is {head!r}): a newer fleetplan wrote it; run that version, or upgrade",
+                             field="db", value=current)
+        engine = self._migration_engine()
+        try:
+            with engine.begin() as c:
+                if not self.sqlite:
+                    c.exec_driver_sql(f"SELECT pg_advisory_xact_lock({_MIGRATION_LOCK})")
+                cfg.attributes["connection"] = c
+                if MigrationContext.configure(c).get_current_revision() is None and inspect(c).has_table(
+                        "observations"):
+                    command.stamp(cfg, LEGACY_REVISION)
+                command.upgrade(cfg, "head")
+        finally:
+            if engine is not self.engine:
+                engine.dispose()
+        return head
+
+    def _migration_engine(self) -> Engine:
+        """The engine migrations run on: on SQLite one whose transactions start with BEGIN IMMEDIATE (the write lock
+        first, and DDL inside the transaction: the driver would otherwise commit before each CREATE or ALTER)."""
+        if not self.sqlite:
+            return self.engine
+        eng = create_engine(self.url, connect_args={"check_same_thread": False, "timeout": self.timeout_s})
+
+        @event.listens_for(eng, "connect")
+        def _manual(dbapi_conn, _record):
+            dbapi_conn.isolation_level = None
+
+        @event.listens_for(eng, "begin")
+        def _begin(conn):
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+        return eng
 
     def ping(self) -> bool:
         """True when the database answers a read."""
