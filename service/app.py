@@ -134,11 +134,15 @@ class ObservationsAccepted(BaseModel):
 
 
 class ObservationsDeleted(BaseModel):
-    """200: observations deleted, their ids, and the plan that now holds the rebuilt forecaster state."""
+    """200: observations deleted, their ids, the plan that now holds the rebuilt forecaster state and the repaired
+    fleet, how many observations were replayed to rebuild it (those after the newest plan that predates the first
+    deleted one), and the id up to which retention folded observations into the stored state (those are gone)."""
 
     deleted: int
     ids: list[int]
     plan_id: int | None
+    replayed: int
+    folded_through_id: int
 
 
 class PlanDiff(BaseModel):

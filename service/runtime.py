@@ -76,6 +76,12 @@ class ServiceSettings:
         max_pending_writes: most write requests (POST /v1/observations, DELETE, POST /v1/replan) queued for the
             write lock at once; one more gets 429 with Retry-After, so overload shows as refusals a client backs off
             from, not as unbounded latency.
+        observation_retention_s: observations are kept at least this long, seconds; older ones are folded into
+            the forecaster state stored with the plans (every plan's state holds the observations up to its
+            ``last_observation_id``) and deleted every 10 minutes (:meth:`Store.retain`). A DELETE can remove only
+            observations still kept.
+        plan_retention_s: plans (with their diffs) are kept this long, seconds (GET /v1/plans, export-history) ...
+        max_plans: ... and at most this many (a week of 5-minute rounds); the newest plan always stays.
         online: the re-planner's policy (see OnlineConfig; tenant expiry and cap live there).
         plan_file: an offline plan (``fleetplan plan --out plan.json``) to start from when the database holds no
             plan: its replicas and shared GPUs of the current window, counted as ready. None: a cold-start plan.
@@ -101,6 +107,9 @@ class ServiceSettings:
     online: OnlineConfig = field(default_factory=OnlineConfig)
     plan_file: str | None = None
     max_pending_writes: int = 32
+    observation_retention_s: float = 21600.0
+    plan_retention_s: float = 604800.0
+    max_plans: int = 2016
 
     def __post_init__(self) -> None:
         if self.token is None and not self.insecure_no_auth:
@@ -111,7 +120,7 @@ class ServiceSettings:
         if self.read_token is not None and len(self.read_token) < 8:
             raise InputError("the read token must have at least 8 characters", field="read_token")
         for name in ("interval_s", "resolve_every_s", "resolve_time_limit_s", "max_clock_skew_s",
-                     "max_observation_age_s"):
+                     "max_observation_age_s", "observation_retention_s", "plan_retention_s"):
             v = getattr(self, name)
             if not (isinstance(v, int | float) and math.isfinite(v) and v >= 0):
                 raise InputError(f"{name} must be a finite number >= 0 seconds", field=name, value=v)
@@ -123,6 +132,10 @@ class ServiceSettings:
                                                           and 1 <= self.prometheus_window_s <= 86400):
             raise InputError("prometheus_window_s must be between 1 and 86400 seconds", field="prometheus_window_s",
                              value=self.prometheus_window_s)
+        for name in ("max_plans", "max_pending_writes"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or v < 1:
+                raise InputError(f"{name} must be a whole number >= 1", field=name, value=v)
         if self.max_body_bytes < 1024:
             raise InputError("max_body_bytes must be >= 1024", field="max_body_bytes", value=self.max_body_bytes)
 
@@ -203,6 +216,9 @@ class Busy(FleetplanError):
         self.retry_after_s = retry_after_s
 
 
+#: seconds between retention passes of the loop
+RETENTION_EVERY_S = 600.0
+
 #: Outcomes of a full re-solve (the ``outcome`` label of fleetplan_resolves_total).
 RESOLVE_OUTCOMES = ("adopted", "kept", "infeasible", "failed")
 
@@ -260,7 +276,10 @@ class ReplanService:
         self.last_obs_id = 0
         self.published: Published | None = None
         self.counters = {"observations": 0, "rounds": 0, "migrations": 0, "prometheus_errors": 0, "round_errors": 0,
-                         "loop_errors": 0, "observations_not_fed": 0, "commit_hook_errors": 0, "writes_refused": 0}
+                         "loop_errors": 0, "observations_not_fed": 0, "commit_hook_errors": 0, "writes_refused": 0,
+                         "retention_errors": 0}
+        self.db_bytes: int | None = None  # the database's size at the last retention pass
+        self.folded_through_id = 0
         #: {(outcome, reason): count} of full re-solves (outcomes: RESOLVE_OUTCOMES)
         self.resolves: dict[tuple[str, str], int] = {}
         #: writes waiting for the write lock or holding it; beyond settings.max_pending_writes a write gets 429
@@ -370,12 +389,12 @@ class ReplanService:
         actions = [action_dict(a) for a in res.actions]
         prev = self.plan_row["id"] if self.plan_row else None
         summary = self._summary(res)
+        now = self.clock()
         pid = self.store.add_plan(at_s=res.at_s, window=res.window, reason=res.reason,
                                   cost_usd_per_hour=res.cost_usd_per_hour, migrations=res.migrations,
                                   valid=res.report.ok, last_observation_id=self.last_obs_id, summary=summary,
                                   body=body, actions=actions, previous_plan_id=prev,
-                                  delete_observation_ids=delete_observation_ids)
-        now = self.clock()
+                                  delete_observation_ids=delete_observation_ids, created_at_s=now)
         row = {"id": pid, "created_at_s": now, "at_s": res.at_s, "window": res.window,
                "reason": res.reason, "cost_usd_per_hour": res.cost_usd_per_hour,
                "migrations": res.migrations, "valid": True, "last_observation_id": self.last_obs_id,
@@ -511,6 +530,19 @@ class ReplanService:
             self.last_round_s = res.round_time_s
             return row
 
+    def retain(self) -> dict:
+        """Apply retention now (:meth:`Store.retain` with the settings' limits); returns its counts. Runs in the
+        loop every RETENTION_EVERY_S; deletes run in chunks, so writes wait for one chunk at a time."""
+        s = self.settings
+        out = self.store.retain(self.clock(), observation_keep_s=s.observation_retention_s,
+                                plan_keep_s=s.plan_retention_s, max_plans=s.max_plans)
+        self.db_bytes = self.store.size_bytes()
+        self.folded_through_id = out["folded_through_id"]
+        if out["observations_deleted"] or out["plans_deleted"]:
+            log.info("retention: folded %d observations (through id %d), removed %d plans",
+                     out["observations_deleted"], out["folded_through_id"], out["plans_deleted"])
+        return out
+
     def delete_observations(self, *, ids: list[int] | None = None, from_s: float | None = None,
                             to_s: float | None = None) -> dict:
         """Delete stored observations by id and/or time range (unix s, ``at_s`` inclusive), rebuild the forecaster
@@ -522,11 +554,20 @@ class ReplanService:
         the deleted observation, not with the table. The forecasts the rounds of the last ``cooldown_s`` recorded
         for the scale-down stabilization are recomputed from the rebuilt state at each round's own observations, so
         the cooldown does not hold the deleted values; a heuristic round with no migration budget (reason 'rebuild')
-        then runs on it, committed in the same transaction as the delete, so a restart never replays them."""
+        then runs on it, committed in the same transaction as the delete, so a restart never replays them.
+        ``replayed`` in the result counts the observations replayed. Raises FleetplanError (409) for ids that
+        retention folded into the stored state (at or below ``folded_through_id``): they can no longer be removed."""
         with self.write_lock:
+            folded = self.store.folded_through_id()
+            gone = sorted(i for i in (ids or []) if i <= folded)
+            if gone:
+                raise FleetplanError(f"observations {', '.join(map(str, gone[:10]))}{' ...' if len(gone) > 10 else ''} "
+                                     f"were folded into the stored forecast by retention (ids up to {folded}, older "
+                                     "than observation_retention_s) and can no longer be deleted")
             doomed = self.store.observation_ids_where(ids=ids, from_s=from_s, to_s=to_s)
             if not doomed:
-                return {"deleted": 0, "ids": [], "plan_id": self.plan_row["id"] if self.plan_row else None}
+                return {"deleted": 0, "ids": [], "plan_id": self.plan_row["id"] if self.plan_row else None,
+                        "replayed": 0, "folded_through_id": folded}
             now = self.clock()
             first = doomed[0]
             staged = self.replanner.clone()
@@ -548,12 +589,13 @@ class ReplanService:
                 w = probe.window_at(at)
                 redone[at] = {m: probe.forecast(m, w, at) for m in staged.models}
 
-            k = 0
+            k = replayed = 0
             for r in self.store.iter_observations(after=after, skip=set(doomed)):
                 while k < len(points) and points[k][0] < r["id"]:
                     forecast_at(points[k][1])
                     k += 1
                 self._feed(fc, r)
+                replayed += 1
             for _, at in points[k:]:
                 forecast_at(at)
             staged.forecaster = fc
@@ -561,7 +603,8 @@ class ReplanService:
                                        for m, hist in staged.recent_forecasts.items()}
             res = staged.round(now, budget=-1, reason="rebuild")
             row = self._commit(staged, res, delete_observation_ids=doomed)
-            return {"deleted": len(doomed), "ids": doomed, "plan_id": row["id"]}
+            return {"deleted": len(doomed), "ids": doomed, "plan_id": row["id"], "replayed": replayed,
+                    "folded_through_id": folded}
 
     @contextlib.contextmanager
     def admission(self):
@@ -672,6 +715,7 @@ class ReplanService:
         Never raises: a failed round is logged with its traceback, counted, and retried after 1, 2, 4, ... s
         (at most ``interval_s``)."""
         s = self.settings
+        self._tick_retention(now_s, state)
         if s.interval_s and now_s >= state.setdefault("next_round", now_s + s.interval_s):
             self.try_pull_prometheus()
             try:
@@ -702,6 +746,15 @@ class ReplanService:
         except Exception as exc:  # noqa: BLE001 - a failed solve keeps the current plan
             self._count_resolve("failed", type(exc).__name__)
             log.error("re-solve failed: %s", exc, exc_info=True)
+
+    def _tick_retention(self, now_s: float, state: dict) -> None:
+        if now_s >= state.setdefault("next_retention", now_s):
+            state["next_retention"] = now_s + RETENTION_EVERY_S
+            try:
+                self.retain()
+            except Exception as exc:  # noqa: BLE001 - retention is retried at the next pass; the cause is logged
+                self.counters["retention_errors"] += 1
+                log.error("retention failed: %s", exc, exc_info=True)
 
     def _loop(self) -> None:
         state: dict = {}
@@ -813,6 +866,13 @@ class ReplanService:
                "(saving_below_threshold, stale_forecast, empty_plan); infeasible (the solver's status: infeasible, "
                "no_solution); failed (the error's class, or install)",
                [({"outcome": o, "reason": r}, n) for (o, r), n in sorted(resolves.items())])
+        metric("fleetplan_retention_errors_total", "counter", "retention passes that failed (retried 10 minutes later)",
+               [({}, c["retention_errors"])])
+        metric("fleetplan_observations_folded_through_id", "gauge", "observations up to this id were folded into the "
+               "stored forecaster state by retention", [({}, self.folded_through_id)])
+        if self.db_bytes is not None:
+            metric("fleetplan_database_bytes", "gauge", "size of the database at the last retention pass",
+                   [({}, self.db_bytes)])
         metric("fleetplan_writes_refused_total", "counter", "write requests answered 429 (the write queue was full)",
                [({}, c["writes_refused"])])
         metric("fleetplan_writes_pending", "gauge", "write requests queued for or holding the write lock",

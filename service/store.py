@@ -38,6 +38,7 @@ from sqlalchemy import (
     insert,
     select,
     text,
+    update,
 )
 from sqlalchemy.engine import Engine, make_url
 
@@ -404,11 +405,13 @@ class Store:
     # ---- plans and diffs -----------------------------------------------------------------------------------
     def add_plan(self, *, at_s: float, window: int, reason: str, cost_usd_per_hour: float, migrations: int,
                  valid: bool, last_observation_id: int, summary: dict, body: dict, actions: list[dict],
-                 previous_plan_id: int | None, delete_observation_ids: list[int] | None = None) -> int:
+                 previous_plan_id: int | None, delete_observation_ids: list[int] | None = None,
+                 created_at_s: float | None = None, epoch: int = 0) -> int:
         """Store a plan and its diff in one committed transaction; returns the plan id. Observations with ids in
         ``delete_observation_ids`` are deleted in the same transaction (the plan holds the state rebuilt
-        without them, so a restart never replays them)."""
-        now = time.time()
+        without them, so a restart never replays them). ``created_at_s``: the service's clock (default: the wall
+        clock); ``epoch``: the committing leader's lease epoch."""
+        now = time.time() if created_at_s is None else float(created_at_s)
         with self.engine.begin() as c:
             if delete_observation_ids:
                 for k in range(0, len(delete_observation_ids), 500):
@@ -416,7 +419,7 @@ class Store:
             res = c.execute(insert(plans).values(
                 created_at_s=now, at_s=at_s, window=window, reason=reason, cost_usd_per_hour=cost_usd_per_hour,
                 migrations=migrations, valid=int(valid), last_observation_id=last_observation_id,
-                summary=json.dumps(summary), body=json.dumps(body)))
+                summary=json.dumps(summary), body=json.dumps(body), epoch=epoch))
             key = res.inserted_primary_key
             if key is None:  # every SQLAlchemy dialect fleetplan supports returns it for a single-row insert
                 raise RuntimeError("the database returned no id for the new plan row")
@@ -471,6 +474,78 @@ class Store:
         with self.engine.connect() as c:
             rows = c.execute(select(plans.c.at_s, plans.c.last_observation_id).where(plans.c.at_s > since_at_s))
             return [(float(a), int(b)) for a, b in rows]
+
+    def meta(self, key: str) -> str | None:
+        """The value stored under ``key`` in ``service_meta``, or None."""
+        with self.engine.connect() as c:
+            return c.execute(select(service_meta.c.value).where(service_meta.c.key == key)).scalar()
+
+    def folded_through_id(self) -> int:
+        """Observations with ids up to this were folded into the stored forecaster state by retention and removed
+        (0: none)."""
+        return int(self.meta("folded_through_id") or 0)
+
+    def retain(self, now_s: float, *, observation_keep_s: float, plan_keep_s: float, max_plans: int,
+               chunk: int = 5000) -> dict:
+        """Apply retention at ``now_s`` (unix s); returns {observations_deleted, plans_deleted, folded_through_id}.
+
+        Plans: the newest one always stays; the others stay while younger than ``plan_keep_s`` and among the
+        newest ``max_plans``; older ones go with their diffs. Observations are folded: the newest kept plan made
+        ``observation_keep_s`` or more ago (else the oldest kept plan, when the cap removed it) holds in its stored
+        forecaster state every observation up to its ``last_observation_id`` F, so those rows are deleted and F is
+        remembered (``folded_through_id``). Every observation left then has a kept plan whose state predates it, so
+        a DELETE can still rebuild without it. Deletes run in transactions of at most ``chunk`` rows, so writes
+        wait for one chunk at a time."""
+        with self.engine.connect() as c:
+            rows = c.execute(select(plans.c.id, plans.c.created_at_s, plans.c.last_observation_id)
+                             .order_by(plans.c.id.desc())).all()
+        if not rows:
+            return {"observations_deleted": 0, "plans_deleted": 0, "folded_through_id": self.folded_through_id()}
+        kept = [r for i, r in enumerate(rows) if i == 0 or (i < max_plans and r[1] >= now_s - plan_keep_s)]
+        oldest_kept = kept[-1]
+        base = next((r for r in rows if r[1] <= now_s - observation_keep_s), None)
+        if base is not None and base[0] < oldest_kept[0]:
+            base = oldest_kept
+        folded = max(self.folded_through_id(), int(base[2]) if base is not None else 0)
+        n_obs = 0
+        while True:
+            with self.engine.begin() as c:
+                doomed = select(observations.c.id).where(observations.c.id <= folded).limit(chunk)
+                n = c.execute(delete(observations).where(observations.c.id.in_(doomed))).rowcount or 0
+                if n == 0:
+                    self._set_meta(c, "folded_through_id", str(folded))
+                    break
+            n_obs += n
+        n_plans = 0
+        cut = oldest_kept[0]
+        while True:
+            with self.engine.begin() as c:
+                ids = [int(r[0]) for r in c.execute(select(plans.c.id).where(plans.c.id < cut).limit(chunk))]
+                if not ids:
+                    break
+                c.execute(delete(diffs).where(diffs.c.plan_id.in_(ids)))
+                c.execute(delete(plans).where(plans.c.id.in_(ids)))
+            n_plans += len(ids)
+        return {"observations_deleted": n_obs, "plans_deleted": n_plans, "folded_through_id": folded}
+
+    @staticmethod
+    def _set_meta(c, key: str, value: str) -> None:
+        if c.execute(update(service_meta).where(service_meta.c.key == key).values(value=value)).rowcount == 0:
+            c.execute(insert(service_meta).values(key=key, value=value))
+
+    def size_bytes(self) -> int | None:
+        """Bytes the database takes on disk (SQLite: the file and its WAL; PostgreSQL: pg_database_size), or None
+        when it cannot be told."""
+        try:
+            if self.sqlite:
+                path = sqlite_path(self.url)
+                if path is None:
+                    return None
+                return sum(p.stat().st_size for p in (path, path.with_name(path.name + "-wal")) if p.exists())
+            with self.engine.connect() as c:
+                return int(c.execute(text("SELECT pg_database_size(current_database())")).scalar_one())
+        except Exception:  # noqa: BLE001 - a size is a figure for metrics, never a reason to fail
+            return None
 
     def count_plans(self) -> int:
         with self.engine.connect() as c:
