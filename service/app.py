@@ -33,7 +33,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from fleetplan import __version__
 from fleetplan.errors import FleetplanError, InputError
-from fleetplan.service.runtime import Busy, ReplanService, ServiceSettings
+from fleetplan.service.runtime import Busy, ReplanService, ServiceSettings, Standby
 from fleetplan.service.store import IdempotencyConflict
 from fleetplan.solvers.online.state import Action
 
@@ -223,13 +223,14 @@ class ReplanResponse(BaseModel):
 
 
 class Health(BaseModel):
-    """Liveness: the process answers; ``loop`` is 'running', 'stopped' (503) or 'off' (rounds on request only).
-    It says nothing of the database: see /readyz."""
+    """Liveness: the process answers; ``loop`` is 'running', 'stopped' (503) or 'off' (rounds on request only);
+    ``role`` 'leader' or 'standby' (:mod:`fleetplan.service.leader`). It says nothing of the database: see /readyz."""
 
     status: Literal["ok", "loop stopped"]
     loop: Literal["running", "stopped", "off"]
     plan_id: int | None
     resumed: bool
+    role: Literal["leader", "standby"]
 
 
 class Readiness(BaseModel):
@@ -240,12 +241,15 @@ class Readiness(BaseModel):
     detail: dict[str, str]
     last_success_age_s: float
     plan_id: int | None
+    role: Literal["leader", "standby"]
 
 
 def _codes(*codes: int) -> dict:
     text = {401: "missing or wrong bearer token", 404: "no plan yet", 409: "conflict (see detail)",
-            413: "request body too large", 429: "busy: the write queue is full or a re-solve runs; retry after the "
-            "Retry-After header's seconds", 503: "database unavailable (see detail); retry later"}
+            413: "request body too large",
+            429: "busy: the write queue is full or a re-solve runs; retry after the Retry-After header's seconds",
+            503: "database unavailable, or this replica is a standby and the request needs the leader (see detail); "
+                 "retry after the Retry-After header's seconds"}
     out: dict[int | str, dict] = {}
     for code in codes:
         if code == 422:
@@ -477,6 +481,10 @@ def create_app(settings: ServiceSettings, service: ReplanService | None = None, 
         return JSONResponse(status_code=503, content={"detail": _safe(f"database unavailable: {reason}")},
                             headers={"Retry-After": "5"})
 
+    @app.exception_handler(Standby)
+    async def _standby(request, exc: Standby):
+        return JSONResponse(status_code=503, content={"detail": _safe(str(exc))}, headers={"Retry-After": "1"})
+
     @app.exception_handler(Busy)
     async def _busy(request, exc: Busy):
         return JSONResponse(status_code=429, content={"detail": _safe(str(exc))},
@@ -514,7 +522,7 @@ def create_app(settings: ServiceSettings, service: ReplanService | None = None, 
         loop = svc.loop_state()
         row = svc.plan_row
         body = {"status": "ok" if loop != "stopped" else "loop stopped", "loop": loop,
-                "plan_id": row["id"] if row else None, "resumed": svc.resumed}
+                "plan_id": row["id"] if row else None, "resumed": svc.resumed, "role": svc.role}
         return JSONResponse(body, status_code=200 if loop != "stopped" else 503)
 
     @app.get("/readyz", response_model=Readiness, responses={503: {"model": Readiness, "description": "not ready"}})
@@ -594,7 +602,7 @@ def create_app(settings: ServiceSettings, service: ReplanService | None = None, 
         try:
             with svc.admission():
                 return svc.delete_observations(ids=id_list, from_s=from_s, to_s=to_s)
-        except Busy:
+        except (Busy, Standby):
             raise
         except FleetplanError as exc:
             raise HTTPException(409, str(exc)) from None
@@ -613,7 +621,7 @@ def create_app(settings: ServiceSettings, service: ReplanService | None = None, 
                 with svc.admission():
                     svc.replan()
                 adopted, msg = True, "heuristic round adopted"
-        except Busy:
+        except (Busy, Standby):
             raise
         except FleetplanError as exc:
             raise HTTPException(409, str(exc)) from None

@@ -27,12 +27,15 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 
+from sqlalchemy.exc import SQLAlchemyError
+
 from fleetplan.errors import FleetplanError, InputError, UnknownNameError
 from fleetplan.outputs.planio import load_plan_file, plan_to_dict
 from fleetplan.placement.problem import Problem
 from fleetplan.placement.validate import validate
 from fleetplan.scenario.build import build_problem
 from fleetplan.scenario.read import Scenario, load_scenario, scenario_models
+from fleetplan.service.leader import Lease, NotLeader
 from fleetplan.service.prometheus import pull_observations
 from fleetplan.service.store import Store, body_digest
 from fleetplan.solvers.online.config import OnlineConfig
@@ -76,6 +79,8 @@ class ServiceSettings:
         max_pending_writes: most write requests (POST /v1/observations, DELETE, POST /v1/replan) queued for the
             write lock at once; one more gets 429 with Retry-After, so overload shows as refusals a client backs off
             from, not as unbounded latency.
+        lease_ttl_s: the leader's lease lasts this long without renewal (renewed every third of it), seconds: a
+            standby takes over this long after the leader died (:mod:`fleetplan.service.leader`).
         observation_retention_s: observations are kept at least this long, seconds; older ones are folded into
             the forecaster state stored with the plans (every plan's state holds the observations up to its
             ``last_observation_id``) and deleted every 10 minutes (:meth:`Store.retain`). A DELETE can remove only
@@ -107,6 +112,7 @@ class ServiceSettings:
     online: OnlineConfig = field(default_factory=OnlineConfig)
     plan_file: str | None = None
     max_pending_writes: int = 32
+    lease_ttl_s: float = 15.0
     observation_retention_s: float = 21600.0
     plan_retention_s: float = 604800.0
     max_plans: int = 2016
@@ -124,7 +130,7 @@ class ServiceSettings:
             v = getattr(self, name)
             if not (isinstance(v, int | float) and math.isfinite(v) and v >= 0):
                 raise InputError(f"{name} must be a finite number >= 0 seconds", field=name, value=v)
-        for name in ("db_timeout_s", "rate_ceiling_factor", "fleet_ceiling_factor"):
+        for name in ("db_timeout_s", "rate_ceiling_factor", "fleet_ceiling_factor", "lease_ttl_s"):
             v = getattr(self, name)
             if not (isinstance(v, int | float) and math.isfinite(v) and v > 0):
                 raise InputError(f"{name} must be a finite number > 0", field=name, value=v)
@@ -207,6 +213,16 @@ def start_from_plan(replanner: Replanner, plan_file: str, now_s: float) -> Onlin
                          source=plan_file, field=exc.field) from None
 
 
+class Standby(FleetplanError):
+    """A leader-only request (a round, a re-solve, a DELETE) sent to a standby (HTTP 503 with Retry-After): send it
+    to the leader (``leader`` names it), or retry: a standby takes over once the leader's lease expires."""
+
+    def __init__(self, leader: str | None) -> None:
+        super().__init__(f"this replica is a standby (the leader is {leader or 'unknown'}); send this request to the "
+                         "leader or retry: a standby takes over when the leader's lease expires")
+        self.leader = leader
+
+
 class Busy(FleetplanError):
     """The service cannot take this request now (HTTP 429): its write queue is full, or a re-solve is running.
     ``retry_after_s`` is when to try again, seconds."""
@@ -221,6 +237,10 @@ RETENTION_EVERY_S = 600.0
 
 #: Outcomes of a full re-solve (the ``outcome`` label of fleetplan_resolves_total).
 RESOLVE_OUTCOMES = ("adopted", "kept", "infeasible", "failed")
+
+
+def _first_line(exc: BaseException) -> str:
+    return str(getattr(exc, "orig", None) or exc).strip().splitlines()[0][:300] if str(exc) else type(exc).__name__
 
 
 def action_dict(a: Action) -> dict:
@@ -261,7 +281,11 @@ class ReplanService:
         self.state_lock = threading.Lock()  # short: guards swaps and forecaster reads, never held during I/O
         self.lock = self.write_lock
         self.store = Store(settings.db_url, timeout_s=settings.db_timeout_s)
-        self.replanner = Replanner(problem, settings.online, load_time_s or {})
+        self.load_time_s = dict(load_time_s or {})
+        self.replanner = Replanner(problem, settings.online, self.load_time_s)
+        #: the lease that makes one service per database the leader (:mod:`fleetplan.service.leader`)
+        self.lease = Lease(self.store, settings.lease_ttl_s)
+        self.store.fence = self.lease.fence
         method = settings.online.forecast_method
         if method != "blend" and importlib.util.find_spec("statsforecast") is None:
             log.warning("forecast method %r needs statsforecast, which is not installed (pip install "
@@ -309,30 +333,102 @@ class ReplanService:
         """The last committed plan row (a published copy: never changed after it is served)."""
         return self.published.row if self.published else None
 
+    @property
+    def role(self) -> str:
+        """'leader' (holds the lease: rounds, re-solves, retention, actuation) or 'standby' (serves reads from the
+        database, stores observations, takes over when the lease expires)."""
+        return "leader" if self.lease.held else "standby"
+
     # ---- start / resume ------------------------------------------------------------------------------------
     def _start(self) -> None:
+        try:
+            leads = self.lease.try_acquire()
+        except SQLAlchemyError as exc:  # a read-only or unreachable database: serve what is stored
+            log.error("cannot take the lease (%s): serving the stored plan as a standby", _first_line(exc))
+            leads = False
+        if leads:
+            self._lead()
+        else:
+            log.info("standby: the lease is held by %s; serving its plans from the database", self.lease.leader)
+            self._follow(force=True)
+
+    def _resume(self, row: dict) -> None:
+        """Load stored plan ``row`` and replay the observations stored after it (at their receipt times) into a new
+        Replanner, then swap it in and publish the plan. Call with the write lock held."""
+        now = self.clock()
+        staged = Replanner(self.problem, self.settings.online, self.load_time_s)
+        staged.restore(row["body"]["online"]["state"], now)
+        last = row["last_observation_id"]
+        for r in self.store.iter_observations(after=last):
+            self._feed(staged, r)
+            last = r["id"]
+        diff = self.store.diff_for(row["id"]) or {"plan_id": row["id"], "previous_plan_id": None,
+                                                  "created_at_s": row["created_at_s"], "actions": []}
+        with self.state_lock:
+            self.replanner = staged
+            self.last_obs_id = last
+            self._publish(row, diff, staged.current)
+        self.last_success_s = row["created_at_s"] if self.role == "standby" else now
+        self.resumed = True
+
+    def _lead(self) -> None:
+        """Act as the leader: resume from the newest stored plan (a takeover sees every plan its predecessor
+        committed: the lease fences them), or make the first plan; then hand the current plan to the commit hooks
+        (the actuator applies it)."""
         with self.write_lock:
             row = self.store.last_plan()
             now = self.clock()
             if row is not None:
-                state = row["body"]["online"]["state"]
-                self.replanner.restore(state, now)
-                self.last_obs_id = row["last_observation_id"]
-                for r in self.store.iter_observations(after=self.last_obs_id):
-                    self._feed(self.replanner, r)
-                    self.last_obs_id = r["id"]
-                diff = self.store.diff_for(row["id"]) or {"plan_id": row["id"], "previous_plan_id": None,
-                                                          "created_at_s": row["created_at_s"], "actions": []}
-                self._publish(row, diff, self.replanner.current)
-                self.last_success_s = now
-                self.resumed = True
-                log.info("resumed from stored plan %s", row["id"])
+                self._resume(row)
+                log.info("leader (lease epoch %s): resumed from stored plan %s", self.lease.epoch, row["id"])
             elif self.settings.plan_file:
                 staged = self.replanner.clone()
                 self._commit(staged, start_from_plan(staged, self.settings.plan_file, now))
             else:
                 staged = self.replanner.clone()
                 self._commit(staged, staged.initial(now))
+            if row is not None:
+                self._run_hooks(self.plan_row)
+
+    def _follow(self, force: bool = False) -> None:
+        """Standby: serve the newest stored plan (reloaded when the leader committed another) and feed the
+        observations stored since into the forecaster, so checks, metrics and a takeover start from the database's
+        state."""
+        with self.write_lock:
+            row = self.store.last_plan() if force or self.store.newest_plan_id() != (
+                self.plan_row["id"] if self.plan_row else None) else None
+            if row is not None:
+                self._resume(row)
+            else:
+                self._catch_up()
+
+    def _catch_up(self, below: int | None = None) -> None:
+        """Feed the observations stored after ``last_obs_id`` (by another replica: a standby stores what it is
+        sent) and, with ``below``, before that id. Call with the write lock held."""
+        with self.state_lock:
+            for r in self.store.iter_observations(after=self.last_obs_id, page=1000):
+                if below is not None and r["id"] >= below:
+                    break
+                self._feed(self.replanner, r)
+                self.last_obs_id = r["id"]
+
+    def _step_down(self, why: str) -> None:
+        log.warning("stepping down to standby: %s", why)
+        self.lease.epoch = None
+        try:
+            self._follow(force=True)
+        except Exception as exc:  # noqa: BLE001 - the next tick follows again
+            log.error("standby could not reload the stored plan: %s", exc)
+
+    def _run_hooks(self, row: dict | None) -> None:
+        if row is None:
+            return
+        for hook in self.commit_hooks:
+            try:
+                hook(row)
+            except Exception:  # the plan is committed either way; the failure is logged and counted, never hidden
+                self.counters["commit_hook_errors"] += 1
+                log.exception("commit hook failed for plan %s", row["id"])
 
     def _feed(self, target: Replanner | Forecaster, r: dict) -> None:
         """Feed one stored observation row to ``replanner``'s forecaster at the service's clock when it was received
@@ -394,8 +490,9 @@ class ReplanService:
                                   cost_usd_per_hour=res.cost_usd_per_hour, migrations=res.migrations,
                                   valid=res.report.ok, last_observation_id=self.last_obs_id, summary=summary,
                                   body=body, actions=actions, previous_plan_id=prev,
-                                  delete_observation_ids=delete_observation_ids, created_at_s=now)
-        row = {"id": pid, "created_at_s": now, "at_s": res.at_s, "window": res.window,
+                                  delete_observation_ids=delete_observation_ids, created_at_s=now,
+                                  epoch=self.lease.epoch or 0)
+        row = {"id": pid, "created_at_s": now, "at_s": res.at_s, "window": res.window, "epoch": self.lease.epoch,
                "reason": res.reason, "cost_usd_per_hour": res.cost_usd_per_hour,
                "migrations": res.migrations, "valid": True, "last_observation_id": self.last_obs_id,
                "summary": summary, "body": body}
@@ -405,12 +502,7 @@ class ReplanService:
             self._publish(row, diff, res)
         self.counters["migrations"] += res.migrations
         self.last_success_s = now
-        for hook in self.commit_hooks:
-            try:
-                hook(row)
-            except Exception:  # the plan is committed either way; the failure is logged and counted, never hidden
-                self.counters["commit_hook_errors"] += 1
-                log.exception("commit hook failed for plan %s", pid)
+        self._run_hooks(row)
         return row
 
     # ---- writes --------------------------------------------------------------------------------------------
@@ -509,6 +601,8 @@ class ReplanService:
                 ids, replayed = self.store.add_observations_once(rows, idempotency_key, body_digest(items))
             if replayed:
                 return ids, True
+            if ids and ids[0] != self.last_obs_id + 1:  # another replica stored observations meanwhile: feed them first
+                self._catch_up(below=ids[0])
             with self.state_lock:
                 for r, i in zip(rows, ids, strict=True):
                     self._feed(self.replanner, {**r, "id": i})
@@ -520,8 +614,14 @@ class ReplanService:
         """:meth:`observe_once` without a key; returns the new ids."""
         return self.observe_once(items, source)[0]
 
+    def _leader_only(self) -> None:
+        if not self.lease.held:
+            raise Standby(self.lease.leader)
+
     def replan(self) -> dict:
-        """One heuristic round now, staged and committed; returns the new plan row."""
+        """One heuristic round now, staged and committed; returns the new plan row. Raises :class:`Standby` on a
+        standby."""
+        self._leader_only()
         with self.write_lock:
             staged = self.replanner.clone()
             res = staged.round(self.clock())
@@ -556,7 +656,9 @@ class ReplanService:
         the cooldown does not hold the deleted values; a heuristic round with no migration budget (reason 'rebuild')
         then runs on it, committed in the same transaction as the delete, so a restart never replays them.
         ``replayed`` in the result counts the observations replayed. Raises FleetplanError (409) for ids that
-        retention folded into the stored state (at or below ``folded_through_id``): they can no longer be removed."""
+        retention folded into the stored state (at or below ``folded_through_id``): they can no longer be removed, and
+        :class:`Standby` on a standby."""
+        self._leader_only()
         with self.write_lock:
             folded = self.store.folded_through_id()
             gone = sorted(i for i in (ids or []) if i <= folded)
@@ -641,6 +743,7 @@ class ReplanService:
     def resolve(self, time_limit_s: float | None = None) -> tuple[bool, str]:
         """Full MILP re-solve now (blocking); adopted only if worth its migrations. Returns (adopted, message).
         Raises :class:`Busy` while another re-solve runs (the loop's or another request's): one at a time."""
+        self._leader_only()
         limit = time_limit_s or self.settings.resolve_time_limit_s
         if not self._resolve_lock.acquire(blocking=False):
             left = max(1.0, math.ceil(self._resolve_started_s + self.settings.resolve_time_limit_s - time.time()))
@@ -701,7 +804,7 @@ class ReplanService:
     def try_pull_prometheus(self) -> str | None:
         """:meth:`pull_prometheus` when configured; failures are logged and counted, never raised. Returns a
         one-line outcome, or None when no Prometheus is configured."""
-        if not self.settings.prometheus_url:
+        if not self.settings.prometheus_url or not self.lease.held:
             return None
         try:
             return f"pulled {self.pull_prometheus()} observations"
@@ -715,6 +818,8 @@ class ReplanService:
         Never raises: a failed round is logged with its traceback, counted, and retried after 1, 2, 4, ... s
         (at most ``interval_s``)."""
         s = self.settings
+        if not self._tick_lease(now_s, state):
+            return
         self._tick_retention(now_s, state)
         if s.interval_s and now_s >= state.setdefault("next_round", now_s + s.interval_s):
             self.try_pull_prometheus()
@@ -724,6 +829,9 @@ class ReplanService:
                     state["next_resolve"] = now_s  # the round drifted above the last re-solve's cost: re-solve now
                 state["failures"] = 0
                 state["next_round"] = now_s + s.interval_s
+            except NotLeader as exc:
+                self._step_down(str(exc))
+                return
             except Exception as exc:  # noqa: BLE001 - the loop survives everything; the cause is logged
                 k = state["failures"] = state.get("failures", 0) + 1
                 self.counters["round_errors"] += 1
@@ -746,6 +854,30 @@ class ReplanService:
         except Exception as exc:  # noqa: BLE001 - a failed solve keeps the current plan
             self._count_resolve("failed", type(exc).__name__)
             log.error("re-solve failed: %s", exc, exc_info=True)
+
+    def _tick_lease(self, now_s: float, state: dict) -> bool:
+        """The lease's part of a tick: the leader renews it when due (stepping down when it was lost) and feeds
+        observations other replicas stored; a standby takes the lease when it expired (and leads from the newest
+        stored plan) or follows the database (at most once a second). True when this service leads afterwards."""
+        try:
+            if self.lease.held:
+                if self.lease.due() and not self.lease.renew():
+                    self._step_down("the lease was taken over")
+                    return False
+                with self.write_lock:
+                    self._catch_up()
+                return True
+            if self.lease.try_acquire():
+                self._lead()
+                state.pop("next_round", None)
+                return True
+            if now_s >= state.get("next_follow", 0.0):
+                state["next_follow"] = now_s + 1.0
+                self._follow()
+        except Exception as exc:  # noqa: BLE001 - a database outage: the lease is retried at the next tick
+            self.counters["loop_errors"] += 1
+            log.error("lease or follow failed: %s", exc)
+        return self.lease.held
 
     def _tick_retention(self, now_s: float, state: dict) -> None:
         if now_s >= state.setdefault("next_retention", now_s):
@@ -772,10 +904,12 @@ class ReplanService:
             self._thread.start()
 
     def close(self) -> None:
+        """Stop the loop, give up the lease (a standby takes over at its next look) and close the database."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
         self._pool.shutdown(wait=False, cancel_futures=True)
+        self.lease.release()
         self.store.close()
 
     # ---- health --------------------------------------------------------------------------------------------
@@ -802,9 +936,13 @@ class ReplanService:
                 detail["recent_round"] = f"last committed plan is {age:.0f} s old (> 3 x {s.interval_s:g} s)"
         if self._thread is not None:
             checks["loop_alive"] = self._thread.is_alive()
+        if self.plan_row is None:
+            checks["plan"] = False
+            detail["plan"] = "no plan yet (a standby waits for the leader's first plan)"
         ok = all(checks.values())
         return ok, {"status": "ready" if ok else "not ready", "checks": checks, "detail": detail,
-                    "last_success_age_s": age, "plan_id": self.plan_row["id"] if self.plan_row else None}
+                    "last_success_age_s": age, "plan_id": self.plan_row["id"] if self.plan_row else None,
+                    "role": self.role}
 
     # ---- metrics -------------------------------------------------------------------------------------------
     def metrics_text(self) -> str:
@@ -835,6 +973,10 @@ class ReplanService:
         metric("fleetplan_plan_cost_usd_per_hour", "gauge", "GPU and egress cost of the current plan, USD per hour",
                [({}, row["cost_usd_per_hour"] if row else 0.0)])
         metric("fleetplan_plan_id", "gauge", "id of the current stored plan", [({}, row["id"] if row else 0)])
+        metric("fleetplan_leader", "gauge", "1 while this replica holds the lease (runs rounds); 0 on a standby",
+               [({}, 1.0 if self.lease.held else 0.0)])
+        metric("fleetplan_lease_epoch", "gauge", "epoch of the lease this replica holds (0 on a standby)",
+               [({}, self.lease.epoch or 0)])
         reps = pub.replicas if pub else {}
         metric("fleetplan_replicas", "gauge", "replicas in the current plan (loading ones included)",
                [({"model": k[0], "pool": k[1], "tp": k[2], "pp": k[3]}, n) for k, n in sorted(reps.items())])

@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +41,7 @@ from sqlalchemy import (
     text,
     update,
 )
-from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.engine import Connection, Engine, make_url
 
 from fleetplan.errors import FleetplanError, InputError
 
@@ -117,8 +118,9 @@ service_meta = Table(
 
 #: the revision a database made before migrations existed is stamped with
 LEGACY_REVISION = "0001"
-#: key of the advisory lock that serializes migrations on PostgreSQL (any constant; "fleetplan" in ASCII, cut)
+#: keys of the advisory locks that serialize migrations and observation inserts on PostgreSQL (any constants)
 _MIGRATION_LOCK = 0x666C656574706C61
+_OBSERVATION_LOCK = 0x666C656574706C62
 
 
 def alembic_config():
@@ -220,6 +222,9 @@ class Store:
                 cur.execute("PRAGMA synchronous=FULL")
                 cur.close()
         self._keyed_inserts = 0
+        #: called first inside every transaction that writes plans or deletes rows (the leader's lease fence,
+        #: :meth:`fleetplan.service.leader.Lease.fence`); None: no check
+        self.fence: Callable[[Connection], None] | None = None
         try:
             self.revision = self.migrate()
         except InputError:
@@ -319,7 +324,18 @@ class Store:
             return str(getattr(exc, "orig", None) or exc).strip().splitlines()[0][:300]
 
     # ---- observations --------------------------------------------------------------------------------------
+    def _fenced(self, c: Connection) -> None:
+        if self.fence is not None:
+            self.fence(c)
+
+    def _ordered(self, c: Connection) -> None:
+        """PostgreSQL: serialize observation inserts across processes (a transaction-scoped advisory lock), so ids
+        commit in order and a reader that has seen id N has seen every id below it (SQLite has one writer)."""
+        if not self.sqlite:
+            c.exec_driver_sql(f"SELECT pg_advisory_xact_lock({_OBSERVATION_LOCK})")
+
     def _insert_observations(self, c, rows: list[dict], now: float) -> list[int]:
+        self._ordered(c)
         ids = []
         for r in rows:
             res = c.execute(insert(observations).values(
@@ -344,6 +360,7 @@ class Store:
         Callers serialize writes (the service holds its write lock)."""
         now = time.time()
         with self.engine.begin() as c:
+            self._ordered(c)  # first: two replicas given the same key look it up one after the other
             got = c.execute(select(idempotency_keys).where(idempotency_keys.c.key == idempotency_key)
                             ).mappings().first()
             if got is not None and got["created_at_s"] >= now - IDEMPOTENCY_KEEP_S:
@@ -413,6 +430,7 @@ class Store:
         clock); ``epoch``: the committing leader's lease epoch."""
         now = time.time() if created_at_s is None else float(created_at_s)
         with self.engine.begin() as c:
+            self._fenced(c)
             if delete_observation_ids:
                 for k in range(0, len(delete_observation_ids), 500):
                     c.execute(delete(observations).where(observations.c.id.in_(delete_observation_ids[k:k + 500])))
@@ -436,6 +454,11 @@ class Store:
             d["body"] = json.loads(d["body"])
         d["valid"] = bool(d["valid"])
         return d
+
+    def newest_plan_id(self) -> int | None:
+        """The id of the newest stored plan, or None (a cheap look: no body)."""
+        with self.engine.connect() as c:
+            return c.execute(select(func.max(plans.c.id))).scalar()
 
     def last_plan(self) -> dict | None:
         """The newest stored plan (with its body), or None."""
@@ -510,6 +533,7 @@ class Store:
         n_obs = 0
         while True:
             with self.engine.begin() as c:
+                self._fenced(c)
                 doomed = select(observations.c.id).where(observations.c.id <= folded).limit(chunk)
                 n = c.execute(delete(observations).where(observations.c.id.in_(doomed))).rowcount or 0
                 if n == 0:
@@ -520,6 +544,7 @@ class Store:
         cut = oldest_kept[0]
         while True:
             with self.engine.begin() as c:
+                self._fenced(c)
                 ids = [int(r[0]) for r in c.execute(select(plans.c.id).where(plans.c.id < cut).limit(chunk))]
                 if not ids:
                     break
