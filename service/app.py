@@ -33,7 +33,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from fleetplan import __version__
 from fleetplan.errors import FleetplanError, InputError
-from fleetplan.service.runtime import Busy, ReplanService, ServiceSettings, Standby
+from fleetplan.service.runtime import Busy, ReplanService, Standby
+from fleetplan.service.settings import ServiceSettings
 from fleetplan.service.store import IdempotencyConflict
 from fleetplan.solvers.online.state import Action
 
@@ -497,19 +498,21 @@ def create_app(settings: ServiceSettings, service: ReplanService | None = None, 
         return (creds is not None and token is not None
                 and hmac.compare_digest(creds.credentials.encode("utf-8", "replace"), token.encode()))
 
+    token, read_token = settings.secret("token"), settings.secret("read_token")
+
     def require_token(creds: HTTPAuthorizationCredentials | None = bearer_dep) -> None:
-        if settings.token is None:
+        if token is None:
             return
-        if not _matches(creds, settings.token):
+        if not _matches(creds, token):
             raise HTTPException(401, "missing or wrong bearer token", headers={"WWW-Authenticate": "Bearer"})
 
     def reader(creds: HTTPAuthorizationCredentials | None = bearer_dep) -> bool:
         """True when the request may see per-tenant rates; 401 for a token that is given but wrong."""
-        if settings.token is None:
+        if token is None:
             return True
         if creds is None:
             return False
-        if _matches(creds, settings.token) or _matches(creds, settings.read_token):
+        if _matches(creds, token) or _matches(creds, read_token):
             return True
         raise HTTPException(401, "wrong bearer token", headers={"WWW-Authenticate": "Bearer"})
 

@@ -25,7 +25,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -37,113 +37,14 @@ from fleetplan.scenario.build import build_problem
 from fleetplan.scenario.read import Scenario, load_scenario, scenario_models
 from fleetplan.service.leader import Lease, NotLeader
 from fleetplan.service.prometheus import pull_observations
+from fleetplan.service.settings import ServiceSettings
 from fleetplan.service.store import Store, body_digest
-from fleetplan.solvers.online.config import OnlineConfig
 from fleetplan.solvers.online.forecast import Forecaster, estimate_demand
 from fleetplan.solvers.online.replanner import Replanner
 from fleetplan.solvers.online.state import Action, OnlineResult, load_times, window_problem
 from fleetplan.solvers.solve import solve
 
 log = logging.getLogger("fleetplan.service")
-
-
-@dataclass
-class ServiceSettings:
-    """Settings of ``fleetplan serve``.
-
-    Attributes:
-        scenario: scenario file or shipped name (None: the shipped default).
-        db_url: SQLAlchemy URL or SQLite file path.
-        token: bearer token for write endpoints; None only together with ``insecure_no_auth``.
-        insecure_no_auth: accept writes without a token (must be asked for explicitly).
-        interval_s: seconds between heuristic rounds (0: no periodic rounds; POST /v1/replan still works).
-        resolve_every_s: seconds between full MILP re-solves (0: none).
-        resolve_time_limit_s: time limit of one re-solve, seconds.
-        max_body_bytes: largest request body accepted, bytes (413 above).
-        max_observations_per_request: most observations in one POST.
-        prometheus_url: Prometheus base URL to pull vLLM metrics from at every round and on POST /v1/replan, or None.
-        prometheus_window_s: the interval one pull covers, seconds (None: ``interval_s``, or 300 when that is 0).
-        read_token: a second bearer token that may read per-tenant rates but not write, or None.
-        db_timeout_s: longest wait for a database lock or connection before a write fails (503), seconds.
-        rate_ceiling_factor: an observation is refused (422) when the sum over its model's live tenants (measured at
-            the same time: :func:`~fleetplan.solvers.online.forecast.concurrent_total`) would exceed this multiple of
-            the whole fleet's capacity for the model: no real counter reports that, and a broken or hostile one (or
-            99 new tenants each just under a per-observation ceiling) would scale the fleet to its maximum.
-        fleet_ceiling_factor: ... and when Σ over models of (that sum / the whole fleet's capacity for the model), the
-            number of whole fleets the observed demand would fill, would exceed this.
-        max_clock_skew_s: how far ahead of the service's clock an observation's ``at_s`` may be, seconds (clocks
-            synchronized by NTP agree within milliseconds; an observation from the future would hold the floor).
-        max_observation_age_s: how far in the past an observation's ``at_s`` may be, seconds: the forecast's horizon
-            (an observation older than OnlineConfig.latest_max_age_s no longer sets the floor, and one a day old
-            would feed today's recent average).
-        max_pending_writes: most write requests (POST /v1/observations, DELETE, POST /v1/replan) queued for the
-            write lock at once; one more gets 429 with Retry-After, so overload shows as refusals a client backs off
-            from, not as unbounded latency.
-        lease_ttl_s: the leader's lease lasts this long without renewal (renewed every third of it), seconds: a
-            standby takes over this long after the leader died (:mod:`fleetplan.service.leader`).
-        observation_retention_s: observations are kept at least this long, seconds; older ones are folded into
-            the forecaster state stored with the plans (every plan's state holds the observations up to its
-            ``last_observation_id``) and deleted every 10 minutes (:meth:`Store.retain`). A DELETE can remove only
-            observations still kept.
-        plan_retention_s: plans (with their diffs) are kept this long, seconds (GET /v1/plans, export-history) ...
-        max_plans: ... and at most this many (a week of 5-minute rounds); the newest plan always stays.
-        online: the re-planner's policy (see OnlineConfig; tenant expiry and cap live there).
-        plan_file: an offline plan (``fleetplan plan --out plan.json``) to start from when the database holds no
-            plan: its replicas and shared GPUs of the current window, counted as ready. None: a cold-start plan.
-    """
-
-    scenario: str | None = None
-    db_url: str = "sqlite:///fleetplan.db"
-    token: str | None = None
-    insecure_no_auth: bool = False
-    interval_s: float = 300.0
-    resolve_every_s: float = 3600.0
-    resolve_time_limit_s: float = 30.0
-    max_body_bytes: int = 1_000_000
-    max_observations_per_request: int = 1000
-    prometheus_url: str | None = None
-    prometheus_window_s: float | None = None
-    read_token: str | None = None
-    db_timeout_s: float = 30.0
-    rate_ceiling_factor: float = 10.0
-    fleet_ceiling_factor: float = 10.0
-    max_clock_skew_s: float = 5.0
-    max_observation_age_s: float = 1800.0
-    online: OnlineConfig = field(default_factory=OnlineConfig)
-    plan_file: str | None = None
-    max_pending_writes: int = 32
-    lease_ttl_s: float = 15.0
-    observation_retention_s: float = 21600.0
-    plan_retention_s: float = 604800.0
-    max_plans: int = 2016
-
-    def __post_init__(self) -> None:
-        if self.token is None and not self.insecure_no_auth:
-            raise InputError("write endpoints need a bearer token: set FLEETPLAN_TOKEN or give --token-file, or "
-                             "start with --insecure-no-auth to accept unauthenticated writes", field="token")
-        if self.token is not None and len(self.token) < 8:
-            raise InputError("the token must have at least 8 characters", field="token")
-        if self.read_token is not None and len(self.read_token) < 8:
-            raise InputError("the read token must have at least 8 characters", field="read_token")
-        for name in ("interval_s", "resolve_every_s", "resolve_time_limit_s", "max_clock_skew_s",
-                     "max_observation_age_s", "observation_retention_s", "plan_retention_s"):
-            v = getattr(self, name)
-            if not (isinstance(v, int | float) and math.isfinite(v) and v >= 0):
-                raise InputError(f"{name} must be a finite number >= 0 seconds", field=name, value=v)
-        for name in ("db_timeout_s", "rate_ceiling_factor", "fleet_ceiling_factor", "lease_ttl_s"):
-            v = getattr(self, name)
-            if not (isinstance(v, int | float) and math.isfinite(v) and v > 0):
-                raise InputError(f"{name} must be a finite number > 0", field=name, value=v)
-        if self.prometheus_window_s is not None and not (math.isfinite(self.prometheus_window_s)
-                                                          and 1 <= self.prometheus_window_s <= 86400):
-            raise InputError("prometheus_window_s must be between 1 and 86400 seconds", field="prometheus_window_s",
-                             value=self.prometheus_window_s)
-        for name in ("max_plans", "max_pending_writes"):
-            v = getattr(self, name)
-            if not isinstance(v, int) or v < 1:
-                raise InputError(f"{name} must be a whole number >= 1", field=name, value=v)
-        if self.max_body_bytes < 1024:
-            raise InputError("max_body_bytes must be >= 1024", field="max_body_bytes", value=self.max_body_bytes)
 
 
 def load_problem(scenario: str | None) -> tuple[Problem, dict]:
