@@ -19,249 +19,37 @@ import logging
 import math
 from contextlib import asynccontextmanager
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
-from fastapi import Depends, FastAPI, Header, HTTPException, Query
+from fastapi import APIRouter, Depends, FastAPI, Header, HTTPException, Query
 from fastapi.encoders import jsonable_encoder
 from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from pydantic import BaseModel, ConfigDict, Field, model_validator
 from sqlalchemy.exc import SQLAlchemyError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from fleetplan import __version__
 from fleetplan.errors import FleetplanError, InputError
 from fleetplan.service.runtime import Busy, ReplanService, Standby
+from fleetplan.service.schemas import (
+    Health,
+    ObservationBatch,
+    ObservationsAccepted,
+    ObservationsDeleted,
+    PlanDiff,
+    PlanList,
+    PlanResponse,
+    Readiness,
+    ReplanRequest,
+    ReplanResponse,
+    codes,
+)
 from fleetplan.service.settings import ServiceSettings
 from fleetplan.service.store import IdempotencyConflict
-from fleetplan.solvers.online.state import Action
 
 log = logging.getLogger("fleetplan.service")
-
-#: a label: 1-200 characters, no control characters (NUL breaks PostgreSQL text; a lone surrogate is refused too)
-LABEL_PATTERN = r"^[^\x00-\x1f\x7f]+$"
-#: counters above this are no real interval's counts (the rate ceiling refuses far smaller ones)
-COUNT_MAX = 1e15
-
-
-#: why counts may be fractional (said in every count's schema description)
-_FRACTIONAL = ("; a fractional count is accepted: Prometheus' increase() and delta() extrapolate counters and gauges "
-               "to the interval's edges, so the counts it reports are rarely whole")
-
-
-def _count(description: str):
-    return Field(None, ge=0, le=COUNT_MAX, description=description + _FRACTIONAL)
-
-
-class Observation(BaseModel):
-    """One interval's counters for one model and tenant. Give ``arrivals``, or ``completions`` with the queue
-    sizes at the interval's start and end (demand = completions + queue growth). Numbers are JSON numbers (no
-    strings, no booleans); counts may be fractional (as Prometheus' increase() reports them). The service also
-    refuses a rate above its ceiling (a multiple of the fleet's capacity) and an ``at_s`` far from its clock,
-    naming the field."""
-
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, strict=True)
-
-    model: str = Field(min_length=1, max_length=200, pattern=LABEL_PATTERN, description="planned model name")
-    tenant: str = Field("default", min_length=1, max_length=200, pattern=LABEL_PATTERN,
-                        description="tenant label (live labels per model are capped; silent ones expire)")
-    interval_s: float = Field(ge=1, le=86400, description="length of the interval, seconds (1 s to one day)")
-    at_s: float | None = Field(None, ge=0, le=1e11, description="unix time of the interval's end (default: receipt); "
-                               "within the service's clock skew of now")
-    arrivals: float | None = _count("requests that arrived in the interval")
-    completions: float | None = _count("requests that finished in the interval")
-    waiting_start: float | None = _count("requests waiting at the start")
-    waiting_end: float | None = _count("requests waiting at the end")
-    running_start: float | None = _count("requests running at the start")
-    running_end: float | None = _count("requests running at the end")
-    prompt_tokens: float | None = _count("prompt tokens of the interval")
-    generation_tokens: float | None = _count("generated tokens of the interval")
-
-    @model_validator(mode="after")
-    def _has_counts(self):
-        if self.arrivals is None and self.completions is None:
-            raise ValueError("give 'arrivals', or 'completions' with 'waiting_start' and 'waiting_end'")
-        if self.arrivals is None and (self.waiting_start is None or self.waiting_end is None):
-            raise ValueError("without 'arrivals', give 'waiting_start' and 'waiting_end' with 'completions': "
-                             "demand is estimated from queue growth, not completions alone")
-        return self
-
-
-class ObservationBatch(BaseModel):
-    """Body of POST /v1/observations: 1 to 1,000 observations; unknown fields and non-finite numbers are refused."""
-
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, strict=True)
-    observations: list[Observation] = Field(min_length=1, max_length=1000)
-
-
-class ReplanRequest(BaseModel):
-    """Body of POST /v1/replan: whether to run a full MILP re-solve, and its time limit in seconds."""
-
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, strict=True)
-    full: bool = Field(False, description="run a full MILP re-solve (adopted only if worth its migrations)")
-    time_limit_s: float | None = Field(None, gt=0, le=600, description="time limit of the re-solve, seconds")
-
-
-# ---- response models (the OpenAPI document's schemas) ------------------------------------------------------------
-class ErrorResponse(BaseModel):
-    """A refused request: what is wrong, in one line."""
-
-    detail: str
-
-
-class ValidationErrorItem(BaseModel):
-    """One invalid field: its location (``["body", "observations", 0, "arrivals"]``), a message, a type, and
-    usually the ``input`` refused (cut to its first characters, as text, when it is long)."""
-
-    model_config = ConfigDict(extra="allow")
-    loc: list[str | int]
-    msg: str
-    type: str
-
-
-class ValidationErrorResponse(BaseModel):
-    """422: every invalid field of the request."""
-
-    detail: list[ValidationErrorItem]
-
-
-class ObservationsAccepted(BaseModel):
-    """202: how many observations were stored (committed) and their ids (a replayed key: the ids first stored)."""
-
-    accepted: int
-    ids: list[int]
-
-
-class ObservationsDeleted(BaseModel):
-    """200: observations deleted, their ids, the plan that now holds the rebuilt forecaster state and the repaired
-    fleet, how many observations were replayed to rebuild it (those after the newest plan that predates the first
-    deleted one), and the id up to which retention folded observations into the stored state (those are gone)."""
-
-    deleted: int
-    ids: list[int]
-    plan_id: int | None
-    replayed: int
-    folded_through_id: int
-
-
-class PlanDiff(BaseModel):
-    """The actions that turn the previous stored plan into this one: each one the re-planner's own record
-    (:class:`fleetplan.solvers.online.state.Action`), so the schema is derived from it (``models``: a shared GPU's
-    residents; diffs stored by earlier versions, which named it ``shared_models``, are read into the same form)."""
-
-    plan_id: int
-    previous_plan_id: int | None
-    created_at_s: float
-    actions: list[Action]
-
-
-class OnlineBlock(BaseModel):
-    """The online re-planner's part of a plan: when and why it was made, the forecast, what is loading, and the
-    state needed to resume (``state.forecaster`` lists per-tenant rates only for token holders)."""
-
-    model_config = ConfigDict(extra="allow")
-    at_s: float
-    window: int
-    reason: str
-    message: str
-    forecast_req_per_s: dict[str, float]
-    unmet_req_per_s: dict[str, float]
-    loading: list[dict[str, Any]]
-    cost_usd_per_hour: float
-    round_time_s: float
-    migrations: int
-    state: dict[str, Any]
-
-
-class PlanResponse(BaseModel):
-    """The current plan: the plan file format of ``fleetplan plan`` (one window) with its id and online block."""
-
-    model_config = ConfigDict(extra="allow")
-    id: int
-    created_at_s: float
-    fleetplan_plan_version: int | str
-    name: str
-    status: str
-    cost_usd_per_day: float | None
-    replicas: list[dict[str, Any]]
-    shared_gpus: list[dict[str, Any]]
-    windows: list[dict[str, Any]]
-    online: OnlineBlock
-
-
-class PlanSummary(BaseModel):
-    """One stored plan without its body."""
-
-    id: int
-    created_at_s: float
-    at_s: float
-    window: int
-    reason: str
-    cost_usd_per_hour: float
-    migrations: int
-    valid: bool
-    summary: dict[str, Any]
-
-
-class PlanList(BaseModel):
-    """Plans adopted since a time, oldest first."""
-
-    plans: list[PlanSummary]
-
-
-class ReplanResponse(BaseModel):
-    """The outcome of POST /v1/replan: whether a plan was adopted, the current plan and its diff."""
-
-    adopted: bool
-    message: str
-    plan_id: int
-    summary: dict[str, Any]
-    cost_usd_per_hour: float
-    diff: PlanDiff
-    prometheus: str | None = Field(None, description="outcome of the Prometheus pull, when one is configured")
-
-
-class Health(BaseModel):
-    """Liveness: the process answers; ``loop`` is 'running', 'stopped' (503) or 'off' (rounds on request only);
-    ``role`` 'leader' or 'standby' (:mod:`fleetplan.service.leader`). It says nothing of the database: see /readyz."""
-
-    status: Literal["ok", "loop stopped"]
-    loop: Literal["running", "stopped", "off"]
-    plan_id: int | None
-    resumed: bool
-    role: Literal["leader", "standby"]
-
-
-class Readiness(BaseModel):
-    """Readiness: each check and, for a failed one, why."""
-
-    status: Literal["ready", "not ready"]
-    checks: dict[str, bool]
-    detail: dict[str, str]
-    last_success_age_s: float
-    plan_id: int | None
-    role: Literal["leader", "standby"]
-
-
-def _codes(*codes: int) -> dict:
-    text = {401: "missing or wrong bearer token", 404: "no plan yet", 409: "conflict (see detail)",
-            413: "request body too large",
-            429: "busy: the write queue is full or a re-solve runs; retry after the Retry-After header's seconds",
-            503: "database unavailable, or this replica is a standby and the request needs the leader (see detail); "
-                 "retry after the Retry-After header's seconds"}
-    out: dict[int | str, dict] = {}
-    for code in codes:
-        if code == 422:
-            out[422] = {"model": ValidationErrorResponse, "description": "invalid request; the field is named"}
-        elif code == 429:
-            out[429] = {"model": ErrorResponse, "description": text[code],
-                        "headers": {"Retry-After": {"description": "seconds to wait", "schema": {"type": "string"}}}}
-        else:
-            out[code] = {"model": ErrorResponse, "description": text[code]}
-    return out
-
 
 class _Pairs(list):
     """A JSON object as the list of its (key, value) pairs, in order (json's ``object_pairs_hook``)."""
@@ -429,25 +217,8 @@ def _redacted(body: dict) -> dict:
     return {**body, "online": online}
 
 
-def create_app(settings: ServiceSettings, service: ReplanService | None = None, *, background: bool = True) -> FastAPI:
-    """The FastAPI app over a :class:`ReplanService` (made from ``settings`` when not given).
-
-    ``background`` starts the periodic re-plan loop with the app (tests drive rounds with POST /v1/replan).
-    Raises InputError for settings without a token and without ``insecure_no_auth``.
-    """
-    svc = service or ReplanService(settings)
-
-    @asynccontextmanager
-    async def lifespan(_app):
-        if background:
-            svc.start_background()
-        yield
-        svc.close()
-
-    app = FastAPI(title="fleetplan re-planner", version=__version__, lifespan=lifespan,
-                  description="Keeps a live plan for an LLM-serving GPU fleet and revises it as load changes.")
-    app.state.service = svc
-    app.add_middleware(_BodyLimit, max_bytes=settings.max_body_bytes)
+def _install_error_handlers(app: FastAPI) -> None:
+    """Every refused request gets a documented status and a JSON body that names what is wrong (never a 500)."""
 
     @app.exception_handler(RequestValidationError)
     async def _invalid_body(request, exc: RequestValidationError):
@@ -491,34 +262,46 @@ def create_app(settings: ServiceSettings, service: ReplanService | None = None, 
         return JSONResponse(status_code=429, content={"detail": _safe(str(exc))},
                             headers={"Retry-After": str(int(math.ceil(exc.retry_after_s)))})
 
-    bearer = HTTPBearer(auto_error=False)
-    bearer_dep = Depends(bearer)
 
+
+class Auth:
+    """The bearer-token checks of one app: ``write`` (a dependency: 401 unless the write token is given) and
+    ``reader`` (True when the request may see per-tenant rates; 401 for a token that is given but wrong)."""
+
+    def __init__(self, settings: ServiceSettings) -> None:
+        self.token, self.read_token = settings.secret("token"), settings.secret("read_token")
+        bearer = HTTPBearer(auto_error=False)
+        self.write = Depends(self._require(bearer))
+        self.reader = Depends(self._reader(bearer))
+
+    @staticmethod
     def _matches(creds: HTTPAuthorizationCredentials | None, token: str | None) -> bool:
         return (creds is not None and token is not None
                 and hmac.compare_digest(creds.credentials.encode("utf-8", "replace"), token.encode()))
 
-    token, read_token = settings.secret("token"), settings.secret("read_token")
+    def _require(self, bearer: HTTPBearer):
+        def require_token(creds: HTTPAuthorizationCredentials | None = Depends(bearer)) -> None:  # noqa: B008
+            if self.token is not None and not self._matches(creds, self.token):
+                raise HTTPException(401, "missing or wrong bearer token", headers={"WWW-Authenticate": "Bearer"})
+        return require_token
 
-    def require_token(creds: HTTPAuthorizationCredentials | None = bearer_dep) -> None:
-        if token is None:
-            return
-        if not _matches(creds, token):
-            raise HTTPException(401, "missing or wrong bearer token", headers={"WWW-Authenticate": "Bearer"})
+    def _reader(self, bearer: HTTPBearer):
+        def reader(creds: HTTPAuthorizationCredentials | None = Depends(bearer)) -> bool:  # noqa: B008
+            if self.token is None:
+                return True
+            if creds is None:
+                return False
+            if self._matches(creds, self.token) or self._matches(creds, self.read_token):
+                return True
+            raise HTTPException(401, "wrong bearer token", headers={"WWW-Authenticate": "Bearer"})
+        return reader
 
-    def reader(creds: HTTPAuthorizationCredentials | None = bearer_dep) -> bool:
-        """True when the request may see per-tenant rates; 401 for a token that is given but wrong."""
-        if token is None:
-            return True
-        if creds is None:
-            return False
-        if _matches(creds, token) or _matches(creds, read_token):
-            return True
-        raise HTTPException(401, "wrong bearer token", headers={"WWW-Authenticate": "Bearer"})
 
-    reader_dep = Depends(reader)
+def health_routes(svc: ReplanService) -> APIRouter:
+    """GET /healthz (liveness) and GET /readyz (readiness)."""
+    router = APIRouter()
 
-    @app.get("/healthz", response_model=Health, responses=_codes(503))
+    @router.get("/healthz", response_model=Health, responses=codes(503))
     def healthz():
         """Liveness: 200 while the process answers and its re-plan loop (when started) runs; 503 when the loop
         has stopped. Database faults are reported by /readyz."""
@@ -528,14 +311,22 @@ def create_app(settings: ServiceSettings, service: ReplanService | None = None, 
                 "plan_id": row["id"] if row else None, "resumed": svc.resumed, "role": svc.role}
         return JSONResponse(body, status_code=200 if loop != "stopped" else 503)
 
-    @app.get("/readyz", response_model=Readiness, responses={503: {"model": Readiness, "description": "not ready"}})
+    @router.get("/readyz", response_model=Readiness, responses={503: {"model": Readiness, "description": "not ready"}})
     def readyz():
         """Readiness: the database accepts a write, the last committed plan is younger than three intervals,
         and the loop is alive (each when it applies); 503 with the failed checks otherwise."""
         ok, body = svc.readiness()
         return JSONResponse(_safe(body), status_code=200 if ok else 503)
 
-    @app.get("/v1/plan", response_model=PlanResponse, responses=_codes(401, 404))
+    return router
+
+
+def plan_routes(svc: ReplanService, auth: Auth) -> APIRouter:
+    """GET /v1/plan, GET /v1/plan/diff and GET /v1/plans: reads (never queued behind writes)."""
+    router = APIRouter()
+    reader_dep = auth.reader
+
+    @router.get("/v1/plan", response_model=PlanResponse, responses=codes(401, 404))
     def get_plan(full: bool = reader_dep):
         """The current plan. Per-tenant rates (``online.state.forecaster``) only with the token or read token."""
         row = svc.plan_row
@@ -544,7 +335,7 @@ def create_app(settings: ServiceSettings, service: ReplanService | None = None, 
         body = row["body"] if full else _redacted(row["body"])
         return JSONResponse({"id": row["id"], "created_at_s": row["created_at_s"], **body})
 
-    @app.get("/v1/plan/diff", response_model=PlanDiff, responses=_codes(404))
+    @router.get("/v1/plan/diff", response_model=PlanDiff, responses=codes(404))
     def get_diff():
         """The start/stop actions between the previous stored plan and the current one."""
         pub = svc.published
@@ -552,7 +343,7 @@ def create_app(settings: ServiceSettings, service: ReplanService | None = None, 
             raise HTTPException(404, "no plan yet")
         return JSONResponse(pub.diff)
 
-    @app.get("/v1/plans", response_model=PlanList, responses=_codes(422, 503))
+    @router.get("/v1/plans", response_model=PlanList, responses=codes(422, 503))
     def list_plans(since: str = Query("0", max_length=64, description="unix seconds or ISO 8601 time"),
                    limit: int = Query(100, ge=1, le=1000)):
         """Plans adopted at or after ``since``, oldest first (at most ``limit``)."""
@@ -564,8 +355,15 @@ def create_app(settings: ServiceSettings, service: ReplanService | None = None, 
         return {"plans": [{k: r[k] for k in ("id", "created_at_s", "at_s", "window", "reason", "cost_usd_per_hour",
                                              "migrations", "valid", "summary")} for r in rows]}
 
-    @app.post("/v1/observations", status_code=202, response_model=ObservationsAccepted,
-              dependencies=[Depends(require_token)], responses=_codes(401, 409, 413, 422, 429, 503))
+    return router
+
+
+def observation_routes(svc: ReplanService, settings: ServiceSettings, auth: Auth) -> APIRouter:
+    """POST /v1/observations and DELETE /v1/observations (write token; admitted through the write queue)."""
+    router = APIRouter()
+
+    @router.post("/v1/observations", status_code=202, response_model=ObservationsAccepted,
+              dependencies=[auth.write], responses=codes(401, 409, 413, 422, 429, 503))
     def post_observations(batch: ObservationBatch, idempotency_key: Annotated[str | None, Header(
             alias="Idempotency-Key", min_length=1, max_length=200, pattern=r"^[\x21-\x7e]+$",
             description="a retry with the same key and body stores nothing again (kept a day)")] = None):
@@ -584,8 +382,8 @@ def create_app(settings: ServiceSettings, service: ReplanService | None = None, 
         headers = {"Idempotent-Replayed": "true"} if replayed else {}
         return JSONResponse({"accepted": len(ids), "ids": ids}, status_code=202, headers=headers)
 
-    @app.delete("/v1/observations", response_model=ObservationsDeleted, dependencies=[Depends(require_token)],
-                responses=_codes(401, 409, 413, 422, 429, 503))
+    @router.delete("/v1/observations", response_model=ObservationsDeleted, dependencies=[auth.write],
+                responses=codes(401, 409, 413, 422, 429, 503))
     def delete_observations(
             ids: str | None = Query(None, max_length=10_000, pattern=r"^[0-9]{1,18}(,[0-9]{1,18})*$",
                                     description="comma-separated observation ids"),
@@ -610,8 +408,15 @@ def create_app(settings: ServiceSettings, service: ReplanService | None = None, 
         except FleetplanError as exc:
             raise HTTPException(409, str(exc)) from None
 
-    @app.post("/v1/replan", response_model=ReplanResponse, dependencies=[Depends(require_token)],
-              responses=_codes(401, 409, 413, 422, 429, 503))
+    return router
+
+
+def replan_routes(svc: ReplanService, auth: Auth) -> APIRouter:
+    """POST /v1/replan: a heuristic round or a full re-solve (one at a time) on the leader."""
+    router = APIRouter()
+
+    @router.post("/v1/replan", response_model=ReplanResponse, dependencies=[auth.write],
+              responses=codes(401, 409, 413, 422, 429, 503))
     def post_replan(req: ReplanRequest | None = None):
         """Pull Prometheus (when configured, whatever the interval), then run a heuristic round, or a full
         re-solve with ``full``; 409 when the round's plan is refused."""
@@ -635,7 +440,14 @@ def create_app(settings: ServiceSettings, service: ReplanService | None = None, 
         return {"adopted": adopted, "message": msg, "plan_id": row["id"], "summary": row["summary"],
                 "cost_usd_per_hour": row["cost_usd_per_hour"], "diff": pub.diff, "prometheus": pulled}
 
-    @app.get("/metrics", response_class=PlainTextResponse,
+    return router
+
+
+def metrics_routes(svc: ReplanService) -> APIRouter:
+    """GET /metrics: Prometheus text (from memory only)."""
+    router = APIRouter()
+
+    @router.get("/metrics", response_class=PlainTextResponse,
              responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}},
                               "description": "Prometheus text exposition format 0.0.4"}})
     def metrics():
@@ -643,4 +455,31 @@ def create_app(settings: ServiceSettings, service: ReplanService | None = None, 
         database)."""
         return PlainTextResponse(svc.metrics_text(), media_type="text/plain; version=0.0.4")
 
+    return router
+
+
+def create_app(settings: ServiceSettings, service: ReplanService | None = None, *, background: bool = True) -> FastAPI:
+    """The FastAPI app over a :class:`ReplanService` (made from ``settings`` when not given).
+
+    ``background`` starts the periodic re-plan loop with the app (tests drive rounds with POST /v1/replan).
+    Raises InputError for settings the service cannot start with (the database, the scenario).
+    """
+    svc = service or ReplanService(settings)
+
+    @asynccontextmanager
+    async def lifespan(_app):
+        if background:
+            svc.start_background()
+        yield
+        svc.close()
+
+    app = FastAPI(title="fleetplan re-planner", version=__version__, lifespan=lifespan,
+                  description="Keeps a live plan for an LLM-serving GPU fleet and revises it as load changes.")
+    app.state.service = svc
+    app.add_middleware(_BodyLimit, max_bytes=settings.max_body_bytes)
+    _install_error_handlers(app)
+    auth = Auth(settings)
+    for router in (health_routes(svc), plan_routes(svc, auth), observation_routes(svc, settings, auth),
+                   replan_routes(svc, auth), metrics_routes(svc)):
+        app.include_router(router)
     return app

@@ -220,7 +220,10 @@ class Forecaster:
         c = self.config
         key = (model, tenant)
         legacy = now_s is None
-        now = max(at_s, self.newest_at_s if self.newest_at_s is not None else at_s) if legacy else float(now_s)
+        if now_s is None:
+            now = max(at_s, self.newest_at_s if self.newest_at_s is not None else at_s)
+        else:
+            now = float(now_s)
         old = self.latest.get(key)
         if old is not None and at_s < old[1] and self._live(key, now):
             raise InputError(f"at_s {at_s:.3f} is before the newest observation of tenant {tenant!r} of {model} "
