@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -222,6 +223,12 @@ class Store:
                 cur.execute("PRAGMA synchronous=FULL")
                 cur.close()
         self._keyed_inserts = 0
+        #: (unix s, reason) of the newest failed write while no write succeeded since, else None: readiness reports
+        #: it (a full disk fails inserts while the readiness probe's one-row rewrite may still fit)
+        self.write_error: tuple[float, str] | None = None
+        self._probing = threading.local()
+        event.listen(self.engine, "handle_error", self._on_error)
+        event.listen(self.engine, "commit", self._on_commit)
         #: called first inside every transaction that writes plans or deletes rows (the leader's lease fence,
         #: :meth:`fleetplan.service.leader.Lease.fence`); None: no check
         self.fence: Callable[[Connection], None] | None = None
@@ -293,6 +300,18 @@ class Store:
 
         return eng
 
+    def _on_error(self, ctx) -> None:
+        if getattr(self._probing, "on", False):
+            return
+        stmt = (ctx.statement or "").lstrip().upper()
+        if ctx.is_disconnect or stmt.startswith(("INSERT", "UPDATE", "DELETE", "COMMIT")) or not stmt:
+            exc = ctx.original_exception
+            self.write_error = (time.time(), str(exc).strip().splitlines()[0][:300] if str(exc) else type(exc).__name__)
+
+    def _on_commit(self, _conn) -> None:
+        if not getattr(self._probing, "on", False):
+            self.write_error = None
+
     def ping(self) -> bool:
         """True when the database answers a read."""
         try:
@@ -304,7 +323,9 @@ class Store:
 
     def probe_write(self, timeout_s: float = 1.0) -> str | None:
         """Commit a write to the ``probes`` table, waiting at most ``timeout_s`` for a lock; None when it was
-        committed, else the reason in one line (read-only, locked, unreachable, disk full, ...)."""
+        committed, else the reason in one line (read-only, locked, unreachable, disk full, ...). A write of the
+        service that failed since the last one that succeeded is the reason too (:attr:`write_error`)."""
+        self._probing.on = True
         try:
             with self.engine.begin() as c:
                 if self.sqlite:
@@ -319,9 +340,13 @@ class Store:
                 finally:
                     if self.sqlite:
                         c.exec_driver_sql(f"PRAGMA busy_timeout = {int(self.timeout_s * 1000)}")
-            return None
         except Exception as exc:  # noqa: BLE001 - readiness reports any failure
             return str(getattr(exc, "orig", None) or exc).strip().splitlines()[0][:300]
+        finally:
+            self._probing.on = False
+        if self.write_error is not None:
+            return f"the last write failed ({self.write_error[1]}) and none succeeded since"
+        return None
 
     # ---- observations --------------------------------------------------------------------------------------
     def _fenced(self, c: Connection) -> None:
