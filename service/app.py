@@ -1,10 +1,11 @@
 """The HTTP API of ``fleetplan serve`` (FastAPI; OpenAPI at /docs and /openapi.json, a response model and the error
 codes for every endpoint).
 
-GET /v1/plan (the current plan), GET /v1/plan/diff (start/stop actions since the previous plan),
-GET /v1/plans?since= (plans adopted since a time), POST /v1/observations, DELETE /v1/observations (by id or time
-range; rebuilds the forecaster), POST /v1/replan (pulls Prometheus first when configured), GET /healthz (liveness),
-GET /readyz (readiness), GET /metrics (Prometheus text). Write endpoints need ``Authorization: Bearer <token>``
+GET /v1/leader (which replica leads), GET /v1/plan (the current plan), GET /v1/plan/diff (start/stop actions since
+the previous plan), GET /v1/plans?since= (plans adopted since a time), POST /v1/observations, DELETE
+/v1/observations (by id or time range; rebuilds the forecaster and repairs the fleet), POST /v1/replan (pulls
+Prometheus first when configured), GET /healthz (liveness), GET /readyz (readiness), GET /metrics (Prometheus
+text). Write endpoints need ``Authorization: Bearer <token>``
 unless the service was started with ``insecure_no_auth``; the per-tenant rates inside GET /v1/plan are shown only
 with the write token or the read token. Request bodies above ``max_body_bytes`` get 413; invalid bodies 422 with
 the field named in ``detail[].loc`` (never 500: malformed strings included); database faults 503 with the reason.
@@ -35,6 +36,7 @@ from fleetplan.errors import FleetplanError, InputError
 from fleetplan.service.runtime import Busy, ReplanService, Standby
 from fleetplan.service.schemas import (
     Health,
+    LeaderInfo,
     ObservationBatch,
     ObservationsAccepted,
     ObservationsDeleted,
@@ -321,6 +323,19 @@ def health_routes(svc: ReplanService) -> APIRouter:
     return router
 
 
+def leader_routes(svc: ReplanService) -> APIRouter:
+    """GET /v1/leader: which replica leads, from the lease row."""
+    router = APIRouter()
+
+    @router.get("/v1/leader", response_model=LeaderInfo, responses=codes(503))
+    def leader():
+        """This replica's role and the lease as stored (its holder leads; ``expires_in_s`` below 0: it expired and
+        a standby takes over at its next look, within a second)."""
+        return {"role": svc.role, "replica": svc.lease.holder, **svc.lease.look()}
+
+    return router
+
+
 def plan_routes(svc: ReplanService, auth: Auth) -> APIRouter:
     """GET /v1/plan, GET /v1/plan/diff and GET /v1/plans: reads (never queued behind writes)."""
     router = APIRouter()
@@ -479,7 +494,7 @@ def create_app(settings: ServiceSettings, service: ReplanService | None = None, 
     app.add_middleware(_BodyLimit, max_bytes=settings.max_body_bytes)
     _install_error_handlers(app)
     auth = Auth(settings)
-    for router in (health_routes(svc), plan_routes(svc, auth), observation_routes(svc, settings, auth),
-                   replan_routes(svc, auth), metrics_routes(svc)):
+    for router in (health_routes(svc), leader_routes(svc), plan_routes(svc, auth),
+                   observation_routes(svc, settings, auth), replan_routes(svc, auth), metrics_routes(svc)):
         app.include_router(router)
     return app

@@ -142,6 +142,15 @@ class Lease:
             self.epoch = None
             raise NotLeader(f"the lease (epoch {lost}) was taken over by another replica: nothing was committed")
 
+    def look(self) -> dict:
+        """The lease row as stored: {leader, epoch, expires_in_s} (None for each when no service took it yet)."""
+        with self.store.engine.connect() as c:
+            row = c.execute(select(leases).where(leases.c.name == LEASE_NAME)).mappings().first()
+        if row is None:
+            return {"leader": None, "epoch": None, "expires_in_s": None}
+        return {"leader": row["holder"], "epoch": int(row["epoch"]),
+                "expires_in_s": float(row["expires_at_s"]) - self.clock()}
+
     def release(self) -> None:
         """Give the lease up (expired at once, so a standby takes over at its next look); never raises."""
         if self.epoch is None:

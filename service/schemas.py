@@ -230,3 +230,14 @@ def codes(*codes: int) -> dict:
         else:
             out[code] = {"model": ErrorResponse, "description": text[code]}
     return out
+
+
+class LeaderInfo(BaseModel):
+    """Who leads (:mod:`fleetplan.service.leader`): this replica's role and name, the lease's holder and epoch as
+    stored, and in how many seconds the lease expires unless renewed (negative: expired; a standby takes over)."""
+
+    role: Literal["leader", "standby"]
+    replica: str
+    leader: str | None
+    epoch: int | None
+    expires_in_s: float | None
