@@ -1,17 +1,23 @@
 """The re-planner service's engine, without HTTP: the Replanner, the store, the periodic loop and the metrics.
 
 :class:`ReplanService` owns one :class:`~fleetplan.solvers.online.Replanner`. Writes are serialized by a write
-lock: an observation is checked (finite, under the rate ceiling, dated near now, tenant cap), committed to the store,
-then fed to the forecaster, so every stored plan's ``last_observation_id`` says exactly which observations its
-forecaster state holds. A round or re-solve is staged on a clone of the Replanner, its plan and diff are committed,
-and only then is the clone swapped in and the plan published (stage, commit, swap): a failed write changes nothing.
-Readers (GET /v1/plan, /v1/plan/diff, /metrics) read the published copy and never wait on the database.
+lock: an observation is checked (finite, dated between the forecast's horizon and the service's clock, in its
+tenant's time order, the tenant cap, the ceilings on its model's sum over tenants and on the fleet's total),
+committed to the store, then fed to the forecaster at the service's clock, so every stored plan's
+``last_observation_id`` says exactly which observations its forecaster state holds. A round or re-solve is staged on
+a clone of the Replanner, its plan and diff are committed, and only then is the clone swapped in and the plan
+published (stage, commit, swap): a failed write changes nothing. Readers (GET /v1/plan, /v1/plan/diff, /metrics)
+read the published copy and never wait on the database. At most ``max_pending_writes`` writes queue for the lock
+(one more: :class:`Busy`, HTTP 429) and one re-solve runs at a time.
 
-On start it resumes from the last stored plan and replays the observations stored after it; with no stored plan it
-makes a cold-start plan and stores it. A background thread runs a heuristic round every ``interval_s`` (pulling
-Prometheus first when configured) and a full MILP re-solve every ``resolve_every_s`` in a worker thread, adopted
-only when :meth:`Replanner.consider` finds it worth its migrations. Any exception in the loop is logged with its
-traceback, counted in /metrics, and the round retried with backoff (1, 2, 4, ... s, at most ``interval_s``).
+Several services on one database elect a leader (:mod:`fleetplan.service.leader`). The leader resumes from the last
+stored plan and replays the observations stored after it (with no stored plan it makes a cold-start plan); a
+background thread renews its lease, runs a heuristic round every ``interval_s`` (pulling Prometheus first when
+configured), a full MILP re-solve every ``resolve_every_s`` in a worker thread (adopted only when
+:meth:`Replanner.consider` finds it worth its migrations), and retention every 10 minutes. A standby serves the newest
+stored plan, stores and feeds the observations it is sent, refuses leader-only requests (:class:`Standby`, HTTP 503)
+and takes over when the lease expires. Any exception in the loop is logged with its traceback, counted in /metrics,
+and the round retried with backoff (1, 2, 4, ... s, at most ``interval_s``).
 """
 
 from __future__ import annotations

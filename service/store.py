@@ -360,15 +360,18 @@ class Store:
             c.exec_driver_sql(f"SELECT pg_advisory_xact_lock({_OBSERVATION_LOCK})")
 
     def _insert_observations(self, c, rows: list[dict], now: float) -> list[int]:
+        """Insert ``rows`` in one statement (executemany with RETURNING, ids in the rows' order where the driver
+        supports it, else one INSERT per row); returns their ids in order."""
         self._ordered(c)
-        ids = []
-        for r in rows:
-            res = c.execute(insert(observations).values(
-                received_at_s=r.get("received_at_s", now), at_s=r["at_s"], model=r["model"], tenant=r["tenant"],
-                interval_s=r["interval_s"], demand_req_per_s=r["demand_req_per_s"], source=r["source"],
-                body=json.dumps(r["body"])))
-            ids.append(int(res.inserted_primary_key[0]))
-        return ids
+        if not rows:
+            return []
+        values = [{"received_at_s": r.get("received_at_s", now), "at_s": r["at_s"], "model": r["model"],
+                   "tenant": r["tenant"], "interval_s": r["interval_s"], "demand_req_per_s": r["demand_req_per_s"],
+                   "source": r["source"], "body": json.dumps(r["body"])} for r in rows]
+        if self.engine.dialect.insert_executemany_returning_sort_by_parameter_order:
+            res = c.execute(insert(observations).returning(observations.c.id, sort_by_parameter_order=True), values)
+            return [int(i) for i in res.scalars()]
+        return [int(c.execute(insert(observations).values(**v)).inserted_primary_key[0]) for v in values]
 
     def add_observations(self, rows: list[dict]) -> list[int]:
         """Insert observation rows (keys: at_s, model, tenant, interval_s, demand_req_per_s, source, body dict, and
