@@ -1,6 +1,7 @@
 """Service benchmark: load test of POST /v1/observations on loopback, and re-plan round latency by fleet size.
 
-Run: `.venv/bin/python benchmarks/bench_service.py [--requests 2000] [--concurrency 8] [--keyed]`.
+Run: `.venv/bin/python benchmarks/bench_service.py [--requests 2000] [--concurrency 8] [--keyed] [--overload]
+[--db URL] [--delete-sizes 1000,10000,100000] [--retention-hours 12 --retention-rate 10]`.
 
 1. Starts `fleetplan serve` (shipped default scenario, a fresh SQLite file, token auth) on 127.0.0.1 at a free
    port, posts a bounded number of single-observation requests from a few client threads (all traffic to
@@ -16,6 +17,11 @@ Run: `.venv/bin/python benchmarks/bench_service.py [--requests 2000] [--concurre
    (goal <= 12 migrations per hour); a one-off 1000x burst at 12:00 (goal: 0 extra migrations the next day against
    the same days without it); a 20x burst then 6 h of silence (the fleet back at the curve's size); a real step
    1 -> 24 req/s at 10:00 (goal: met, no unmet demand, in the round after the first observation).
+4. With --overload: 64 clients posting batches of 100 observations: how many are accepted (202) and at what latency,
+   how many refused with 429 (the write queue's bound) and the Retry-After they were given.
+5. DELETE of the newest observation against the table's size (--delete-sizes): CPU seconds of the rebuild from the
+   newest plan before it, against main's full replay of the table, in one process.
+6. With --retention-hours: the database's size at each hour of a replayed clock, with retention and without it.
 """
 
 from __future__ import annotations
@@ -43,13 +49,16 @@ from fleetplan.solvers.online.state import OnlineResult, load_times
 TOKEN = "bench-token-123"
 
 
-def load_test(n_requests: int, concurrency: int, max_seconds: float, keyed: bool = False) -> None:
+def load_test(n_requests: int, concurrency: int, max_seconds: float, keyed: bool = False, batch: int = 1,
+              db: str | None = None, max_pending_writes: int | None = None) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     tmp = tempfile.mkdtemp(prefix="fleetplan-bench-")
-    db = f"sqlite:///{tmp}/bench.db"
+    db = db or f"sqlite:///{tmp}/bench.db"
     env = {**os.environ, "FLEETPLAN_TOKEN": TOKEN}
+    if max_pending_writes is not None:
+        env["FLEETPLAN_MAX_PENDING_WRITES"] = str(max_pending_writes)
     proc = subprocess.Popen([sys.executable, "-m", "fleetplan.cli.main", "serve", "--db", db, "--host", "127.0.0.1",
                              "--port", str(port), "--interval", "0", "--resolve-every", "0", "--log-level",
                              "warning"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -63,6 +72,8 @@ def load_test(n_requests: int, concurrency: int, max_seconds: float, keyed: bool
             except httpx.HTTPError:
                 time.sleep(0.1)
         lat: list[float] = []
+        statuses: dict[int, int] = {}
+        retry_after: list[float] = []
         errors = [0]
         lock = threading.Lock()
         counter = iter(range(n_requests))
@@ -76,15 +87,19 @@ def load_test(n_requests: int, concurrency: int, max_seconds: float, keyed: bool
                         k = next(counter, None)
                     if k is None:
                         return
-                    body = {"observations": [{"model": models[k % 4], "tenant": f"t{k % 7}", "interval_s": 60,
-                                              "arrivals": float(k % 500)}]}
+                    body = {"observations": [{"model": models[(k + j) % 4], "tenant": f"t{(k + j) % 7}",
+                                              "interval_s": 60, "arrivals": float(k % 500)} for j in range(batch)]}
                     headers = {"Idempotency-Key": f"bench-{k}"} if keyed else {}
                     t0 = time.perf_counter()
                     r = c.post("/v1/observations", json=body, headers=headers)
                     dt = time.perf_counter() - t0
                     with lock:
-                        lat.append(dt)
-                        if r.status_code != 202:
+                        statuses[r.status_code] = statuses.get(r.status_code, 0) + 1
+                        if r.status_code == 202:
+                            lat.append(dt)
+                        elif r.status_code == 429:
+                            retry_after.append(float(r.headers.get("Retry-After", "nan")))
+                        else:
                             errors[0] += 1
 
         metrics_lat: list[float] = []
@@ -110,11 +125,16 @@ def load_test(n_requests: int, concurrency: int, max_seconds: float, keyed: bool
         done.set()
         reader.join()
         lat.sort()
-        p99 = lat[min(len(lat) - 1, int(0.99 * len(lat)))]
-        print(f"POST /v1/observations on 127.0.0.1 (SQLite, committed per request, {concurrency} clients"
-              f"{', Idempotency-Key on each' if keyed else ''}): "
-              f"{len(lat)} requests in {wall:.2f} s = {len(lat) / wall:,.0f} req/s; latency p50 "
-              f"{statistics.median(lat) * 1e3:.1f} ms, p99 {p99 * 1e3:.1f} ms; non-202: {errors[0]}")
+        p99 = lat[min(len(lat) - 1, int(0.99 * len(lat)))] if lat else float("nan")
+        n_all = sum(statuses.values())
+        kind = "PostgreSQL" if db.startswith("postgres") else "SQLite"
+        print(f"POST /v1/observations on 127.0.0.1 ({kind}, committed per request, {concurrency} clients, "
+              f"{batch} observation(s) per request{', Idempotency-Key on each' if keyed else ''}): "
+              f"{n_all} requests in {wall:.2f} s = {n_all / wall:,.0f} req/s; accepted (202) {len(lat)}, latency "
+              f"p50 {statistics.median(lat) * 1e3 if lat else float('nan'):.1f} ms, p99 {p99 * 1e3:.1f} ms; "
+              f"429 {statuses.get(429, 0)}"
+              + (f" (Retry-After {min(retry_after):g}-{max(retry_after):g} s)" if retry_after else "")
+              + f"; other {errors[0]} {dict(sorted((k, v) for k, v in statuses.items() if k not in (202, 429)))}")
         if metrics_lat:
             metrics_lat.sort()
             print(f"GET /metrics during the load: {len(metrics_lat)} requests, p50 "
@@ -233,6 +253,97 @@ def stability() -> None:
               f"({first.migrations} migrations)")
 
 
+def delete_cost(sizes: list[int]) -> None:
+    """DELETE of the newest observation against the table's size: this service (rebuild from the newest plan that
+    predates it) against main's way (a fresh forecaster replaying every remaining observation), CPU seconds in one
+    process, one run each."""
+    import warnings
+
+    from fleetplan.service.runtime import ReplanService
+    from fleetplan.service.settings import ServiceSettings
+
+    problem, lt = load_problem(None)
+    print("DELETE of the newest observation (in-process, SQLite; CPU s of this process, one run):")
+    for n in sizes:
+        tmp = tempfile.mkdtemp(prefix="fleetplan-bench-")
+        t = [1_700_000_000.0]
+        s = ServiceSettings(db_url=f"sqlite:///{tmp}/d.db", insecure_no_auth=True, interval_s=0, resolve_every_s=0,
+                            max_observation_age_s=1e9)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            svc = ReplanService(s, problem, lt, clock=lambda t=t: t[0])
+        models = [m.name for m in problem.models]
+        for start in range(0, n, 1000):
+            items = []
+            for k in range(start, min(n, start + 1000)):
+                t[0] += 0.01
+                items.append({"model": models[k % len(models)], "tenant": f"t{k % 50}", "interval_s": 60,
+                              "arrivals": 60.0 * (1 + k % 5), "at_s": t[0]})
+            svc.observe(items)
+        svc.replan()
+        ids = svc.observe([{"model": models[0], "tenant": "late", "interval_s": 60, "arrivals": 600, "at_s": t[0]}])
+        c0 = time.process_time()
+        w0 = time.perf_counter()
+        out = svc.delete_observations(ids=ids)
+        c1, w1 = time.process_time(), time.perf_counter()
+        staged = svc.replanner.clone()
+        fc = staged.fresh_forecaster()
+        c2 = time.process_time()
+        for r in svc.store.iter_observations():
+            svc._feed(fc, r)
+        c3 = time.process_time()
+        print(f"  {n:7,d} observations: {c1 - c0:6.3f} CPU s ({w1 - w0:6.3f} s wall, {out['replayed']} replayed); "
+              f"main's full replay {c3 - c2:6.3f} CPU s ({n:,d} replayed): {(c3 - c2) / max(c1 - c0, 1e-9):,.0f}x")
+        svc.close()
+
+
+def retention_size(hours: int, rate_obs_per_s: float) -> None:
+    """Database size per hour on a replayed clock: ``rate_obs_per_s`` observations a second (batches of 100, 10
+    tenants x the models), a round every 300 s and retention every 600 s (the service's defaults: observations kept
+    6 h, plans 7 days / 2,016), against the same run without retention (main kept every row)."""
+    import warnings
+
+    from fleetplan.service.runtime import RETENTION_EVERY_S, ReplanService
+    from fleetplan.service.settings import ServiceSettings
+
+    problem, lt = load_problem(None)
+    models = [m.name for m in problem.models]
+    print(f"Database size on a replayed clock ({rate_obs_per_s:g} observations/s, a round every 300 s; SQLite file "
+          "+ WAL):")
+    rows = {}
+    for keep in (True, False):
+        tmp = tempfile.mkdtemp(prefix="fleetplan-bench-")
+        t = [1_700_000_000.0 - 1_700_000_000.0 % 86400]
+        s = ServiceSettings(db_url=f"sqlite:///{tmp}/r.db", insecure_no_auth=True, interval_s=0, resolve_every_s=0)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            svc = ReplanService(s, problem, lt, clock=lambda t=t: t[0])
+        per_batch_s = 100 / rate_obs_per_s
+        sizes = []
+        next_round = next_keep = t[0]
+        end = t[0] + hours * 3600
+        next_hour = t[0] + 3600
+        while t[0] < end:
+            t[0] += per_batch_s
+            svc.observe([{"model": models[j % len(models)], "tenant": f"t{j % 10}", "interval_s": per_batch_s,
+                          "arrivals": 2.0 * per_batch_s, "at_s": t[0]} for j in range(100)])
+            if t[0] >= next_round:
+                svc.replan()
+                next_round += 300
+            if keep and t[0] >= next_keep:
+                svc.retain()
+                next_keep += RETENTION_EVERY_S
+            if t[0] >= next_hour:
+                sizes.append(svc.store.size_bytes() or 0)
+                next_hour += 3600
+        rows[keep] = (sizes, svc.store.count_observations(), svc.store.count_plans())
+        svc.close()
+    for keep, (sizes, n_obs, n_plans) in rows.items():
+        label = "with retention (6 h of observations)" if keep else "without retention (main)"
+        print(f"  {label}: MB at each hour {' '.join(f'{b / 1e6:.1f}' for b in sizes)}; at the end {n_obs:,d} "
+              f"observations, {n_plans} plans")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--requests", type=int, default=2000)
@@ -242,13 +353,25 @@ def main() -> None:
     ap.add_argument("--skip-rounds", action="store_true")
     ap.add_argument("--keyed", action="store_true", help="send an Idempotency-Key with each request")
     ap.add_argument("--skip-stability", action="store_true")
+    ap.add_argument("--overload", action="store_true", help="also: 64 clients posting batches of 100 (429 counts)")
+    ap.add_argument("--db", default=None, help="database URL of the load tests (default: a new SQLite file)")
+    ap.add_argument("--delete-sizes", default="1000,10000,100000", help="table sizes of the DELETE benchmark ('' "
+                    "skips it)")
+    ap.add_argument("--retention-hours", type=int, default=0, help="hours of the retention benchmark (0 skips it)")
+    ap.add_argument("--retention-rate", type=float, default=10.0, help="observations per second of it")
     a = ap.parse_args()
     if not a.skip_stability:
         stability()
     if not a.skip_rounds:
         round_latency()
     if not a.skip_load:
-        load_test(a.requests, a.concurrency, a.max_seconds, a.keyed)
+        load_test(a.requests, a.concurrency, a.max_seconds, a.keyed, db=a.db)
+    if a.overload:
+        load_test(a.requests, 64, a.max_seconds, batch=100, db=a.db)
+    if a.delete_sizes:
+        delete_cost([int(x) for x in a.delete_sizes.split(",")])
+    if a.retention_hours:
+        retention_size(a.retention_hours, a.retention_rate)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,8 @@ exported, one multi-document YAML file ``<site>/window-HH-MM.yaml`` holds:
   ``LeaderWorkerSet`` (leaderworkerset.x-k8s.io/v1) when pipeline stages span nodes (a group of ``pp`` pods, one per
   node: the leader starts a Ray head and ``vllm serve``, the workers join its Ray cluster). Each pod asks for
   ``nvidia.com/gpu`` = tp (requests = limits) on nodes whose ``nvidia.com/gpu.product`` label is the GPU type's
-  (GPU feature discovery), tolerates the usual ``nvidia.com/gpu`` taint, and is ready when ``/health`` answers.
+  (GPU feature discovery), tolerates the usual ``nvidia.com/gpu`` taint, and is ready when ``/health`` answers
+  (a startup probe gives it at least 30 minutes to load before liveness may restart it).
   A shared GPU is one pod of one GPU whose container starts one vLLM server per resident model, each limited to its
   memory share (``--gpu-memory-utilization``), the second after the first is healthy (their memory profiling must
   not overlap);
@@ -122,6 +123,20 @@ def _probe(port: int | None, ports: list[int]) -> dict:
     return {**check, "periodSeconds": 10, "failureThreshold": 3}
 
 
+#: the shortest start a vLLM server is allowed before Kubernetes restarts it, seconds: downloading the checkpoint,
+#: loading the weights and capturing CUDA graphs take minutes (a stated allowance, not a measurement)
+STARTUP_MIN_S = 1800
+
+
+def _probes(c: dict, probe: dict, load_s: float) -> None:
+    """Readiness, liveness and startup probes of a vLLM container, all on ``probe``'s health check. The startup
+    probe holds the other two off for up to max(STARTUP_MIN_S, 4 x the plan's weight-load time ``load_s``), so a
+    server still loading is not restarted; then liveness restarts one whose /health fails for 30 s."""
+    c["readinessProbe"] = probe
+    c["livenessProbe"] = dict(probe)
+    c["startupProbe"] = {**probe, "failureThreshold": math.ceil(max(STARTUP_MIN_S, 4 * load_s) / 10)}
+
+
 def _container(w: Workload, deploy: DeployFile, image: str) -> dict:
     """The container of a Deployment pod: one `vllm serve`, or on a shared GPU a shell that starts each server."""
     ports = [{"name": s.port_name, "containerPort": s.port, "protocol": "TCP"} for s in w.servers]
@@ -149,7 +164,7 @@ def _container(w: Workload, deploy: DeployFile, image: str) -> dict:
     if env:
         c["env"] = env
     c["resources"] = _resources(w.gpus_per_pod)
-    c["readinessProbe"] = probe
+    _probes(c, probe, w.load_s)
     return c
 
 
@@ -176,7 +191,8 @@ def leader_worker_set(w: Workload, replicas: int, namespace: str, deploy: Deploy
         "command": ["bash", "-c", f"bash {d.multi_node_script} leader --ray_port={d.ray_port} "
                     f"--ray_cluster_size=$(LWS_GROUP_SIZE) && {_vllm_line(s, ray=True)}"],
         "ports": [{"name": s.port_name, "containerPort": s.port, "protocol": "TCP"}],
-        "resources": _resources(w.gpus_per_pod), "readinessProbe": _probe(s.port, [])}
+        "resources": _resources(w.gpus_per_pod)}
+    _probes(leader, _probe(s.port, []), w.load_s)
     worker: dict[str, Any] = {
         "name": "vllm-worker", "image": image,
         "command": ["bash", "-c", f"bash {d.multi_node_script} worker --ray_address=$(LWS_LEADER_ADDRESS) "

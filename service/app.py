@@ -1,10 +1,11 @@
 """The HTTP API of ``fleetplan serve`` (FastAPI; OpenAPI at /docs and /openapi.json, a response model and the error
 codes for every endpoint).
 
-GET /v1/plan (the current plan), GET /v1/plan/diff (start/stop actions since the previous plan),
-GET /v1/plans?since= (plans adopted since a time), POST /v1/observations, DELETE /v1/observations (by id or time
-range; rebuilds the forecaster), POST /v1/replan (pulls Prometheus first when configured), GET /healthz (liveness),
-GET /readyz (readiness), GET /metrics (Prometheus text). Write endpoints need ``Authorization: Bearer <token>``
+GET /v1/leader (which replica leads), GET /v1/plan (the current plan), GET /v1/plan/diff (start/stop actions since
+the previous plan), GET /v1/plans?since= (plans adopted since a time), POST /v1/observations, DELETE
+/v1/observations (by id or time range; rebuilds the forecaster and repairs the fleet), POST /v1/replan (pulls
+Prometheus first when configured), GET /healthz (liveness), GET /readyz (readiness), GET /metrics (Prometheus
+text). Write endpoints need ``Authorization: Bearer <token>``
 unless the service was started with ``insecure_no_auth``; the per-tenant rates inside GET /v1/plan are shown only
 with the write token or the read token. Request bodies above ``max_body_bytes`` get 413; invalid bodies 422 with
 the field named in ``detail[].loc`` (never 500: malformed strings included); database faults 503 with the reason.
@@ -19,256 +20,69 @@ import logging
 import math
 from contextlib import asynccontextmanager
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
-from fastapi import Depends, FastAPI, Header, HTTPException, Query
+from fastapi import APIRouter, Depends, FastAPI, Header, HTTPException, Query
 from fastapi.encoders import jsonable_encoder
 from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from pydantic import BaseModel, ConfigDict, Field, model_validator
 from sqlalchemy.exc import SQLAlchemyError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from fleetplan import __version__
 from fleetplan.errors import FleetplanError, InputError
-from fleetplan.service.runtime import ReplanService, ServiceSettings
+from fleetplan.service.runtime import Busy, ReplanService, Standby
+from fleetplan.service.schemas import (
+    Health,
+    LeaderInfo,
+    ObservationBatch,
+    ObservationsAccepted,
+    ObservationsDeleted,
+    PlanDiff,
+    PlanList,
+    PlanResponse,
+    Readiness,
+    ReplanRequest,
+    ReplanResponse,
+    codes,
+)
+from fleetplan.service.settings import ServiceSettings
 from fleetplan.service.store import IdempotencyConflict
 
 log = logging.getLogger("fleetplan.service")
 
-#: a label: 1-200 characters, no control characters (NUL breaks PostgreSQL text; a lone surrogate is refused too)
-LABEL_PATTERN = r"^[^\x00-\x1f\x7f]+$"
-#: counters above this are no real interval's counts (the rate ceiling refuses far smaller ones)
-COUNT_MAX = 1e15
+class _Pairs(list):
+    """A JSON object as the list of its (key, value) pairs, in order (json's ``object_pairs_hook``)."""
 
 
-#: why counts may be fractional (said in every count's schema description)
-_FRACTIONAL = ("; a fractional count is accepted: Prometheus' increase() and delta() extrapolate counters and gauges "
-               "to the interval's edges, so the counts it reports are rarely whole")
-
-
-def _count(description: str):
-    return Field(None, ge=0, le=COUNT_MAX, description=description + _FRACTIONAL)
-
-
-class Observation(BaseModel):
-    """One interval's counters for one model and tenant. Give ``arrivals``, or ``completions`` with the queue
-    sizes at the interval's start and end (demand = completions + queue growth). Numbers are JSON numbers (no
-    strings, no booleans); counts may be fractional (as Prometheus' increase() reports them). The service also
-    refuses a rate above its ceiling (a multiple of the fleet's capacity) and an ``at_s`` far from its clock,
-    naming the field."""
-
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, strict=True)
-
-    model: str = Field(min_length=1, max_length=200, pattern=LABEL_PATTERN, description="planned model name")
-    tenant: str = Field("default", min_length=1, max_length=200, pattern=LABEL_PATTERN,
-                        description="tenant label (live labels per model are capped; silent ones expire)")
-    interval_s: float = Field(ge=1, le=86400, description="length of the interval, seconds (1 s to one day)")
-    at_s: float | None = Field(None, ge=0, le=1e11, description="unix time of the interval's end (default: receipt); "
-                               "within the service's clock skew of now")
-    arrivals: float | None = _count("requests that arrived in the interval")
-    completions: float | None = _count("requests that finished in the interval")
-    waiting_start: float | None = _count("requests waiting at the start")
-    waiting_end: float | None = _count("requests waiting at the end")
-    running_start: float | None = _count("requests running at the start")
-    running_end: float | None = _count("requests running at the end")
-    prompt_tokens: float | None = _count("prompt tokens of the interval")
-    generation_tokens: float | None = _count("generated tokens of the interval")
-
-    @model_validator(mode="after")
-    def _has_counts(self):
-        if self.arrivals is None and self.completions is None:
-            raise ValueError("give 'arrivals', or 'completions' with 'waiting_start' and 'waiting_end'")
-        if self.arrivals is None and (self.waiting_start is None or self.waiting_end is None):
-            raise ValueError("without 'arrivals', give 'waiting_start' and 'waiting_end' with 'completions': "
-                             "demand is estimated from queue growth, not completions alone")
-        return self
-
-
-class ObservationBatch(BaseModel):
-    """Body of POST /v1/observations: 1 to 1,000 observations; unknown fields and non-finite numbers are refused."""
-
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, strict=True)
-    observations: list[Observation] = Field(min_length=1, max_length=1000)
-
-
-class ReplanRequest(BaseModel):
-    """Body of POST /v1/replan: whether to run a full MILP re-solve, and its time limit in seconds."""
-
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, strict=True)
-    full: bool = Field(False, description="run a full MILP re-solve (adopted only if worth its migrations)")
-    time_limit_s: float | None = Field(None, gt=0, le=600, description="time limit of the re-solve, seconds")
-
-
-# ---- response models (the OpenAPI document's schemas) ------------------------------------------------------------
-class ErrorResponse(BaseModel):
-    """A refused request: what is wrong, in one line."""
-
-    detail: str
-
-
-class ValidationErrorItem(BaseModel):
-    """One invalid field: its location (``["body", "observations", 0, "arrivals"]``), a message, a type, and
-    usually the ``input`` refused (cut to its first characters, as text, when it is long)."""
-
-    model_config = ConfigDict(extra="allow")
-    loc: list[str | int]
-    msg: str
-    type: str
-
-
-class ValidationErrorResponse(BaseModel):
-    """422: every invalid field of the request."""
-
-    detail: list[ValidationErrorItem]
-
-
-class ObservationsAccepted(BaseModel):
-    """202: how many observations were stored (committed) and their ids (a replayed key: the ids first stored)."""
-
-    accepted: int
-    ids: list[int]
-
-
-class ObservationsDeleted(BaseModel):
-    """200: observations deleted, their ids, and the plan that now holds the rebuilt forecaster state."""
-
-    deleted: int
-    ids: list[int]
-    plan_id: int | None
-
-
-class Action(BaseModel):
-    """One start or stop of ``count`` replicas of an option (``tp`` 0: a shared GPU, its models listed)."""
-
-    model_config = ConfigDict(extra="forbid")
-    action: Literal["start", "stop"]
-    model: str
-    pool: str
-    tp: int
-    pp: int
-    count: int
-    ready_at_s: float | None = None
-    models: list[str] | None = None
-    shared_models: list[str] | None = Field(None, description="stored diffs from before 'models': a shared GPU's "
-                                            "residents")
-    role: Literal["colocated", "prefill", "decode"] = "colocated"
-    decode_site: str | None = None
-    reason: Literal["plan", "lost", "replaced"] = "plan"
-
-
-class PlanDiff(BaseModel):
-    """The actions that turn the previous stored plan into this one."""
-
-    plan_id: int
-    previous_plan_id: int | None
-    created_at_s: float
-    actions: list[Action]
-
-
-class OnlineBlock(BaseModel):
-    """The online re-planner's part of a plan: when and why it was made, the forecast, what is loading, and the
-    state needed to resume (``state.forecaster`` lists per-tenant rates only for token holders)."""
-
-    model_config = ConfigDict(extra="allow")
-    at_s: float
-    window: int
-    reason: str
-    message: str
-    forecast_req_per_s: dict[str, float]
-    unmet_req_per_s: dict[str, float]
-    loading: list[dict[str, Any]]
-    cost_usd_per_hour: float
-    round_time_s: float
-    migrations: int
-    state: dict[str, Any]
-
-
-class PlanResponse(BaseModel):
-    """The current plan: the plan file format of ``fleetplan plan`` (one window) with its id and online block."""
-
-    model_config = ConfigDict(extra="allow")
-    id: int
-    created_at_s: float
-    fleetplan_plan_version: int | str
-    name: str
-    status: str
-    cost_usd_per_day: float | None
-    replicas: list[dict[str, Any]]
-    shared_gpus: list[dict[str, Any]]
-    windows: list[dict[str, Any]]
-    online: OnlineBlock
-
-
-class PlanSummary(BaseModel):
-    """One stored plan without its body."""
-
-    id: int
-    created_at_s: float
-    at_s: float
-    window: int
-    reason: str
-    cost_usd_per_hour: float
-    migrations: int
-    valid: bool
-    summary: dict[str, Any]
-
-
-class PlanList(BaseModel):
-    """Plans adopted since a time, oldest first."""
-
-    plans: list[PlanSummary]
-
-
-class ReplanResponse(BaseModel):
-    """The outcome of POST /v1/replan: whether a plan was adopted, the current plan and its diff."""
-
-    adopted: bool
-    message: str
-    plan_id: int
-    summary: dict[str, Any]
-    cost_usd_per_hour: float
-    diff: PlanDiff
-    prometheus: str | None = Field(None, description="outcome of the Prometheus pull, when one is configured")
-
-
-class Health(BaseModel):
-    """Liveness: the process answers; ``loop`` is 'running', 'stopped' (503) or 'off' (rounds on request only).
-    It says nothing of the database: see /readyz."""
-
-    status: Literal["ok", "loop stopped"]
-    loop: Literal["running", "stopped", "off"]
-    plan_id: int | None
-    resumed: bool
-
-
-class Readiness(BaseModel):
-    """Readiness: each check and, for a failed one, why."""
-
-    status: Literal["ready", "not ready"]
-    checks: dict[str, bool]
-    detail: dict[str, str]
-    last_success_age_s: float
-    plan_id: int | None
-
-
-def _codes(*codes: int) -> dict:
-    text = {401: "missing or wrong bearer token", 404: "no plan yet", 409: "conflict (see detail)",
-            413: "request body too large", 503: "database unavailable (see detail); retry later"}
-    out: dict[int | str, dict] = {}
-    for code in codes:
-        if code == 422:
-            out[422] = {"model": ValidationErrorResponse, "description": "invalid request; the field is named"}
-        else:
-            out[code] = {"model": ErrorResponse, "description": text[code]}
-    return out
+def duplicate_key(body: bytes) -> list | None:
+    """The location (``["body", "observations", 0, "arrivals"]``) of the first key a JSON object of ``body`` gives
+    twice, or None (none repeated, or not JSON: the request's own parser then says what is wrong). Python's JSON
+    reader keeps the last value silently: ``{"arrivals": 5, "arrivals": 50000}`` would be stored as 50000."""
+    try:
+        doc = json.loads(body, object_pairs_hook=_Pairs)
+    except (ValueError, RecursionError):
+        return None
+    stack: list[tuple[Any, list]] = [(doc, ["body"])]
+    while stack:
+        node, path = stack.pop()
+        if isinstance(node, _Pairs):
+            seen: set[str] = set()
+            for k, v in node:
+                if k in seen:
+                    return [*path, k]
+                seen.add(k)
+                stack.append((v, [*path, k]))
+        elif isinstance(node, list):
+            stack.extend((v, [*path, i]) for i, v in enumerate(node))
+    return None
 
 
 class _BodyLimit:
     """ASGI middleware: reads a request body up to ``max_bytes`` and answers 413 beyond it (by Content-Length
-    when given, else by counting the chunks)."""
+    when given, else by counting the chunks); a JSON body that repeats a key in one object gets 422 naming it."""
 
     def __init__(self, app, max_bytes: int) -> None:
         self.app = app
@@ -298,6 +112,16 @@ class _BodyLimit:
             chunks.append(chunk)
             more = msg.get("more_body", False)
         data = b"".join(chunks)
+        headers = dict(scope["headers"])
+        where = duplicate_key(data) if data and _is_json(headers.get(b"content-type", b"").decode("latin-1")) else None
+        if where is not None:
+            body = json.dumps(_safe({"detail": [{"loc": where, "type": "duplicate_key", "msg": (
+                f"key {where[-1]!r} is given twice in one JSON object; a JSON reader would keep one of them "
+                "silently: send it once")}]})).encode()
+            await send({"type": "http.response.start", "status": 422, "headers": [
+                (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+            await send({"type": "http.response.body", "body": body})
+            return
         sent = False
 
         async def replay():
@@ -395,25 +219,8 @@ def _redacted(body: dict) -> dict:
     return {**body, "online": online}
 
 
-def create_app(settings: ServiceSettings, service: ReplanService | None = None, *, background: bool = True) -> FastAPI:
-    """The FastAPI app over a :class:`ReplanService` (made from ``settings`` when not given).
-
-    ``background`` starts the periodic re-plan loop with the app (tests drive rounds with POST /v1/replan).
-    Raises InputError for settings without a token and without ``insecure_no_auth``.
-    """
-    svc = service or ReplanService(settings)
-
-    @asynccontextmanager
-    async def lifespan(_app):
-        if background:
-            svc.start_background()
-        yield
-        svc.close()
-
-    app = FastAPI(title="fleetplan re-planner", version=__version__, lifespan=lifespan,
-                  description="Keeps a live plan for an LLM-serving GPU fleet and revises it as load changes.")
-    app.state.service = svc
-    app.add_middleware(_BodyLimit, max_bytes=settings.max_body_bytes)
+def _install_error_handlers(app: FastAPI) -> None:
+    """Every refused request gets a documented status and a JSON body that names what is wrong (never a 500)."""
 
     @app.exception_handler(RequestValidationError)
     async def _invalid_body(request, exc: RequestValidationError):
@@ -448,49 +255,93 @@ def create_app(settings: ServiceSettings, service: ReplanService | None = None, 
         return JSONResponse(status_code=503, content={"detail": _safe(f"database unavailable: {reason}")},
                             headers={"Retry-After": "5"})
 
-    bearer = HTTPBearer(auto_error=False)
-    bearer_dep = Depends(bearer)
+    @app.exception_handler(Standby)
+    async def _standby(request, exc: Standby):
+        return JSONResponse(status_code=503, content={"detail": _safe(str(exc))}, headers={"Retry-After": "1"})
 
+    @app.exception_handler(Busy)
+    async def _busy(request, exc: Busy):
+        return JSONResponse(status_code=429, content={"detail": _safe(str(exc))},
+                            headers={"Retry-After": str(int(math.ceil(exc.retry_after_s)))})
+
+
+
+class Auth:
+    """The bearer-token checks of one app: ``write`` (a dependency: 401 unless the write token is given) and
+    ``reader`` (True when the request may see per-tenant rates; 401 for a token that is given but wrong)."""
+
+    def __init__(self, settings: ServiceSettings) -> None:
+        self.token, self.read_token = settings.secret("token"), settings.secret("read_token")
+        bearer = HTTPBearer(auto_error=False)
+        self.write = Depends(self._require(bearer))
+        self.reader = Depends(self._reader(bearer))
+
+    @staticmethod
     def _matches(creds: HTTPAuthorizationCredentials | None, token: str | None) -> bool:
         return (creds is not None and token is not None
                 and hmac.compare_digest(creds.credentials.encode("utf-8", "replace"), token.encode()))
 
-    def require_token(creds: HTTPAuthorizationCredentials | None = bearer_dep) -> None:
-        if settings.token is None:
-            return
-        if not _matches(creds, settings.token):
-            raise HTTPException(401, "missing or wrong bearer token", headers={"WWW-Authenticate": "Bearer"})
+    def _require(self, bearer: HTTPBearer):
+        def require_token(creds: HTTPAuthorizationCredentials | None = Depends(bearer)) -> None:  # noqa: B008
+            if self.token is not None and not self._matches(creds, self.token):
+                raise HTTPException(401, "missing or wrong bearer token", headers={"WWW-Authenticate": "Bearer"})
+        return require_token
 
-    def reader(creds: HTTPAuthorizationCredentials | None = bearer_dep) -> bool:
-        """True when the request may see per-tenant rates; 401 for a token that is given but wrong."""
-        if settings.token is None:
-            return True
-        if creds is None:
-            return False
-        if _matches(creds, settings.token) or _matches(creds, settings.read_token):
-            return True
-        raise HTTPException(401, "wrong bearer token", headers={"WWW-Authenticate": "Bearer"})
+    def _reader(self, bearer: HTTPBearer):
+        def reader(creds: HTTPAuthorizationCredentials | None = Depends(bearer)) -> bool:  # noqa: B008
+            if self.token is None:
+                return True
+            if creds is None:
+                return False
+            if self._matches(creds, self.token) or self._matches(creds, self.read_token):
+                return True
+            raise HTTPException(401, "wrong bearer token", headers={"WWW-Authenticate": "Bearer"})
+        return reader
 
-    reader_dep = Depends(reader)
 
-    @app.get("/healthz", response_model=Health, responses=_codes(503))
+def health_routes(svc: ReplanService) -> APIRouter:
+    """GET /healthz (liveness) and GET /readyz (readiness)."""
+    router = APIRouter()
+
+    @router.get("/healthz", response_model=Health, responses=codes(503))
     def healthz():
         """Liveness: 200 while the process answers and its re-plan loop (when started) runs; 503 when the loop
         has stopped. Database faults are reported by /readyz."""
         loop = svc.loop_state()
         row = svc.plan_row
         body = {"status": "ok" if loop != "stopped" else "loop stopped", "loop": loop,
-                "plan_id": row["id"] if row else None, "resumed": svc.resumed}
+                "plan_id": row["id"] if row else None, "resumed": svc.resumed, "role": svc.role}
         return JSONResponse(body, status_code=200 if loop != "stopped" else 503)
 
-    @app.get("/readyz", response_model=Readiness, responses={503: {"model": Readiness, "description": "not ready"}})
+    @router.get("/readyz", response_model=Readiness, responses={503: {"model": Readiness, "description": "not ready"}})
     def readyz():
         """Readiness: the database accepts a write, the last committed plan is younger than three intervals,
         and the loop is alive (each when it applies); 503 with the failed checks otherwise."""
         ok, body = svc.readiness()
         return JSONResponse(_safe(body), status_code=200 if ok else 503)
 
-    @app.get("/v1/plan", response_model=PlanResponse, responses=_codes(401, 404))
+    return router
+
+
+def leader_routes(svc: ReplanService) -> APIRouter:
+    """GET /v1/leader: which replica leads, from the lease row."""
+    router = APIRouter()
+
+    @router.get("/v1/leader", response_model=LeaderInfo, responses=codes(503))
+    def leader():
+        """This replica's role and the lease as stored (its holder leads; ``expires_in_s`` below 0: it expired and
+        a standby takes over at its next look, within a second)."""
+        return {"role": svc.role, "replica": svc.lease.holder, **svc.lease.look()}
+
+    return router
+
+
+def plan_routes(svc: ReplanService, auth: Auth) -> APIRouter:
+    """GET /v1/plan, GET /v1/plan/diff and GET /v1/plans: reads (never queued behind writes)."""
+    router = APIRouter()
+    reader_dep = auth.reader
+
+    @router.get("/v1/plan", response_model=PlanResponse, responses=codes(401, 404))
     def get_plan(full: bool = reader_dep):
         """The current plan. Per-tenant rates (``online.state.forecaster``) only with the token or read token."""
         row = svc.plan_row
@@ -499,7 +350,7 @@ def create_app(settings: ServiceSettings, service: ReplanService | None = None, 
         body = row["body"] if full else _redacted(row["body"])
         return JSONResponse({"id": row["id"], "created_at_s": row["created_at_s"], **body})
 
-    @app.get("/v1/plan/diff", response_model=PlanDiff, responses=_codes(404))
+    @router.get("/v1/plan/diff", response_model=PlanDiff, responses=codes(404))
     def get_diff():
         """The start/stop actions between the previous stored plan and the current one."""
         pub = svc.published
@@ -507,7 +358,7 @@ def create_app(settings: ServiceSettings, service: ReplanService | None = None, 
             raise HTTPException(404, "no plan yet")
         return JSONResponse(pub.diff)
 
-    @app.get("/v1/plans", response_model=PlanList, responses=_codes(422, 503))
+    @router.get("/v1/plans", response_model=PlanList, responses=codes(422, 503))
     def list_plans(since: str = Query("0", max_length=64, description="unix seconds or ISO 8601 time"),
                    limit: int = Query(100, ge=1, le=1000)):
         """Plans adopted at or after ``since``, oldest first (at most ``limit``)."""
@@ -519,8 +370,15 @@ def create_app(settings: ServiceSettings, service: ReplanService | None = None, 
         return {"plans": [{k: r[k] for k in ("id", "created_at_s", "at_s", "window", "reason", "cost_usd_per_hour",
                                              "migrations", "valid", "summary")} for r in rows]}
 
-    @app.post("/v1/observations", status_code=202, response_model=ObservationsAccepted,
-              dependencies=[Depends(require_token)], responses=_codes(401, 409, 413, 422, 503))
+    return router
+
+
+def observation_routes(svc: ReplanService, settings: ServiceSettings, auth: Auth) -> APIRouter:
+    """POST /v1/observations and DELETE /v1/observations (write token; admitted through the write queue)."""
+    router = APIRouter()
+
+    @router.post("/v1/observations", status_code=202, response_model=ObservationsAccepted,
+              dependencies=[auth.write], responses=codes(401, 409, 413, 422, 429, 503))
     def post_observations(batch: ObservationBatch, idempotency_key: Annotated[str | None, Header(
             alias="Idempotency-Key", min_length=1, max_length=200, pattern=r"^[\x21-\x7e]+$",
             description="a retry with the same key and body stores nothing again (kept a day)")] = None):
@@ -529,8 +387,9 @@ def create_app(settings: ServiceSettings, service: ReplanService | None = None, 
             return _err422(["body", "observations"], InputError(
                 f"at most {settings.max_observations_per_request} observations per request"))
         try:
-            ids, replayed = svc.observe_once([o.model_dump() for o in batch.observations],
-                                             idempotency_key=idempotency_key)
+            with svc.admission():
+                ids, replayed = svc.observe_once([o.model_dump() for o in batch.observations],
+                                                 idempotency_key=idempotency_key)
         except InputError as exc:
             return _err422(_loc(exc.field), exc)
         except IdempotencyConflict as exc:
@@ -538,8 +397,8 @@ def create_app(settings: ServiceSettings, service: ReplanService | None = None, 
         headers = {"Idempotent-Replayed": "true"} if replayed else {}
         return JSONResponse({"accepted": len(ids), "ids": ids}, status_code=202, headers=headers)
 
-    @app.delete("/v1/observations", response_model=ObservationsDeleted, dependencies=[Depends(require_token)],
-                responses=_codes(401, 409, 413, 422, 503))
+    @router.delete("/v1/observations", response_model=ObservationsDeleted, dependencies=[auth.write],
+                responses=codes(401, 409, 413, 422, 429, 503))
     def delete_observations(
             ids: str | None = Query(None, max_length=10_000, pattern=r"^[0-9]{1,18}(,[0-9]{1,18})*$",
                                     description="comma-separated observation ids"),
@@ -557,23 +416,36 @@ def create_app(settings: ServiceSettings, service: ReplanService | None = None, 
                 f"to_s={to_s:g} is before from_s={from_s:g}: the range is empty; give from_s <= to_s"))
         id_list = [int(x) for x in ids.split(",")] if ids is not None else None
         try:
-            return svc.delete_observations(ids=id_list, from_s=from_s, to_s=to_s)
+            with svc.admission():
+                return svc.delete_observations(ids=id_list, from_s=from_s, to_s=to_s)
+        except (Busy, Standby):
+            raise
         except FleetplanError as exc:
             raise HTTPException(409, str(exc)) from None
 
-    @app.post("/v1/replan", response_model=ReplanResponse, dependencies=[Depends(require_token)],
-              responses=_codes(401, 409, 413, 422, 503))
+    return router
+
+
+def replan_routes(svc: ReplanService, auth: Auth) -> APIRouter:
+    """POST /v1/replan: a heuristic round or a full re-solve (one at a time) on the leader."""
+    router = APIRouter()
+
+    @router.post("/v1/replan", response_model=ReplanResponse, dependencies=[auth.write],
+              responses=codes(401, 409, 413, 422, 429, 503))
     def post_replan(req: ReplanRequest | None = None):
         """Pull Prometheus (when configured, whatever the interval), then run a heuristic round, or a full
         re-solve with ``full``; 409 when the round's plan is refused."""
         req = req or ReplanRequest()
         pulled = svc.try_pull_prometheus()
         try:
-            if req.full:
+            if req.full:  # one at a time: 429 while another runs
                 adopted, msg = svc.resolve(req.time_limit_s)
             else:
-                svc.replan()
+                with svc.admission():
+                    svc.replan()
                 adopted, msg = True, "heuristic round adopted"
+        except (Busy, Standby):
+            raise
         except FleetplanError as exc:
             raise HTTPException(409, str(exc)) from None
         pub = svc.published
@@ -583,7 +455,14 @@ def create_app(settings: ServiceSettings, service: ReplanService | None = None, 
         return {"adopted": adopted, "message": msg, "plan_id": row["id"], "summary": row["summary"],
                 "cost_usd_per_hour": row["cost_usd_per_hour"], "diff": pub.diff, "prometheus": pulled}
 
-    @app.get("/metrics", response_class=PlainTextResponse,
+    return router
+
+
+def metrics_routes(svc: ReplanService) -> APIRouter:
+    """GET /metrics: Prometheus text (from memory only)."""
+    router = APIRouter()
+
+    @router.get("/metrics", response_class=PlainTextResponse,
              responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}},
                               "description": "Prometheus text exposition format 0.0.4"}})
     def metrics():
@@ -591,4 +470,31 @@ def create_app(settings: ServiceSettings, service: ReplanService | None = None, 
         database)."""
         return PlainTextResponse(svc.metrics_text(), media_type="text/plain; version=0.0.4")
 
+    return router
+
+
+def create_app(settings: ServiceSettings, service: ReplanService | None = None, *, background: bool = True) -> FastAPI:
+    """The FastAPI app over a :class:`ReplanService` (made from ``settings`` when not given).
+
+    ``background`` starts the periodic re-plan loop with the app (tests drive rounds with POST /v1/replan).
+    Raises InputError for settings the service cannot start with (the database, the scenario).
+    """
+    svc = service or ReplanService(settings)
+
+    @asynccontextmanager
+    async def lifespan(_app):
+        if background:
+            svc.start_background()
+        yield
+        svc.close()
+
+    app = FastAPI(title="fleetplan re-planner", version=__version__, lifespan=lifespan,
+                  description="Keeps a live plan for an LLM-serving GPU fleet and revises it as load changes.")
+    app.state.service = svc
+    app.add_middleware(_BodyLimit, max_bytes=settings.max_body_bytes)
+    _install_error_handlers(app)
+    auth = Auth(settings)
+    for router in (health_routes(svc), leader_routes(svc), plan_routes(svc, auth),
+                   observation_routes(svc, settings, auth), replan_routes(svc, auth), metrics_routes(svc)):
+        app.include_router(router)
     return app

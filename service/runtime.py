@@ -1,21 +1,29 @@
 """The re-planner service's engine, without HTTP: the Replanner, the store, the periodic loop and the metrics.
 
 :class:`ReplanService` owns one :class:`~fleetplan.solvers.online.Replanner`. Writes are serialized by a write
-lock: an observation is checked (finite, under the rate ceiling, dated near now, tenant cap), committed to the store,
-then fed to the forecaster, so every stored plan's ``last_observation_id`` says exactly which observations its
-forecaster state holds. A round or re-solve is staged on a clone of the Replanner, its plan and diff are committed,
-and only then is the clone swapped in and the plan published (stage, commit, swap): a failed write changes nothing.
-Readers (GET /v1/plan, /v1/plan/diff, /metrics) read the published copy and never wait on the database.
+lock: an observation is checked (finite, dated between the forecast's horizon and the service's clock, in its
+tenant's time order, the tenant cap, the ceilings on its model's sum over tenants and on the fleet's total),
+committed to the store, then fed to the forecaster at the service's clock, so every stored plan's
+``last_observation_id`` says exactly which observations its forecaster state holds. A round or re-solve is staged on
+a clone of the Replanner, its plan and diff are committed, and only then is the clone swapped in and the plan
+published (stage, commit, swap): a failed write changes nothing. Readers (GET /v1/plan, /v1/plan/diff, /metrics)
+read the published copy and never wait on the database. At most ``max_pending_writes`` writes queue for the lock
+(one more: :class:`Busy`, HTTP 429) and one re-solve runs at a time.
 
-On start it resumes from the last stored plan and replays the observations stored after it; with no stored plan it
-makes a cold-start plan and stores it. A background thread runs a heuristic round every ``interval_s`` (pulling
-Prometheus first when configured) and a full MILP re-solve every ``resolve_every_s`` in a worker thread, adopted
-only when :meth:`Replanner.consider` finds it worth its migrations. Any exception in the loop is logged with its
-traceback, counted in /metrics, and the round retried with backoff (1, 2, 4, ... s, at most ``interval_s``).
+Several services on one database elect a leader (:mod:`fleetplan.service.leader`). The leader resumes from the last
+stored plan and replays the observations stored after it (with no stored plan it makes a cold-start plan); a
+background thread renews its lease, runs a heuristic round every ``interval_s`` (pulling Prometheus first when
+configured), a full MILP re-solve every ``resolve_every_s`` in a worker thread (adopted only when
+:meth:`Replanner.consider` finds it worth its migrations), and retention every 10 minutes. A standby serves the newest
+stored plan, stores and feeds the observations it is sent, refuses leader-only requests (:class:`Standby`, HTTP 503)
+and takes over when the lease expires. Any exception in the loop is logged with its traceback, counted in /metrics,
+and the round retried with backoff (1, 2, 4, ... s, at most ``interval_s``).
 """
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import importlib.util
 import logging
 import math
@@ -23,94 +31,26 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, replace
+
+from sqlalchemy.exc import SQLAlchemyError
 
 from fleetplan.errors import FleetplanError, InputError, UnknownNameError
 from fleetplan.outputs.planio import load_plan_file, plan_to_dict
 from fleetplan.placement.problem import Problem
+from fleetplan.placement.validate import validate
 from fleetplan.scenario.build import build_problem
 from fleetplan.scenario.read import Scenario, load_scenario, scenario_models
+from fleetplan.service.leader import Lease, NotLeader
 from fleetplan.service.prometheus import pull_observations
+from fleetplan.service.settings import ServiceSettings
 from fleetplan.service.store import Store, body_digest
-from fleetplan.solvers.online.config import OnlineConfig
-from fleetplan.solvers.online.forecast import estimate_demand
+from fleetplan.solvers.online.forecast import Forecaster, estimate_demand
 from fleetplan.solvers.online.replanner import Replanner
-from fleetplan.solvers.online.state import OnlineResult, load_times, window_problem
+from fleetplan.solvers.online.state import Action, OnlineResult, load_times, window_problem
 from fleetplan.solvers.solve import solve
 
 log = logging.getLogger("fleetplan.service")
-
-
-@dataclass
-class ServiceSettings:
-    """Settings of ``fleetplan serve``.
-
-    Attributes:
-        scenario: scenario file or shipped name (None: the shipped default).
-        db_url: SQLAlchemy URL or SQLite file path.
-        token: bearer token for write endpoints; None only together with ``insecure_no_auth``.
-        insecure_no_auth: accept writes without a token (must be asked for explicitly).
-        interval_s: seconds between heuristic rounds (0: no periodic rounds; POST /v1/replan still works).
-        resolve_every_s: seconds between full MILP re-solves (0: none).
-        resolve_time_limit_s: time limit of one re-solve, seconds.
-        max_body_bytes: largest request body accepted, bytes (413 above).
-        max_observations_per_request: most observations in one POST.
-        prometheus_url: Prometheus base URL to pull vLLM metrics from at every round and on POST /v1/replan, or None.
-        prometheus_window_s: the interval one pull covers, seconds (None: ``interval_s``, or 300 when that is 0).
-        read_token: a second bearer token that may read per-tenant rates but not write, or None.
-        db_timeout_s: longest wait for a database lock or connection before a write fails (503), seconds.
-        rate_ceiling_factor: an observation's rate above this multiple of the whole fleet's capacity for its model
-            is refused (422): no real counter reports that, a broken or hostile one would scale the fleet to its
-            maximum.
-        max_clock_skew_s: how far in the future an observation's ``at_s`` may be, seconds.
-        max_observation_age_s: how far in the past an observation's ``at_s`` may be, seconds.
-        online: the re-planner's policy (see OnlineConfig; tenant expiry and cap live there).
-        plan_file: an offline plan (``fleetplan plan --out plan.json``) to start from when the database holds no
-            plan: its replicas and shared GPUs of the current window, counted as ready. None: a cold-start plan.
-    """
-
-    scenario: str | None = None
-    db_url: str = "sqlite:///fleetplan.db"
-    token: str | None = None
-    insecure_no_auth: bool = False
-    interval_s: float = 300.0
-    resolve_every_s: float = 3600.0
-    resolve_time_limit_s: float = 30.0
-    max_body_bytes: int = 1_000_000
-    max_observations_per_request: int = 1000
-    prometheus_url: str | None = None
-    prometheus_window_s: float | None = None
-    read_token: str | None = None
-    db_timeout_s: float = 30.0
-    rate_ceiling_factor: float = 10.0
-    max_clock_skew_s: float = 300.0
-    max_observation_age_s: float = 86400.0
-    online: OnlineConfig = field(default_factory=OnlineConfig)
-    plan_file: str | None = None
-
-    def __post_init__(self) -> None:
-        if self.token is None and not self.insecure_no_auth:
-            raise InputError("write endpoints need a bearer token: set FLEETPLAN_TOKEN or give --token-file, or "
-                             "start with --insecure-no-auth to accept unauthenticated writes", field="token")
-        if self.token is not None and len(self.token) < 8:
-            raise InputError("the token must have at least 8 characters", field="token")
-        if self.read_token is not None and len(self.read_token) < 8:
-            raise InputError("the read token must have at least 8 characters", field="read_token")
-        for name in ("interval_s", "resolve_every_s", "resolve_time_limit_s", "max_clock_skew_s",
-                     "max_observation_age_s"):
-            v = getattr(self, name)
-            if not (isinstance(v, int | float) and math.isfinite(v) and v >= 0):
-                raise InputError(f"{name} must be a finite number >= 0 seconds", field=name, value=v)
-        for name in ("db_timeout_s", "rate_ceiling_factor"):
-            v = getattr(self, name)
-            if not (isinstance(v, int | float) and math.isfinite(v) and v > 0):
-                raise InputError(f"{name} must be a finite number > 0", field=name, value=v)
-        if self.prometheus_window_s is not None and not (math.isfinite(self.prometheus_window_s)
-                                                          and 1 <= self.prometheus_window_s <= 86400):
-            raise InputError("prometheus_window_s must be between 1 and 86400 seconds", field="prometheus_window_s",
-                             value=self.prometheus_window_s)
-        if self.max_body_bytes < 1024:
-            raise InputError("max_body_bytes must be >= 1024", field="max_body_bytes", value=self.max_body_bytes)
 
 
 def load_problem(scenario: str | None) -> tuple[Problem, dict]:
@@ -180,6 +120,44 @@ def start_from_plan(replanner: Replanner, plan_file: str, now_s: float) -> Onlin
                          source=plan_file, field=exc.field) from None
 
 
+class Standby(FleetplanError):
+    """A leader-only request (a round, a re-solve, a DELETE) sent to a standby (HTTP 503 with Retry-After): send it
+    to the leader (``leader`` names it), or retry: a standby takes over once the leader's lease expires."""
+
+    def __init__(self, leader: str | None) -> None:
+        super().__init__(f"this replica is a standby (the leader is {leader or 'unknown'}); send this request to the "
+                         "leader or retry: a standby takes over when the leader's lease expires")
+        self.leader = leader
+
+
+class Busy(FleetplanError):
+    """The service cannot take this request now (HTTP 429): its write queue is full, or a re-solve is running.
+    ``retry_after_s`` is when to try again, seconds."""
+
+    def __init__(self, message: str, retry_after_s: float) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+#: seconds between retention passes of the loop
+RETENTION_EVERY_S = 600.0
+
+#: Outcomes of a full re-solve (the ``outcome`` label of fleetplan_resolves_total).
+RESOLVE_OUTCOMES = ("adopted", "kept", "infeasible", "failed")
+
+
+def _first_line(exc: BaseException) -> str:
+    return str(getattr(exc, "orig", None) or exc).strip().splitlines()[0][:300] if str(exc) else type(exc).__name__
+
+
+def action_dict(a: Action) -> dict:
+    """An :class:`Action` as stored and served: its fields by name (``models`` a list; the API's schema is the
+    record's)."""
+    d = asdict(a)
+    d["models"] = list(a.models)
+    return d
+
+
 @dataclass(frozen=True)
 class Published:
     """What readers see: the last committed plan row (with body), its diff, and the figures /metrics needs. Built
@@ -210,7 +188,11 @@ class ReplanService:
         self.state_lock = threading.Lock()  # short: guards swaps and forecaster reads, never held during I/O
         self.lock = self.write_lock
         self.store = Store(settings.db_url, timeout_s=settings.db_timeout_s)
-        self.replanner = Replanner(problem, settings.online, load_time_s or {})
+        self.load_time_s = dict(load_time_s or {})
+        self.replanner = Replanner(problem, settings.online, self.load_time_s)
+        #: the lease that makes one service per database the leader (:mod:`fleetplan.service.leader`)
+        self.lease = Lease(self.store, settings.lease_ttl_s)
+        self.store.fence = self.lease.fence
         method = settings.online.forecast_method
         if method != "blend" and importlib.util.find_spec("statsforecast") is None:
             log.warning("forecast method %r needs statsforecast, which is not installed (pip install "
@@ -218,13 +200,25 @@ class ReplanService:
         else:
             log.info("forecast method %s", method)
         self.model_names = [m.name for m in problem.models]
-        self.rate_ceiling_req_per_s = {m: settings.rate_ceiling_factor * max(c, 1.0)
-                                       for m, c in fleet_capacity_req_per_s(problem).items()}
+        #: {model: req/s} the whole inventory could serve (at least 1), the unit of the ceilings
+        self.fleet_capacity_req_per_s = {m: max(c, 1.0) for m, c in fleet_capacity_req_per_s(problem).items()}
+        self.rate_ceiling_req_per_s = {m: settings.rate_ceiling_factor * c
+                                       for m, c in self.fleet_capacity_req_per_s.items()}
         self.last_obs_id = 0
         self.published: Published | None = None
-        self.counters = {"observations": 0, "rounds": 0, "migrations": 0, "resolves_adopted": 0,
-                         "resolves_kept": 0, "resolves_failed": 0, "prometheus_errors": 0, "round_errors": 0,
-                         "loop_errors": 0, "observations_not_fed": 0, "commit_hook_errors": 0}
+        self.counters = {"observations": 0, "rounds": 0, "migrations": 0, "prometheus_errors": 0, "round_errors": 0,
+                         "loop_errors": 0, "observations_not_fed": 0, "commit_hook_errors": 0, "writes_refused": 0,
+                         "retention_errors": 0}
+        self.db_bytes: int | None = None  # the database's size at the last retention pass
+        self.folded_through_id = 0
+        #: {(outcome, reason): count} of full re-solves (outcomes: RESOLVE_OUTCOMES)
+        self.resolves: dict[tuple[str, str], int] = {}
+        #: writes waiting for the write lock or holding it; beyond settings.max_pending_writes a write gets 429
+        self._pending = 0
+        self._pending_lock = threading.Lock()
+        self._write_s = 0.05  # exponentially weighted seconds per admitted write (for Retry-After)
+        self._resolve_lock = threading.Lock()  # one re-solve at a time (the loop's or a request's)
+        self._resolve_started_s = 0.0
         self.last_round_s = 0.0
         self.last_success_s = 0.0
         self._stop = threading.Event()
@@ -246,38 +240,113 @@ class ReplanService:
         """The last committed plan row (a published copy: never changed after it is served)."""
         return self.published.row if self.published else None
 
+    @property
+    def role(self) -> str:
+        """'leader' (holds the lease: rounds, re-solves, retention, actuation) or 'standby' (serves reads from the
+        database, stores observations, takes over when the lease expires)."""
+        return "leader" if self.lease.held else "standby"
+
     # ---- start / resume ------------------------------------------------------------------------------------
     def _start(self) -> None:
+        try:
+            leads = self.lease.try_acquire()
+        except SQLAlchemyError as exc:  # a read-only or unreachable database: serve what is stored
+            log.error("cannot take the lease (%s): serving the stored plan as a standby", _first_line(exc))
+            leads = False
+        if leads:
+            self._lead()
+        else:
+            log.info("standby: the lease is held by %s; serving its plans from the database", self.lease.leader)
+            self._follow(force=True)
+
+    def _resume(self, row: dict) -> None:
+        """Load stored plan ``row`` and replay the observations stored after it (at their receipt times) into a new
+        Replanner, then swap it in and publish the plan. Call with the write lock held."""
+        now = self.clock()
+        staged = Replanner(self.problem, self.settings.online, self.load_time_s)
+        staged.restore(row["body"]["online"]["state"], now)
+        last = row["last_observation_id"]
+        for r in self.store.iter_observations(after=last):
+            self._feed(staged, r)
+            last = r["id"]
+        diff = self.store.diff_for(row["id"]) or {"plan_id": row["id"], "previous_plan_id": None,
+                                                  "created_at_s": row["created_at_s"], "actions": []}
+        with self.state_lock:
+            self.replanner = staged
+            self.last_obs_id = last
+            self._publish(row, diff, staged.current)
+        self.last_success_s = row["created_at_s"] if self.role == "standby" else now
+        self.resumed = True
+
+    def _lead(self) -> None:
+        """Act as the leader: resume from the newest stored plan (a takeover sees every plan its predecessor
+        committed: the lease fences them), or make the first plan; then hand the current plan to the commit hooks
+        (the actuator applies it)."""
         with self.write_lock:
             row = self.store.last_plan()
             now = self.clock()
             if row is not None:
-                state = row["body"]["online"]["state"]
-                self.replanner.restore(state, now)
-                self.last_obs_id = row["last_observation_id"]
-                for r in self.store.iter_observations(after=self.last_obs_id):
-                    self._feed(self.replanner, r)
-                    self.last_obs_id = r["id"]
-                diff = self.store.diff_for(row["id"]) or {"plan_id": row["id"], "previous_plan_id": None,
-                                                          "created_at_s": row["created_at_s"], "actions": []}
-                self._publish(row, diff, self.replanner.current)
-                self.last_success_s = now
-                self.resumed = True
-                log.info("resumed from stored plan %s", row["id"])
+                self._resume(row)
+                log.info("leader (lease epoch %s): resumed from stored plan %s", self.lease.epoch, row["id"])
             elif self.settings.plan_file:
                 staged = self.replanner.clone()
                 self._commit(staged, start_from_plan(staged, self.settings.plan_file, now))
             else:
                 staged = self.replanner.clone()
                 self._commit(staged, staged.initial(now))
+            if row is not None:
+                self._run_hooks(self.plan_row)
 
-    def _feed(self, replanner: Replanner, r: dict) -> None:
-        """Feed one stored observation row to ``replanner``'s forecaster; a row it refuses is logged and counted
+    def _follow(self, force: bool = False) -> None:
+        """Standby: serve the newest stored plan (reloaded when the leader committed another) and feed the
+        observations stored since into the forecaster, so checks, metrics and a takeover start from the database's
+        state."""
+        with self.write_lock:
+            row = self.store.last_plan() if force or self.store.newest_plan_id() != (
+                self.plan_row["id"] if self.plan_row else None) else None
+            if row is not None:
+                self._resume(row)
+            else:
+                self._catch_up()
+
+    def _catch_up(self, below: int | None = None) -> None:
+        """Feed the observations stored after ``last_obs_id`` (by another replica: a standby stores what it is
+        sent) and, with ``below``, before that id. Call with the write lock held."""
+        with self.state_lock:
+            for r in self.store.iter_observations(after=self.last_obs_id, page=1000):
+                if below is not None and r["id"] >= below:
+                    break
+                self._feed(self.replanner, r)
+                self.last_obs_id = r["id"]
+
+    def _step_down(self, why: str) -> None:
+        log.warning("stepping down to standby: %s", why)
+        self.lease.epoch = None
+        try:
+            self._follow(force=True)
+        except Exception as exc:  # noqa: BLE001 - the next tick follows again
+            log.error("standby could not reload the stored plan: %s", exc)
+
+    def _run_hooks(self, row: dict | None) -> None:
+        if row is None:
+            return
+        for hook in self.commit_hooks:
+            try:
+                hook(row)
+            except Exception:  # the plan is committed either way; the failure is logged and counted, never hidden
+                self.counters["commit_hook_errors"] += 1
+                log.exception("commit hook failed for plan %s", row["id"])
+
+    def _feed(self, target: Replanner | Forecaster, r: dict) -> None:
+        """Feed one stored observation row to ``replanner``'s forecaster at the service's clock when it was received
+        (``received_at_s``: a replay rebuilds the state the live feed made); a row it refuses is logged and counted
         (rows were checked before they were stored, so this is for rows written by an older version)."""
-        if r["model"] not in replanner.models:
+        fc = target.forecaster if isinstance(target, Replanner) else target
+        if r["model"] not in fc.curve:
             return
         try:
-            replanner.forecaster.observe(r["model"], r["demand_req_per_s"], r["at_s"], r["tenant"])
+            fc.observe(r["model"], r["demand_req_per_s"], r["at_s"], r["tenant"],
+                                         interval_s=r["interval_s"], now_s=r["received_at_s"])
         except InputError as exc:
             self.counters["observations_not_fed"] += 1
             log.warning("observation %s not fed to the forecaster: %s", r.get("id"), exc)
@@ -320,16 +389,17 @@ class ReplanService:
                         for k, v in sorted(res.loading.items())],
             "cost_usd_per_hour": res.cost_usd_per_hour, "round_time_s": res.round_time_s,
             "migrations": res.migrations, "state": staged.snapshot()}
-        actions = [a.to_dict() for a in res.actions]
+        actions = [action_dict(a) for a in res.actions]
         prev = self.plan_row["id"] if self.plan_row else None
         summary = self._summary(res)
+        now = self.clock()
         pid = self.store.add_plan(at_s=res.at_s, window=res.window, reason=res.reason,
                                   cost_usd_per_hour=res.cost_usd_per_hour, migrations=res.migrations,
                                   valid=res.report.ok, last_observation_id=self.last_obs_id, summary=summary,
                                   body=body, actions=actions, previous_plan_id=prev,
-                                  delete_observation_ids=delete_observation_ids)
-        now = self.clock()
-        row = {"id": pid, "created_at_s": now, "at_s": res.at_s, "window": res.window,
+                                  delete_observation_ids=delete_observation_ids, created_at_s=now,
+                                  epoch=self.lease.epoch or 0)
+        row = {"id": pid, "created_at_s": now, "at_s": res.at_s, "window": res.window, "epoch": self.lease.epoch,
                "reason": res.reason, "cost_usd_per_hour": res.cost_usd_per_hour,
                "migrations": res.migrations, "valid": True, "last_observation_id": self.last_obs_id,
                "summary": summary, "body": body}
@@ -339,58 +409,89 @@ class ReplanService:
             self._publish(row, diff, res)
         self.counters["migrations"] += res.migrations
         self.last_success_s = now
-        for hook in self.commit_hooks:
-            try:
-                hook(row)
-            except Exception:  # the plan is committed either way; the failure is logged and counted, never hidden
-                self.counters["commit_hook_errors"] += 1
-                log.exception("commit hook failed for plan %s", pid)
+        self._run_hooks(row)
         return row
 
     # ---- writes --------------------------------------------------------------------------------------------
     def check_observations(self, items: list[dict], source: str = "api") -> list[dict]:
         """Rows ready to store for observation dicts (the POST /v1/observations schema), or InputError naming
-        ``observations[i].<field>``: an unknown model, counters that give no estimate, a rate that is not finite
-        or above the ceiling (``rate_ceiling_factor`` × the whole fleet's capacity for the model), ``at_s`` more
-        than ``max_clock_skew_s`` ahead of now or ``max_observation_age_s`` behind it, a new tenant label beyond
-        the cap of live ones."""
+        ``observations[i].<field>``: an unknown model, counters that give no estimate, a rate that is not finite,
+        ``at_s`` more than ``max_clock_skew_s`` ahead of the service's clock or ``max_observation_age_s`` behind it,
+        or before the newest observation of its tenant, a new tenant label beyond the cap of live ones, and a sum
+        over the model's live tenants above ``rate_ceiling_factor`` × the whole fleet's capacity for the model (or
+        over models above ``fleet_ceiling_factor`` whole fleets) once the item is counted."""
         s = self.settings
         now = self.clock()
         rows = []
-        with self.state_lock:
-            live = {m: self.replanner.forecaster.tenants(m, now) for m in self.model_names}
         cap = s.online.max_tenants_per_model
-        for i, o in enumerate(items):
-            if o["model"] not in self.replanner.models:
-                raise UnknownNameError("model", o["model"], self.model_names, field=f"observations[{i}].model")
-            try:
-                rate = estimate_demand(o["interval_s"], arrivals=o.get("arrivals"),
-                                       completions=o.get("completions"), waiting_start=o.get("waiting_start"),
-                                       waiting_end=o.get("waiting_end"), running_start=o.get("running_start"),
-                                       running_end=o.get("running_end"))
-            except InputError as exc:
-                raise InputError(str(exc), field=f"observations[{i}].{exc.field}") from None
-            count_field = "arrivals" if o.get("arrivals") is not None else "completions"
-            ceiling = self.rate_ceiling_req_per_s[o["model"]]
-            if not (math.isfinite(rate) and rate <= ceiling):
-                raise InputError(f"{rate:.6g} req/s exceeds the ceiling of {ceiling:.6g} req/s for {o['model']} "
-                                 f"({s.rate_ceiling_factor:g} x the whole fleet's capacity); check the counter and "
-                                 "interval_s", field=f"observations[{i}].{count_field}", value=rate)
-            at = o.get("at_s")
-            at = now if at is None else float(at)
-            if not (math.isfinite(at) and now - s.max_observation_age_s <= at <= now + s.max_clock_skew_s):
-                raise InputError(f"at_s must be within {s.max_observation_age_s:g} s before and {s.max_clock_skew_s:g}"
-                                 f" s after the service's clock ({now:.0f}); it is {at - now:+.0f} s off",
-                                 field=f"observations[{i}].at_s", value=at)
-            tenant = o.get("tenant") or "default"
-            if tenant not in live[o["model"]]:
-                live[o["model"]].add(tenant)
-                if len(live[o["model"]]) > cap:
-                    raise InputError(f"{o['model']} already has {cap} live tenant labels (the cap); reuse a label or "
-                                     f"wait {s.online.tenant_ttl_s:g} s for silent ones to expire",
-                                     field=f"observations[{i}].tenant", value=tenant)
-            rows.append({"at_s": at, "model": o["model"], "tenant": tenant, "interval_s": float(o["interval_s"]),
-                         "demand_req_per_s": rate, "source": source, "body": o})
+        with self.state_lock:
+            fc = self.replanner.forecaster
+            live = {m: fc.tenants(m, now) for m in self.model_names}
+            newest: dict[tuple[str, str], float] = {}
+            for m in self.model_names:
+                for t in live[m]:
+                    at_t = fc.newest_at(m, t)
+                    if at_t is not None:
+                        newest[(m, t)] = at_t
+            updates: dict[str, dict[str, tuple[float, float, float]]] = {}
+            totals = {m: fc.total(m, now) for m in self.model_names}
+            for i, o in enumerate(items):
+                m = o["model"]
+                if m not in self.replanner.models:
+                    raise UnknownNameError("model", m, self.model_names, field=f"observations[{i}].model")
+                try:
+                    rate = estimate_demand(o["interval_s"], arrivals=o.get("arrivals"),
+                                           completions=o.get("completions"), waiting_start=o.get("waiting_start"),
+                                           waiting_end=o.get("waiting_end"), running_start=o.get("running_start"),
+                                           running_end=o.get("running_end"))
+                except InputError as exc:
+                    raise InputError(str(exc), field=f"observations[{i}].{exc.field}") from None
+                count_field = "arrivals" if o.get("arrivals") is not None else "completions"
+                if not math.isfinite(rate):
+                    raise InputError(f"the rate {rate} is not finite; check the counter and interval_s",
+                                     field=f"observations[{i}].{count_field}", value=rate)
+                at = o.get("at_s")
+                at = now if at is None else float(at)
+                if not (math.isfinite(at) and now - s.max_observation_age_s <= at <= now + s.max_clock_skew_s):
+                    raise InputError(f"at_s must be within {s.max_observation_age_s:g} s before and "
+                                     f"{s.max_clock_skew_s:g} s after the service's clock ({now:.0f}); it is "
+                                     f"{at - now:+.0f} s off (an older observation no longer bears on the forecast; "
+                                     "one from the future would hold it: check the sender's clock)",
+                                     field=f"observations[{i}].at_s", value=at)
+                tenant = o.get("tenant") or "default"
+                prev = newest.get((m, tenant))
+                if prev is not None and at < prev:
+                    raise InputError(f"at_s {at:.3f} is {prev - at:.0f} s before the newest observation of tenant "
+                                     f"{tenant!r} of {m} ({prev:.3f}): send a tenant's observations in time order",
+                                     field=f"observations[{i}].at_s", value=at)
+                if tenant not in live[m]:
+                    live[m].add(tenant)
+                    if len(live[m]) > cap:
+                        raise InputError(f"{m} already has {cap} live tenant labels (the cap); reuse a label or "
+                                         f"wait {s.online.tenant_ttl_s:g} s for silent ones to expire",
+                                         field=f"observations[{i}].tenant", value=tenant)
+                interval = float(o["interval_s"])
+                span = interval if prev is None or prev >= at else max(interval, at - prev)
+                newest[(m, tenant)] = at
+                upd = updates.setdefault(m, {})
+                upd[tenant] = (rate, at, span)
+                totals[m] = fc.total(m, now, updates=upd)
+                ceiling = self.rate_ceiling_req_per_s[m]
+                if totals[m] > ceiling:
+                    raise InputError(
+                        f"with this observation ({rate:.6g} req/s) the live tenants of {m} would sum to "
+                        f"{totals[m]:.6g} req/s, above the ceiling of {ceiling:.6g} req/s ({s.rate_ceiling_factor:g} "
+                        f"x the whole fleet's capacity for {m}); check the counter and interval_s",
+                        field=f"observations[{i}].{count_field}", value=rate)
+                fleets = sum(v / self.fleet_capacity_req_per_s[k] for k, v in totals.items())
+                if fleets > s.fleet_ceiling_factor:
+                    raise InputError(
+                        f"with this observation the observed demand of all models would fill {fleets:.3g} whole "
+                        f"fleets (each model's sum over its tenants / what the whole fleet could serve of it), above "
+                        f"the ceiling of {s.fleet_ceiling_factor:g}; check the counters",
+                        field=f"observations[{i}].{count_field}", value=rate)
+                rows.append({"at_s": at, "model": m, "tenant": tenant, "interval_s": interval,
+                             "demand_req_per_s": rate, "source": source, "body": o, "received_at_s": now})
         return rows
 
     def observe_once(self, items: list[dict], source: str = "api", idempotency_key: str | None = None
@@ -407,6 +508,8 @@ class ReplanService:
                 ids, replayed = self.store.add_observations_once(rows, idempotency_key, body_digest(items))
             if replayed:
                 return ids, True
+            if ids and ids[0] != self.last_obs_id + 1:  # another replica stored observations meanwhile: feed them first
+                self._catch_up(below=ids[0])
             with self.state_lock:
                 for r, i in zip(rows, ids, strict=True):
                     self._feed(self.replanner, {**r, "id": i})
@@ -418,8 +521,14 @@ class ReplanService:
         """:meth:`observe_once` without a key; returns the new ids."""
         return self.observe_once(items, source)[0]
 
+    def _leader_only(self) -> None:
+        if not self.lease.held:
+            raise Standby(self.lease.leader)
+
     def replan(self) -> dict:
-        """One heuristic round now, staged and committed; returns the new plan row."""
+        """One heuristic round now, staged and committed; returns the new plan row. Raises :class:`Standby` on a
+        standby."""
+        self._leader_only()
         with self.write_lock:
             staged = self.replanner.clone()
             res = staged.round(self.clock())
@@ -428,23 +537,105 @@ class ReplanService:
             self.last_round_s = res.round_time_s
             return row
 
+    def retain(self) -> dict:
+        """Apply retention now (:meth:`Store.retain` with the settings' limits); returns its counts. Runs in the
+        loop every RETENTION_EVERY_S; deletes run in chunks, so writes wait for one chunk at a time."""
+        s = self.settings
+        out = self.store.retain(self.clock(), observation_keep_s=s.observation_retention_s,
+                                plan_keep_s=s.plan_retention_s, max_plans=s.max_plans)
+        self.db_bytes = self.store.size_bytes()
+        self.folded_through_id = out["folded_through_id"]
+        if out["observations_deleted"] or out["plans_deleted"]:
+            log.info("retention: folded %d observations (through id %d), removed %d plans",
+                     out["observations_deleted"], out["folded_through_id"], out["plans_deleted"])
+        return out
+
     def delete_observations(self, *, ids: list[int] | None = None, from_s: float | None = None,
                             to_s: float | None = None) -> dict:
-        """Delete stored observations by id and/or time range (unix s, ``at_s`` inclusive) and rebuild the
-        forecaster: a fresh one on the day curves replays every remaining observation in id order. The rebuilt
-        state is stored as a new plan (the placement unchanged, reason 'rebuild') in the same transaction as the
-        delete, so a restart resumes without them. Returns {deleted, ids, plan_id}."""
+        """Delete stored observations by id and/or time range (unix s, ``at_s`` inclusive), rebuild the forecaster
+        without them and repair the fleet at once. Returns {deleted, ids, plan_id}.
+
+        The rebuild starts from the newest stored plan whose state predates the first deleted observation (its
+        ``last_observation_id`` is below it; none: a fresh forecaster on the day curves) and replays the
+        observations stored after it, in id order, at the clock each was received: its time grows with the age of
+        the deleted observation, not with the table. The forecasts the rounds of the last ``cooldown_s`` recorded
+        for the scale-down stabilization are recomputed from the rebuilt state at each round's own observations, so
+        the cooldown does not hold the deleted values; a heuristic round with no migration budget (reason 'rebuild')
+        then runs on it, committed in the same transaction as the delete, so a restart never replays them.
+        ``replayed`` in the result counts the observations replayed. Raises FleetplanError (409) for ids that
+        retention folded into the stored state (at or below ``folded_through_id``): they can no longer be removed, and
+        :class:`Standby` on a standby."""
+        self._leader_only()
         with self.write_lock:
+            folded = self.store.folded_through_id()
+            gone = sorted(i for i in (ids or []) if i <= folded)
+            if gone:
+                raise FleetplanError(f"observations {', '.join(map(str, gone[:10]))}{' ...' if len(gone) > 10 else ''} "
+                                     f"were folded into the stored forecast by retention (ids up to {folded}, older "
+                                     "than observation_retention_s) and can no longer be deleted")
             doomed = self.store.observation_ids_where(ids=ids, from_s=from_s, to_s=to_s)
             if not doomed:
-                return {"deleted": 0, "ids": [], "plan_id": self.plan_row["id"] if self.plan_row else None}
+                return {"deleted": 0, "ids": [], "plan_id": self.plan_row["id"] if self.plan_row else None,
+                        "replayed": 0, "folded_through_id": folded}
+            now = self.clock()
+            first = doomed[0]
             staged = self.replanner.clone()
-            staged.forecaster = staged.fresh_forecaster()
-            for r in self.store.iter_observations(skip=set(doomed)):
-                self._feed(staged, r)
-            res = staged.refresh(self.clock(), "rebuild")
+            fc = staged.fresh_forecaster()
+            base = self.store.plan_before_observation(first)
+            after = 0
+            if base is not None:
+                fc.load_dict(base["body"]["online"]["state"].get("forecaster", {}))
+                after = int(base["last_observation_id"])
+            held_at = {t for v in staged.recent_forecasts.values() for t, _ in v}
+            # the rounds whose forecasts held deleted observations: (their last observation id, their time)
+            points = sorted((mark, at) for at, mark in self.store.plan_marks(now - staged.config.cooldown_s)
+                            if at in held_at and mark >= first)
+            redone: dict[float, dict[str, float]] = {}
+
+            def forecast_at(at: float) -> None:
+                probe = copy.deepcopy(fc)  # a forecast may fit a model: the replayed state stays as the feed left it
+                probe.expire(at)
+                w = probe.window_at(at)
+                redone[at] = {m: probe.forecast(m, w, at) for m in staged.models}
+
+            k = replayed = 0
+            for r in self.store.iter_observations(after=after, skip=set(doomed)):
+                while k < len(points) and points[k][0] < r["id"]:
+                    forecast_at(points[k][1])
+                    k += 1
+                self._feed(fc, r)
+                replayed += 1
+            for _, at in points[k:]:
+                forecast_at(at)
+            staged.forecaster = fc
+            staged.recent_forecasts = {m: [(t, redone[t][m] if t in redone else v) for t, v in hist]
+                                       for m, hist in staged.recent_forecasts.items()}
+            res = staged.round(now, budget=-1, reason="rebuild")
             row = self._commit(staged, res, delete_observation_ids=doomed)
-            return {"deleted": len(doomed), "ids": doomed, "plan_id": row["id"]}
+            return {"deleted": len(doomed), "ids": doomed, "plan_id": row["id"], "replayed": replayed,
+                    "folded_through_id": folded}
+
+    @contextlib.contextmanager
+    def admission(self):
+        """Admit one write request (a block run under it), or raise :class:`Busy` when ``max_pending_writes`` are
+        already queued for the write lock: overload answers 429 with a Retry-After (the queue's expected wait),
+        never an unbounded wait."""
+        limit = self.settings.max_pending_writes
+        with self._pending_lock:
+            if self._pending >= limit:
+                self.counters["writes_refused"] += 1
+                wait = max(1.0, math.ceil(self._pending * self._write_s))
+                raise Busy(f"the write queue is full ({self._pending} writes waiting; max_pending_writes {limit}); "
+                           f"retry in {wait:g} s", retry_after_s=wait)
+            self._pending += 1
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            dt = time.perf_counter() - t0
+            with self._pending_lock:
+                self._pending -= 1
+                self._write_s = 0.9 * self._write_s + 0.1 * dt / max(1, self._pending + 1)
 
     def _solve_candidate(self, time_limit_s: float):
         with self.state_lock:
@@ -452,24 +643,56 @@ class ReplanService:
         prob = window_problem(self.problem, demand)
         return solve(prob, "highs", time_limit_s=time_limit_s, threads=1, lp_bound=False)
 
+    def _count_resolve(self, outcome: str, reason: str) -> None:
+        key = (outcome, reason)
+        self.resolves[key] = self.resolves.get(key, 0) + 1
+
     def resolve(self, time_limit_s: float | None = None) -> tuple[bool, str]:
-        """Full MILP re-solve now (blocking); adopted only if worth its migrations. Returns (adopted, message)."""
+        """Full MILP re-solve now (blocking); adopted only if worth its migrations. Returns (adopted, message).
+        Raises :class:`Busy` while another re-solve runs (the loop's or another request's): one at a time."""
+        self._leader_only()
+        limit = time_limit_s or self.settings.resolve_time_limit_s
+        if not self._resolve_lock.acquire(blocking=False):
+            left = max(1.0, math.ceil(self._resolve_started_s + self.settings.resolve_time_limit_s - time.time()))
+            raise Busy(f"a re-solve is running; retry in {left:g} s", retry_after_s=left)
         try:
-            cand = self._solve_candidate(time_limit_s or self.settings.resolve_time_limit_s)
-        except FleetplanError as exc:
-            self.counters["resolves_failed"] += 1
-            return False, f"re-solve failed: {exc}"
-        return self._offer(cand)
+            self._resolve_started_s = time.time()
+            try:
+                cand = self._solve_candidate(limit)
+            except FleetplanError as exc:
+                self._count_resolve("failed", type(exc).__name__)
+                return False, f"re-solve failed: {exc}"
+            return self._offer(cand)
+        finally:
+            self._resolve_lock.release()
 
     def _offer(self, cand) -> tuple[bool, str]:
+        """Offer a re-solve's plan (:meth:`Replanner.consider`) and count its outcome with a reason: 'infeasible'
+        (the solver's status: no plan meets the forecast, or none found in the time limit), 'kept' (the saving does
+        not pay for the migrations, or the forecast moved during the solve and the plan no longer meets it),
+        'adopted', or 'failed' (the plan could not be installed)."""
+        if not cand.has_solution:
+            self._count_resolve("infeasible", cand.status.value)
+            msg = f"re-solve has no plan ({cand.status.value}: {cand.message[:200]})"
+            log.warning(msg)
+            return False, msg
         with self.write_lock:
+            now = self.clock()
             staged = self.replanner.clone()
-            adopted, res, msg = staged.consider(cand, self.clock())
+            stale = not validate(window_problem(self.problem, staged.resolve_demand(now)),
+                                 replace(cand, objective_usd=None)).ok
+            adopted, res, msg = staged.consider(cand, now)
             if adopted and res is not None:
                 self._commit(staged, res)
-                self.counters["resolves_adopted"] += 1
+                self._count_resolve("adopted", "saving")
+            elif stale:
+                self._count_resolve("kept", "stale_forecast")
+            elif "not adopted" in msg:
+                self._count_resolve("failed", "install")
+            elif not cand.replicas and not cand.shared:
+                self._count_resolve("kept", "empty_plan")
             else:
-                self.counters["resolves_kept"] += 1
+                self._count_resolve("kept", "saving_below_threshold")
             return adopted, msg
 
     # ---- periodic loop -------------------------------------------------------------------------------------
@@ -488,7 +711,7 @@ class ReplanService:
     def try_pull_prometheus(self) -> str | None:
         """:meth:`pull_prometheus` when configured; failures are logged and counted, never raised. Returns a
         one-line outcome, or None when no Prometheus is configured."""
-        if not self.settings.prometheus_url:
+        if not self.settings.prometheus_url or not self.lease.held:
             return None
         try:
             return f"pulled {self.pull_prometheus()} observations"
@@ -502,6 +725,9 @@ class ReplanService:
         Never raises: a failed round is logged with its traceback, counted, and retried after 1, 2, 4, ... s
         (at most ``interval_s``)."""
         s = self.settings
+        if not self._tick_lease(now_s, state):
+            return
+        self._tick_retention(now_s, state)
         if s.interval_s and now_s >= state.setdefault("next_round", now_s + s.interval_s):
             self.try_pull_prometheus()
             try:
@@ -510,6 +736,9 @@ class ReplanService:
                     state["next_resolve"] = now_s  # the round drifted above the last re-solve's cost: re-solve now
                 state["failures"] = 0
                 state["next_round"] = now_s + s.interval_s
+            except NotLeader as exc:
+                self._step_down(str(exc))
+                return
             except Exception as exc:  # noqa: BLE001 - the loop survives everything; the cause is logged
                 k = state["failures"] = state.get("failures", 0) + 1
                 self.counters["round_errors"] += 1
@@ -518,16 +747,53 @@ class ReplanService:
                 log.error("re-plan round failed (%d in a row), retrying in %g s: %s", k, delay, exc, exc_info=True)
         try:
             if s.resolve_every_s and self._future is None and now_s >= state.setdefault(
-                    "next_resolve", now_s + s.resolve_every_s):
+                    "next_resolve", now_s + s.resolve_every_s) and self._resolve_lock.acquire(blocking=False):
                 state["next_resolve"] = now_s + s.resolve_every_s
+                self._resolve_started_s = time.time()
                 self._future = self._pool.submit(self._solve_candidate, s.resolve_time_limit_s)
             if self._future is not None and self._future.done():
                 fut, self._future = self._future, None
-                adopted, msg = self._offer(fut.result())
+                try:
+                    adopted, msg = self._offer(fut.result())
+                finally:
+                    self._resolve_lock.release()
                 log.info(msg)
         except Exception as exc:  # noqa: BLE001 - a failed solve keeps the current plan
-            self.counters["resolves_failed"] += 1
+            self._count_resolve("failed", type(exc).__name__)
             log.error("re-solve failed: %s", exc, exc_info=True)
+
+    def _tick_lease(self, now_s: float, state: dict) -> bool:
+        """The lease's part of a tick: the leader renews it when due (stepping down when it was lost) and feeds
+        observations other replicas stored; a standby takes the lease when it expired (and leads from the newest
+        stored plan) or follows the database (at most once a second). True when this service leads afterwards."""
+        try:
+            if self.lease.held:
+                if self.lease.due() and not self.lease.renew():
+                    self._step_down("the lease was taken over")
+                    return False
+                with self.write_lock:
+                    self._catch_up()
+                return True
+            if self.lease.try_acquire():
+                self._lead()
+                state.pop("next_round", None)
+                return True
+            if now_s >= state.get("next_follow", 0.0):
+                state["next_follow"] = now_s + 1.0
+                self._follow()
+        except Exception as exc:  # noqa: BLE001 - a database outage: the lease is retried at the next tick
+            self.counters["loop_errors"] += 1
+            log.error("lease or follow failed: %s", exc)
+        return self.lease.held
+
+    def _tick_retention(self, now_s: float, state: dict) -> None:
+        if now_s >= state.setdefault("next_retention", now_s):
+            state["next_retention"] = now_s + RETENTION_EVERY_S
+            try:
+                self.retain()
+            except Exception as exc:  # noqa: BLE001 - retention is retried at the next pass; the cause is logged
+                self.counters["retention_errors"] += 1
+                log.error("retention failed: %s", exc, exc_info=True)
 
     def _loop(self) -> None:
         state: dict = {}
@@ -545,10 +811,12 @@ class ReplanService:
             self._thread.start()
 
     def close(self) -> None:
+        """Stop the loop, give up the lease (a standby takes over at its next look) and close the database."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
         self._pool.shutdown(wait=False, cancel_futures=True)
+        self.lease.release()
         self.store.close()
 
     # ---- health --------------------------------------------------------------------------------------------
@@ -575,9 +843,13 @@ class ReplanService:
                 detail["recent_round"] = f"last committed plan is {age:.0f} s old (> 3 x {s.interval_s:g} s)"
         if self._thread is not None:
             checks["loop_alive"] = self._thread.is_alive()
+        if self.plan_row is None:
+            checks["plan"] = False
+            detail["plan"] = "no plan yet (a standby waits for the leader's first plan)"
         ok = all(checks.values())
         return ok, {"status": "ready" if ok else "not ready", "checks": checks, "detail": detail,
-                    "last_success_age_s": age, "plan_id": self.plan_row["id"] if self.plan_row else None}
+                    "last_success_age_s": age, "plan_id": self.plan_row["id"] if self.plan_row else None,
+                    "role": self.role}
 
     # ---- metrics -------------------------------------------------------------------------------------------
     def metrics_text(self) -> str:
@@ -608,6 +880,10 @@ class ReplanService:
         metric("fleetplan_plan_cost_usd_per_hour", "gauge", "GPU and egress cost of the current plan, USD per hour",
                [({}, row["cost_usd_per_hour"] if row else 0.0)])
         metric("fleetplan_plan_id", "gauge", "id of the current stored plan", [({}, row["id"] if row else 0)])
+        metric("fleetplan_leader", "gauge", "1 while this replica holds the lease (runs rounds); 0 on a standby",
+               [({}, 1.0 if self.lease.held else 0.0)])
+        metric("fleetplan_lease_epoch", "gauge", "epoch of the lease this replica holds (0 on a standby)",
+               [({}, self.lease.epoch or 0)])
         reps = pub.replicas if pub else {}
         metric("fleetplan_replicas", "gauge", "replicas in the current plan (loading ones included)",
                [({"model": k[0], "pool": k[1], "tp": k[2], "pp": k[3]}, n) for k, n in sorted(reps.items())])
@@ -631,8 +907,25 @@ class ReplanService:
                [({}, 1.0 if self.loop_state() == "running" else 0.0)])
         metric("fleetplan_migrations_total", "counter", "replica starts and stops adopted", [({}, c["migrations"])])
         metric("fleetplan_observations_total", "counter", "observations stored", [({}, c["observations"])])
-        metric("fleetplan_resolves_total", "counter", "full MILP re-solves by outcome",
-               [({"outcome": o}, c[f"resolves_{o}"]) for o in ("adopted", "kept", "failed")])
+        resolves = dict(self.resolves)
+        for o in RESOLVE_OUTCOMES:  # every outcome has a series from the start (an alert on a rate needs one)
+            if not any(k[0] == o for k in resolves):
+                resolves[(o, "none")] = 0
+        metric("fleetplan_resolves_total", "counter", "full MILP re-solves by outcome and reason: adopted; kept "
+               "(saving_below_threshold, stale_forecast, empty_plan); infeasible (the solver's status: infeasible, "
+               "no_solution); failed (the error's class, or install)",
+               [({"outcome": o, "reason": r}, n) for (o, r), n in sorted(resolves.items())])
+        metric("fleetplan_retention_errors_total", "counter", "retention passes that failed (retried 10 minutes later)",
+               [({}, c["retention_errors"])])
+        metric("fleetplan_observations_folded_through_id", "gauge", "observations up to this id were folded into the "
+               "stored forecaster state by retention", [({}, self.folded_through_id)])
+        if self.db_bytes is not None:
+            metric("fleetplan_database_bytes", "gauge", "size of the database at the last retention pass",
+                   [({}, self.db_bytes)])
+        metric("fleetplan_writes_refused_total", "counter", "write requests answered 429 (the write queue was full)",
+               [({}, c["writes_refused"])])
+        metric("fleetplan_writes_pending", "gauge", "write requests queued for or holding the write lock",
+               [({}, self._pending)])
         metric("fleetplan_prometheus_errors_total", "counter", "failed Prometheus pulls",
                [({}, c["prometheus_errors"])])
         metric("fleetplan_forecast_req_per_s", "gauge", "demand forecast for the current window", forecast)

@@ -26,3 +26,92 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+# ---- PostgreSQL for the tests that need a real server ---------------------------------------------------------------
+def private_postgres():
+    """Start a throw-away PostgreSQL on 127.0.0.1 (as the postgres user when run as root); yields (its URL, a
+    function that stops it, a function that starts it again on the same port and data). Skips the test, saying why,
+    where no server is installed or it cannot start."""
+    import glob
+    import os
+    import shutil
+    import socket
+    import subprocess
+    import tempfile
+
+    import pytest
+
+    bins = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))
+    if not bins:
+        pytest.skip("PostgreSQL test skipped: no server installed (Debian's postgresql package; .ci/run installs it)")
+    bindir = os.path.dirname(bins[-1])
+    data = tempfile.mkdtemp(prefix="fleetplan-pg-")
+    pre: list[str] = []
+    if os.geteuid() == 0:
+        shutil.chown(data, "postgres", "postgres")
+        pre = ["runuser", "-u", "postgres", "--"]
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+
+    def start():
+        subprocess.run(pre + [f"{bindir}/pg_ctl", "-D", data, "-l", f"{data}/log", "-w", "-t", "60", "-o",
+                              f"-p {port} -k {data} -c listen_addresses=127.0.0.1", "start"], check=True,
+                       capture_output=True, timeout=120)
+
+    def stop(mode: str = "fast"):
+        subprocess.run(pre + [f"{bindir}/pg_ctl", "-D", data, "-m", mode, "-w", "stop"], capture_output=True,
+                       timeout=60)
+
+    try:
+        subprocess.run(pre + [f"{bindir}/initdb", "-D", data, "-U", "fleetplan", "--auth=trust"], check=True,
+                       capture_output=True, timeout=120)
+        start()
+    except (subprocess.SubprocessError, OSError) as exc:
+        shutil.rmtree(data, ignore_errors=True)
+        pytest.skip(f"PostgreSQL test skipped: the server could not start ({exc})")
+    try:
+        yield f"postgresql://fleetplan@127.0.0.1:{port}/postgres", stop, start
+    finally:
+        stop("immediate")
+        shutil.rmtree(data, ignore_errors=True)
+
+
+def postgres_server_url():
+    """The URL of the PostgreSQL the tests share (FLEETPLAN_TEST_POSTGRES_URL, which .ci/run sets), else of a private
+    one started for the calling module (a generator: use it as a module-scoped fixture's body)."""
+    import os
+
+    url = os.environ.get("FLEETPLAN_TEST_POSTGRES_URL")
+    if url:
+        yield url
+    else:
+        yield from (u for u, _stop, _start in private_postgres())
+
+
+def postgres_schema(server_url: str):
+    """A fresh schema on the server (a generator: use it as a fixture's body): yields a URL whose connections use
+    it (search_path), so runs never see each other's rows; the schema is dropped afterwards. Skips the test when the
+    server is unreachable."""
+    import uuid
+
+    import pytest
+    import sqlalchemy
+
+    from fleetplan.service.store import normalize_url
+
+    schema = "t_" + uuid.uuid4().hex[:10]
+    admin = sqlalchemy.create_engine(normalize_url(server_url))
+    try:
+        with admin.begin() as c:
+            c.execute(sqlalchemy.text(f"CREATE SCHEMA {schema}"))
+    except sqlalchemy.exc.OperationalError as exc:
+        admin.dispose()
+        pytest.skip(f"PostgreSQL test skipped: the server at {server_url.split('@')[-1]} is unreachable ({exc.orig})")
+    try:
+        yield normalize_url(server_url) + ("&" if "?" in server_url else "?") + f"options=-csearch_path%3D{schema}"
+    finally:
+        with admin.begin() as c:
+            c.execute(sqlalchemy.text(f"DROP SCHEMA {schema} CASCADE"))
+        admin.dispose()

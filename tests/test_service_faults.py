@@ -63,8 +63,10 @@ def test_read_only_database_is_not_ready_and_the_loop_keeps_running(shipped, tmp
             clock.t += 61
             svc.tick(clock.t, state)  # never raises
         m = c.get("/metrics").text
-        assert metric(m, "fleetplan_round_errors_total") >= 1
+        # it cannot write the lease, so it serves the stored plan as a standby and counts each failed try
+        assert metric(m, "fleetplan_loop_errors_total") >= 1 and metric(m, "fleetplan_leader") == 0
         assert svc.plan_row["id"] == 1 and c.get("/v1/plan").json()["id"] == 1
+        assert c.post("/v1/replan", headers=AUTH).status_code == 503
 
 
 def test_locked_database_leaves_memory_and_database_together(shipped, tmp_path):

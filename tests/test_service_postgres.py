@@ -6,15 +6,10 @@ private one with Debian's initdb/pg_ctl on 127.0.0.1. Where neither works the te
 
 from __future__ import annotations
 
-import glob
-import os
-import shutil
-import socket
-import subprocess
-import tempfile
 import uuid
 
 import pytest
+from service_support import postgres_server_url, private_postgres
 
 from fleetplan.service.app import create_app
 from fleetplan.service.runtime import ReplanService, ServiceSettings, load_problem
@@ -23,59 +18,15 @@ from fleetplan.service.store import Store, normalize_url
 pytestmark = pytest.mark.xdist_group("postgres")
 
 
-def _private_server():
-    """Start a throw-away PostgreSQL on 127.0.0.1 (as the postgres user when run as root); yields (its URL, a
-    function that stops it, a function that starts it again on the same port and data)."""
-    bins = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))
-    if not bins:
-        pytest.skip("PostgreSQL test skipped: no server installed (Debian's postgresql package; .ci/run installs it)")
-    bindir = os.path.dirname(bins[-1])
-    data = tempfile.mkdtemp(prefix="fleetplan-pg-")
-    pre: list[str] = []
-    if os.geteuid() == 0:
-        shutil.chown(data, "postgres", "postgres")
-        pre = ["runuser", "-u", "postgres", "--"]
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-
-    def start():
-        subprocess.run(pre + [f"{bindir}/pg_ctl", "-D", data, "-l", f"{data}/log", "-w", "-t", "60", "-o",
-                              f"-p {port} -k {data} -c listen_addresses=127.0.0.1", "start"], check=True,
-                       capture_output=True, timeout=120)
-
-    def stop(mode: str = "fast"):
-        subprocess.run(pre + [f"{bindir}/pg_ctl", "-D", data, "-m", mode, "-w", "stop"], capture_output=True,
-                       timeout=60)
-
-    try:
-        subprocess.run(pre + [f"{bindir}/initdb", "-D", data, "-U", "fleetplan", "--auth=trust"], check=True,
-                       capture_output=True, timeout=120)
-        start()
-    except (subprocess.SubprocessError, OSError) as exc:
-        shutil.rmtree(data, ignore_errors=True)
-        pytest.skip(f"PostgreSQL test skipped: the server could not start ({exc})")
-    try:
-        yield f"postgresql://fleetplan@127.0.0.1:{port}/postgres", stop, start
-    finally:
-        stop("immediate")
-        shutil.rmtree(data, ignore_errors=True)
-
-
 @pytest.fixture(scope="module")
 def pg_url():
-    url = os.environ.get("FLEETPLAN_TEST_POSTGRES_URL")
-    if url:
-        yield url
-    else:
-        for url, _stop, _start in _private_server():
-            yield url
+    yield from postgres_server_url()
 
 
 @pytest.fixture()
 def restartable_pg():
     """A private server this test may stop and start (never the one .ci/run shares)."""
-    yield from _private_server()
+    yield from private_postgres()
 
 
 def test_postgres_store_keeps_observations_plans_and_resumes(pg_url):

@@ -108,8 +108,9 @@ def test_sigkill_and_restart_keeps_plan_and_acknowledged_observations(tmp_path):
     finally:
         proc2.send_signal(signal.SIGTERM)
         try:
-            proc2.wait(timeout=10)
+            code = proc2.wait(timeout=10)
         except subprocess.TimeoutExpired:
             proc2.kill()
-            proc2.wait()
+            code = proc2.wait()
         log.close()
+    assert code == 0, f"SIGTERM is a requested stop: exit 0 (main: {code}, 143 = killed by the signal)"

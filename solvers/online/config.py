@@ -42,6 +42,10 @@ class OnlineConfig:
         resolve_horizon_s: the saving of a re-solve is counted over this long (until the next one), seconds.
         tenant_ttl_s: a tenant label silent for longer than this (by observation time) is dropped from the recent
             average and the floor, seconds: a relabelled or departed tenant stops counting.
+        tenant_silent_spans: a tenant is also dropped once silent for this many of its own spans (the longer of its
+            ``interval_s`` and the time between its last two reports), seconds / seconds, > 0: a label that reports
+            every minute and stops counts for 3 minutes, not ``tenant_ttl_s`` (a relabelled stream made 15 live
+            labels of one 2 req/s stream). Observations without ``interval_s`` keep ``tenant_ttl_s`` alone.
         max_tenants_per_model: most live tenant labels per model; :meth:`Forecaster.observe` refuses one more.
         curve_update: how observations reshape the day curve. 'median' (robust, the default): the observed totals
             of one window of one day are buffered and, once that window is over, the curve's value moves
@@ -111,6 +115,7 @@ class OnlineConfig:
     forecast_method: str = "mstl"
     history_slot_s: float = 600.0
     history_days: int = 7
+    tenant_silent_spans: float = 3.0
 
     def __post_init__(self) -> None:
         if self.forecast_method not in FORECAST_METHODS:
@@ -133,6 +138,10 @@ class OnlineConfig:
             if not isinstance(v, int | float) or not (low < v <= high if low_open else low <= v <= high):
                 raise InputError(f"online config: {name} = {v!r} must be in {'(' if low_open else '['}{low}, {high}]",
                                  field=name, value=v)
+        v = self.tenant_silent_spans
+        if not (isinstance(v, int | float) and not isinstance(v, bool) and v > 0 and not math.isnan(v)):
+            raise InputError("online config: tenant_silent_spans must be a number > 0 (inf: tenant_ttl_s alone)",
+                             field="tenant_silent_spans", value=v)
         if not isinstance(self.max_tenants_per_model, int) or self.max_tenants_per_model < 1:
             raise InputError("online config: max_tenants_per_model must be a whole number >= 1",
                              field="max_tenants_per_model", value=self.max_tenants_per_model)

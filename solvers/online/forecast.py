@@ -54,6 +54,28 @@ def estimate_demand(interval_s: float, *, arrivals: float | None = None, complet
 
 
 # ---- forecast ---------------------------------------------------------------------------------------------------
+def concurrent_total(entries: list[tuple[float, float, float]]) -> float:
+    """The largest sum of rates measured at one time: ``entries`` are (rate req/s, end unix s, span s), each rate
+    holding over (end − span, end]; the result is max over instants t of Σ rates whose interval holds t (attained at
+    some end), req/s; 0 for no entries. A span of inf covers all time before its end."""
+    if not entries:
+        return 0.0
+    if len(entries) == 1:
+        return float(entries[0][0])
+    # sweep over the ends: an interval holds (start, end], so at one time the intervals that end there are counted
+    # (closes, kind 0, are read before they are removed) and those that start there are not (opens, kind 1, after)
+    events = [(end - span, 1, rate) for rate, end, span in entries] + [(end, 0, rate) for rate, end, span in entries]
+    events.sort(key=lambda e: (e[0], e[1]))
+    best = cur = 0.0
+    for _t, kind, rate in events:
+        if kind == 1:
+            cur += rate
+        else:
+            best = max(best, cur)
+            cur -= rate
+    return max(best, 0.0)
+
+
 class Forecaster:
     """Demand forecast per model for a window of the day.
 
@@ -62,12 +84,20 @@ class Forecaster:
         window_length_s: seconds per window; the curve repeats every len(curve) × window_length_s.
         config: see :class:`OnlineConfig`.
 
-    ``observe`` takes a rate per (model, tenant); a model's demand is the sum over its live tenants (a tenant is
-    live while its newest observation is at most ``tenant_ttl_s`` older than the newest observation seen, or than
-    ``now_s`` when a forecast is asked for a time).
-    ``forecast(model, window, now_s)`` = day_curve_weight × curve[window] + (1 − day_curve_weight) × Σ EWMA,
-    floored at the newest observed total when ``floor_on_latest`` (observations older than latest_max_age_s do
-    not set the floor). Without live observations the EWMA term is the curve value itself.
+    ``observe`` takes a rate per (model, tenant) over the interval that ends at ``at_s``. A model's demand is the
+    sum over its live tenants of the rates *measured at the same time*: each tenant's newest rate covers its span
+    (at_s − span, at_s], span = the longer of its ``interval_s`` and the time since its previous observation, and the
+    total is the largest sum of rates whose spans overlap (:func:`concurrent_total`). So one stream relabelled at
+    every report counts once (its spans follow each other and never overlap), while tenants that report the same
+    minutes add up. An observation without ``interval_s`` covers all time before it (every live tenant adds up).
+    A tenant is live while its newest observation is at most ``min(tenant_ttl_s, tenant_silent_spans × span)`` older
+    than now: a label that stops reporting is dropped after missing a few of its own reports. "Now" is the caller's
+    clock (``now_s``, the service's); without it, the newest observation time seen (a replay's clock).
+    Observations of one tenant come in time order: an older one than its newest is refused (InputError).
+    ``forecast(model, window, now_s)`` = day_curve_weight × curve[window] + (1 − day_curve_weight) × Σ EWMA (Σ
+    over tenants as for the rates), floored at the newest observed total when ``floor_on_latest`` (observations
+    older than latest_max_age_s do not set the floor). Without live observations the EWMA term is the curve value
+    itself.
     With ``forecast_method`` other than 'blend', a statsforecast model fitted on the history of observed totals
     (the mean total of each ``history_slot_s`` slot, ``history_days`` of them) replaces the blend when that history
     spans two days and the library is installed (see :class:`OnlineConfig`); the floor applies to it the same way.
@@ -84,7 +114,8 @@ class Forecaster:
         self.curve = {m: [float(x) for x in v] for m, v in day_curve.items()}
         self.n_windows = len(next(iter(self.curve.values()))) if self.curve else 1
         self.ewma: dict[tuple[str, str], float] = {}
-        self.latest: dict[tuple[str, str], tuple[float, float]] = {}  # (rate, at_s)
+        # {(model, tenant): (rate req/s, at_s, span_s)}: the newest observation and the time it covers (inf: all)
+        self.latest: dict[tuple[str, str], tuple[float, float, float]] = {}
         self.error: dict[str, float] = {}
         self.n_observations = 0
         self.newest_at_s: float | None = None
@@ -105,29 +136,80 @@ class Forecaster:
         """Window index of the day curve at unix time ``at_s`` (the curve starts at 00:00 UTC)."""
         return int((at_s % (self.n_windows * self.window_length_s)) // self.window_length_s) % self.n_windows
 
+    def _now(self, now_s: float | None) -> float | None:
+        return self.newest_at_s if now_s is None else now_s
+
+    def _ttl(self, span_s: float) -> float:
+        c = self.config
+        return min(c.tenant_ttl_s, c.tenant_silent_spans * span_s)
+
     def _live(self, key: tuple[str, str], now_s: float | None) -> bool:
-        ref = self.newest_at_s if now_s is None else max(now_s, self.newest_at_s or now_s)
+        ref = self._now(now_s)
         last = self.latest.get(key)
-        return last is not None and (ref is None or ref - last[1] <= self.config.tenant_ttl_s)
+        return last is not None and (ref is None or ref - last[1] <= self._ttl(last[2]))
 
     def tenants(self, model: str, now_s: float | None = None) -> set[str]:
         """Live tenant labels of ``model`` at ``now_s`` (default: the newest observation time)."""
         return {t for (m, t) in self.latest if m == model and self._live((m, t), now_s)}
 
     def expire(self, now_s: float | None = None, model: str | None = None) -> int:
-        """Drop the state of tenants (of ``model``, or of every model) silent for more than ``tenant_ttl_s``;
-        returns how many were dropped."""
+        """Drop the state of tenants (of ``model``, or of every model) that are no longer live at ``now_s`` (see the
+        class docstring); returns how many were dropped."""
         dead = [k for k in self.latest if (model is None or k[0] == model) and not self._live(k, now_s)]
         for k in dead:
             self.latest.pop(k, None)
             self.ewma.pop(k, None)
         return len(dead)
 
-    def observe(self, model: str, rate_req_per_s: float, at_s: float, tenant: str = "default") -> None:
-        """Record one interval's demand estimate (req/s) ending at ``at_s`` (unix s) for (model, tenant).
+    def newest_at(self, model: str, tenant: str) -> float | None:
+        """Unix time of the newest observation of (model, tenant) still held, or None."""
+        last = self.latest.get((model, tenant))
+        return None if last is None else last[1]
+
+    def span_of(self, model: str, tenant: str, at_s: float, interval_s: float | None) -> float:
+        """The span an observation of (model, tenant) ending at ``at_s`` covers for the sum over tenants, seconds:
+        the longer of ``interval_s`` and the time since the tenant's previous observation (inf without
+        ``interval_s``)."""
+        if interval_s is None:
+            return math.inf
+        prev = self.latest.get((model, tenant))
+        return max(float(interval_s), at_s - prev[1]) if prev is not None and prev[1] < at_s else float(interval_s)
+
+    def total(self, model: str, now_s: float | None = None, *, fresh_only: bool = False,
+              updates: Mapping[str, tuple[float, float, float]] | None = None) -> float:
+        """The model's observed total at ``now_s``, req/s: :func:`concurrent_total` of its live tenants' newest
+        rates (``fresh_only``: only observations at most ``latest_max_age_s`` old, as the floor counts them).
+        ``updates`` {tenant: (rate, at_s, span_s)} replaces or adds tenants first (what the total would be after
+        them; nothing is changed)."""
+        ref = self._now(now_s)
+        entries = {t: v for (m, t), v in self.latest.items() if m == model}
+        entries.update(updates or {})
+        out = []
+        for rate, at, span in entries.values():
+            if ref is not None and ref - at > self._ttl(span):
+                continue
+            if fresh_only and ref is not None and ref - at > self.config.latest_max_age_s:
+                continue
+            out.append((rate, at, span))
+        return concurrent_total(out)
+
+    def _recent(self, model: str, now_s: float | None) -> float | None:
+        """Σ EWMA over the model's live tenants, summed as :meth:`total` sums their rates (overlapping spans); None
+        without live tenants."""
+        ref = self._now(now_s)
+        out = [(self.ewma[k], v[1], v[2]) for k, v in self.latest.items()
+               if k[0] == model and k in self.ewma and (ref is None or ref - v[1] <= self._ttl(v[2]))]
+        return concurrent_total(out) if out else None
+
+    def observe(self, model: str, rate_req_per_s: float, at_s: float, tenant: str = "default", *,
+                interval_s: float | None = None, now_s: float | None = None) -> None:
+        """Record one interval's demand estimate (req/s) of ``interval_s`` seconds ending at ``at_s`` (unix s) for
+        (model, tenant); ``now_s`` is the caller's clock (the service's; default: the newest observation time).
+        An observation never moves "now": liveness and expiry are judged at ``now_s``.
 
         Raises InputError (nothing changed) for an unknown model, a rate or time that is not a finite number
-        (rate >= 0), or a new tenant label beyond ``max_tenants_per_model`` live ones."""
+        (rate >= 0), an ``at_s`` before the tenant's newest observation, or a new tenant label beyond
+        ``max_tenants_per_model`` live ones."""
         if model not in self.curve:
             raise InputError(f"unknown model {model!r}", field="model", value=model)
         if not (isinstance(rate_req_per_s, int | float) and math.isfinite(rate_req_per_s) and rate_req_per_s >= 0):
@@ -137,23 +219,37 @@ class Forecaster:
             raise InputError("observation time must be a finite number of unix seconds", field="at_s", value=at_s)
         c = self.config
         key = (model, tenant)
-        if key not in self.latest or not self._live(key, at_s):
-            live = self.tenants(model, at_s) - {tenant}
+        legacy = now_s is None
+        if now_s is None:
+            now = max(at_s, self.newest_at_s if self.newest_at_s is not None else at_s)
+        else:
+            now = float(now_s)
+        old = self.latest.get(key)
+        if old is not None and at_s < old[1] and self._live(key, now):
+            raise InputError(f"at_s {at_s:.3f} is before the newest observation of tenant {tenant!r} of {model} "
+                             f"({old[1]:.3f}): a tenant's observations must come in time order", field="at_s",
+                             value=at_s)
+        if not self._live(key, now):
+            live = self.tenants(model, now) - {tenant}
             if len(live) >= c.max_tenants_per_model:
                 raise InputError(f"model {model!r} already has {len(live)} live tenant labels (the cap): reuse a "
                                  f"label, wait {c.tenant_ttl_s:g} s for silent ones to expire, or raise the cap",
                                  field="tenant", value=tenant)
-        self.newest_at_s = at_s if self.newest_at_s is None else max(self.newest_at_s, at_s)
-        self.expire(model=model)
+            old = None  # an expired tenant starts afresh
+        span = self.span_of(model, tenant, at_s, interval_s) if old is not None else (
+            math.inf if interval_s is None else float(interval_s))
+        if legacy:
+            self.newest_at_s = at_s if self.newest_at_s is None else max(self.newest_at_s, at_s)
+        else:
+            self.newest_at_s = now if self.newest_at_s is None else max(self.newest_at_s, now)
+        self.expire(now, model=model)
         w = self.window_at(at_s)
         # the error of the forecast served last (a library model is not run again for every observation)
-        before = self._blend(model, w) if c.forecast_method == "blend" else self._served.get(model)
-        prev = self.ewma.get(key)
+        before = self._blend(model, w, now) if c.forecast_method == "blend" else self._served.get(model)
+        prev = self.ewma.get(key) if old is not None else None
         self.ewma[key] = rate_req_per_s if prev is None else (1 - c.ewma_alpha) * prev + c.ewma_alpha * rate_req_per_s
-        old = self.latest.get(key)
-        if old is None or at_s >= old[1]:
-            self.latest[key] = (rate_req_per_s, at_s)
-        total = sum(r for (m, _), (r, _) in self.latest.items() if m == model)
+        self.latest[key] = (float(rate_req_per_s), float(at_s), span)
+        total = self.total(model, now)
         if total > 0 and before is not None:
             err = abs(before - total) / total
             e = self.error.get(model)
@@ -297,8 +393,9 @@ class Forecaster:
     def _blend(self, model: str, window: int, now_s: float | None = None) -> float:
         c = self.config
         curve = self.curve[model][window]
-        vals = [v for k, v in self.ewma.items() if k[0] == model and self._live(k, now_s)]
-        recent = sum(vals) if vals else curve
+        recent = self._recent(model, now_s)
+        if recent is None:
+            recent = curve
         return c.day_curve_weight * curve + (1 - c.day_curve_weight) * recent
 
     def _point(self, model: str, window: int, now_s: float | None) -> float:
@@ -316,18 +413,16 @@ class Forecaster:
         needs it); see the class docstring."""
         f = self._point(model, window, now_s)
         if self.config.floor_on_latest:
-            fresh = [r for (m, t), (r, at) in self.latest.items()
-                     if m == model and (now_s is None or now_s - at <= self.config.latest_max_age_s)
-                     and self._live((m, t), now_s)]
-            if fresh:
-                f = max(f, sum(fresh))
+            f = max(f, self.total(model, now_s, fresh_only=True))
         return f
 
     def to_dict(self) -> dict:
         """JSON-ready state (for storage and resume): a copy, later observations do not change it."""
         return {"curve": {m: list(v) for m, v in self.curve.items()},
                 "ewma": [[m, t, v] for (m, t), v in self.ewma.items()],
-                "latest": [[m, t, r, at] for (m, t), (r, at) in self.latest.items()], "error": dict(self.error),
+                "latest": [[m, t, r, at, None if math.isinf(sp) else sp]
+                           for (m, t), (r, at, sp) in self.latest.items()],
+                "error": dict(self.error),
                 "n_observations": self.n_observations, "newest_at_s": self.newest_at_s,
                 "pending": [[m, d, w, list(v)] for m, ((d, w), v) in self.pending.items()],
                 "history": {m: self._history_dict(h) for m, h in self.history.items() if h},
@@ -348,7 +443,9 @@ class Forecaster:
             if m in self.curve and len(v) == self.n_windows:
                 self.curve[m] = [float(x) for x in v]
         self.ewma = {(m, t): float(v) for m, t, v in d.get("ewma", []) if m in self.curve}
-        self.latest = {(m, t): (float(r), float(at)) for m, t, r, at in d.get("latest", []) if m in self.curve}
+        # a state stored before spans were kept ([m, t, rate, at]) covers all time, as it was summed then
+        self.latest = {(e[0], e[1]): (float(e[2]), float(e[3]), math.inf if len(e) < 5 or e[4] is None else float(e[4]))
+                       for e in d.get("latest", []) if e[0] in self.curve}
         self.error = {m: float(v) for m, v in d.get("error", {}).items() if m in self.curve}
         self.n_observations = int(d.get("n_observations", 0))
         self.pending = {m: ((int(day), int(w)), [float(x) for x in v][-_MAX_WINDOW_SAMPLES:])
@@ -367,5 +464,5 @@ class Forecaster:
         self._fit_span = {m: (int(a), int(b)) for m, (a, b) in d.get("fit_span", {}).items() if m in self.history}
         newest = d.get("newest_at_s")
         if newest is None and self.latest:
-            newest = max(at for _, at in self.latest.values())
+            newest = max(v[1] for v in self.latest.values())
         self.newest_at_s = None if newest is None else float(newest)

@@ -1,0 +1,63 @@
+"""The service's one configuration record: built from flags, then FLEETPLAN_* environment variables, then a config
+file, then defaults (main's `serve` took 36 parameters and built its settings by hand)."""
+
+from __future__ import annotations
+
+import pytest
+from click.testing import CliRunner
+
+from fleetplan.cli.main import main
+from fleetplan.errors import InputError
+from fleetplan.service.settings import ServiceSettings, load_settings
+from fleetplan.solvers.online.config import OnlineConfig
+
+TOKEN = "settings-token-1"
+
+
+def test_flags_beat_the_environment_which_beats_the_file(tmp_path):
+    cfg = tmp_path / "serve.yaml"
+    cfg.write_text("interval_s: 120\nresolve_every_s: 0\nmax_plans: 100\nonline:\n  cooldown_s: 600\n"
+                   "  migration_budget: 4\ntoken_file: token.txt\n")
+    (tmp_path / "token.txt").write_text(TOKEN + "\n")
+    env = {"FLEETPLAN_INTERVAL_S": "60", "FLEETPLAN_ONLINE__COOLDOWN_S": "900"}
+    s = load_settings({"interval_s": 30.0}, config_file=str(cfg), environ=env)
+    assert s.interval_s == 30.0  # flag
+    assert s.online.cooldown_s == 900  # environment over file
+    assert s.online.migration_budget == 4 and s.max_plans == 100 and s.resolve_every_s == 0  # file
+    assert s.online.ewma_alpha == OnlineConfig().ewma_alpha  # default
+    assert s.secret("token") == TOKEN and TOKEN not in repr(s)  # read from token_file; never shown
+    # the config file may come from FLEETPLAN_CONFIG too
+    assert load_settings({}, environ={"FLEETPLAN_CONFIG": str(cfg)}).max_plans == 100
+
+
+def test_mistakes_name_the_key_and_where_it_came_from(tmp_path):
+    cfg = tmp_path / "serve.yaml"
+    cfg.write_text("insecure_no_auth: true\nintervall_s: 5\n")
+    with pytest.raises(InputError, match="unknown key 'intervall_s'.*did you mean 'interval_s'"):
+        load_settings({}, config_file=str(cfg), environ={})
+    cfg.write_text("insecure_no_auth: true\nonline: {cooldwn_s: 5}\n")
+    with pytest.raises(InputError, match="online.cooldwn_s.*did you mean 'online.cooldown_s'"):
+        load_settings({}, config_file=str(cfg), environ={})
+    cfg.write_text("insecure_no_auth: true\ninterval_s: 5\ninterval_s: 6\n")
+    with pytest.raises(InputError, match="given twice"):
+        load_settings({}, config_file=str(cfg), environ={})
+    with pytest.raises(InputError, match="FLEETPLAN_MAX_PLANS") as err:
+        load_settings({}, environ={"FLEETPLAN_INSECURE_NO_AUTH": "true", "FLEETPLAN_MAX_PLANS": "many"})
+    assert err.value.field == "max_plans"
+    with pytest.raises(InputError, match="at least 8 characters"):
+        ServiceSettings(token="short")
+    with pytest.raises(InputError, match="insecure-no-auth"):
+        ServiceSettings(token=None)
+    r = CliRunner().invoke(main, ["serve", "--insecure-no-auth", "--interval", "-5"])
+    assert r.exit_code == 2 and "field '--interval'" in r.output and "below the minimum 0" in r.output, r.output
+    r = CliRunner().invoke(main, ["serve", "--insecure-no-auth", "--cooldown", "-1"])
+    assert r.exit_code == 2 and "field '--cooldown'" in r.output, r.output
+
+
+def test_every_flag_names_its_environment_variable_and_config_key():
+    r = CliRunner().invoke(main, ["serve", "--help"])
+    assert r.exit_code == 0
+    text = " ".join(r.output.split())
+    for key in ("interval_s", "lease_ttl_s", "max_pending_writes", "observation_retention_s", "online.cooldown_s"):
+        assert f"config key {key}" in text, key
+    assert "env FLEETPLAN_LEASE_TTL_S" in text and "env FLEETPLAN_ONLINE__COOLDOWN_S" in text
