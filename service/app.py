@@ -4,7 +4,8 @@ codes for every endpoint).
 GET /v1/leader (which replica leads), GET /v1/plan (the current plan), GET /v1/plan/diff (start/stop actions since
 the previous plan), GET /v1/plans?since= (plans adopted since a time), POST /v1/observations, DELETE
 /v1/observations (by id or time range; rebuilds the forecaster and repairs the fleet), POST /v1/replan (pulls
-Prometheus first when configured), GET /healthz (liveness), GET /readyz (readiness), GET /metrics (Prometheus
+Prometheus first when configured), GET and POST /v1/inventory (nodes or sites down or back; the fleet is repaired
+in the same request), GET /healthz (liveness), GET /readyz (readiness), GET /metrics (Prometheus
 text). Write endpoints need ``Authorization: Bearer <token>``
 unless the service was started with ``insecure_no_auth``; the per-tenant rates inside GET /v1/plan are shown only
 with the write token or the read token. Request bodies above ``max_body_bytes`` get 413; invalid bodies 422 with
@@ -36,6 +37,8 @@ from fleetplan.errors import FleetplanError, InputError
 from fleetplan.service.runtime import Busy, ReplanService, Standby
 from fleetplan.service.schemas import (
     Health,
+    Inventory,
+    InventoryUpdate,
     LeaderInfo,
     ObservationBatch,
     ObservationsAccepted,
@@ -458,6 +461,34 @@ def replan_routes(svc: ReplanService, auth: Auth) -> APIRouter:
     return router
 
 
+def inventory_routes(svc: ReplanService, auth: Auth) -> APIRouter:
+    """GET /v1/inventory (the pools as the fleet stands) and POST /v1/inventory (nodes or sites down or back: the
+    fleet is repaired in the same request, on the leader)."""
+    router = APIRouter()
+
+    @router.get("/v1/inventory", response_model=Inventory)
+    def get_inventory():
+        """Every pool: its nodes, the indices reported down, and the GPUs usable now."""
+        return {"pools": svc.inventory()}
+
+    @router.post("/v1/inventory", response_model=Inventory, dependencies=[auth.write],
+                 responses=codes(401, 413, 422, 429, 503))
+    def post_inventory(update: InventoryUpdate):
+        """Mark nodes of pools (or whole sites) unavailable or back. Replicas on nodes that go down stop serving
+        at once; the re-planner replaces them in the same request (not limited by the migration budget) and
+        commits the plan before answering."""
+        try:
+            out = svc.set_inventory({p.pool: list(p.nodes_down) for p in update.pools},
+                                    {s.site: s.up for s in update.sites})
+        except (Busy, Standby):
+            raise
+        except InputError as exc:
+            return _err422(_loc(exc.field), exc)
+        return {"pools": svc.inventory(), **out}
+
+    return router
+
+
 def metrics_routes(svc: ReplanService) -> APIRouter:
     """GET /metrics: Prometheus text (from memory only)."""
     router = APIRouter()
@@ -495,6 +526,7 @@ def create_app(settings: ServiceSettings, service: ReplanService | None = None, 
     _install_error_handlers(app)
     auth = Auth(settings)
     for router in (health_routes(svc), leader_routes(svc), plan_routes(svc, auth),
-                   observation_routes(svc, settings, auth), replan_routes(svc, auth), metrics_routes(svc)):
+                   observation_routes(svc, settings, auth), replan_routes(svc, auth), inventory_routes(svc, auth),
+                   metrics_routes(svc)):
         app.include_router(router)
     return app

@@ -31,14 +31,13 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 
 from sqlalchemy.exc import SQLAlchemyError
 
 from fleetplan.errors import FleetplanError, InputError, UnknownNameError
 from fleetplan.outputs.planio import load_plan_file, plan_to_dict
 from fleetplan.placement.problem import Problem
-from fleetplan.placement.validate import validate
 from fleetplan.scenario.build import build_problem
 from fleetplan.scenario.read import Scenario, load_scenario, scenario_models
 from fleetplan.service.leader import Lease, NotLeader
@@ -47,7 +46,7 @@ from fleetplan.service.settings import ServiceSettings
 from fleetplan.service.store import Store, body_digest
 from fleetplan.solvers.online.forecast import Forecaster, estimate_demand
 from fleetplan.solvers.online.replanner import Replanner
-from fleetplan.solvers.online.state import Action, OnlineResult, load_times, window_problem
+from fleetplan.solvers.online.state import Action, OnlineResult, load_times
 from fleetplan.solvers.solve import solve
 
 log = logging.getLogger("fleetplan.service")
@@ -206,8 +205,8 @@ class ReplanService:
                                        for m, c in self.fleet_capacity_req_per_s.items()}
         self.last_obs_id = 0
         self.published: Published | None = None
-        self.counters = {"observations": 0, "rounds": 0, "migrations": 0, "prometheus_errors": 0, "round_errors": 0,
-                         "loop_errors": 0, "observations_not_fed": 0, "commit_hook_errors": 0, "writes_refused": 0,
+        self.counters = {"inventory_changes": 0, "observations": 0, "rounds": 0, "migrations": 0,
+                         "prometheus_errors": 0, "round_errors": 0, "loop_errors": 0, "observations_not_fed": 0, "commit_hook_errors": 0, "writes_refused": 0,
                          "retention_errors": 0}
         self.db_bytes: int | None = None  # the database's size at the last retention pass
         self.folded_through_id = 0
@@ -537,6 +536,38 @@ class ReplanService:
             self.last_round_s = res.round_time_s
             return row
 
+    def inventory(self) -> list[dict]:
+        """Every pool as the fleet stands (nodes, those down, GPUs usable now), for GET /v1/inventory."""
+        rp = self.replanner
+        return [{"pool": p.id, "site": p.site, "gpu": p.gpu, "nodes": p.nodes,
+                 "nodes_down": sorted(rp.down.get(p.id, ())), "gpus_available": rp.available_gpus(p.id)}
+                for p in self.problem.pools]
+
+    def set_inventory(self, pools: dict[str, list[int]], sites: dict[str, bool]) -> dict:
+        """Nodes of pools (``pools``: {pool id: node indices down}) and whole sites (``sites``: {site: up}) whose
+        availability changed: the re-planner takes the replicas on nodes that went down out and replaces them in
+        the same round, beyond the migration budget (:meth:`Replanner.set_unavailable`); the plan is committed
+        before the answer, so a restart resumes on the same inventory. Returns {plan_id, lost_replicas,
+        message}. Raises :class:`Standby` on a standby, InputError for an unknown pool, site or node."""
+        self._leader_only()
+        with self.admission(), self.write_lock:
+            staged = self.replanner.clone()
+            down: dict[str, list[int]] = {}
+            for site, up in sites.items():
+                for pool, nodes in staged.site_nodes(site).items():
+                    down[pool] = [] if up else nodes
+            down.update(pools)
+            res = staged.set_unavailable(down, self.clock())
+            row = self._commit(staged, res)
+            self.counters["inventory_changes"] += 1
+            log.warning("inventory changed (%s): %d replicas lost, %d migrations to replace them; plan %s",
+                        ", ".join(f"{p}: {len(n)} nodes down" for p, n in sorted(down.items())), res.lost,
+                        res.migrations, row["id"])
+            unmet = {m: v for m, v in res.unmet_req_per_s.items() if v > 1e-9}
+            msg = (f"{res.lost} replicas lost, {res.migrations} starts and stops to replace them"
+                   + (f"; forecast the fleet left cannot cover: {unmet}" if unmet else ""))
+            return {"plan_id": row["id"], "lost_replicas": res.lost, "message": msg}
+
     def retain(self) -> dict:
         """Apply retention now (:meth:`Store.retain` with the settings' limits); returns its counts. Runs in the
         loop every RETENTION_EVERY_S; deletes run in chunks, so writes wait for one chunk at a time."""
@@ -640,7 +671,7 @@ class ReplanService:
     def _solve_candidate(self, time_limit_s: float):
         with self.state_lock:
             demand = self.replanner.resolve_demand(self.clock())
-        prob = window_problem(self.problem, demand)
+            prob = self.replanner.candidate_problem(demand)  # the fleet as it stands: nodes down left out
         return solve(prob, "highs", time_limit_s=time_limit_s, threads=1, lp_bound=False)
 
     def _count_resolve(self, outcome: str, reason: str) -> None:
@@ -670,7 +701,7 @@ class ReplanService:
         """Offer a re-solve's plan (:meth:`Replanner.consider`) and count its outcome with a reason: 'infeasible'
         (the solver's status: no plan meets the forecast, or none found in the time limit), 'kept' (the saving does
         not pay for the migrations, or the forecast moved during the solve and the plan no longer meets it),
-        'adopted', or 'failed' (the plan could not be installed)."""
+        'adopted', or 'failed' (its new replicas cannot be placed beside those they replace: make-before-break)."""
         if not cand.has_solution:
             self._count_resolve("infeasible", cand.status.value)
             msg = f"re-solve has no plan ({cand.status.value}: {cand.message[:200]})"
@@ -679,20 +710,14 @@ class ReplanService:
         with self.write_lock:
             now = self.clock()
             staged = self.replanner.clone()
-            stale = not validate(window_problem(self.problem, staged.resolve_demand(now)),
-                                 replace(cand, objective_usd=None)).ok
             adopted, res, msg = staged.consider(cand, now)
             if adopted and res is not None:
                 self._commit(staged, res)
                 self._count_resolve("adopted", "saving")
-            elif stale:
-                self._count_resolve("kept", "stale_forecast")
-            elif "not adopted" in msg:
-                self._count_resolve("failed", "install")
-            elif not cand.replicas and not cand.shared:
-                self._count_resolve("kept", "empty_plan")
+            elif staged.verdict == "make_before_break":
+                self._count_resolve("failed", "make_before_break")
             else:
-                self._count_resolve("kept", "saving_below_threshold")
+                self._count_resolve("kept", staged.verdict or "saving_below_threshold")
             return adopted, msg
 
     # ---- periodic loop -------------------------------------------------------------------------------------
@@ -907,6 +932,11 @@ class ReplanService:
                [({}, 1.0 if self.loop_state() == "running" else 0.0)])
         metric("fleetplan_migrations_total", "counter", "replica starts and stops adopted", [({}, c["migrations"])])
         metric("fleetplan_observations_total", "counter", "observations stored", [({}, c["observations"])])
+        metric("fleetplan_inventory_changes_total", "counter", "POST /v1/inventory changes applied",
+               [({}, c["inventory_changes"])])
+        metric("fleetplan_gpus_unavailable", "gauge", "GPUs of each pool on nodes reported down",
+               [({"pool": p.id}, len(self.replanner.down.get(p.id, ())) * p.gpus_per_node)
+                for p in self.problem.pools])
         resolves = dict(self.resolves)
         for o in RESOLVE_OUTCOMES:  # every outcome has a series from the start (an alert on a rate needs one)
             if not any(k[0] == o for k in resolves):

@@ -3,7 +3,7 @@ codes each endpoint documents (:func:`codes`)."""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -71,6 +71,58 @@ class ReplanRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False, strict=True)
     full: bool = Field(False, description="run a full MILP re-solve (adopted only if worth its migrations)")
     time_limit_s: float | None = Field(None, gt=0, le=600, description="time limit of the re-solve, seconds")
+
+
+class PoolAvailability(BaseModel):
+    """Which nodes of one pool are down (``nodes_down``: indices 0 .. nodes - 1; empty: all up)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+    pool: str = Field(min_length=1, max_length=200, description="pool id, as GET /v1/inventory lists them")
+    nodes_down: list[Annotated[int, Field(ge=0, le=100_000)]] = Field(max_length=100_000, description="node "
+                                                                      "indices that are unavailable now")
+
+
+class SiteAvailability(BaseModel):
+    """A whole site down (``up`` false: every node of its pools) or back (``up`` true: all of them up)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+    site: str = Field(min_length=1, max_length=200, description="site name, e.g. gcp:us-central1")
+    up: bool
+
+
+class InventoryUpdate(BaseModel):
+    """Body of POST /v1/inventory: pools and/or sites whose availability changed (each replaces what was said
+    before for that pool). The re-planner replaces the replicas on nodes that went down in the same request."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+    pools: list[PoolAvailability] = Field(default_factory=list, max_length=1000)
+    sites: list[SiteAvailability] = Field(default_factory=list, max_length=100)
+
+    @model_validator(mode="after")
+    def _something(self):
+        if not self.pools and not self.sites:
+            raise ValueError("give 'pools' and/or 'sites'")
+        return self
+
+
+class PoolInventory(BaseModel):
+    """One pool as the fleet stands: its nodes, those down, and the GPUs usable now."""
+
+    pool: str
+    site: str
+    gpu: str
+    nodes: int
+    nodes_down: list[int]
+    gpus_available: int
+
+
+class Inventory(BaseModel):
+    """GET /v1/inventory and the answer of POST: every pool; with POST, the plan that repaired the fleet."""
+
+    pools: list[PoolInventory]
+    plan_id: int | None = None
+    lost_replicas: int | None = None
+    message: str | None = None
 
 
 # ---- response models (the OpenAPI document's schemas) ------------------------------------------------------------

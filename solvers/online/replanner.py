@@ -197,6 +197,7 @@ class Replanner:
         # the last re-solve's GPU cost per model, USD/h, and the forecast it was sized for, req/s
         self.reference: dict[str, tuple[float, float]] = {}
         self.drifted = False
+        self.verdict = ""  # why the last consider adopted or kept (see consider)
         self._now = 0.0  # the time of the last consider (whose replicas count as serving in migration_cost_usd)
         self._set_fleet()
 
@@ -1069,8 +1070,10 @@ class Replanner:
         re-solves at all, Llama-3.1-70B's GPU-hours rose from 218 to 222 a day), so the rule stays until the band
         is revisited with it.
 
-        Returns (adopted, the adopted result or None, a message with the figures); the message starts with
-        "re-solve has no plan" or "re-solve plan fails the current forecast" when the candidate is not usable.
+        Returns (adopted, the adopted result or None, a message with the figures); :attr:`verdict` says why in one
+        word: 'adopted', 'empty_plan' (the candidate has no plan), 'stale_forecast' (it does not meet the forecast
+        now), 'saving_below_threshold' or 'make_before_break' (its new replicas cannot be placed beside the ones they
+        replace).
         """
         at_s = time.time() if at_s is None else float(at_s)
         t0 = time.perf_counter()
@@ -1078,10 +1081,12 @@ class Replanner:
         forecast = self.resolve_demand(at_s)
         prob = window_problem(self.fleet, forecast)
         if not candidate.has_solution or not (candidate.replicas or candidate.shared or candidate.pd_replicas):
+            self.verdict = "empty_plan"
             return False, None, f"re-solve has no plan ({candidate.status.value}: {candidate.message[:200]})"
         cand = replace(candidate, objective_usd=None)
         rep = validate(prob, cand)
         if not rep.ok:
+            self.verdict = "stale_forecast"
             return False, None, "re-solve plan fails the current forecast: " + "; ".join(rep.violations[:3])
         cur_plan = self._live_plan(forecast, at_s)
         cost_cur = evaluate(prob, cur_plan).total_usd / prob.window_hours
@@ -1113,8 +1118,10 @@ class Replanner:
             if staged._transition(mix, at_s):
                 self.__dict__.update(staged.__dict__)
                 res = self._adopted(at_s, t0, msg)
+                self.verdict = "adopted"
                 return True, res, msg + ": adopted"
             blocked += 1
+        self.verdict = "make_before_break" if blocked else "saving_below_threshold"
         if not mixes or mixes[0][0] <= self.config.resolve_min_saving_usd or mixes[0][1] == 0:
             best = mixes[0] if mixes else None
             if best is None:

@@ -1,0 +1,72 @@
+"""Inventory and health as inputs of the service (issue 25, item 2): POST /v1/inventory marks nodes or a whole site
+down or back; the replicas there are replaced in the same request, beyond the migration budget; a restart resumes
+on the same inventory; /metrics says what is down. On main the service had no inventory input at all."""
+
+from __future__ import annotations
+
+import warnings
+
+from service_support import AUTH, TOKEN, Clock
+
+from fleetplan.service.app import create_app
+from fleetplan.service.runtime import ReplanService, ServiceSettings
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    from fastapi.testclient import TestClient
+
+
+def make(shipped, db, clock):
+    problem, loads = shipped
+    s = ServiceSettings(db_url=db, token=TOKEN, interval_s=0, resolve_every_s=0)
+    svc = ReplanService(s, problem, loads, clock=clock)
+    return TestClient(create_app(s, svc, background=False)), svc
+
+
+def _on(plan: dict, site: str, pools: dict) -> int:
+    return sum(r["counts"][0] for r in plan["replicas"] if pools[r["pool"]]["site"] == site) + sum(
+        1 for g in plan["shared_gpus"] if pools[g["pool"]]["site"] == site)
+
+
+def test_a_site_going_down_is_replaced_at_once_and_survives_a_restart(shipped, tmp_path):
+    db = f"sqlite:///{tmp_path / 'inv.db'}"
+    clock = Clock()
+    client, svc = make(shipped, db, clock)
+    with client as c:
+        inv = c.get("/v1/inventory").json()["pools"]
+        pools = {p["pool"]: p for p in inv}
+        gcp = "gcp:us-central1"
+        before = c.get("/v1/plan").json()
+        assert _on(before, gcp, pools) > 0  # the cold-start plan uses the gcp site
+        assert c.post("/v1/inventory", json={"sites": [{"site": gcp, "up": False}]}).status_code == 401
+        r = c.post("/v1/inventory", json={"sites": [{"site": gcp, "up": False}]}, headers=AUTH)
+        assert r.status_code == 200, r.text
+        body = r.json()
+        assert body["lost_replicas"] == _on(before, gcp, pools)
+        assert all(p["gpus_available"] == 0 for p in body["pools"] if p["site"] == gcp)
+        after = c.get("/v1/plan").json()
+        assert _on(after, gcp, pools) == 0  # nothing left there, and the rest carries the forecast
+        assert all(v == 0 for v in after["online"]["unmet_req_per_s"].values()), after["online"]["unmet_req_per_s"]
+        actions = c.get("/v1/plan/diff").json()["actions"]
+        assert {a["reason"] for a in actions if a["action"] == "stop"} == {"lost"}
+        assert any(a["action"] == "start" for a in actions)
+        text = c.get("/metrics").text
+        assert "fleetplan_inventory_changes_total 1.0" in text
+        # bad input: an unknown pool, a node out of range, an empty body (422 naming the field)
+        assert c.post("/v1/inventory", json={"pools": [{"pool": "nope", "nodes_down": [0]}]},
+                      headers=AUTH).status_code == 422
+        first = inv[0]["pool"]
+        r = c.post("/v1/inventory", json={"pools": [{"pool": first, "nodes_down": [99]}]}, headers=AUTH)
+        assert r.status_code == 422 and "node 99" in r.text
+        assert c.post("/v1/inventory", json={}, headers=AUTH).status_code == 422
+    svc.close()
+    clock.t += 60
+    again, svc2 = make(shipped, db, clock)  # a restart resumes on the inventory it had
+    with again as c:
+        assert all(p["gpus_available"] == 0 for p in c.get("/v1/inventory").json()["pools"] if p["site"] == gcp)
+        assert c.post("/v1/replan", headers=AUTH).status_code == 200
+        assert _on(c.get("/v1/plan").json(), gcp, pools) == 0
+        back = c.post("/v1/inventory", json={"sites": [{"site": gcp, "up": True}]}, headers=AUTH)
+        assert back.status_code == 200 and back.json()["lost_replicas"] == 0
+        assert all(p["gpus_available"] > 0 for p in back.json()["pools"] if p["site"] == gcp)
+    svc2.close()
