@@ -206,7 +206,8 @@ class ReplanService:
         self.last_obs_id = 0
         self.published: Published | None = None
         self.counters = {"inventory_changes": 0, "observations": 0, "rounds": 0, "migrations": 0,
-                         "prometheus_errors": 0, "round_errors": 0, "loop_errors": 0, "observations_not_fed": 0, "commit_hook_errors": 0, "writes_refused": 0,
+                         "prometheus_errors": 0, "round_errors": 0, "loop_errors": 0, "observations_not_fed": 0,
+                         "commit_hook_errors": 0, "writes_refused": 0,
                          "retention_errors": 0}
         self.db_bytes: int | None = None  # the database's size at the last retention pass
         self.folded_through_id = 0
