@@ -501,43 +501,66 @@ def _walk(loc: tuple, data: Any, labels: Mapping[str, str]) -> tuple[list, list[
     return parts, context, tag_at
 
 
-def _message(err: Mapping, parts: list, root: dict) -> str:
-    kind, ctx, value = err["type"], err.get("ctx") or {}, err.get("input")
-    here = _schema_at(root, parts)
-    # An item of a list without words of its own takes the list's (e.g. rates[1] -> rates).
+def _unknown_key_message(parts: list, root: dict) -> str:
+    """An unknown key at data path ``parts``: a '_ms' key whose '_s' twin exists says to give seconds there, else
+    the closest known key (or the known keys)."""
+    key = str(parts[-1]) if parts else "?"
+    known = sorted({k for s in _schema_at(root, parts[:-1]) for k in s.get("properties", {})})
+    if key.endswith("_ms") and key[:-3] + "_s" in known:
+        base = key[:-3] + "_s"
+        return (f"key '{key}' is in milliseconds; give seconds under '{base}' (e.g. {base}: 0.5 for 500 ms)")
+    where = f"'{_path_text(parts[:-1])}'" if len(parts) > 1 else "the top level"
+    close = difflib.get_close_matches(key, known, n=1)
+    hint = f"did you mean '{close[0]}'?" if close else f"known keys: {', '.join(known)}"
+    return f"unknown key '{key}' in {where}; {hint}"
+
+
+#: pydantic's bound error types -> (its ctx key, words for the side of the bound the value is on).
+_BOUNDS = {"greater_than_equal": ("ge", "below the minimum"), "greater_than": ("gt", "not above"),
+           "less_than_equal": ("le", "above the maximum"), "less_than": ("lt", "not below")}
+
+
+def _bound_message(kind: str, ctx: Mapping, value: Any, here: list[dict], tail: str) -> str:
+    """A value outside a bound (``kind`` one of :data:`_BOUNDS`): an exclusive bound as 'must be below/above', an
+    inclusive one with the field's range when the schema ``here`` gives both ends."""
+    key, words = _BOUNDS[kind]
+    side = f"{words} {_num(ctx.get(key))}"
+    s = next((s for s in here if "minimum" in s or "maximum" in s or "exclusiveMinimum" in s
+              or "exclusiveMaximum" in s), {})
+    lo = s.get("minimum", s.get("exclusiveMinimum"))
+    hi = s.get("maximum", s.get("exclusiveMaximum"))
+    if kind in ("less_than", "greater_than"):  # an exclusive bound: "outside 0..1, not below 1" read oddly
+        word = "below" if kind == "less_than" else "above"
+        return f"must be {word} {_num(ctx.get(key))}; got {_show(value)}{tail}"
+    if lo is not None and hi is not None:
+        return f"{_show(value)} is outside {_num(lo)}..{_num(hi)}, {side}{tail}"
+    return f"{_show(value)} is {side}{tail}"
+
+
+def _field_words(root: dict, parts: list, here: list[dict]) -> tuple[str, str]:
+    """(the field's fix, its description) from the schema ``here`` at ``parts``; an item of a list without words
+    of its own takes the list's (e.g. rates[1] -> rates)."""
     near = here if any(s.get("x-fix") or s.get("description") for s in here) or not parts or not isinstance(
         parts[-1], int) else _schema_at(root, parts[:-1])
     fix = next((s["x-fix"] for s in near if s.get("x-fix")), "")
     what = next((s["description"] for s in near if s.get("description")), "")
+    return fix, what
+
+
+def _message(err: Mapping, parts: list, root: dict) -> str:
+    """What is wrong with the value of one pydantic error ``err`` at data path ``parts`` of the schema ``root``,
+    ending with the field's fix (or its description)."""
+    kind, ctx, value = err["type"], err.get("ctx") or {}, err.get("input")
+    here = _schema_at(root, parts)
+    fix, what = _field_words(root, parts, here)
     tail = f"; {fix}" if fix else (f" ({what})" if what else "")
     if kind == "extra_forbidden":
-        key = str(parts[-1]) if parts else "?"
-        known = sorted({k for s in _schema_at(root, parts[:-1]) for k in s.get("properties", {})})
-        if key.endswith("_ms") and key[:-3] + "_s" in known:
-            base = key[:-3] + "_s"
-            return (f"key '{key}' is in milliseconds; give seconds under '{base}' (e.g. {base}: 0.5 for 500 ms)")
-        where = f"'{_path_text(parts[:-1])}'" if len(parts) > 1 else "the top level"
-        close = difflib.get_close_matches(key, known, n=1)
-        hint = f"did you mean '{close[0]}'?" if close else f"known keys: {', '.join(known)}"
-        return f"unknown key '{key}' in {where}; {hint}"
+        return _unknown_key_message(parts, root)
     if kind == "missing":
         key = parts[-1] if parts else "?"
         return f"'{key}' is missing{f' ({what})' if what else ''}"
-    bounds = {"greater_than_equal": ("ge", "below the minimum"), "greater_than": ("gt", "not above"),
-              "less_than_equal": ("le", "above the maximum"), "less_than": ("lt", "not below")}
-    if kind in bounds:
-        key, words = bounds[kind]
-        side = f"{words} {_num(ctx.get(key))}"
-        s = next((s for s in here if "minimum" in s or "maximum" in s or "exclusiveMinimum" in s
-                  or "exclusiveMaximum" in s), {})
-        lo = s.get("minimum", s.get("exclusiveMinimum"))
-        hi = s.get("maximum", s.get("exclusiveMaximum"))
-        if kind in ("less_than", "greater_than"):  # an exclusive bound: "outside 0..1, not below 1" read oddly
-            word = "below" if kind == "less_than" else "above"
-            return f"must be {word} {_num(ctx.get(key))}; got {_show(value)}{tail}"
-        if lo is not None and hi is not None:
-            return f"{_show(value)} is outside {_num(lo)}..{_num(hi)}, {side}{tail}"
-        return f"{_show(value)} is {side}{tail}"
+    if kind in _BOUNDS:
+        return _bound_message(kind, ctx, value, here, tail)
     if kind == "too_short":
         n = ctx.get("min_length", 1)
         return f"must hold at least {n} item{'s' if n != 1 else ''}{tail}"

@@ -226,6 +226,17 @@ def predict(fit: FitResult, o: Observation) -> float:
     return step - max(mem, comp) + max(mem, comp + replaced * prompt_comp)
 
 
+def _check_observations(obs: Sequence[Observation]) -> None:
+    """InputError, as the scalar latency functions raise it, for a tp outside TP_DEGREES or a batch or prompt
+    length below 1."""
+    for o in obs:
+        if o.tp not in TP_DEGREES:
+            raise InputError(f"tp must be one of {', '.join(map(str, TP_DEGREES))}", field="tp", value=o.tp)
+        for name, v in (("batch", o.batch), ("prompt_tokens", o.prompt_tokens)):
+            if not v >= 1:
+                raise InputError(f"{name} must be at least 1", field=name, value=v)
+
+
 class ObservationArrays:
     """Observations as numpy columns (one entry per observation), for :func:`predict_many`.
 
@@ -236,12 +247,7 @@ class ObservationArrays:
     """
 
     def __init__(self, obs: Sequence[Observation]):
-        for o in obs:
-            if o.tp not in TP_DEGREES:
-                raise InputError(f"tp must be one of {', '.join(map(str, TP_DEGREES))}", field="tp", value=o.tp)
-            for name, v in (("batch", o.batch), ("prompt_tokens", o.prompt_tokens)):
-                if not v >= 1:
-                    raise InputError(f"{name} must be at least 1", field=name, value=v)
+        _check_observations(obs)
         self.obs = list(obs)
         self.n = len(obs)
         self.kind = np.array([KINDS.index(o.kind) for o in obs], dtype=int)
@@ -249,7 +255,20 @@ class ObservationArrays:
         self.prompt = np.array([o.prompt_tokens for o in obs], dtype=float)
         self.output = np.array([o.output_tokens for o in obs], dtype=float)
         self.tp = np.array([o.tp for o in obs], dtype=float)
-        m = [o.model for o in obs]
+        self._model_columns([o.model for o in obs])
+        self.weight_bpe = np.array([bytes_per_element(o.weight_dtype, field="weight_dtype") for o in obs])
+        self.kv_bpt = np.array([o.model.kv_bytes_per_token(o.kv_dtype) for o in obs], dtype=float)
+        self.hbm = np.array([o.gpu.hbm_bandwidth_bytes_per_s for o in obs], dtype=float)
+        self.flops = np.array([flops_per_s(o.gpu, o.weight_dtype) for o in obs], dtype=float)
+        self.link = np.array([o.gpu.tp_link_bytes_per_s for o in obs], dtype=float)
+        self.pairs = sorted({(o.gpu.name, o.framework) for o in obs})
+        index = {p: i for i, p in enumerate(self.pairs)}
+        self.pair = np.array([index[(o.gpu.name, o.framework)] for o in obs], dtype=int)
+
+    def _model_columns(self, m: list[Model]) -> None:
+        """The columns of the observations' models ``m``: layers, hidden size, attention width, parameter counts,
+        sliding window (inf without), and for MoE models (more routed experts than active ones) the expert count,
+        top-k, parameters per expert and the dense parameters (the rest of the active ones)."""
         self.layers = np.array([x.num_layers for x in m], dtype=float)
         self.hidden = np.array([x.hidden_size for x in m], dtype=float)
         self.attn_dim = np.array([x.num_attention_heads * x.head_dim for x in m], dtype=float)
@@ -264,14 +283,6 @@ class ObservationArrays:
                                                                                            1.0), 0.0)
         self.expert_params = expert
         self.dense_params = np.maximum(self.params_active - self.top_k * expert, 0.0)
-        self.weight_bpe = np.array([bytes_per_element(o.weight_dtype, field="weight_dtype") for o in obs])
-        self.kv_bpt = np.array([o.model.kv_bytes_per_token(o.kv_dtype) for o in obs], dtype=float)
-        self.hbm = np.array([o.gpu.hbm_bandwidth_bytes_per_s for o in obs], dtype=float)
-        self.flops = np.array([flops_per_s(o.gpu, o.weight_dtype) for o in obs], dtype=float)
-        self.link = np.array([o.gpu.tp_link_bytes_per_s for o in obs], dtype=float)
-        self.pairs = sorted({(o.gpu.name, o.framework) for o in obs})
-        index = {p: i for i, p in enumerate(self.pairs)}
-        self.pair = np.array([index[(o.gpu.name, o.framework)] for o in obs], dtype=int)
 
     def times(self, cal: Mapping[str, np.ndarray]) -> np.ndarray:
         """Predicted seconds per observation, given per-observation constants ``cal`` (Calibration parameter

@@ -517,48 +517,83 @@ def find_price(gpu_name: str, cloud: str, region: str | None, pricing_model: str
     clouds = {p.cloud for p in rows}
     if cloud.lower() not in clouds:
         raise UnknownNameError("cloud", cloud, clouds)
-    cloud = cloud.lower()
-
-    def here(p: GpuPrice) -> bool:
-        return (p.gpu == gpu_name and p.cloud == cloud and (region is None or p.region == region)
-                and (zone is None or p.zone in (zone, "")))
-
-    site = f"{cloud}:{region or 'any region'}{':' + zone if zone else ''}"
-    mine = [p for p in rows if p.user and here(p)]
-    if mine:
-        match = [p for p in mine if p.pricing_model == pricing_model]
-        if not match:
-            have = sorted({p.pricing_model for p in mine})
-            raise InputError(f"your price rows give {gpu_name} at {site} as {', '.join(have)} only, but this pool "
-                             f"is priced {pricing_model}; set pricing_model: {have[0]} (options, site or inventory "
-                             f"row) to use your price, or add a row with pricing_model {pricing_model}",
-                             field="pricing_model", value=pricing_model)
-    else:
-        for_gpu = [p for p in rows if p.gpu == gpu_name and p.cloud == cloud]
-        if not for_gpu:
-            have_c = sorted({p.cloud for p in rows if p.gpu == gpu_name})
-            raise InputError(f"no price for {gpu_name} on {cloud}" + (f"; priced on: {', '.join(have_c)}" if have_c
-                             else "; add one in your own price file"), field="gpu", value=gpu_name)
-        usable = usable_prices(rows, price_date=price_date)
-        match = [p for p in usable if here(p) and p.pricing_model == pricing_model]
-        if not match:
-            by_region: dict[str, set[str]] = {}
-            for p in usable:
-                if p.gpu == gpu_name and p.cloud == cloud:
-                    by_region.setdefault(p.region or "(region not stated)", set()).add(p.pricing_model)
-            shown = "; ".join(f"{r} ({', '.join(sorted(m))})" for r, m in sorted(by_region.items()))
-            left = [q for q in price_problems(rows, price_date=price_date)
-                    if here(q.row) and q.row.pricing_model == pricing_model]
-            why = f"; left out: {left[0].message}" + (f" (and {len(left) - 1} more)" if len(left) > 1 else "") \
-                if left else ""
-            raise InputError(f"no {pricing_model} price for {gpu_name} at {site}"
-                             + (f" as of {price_date}" if price_date else "") + f"{why}; available: "
-                             f"{shown or 'none'}", field="pricing_model" if by_region.get(region or "") else "region",
-                             value=region)
+    q = _PriceQuery(gpu_name, cloud.lower(), region, zone, pricing_model)
+    mine = [p for p in rows if p.user and q.here(p)]
+    match = _user_match(q, mine) if mine else _catalog_match(q, rows, price_date)
     if gpus_per_node is not None:
         exact = [p for p in match if p.gpus_per_node == gpus_per_node]
         match = exact or match
     return min(match, key=lambda p: (round(p.usd_per_gpu_hour, 9), -p.gpus_per_node, p.region, p.zone, p.instance))
+
+
+@dataclass(frozen=True)
+class _PriceQuery:
+    """What :func:`find_price` looks for: a GPU at (cloud, region or None for any, zone or None) under a pricing
+    model."""
+
+    gpu: str
+    cloud: str
+    region: str | None
+    zone: str | None
+    pricing_model: str
+
+    def here(self, p: GpuPrice) -> bool:
+        """Whether row ``p`` prices the GPU at the site (a zone query also matches region-level rows)."""
+        return (p.gpu == self.gpu and p.cloud == self.cloud and (self.region is None or p.region == self.region)
+                and (self.zone is None or p.zone in (self.zone, "")))
+
+    @property
+    def site(self) -> str:
+        """The site as messages name it, e.g. 'aws:us-east-1', 'gcp:any region'."""
+        return f"{self.cloud}:{self.region or 'any region'}{':' + self.zone if self.zone else ''}"
+
+
+def _user_match(q: _PriceQuery, mine: list[GpuPrice]) -> list[GpuPrice]:
+    """The user's rows ``mine`` (for the GPU at the site) under the query's pricing model; InputError when they
+    give it only under others (never a silent fall-back to the catalog)."""
+    match = [p for p in mine if p.pricing_model == q.pricing_model]
+    if not match:
+        have = sorted({p.pricing_model for p in mine})
+        raise InputError(f"your price rows give {q.gpu} at {q.site} as {', '.join(have)} only, but this pool "
+                         f"is priced {q.pricing_model}; set pricing_model: {have[0]} (options, site or inventory "
+                         f"row) to use your price, or add a row with pricing_model {q.pricing_model}",
+                         field="pricing_model", value=q.pricing_model)
+    return match
+
+
+def _catalog_match(q: _PriceQuery, rows: list[GpuPrice], price_date: str | None) -> list[GpuPrice]:
+    """The catalog rows :func:`usable_prices` keeps that answer the query; InputError when the cloud prices the GPU
+    nowhere (naming the clouds that do) or not here (:func:`_no_catalog_price`)."""
+    for_gpu = [p for p in rows if p.gpu == q.gpu and p.cloud == q.cloud]
+    if not for_gpu:
+        have_c = sorted({p.cloud for p in rows if p.gpu == q.gpu})
+        raise InputError(f"no price for {q.gpu} on {q.cloud}" + (f"; priced on: {', '.join(have_c)}" if have_c
+                         else "; add one in your own price file"), field="gpu", value=q.gpu)
+    usable = usable_prices(rows, price_date=price_date)
+    match = [p for p in usable if q.here(p) and p.pricing_model == q.pricing_model]
+    if not match:
+        raise _no_catalog_price(q, rows, usable, price_date)
+    return match
+
+
+def _no_catalog_price(q: _PriceQuery, rows: list[GpuPrice], usable: list[GpuPrice],
+                      price_date: str | None) -> InputError:
+    """The error of a query no usable catalog row answers: the regions and pricing models that do have a price,
+    and the first row left out (:func:`price_problems`) that would have; field 'pricing_model' when the region has
+    prices under others, else 'region'."""
+    by_region: dict[str, set[str]] = {}
+    for p in usable:
+        if p.gpu == q.gpu and p.cloud == q.cloud:
+            by_region.setdefault(p.region or "(region not stated)", set()).add(p.pricing_model)
+    shown = "; ".join(f"{r} ({', '.join(sorted(m))})" for r, m in sorted(by_region.items()))
+    left = [x for x in price_problems(rows, price_date=price_date)
+            if q.here(x.row) and x.row.pricing_model == q.pricing_model]
+    why = f"; left out: {left[0].message}" + (f" (and {len(left) - 1} more)" if len(left) > 1 else "") \
+        if left else ""
+    return InputError(f"no {q.pricing_model} price for {q.gpu} at {q.site}"
+                      + (f" as of {price_date}" if price_date else "") + f"{why}; available: "
+                      f"{shown or 'none'}", field="pricing_model" if by_region.get(q.region or "") else "region",
+                      value=q.region)
 
 
 __all__ = [

@@ -543,6 +543,98 @@ def _num(d: dict, key: str, source: str, *, required: bool = True) -> float | No
 _VLLM_METRICS = {"ttft": "ttft", "tpot": "tpot", "e2el": "e2e"}
 
 
+def _vllm_load(rec: dict) -> tuple[str, bool] | None:
+    """(how a vllm bench run loaded the server, whether it was a closed loop) of result record ``rec``: a request
+    rate (with a concurrency cap, gamma arrivals) or a concurrency; None for a burst run (request_rate inf, no
+    max_concurrency), which measures no latency at a rate."""
+    rate = rec.get("request_rate", "inf")
+    conc = rec.get("max_concurrency")
+    finite = rate not in ("inf", None) and math.isfinite(float(rate))
+    if not finite and conc is None:
+        return None
+    load = (f"rate {float(rate):g} req/s" if finite else f"concurrency {conc} (closed loop)")
+    if finite and conc is not None:
+        load += f", concurrency cap {conc}"
+    if finite and float(rec.get("burstiness", 1.0) or 1.0) != 1.0:
+        load += f", gamma arrivals (burstiness {rec['burstiness']})"
+    return load, not finite
+
+
+def _vllm_percentile(head: str) -> float | None:
+    """The percentile a vllm bench latency key starts with: 'median' 50, 'p99' 99; None for another head."""
+    if head == "median":
+        return 50.0
+    if head.startswith("p"):
+        try:
+            return float(head[1:])
+        except ValueError:
+            return None
+    return None
+
+
+def _vllm_latencies(rec: dict) -> dict[str, dict[float, float]]:
+    """{metric (ttft, tpot, e2e): {percentile: seconds}} of the keys median_{m}_ms and p{P}_{m}_ms of a vllm bench
+    result record (milliseconds)."""
+    lat: dict[str, dict[float, float]] = {}
+    for key, val in rec.items():
+        parts = key.split("_")
+        if len(parts) == 3 and parts[2] == "ms" and parts[1] in _VLLM_METRICS and val is not None:
+            pct = _vllm_percentile(parts[0])
+            if pct is not None:
+                lat.setdefault(_VLLM_METRICS[parts[1]], {})[pct] = float(val) / 1e3
+    return lat
+
+
+@dataclass
+class _VllmRuns:
+    """The runs of vllm bench result files as they are read: serving points, notes on runs left out, the model
+    ids, the token lengths (saved per request, or the totals) and whether any run was a closed loop."""
+
+    points: list[ServingPoint] = dataclasses.field(default_factory=list)
+    notes: list[str] = dataclasses.field(default_factory=list)
+    models: set[str] = dataclasses.field(default_factory=set)
+    ins: list[float] = dataclasses.field(default_factory=list)
+    outs: list[float] = dataclasses.field(default_factory=list)
+    tot_in: float = 0.0
+    tot_out: float = 0.0
+    tot_n: float = 0.0
+    closed: bool = False
+
+    def add(self, rec: Any, where: str) -> None:
+        """Add result record ``rec`` (at ``where``). Raises InputError when it is not a vllm bench result."""
+        if not isinstance(rec, dict) or "request_throughput" not in rec or "completed" not in rec:
+            raise InputError("not a vllm bench serve result (no request_throughput / completed); write one "
+                             "with vllm bench serve --save-result", source=where)
+        self.models.add(str(rec.get("model_id", "")))
+        loaded = _vllm_load(rec)
+        if loaded is None:
+            self.notes.append(f"{where}: left out: a burst run (request_rate inf, no max_concurrency) measures no "
+                              "latency at a rate")
+            return
+        load, closed = loaded
+        self.closed = self.closed or closed
+        lat = _vllm_latencies(rec)
+        completed = int(_num(rec, "completed", where) or 0)
+        self.points.append(ServingPoint(float(_num(rec, "request_throughput", where) or 0.0), load, lat, completed,
+                                        int(_num(rec, "failed", where, required=False) or 0)))
+        if isinstance(rec.get("input_lens"), list) and isinstance(rec.get("output_lens"), list):
+            self.ins += [float(x) for x in rec["input_lens"]]
+            self.outs += [float(x) for x in rec["output_lens"] if x]
+        self.tot_in += _num(rec, "total_input_tokens", where, required=False) or 0.0
+        self.tot_out += _num(rec, "total_output_tokens", where, required=False) or 0.0
+        self.tot_n += completed
+
+    def token_mix(self) -> tuple[float | None, float | None, float | None, float | None]:
+        """(input mean, input p95, output mean, output p95) tokens: from the saved lengths, else the means of the
+        totals (no p95s), else unknown."""
+        if self.ins and self.outs:
+            return (float(np.mean(self.ins)), float(np.percentile(self.ins, 95)), float(np.mean(self.outs)),
+                    float(np.percentile(self.outs, 95)))
+        if self.tot_n > 0 and self.tot_in > 0 and self.tot_out > 0:
+            return self.tot_in / self.tot_n, None, self.tot_out / self.tot_n, None
+        return None, None, None, None
+
+
 def read_vllm_bench(paths: list[Path], *, source: str) -> MeasuredProfile:
     """Serving points from ``vllm bench serve`` / ``benchmark_serving.py`` result files (module docstring).
 
@@ -551,71 +643,23 @@ def read_vllm_bench(paths: list[Path], *, source: str) -> MeasuredProfile:
     total_input_tokens / completed and total_output_tokens / completed. Raises InputError for a record without
     completed or request_throughput, runs of different models, or no usable run.
     """
-    points, notes, models = [], [], set()
-    ins: list[float] = []
-    outs: list[float] = []
-    tot_in = tot_out = tot_n = 0.0
-    closed = False
+    runs = _VllmRuns()
     for path in paths:
         for k, rec in enumerate(_json_records(path, str(path)), start=1):
-            where = f"{path}" + (f" (record {k})" if k > 1 else "")
-            if not isinstance(rec, dict) or "request_throughput" not in rec or "completed" not in rec:
-                raise InputError("not a vllm bench serve result (no request_throughput / completed); write one "
-                                 "with vllm bench serve --save-result", source=where)
-            models.add(str(rec.get("model_id", "")))
-            rate = rec.get("request_rate", "inf")
-            conc = rec.get("max_concurrency")
-            finite = rate not in ("inf", None) and math.isfinite(float(rate))
-            if not finite and conc is None:
-                notes.append(f"{where}: left out: a burst run (request_rate inf, no max_concurrency) measures no "
-                             "latency at a rate")
-                continue
-            load = (f"rate {float(rate):g} req/s" if finite else f"concurrency {conc} (closed loop)")
-            if finite and conc is not None:
-                load += f", concurrency cap {conc}"
-            if finite and float(rec.get("burstiness", 1.0) or 1.0) != 1.0:
-                load += f", gamma arrivals (burstiness {rec['burstiness']})"
-            closed = closed or not finite
-            lat: dict[str, dict[float, float]] = {}
-            for key, val in rec.items():
-                parts = key.split("_")
-                if len(parts) == 3 and parts[2] == "ms" and parts[1] in _VLLM_METRICS and val is not None:
-                    if parts[0] == "median":
-                        pct = 50.0
-                    elif parts[0].startswith("p"):
-                        try:
-                            pct = float(parts[0][1:])
-                        except ValueError:
-                            continue
-                    else:
-                        continue
-                    lat.setdefault(_VLLM_METRICS[parts[1]], {})[pct] = float(val) / 1e3
-            completed = int(_num(rec, "completed", where) or 0)
-            points.append(ServingPoint(float(_num(rec, "request_throughput", where) or 0.0), load, lat, completed,
-                                       int(_num(rec, "failed", where, required=False) or 0)))
-            if isinstance(rec.get("input_lens"), list) and isinstance(rec.get("output_lens"), list):
-                ins += [float(x) for x in rec["input_lens"]]
-                outs += [float(x) for x in rec["output_lens"] if x]
-            tot_in += _num(rec, "total_input_tokens", where, required=False) or 0.0
-            tot_out += _num(rec, "total_output_tokens", where, required=False) or 0.0
-            tot_n += completed
+            runs.add(rec, f"{path}" + (f" (record {k})" if k > 1 else ""))
+    models = runs.models
     models.discard("")
     if len(models) > 1:
         raise InputError(f"the files hold runs of different models ({', '.join(sorted(models))}); give one "
                          "model's runs per profile", source=source)
-    if not points:
+    if not runs.points:
         raise InputError("no usable run in the profile (every run was a burst without rate or concurrency)",
                          source=source)
-    if ins and outs:
-        mix = (float(np.mean(ins)), float(np.percentile(ins, 95)), float(np.mean(outs)), float(np.percentile(outs, 95)))
-    elif tot_n > 0 and tot_in > 0 and tot_out > 0:
-        mix = (tot_in / tot_n, None, tot_out / tot_n, None)  # type: ignore[assignment]
-    else:
-        mix = (None, None, None, None)  # type: ignore[assignment]
+    mix = runs.token_mix()
     return MeasuredProfile("vllm-bench", source, model=next(iter(models), ""),
-                           points=tuple(sorted(points, key=lambda p: p.req_per_s)), input_tokens_mean=mix[0],
+                           points=tuple(sorted(runs.points, key=lambda p: p.req_per_s)), input_tokens_mean=mix[0],
                            input_tokens_p95=mix[1], output_tokens_mean=mix[2], output_tokens_p95=mix[3],
-                           closed_loop=closed, notes=tuple(notes))
+                           closed_loop=runs.closed, notes=tuple(runs.notes))
 
 
 def _gl_dist(metrics: dict, name: str, where: str, scale: float = 1.0) -> dict[float, float] | None:
@@ -642,6 +686,52 @@ def _gl_dist(metrics: dict, name: str, where: str, scale: float = 1.0) -> dict[f
     return out
 
 
+def _gl_load(strat: dict) -> tuple[str, bool]:
+    """(how a guidellm benchmark loaded the server, whether it was a closed loop) from its strategy."""
+    kind = strat.get("type_", "")
+    if kind in ("constant", "poisson"):
+        return f"{kind} rate {float(strat.get('rate', 0)):g} req/s", False
+    if kind == "synchronous":
+        return "synchronous (concurrency 1, closed loop)", True
+    if kind == "concurrent":
+        return f"concurrency {strat.get('streams', '?')} (closed loop)", True
+    return kind or "unknown strategy", False
+
+
+def _gl_point(m: dict, load: str, where: str) -> ServingPoint:
+    """The serving point of one guidellm benchmark's metrics ``m``: successful requests per second (mean), TTFT
+    and TPOT (ms -> s) and end-to-end latency distributions, successful and failed (incomplete + errored) request
+    counts. Raises InputError naming ``where`` without requests_per_second.successful.mean."""
+    rps = (m.get("requests_per_second") or {}).get("successful") or {}
+    if "mean" not in rps:
+        raise InputError("benchmark has no metrics.requests_per_second.successful.mean", source=where,
+                         field="metrics.requests_per_second")
+    lat = {k: v for k, v in (("ttft", _gl_dist(m, "time_to_first_token_ms", where, 1e-3)),
+                             ("tpot", _gl_dist(m, "inter_token_latency_ms", where, 1e-3)),
+                             ("e2e", _gl_dist(m, "request_latency", where))) if v}
+    totals = m.get("request_totals") or {}
+    n_ok = int(totals.get("successful", 0) or 0)
+    failed = int(totals.get("incomplete", 0) or 0) + int(totals.get("errored", 0) or 0)
+    return ServingPoint(float(rps["mean"]), load, lat, n_ok, failed)
+
+
+def _gl_token_stats(m: dict, n_ok: int, where: str, stats: dict[str, list[tuple[float, float]]]) -> None:
+    """Add one benchmark's prompt and output token means and p95s, each weighted by its successful requests (at
+    least 1), to ``stats`` (keys in_mean, in_p95, out_mean, out_p95)."""
+    for key, name in (("in", "prompt_token_count"), ("out", "output_token_count")):
+        d = _gl_dist(m, name, where)
+        s = ((m.get(name) or {}).get("successful") or {})
+        if s.get("mean") is not None:
+            stats[f"{key}_mean"].append((float(s["mean"]), max(n_ok, 1)))
+        if d and 95.0 in d:
+            stats[f"{key}_p95"].append((d[95.0], max(n_ok, 1)))
+
+
+def _gl_config(b: dict) -> dict:
+    """A guidellm benchmark's configuration (``config``, or ``args`` in older reports)."""
+    return b.get("config") or b.get("args") or {}
+
+
 def read_guidellm(path: Path, *, source: str) -> MeasuredProfile:
     """Serving points from a guidellm benchmark report (module docstring). TTFT from time_to_first_token_ms, TPOT
     from inter_token_latency_ms, end-to-end from request_latency (seconds); req/s is requests_per_second's mean
@@ -656,39 +746,16 @@ def read_guidellm(path: Path, *, source: str) -> MeasuredProfile:
     closed = False
     for i, b in enumerate(doc["benchmarks"]):
         where = f"{source}: benchmarks[{i}]"
-        cfg = b.get("config") or b.get("args") or {}
-        strat = cfg.get("strategy") or {}
-        kind = strat.get("type_", "")
+        strat = _gl_config(b).get("strategy") or {}
         m = b.get("metrics") or {}
-        if kind == "throughput":
+        if strat.get("type_", "") == "throughput":
             notes.append(f"{where}: left out: a throughput (burst) benchmark measures no latency at a rate")
             continue
-        if kind in ("constant", "poisson"):
-            load = f"{kind} rate {float(strat.get('rate', 0)):g} req/s"
-        elif kind == "synchronous":
-            load, closed = "synchronous (concurrency 1, closed loop)", True
-        elif kind == "concurrent":
-            load, closed = f"concurrency {strat.get('streams', '?')} (closed loop)", True
-        else:
-            load = kind or "unknown strategy"
-        rps = (m.get("requests_per_second") or {}).get("successful") or {}
-        if "mean" not in rps:
-            raise InputError("benchmark has no metrics.requests_per_second.successful.mean", source=where,
-                             field="metrics.requests_per_second")
-        lat = {k: v for k, v in (("ttft", _gl_dist(m, "time_to_first_token_ms", where, 1e-3)),
-                                 ("tpot", _gl_dist(m, "inter_token_latency_ms", where, 1e-3)),
-                                 ("e2e", _gl_dist(m, "request_latency", where))) if v}
-        totals = m.get("request_totals") or {}
-        n_ok = int(totals.get("successful", 0) or 0)
-        failed = int(totals.get("incomplete", 0) or 0) + int(totals.get("errored", 0) or 0)
-        points.append(ServingPoint(float(rps["mean"]), load, lat, n_ok, failed))
-        for key, name in (("in", "prompt_token_count"), ("out", "output_token_count")):
-            d = _gl_dist(m, name, where)
-            s = ((m.get(name) or {}).get("successful") or {})
-            if s.get("mean") is not None:
-                stats[f"{key}_mean"].append((float(s["mean"]), max(n_ok, 1)))
-            if d and 95.0 in d:
-                stats[f"{key}_p95"].append((d[95.0], max(n_ok, 1)))
+        load, closed_loop = _gl_load(strat)
+        closed = closed or closed_loop
+        point = _gl_point(m, load, where)
+        points.append(point)
+        _gl_token_stats(m, point.completed, where, stats)
     if not points:
         raise InputError("no usable benchmark in the guidellm report (only throughput/burst runs)", source=source)
 
@@ -698,7 +765,7 @@ def read_guidellm(path: Path, *, source: str) -> MeasuredProfile:
 
     model = ""
     for b in doc["benchmarks"]:
-        be = ((b.get("config") or b.get("args") or {}).get("backend") or {})
+        be = (_gl_config(b).get("backend") or {})
         model = model or str(be.get("model", "") or "")
     return MeasuredProfile("guidellm", source, model=model, points=tuple(sorted(points, key=lambda p: p.req_per_s)),
                            input_tokens_mean=wmean("in_mean"), input_tokens_p95=wmean("in_p95"),

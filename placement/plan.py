@@ -341,6 +341,111 @@ def route(problem: Problem, plan: Plan) -> dict[str, tuple[float, ...]]:
     return out
 
 
+@dataclass
+class _Tally:
+    """Running sums of :func:`evaluate`: USD of GPU-hours and starts, provisioned and busy GPUs per window, busy GPUs
+    per pool and window."""
+
+    n_windows: int
+    gpu_usd: float = 0.0
+    start_usd: float = 0.0
+    gpus: list[int] = field(default_factory=list)
+    busy: list[float] = field(default_factory=list)
+    busy_pool: dict[str, list[float]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.gpus = [0] * self.n_windows
+        self.busy = [0.0] * self.n_windows
+
+    def add_busy(self, w: int, share: float, pool_gpus: dict[str, list[float]]) -> None:
+        """``share`` of the GPUs ``pool_gpus`` ({pool: GPUs per window}) busy in window ``w``."""
+        for pid, g in pool_gpus.items():
+            self.busy_pool.setdefault(pid, [0.0] * self.n_windows)[w] += share * g[w]
+
+
+def _tally_dedicated(problem: Problem, plan: Plan, t: _Tally) -> tuple[dict[str, list[float]], dict[str, list[float]],
+                                                                      dict[str, dict[str, list[float]]]]:
+    """Add the dedicated replicas' GPU-hours, GPUs and starts to ``t``; return per model (capacity req/s, GPUs,
+    {pool: GPUs}) per window."""
+    pools, opts, W, hours = problem.pool_by_id, problem.option_by_key, problem.n_windows, problem.window_hours
+    ded_cap = {m.name: [0.0] * W for m in problem.models}
+    ded_gpus = {m.name: [0.0] * W for m in problem.models}
+    ded_pool_gpus: dict[str, dict[str, list[float]]] = {}  # model -> {pool: dedicated GPUs per window}
+    for key, counts in plan.replicas.items():
+        o = opts[key]
+        price = pools[o.pool].usd_per_gpu_hour
+        for w, n in enumerate(counts):
+            t.gpu_usd += n * o.gpus * price * hours
+            t.gpus[w] += n * o.gpus
+            ded_cap[o.model][w] += n * o.capacity_req_per_s
+            ded_gpus[o.model][w] += n * o.gpus
+            ded_pool_gpus.setdefault(o.model, {}).setdefault(o.pool, [0.0] * W)[w] += n * o.gpus
+        t.start_usd += starts(counts) * o.start_cost_usd
+    return ded_cap, ded_gpus, ded_pool_gpus
+
+
+def _tally_prefill_decode(problem: Problem, plan: Plan, t: _Tally) -> None:
+    """Add the prefill and decode replicas' GPU-hours, GPUs, starts and busy GPUs to ``t``: a group of replicas
+    (model, role, site, decode site) is busy in proportion to the KV flows it carries over its capacity."""
+    pools, W, hours = problem.pool_by_id, problem.n_windows, problem.window_hours
+    pd_opts = problem.pd_option_by_key
+    pd_cap: dict[tuple, list[float]] = {}  # (model, role, site, decode site) -> capacity per window, req/s
+    pd_gpus: dict[tuple, list[float]] = {}
+    pd_pool_gpus: dict[tuple, dict[str, list[float]]] = {}  # group -> {pool: GPUs per window}
+    for pkey, counts in plan.pd_replicas.items():
+        o = pd_opts[pkey]
+        price = pools[o.pool].usd_per_gpu_hour
+        group = (o.model, o.role, pools[o.pool].site, o.decode_site)
+        for w, n in enumerate(counts):
+            t.gpu_usd += n * o.gpus * price * hours
+            t.gpus[w] += n * o.gpus
+            pd_cap.setdefault(group, [0.0] * W)[w] += n * o.capacity_req_per_s
+            pd_gpus.setdefault(group, [0.0] * W)[w] += n * o.gpus
+            pd_pool_gpus.setdefault(group, {}).setdefault(o.pool, [0.0] * W)[w] += n * o.gpus
+        t.start_usd += starts(counts) * o.start_cost_usd
+    for group, gcaps in pd_cap.items():
+        mname, role, site, dsite = group
+        for w in range(W):
+            load = sum(f[w] for (m, ps, ds), f in plan.kv_flows_req_per_s.items()
+                       if m == mname and ((role == "prefill" and ps == site and ds == dsite)
+                                          or (role == "decode" and ds == site)))
+            if gcaps[w] > 0:
+                t.busy[w] += min(1.0, load / gcaps[w]) * pd_gpus[group][w]
+                t.add_busy(w, min(1.0, load / gcaps[w]), pd_pool_gpus[group])
+
+
+def _tally_shared(problem: Problem, plan: Plan, t: _Tally) -> dict[str, list[float]]:
+    """Add the shared GPUs (on in every window) and their busy shares (served / capacity per resident) to ``t``;
+    return per model the rate its shared GPUs serve per window, req/s."""
+    pools, shares, W, hours = problem.pool_by_id, problem.share_by_key, problem.n_windows, problem.window_hours
+    shared_served = {m.name: [0.0] * W for m in problem.models}
+    for g in plan.shared:
+        price = pools[g.pool].usd_per_gpu_hour
+        t.gpu_usd += price * hours * W
+        for w in range(W):
+            t.gpus[w] += 1
+        for mname, served in g.served_req_per_s.items():
+            cap = shares[(mname, g.pool)].capacity_req_per_s
+            for w, f in enumerate(served):
+                t.busy[w] += f / cap
+                t.busy_pool.setdefault(g.pool, [0.0] * W)[w] += f / cap
+                shared_served[mname][w] += f
+    return shared_served
+
+
+def _served_away(problem: Problem, served_demand: dict[str, tuple[float, ...]],
+                 caps: dict[str, list[dict[str, float]]]) -> dict[str, tuple[float, ...]]:
+    """Per model and window the served rate beyond its origin site's capacity (all of it served away), req/s."""
+    away = {}
+    for m in problem.models:
+        rows = []
+        for w, d in enumerate(served_demand[m.name]):
+            at_origin = caps[m.name][w].get(m.origin_site, 0.0) if m.origin_site else d
+            rows.append(max(0.0, d - at_origin))
+        away[m.name] = tuple(rows)
+    return away
+
+
 def evaluate(problem: Problem, plan: Plan) -> Evaluation:
     """Cost and utilization of ``plan`` on ``problem`` (plain Python; no solver).
 
@@ -352,65 +457,11 @@ def evaluate(problem: Problem, plan: Plan) -> Evaluation:
     and a shared GPU in proportion to sum(served / capacity) over its models.
     """
     pools = problem.pool_by_id
-    opts = problem.option_by_key
-    shares = problem.share_by_key
     W = problem.n_windows
-    hours = problem.window_hours
-    gpu_usd = 0.0
-    start_usd = 0.0
-    gpus = [0] * W
-    busy = [0.0] * W
-    ded_cap = {m.name: [0.0] * W for m in problem.models}
-    ded_gpus = {m.name: [0.0] * W for m in problem.models}
-    ded_pool_gpus: dict[str, dict[str, list[float]]] = {}  # model -> {pool: dedicated GPUs per window}
-    busy_pool: dict[str, list[float]] = {}
-    shared_served = {m.name: [0.0] * W for m in problem.models}
-    for key, counts in plan.replicas.items():
-        o = opts[key]
-        price = pools[o.pool].usd_per_gpu_hour
-        for w, n in enumerate(counts):
-            gpu_usd += n * o.gpus * price * hours
-            gpus[w] += n * o.gpus
-            ded_cap[o.model][w] += n * o.capacity_req_per_s
-            ded_gpus[o.model][w] += n * o.gpus
-            ded_pool_gpus.setdefault(o.model, {}).setdefault(o.pool, [0.0] * W)[w] += n * o.gpus
-        start_usd += starts(counts) * o.start_cost_usd
-    pd_opts = problem.pd_option_by_key
-    pd_cap: dict[tuple, list[float]] = {}  # (model, role, site, decode site) -> capacity per window, req/s
-    pd_gpus: dict[tuple, list[float]] = {}
-    pd_pool_gpus: dict[tuple, dict[str, list[float]]] = {}  # group -> {pool: GPUs per window}
-    for pkey, counts in plan.pd_replicas.items():
-        o = pd_opts[pkey]
-        price = pools[o.pool].usd_per_gpu_hour
-        group = (o.model, o.role, pools[o.pool].site, o.decode_site)
-        for w, n in enumerate(counts):
-            gpu_usd += n * o.gpus * price * hours
-            gpus[w] += n * o.gpus
-            pd_cap.setdefault(group, [0.0] * W)[w] += n * o.capacity_req_per_s
-            pd_gpus.setdefault(group, [0.0] * W)[w] += n * o.gpus
-            pd_pool_gpus.setdefault(group, {}).setdefault(o.pool, [0.0] * W)[w] += n * o.gpus
-        start_usd += starts(counts) * o.start_cost_usd
-    for group, gcaps in pd_cap.items():
-        mname, role, site, dsite = group
-        for w in range(W):
-            load = sum(f[w] for (m, ps, ds), f in plan.kv_flows_req_per_s.items()
-                       if m == mname and ((role == "prefill" and ps == site and ds == dsite)
-                                          or (role == "decode" and ds == site)))
-            if gcaps[w] > 0:
-                busy[w] += min(1.0, load / gcaps[w]) * pd_gpus[group][w]
-                for pid, pool_gpus in pd_pool_gpus[group].items():
-                    busy_pool.setdefault(pid, [0.0] * W)[w] += min(1.0, load / gcaps[w]) * pool_gpus[w]
-    for g in plan.shared:
-        price = pools[g.pool].usd_per_gpu_hour
-        gpu_usd += price * hours * W
-        for w in range(W):
-            gpus[w] += 1
-        for mname, served in g.served_req_per_s.items():
-            cap = shares[(mname, g.pool)].capacity_req_per_s
-            for w, f in enumerate(served):
-                busy[w] += f / cap
-                busy_pool.setdefault(g.pool, [0.0] * W)[w] += f / cap
-                shared_served[mname][w] += f
+    t = _Tally(W)
+    ded_cap, ded_gpus, ded_pool_gpus = _tally_dedicated(problem, plan, t)
+    _tally_prefill_decode(problem, plan, t)
+    shared_served = _tally_shared(problem, plan, t)
     served_demand = plan.served_req_per_s(problem)
     for (mname, _ps, _ds), flows in plan.kv_flows_req_per_s.items():
         for w, f in enumerate(flows):
@@ -419,26 +470,20 @@ def evaluate(problem: Problem, plan: Plan) -> Evaluation:
         for w, d in enumerate(served_demand[m.name]):
             need = max(0.0, d - shared_served[m.name][w])
             if ded_cap[m.name][w] > 0:
-                busy[w] += min(1.0, need / ded_cap[m.name][w]) * ded_gpus[m.name][w]
-                for pid, pool_gpus in ded_pool_gpus.get(m.name, {}).items():
-                    busy_pool.setdefault(pid, [0.0] * W)[w] += min(1.0, need / ded_cap[m.name][w]) * pool_gpus[w]
+                t.busy[w] += min(1.0, need / ded_cap[m.name][w]) * ded_gpus[m.name][w]
+                t.add_busy(w, min(1.0, need / ded_cap[m.name][w]), ded_pool_gpus.get(m.name, {}))
     committed_usd = sum(c * pools[pid].committed_usd_per_gpu_hour * problem.horizon_hours
                         for pid, c in commitments(problem, plan).items())
-    gpu_usd += committed_usd
+    t.gpu_usd += committed_usd
     egress = route(problem, plan)
     kv = kv_traffic(problem, plan).egress_usd if plan.kv_flows_req_per_s else 0.0
     egress_usd = sum(sum(v) for v in egress.values()) + kv
     caps = site_capacity(problem, plan)
     cap_total = {m: tuple(sum(d.values()) for d in per_w) for m, per_w in caps.items()}
-    away = {}
-    for m in problem.models:
-        rows = []
-        for w, d in enumerate(served_demand[m.name]):
-            at_origin = caps[m.name][w].get(m.origin_site, 0.0) if m.origin_site else d
-            rows.append(max(0.0, d - at_origin))
-        away[m.name] = tuple(rows)
-    util = tuple(busy[w] / gpus[w] if gpus[w] else 0.0 for w in range(W))
-    return Evaluation(gpu_usd=gpu_usd, start_usd=start_usd, egress_usd=egress_usd, gpu_hours=sum(gpus) * hours,
-                      gpus_per_window=tuple(gpus), utilization_per_window=util, capacity_req_per_s=cap_total,
-                      served_away_req_per_s=away, kv_egress_usd=kv, committed_usd=committed_usd,
-                      busy_gpus_by_pool={pid: tuple(b) for pid, b in busy_pool.items()})
+    util = tuple(t.busy[w] / t.gpus[w] if t.gpus[w] else 0.0 for w in range(W))
+    return Evaluation(gpu_usd=t.gpu_usd, start_usd=t.start_usd, egress_usd=egress_usd,
+                      gpu_hours=sum(t.gpus) * problem.window_hours, gpus_per_window=tuple(t.gpus),
+                      utilization_per_window=util, capacity_req_per_s=cap_total,
+                      served_away_req_per_s=_served_away(problem, served_demand, caps), kv_egress_usd=kv,
+                      committed_usd=committed_usd,
+                      busy_gpus_by_pool={pid: tuple(b) for pid, b in t.busy_pool.items()})

@@ -481,6 +481,19 @@ class Problem:
     kv_routes: tuple[KvRoute, ...] = ()
 
     def __post_init__(self) -> None:
+        self._check_scalars()
+        self._check_pools()
+        names = self._check_models()
+        pools = self.pool_by_id
+        self._check_options(pools, set(names))
+        self._check_shares(pools, set(names))
+        for (a, b), rate in self.egress_usd_per_gb.items():
+            check_range(rate, field=f"egress_usd_per_gb[{a}->{b}]", source="problem", low=0)
+        self._check_pd(pools, names)
+
+    def _check_scalars(self) -> None:
+        """max_models_per_shared_gpu a whole number >= 1 or None, margin in [0, 1), window_length_s > 0 and
+        n_windows a whole number >= 1; else InputError naming the field."""
         if self.max_models_per_shared_gpu is not None and (not isinstance(self.max_models_per_shared_gpu, int)
                                                            or self.max_models_per_shared_gpu < 1):
             raise InputError("max_models_per_shared_gpu must be a whole number >= 1 (or None)",
@@ -491,6 +504,10 @@ class Problem:
         if not (self.window_length_s > 0) or not isinstance(self.n_windows, int) or self.n_windows < 1:
             raise InputError("window_length_s must be > 0 and n_windows a whole number >= 1", field="n_windows",
                              value=self.n_windows)
+
+    def _check_pools(self) -> None:
+        """Pool ids are unique and a fallback pool is another pool of the same site and GPU type, neither spot nor
+        committed; else InputError naming the pool."""
         pool_ids = [p.id for p in self.pools]
         if len(set(pool_ids)) != len(pool_ids):
             twice = sorted({i for i in pool_ids if pool_ids.count(i) > 1})
@@ -508,6 +525,10 @@ class Problem:
             if f.committed:
                 raise InputError(f"pool {p.id}: fallback {f.id!r} is a committed pool: {COMMITTED_FALLBACK_WHY}",
                                  field="fallback", value=f.id)
+
+    def _check_models(self) -> list[str]:
+        """Model names are unique and every model has one demand value per window; returns the names in order.
+        Raises InputError naming the model."""
         names = [m.name for m in self.models]
         if len(set(names)) != len(names):
             dup = sorted({n for n in names if names.count(n) > 1})
@@ -517,8 +538,12 @@ class Problem:
             if len(m.demand_req_per_s) != self.n_windows:
                 raise InputError(f"model {m.name}: {len(m.demand_req_per_s)} demand values for "
                                  f"{self.n_windows} windows", field="demand_req_per_s")
-        pools = self.pool_by_id
-        name_set = set(names)
+        return names
+
+    def _check_options(self, pools: dict[str, Pool], name_set: set[str]) -> None:
+        """Every dedicated option names a known pool and model, its tp divides the pool's node (pipeline stages:
+        tp = the node), it is given once, and it has class capacities exactly when its model has classes (and
+        only of those classes); else InputError naming the option."""
         seen = set()
         for o in self.options:
             if o.pool not in pools:
@@ -540,15 +565,15 @@ class Problem:
                                  f"the model's classes {sorted(m_classes)} (and only when it has classes)",
                                  field="class_capacity_req_per_s", value=sorted(o.class_capacity))
             seen.add(o.key)
+
+    def _check_shares(self, pools: dict[str, Pool], name_set: set[str]) -> None:
+        """Every share option names a known pool and model, one without request classes; else InputError."""
         for s in self.share_options:
             if s.pool not in pools or s.model not in name_set:
                 raise InputError(f"share option {s.model}@{s.pool}: unknown model or pool", field="share_options")
             if self.model_by_name[s.model].classes:
                 raise InputError(f"share option {s.model}@{s.pool}: a model with request classes cannot use shared "
                                  "GPUs yet", field="share_options")
-        for (a, b), rate in self.egress_usd_per_gb.items():
-            check_range(rate, field=f"egress_usd_per_gb[{a}->{b}]", source="problem", low=0)
-        self._check_pd(pools, names)
 
     def _check_pd(self, pools: dict[str, Pool], names: list[str]) -> None:
         routes = {r.key for r in self.kv_routes}

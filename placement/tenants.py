@@ -354,21 +354,14 @@ def evaluate_allocation(problem: TenantProblem, allocation: Allocation) -> Objec
         served_gpu_windows=served_total, attainment=attainment, sla_met=sla_met)
 
 
-def validate_allocation(problem: TenantProblem, allocation: Allocation, *, check_guarantees: bool = True
-                        ) -> Objectives:
-    """Re-check ``allocation`` against ``problem`` with no solver; return its :class:`Objectives`.
-
-    Rules: known tenant, node and window; whole GPUs > 0; per node and window Σ GPUs ≤ G_n; the tenant runs on
-    the node's GPU type; per tenant and window Σ GPUs ≤ min(burst, ceil(demand)); if ``allocation.margin``, every
-    shared node stays within G_n (1 − s); if ``check_guarantees``, each tenant's delivered GPUs (allocated GPUs
-    when ``allocation.margin`` is False) reach its guarantee min(quota, demand) in every window.
-
-    Raises AllocationError listing up to 10 violations.
-    """
+def _tally_cells(problem: TenantProblem, allocation: Allocation, bad: list[str]
+                 ) -> tuple[dict[tuple[str, int], dict[str, int]], dict[tuple[str, int], int]]:
+    """GPUs per (node, window) by tenant and per (tenant, window) of the allocation's well-formed cells; a cell
+    with an unknown tenant, node or window or a GPU count that is not a whole number >= 0 is reported in ``bad``
+    and left out, as is (reported, kept) a tenant holding GPUs of a type it does not run on."""
     tenants = {t.name: t for t in problem.tenants}
     nodes = {n.name: n for n in problem.nodes}
     W = problem.n_windows
-    bad: list[str] = []
     per_node: dict[tuple[str, int], dict[str, int]] = {}
     per_tenant: dict[tuple[str, int], int] = {}
     for (t, w, n), g in allocation.gpus.items():
@@ -388,6 +381,15 @@ def validate_allocation(problem: TenantProblem, allocation: Allocation, *, check
             bad.append(f"{t} holds {g} GPUs on {n} ({nodes[n].gpu}) but runs only on {', '.join(tenants[t].gpu_types)}")
         per_node.setdefault((n, w), {})[t] = per_node.get((n, w), {}).get(t, 0) + g
         per_tenant[(t, w)] = per_tenant.get((t, w), 0) + g
+    return per_node, per_tenant
+
+
+def _check_limits(problem: TenantProblem, allocation: Allocation, per_node: dict[tuple[str, int], dict[str, int]],
+                  per_tenant: dict[tuple[str, int], int], bad: list[str]) -> None:
+    """Report in ``bad`` every node and window over its GPUs (with a margin: a shared node over its
+    interference-adjusted capacity) and every tenant and window over min(burst, ceil(demand))."""
+    tenants = {t.name: t for t in problem.tenants}
+    nodes = {n.name: n for n in problem.nodes}
     for (n, w), held in per_node.items():
         held = {t: g for t, g in held.items() if g}
         tot = sum(held.values())
@@ -403,16 +405,38 @@ def validate_allocation(problem: TenantProblem, allocation: Allocation, *, check
         lim = tenants[t].wanted(w)
         if g > lim:
             bad.append(f"{t} window {w}: {g} GPUs exceed min(burst, ceil(demand)) = {lim}")
+
+
+def _check_guarantees(problem: TenantProblem, allocation: Allocation, per_tenant: dict[tuple[str, int], int],
+                      bad: list[str]) -> None:
+    """Report in ``bad`` every tenant and window short of its guarantee min(quota, demand): with a margin the
+    guarantee must be delivered; without one (no headroom promised) it must be allocated."""
+    got = _delivered(problem, allocation) if allocation.margin else {k: float(v) for k, v in per_tenant.items()}
+    for tenant in problem.tenants:
+        for w in range(problem.n_windows):
+            short = tenant.guaranteed(w) - got.get((tenant.name, w), 0.0)
+            if short > 1e-6:
+                bad.append(f"{tenant.name} window {w}: guarantee {tenant.guaranteed(w):g} GPUs, delivered "
+                           f"{got.get((tenant.name, w), 0.0):.2f}")
+
+
+def validate_allocation(problem: TenantProblem, allocation: Allocation, *, check_guarantees: bool = True
+                        ) -> Objectives:
+    """Re-check ``allocation`` against ``problem`` with no solver; return its :class:`Objectives`.
+
+    Rules: known tenant, node and window; whole GPUs > 0; per node and window Σ GPUs ≤ G_n; the tenant runs on
+    the node's GPU type; per tenant and window Σ GPUs ≤ min(burst, ceil(demand)); if ``allocation.margin``, every
+    shared node stays within G_n (1 − s); if ``check_guarantees``, each tenant's delivered GPUs (allocated GPUs
+    when ``allocation.margin`` is False) reach its guarantee min(quota, demand) in every window.
+
+    Raises AllocationError listing up to 10 violations.
+    """
+    bad: list[str] = []
+    per_node, per_tenant = _tally_cells(problem, allocation, bad)
+    _check_limits(problem, allocation, per_node, per_tenant, bad)
     obj = evaluate_allocation(problem, allocation)
     if check_guarantees and not bad:
-        # With a margin the guarantee must be delivered; without one (no headroom promised) it must be allocated.
-        got = _delivered(problem, allocation) if allocation.margin else {k: float(v) for k, v in per_tenant.items()}
-        for tenant in problem.tenants:
-            for w in range(W):
-                short = tenant.guaranteed(w) - got.get((tenant.name, w), 0.0)
-                if short > 1e-6:
-                    bad.append(f"{tenant.name} window {w}: guarantee {tenant.guaranteed(w):g} GPUs, delivered "
-                               f"{got.get((tenant.name, w), 0.0):.2f}")
+        _check_guarantees(problem, allocation, per_tenant, bad)
     if bad:
         more = f" (and {len(bad) - 10} more)" if len(bad) > 10 else ""
         raise AllocationError(f"allocation '{allocation.policy}' is invalid: " + "; ".join(bad[:10]) + more)

@@ -1,35 +1,42 @@
-"""A read scenario into a placement :class:`~fleetplan.placement.problem.Problem`: pools, dedicated options with their
-capacity under each model's SLO, shared-GPU options, request classes and prefill/decode options.
+"""A read scenario into a placement :class:`~fleetplan.placement.problem.Problem`.
+
+:func:`build_problem` does it in this order, one function per step:
+
+1. the scenario-wide inputs (:func:`_sizing_inputs`): prices as of ``price_date``, the roofline calibration, the
+   inter-node link, the allowed GPU types, the measured profiles;
+2. the pools (:func:`fleetplan.scenario.pools.scenario_pools`): one priced pool per inventory row;
+3. the disaggregation settings (:func:`_disaggregation`): which models and which prefill-only sites;
+4. per model (:func:`_model_part`): its inputs (:func:`_model_inputs`: architecture, arrivals peak factor, dtypes,
+   SLO, origin, request classes), its :class:`~fleetplan.placement.problem.ModelSpec` (:func:`_model_spec`), then on
+   every pool its dedicated options, pipeline-parallel options and shared-GPU option
+   (:mod:`fleetplan.scenario.options`), then its prefill/decode options and KV routes
+   (:mod:`fleetplan.scenario.disagg`), and last its capacities divided by its peak factor;
+5. the Problem (:func:`_problem`): the parts with the egress table and the notes.
+
+A new kind of option is one more step of :func:`_pool_options` (or of :func:`_model_part` when it spans pools); a
+property of every option (e.g. the serving engine it assumes) belongs to :func:`fleetplan.scenario.options.
+option_capacity` and the records it fills.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from fleetplan.costmodels.arrivals import MIN_INTERVALS_PER_WINDOW
 from fleetplan.costmodels.calibration import Calibration
-from fleetplan.costmodels.capacity import ReplicaCapacity, replica_capacity
-from fleetplan.costmodels.demand import TokenMix
-from fleetplan.costmodels.hardware import GPU, Model
-from fleetplan.costmodels.network import Link, Site
-from fleetplan.costmodels.prices import (
-    check_price_date,
-)
-from fleetplan.costmodels.profile_capacity import MeasuredProfile, measured_replica_capacity
-from fleetplan.costmodels.queueing import poisson_occupancy_quantile
-from fleetplan.costmodels.slo import SLO
+from fleetplan.costmodels.hardware import GPU
+from fleetplan.costmodels.network import Site
+from fleetplan.costmodels.prices import GpuPrice, check_price_date
+from fleetplan.costmodels.profile_capacity import MeasuredProfile
 from fleetplan.datasets.calibration import load_calibration
 from fleetplan.datasets.catalog.names import get_gpu
 from fleetplan.datasets.catalog.prices import load_gpu_prices
 from fleetplan.datasets.network import inter_node_link
-from fleetplan.datasets.traces import (
-    trace_peak_factor,
-)
+from fleetplan.datasets.traces import trace_peak_factor
 from fleetplan.errors import InputError, UnknownNameError
-from fleetplan.fileio import validate_input
 from fleetplan.placement.problem import (
     DeratingKey,
     KvRoute,
@@ -39,35 +46,30 @@ from fleetplan.placement.problem import (
     ReplicaOption,
     ShareOption,
 )
-from fleetplan.scenario.classes import trace_classes
-from fleetplan.scenario.disagg import prefill_decode_options
-from fleetplan.scenario.pools import build_pool, check_pool_names, egress_table, with_on_demand_reference
+from fleetplan.scenario.classes import model_classes
+from fleetplan.scenario.disagg import Disaggregation, prefill_decode_options
+from fleetplan.scenario.options import (
+    ModelInputs,
+    SizingContext,
+    pipeline_candidates,
+    profile_notes,
+    replica_options,
+    roofline_source,
+    shared_options,
+    tp_candidates,
+)
+from fleetplan.scenario.pools import egress_table, scenario_pools
 from fleetplan.scenario.profiles import scenario_profiles
 from fleetplan.scenario.read import (
     Scenario,
     at_field,
-    check_region,
     field_error,
     scenario_catalog_file,
     scenario_model,
-    token_mix_from_spec,
+    scenario_spec,
     within_entry,
 )
-from fleetplan.scenario.schemas import ENTRY_LABELS, ArrivalsSpec, ClassEdgesSpec, ScenarioFile
-
-
-def _option_capacity(prof: MeasuredProfile | None, model: Model, gpu: GPU, mix: TokenMix, slo: SLO, *,
-                     weight_dtype: str, kv_dtype: str, memory_utilization: float, tp: int, calib: Calibration,
-                     pp: int = 1, link: Link | None = None, residents: int = 1,
-                     kv_budget_bytes: float | None = None) -> ReplicaCapacity:
-    """Capacity of one option from its measured profile when it has one, else from the calibrated roofline."""
-    if prof is not None:
-        return measured_replica_capacity(prof, mix, slo, model=model, gpu=gpu, tp=tp,
-                                         memory_utilization=memory_utilization, weight_dtype=weight_dtype,
-                                         kv_dtype=kv_dtype, residents=residents, kv_budget_bytes=kv_budget_bytes)
-    return replica_capacity(model, gpu, mix, slo, tp=tp, pp=pp, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
-                            memory_utilization=memory_utilization, link=link, calib=calib, residents=residents,
-                            kv_budget_bytes=kv_budget_bytes)
+from fleetplan.scenario.schemas import ArrivalsSpec, ScenarioFile, ScenarioModel
 
 
 def _peak_factor(spec: ArrivalsSpec | None, window_s: float, base: Path | None, source: str,
@@ -103,87 +105,77 @@ def _peaked(o: ReplicaOption, peak: float) -> ReplicaOption:
                                capacity_source=f"{o.capacity_source} ÷ peak factor {peak:.3g}")
 
 
-def build_problem(scenario: Scenario, *, progress: Callable[[str], None] | None = None,
-                  derating: dict[DeratingKey, float] | None = None) -> Problem:
-    """Evaluate the cost models for every (model, pool, tp, pp) of ``scenario`` and return the numeric Problem.
+def _peaked_share(s: ShareOption, peak: float) -> ShareOption:
+    """``s`` with its capacity divided by the peak factor, its source saying so."""
+    return dataclasses.replace(s, capacity_req_per_s=s.capacity_req_per_s / peak,
+                               capacity_source=f"{s.capacity_source} ÷ peak factor {peak:.3g}")
 
-    For each model and pool: dedicated options for every tp in the model's list that divides the node size and
-    whose capacity under the SLO is positive; pipeline-parallel options (tp = node size, pp = 2..4 nodes) when the
-    model does not fit in one node; a shared-GPU option (tp 1) with a KV budget of at most
-    ``shared_kv_fraction`` of the GPU, when the weights fit there. Options left out are recorded with the cost
-    model's reason (``Problem.option_notes``), so an infeasible problem can be explained.
 
-    ``derating`` multiplies the capacity of the options it names (:data:`DeratingKey`; factors in (0, 1]) after the
-    cost model: the replay-verified planner (:mod:`fleetplan.simulator.verify`) tightens options whose replay missed
-    a target. Raises InputError for a factor outside (0, 1].
-    """
+@dataclass(frozen=True)
+class _Inputs:
+    """The scenario-wide inputs of the build (step 1): the checked file, where relative paths start, the sizing
+    context of every option, the price rows, the allowed GPU types (None: all) and the measured profiles."""
+
+    spec: ScenarioFile
+    base: Path | None
+    sizing: SizingContext
+    prices: list[GpuPrice]
+    allowed_gpus: set[str] | None
+    measured: dict[str, dict[tuple[str, int], MeasuredProfile]]
+
+
+@dataclass
+class _ModelPart:
+    """What one model adds to the Problem: its spec, options of each kind, KV routes and notes on what was left
+    out."""
+
+    spec: ModelSpec
+    options: list[ReplicaOption]
+    shares: list[ShareOption]
+    pd_options: list[ReplicaOption]
+    kv_routes: list[KvRoute]
+    notes: tuple[str, ...]
+
+
+def _checked_derating(derating: dict[DeratingKey, float] | None) -> dict[DeratingKey, float]:
+    """A copy of ``derating``; InputError for a factor outside (0, 1]."""
     derating = dict(derating or {})
     for key, f in derating.items():
         if not 0.0 < f <= 1.0:
             raise InputError(f"derating factor {f!r} of {key} must be in (0, 1]", field="derating", value=f)
+    return derating
 
-    opts = scenario.options
-    where = scenario.source
-    spec = scenario.spec or validate_input(ScenarioFile, scenario.raw, source=where, labels=ENTRY_LABELS)
+
+def _sizing_inputs(scenario: Scenario, derating: dict[DeratingKey, float]) -> _Inputs:
+    """Step 1: the measured profiles, the price rows (``price_date`` checked against them: a real date, not before
+    every dated snapshot, else find_price would blame an inventory row's price), the calibration file (relative to
+    the scenario's folder), the inter-node link and the allowed GPU types. Raises InputError naming the option."""
+    opts, where = scenario.options, scenario.source
+    spec = scenario_spec(scenario)
     base = Path(scenario.base_dir) if scenario.base_dir else None
-
-    def _file(key: str) -> str | None:
-        return scenario_catalog_file(scenario, key)
-
     measured = scenario_profiles(scenario)
-    prices = load_gpu_prices(_file("prices"))
-    try:  # a real date, not before every dated snapshot (else find_price would blame an inventory row's price)
+    prices = load_gpu_prices(scenario_catalog_file(scenario, "prices"))
+    try:
         check_price_date(opts.get("price_date"), prices=prices)
     except InputError as exc:
         raise field_error(str(exc).removeprefix("field 'price_date': "), f"{where}: options", "price_date",
-                   opts.get("price_date")) from None
+                          opts.get("price_date")) from None
     calib_file = opts.get("calibration")
     if calib_file is not None and base is not None and not Path(calib_file).is_absolute():
         calib_file = str(base / calib_file)
     link = inter_node_link(opts.get("inter_node_link"))
     allowed = opts.get("allowed_gpus")
     with at_field(f"{where}: options", "allowed_gpus"):
-        allowed_names = {get_gpu(g, _file("gpus")).name for g in allowed} if allowed else None
-    pools: list[Pool] = []
-    rows_where: list[str] = []
-    gpus = {}
-    site_rows: dict[str, int] = {}
-    for i, s in enumerate(spec.sites):
-        sw = f"{where}: sites[{i}]"
-        with within_entry(sw, "name"):
-            parsed = Site.parse(s.name)
-        site = parsed.name
-        if site in site_rows:
-            raise field_error(f"site {site!r} is listed twice (sites[{site_rows[site]}] and sites[{i}]); list each "
-                              f"site "
-                       "once, with all its inventory rows under it", sw, "name", s.name)
-        site_rows[site] = i
-        if any(row.usd_per_gpu_hour is None for row in s.inventory):  # a catalog price is looked up
-            check_region(parsed, prices, sw)
-        for j, row in enumerate(s.inventory):
-            rw = f"{sw}.inventory[{j}]"
-            with at_field(rw, "gpu"):
-                gpu = get_gpu(row.gpu, _file("gpus"))
-            if allowed_names is not None and gpu.name not in allowed_names:
-                continue
-            gpus[gpu.name] = gpu
-            pm = row.pricing_model or s.pricing_model or opts["pricing_model"]
-            pools.append(build_pool(row, rw, site, gpu, pm, prices, opts))
-            rows_where.append(rw)
-    if not pools:
-        raise field_error("no GPU pool left (check allowed_gpus and the inventories)", where, "sites")
-    pools = with_on_demand_reference(pools, prices, opts.get("price_date"), rows_where)
-    check_pool_names(pools, rows_where)
-    site_names = sorted({p.site for p in pools})
+        allowed_names = ({get_gpu(g, scenario_catalog_file(scenario, "gpus")).name for g in allowed} if allowed
+                         else None)
+    return _Inputs(spec, base, SizingContext(opts, link, calib_file, derating), prices, allowed_names, measured)
 
-    mu_mem = opts["memory_utilization"]
-    models: list[ModelSpec] = []
-    options: list[ReplicaOption] = []
-    shares: list[ShareOption] = []
-    notes: dict[str, tuple[str, ...]] = {}
-    pd_options: list[ReplicaOption] = []
-    kv_routes: list[KvRoute] = []
-    dis = opts["disaggregation"]
+
+def _disaggregation(scenario: Scenario, spec: ScenarioFile, pools: list[Pool]) -> Disaggregation:
+    """Step 3: ``options.disaggregation`` checked against the pools and models: its prefill-only sites are sites
+    of the pools, not all of them, and its models are the scenario's. Raises InputError / UnknownNameError."""
+    where = scenario.source
+    dis = scenario.options["disaggregation"]
     dis_models = set(dis["models"]) if dis["models"] is not None else None
     prefill_only = {Site.parse(x).name for x in dis["prefill_only_sites"]} if dis["enabled"] else set()
     if not prefill_only <= {p.site for p in pools}:
@@ -193,179 +185,108 @@ def build_problem(scenario: Scenario, *, progress: Callable[[str], None] | None 
     if prefill_only and prefill_only == {p.site for p in pools}:
         raise field_error(f"every site ({', '.join(sorted(prefill_only))}) is prefill-only, so no model can be "
                           f"decoded or "
-                   "served anywhere; leave at least one site out of prefill_only_sites", where,
-                   "options.disaggregation.prefill_only_sites")
+                          "served anywhere; leave at least one site out of prefill_only_sites", where,
+                          "options.disaggregation.prefill_only_sites")
     if dis["enabled"] and dis_models is not None and not dis_models <= {m.name for m in spec.models}:
         raise UnknownNameError("scenario model", sorted(dis_models - {m.name for m in spec.models})[0],
                                [m.name for m in spec.models], source=where, field="options.disaggregation.models")
-    model_rows: dict[str, int] = {}
-    for i, m in enumerate(spec.models):
-        mw = f"{where}: models[{i}]"
-        model = scenario_model(m, mw, base, _file("models"))
-        first = (len(options), len(shares), len(pd_options))
-        peak, peak_src = _peak_factor(m.arrivals or spec.options.arrivals, opts["window_length_s"], base, where,
-                                      f"models[{i}].arrivals" if m.arrivals else "options.arrivals")
-        wd = m.weight_dtype or opts["weight_dtype"]
-        kvd = m.kv_dtype or opts["kv_dtype"]
-        slo = m.slo.to_slo()
-        tps = m.tp_degrees
-        origin = m.origin_site
-        if origin is not None:
-            with within_entry(mw, "origin_site"):
-                origin = Site.parse(origin).name
-            if origin not in site_names:
-                raise UnknownNameError("site", origin, site_names, source=mw, field="origin_site")
-        demand = scenario.demands[m.name]
-        rates = tuple(w.rate_peak_req_per_s if opts["demand_rate"] == "peak" else w.rate_mean_req_per_s
-                      for w in demand.windows)
-        mix = scenario.token_mixes[m.name]
-        request_bytes = 2 * (mix.input_tokens_mean + mix.output_tokens_mean) * opts["bytes_per_token"]
-        min_r, max_r = m.min_replicas, m.max_replicas
-        class_list = trace_classes(m, mw) if m.classes == "auto" or isinstance(m.classes, ClassEdgesSpec) else [
-            (c.name, c.share, token_mix_from_spec(c.token_mix, f"{mw}.classes[{k}]"),
-             c.input_tokens_max or math.inf, c.output_tokens_max or math.inf)
-            for k, c in enumerate(m.classes or [])]
-        class_mixes = {c[0]: (c[1], c[2]) for c in class_list}
-        if model.name in model_rows:
-            raise field_error(f"models[{model_rows[model.name]}] and models[{i}] are both the model {model.name!r}; "
-                              f"give "
-                       "each model once", mw, "name", m.name)
-        model_rows[model.name] = i
-        with within_entry(mw):
-            models.append(ModelSpec(model.name, rates, slo.ttft_s, slo.tpot_s, min_replicas=min_r,
-                                    max_replicas=max_r, origin_site=origin, request_bytes=request_bytes,
-                                    demand_source=demand.source, priority=m.priority,
-                                    class_shares=tuple((c, sh) for c, (sh, _mx) in class_mixes.items()),
-                                    class_max_tokens=tuple((c[3], c[4]) for c in class_list),
-                                    peak_factor=peak, peak_factor_source=peak_src))
-        why = []
-        weights = model.weight_bytes(wd)
-        mprof = measured.get(model.name, {})
-        for (g, t), given in mprof.items():
-            if g not in gpus or t not in tps:
-                why.append(f"profile {given.source} ({g} tp {t}) is not used: "
-                           + (f"no pool has {g}" if g not in gpus else f"tp {t} is not in the model's tp list"))
-            why += [f"profile {given.source}: {n}" for n in given.notes]
-        for pool in pools:
-            if pool.site in prefill_only:
-                continue
-            gpu = gpus[pool.gpu]
-            calib = load_calibration(gpu, calib_file)
-            roofline_src = (f"roofline ({calib.gpu} row of "
-                            f"{opts.get('calibration') or 'the shipped calibration roofline.csv'})")
-            if progress:
-                progress(f"capacity of {model.name} on {pool.id}")
-            candidates = [(tp, 1) for tp in tps if tp <= pool.gpus_per_node and pool.gpus_per_node % tp == 0]
-            why += [f"{pool.id}: tp {tp} does not fit its {pool.gpus_per_node}-GPU nodes (a tp group runs inside one "
-                    "node; list a tp that divides the node, or pipeline stages follow when the weights need more)"
-                    for tp in tps if (tp, 1) not in candidates]
-            if weights > mu_mem * pool.gpus_per_node * gpu.memory_bytes:
-                node_bytes = mu_mem * pool.gpus_per_node * gpu.memory_bytes
-                need = math.ceil(weights / node_bytes)
-                candidates += [(pool.gpus_per_node, pp) for pp in range(max(2, need), max(2, need) + 2)]
-            for tp, pp in candidates:
-                prof = mprof.get((gpu.name, tp)) if pp == 1 else None
-                label = f"{pool.id} tp {tp}{f' pp {pp}' if pp > 1 else ''}"
-                class_caps: tuple[tuple[str, float], ...] = ()
-                if class_mixes:
-                    # Each class's own capacity on this option; a class that misses the SLO (or the KV floor) has
-                    # none here. The option's reported capacity is that of the served classes' mix.
-                    served = []
-                    for cname, (share, cmix) in class_mixes.items():
-                        ccap = _option_capacity(prof, model, gpu, cmix, slo, weight_dtype=wd, kv_dtype=kvd,
-                                                memory_utilization=mu_mem, tp=tp, pp=pp, calib=calib,
-                                                link=link if pp > 1 else None)
-                        if ccap.req_per_s <= 0 or ccap.max_batch < opts["min_batch"]:
-                            why.append(f"{label} class {cname}: "
-                                       + (ccap.reason or ccap.limiting if ccap.req_per_s <= 0 else
-                                          f"KV cache holds {ccap.max_batch:.1f} sequences < min_batch"))
-                            continue
-                        served.append((cname, share, ccap))
-                    if not served:
-                        continue
-                    factor = derating.get((model.name, pool.id, tp, pp), 1.0) * (1 - pool.interruption_rate)
-                    class_caps = tuple((c, cc.req_per_s * factor) for c, _sh, cc in served)
-                    mixed = sum(sh for _c, sh, _cc in served) / sum(sh / cc.req_per_s for _c, sh, cc in served)
-                    cap = dataclasses.replace(
-                        served[0][2], req_per_s=mixed, max_batch=min(cc.max_batch for *_x, cc in served),
-                        ttft_p95_s=max(cc.ttft_p95_s for *_x, cc in served),
-                        tpot_p95_s=max(cc.tpot_p95_s for *_x, cc in served))
-                else:
-                    cap = _option_capacity(prof, model, gpu, mix, slo, weight_dtype=wd, kv_dtype=kvd,
-                                           memory_utilization=mu_mem, tp=tp, pp=pp, calib=calib,
-                                           link=link if pp > 1 else None)
-                if cap.req_per_s <= 0:
-                    why.append(f"{label}: {cap.reason or cap.limiting}")
-                    continue
-                if cap.max_batch < opts["min_batch"]:
-                    why.append(f"{label}: the KV cache left after the "
-                               f"weights holds {cap.max_batch:.1f} sequences, fewer than min_batch "
-                               f"{opts['min_batch']:g}")
-                    continue
-                load_s = weights / (tp * pp) / opts["load_bandwidth_bytes_per_s"]
-                start = load_s / 3600 * tp * pp * pool.usd_per_busy_gpu_hour + opts["usd_per_migration"]
-                options.append(ReplicaOption(model.name, pool.id, tp, pp,
-                                             cap.req_per_s * derating.get((model.name, pool.id, tp, pp), 1.0)
-                                             * (1 - pool.interruption_rate),
-                                             cap.memory_bytes_per_gpu,
-                                             start_cost_usd=start, ttft_p95_s=cap.ttft_p95_s,
-                                             tpot_p95_s=cap.tpot_p95_s, max_batch=cap.max_batch,
-                                             kv_budget_bytes=cap.kv_bytes_available,
-                                             capacity_source=cap.source if prof is not None else roofline_src,
-                                             class_capacity_req_per_s=class_caps))
-            if class_mixes:
-                continue  # a model with request classes uses no shared GPU (yet)
-            # Shared GPU: tp 1, KV budget at most shared_kv_fraction of the GPU.
-            share_budget = opts["shared_kv_fraction"] * mu_mem * gpu.memory_bytes - weights
-            if 1 in tps and share_budget > 0:
-                # Co-resident models' decode steps interleave: with K residents a model's token may wait for the
-                # other K - 1 steps, so its shared capacity is sized for TPOT target / K; and their prefills stall
-                # its decode steps and queue ahead of its prefills (capacity point 9: residents = K).
-                k = opts["max_models_per_shared_gpu"]
-                shared_slo = dataclasses.replace(slo, tpot_s=max(0.001, slo.tpot_s / k))
-                sprof = mprof.get((gpu.name, 1))
-                full = _option_capacity(sprof, model, gpu, mix, shared_slo, weight_dtype=wd, kv_dtype=kvd,
-                                        memory_utilization=mu_mem, tp=1, calib=calib, residents=k)
-                kvpt = model.kv_bytes_per_token(kvd)
-                kv_seq = model.kv_tokens_cached(mix.input_tokens_mean + mix.output_tokens_mean) * kvpt
-                kv_seq95 = model.kv_tokens_cached(mix.input_tokens_p95 + mix.output_tokens_p95) * kvpt
-                # Room for the p95 running batch at mean length plus one p95-length request (capacity point 8),
-                # with 10% to spare; never more than the shared_kv_fraction budget.
-                b = full.batch_at_capacity
-                needed = (1.1 * (poisson_occupancy_quantile(b) * kv_seq + kv_seq95)
-                          if full.req_per_s > 0 and math.isfinite(b) else share_budget)
-                budget = min(share_budget, needed)
-                cap = _option_capacity(sprof, model, gpu, mix, shared_slo, weight_dtype=wd, kv_dtype=kvd,
-                                       memory_utilization=mu_mem, tp=1, calib=calib, residents=k,
-                                       kv_budget_bytes=budget)
-                if cap.req_per_s > 0:
-                    shares.append(ShareOption(model.name, pool.id,
-                                              cap.req_per_s * derating.get((model.name, pool.id, "shared", 1), 1.0)
-                                              * (1 - pool.interruption_rate),
-                                              weights + budget,
-                                              ttft_p95_s=cap.ttft_p95_s, tpot_p95_s=cap.tpot_p95_s,
-                                              max_batch=cap.max_batch, kv_budget_bytes=budget,
-                                              capacity_source=cap.source if sprof is not None else roofline_src))
-                elif sprof is not None:
-                    why.append(f"{pool.id} shared: {cap.reason or cap.limiting}")
-        if dis["enabled"] and (dis_models is None or m.name in dis_models):
-            if class_mixes:
-                raise field_error(f"disaggregation and request classes together are not supported yet: model {m.name} "
-                           f"(models[{i}]) has classes; leave it out of options.disaggregation.models or drop its "
-                           "classes", where, "options.disaggregation")
-            pdo, routes = prefill_decode_options(model, mix, slo, pools, gpus, tps, opts, calib_file=calib_file,
-                                                 weight_dtype=wd,
-                                      kv_dtype=kvd, link=link, why=why, prefill_only=prefill_only,
-                                      derating=derating)
-            pd_options += pdo
-            kv_routes += routes
-        if peak != 1.0:  # capacity sized for peak × the window's rate: every option of the model holds 1/peak
-            options[first[0]:] = [_peaked(o, peak) for o in options[first[0]:]]
-            shares[first[1]:] = [dataclasses.replace(s, capacity_req_per_s=s.capacity_req_per_s / peak,
-                                                     capacity_source=f"{s.capacity_source} ÷ peak factor {peak:.3g}")
-                                 for s in shares[first[1]:]]
-            pd_options[first[2]:] = [_peaked(o, peak) for o in pd_options[first[2]:]]
-        notes[model.name] = tuple(why)
+    return Disaggregation(bool(dis["enabled"]), dis_models, prefill_only)
+
+
+def _model_inputs(scenario: Scenario, inputs: _Inputs, i: int, m: ScenarioModel,
+                  site_names: list[str]) -> ModelInputs:
+    """Step 4a: model ``i`` of the scenario as its options are sized: its architecture, the peak factor of its
+    ``arrivals`` (else the options'), its dtypes, SLO and tp list, its origin site (one of ``site_names``) and its
+    request classes (:func:`fleetplan.scenario.classes.model_classes`). Raises InputError / UnknownNameError
+    naming the entry."""
+    opts, where = scenario.options, scenario.source
+    mw = f"{where}: models[{i}]"
+    model = scenario_model(m, mw, inputs.base, scenario_catalog_file(scenario, "models"))
+    peak, peak_src = _peak_factor(m.arrivals or inputs.spec.options.arrivals, opts["window_length_s"], inputs.base,
+                                  where, f"models[{i}].arrivals" if m.arrivals else "options.arrivals")
+    origin = m.origin_site
+    if origin is not None:
+        with within_entry(mw, "origin_site"):
+            origin = Site.parse(origin).name
+        if origin not in site_names:
+            raise UnknownNameError("site", origin, site_names, source=mw, field="origin_site")
+    return ModelInputs(index=i, where=mw, name=m.name, model=model, weight_dtype=m.weight_dtype or opts["weight_dtype"],
+                       kv_dtype=m.kv_dtype or opts["kv_dtype"], slo=m.slo.to_slo(), mix=scenario.token_mixes[m.name],
+                       tps=m.tp_degrees, classes=model_classes(m, mw), profiles=inputs.measured.get(model.name, {}),
+                       origin_site=origin, peak_factor=peak, peak_factor_source=peak_src)
+
+
+def _model_spec(scenario: Scenario, m: ScenarioModel, mi: ModelInputs) -> ModelSpec:
+    """Step 4b: the model's :class:`ModelSpec`: its demand per window (peak or mean rate per ``demand_rate``), its
+    SLO, replica bounds, origin, request bytes (input + output tokens × bytes_per_token, both ways), priority,
+    classes and peak factor. Raises InputError naming the entry."""
+    opts = scenario.options
+    demand = scenario.demands[m.name]
+    rates = tuple(w.rate_peak_req_per_s if opts["demand_rate"] == "peak" else w.rate_mean_req_per_s
+                  for w in demand.windows)
+    mix = mi.mix
+    request_bytes = 2 * (mix.input_tokens_mean + mix.output_tokens_mean) * opts["bytes_per_token"]
+    with within_entry(mi.where):
+        return ModelSpec(mi.model.name, rates, mi.slo.ttft_s, mi.slo.tpot_s, min_replicas=m.min_replicas,
+                         max_replicas=m.max_replicas, origin_site=mi.origin_site, request_bytes=request_bytes,
+                         demand_source=demand.source, priority=m.priority,
+                         class_shares=tuple((c, sh) for c, (sh, _mx) in mi.class_mixes.items()),
+                         class_max_tokens=tuple((c[3], c[4]) for c in mi.classes),
+                         peak_factor=mi.peak_factor, peak_factor_source=mi.peak_factor_source)
+
+
+def _pool_options(sizing: SizingContext, mi: ModelInputs, pool: Pool, gpu: GPU, calib: Calibration,
+                  why: list[str]) -> tuple[list[ReplicaOption], list[ShareOption]]:
+    """Step 4c, on one pool (its GPU's roofline calibration ``calib``): the model's dedicated options (each tp of
+    its list that fits a node), its pipeline-parallel options (whole nodes as stages, when one node cannot hold the
+    weights) and its shared-GPU option; what is left out is explained in ``why``."""
+    src = roofline_source(sizing, calib)
+    dedicated = replica_options(sizing, mi, pool, gpu, tp_candidates(mi, pool, why), calib=calib,
+                                roofline_source=src, why=why)
+    pipeline = replica_options(sizing, mi, pool, gpu, pipeline_candidates(sizing, mi, pool, gpu), calib=calib,
+                               roofline_source=src, why=why)
+    shared = shared_options(sizing, mi, pool, gpu, calib=calib, roofline_source=src, why=why)
+    return dedicated + pipeline, shared
+
+
+def _model_part(scenario: Scenario, inputs: _Inputs, mi: ModelInputs, spec: ModelSpec, pools: list[Pool],
+                gpus: dict[str, GPU], dis: Disaggregation, progress: Callable[[str], None] | None) -> _ModelPart:
+    """Steps 4c-4e for one model: its options on every pool that serves (not prefill-only), its prefill/decode
+    options and KV routes when it is disaggregated, then every capacity divided by its peak factor."""
+    why = profile_notes(mi, gpus)
+    options: list[ReplicaOption] = []
+    shares: list[ShareOption] = []
+    for pool in pools:
+        if pool.site in dis.prefill_only:
+            continue
+        gpu = gpus[pool.gpu]
+        calib = load_calibration(gpu, inputs.sizing.calib_file)
+        if progress:
+            progress(f"capacity of {mi.model.name} on {pool.id}")
+        dedicated, shared = _pool_options(inputs.sizing, mi, pool, gpu, calib, why)
+        options += dedicated
+        shares += shared
+    pd_options: list[ReplicaOption] = []
+    routes: list[KvRoute] = []
+    if dis.serves(mi.name):
+        if mi.classes:
+            raise field_error(f"disaggregation and request classes together are not supported yet: model {mi.name} "
+                              f"(models[{mi.index}]) has classes; leave it out of options.disaggregation.models or "
+                              "drop its classes", scenario.source, "options.disaggregation")
+        pd_options, routes = prefill_decode_options(inputs.sizing, mi, pools, gpus, dis, why=why)
+    peak = mi.peak_factor
+    if peak != 1.0:  # capacity sized for peak × the window's rate: every option of the model holds 1/peak
+        options = [_peaked(o, peak) for o in options]
+        shares = [_peaked_share(s, peak) for s in shares]
+        pd_options = [_peaked(o, peak) for o in pd_options]
+    return _ModelPart(spec, options, shares, pd_options, routes, tuple(why))
+
+
+def _problem(scenario: Scenario, pools: list[Pool], parts: list[_ModelPart]) -> Problem:
+    """Step 5: the Problem of the parts, with the egress table between the pools' sites and the notes (each
+    model's demand source, synthetic demand, peak factors)."""
+    opts = scenario.options
+    models = [p.spec for p in parts]
     n_windows = len(next(iter(scenario.demands.values())).windows)
     synthetic = [name for name, d in scenario.demands.items() if d.synthetic]
     pnotes = tuple(f"{m.name}: {m.demand_source}" for m in models) + tuple(
@@ -373,8 +294,45 @@ def build_problem(scenario: Scenario, *, progress: Callable[[str], None] | None 
         f"{m.name}: arrivals: capacity sized for {m.peak_factor:.3f} × each window's rate ({m.peak_factor_source}); "
         "billed demand and egress at the window's rate" for m in models if m.peak_factor != 1.0)
     return Problem(window_length_s=opts["window_length_s"], n_windows=n_windows, pools=tuple(pools),
-                   models=tuple(models), options=tuple(options), share_options=tuple(shares), margin=opts["margin"],
-                   shared_memory_utilization=mu_mem, max_shared_gpus_per_pool=opts["max_shared_gpus_per_pool"],
+                   models=tuple(models), options=tuple(o for p in parts for o in p.options),
+                   share_options=tuple(s for p in parts for s in p.shares), margin=opts["margin"],
+                   shared_memory_utilization=opts["memory_utilization"],
+                   max_shared_gpus_per_pool=opts["max_shared_gpus_per_pool"],
                    max_models_per_shared_gpu=opts["max_models_per_shared_gpu"],
-                   egress_usd_per_gb=egress_table(site_names), option_notes=notes, name=scenario.name, notes=pnotes,
-                   pd_options=tuple(pd_options), kv_routes=tuple(kv_routes))
+                   egress_usd_per_gb=egress_table(sorted({p.site for p in pools})),
+                   option_notes={p.spec.name: p.notes for p in parts}, name=scenario.name, notes=pnotes,
+                   pd_options=tuple(o for p in parts for o in p.pd_options),
+                   kv_routes=tuple(r for p in parts for r in p.kv_routes))
+
+
+def build_problem(scenario: Scenario, *, progress: Callable[[str], None] | None = None,
+                  derating: dict[DeratingKey, float] | None = None) -> Problem:
+    """Evaluate the cost models for every (model, pool, tp, pp) of ``scenario`` and return the numeric Problem
+    (the steps in order: module docstring).
+
+    For each model and pool: dedicated options for every tp in the model's list that divides the node size and
+    whose capacity under the SLO is positive; pipeline-parallel options (tp = node size, pp = 2..4 nodes) when the
+    model does not fit in one node; a shared-GPU option (tp 1) with a KV budget of at most
+    ``shared_kv_fraction`` of the GPU, when the weights fit there. Options left out are recorded with the cost
+    model's reason (``Problem.option_notes``), so an infeasible problem can be explained.
+
+    ``derating`` multiplies the capacity of the options it names (:data:`DeratingKey`; factors in (0, 1]) after the
+    cost model: the replay-verified planner (:mod:`fleetplan.simulator.verify`) tightens options whose replay missed
+    a target. Raises InputError for a factor outside (0, 1], InputError / UnknownNameError naming the file and
+    field for bad input.
+    """
+    inputs = _sizing_inputs(scenario, _checked_derating(derating))
+    pools, gpus = scenario_pools(scenario.source, inputs.spec, scenario.options, inputs.prices,
+                                 allowed_gpus=inputs.allowed_gpus, gpus_file=scenario_catalog_file(scenario, "gpus"))
+    site_names = sorted({p.site for p in pools})
+    dis = _disaggregation(scenario, inputs.spec, pools)
+    parts: list[_ModelPart] = []
+    model_rows: dict[str, int] = {}
+    for i, m in enumerate(inputs.spec.models):
+        mi = _model_inputs(scenario, inputs, i, m, site_names)
+        if mi.model.name in model_rows:
+            raise field_error(f"models[{model_rows[mi.model.name]}] and models[{i}] are both the model "
+                              f"{mi.model.name!r}; give each model once", mi.where, "name", m.name)
+        model_rows[mi.model.name] = i
+        parts.append(_model_part(scenario, inputs, mi, _model_spec(scenario, m, mi), pools, gpus, dis, progress))
+    return _problem(scenario, pools, parts)

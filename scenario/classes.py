@@ -12,14 +12,15 @@ from fleetplan.costmodels.demand import TokenMix
 from fleetplan.datasets.traces import (
     load_trace,
 )
-from fleetplan.scenario.read import field_error
+from fleetplan.scenario.options import RequestClass
+from fleetplan.scenario.read import field_error, token_mix_from_spec
 from fleetplan.scenario.schemas import ClassEdgesSpec, ScenarioModel
 
 #: Prompt-length quantiles of the class edges of ``classes: auto`` (bench_classes: 8B at 10x, -16.6% cost).
 AUTO_CLASS_QUANTILES = (0.5, 0.8)
 
 
-def trace_classes(m: ScenarioModel, where: str) -> list[tuple[str, float, TokenMix, float, float]]:
+def trace_classes(m: ScenarioModel, where: str) -> list[RequestClass]:
     """Request classes of ``m`` cut from its token-mix trace at prompt-length edges (``classes: {prompt_edges}``,
     ``{prompt_quantiles}`` or ``auto``): [(name, share, token mix, input_tokens_max, output_tokens_max)], empty
     classes left out. Raises InputError when a class would hold fewer than 20 requests (no p95 to speak of)."""
@@ -56,3 +57,14 @@ def trace_classes(m: ScenarioModel, where: str) -> list[tuple[str, float, TokenM
         out_classes.append((f"prompt<={hi:g}", float(sel.mean()), mix, hi, math.inf))
     total = sum(c[1] for c in out_classes)
     return [(n, sh / total, mx, a, b) for n, sh, mx, a, b in out_classes]
+
+
+def model_classes(m: ScenarioModel, where: str) -> list[RequestClass]:
+    """The request classes of scenario model ``m`` (the entry ``where``): cut from its trace
+    (:func:`trace_classes`) for ``auto`` or edges, else the listed classes with their token mixes and bounds (inf
+    when not given); empty without ``classes``. Raises InputError naming the class."""
+    if m.classes == "auto" or isinstance(m.classes, ClassEdgesSpec):
+        return trace_classes(m, where)
+    return [(c.name, c.share, token_mix_from_spec(c.token_mix, f"{where}.classes[{k}]"),
+             c.input_tokens_max or math.inf, c.output_tokens_max or math.inf)
+            for k, c in enumerate(m.classes or [])]

@@ -14,11 +14,13 @@ from fleetplan.costmodels.prices import (
     COMMITTED_PRICING_MODELS,
     OWNED_PRICING_MODEL,
     SPOT_PRICING_MODEL,
+    GpuPrice,
     price_label,
     select_egress_table,
 )
 from fleetplan.datasets.calibration import idle_fraction
 from fleetplan.datasets.catalog.egress import load_egress
+from fleetplan.datasets.catalog.names import get_gpu
 from fleetplan.datasets.catalog.prices import find_price
 from fleetplan.datasets.ledger import load_assumptions
 from fleetplan.errors import FleetplanError, InputError, UnknownNameError
@@ -26,8 +28,8 @@ from fleetplan.placement.problem import (
     COMMITTED_FALLBACK_WHY,
     Pool,
 )
-from fleetplan.scenario.read import field_error
-from fleetplan.scenario.schemas import InventoryRow
+from fleetplan.scenario.read import at_field, check_region, field_error, within_entry
+from fleetplan.scenario.schemas import InventoryRow, ScenarioFile, SiteSpec
 
 
 def _price(gpu: str, site_name: str, pricing_model: str, where: str, prices, *, gpus_per_node: int,
@@ -165,6 +167,56 @@ def check_pool_names(pools: list[Pool], rows_where: list[str]) -> None:
         if f.committed:
             raise field_error(f"fallback {f.id!r} is a committed row: "
                               f"{COMMITTED_FALLBACK_WHY}{here}", rw, "fallback", f.id)
+
+
+def _site_pools(s: SiteSpec, sw: str, site: str, opts: dict, prices: list[GpuPrice], *, allowed_gpus: set[str] | None,
+                gpus_file: str | None, gpus: dict[str, GPU]) -> list[tuple[Pool, str]]:
+    """(pool, the inventory row's place in the file) of every row of site ``s`` (at ``sw``, canonical name
+    ``site``) whose GPU type is allowed; the rows' GPUs are added to ``gpus`` by catalog name."""
+    if any(row.usd_per_gpu_hour is None for row in s.inventory):  # a catalog price is looked up
+        check_region(Site.parse(s.name), prices, sw)
+    out = []
+    for j, row in enumerate(s.inventory):
+        rw = f"{sw}.inventory[{j}]"
+        with at_field(rw, "gpu"):
+            gpu = get_gpu(row.gpu, gpus_file)
+        if allowed_gpus is not None and gpu.name not in allowed_gpus:
+            continue
+        gpus[gpu.name] = gpu
+        pm = row.pricing_model or s.pricing_model or opts["pricing_model"]
+        out.append((build_pool(row, rw, site, gpu, pm, prices, opts), rw))
+    return out
+
+
+def scenario_pools(where: str, spec: ScenarioFile, opts: dict, prices: list[GpuPrice], *,
+                   allowed_gpus: set[str] | None, gpus_file: str | None) -> tuple[list[Pool], dict[str, GPU]]:
+    """The pools of a scenario (the file ``where``, checked as ``spec``, with options ``opts``): one per inventory
+    row whose GPU type is in ``allowed_gpus`` (catalog names; None: all), in file order, priced from ``prices``
+    (:func:`build_pool`; committed rows with their on-demand reference, :func:`with_on_demand_reference`), their
+    ids checked (:func:`check_pool_names`); and {catalog GPU name: GPU} of their GPUs (``gpus_file``: the
+    scenario's own GPU rows). Raises InputError / UnknownNameError naming the site or row: a site listed twice, a
+    misspelt region, no pool left."""
+    pools: list[Pool] = []
+    rows_where: list[str] = []
+    gpus: dict[str, GPU] = {}
+    site_rows: dict[str, int] = {}
+    for i, s in enumerate(spec.sites):
+        sw = f"{where}: sites[{i}]"
+        with within_entry(sw, "name"):
+            site = Site.parse(s.name).name
+        if site in site_rows:
+            raise field_error(f"site {site!r} is listed twice (sites[{site_rows[site]}] and sites[{i}]); list each "
+                              "site once, with all its inventory rows under it", sw, "name", s.name)
+        site_rows[site] = i
+        for pool, rw in _site_pools(s, sw, site, opts, prices, allowed_gpus=allowed_gpus, gpus_file=gpus_file,
+                                    gpus=gpus):
+            pools.append(pool)
+            rows_where.append(rw)
+    if not pools:
+        raise field_error("no GPU pool left (check allowed_gpus and the inventories)", where, "sites")
+    pools = with_on_demand_reference(pools, prices, opts.get("price_date"), rows_where)
+    check_pool_names(pools, rows_where)
+    return pools, gpus
 
 
 def egress_table(sites: list[str]) -> dict[tuple[str, str], float]:

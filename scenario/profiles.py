@@ -12,9 +12,14 @@ from fleetplan.costmodels.profile_capacity import PROFILE_FORMATS, MeasuredProfi
 from fleetplan.datasets.catalog.names import get_gpu, get_model
 from fleetplan.datasets.profiles import load_profile, profile_files
 from fleetplan.errors import FleetplanError, InputError, UnknownNameError
-from fleetplan.fileio import validate_input
-from fleetplan.scenario.read import Scenario, scenario_catalog_file, scenario_from_raw, scenario_model, scenario_models
-from fleetplan.scenario.schemas import ENTRY_LABELS, ScenarioFile
+from fleetplan.scenario.read import (
+    Scenario,
+    scenario_catalog_file,
+    scenario_from_raw,
+    scenario_model,
+    scenario_models,
+    scenario_spec,
+)
 
 
 def scenario_profiles(scenario: Scenario) -> dict[str, dict[tuple[str, int], MeasuredProfile]]:
@@ -25,7 +30,7 @@ def scenario_profiles(scenario: Scenario) -> dict[str, dict[tuple[str, int], Mea
     Raises InputError naming the entry for an unreadable file or two profiles of one (GPU, tp), UnknownNameError
     for an unknown GPU.
     """
-    spec = scenario.spec or validate_input(ScenarioFile, scenario.raw, source=scenario.source, labels=ENTRY_LABELS)
+    spec = scenario_spec(scenario)
     base = Path(scenario.base_dir) if scenario.base_dir else None
     out: dict[str, dict[tuple[str, int], MeasuredProfile]] = {}
     for i, m in enumerate(spec.models):
@@ -83,7 +88,7 @@ def with_profiles(scenario: Scenario, options: list[str]) -> Scenario:
     if not options:
         return scenario
     raw = copy.deepcopy(scenario.raw)
-    spec = scenario.spec or validate_input(ScenarioFile, raw, source=scenario.source, labels=ENTRY_LABELS)
+    spec = scenario_spec(scenario)
     models_file = scenario_catalog_file(scenario, "models")
     names = list(scenario_models(scenario))
     for text in options:

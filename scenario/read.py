@@ -145,6 +145,14 @@ class Scenario:
     spec: ScenarioFile | None = field(default=None, compare=False, repr=False)
 
 
+def scenario_spec(scenario: Scenario) -> ScenarioFile:
+    """The checked file of ``scenario`` (:attr:`Scenario.spec`; a Scenario made without one has its raw mapping
+    checked now). Raises InputError naming the field, as reading the file would."""
+    if scenario.spec is not None:
+        return scenario.spec
+    return validate_input(ScenarioFile, scenario.raw, source=scenario.source, labels=ENTRY_LABELS)
+
+
 def scenario_embed(scenario: Scenario) -> dict:
     """What a plan file stores of its scenario: name, source, base folder and the raw mapping."""
     return {"name": scenario.name, "source": scenario.source, "base": scenario.base_dir, "raw": scenario.raw,
@@ -334,7 +342,7 @@ def scenario_from_raw(raw: dict, *, source: str = "scenario", base: str | None =
 def scenario_slos(scenario: Scenario, problem: Problem) -> dict[str, SLO]:
     """Each model's :class:`~fleetplan.costmodels.slo.SLO` as the scenario gives it, keyed by the catalog name
     that ``problem`` (built from ``scenario``) uses; models are matched by position."""
-    spec = scenario.spec or validate_input(ScenarioFile, scenario.raw, source=scenario.source, labels=ENTRY_LABELS)
+    spec = scenario_spec(scenario)
     return {pm.name: m.slo.to_slo() for pm, m in zip(problem.models, spec.models, strict=True)}
 
 
@@ -370,7 +378,7 @@ def scenario_models(scenario: Scenario) -> dict[str, tuple[Model, str, str]]:
     """Each model of ``scenario`` as the planner sees it: {catalog name: (Model, weight dtype, KV dtype)}, with the
     entry's config.json / base_model / files.models and its per-model dtypes (default: the options'). For the
     simulator and other users of a plan's models, so they use the same architecture and dtypes as the plan."""
-    spec = scenario.spec or validate_input(ScenarioFile, scenario.raw, source=scenario.source, labels=ENTRY_LABELS)
+    spec = scenario_spec(scenario)
     base = Path(scenario.base_dir) if scenario.base_dir else None
     models_file = scenario_catalog_file(scenario, "models")
     out = {}
@@ -384,7 +392,7 @@ def scenario_models(scenario: Scenario) -> dict[str, tuple[Model, str, str]]:
 def scenario_catalog_file(scenario: Scenario, key: str) -> str | None:
     """The user catalog file the scenario names under ``files.<key>`` ('gpus', 'models' or 'prices'), resolved
     against the scenario's folder, or None when it names none."""
-    spec = scenario.spec or validate_input(ScenarioFile, scenario.raw, source=scenario.source, labels=ENTRY_LABELS)
+    spec = scenario_spec(scenario)
     name = getattr(spec.files, key) if spec.files is not None else None
     if name is None:
         return None

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -14,7 +15,8 @@ from fleetplan.datasets.servegen import SLOT_S, servegen_client_mix, servegen_da
 from fleetplan.datasets.traces import Trace, load_trace
 from fleetplan.errors import InputError, UnknownNameError
 from fleetplan.placement.problem import Problem
-from fleetplan.scenario.read import Scenario
+from fleetplan.scenario.read import Scenario, scenario_spec
+from fleetplan.scenario.schemas import ScenarioModel, TraceDemand
 
 
 @dataclass(frozen=True, eq=False)
@@ -49,10 +51,10 @@ class Workload:
                         np.concatenate([p.model for p in parts])[order], measure_from_s, measure_to_s, source)
 
 
-def _tokens(model_raw: dict, scenario: Scenario, rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:
+def _tokens(m: ScenarioModel, scenario: Scenario, rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:
     """``n`` requests' token lengths for a scenario model: its trace's requests, or the lognormals of its given
     statistics (:meth:`~fleetplan.costmodels.demand.TokenMix.draw`, what the capacity model samples too)."""
-    return scenario.token_mixes[model_raw["name"]].draw(rng, n)
+    return scenario.token_mixes[m.name].draw(rng, n)
 
 
 def gamma_renewal(rng: np.random.Generator, rate_req_per_s: float, cv: float, start_s: float,
@@ -89,16 +91,14 @@ def gamma_renewal(rng: np.random.Generator, rate_req_per_s: float, cv: float, st
 _SlotCvs = np.ndarray | tuple[tuple[tuple[float, float], ...], ...]
 
 
-def _day_rate_profile(model_raw: dict, scenario: Scenario, arrivals: str) -> tuple[np.ndarray, _SlotCvs, float, str]:
+def _day_rate_profile(m: ScenarioModel, scenario: Scenario, arrivals: str) -> tuple[np.ndarray, _SlotCvs, float, str]:
     """(rates per slot req/s, cv per slot or client mix per slot, slot length s, description) over the day for one
     model's demand."""
-    dem = model_raw["demand"]
     L = float(scenario.options["window_length_s"])
-    if "servegen" in dem:
-
-        body = dem["servegen"]
-        series, day, gaps = body["series"], body.get("day", "mean"), body.get("gaps", "interpolate")
-        factor = float(body["mean_rate_req_per_s"]) / float(servegen_day_curve(series, day, L, gaps).mean())
+    body = m.demand.servegen
+    if body is not None:
+        series, day, gaps = body.series, body.day, body.gaps
+        factor = float(body.mean_rate_req_per_s) / float(servegen_day_curve(series, day, L, gaps).mean())
         rates = servegen_day_curve(series, day, SLOT_S, gaps) * factor
         cv: _SlotCvs
         if arrivals == "servegen":
@@ -111,7 +111,7 @@ def _day_rate_profile(model_raw: dict, scenario: Scenario, arrivals: str) -> tup
             cv = np.ones_like(rates)
             what = f"ServeGen {series} 10-min rates × {factor:.4g}, Poisson arrivals"
         return rates, cv, SLOT_S, what
-    rates = np.asarray(scenario.demands[model_raw["name"]].rates_req_per_s, dtype=np.float64)
+    rates = np.asarray(scenario.demands[m.name].rates_req_per_s, dtype=np.float64)
     return rates, np.ones_like(rates), L, "window mean rates, Poisson arrivals"
 
 
@@ -127,14 +127,13 @@ def scenario_workload(scenario: Scenario, w: int, start_s: float, end_s: float, 
         raise InputError("arrivals must be 'servegen' or 'poisson'", field="arrivals", value=arrivals)
     L = float(scenario.options["window_length_s"])
     parts, what = [], []
-    for i, m in enumerate(scenario.raw["models"]):
-        name = names[i] if names is not None else m["name"]
+    for i, m in enumerate(scenario_spec(scenario).models):
+        name = names[i] if names is not None else m.name
         if models is not None and name not in models:
             continue
         rng = np.random.default_rng([seed, w, i])
-        dem = m["demand"]
-        if "trace" in dem:
-            tr = _scenario_trace(dem, scenario)
+        if m.demand.trace is not None:
+            tr = _scenario_trace(m.demand.trace, scenario)
             lo, hi = np.searchsorted(tr.arrival_s, [w * L + start_s, w * L + end_s])
             a = tr.arrival_s[lo:hi] - w * L
             inp, out = tr.input_tokens[lo:hi], tr.output_tokens[lo:hi]
@@ -161,16 +160,14 @@ def scenario_workload(scenario: Scenario, w: int, start_s: float, end_s: float, 
                            "; ".join(what) + f"; seed {seed}")
 
 
-def _scenario_trace(dem: dict, scenario: Scenario) -> Trace:
-    from pathlib import Path
-
-
-    body = dem["trace"]
-    ref = body.get("file") or body.get("name")
-    if body.get("file") and scenario.base_dir and not Path(ref).is_absolute():
+def _scenario_trace(body: TraceDemand, scenario: Scenario) -> Trace:
+    """The trace a model's ``demand.trace`` names (a file relative to the scenario's folder, or a shipped trace),
+    time-scaled by its rate_scale."""
+    ref = body.file or body.name or ""
+    if body.file and scenario.base_dir and not Path(ref).is_absolute():
         ref = str(Path(scenario.base_dir) / ref)
     tr = load_trace(ref)
-    scale = float(body.get("rate_scale", 1.0) or 1.0)
+    scale = float(body.rate_scale or 1.0)
     return tr.time_scaled(scale) if scale != 1.0 else tr
 
 
@@ -182,8 +179,8 @@ def peak_slot_start_s(scenario: Scenario, w: int) -> float:
         return 0.0
     n = int(L // SLOT_S)
     total = np.zeros(n)
-    for m in scenario.raw["models"]:
-        if "servegen" not in m["demand"]:
+    for m in scenario_spec(scenario).models:
+        if m.demand.servegen is None:
             continue
         rates, _, slot, _ = _day_rate_profile(m, scenario, "poisson")
         k0 = int(w * L // slot)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -49,64 +49,121 @@ def _head_dim(row: dict[str, str], rows: Rows, i: int, mla: bool) -> int:
 _SLIDING = re.compile(r"\+\s*sliding window\s+(\d+)", re.IGNORECASE)
 
 
-def _model_from_row(row: dict[str, str], rows: Rows, i: int) -> Model:
-    name = row.get("model", "")
-    if not name:
-        raise InputError("the model name is missing", source=rows.source, row=i, field="model")
+def _attention(row: dict[str, str], rows: Rows, i: int) -> tuple[str, str, str]:
+    """(attention_type cell as written, its kind GQA/MHA/MQA/MLA, arch_type dense/moe) of a row; blank cells are
+    GQA and dense. Raises InputError naming the row and field for another kind."""
     att_raw = row.get("attention_type", "") or "GQA"
     attention = re.split(r"[\s;(+]", att_raw.strip(), maxsplit=1)[0].upper()
     if attention not in ("GQA", "MHA", "MQA", "MLA"):
         raise InputError(f"attention type {att_raw!r} not understood; start it with GQA, MHA, MQA or MLA",
                          source=rows.source, row=i, field="attention_type", value=att_raw)
-    mla = attention == "MLA"
     arch = (row.get("arch_type", "") or "dense").lower()
     if arch not in ("dense", "moe"):
         raise InputError(f"arch_type {arch!r} must be 'dense' or 'moe'", source=rows.source, row=i,
                          field="arch_type", value=arch)
+    return att_raw, attention, arch
+
+
+def _shape(row: dict[str, str], rows: Rows, i: int, mla: bool) -> tuple[int, int, int, int | None, int]:
+    """(layers, hidden size, attention heads, KV heads (None for MLA), head dim) of a row. Raises InputError naming
+    the row and field for a missing or out-of-range cell, or more KV heads than attention heads."""
     layers = int_cell(row, "num_layers", rows, i, required=True, low=1, high=1000, fix="give the layer count")
     hidden = int_cell(row, "hidden_size", rows, i, required=True, low=64, high=200_000, fix="give hidden_size")
     heads = int_cell(row, "num_attention_heads", rows, i, required=True, low=1, high=4096,
-                      fix="give num_attention_heads")
+                     fix="give num_attention_heads")
     kv_heads = None if mla else int_cell(row, "num_kv_heads", rows, i, required=True, low=1, high=4096,
-                                          fix="give num_key_value_heads from config.json (GQA), or the attention "
-                                              "head count for MHA")
+                                         fix="give num_key_value_heads from config.json (GQA), or the attention "
+                                             "head count for MHA")
     if kv_heads is not None and heads is not None and kv_heads > heads:
         raise InputError(f"num_kv_heads {kv_heads} exceeds num_attention_heads {heads}; swap them?",
                          source=rows.source, row=i, field="num_kv_heads", value=kv_heads)
-    head_dim = _head_dim(row, rows, i, mla)
+    return layers, hidden, heads, kv_heads, _head_dim(row, rows, i, mla)
+
+
+def _params_b(row: dict[str, str], rows: Rows, i: int) -> tuple[float, float]:
+    """(total, active) parameters of a row in billions: the computed columns where given, else the stated ones
+    (their leading number); active defaults to total. Raises InputError naming the row and field."""
     fix_p = "give parameters in billions (e.g. 8.03 for Llama-3.1-8B)"
     total_b = cell_number(row, "params_total_b_computed", rows, i, required=False, low=0.01, high=100_000,
-                           fix=fix_p)
+                          fix=fix_p)
     if total_b is None:
         total_b = cell_number(row, "params_total_b_stated", rows, i, required=True, low=0.01, high=100_000,
-                               fix=fix_p, leading=True)
+                              fix=fix_p, leading=True)
     active_b = cell_number(row, "params_active_b_computed", rows, i, required=False, low=0.01, high=100_000,
-                            fix=fix_p)
+                           fix=fix_p)
     if active_b is None:
         active_b = cell_number(row, "params_active_b_stated", rows, i, required=False, low=0.01, high=100_000,
-                                fix=fix_p, leading=True)
-    if active_b is None:
-        active_b = total_b
+                               fix=fix_p, leading=True)
+    return total_b, active_b if active_b is not None else total_b
 
-    def opt(column: str) -> int:
-        """An optional whole-number cell; blank is 0."""
-        return int_cell(row, column, rows, i, required=False, low=0, high=1_000_000,
-                         fix="give a whole number or leave the cell blank") or 0
 
-    experts = opt("num_routed_experts")
-    topk = opt("experts_per_token")
-    moe_inter = opt("moe_intermediate_size")
-    lora = opt("kv_lora_rank")
-    rope = opt("qk_rope_head_dim")
+def _opt_int(row: dict[str, str], column: str, rows: Rows, i: int) -> int:
+    """An optional whole-number cell; blank is 0."""
+    return int_cell(row, column, rows, i, required=False, low=0, high=1_000_000,
+                    fix="give a whole number or leave the cell blank") or 0
+
+
+def _context_and_window(row: dict[str, str], rows: Rows, i: int, att_raw: str) -> tuple[int, int | None]:
+    """(longest context in tokens, default 131072; sliding window in tokens or None) of a row. A blank window cell
+    takes the window of an attention type 'GQA + sliding window 4096' (every layer windowed, Mistral-7B-v0.1,
+    which caps the cached tokens); an alternating full/windowed layout (gpt-oss) does not, so it is not matched."""
     ctx = int_cell(row, "max_context_tokens", rows, i, required=False, low=128, high=100_000_000,
-                    fix="give the longest supported context in tokens") or 131072
+                   fix="give the longest supported context in tokens") or 131072
     window = int_cell(row, "sliding_window_tokens", rows, i, required=False, low=1, high=100_000_000,
-                       fix="give the sliding window in tokens or leave blank")
+                      fix="give the sliding window in tokens or leave blank")
     if window is None:
-        # 'GQA + sliding window 4096' (every layer windowed, Mistral-7B-v0.1) caps the cached tokens; an
-        # alternating full/windowed layout (gpt-oss) does not, so it is not matched.
         m = _SLIDING.search(att_raw)
         window = int(m.group(1)) if m else None
+    return ctx, window
+
+
+def _check_row_params(row: dict[str, str], rows: Rows, i: int, model: Model, att_raw: str) -> None:
+    """Where a row (not MLA: its rows lack q_lora_rank and the per-head dims the count needs) gives
+    intermediate_size and vocab_size, its parameter count must be within 10% of the architecture's
+    (:func:`~fleetplan.costmodels.hardware.check_params`). Raises InputError naming the row."""
+    inter = int_cell(row, "intermediate_size", rows, i, required=False, low=1, high=10_000_000,
+                     fix="give intermediate_size from config.json")
+    vocab = int_cell(row, "vocab_size", rows, i, required=False, low=1, high=100_000_000,
+                     fix="give vocab_size from config.json")
+    if not (inter and vocab and model.attention_type != "MLA"):
+        return
+    computed, _ = architecture_params(
+        num_layers=model.num_layers, hidden_size=model.hidden_size, num_attention_heads=model.num_attention_heads,
+        num_kv_heads=model.num_kv_heads, head_dim=model.head_dim, intermediate_size=inter, vocab_size=vocab,
+        attention_bias="bias" in att_raw.lower(), num_experts=model.num_routed_experts,
+        experts_per_token=model.experts_per_token, moe_intermediate_size=model.moe_intermediate_size,
+        num_shared_experts=_opt_int(row, "num_shared_experts", rows, i))
+    try:
+        check_params(model.params_total, computed, owner=f"model {model.name}")
+    except InputError as exc:
+        raise InputError(str(exc).removeprefix("field 'params': "), source=rows.source, row=i,
+                         field="params_total_b_stated", value=exc.value) from None
+
+
+def _check_row_kv(row: dict[str, str], rows: Rows, i: int, model: Model) -> None:
+    """A row's stated kv_cache_bytes_per_token_bf16 must equal the architecture's; InputError naming the row."""
+    stated_kv = cell_number(row, "kv_cache_bytes_per_token_bf16", rows, i, required=False, low=1, high=1e8,
+                            unit="bytes")
+    if stated_kv is not None and not math.isclose(stated_kv, model.kv_bytes_per_token("bf16"), rel_tol=1e-9):
+        raise InputError(f"states {stated_kv:g} KV bytes/token but the architecture gives "
+                         f"{model.kv_bytes_per_token('bf16'):g} (2 x layers x KV heads x head dim x 2 bytes, or "
+                         "(kv_lora_rank + qk_rope_head_dim) x layers x 2 for MLA); fix the shape or the figure",
+                         source=rows.source, row=i, field="kv_cache_bytes_per_token_bf16", value=stated_kv)
+
+
+def _model_from_row(row: dict[str, str], rows: Rows, i: int) -> Model:
+    """The :class:`Model` of row ``i`` of a models table (:func:`load_models` says which columns mean what), its
+    parameter count and stated KV bytes per token checked against the architecture. Raises InputError naming the
+    file, row and field."""
+    name = row.get("model", "")
+    if not name:
+        raise InputError("the model name is missing", source=rows.source, row=i, field="model")
+    att_raw, attention, arch = _attention(row, rows, i)
+    layers, hidden, heads, kv_heads, head_dim = _shape(row, rows, i, attention == "MLA")
+    total_b, active_b = _params_b(row, rows, i)
+    experts, topk, moe_inter, lora, rope = (_opt_int(row, c, rows, i) for c in (
+        "num_routed_experts", "experts_per_token", "moe_intermediate_size", "kv_lora_rank", "qk_rope_head_dim"))
+    ctx, window = _context_and_window(row, rows, i, att_raw)
     try:
         model = Model(name=name, num_layers=layers, hidden_size=hidden, num_attention_heads=heads,
                       num_kv_heads=kv_heads, head_dim=head_dim, params_total=round(total_b * 1e9),
@@ -116,28 +173,8 @@ def _model_from_row(row: dict[str, str], rows: Rows, i: int) -> Model:
                       sliding_window_tokens=window, source=row.get("source", ""))
     except InputError as exc:
         raise InputError(str(exc), source=rows.source, row=i, field=exc.field, value=exc.value) from None
-    inter = int_cell(row, "intermediate_size", rows, i, required=False, low=1, high=10_000_000,
-                      fix="give intermediate_size from config.json")
-    vocab = int_cell(row, "vocab_size", rows, i, required=False, low=1, high=100_000_000,
-                      fix="give vocab_size from config.json")
-    if inter and vocab and not mla:  # MLA rows lack q_lora_rank and the per-head dims the count needs
-        computed, _ = architecture_params(
-            num_layers=layers, hidden_size=hidden, num_attention_heads=heads, num_kv_heads=kv_heads,
-            head_dim=head_dim, intermediate_size=inter, vocab_size=vocab, attention_bias="bias" in att_raw.lower(),
-            num_experts=experts, experts_per_token=topk, moe_intermediate_size=moe_inter,
-            num_shared_experts=opt("num_shared_experts"))
-        try:
-            check_params(model.params_total, computed, owner=f"model {name}")
-        except InputError as exc:
-            raise InputError(str(exc).removeprefix("field 'params': "), source=rows.source, row=i,
-                             field="params_total_b_stated", value=exc.value) from None
-    stated_kv = cell_number(row, "kv_cache_bytes_per_token_bf16", rows, i, required=False, low=1, high=1e8,
-                             unit="bytes")
-    if stated_kv is not None and not math.isclose(stated_kv, model.kv_bytes_per_token("bf16"), rel_tol=1e-9):
-        raise InputError(f"states {stated_kv:g} KV bytes/token but the architecture gives "
-                         f"{model.kv_bytes_per_token('bf16'):g} (2 x layers x KV heads x head dim x 2 bytes, or "
-                         "(kv_lora_rank + qk_rope_head_dim) x layers x 2 for MLA); fix the shape or the figure",
-                         source=rows.source, row=i, field="kv_cache_bytes_per_token_bf16", value=stated_kv)
+    _check_row_params(row, rows, i, model, att_raw)
+    _check_row_kv(row, rows, i, model)
     return model
 
 
@@ -187,6 +224,45 @@ def model_from_hf_config(path: str | Path, *, name: str | None = None) -> Model:
         InputError: the file is missing, not JSON, not a mapping, or lacks a key the count needs (names the key).
     """
     p = Path(path)
+    cfg = _HfConfig(_read_hf_config(p), str(p))
+    num = cfg.number
+    layers = num("num_hidden_layers", required=True, alt=("n_layer", "num_layers"))
+    hidden = num("hidden_size", required=True, alt=("n_embd", "d_model"))
+    heads = num("num_attention_heads", required=True, alt=("n_head",))
+    kv_heads = num("num_key_value_heads", heads)
+    head_dim = num("head_dim", None) or (hidden // heads if heads else 0)
+    inter = num("intermediate_size", required=True, alt=("ffn_dim",))
+    vocab = num("vocab_size", required=True)
+    experts = num("num_local_experts", 0, alt=("num_experts", "n_routed_experts")) or 0
+    topk, moe_inter = num("num_experts_per_tok", 0) or 0, num("moe_intermediate_size", 0) or 0
+    shared = num("n_shared_experts", 0, alt=("num_shared_experts",)) or 0
+    first_dense = num("first_k_dense_replace", 0) or 0
+    lora, rope = num("kv_lora_rank", 0) or 0, num("qk_rope_head_dim", 0) or 0
+    model_type = str(cfg.cfg.get("model_type", ""))
+    total, active = architecture_params(
+        num_layers=layers, hidden_size=hidden, num_attention_heads=heads, num_kv_heads=kv_heads, head_dim=head_dim,
+        intermediate_size=inter, vocab_size=vocab, tie_word_embeddings=bool(cfg.cfg.get("tie_word_embeddings", False)),
+        attention_bias=bool(cfg.cfg.get("attention_bias", model_type == "qwen2")), num_experts=experts,
+        experts_per_token=topk, moe_intermediate_size=moe_inter, num_shared_experts=shared,
+        first_dense_layers=first_dense, q_lora_rank=num("q_lora_rank", 0) or 0, kv_lora_rank=lora,
+        qk_nope_head_dim=num("qk_nope_head_dim", 0) or 0, qk_rope_head_dim=rope, v_head_dim=num("v_head_dim", 0) or 0)
+    try:
+        return Model(name=name or _hf_name(cfg.cfg, p), num_layers=layers, hidden_size=hidden,
+                     num_attention_heads=heads, num_kv_heads=None if lora else kv_heads,
+                     head_dim=num("v_head_dim", 0) or head_dim if lora else head_dim, params_total=total,
+                     params_active=active, attention_type="MLA" if lora else ("MHA" if kv_heads == heads else "GQA"),
+                     arch_type="moe" if experts else "dense", num_routed_experts=experts, experts_per_token=topk,
+                     moe_intermediate_size=moe_inter or (inter if experts else 0), kv_lora_rank=lora,
+                     qk_rope_head_dim=rope, max_context_tokens=num("max_position_embeddings", 131072),
+                     sliding_window_tokens=cfg.sliding_window(model_type), source=cfg.model_source())
+    except InputError as exc:
+        raise InputError(str(exc), source=cfg.source, field=exc.field, value=exc.value) from None
+
+
+def _read_hf_config(p: Path) -> dict[str, Any]:
+    """The mapping of a config.json (a multimodal wrapper's ``text_config``, the language model's shape, with the
+    wrapper's ``_name_or_path``). Raises InputError naming the file when it is missing, not JSON or not a
+    mapping."""
     source = str(p)
     if not p.is_file():
         raise InputError("file not found; give the path of a Hugging Face config.json", source=source)
@@ -199,55 +275,40 @@ def model_from_hf_config(path: str | Path, *, name: str | None = None) -> Model:
         raise InputError("a config.json must hold one JSON object", source=source)
     if isinstance(cfg.get("text_config"), dict):  # multimodal wrappers keep the language model's shape here
         cfg = {**cfg["text_config"], "_name_or_path": cfg.get("_name_or_path", "")}
+    return cfg
 
-    def key(k: str, default: Any = None, *, required: bool = False, alt: tuple[str, ...] = ()) -> Any:
+
+@dataclass(frozen=True)
+class _HfConfig:
+    """A read config.json (``cfg``) and its path (``source``, for errors)."""
+
+    cfg: dict[str, Any]
+    source: str
+
+    def number(self, k: str, default: Any = None, *, required: bool = False, alt: tuple[str, ...] = ()) -> Any:
+        """The whole number under ``k`` (or the first of ``alt`` given), else ``default``. Raises InputError
+        naming the key when it is not a number, or when it is ``required`` and absent."""
         for kk in (k, *alt):
-            v = cfg.get(kk)
+            v = self.cfg.get(kk)
             if v is not None:
                 if isinstance(v, bool) or not isinstance(v, int | float):
-                    raise InputError(f"{kk} must be a number, got {v!r}", source=source, field=kk, value=v)
+                    raise InputError(f"{kk} must be a number, got {v!r}", source=self.source, field=kk, value=v)
                 return int(v)
         if required:
             raise InputError(f"config.json has no {k}; it is needed for the architecture (a decoder-only "
-                             "transformer's config has it)", source=source, field=k)
+                             "transformer's config has it)", source=self.source, field=k)
         return default
 
-    layers = key("num_hidden_layers", required=True, alt=("n_layer", "num_layers"))
-    hidden = key("hidden_size", required=True, alt=("n_embd", "d_model"))
-    heads = key("num_attention_heads", required=True, alt=("n_head",))
-    kv_heads = key("num_key_value_heads", heads)
-    head_dim = key("head_dim", None) or (hidden // heads if heads else 0)
-    inter = key("intermediate_size", required=True, alt=("ffn_dim",))
-    vocab = key("vocab_size", required=True)
-    experts = key("num_local_experts", 0, alt=("num_experts", "n_routed_experts")) or 0
-    topk = key("num_experts_per_tok", 0) or 0
-    moe_inter = key("moe_intermediate_size", 0) or 0
-    shared = key("n_shared_experts", 0, alt=("num_shared_experts",)) or 0
-    first_dense = key("first_k_dense_replace", 0) or 0
-    lora, rope = key("kv_lora_rank", 0) or 0, key("qk_rope_head_dim", 0) or 0
-    model_type = str(cfg.get("model_type", ""))
-    bias = bool(cfg.get("attention_bias", model_type == "qwen2"))
-    total, active = architecture_params(
-        num_layers=layers, hidden_size=hidden, num_attention_heads=heads, num_kv_heads=kv_heads, head_dim=head_dim,
-        intermediate_size=inter, vocab_size=vocab, tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
-        attention_bias=bias, num_experts=experts, experts_per_token=topk, moe_intermediate_size=moe_inter,
-        num_shared_experts=shared, first_dense_layers=first_dense, q_lora_rank=key("q_lora_rank", 0) or 0,
-        kv_lora_rank=lora, qk_nope_head_dim=key("qk_nope_head_dim", 0) or 0, qk_rope_head_dim=rope,
-        v_head_dim=key("v_head_dim", 0) or 0)
-    window = cfg.get("sliding_window") if model_type == "mistral" and cfg.get("use_sliding_window", True) else None
-    dtype = _HF_DTYPES.get(str(cfg.get("torch_dtype", "")), "")
-    try:
-        return Model(name=name or _hf_name(cfg, p), num_layers=layers, hidden_size=hidden,
-                     num_attention_heads=heads, num_kv_heads=None if lora else kv_heads,
-                     head_dim=key("v_head_dim", 0) or head_dim if lora else head_dim, params_total=total,
-                     params_active=active, attention_type="MLA" if lora else ("MHA" if kv_heads == heads else "GQA"),
-                     arch_type="moe" if experts else "dense", num_routed_experts=experts, experts_per_token=topk,
-                     moe_intermediate_size=moe_inter or (inter if experts else 0), kv_lora_rank=lora,
-                     qk_rope_head_dim=rope, max_context_tokens=key("max_position_embeddings", 131072),
-                     sliding_window_tokens=int(window) if isinstance(window, int) else None,
-                     source=f"config.json {source}" + (f" (saved as {dtype})" if dtype else ""))
-    except InputError as exc:
-        raise InputError(str(exc), source=source, field=exc.field, value=exc.value) from None
+    def sliding_window(self, model_type: str) -> int | None:
+        """The sliding window in tokens of a mistral config whose use_sliding_window is not false, else None."""
+        window = (self.cfg.get("sliding_window") if model_type == "mistral" and self.cfg.get("use_sliding_window", True)
+                  else None)
+        return int(window) if isinstance(window, int) else None
+
+    def model_source(self) -> str:
+        """The record's source: the file, with the dtype its weights were saved in when it says."""
+        dtype = _HF_DTYPES.get(str(self.cfg.get("torch_dtype", "")), "")
+        return f"config.json {self.source}" + (f" (saved as {dtype})" if dtype else "")
 
 
 def load_models(extra: str | Path | None = None) -> dict[str, Model]:
