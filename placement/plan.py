@@ -10,10 +10,9 @@ from dataclasses import dataclass, field
 
 from fleetplan.costmodels.ledger import DAYS_PER_MONTH, HOURS_PER_DAY, table_key
 from fleetplan.costmodels.prices import EgressTable, egress_cost_usd
-from fleetplan.placement.problem import PdKey, Problem
+from fleetplan.placement.problem import OptionKey, PdKey, Problem
 from fleetplan.placement.status import Status
 
-OptionKey = tuple[str, str, int, int]  # (model, pool id, tp, pp)
 RouteKey = tuple[str, str, str]  # (model, prefill site, decode site)
 
 
