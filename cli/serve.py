@@ -17,7 +17,7 @@ from fleetplan.cli.output import write_text_atomic
 from fleetplan.errors import InputError
 from fleetplan.export.deployment import DeployFile, check_targets, read_deploy_file, site_target
 from fleetplan.fileio import check_destinations
-from fleetplan.service.actuate import K8sActuator, kube_clients
+from fleetplan.service.actuate import K8sActuator, kube_clients, node_availability
 from fleetplan.service.app import create_app
 from fleetplan.service.runtime import ReplanService, fleet_history
 from fleetplan.service.settings import ServiceSettings, load_settings
@@ -64,7 +64,8 @@ def _remove_sqlite(path: Path | None) -> None:
 
 
 def attach_actuator(service: ReplanService, deploy: DeployFile, *, kubeconfig: str | None = None,
-                    dry_run: bool = True, ready_timeout_s: float = 900.0, log_file: str | None = None) -> K8sActuator:
+                    dry_run: bool = True, ready_timeout_s: float = 900.0, log_file: str | None = None,
+                    watch_nodes: bool = False) -> K8sActuator:
     """A :class:`K8sActuator` for ``service``'s sites (contexts from ``deploy``, clients from the kubeconfig) that
     applies the current plan now (on the leader) and every plan the service commits from now on (in its background
     thread); a standby applies nothing until it takes over."""
@@ -73,6 +74,8 @@ def attach_actuator(service: ReplanService, deploy: DeployFile, *, kubeconfig: s
     clients = kube_clients(sorted({site_target(s, deploy)[0] for s in sites}), kubeconfig)
     actuator = K8sActuator(deploy, clients, dry_run=dry_run, ready_timeout_s=ready_timeout_s, log_file=log_file)
     service.commit_hooks.append(actuator.submit)  # also called with the current plan when a standby takes over
+    if watch_nodes:  # the clusters' ready GPU nodes are the inventory, read before every round
+        service.inventory_source = lambda: node_availability(service.problem, deploy, clients)
     if service.plan_row is not None and service.role == "leader":
         actuator.submit(service.plan_row)
     return actuator
@@ -108,6 +111,7 @@ SERVE_FLAGS: list[tuple[str, str, Any]] = [
     ("--dry-run/--no-dry-run", "dry_run", bool), ("--deploy", "deploy_file", click.Path(dir_okay=False)),
     ("--kubeconfig", "kubeconfig", click.Path(dir_okay=False)), ("--actuate-log", "actuate_log", click.Path(
         dir_okay=False)), ("--ready-timeout", "ready_timeout_s", float),
+    ("--watch-nodes/--no-watch-nodes", "watch_nodes", bool),
     ("--log-level", "log_level", click.Choice(["critical", "error", "warning", "info", "debug"])),
 ]
 
@@ -192,7 +196,8 @@ def serve(config_file: str | None, **given: Any) -> None:
         app = create_app(settings)
         if settings.actuate == "k8s" and deploy is not None:
             attach_actuator(app.state.service, deploy, kubeconfig=settings.kubeconfig, dry_run=settings.dry_run,
-                            ready_timeout_s=settings.ready_timeout_s, log_file=settings.actuate_log)
+                            ready_timeout_s=settings.ready_timeout_s, log_file=settings.actuate_log,
+                            watch_nodes=settings.watch_nodes)
             doing = "dry run: recording, not patching" if settings.dry_run else "patching replicas"
             click.echo(f"acting on Kubernetes ({doing}; the leader only)", err=True)
     except BaseException:

@@ -27,14 +27,15 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from fleetplan.errors import FleetplanError, InputError
-from fleetplan.export.deployment import DeployFile, shared_workload_name, site_target, workload_name
+from fleetplan.export.deployment import DeployFile, gpu_label, shared_workload_name, site_target, workload_name
 from fleetplan.export.k8s import LWS_API_VERSION, MANAGED_BY
+from fleetplan.placement.problem import Problem
 
 log = logging.getLogger("fleetplan.service.actuate")
 
@@ -117,6 +118,7 @@ class _Cluster:
         from kubernetes import client  # the k8s extra; imported only when actuation is asked for
 
         self.apps = client.AppsV1Api(api_client)
+        self.core = client.CoreV1Api(api_client)
         self.custom = client.CustomObjectsApi(api_client)
         self.ApiException = client.exceptions.ApiException
 
@@ -171,6 +173,44 @@ class _Cluster:
             if name:
                 out[(LWS, str(name))] = int(_get(item, "spec", "replicas") or 0)
         return out
+
+
+    def ready_nodes(self, label: str) -> int:
+        """Nodes labelled ``nvidia.com/gpu.product=<label>`` whose Ready condition is True and that are not
+        cordoned (spec.unschedulable)."""
+        n = 0
+        for node in self.core.list_node(label_selector=f"{GPU_PRODUCT_LABEL}={label}").items:
+            if _get(node, "spec", "unschedulable"):
+                continue
+            conds = _get(node, "status", "conditions") or []
+            if any(_get(c, "type") == "Ready" and _get(c, "status") == "True" for c in conds):
+                n += 1
+        return n
+
+
+#: The node label the NVIDIA GPU Operator (GPU feature discovery) sets to the GPU's product name.
+GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+
+
+def node_availability(problem: Problem, deploy: DeployFile, clients: Mapping[str, Any]) -> dict[str, list[int]]:
+    """{pool id: node indices down} from each site's cluster: the ready, schedulable GPU nodes of the pool's GPU
+    type (:data:`GPU_PRODUCT_LABEL`, the deployment file's ``gpu_labels`` or the shipped table) fill the site's pools
+    of that type in the problem's order; each pool's nodes beyond those are down (the highest indices: the
+    re-planner's placement does not know which physical node is which). More ready nodes than the scenario's
+    inventory count as the inventory (it bounds what is planned). Raises the client's ApiException when a cluster
+    does not answer, InputError for a GPU type without a node label."""
+    out: dict[str, list[int]] = {}
+    by_type: dict[tuple[str, str], list] = {}
+    for p in problem.pools:
+        by_type.setdefault((p.site, p.gpu), []).append(p)
+    for (site, gpu), pools in sorted(by_type.items()):
+        context, _ = site_target(site, deploy)
+        ready = _Cluster(clients[context]).ready_nodes(gpu_label(gpu, deploy))
+        for p in pools:
+            up = min(ready, p.nodes)
+            ready -= up
+            out[p.id] = list(range(up, p.nodes))
+    return out
 
 
 def _get(obj: Any, *keys: str) -> Any:

@@ -205,7 +205,7 @@ class ReplanService:
                                        for m, c in self.fleet_capacity_req_per_s.items()}
         self.last_obs_id = 0
         self.published: Published | None = None
-        self.counters = {"inventory_changes": 0, "observations": 0, "rounds": 0, "migrations": 0,
+        self.counters = {"inventory_changes": 0, "inventory_errors": 0, "observations": 0, "rounds": 0, "migrations": 0,
                          "prometheus_errors": 0, "round_errors": 0, "loop_errors": 0, "observations_not_fed": 0,
                          "commit_hook_errors": 0, "writes_refused": 0,
                          "retention_errors": 0}
@@ -229,6 +229,9 @@ class ReplanService:
         #: Called with each committed plan row after it is published (e.g. the cluster actuator's submit); a hook
         #: that raises is logged and does not undo the commit.
         self.commit_hooks: list[Callable[[dict], None]] = []
+        #: Called before every periodic round when set (``--watch-nodes``): {pool id: node indices down} as the
+        #: clusters report them; a change is applied as POST /v1/inventory applies one.
+        self.inventory_source: Callable[[], dict[str, list[int]]] | None = None
         try:
             self._start()
         except BaseException:
@@ -746,6 +749,39 @@ class ReplanService:
             log.warning("Prometheus pull failed: %s", exc)
             return f"pull failed: {str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__}"
 
+    def _tick_settle(self, now_s: float) -> None:
+        """Commit the stops of replicas whose replacements serve by now (make-before-break), between rounds."""
+        due = self.replanner.next_settle_s()
+        if due is None or due > now_s:
+            return
+        try:
+            with self.write_lock:
+                staged = self.replanner.clone()
+                res = staged.settle(now_s)
+                if res is not None:
+                    self._commit(staged, res)
+        except NotLeader as exc:
+            self._step_down(str(exc))
+        except Exception as exc:  # noqa: BLE001 - the next round settles them; the cause is logged
+            self.counters["round_errors"] += 1
+            log.error("settling replaced replicas failed: %s", exc, exc_info=True)
+
+    def try_read_inventory(self) -> str | None:
+        """Read the clusters' inventory (:attr:`inventory_source`) and apply a change; failures are logged and
+        counted, never raised (the fleet keeps the inventory it knew). Returns a one-line outcome or None."""
+        if self.inventory_source is None:
+            return None
+        try:
+            got = self.inventory_source()
+            changed = {p: n for p, n in got.items() if set(n) != set(self.replanner.down.get(p, ()))}
+            if not changed:
+                return "inventory unchanged"
+            return self.set_inventory(changed, {})["message"]
+        except Exception as exc:  # noqa: BLE001 - a cluster that does not answer must not stop re-planning
+            self.counters["inventory_errors"] += 1
+            log.warning("reading the clusters' nodes failed: %s", exc)
+            return f"inventory read failed: {str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__}"
+
     def tick(self, now_s: float, state: dict) -> None:
         """One pass of the periodic loop at ``now_s``; ``state`` keeps the next due times and the failure streak.
         Never raises: a failed round is logged with its traceback, counted, and retried after 1, 2, 4, ... s
@@ -754,8 +790,10 @@ class ReplanService:
         if not self._tick_lease(now_s, state):
             return
         self._tick_retention(now_s, state)
+        self._tick_settle(now_s)
         if s.interval_s and now_s >= state.setdefault("next_round", now_s + s.interval_s):
             self.try_pull_prometheus()
+            self.try_read_inventory()
             try:
                 self.replan()
                 if self.replanner.drifted and s.resolve_every_s and self._future is None:
@@ -935,6 +973,8 @@ class ReplanService:
         metric("fleetplan_observations_total", "counter", "observations stored", [({}, c["observations"])])
         metric("fleetplan_inventory_changes_total", "counter", "POST /v1/inventory changes applied",
                [({}, c["inventory_changes"])])
+        metric("fleetplan_inventory_errors_total", "counter", "failed reads of the clusters' nodes (--watch-nodes)",
+               [({}, c["inventory_errors"])])
         metric("fleetplan_gpus_unavailable", "gauge", "GPUs of each pool on nodes reported down",
                [({"pool": p.id}, len(self.replanner.down.get(p.id, ())) * p.gpus_per_node)
                 for p in self.problem.pools])

@@ -114,6 +114,8 @@ class ServiceSettings(InputModel):
     actuate_log: str | None = _F(None, description="with actuate: append every change (JSON lines) to this file")
     ready_timeout_s: float = _F(900.0, ge=1, le=86400, description="with actuate: longest wait for started replicas "
                                 "to be ready before stops are deferred, seconds")
+    watch_nodes: bool = _F(False, description="with actuate: before every round, count each site's ready GPU nodes "
+                           "(nvidia.com/gpu.product) and mark the pools' missing nodes down (as POST /v1/inventory)")
 
     # ---- policy
     online: OnlineConfig = _F(default_factory=OnlineConfig,
@@ -142,6 +144,9 @@ class ServiceSettings(InputModel):
             secret = getattr(self, name)
             if secret is not None and len(secret.get_secret_value()) < 8:
                 raise ValueError(f"the {name.replace('_', ' ')} must have at least 8 characters")
+        if self.actuate is None and self.watch_nodes:
+            raise ValueError("--watch-nodes (config key watch_nodes) goes with --actuate k8s (config key actuate: "
+                             "k8s): the nodes are read from the clusters the deployment file names")
         if self.actuate is None and (self.deploy_file or self.kubeconfig or self.actuate_log):
             raise ValueError("--deploy, --kubeconfig and --actuate-log (config keys deploy_file, kubeconfig, "
                              "actuate_log) go with --actuate k8s (config key actuate: k8s)")

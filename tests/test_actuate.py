@@ -19,7 +19,7 @@ from fleetplan.cli.main import main
 from fleetplan.cli.serve import attach_actuator
 from fleetplan.export.deployment import DeployFile, SiteTarget, workload_name
 from fleetplan.outputs.planio import plan_to_dict
-from fleetplan.service.actuate import K8sActuator, plan_targets
+from fleetplan.service.actuate import K8sActuator, node_availability, plan_targets
 from fleetplan.service.runtime import ReplanService, ServiceSettings, load_problem
 
 pytestmark = pytest.mark.xdist_group("actuate")
@@ -43,6 +43,8 @@ class FakeKube:
         self.fail_patches = 0
         self.requests: list[tuple[str, str, str, int | None]] = []
         self.lock = threading.Lock()
+        #: GPU nodes: (name, nvidia.com/gpu.product, ready, cordoned)
+        self.nodes: list[tuple[str, str, bool, bool]] = []
 
     def add(self, kind: str, name: str, replicas: int, *, managed: bool = True) -> None:
         self.objects[(kind, NS, name)] = {"replicas": replicas, "ready": replicas, "polls_left": 0,
@@ -75,7 +77,18 @@ class FakeKube:
                 "spec": {"replicas": o["replicas"]}, "status": {"replicas": o["replicas"]}}
 
     # ---- request handling ----
-    def handle(self, method: str, path: str, body: dict | None) -> tuple[int, dict]:
+    def node_list(self, selector: str) -> dict:
+        key, _, value = selector.partition("=")
+        items = [{"metadata": {"name": n, "labels": {"nvidia.com/gpu.product": label}},
+                  "spec": {"unschedulable": cordoned},
+                  "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}}
+                 for n, label, ready, cordoned in self.nodes if key == "nvidia.com/gpu.product" and label == value]
+        return {"apiVersion": "v1", "kind": "NodeList", "metadata": {}, "items": items}
+
+    def handle(self, method: str, path: str, body: dict | None, query: str = "") -> tuple[int, dict]:
+        if path == "/api/v1/nodes":
+            from urllib.parse import parse_qs
+            return 200, self.node_list(parse_qs(query).get("labelSelector", [""])[0])
         with self.lock:
             routes = [(k, rx.match(path)) for k, rx in (("Deployment", _DEP), ("LeaderWorkerSet", _LWS))]
             found = [(k, m) for k, m in routes if m]
@@ -125,7 +138,8 @@ def kube():
         def _do(self, method):
             n = int(self.headers.get("Content-Length") or 0)
             body = json.loads(self.rfile.read(n)) if n else None
-            code, out = state.handle(method, urlparse(self.path).path, body)
+            url = urlparse(self.path)
+            code, out = state.handle(method, url.path, body, url.query)
             data = json.dumps(out).encode()
             self.send_response(code)
             self.send_header("Content-Type", "application/json")
@@ -393,3 +407,35 @@ current-context: use1
     assert follows()
     act.close()
     svc.close()
+
+
+def test_node_readiness_marks_the_missing_nodes_down_and_the_service_replans(kube, tmp_path):
+    # The default scenario's pools: aws H100 (2 nodes), aws A100 (2), aws A10G (8), gcp A100 (2). The clusters
+    # report: H100 one ready, one NotReady; A100 two ready and one cordoned; A10G eight ready.
+    state, api = kube
+    h100, a100, a10 = "NVIDIA-H100-80GB-HBM3", "NVIDIA-A100-SXM4-80GB", "NVIDIA-A10G"
+    state.nodes = [("h0", h100, True, False), ("h1", h100, False, False), ("a0", a100, True, False),
+                   ("a1", a100, True, False), ("a2", a100, True, True)] + [(f"g{i}", a10, True, False)
+                                                                          for i in range(8)]
+    deploy = DeployFile(sites={"aws:us-east-1": SiteTarget(context="use1", namespace=NS),
+                               "gcp:us-central1": SiteTarget(context="usc1", namespace=NS)})
+    problem, loads = load_problem(None)
+    got = node_availability(problem, deploy, {"use1": api, "usc1": api})
+    pools = {p.id: p for p in problem.pools}
+    h = next(p for p in pools if pools[p].gpu.startswith("H100"))
+    assert got[h] == [1]  # one of its 2 nodes is ready: node index 1 is down
+    assert all(v == [] for p, v in got.items() if p != h)  # A100: 2 ready of 2 per site; A10G: 8 of 8
+    svc = ReplanService(ServiceSettings(db_url=f"sqlite:///{tmp_path / 'n.db'}", insecure_no_auth=True, interval_s=0,
+                                        resolve_every_s=0), problem, loads, clock=lambda: 1_700_000_000.0)
+    try:
+        svc.inventory_source = lambda: node_availability(problem, deploy, {"use1": api, "usc1": api})
+        assert "replicas lost" in svc.try_read_inventory()
+        assert svc.replanner.down == {h: frozenset({1})}
+        assert svc.try_read_inventory() == "inventory unchanged"
+        state.nodes[1] = ("h1", h100, True, False)  # back
+        svc.try_read_inventory()
+        assert svc.replanner.down == {}
+        svc.inventory_source = lambda: (_ for _ in ()).throw(RuntimeError("connection refused"))
+        assert svc.try_read_inventory().startswith("inventory read failed") and svc.counters["inventory_errors"] == 1
+    finally:
+        svc.close()
