@@ -281,10 +281,11 @@ def _step_of(r: Replanner, t: float) -> FleetStep:
 
 
 def replanner_steps(problem, lt, offline, rates, resolve_limit_s: float, warm: list[dict[str, np.ndarray]] = (),
-                    config: OnlineConfig | None = None, outages: tuple[Outage, ...] = (), report_delay_s: float = 60.0
-                    ) -> tuple[list[FleetStep], int, int, float | None]:
-    """The re-planner's fleet (module docstring); returns (steps, re-solves adopted, offered, time of its first
-    round after an outage was reported or None)."""
+                    config: OnlineConfig | None = None, outages: tuple[Outage, ...] = (), report_delay_s: float = 60.0,
+                    step_s: float = STEP_S) -> tuple[list[FleetStep], int, int, float | None]:
+    """The re-planner's fleet (module docstring): a round every ``step_s`` on ``rates`` (req/s per step_s step;
+    the warm-up days in STEP_S steps); returns (steps, re-solves adopted, offered, time of its first round after an
+    outage was reported or None)."""
     r = Replanner(problem, config or OnlineConfig(), lt)
     day_s = problem.n_windows * problem.window_length_s
     for i, past in enumerate(warm):  # the days before, oldest first, at negative times (the service's history)
@@ -300,7 +301,7 @@ def replanner_steps(problem, lt, offline, rates, resolve_limit_s: float, warm: l
     first_after = None
     n = len(next(iter(rates.values())))
     for k in range(1, n):
-        t = k * STEP_S
+        t = k * step_s
         while events and events[0][0] <= t:
             at, pools, down = events.pop(0)
             _settle_until(r, steps, at)
@@ -312,7 +313,7 @@ def replanner_steps(problem, lt, offline, rates, resolve_limit_s: float, warm: l
         for m in problem.models:
             r.forecaster.observe(m.name, float(rates[m.name][k - 1]), t)
         r.round(t)
-        if k % int(3600 / STEP_S) == 0 or r.drifted:
+        if k % int(3600 / step_s) == 0 or r.drifted:
             cand = solve(r.candidate_problem(r.resolve_demand(t)), "highs", time_limit_s=resolve_limit_s, threads=1,
                          lp_bound=False)
             ok, _, _ = r.consider(cand, t)
@@ -474,6 +475,8 @@ def _args() -> argparse.Namespace:
                     help="bursty ServeGen clients (default) or Poisson arrivals")
     ap.add_argument("--per-window", action="store_true", help="each hour starts with empty queues (as before)")
     ap.add_argument("--report-delay", type=float, default=60.0, help="seconds before an outage is reported")
+    ap.add_argument("--round-interval", type=float, default=STEP_S, choices=(60.0, 120.0, 300.0, 600.0),
+                    help="seconds between the re-planner's rounds (its observations cover the same span)")
     ap.add_argument("--resolve-time-limit", type=float, default=10.0, help="seconds per re-solve of the re-planner")
     ap.add_argument("--plan-time-limit", type=float, default=60.0, help="seconds for the offline plans")
     ap.add_argument("--warm-days", type=int, default=2, help="days before each replayed one fed to the forecaster")
@@ -528,8 +531,10 @@ def main() -> None:
                 warm.append(observed_rates(day_requests(build_problem(wsc), wsc, seed, arrivals=a.arrivals), names,
                                            STEP_S, day_s))
             t1 = time.perf_counter()
-            rp, adopted, offered, first_after = replanner_steps(problem, lt, offline, rates, a.resolve_time_limit, warm,
-                                                                outages=sur.outages, report_delay_s=a.report_delay)
+            rp_rates = rates if a.round_interval == STEP_S else observed_rates(wl, names, a.round_interval, day_s)
+            rp, adopted, offered, first_after = replanner_steps(problem, lt, offline, rp_rates, a.resolve_time_limit,
+                                                                warm, outages=sur.outages,
+                                                                report_delay_s=a.report_delay, step_s=a.round_interval)
             policies: dict[str, list[FleetStep]] = {"static": static}
             for spec in REACTIVES:
                 r_rates = rates if spec.period_s == STEP_S else observed_rates(wl, names, spec.period_s, day_s)
@@ -538,8 +543,8 @@ def main() -> None:
             print(f"ServeGen day {day}, seed {seed} (re-planner driven in {time.perf_counter() - t1:.0f} s; re-solves "
                   f"adopted {adopted} of {offered}):", flush=True)
             for label, cfg in variants:
-                policies[label] = replanner_steps(problem, lt, offline, rates, a.resolve_time_limit, warm, cfg,
-                                                  sur.outages, a.report_delay)[0]
+                policies[label] = replanner_steps(problem, lt, offline, rp_rates, a.resolve_time_limit, warm, cfg,
+                                                  sur.outages, a.report_delay, a.round_interval)[0]
             if not a.no_clairvoyant and not sur.outages:
                 policies["clairvoyant hourly"] = clairvoyant_hourly_steps(dprob, a.plan_time_limit)
                 policies["clairvoyant 5-min"] = clairvoyant_step_steps(problem, rates, 5.0)
