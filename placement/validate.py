@@ -172,8 +172,9 @@ def _site_capacity(problem: Problem, plan: Plan) -> dict[str, list[dict[str, flo
     pools = {p.id: p for p in problem.pools}
     site_cap: dict[str, list[dict[str, float]]] = {m.name: [{} for _ in range(problem.n_windows)]
                                                    for m in problem.models}
+    options = {x.key: x for x in problem.options}  # one dict, not a scan per row (quadratic at 2,000 models)
     for key, counts in plan.replicas.items():
-        o = next(x for x in problem.options if x.key == key)
+        o = options[key]
         site = pools[o.pool].site
         for w, n in enumerate(counts):
             cell = site_cap[o.model][w]
@@ -205,14 +206,16 @@ def _gpu_and_start_terms(problem: Problem, plan: Plan) -> list[float]:
     pools = {p.id: p for p in problem.pools}
     terms = [plan.commitments.get(pid, max(gpus)) * pools[pid].committed_usd_per_gpu_hour * hours * W
              for pid, gpus in _gpus_by_pool(problem, plan).items() if pools[pid].committed]
+    options = {x.key: x for x in problem.options}
+    pd_options = {x.pd_key: x for x in problem.pd_options}
     for key, counts in plan.replicas.items():
-        o = next(x for x in problem.options if x.key == key)
+        o = options[key]
         terms.append(sum(counts) * o.tp * o.pp * pools[o.pool].usd_per_gpu_hour * hours)
         if W > 1:
             terms.append(_rises(counts) * o.start_cost_usd)
     terms += [pools[g.pool].usd_per_gpu_hour * hours * W for g in plan.shared]
     for pkey, counts in plan.pd_replicas.items():
-        po = next(x for x in problem.pd_options if x.pd_key == pkey)
+        po = pd_options[pkey]
         terms.append(sum(counts) * po.tp * pools[po.pool].usd_per_gpu_hour * hours)
         if W > 1:
             terms.append(_rises(counts) * po.start_cost_usd)
@@ -487,11 +490,20 @@ def _c7_replica_floor_ceiling(problem: Problem, plan: Plan) -> list[str]:
     """(7) In every window a model's replicas, shared residencies and decode replicas within its floor and
     ceiling."""
     v: list[str] = []
-    resident = {m.name: sum(1 for g in plan.shared if m.name in g.models) for m in problem.models}
+    W = problem.n_windows
+    count = {m.name: [0] * W for m in problem.models}  # per model and window, summed in one pass over the plan
+    for g in plan.shared:
+        for name in g.models:
+            if name in count:
+                count[name] = [n + 1 for n in count[name]]
+    rows = [(k[0], c) for k, c in plan.replicas.items()]
+    rows += [(k[0], c) for k, c in plan.pd_replicas.items() if k[1] == "decode"]
+    for name, c in rows:
+        if name in count:
+            count[name] = [n + x for n, x in zip(count[name], c, strict=False)]
     for m in problem.models:
-        for w in range(problem.n_windows):
-            n = resident[m.name] + sum(c[w] for k, c in plan.replicas.items() if k[0] == m.name) + sum(
-                c[w] for k, c in plan.pd_replicas.items() if k[0] == m.name and k[1] == "decode")
+        for w in range(W):
+            n = count[m.name][w]
             if n < m.min_replicas:
                 v.append(f"{m.name} window {w}: {n} replicas < floor {m.min_replicas}")
             if m.max_replicas is not None and n > m.max_replicas:
