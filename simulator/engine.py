@@ -55,6 +55,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from fleetplan.costmodels.engine import PREFILL_FIRST, EngineConfig
 from fleetplan.errors import InputError
 
 #: Longest decode run (steps) a shared device gives one engine before switching to the next engine with work.
@@ -203,6 +204,7 @@ class EngineSpec:
     serve_from_s: float = -math.inf
     serve_until_s: float = math.inf
     classes: frozenset[str] | None = None
+    engine: EngineConfig = PREFILL_FIRST
 
 
 @dataclass(frozen=True)
@@ -242,7 +244,7 @@ class RunResult:
     end_s: float
 
 
-_IDLE, _PREFILL, _DECODE = 0, 1, 2
+_IDLE, _PREFILL, _DECODE, _MIXED = 0, 1, 2, 3
 
 
 @dataclass(eq=False, slots=True)
@@ -270,6 +272,11 @@ class _EngineState:
     resv: list[float]
     need: list[float]
     blk: int = 0
+    chunked: bool = False
+    budget: int = 0  # max_num_batched_tokens (chunked)
+    max_seqs: int = 0  # max_num_seqs (0: no cap)
+    hit: list[int] = field(default_factory=list)  # prompt tokens found in the prefix cache, per request
+    pref: list[list[int]] = field(default_factory=list)  # prefills in progress: [rid, tokens done, tokens total]
     serve_from_s: float = -math.inf
     serve_until_s: float = math.inf
     kv_pref: float = 0.0
@@ -290,7 +297,9 @@ class _EngineState:
 
     def admissible(self, rid: int) -> bool:
         """True when request ``rid`` may start its prefill (or resume) now: its prompt blocks (block-wise) or its
-        whole-sequence reservation fit in the free budget."""
+        whole-sequence reservation fit in the free budget, and the running set is below ``max_num_seqs``."""
+        if self.max_seqs and self.B + len(self.pref) >= self.max_seqs:
+            return False
         if self.blk:
             return self.used() + self.need[rid] <= self.kv_cap
         return self.kv_used + self.resv[rid] <= self.kv_cap
@@ -328,6 +337,7 @@ class _DeviceState:
     version: int = 0
     rr: int = 0
     backlog: float = 0.0
+    chunks: list[tuple[list[int], int]] = field(default_factory=list)  # a mixed step's prefill chunks
 
 
 @dataclass(eq=False)
@@ -387,7 +397,7 @@ class Engine:
         for i, spec in enumerate(engines):
             self.cands.setdefault(spec.model, []).append(i)
         idx_of_model = {m: np.flatnonzero(models == m) for m in set(models.tolist())}
-        self._tables: dict[tuple[int, str], tuple[list[float], list[float], list[float]]] = {}
+        self._tables: dict[tuple[int, str, float], tuple[list[float], list[float], list[float], list[int]]] = {}
         for m in idx_of_model:
             if m not in self.cands:
                 raise InputError(f"requests for model {m!r} but the plan serves it on no replica in this window",
@@ -411,26 +421,43 @@ class Engine:
             raise InputError(f"{sm.label}: the GPU record has no PCIe bandwidth; a host KV tier needs it",
                              field="pcie_bytes_per_s")
         blk = self.policy.kv_block_tokens or 0
+        cfg = spec.engine
+        if cfg.chunked and (cfg.max_num_batched_tokens is None or cfg.max_num_seqs is None):
+            raise InputError(f"{sm.label}: a chunked-prefill engine needs max_num_batched_tokens and max_num_seqs "
+                             "(EngineConfig.resolved fills vLLM's defaults)", field="engine.max_num_batched_tokens")
+        if cfg.chunked and self.policy.preempt_after_s is not None:
+            raise InputError("preempt_after_s is modelled for the prefill-first engine only; drop it or use "
+                             "engine mode prefill-first", field="preempt_after_s", value=self.policy.preempt_after_s)
+        h = cfg.effective_hit_rate
         # engines of one replica type (one StepModel) share the per-request tables: a day's replay of a fleet
         # that changes every minute has hundreds of engines, and a table per engine is engines x requests
-        key = (id(sm), spec.model)
+        key = (id(sm), spec.model, h)
         if key not in self._tables:
             n = len(inp)
             p = np.zeros(n)
             r = np.zeros(n)
             nd = np.zeros(n)
+            hit = np.zeros(n, dtype=np.int64)
             if len(ids):
+                # prefix-cache hits: the first floor(h x prompt) tokens (at most prompt - 1) are not recomputed;
+                # the rest costs prefill(prompt) - prefill(hit) plus one step's fixed cost prefill(1)
+                hit[ids] = np.minimum(np.floor(h * inp[ids]), inp[ids] - 1).astype(np.int64)
                 p[ids] = sm.prefill(inp[ids])
+                has = ids[hit[ids] > 0]
+                if len(has):
+                    p[has] = (np.asarray(sm.prefill(inp[has])) - np.asarray(sm.prefill(hit[has]))
+                              + float(sm.prefill(1)))
                 r[ids] = sm.cached_tokens(inp[ids] + out[ids])
                 if blk:
                     r[ids] = inp[ids] + out[ids] + blk - 1
                     nd[ids] = inp[ids] + blk
-            self._tables[key] = (p.tolist(), r.tolist(), nd.tolist())
-        pre, resv, need = self._tables[key]
+            self._tables[key] = (p.tolist(), r.tolist(), nd.tolist(), hit.tolist())
+        pre, resv, need, hits = self._tables[key]
         e = _EngineState(i, self.devs[spec.device], sm, kv_cap=sm.kv_budget_tokens / (1.0 - share),
                          tok_s=sm.token_share_s,
                          pcie_s_per_token=share * sm.kv_bytes_per_token / pcie if share > 0 and pcie else 0.0,
-                         pre=pre, resv=resv, need=need, blk=blk,
+                         pre=pre, resv=resv, need=need, blk=blk, chunked=cfg.chunked,
+                         budget=cfg.max_num_batched_tokens or 0, max_seqs=cfg.max_num_seqs or 0, hit=hits,
                          serve_from_s=spec.serve_from_s, serve_until_s=spec.serve_until_s)
         e.dev.engines.append(e)
         return e
@@ -508,7 +535,7 @@ class Engine:
         prefill + the rest of a running prefill + the remaining decode tokens of every engine × its per-token share
         (summed in this order: a different order changes ties between replicas in the last bit)."""
         w = d.backlog + own_prefill_s
-        if d.op == _PREFILL:
+        if d.op == _PREFILL or d.op == _MIXED:
             w += d.end - now
         for x in d.engines:
             if x.B:
@@ -555,9 +582,98 @@ class Engine:
     # -- scheduling a device's next iteration ------------------------------------------------------------------
 
     def _schedule(self, dev: _DeviceState, now: float) -> None:
-        """Start ``dev``'s next iteration: a prefill or resume if one is admissible, else a decode run, else idle."""
-        if not self._start_prefill(dev, now):
-            self._start_decode_run(dev, now)
+        """Start ``dev``'s next iteration: a prefill or resume if one is admissible, else a decode run, else idle.
+        Chunked-prefill engines run a mixed step instead whenever they have prefill work (:meth:`_start_mixed_step`)."""
+        if dev.engines[0].chunked:
+            if self._start_mixed_step(dev, now):
+                return
+            if self.policy.resume == "swap" and any(e.resume for e in dev.engines) and self._start_prefill(dev, now):
+                return
+        elif self._start_prefill(dev, now):
+            return
+        self._start_decode_run(dev, now)
+
+    def _start_mixed_step(self, dev: _DeviceState, now: float) -> bool:
+        """One step of vLLM V1's scheduler on the engine of ``dev`` whose oldest prefill work arrived first: the
+        running decodes (one token each), then prefill chunks, oldest first (prefills in progress, recompute-resumes,
+        then new requests while admissible), each ``min(tokens left, budget left)``, the budget being
+        ``max_num_batched_tokens`` minus the decode tokens. Step time: the decode step of the running batch (or,
+        with none, the fixed step cost ``prefill(1)``) plus each chunk's prefill(done + chunk) − prefill(done)
+        (prefill(1) for a chunk from 0), so a whole prompt alone costs exactly ``prefill(prompt)``. False when no
+        engine has a chunk to run (then a decode run goes, as in prefill-first)."""
+        arr = self.req.arrival_s
+        offers = []
+        for e in dev.engines:
+            if e.pref:
+                offers.append((arr[e.pref[0][0]], e.i))
+            elif e.resume:  # preempted sequences go first; swap-resumes run as whole iterations
+                if self.policy.resume == "recompute" and e.admissible(e.resume[0]):
+                    offers.append((arr[e.resume[0]], e.i))
+            elif e.waiting and e.admissible(e.waiting[0]):
+                offers.append((arr[e.waiting[0]], e.i))
+        if not offers:
+            return False
+        e = self.engs[min(offers)[1]]
+        if e.blk and e.B and e.steps_that_fit() < 1:
+            while e.B and e.steps_that_fit() < 1:
+                self._preempt_one(e, newest=True)
+        q, sm = self.req, e.sm
+        fixed = float(sm.prefill(1))
+        left = e.budget - e.B
+        t = e.step_s(1) if e.B else fixed
+        chunks: list[tuple[list[int], int]] = []
+
+        def add(entry: list[int]) -> None:
+            nonlocal left, t
+            c = min(entry[2] - entry[1], left)
+            done = entry[1]
+            t += float(sm.prefill(done + c)) - (float(sm.prefill(done)) if done > 0 else fixed)
+            left -= c
+            chunks.append((entry, c))
+
+        for entry in e.pref:
+            if left <= 0:
+                break
+            add(entry)
+        recompute = self.policy.resume == "recompute"
+        while left > 0 and recompute and e.resume and e.admissible(e.resume[0]):
+            rid = e.resume.popleft()
+            e.kv_pref += e.need[rid] if e.blk else 0.0
+            if not e.blk:
+                e.kv_used += e.resv[rid]
+            entry = [rid, 0, q.inp[rid] + q.produced0[rid]]
+            e.pref.append(entry)
+            add(entry)
+        while left > 0 and not e.resume and e.waiting and e.admissible(e.waiting[0]):
+            rid = e.waiting.popleft()
+            dev.backlog -= e.pre[rid]
+            q.t_pre[rid] = now
+            if e.blk:
+                e.kv_pref += e.need[rid]
+            else:
+                e.kv_used += e.resv[rid]
+            entry = [rid, e.hit[rid], q.inp[rid]]
+            e.pref.append(entry)
+            add(entry)
+        if not chunks:
+            return False
+        dev.op, dev.op_eng, dev.chunks = _MIXED, e, chunks
+        dev.k = 1 if e.B else 0
+        dev.start, dev.step, dev.end = now, t, now + t
+        self._push(dev, dev.end)
+        return True
+
+    def _finish_mixed_step(self, e: _EngineState, dev: _DeviceState, now: float) -> None:
+        """A mixed step ended: the decodes advance one token, then each chunk's request advances; a request whose
+        prompt is done gets its first token and joins the running batch (it did not decode in this step)."""
+        if dev.k:
+            self._finish_decode_run(e, 1, now)
+        for entry, c in dev.chunks:
+            entry[1] += c
+            if entry[1] >= entry[2]:
+                e.pref.remove(entry)
+                self._finish_prefill(e, entry[0], now)
+        dev.chunks = []
 
     def _start_prefill(self, dev: _DeviceState, now: float) -> bool:
         """Each engine offers its head (paused sequences before new ones, unless a new one is overdue under the
@@ -645,6 +761,8 @@ class Engine:
         self.eng_busy[e.i] += dur
         if dev.op == _PREFILL:
             self._finish_prefill(e, dev.op_rid, now)
+        elif dev.op == _MIXED:
+            self._finish_mixed_step(e, dev, now)
         else:
             self._finish_decode_run(e, dev.k, now)
         dev.op = _IDLE
