@@ -28,6 +28,7 @@ from fleetplan.cli.output import progress_status, stdout_console, table
 from fleetplan.errors import FleetplanError, InputError
 from fleetplan.fileio import check_destinations, output_files
 from fleetplan.outputs.planio import plan_to_dict
+from fleetplan.outputs.unused import dropped_profile_warnings, summary_line
 from fleetplan.outputs.workbook import build_plan_workbook
 from fleetplan.placement.plan import Plan, Status, evaluate
 from fleetplan.placement.problem import Problem
@@ -189,6 +190,8 @@ def _footer(console: Console, d: dict) -> None:
         console.print(_commitment_line(c), highlight=False)
     for n in d.get("notes", []):
         console.print(f"[dim]demand: {n}[/dim]")
+    if line := summary_line(d.get("options_not_used") or []):
+        console.print(line, markup=False, highlight=False)
 
 
 def _render_table(problem: Problem, plan: Plan, d: dict) -> None:
@@ -428,6 +431,8 @@ def _plan(scenario: str | None, fmt: str, a: _PlanArgs) -> None:
         raise FleetplanError("the solver's plan fails the independent check (please report this): "
                              + "; ".join(report.violations[:5]))
     d = _plan_dict(sc, problem, result, a, baselines, vr)
+    for w in dropped_profile_warnings(d["options_not_used"]):  # a measured profile that removed an option
+        click.echo(w, err=True)
     with output_files(a.outputs) as tmp:  # all of them or none
         if a.out:
             tmp["--out"].write_text(json.dumps(d, indent=1))

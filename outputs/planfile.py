@@ -150,6 +150,8 @@ class PlanFile(InputModel):
                                              "re-checked: it needs a re-solve)")
     arrivals: dict[str, dict] | None = input_field(None, description="models sized for a peak factor × the window "
                                                    "rate (re-checked)")
+    options_not_used: list[dict] | None = input_field(None, description="every option the plan does not use and why "
+                                                      "(not re-checked: derived from the build's notes)")
     class_unserved_req_per_s: dict[str, dict[str, list[_Rate]]] | None = input_field(
         None, description="best-effort plans of class models: unserved req/s per class and window")
     verify: dict | None = input_field(None, description="the run's replay verification report (`plan --verify`; "

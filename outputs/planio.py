@@ -18,8 +18,10 @@ replicas {model: {"gpu@site tpN": n}}}] (a named pool's label is "gpu@site [name
 best_effort (true when demand is left unserved), unserved_req_per_s {model: [req/s per window]} (best-effort plans;
 empty otherwise; each window's served_req_per_s = demand - unserved, under windows[].served_req_per_s), arrivals
 {model: {peak_factor, source}} (models whose capacity is sized for peak_factor × each window's rate: their options'
-capacities are already divided by it), class_unserved_req_per_s {model: {class: [req/s per window]}} (best-effort
-plans of models with request classes: the classes left short; they sum to the model's unserved_req_per_s),
+capacities are already divided by it), options_not_used [{model, option, category, reason, fix}] (every option the
+plan does not use and why: :func:`fleetplan.outputs.unused.options_not_used`; not re-checked),
+class_unserved_req_per_s {model: {class: [req/s per window]}} (best-effort plans of models with request classes:
+the classes left short; they sum to the model's unserved_req_per_s),
 disaggregated plans only: prefill_decode [{model, role (prefill | decode), pool, site, gpu, tp, decode_site,
 capacity_req_per_s, kv_transfer_s, capacity_source, counts[]}] and kv_flows [{model, prefill_site, decode_site,
 route_class, link, req_per_s[], kv_gb_per_day, prompt_gb_per_day}] (windows[].replicas label them
@@ -48,6 +50,7 @@ from typing import Any
 from fleetplan.errors import InputError
 from fleetplan.fileio import validate_input, yaml12_numbers
 from fleetplan.outputs.planfile import PlanFile
+from fleetplan.outputs.unused import options_not_used
 from fleetplan.placement.plan import (
     Evaluation,
     Plan,
@@ -110,6 +113,7 @@ def plan_to_dict(problem: Problem, plan: Plan, *, scenario: dict | None = None,
         "unserved_req_per_s": {m: list(v) for m, v in plan.unserved_req_per_s.items()},
         "arrivals": {m.name: {"peak_factor": m.peak_factor, "source": m.peak_factor_source}
                      for m in problem.models if m.peak_factor != 1.0},
+        "options_not_used": options_not_used(problem, plan),
     }
     if any(p.committed for p in problem.pools):
         out["commitments"] = _commitment_entries(problem, plan, ev) if plan.has_solution and ev else []
