@@ -180,7 +180,8 @@ def test_resolve_adopted_only_when_saving_beats_threshold_after_migrations():
     assert ok and "net saving $1.80" in msg
     assert res.report.ok and validate(res.problem, res.plan).ok and res.cost_usd_per_hour == pytest.approx(2.0)
     assert sorted((a.action, a.pool, a.count) for a in res.actions) == [("start", "t:r1/Y", 2), ("stop", "t:r1/X", 2)]
-    r2 = Replanner(p, OnlineConfig(resolve_min_saving_usd=2.0, floor_on_latest=False, migration_cost_replica_hours=0.0))
+    r2 = Replanner(p, OnlineConfig(resolve_min_saving_usd=2.0, floor_on_latest=False, migration_cost_replica_hours=0.0,
+                                   resolve_horizon_s=3600.0))  # the arithmetic above counts one hour
     r2.restore(snap, 0.0)
     ok, res, msg = r2.consider(cand, 10.0)  # $1.80 <= $2.00: kept
     assert not ok and res is None and "kept" in msg
@@ -270,7 +271,8 @@ def test_migration_cost_makes_a_small_saving_not_worth_it():
             "shared": [], "forecaster": {}}
     cand = solve(window_problem(p, {"a": 15.0}), "highs", time_limit_s=10, lp_bound=False)
     assert validate(window_problem(p, {"a": 15.0}), cand).ok
-    r = Replanner(p, OnlineConfig(floor_on_latest=False, migration_cost_replica_hours=0.25))
+    r = Replanner(p, OnlineConfig(floor_on_latest=False, migration_cost_replica_hours=0.25,
+                                  resolve_horizon_s=3600.0))  # savings below counted over one hour
     r.restore(snap, 0.0)
     usd, n = r.migration_cost_usd(cand)
     # 2 starts on Y: 2 x ($0.10 + 0.25 h x $1/h) = $0.70; 2 stops on X: 2 x 0.25 h x $2/h = $1.00 -> $1.70, 4 moves
@@ -351,7 +353,7 @@ def test_resolve_adopts_only_the_part_that_pays_for_its_migrations():
     cand = solve(window_problem(p, {"a": 15.0, "b": 5.0}), "highs", time_limit_s=10, lp_bound=False)
     assert cand.replicas == {("a", "t:r1/Y", 1, 1): (2,), ("b", "t:r1/Z", 1, 1): (1,)}
     r = Replanner(p, OnlineConfig(floor_on_latest=False, migration_cost_replica_hours=0.25,
-                                  resolve_min_saving_usd=0.1))
+                                  resolve_min_saving_usd=0.1, resolve_horizon_s=3600.0))  # savings over one hour
     r.restore(snap, 0.0)
     assert r.migration_cost_usd(cand)[0] == pytest.approx(0.70 + 1.00 + 0.5875 + 0.50)
     ok, res, msg = r.consider(cand, 10.0)
