@@ -35,16 +35,17 @@ class Index:
 
 
 def shared_candidates(problem: Problem) -> dict[str, list[ShareOption]]:
-    """Share options worth a shared GPU, per pool: the model's peak demand fits in (1 - margin) of one GPU
-    (a model that needs more than a GPU at its peak gains little from sharing and is served by dedicated
-    replicas), and at least two models qualify in the pool."""
-    models = problem.model_by_name
+    """{pool id: every share option of the pool} (``Problem.share_options`` grouped by pool, in their order): the
+    candidate residents of the pool's candidate shared GPUs in the exact models (MILP, CP-SAT, their relaxations
+    and the per-window bound). No model is barred: any model with a share option may put part of its load on a
+    shared GPU (a remainder beside its dedicated replicas, or its off-peak windows), as
+    :func:`fleetplan.placement.validate.validate` allows, so an OPTIMAL status is optimal for the problem as
+    stated. (The greedy baseline packs whole models and keeps its own peak rule,
+    :func:`fleetplan.solvers.baselines.whole_model_share_options`.)"""
     out: dict[str, list[ShareOption]] = {}
     for s in problem.share_options:
-        peak = max(models[s.model].demand_req_per_s)
-        if peak <= (1 - problem.margin) * s.capacity_req_per_s:
-            out.setdefault(s.pool, []).append(s)
-    return {p: v for p, v in out.items() if len(v) >= 2}
+        out.setdefault(s.pool, []).append(s)
+    return out
 
 
 def shared_bins_per_pool(problem: Problem, pool: str, n_candidates: int) -> int:
