@@ -116,7 +116,8 @@ def scales(problem: Problem, idx) -> tuple[int, dict[str, int], dict[tuple[str, 
 
 def _fill_shared(problem: Problem, replicas: dict, shared: list[tuple[str, tuple[str, ...], dict]]) -> tuple:
     """Shared GPUs with exact served rates: each model's demand left after its dedicated replicas, split over its
-    shared GPUs in proportion to CP-SAT's parts (equally where it gave none)."""
+    shared GPUs in proportion to the req/s CP-SAT's parts give there (parts × cs[m,p]: a part of a small GPU
+    serves less than one of a large one; equally where it gave none)."""
     opts = problem.option_by_key
     W = problem.n_windows
     mu = 1 - problem.margin
@@ -126,11 +127,12 @@ def _fill_shared(problem: Problem, replicas: dict, shared: list[tuple[str, tuple
         for w, n in enumerate(counts):
             ded[o.model][w] += n * o.capacity_req_per_s * mu
     weight: dict[str, list[list[float]]] = {}
-    for i, (_p, _res, parts) in enumerate(shared):
+    cs = problem.share_by_key
+    for i, (p, _res, parts) in enumerate(shared):
         for m, u in parts.items():
             weight.setdefault(m, [[0.0] * len(shared) for _ in range(W)])
             for w in range(W):
-                weight[m][w][i] = u[w]
+                weight[m][w][i] = u[w] * cs[(m, p)].capacity_req_per_s
     served: list[dict[str, list[float]]] = [{m: [0.0] * W for m in res} for (_p, res, _u) in shared]
     for m, per_w in weight.items():
         d = problem.model_by_name[m].demand_req_per_s
