@@ -57,6 +57,8 @@ subject to
     (16) spot fallback (a spot pool p with interruption rate ρ_p and fallback pool f):
         ρ_p · Σ_{o in p} k_o·n[o,w] + Σ_{o in f} k_o·n[o,w] + Σ_b y[f,b] <= G_f - ρ_p·Σ_b y[p,b]
         (the fallback pool leaves room for the expected interrupted share of the spot GPUs in use)
+    (17) shared GPUs per pool:     Σ_b y[p,b] <= max_shared_gpus_per_pool (held by the index: a pool has at most
+        that many candidate shared GPUs b, :func:`fleetplan.solvers.common.shared_bins_per_pool`; no row needed)
 With ``relax=True`` every integer and binary variable is continuous: the LP relaxation, a lower bound.
 
 In the code, :func:`build_milp` adds the variables, then each numbered constraint by one function ``_cN_...``
