@@ -6,8 +6,8 @@ formed (keys of the problem, one value per window, in their domains), the SLO of
 capacity against demand (after the safety margin), (3) the compute share and (5) the memory of every shared GPU,
 (6) inventory per pool and window with tensor-parallel groups placed inside nodes (first-fit decreasing onto the
 pool's nodes), (7) replica floor and ceiling, (10) residents per shared GPU, (12) request classes, (13) prefill and
-decode capacity, (15) commitments, (16) the spot fallback rule, (17) shared GPUs per pool, and last the reported objective against the cost
-recomputed here. It shares no code with the solvers' models or objective.
+decode capacity, (15) commitments, (16) the spot fallback rule, (17) shared GPUs per pool, and last the reported
+objective against the cost recomputed here. It shares no code with the solvers' models or objective.
 It is used by every solver test, by the CLI before it prints a plan, and by the service before it adopts one.
 """
 
