@@ -513,6 +513,7 @@ def solve_cpsat(problem: Problem, *, time_limit_s: float = 60, threads: int = 2,
     :func:`fleetplan.solvers.common.finish_plan` (the cheaper of CP-SAT's plan and ``warm_start`` is returned).
     """
     t0 = time.perf_counter()
+    user_limit_s = time_limit_s  # what messages name: the share left after building is an internal figure
     cb = build_cpsat(problem)
     if warm_start is not None:
         _hint(cb, warm_start)
@@ -521,7 +522,7 @@ def solve_cpsat(problem: Problem, *, time_limit_s: float = 60, threads: int = 2,
     bounds = dict(extra_bounds or {})
     if time_limit_s <= 0.05:
         return finish_plan(problem, backend="cpsat", gap=gap, bounds=bounds, start=warm_start,
-                           time_limit_reached=True, time_limit_s=max(0.0, time_limit_s),
+                           time_limit_reached=True, time_limit_s=user_limit_s,
                            solve_time_s=time.perf_counter() - t0,
                            notes=("no time left for the solver after building the model",))
     solver = cp_model.CpSolver()
@@ -547,5 +548,5 @@ def solve_cpsat(problem: Problem, *, time_limit_s: float = 60, threads: int = 2,
             notes.append("CP-SAT's plan fails the exact check after rescaling (" + report.violations[0] + ")")
             incumbent = None
     return finish_plan(problem, backend="cpsat", gap=gap, bounds=bounds, incumbent=incumbent, start=warm_start,
-                       time_limit_reached=reached, time_limit_s=time_limit_s, solve_time_s=time.perf_counter() - t0,
+                       time_limit_reached=reached, time_limit_s=user_limit_s, solve_time_s=time.perf_counter() - t0,
                        notes=tuple(notes))
