@@ -503,10 +503,21 @@ def _extract_plan(cb: PlacementCpSatModel, solver: cp_model.CpSolver) -> Plan:
                 commitments={pid: int(solver.value(var)) for pid, var in cb.c.items()})
 
 
+#: CP-SAT's random seed (fixed: the same problem and budget give the same search).
+CPSAT_SEED = 0
+
+
 def solve_cpsat(problem: Problem, *, time_limit_s: float = 60, threads: int = 2, gap: float = 1e-4,
                 warm_start: Plan | None = None, log: bool = False, deadline: float | None = None,
-                extra_bounds: dict[str, float | None] | None = None) -> Plan:
+                extra_bounds: dict[str, float | None] | None = None,
+                deterministic_time: float | None = None) -> Plan:
     """Build and solve the CP-SAT model; returns a new Plan (status, objective, bound and gap in USD).
+
+    The search always runs with random_seed CPSAT_SEED and ``threads`` workers. ``deterministic_time`` (CP-SAT's
+    own work units, ``max_deterministic_time``; None: none) is a budget of effort, not of seconds: with it the
+    workers' search is interleaved (``interleave_search``) so that the same problem and options give the same plan
+    on an idle or a busy machine; ``time_limit_s`` (and ``deadline``) is then only a safety stop, and a plan cut
+    by it says so in its message (it may differ from one machine to another).
 
     The bound is CP-SAT's best objective bound in USD: a valid lower bound on the exact optimum because the model
     is a relaxation with costs rounded down (module docstring). Status and message follow
@@ -528,10 +539,16 @@ def solve_cpsat(problem: Problem, *, time_limit_s: float = 60, threads: int = 2,
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = float(time_limit_s)
     solver.parameters.num_workers = max(1, int(threads or 1))
+    solver.parameters.random_seed = CPSAT_SEED
     solver.parameters.relative_gap_limit = float(gap)
     solver.parameters.log_search_progress = log
+    if deterministic_time is not None:
+        solver.parameters.max_deterministic_time = float(deterministic_time)
+        solver.parameters.interleave_search = solver.parameters.num_workers > 1
     code = solver.solve(cb.md)
     reached = code != cp_model.OPTIMAL and solver.wall_time >= TIME_LIMIT_SHARE * time_limit_s
+    det_reached = (deterministic_time is not None and code != cp_model.OPTIMAL and not reached
+                   and solver.deterministic_time >= TIME_LIMIT_SHARE * deterministic_time)
     if code == cp_model.INFEASIBLE:
         return Plan(status=Status.INFEASIBLE, backend="cpsat", solve_time_s=time.perf_counter() - t0)
     if code == cp_model.MODEL_INVALID:
@@ -541,6 +558,12 @@ def solve_cpsat(problem: Problem, *, time_limit_s: float = 60, threads: int = 2,
         bounds["CP-SAT"] = cp_bound if math.isfinite(cp_bound) else None
     incumbent = None
     notes: list[str] = []
+    if deterministic_time is not None and reached:
+        notes.append(f"the wall-clock safety stop ({user_limit_s:.3g} s) cut CP-SAT's search before its "
+                     f"deterministic budget ({solver.deterministic_time:.3g} of {deterministic_time:.3g} units "
+                     "done): this plan may differ on another machine")
+    elif det_reached:
+        notes.append(f"CP-SAT's deterministic budget of {deterministic_time:.3g} units was used up")
     if code in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         incumbent = _extract_plan(cb, solver)
         report = validate(problem, incumbent, check_objective=False)
