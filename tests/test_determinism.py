@@ -5,6 +5,7 @@ from __future__ import annotations
 from fleetplan.placement.generators import random_instance
 from fleetplan.placement.validate import validate
 from fleetplan.solvers.cpsat import solve_cpsat
+from fleetplan.solvers.milp import solve_milp
 
 
 def _fingerprint(plan):
@@ -22,4 +23,17 @@ def test_cpsat_with_a_deterministic_budget_gives_the_same_plan_twice():
     for plan in runs:
         assert plan.has_solution and validate(problem, plan).ok, plan.message
         assert "deterministic budget of 0.1 units was used up" in plan.message and "safety stop" not in plan.message
+    assert _fingerprint(runs[0]) == _fingerprint(runs[1])
+
+
+def test_highs_with_a_node_budget_gives_the_same_plan_twice():
+    # The same instance at gap 0 does not close in 5 branch-and-bound nodes: the node budget (not the 600-s
+    # safety stop) ends both solves, with HiGHS's seed fixed; the plan is read back although PuLP does not map
+    # HiGHS's node-limit status.
+    problem = random_instance(4, 4, seed=3)
+    runs = [solve_milp(problem, time_limit_s=600, threads=1, gap=0.0, max_nodes=5) for _ in range(2)]
+    for plan in runs:
+        assert plan.has_solution and validate(problem, plan).ok, plan.message
+        assert "budget of 5 branch-and-bound nodes was used up" in plan.message
+        assert plan.bound_usd is not None and plan.bound_usd <= plan.objective_usd
     assert _fingerprint(runs[0]) == _fingerprint(runs[1])
