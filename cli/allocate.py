@@ -20,6 +20,7 @@ from fleetplan.cli.options import (
     time_limit_option,
 )
 from fleetplan.cli.output import table
+from fleetplan.errors import SolverError
 from fleetplan.fileio import atomic_path, check_destinations
 from fleetplan.placement.tenants import Objectives, Tenant, TenantProblem, quota_warning, validate_allocation
 from fleetplan.scenario.tenants import load_tenants
@@ -124,9 +125,11 @@ def _split_table(problem: TenantProblem, splits: dict[tuple[int, str], NodeSplit
 
 def _solve(problem: TenantProblem, opts: dict, *, mode: str, backend: str, time_limit_s: float, threads: int,
            points: int, margin: bool, split: str, executor: str, workers: int, ray_address: str | None,
-           t0: float) -> tuple[AllocationResult, dict[tuple[int, str], NodeSplit]]:
+           t0: float) -> tuple[AllocationResult, dict[tuple[int, str], NodeSplit], str | None]:
     """The allocation, then the in-node split of its shared nodes in what is left of ``time_limit_s`` since
-    ``t0`` (``time.perf_counter()`` at the start of the command; at least 1 s), with a spinner on stderr."""
+    ``t0`` (``time.perf_counter()`` at the start of the command; at least 1 s), with a spinner on stderr; and why
+    the split is missing (None: it is not). A split that fails (no split found in the time left, or MIG
+    instances that cannot hold the needs) never loses the allocation: it is returned without the split."""
     from rich.console import Console
 
     with make_executor(executor, workers=workers, address=ray_address) as ex, \
@@ -136,9 +139,12 @@ def _solve(problem: TenantProblem, opts: dict, *, mode: str, backend: str, time_
                                   points=points, time_limit_s=time_limit_s, threads=threads, margin=margin,
                                   progress=lambda m: status.update(m), executor=ex)
         status.update("splitting shared nodes ...")
-        splits = split_allocation(problem, result.allocation, kind=split, threads=threads,
-                                  time_limit_s=max(1.0, time_limit_s - (time.perf_counter() - t0)))
-    return result, splits
+        try:
+            splits = split_allocation(problem, result.allocation, kind=split, threads=threads,
+                                      time_limit_s=max(1.0, time_limit_s - (time.perf_counter() - t0)))
+        except SolverError as exc:
+            return result, {}, f"the allocation is given without its in-node split: {exc}"
+    return result, splits, None
 
 
 def _policies(problem: TenantProblem, result: AllocationResult) -> dict[str, Objectives]:
@@ -286,9 +292,12 @@ def allocate(scenario: Path | None, mode: str, backend: str, time_limit_s: float
     if warning:
         click.echo(f"Warning: {warning}", err=True)
     kinds = {} if split == "none" else {g: split_kind(split, g) for g in sorted({n.gpu for n in problem.nodes})}
-    result, splits = _solve(problem, opts, mode=mode, backend=backend, time_limit_s=time_limit_s, threads=threads,
-                            points=points, margin=not no_margin, split=split, executor=executor, workers=workers,
-                            ray_address=ray_address, t0=t0)
+    result, splits, no_split = _solve(problem, opts, mode=mode, backend=backend, time_limit_s=time_limit_s,
+                                      threads=threads, points=points, margin=not no_margin, split=split,
+                                      executor=executor, workers=workers, ray_address=ray_address, t0=t0)
+    if no_split:
+        click.echo(f"Warning: {no_split}", err=True)
+        warning = "; ".join(w for w in (warning, no_split) if w)
     policies = _policies(problem, result)  # every allocation re-checked by the independent checker
     if plot_path is not None:
         _plot(plot_path, result, policies)

@@ -130,6 +130,8 @@ def _summary_table(d: dict) -> Table:
     if d.get("lower_bound_usd_per_day") is not None:
         s.add_row("lower bound (proven)", f"{d['lower_bound_usd_per_day']:,.2f}", "", "",
                   f"gap {gap_text(d['gap'])}" if d.get("gap") is not None else "")
+    else:
+        s.add_row("lower bound", "no bound yet", "", "", "no proven lower bound within the solve's effort")
     for name, b in (d.get("baselines") or {}).items():
         ratio = b["cost_usd_per_day"] / d["cost_usd_per_day"] if d["cost_usd_per_day"] else float("nan")
         s.add_row(name, f"{b['cost_usd_per_day']:,.2f}", f"{b['gpu_hours_per_day']:,.1f}", f"{ratio:.2f}",

@@ -6,8 +6,8 @@ formed (keys of the problem, one value per window, in their domains), the SLO of
 capacity against demand (after the safety margin), (3) the compute share and (5) the memory of every shared GPU,
 (6) inventory per pool and window with tensor-parallel groups placed inside nodes (first-fit decreasing onto the
 pool's nodes), (7) replica floor and ceiling, (10) residents per shared GPU, (12) request classes, (13) prefill and
-decode capacity, (15) commitments, (16) the spot fallback rule, and last the reported objective against the cost
-recomputed here. It shares no code with the solvers' models or objective.
+decode capacity, (15) commitments, (16) the spot fallback rule, (17) shared GPUs per pool, and last the reported
+objective against the cost recomputed here. It shares no code with the solvers' models or objective.
 It is used by every solver test, by the CLI before it prints a plan, and by the service before it adopts one.
 """
 
@@ -518,6 +518,16 @@ def _c10_residents_per_gpu(problem: Problem, plan: Plan) -> list[str]:
             for i, g in enumerate(plan.shared) if k is not None and len(g.models) > k]
 
 
+def _c17_shared_gpus_per_pool(problem: Problem, plan: Plan) -> list[str]:
+    """(17) At most max_shared_gpus_per_pool shared GPUs in every pool (0: none)."""
+    k = problem.max_shared_gpus_per_pool
+    per_pool: dict[str, int] = {}
+    for g in plan.shared:
+        per_pool[g.pool] = per_pool.get(g.pool, 0) + 1
+    return [f"pool {pid}: {n} shared GPUs > max_shared_gpus_per_pool {k}" for pid, n in sorted(per_pool.items())
+            if n > k]
+
+
 def _c12_request_classes(problem: Problem, plan: Plan) -> list[str]:
     """(12) In every window a model with request classes can route each class's demand less its unserved demand
     onto its replicas with additive per-class load (an LP, :func:`_classes_routable`), and the unserved demand of
@@ -629,7 +639,7 @@ SHAPE_CHECKS = (_replica_shapes, _shared_shapes, _c4_only_residents_serve, _pd_s
 #: (:mod:`fleetplan.solvers.milp`), after the SLO.
 CONSTRAINT_CHECKS = (_slo, _c1_c2_coverage, _c3_shared_compute, _c5_shared_memory, _c6_inventory_on_nodes,
                      _c7_replica_floor_ceiling, _c10_residents_per_gpu, _c12_request_classes, _c13_disaggregated,
-                     _c15_commitments, _c16_spot_fallback)
+                     _c15_commitments, _c16_spot_fallback, _c17_shared_gpus_per_pool)
 
 
 def validate(problem: Problem, plan: Plan, *, check_objective: bool = True) -> ValidationReport:
@@ -645,7 +655,8 @@ def validate(problem: Problem, plan: Plan, *, check_objective: bool = True) -> V
     used; (1)-(2) coverage with served + unserved = demand; (3) compute share; (5) memory of the shared GPUs;
     (6) inventory with tensor-parallel groups placed on the pools' nodes; (7) replica floor and ceiling (decode
     replicas count); (10) residents per shared GPU; (12) request classes routable with additive load (an LP);
-    (13) prefill and decode capacity behind the KV flows; (15) commitments; (16) the spot fallback rule. Last,
+    (13) prefill and decode capacity behind the KV flows; (15) commitments; (16) the spot fallback rule; (17) at
+    most max_shared_gpus_per_pool shared GPUs per pool. Last,
     with ``check_objective`` and when nothing else is violated, the reported objective (when the plan reports one)
     against the recomputed cost. (8) starts and (14) KV egress bands are costs, repriced by the cost check; (9)
     and (11) only cut the solvers' search.

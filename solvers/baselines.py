@@ -20,9 +20,9 @@ from __future__ import annotations
 import math
 
 from fleetplan.placement.plan import Plan, SharedGPU, Status, evaluate, starts
-from fleetplan.placement.problem import Problem, ReplicaOption
+from fleetplan.placement.problem import Problem, ReplicaOption, ShareOption
 from fleetplan.placement.validate import validate
-from fleetplan.solvers.common import shared_bins_per_pool, shared_candidates
+from fleetplan.solvers.common import shared_bins_per_pool
 
 
 class _Inventory:
@@ -193,12 +193,25 @@ def _class_split(problem: Problem, inv: _Inventory, model: str, demand: list[flo
     return {k: tuple(c) for k, c in counts.items() if any(c)}
 
 
+def whole_model_share_options(problem: Problem) -> dict[str, list[ShareOption]]:
+    """{pool id: share options} the packing baselines place whole models with: the model's all-day peak fits in
+    (1 - margin) of one shared GPU, and at least two models qualify in the pool. A rule of these heuristics only
+    (they put a model's whole demand on one shared GPU); the exact models admit every share option
+    (:func:`fleetplan.solvers.common.shared_candidates`)."""
+    models = problem.model_by_name
+    out: dict[str, list[ShareOption]] = {}
+    for s in problem.share_options:
+        if max(models[s.model].demand_req_per_s) <= (1 - problem.margin) * s.capacity_req_per_s:
+            out.setdefault(s.pool, []).append(s)
+    return {p: v for p, v in out.items() if len(v) >= 2}
+
+
 def _pack_shared(problem: Problem, inv: _Inventory, time_aware: bool) -> tuple[list[SharedGPU], set[str]]:
     """First-fit decreasing of share-eligible models onto shared GPUs; returns the GPUs and the packed models.
 
     time_aware=False packs by each model's peak share (one number); True by its share in every window.
     """
-    cands = shared_candidates(problem)
+    cands = whole_model_share_options(problem)
     models = problem.model_by_name
     pools = problem.pool_by_id
     mu = 1 - problem.margin

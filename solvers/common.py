@@ -35,16 +35,17 @@ class Index:
 
 
 def shared_candidates(problem: Problem) -> dict[str, list[ShareOption]]:
-    """Share options worth a shared GPU, per pool: the model's peak demand fits in (1 - margin) of one GPU
-    (a model that needs more than a GPU at its peak gains little from sharing and is served by dedicated
-    replicas), and at least two models qualify in the pool."""
-    models = problem.model_by_name
+    """{pool id: every share option of the pool} (``Problem.share_options`` grouped by pool, in their order): the
+    candidate residents of the pool's candidate shared GPUs in the exact models (MILP, CP-SAT, their relaxations
+    and the per-window bound). No model is barred: any model with a share option may put part of its load on a
+    shared GPU (a remainder beside its dedicated replicas, or its off-peak windows), as
+    :func:`fleetplan.placement.validate.validate` allows, so an OPTIMAL status is optimal for the problem as
+    stated. (The greedy baseline packs whole models and keeps its own peak rule,
+    :func:`fleetplan.solvers.baselines.whole_model_share_options`.)"""
     out: dict[str, list[ShareOption]] = {}
     for s in problem.share_options:
-        peak = max(models[s.model].demand_req_per_s)
-        if peak <= (1 - problem.margin) * s.capacity_req_per_s:
-            out.setdefault(s.pool, []).append(s)
-    return {p: v for p, v in out.items() if len(v) >= 2}
+        out.setdefault(s.pool, []).append(s)
+    return out
 
 
 def shared_bins_per_pool(problem: Problem, pool: str, n_candidates: int) -> int:
@@ -262,6 +263,9 @@ def _cover_search(options: list[tuple[float, float, int]], demand: float, floor:
 
 #: Float tolerance (USD, relative to the objective) below which a bound above the objective is rounding noise.
 BOUND_REL_TOL = 1e-7
+#: Bounds at or below this many USD prove nothing about a plan that costs more (every cost is >= 0):
+#: :func:`finish_plan` reports "no bound yet" instead of a "proven" 100% gap.
+TRIVIAL_BOUND_USD = 1e-9
 #: A solve that used this share of its time limit or more is reported as stopped by the limit.
 TIME_LIMIT_SHARE = 0.97
 
@@ -297,7 +301,8 @@ def finish_plan(problem: Problem, *, backend: str, gap: float, bounds: dict[str,
     bound is the largest of ``bounds`` ({source: lower bound USD or None}; every entry must be a proven lower
     bound on this problem's optimum). Status: OPTIMAL only when (objective - bound) <= gap × objective; FEASIBLE
     with the true gap when a bound exists; HEURISTIC without one; NO_SOLUTION without any plan. Nothing is
-    clamped: a bound above the objective (beyond BOUND_REL_TOL) is reported in the message as a defect and the
+    clamped: a bound of $0 (TRIVIAL_BOUND_USD) on a plan that costs more is no bound ("no bound yet", HEURISTIC);
+    a bound above the objective (beyond BOUND_REL_TOL) is reported in the message as a defect and the
     status is FEASIBLE (tests assert bound <= objective, so such a defect fails them). ``backend_ran=False``: no
     exact model was solved (the start is the answer by design, not for lack of a backend plan). A plan that leaves
     demand unserved (``unserved_req_per_s``, best effort) keeps it, and its message starts with
@@ -312,6 +317,10 @@ def finish_plan(problem: Problem, *, backend: str, gap: float, bounds: dict[str,
     named = {k: v for k, v in bounds.items() if v is not None and math.isfinite(v)}
     bound_src, bound = (max(named.items(), key=lambda kv: kv[1]) if named else (None, None))
     parts: list[str] = list(notes)
+    if bound is not None and bound <= TRIVIAL_BOUND_USD and cands and min(c[2] for c in cands) > TRIVIAL_BOUND_USD:
+        # every cost is >= 0, so a bound of $0 proves nothing about a plan that costs more: "no bound yet", not a
+        # "proven" 100% gap (a $0 bound of a $0 plan is kept: it proves that plan optimal)
+        bound_src, bound = None, None
     if not cands:
         if time_limit_reached:
             parts.append(f"time limit {time_limit_s:.3g} s reached before any feasible plan was found")
@@ -342,7 +351,7 @@ def finish_plan(problem: Problem, *, backend: str, gap: float, bounds: dict[str,
     else:
         status = Status.HEURISTIC
         why = f"time limit {time_limit_s:.3g} s reached; " if time_limit_reached else ""
-        parts.append(f"{why}no proven bound")
+        parts.append(f"{why}no bound yet")
     return Plan(replicas=plan.replicas, shared=plan.shared, status=status, backend=backend,
                 objective_usd=objective, bound_usd=bound, gap=g, requested_gap=gap, solve_time_s=solve_time_s,
                 message="; ".join(parts), unserved_req_per_s=plan.unserved_req_per_s,

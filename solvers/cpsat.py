@@ -116,7 +116,8 @@ def scales(problem: Problem, idx) -> tuple[int, dict[str, int], dict[tuple[str, 
 
 def _fill_shared(problem: Problem, replicas: dict, shared: list[tuple[str, tuple[str, ...], dict]]) -> tuple:
     """Shared GPUs with exact served rates: each model's demand left after its dedicated replicas, split over its
-    shared GPUs in proportion to CP-SAT's parts (equally where it gave none)."""
+    shared GPUs in proportion to the req/s CP-SAT's parts give there (parts × cs[m,p]: a part of a small GPU
+    serves less than one of a large one; equally where it gave none)."""
     opts = problem.option_by_key
     W = problem.n_windows
     mu = 1 - problem.margin
@@ -126,11 +127,12 @@ def _fill_shared(problem: Problem, replicas: dict, shared: list[tuple[str, tuple
         for w, n in enumerate(counts):
             ded[o.model][w] += n * o.capacity_req_per_s * mu
     weight: dict[str, list[list[float]]] = {}
-    for i, (_p, _res, parts) in enumerate(shared):
+    cs = problem.share_by_key
+    for i, (p, _res, parts) in enumerate(shared):
         for m, u in parts.items():
             weight.setdefault(m, [[0.0] * len(shared) for _ in range(W)])
             for w in range(W):
-                weight[m][w][i] = u[w]
+                weight[m][w][i] = u[w] * cs[(m, p)].capacity_req_per_s
     served: list[dict[str, list[float]]] = [{m: [0.0] * W for m in res} for (_p, res, _u) in shared]
     for m, per_w in weight.items():
         d = problem.model_by_name[m].demand_req_per_s
@@ -501,16 +503,28 @@ def _extract_plan(cb: PlacementCpSatModel, solver: cp_model.CpSolver) -> Plan:
                 commitments={pid: int(solver.value(var)) for pid, var in cb.c.items()})
 
 
+#: CP-SAT's random seed (fixed: the same problem and budget give the same search).
+CPSAT_SEED = 0
+
+
 def solve_cpsat(problem: Problem, *, time_limit_s: float = 60, threads: int = 2, gap: float = 1e-4,
                 warm_start: Plan | None = None, log: bool = False, deadline: float | None = None,
-                extra_bounds: dict[str, float | None] | None = None) -> Plan:
+                extra_bounds: dict[str, float | None] | None = None,
+                deterministic_time: float | None = None) -> Plan:
     """Build and solve the CP-SAT model; returns a new Plan (status, objective, bound and gap in USD).
+
+    The search always runs with random_seed CPSAT_SEED and ``threads`` workers. ``deterministic_time`` (CP-SAT's
+    own work units, ``max_deterministic_time``; None: none) is a budget of effort, not of seconds: with it the
+    workers' search is interleaved (``interleave_search``) so that the same problem and options give the same plan
+    on an idle or a busy machine; ``time_limit_s`` (and ``deadline``) is then only a safety stop, and a plan cut
+    by it says so in its message (it may differ from one machine to another).
 
     The bound is CP-SAT's best objective bound in USD: a valid lower bound on the exact optimum because the model
     is a relaxation with costs rounded down (module docstring). Status and message follow
     :func:`fleetplan.solvers.common.finish_plan` (the cheaper of CP-SAT's plan and ``warm_start`` is returned).
     """
     t0 = time.perf_counter()
+    user_limit_s = time_limit_s  # what messages name: the share left after building is an internal figure
     cb = build_cpsat(problem)
     if warm_start is not None:
         _hint(cb, warm_start)
@@ -519,16 +533,22 @@ def solve_cpsat(problem: Problem, *, time_limit_s: float = 60, threads: int = 2,
     bounds = dict(extra_bounds or {})
     if time_limit_s <= 0.05:
         return finish_plan(problem, backend="cpsat", gap=gap, bounds=bounds, start=warm_start,
-                           time_limit_reached=True, time_limit_s=max(0.0, time_limit_s),
+                           time_limit_reached=True, time_limit_s=user_limit_s,
                            solve_time_s=time.perf_counter() - t0,
                            notes=("no time left for the solver after building the model",))
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = float(time_limit_s)
     solver.parameters.num_workers = max(1, int(threads or 1))
+    solver.parameters.random_seed = CPSAT_SEED
     solver.parameters.relative_gap_limit = float(gap)
     solver.parameters.log_search_progress = log
+    if deterministic_time is not None:
+        solver.parameters.max_deterministic_time = float(deterministic_time)
+        solver.parameters.interleave_search = solver.parameters.num_workers > 1
     code = solver.solve(cb.md)
     reached = code != cp_model.OPTIMAL and solver.wall_time >= TIME_LIMIT_SHARE * time_limit_s
+    det_reached = (deterministic_time is not None and code != cp_model.OPTIMAL and not reached
+                   and solver.deterministic_time >= TIME_LIMIT_SHARE * deterministic_time)
     if code == cp_model.INFEASIBLE:
         return Plan(status=Status.INFEASIBLE, backend="cpsat", solve_time_s=time.perf_counter() - t0)
     if code == cp_model.MODEL_INVALID:
@@ -538,6 +558,12 @@ def solve_cpsat(problem: Problem, *, time_limit_s: float = 60, threads: int = 2,
         bounds["CP-SAT"] = cp_bound if math.isfinite(cp_bound) else None
     incumbent = None
     notes: list[str] = []
+    if deterministic_time is not None and reached:
+        notes.append(f"the wall-clock safety stop ({user_limit_s:.3g} s) cut CP-SAT's search before its "
+                     f"deterministic budget ({solver.deterministic_time:.3g} of {deterministic_time:.3g} units "
+                     "done): this plan may differ on another machine")
+    elif det_reached:
+        notes.append(f"CP-SAT's deterministic budget of {deterministic_time:.3g} units was used up")
     if code in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         incumbent = _extract_plan(cb, solver)
         report = validate(problem, incumbent, check_objective=False)
@@ -545,5 +571,5 @@ def solve_cpsat(problem: Problem, *, time_limit_s: float = 60, threads: int = 2,
             notes.append("CP-SAT's plan fails the exact check after rescaling (" + report.violations[0] + ")")
             incumbent = None
     return finish_plan(problem, backend="cpsat", gap=gap, bounds=bounds, incumbent=incumbent, start=warm_start,
-                       time_limit_reached=reached, time_limit_s=time_limit_s, solve_time_s=time.perf_counter() - t0,
+                       time_limit_reached=reached, time_limit_s=user_limit_s, solve_time_s=time.perf_counter() - t0,
                        notes=tuple(notes))

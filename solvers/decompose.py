@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from fleetplan.placement.plan import Plan, SharedGPU, Status, evaluate, starts_per_window
 from fleetplan.placement.problem import Problem
 from fleetplan.placement.validate import validate
-from fleetplan.solvers.common import cheapest_cover, gpus_in_use, shared_candidates
+from fleetplan.solvers.common import cheapest_cover, gpus_in_use
 from fleetplan.solvers.cpsat import solve_cpsat
 from fleetplan.solvers.executor import Executor
 from fleetplan.solvers.milp import BoundResult, solve_aggregate_bound, solve_milp
@@ -482,18 +482,14 @@ def solve_by_windows(problem: Problem, base: Plan, *, backend: str = "highs", ti
 
 
 def window_problem(problem: Problem, w: int) -> Problem:
-    """Window ``w`` alone: the same pools and options with one window of demand ``d[m, w]``, and the share
-    options of the full problem's candidate shared GPUs (:func:`~fleetplan.solvers.common.shared_candidates`
-    decides on the all-day peak; a window's lower demand would admit more).
+    """Window ``w`` alone: the same pools, options and share options with one window of demand ``d[m, w]``.
 
     Any plan of the full problem restricted to window w is a plan of this one (its shared GPUs cost one window
     here, as their share of the all-day cost there; it has no start costs), so the sum over windows of these
     problems' optima (or proven bounds) is a lower bound on the full optimum.
     """
     models = tuple(replace(m, demand_req_per_s=(m.demand_req_per_s[w],)) for m in problem.models)
-    cands = {(s.model, s.pool) for lst in shared_candidates(problem).values() for s in lst}
-    shares = tuple(s for s in problem.share_options if (s.model, s.pool) in cands)
-    return replace(problem, n_windows=1, models=models, share_options=shares)
+    return replace(problem, n_windows=1, models=models)
 
 
 #: Share of a fanned-out window's slot of the worker-seconds left that its task may use, model building

@@ -6,6 +6,8 @@
 - HiGHS prints a banner on stdout (file descriptor 1) when its first model is created, before any option can turn
   output off; :func:`silence_highs_banner` creates that first model with fd 1 pointed at /dev/null, so JSON or CSV
   written to stdout stays clean.
+- A node budget (``mip_max_nodes``) ends with HiGHS's kSolutionLimit status, which PuLP 2.9 does not map (a
+  KeyError): :meth:`HiGHS.findSolutionValues` reads it as PuLP reads a time limit (the incumbent, if any).
 - No MIP start is passed: HiGHS 1.16's presolve values a start wrongly in its reduced space (see
   ``fleetplan.solvers.milp.solve_milp``), so the solvers compare the start with HiGHS's answer afterwards.
 """
@@ -17,6 +19,7 @@ import sys
 import threading
 
 import pulp
+from pulp import constants
 
 _BANNER_SILENCED = False
 _LOCK = threading.Lock()
@@ -53,3 +56,16 @@ class HiGHS(pulp.HiGHS):
         with _LOCK:  # one HiGHS solve at a time per process: the scheduler is shared
             highspy.Highs.resetGlobalScheduler(True)
             return super().actualSolve(lp, **kwargs)
+
+    def findSolutionValues(self, lp):  # noqa: N802 (PuLP's name)
+        import highspy
+
+        h = lp.solverModel
+        if h.getModelStatus() != highspy.HighsModelStatus.kSolutionLimit:
+            return super().findSolutionValues(lp)
+        if h.getInfo().primal_solution_status != 2:  # 2: a feasible primal solution
+            return constants.LpStatusNotSolved, constants.LpSolutionNoSolutionFound
+        cols = list(h.getSolution().col_value)
+        for var in lp.variables():
+            var.varValue = cols[var.index]
+        return constants.LpStatusOptimal, constants.LpSolutionIntegerFeasible

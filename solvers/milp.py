@@ -57,6 +57,8 @@ subject to
     (16) spot fallback (a spot pool p with interruption rate ρ_p and fallback pool f):
         ρ_p · Σ_{o in p} k_o·n[o,w] + Σ_{o in f} k_o·n[o,w] + Σ_b y[f,b] <= G_f - ρ_p·Σ_b y[p,b]
         (the fallback pool leaves room for the expected interrupted share of the spot GPUs in use)
+    (17) shared GPUs per pool:     Σ_b y[p,b] <= max_shared_gpus_per_pool (held by the index: a pool has at most
+        that many candidate shared GPUs b, :func:`fleetplan.solvers.common.shared_bins_per_pool`; no row needed)
 With ``relax=True`` every integer and binary variable is continuous: the LP relaxation, a lower bound.
 
 In the code, :func:`build_milp` adds the variables, then each numbered constraint by one function ``_cN_...``
@@ -96,6 +98,8 @@ from fleetplan.solvers.common import (
 )
 from fleetplan.solvers.highs import HiGHS
 
+#: HiGHS's random seed (fixed: the same problem and node budget give the same search).
+HIGHS_SEED = 0
 #: Penalty per req/s of unmet demand (or per missing replica) in the elastic model: far above any GPU price.
 ELASTIC_PENALTY_USD = 1e6
 
@@ -778,8 +782,12 @@ def solve_aggregate_bound(problem: Problem, *, time_limit_s: float, threads: int
 def solve_milp(problem: Problem, *, backend: str = "highs", time_limit_s: float = 60, threads: int | None = None,
                gap: float = 1e-4, warm_start: Plan | None = None, msg: bool = False,
                deadline: float | None = None, extra_bounds: dict[str, float | None] | None = None,
-               neighbours: tuple[dict, dict] | None = None) -> Plan:
+               neighbours: tuple[dict, dict] | None = None, max_nodes: int | None = None) -> Plan:
     """Solve the MILP with HiGHS (``backend='highs'``) or CBC (``'cbc'``); returns a new Plan.
+
+    ``max_nodes``: a deterministic effort budget, branch-and-bound nodes (HiGHS ``mip_max_nodes``, CBC
+    ``maxNodes``; None: none), with HiGHS's random_seed fixed at HIGHS_SEED: the same problem and budget give the
+    same plan on an idle or a busy machine, the time limit being only a safety stop (a plan it cuts says so).
 
     Status, bound, gap and message come from :func:`fleetplan.solvers.common.finish_plan`: the returned plan is the
     cheaper of the backend's incumbent and ``warm_start`` (a valid plan), OPTIMAL only when the proven bound
@@ -813,12 +821,13 @@ def solve_milp(problem: Problem, *, backend: str = "highs", time_limit_s: float 
                            solve_time_s=time.perf_counter() - t0,
                            notes=("no time left for the solver after building the model",))
     if backend == "highs":
-        solver = HiGHS(msg=msg, timeLimit=time_limit_s, threads=threads, gapRel=gap)
+        solver = HiGHS(msg=msg, timeLimit=time_limit_s, threads=threads, gapRel=gap, random_seed=HIGHS_SEED,
+                       mip_max_nodes=max_nodes)
     else:
         # Wall-clock time limit (CBC counts CPU seconds by default); CBC takes fractional seconds (a whole
         # second rounded up overran a 1-s limit by 0.4 s).
         solver = pulp.PULP_CBC_CMD(msg=msg, timeLimit=round(time_limit_s, 2), threads=threads, gapRel=gap,
-                                   warmStart=used_warm, timeMode="elapsed")
+                                   warmStart=used_warm, timeMode="elapsed", maxNodes=max_nodes)
     if not solver.available():
         raise SolverError(f"MILP backend {backend!r} is not available in this environment; install highspy "
                           "(for highs) or use PuLP's bundled CBC")
@@ -849,7 +858,12 @@ def solve_milp(problem: Problem, *, backend: str = "highs", time_limit_s: float 
         if backend == "cbc" and sol == pulp.LpSolutionOptimal and neighbours is None:
             # CBC proved optimality within gapRel; PuLP does not expose its bound, so this is the bound it proved.
             bounds["CBC proof"] = evaluate(problem, incumbent).total_usd * (1 - gap)
-    notes = ("warm-started from the heuristic plan",) if used_warm else ()
+    notes: tuple[str, ...] = ("warm-started from the heuristic plan",) if used_warm else ()
+    if max_nodes is not None and reached:
+        notes += (f"the wall-clock safety stop ({user_limit_s:.3g} s) cut the search before its budget of "
+                  f"{max_nodes:,} nodes: this plan may differ on another machine",)
+    elif max_nodes is not None and backend == "highs" and h.getInfo().mip_node_count >= max_nodes:
+        notes += (f"the budget of {max_nodes:,} branch-and-bound nodes was used up",)
     return finish_plan(problem, backend=backend, gap=gap, bounds=bounds, incumbent=incumbent, start=warm_start,
                        time_limit_reached=reached, time_limit_s=user_limit_s, solve_time_s=time.perf_counter() - t0,
                        notes=notes)

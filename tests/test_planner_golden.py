@@ -146,3 +146,21 @@ def test_validate_catches_broken_plans():
     key = problem.options[0].key
     over = replace(plan, replicas={key: (9, 9)}, objective_usd=None)
     assert any("do not fit" in v for v in validate(problem, over).violations)
+
+
+def test_validate_checks_the_shared_gpus_per_pool_limit():
+    # (17): the same plan with a shared GPU passes at max_shared_gpus_per_pool 1 (one shared GPU in the pool)
+    # and fails at 0 (no shared GPU allowed), naming the pool, the count and the limit.
+    from dataclasses import replace
+
+    problem = complementary_pair()
+    plan = solve(problem, "highs", time_limit_s=10, threads=1)
+    assert len(plan.shared) == 1 and problem.max_shared_gpus_per_pool >= 1
+    assert validate(problem, plan, check_objective=False).ok
+    none_allowed = replace(problem, max_shared_gpus_per_pool=0)
+    violations = validate(none_allowed, plan, check_objective=False).violations
+    pid = plan.shared[0].pool
+    assert violations == (f"pool {pid}: 1 shared GPUs > max_shared_gpus_per_pool 0",)
+    # and the solvers honour the limit: at 0 the plan has no shared GPU
+    plan0 = solve(none_allowed, "highs", time_limit_s=10, threads=1)
+    assert plan0.has_solution and not plan0.shared and validate(none_allowed, plan0).ok

@@ -100,6 +100,32 @@ def test_status_follows_the_bound_not_the_solver():
     assert p.status is Status.FEASIBLE and p.bound_usd == 8.0 and p.gap < 0 and "DEFECT" in p.message
 
 
+def test_a_zero_bound_is_no_bound_and_the_best_bound_is_used():
+    problem, _ = request_classes()
+    g = greedy(problem)  # $7.34
+    # $0 proves nothing about a $7.34 plan (costs are >= 0): no bound yet, not a "proven" 100% gap
+    p = finish_plan(problem, backend="cpsat", gap=0.01, bounds={"per-window": 0.0, "LP relaxation": None}, start=g)
+    assert p.status is Status.HEURISTIC and p.bound_usd is None and p.gap is None
+    assert "no bound yet" in p.message and "100" not in p.message
+    # with several bounds the gap is against the largest: (7.34 - 6.0) / 7.34 = 18.26%, not the LP's 43.73%
+    p = finish_plan(problem, backend="cbc", gap=0.01, bounds={"LP relaxation": 4.13, "per-window": 6.0}, start=g)
+    assert p.bound_usd == 6.0 and p.gap == pytest.approx((7.34 - 6.0) / 7.34) and "per-window bound" in p.message
+    # a $0 plan with a $0 bound is proven optimal
+    free = Problem(3600.0, 1, problem.pools, (ModelSpec("idle", (0.0,), 1.0, 0.05),), (), ())
+    p = finish_plan(free, backend="highs", gap=0.0, bounds={"LP relaxation": 0.0}, start=Plan(replicas={}))
+    assert p.status is Status.OPTIMAL and p.bound_usd == 0.0
+
+
+def test_the_cli_says_no_bound_yet():
+    # the summary prints "no bound yet" instead of a $0 bound (lp bound off and no backend run: no bound at all)
+    from fleetplan.cli.plan import _summary_table
+
+    d = {"cost_usd_per_day": 7.34, "gpu_hours_per_day": 2.0, "utilization": {"mean": 0.5, "peak": 0.7},
+         "lower_bound_usd_per_day": None, "gap": None}
+    table = _summary_table(d)
+    assert "no bound yet" in [c for col in table.columns for c in col._cells]
+
+
 def test_a_worse_backend_plan_loses_to_the_start_and_says_so():
     problem, _ = request_classes()
     g = greedy(problem)  # $7.34

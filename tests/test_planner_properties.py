@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import time
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -15,9 +16,9 @@ from fleetplan.placement.plan import Plan, SharedGPU, Status, evaluate
 from fleetplan.placement.problem import ModelSpec, Pool, Problem, ReplicaOption, ShareOption
 from fleetplan.placement.validate import validate
 from fleetplan.solvers.baselines import BASELINES, greedy
-from fleetplan.solvers.decompose import solve_by_windows
+from fleetplan.solvers.decompose import solve_by_windows, window_bound
 from fleetplan.solvers.milp import solve_lp_bound
-from fleetplan.solvers.solve import solve
+from fleetplan.solvers.solve import BACKENDS, solve
 
 
 @pytest.mark.parametrize("n_gpus, seed", [(1, 0), (2, 1), (3, 2)])
@@ -58,29 +59,31 @@ def _tiny(seed_vals) -> Problem:
 
 
 def _brute_force(problem: Problem) -> float:
-    """Enumerate every plan of a tiny problem: replica counts 0..3 per option and window, and at most one shared
-    GPU holding any subset of the share-eligible models, serving whatever their dedicated replicas leave."""
+    """Enumerate every plan of a tiny problem from the problem's definition: replica counts 0..3 per option and
+    window, and at most max_shared_gpus_per_pool (1) shared GPU on the pool with share options, holding any subset
+    of the models, serving whatever their dedicated replicas leave (the least a shared GPU can serve; serving
+    more only loads it further, so if any split is feasible this one is). ``validate`` decides feasibility; no
+    rule of the solvers (no peak test) is copied here."""
     opts = problem.options
     W = problem.n_windows
     models = problem.model_by_name
-    shares = problem.share_by_key
     mu = 1 - problem.margin
+    pid = "t:a/G"
+    share_models = [s.model for s in problem.share_options if s.pool == pid]
+    assert problem.max_shared_gpus_per_pool == 1
+    subsets = [c for k in range(len(share_models) + 1) for c in itertools.combinations(share_models, k)]
     best = math.inf
     for counts in itertools.product(range(4), repeat=len(opts) * W):
         replicas = {o.key: tuple(counts[i * W:(i + 1) * W]) for i, o in enumerate(opts)}
         replicas = {k: v for k, v in replicas.items() if any(v)}
-        for subset in ((), ("a",), ("b",), ("a", "b")):
+        for subset in subsets:
             shared = ()
             if subset:
-                pid = "t:a/G"
                 served = {}
                 for m in subset:
                     ded = [sum(c[w] * problem.option_by_key[k].capacity_req_per_s * mu
                                for k, c in replicas.items() if k[0] == m) for w in range(W)]
                     served[m] = tuple(max(0.0, models[m].demand_req_per_s[w] - ded[w]) for w in range(W))
-                # only if eligible per the solvers' rule (peak fits one GPU)
-                if any(max(models[m].demand_req_per_s) > mu * shares[(m, pid)].capacity_req_per_s for m in subset):
-                    continue
                 shared = (SharedGPU(pid, tuple(subset), served),)
             plan = Plan(replicas=replicas, shared=shared)
             if validate(problem, plan, check_objective=False).ok:
@@ -124,6 +127,34 @@ def test_lp_bound_below_optimum_below_baselines(vals):
     g = greedy(problem)
     if not g.message:
         assert plan.objective_usd <= g.objective_usd + 1e-6
+
+
+def _remainder_on_shared() -> Problem:
+    """The issue-24 case in hand numbers: one pool of 8 GPUs at $1/GPU-h, four 1-h windows, margin 0.1, no start
+    costs. Model a: 0.2 req/s, peaking once at 2.0; model b: 0.2 req/s all day; each has a dedicated tp1 option of
+    2.0 req/s (1.8 usable) and a share option of 1.0 req/s (0.9 usable)."""
+    pool = Pool("t:a", "G", nodes=1, gpus_per_node=8, usd_per_gpu_hour=1.0, memory_bytes_per_gpu=80e9)
+    models = (ModelSpec("a", (0.2, 0.2, 0.2, 2.0), 1.0, 0.05), ModelSpec("b", (0.2,) * 4, 1.0, 0.05))
+    opts = tuple(ReplicaOption(m, pool.id, 1, 1, 2.0, 40e9) for m in ("a", "b"))
+    shares = tuple(ShareOption(m, pool.id, 1.0, 30e9) for m in ("a", "b"))
+    return Problem(3600.0, 4, (pool,), models, opts, shares, margin=0.1, max_shared_gpus_per_pool=2)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_peaking_model_may_put_its_remainder_on_a_shared_gpu(backend):
+    # Optimum $5/day: one shared GPU all day (4 GPU-h) holds b (share 0.2) and a's off-peak 0.2 (share 0.2),
+    # plus one dedicated a replica in window 3 (1.8 req/s) with a's remainder 0.2 on the shared GPU (share
+    # 0.2 + 0.2 <= 0.9): 5 GPU-h. No cheaper plan: every window needs a GPU (4 GPU-h, the shared one all day
+    # at best), and window 3 needs two (a's 2.0 req/s > 1.8 on a dedicated GPU and > 0.9 on a shared one).
+    # A solver that bars a from shared GPUs (its peak 2.0 > 0.9) leaves b alone and proves $9 "optimal":
+    # a 1,1,1,2 dedicated + b 1,1,1,1 dedicated.
+    problem = _remainder_on_shared()
+    plan = solve(problem, backend, time_limit_s=20, threads=1)
+    assert validate(problem, plan).ok
+    assert plan.objective_usd == pytest.approx(5.0, abs=0.005)
+    assert plan.bound_usd is None or plan.bound_usd <= 5.0 + 1e-6
+    assert solve_lp_bound(problem) <= 5.0 + 1e-6
+    assert window_bound(problem, deadline=time.perf_counter() + 20, threads=1) <= 5.0 + 1e-6
 
 
 def test_backends_agree_when_both_prove_optimality():

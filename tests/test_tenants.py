@@ -306,3 +306,25 @@ def test_pareto_points_never_claim_a_bound_below_their_score():
     res = solve_allocation(problem, mode="pareto", points=3, time_limit_s=6)
     for alloc, _obj in res.pareto:
         assert alloc.gap is None or alloc.gap >= 0.0
+
+
+def test_pareto_front_drops_points_the_weighted_answer_dominates(monkeypatch):
+    # An epsilon-constraint point stopped by its limit can be worse than the weighted answer on every objective:
+    # here _pareto is made to return such a point (the weighted answer with 0.1 less utilization, 0.1 more
+    # isolation); the front must drop it and keep the weighted answer.
+    import dataclasses
+
+    import fleetplan.solvers.tenants.allocate as allocate_mod
+
+    p = _instance_e()
+    w = solve(p, backend="highs", mode="weighted")
+    worse = dataclasses.replace(w.objectives, utilization=w.objectives.utilization - 0.1,
+                                isolation=w.objectives.isolation + 0.1)
+    assert dominates(w.objectives, worse)
+    monkeypatch.setattr(allocate_mod, "_pareto", lambda run, points, t: [(w.allocation, worse)])
+    r = solve(p, backend="highs", mode="pareto", points=3)
+    objs = [o for _, o in r.pareto]
+    assert worse not in objs and any(not dominates(o, w.objectives) and not dominates(w.objectives, o)
+                                     for o in objs)
+    for a in objs:
+        assert not any(dominates(b, a) for b in objs)

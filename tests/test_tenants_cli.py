@@ -274,3 +274,23 @@ def test_allocate_table_folds_instead_of_cutting():
     r = CliRunner().invoke(main, ["allocate", "--time-limit", "3", "--split", "none"])
     assert r.exit_code == 0, r.output
     assert "…" not in r.output
+
+
+def test_a_split_that_runs_out_of_time_keeps_the_allocation(tmp_path, monkeypatch):
+    # The in-node split gets only the time the allocation leaves; when it finds nothing (here forced, as a MIG
+    # split out of time raises), the command still prints the allocation, without the split, and says why.
+    import fleetplan.cli.allocate as allocate_cli
+    from fleetplan.errors import SolverError
+
+    def out_of_time(*_a, **_k):
+        raise SolverError("MIG split of 8x A100: no split found within 1.0 s (the time left of --time-limit); "
+                          "raise --time-limit")
+
+    monkeypatch.setattr(allocate_cli, "split_allocation", out_of_time)
+    sc = tmp_path / "s.yaml"
+    sc.write_text(SMALL)
+    r = CliRunner().invoke(main, ["allocate", str(sc), "--format", "json", "--time-limit", "10"])
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)
+    assert d["allocation"] and not d["split"]["nodes"]
+    assert any("without its in-node split" in w and "no split found" in w for w in d["warnings"])

@@ -225,7 +225,10 @@ def solve_allocation(problem: TenantProblem, *, mode: str = "weighted", backend:
     if mode == "lexicographic":
         alloc, ob, stages = _lexicographic(run, order, tolerance, time_limit_s)
         return AllocationResult(alloc, ob, mode, backend, stages=stages)
-    front = _pareto(run, points, time_limit_s)
+    # The weighted answer is solved too, with its share of the time: the front keeps only the points that no
+    # solved point dominates (an epsilon-constraint point stopped by its limit can be dominated by it).
+    front = _pareto(run, points, time_limit_s * points / (points + 1))
+    front = non_dominated([*front, _weighted(run, weights, time_limit_s / (points + 1))])
     chosen = max(front, key=lambda p: weighted_score(problem, p[1], weights))
     return AllocationResult(chosen[0], chosen[1], mode, backend, pareto=front)
 
