@@ -26,7 +26,7 @@ from fleetplan.cli.options import (
 )
 from fleetplan.cli.output import progress_status, stdout_console, table
 from fleetplan.errors import FleetplanError, InputError
-from fleetplan.fileio import check_destinations, output_files
+from fleetplan.fileio import check_destinations, claimed_outputs, output_files
 from fleetplan.outputs.planio import plan_to_dict
 from fleetplan.outputs.unused import dropped_profile_warnings, summary_line
 from fleetplan.outputs.workbook import build_plan_workbook
@@ -418,6 +418,11 @@ def _plan_dict(sc: Scenario, problem: Problem, result: Plan, a: _PlanArgs, basel
 def _plan(scenario: str | None, fmt: str, a: _PlanArgs) -> None:
     a = _check_options(a)
     check_destinations(a.outputs, inputs=[scenario])  # fail before a long solve, not after it
+    with claimed_outputs(a.outputs):  # a second run writing the same file is refused, not silently overwritten
+        _plan_locked(scenario, fmt, a)
+
+
+def _plan_locked(scenario: str | None, fmt: str, a: _PlanArgs) -> None:
     with progress_status(enabled=sys.stderr.isatty()) as say:
         say("reading the scenario and its demand")
         sc = with_profiles(load_scenario(scenario, window_length_s=a.window_s), list(a.profiles))

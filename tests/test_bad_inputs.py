@@ -145,3 +145,26 @@ def test_infeasible_scenarios_name_the_real_cause(tmp_path, tp, rates, extra, ne
     assert code == 2, out
     for n in needles:
         assert n in out, (n, out)
+
+
+def test_calibrate_into_a_missing_folder_is_a_one_line_error(tmp_path):
+    # issue 28 item 3: this raised FileNotFoundError from tempfile.mkstemp after the fit.
+    code, out = run("calibrate", "--no-held-out", "--out", str(tmp_path / "nodir" / "c.csv"))
+    assert code == 2, out
+    assert "folder" in out and "does not exist" in out, out
+    assert not (tmp_path / "nodir").exists()
+
+
+def test_a_second_writer_of_the_same_out_is_refused(tmp_path):
+    # issue 28 item 2: two `plan --out same.json` at once both exited 0 and the last writer won. While one run
+    # holds the destination, another is refused at once and the file stays untouched.
+    from fleetplan.fileio import claimed_outputs
+
+    target = tmp_path / "same.json"
+    target.write_text("first")
+    with claimed_outputs({"--out": target}):
+        code, out = run("plan", "--out", str(target), "--time-limit", "20", "--no-baselines")
+    assert code == 2, out
+    assert "being written by another run" in out and "--out" in out, out
+    assert target.read_text() == "first"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["same.json"]  # the lock file is gone
