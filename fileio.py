@@ -15,6 +15,7 @@ the value and the fix, with "did you mean" for an unknown key.
 from __future__ import annotations
 
 import contextlib
+import datetime
 import difflib
 import fcntl
 import functools
@@ -608,6 +609,9 @@ def _message(err: Mapping, parts: list, root: dict) -> str:
         for lead in ("Value error, ", "Assertion failed, "):
             msg = msg.removeprefix(lead)
         return msg
+    if kind == "string_type" and isinstance(value, (datetime.date, datetime.time)):
+        return (f"YAML read {value.isoformat()} as a date, not text: quote it ('{value.isoformat()}')"
+                + (f" ({what})" if what else ""))
     type_words = _TYPE_WORDS.get(kind)
     if type_words:
         return f"{_show(value)} {type_words}{tail}"
