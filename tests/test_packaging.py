@@ -148,8 +148,8 @@ def test_plain_install_plans_and_serves(tmp_path):
 
 
 def test_plan_does_not_import_the_service_stack():
-    # issue 28 item 7: `fleetplan plan` imported the service stack it never uses (the simulator it does: --verify). A fresh interpreter, so the
-    # other tests' imports do not count.
+    # issue 28 item 7: `fleetplan plan` imported the service stack it never uses (the simulator it does use:
+    # --verify). A fresh interpreter, so the other tests' imports do not count.
     import subprocess
     import sys
 
