@@ -68,7 +68,8 @@ class UnknownNameError(InputError, KeyError):
             lowered = {k.lower(): k for k in known}
             close = [lowered[k] for k in difflib.get_close_matches(name.lower(), list(lowered), n=3, cutoff=0.4)]
         hint = f"did you mean {' or '.join(repr(c) for c in close)}?" if close else (
-            f"known {_plural(kind)}: {', '.join(known[:12])}{' ...' if len(known) > 12 else ''}")
+            f"known {_plural(kind)}: {', '.join(known[:12])}{' ...' if len(known) > 12 else ''}" if known
+            else f"there are no {_plural(kind)} to choose from")
         self.kind = kind
         self.name = name
         self.suggestions = close

@@ -15,7 +15,9 @@ the value and the fix, with "did you mean" for an unknown key.
 from __future__ import annotations
 
 import contextlib
+import datetime
 import difflib
+import fcntl
 import functools
 import hashlib
 import json
@@ -165,6 +167,39 @@ def output_files(paths: Mapping[str, str | Path | None]) -> Iterator[dict[str, P
         for p in [*tmps.values(), *made]:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(p)
+
+
+@contextlib.contextmanager
+def claimed_outputs(paths: Mapping[str, str | Path | None]) -> Iterator[None]:
+    """Hold an exclusive lock on every given destination of ``paths`` ({option name: path or None}) for the block,
+    so two runs writing the same file cannot both succeed (the second is refused at once, not after its work).
+
+    The lock is an advisory ``flock`` on a hidden file ``.<name>.lock`` beside the destination, removed at the end.
+    Raises InputError naming the option when another run holds the lock, or when a destination
+    :func:`check_destination` refuses.
+    """
+    held: list[tuple[int, Path]] = []
+    try:
+        for name, p in paths.items():
+            if p is None:
+                continue
+            target = check_destination(p, field=name)
+            lock = target.parent / f".{target.name}.lock"
+            fd = os.open(lock, os.O_CREAT | os.O_RDWR, 0o666 & ~_umask())
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                raise InputError(f"{name} {target} is being written by another run right now (lock {lock.name} is "
+                                 "held); wait for it to finish or give another path", source=str(target),
+                                 field=name, value=str(p)) from None
+            held.append((fd, lock))
+        yield
+    finally:
+        for fd, lock in reversed(held):
+            with contextlib.suppress(OSError):
+                os.unlink(lock)
+            os.close(fd)
 
 
 def check_output_folder(path: str | Path, *, field: str | None = None) -> Path:
@@ -574,6 +609,9 @@ def _message(err: Mapping, parts: list, root: dict) -> str:
         for lead in ("Value error, ", "Assertion failed, "):
             msg = msg.removeprefix(lead)
         return msg
+    if kind == "string_type" and isinstance(value, (datetime.date, datetime.time)):
+        return (f"YAML read {value.isoformat()} as a date, not text: quote it ('{value.isoformat()}')"
+                + (f" ({what})" if what else ""))
     type_words = _TYPE_WORDS.get(kind)
     if type_words:
         return f"{_show(value)} {type_words}{tail}"

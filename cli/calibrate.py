@@ -7,6 +7,7 @@ import click
 from fleetplan.datasets.calibration import write_calibration_table
 from fleetplan.datasets.measured import DEFAULT_FRAMEWORK
 from fleetplan.datasets.measured import calibrate as run_calibration
+from fleetplan.fileio import check_destination
 
 
 @click.command()
@@ -26,6 +27,7 @@ def calibrate(extra: tuple[str, ...], no_shipped: bool, anchor: str, framework: 
     """Fit the roofline's constants (efficiencies and host overhead scale per GPU family, overheads per framework and
     version) to measured prefill, decode-step, steady-state and static-batch times, report the fit error and the
     held-out error, and write a calibration file."""
+    check_destination(out, field="--out")  # before the fit, which takes a while
     rep = run_calibration(extra, shipped=not no_shipped, anchor=anchor, framework=framework, held_out=held_out)
     click.echo(f"fitted {rep.n_observations} measurements; rows written for {rep.framework}")
     for fam, v in sorted(rep.fit.family.items()):

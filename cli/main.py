@@ -2,27 +2,40 @@
 
 from __future__ import annotations
 
+import importlib
 import sys
 
 import click
 
 from fleetplan import __version__
-from fleetplan.cli.allocate import allocate
-from fleetplan.cli.calibrate import calibrate
-from fleetplan.cli.data import data
-from fleetplan.cli.export import export
-from fleetplan.cli.ledger import ledger
-from fleetplan.cli.plan import plan
-from fleetplan.cli.schema import schema
-from fleetplan.cli.serve import export_history, serve
-from fleetplan.cli.simulate import simulate
-from fleetplan.cli.sweep import sweep
-from fleetplan.cli.whatif import whatif
 from fleetplan.errors import FleetplanError
+
+#: Each subcommand by name: (module of this layer, attribute). Loaded on first use (click's documented lazy
+#: subcommand pattern), so ``fleetplan plan`` does not import the service stack, openpyxl or the simulator.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "data": ("fleetplan.cli.data", "data"), "plan": ("fleetplan.cli.plan", "plan"),
+    "simulate": ("fleetplan.cli.simulate", "simulate"), "ledger": ("fleetplan.cli.ledger", "ledger"),
+    "whatif": ("fleetplan.cli.whatif", "whatif"), "sweep": ("fleetplan.cli.sweep", "sweep"),
+    "allocate": ("fleetplan.cli.allocate", "allocate"), "serve": ("fleetplan.cli.serve", "serve"),
+    "export-history": ("fleetplan.cli.serve", "export_history"), "schema": ("fleetplan.cli.schema", "schema"),
+    "calibrate": ("fleetplan.cli.calibrate", "calibrate"), "export": ("fleetplan.cli.export", "export"),
+}
 
 
 class FleetplanGroup(click.Group):
-    """A click group that turns any :class:`FleetplanError` into a one-line message and exit code 2."""
+    """A click group that turns any :class:`FleetplanError` into a one-line message and exit code 2, and imports
+    a subcommand's module (:data:`COMMANDS`) only when that subcommand is run or listed."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:  # noqa: D102
+        return sorted({*super().list_commands(ctx), *COMMANDS})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:  # noqa: D102
+        if cmd_name in self.commands or cmd_name not in COMMANDS:
+            return super().get_command(ctx, cmd_name)
+        module, attr = COMMANDS[cmd_name]
+        command = getattr(importlib.import_module(module), attr)
+        self.add_command(command, cmd_name)
+        return command
 
     def invoke(self, ctx: click.Context):  # noqa: D102
         try:
@@ -38,10 +51,6 @@ def main() -> None:
     """Plan LLM-serving GPU fleets: replicas per model, GPU type, site and time window, at the lowest cost
     that meets the TTFT/TPOT SLOs, network egress included."""
 
-
-for _command in (data, plan, simulate, ledger, whatif, sweep, allocate, serve, export_history, schema, calibrate,
-                 export):
-    main.add_command(_command)
 
 if __name__ == "__main__":  # pragma: no cover
     main()

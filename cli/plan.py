@@ -26,7 +26,7 @@ from fleetplan.cli.options import (
 )
 from fleetplan.cli.output import progress_status, stdout_console, table
 from fleetplan.errors import FleetplanError, InputError
-from fleetplan.fileio import check_destinations, output_files
+from fleetplan.fileio import check_destinations, claimed_outputs, output_files
 from fleetplan.outputs.planio import plan_to_dict
 from fleetplan.outputs.unused import dropped_profile_warnings, summary_line
 from fleetplan.outputs.workbook import build_plan_workbook
@@ -303,9 +303,9 @@ def _plot(path: Path, problem: Problem, plan: Plan) -> None:
               help="Plan by POP decomposition into this many sub-fleets solved in parallel, then recombined and "
                    f"repaired, with the whole problem's bound (default: {POP_AUTO_MODELS:,}+ models only; 1: "
                    "never).")
-@click.option("--partition", type=click.Choice(PARTITIONS), default="shape", show_default=True,
+@click.option("--partition", type=click.Choice(PARTITIONS), default=None,
               help="How --decompose splits the models: by demand-curve shape (every part gets every peak hour) or "
-                   "at random.")
+                   "at random. [default: shape; needs --decompose]")
 @fanout_options("the sub-fleets of --decompose", workers=None, workers_default_text="this machine's CPUs, at most 4")
 def plan(scenario: str | None, fmt: str, **kw) -> None:
     """Plan SCENARIO (a YAML file or a shipped scenario's name; the shipped default when omitted): replicas per
@@ -348,7 +348,7 @@ class _PlanArgs:
     profiles: tuple[str, ...]
     best_effort: bool
     decompose: int | None
-    partition: str
+    partition: str | None
     workers: int | None
     executor: str
     ray_address: str | None
@@ -369,7 +369,10 @@ def _check_options(a: _PlanArgs) -> _PlanArgs:
     if a.verify_slice_s is not None and not a.verify:
         raise InputError("--verify-slice without --verify: add --verify, or drop --verify-slice",
                          field="--verify-slice", value=a.verify_slice_s)
-    return replace(a, time_limit_s=time_limit_s, gap=gap)
+    if a.partition is not None and a.decompose is None:
+        raise InputError("--partition without --decompose: add --decompose N (the number of sub-fleets), or drop "
+                         "--partition", field="--partition", value=a.partition)
+    return replace(a, time_limit_s=time_limit_s, gap=gap, partition=a.partition or "shape")
 
 
 def _solve(sc: Scenario, a: _PlanArgs, say: Callable[[str], None]) -> tuple[Problem, Plan, VerifyResult | None]:
@@ -381,7 +384,7 @@ def _solve(sc: Scenario, a: _PlanArgs, say: Callable[[str], None]) -> tuple[Prob
     problem = build_problem(sc, progress=say)
     with make_executor(a.executor, workers=a.workers, address=a.ray_address) as ex:
         result = solve(problem, a.backend, time_limit_s=a.time_limit_s, threads=a.threads, gap=a.gap, progress=say,
-                       best_effort=a.best_effort, decompose=a.decompose, partition=a.partition, executor=ex)
+                       best_effort=a.best_effort, decompose=a.decompose, partition=a.partition or "shape", executor=ex)
     return problem, result, None
 
 
@@ -420,6 +423,11 @@ def _plan_dict(sc: Scenario, problem: Problem, result: Plan, a: _PlanArgs, basel
 def _plan(scenario: str | None, fmt: str, a: _PlanArgs) -> None:
     a = _check_options(a)
     check_destinations(a.outputs, inputs=[scenario])  # fail before a long solve, not after it
+    with claimed_outputs(a.outputs):  # a second run writing the same file is refused, not silently overwritten
+        _plan_locked(scenario, fmt, a)
+
+
+def _plan_locked(scenario: str | None, fmt: str, a: _PlanArgs) -> None:
     with progress_status(enabled=sys.stderr.isatty()) as say:
         say("reading the scenario and its demand")
         sc = with_profiles(load_scenario(scenario, window_length_s=a.window_s), list(a.profiles))

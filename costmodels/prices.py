@@ -393,6 +393,11 @@ def check_price_date(price_date: str | None, *, field: str = "price_date",
     except ValueError:
         raise InputError(f"price date {price_date!r} is not a date (month 01-12, a day that month has); give "
                          "YYYY-MM-DD, e.g. 2025-05-31", field=field, value=price_date) from None
+    today = datetime.date.today().isoformat()
+    if price_date > today:
+        raise InputError(f"price date {price_date} is in the future (today is {today}); no snapshot holds prices of a "
+                         "day to come: give today or an earlier date, or none for the newest snapshot", field=field,
+                         value=price_date)
     if prices is not None:
         earliest = min((p.as_of for p in prices if not p.user and p.as_of), default=None)
         if earliest is not None and price_date < earliest:

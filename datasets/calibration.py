@@ -11,13 +11,12 @@ from __future__ import annotations
 import csv
 import functools
 import importlib.resources
-import os
-import tempfile
 
 from fleetplan.costmodels.calibration import DEFAULT_ROW, Calibration, calibration_for
 from fleetplan.costmodels.energy import idle_fraction_for
 from fleetplan.costmodels.hardware import GPU, Model
 from fleetplan.errors import InputError, check_range
+from fleetplan.fileio import atomic_path
 
 #: The roofline constants' file name under datasets/data/calibration.
 CALIBRATION_FILE = "roofline.csv"
@@ -126,16 +125,13 @@ def write_calibration_table(rows: list[Calibration], path: str, extra: dict[str,
     cols = ["gpu", *Calibration.parameter_names(), "framework"]
     cols += sorted({k for d in extra.values() for k in d})
     cols.append("source")
-    d = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=d, suffix=".tmp")
-    with os.fdopen(fd, "w", newline="") as f:
+    with atomic_path(path, field="--out") as tmp, open(tmp, "w", newline="") as f:
         w = csv.DictWriter(f, cols, lineterminator="\n")
         w.writeheader()
         for r in rows:
             rec = {"gpu": r.gpu, "framework": r.framework, "source": r.source,
                    **{n: f"{getattr(r, n):.6g}" for n in Calibration.parameter_names()}, **extra.get(r.gpu, {})}
             w.writerow(rec)
-    os.replace(tmp, path)
     load_calibration_table.cache_clear()
 
 

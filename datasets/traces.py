@@ -42,6 +42,14 @@ from fleetplan.errors import InputError, UnknownNameError, check_range
 MAX_TOKENS_PER_REQUEST = 2_000_000
 #: Longest trace accepted, seconds (366 days): a longer span means the timestamps are not in seconds.
 MAX_TRACE_SPAN_S = 366 * 86400.0
+#: Seconds per unit of a numeric timestamp column of :func:`read_generic_csv`, by column name: ``timestamp_ms``
+#: gives the unit, plain ``timestamp`` means seconds (then checked by the implied rate below).
+TIMESTAMP_UNITS_S: dict[str, float] = {"timestamp": 1.0, "timestamp_s": 1.0, "timestamp_ms": 1e-3,
+                                       "timestamp_us": 1e-6}
+#: A plain numeric ``timestamp`` column read as seconds is refused when its requests span more than a day at a
+#: mean rate below this (req/s): the shape of millisecond timestamps read as seconds (issue 28: 99,750 s at
+#: 0.004 req/s). A sanity bound, not a fact about any workload; ``timestamp_s`` states seconds and skips it.
+MIN_IMPLIED_RATE_REQ_PER_S = 0.01
 #: Window lengths :func:`trace_to_demand` accepts, seconds (1 minute to 1 hour).
 MIN_WINDOW_S, MAX_WINDOW_S = 60.0, 3600.0
 #: Group key used when the trace has none of the grouping columns.
@@ -369,7 +377,10 @@ def read_generic_csv(path: str | Path) -> Trace:
     ``tenant`` (header names are case-insensitive; other columns are ignored).
 
     ``timestamp`` is either numbers of seconds (any origin, e.g. Unix time) or ISO datetimes
-    (``2024-05-01T12:00:00.5``, optionally with a UTC offset); arrival times become seconds from the first row.
+    (``2024-05-01T12:00:00.5``, optionally with a UTC offset); arrival times become seconds from the first row. A
+    numeric column may give its unit in its name instead (:data:`TIMESTAMP_UNITS_S`: ``timestamp_ms``,
+    ``timestamp_us``, ``timestamp_s``); plain ``timestamp`` numbers whose implied rate looks like milliseconds read
+    as seconds (:data:`MIN_IMPLIED_RATE_REQ_PER_S`) are refused.
 
     Raises:
         InputError: file missing, a required column missing, no rows, a bad number, timestamp, or empty
@@ -379,12 +390,26 @@ def read_generic_csv(path: str | Path) -> Trace:
     display = str(path)
     path = Path(path)
     df = _read_csv_frame(path, display)
-    cols = _require_columns(df, ("timestamp", "input_tokens", "output_tokens"), display, "trace CSV")
+    lower_cols = {c.lower() for c in df.columns}
+    given = [c for c in TIMESTAMP_UNITS_S if c in lower_cols]
+    if len(given) > 1:
+        raise InputError(f"two timestamp columns ({', '.join(given)}); keep one", source=display, field=given[1])
+    ts_col = given[0] if given else "timestamp"
+    cols = _require_columns(df, (ts_col, "input_tokens", "output_tokens"), display, "trace CSV")
+    cols["timestamp"] = cols[ts_col]
     ts = df[cols["timestamp"]].astype(str).str.strip()
     numeric = pd.to_numeric(ts, errors="coerce")
     if numeric.notna().all():
-        t = numeric.to_numpy(dtype=np.float64)
+        t = numeric.to_numpy(dtype=np.float64) * TIMESTAMP_UNITS_S[ts_col]
         start = None
+        span_s = float(t[-1] - t[0]) if len(t) else 0.0
+        slow = 86400 < span_s <= MAX_TRACE_SPAN_S and (len(t) - 1) / span_s < MIN_IMPLIED_RATE_REQ_PER_S
+        if ts_col == "timestamp" and slow:
+            raise InputError(f"read as seconds, the {len(t):,} requests span {span_s:,.0f} s "
+                             f"({span_s / 86400:.1f} days) at {(len(t) - 1) / span_s:.3g} req/s, the shape of "
+                             "milliseconds read as seconds; name the column timestamp_ms if they are milliseconds, "
+                             "or timestamp_s if seconds are right", source=display, field=cols["timestamp"],
+                             value=float(t[-1]))
     elif numeric.notna().any() and ts.str.fullmatch(r"-?\d+(\.\d*)?").iloc[0]:
         at = int(np.argmax(numeric.isna().to_numpy()))  # the first text timestamp (some are numbers, not all)
         raise InputError(f"{ts.iloc[at]!r} is not a number of seconds; use one timestamp format in the whole column",

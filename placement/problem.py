@@ -391,7 +391,8 @@ class ModelSpec:
                 check_range(share, field=f"classes[{c}].share", source=owner, low=0, high=1)
             total = sum(share for _, share in self.class_shares)
             if abs(total - 1.0) > 1e-6:
-                raise InputError(f"{owner}: class shares sum to {total:g}; they must sum to 1", field="classes",
+                raise InputError(f"{owner}: class shares sum to {total:.9g}, not 1 (within 1e-6); make them add up "
+                                 "to exactly 1", field="classes",
                                  value=total)
             if self.class_max_tokens and len(self.class_max_tokens) != len(self.class_shares):
                 raise InputError(f"{owner}: {len(self.class_max_tokens)} class bounds for {len(self.class_shares)} "

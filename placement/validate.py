@@ -628,7 +628,9 @@ def _cost(problem: Problem, plan: Plan) -> list[str]:
     ``evaluate``, whose value the solvers report), KV egress bands and commitments included."""
     total = plan_cost_usd(problem, plan)
     if plan.objective_usd is not None and abs(total - plan.objective_usd) > 1e-4 * max(1.0, abs(total)) + 0.01:
-        return [f"reported objective ${plan.objective_usd:,.2f} differs from the recomputed cost ${total:,.2f}"]
+        per_day = 24.0 / problem.horizon_hours  # the unit a plan file and the table show
+        return [f"reported objective ${plan.objective_usd * per_day:,.2f}/day differs from the recomputed cost "
+                f"${total * per_day:,.2f}/day"]
     return []
 
 

@@ -157,6 +157,10 @@ def check_pool_names(pools: list[Pool], rows_where: list[str]) -> None:
                               f"another "
                        f"row's GPUs; name an on-demand or owned row of the same site and GPU type{here}", rw,
                        "fallback", p.fallback_pool)
+        if f is None and not usable:
+            raise field_error(f"unknown fallback pool {p.fallback_pool!r}, and this site has no on-demand or owned "
+                              f"row of {p.gpu} to fall back to: add one and name it here", rw, "fallback",
+                              p.fallback_pool)
         if f is None:
             raise UnknownNameError("fallback pool", p.fallback_pool, usable, source=rw, field="fallback")
         if f.site != p.site or f.gpu != p.gpu or f.pricing_model == SPOT_PRICING_MODEL:

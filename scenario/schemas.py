@@ -444,7 +444,8 @@ class ScenarioModel(InputModel):
                 raise ValueError(f"classes: two classes have the same name ({', '.join(names)})")
             total = sum(c.share for c in self.classes)
             if abs(total - 1.0) > 1e-6:
-                raise ValueError(f"classes: the shares sum to {total:g}; they must sum to 1")
+                raise ValueError(f"classes: the shares sum to {total:.9g}, not 1 (within 1e-6); make them add up to "
+                                 "exactly 1")
         return self
 
     @model_validator(mode="after")

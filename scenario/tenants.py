@@ -183,7 +183,7 @@ def problem_from_dict(data: Mapping, *, source: str = "scenario") -> TenantProbl
                 demand_gpus=tuple(d), sla_target=t.sla_target, interference_class=t.interference_class,
                 gpu_types=types, models=derived))
         except InputError as exc:
-            msg = str(exc).removeprefix(f"field '{exc.field}': ") if exc.field else str(exc)
+            msg = exc.message.removeprefix(f"tenant {t.name}: ")  # the Tenant's own source already names it
             raise InputError(f"tenant {t.name}: {msg}", source=source,
                              field=f"tenants[{i - 1}]" + (f".{exc.field}" if exc.field else ""),
                              value=exc.value) from None

@@ -170,8 +170,23 @@ def steps_from_dict(d: dict, problem: Problem) -> list[FleetStep]:
                              f"{problem.n_windows * problem.window_length_s:g} s)", field=f"steps[{i}].at_s", value=at)
         if out and at < out[-1].at_s:
             raise InputError("steps must be in time order", field=f"steps[{i}].at_s", value=at)
+        _check_inventory(reps, i, problem)
         out.append(FleetStep(at, reps, shared))
     return out
+
+
+def _check_inventory(reps: dict[OptionKey, int], i: int, problem: Problem) -> None:
+    """InputError when step ``i``'s replicas (``reps``: {option key: count}) need more GPUs in a pool than its
+    inventory holds (nodes × GPUs per node less the reserved ones), as a plan file with those counts is refused."""
+    used: dict[str, int] = {}
+    for key, n in reps.items():
+        used[key[1]] = used.get(key[1], 0) + n * problem.option_by_key[key].gpus
+    for pid, g in sorted(used.items()):
+        have = problem.pool_by_id[pid].gpus
+        if g > have:
+            raise InputError(f"steps[{i}]: the replicas on pool {pid} need {g:,} GPUs but its inventory holds "
+                             f"{have:,}; lower the counts (or plan a larger inventory in the scenario)",
+                             field=f"steps[{i}].replicas", value=g)
 
 
 def _step_from_dict(s: dict, i: int, problem: Problem) -> tuple[float, dict[OptionKey, int], tuple]:

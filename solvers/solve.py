@@ -77,7 +77,7 @@ def check_solve_options(time_limit_s: float, gap: float) -> tuple[float, float]:
     """(time_limit_s, gap) as finite floats, or InputError naming the option: the limit in
     [MIN_TIME_LIMIT_S, 86400] s, the gap in [0, 1)."""
     t = check_range(time_limit_s, field="time limit", low=MIN_TIME_LIMIT_S, high=86400, unit="s",
-                    fix=f"give a time limit of at least {MIN_TIME_LIMIT_S:g} s")
+                    fix=f"give a time limit from {MIN_TIME_LIMIT_S:g} s to 86400 s (one day)")
     g = check_range(gap, field="gap", low=0.0, high=0.999999, fix="give a relative gap such as 0.005")
     return t, g
 

@@ -42,7 +42,7 @@ PLAN_EDITS = [
     # 150 replicas of 4 GPUs each = 600 GPUs on an inventory of 2 nodes × 8 GPUs.
     (lambda d: d["replicas"][0].__setitem__("counts", [150] * len(d["replicas"][0]["counts"])),
      ["does not hold for its own scenario", "do not fit"]),
-    (lambda d: d.__setitem__("cost_usd_per_day", 10.0), ["reported objective $10.00 differs from the recomputed"]),
+    (lambda d: d.__setitem__("cost_usd_per_day", 10.0), ["reported objective $10.00/day differs from the recomputed"]),
     (lambda d: d["replicas"][0].__setitem__("counts", d["replicas"][0]["counts"][:5]),
      ["has 5 counts", "the scenario has 24 windows"]),
     (lambda d: d["replicas"][0].__setitem__("counts", [-1] * 24), ["whole numbers >= 0"]),
@@ -81,6 +81,10 @@ CLI_CASES = [
     # --time-limit is one option with one check (cli/options.py): allocate took NaN and solved until it failed.
     (["allocate", "--time-limit", "nan"], ["field 'time limit': nan is not a finite number"]),
     (["allocate", "--time-limit", "0.2"], ["0.2 s is below the minimum 0.5 s"]),
+    # Too large a limit was told "at least 0.5 s" (issue 28 item 4).
+    (["plan", "--time-limit", "1e9"], ["above the maximum 86400 s", "from 0.5 s to 86400 s"]),
+    # --partition without --decompose was ignored (while --verify-slice without --verify is refused).
+    (["plan", "--partition", "random"], ["--partition without --decompose", "add --decompose N"]),
     (["sweep", "--vary", "demand_factor=1", "--time-limit", "inf"], ["field 'time limit': inf is not a finite"]),
     (["ledger", "split", "--model", "llama-3.1-70b", "--prefill-site", "aws:us-east-1", "--decode-site",
       "aws:us-west-2", "--csv-out", "{tmp}/no/x.csv"], ["does not exist"]),
@@ -145,3 +149,72 @@ def test_infeasible_scenarios_name_the_real_cause(tmp_path, tp, rates, extra, ne
     assert code == 2, out
     for n in needles:
         assert n in out, (n, out)
+
+
+def test_calibrate_into_a_missing_folder_is_a_one_line_error(tmp_path):
+    # issue 28 item 3: this raised FileNotFoundError from tempfile.mkstemp after the fit.
+    code, out = run("calibrate", "--no-held-out", "--out", str(tmp_path / "nodir" / "c.csv"))
+    assert code == 2, out
+    assert "folder" in out and "does not exist" in out, out
+    assert not (tmp_path / "nodir").exists()
+
+
+def test_a_second_writer_of_the_same_out_is_refused(tmp_path):
+    # issue 28 item 2: two `plan --out same.json` at once both exited 0 and the last writer won. While one run
+    # holds the destination, another is refused at once and the file stays untouched.
+    from fleetplan.fileio import claimed_outputs
+
+    target = tmp_path / "same.json"
+    target.write_text("first")
+    with claimed_outputs({"--out": target}):
+        code, out = run("plan", "--out", str(target), "--time-limit", "20", "--no-baselines")
+    assert code == 2, out
+    assert "being written by another run" in out and "--out" in out, out
+    assert target.read_text() == "first"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["same.json"]  # the lock file is gone
+
+
+# (edit of SMALL, extra CLI arguments, words the one-line error must hold): inputs that were silently reinterpreted
+# or answered with a message pointing the wrong way (issue 28 items 2 and 4).
+SCENARIO_EDITS = [
+    # The 3 hourly rates became 1-minute windows repeated 480 times a day ($234.89 instead of $220.41).
+    (lambda s: s, ["--window", "60"], ["--window 60 s does not fit the rates: list of Llama-3.1-8B",
+                                       "given per 3600-s window"]),
+    # A price date of 2030 was accepted (a day no snapshot can hold).
+    (lambda s: s.replace("margin: 0.1}", "margin: 0.1, price_date: '2999-01-01'}"), [],
+     ["price date 2999-01-01 is in the future"]),
+    # 1.000001 was printed as "sum to 1; they must sum to 1" (format {:g}).
+    (lambda s: s.replace("    token_mix: {trace: azure-conv}\n", """    token_mix: {trace: azure-conv}
+    classes:
+      - {name: a, share: 0.5, token_mix: {trace: azure-conv}}
+      - {name: b, share: 0.500001, token_mix: {trace: azure-conv}}
+"""), [], ["shares sum to 1.000001, not 1"]),
+    # A spot row's unknown fallback on a site with no on-demand row listed an empty "known fallback pools:".
+    (lambda s: s.replace("gpus_per_node: 8}", "gpus_per_node: 8, pricing_model: spot, interruption_rate: 0.05, "
+                         "fallback: nope}"), [], ["unknown fallback pool 'nope'", "no on-demand or owned row"]),
+]
+
+
+@pytest.mark.parametrize("edit,args,needles", SCENARIO_EDITS)
+def test_reinterpreted_scenarios_are_refused_with_the_cause(tmp_path, edit, args, needles):
+    p = tmp_path / "s.yaml"
+    p.write_text(edit(SMALL.replace("TP", "[1, 2]").replace("RATES", "[1.0, 4.0, 12.0]")))
+    code, out = run("plan", str(p), "--time-limit", "10", "--no-baselines", *args)
+    assert code == 2, out
+    lines = [x for x in out.splitlines() if x.strip()]
+    assert lines[-1].startswith("Error: ") and "known fallback pools: ;" not in out, out
+    for n in needles:
+        assert n in out, (n, out)
+
+
+def test_an_unquoted_date_in_a_split_design_says_quote_it(tmp_path):
+    # YAML reads price_date: 2025-05-31 as a date; the message was "datetime.date(2025, 5, 31) must be text".
+    from fleetplan.datasets.shipped import shipped_scenario_text
+
+    text = shipped_scenario_text("split_default.yaml")
+    assert 'price_date: "2025-05-31"' in text
+    p = tmp_path / "split.yaml"
+    p.write_text(text.replace('price_date: "2025-05-31"', "price_date: 2025-05-31"))
+    code, out = run("whatif", str(p), "--vary", "margin=0.1")
+    assert code == 2, out
+    assert "YAML read 2025-05-31 as a date, not text: quote it ('2025-05-31')" in out, out

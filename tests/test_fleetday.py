@@ -206,3 +206,19 @@ def test_queues_carried_over_or_not_agree_when_nothing_waits_at_a_boundary():
     b = replay_fleet_day(problem, sc, steps, {}, seed=1, carry_queues=False)
     assert (a.requests, a.met) == (b.requests, b.met)
     assert a.gpu_hours == pytest.approx(b.gpu_hours, abs=1e-3)
+
+
+def test_a_fleet_step_beyond_the_inventory_is_refused():
+    # issue 28 item 2: 150 GPU-hours were billed on an 8-GPU pool. One 1×8-GPU node holds 8 replicas of tp 1 or
+    # 2 of tp 4: 8 of tp 1 pass; 2 of tp 4 + 1 of tp 1 = 9 GPUs do not.
+    problem = build_problem(_scenario([0.1, 0.1], [0.05, 0.05]))
+    (k8,) = [o.key for o in problem.options if o.model == "Llama-3.1-8B"]
+    (k70,) = [o.key for o in problem.options if o.model == "Llama-3.1-70B"]
+
+    def step(reps):
+        return {"steps": [{"at_s": 0, "replicas": [{"model": k[0], "pool": k[1], "tp": k[2], "pp": k[3], "count": n}
+                                                   for k, n in reps.items()]}]}
+
+    assert len(steps_from_dict(step({k8: 8}), problem)) == 1
+    with pytest.raises(InputError, match=r"steps\[0\]: the replicas on pool .* need 9 GPUs but its inventory holds 8"):
+        steps_from_dict(step({k70: 2, k8: 1}), problem)

@@ -198,9 +198,9 @@ def test_round_is_fast_at_1000_gpus_and_every_plan_valid():
         t = k * 3 * H
         for m in p.models[::3]:
             r.forecaster.observe(m.name, m.demand_req_per_s[r.forecaster.window_at(t)] * 1.5, t)
-        t0 = time.perf_counter()
+        t0 = time.process_time()  # CPU seconds of this process, not wall time (a busy machine, issue 28)
         res = r.round(t)
-        worst = max(worst, time.perf_counter() - t0)
+        worst = max(worst, time.process_time() - t0)
         assert res.report.ok and res.migrations <= 8
     assert worst < 1.0
     assert math.isfinite(res.cost_usd_per_hour)

@@ -145,3 +145,15 @@ def test_plain_install_plans_and_serves(tmp_path):
     assert res.returncode == 0, res.stderr[-2000:]
     res = subprocess.run([str(exe), "serve", "--help"], cwd=work, capture_output=True, text=True, timeout=120)
     assert res.returncode == 0 and "Usage: fleetplan serve" in res.stdout, res.stderr[-2000:]
+
+
+def test_plan_does_not_import_the_service_stack():
+    # issue 28 item 7: `fleetplan plan` imported the service stack it never uses (the simulator it does use:
+    # --verify). A fresh interpreter, so the other tests' imports do not count.
+    import subprocess
+    import sys
+
+    code = ("import sys; from fleetplan.cli.main import main; main.get_command(None, 'plan'); "
+            "print(sorted(m for m in sys.modules if m.startswith('fleetplan.service')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]", out

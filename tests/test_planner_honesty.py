@@ -168,9 +168,11 @@ def test_short_time_limits_are_kept():
     import time
 
     problem, _ = planted_instance(3, models_per_gpu=3, n_windows=4, seed=2)
-    t = time.perf_counter()
+    # CPU seconds of this process (HiGHS runs in it, one thread), not wall time: a busy machine slows the wall
+    # clock, not the work (issue 28 item 7).
+    t = time.process_time()
     plan = solve(problem, "highs", time_limit_s=0.5, threads=1)
-    assert time.perf_counter() - t <= 0.5 + 2.0
+    assert time.process_time() - t <= 0.5 + 2.0
     assert plan.has_solution and validate(problem, plan).ok and not math.isnan(plan.objective_usd)
 
 
@@ -253,9 +255,9 @@ def test_a_start_that_does_not_fit_is_repaired_never_no_solution(monkeypatch):
     # a greedy plan with no replicas at all: fits no window; the window-by-window repair must build a plan
     monkeypatch.setattr(solve_mod, "greedy", lambda p: _finish(p, {}, [], "greedy"))
     monkeypatch.setattr(solve_mod, "MONOLITHIC_MAX_VARS", 10)  # the fleet-scale path: no monolithic model
-    t = time.perf_counter()
+    t = time.process_time()  # CPU seconds, not wall time (a busy machine)
     plan = solve_mod.solve(problem, "highs", time_limit_s=10, threads=1)
-    assert time.perf_counter() - t <= 10 + 2
+    assert time.process_time() - t <= 10 + 2
     assert plan.has_solution and validate(problem, plan).ok, plan.message
     assert "repaired window by window" in plan.message
     assert plan.bound_usd is not None and plan.bound_usd <= plan.objective_usd + 1e-6
@@ -268,9 +270,9 @@ def test_fleet_scale_path_keeps_short_time_limits(monkeypatch):
     problem = random_instance(30, 24, seed=1, max_gpus=400)
     monkeypatch.setattr(solve_mod, "MONOLITHIC_MAX_VARS", 10)
     for limit in (1.0, 4.0):
-        t = time.perf_counter()
+        t = time.process_time()  # CPU seconds, not wall time (a busy machine)
         plan = solve_mod.solve(problem, "highs", time_limit_s=limit, threads=1)
-        assert time.perf_counter() - t <= limit + 2.0
+        assert time.process_time() - t <= limit + 2.0
         assert plan.has_solution and validate(problem, plan).ok
         assert plan.bound_usd is None or plan.bound_usd <= plan.objective_usd + 1e-6
 

@@ -86,6 +86,7 @@ def test_bad_inputs_exit_2_without_traceback(tmp_path):
     bad.write_text(SMALL.replace("quota_gpus: 4, burst_gpus: 10", "quota_gpus: 4, burst_gpus: 1"))
     r = runner.invoke(main, ["allocate", str(bad)])
     assert r.exit_code == 2 and "burst_gpus" in r.output and "Traceback" not in r.output
+    assert r.output.count("tenant a:") == 1, r.output  # was "tenant a: tenant a: burst_gpus 1 ..." (issue 28)
     gpu = tmp_path / "gpu.yaml"
     gpu.write_text(SMALL.replace("H100-SXM-80GB", "H100-SXM-80G"))
     r = runner.invoke(main, ["allocate", str(gpu)])

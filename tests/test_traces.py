@@ -247,3 +247,15 @@ def test_day_curve_csv_and_demand(tmp_path):
         read_day_curve_csv(write(tmp_path, "m.csv", "hour,rate\n0,1\n"))
     with pytest.raises(InputError, match="interpolate"):
         day_curve_demand([1.0, float("nan")], 3600, mix, "test")
+
+
+def test_trace_time_units_are_given_or_the_implied_rate_is_checked(tmp_path):
+    # issue 28 item 2: millisecond timestamps read as seconds. 401 requests 250 ms apart: as seconds they span
+    # 400 × 250 = 100,000 s (1.2 days) at 400 / 100,000 = 0.004 req/s; refused. As timestamp_ms: 100 s, 4 req/s.
+    rows = "".join(f"{250 * i},5,5\n" for i in range(401))
+    with pytest.raises(InputError, match=r"span 100,000 s \(1.2 days\) at 0.004 req/s.*timestamp_ms"):
+        read_generic_csv(write(tmp_path, "ms.csv", "timestamp,input_tokens,output_tokens\n" + rows))
+    tr = read_generic_csv(write(tmp_path, "ms2.csv", "timestamp_ms,input_tokens,output_tokens\n" + rows))
+    assert tr.arrival_s[-1] == pytest.approx(100.0) and tr.arrival_s[1] == pytest.approx(0.25)
+    tr = read_generic_csv(write(tmp_path, "s.csv", "timestamp_s,input_tokens,output_tokens\n" + rows))
+    assert tr.arrival_s[-1] == pytest.approx(100_000.0)  # seconds stated: taken as given
