@@ -63,12 +63,28 @@ Model and approximations (λ = arrival rate, req/s; I, O = input and output toke
     modelled: chunked prefill (vLLM 0.11's default, the engine of the calibration data), which bounds each stall to
     one chunk.
 
+11. The engine (:class:`~fleetplan.costmodels.engine.EngineConfig`, ``engine``). Points 1-10 describe the
+    'prefill-first' engine. With vLLM V1's chunked prefill (``vllm-v1``: each step carries the running decodes and
+    then up to c = max_num_batched_tokens − B prompt tokens) a prefill no longer stalls decode: it is served in
+    chunks riding on decode steps. A chunk-carrying step holds k = min(c, I_mean / (1 − ρ_p)) prompt tokens (the
+    prompt tokens an M/M/1 queue holds while busy) and costs decode_step(B) + k × π (π = prefill seconds per
+    prompt token at the mean prompt, (prefill(I_mean) − prefill(1)) / I_mean, the replay's chunk cost). So (a) a
+    prompt of I tokens takes prefill(I) + (I / k) × decode_step(B) of device time as the prefill queue's service
+    (TTFT's M/M/1 wait and the per-request Lindley queue use it; saturation when the residents' λ × that reaches
+    1); (b) the mean TPOT is unchanged, decode_step / (1 − ρ_p); (c) per request, TPOT is the harmonic mean of
+    decode_step (queue idle) and decode_step + k × π (queue busy) weighted by the busy share of its own decode life
+    (from the same Lindley queue), instead of whole-prefill stalls: a short answer after a long prompt waits at most
+    one chunk per token. (d) Prefix caching with hit rate h: a prompt's first h × I tokens are not recomputed, its
+    prefill costs prefill(I) − prefill(h·I) + prefill(1) in either engine (KV memory is not credited: a shared
+    prefix saves memory only while its sharers run together). max_num_seqs caps the batch B (``batch_limit``).
+
 Latencies come from :mod:`fleetplan.costmodels.latency` (analytic roofline) or from a measured profile through
 :func:`replica_capacity_from_latency`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -78,6 +94,7 @@ import numpy as np
 
 from fleetplan.costmodels.calibration import Calibration
 from fleetplan.costmodels.demand import TokenMix
+from fleetplan.costmodels.engine import PREFILL_FIRST, EngineConfig
 from fleetplan.costmodels.hardware import GPU, Model
 from fleetplan.costmodels.latency import decode_step_time_s, prefill_time_s
 from fleetplan.costmodels.network import Link
@@ -88,7 +105,7 @@ from fleetplan.costmodels.queueing import (
     poisson_occupancy_quantile,
 )
 from fleetplan.costmodels.slo import SLO
-from fleetplan.errors import check_range
+from fleetplan.errors import InputError, check_range
 
 
 @dataclass(frozen=True)
@@ -110,6 +127,7 @@ class ReplicaCapacity:
             'profile_infeasible'.
         reason: human explanation when req_per_s is 0, else ''.
         source: where the latencies came from.
+        engine: the resolved serving engine the figures assume (None: not modelled, e.g. a rate-only profile).
     """
 
     req_per_s: float
@@ -124,6 +142,7 @@ class ReplicaCapacity:
     limiting: str
     reason: str = ""
     source: str = ""
+    engine: EngineConfig | None = None
 
 
 class _ReplicaShape(TypedDict):
@@ -132,6 +151,7 @@ class _ReplicaShape(TypedDict):
     weights_bytes_per_gpu: float
     gpus: int
     source: str
+    engine: EngineConfig
 
 
 class _ReplicaMemory(_ReplicaShape):
@@ -177,6 +197,13 @@ class _Sizing:
     out_q: dict[str, float]
     ctx_mean: float
     tail: _TailSample
+    #: chunked prefill (point 11): the step token budget (0: prefill-first), prompt tokens at the mean and at each
+    #: quantile, prefill seconds per prompt token, and the max_num_seqs batch cap (inf: none).
+    budget_tokens: float = 0.0
+    in_mean: float = 0.0
+    in_q: dict[str, float] = field(default_factory=dict)
+    pre_token_s: float = 0.0
+    max_seqs: float = math.inf
 
 
 @dataclass(frozen=True)
@@ -188,6 +215,7 @@ class _TailSample:
     unit_gaps: np.ndarray
     prefill_s: np.ndarray
     output_tokens: np.ndarray
+    input_tokens: np.ndarray = field(default_factory=lambda: np.zeros(0))
     #: decode step seconds at the mean context per batch 2^(k/4), by k, filled as needed (one decode function per
     #: sizing).
     steps_by_k: dict[int, float] = field(default_factory=dict)
@@ -258,6 +286,56 @@ def _tail(lam: float, sz: _Sizing, decode: Callable[[float, float], float], batc
     return (wait + p + step0)[lo:hi], tpot[lo:hi]
 
 
+def _chunk_tokens(sz: _Sizing, rho: float, batch: float) -> float:
+    """Prompt tokens one chunk-carrying step takes on average (point 11): the prompt tokens in the system while the
+    prefill queue is busy, I_mean / (1 − ρ) (an M/M/1 queue holds 1 / (1 − ρ) requests when busy), at most the
+    budget left by the decodes, c = max_num_batched_tokens − B."""
+    c = max(1.0, sz.budget_tokens - batch)
+    return min(c, sz.in_mean / max(1e-9, 1.0 - min(rho, 0.999)))
+
+
+def _tail_chunked(lam: float, sz: _Sizing, decode: Callable[[float, float], float], batch: float
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """(TTFT, TPOT) of each measured request of the per-request check under chunked prefill (point 11), seconds.
+
+    The residents' prefills form an FCFS queue (Lindley) whose service is prefill(I) + (I / k) × step: a prompt
+    rides on I / k steps of k prompt tokens each (:func:`_chunk_tokens`). A request's TTFT is its wait + service
+    + one step (the step in progress at arrival). Its decode steps last step + k × π while the queue is busy and
+    step while idle, so its TPOT is the harmonic mean 1 / ((1 − f) / step + f / (step + k × π)), f the busy share
+    of its own decode life (two fixed-point passes over the life length)."""
+    t = sz.tail
+    n_req = len(t.unit_gaps)
+    lo, hi = int(n_req * TAIL_EDGE_SHARE), int(n_req * (1 - TAIL_EDGE_SHARE))
+    steps = np.maximum(t.output_tokens - 1, 0)
+    step0 = decode(max(batch, 1.0), sz.ctx_mean)
+    k = _chunk_tokens(sz, sz.residents * lam * sz.pre_mean_s, batch)
+    busy_step = step0 + k * sz.pre_token_s
+    p = t.prefill_s + t.input_tokens / k * step0
+    if lam <= 0:
+        return (p + step0)[lo:hi], np.where(steps > 0, step0, 0.0)[lo:hi]
+    arr = np.cumsum(t.unit_gaps) / (sz.residents * lam)
+    x = np.concatenate(([0.0], np.cumsum(p[:-1] - np.diff(arr))))
+    wait = x - np.minimum.accumulate(x)
+    end = arr + wait + p
+    start = end - p
+    idle = start - np.concatenate(([0.0], np.cumsum(p[:-1])))  # idle seconds before each prefill starts
+
+    def busy_until(when: np.ndarray) -> np.ndarray:
+        n = np.searchsorted(start, when, side="right") - 1
+        nn = np.maximum(n, 0)
+        idle_at = np.where(n < 0, when, idle[nn] + np.maximum(0.0, when - end[nn]))
+        return when - idle_at
+
+    tpot = np.full(len(arr), step0)
+    b0 = busy_until(end)
+    for _ in range(3):
+        life = np.maximum(steps * tpot, 1e-12)
+        f = np.clip((busy_until(end + life) - b0) / life, 0.0, 1.0)
+        tpot = 1.0 / ((1.0 - f) / step0 + f / busy_step)
+    tpot = np.where(steps > 0, tpot, 0.0)
+    return (wait + p + step0)[lo:hi], tpot[lo:hi]
+
+
 def _evaluate(lam: float, sz: _Sizing, decode: Callable[[float, float], float], slo: SLO,
               max_batch: float, per_request: bool = True) -> _Eval:
     """Check the SLO's targets at arrival rate ``lam`` (module docstring, points 1-5, 8 and 9; and point 10 when
@@ -272,6 +350,8 @@ def _evaluate(lam: float, sz: _Sizing, decode: Callable[[float, float], float], 
         b_new = max(1.0, lam * sz.o_mean * tpot)
         if b_new > max_batch:
             return _Eval(False, "kv_memory", b_new, tpot, math.inf)
+        if b_new > sz.max_seqs:
+            return _Eval(False, "batch_limit", b_new, tpot, math.inf)
         tpot_new = decode(b_new, ctx_t) / (1.0 - rho)
         if not math.isfinite(tpot_new):
             return _Eval(False, "batch_limit", b_new, tpot_new, math.inf)
@@ -285,10 +365,20 @@ def _evaluate(lam: float, sz: _Sizing, decode: Callable[[float, float], float], 
     bq = {m: poisson_occupancy_quantile(b, sz.z[m]) if lam > 0 else 1.0 for m in metrics}
     if max(bq.values()) > max_batch:
         return _Eval(False, "kv_memory", b, tpot, math.inf)
-    mu = 1.0 / sz.pre_mean_s
+    chunked = sz.budget_tokens > 0
+    if chunked:  # point 11 (a): a prompt's service is its prefill plus the decode steps its chunks ride on
+        k = _chunk_tokens(sz, rho, b)
+        extra = {m: sz.in_q[m] / k * decode(bq[m], sz.ctx_q[m]) for m in metrics}
+        service_mean = sz.pre_mean_s + sz.in_mean / k * decode(b, sz.ctx_mean)
+        if sz.residents * lam * service_mean >= 1.0:
+            return _Eval(False, "prefill_saturated", b, tpot, math.inf)
+    else:
+        extra = {m: 0.0 for m in metrics}
+        service_mean = sz.pre_mean_s
+    mu = 1.0 / service_mean
 
     def ttft_at(m: str) -> float:
-        return (sz.pre_q_s[m] + mm1_wait_quantile_s(sz.residents * lam, mu, tail=1.0 - sz.q[m])
+        return (sz.pre_q_s[m] + extra[m] + mm1_wait_quantile_s(sz.residents * lam, mu, tail=1.0 - sz.q[m])
                 + decode(bq[m], sz.ctx_q[m]))
 
     tpot_q = decode(bq["tpot"], ctx_t) / (1.0 - rho)
@@ -302,7 +392,7 @@ def _evaluate(lam: float, sz: _Sizing, decode: Callable[[float, float], float], 
         if e2e > slo.e2e_s:
             return _Eval(False, "e2e", b, tpot_q, ttft_q)
     if per_request:
-        ttft_r, tpot_r = _tail(lam, sz, decode, b)
+        ttft_r, tpot_r = (_tail_chunked if chunked else _tail)(lam, sz, decode, b)
         # An order statistic (no interpolation: a step time of inf beyond a measured range stays inf, not nan).
         tpot_q = max(tpot_q, float(np.quantile(tpot_r, sz.q["tpot"], method="higher")))
         ttft_q = max(ttft_q, float(np.quantile(ttft_r, sz.q["ttft"], method="higher")))
@@ -313,7 +403,8 @@ def _evaluate(lam: float, sz: _Sizing, decode: Callable[[float, float], float], 
     return _Eval(True, "", b, tpot_q, ttft_q)
 
 
-def _sizing(prefill_s: Callable[[float], float], mix: TokenMix, slo: SLO, residents: int) -> _Sizing:
+def _sizing(prefill_s: Callable[[float], float], mix: TokenMix, slo: SLO, residents: int,
+            engine: EngineConfig = PREFILL_FIRST) -> _Sizing:
     """The :class:`_Sizing` of ``mix`` under ``slo`` (token lengths at quantile q: the mix's p95 at q = 0.95, else
     the lognormal with the mix's mean and p95, :func:`~fleetplan.costmodels.queueing.lognormal_quantile`)."""
     q = {m: slo.planning_quantile(m) for m, _, _ in slo.targets()}
@@ -339,7 +430,11 @@ def _sizing(prefill_s: Callable[[float], float], mix: TokenMix, slo: SLO, reside
                    pre_q_s={m: prefill_s(i) for m, i in inp.items()},
                    ctx_q={m: inp[m] + out[m] / 2 for m in q}, out_q=out,
                    ctx_mean=float(np.sum(t_out * (t_in + t_out / 2)) / np.sum(t_out)),
-                   tail=_TailSample(gaps, pre_t, t_out))
+                   tail=_TailSample(gaps, pre_t, t_out, np.asarray(t_in, dtype=np.float64)),
+                   budget_tokens=float(engine.max_num_batched_tokens or 0) if engine.chunked else 0.0,
+                   in_mean=mix.input_tokens_mean, in_q=inp,
+                   pre_token_s=max(0.0, prefill_s(mix.input_tokens_mean) - prefill_s(1.0)) / mix.input_tokens_mean,
+                   max_seqs=float(engine.max_num_seqs) if engine.max_num_seqs else math.inf)
 
 
 def _largest_passing(ev: Callable[[float], _Eval], lo: float, hi: float, best: _Eval,
@@ -364,7 +459,8 @@ def replica_capacity_from_latency(prefill_s: Callable[[float], float], decode_st
                                   kv_bytes_per_seq_p95: float | None = None, gpus: int = 1,
                                   weights_bytes_per_gpu: float = math.nan,
                                   memory_bytes_per_gpu: float = math.nan, source: str = "",
-                                  residents: int = 1, per_request: bool = True) -> ReplicaCapacity:
+                                  residents: int = 1, per_request: bool = True,
+                                  engine: EngineConfig = PREFILL_FIRST) -> ReplicaCapacity:
     """Capacity from any latency functions (analytic or measured; module docstring for the model).
 
     Args:
@@ -381,20 +477,24 @@ def replica_capacity_from_latency(prefill_s: Callable[[float], float], decode_st
             this model's decode steps and queue ahead of its prefills (module docstring, point 9).
         per_request: also check each target's percentile over replayed requests (point 10); False leaves the
             closed-form checks (points 1-9) alone, e.g. to compare them with hand arithmetic.
+        engine: the serving engine (point 11); a chunked one must have its knobs set
+            (:meth:`EngineConfig.resolved`). Raises InputError otherwise.
     """
+    prefill_s = _with_prefix_hits(prefill_s, engine)
+    _check_resolved(engine)
     kv95 = kv_bytes_per_seq if kv_bytes_per_seq_p95 is None else max(kv_bytes_per_seq, kv_bytes_per_seq_p95)
     # Room for the batch at mean length plus one p95-length request (point 8).
     max_batch = (kv_budget_bytes - kv95) / kv_bytes_per_seq + 1 if kv_bytes_per_seq > 0 else math.inf
     common: _ReplicaMemory = dict(max_batch=max_batch, weights_bytes_per_gpu=weights_bytes_per_gpu,
                   kv_bytes_available=kv_budget_bytes, memory_bytes_per_gpu=memory_bytes_per_gpu, gpus=gpus,
-                  source=source)
+                  source=source, engine=engine)
     if max_batch < 1.0:
         return ReplicaCapacity(0.0, batch_at_capacity=0.0, tpot_p95_s=math.nan, ttft_p95_s=math.nan,
                                limiting="kv_memory",
                                reason=f"KV budget {kv_budget_bytes / 1e9:.2f} GB holds less than one p95-length "
                                       f"sequence of {mix.input_tokens_p95 + mix.output_tokens_p95:.0f} tokens "
                                       f"({kv95 / 1e9:.3f} GB)", **common)
-    sz = _sizing(prefill_s, mix, slo, residents)
+    sz = _sizing(prefill_s, mix, slo, residents, engine)
 
     def ev(lam: float, tail: bool) -> _Eval:
         return _evaluate(lam, sz, decode_step_s, slo, max_batch, tail)
@@ -426,14 +526,48 @@ def replica_capacity_from_latency(prefill_s: Callable[[float], float], decode_st
                            ttft_p95_s=best.ttft_s, limiting=lim or "tpot", **common)
 
 
+def best_engine(capacity: Callable[[EngineConfig], ReplicaCapacity], engine: EngineConfig,
+                gpu: GPU) -> ReplicaCapacity:
+    """The capacity at the best of ``engine``'s budget candidates on ``gpu``
+    (:meth:`EngineConfig.budget_candidates`: the stated budget alone, else vLLM's default and smaller ones): the
+    highest rate, vLLM's default on ties. ``capacity`` sizes one resolved engine; the result names it
+    (``engine``)."""
+    best: ReplicaCapacity | None = None
+    for eng in engine.budget_candidates(gpu.memory_bytes / 2**30, gpu.name):
+        c = dataclasses.replace(capacity(eng), engine=eng)
+        if best is None or c.req_per_s > best.req_per_s * (1 + 1e-9):
+            best = c
+    if best is None:
+        raise RuntimeError("no engine candidate")
+    return best
+
+
+def _with_prefix_hits(prefill_s: Callable[[float], float], engine: EngineConfig) -> Callable[[float], float]:
+    """Prefill seconds with the engine's prefix-cache hits (point 11 d): prefill(I) − prefill(h·I) + prefill(1)."""
+    h = engine.effective_hit_rate
+    if h <= 0:
+        return prefill_s
+    one = prefill_s(1.0)
+    return lambda i: prefill_s(i) - prefill_s(max(1.0, h * i)) + one
+
+
+def _check_resolved(engine: EngineConfig) -> None:
+    if engine.chunked and engine.max_num_batched_tokens is None:
+        raise InputError("a chunked-prefill engine needs max_num_batched_tokens (EngineConfig.resolved fills "
+                         "vLLM's default for the GPU)", field="engine.max_num_batched_tokens")
+
+
 def latency_at_rate(prefill_s: Callable[[float], float], decode_step_s: Callable[[float, float], float],
-                    mix: TokenMix, slo: SLO, rate_req_per_s: float, *, residents: int = 1) -> tuple[float, float]:
+                    mix: TokenMix, slo: SLO, rate_req_per_s: float, *, residents: int = 1,
+                    engine: EngineConfig = PREFILL_FIRST) -> tuple[float, float]:
     """(TTFT, TPOT) of one replica at arrival rate ``rate_req_per_s``, seconds, each at its target's percentile:
     the same model :func:`replica_capacity_from_latency` sizes with (module docstring, points 1-4 and 8-10), at the
     rate a pool actually runs at instead of at its capacity. Memory is not checked (the caller keeps the rate within
     the replica's capacity); math.inf when the prefills saturate the replica or TPOT has no fixed point.
     """
-    e = _evaluate(max(0.0, rate_req_per_s), _sizing(prefill_s, mix, slo, residents), decode_step_s, slo, math.inf)
+    _check_resolved(engine)
+    e = _evaluate(max(0.0, rate_req_per_s), _sizing(_with_prefix_hits(prefill_s, engine), mix, slo, residents, engine),
+                  decode_step_s, slo, math.inf)
     return e.ttft_s, e.tpot_s
 
 
@@ -464,16 +598,18 @@ _CAPACITY_CACHE_MAX = 4096
 def replica_capacity(model: Model, gpu: GPU, mix: TokenMix, slo: SLO, *, tp: int = 1, pp: int = 1,
                      weight_dtype: str = "bf16", kv_dtype: str = "bf16", kv_budget_bytes: float | None = None,
                      memory_utilization: float = 0.9, link: Link | None = None,
-                     calib: Calibration, residents: int = 1, kv_block_tokens: int | None = 16) -> ReplicaCapacity:
+                     calib: Calibration, residents: int = 1, kv_block_tokens: int | None = 16,
+                     engine: EngineConfig = PREFILL_FIRST) -> ReplicaCapacity:
     """:func:`_replica_capacity`, remembered per process for the same inputs (a scenario's problem is often built
     more than once: plan, verify rounds, the service, what-if sweeps)."""
     key = (model, gpu, mix, mix.lengths_digest, slo, tp, pp, weight_dtype, kv_dtype, kv_budget_bytes,
-           memory_utilization, link, calib, residents, kv_block_tokens)
+           memory_utilization, link, calib, residents, kv_block_tokens, engine)
     hit = _CAPACITY_CACHE.get(key)
     if hit is None:
-        hit = _replica_capacity(model, gpu, mix, slo, tp=tp, pp=pp, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
-                                kv_budget_bytes=kv_budget_bytes, memory_utilization=memory_utilization, link=link,
-                                calib=calib, residents=residents, kv_block_tokens=kv_block_tokens)
+        hit = best_engine(lambda eng: _replica_capacity(
+            model, gpu, mix, slo, tp=tp, pp=pp, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
+            kv_budget_bytes=kv_budget_bytes, memory_utilization=memory_utilization, link=link, calib=calib,
+            residents=residents, kv_block_tokens=kv_block_tokens, engine=eng), engine, gpu)
         if len(_CAPACITY_CACHE) >= _CAPACITY_CACHE_MAX:
             _CAPACITY_CACHE.clear()
         _CAPACITY_CACHE[key] = hit
@@ -483,7 +619,8 @@ def replica_capacity(model: Model, gpu: GPU, mix: TokenMix, slo: SLO, *, tp: int
 def _replica_capacity(model: Model, gpu: GPU, mix: TokenMix, slo: SLO, *, tp: int = 1, pp: int = 1,
                       weight_dtype: str = "bf16", kv_dtype: str = "bf16", kv_budget_bytes: float | None = None,
                       memory_utilization: float = 0.9, link: Link | None = None,
-                      calib: Calibration, residents: int = 1, kv_block_tokens: int | None = 16) -> ReplicaCapacity:
+                      calib: Calibration, residents: int = 1, kv_block_tokens: int | None = 16,
+                      engine: EngineConfig = PREFILL_FIRST) -> ReplicaCapacity:
     """Capacity of one replica of ``model`` on ``tp × pp`` GPUs of type ``gpu`` for token mix ``mix`` under ``slo``,
     with the analytic roofline latencies (module docstring for the model and its approximations).
 
@@ -495,8 +632,10 @@ def _replica_capacity(model: Model, gpu: GPU, mix: TokenMix, slo: SLO, *, tp: in
     (:func:`fleetplan.datasets.network.inter_node_link`); ``residents`` the models sharing the device (point 9).
     ``kv_block_tokens``: KV allocated in blocks of that many tokens as tokens are produced (the simulator's default,
     vLLM's paged attention), so the running batch is sized at the mean tokens held (:func:`kv_tokens_held`); None
-    reserves each request's whole sequence at admission.
+    reserves each request's whole sequence at admission. ``engine``: the serving engine (point 11); unset knobs
+    take vLLM's defaults for ``gpu`` (:meth:`EngineConfig.resolved`).
     """
+    engine = engine.resolved(gpu.memory_bytes / 2**30, gpu.name)
     check_range(memory_utilization, field="memory_utilization", low=0.1, high=1.0,
                 fix="give a fraction of GPU memory, e.g. 0.9")
     if kv_budget_bytes is not None:
@@ -508,7 +647,8 @@ def _replica_capacity(model: Model, gpu: GPU, mix: TokenMix, slo: SLO, *, tp: in
     weights = model.weight_bytes(weight_dtype)
     usable = memory_utilization * n * gpu.memory_bytes
     reserve = (1.0 - memory_utilization) * gpu.memory_bytes
-    base: _ReplicaShape = dict(weights_bytes_per_gpu=weights / n, gpus=n, source=f"roofline ({calib.gpu} calibration)")
+    base: _ReplicaShape = dict(weights_bytes_per_gpu=weights / n, gpus=n, source=f"roofline ({calib.gpu} calibration)",
+                               engine=engine)
     if weights > usable:
         par = f"tp {tp}" + (f" × pp {pp}" if pp > 1 else "")
         return ReplicaCapacity(0.0, max_batch=0.0, batch_at_capacity=0.0, tpot_p95_s=math.nan, ttft_p95_s=math.nan,

@@ -46,6 +46,10 @@ VLLM_SERVE_DEFAULTS_OTHER_GPU = (2048, 256)
 VLLM_LARGE_GPU_MIN_GIB = 70.0
 #: vLLM's KV block size on CUDA, tokens (``--block-size`` default).
 VLLM_BLOCK_TOKENS = 16
+#: Token budgets the planner tries when a chunked engine's budget is not stated (those up to vLLM's default for the
+#: GPU): a smaller budget bounds the stall a prefill chunk adds to a decode step, a larger one raises prefill
+#: throughput (Sarathi-Serve, Agrawal et al., OSDI 2024, evaluates chunks of 512 to 2048 tokens).
+BUDGET_CANDIDATES = (512, 1024, 2048, 4096, 8192)
 
 
 @dataclass(frozen=True)
@@ -104,6 +108,17 @@ class EngineConfig:
         tokens, seqs = vllm_defaults(gpu_memory_gib, gpu_name)
         return replace(self, max_num_batched_tokens=self.max_num_batched_tokens or tokens,
                        max_num_seqs=self.max_num_seqs or seqs)
+
+    def budget_candidates(self, gpu_memory_gib: float, gpu_name: str) -> list[EngineConfig]:
+        """The resolved engines the planner may choose among: this record's stated budget alone, else vLLM's
+        default budget for the GPU and each of :data:`BUDGET_CANDIDATES` below it (largest first); one record for
+        'prefill-first'."""
+        r = self.resolved(gpu_memory_gib, gpu_name)
+        if not self.chunked or self.max_num_batched_tokens is not None:
+            return [r]
+        top = r.max_num_batched_tokens or 0
+        return [r] + [replace(r, max_num_batched_tokens=b) for b in sorted(BUDGET_CANDIDATES, reverse=True)
+                      if b < top]
 
     def as_dict(self) -> dict[str, object]:
         """JSON-ready form (the plan's ``engine`` object on a replica row)."""

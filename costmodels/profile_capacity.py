@@ -11,8 +11,9 @@ import math
 from dataclasses import dataclass
 from typing import Literal, Protocol, get_args
 
-from fleetplan.costmodels.capacity import ReplicaCapacity, kv_tokens_held, replica_capacity_from_latency
+from fleetplan.costmodels.capacity import ReplicaCapacity, best_engine, kv_tokens_held, replica_capacity_from_latency
 from fleetplan.costmodels.demand import TokenMix
+from fleetplan.costmodels.engine import PREFILL_FIRST, EngineConfig
 from fleetplan.costmodels.hardware import GPU, Model
 from fleetplan.costmodels.queueing import (
     lognormal_quantile,
@@ -277,7 +278,8 @@ def measured_replica_capacity(profile: MeasuredProfile, mix: TokenMix, slo: SLO,
                               tp: int, memory_utilization: float = 0.9, kv_budget_bytes: float | None = None,
                               weight_dtype: str = "bf16", kv_dtype: str = "bf16", residents: int = 1,
                               kv_block_tokens: int | None = 16,
-                              mix_tolerance: float = PROFILE_MIX_TOLERANCE) -> ReplicaCapacity:
+                              mix_tolerance: float = PROFILE_MIX_TOLERANCE,
+                              engine: EngineConfig = PREFILL_FIRST) -> ReplicaCapacity:
     """Capacity of one replica (``tp`` GPUs of type ``gpu``) from a :class:`MeasuredProfile`.
 
     Step times: the queueing and memory model of :func:`replica_capacity_from_latency` on the measured curves,
@@ -286,7 +288,10 @@ def measured_replica_capacity(profile: MeasuredProfile, mix: TokenMix, slo: SLO,
     implies the scenario's. Rate-only profiles (points, tables) describe a dedicated replica: with ``residents`` > 1
     (a shared GPU) they give no capacity. Memory (weights, KV budget, max_batch) follows the same memory model as
     :func:`replica_capacity`. ``source`` names the profile. Never raises for a profile that does not cover the
-    case: req_per_s 0.0 with the reason instead.
+    case: req_per_s 0.0 with the reason instead. ``engine``: the serving engine a step-time profile is replayed
+    under (an unset budget: the best of vLLM's default for ``gpu`` and smaller ones,
+    :func:`~fleetplan.costmodels.capacity.best_engine`); serving points and tables measured an engine already and
+    are read as measured.
     """
     n = tp
     weights = model.weight_bytes(weight_dtype)
@@ -326,10 +331,10 @@ def measured_replica_capacity(profile: MeasuredProfile, mix: TokenMix, slo: SLO,
             return zero("profile_range", f"decode measured up to a context of {top_ctx:g} tokens; the mix's "
                                          f"p{100 * q_max:g} decode context is {ctx:.0f} tokens: measure longer "
                                          "contexts")
-        cap = replica_capacity_from_latency(
+        cap = best_engine(lambda eng: replica_capacity_from_latency(
             lambda i: st.prefill_time_s(i), st.decode_step_time_s, mix, slo, kv_bytes_per_seq=kv_seq,
             kv_bytes_per_seq_p95=kv_seq95, kv_budget_bytes=budget, gpus=n, weights_bytes_per_gpu=weights / n,
-            memory_bytes_per_gpu=memory, source=profile.label, residents=residents)
+            memory_bytes_per_gpu=memory, source=profile.label, residents=residents, engine=eng), engine, gpu)
         if cap.req_per_s <= 0 and cap.reason:
             return dataclasses.replace(cap, reason=f"{profile.source}: {cap.reason}")
         if cap.limiting == "batch_limit":

@@ -21,6 +21,11 @@ Server arguments come from the plan's Problem (the capacity model's numbers, rec
   the scenario's ``memory_utilization``: the shares add up to ``memory_utilization``. vLLM counts its activation
   peak inside that share, so its KV cache comes out somewhat smaller than the planned budget; ``--max-num-seqs``
   still caps the batch at the planned one.
+* the engine the capacity assumed (the option's :class:`~fleetplan.costmodels.engine.EngineConfig`, the plan JSON's
+  ``engine`` object): ``--max-num-batched-tokens`` (vllm-v1) or ``--no-enable-chunked-prefill`` (prefill-first),
+  ``--enable-prefix-caching`` / ``--no-enable-prefix-caching``; ``--max-num-seqs`` is the smaller of the KV
+  batch above and the engine's cap. An option sized without a record (prefill-first by default) writes
+  ``--no-enable-chunked-prefill`` too: what is deployed is what was planned.
 * ``--kv-cache-dtype``: ``auto`` (the model's bf16) for kv_dtype bf16, ``fp8`` for fp8.
 * quantization: weight_dtype bf16/fp16 run the checkpoint as it is (``--dtype``); fp8 adds ``--quantization fp8``
   (vLLM quantizes the bf16 checkpoint on load); int8/int4 need a pre-quantized checkpoint, named in the deployment
@@ -55,6 +60,7 @@ from pathlib import Path
 
 from pydantic import Field, PrivateAttr, field_validator
 
+from fleetplan.costmodels.engine import PREFILL_FIRST, EngineConfig
 from fleetplan.costmodels.hardware import Model
 from fleetplan.datasets.catalog.models import model_hf_repo
 from fleetplan.datasets.catalog.names import get_model
@@ -198,6 +204,24 @@ def shared_workload_name(models: tuple[str, ...], gpu: str, pool_name: str = "")
                   + (f"-{slug(pool_name)}" if pool_name else ""))
 
 
+def engine_flags(engine: EngineConfig | None) -> tuple[str, ...]:
+    """The ``vllm serve`` flags of the engine an option was sized with, but ``--max-num-seqs`` (written from the
+    KV batch, :func:`_engine_seqs`); None (an option built without the record) is the prefill-first engine."""
+    flags = (engine or PREFILL_FIRST).vllm_flags()
+    if "--max-num-seqs" in flags:
+        i = flags.index("--max-num-seqs")
+        del flags[i:i + 2]
+    return tuple(flags)
+
+
+def _engine_seqs(kv_seqs: int | None, engine: EngineConfig | None) -> int | None:
+    """``--max-num-seqs``: the KV batch, capped by the engine's own cap when it has one."""
+    cap = engine.max_num_seqs if engine is not None else None
+    if cap is None:
+        return kv_seqs
+    return cap if kv_seqs is None else min(kv_seqs, cap)
+
+
 @dataclass(frozen=True)
 class VllmServer:
     """One ``vllm serve`` process.
@@ -213,6 +237,7 @@ class VllmServer:
         dtype, kv_cache_dtype, quantization: vLLM's --dtype, --kv-cache-dtype and --quantization (None: none).
         kv_role: 'kv_producer' (a prefill server) or 'kv_consumer' (a decode server) of a disaggregated plan, with
             ``kv_connector``; None for a colocated server.
+        engine_flags: the engine's flags other than ``--max-num-seqs`` (:func:`engine_flags`).
     """
 
     model: str
@@ -229,6 +254,7 @@ class VllmServer:
     quantization: str | None
     kv_role: str | None = None
     kv_connector: str = ""
+    engine_flags: tuple[str, ...] = ()
 
     def kv_transfer_config(self) -> str | None:
         """The JSON of ``--kv-transfer-config`` (compact, keys in vLLM's order), or None for a colocated server."""
@@ -247,6 +273,7 @@ class VllmServer:
                 "--kv-cache-dtype", self.kv_cache_dtype]
         if self.quantization:
             out += ["--quantization", self.quantization]
+        out += list(self.engine_flags)
         config = self.kv_transfer_config()
         if config is not None:
             out += ["--kv-transfer-config", config]
@@ -436,7 +463,9 @@ def _replica_workload(problem: Problem, scenario: Scenario, ck: _Checkpoints, o:
     budget = mu * o.tp * pool.memory_bytes_per_gpu - weights if role == "prefill" else o.kv_budget_bytes
     index = [m.name for m in problem.models].index(o.model)
     server = VllmServer(model=o.model, checkpoint=repo, port=vllm_defaults().port, port_name=f"m{index}", tp=o.tp,
-                        pp=o.pp, max_num_seqs=None if role == "prefill" else _max_num_seqs(o.max_batch, where),
+                        pp=o.pp, max_num_seqs=None if role == "prefill" else _engine_seqs(
+                            _max_num_seqs(o.max_batch, where), o.engine),
+                        engine_flags=engine_flags(o.engine) if not pkey else (),
                         max_model_len=_max_model_len(model, budget, ck.kv_dtype, where),
                         gpu_memory_utilization=mu, dtype=dtype, kv_cache_dtype=kv, quantization=quant,
                         kv_role={"prefill": "kv_producer", "decode": "kv_consumer"}.get(role),
@@ -474,7 +503,8 @@ def _shared_workload(problem: Problem, scenario: Scenario, ck: _Checkpoints, poo
         util = math.floor((foot + slack) * 1000) / 1000
         servers.append(VllmServer(model=m, checkpoint=repo, port=vllm_defaults().port + i,
                                   port_name=f"m{names.index(m)}", tp=1, pp=1,
-                                  max_num_seqs=_max_num_seqs(s.max_batch, where),
+                                  max_num_seqs=_engine_seqs(_max_num_seqs(s.max_batch, where), s.engine),
+                                  engine_flags=engine_flags(s.engine),
                                   max_model_len=_max_model_len(model, s.kv_budget_bytes, ck.kv_dtype, where),
                                   gpu_memory_utilization=util, dtype=dtype, kv_cache_dtype=kv, quantization=quant))
         load_s += model.weight_bytes(ck.weight_dtype) / scenario.options["load_bandwidth_bytes_per_s"]

@@ -40,6 +40,9 @@ class PlanReplicaEntry(InputModel):
                                            "than the pool's GPUs")
     class_capacity_req_per_s: dict[str, float] | None = input_field(None, description="capacity per request "
                                                                      "class (recomputed, re-checked)")
+    engine: dict[str, str | int | float | bool | None] | None = input_field(
+        None, description="the serving engine the capacity assumes: mode, version, max_num_batched_tokens, "
+        "max_num_seqs, prefix_caching, prefix_hit_rate (recomputed)")
 
 
 class PlanSharedEntry(InputModel):

@@ -155,6 +155,8 @@ def _replica_entries(problem: Problem, plan: Plan) -> list[dict[str, Any]]:
                  "counts": list(counts)}
         if o.class_capacity:  # request classes: the classes this option serves and its capacity for each
             entry["class_capacity_req_per_s"] = o.class_capacity
+        if o.engine is not None:  # the engine the capacity assumes (export passes its flags)
+            entry["engine"] = o.engine.as_dict()
         out.append(entry)
     return out
 

@@ -18,6 +18,7 @@ from functools import cached_property
 
 import numpy as np
 
+from fleetplan.costmodels.engine import EngineConfig
 from fleetplan.costmodels.latency import TP_DEGREES
 from fleetplan.costmodels.prices import (
     COMMITTED_PRICING_MODELS,
@@ -210,6 +211,7 @@ class ReplicaOption:
     role: str = "colocated"
     decode_site: str = ""
     kv_transfer_s: float = 0.0
+    engine: EngineConfig | None = None
 
     def __post_init__(self) -> None:
         owner = f"option {self.key}"
@@ -326,6 +328,7 @@ class ShareOption:
     capacity_source: str = ""
     max_batch: float = math.inf
     kv_budget_bytes: float = 0.0
+    engine: EngineConfig | None = None
 
     def __post_init__(self) -> None:
         owner = f"share option {self.model}@{self.pool}"

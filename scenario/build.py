@@ -27,6 +27,7 @@ from pathlib import Path
 
 from fleetplan.costmodels.arrivals import MIN_INTERVALS_PER_WINDOW
 from fleetplan.costmodels.calibration import Calibration
+from fleetplan.costmodels.engine import PREFILL_FIRST
 from fleetplan.costmodels.hardware import GPU
 from fleetplan.costmodels.network import Site
 from fleetplan.costmodels.prices import GpuPrice, check_price_date
@@ -210,10 +211,15 @@ def _model_inputs(scenario: Scenario, inputs: _Inputs, i: int, m: ScenarioModel,
             origin = Site.parse(origin).name
         if origin not in site_names:
             raise UnknownNameError("site", origin, site_names, source=mw, field="origin_site")
+    o_engine = inputs.spec.options.engine
+    # Without an engine key the plan keeps the prefill-first engine its goldens were made with (for now: the switch
+    # of the default to vLLM V1 moves the default plan; docs/engine.md gives the figures).
+    base_engine = o_engine.to_engine() if o_engine is not None else PREFILL_FIRST
+    engine = m.engine.to_engine(base_engine) if m.engine is not None else base_engine
     return ModelInputs(index=i, where=mw, name=m.name, model=model, weight_dtype=m.weight_dtype or opts["weight_dtype"],
                        kv_dtype=m.kv_dtype or opts["kv_dtype"], slo=m.slo.to_slo(), mix=scenario.token_mixes[m.name],
                        tps=m.tp_degrees, classes=model_classes(m, mw), profiles=inputs.measured.get(model.name, {}),
-                       origin_site=origin, peak_factor=peak, peak_factor_source=peak_src)
+                       origin_site=origin, peak_factor=peak, peak_factor_source=peak_src, engine=engine)
 
 
 def _model_spec(scenario: Scenario, m: ScenarioModel, mi: ModelInputs) -> ModelSpec:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from fleetplan.costmodels.calibration import Calibration
 from fleetplan.costmodels.capacity import ReplicaCapacity, replica_capacity
 from fleetplan.costmodels.demand import TokenMix
+from fleetplan.costmodels.engine import PREFILL_FIRST, EngineConfig
 from fleetplan.costmodels.hardware import GPU, Model
 from fleetplan.costmodels.network import Link
 from fleetplan.costmodels.profile_capacity import MeasuredProfile, measured_replica_capacity
@@ -67,6 +68,8 @@ class ModelInputs:
         origin_site: where its traffic comes from (a site of the scenario), or None.
         peak_factor, peak_factor_source: capacity is sized for peak factor × each window's rate (1.0, '' without
             an ``arrivals`` key).
+        engine: its serving engine (options.engine, then its own engine keys; prefill-first without either, vLLM
+            V1 as soon as an engine key is given), unresolved: each option fills vLLM's defaults for its GPU.
     """
 
     index: int
@@ -83,6 +86,7 @@ class ModelInputs:
     origin_site: str | None
     peak_factor: float
     peak_factor_source: str
+    engine: EngineConfig = PREFILL_FIRST
 
     @property
     def weight_bytes(self) -> float:
@@ -98,17 +102,18 @@ class ModelInputs:
 def option_capacity(prof: MeasuredProfile | None, model: Model, gpu: GPU, mix: TokenMix, slo: SLO, *,
                     weight_dtype: str, kv_dtype: str, memory_utilization: float, tp: int, calib: Calibration,
                     pp: int = 1, link: Link | None = None, residents: int = 1,
-                    kv_budget_bytes: float | None = None) -> ReplicaCapacity:
+                    kv_budget_bytes: float | None = None, engine: EngineConfig = PREFILL_FIRST) -> ReplicaCapacity:
     """Capacity of one option from its measured profile when it has one
     (:func:`~fleetplan.costmodels.profile_capacity.measured_replica_capacity`), else from the calibrated roofline
     (:func:`~fleetplan.costmodels.capacity.replica_capacity`)."""
     if prof is not None:
         return measured_replica_capacity(prof, mix, slo, model=model, gpu=gpu, tp=tp,
                                          memory_utilization=memory_utilization, weight_dtype=weight_dtype,
-                                         kv_dtype=kv_dtype, residents=residents, kv_budget_bytes=kv_budget_bytes)
+                                         kv_dtype=kv_dtype, residents=residents, kv_budget_bytes=kv_budget_bytes,
+                                         engine=engine)
     return replica_capacity(model, gpu, mix, slo, tp=tp, pp=pp, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
                             memory_utilization=memory_utilization, link=link, calib=calib, residents=residents,
-                            kv_budget_bytes=kv_budget_bytes)
+                            kv_budget_bytes=kv_budget_bytes, engine=engine)
 
 
 def roofline_source(ctx: SizingContext, calib: Calibration) -> str:
@@ -121,7 +126,7 @@ def _capacity(ctx: SizingContext, mi: ModelInputs, prof: MeasuredProfile | None,
     """:func:`option_capacity` of a dedicated or pipeline option of ``mi`` for the token mix ``mix``."""
     return option_capacity(prof, mi.model, gpu, mix, mi.slo, weight_dtype=mi.weight_dtype, kv_dtype=mi.kv_dtype,
                            memory_utilization=ctx.memory_utilization, tp=tp, pp=pp, calib=calib,
-                           link=ctx.link if pp > 1 else None)
+                           link=ctx.link if pp > 1 else None, engine=mi.engine)
 
 
 def profile_notes(mi: ModelInputs, gpus: dict[str, GPU]) -> list[str]:
@@ -223,7 +228,7 @@ def replica_option(ctx: SizingContext, mi: ModelInputs, pool: Pool, gpu: GPU, *,
                          tpot_p95_s=cap.tpot_p95_s, max_batch=cap.max_batch,
                          kv_budget_bytes=cap.kv_bytes_available,
                          capacity_source=cap.source if prof is not None else roofline_source,
-                         class_capacity_req_per_s=class_caps)
+                         class_capacity_req_per_s=class_caps, engine=cap.engine)
 
 
 def replica_options(ctx: SizingContext, mi: ModelInputs, pool: Pool, gpu: GPU, candidates: list[tuple[int, int]],
@@ -259,7 +264,7 @@ def shared_options(ctx: SizingContext, mi: ModelInputs, pool: Pool, gpu: GPU, *,
     shared_slo = dataclasses.replace(mi.slo, tpot_s=max(0.001, mi.slo.tpot_s / k))
     sprof = mi.profiles.get((gpu.name, 1))
     full = option_capacity(sprof, model, gpu, mix, shared_slo, weight_dtype=mi.weight_dtype, kv_dtype=mi.kv_dtype,
-                           memory_utilization=mu_mem, tp=1, calib=calib, residents=k)
+                           memory_utilization=mu_mem, tp=1, calib=calib, residents=k, engine=mi.engine)
     kvpt = model.kv_bytes_per_token(mi.kv_dtype)
     kv_seq = model.kv_tokens_cached(mix.input_tokens_mean + mix.output_tokens_mean) * kvpt
     kv_seq95 = model.kv_tokens_cached(mix.input_tokens_p95 + mix.output_tokens_p95) * kvpt
@@ -268,7 +273,8 @@ def shared_options(ctx: SizingContext, mi: ModelInputs, pool: Pool, gpu: GPU, *,
               if full.req_per_s > 0 and math.isfinite(b) else share_budget)
     budget = min(share_budget, needed)
     cap = option_capacity(sprof, model, gpu, mix, shared_slo, weight_dtype=mi.weight_dtype, kv_dtype=mi.kv_dtype,
-                          memory_utilization=mu_mem, tp=1, calib=calib, residents=k, kv_budget_bytes=budget)
+                          memory_utilization=mu_mem, tp=1, calib=calib, residents=k, kv_budget_bytes=budget,
+                          engine=mi.engine)
     if cap.req_per_s > 0:
         return [ShareOption(model.name, pool.id,
                             cap.req_per_s * ctx.derating.get((model.name, pool.id, "shared", 1), 1.0)
@@ -276,7 +282,8 @@ def shared_options(ctx: SizingContext, mi: ModelInputs, pool: Pool, gpu: GPU, *,
                             weights + budget,
                             ttft_p95_s=cap.ttft_p95_s, tpot_p95_s=cap.tpot_p95_s,
                             max_batch=cap.max_batch, kv_budget_bytes=budget,
-                            capacity_source=cap.source if sprof is not None else roofline_source)]
+                            capacity_source=cap.source if sprof is not None else roofline_source,
+                            engine=cap.engine)]
     if sprof is not None:
         why.append(f"{pool.id} shared: {cap.reason or cap.limiting}")
     return []

@@ -18,6 +18,7 @@ from typing import Annotated, Literal
 from pydantic import Field, model_validator
 
 from fleetplan.costmodels.demand import TOKENS_PER_REQUEST_RANGE
+from fleetplan.costmodels.engine import ENGINE_MODES, EngineConfig, engine_from_mapping
 from fleetplan.costmodels.hardware import DType
 from fleetplan.costmodels.latency import TP_DEGREES, TpDegree
 from fleetplan.costmodels.prices import PRICING_MODELS
@@ -194,6 +195,29 @@ class ArrivalsSpec(InputModel):
         return self
 
 
+class EngineSchema(InputModel):
+    """The serving engine of a model's replicas (:class:`fleetplan.costmodels.engine.EngineConfig`); every key is
+    optional and an unset key takes vLLM's default (for the GPU, for the token budget and the sequence cap)."""
+
+    mode: Literal["vllm-v1", "prefill-first"] = input_field(
+        "vllm-v1", description=f"scheduler: one of {', '.join(ENGINE_MODES)} (vllm-v1: chunked prefill, vLLM's "
+        "default; prefill-first: whole prefills with priority over decode)")
+    max_num_batched_tokens: int | None = input_field(
+        None, ge=1, le=1_048_576, description="token budget of one step (vLLM --max-num-batched-tokens); default "
+        "vLLM's: 8192 on GPUs of >= 70 GiB other than A100, else 2048")
+    max_num_seqs: int | None = input_field(None, ge=1, le=65_536, description="most running sequences (vLLM "
+                                           "--max-num-seqs); default vLLM's: 1024 / 256 as above")
+    prefix_caching: bool = input_field(True, description="automatic prefix caching (vLLM V1's default: on)")
+    prefix_hit_rate: float = input_field(0.0, ge=0.0, lt=1.0, description="share of prompt tokens found in the "
+                                         "prefix cache (not recomputed); 0 unless known from the workload")
+    version: str = input_field("0.11", min_length=1, description="engine version the plan assumes, e.g. 0.11")
+
+    def to_engine(self, base: EngineConfig | None = None) -> EngineConfig:
+        """The record, with the keys given here over ``base`` (the options' engine for a model's)."""
+        given = self.model_dump(exclude_unset=True)
+        return engine_from_mapping(given, base) if base is not None else engine_from_mapping(given)
+
+
 class ScenarioOptions(InputModel):
     """Planning options; every key is optional."""
 
@@ -242,6 +266,9 @@ class ScenarioOptions(InputModel):
     arrivals: ArrivalsSpec | None = input_field(
         None, description="every model's arrival burstiness: capacity sized for a peak factor × each window's rate "
         "(a model's own arrivals key wins); default none (factor 1)")
+    engine: EngineSchema | None = input_field(
+        None, description="every model's serving engine (a model's own engine keys win); an engine key defaults "
+        "to vLLM V1 with chunked prefill and vLLM's defaults; without any, the prefill-first engine")
 
 
 class ScenarioFiles(InputModel):
@@ -433,6 +460,8 @@ class ScenarioModel(InputModel):
     arrivals: ArrivalsSpec | None = input_field(
         None, description="this model's arrival burstiness (instead of options.arrivals): capacity sized for a "
         "peak factor × each window's rate")
+    engine: EngineSchema | None = input_field(
+        None, description="this model's serving engine: the keys given here over options.engine")
 
     @model_validator(mode="after")
     def _classes_sum_to_one(self) -> ScenarioModel:

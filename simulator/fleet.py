@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from fleetplan.costmodels.engine import PREFILL_FIRST, EngineConfig
 from fleetplan.costmodels.hardware import Model
 from fleetplan.costmodels.latency import decode_step_time_s, prefill_time_s
 from fleetplan.costmodels.network import Link
@@ -154,6 +155,11 @@ class FleetBuilder:
         self._cache[key] = sm
         return sm
 
+    def engine_of(self, model: str, pool_id: str, tp: int, pp: int) -> EngineConfig:
+        """The engine a dedicated option was sized with (its capacity's, :attr:`ReplicaOption.engine`), else
+        prefill-first (options built without the record, e.g. by hand)."""
+        return self.problem.option_by_key[(model, pool_id, tp, pp)].engine or PREFILL_FIRST
+
     def fleet(self, w: int) -> Fleet:
         """The devices and engines of window ``w``: every dedicated replica of the plan in that window, and every
         shared GPU (on all day)."""
@@ -174,7 +180,8 @@ class FleetBuilder:
             for r in range(n):
                 devices.append(DeviceSpec(f"{m} {pool.label} tp{tp}x{pp} #{r + 1}", tp * pp,
                                           pool.usd_per_busy_gpu_hour, gpu.tdp_w or 0.0, gpu=pool.gpu))
-                engines.append(EngineSpec(m, len(devices) - 1, sm, classes=frozenset(served) if served else None))
+                engines.append(EngineSpec(m, len(devices) - 1, sm, classes=frozenset(served) if served else None,
+                                          engine=self.engine_of(m, pool_id, tp, pp)))
                 dm.append((m,))
         for g_i, g in enumerate(self.plan.shared):
             pool = pools[g.pool]
@@ -186,7 +193,8 @@ class FleetBuilder:
 
                 model, wd, _ = self.model_spec(m)
                 budget = opt.memory_bytes - model.weight_bytes(wd)
-                engines.append(EngineSpec(m, len(devices) - 1, self.step_model(m, g.pool, 1, 1, budget)))
+                engines.append(EngineSpec(m, len(devices) - 1, self.step_model(m, g.pool, 1, 1, budget),
+                                          engine=opt.engine or PREFILL_FIRST))
             dm.append(tuple(g.models))
         return Fleet(engines, devices, dm)
 

@@ -57,3 +57,36 @@ def test_lru_hit_rate_by_hand():
     assert lru_block_hit_rate([[1, 2], [1, 2, 3], [4, 1], [1, 2]], 3) == pytest.approx(3 / 9)
     with pytest.raises(InputError):
         lru_block_hit_rate([[1]], 0)
+
+
+def test_scenario_engine_reaches_options_plan_rows_and_vllm_flags(tmp_path):
+    # A one-model scenario with options.engine: vLLM V1 with a stated 1024-token budget and prefix caching off.
+    # Every option is sized with that engine (no budget search: the budget is stated), the plan JSON's replica
+    # rows carry it, and the exported servers pass exactly its flags.
+    import json
+
+    import yaml
+    from click.testing import CliRunner
+
+    from fleetplan.cli.main import main
+    from fleetplan.export.deployment import workloads
+    from fleetplan.outputs.planio import load_plan_file
+
+    raw = yaml.safe_load((__import__("pathlib").Path(__file__).parents[1] / "datasets" / "scenarios"
+                          / "default.yaml").read_text())
+    raw["models"] = [m for m in raw["models"] if m["name"] == "Llama-3.1-8B"]
+    raw["options"]["engine"] = {"max_num_batched_tokens": 1024, "prefix_caching": False}
+    scen = tmp_path / "s.yaml"
+    scen.write_text(yaml.safe_dump(raw))
+    out = tmp_path / "plan.json"
+    r = CliRunner().invoke(main, ["plan", str(scen), "--no-baselines", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    rows = json.loads(out.read_text())["replicas"]
+    assert rows and all(row["engine"]["mode"] == "vllm-v1" and row["engine"]["max_num_batched_tokens"] == 1024
+                        and row["engine"]["prefix_caching"] is False for row in rows)
+    problem, plan, scenario, _ = load_plan_file(out)
+    for w in workloads(problem, plan, scenario):
+        for s in w.servers:
+            a = s.args()
+            assert a[a.index("--max-num-batched-tokens") + 1] == "1024"
+            assert "--no-enable-prefix-caching" in a and "--no-enable-chunked-prefill" not in a

@@ -208,7 +208,11 @@ def test_server_arguments_come_from_the_capacity_model():
             o = opts[w.key]
             (s,) = w.servers
             assert (s.tp, s.pp) == (o.tp, o.pp) and w.gpus_per_pod == o.tp
-            assert s.max_num_seqs == math.floor(o.max_batch)
+            # the KV batch, capped by the engine's max_num_seqs (vLLM's default 256 on A100, 1024 on H100)
+            assert o.engine is not None and o.engine.max_num_seqs is not None
+            assert s.max_num_seqs == min(math.floor(o.max_batch), o.engine.max_num_seqs)
+            assert "--max-num-seqs" not in s.engine_flags and s.args()[-len(s.engine_flags):] == list(s.engine_flags)
+            assert ("--no-enable-chunked-prefill" in s.args()) == (o.engine.mode == "prefill-first")
             assert s.gpu_memory_utilization == scenario.options["memory_utilization"]
     shared = next(w for w in ws if w.name == "shared-llama-3-1-8b-mistral-7b-v0-1-a100-sxm4-80gb")
     llama = shared.servers[0]
