@@ -35,6 +35,7 @@ from fleetplan.outputs.workbook import build_plan_workbook
 from fleetplan.placement.plan import Plan, Status, evaluate
 from fleetplan.placement.problem import DeratingKey, Problem
 from fleetplan.placement.validate import validate
+from fleetplan.scenario.arrival_notes import arrival_assumptions, arrival_lines
 from fleetplan.scenario.build import build_problem
 from fleetplan.scenario.profiles import with_profiles
 from fleetplan.scenario.read import Scenario, load_scenario, scenario_embed, scenario_spec
@@ -511,6 +512,7 @@ def _plan(scenario: str | None, fmt: str, a: _PlanArgs) -> None:
                              + "; ".join(report.violations[:5]))
     d = _plan_dict(sc, problem, result, a, baselines, vr, unc.errors)
     _add_uncertainty(d, sc, problem, result, unc, a.suggest_benchmark)
+    d["arrival_process"] = arrival_assumptions(sc, problem)
     for w in dropped_profile_warnings(d["options_not_used"]):  # a measured profile that removed an option
         click.echo(w, err=True)
     with output_files(a.outputs) as tmp:  # all of them or none
@@ -527,5 +529,7 @@ def _plan(scenario: str | None, fmt: str, a: _PlanArgs) -> None:
     else:
         _render_table(problem, result, d)
         click.echo(_uncertainty_text(d))
+        click.echo("\n".join(["arrivals (the capacity model's queueing assumption):"]
+                              + ["  " + line for line in arrival_lines(d["arrival_process"])]))
         if vr is not None:
             click.echo(verify_text(vr))

@@ -154,6 +154,8 @@ class PlanFile(InputModel):
                                              "re-checked: it needs a re-solve)")
     arrivals: dict[str, dict] | None = input_field(None, description="models sized for a peak factor × the window "
                                                    "rate (re-checked)")
+    arrival_process: list[dict] | None = input_field(None, description="per model the arrival process its capacity "
+                                                     "assumes and its trace's burstiness (not re-checked)")
     capacity_margins: list[dict] | None = input_field(None, description="each model-window's margin against its "
                                                       "capacity error (not re-checked)")
     robust: dict | None = input_field(None, description="plan --robust: the derating planned with (the rebuilt "

@@ -24,7 +24,9 @@ plan does not use and why: :func:`fleetplan.outputs.unused.options_not_used`; no
 capacity's expected error, :mod:`fleetplan.scenario.uncertainty`; not re-checked), capacity_margins [{model, window,
 margin, capacity_error, holds_at_pessimistic_end}], robust {derating [{key, factor}], plain_cost_usd_per_day}
 (``plan --robust``: the capacities were planned at the pessimistic end; the reader rebuilds the problem with that
-derating), suggested_benchmark (``plan --suggest-benchmark``),
+derating), suggested_benchmark (``plan --suggest-benchmark``), arrival_process [{model, assumes, trace, trace_role,
+interarrival_cv, index_of_dispersion_60s, peak_factor_60s_p95, advice}] (``fleetplan plan``: the arrival process
+each capacity assumes, :mod:`fleetplan.scenario.arrival_notes`; not re-checked),
 class_unserved_req_per_s {model: {class: [req/s per window]}} (best-effort plans of models with request classes:
 the classes left short; they sum to the model's unserved_req_per_s),
 disaggregated plans only: prefill_decode [{model, role (prefill | decode), pool, site, gpu, tp, decode_site,
