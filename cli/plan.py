@@ -198,6 +198,14 @@ def _footer(console: Console, d: dict) -> None:
         console.print(line, markup=False, highlight=False)
 
 
+def _unused_table(d: dict) -> Table:
+    """Every option the plan does not use: model, option, category, reason, fix (plan --wide)."""
+    t = table("Options not used", ("model", "option", "category", "reason", "fix"), title_justify="left")
+    for e in d.get("options_not_used") or []:
+        t.add_row(e["model"], e["option"], e["category"], e["reason"], e["fix"])
+    return t
+
+
 def _render_table(problem: Problem, plan: Plan, d: dict) -> None:
     """The plan ``d`` (:func:`~fleetplan.outputs.planio.plan_to_dict` of ``plan``) as rich tables on stdout."""
     console = stdout_console(120)
@@ -308,6 +316,8 @@ def _plot(path: Path, problem: Problem, plan: Plan) -> None:
 @click.option("--partition", type=click.Choice(PARTITIONS), default="shape", show_default=True,
               help="How --decompose splits the models: by demand-curve shape (every part gets every peak hour) or "
                    "at random.")
+@click.option("--wide", is_flag=True,
+              help="Also print the table of every option the plan does not use, with the reason and the fix.")
 @click.option("--robust", is_flag=True,
               help="Plan so that every model-window holds at the pessimistic end of its capacities' stated errors "
                    "(each capacity × (1 − its error), docs/uncertainty.md); prints the plain plan's cost beside it.")
@@ -357,6 +367,7 @@ class _PlanArgs:
     best_effort: bool
     decompose: int | None
     partition: str
+    wide: bool
     robust: bool
     suggest_benchmark: bool
     workers: int | None
@@ -528,6 +539,8 @@ def _plan(scenario: str | None, fmt: str, a: _PlanArgs) -> None:
         click.echo(_csv(d), nl=False)
     else:
         _render_table(problem, result, d)
+        if a.wide:
+            stdout_console(200).print(_unused_table(d))
         click.echo(_uncertainty_text(d))
         click.echo("\n".join(["arrivals (the capacity model's queueing assumption):"]
                               + ["  " + line for line in arrival_lines(d["arrival_process"])]))
