@@ -2,7 +2,8 @@
 
 Usage:
     .venv/bin/python benchmarks/calibrate_roofline.py            # fit (no held-out refits), write roofline.csv
-    .venv/bin/python benchmarks/calibrate_roofline.py --held-out # also report the held-out error (slow)
+    .venv/bin/python benchmarks/calibrate_roofline.py --held-out # also the held-out errors (slow), written to
+                                                                 # datasets/data/calibration/held_out_errors.csv
 
 The same as ``fleetplan calibrate --out datasets/data/calibration/roofline.csv``: the rows represent a current vLLM
 (vLLM 0.11, ML.ENERGY v3's engine; the anchor framework), with GPU-family efficiencies and per-framework factors
@@ -17,14 +18,15 @@ import sys
 
 from fleetplan.cli.calibrate import calibrate
 from fleetplan.datasets.calibration import shipped_calibration_path
+from fleetplan.datasets.held_out import shipped_held_out_path
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--held-out", action="store_true", help="also refit without each (model, GPU) group")
     args = ap.parse_args(argv)
-    calibrate.main(["--out", shipped_calibration_path(), "--held-out" if args.held_out else "--no-held-out"],
-                   standalone_mode=False)
+    extra = ["--held-out", "--held-out-table", shipped_held_out_path()] if args.held_out else ["--no-held-out"]
+    calibrate.main(["--out", shipped_calibration_path(), *extra], standalone_mode=False)
     return 0
 
 

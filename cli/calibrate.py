@@ -5,9 +5,11 @@ from __future__ import annotations
 import click
 
 from fleetplan.datasets.calibration import write_calibration_table
+from fleetplan.datasets.held_out import write_held_out_table
 from fleetplan.datasets.measured import DEFAULT_FRAMEWORK
 from fleetplan.datasets.measured import calibrate as run_calibration
 from fleetplan.fileio import check_destination
+from fleetplan.errors import InputError
 
 
 @click.command()
@@ -20,14 +22,19 @@ from fleetplan.fileio import check_destination
 @click.option("--framework", default=None, help="framework whose rows are written (default: the anchor)")
 @click.option("--held-out/--no-held-out", default=True, show_default=True,
               help="refit without each (model, GPU) group and report its error (slower: one fit per group)")
+@click.option("--held-out-table", "held_out_table", default=None, type=click.Path(dir_okay=False),
+              help="also write the held-out error per (model, GPU) group, framework and kind as CSV (the shipped "
+                   "one, datasets/data/calibration/held_out_errors.csv, gives each plan's capacity error)")
 @click.option("--out", "out", required=True, type=click.Path(dir_okay=False),
               help="calibration CSV to write; name it in a scenario as options.calibration")
 def calibrate(extra: tuple[str, ...], no_shipped: bool, anchor: str, framework: str | None, held_out: bool,
-              out: str) -> None:
+              held_out_table: str | None, out: str) -> None:
     """Fit the roofline's constants (efficiencies and host overhead scale per GPU family, overheads per framework and
     version) to measured prefill, decode-step, steady-state and static-batch times, report the fit error and the
     held-out error, and write a calibration file."""
     check_destination(out, field="--out")  # before the fit, which takes a while
+    if held_out_table and not held_out:
+        raise InputError("--held-out-table needs the held-out refits: drop --no-held-out", field="--held-out-table")
     rep = run_calibration(extra, shipped=not no_shipped, anchor=anchor, framework=framework, held_out=held_out)
     click.echo(f"fitted {rep.n_observations} measurements; rows written for {rep.framework}")
     for fam, v in sorted(rep.fit.family.items()):
@@ -52,3 +59,8 @@ def calibrate(extra: tuple[str, ...], no_shipped: bool, anchor: str, framework: 
                                   for k, v in rep.held_out_mdape_pct.items()})
     write_calibration_table(rep.rows, out, extra_cols)
     click.echo(f"wrote {out}")
+    if held_out_table:
+        write_held_out_table(rep.held_out, held_out_table,
+                             f"fleetplan calibrate --held-out: {rep.n_observations} measurements, one (model, GPU) "
+                             "group left out at a time, the constants refitted on the others")
+        click.echo(f"wrote {held_out_table}")

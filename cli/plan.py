@@ -25,17 +25,21 @@ from fleetplan.cli.options import (
     xlsx_option,
 )
 from fleetplan.cli.output import progress_status, stdout_console, table
+from fleetplan.costmodels.uncertainty import CapacityError
 from fleetplan.errors import FleetplanError, InputError
 from fleetplan.fileio import check_destinations, claimed_outputs, output_files
 from fleetplan.outputs.planio import plan_to_dict
+from fleetplan.outputs.uncertainty import margin_lines, suggest_benchmark, window_margins
 from fleetplan.outputs.unused import dropped_profile_warnings, summary_line
 from fleetplan.outputs.workbook import build_plan_workbook
 from fleetplan.placement.plan import Plan, Status, evaluate
-from fleetplan.placement.problem import Problem
+from fleetplan.placement.problem import DeratingKey, Problem
 from fleetplan.placement.validate import validate
+from fleetplan.scenario.arrival_notes import arrival_assumptions, arrival_lines
 from fleetplan.scenario.build import build_problem
 from fleetplan.scenario.profiles import with_profiles
-from fleetplan.scenario.read import Scenario, load_scenario, scenario_embed
+from fleetplan.scenario.read import Scenario, load_scenario, scenario_embed, scenario_spec
+from fleetplan.scenario.uncertainty import option_errors, robust_derating
 from fleetplan.simulator.verify import VerifyResult, verify_plan, verify_text, verify_to_dict
 from fleetplan.solvers.baselines import BASELINES
 from fleetplan.solvers.common import gap_text
@@ -196,6 +200,14 @@ def _footer(console: Console, d: dict) -> None:
         console.print(line, markup=False, highlight=False)
 
 
+def _unused_table(d: dict) -> Table:
+    """Every option the plan does not use: model, option, category, reason, fix (plan --wide)."""
+    t = table("Options not used", ("model", "option", "category", "reason", "fix"), title_justify="left")
+    for e in d.get("options_not_used") or []:
+        t.add_row(e["model"], e["option"], e["category"], e["reason"], e["fix"])
+    return t
+
+
 def _render_table(problem: Problem, plan: Plan, d: dict) -> None:
     """The plan ``d`` (:func:`~fleetplan.outputs.planio.plan_to_dict` of ``plan``) as rich tables on stdout."""
     console = stdout_console(120)
@@ -306,6 +318,14 @@ def _plot(path: Path, problem: Problem, plan: Plan) -> None:
 @click.option("--partition", type=click.Choice(PARTITIONS), default=None,
               help="How --decompose splits the models: by demand-curve shape (every part gets every peak hour) or "
                    "at random. [default: shape; needs --decompose]")
+@click.option("--wide", is_flag=True,
+              help="Also print the table of every option the plan does not use, with the reason and the fix.")
+@click.option("--robust", is_flag=True,
+              help="Plan so that every model-window holds at the pessimistic end of its capacities' stated errors "
+                   "(each capacity × (1 − its error), docs/uncertainty.md); prints the plain plan's cost beside it.")
+@click.option("--suggest-benchmark", is_flag=True,
+              help="Also say which one benchmark run (model, GPU, tp, request rates, the vllm bench serve command "
+                   "lines) would most reduce the plan's cost uncertainty.")
 @fanout_options("the sub-fleets of --decompose", workers=None, workers_default_text="this machine's CPUs, at most 4")
 def plan(scenario: str | None, fmt: str, **kw) -> None:
     """Plan SCENARIO (a YAML file or a shipped scenario's name; the shipped default when omitted): replicas per
@@ -349,6 +369,9 @@ class _PlanArgs:
     best_effort: bool
     decompose: int | None
     partition: str | None
+    wide: bool
+    robust: bool
+    suggest_benchmark: bool
     workers: int | None
     executor: str
     ray_address: str | None
@@ -366,6 +389,10 @@ def _check_options(a: _PlanArgs) -> _PlanArgs:
     if a.best_effort and a.verify:
         raise InputError("--best-effort with --verify: the replay sends every request, the unserved ones too, to "
                          "the plan; use one of the two", field="--best-effort")
+    if a.robust and (a.verify or a.best_effort):
+        raise InputError("--robust with --verify or --best-effort: plan at the pessimistic end of the stated "
+                         "errors (--robust) or correct capacities by the replay (--verify); use one",
+                         field="--robust")
     if a.verify_slice_s is not None and not a.verify:
         raise InputError("--verify-slice without --verify: add --verify, or drop --verify-slice",
                          field="--verify-slice", value=a.verify_slice_s)
@@ -388,6 +415,32 @@ def _solve(sc: Scenario, a: _PlanArgs, say: Callable[[str], None]) -> tuple[Prob
     return problem, result, None
 
 
+@dataclass
+class _Uncertainty:
+    """The capacity errors of a plan's options, its --robust derating and the plain plan's cost (None without)."""
+
+    errors: dict[DeratingKey, CapacityError]
+    derating: dict[DeratingKey, float]
+    plain_cost_usd_per_day: float | None = None
+
+
+def _robust(sc: Scenario, a: _PlanArgs, problem: Problem, result: Plan,
+            say: Callable[[str], None]) -> tuple[Problem, Plan, _Uncertainty]:
+    """The options' capacity errors; with --robust the problem rebuilt with every capacity × (1 − its error) and
+    its plan, beside the plain plan's cost."""
+    errors = option_errors(sc, problem)
+    if not a.robust or not result.has_solution:
+        return problem, result, _Uncertainty(errors, {})
+    plain = evaluate(problem, result).total_usd * 24.0 / problem.horizon_hours
+    derating = robust_derating(errors)
+    say("planning at the pessimistic end of the capacity errors")
+    robust = build_problem(sc, derating=derating, progress=say)
+    with make_executor(a.executor, workers=a.workers, address=a.ray_address) as ex:
+        plan = solve(robust, a.backend, time_limit_s=a.time_limit_s, threads=a.threads, gap=a.gap, progress=say,
+                     decompose=a.decompose, partition=a.partition, executor=ex)
+    return robust, plan, _Uncertainty(errors, derating, plain)
+
+
 def _no_plan_error(problem: Problem, result: Plan, best_effort: bool) -> NoPlanError:
     """The error for a solve without a plan: its status and message, with a hint (--best-effort, or what keeps a
     model from being served at all), and as explanation the reasons solve() gave."""
@@ -408,16 +461,53 @@ def _no_plan_error(problem: Problem, result: Plan, best_effort: bool) -> NoPlanE
 
 
 def _plan_dict(sc: Scenario, problem: Problem, result: Plan, a: _PlanArgs, baselines: dict[str, Plan],
-               vr: VerifyResult | None) -> dict:
+               vr: VerifyResult | None, errors: dict[DeratingKey, CapacityError]) -> dict:
     """The plan file's dict, with the break-even KV egress price of a disaggregated problem and the --verify
     rounds."""
-    d = plan_to_dict(problem, result, scenario=scenario_embed(sc), baselines=baselines)
+    d = plan_to_dict(problem, result, scenario=scenario_embed(sc), baselines=baselines, capacity_errors=errors)
     if problem.has_disaggregation:
         d["kv_break_even"] = kv_break_even(problem, result, backend=a.backend if a.backend in ("highs", "cbc")
                                            else "highs", time_limit_s=a.time_limit_s, threads=a.threads).to_dict()
     if vr is not None:
         d["verify"] = verify_to_dict(vr)
     return d
+
+
+def _add_uncertainty(d: dict, sc: Scenario, problem: Problem, plan: Plan, unc: _Uncertainty,
+                     suggest: bool) -> None:
+    """Into the plan dict ``d`` (its rows carry their capacity_error): the model-windows' margins against them, the
+    --robust derating with the plain plan's cost, the suggested benchmark run."""
+    d["capacity_margins"] = window_margins(problem, plan, unc.errors, unc.derating)
+    if unc.plain_cost_usd_per_day is not None:
+        d["robust"] = {"derating": [{"key": list(k), "factor": f} for k, f in sorted(unc.derating.items(), key=str)],
+                       "plain_cost_usd_per_day": unc.plain_cost_usd_per_day}
+    if suggest:
+        mixes = {pm.name: sc.token_mixes[m.name] for m, pm in zip(scenario_spec(sc).models, problem.models,
+                                                                  strict=True)}
+        d["suggested_benchmark"] = suggest_benchmark(problem, plan, unc.errors, mixes)
+
+
+def _uncertainty_text(d: dict) -> str:
+    """The margins against the capacity errors, the --robust cost beside the plain plan's, the suggested run."""
+    lines = ["capacity margin against its stated error (capacity_error per replica row in --format json):"]
+    lines += ["  " + line for line in margin_lines(d.get("capacity_margins") or [])]
+    if rb := d.get("robust"):
+        cost, plain = d["cost_usd_per_day"], rb["plain_cost_usd_per_day"]
+        lines.append(f"robust plan (every capacity × (1 − its error)): ${cost:,.2f}/day against the plain plan's "
+                     f"${plain:,.2f}/day ({cost / plain - 1:+.1%})")
+    if "suggested_benchmark" in d:
+        sb = d["suggested_benchmark"]
+        if sb is None:
+            lines.append("suggested benchmark: none (every option the plan uses is measured)")
+        else:
+            lines.append(f"suggested benchmark: {sb['model']} on {sb['gpu']} tp {sb['tp']} (capacity "
+                         f"{sb['capacity_req_per_s']:.3g} req/s ± {sb['capacity_error']:.1%}, {sb['basis']}; "
+                         f"${sb['usd_per_day_at_risk']:,.2f}/day of the plan's cost rests on that error, "
+                         f"${sb['usd_per_day_at_risk_other_options']:,.2f}/day on all other options'), rates "
+                         + ", ".join(f"{r:g}" for r in sb["rates_req_per_s"]) + " req/s:")
+            lines += ["  " + sb["serve_command"]] + ["  " + c for c in sb["bench_commands"]]
+            lines.append("  then: " + sb["then"])
+    return "\n".join(lines)
 
 
 def _plan(scenario: str | None, fmt: str, a: _PlanArgs) -> None:
@@ -433,6 +523,7 @@ def _plan_locked(scenario: str | None, fmt: str, a: _PlanArgs) -> None:
         sc = with_profiles(load_scenario(scenario, window_length_s=a.window_s), list(a.profiles))
         say("evaluating the capacity model")
         problem, result, vr = _solve(sc, a, say)
+        problem, result, unc = _robust(sc, a, problem, result, say)
         baselines = {} if a.no_baselines else {name: fn(problem) for name, fn in BASELINES.items()}
     if not result.has_solution:
         raise _no_plan_error(problem, result, a.best_effort)
@@ -440,7 +531,9 @@ def _plan_locked(scenario: str | None, fmt: str, a: _PlanArgs) -> None:
     if not report.ok:
         raise FleetplanError("the solver's plan fails the independent check (please report this): "
                              + "; ".join(report.violations[:5]))
-    d = _plan_dict(sc, problem, result, a, baselines, vr)
+    d = _plan_dict(sc, problem, result, a, baselines, vr, unc.errors)
+    _add_uncertainty(d, sc, problem, result, unc, a.suggest_benchmark)
+    d["arrival_process"] = arrival_assumptions(sc, problem)
     for w in dropped_profile_warnings(d["options_not_used"]):  # a measured profile that removed an option
         click.echo(w, err=True)
     with output_files(a.outputs) as tmp:  # all of them or none
@@ -456,5 +549,10 @@ def _plan_locked(scenario: str | None, fmt: str, a: _PlanArgs) -> None:
         click.echo(_csv(d), nl=False)
     else:
         _render_table(problem, result, d)
+        if a.wide:
+            stdout_console(200).print(_unused_table(d))
+        click.echo(_uncertainty_text(d))
+        click.echo("\n".join(["arrivals (the capacity model's queueing assumption):"]
+                              + ["  " + line for line in arrival_lines(d["arrival_process"])]))
         if vr is not None:
             click.echo(verify_text(vr))

@@ -94,3 +94,13 @@ def index_of_dispersion(arrival_s: np.ndarray, *, interval_s: float) -> float:
     n_bins = int((t[-1] - t[0]) // interval_s)
     counts = np.bincount(((t[t < t[0] + n_bins * interval_s] - t[0]) // interval_s).astype(int), minlength=n_bins)
     return float(counts.var() / counts.mean()) if n_bins and counts.mean() > 0 else float("nan")
+
+
+def interarrival_cv(arrival_s: np.ndarray) -> float:
+    """Coefficient of variation (standard deviation / mean) of the gaps between consecutive arrivals: 1 for a
+    Poisson stream, larger for bursty ones. NaN for fewer than 3 arrivals or no positive mean gap.
+    ``arrival_s``: sorted arrival times, seconds."""
+    gaps = np.diff(np.asarray(arrival_s, dtype=float))
+    if len(gaps) < 2 or not gaps.mean() > 0:
+        return float("nan")
+    return float(gaps.std() / gaps.mean())

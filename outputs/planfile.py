@@ -38,6 +38,8 @@ class PlanReplicaEntry(InputModel):
     counts: list[_Count] = input_field(description="replicas per window, whole numbers >= 0",
                                        fix="give whole numbers >= 0 of replicas, one per window, no more "
                                            "than the pool's GPUs")
+    capacity_error: dict | None = input_field(None, description="the capacity's expected error {relative, basis} "
+                                              "(not re-checked)")
     class_capacity_req_per_s: dict[str, float] | None = input_field(None, description="capacity per request "
                                                                      "class (recomputed, re-checked)")
     engine: dict[str, str | int | float | bool | None] | None = input_field(
@@ -54,6 +56,8 @@ class PlanSharedEntry(InputModel):
     models: list[str] = input_field(min_length=1, description="models sharing the GPU")
     served_req_per_s: dict[str, list[_Rate]] = input_field(description="req/s each model is served per window")
     capacity_source: dict[str, str] = input_field(description="where each capacity came from (re-checked)")
+    capacity_error: dict[str, dict] | None = input_field(None, description="each model's capacity error {relative, "
+                                                         "basis} (not re-checked)")
 
 
 class PlanCommitmentEntry(InputModel):
@@ -153,6 +157,14 @@ class PlanFile(InputModel):
                                              "re-checked: it needs a re-solve)")
     arrivals: dict[str, dict] | None = input_field(None, description="models sized for a peak factor × the window "
                                                    "rate (re-checked)")
+    arrival_process: list[dict] | None = input_field(None, description="per model the arrival process its capacity "
+                                                     "assumes and its trace's burstiness (not re-checked)")
+    capacity_margins: list[dict] | None = input_field(None, description="each model-window's margin against its "
+                                                      "capacity error (not re-checked)")
+    robust: dict | None = input_field(None, description="plan --robust: the derating planned with (the rebuilt "
+                                      "problem applies it) and the plain plan's cost")
+    suggested_benchmark: dict | None = input_field(None, description="plan --suggest-benchmark's run (not "
+                                                   "re-checked)")
     options_not_used: list[dict] | None = input_field(None, description="every option the plan does not use and why "
                                                       "(not re-checked: derived from the build's notes)")
     class_unserved_req_per_s: dict[str, dict[str, list[_Rate]]] | None = input_field(

@@ -19,7 +19,14 @@ best_effort (true when demand is left unserved), unserved_req_per_s {model: [req
 empty otherwise; each window's served_req_per_s = demand - unserved, under windows[].served_req_per_s), arrivals
 {model: {peak_factor, source}} (models whose capacity is sized for peak_factor × each window's rate: their options'
 capacities are already divided by it), options_not_used [{model, option, category, reason, fix}] (every option the
-plan does not use and why: :func:`fleetplan.outputs.unused.options_not_used`; not re-checked),
+plan does not use and why: :func:`fleetplan.outputs.unused.options_not_used`; not re-checked), capacity_error
+{relative, basis} on each replica row and {model: {relative, basis}} on each shared GPU (``fleetplan plan``: the
+capacity's expected error, :mod:`fleetplan.scenario.uncertainty`; not re-checked), capacity_margins [{model, window,
+margin, capacity_error, holds_at_pessimistic_end}], robust {derating [{key, factor}], plain_cost_usd_per_day}
+(``plan --robust``: the capacities were planned at the pessimistic end; the reader rebuilds the problem with that
+derating), suggested_benchmark (``plan --suggest-benchmark``), arrival_process [{model, assumes, trace, trace_role,
+interarrival_cv, index_of_dispersion_60s, peak_factor_60s_p95, advice}] (``fleetplan plan``: the arrival process
+each capacity assumes, :mod:`fleetplan.scenario.arrival_notes`; not re-checked),
 class_unserved_req_per_s {model: {class: [req/s per window]}} (best-effort plans of models with request classes:
 the classes left short; they sum to the model's unserved_req_per_s),
 disaggregated plans only: prefill_decode [{model, role (prefill | decode), pool, site, gpu, tp, decode_site,
@@ -47,6 +54,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from fleetplan.costmodels.uncertainty import CapacityError
 from fleetplan.errors import InputError
 from fleetplan.fileio import validate_input, yaml12_numbers
 from fleetplan.outputs.planfile import PlanFile
@@ -61,7 +69,7 @@ from fleetplan.placement.plan import (
     kv_traffic,
     pool_gpus_per_window,
 )
-from fleetplan.placement.problem import Pool, Problem
+from fleetplan.placement.problem import DeratingKey, Pool, Problem
 from fleetplan.placement.validate import validate
 from fleetplan.scenario.build import build_problem
 from fleetplan.scenario.read import Scenario, scenario_from_raw
@@ -83,8 +91,11 @@ def per_day_factor(problem: Problem) -> float:
 
 
 def plan_to_dict(problem: Problem, plan: Plan, *, scenario: dict | None = None,
-                 baselines: dict[str, Plan] | None = None) -> dict[str, Any]:
-    """A JSON-ready dict of ``plan`` on ``problem`` (see the module docstring)."""
+                 baselines: dict[str, Plan] | None = None,
+                 capacity_errors: dict[DeratingKey, CapacityError] | None = None) -> dict[str, Any]:
+    """A JSON-ready dict of ``plan`` on ``problem`` (see the module docstring); with ``capacity_errors``
+    (:func:`fleetplan.scenario.uncertainty.option_errors`) each replica row and shared GPU carries its capacity's
+    error ``capacity_error`` {relative, basis} (a shared GPU: per model)."""
     f = per_day_factor(problem)
     ev = evaluate(problem, plan) if plan.has_solution else None
     report = validate(problem, plan) if plan.has_solution else None
@@ -130,6 +141,14 @@ def plan_to_dict(problem: Problem, plan: Plan, *, scenario: dict | None = None,
     out["validation"] = {"ok": report.ok, "violations": list(report.violations)} if report else None
     if scenario is not None:
         out["scenario"] = scenario
+    if capacity_errors:
+        for r in out["replicas"]:
+            e = capacity_errors.get((r["model"], r["pool"], r["tp"], r["pp"]))
+            if e is not None:
+                r["capacity_error"] = e.to_dict()
+        for g in out["shared_gpus"]:
+            g["capacity_error"] = {m: capacity_errors[(m, g["pool"], "shared", 1)].to_dict() for m in g["models"]
+                                   if (m, g["pool"], "shared", 1) in capacity_errors}
     return out
 
 
@@ -415,7 +434,11 @@ def check_derived(d: dict, problem: Problem, plan: Plan) -> None:
     for key in DERIVED_KEYS:
         if key not in d:
             continue
-        diff = _first_difference(d[key], again.get(key), key)
+        given = d[key]
+        if key in ("replicas", "shared_gpus") and isinstance(given, list):  # capacity_error is not re-checked
+            given = [{k: v for k, v in r.items() if k != "capacity_error"} if isinstance(r, dict) else r
+                     for r in given]
+        diff = _first_difference(given, again.get(key), key)
         if diff:
             where, given, computed = diff
             raise InputError(f"says {given!r} but the plan's replicas on its scenario give {computed!r} (it is "
@@ -491,14 +514,18 @@ def _window_length_s(d: dict, sc: dict) -> float | None:
 
 
 def _verify_derating(d: dict) -> dict:
-    """The capacity derating a ``plan --verify`` run planned with ({option key: factor}, from the file's
-    ``verify.derating[].key/factor``), so the rebuilt problem is the one the plan was made for; {} otherwise."""
-    out = {}
-    for i, e in enumerate(((d.get("verify") or {}).get("derating")) or []):
-        if not (isinstance(e, dict) and isinstance(e.get("key"), list) and isinstance(e.get("factor"), float | int)):
-            raise InputError("each verify.derating entry needs its option key (a list) and factor (a number); "
-                             "re-create the file with `fleetplan plan --verify --out`", field=f"verify.derating[{i}]")
-        out[tuple(e["key"])] = float(e["factor"])
+    """The capacity derating a ``plan --verify`` or ``plan --robust`` run planned with ({option key: factor}, from
+    the file's ``verify.derating[].key/factor`` and ``robust.derating[]``, multiplied), so the rebuilt problem is
+    the one the plan was made for; {} otherwise."""
+    out: dict[tuple, float] = {}
+    for part in ("verify", "robust"):
+        for i, e in enumerate(((d.get(part) or {}).get("derating")) or []):
+            if not (isinstance(e, dict) and isinstance(e.get("key"), list)
+                    and isinstance(e.get("factor"), float | int)):
+                raise InputError(f"each {part}.derating entry needs its option key (a list) and factor (a number); "
+                                 f"re-create the file with `fleetplan plan --{part} --out`",
+                                 field=f"{part}.derating[{i}]")
+            out[tuple(e["key"])] = out.get(tuple(e["key"]), 1.0) * float(e["factor"])
     return out
 
 

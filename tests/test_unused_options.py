@@ -78,3 +78,8 @@ def test_a_profile_that_drops_an_option_is_warned_and_listed(tmp_path: Path, slo
     assert [e["option"] for e in dropped][:1] == ["aws:us-east-1/A100-SXM4-80GB tp 1"]
     assert "does not imply TTFT" in dropped[0]["reason"] and "percentile" in dropped[0]["fix"]
     assert all(r["gpu"] != "A100-SXM4-80GB" or r["tp"] != 1 for r in d["replicas"])
+    res = CliRunner().invoke(cli, ["plan", str(tmp_path / "s.yaml"), "--no-baselines", "--wide",
+                                   "--profile", f"Llama-3.1-8B@A100-80GB:tp1:aibrix={tmp_path}/t.json"])
+    assert res.exit_code == 0, res.output
+    assert "Options not used" in res.stdout and "dropped_profile" in res.stdout
+    assert "options not used: " in " ".join(res.stdout.split())
