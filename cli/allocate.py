@@ -281,9 +281,10 @@ def _replay_table(title: str, replays: dict[str, TenantReplay], workloads: dict[
     return tab
 
 
-def _verify(problem: TenantProblem, result: AllocationResult, policies: dict[str, Objectives],
-            workloads: dict[str, tuple[TenantWorkload, ...]], *, windows: list[int] | None, slice_s: float,
-            burst: tuple[str, float] | None, seed: int, threads: int) -> None:
+def _verify(problem: TenantProblem, result: AllocationResult, splits: dict[tuple[int, str], NodeSplit],
+            policies: dict[str, Objectives], workloads: dict[str, tuple[TenantWorkload, ...]], *,
+            windows: list[int] | None, slice_s: float, burst: tuple[str, float] | None, seed: int, threads: int,
+            split: str) -> None:
     """``--verify``: each tenant's requests replayed on the optimizer's allocation and on static partitions in
     ``windows``, a burst of one tenant, and the papers' answer (utilization and P99 isolation vs static)."""
     from rich.console import Console
@@ -295,10 +296,13 @@ def _verify(problem: TenantProblem, result: AllocationResult, policies: dict[str
     static = static_partition(problem)
     ws = windows if windows is not None else default_windows(problem, result.allocation)
     warm = min(20.0, slice_s / 3)
-    reps = {pol: replay_allocation(problem, alloc, workloads, windows=ws, slice_s=slice_s, warmup_s=warm, seed=seed)
-            for pol, alloc in (("optimizer", result.allocation), ("static", static))}
+    reps = {pol: replay_allocation(problem, alloc, workloads, windows=ws, slice_s=slice_s, warmup_s=warm, seed=seed,
+                                   splits=spl)
+            for pol, alloc, spl in (("optimizer", result.allocation, splits), ("static", static, {}))}
     con.print(_replay_table(f"Replay on the allocation: windows {', '.join(map(str, ws))}, {slice_s:g} s each after "
-                            f"{warm:g} s warm-up, seed {seed}", reps, workloads))
+                            f"{warm:g} s warm-up, seed {seed}; shared nodes "
+                            + ("slowed by their coefficient" if split == "none" else f"split (--split {split})"),
+                            reps, workloads))
     not_replayed = [t.name for t in problem.tenants if t.name not in workloads]
     if not_replayed:
         con.print(f"not replayed (no models, no replay entry: they hold GPUs and interfere only): "
@@ -309,7 +313,7 @@ def _verify(problem: TenantProblem, result: AllocationResult, policies: dict[str
         bt, factor = burst
         bw = ws[-1] if windows is not None else max(ws, key=lambda w: sum(t.demand_gpus[w] for t in problem.tenants))
         b = burst_replay(problem, workloads, tenant=bt, window=bw, factor=factor, slice_s=slice_s, warmup_s=warm,
-                         seed=seed, threads=threads)
+                         seed=seed, threads=threads, split=split)
         tab = table(f"Burst: {bt} × {factor:g} in window {bw} (optimizer re-solved for it; static keeps its nodes): "
                     "P99 TTFT ms, nominal -> burst, and SLO met", ("tenant", "optimizer", "static"),
                     right=lambda c: c != "tenant")
@@ -445,5 +449,5 @@ def allocate(scenario: Path | None, mode: str, backend: str, time_limit_s: float
         return
     _print_tables(problem, result, splits, policies, mode=mode, backend=backend, split=split, plot=plot_path)
     if verify:
-        _verify(problem, result, policies, workloads, windows=verify_ws, slice_s=slice_s, burst=burst_spec, seed=seed,
-                threads=threads)
+        _verify(problem, result, splits, policies, workloads, windows=verify_ws, slice_s=slice_s, burst=burst_spec,
+                seed=seed, threads=threads, split=split)

@@ -35,6 +35,7 @@ import numpy as np
 from fleetplan.costmodels.latency import decode_step_time_s, prefill_time_s
 from fleetplan.datasets.calibration import load_calibration
 from fleetplan.datasets.catalog.names import get_gpu, get_model
+from fleetplan.datasets.sharing import load_mig_profiles
 from fleetplan.errors import InputError
 from fleetplan.placement.tenants import Allocation, TenantProblem, validate_allocation
 from fleetplan.scenario.tenants import TenantWorkload
@@ -42,6 +43,7 @@ from fleetplan.simulator.engine import DeviceSpec, EngineSpec, StepModel, run
 from fleetplan.simulator.metrics import meets_slo
 from fleetplan.solvers.tenants.allocate import solve_allocation
 from fleetplan.solvers.tenants.baselines import static_partition
+from fleetplan.solvers.tenants.slicing import NodeSplit, split_allocation
 
 #: Share of GPU memory usable for weights and KV (the capacity model's default, ``replica_capacity``).
 MEMORY_UTILIZATION = 0.9
@@ -57,7 +59,8 @@ class TenantLatency:
         tenant: name; requests: measured requests; dropped: those with no replica to go to or no KV room.
         ttft_s, tpot_s: {50, 95, 99: seconds} (NaN without requests; inf when P-quantile requests were dropped).
         attainment: share of measured requests meeting their model's TTFT and TPOT targets.
-        replicas: replicas the tenant had (summed over replayed windows); slowed: of them, on shared nodes.
+        replicas: replicas the tenant had (summed over replayed windows); slowed: of them, on shared nodes (slowed
+            by the node coefficient, or on a MIG instance or MPS share of a split).
     """
 
     tenant: str
@@ -98,44 +101,100 @@ class TenantReplay:
 
 
 class _Steps:
-    """Step models per (model, GPU type, tp, slowdown), cached."""
+    """Step models per (model, GPU type, tp, prefill factor, decode factor, memory), cached."""
 
     def __init__(self) -> None:
-        self._cache: dict[tuple[str, str, int, float], StepModel] = {}
+        self._cache: dict[tuple, StepModel | None] = {}
 
-    def get(self, model_name: str, gpu_name: str, tp: int, slowdown: float) -> StepModel:
-        key = (model_name, gpu_name, tp, round(slowdown, 9))
+    def get(self, model_name: str, gpu_name: str, tp: int, *, prefill_x: float = 1.0, decode_x: float = 1.0,
+            memory_bytes: float | None = None) -> StepModel | None:
+        """The step model of ``model_name`` on ``tp`` GPUs of ``gpu_name`` with prefill and decode times multiplied
+        by ``prefill_x`` and ``decode_x``; ``memory_bytes``: the device's memory (default tp × the GPU's).
+        None when the weights leave no KV room in MEMORY_UTILIZATION of that memory."""
+        key = (model_name, gpu_name, tp, round(prefill_x, 9), round(decode_x, 9), memory_bytes)
         if key not in self._cache:
             model, gpu = get_model(model_name), get_gpu(gpu_name)
             calib = load_calibration(gpu)
-            budget = MEMORY_UTILIZATION * tp * gpu.memory_bytes - model.weight_bytes("bf16")
+            mem = tp * gpu.memory_bytes if memory_bytes is None else memory_bytes
+            budget = MEMORY_UTILIZATION * mem - model.weight_bytes("bf16")
 
             def prefill(i: float) -> float:
-                return slowdown * prefill_time_s(model, gpu, i, tp=tp, calib=calib)
+                return prefill_x * prefill_time_s(model, gpu, i, tp=tp, calib=calib)
 
             def decode(b: float, c: float) -> float:
-                return slowdown * decode_step_time_s(model, gpu, b, c, tp=tp, calib=calib)
+                return decode_x * decode_step_time_s(model, gpu, b, c, tp=tp, calib=calib)
 
-            self._cache[key] = StepModel(prefill, decode, kv_bytes_per_token=model.kv_bytes_per_token("bf16"),
-                                         kv_budget_bytes=budget,
-                                         max_tokens=min(MAX_TOKENS, model.max_context_tokens),
-                                         sliding_window_tokens=model.sliding_window_tokens,
-                                         label=f"{model_name} on {gpu_name} tp{tp}")
+            self._cache[key] = None if budget <= 0 else StepModel(
+                prefill, decode, kv_bytes_per_token=model.kv_bytes_per_token("bf16"), kv_budget_bytes=budget,
+                max_tokens=min(MAX_TOKENS, model.max_context_tokens),
+                sliding_window_tokens=model.sliding_window_tokens, label=f"{model_name} on {gpu_name} tp{tp}")
         return self._cache[key]
 
 
-def carve_replicas(gpus_by_node: Sequence[tuple[str, int]], needs_gpus: Mapping[str, tuple[int, float]]
-                   ) -> tuple[list[tuple[str, str]], int]:
+@dataclass(frozen=True)
+class Slice:
+    """A part of one GPU a split gives a tenant (:class:`~fleetplan.solvers.tenants.slicing.NodeSplit`), as a
+    device.
+
+    Attributes:
+        label: for reports; gpus_fraction: its share of a GPU's compute (MIG: compute slices / 7; MPS: percent /
+            100), which is how much of a GPU's need it meets.
+        prefill_x, decode_x: its step-time factors. MIG (hardware-isolated): prefill × 7 / compute slices
+            (compute-bound), decode × 8 / memory slices (bandwidth-bound: a slice has its share of the memory
+            system), no interference. MPS: both × 100 / percent, and × 1 / (1 − s) on a GPU holding two or more
+            tenants (s their largest pair coefficient).
+        memory_bytes: MIG: the profile's memory; MPS: the GPU's memory × percent / 100 (an even split by share:
+            MPS itself does not partition memory).
+    """
+
+    label: str
+    gpus_fraction: float
+    prefill_x: float
+    decode_x: float
+    memory_bytes: float
+
+
+def split_slices(problem: TenantProblem, node: str, split: NodeSplit) -> dict[str, list[Slice]]:
+    """{tenant: its slices} of a node's split (module docstring of :class:`Slice` for the factors)."""
+    gpu_name = next(n.gpu for n in problem.nodes if n.name == node)
+    gpu = get_gpu(gpu_name)
+    out: dict[str, list[Slice]] = {}
+    if split.kind == "mig":
+        prof = {p.name: p for p in load_mig_profiles(gpu_name)}
+        for g, pname, start, t in split.parts:
+            p = prof[pname]
+            out.setdefault(t, []).append(Slice(f"{t} MIG {pname} on {node} GPU {g} slot {start}",
+                                               p.compute_slices / 7, 7 / p.compute_slices, 8 / p.memory_slices,
+                                               p.memory_gb * 1e9))
+        return out
+    tenants = {t.name: t for t in problem.tenants}
+    on_gpu: dict[int, list[str]] = {}
+    for g, t, _pct in split.parts:
+        on_gpu.setdefault(g, []).append(t)
+    for g, t, pct in split.parts:
+        s = problem.node_coefficient(tenants[x] for x in on_gpu[g]) if len(on_gpu[g]) >= 2 else 0.0
+        f = 100 / pct / (1 - s)
+        out.setdefault(t, []).append(Slice(f"{t} MPS {pct}% on {node} GPU {g}", pct / 100, f, f,
+                                           gpu.memory_bytes * pct / 100))
+    return out
+
+
+def carve_replicas(gpus_by_node: Sequence[tuple[str, int]], needs_gpus: Mapping[str, tuple[int, float]],
+                   given: dict[str, float] | None = None) -> tuple[list[tuple[str, str]], int]:
     """Replicas of a tenant's models on its GPUs.
 
     Args:
         gpus_by_node: [(node, GPUs the tenant holds there)], in the order to fill.
         needs_gpus: {model key: (tp, GPUs the model needs in the window, rate / replica req/s × tp)}.
 
+        given: GPUs each model already has (updated in place); default none.
+
     Returns ([(node, model key)] one entry per replica, GPUs left idle). On each node, replicas are added while one
     fits, each time to the fitting model with the largest unmet need (need − GPUs given; ties: the key's order).
     """
-    given = {k: 0.0 for k in needs_gpus}
+    given = {k: 0.0 for k in needs_gpus} if given is None else given
+    for k in needs_gpus:
+        given.setdefault(k, 0.0)
     out: list[tuple[str, str]] = []
     idle = 0
     for node, g in gpus_by_node:
@@ -150,6 +209,21 @@ def carve_replicas(gpus_by_node: Sequence[tuple[str, int]], needs_gpus: Mapping[
             free -= needs_gpus[k][0]
         idle += free
     return out, idle
+
+
+def assign_slices(slices: Sequence[Slice], needs_gpus: Mapping[str, tuple[int, float]], given: dict[str, float]
+                  ) -> list[tuple[Slice, str]]:
+    """Each slice to the tp-1 model with the largest unmet need (need − given, in GPUs; a slice counts its
+    ``gpus_fraction``; ``given`` updated in place). Slices of a tenant with no tp-1 model stay unassigned."""
+    out = []
+    one = sorted(k for k, (tp, _) in needs_gpus.items() if tp == 1)
+    for sl in slices:
+        if not one:
+            break
+        k = max(one, key=lambda k: needs_gpus[k][1] - given.get(k, 0.0))
+        given[k] = given.get(k, 0.0) + sl.gpus_fraction
+        out.append((sl, k))
+    return out
 
 
 def _key(w: TenantWorkload) -> str:
@@ -174,7 +248,8 @@ def with_burst(problem: TenantProblem, tenant: str, window: int, factor: float) 
 def replay_allocation(problem: TenantProblem, allocation: Allocation,
                       workloads: Mapping[str, Sequence[TenantWorkload]], *, windows: Sequence[int],
                       slice_s: float = 60.0, warmup_s: float = 20.0, seed: int = 0,
-                      rate_scale: Mapping[tuple[str, int], float] | None = None) -> TenantReplay:
+                      rate_scale: Mapping[tuple[str, int], float] | None = None,
+                      splits: Mapping[tuple[int, str], NodeSplit] | None = None) -> TenantReplay:
     """Replay each tenant's requests on ``allocation`` in ``windows`` (module docstring for the model).
 
     Args:
@@ -184,6 +259,9 @@ def replay_allocation(problem: TenantProblem, allocation: Allocation,
         slice_s, warmup_s: measured seconds per window and unmeasured warm-up before them.
         seed: request seed (the same for every policy: the same requests).
         rate_scale: {(tenant, window): factor} on the tenant's rates there (a burst); default 1.
+        splits: {(window, node): NodeSplit} (:func:`~fleetplan.solvers.tenants.slicing.split_allocation`): on those
+            node-windows the tenants run on their MIG instances or MPS shares (:class:`Slice`) instead of whole
+            GPUs slowed by the node coefficient.
 
     Returns a :class:`TenantReplay`. Raises InputError for slice_s ≤ 0, warmup_s < 0 or a window outside the day.
     """
@@ -206,20 +284,40 @@ def replay_allocation(problem: TenantProblem, allocation: Allocation,
                 for n, held in by_node.items()}
         engines: list[EngineSpec] = []
         devices: list[DeviceSpec] = []
+        fractions: list[float] = []  # of a GPU per device GPU: 1 for whole GPUs, the slice's share for a slice
+        split_here = {n: split_slices(problem, n, sp) for (ww, n), sp in (splits or {}).items()
+                      if ww == w and n in by_node}
         for tname, wls in workloads.items():
-            mine = sorted((n, held[tname]) for n, held in by_node.items() if held.get(tname))
+            mine = sorted((n, held[tname]) for n, held in by_node.items() if held.get(tname) and n not in split_here)
             needs = {_key(x): (x.tp, x.rates_req_per_s[w] * scale.get((tname, w), 1.0) / x.replica_req_per_s * x.tp)
                      for x in wls}
-            reps, idle = carve_replicas(mine, needs)
+            given: dict[str, float] = {}
+            reps, idle = carve_replicas(mine, needs, given)
             out.idle_gpus += idle
             by_key = {_key(x): x for x in wls}
             for node, k in reps:
                 x, s = by_key[k], coef.get(node, 0.0)
                 gpu = nodes[node].gpu
+                sm = steps.get(x.model, gpu, x.tp, prefill_x=1 / (1 - s), decode_x=1 / (1 - s))
+                if sm is None:
+                    continue
                 devices.append(DeviceSpec(f"{k} on {node}", x.tp, 0.0, 0.0, gpu))
-                engines.append(EngineSpec(k, len(devices) - 1, steps.get(x.model, gpu, x.tp, 1.0 / (1.0 - s))))
+                fractions.append(1.0)
+                engines.append(EngineSpec(k, len(devices) - 1, sm))
                 per[tname]["rep"][0] += 1
                 per[tname]["slow"][0] += s > 0
+            for node in sorted(split_here):
+                for sl, k in assign_slices(split_here[node].get(tname, []), needs, given):
+                    x = by_key[k]
+                    sm = steps.get(x.model, nodes[node].gpu, 1, prefill_x=sl.prefill_x, decode_x=sl.decode_x,
+                                   memory_bytes=sl.memory_bytes)
+                    if sm is None:  # the weights do not fit the slice
+                        continue
+                    devices.append(DeviceSpec(sl.label, 1, 0.0, 0.0, nodes[node].gpu))
+                    fractions.append(sl.gpus_fraction)
+                    engines.append(EngineSpec(k, len(devices) - 1, sm))
+                    per[tname]["rep"][0] += 1
+                    per[tname]["slow"][0] += 1
         # Idle allocated GPUs and tenants without workloads are part of the pool, not of the devices.
         rng = np.random.default_rng([seed, w])
         arr, inp, outp, key = [], [], [], []
@@ -255,6 +353,8 @@ def replay_allocation(problem: TenantProblem, allocation: Allocation,
             ttft[dropped] = np.inf
             tpot[dropped] = np.inf
             out.busy_gpu_s += float(sum(b * d.gpus for b, d in zip(res.device_busy_s, devices, strict=True)))
+            # A slice device counts 1 GPU; its busy time is charged at its fraction below.
+            out.busy_gpu_s -= float(sum(b * (1 - f) for b, f in zip(res.device_busy_s, fractions, strict=True)))
         out.pool_gpu_s += sum(nd.gpus for nd in problem.nodes) * (slice_s + warmup_s)
         measured = a >= 0
         for tname, wls in workloads.items():
@@ -336,10 +436,11 @@ def geometric_mean(xs: Sequence[float]) -> float:
 
 def burst_replay(problem: TenantProblem, workloads: Mapping[str, Sequence[TenantWorkload]], *, tenant: str,
                  window: int, factor: float = 2.0, slice_s: float = 60.0, warmup_s: float = 20.0, seed: int = 0,
-                 time_limit_s: float = 10.0, threads: int = 1) -> BurstReplay:
+                 time_limit_s: float = 10.0, threads: int = 1, split: str = "none") -> BurstReplay:
     """Replay ``tenant``'s burst (rate × ``factor`` for window ``window``) under the optimizer (weighted mode,
     re-solved for that window with the burst demand, HiGHS, ``time_limit_s``) and static partitions, against the
-    same window without the burst. Both allocations are re-checked by
+    same window without the burst; ``split`` ('auto', 'mig', 'mps', 'none') splits the optimizer's shared nodes as
+    ``allocate --split`` does, and the replay runs on the slices. Both allocations are re-checked by
     :func:`~fleetplan.placement.tenants.validate_allocation`. Raises InputError (bad tenant, window, factor),
     InfeasibleError / SolverError from the solve."""
     base = one_window(problem, window)
@@ -353,7 +454,8 @@ def burst_replay(problem: TenantProblem, workloads: Mapping[str, Sequence[Tenant
         st = static_partition(prob)
         validate_allocation(prob, st, check_guarantees=False)
         rs = {(tenant, 0): scale}
-        for pol, alloc in (("optimizer", opt), ("static", st)):
+        sp = split_allocation(prob, opt, kind=split, time_limit_s=time_limit_s, threads=threads)
+        for pol, alloc, spl in (("optimizer", opt, sp), ("static", st, {})):
             out[pol] = replay_allocation(prob, alloc, wl1, windows=[0], slice_s=slice_s, warmup_s=warmup_s,
-                                         seed=seed, rate_scale=rs)
+                                         seed=seed, rate_scale=rs, splits=spl)
     return BurstReplay(tenant, window, factor, nominal, burst)

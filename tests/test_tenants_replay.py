@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -14,6 +15,7 @@ from fleetplan.costmodels.slo import SLO
 from fleetplan.datasets.calibration import load_calibration
 from fleetplan.datasets.catalog.names import get_gpu, get_model
 from fleetplan.errors import InputError
+from fleetplan.placement.status import Status
 from fleetplan.placement.tenants import Allocation, Node, Tenant, TenantProblem, validate_allocation
 from fleetplan.scenario.tenants import TenantWorkload
 from fleetplan.simulator.tenants import (
@@ -22,8 +24,10 @@ from fleetplan.simulator.tenants import (
     geometric_mean,
     isolation_ratio,
     replay_allocation,
+    split_slices,
     with_burst,
 )
+from fleetplan.solvers.tenants.slicing import NodeSplit
 
 GPU = "H100-SXM-80GB"
 
@@ -99,3 +103,73 @@ def test_burst_and_bad_input():
         with_burst(_problem(0.1), "a", 0, 0.0)
     with pytest.raises(InputError, match="window"):
         replay_allocation(_problem(0.1), Allocation("x", {}), {}, windows=[3])
+
+
+def test_split_slices_factors_by_hand():
+    """MIG 3g.40gb on an A100-SXM4-80GB: 3 of 7 compute slices, 4 of 8 memory slices, 40 GB -> prefill x 7/3,
+    decode x 8/4 = 2, no interference. MPS 40% on a GPU shared with a neighbour at s = 0.2 -> both x 100/40/0.8 =
+    3.125, memory 0.4 x the GPU's; 60% alone on its GPU -> x 100/60."""
+    a100 = "A100-SXM4-80GB"
+    table = InterferenceTable({("interactive", "batch"): 0.2, ("interactive", "interactive"): 0.0,
+                               ("batch", "batch"): 0.0})
+    a = Tenant("a", 1, 8, 1.0, (1.0,), 0.9, "interactive")
+    b = Tenant("b", 1, 8, 1.0, (1.0,), 0.9, "batch")
+    problem = TenantProblem((Node("n0", a100, 8),), (a, b), table)
+    mig = NodeSplit("mig", ((0, "3g.40gb", 0, "a"), (0, "4g.40gb", 4, "b")), {"a": 3, "b": 4}, {}, 1,
+                    Status.OPTIMAL)
+    sl = split_slices(problem, "n0", mig)["a"][0]
+    assert (sl.prefill_x, sl.decode_x, sl.memory_bytes, sl.gpus_fraction) == pytest.approx((7 / 3, 2.0, 40e9, 3 / 7))
+    mps = NodeSplit("mps", ((0, "a", 40), (0, "b", 40), (1, "a", 60)), {"a": 100, "b": 40}, {}, 1, Status.OPTIMAL)
+    sa = split_slices(problem, "n0", mps)["a"]
+    assert sa[0].prefill_x == sa[0].decode_x == pytest.approx(3.125)
+    assert sa[0].memory_bytes == pytest.approx(0.4 * get_gpu(a100).memory_bytes)
+    assert sa[1].decode_x == pytest.approx(100 / 60)
+    # Replayed: a lone request's TTFT on the MIG instance is the whole GPU's prefill x 7/3.
+    gpu = get_gpu(a100)
+    prefill = prefill_time_s(get_model("Llama-3.1-8B"), gpu, 512, calib=load_calibration(gpu))
+    alloc = Allocation("opt", {("a", 0, "n0"): 1, ("b", 0, "n0"): 1})
+    wl = {"a": (replace(_workload(0.01), gpu=a100),)}
+    r = replay_allocation(problem, alloc, wl, windows=[0], slice_s=1000, warmup_s=0, seed=3,
+                          splits={(0, "n0"): mig}).tenants["a"]
+    assert r.replicas == r.slowed == 1
+    assert r.ttft_s[50] == pytest.approx(prefill * 7 / 3, rel=1e-3)
+    # A 1g.10gb instance cannot hold the 16 GB of weights: no replica, every request dropped.
+    tiny = NodeSplit("mig", ((0, "1g.10gb", 0, "a"),), {"a": 1}, {}, 0, Status.OPTIMAL)
+    r = replay_allocation(problem, alloc, wl, windows=[0], slice_s=1000, warmup_s=0, seed=3,
+                          splits={(0, "n0"): tiny}).tenants["a"]
+    assert r.replicas == 0 and r.dropped == r.requests > 0
+
+
+VERIFY = """
+name: verify-small
+pool:
+  - {name: h, gpu: H100-SXM-80GB, gpus_per_node: 8, count: 2}
+tenants:
+  - name: a
+    quota_gpus: 8
+    burst_gpus: 12
+    weight: 2
+    demand_gpus: [2, 2]
+    interference_class: interactive
+    replay: {name: Llama-3.1-8B, token_mix: {trace: azure-conv}, slo: {ttft_p95_s: 1.0, tpot_p95_s: 0.05}}
+  - {name: t, quota_gpus: 8, burst_gpus: 8, demand_gpus: [1, 1], interference_class: training}
+"""
+
+
+def test_allocate_verify_cli(tmp_path):
+    """Tenant a's quota (8) is one node under static partitions; it asks 2 GPUs, so both policies hold its demand
+    and the replay has requests for it; t sends none and is reported as not replayed."""
+    from click.testing import CliRunner
+
+    from fleetplan.cli.main import main
+
+    f = tmp_path / "t.yaml"
+    f.write_text(VERIFY)
+    r = CliRunner().invoke(main, ["allocate", str(f), "--verify", "--slice", "10", "--time-limit", "10",
+                                  "--burst", "a:2"])
+    assert r.exit_code == 0, r.output
+    assert "not replayed" in r.output and "Burst: a × 2" in r.output and "P99 TTFT optimizer / static" in r.output
+    r = CliRunner().invoke(main, ["allocate", str(f), "--verify", "--burst", "zz"])
+    assert r.exit_code != 0 and "zz" in r.output
+    r = CliRunner().invoke(main, ["allocate", str(f), "--verify", "--verify-windows", "7"])
+    assert r.exit_code != 0 and "outside" in r.output
