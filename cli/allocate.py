@@ -21,6 +21,7 @@ from fleetplan.cli.options import (
     time_limit_option,
 )
 from fleetplan.cli.output import table
+from fleetplan.costmodels.utilization import BUSY_TIME, SERVED_SHARE, legend
 from fleetplan.errors import InputError
 from fleetplan.fileio import atomic_path, check_destinations
 from fleetplan.placement.tenants import Objectives, Tenant, TenantProblem, quota_warning, validate_allocation
@@ -70,7 +71,7 @@ def _plot(path: Path, result: AllocationResult, policies: dict[str, Objectives])
     for name, obj in policies.items():
         ax.scatter([obj.isolation], [100 * obj.utilization], marker=marks.get(name, "x"), s=90, label=name, zorder=3)
     ax.set_xlabel("isolation (shared node-windows × interference coefficient)")
-    ax.set_ylabel("utilization (% of pool GPU-windows served)")
+    ax.set_ylabel(f"{SERVED_SHARE.name} (%)")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
@@ -185,7 +186,7 @@ def _allocation_json(problem: TenantProblem, result: AllocationResult, splits: d
 
 
 def _policies_table(policies: dict[str, Objectives]) -> Table:
-    tab = table("Policies", ("policy", "utilization", "isolation", "shared node-windows", "SLA shortfall (GPU-w)",
+    tab = table("Policies", ("policy", "served share", "isolation", "shared node-windows", "SLA shortfall (GPU-w)",
                 "unmet guarantee (GPU-w)", "adjusted capacity (GPU-w)", "SLA met"), right=True)
     for name, o in policies.items():
         tab.add_row(name, f"{100 * o.utilization:.1f}%", f"{o.isolation:.2f}", str(o.shared_node_windows),
@@ -212,7 +213,7 @@ def _stages_table(result: AllocationResult) -> Table:
 
 
 def _pareto_table(result: AllocationResult) -> Table:
-    pt = table("Pareto front (non-dominated)", ("point", "utilization", "isolation", "SLA shortfall",
+    pt = table("Pareto front (non-dominated)", ("point", "served share", "isolation", "SLA shortfall",
                "shared node-windows"), right=True)
     for i, (_, o) in enumerate(result.pareto):
         pt.add_row(str(i), f"{100 * o.utilization:.2f}%", f"{o.isolation:.2f}", f"{o.sla:.1f}",
@@ -245,6 +246,7 @@ def _print_tables(problem: TenantProblem, result: AllocationResult, splits: dict
               f"({sum(n.gpus for n in problem.nodes)} GPUs), {problem.n_windows} windows; mode {mode}, backend "
               f"{backend}: {alloc.status.value}{gap} in {alloc.solve_s:.1f} s")
     con.print(_policies_table(policies))
+    con.print(legend(SERVED_SHARE))
     con.print(_attainment_table(problem, policies))
     if result.stages:
         con.print(_stages_table(result))
@@ -327,10 +329,10 @@ def _verify(problem: TenantProblem, result: AllocationResult, splits: dict[tuple
         con.print(tab)
     o, s = policies["optimizer"], policies["static"]
     con.print("[bold]Answer[/] (the papers: ~90% utilization, ~40% better P99 isolation than static partitions):")
-    con.print(f"  utilization, served GPU-windows / pool GPU-windows over the day (the allocation's own model): "
-              f"optimizer {100 * o.utilization:.1f}%, static {100 * s.utilization:.1f}%")
-    con.print(f"  replay busy time, busy GPU-seconds / pool GPU-seconds in the replayed windows: optimizer "
-              f"{100 * reps['optimizer'].busy_share:.1f}%, static {100 * reps['static'].busy_share:.1f}%")
+    con.print(f"  {SERVED_SHARE.name} over the day (the allocation's own model): optimizer "
+              f"{100 * o.utilization:.1f}%, static {100 * s.utilization:.1f}%")
+    con.print(f"  {BUSY_TIME.name} of the pool in the replayed windows (busy GPU-seconds / pool GPU-seconds): "
+              f"optimizer {100 * reps['optimizer'].busy_share:.1f}%, static {100 * reps['static'].busy_share:.1f}%")
     finite = {t: r for t, r in ratios.items() if math.isfinite(r)}
     ratio_text = ", ".join(f"{t} {r:.2f}" for t, r in finite.items())
     missing = sorted(set(ratios) - set(finite))
@@ -348,6 +350,7 @@ def _verify(problem: TenantProblem, result: AllocationResult, splits: dict[tuple
             if math.isfinite(gr):
                 con.print(f"  during the burst the other tenants' P99 TTFT moves × {gr:.2f} under {pol} "
                           "(geometric mean of burst / nominal)")
+    con.print(legend(SERVED_SHARE, BUSY_TIME))
 
 
 def _parse_burst(text: str | None, problem: TenantProblem) -> tuple[str, float] | None:
