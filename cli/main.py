@@ -17,6 +17,7 @@ from fleetplan.cli.schema import schema
 from fleetplan.cli.serve import export_history, serve
 from fleetplan.cli.simulate import simulate
 from fleetplan.cli.sweep import sweep
+from fleetplan.cli.troughs import troughs
 from fleetplan.cli.whatif import whatif
 from fleetplan.errors import FleetplanError
 
@@ -40,7 +41,7 @@ def main() -> None:
 
 
 for _command in (data, plan, simulate, ledger, whatif, sweep, allocate, serve, export_history, schema, calibrate,
-                 export):
+                 export, troughs):
     main.add_command(_command)
 
 if __name__ == "__main__":  # pragma: no cover
