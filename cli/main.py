@@ -13,6 +13,7 @@ from fleetplan.cli.data import data
 from fleetplan.cli.export import export
 from fleetplan.cli.ledger import ledger
 from fleetplan.cli.plan import plan
+from fleetplan.cli.prefixcache import prefix_cache
 from fleetplan.cli.schema import schema
 from fleetplan.cli.serve import export_history, serve
 from fleetplan.cli.simulate import simulate
@@ -41,7 +42,7 @@ def main() -> None:
 
 
 for _command in (data, plan, simulate, ledger, whatif, sweep, allocate, serve, export_history, schema, calibrate,
-                 export, troughs):
+                 export, troughs, prefix_cache):
     main.add_command(_command)
 
 if __name__ == "__main__":  # pragma: no cover

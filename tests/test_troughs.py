@@ -42,3 +42,13 @@ def test_bad_input_and_shipped():
         troughs_from_dict(_data(checkpoint_interval_s=-1))
     r = plan_troughs(load_troughs())
     assert r.saving_usd > 0 and r.training_gpu_hours >= load_troughs().training_gpu_hours - 1e-6
+
+
+def test_cli_prints_the_ledger():
+    from click.testing import CliRunner
+
+    from fleetplan.cli.main import main
+
+    r = CliRunner().invoke(main, ["troughs"])
+    assert r.exit_code == 0, r.output
+    assert "saving" in r.output and "Ledger" in r.output
