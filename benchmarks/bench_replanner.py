@@ -73,6 +73,7 @@ from pathlib import Path
 
 import numpy as np
 
+from fleetplan.costmodels.utilization import BUSY_TIME, RATED_LOAD, legend
 from fleetplan.errors import FleetplanError
 from fleetplan.fileio import write_text_atomic
 from fleetplan.scenario.build import build_problem
@@ -556,8 +557,8 @@ def main() -> None:
                 tallies.setdefault(name, Tally()).add(rep, hour)
                 per_run.setdefault(name, []).append(rep)
                 h = f"  surprise hour {rep.between(*hour)[1] / max(1, rep.between(*hour)[0]):.2%}" if hour else ""
-                print(f"  {name:18s}: ${rep.cost_usd:8,.2f}  {rep.gpu_hours:6.1f} GPU-h  util busy "
-                      f"{rep.utilization:5.1%} capacity {rep.capacity_utilization:5.1%}  attainment "
+                print(f"  {name:18s}: ${rep.cost_usd:8,.2f}  {rep.gpu_hours:6.1f} GPU-h  {BUSY_TIME.name} "
+                      f"{rep.utilization:5.1%} {RATED_LOAD.name} {rep.capacity_utilization:5.1%}  attainment "
                       f"{rep.attainment:6.2%}{h}  migrations {rep.migrations}", flush=True)
     agg = {name: t.summary() for name, t in tallies.items()}
     print(f"Average per day over days {' '.join(map(str, a.days))}, seeds {' '.join(map(str, a.seeds))} (surprise "
@@ -565,9 +566,10 @@ def main() -> None:
           f"{'per-window' if a.per_window else 'queues carried over'}):")
     for name, s in agg.items():
         hs = f"  surprise hour {s['surprise_attainment']:.2%}" if s["surprise_attainment"] is not None else ""
-        print(f"  {name:18s}: ${s['cost_usd_per_day']:9,.2f}  {s['gpu_hours_per_day']:6.1f} GPU-h  util busy "
-              f"{s['busy_utilization']:5.1%} capacity {s['capacity_utilization']:5.1%}  attainment "
+        print(f"  {name:18s}: ${s['cost_usd_per_day']:9,.2f}  {s['gpu_hours_per_day']:6.1f} GPU-h  {BUSY_TIME.name} "
+              f"{s['busy_utilization']:5.1%} {RATED_LOAD.name} {s['capacity_utilization']:5.1%}  attainment "
               f"{s['attainment']:6.2%}{hs}  migrations {s['migrations_per_day']:.0f}")
+    print(legend(BUSY_TIME, RATED_LOAD))
     print("Goals (the re-planner's averages):")
     print("\n".join(goals(agg, a.surprise)))
     if a.json:

@@ -19,6 +19,7 @@ import random
 import statistics
 import time
 
+from fleetplan.costmodels.utilization import SERVED_SHARE, legend
 from fleetplan.datasets.sharing import load_interference
 from fleetplan.placement.tenants import Node, Tenant, TenantProblem, validate_allocation
 from fleetplan.solvers.tenants.allocate import solve_allocation
@@ -57,7 +58,8 @@ def synthetic(n_tenants: int, n_nodes: int, windows: int = 24, load: float = 0.9
 
 def _row(name: str, o) -> str:
     att = list(o.attainment.values())
-    return (f"{name:<11} util {100 * o.utilization:5.1f}%  SLA attainment mean {100 * statistics.mean(att):5.1f}% "
+    return (f"{name:<11} {SERVED_SHARE.name} {100 * o.utilization:5.1f}%  "
+            f"SLA attainment mean {100 * statistics.mean(att):5.1f}% "
             f"min {100 * min(att):5.1f}%  SLA met {sum(o.sla_met.values()):3d}/{len(att)}  shared node-windows "
             f"{o.shared_node_windows:5d}  isolation {o.isolation:7.2f}  unmet guarantee "
             f"{o.unmet_guaranteed_gpu_windows:7.1f} GPU-w")
@@ -79,6 +81,7 @@ def quality(backend: str, n_tenants: int, n_nodes: int, time_limit_s: float) -> 
           f"optimizer: {r.allocation.status.value}, {dt:.1f} s")
     for k, o in res.items():
         print(_row(k, o))
+    print(legend(SERVED_SHARE))
     o = res["optimizer"]
     for k in ("static", "fair-share"):
         b = res[k]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -20,10 +21,20 @@ from fleetplan.cli.options import (
     time_limit_option,
 )
 from fleetplan.cli.output import table
-from fleetplan.errors import SolverError
+from fleetplan.costmodels.utilization import BUSY_TIME, SERVED_SHARE, legend
+from fleetplan.errors import InputError, SolverError
 from fleetplan.fileio import atomic_path, check_destinations
 from fleetplan.placement.tenants import Objectives, Tenant, TenantProblem, quota_warning, validate_allocation
-from fleetplan.scenario.tenants import load_tenants
+from fleetplan.scenario.tenants import TenantWorkload, load_tenants_with_workloads
+from fleetplan.simulator.tenants import (
+    BurstReplay,
+    TenantReplay,
+    burst_replay,
+    default_windows,
+    geometric_mean,
+    isolation_ratio,
+    replay_allocation,
+)
 from fleetplan.solvers.executor import make_executor
 from fleetplan.solvers.tenants.allocate import BACKENDS as ALLOCATION_BACKENDS
 from fleetplan.solvers.tenants.allocate import AllocationResult, solve_allocation
@@ -60,7 +71,7 @@ def _plot(path: Path, result: AllocationResult, policies: dict[str, Objectives])
     for name, obj in policies.items():
         ax.scatter([obj.isolation], [100 * obj.utilization], marker=marks.get(name, "x"), s=90, label=name, zorder=3)
     ax.set_xlabel("isolation (shared node-windows × interference coefficient)")
-    ax.set_ylabel("utilization (% of pool GPU-windows served)")
+    ax.set_ylabel(f"{SERVED_SHARE.name} (%)")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
@@ -180,7 +191,7 @@ def _allocation_json(problem: TenantProblem, result: AllocationResult, splits: d
 
 
 def _policies_table(policies: dict[str, Objectives]) -> Table:
-    tab = table("Policies", ("policy", "utilization", "isolation", "shared node-windows", "SLA shortfall (GPU-w)",
+    tab = table("Policies", ("policy", "served share", "isolation", "shared node-windows", "SLA shortfall (GPU-w)",
                 "unmet guarantee (GPU-w)", "adjusted capacity (GPU-w)", "SLA met"), right=True)
     for name, o in policies.items():
         tab.add_row(name, f"{100 * o.utilization:.1f}%", f"{o.isolation:.2f}", str(o.shared_node_windows),
@@ -207,7 +218,7 @@ def _stages_table(result: AllocationResult) -> Table:
 
 
 def _pareto_table(result: AllocationResult) -> Table:
-    pt = table("Pareto front (non-dominated)", ("point", "utilization", "isolation", "SLA shortfall",
+    pt = table("Pareto front (non-dominated)", ("point", "served share", "isolation", "SLA shortfall",
                "shared node-windows"), right=True)
     for i, (_, o) in enumerate(result.pareto):
         pt.add_row(str(i), f"{100 * o.utilization:.2f}%", f"{o.isolation:.2f}", f"{o.sla:.1f}",
@@ -240,6 +251,7 @@ def _print_tables(problem: TenantProblem, result: AllocationResult, splits: dict
               f"({sum(n.gpus for n in problem.nodes)} GPUs), {problem.n_windows} windows; mode {mode}, backend "
               f"{backend}: {alloc.status.value}{gap} in {alloc.solve_s:.1f} s")
     con.print(_policies_table(policies))
+    con.print(legend(SERVED_SHARE))
     con.print(_attainment_table(problem, policies))
     if result.stages:
         con.print(_stages_table(result))
@@ -255,6 +267,131 @@ def _print_tables(problem: TenantProblem, result: AllocationResult, splits: dict
     con.print(_gpus_table(problem, result))
     if plot is not None:
         con.print(f"plot written to {plot}")
+
+
+def _ms(x: float) -> str:
+    return "-" if math.isnan(x) else ("never" if math.isinf(x) else f"{1000 * x:.0f}")
+
+
+def _replay_table(title: str, replays: dict[str, TenantReplay], workloads: dict[str, tuple[TenantWorkload, ...]]
+                  ) -> Table:
+    """Per tenant and policy: requests, TTFT and TPOT P50/P95/P99 (ms), SLO attainment, replicas (on shared
+    nodes)."""
+    tab = table(title, ("tenant", "policy", "requests", "TTFT P50/P95/P99 ms", "TPOT P50/P95/P99 ms", "SLO met",
+                        "replicas (shared)"), right=lambda c: c not in ("tenant", "policy"))
+    for t in workloads:
+        for pol, rep in replays.items():
+            r = rep.tenants[t]
+            tab.add_row(t, pol, str(r.requests), "/".join(_ms(r.ttft_s[q]) for q in (50, 95, 99)),
+                        "/".join(_ms(r.tpot_s[q]) for q in (50, 95, 99)), f"{100 * r.attainment:.1f}%",
+                        f"{r.replicas} ({r.slowed})")
+    return tab
+
+
+def _verify(problem: TenantProblem, result: AllocationResult, splits: dict[tuple[int, str], NodeSplit],
+            policies: dict[str, Objectives], workloads: dict[str, tuple[TenantWorkload, ...]], *,
+            windows: list[int] | None, slice_s: float, burst: tuple[str, float] | None, seed: int, threads: int,
+            split: str) -> None:
+    """``--verify``: each tenant's requests replayed on the optimizer's allocation and on static partitions in
+    ``windows``, a burst of one tenant, and the papers' answer (utilization and P99 isolation vs static)."""
+    from rich.console import Console
+
+    con = Console()
+    if not workloads:
+        raise InputError("--verify: no tenant says what it serves; give a tenant models or replay: {name, "
+                         "token_mix, slo}", field="replay")
+    static = static_partition(problem)
+    ws = windows if windows is not None else default_windows(problem, result.allocation)
+    warm = min(20.0, slice_s / 3)
+    reps = {pol: replay_allocation(problem, alloc, workloads, windows=ws, slice_s=slice_s, warmup_s=warm, seed=seed,
+                                   splits=spl)
+            for pol, alloc, spl in (("optimizer", result.allocation, splits), ("static", static, {}))}
+    con.print(_replay_table(f"Replay on the allocation: windows {', '.join(map(str, ws))}, {slice_s:g} s each after "
+                            f"{warm:g} s warm-up, seed {seed}; shared nodes "
+                            + ("slowed by their coefficient" if split == "none" else f"split (--split {split})"),
+                            reps, workloads))
+    not_replayed = [t.name for t in problem.tenants if t.name not in workloads]
+    if not_replayed:
+        con.print(f"not replayed (no models, no replay entry: they hold GPUs and interfere only): "
+                  f"{', '.join(not_replayed)}")
+    ratios = {t: isolation_ratio(reps["optimizer"].tenants[t], reps["static"].tenants[t]) for t in workloads}
+    b: BurstReplay | None = None
+    if burst is not None:
+        bt, factor = burst
+        bw = ws[-1] if windows is not None else max(ws, key=lambda w: sum(t.demand_gpus[w] for t in problem.tenants))
+        b = burst_replay(problem, workloads, tenant=bt, window=bw, factor=factor, slice_s=slice_s, warmup_s=warm,
+                         seed=seed, threads=threads, split=split)
+        tab = table(f"Burst: {bt} × {factor:g} in window {bw} (optimizer re-solved for it; static keeps its nodes): "
+                    "P99 TTFT ms, nominal -> burst, and SLO met", ("tenant", "optimizer", "static"),
+                    right=lambda c: c != "tenant")
+        for t in workloads:
+            cells = []
+            for pol in ("optimizer", "static"):
+                n, h = b.nominal[pol].tenants[t], b.burst[pol].tenants[t]
+                cells.append(f"{_ms(n.ttft_s[99])} -> {_ms(h.ttft_s[99])} ({100 * n.attainment:.0f}% -> "
+                             f"{100 * h.attainment:.0f}%)")
+            tab.add_row(t + (" (bursting)" if t == bt else ""), *cells)
+        con.print(tab)
+    o, s = policies["optimizer"], policies["static"]
+    con.print("[bold]Answer[/] (the papers: ~90% utilization, ~40% better P99 isolation than static partitions):")
+    con.print(f"  {SERVED_SHARE.name} over the day (the allocation's own model): optimizer "
+              f"{100 * o.utilization:.1f}%, static {100 * s.utilization:.1f}%")
+    con.print(f"  {BUSY_TIME.name} of the pool in the replayed windows (busy GPU-seconds / pool GPU-seconds): "
+              f"optimizer {100 * reps['optimizer'].busy_share:.1f}%, static {100 * reps['static'].busy_share:.1f}%")
+    finite = {t: r for t, r in ratios.items() if math.isfinite(r)}
+    ratio_text = ", ".join(f"{t} {r:.2f}" for t, r in finite.items())
+    missing = sorted(set(ratios) - set(finite))
+    con.print(f"  P99 TTFT optimizer / static per tenant (< 1: shorter tail than static): {ratio_text or 'none'}"
+              + (f"; no finite ratio for {', '.join(missing)}" if missing else ""))
+    g = geometric_mean(list(finite.values()))
+    if math.isfinite(g):
+        con.print(f"  geometric mean {g:.2f}: the optimizer's P99 TTFT is {100 * abs(1 - g):.0f}% "
+                  f"{'shorter' if g < 1 else 'longer'} than static partitions' on the same requests")
+    if b is not None:
+        others = [t for t in workloads if t != b.tenant]
+        for pol in ("optimizer", "static"):
+            gr = geometric_mean([b.burst[pol].tenants[t].ttft_s[99] / b.nominal[pol].tenants[t].ttft_s[99]
+                                 for t in others if b.nominal[pol].tenants[t].ttft_s[99] > 0])
+            if math.isfinite(gr):
+                con.print(f"  during the burst the other tenants' P99 TTFT moves × {gr:.2f} under {pol} "
+                          "(geometric mean of burst / nominal)")
+    con.print(legend(SERVED_SHARE, BUSY_TIME))
+
+
+def _parse_burst(text: str | None, problem: TenantProblem) -> tuple[str, float] | None:
+    """'TENANT' or 'TENANT:FACTOR' (default factor 2); None for 'none'; default (None): the highest-weight tenant."""
+    if text is None:
+        top = max(problem.tenants, key=lambda t: (t.weight, t.name))
+        return top.name, 2.0
+    if text == "none":
+        return None
+    name, _, f = text.partition(":")
+    problem.tenant(name)
+    try:
+        factor = float(f) if f else 2.0
+    except ValueError:
+        raise InputError(f"--burst {text!r}: the factor after ':' must be a number, e.g. chat:2", field="burst",
+                         value=text) from None
+    if not (factor > 0 and math.isfinite(factor)):
+        raise InputError(f"--burst {text!r}: the factor must be > 0", field="burst", value=text)
+    return name, factor
+
+
+def _parse_windows(text: str | None, problem: TenantProblem) -> list[int] | None:
+    if text is None:
+        return None
+    try:
+        ws = sorted({int(x) for x in text.split(",") if x.strip()})
+    except ValueError:
+        raise InputError(f"--verify-windows {text!r}: give window indices separated by commas, e.g. 5,15",
+                         field="verify-windows", value=text) from None
+    for w in ws:
+        if not 0 <= w < problem.n_windows:
+            raise InputError(f"--verify-windows: window {w} is outside 0..{problem.n_windows - 1}",
+                             field="verify-windows", value=w)
+    if not ws:
+        raise InputError("--verify-windows is empty; give window indices, e.g. 5,15", field="verify-windows")
+    return ws
 
 
 @click.command("allocate")
@@ -274,9 +411,21 @@ def _print_tables(problem: TenantProblem, result: AllocationResult, splits: dict
               show_default=True,
               help="Split inside each shared node (second level): auto = MIG slices where the GPU type has MIG "
                    "profiles (A100, H100, H200), MPS shares elsewhere; mig or mps for every node; none to skip.")
+@click.option("--verify", is_flag=True,
+              help="Replay each tenant's requests on the optimizer's allocation and on static partitions (per-tenant "
+                   "TTFT/TPOT P50/P95/P99, SLO attainment), a burst of one tenant, and the P99 isolation ratio.")
+@click.option("--verify-windows", default=None, metavar="W[,W...]",
+              help="Windows to replay (default: the peak-demand window and the one sharing the most nodes).")
+@click.option("--slice", "slice_s", type=click.FloatRange(1.0, 3600.0), default=60.0, show_default=True,
+              help="Seconds replayed per window (after a warm-up of min(20, slice/3) s).")
+@click.option("--burst", default=None, metavar="TENANT[:FACTOR]",
+              help="Tenant whose rate is multiplied (default factor 2) in the last replayed window; default the "
+                   "highest-weight tenant; 'none' to skip.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the replayed requests.")
 def allocate(scenario: Path | None, mode: str, backend: str, time_limit_s: float, threads: int, points: int,
              workers: int, executor: str, ray_address: str | None, fmt: str, plot: str | None, no_margin: bool,
-             split: str) -> None:
+             split: str, verify: bool, verify_windows: str | None, slice_s: float, burst: str | None,
+             seed: int) -> None:
     """Allocate a shared GPU pool to tenants per time window and compare the optimizer with static partitioning
     and quota-with-borrowing fair share, then split every node the optimizer shares into MIG slices or MPS shares.
     SCENARIO is a YAML file (default: the shipped tenants_default.yaml).
@@ -287,7 +436,11 @@ def allocate(scenario: Path | None, mode: str, backend: str, time_limit_s: float
     plot_path = Path(plot) if plot is not None else None
     check_destinations({"--plot": plot_path})  # before the solve
     t0 = time.perf_counter()
-    problem, opts = load_tenants(scenario)
+    problem, opts, workloads = load_tenants_with_workloads(scenario)
+    verify_ws = _parse_windows(verify_windows, problem) if verify else None
+    burst_spec = _parse_burst(burst, problem) if verify else None
+    if verify and fmt == "json":
+        raise InputError("--verify prints tables; drop --format json", field="format", value=fmt)
     warning = quota_warning(problem)
     if warning:
         click.echo(f"Warning: {warning}", err=True)
@@ -306,3 +459,6 @@ def allocate(scenario: Path | None, mode: str, backend: str, time_limit_s: float
                                                split=split, kinds=kinds, warning=warning), indent=2))
         return
     _print_tables(problem, result, splits, policies, mode=mode, backend=backend, split=split, plot=plot_path)
+    if verify:
+        _verify(problem, result, splits, policies, workloads, windows=verify_ws, slice_s=slice_s, burst=burst_spec,
+                seed=seed, threads=threads, split=split)

@@ -8,8 +8,8 @@ from fleetplan.datasets.calibration import write_calibration_table
 from fleetplan.datasets.held_out import write_held_out_table
 from fleetplan.datasets.measured import DEFAULT_FRAMEWORK
 from fleetplan.datasets.measured import calibrate as run_calibration
-from fleetplan.fileio import check_destination
 from fleetplan.errors import InputError
+from fleetplan.fileio import check_destination
 
 
 @click.command()

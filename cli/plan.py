@@ -26,6 +26,7 @@ from fleetplan.cli.options import (
 )
 from fleetplan.cli.output import progress_status, stdout_console, table
 from fleetplan.costmodels.uncertainty import CapacityError
+from fleetplan.costmodels.utilization import RATED_LOAD, legend
 from fleetplan.errors import FleetplanError, InputError
 from fleetplan.fileio import check_destinations, claimed_outputs, output_files
 from fleetplan.outputs.planio import plan_to_dict
@@ -130,7 +131,7 @@ def _summary_table(d: dict) -> Table:
     s = table("Summary (per day)", ("plan", "cost $/day", "GPU-hours/day", "cost vs this plan", "note"),
               right=lambda c: c not in ("plan", "note"), fold=False, title_justify="left")
     s.add_row("this plan", f"{d['cost_usd_per_day']:,.2f}", f"{d['gpu_hours_per_day']:,.1f}", "1.00",
-              f"load {d['utilization']['mean']:.0%} of rated capacity (mean), peak {d['utilization']['peak']:.0%}")
+              f"{RATED_LOAD.name} {d['utilization']['mean']:.0%} (mean), peak {d['utilization']['peak']:.0%}")
     if d.get("lower_bound_usd_per_day") is not None:
         s.add_row("lower bound (proven)", f"{d['lower_bound_usd_per_day']:,.2f}", "", "",
                   f"gap {gap_text(d['gap'])}" if d.get("gap") is not None else "")
@@ -216,6 +217,7 @@ def _render_table(problem: Problem, plan: Plan, d: dict) -> None:
     if d.get("unserved_req_per_s"):
         console.print(_unserved_table(problem, d))
     console.print(_summary_table(d))
+    console.print(legend(RATED_LOAD))
     if d.get("kv_flows"):
         console.print(_kv_table(d))
     _footer(console, d)

@@ -11,6 +11,7 @@ import click
 
 from fleetplan.cli.options import format_option
 from fleetplan.cli.output import progress_status, stdout_console
+from fleetplan.costmodels.utilization import BUSY_TIME, RATED_LOAD, legend
 from fleetplan.datasets.traces import load_trace
 from fleetplan.fileio import atomic_path, check_destinations, check_output_folder, write_text_atomic
 from fleetplan.outputs.planio import load_plan_file
@@ -32,7 +33,7 @@ def _f(x: float | None, fmt: str = ".3f") -> str:
 
 
 _COLS = (("model", None), ("requests", "d"), ("SLO attain.", ".1%"), ("TTFT p50/p95/p99 s", None),
-         ("TPOT p50/p95/p99 ms", None), ("queue p99 s", ".2f"), ("goodput req/s", ".2f"), ("util.", ".0%"),
+         ("TPOT p50/p95/p99 ms", None), ("queue p99 s", ".2f"), ("goodput req/s", ".2f"), ("busy time", ".0%"),
          ("energy kWh", ".1f"), ("$/1M tok", ".3f"))
 
 
@@ -86,8 +87,7 @@ def render_markdown(rep: SimReport, whatif: dict | None = None) -> str:
     head, body = _window_table(rep)
     out += [_md_table(head, body), "", "## How this was measured", ""]
     out += [f"- {n}" for n in rep.notes]
-    out += ["- utilization = share of time a device runs an iteration (prefill or decode), as nvidia-smi reports it; "
-            "energy is an estimate (board power linear in utilization)"]
+    out += [f"- {legend(BUSY_TIME)}; energy is an estimate (board power linear in busy time)"]
     if whatif:
         out += ["", "## What-if policies", ""]
         p = whatif.get("preemption")
@@ -189,14 +189,17 @@ def _simulate_fleet(plan_file: str, fleet_file: str, seed: int, policy: Policy, 
     lt = load_times(problem, scenario.options["load_bandwidth_bytes_per_s"], scenario_weight_bytes(problem, scenario))
     rep = replay_fleet_day(problem, scenario, steps, lt, seed=seed, policy=policy)
     d = {"cost_usd": rep.cost_usd, "gpu_hours": rep.gpu_hours, "utilization": rep.utilization,
+         "utilization_kind": BUSY_TIME.key, "rated_load": rep.capacity_utilization,
          "slo_attainment": rep.attainment, "requests": rep.requests, "migrations": rep.migrations,
          "by_model": {m: {"requests": n, "met": k} for m, (n, k) in rep.by_model.items()}}
     if fmt == "json":
         click.echo(json.dumps(d, indent=1))
     else:
         click.echo(f"fleet of {len(steps)} steps over {len(rep.windows)} windows: ${rep.cost_usd:,.2f} GPU cost, "
-                   f"{rep.gpu_hours:.1f} GPU-hours, utilization {rep.utilization:.1%}, SLO attainment "
+                   f"{rep.gpu_hours:.1f} GPU-hours, {BUSY_TIME.label(rep.utilization)}, "
+                   f"{RATED_LOAD.label(rep.capacity_utilization)}, SLO attainment "
                    f"{rep.attainment:.2%} of {rep.requests} requests, {rep.migrations} migrations")
+        click.echo(legend(BUSY_TIME, RATED_LOAD))
 
 
 @click.command("simulate")

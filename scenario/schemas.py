@@ -535,6 +535,17 @@ class TenantModel(InputModel):
 TenantModels = Annotated[list[TenantModel], Field(min_length=1)]
 
 
+class TenantReplay(InputModel):
+    """What a tenant that gives its demand in GPUs serves, for ``fleetplan allocate --verify``: one model at one
+    tensor-parallel degree, its token mix and SLO. The replay turns the tenant's GPUs per window into a request rate
+    at that model's capacity per GPU under the SLO (:func:`fleetplan.scenario.tenants.tenant_workloads`)."""
+
+    name: str = input_field(min_length=1, description="catalog model name or alias, e.g. Llama-3.1-8B")
+    token_mix: TokenMixSpec | None = input_field(None, description="token lengths (default: the tenant's)")
+    slo: SLOSpec | None = input_field(None, description="latency targets, seconds (default: the tenant's)")
+    tp: TpDegree = input_field(1, description="tensor-parallel degree of one replica")
+
+
 class TenantEntry(InputModel, json_schema_extra={"oneOf": [{"required": ["demand_gpus"]},
                                                            {"required": ["models"]}]}):
     """A team sharing the pool: quota, burst limit, priority, SLA target, interference class and demand (GPUs per
@@ -559,6 +570,9 @@ class TenantEntry(InputModel, json_schema_extra={"oneOf": [{"required": ["demand
                                               "from (instead of demand_gpus)")
     slo: SLOSpec | None = input_field(None, description="default SLO of the tenant's models, seconds")
     token_mix: TokenMixSpec | None = input_field(None, description="default token mix of the tenant's models")
+    replay: TenantReplay | None = input_field(None, description="the model a tenant that gives demand_gpus serves, "
+                                              "for allocate --verify (none: the tenant is not replayed, e.g. "
+                                              "training; its GPUs still share nodes)")
     notes: Notes = input_field(None, description="free text")
     description: str | None = input_field(None, description="free text")
 
@@ -568,6 +582,8 @@ class TenantEntry(InputModel, json_schema_extra={"oneOf": [{"required": ["demand
             raise ValueError("gives both demand_gpus and models; give one of them")
         if self.models is None and self.demand_gpus is None:
             raise ValueError("needs demand_gpus (GPUs per window) or models (request rates per window)")
+        if self.models is not None and self.replay is not None:
+            raise ValueError("gives both models and replay; a tenant with models is replayed on them, drop replay")
         return self
 
 

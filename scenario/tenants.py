@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from fleetplan.costmodels.capacity import replica_capacity
+from fleetplan.costmodels.demand import TokenMix
+from fleetplan.costmodels.slo import SLO
 from fleetplan.datasets.calibration import load_calibration
 from fleetplan.datasets.catalog.gpus import load_gpu_specs
 from fleetplan.datasets.catalog.models import load_models
@@ -27,6 +30,7 @@ from fleetplan.scenario.schemas import (
     SLOSpec,
     TenantEntry,
     TenantModels,
+    TenantReplay,
     TenantsFile,
     TokenMixSpec,
 )
@@ -213,12 +217,8 @@ def _derived_demand(t: TenantEntry, types: tuple[str, ...], nodes: list[Node], s
                               row=row)
 
 
-def load_tenants(path: str | Path | None = None) -> tuple[TenantProblem, dict]:
-    """Read a scenario YAML (the shipped ``tenants_default.yaml`` if no path).
-
-    Returns (problem, options) where options holds the optional keys 'weights', 'order', 'tolerance'.
-    Raises InputError for a missing, binary or malformed file (a key given twice in one mapping included).
-    """
+def _read_tenants_file(path: str | Path | None) -> tuple[Mapping, str]:
+    """The parsed mapping of a tenants YAML (the shipped ``tenants_default.yaml`` if no path) and its source name."""
     if path is None:
         text, src = shipped_scenario_text("tenants_default.yaml"), "tenants_default.yaml"
     else:
@@ -226,7 +226,105 @@ def load_tenants(path: str | Path | None = None) -> tuple[TenantProblem, dict]:
         if not p.exists():
             raise InputError(f"scenario file {p} does not exist", source=str(p))
         text, src = read_text_file(p, what="tenants YAML file"), str(p)
-    data = parse_yaml(text, source=src)
+    return parse_yaml(text, source=src), src
+
+
+def load_tenants(path: str | Path | None = None) -> tuple[TenantProblem, dict]:
+    """Read a scenario YAML (the shipped ``tenants_default.yaml`` if no path).
+
+    Returns (problem, options) where options holds the optional keys 'weights', 'order', 'tolerance'.
+    Raises InputError for a missing, binary or malformed file (a key given twice in one mapping included).
+    """
+    data, src = _read_tenants_file(path)
     problem = problem_from_dict(data, source=src)
     opts = {k: data[k] for k in ("weights", "order", "tolerance") if k in data}
     return problem, opts
+
+
+@dataclass(frozen=True)
+class TenantWorkload:
+    """One model a tenant serves, as ``fleetplan allocate --verify`` replays it.
+
+    Attributes:
+        tenant: tenant name; model: catalog model name; gpu: the GPU type its capacity was computed on; tp: GPUs per
+            replica.
+        mix: token mix of its requests; slo: its latency targets (seconds).
+        replica_req_per_s: req/s one replica sustains under the SLO on ``gpu``
+            (``fleetplan.costmodels.capacity.replica_capacity``).
+        rates_req_per_s: request rate per window, req/s: the tenant's own rates (``models``), or, for a tenant that
+            gives ``demand_gpus`` and ``replay``, demand_gpus[w] / tp × replica_req_per_s (the rate its demand serves
+            at the model's capacity per GPU, on the slowest GPU type the tenant runs on, so any of its types
+            carries it).
+    """
+
+    tenant: str
+    model: str
+    gpu: str
+    tp: int
+    mix: TokenMix
+    slo: SLO
+    replica_req_per_s: float
+    rates_req_per_s: tuple[float, ...]
+
+
+def _replay_workload(problem: TenantProblem, t: TenantEntry, spec: TenantReplay, source: str) -> TenantWorkload:
+    """The :class:`TenantWorkload` of a tenant that gives demand_gpus and ``replay`` (its first GPU type, or the
+    pool's first when it names none)."""
+    tenant = problem.tenant(t.name)
+    where = f"{source}: tenant {t.name}, replay"
+    slo_spec = spec.slo if spec.slo is not None else t.slo
+    if slo_spec is None:
+        raise InputError(f"tenant {t.name}: replay needs slo: {{ttft_p95_s, tpot_p95_s}} in seconds (on replay or "
+                         "the tenant)", source=source, field="replay.slo")
+    mix = token_mix_from_spec(spec.token_mix if spec.token_mix is not None else t.token_mix, where)
+    model = get_model(spec.name)
+    slo = slo_spec.to_slo()
+    # Demand in GPUs of any type it runs on: the rate is what the slowest of them serves (met on every type).
+    caps = []
+    for gpu in sorted({n.gpu for n in problem.nodes if tenant.runs_on(n.gpu)}):
+        gpu_rec = get_gpu(gpu)
+        caps.append((replica_capacity(model, gpu_rec, mix, slo, tp=spec.tp, calib=load_calibration(gpu_rec)), gpu))
+    cap, gpu = min(caps, key=lambda c: c[0].req_per_s)
+    if cap.req_per_s <= 0:
+        raise InputError(f"tenant {t.name}: replay model {model.name} tp {spec.tp} serves nothing on {gpu} under its "
+                         f"SLO ({cap.reason or cap.limiting}); give a larger tp, a smaller model or a looser SLO",
+                         source=source, field="replay.name", value=spec.name)
+    rates = tuple(d / spec.tp * cap.req_per_s for d in tenant.demand_gpus)
+    return TenantWorkload(t.name, model.name, gpu, spec.tp, mix, slo, cap.req_per_s, rates)
+
+
+def tenant_workloads(data: Mapping, problem: TenantProblem, *, source: str = "scenario"
+                     ) -> dict[str, tuple[TenantWorkload, ...]]:
+    """{tenant: the models it serves} of a tenants scenario mapping (the one :func:`problem_from_dict` read into
+    ``problem``): a tenant with ``models`` serves them at its rates, a tenant with ``replay`` serves that model at
+    the rate its demand_gpus carry; a tenant with neither (e.g. training) is absent: it holds GPUs but sends no
+    requests. Raises InputError as :func:`problem_from_dict` does, and for a replay model that fits no GPU."""
+    spec = validate_input(TenantsFile, dict(data), source=source, labels=ENTRY_LABELS)
+    out: dict[str, tuple[TenantWorkload, ...]] = {}
+    for t in spec.tenants:
+        tenant = problem.tenant(t.name)
+        if t.replay is not None:
+            out[t.name] = (_replay_workload(problem, t, t.replay, source),)
+        elif t.models is not None:
+            slo_default = t.slo
+            mix_default = t.token_mix
+            items = []
+            for md, m in zip(tenant.models, t.models, strict=True):
+                slo_spec = m.slo if m.slo is not None else slo_default
+                if slo_spec is None:  # demand_from_models already required one
+                    raise InputError(f"tenant {t.name}: model {md.model} needs an slo", source=source, field="slo")
+                mix = token_mix_from_spec(m.token_mix if m.token_mix is not None else mix_default,
+                                          f"{source}: tenant {t.name}, model {md.model}")
+                items.append(TenantWorkload(t.name, md.model, md.gpu, md.tp, mix, slo_spec.to_slo(),
+                                            md.replica_req_per_s, md.rates_req_per_s))
+            out[t.name] = tuple(items)
+    return out
+
+
+def load_tenants_with_workloads(path: str | Path | None = None
+                                ) -> tuple[TenantProblem, dict, dict[str, tuple[TenantWorkload, ...]]]:
+    """:func:`load_tenants` plus :func:`tenant_workloads` of the same file (for ``allocate --verify``)."""
+    data, src = _read_tenants_file(path)
+    problem = problem_from_dict(data, source=src)
+    opts = {k: data[k] for k in ("weights", "order", "tolerance") if k in data}
+    return problem, opts, tenant_workloads(data, problem, source=src)
