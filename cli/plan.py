@@ -439,7 +439,7 @@ def _robust(sc: Scenario, a: _PlanArgs, problem: Problem, result: Plan,
     robust = build_problem(sc, derating=derating, progress=say)
     with make_executor(a.executor, workers=a.workers, address=a.ray_address) as ex:
         plan = solve(robust, a.backend, time_limit_s=a.time_limit_s, threads=a.threads, gap=a.gap, progress=say,
-                     decompose=a.decompose, partition=a.partition, executor=ex)
+                     decompose=a.decompose, partition=a.partition or "shape", executor=ex)
     return robust, plan, _Uncertainty(errors, derating, plain)
 
 
