@@ -169,8 +169,3 @@ class Demand:
     def rates_req_per_s(self) -> list[float]:
         """Mean rate per window, req/s."""
         return [w.rate_mean_req_per_s for w in self.windows]
-
-    @property
-    def peak_req_per_s(self) -> float:
-        """Highest window-mean rate, req/s."""
-        return max(self.rates_req_per_s)

@@ -435,10 +435,6 @@ class ModelSpec:
             free &= ~hit
         return out
 
-    def class_demand_req_per_s(self, cls: str, w: int) -> float:
-        """Demand of class ``cls`` in window ``w``, req/s (share × the model's demand)."""
-        return self.classes[cls] * self.demand_req_per_s[w]
-
 
 @dataclass(frozen=True)
 class Problem:
