@@ -81,3 +81,21 @@ def test_chunked_needs_resolved_knobs():
         run(np.zeros(1), np.asarray([4]), np.asarray([1]), np.asarray(["m"]),
             [EngineSpec("m", 0, _sm(), engine=EngineConfig(max_num_batched_tokens=8, max_num_seqs=8))],
             [DeviceSpec("d", 1, 1.0, 700.0)], Policy(preempt_after_s=1.0))
+
+
+def test_capacity_model_chunked_ttft_at_a_vanishing_rate_by_hand():
+    # Capacity model (point 11) at rate 0 with prefill(x) = 0.010 + 0.001 x s, decode step 0.020 s, every prompt 100
+    # tokens and 10 tokens out, budget 64: the batch is 1, so c = 64 - 1 = 63 and a busy step holds k = min(63,
+    # 100 / (1 - 0)) = 63 tokens; TTFT = prefill(100) + 100 / 63 x 0.020 + one step 0.020 = 0.11 + 0.031746 + 0.02.
+    # Prefill-first: 0.11 + 0.02. TPOT is the bare step in both (no prefill load).
+    from fleetplan.costmodels.capacity import latency_at_rate
+    from fleetplan.costmodels.demand import TokenMix
+    from fleetplan.costmodels.slo import SLO
+
+    mix = TokenMix(100, 100, 10, 10, lengths=(np.full(50, 100), np.full(50, 10)))
+    pre, dec = (lambda x: 0.010 + 0.001 * x), (lambda b, c: 0.020)
+    ttft, tpot = latency_at_rate(pre, dec, mix, SLO(5.0, 0.5), 0.0,
+                                 engine=EngineConfig(max_num_batched_tokens=64, max_num_seqs=8))
+    assert ttft == pytest.approx(0.11 + 100 / 63 * 0.02 + 0.02) and tpot == pytest.approx(0.02)
+    ttft, tpot = latency_at_rate(pre, dec, mix, SLO(5.0, 0.5), 0.0, engine=PREFILL_FIRST)
+    assert ttft == pytest.approx(0.13) and tpot == pytest.approx(0.02)
