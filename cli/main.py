@@ -19,6 +19,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "allocate": ("fleetplan.cli.allocate", "allocate"), "serve": ("fleetplan.cli.serve", "serve"),
     "export-history": ("fleetplan.cli.serve", "export_history"), "schema": ("fleetplan.cli.schema", "schema"),
     "calibrate": ("fleetplan.cli.calibrate", "calibrate"), "export": ("fleetplan.cli.export", "export"),
+    "diff": ("fleetplan.cli.diff", "diff"),
     "troughs": ("fleetplan.cli.troughs", "troughs"), "prefix-cache": ("fleetplan.cli.prefixcache", "prefix_cache"),
 }
 
