@@ -185,14 +185,24 @@ def claimed_outputs(paths: Mapping[str, str | Path | None]) -> Iterator[None]:
                 continue
             target = check_destination(p, field=name)
             lock = target.parent / f".{target.name}.lock"
-            fd = os.open(lock, os.O_CREAT | os.O_RDWR, 0o666 & ~_umask())
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
+            while True:
+                fd = os.open(lock, os.O_CREAT | os.O_RDWR, 0o666 & ~_umask())
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    os.close(fd)
+                    raise InputError(f"{name} {target} is being written by another run right now (lock {lock.name} "
+                                     "is held); wait for it to finish or give another path", source=str(target),
+                                     field=name, value=str(p)) from None
+                # The holder before us removes the lock file when done: a lock taken on the removed file locks
+                # nothing a later run can see, so take it again on the file now at that path.
+                try:
+                    same = os.stat(lock).st_ino == os.fstat(fd).st_ino
+                except FileNotFoundError:
+                    same = False
+                if same:
+                    break
                 os.close(fd)
-                raise InputError(f"{name} {target} is being written by another run right now (lock {lock.name} is "
-                                 "held); wait for it to finish or give another path", source=str(target),
-                                 field=name, value=str(p)) from None
             held.append((fd, lock))
         yield
     finally:

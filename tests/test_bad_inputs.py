@@ -218,3 +218,36 @@ def test_an_unquoted_date_in_a_split_design_says_quote_it(tmp_path):
     code, out = run("whatif", str(p), "--vary", "margin=0.1")
     assert code == 2, out
     assert "YAML read 2025-05-31 as a date, not text: quote it ('2025-05-31')" in out, out
+
+
+def test_a_lock_taken_on_a_lock_file_its_holder_just_removed_is_taken_again(tmp_path, monkeypatch):
+    # The race: run B opens the lock file, run A finishes and removes it, B's flock then succeeds on the removed
+    # file while run C creates and locks a new one: both B and C would write. Re-enact it: right after B's first
+    # flock, the file at the path is replaced by one that C holds; B must look again and be refused.
+    import fcntl
+    import os
+
+    from fleetplan import fileio
+    from fleetplan.errors import InputError
+
+    target = tmp_path / "same.json"
+    lock = tmp_path / ".same.json.lock"
+    real_flock = fcntl.flock
+    held_by_c: list[int] = []
+
+    def flock_then_swap(fd: int, op: int) -> None:
+        real_flock(fd, op)
+        if not held_by_c:
+            os.unlink(lock)  # A removes the file B holds a descriptor to
+            c = os.open(lock, os.O_CREAT | os.O_RDWR)
+            real_flock(c, fcntl.LOCK_EX | fcntl.LOCK_NB)  # C locks the new file at the path
+            held_by_c.append(c)
+
+    monkeypatch.setattr(fileio.fcntl, "flock", flock_then_swap)
+    try:
+        with pytest.raises(InputError, match="being written by another run"):
+            with fileio.claimed_outputs({"--out": target}):
+                pass
+    finally:
+        for c in held_by_c:
+            os.close(c)
