@@ -85,6 +85,7 @@ import datetime
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from fleetplan.costmodels.demand import MAX_RATE_REQ_PER_S, Demand, TokenMix
 from fleetplan.costmodels.hardware import Model, check_params
@@ -222,6 +223,18 @@ def read_scenario(path: str | Path | None = None) -> tuple[dict, str, Path | Non
     if not isinstance(raw, dict):
         raise InputError("a scenario must be a YAML mapping with 'sites' and 'models'", source=display)
     return raw, display, base
+
+
+def read_yaml_input(path: str | Path | None, shipped: str, what: str) -> tuple[Any, str]:
+    """The parsed YAML of an input file and its source name: the shipped scenario file ``shipped`` when ``path`` is
+    None. ``what`` names the file kind in messages (e.g. 'tenants YAML file'). Raises InputError for a missing,
+    unreadable or malformed file, naming it."""
+    if path is None:
+        return parse_yaml(shipped_scenario_text(shipped), source=shipped), shipped
+    p = Path(path)
+    if not p.exists():
+        raise InputError(f"scenario file {p} does not exist", source=str(p))
+    return parse_yaml(read_text_file(p, what=what), source=str(p)), str(p)
 
 
 def token_mix_from_spec(spec: TokenMixSpec | None, where: str) -> TokenMix:

@@ -19,11 +19,10 @@ from fleetplan.datasets.catalog.gpus import load_gpu_specs
 from fleetplan.datasets.catalog.models import load_models
 from fleetplan.datasets.catalog.names import get_gpu, get_model, resolve_name
 from fleetplan.datasets.sharing import load_interference
-from fleetplan.datasets.shipped import shipped_scenario_text
 from fleetplan.errors import InputError, UnknownNameError
-from fleetplan.fileio import parse_yaml, read_text_file, validate_input
+from fleetplan.fileio import validate_input
 from fleetplan.placement.tenants import ModelDemand, Node, Tenant, TenantProblem, known_gpu_names
-from fleetplan.scenario.read import token_mix_from_spec
+from fleetplan.scenario.read import read_yaml_input, token_mix_from_spec
 from fleetplan.scenario.schemas import (
     DEFAULT_TP_DEGREES,
     ENTRY_LABELS,
@@ -219,14 +218,7 @@ def _derived_demand(t: TenantEntry, types: tuple[str, ...], nodes: list[Node], s
 
 def _read_tenants_file(path: str | Path | None) -> tuple[Mapping, str]:
     """The parsed mapping of a tenants YAML (the shipped ``tenants_default.yaml`` if no path) and its source name."""
-    if path is None:
-        text, src = shipped_scenario_text("tenants_default.yaml"), "tenants_default.yaml"
-    else:
-        p = Path(path)
-        if not p.exists():
-            raise InputError(f"scenario file {p} does not exist", source=str(p))
-        text, src = read_text_file(p, what="tenants YAML file"), str(p)
-    return parse_yaml(text, source=src), src
+    return read_yaml_input(path, "tenants_default.yaml", "tenants YAML file")
 
 
 def load_tenants(path: str | Path | None = None) -> tuple[TenantProblem, dict]:

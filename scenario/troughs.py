@@ -11,9 +11,9 @@ from typing import Annotated
 
 from pydantic import Field
 
-from fleetplan.datasets.shipped import shipped_scenario_text
 from fleetplan.errors import InputError
-from fleetplan.fileio import InputModel, input_field, parse_yaml, read_text_file, validate_input
+from fleetplan.fileio import InputModel, input_field, validate_input
+from fleetplan.scenario.read import read_yaml_input
 
 
 class TrainingSpec(InputModel):
@@ -98,11 +98,5 @@ def troughs_from_dict(data: object, *, source: str = "scenario") -> TroughProble
 
 def load_troughs(path: str | Path | None = None) -> TroughProblem:
     """Read a troughs YAML (the shipped ``troughs_default.yaml`` if no path); InputError for a missing or bad file."""
-    if path is None:
-        text, src = shipped_scenario_text("troughs_default.yaml"), "troughs_default.yaml"
-    else:
-        p = Path(path)
-        if not p.exists():
-            raise InputError(f"scenario file {p} does not exist", source=str(p))
-        text, src = read_text_file(p, what="troughs YAML file"), str(p)
-    return troughs_from_dict(parse_yaml(text, source=src), source=src)
+    data, src = read_yaml_input(path, "troughs_default.yaml", "troughs YAML file")
+    return troughs_from_dict(data, source=src)

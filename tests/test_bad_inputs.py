@@ -3,13 +3,19 @@ names the real cause, no traceback, and leaves no file behind."""
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
+from fleetplan import fileio
 from fleetplan.cli.main import main
+from fleetplan.datasets.shipped import shipped_scenario_text
+from fleetplan.errors import InputError
+from fleetplan.fileio import claimed_outputs
 
 
 def run(*args: str) -> tuple[int, str]:
@@ -162,8 +168,6 @@ def test_calibrate_into_a_missing_folder_is_a_one_line_error(tmp_path):
 def test_a_second_writer_of_the_same_out_is_refused(tmp_path):
     # issue 28 item 2: two `plan --out same.json` at once both exited 0 and the last writer won. While one run
     # holds the destination, another is refused at once and the file stays untouched.
-    from fleetplan.fileio import claimed_outputs
-
     target = tmp_path / "same.json"
     target.write_text("first")
     with claimed_outputs({"--out": target}):
@@ -209,8 +213,6 @@ def test_reinterpreted_scenarios_are_refused_with_the_cause(tmp_path, edit, args
 
 def test_an_unquoted_date_in_a_split_design_says_quote_it(tmp_path):
     # YAML reads price_date: 2025-05-31 as a date; the message was "datetime.date(2025, 5, 31) must be text".
-    from fleetplan.datasets.shipped import shipped_scenario_text
-
     text = shipped_scenario_text("split_default.yaml")
     assert 'price_date: "2025-05-31"' in text
     p = tmp_path / "split.yaml"
@@ -224,12 +226,6 @@ def test_a_lock_taken_on_a_lock_file_its_holder_just_removed_is_taken_again(tmp_
     # The race: run B opens the lock file, run A finishes and removes it, B's flock then succeeds on the removed
     # file while run C creates and locks a new one: both B and C would write. Re-enact it: right after B's first
     # flock, the file at the path is replaced by one that C holds; B must look again and be refused.
-    import fcntl
-    import os
-
-    from fleetplan import fileio
-    from fleetplan.errors import InputError
-
     target = tmp_path / "same.json"
     lock = tmp_path / ".same.json.lock"
     real_flock = fcntl.flock
