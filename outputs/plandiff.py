@@ -14,6 +14,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from fleetplan.errors import InputError
+from fleetplan.outputs.planio import per_day_factor
 from fleetplan.placement.plan import Plan, evaluate
 from fleetplan.placement.problem import Problem
 
@@ -89,9 +90,9 @@ def _rows(problem: Problem, plan: Plan) -> dict[tuple[str, str, str], tuple[int,
     return out
 
 
-def per_day_usd(problem: Problem, plan: Plan) -> float:
-    """``plan``'s cost per day, USD (its evaluate over the horizon × 24 h / horizon hours)."""
-    return evaluate(problem, plan).total_usd * 24.0 / problem.horizon_hours
+def _per_day_usd(problem: Problem, plan: Plan) -> float:
+    """``plan``'s cost per day, USD (its evaluate over the horizon, scaled to a day as plan files are)."""
+    return evaluate(problem, plan).total_usd * per_day_factor(problem)
 
 
 def diff_plans(problem_a: Problem, plan_a: Plan, problem_b: Problem, plan_b: Plan) -> PlanDiff:
@@ -112,7 +113,7 @@ def diff_plans(problem_a: Problem, plan_a: Plan, problem_b: Problem, plan_b: Pla
     sa = Counter((g.pool, tuple(sorted(g.models))) for g in plan_a.shared)
     sb = Counter((g.pool, tuple(sorted(g.models))) for g in plan_b.shared)
     moves += W * sum(((sa - sb) + (sb - sa)).values())
-    return PlanDiff(rows, per_day_usd(problem_a, plan_a), per_day_usd(problem_b, plan_b), problem_a.window_length_s,
+    return PlanDiff(rows, _per_day_usd(problem_a, plan_a), _per_day_usd(problem_b, plan_b), problem_a.window_length_s,
                     moves)
 
 
