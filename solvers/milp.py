@@ -47,7 +47,8 @@ subject to
         band fills v[t,k] ∈ [0, width_k]; a band fills only after the one below is full: binaries z[t,k] with
         v[t,k] ≤ width_k·z[t,k], v[t,k] ≥ width_k·z[t,k+1], z[t,k+1] ≤ z[t,k] (a flat table needs none). The
         objective gets Σ_k rate_k·v[t,k] × (horizon hours / month hours): the band-by-band price of the plan's own
-        monthly volume, as the ledger bills it.
+        monthly volume, as the ledger bills it. The open top band has v[t,last] <= V_max·z[t,last], V_max the
+        table's volume with every flow at its bound g[m,r,s,w] <= d[m,w].
     (15) commitments (a committed pool p, rate r_p per committed GPU-hour; c[p] ∈ Z≥0, c[p] <= G_p):
         Σ_{o in p} k_o·n[o,w] + Σ_b y[p,b] (+ prefill/decode replicas' GPUs) <= c[p] in every window, and
         Σ_p r_p·c[p]·h·|W| joins the objective
@@ -100,6 +101,9 @@ from fleetplan.solvers.highs import HiGHS
 
 #: HiGHS's random seed (fixed: the same problem and node budget give the same search).
 HIGHS_SEED = 0
+#: KV flows below this, req/s, read from a solved model are solver dust (HiGHS's feasibility tolerance is 1e-7 on
+#: rows of a few req/s) and are read as 0: a route the plan does not use is not listed.
+FLOW_DUST_REQ_PER_S = 1e-9
 #: Penalty per req/s of unmet demand (or per missing replica) in the elastic model: far above any GPU price.
 ELASTIC_PENALTY_USD = 1e6
 
@@ -306,7 +310,10 @@ def _pd_variables(mb: _MilpBuild) -> None:
              for i, o in enumerate(mb.pd_opts) for w in W}
     mb.std = {(o.pd_key, w): lp.add_variable(f"std_{i}_{w}", 0) for i, o in enumerate(mb.pd_opts) for w in W
               if o.start_cost_usd > 0 and len(W) > 1 and mb.with_starts}
-    mb.g = {(r.key, w): lp.add_variable(f"g_{i}_{w}", 0) for i, r in enumerate(problem.kv_routes) for w in W}
+    # a route's flow never exceeds its model's demand in the window (a plan with more serves the same demand
+    # with less: (1), (2), (13) still hold and no cost rises), which gives (14) the bound of the open top band
+    mb.g = {(r.key, w): lp.add_variable(f"g_{i}_{w}", 0, models[r.model].demand_req_per_s[w])
+            for i, r in enumerate(problem.kv_routes) for w in W}
 
 
 def _class_variables(mb: _MilpBuild) -> None:
@@ -558,7 +565,10 @@ def _c13_disaggregated(mb: _MilpBuild) -> None:
 def _c14_kv_egress(mb: _MilpBuild) -> None:
     """(14) Each egress table's monthly volume of KV and prompt traffic (over the flows g) split into band fills
     that fill in order (binaries z; continuous when relaxed, where cheaper bands may fill first: still a lower
-    bound); sets ``mb.kv_egress``, the objective terms that price the bands over the horizon."""
+    bound); sets ``mb.kv_egress``, the objective terms that price the bands over the horizon. The open top band
+    is gated like the others: v[t,last] <= V_max·z[t,last], V_max the table's volume with every flow at its
+    model's demand (the flows' upper bound); without it the top band, usually the cheapest, filled before the
+    bands below were full and the MILP under-priced the egress (found by benchmarks/bench_audit.py)."""
     problem, lp = mb.problem, mb.lp
     if not problem.kv_routes:
         return
@@ -572,10 +582,11 @@ def _c14_kv_egress(mb: _MilpBuild) -> None:
             tk = table_key(table)
             tables[tk] = table
             gb_per_req_per_s = problem.window_length_s * nbytes / 1e9 * month_factor
-            volume.setdefault(tk, []).extend(gb_per_req_per_s * mb.g[(r.key, w)] for w in mb.idx.W)
+            volume.setdefault(tk, []).extend((gb_per_req_per_s, mb.g[(r.key, w)]) for w in mb.idx.W)
     for t_i, (tk, parts) in enumerate(sorted(volume.items())):
         tiers = tables[tk].tiers
-        total = pulp.lpSum(parts)
+        total = pulp.lpSum(c * g for c, g in parts)
+        most_gb = sum(c * g.upBound for c, g in parts)  # V_max: every flow at its upper bound
         if len({t.usd_per_gb for t in tiers}) == 1 and tiers[-1].to_gb is None:  # flat
             mb.kv_egress.append(tiers[0].usd_per_gb / month_factor * total)
             continue
@@ -587,7 +598,9 @@ def _c14_kv_egress(mb: _MilpBuild) -> None:
             z.append(lp.add_variable(f"kvz_{t_i}_{k}", 0, 1, pulp.LpContinuous if mb.relax else pulp.LpBinary))
         lp += pulp.lpSum(v) == total, f"c14_volume_{t_i}"
         for k, t in enumerate(tiers):
-            if t.to_gb is not None:
+            if t.to_gb is None:
+                lp += v[k] <= most_gb * z[k], f"c14_open_{t_i}_{k}"
+            else:
                 width = t.to_gb - t.from_gb
                 lp += v[k] <= width * z[k], f"c14_open_{t_i}_{k}"
                 if k + 1 < len(tiers):
@@ -695,7 +708,9 @@ def extract_pd(model: PlacementMilpModel) -> tuple[dict, dict]:
         pd.setdefault(key, [0] * len(W))[w] = int(round(var.value() or 0))
     flows: dict = {}
     for (key, w), var in (model.g or {}).items():
-        flows.setdefault(key, [0.0] * len(W))[w] = max(0.0, var.value() or 0.0)
+        x = var.value() or 0.0
+        # dust below the solver's tolerances (1e-15 req/s on a route the plan does not use) is no flow
+        flows.setdefault(key, [0.0] * len(W))[w] = x if x > FLOW_DUST_REQ_PER_S else 0.0
     return ({k: tuple(v) for k, v in pd.items() if any(v)},
             {k: tuple(v) for k, v in flows.items() if any(x > 0 for x in v)})
 

@@ -14,7 +14,8 @@ from fleetplan.costmodels.split import compare
 from fleetplan.errors import InputError
 from fleetplan.outputs.ledger import plan_ledger
 from fleetplan.outputs.planio import plan_from_dict, plan_to_dict
-from fleetplan.placement.plan import evaluate
+from fleetplan.placement.plan import Status, evaluate
+from fleetplan.placement.problem import KvRoute, ModelSpec, Pool, Problem, ReplicaOption
 from fleetplan.placement.validate import validate
 from fleetplan.scenario.build import build_problem
 from fleetplan.scenario.read import load_scenario, scenario_from_raw
@@ -170,3 +171,31 @@ def test_disaggregation_errors_name_the_options_key():
         build_problem(scenario_from_raw(raw, source="s.yaml"))
     assert e.value.field == "options.disaggregation" and "models[0]" in str(e.value), str(e.value)
     assert str(e.value).startswith("s.yaml, field 'options.disaggregation': ")
+
+
+def test_open_top_egress_band_fills_last():
+    """One 1-h window, one model at 1 req/s. Colocated at t:a ($1/GPU-h, 1.0 req/s, 0.9 usable): 2 GPUs = $2.
+    Disaggregated: one prefill replica at t:a ($1) and one decode replica at t:b ($0.5), and the KV cache (1 MB a
+    request) crosses to t:b: 1 req/s × 3600 s × 1e6 B = 3.6 GB in the hour, 3.6 × 730 h = 2,628 GB a month. Bands:
+    100 GB free, $0.09/GB to 2,000 GB, $0.05/GB above: 1,900 × 0.09 + 628 × 0.05 = $202.40 a month, $202.40 / 730
+    = $0.277260 for the hour. Optimum $1 + $0.5 + $0.277260 = $1.777260. The MILP used to fill the open top band
+    first ($0.05 on all 2,528 GB past the free band: $0.173151) and stopped at its own $1.673151 optimum, reported
+    as a 6% gap on a plan that is optimal."""
+    a = Pool("t:a", "G", nodes=1, gpus_per_node=4, usd_per_gpu_hour=1.0, memory_bytes_per_gpu=80e9)
+    b = Pool("t:b", "G", nodes=1, gpus_per_node=4, usd_per_gpu_hour=0.5, memory_bytes_per_gpu=80e9)
+    table = EgressTable("t", "inter_region", "hand bands", (EgressTier(0.0, 100.0, 0.0),
+                                                              EgressTier(100.0, 2000.0, 0.09),
+                                                              EgressTier(2000.0, None, 0.05)))
+    problem = Problem(3600.0, 1, (a, b), (ModelSpec("x", (1.0,), 1.0, 0.05),),
+                      (ReplicaOption("x", a.id, 1, 1, 1.0, 40e9),), margin=0.1,
+                      pd_options=(ReplicaOption("x", a.id, 1, 1, 2.0, 40e9, role="prefill", decode_site="t:b"),
+                                  ReplicaOption("x", b.id, 1, 1, 2.0, 40e9, role="decode")),
+                      kv_routes=(KvRoute("x", "t:a", "t:b", "inter_region", kv_bytes_per_request=1e6,
+                                         prompt_bytes_per_request=0.0, kv_table=table, prompt_table=table),))
+    assert 24 * DAYS_PER_MONTH == pytest.approx(730.0)
+    for backend in ("highs", "cbc"):
+        plan = solve_milp(problem, backend=backend, time_limit_s=30)
+        assert validate(problem, plan).ok
+        assert plan.status is Status.OPTIMAL, plan.message
+        assert plan.objective_usd == pytest.approx(1.5 + 202.40 / 730, abs=1e-6)
+        assert plan.kv_flows_req_per_s[("x", "t:a", "t:b")] == pytest.approx((1.0,))
