@@ -101,6 +101,12 @@ from fleetplan.solvers.highs import HiGHS
 
 #: HiGHS's random seed (fixed: the same problem and node budget give the same search).
 HIGHS_SEED = 0
+#: Options CBC always gets: its preprocessing off. PuLP's bundled CBC (2.10) with preprocessing returned a plan as
+#: proven optimal at $8.79 where a $7.47 plan exists (a spot pool with a fallback row 0.25·n_spot + n_od <= 2;
+#: found by benchmarks/bench_audit.py, test_planner_honesty.py); without it the same search proves $7.47. On the
+#: default scenario both stop at a 120-s limit in the same CPU time (33-34 s beside other work), $912.99 with
+#: preprocessing and $901.61 without.
+CBC_OPTIONS = ["preprocess off"]
 #: KV flows below this, req/s, read from a solved model are solver dust (HiGHS's feasibility tolerance is 1e-7 on
 #: rows of a few req/s) and are read as 0: a route the plan does not use is not listed.
 FLOW_DUST_REQ_PER_S = 1e-9
@@ -842,7 +848,7 @@ def solve_milp(problem: Problem, *, backend: str = "highs", time_limit_s: float 
         # Wall-clock time limit (CBC counts CPU seconds by default); CBC takes fractional seconds (a whole
         # second rounded up overran a 1-s limit by 0.4 s).
         solver = pulp.PULP_CBC_CMD(msg=msg, timeLimit=round(time_limit_s, 2), threads=threads, gapRel=gap,
-                                   warmStart=used_warm, timeMode="elapsed", maxNodes=max_nodes)
+                                   warmStart=used_warm, timeMode="elapsed", maxNodes=max_nodes, options=CBC_OPTIONS)
     if not solver.available():
         raise SolverError(f"MILP backend {backend!r} is not available in this environment; install highspy "
                           "(for highs) or use PuLP's bundled CBC")
@@ -899,7 +905,7 @@ def _run(model: PlacementMilpModel, backend: str, time_limit_s: float, threads: 
         solver = HiGHS(msg=msg, timeLimit=max(0.05, time_limit_s), threads=threads, gapRel=gap)
     else:
         solver = pulp.PULP_CBC_CMD(msg=msg, timeLimit=max(1, math.ceil(time_limit_s)), threads=threads,
-                                   gapRel=gap, timeMode="elapsed")
+                                   gapRel=gap, timeMode="elapsed", options=CBC_OPTIONS)
     if not solver.available():
         raise SolverError(f"MILP backend {backend!r} is not available in this environment")
     t = time.perf_counter()

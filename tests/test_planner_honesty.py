@@ -21,7 +21,7 @@ from fleetplan.placement.validate import plan_cost_usd, validate
 from fleetplan.solvers.baselines import _finish, greedy
 from fleetplan.solvers.common import BOUND_REL_TOL, cover_cost_floor, finish_plan, gap_text
 from fleetplan.solvers.decompose import window_bound
-from fleetplan.solvers.milp import solve_aggregate_bound
+from fleetplan.solvers.milp import solve_aggregate_bound, solve_milp
 from fleetplan.solvers.solve import BACKENDS, solve
 
 
@@ -284,3 +284,24 @@ def test_gap_is_never_printed_as_negative_zero():
     # within the bound tolerance below 0: 0.00%; beyond it (a defect) the sign stays, with the digits to show it
     assert gap_text(-1e-16) == gap_text(-BOUND_REL_TOL) == gap_text(0.0) == "0.00%"
     assert gap_text(-3e-6) == "-0.0003%" and gap_text(-0.01) == "-1.00%" and gap_text(0.0039) == "0.39%"
+
+
+def test_cbc_does_not_prove_a_dearer_plan_optimal():
+    """A spot pool (interruption rate 0.25) falling back to 2 on-demand GPUs, and 2 GPUs of type H; one model,
+    two 1-h windows of 0.39 and 11.88 req/s, margin 0.1. Usable req/s per replica: spot 1.51 × 0.9 = 1.359, on-demand
+    2.01 × 0.9 = 1.809, H 3.62 × 0.9 = 3.258. Window 1 by hand: 4 spot + 2 H = 5.436 + 6.516 = 11.952 >= 11.88 at
+    4 × 0.41 + 2 × 2.71 = $7.06 (the fallback row 0.25 × 4 + 0 <= 2 holds); with 1 H, spot and on-demand give at
+    most 4 × 1.359 + 1 × 1.809 = 7.245 < 8.622 needed; any on-demand GPU only adds cost. Window 0: one spot
+    replica, $0.41. Optimum $7.47. CBC with its preprocessing on proved $8.79 (4 spot + 1 on-demand + 2 H)
+    optimal."""
+    od = Pool("t:a", "G", nodes=1, gpus_per_node=2, usd_per_gpu_hour=1.73, memory_bytes_per_gpu=80e9,
+              name="on-demand")
+    spot = Pool("t:a", "G", nodes=1, gpus_per_node=4, usd_per_gpu_hour=0.41, memory_bytes_per_gpu=80e9, name="spot",
+                pricing_model="spot", interruption_rate=0.25, fallback_pool="on-demand")
+    h = Pool("t:a", "H", nodes=1, gpus_per_node=2, usd_per_gpu_hour=2.71, memory_bytes_per_gpu=80e9)
+    problem = Problem(3600.0, 2, (spot, od, h), (ModelSpec("x", (0.39, 11.88), 1.0, 0.05),),
+                      (ReplicaOption("x", spot.id, 1, 1, 1.51, 40e9), ReplicaOption("x", od.id, 1, 1, 2.01, 40e9),
+                       ReplicaOption("x", h.id, 1, 1, 3.62, 40e9)), margin=0.1)
+    plan = solve_milp(problem, backend="cbc", time_limit_s=30, threads=1, gap=1e-4)
+    assert validate(problem, plan).ok
+    assert plan.status is Status.OPTIMAL and plan.objective_usd == pytest.approx(7.47, abs=1e-6)
