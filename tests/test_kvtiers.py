@@ -184,3 +184,11 @@ def test_kv_tiers_command_prints_the_tiers_and_writes_the_curve(tmp_path) -> Non
     assert bad.exit_code == 2 and "--cache-gb" in bad.output and "Traceback" not in bad.output
     l4 = CliRunner().invoke(main, ["kv-tiers", "--gpu", "L4"])
     assert l4.exit_code == 2 and "no host-tier row for L4" in l4.output
+
+
+def test_verify_refuses_a_host_tier_it_cannot_replay() -> None:
+    from fleetplan.scenario.read import load_scenario
+    from fleetplan.simulator.verify import verify_plan
+
+    with pytest.raises(InputError, match="host_tier"):
+        verify_plan(load_scenario("kv_tiers_long"))
