@@ -102,7 +102,7 @@ def prefix_cache(trace: str, limit: int, replicas: str, cache_gb: float, model: 
               "sequences; HBM the running batch leaves idle caches for free)")
     be = break_even_egress_usd_per_gb(costs)
     fetch_ms, pre_ms = 1000 * costs.fetch_gpu_s_per_block, 1000 * costs.prefill_gpu_s_per_block
-    con.print("break-even egress: " + (f"${be:.4f}/GB moved (a remote hit saves {pre_ms:.1f} ms of prefill and "
+    con.print("break-even egress: " + (f"${be:.5f}/GB moved (a remote hit saves {pre_ms:.1f} ms of prefill and "
                                        f"waits {fetch_ms:.1f} ms for the block; "
                                        + (f"the route charges ${costs.egress_table.tiers[0].usd_per_gb:.4f}/GB)"
                                           if costs.egress_table is not None else "no egress within a zone)")
