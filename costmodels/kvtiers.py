@@ -119,7 +119,8 @@ class HostTier:
         spill_room_bytes: DRAM reserved for running sequences swapped out above HBM's room, bytes.
         label: what the tier is (shown in plans and notes).
 
-    Raises InputError for a non-positive bandwidth where its tier serves reads, or a negative room.
+    Raises InputError for a non-positive bandwidth where its tier serves reads (or holds spilled sequences), a
+    negative room or KV size.
     """
 
     shares: TierShares
@@ -131,9 +132,10 @@ class HostTier:
 
     def __post_init__(self) -> None:
         check_range(self.spill_room_bytes, field="spill_room_bytes", low=0.0, high=1e15, unit="bytes")
-        for name, share in (("dram_read_bytes_per_s", self.shares.dram + (self.spill_room_bytes > 0)),
-                            ("nvme_read_bytes_per_s", self.shares.nvme)):
-            if share > 0 and not getattr(self, name) > 0:
+        check_range(self.kv_bytes_per_token, field="kv_bytes_per_token", low=0.0, high=1e9, unit="bytes")
+        for name, used in (("dram_read_bytes_per_s", self.shares.dram > 0 or self.spill_room_bytes > 0),
+                           ("nvme_read_bytes_per_s", self.shares.nvme > 0)):
+            if used and not getattr(self, name) > 0:
                 raise InputError(f"{name} must be > 0 where that tier serves reads", field=name,
                                  value=getattr(self, name))
 

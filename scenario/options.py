@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
+from pathlib import Path
 
 from fleetplan.costmodels.calibration import Calibration
 from fleetplan.costmodels.capacity import ReplicaCapacity, replica_capacity
@@ -23,7 +24,8 @@ from fleetplan.costmodels.network import Link
 from fleetplan.costmodels.profile_capacity import MeasuredProfile, measured_replica_capacity
 from fleetplan.costmodels.queueing import poisson_occupancy_quantile
 from fleetplan.costmodels.slo import SLO
-from fleetplan.datasets.kv_tiers import replica_host_tier
+from fleetplan.datasets.kv_tiers import block_stack_distances, replica_host_tier
+from fleetplan.errors import InputError
 from fleetplan.placement.problem import DeratingKey, Pool, ReplicaOption, ShareOption
 
 #: A request class as the scenario gives it: (name, share of the model's requests, token mix, longest prompt and
@@ -118,6 +120,22 @@ def option_capacity(prof: MeasuredProfile | None, model: Model, gpu: GPU, mix: T
     return replica_capacity(model, gpu, mix, slo, tp=tp, pp=pp, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
                             memory_utilization=memory_utilization, link=link, calib=calib, residents=residents,
                             kv_budget_bytes=kv_budget_bytes, engine=engine, host_tier=host_tier)
+
+
+def resolve_host_tier(opts: dict, base: Path | None, where: str) -> dict:
+    """``opts`` with ``host_tier.block_trace`` resolved against the scenario's folder ``base`` when it names a file
+    there, its block reads read once (so a bad trace is reported here, naming the option: InputError)."""
+    spec = opts.get("host_tier")
+    if not spec:
+        return opts
+    trace = spec["block_trace"]
+    if base is not None and not Path(trace).is_absolute() and (base / trace).is_file():
+        trace = str(base / trace)
+    try:
+        block_stack_distances(trace, spec["requests"])
+    except InputError as exc:
+        raise InputError(str(exc), source=where, field="options.host_tier.block_trace", value=trace) from None
+    return {**opts, "host_tier": {**spec, "block_trace": trace}}
 
 
 def option_host_tier(ctx: SizingContext, mi: ModelInputs, gpu: GPU, tp: int, pp: int) -> HostTier | None:

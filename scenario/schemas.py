@@ -224,8 +224,9 @@ class HostTierSpec(InputModel):
     trace with block hashes."""
 
     block_trace: str = input_field(
-        "mooncake-conversation", min_length=1, description="JSON Lines with hash_ids per request (512-token blocks), "
-        "or a shipped name: mooncake-conversation, mooncake-synthetic; its reuse stands for the models' workload")
+        "mooncake-conversation", min_length=1, description="JSON Lines with hash_ids per request (512-token blocks; "
+        "relative to the scenario's folder), or a shipped name: mooncake-conversation, mooncake-synthetic; its reuse "
+        "stands for the models' workload")
     requests: int = input_field(3000, ge=1, le=10_000_000, description="first requests of block_trace read")
     dram_share: float = input_field(0.5, ge=0.0, le=1.0, description="share of the node's host memory (per GPU) "
                                     "given to the KV tier", fix="give a share between 0 and 1, e.g. 0.5")

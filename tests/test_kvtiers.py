@@ -192,3 +192,35 @@ def test_verify_refuses_a_host_tier_it_cannot_replay() -> None:
 
     with pytest.raises(InputError, match="host_tier"):
         verify_plan(load_scenario("kv_tiers_long"))
+
+
+def test_curve_orders_the_tiers_by_their_bandwidth() -> None:
+    from fleetplan.costmodels.engine import PREFILL_FIRST
+    from fleetplan.costmodels.kvtier_curve import miss_rate_ttft_curve
+
+    # 4 requests of blocks [0 1], [0 1], [2 3], [0 1]: distances -1 -1 1 1 -1 -1 3 3; a 2-block cache holds the
+    # 1s (hit 2/8), a 4-block cache the 3s too (hit 4/8)
+    d = np.array([-1, -1, 1, 1, -1, -1, 3, 3])
+    curve = miss_rate_ttft_curve(d, 1.0, [0.0, 2.0, 4.0], read_bytes_per_s={"HBM": math.inf, "DRAM": 64e9,
+                                                                          "NVMe": 7e9},
+                                 kv_bytes_per_token=131_072, prefill_s=lambda i: 1e-4 * i,
+                                 decode_step_s=lambda b, c: 0.01, mix=TokenMix(8000, 16000, 100, 200),
+                                 slo=SLO(ttft_s=5.0, tpot_s=0.1, ttft_percentile=99.0), rate_req_per_s=0.05,
+                                 engine=PREFILL_FIRST)
+    assert [p.miss for p in curve] == [1.0, 0.75, 0.5]
+    assert len(set(curve[0].ttft_s.values())) == 1  # nothing cached: no tier matters
+    for p in curve[1:]:
+        assert p.ttft_s["HBM"] < p.ttft_s["DRAM"] < p.ttft_s["NVMe"] < curve[0].ttft_s["HBM"]
+
+
+def test_a_missing_block_trace_names_the_option(tmp_path) -> None:
+    import yaml
+
+    from fleetplan.scenario.build import build_problem
+    from fleetplan.scenario.read import load_scenario
+
+    p = tmp_path / "s.yaml"
+    p.write_text(yaml.safe_dump({**LONG, "options": {**LONG["options"], "host_tier": {"block_trace": "no.jsonl"}}}))
+    with pytest.raises(InputError, match="no.jsonl") as exc:
+        build_problem(load_scenario(p))
+    assert exc.value.field == "options.host_tier.block_trace"
