@@ -21,6 +21,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "calibrate": ("fleetplan.cli.calibrate", "calibrate"), "export": ("fleetplan.cli.export", "export"),
     "diff": ("fleetplan.cli.diff", "diff"),
     "troughs": ("fleetplan.cli.troughs", "troughs"), "prefix-cache": ("fleetplan.cli.prefixcache", "prefix_cache"),
+    "kv-tiers": ("fleetplan.cli.kvtiers", "kv_tiers"),
 }
 
 

@@ -78,6 +78,12 @@ Model and approximations (λ = arrival rate, req/s; I, O = input and output toke
     prefill costs prefill(I) − prefill(h·I) + prefill(1) in either engine (KV memory is not credited: a shared
     prefix saves memory only while its sharers run together). max_num_seqs caps the batch B (``batch_limit``).
 
+12. A host KV tier (``host_tier``, :mod:`fleetplan.costmodels.kvtiers`): prefix blocks found in DRAM or NVMe are
+    not recomputed but fetched before the prefill at the tier's bandwidth (the prefill of a prompt of I tokens is
+    prefill(I) − prefill(h·I) + prefill(1) + swap-in(I)); the mean batch must fit HBM, the occupancy quantile may
+    spill into the DRAM room reserved for swapped-out sequences (``max_batch`` counts it), and each decode step
+    above HBM's room pays the excess sequences' swap-in.
+
 Latencies come from :mod:`fleetplan.costmodels.latency` (analytic roofline) or from a measured profile through
 :func:`replica_capacity_from_latency`.
 """
@@ -96,6 +102,8 @@ from fleetplan.costmodels.calibration import Calibration
 from fleetplan.costmodels.demand import TokenMix
 from fleetplan.costmodels.engine import PREFILL_FIRST, EngineConfig
 from fleetplan.costmodels.hardware import GPU, Model
+from fleetplan.costmodels.kvtiers import HostTier
+from fleetplan.costmodels.kvtiers import max_batch as tier_max_batch
 from fleetplan.costmodels.latency import decode_step_time_s, prefill_time_s
 from fleetplan.costmodels.network import Link
 from fleetplan.costmodels.queueing import (
@@ -337,9 +345,10 @@ def _tail_chunked(lam: float, sz: _Sizing, decode: Callable[[float, float], floa
 
 
 def _evaluate(lam: float, sz: _Sizing, decode: Callable[[float, float], float], slo: SLO,
-              max_batch: float, per_request: bool = True) -> _Eval:
+              max_batch: float, per_request: bool = True, max_batch_q: float | None = None) -> _Eval:
     """Check the SLO's targets at arrival rate ``lam`` (module docstring, points 1-5, 8 and 9; and point 10 when
-    ``per_request``)."""
+    ``per_request``). ``max_batch`` bounds the mean batch, ``max_batch_q`` (default: the same) the occupancy
+    quantiles (a host tier's spill room, point 12)."""
     rho = sz.residents * lam * sz.pre_mean_s
     if rho >= 1.0:
         return _Eval(False, "prefill_saturated", math.inf, math.inf, math.inf)
@@ -363,7 +372,7 @@ def _evaluate(lam: float, sz: _Sizing, decode: Callable[[float, float], float], 
         return _Eval(False, "tpot", b, tpot, math.inf)
     metrics = [m for m, _, _ in slo.targets()]
     bq = {m: poisson_occupancy_quantile(b, sz.z[m]) if lam > 0 else 1.0 for m in metrics}
-    if max(bq.values()) > max_batch:
+    if max(bq.values()) > (max_batch if max_batch_q is None else max_batch_q):
         return _Eval(False, "kv_memory", b, tpot, math.inf)
     chunked = sz.budget_tokens > 0
     if chunked:  # point 11 (a): a prompt's service is its prefill plus the decode steps its chunks ride on
@@ -460,7 +469,8 @@ def replica_capacity_from_latency(prefill_s: Callable[[float], float], decode_st
                                   weights_bytes_per_gpu: float = math.nan,
                                   memory_bytes_per_gpu: float = math.nan, source: str = "",
                                   residents: int = 1, per_request: bool = True,
-                                  engine: EngineConfig = PREFILL_FIRST) -> ReplicaCapacity:
+                                  engine: EngineConfig = PREFILL_FIRST,
+                                  host_tier: HostTier | None = None) -> ReplicaCapacity:
     """Capacity from any latency functions (analytic or measured; module docstring for the model).
 
     Args:
@@ -479,16 +489,32 @@ def replica_capacity_from_latency(prefill_s: Callable[[float], float], decode_st
             closed-form checks (points 1-9) alone, e.g. to compare them with hand arithmetic.
         engine: the serving engine (point 11); a chunked one must have its knobs set
             (:meth:`EngineConfig.resolved`). Raises InputError otherwise.
+        host_tier: the replica's host KV tier (point 12), or None (HBM only). Its prefix hits replace the
+            engine's: stating both raises InputError.
     """
-    prefill_s = _with_prefix_hits(prefill_s, engine)
+    if host_tier is not None and engine.effective_hit_rate > 0:
+        raise InputError("a host KV tier measures its prefix hits from a block trace; drop engine.prefix_hit_rate "
+                         "or the host tier", field="engine.prefix_hit_rate", value=engine.prefix_hit_rate)
+    prefill_s = host_tier.prefill_s(prefill_s) if host_tier is not None else _with_prefix_hits(prefill_s, engine)
     _check_resolved(engine)
     kv95 = kv_bytes_per_seq if kv_bytes_per_seq_p95 is None else max(kv_bytes_per_seq, kv_bytes_per_seq_p95)
-    # Room for the batch at mean length plus one p95-length request (point 8).
-    max_batch = (kv_budget_bytes - kv95) / kv_bytes_per_seq + 1 if kv_bytes_per_seq > 0 else math.inf
+    # Room for the batch at mean length plus one p95-length request (point 8); HBM's alone, and with the host
+    # tier's spill room (point 12).
+    hbm_batch = tier_max_batch(kv_budget_bytes, kv_bytes_per_seq, kv95)
+    max_batch = hbm_batch
+    decode = decode_step_s
+    if host_tier is not None and host_tier.spill_room_bytes > 0 and kv_bytes_per_seq > 0:
+        max_batch = tier_max_batch(kv_budget_bytes, kv_bytes_per_seq, kv95, host_tier.spill_room_bytes)
+        tier = host_tier
+
+        def spilled(b: float, c: float) -> float:
+            return decode_step_s(b, c) + tier.spill_step_s(b, hbm_batch, kv_bytes_per_seq)
+
+        decode = spilled
     common: _ReplicaMemory = dict(max_batch=max_batch, weights_bytes_per_gpu=weights_bytes_per_gpu,
                   kv_bytes_available=kv_budget_bytes, memory_bytes_per_gpu=memory_bytes_per_gpu, gpus=gpus,
                   source=source, engine=engine)
-    if max_batch < 1.0:
+    if hbm_batch < 1.0:
         return ReplicaCapacity(0.0, batch_at_capacity=0.0, tpot_p95_s=math.nan, ttft_p95_s=math.nan,
                                limiting="kv_memory",
                                reason=f"KV budget {kv_budget_bytes / 1e9:.2f} GB holds less than one p95-length "
@@ -497,7 +523,7 @@ def replica_capacity_from_latency(prefill_s: Callable[[float], float], decode_st
     sz = _sizing(prefill_s, mix, slo, residents, engine)
 
     def ev(lam: float, tail: bool) -> _Eval:
-        return _evaluate(lam, sz, decode_step_s, slo, max_batch, tail)
+        return _evaluate(lam, sz, decode, slo, hbm_batch, tail, max_batch_q=max_batch)
 
     low = ev(0.0, per_request)
     if not low.ok:
@@ -599,17 +625,17 @@ def replica_capacity(model: Model, gpu: GPU, mix: TokenMix, slo: SLO, *, tp: int
                      weight_dtype: str = "bf16", kv_dtype: str = "bf16", kv_budget_bytes: float | None = None,
                      memory_utilization: float = 0.9, link: Link | None = None,
                      calib: Calibration, residents: int = 1, kv_block_tokens: int | None = 16,
-                     engine: EngineConfig = PREFILL_FIRST) -> ReplicaCapacity:
+                     engine: EngineConfig = PREFILL_FIRST, host_tier: HostTier | None = None) -> ReplicaCapacity:
     """:func:`_replica_capacity`, remembered per process for the same inputs (a scenario's problem is often built
     more than once: plan, verify rounds, the service, what-if sweeps)."""
     key = (model, gpu, mix, mix.lengths_digest, slo, tp, pp, weight_dtype, kv_dtype, kv_budget_bytes,
-           memory_utilization, link, calib, residents, kv_block_tokens, engine)
+           memory_utilization, link, calib, residents, kv_block_tokens, engine, host_tier)
     hit = _CAPACITY_CACHE.get(key)
     if hit is None:
         hit = best_engine(lambda eng: _replica_capacity(
             model, gpu, mix, slo, tp=tp, pp=pp, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
             kv_budget_bytes=kv_budget_bytes, memory_utilization=memory_utilization, link=link, calib=calib,
-            residents=residents, kv_block_tokens=kv_block_tokens, engine=eng), engine, gpu)
+            residents=residents, kv_block_tokens=kv_block_tokens, engine=eng, host_tier=host_tier), engine, gpu)
         if len(_CAPACITY_CACHE) >= _CAPACITY_CACHE_MAX:
             _CAPACITY_CACHE.clear()
         _CAPACITY_CACHE[key] = hit
@@ -620,7 +646,7 @@ def _replica_capacity(model: Model, gpu: GPU, mix: TokenMix, slo: SLO, *, tp: in
                       weight_dtype: str = "bf16", kv_dtype: str = "bf16", kv_budget_bytes: float | None = None,
                       memory_utilization: float = 0.9, link: Link | None = None,
                       calib: Calibration, residents: int = 1, kv_block_tokens: int | None = 16,
-                      engine: EngineConfig = PREFILL_FIRST) -> ReplicaCapacity:
+                      engine: EngineConfig = PREFILL_FIRST, host_tier: HostTier | None = None) -> ReplicaCapacity:
     """Capacity of one replica of ``model`` on ``tp × pp`` GPUs of type ``gpu`` for token mix ``mix`` under ``slo``,
     with the analytic roofline latencies (module docstring for the model and its approximations).
 
@@ -633,7 +659,8 @@ def _replica_capacity(model: Model, gpu: GPU, mix: TokenMix, slo: SLO, *, tp: in
     ``kv_block_tokens``: KV allocated in blocks of that many tokens as tokens are produced (the simulator's default,
     vLLM's paged attention), so the running batch is sized at the mean tokens held (:func:`kv_tokens_held`); None
     reserves each request's whole sequence at admission. ``engine``: the serving engine (point 11); unset knobs
-    take vLLM's defaults for ``gpu`` (:meth:`EngineConfig.resolved`).
+    take vLLM's defaults for ``gpu`` (:meth:`EngineConfig.resolved`). ``host_tier``: the replica's host KV tier
+    (point 12), None for HBM only.
     """
     engine = engine.resolved(gpu.memory_bytes / 2**30, gpu.name)
     check_range(memory_utilization, field="memory_utilization", low=0.1, high=1.0,
@@ -673,4 +700,4 @@ def _replica_capacity(model: Model, gpu: GPU, mix: TokenMix, slo: SLO, *, tp: in
         lambda i: prefill_time_s(model, gpu, i, **kw),
         lambda b, c: decode_step_time_s(model, gpu, b, c, kv_dtype=kv_dtype, **kw),
         mix, slo, kv_bytes_per_seq=kv_seq, kv_bytes_per_seq_p95=kv_seq95, kv_budget_bytes=budget,
-        memory_bytes_per_gpu=memory, residents=residents, **base)
+        memory_bytes_per_gpu=memory, residents=residents, host_tier=host_tier, **base)

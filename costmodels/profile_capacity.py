@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal, Protocol, get_args
 
@@ -15,6 +16,7 @@ from fleetplan.costmodels.capacity import ReplicaCapacity, best_engine, kv_token
 from fleetplan.costmodels.demand import TokenMix
 from fleetplan.costmodels.engine import PREFILL_FIRST, EngineConfig
 from fleetplan.costmodels.hardware import GPU, Model
+from fleetplan.costmodels.kvtiers import HostTier
 from fleetplan.costmodels.queueing import (
     lognormal_quantile,
 )
@@ -279,7 +281,8 @@ def measured_replica_capacity(profile: MeasuredProfile, mix: TokenMix, slo: SLO,
                               weight_dtype: str = "bf16", kv_dtype: str = "bf16", residents: int = 1,
                               kv_block_tokens: int | None = 16,
                               mix_tolerance: float = PROFILE_MIX_TOLERANCE,
-                              engine: EngineConfig = PREFILL_FIRST) -> ReplicaCapacity:
+                              engine: EngineConfig = PREFILL_FIRST,
+                              host_tier: HostTier | None = None) -> ReplicaCapacity:
     """Capacity of one replica (``tp`` GPUs of type ``gpu``) from a :class:`MeasuredProfile`.
 
     Step times: the queueing and memory model of :func:`replica_capacity_from_latency` on the measured curves,
@@ -291,7 +294,8 @@ def measured_replica_capacity(profile: MeasuredProfile, mix: TokenMix, slo: SLO,
     case: req_per_s 0.0 with the reason instead. ``engine``: the serving engine a step-time profile is replayed
     under (an unset budget: the best of vLLM's default for ``gpu`` and smaller ones,
     :func:`~fleetplan.costmodels.capacity.best_engine`); serving points and tables measured an engine already and
-    are read as measured.
+    are read as measured. ``host_tier``: a host KV tier (capacity's point 12) for a step-time profile; a rate-only
+    profile measured a replica without one, so its rate is not credited and its ``source`` says so.
     """
     n = tp
     weights = model.weight_bytes(weight_dtype)
@@ -334,12 +338,24 @@ def measured_replica_capacity(profile: MeasuredProfile, mix: TokenMix, slo: SLO,
         cap = best_engine(lambda eng: replica_capacity_from_latency(
             lambda i: st.prefill_time_s(i), st.decode_step_time_s, mix, slo, kv_bytes_per_seq=kv_seq,
             kv_bytes_per_seq_p95=kv_seq95, kv_budget_bytes=budget, gpus=n, weights_bytes_per_gpu=weights / n,
-            memory_bytes_per_gpu=memory, source=profile.label, residents=residents, engine=eng), engine, gpu)
+            memory_bytes_per_gpu=memory, source=profile.label, residents=residents, engine=eng,
+            host_tier=host_tier), engine, gpu)
         if cap.req_per_s <= 0 and cap.reason:
             return dataclasses.replace(cap, reason=f"{profile.source}: {cap.reason}")
         if cap.limiting == "batch_limit":
             return dataclasses.replace(cap, source=f"{profile.label}; capped where the measured batch range ends")
         return cap
+    cap = _rate_only_capacity(profile, mix, slo, weights=weights, n=n, budget=budget, memory=memory,
+                              max_batch=max_batch, residents=residents, mix_tolerance=mix_tolerance, zero=zero)
+    if host_tier is not None and cap.req_per_s > 0:
+        return dataclasses.replace(cap, source=f"{cap.source}; host KV tier not credited (a rate-only profile)")
+    return cap
+
+
+def _rate_only_capacity(profile: MeasuredProfile, mix: TokenMix, slo: SLO, *, weights: float, n: int, budget: float,
+                        memory: float, max_batch: float, residents: int, mix_tolerance: float,
+                        zero: Callable[[str, str], ReplicaCapacity]) -> ReplicaCapacity:
+    """The capacity of a rate-only profile (a throughput table or serving points) of a dedicated replica."""
     if residents > 1:
         return zero("profile_shared", "a rate-only profile measures a dedicated replica; sharing a GPU with "
                                       "another model was not measured (give a step-time profile)")

@@ -1,6 +1,7 @@
 """Prefix-cache block ids of a trace: the Mooncake FAST'25 traces' ``hash_ids`` (one list per request; equal ids
 are the same 512-token KV block; provenance and license in ``data/traces/mooncake/PROVENANCE.md``). The request
-fields themselves are read by :func:`fleetplan.datasets.traces.read_mooncake_jsonl`, which drops the block ids."""
+fields themselves are read by :func:`fleetplan.datasets.traces.read_mooncake_jsonl`, which drops the block ids.
+:func:`prefix_cache_costs` gathers the prices, links and egress tables a shared prefix cache's ledger needs."""
 
 from __future__ import annotations
 
@@ -8,6 +9,15 @@ import json
 from importlib import resources
 from pathlib import Path
 
+from fleetplan.costmodels.hardware import GPU, Model
+from fleetplan.costmodels.latency import prefill_time_s
+from fleetplan.costmodels.network import Site, route_class
+from fleetplan.costmodels.prefixcache import CacheCosts
+from fleetplan.costmodels.prices import select_egress_table
+from fleetplan.datasets.calibration import load_calibration
+from fleetplan.datasets.catalog.egress import load_egress
+from fleetplan.datasets.catalog.prices import find_price
+from fleetplan.datasets.network import load_network_graph
 from fleetplan.errors import InputError
 
 #: Tokens per block of the Mooncake traces (their README).
@@ -44,3 +54,29 @@ def read_block_ids(path_or_name: str | Path, *, limit: int | None = None) -> lis
             raise InputError("hash_ids must be a list of whole numbers", source=name, row=i, field="hash_ids")
         out.append(ids)
     return out
+
+
+def prefix_cache_costs(model: Model, gpu: GPU, *, site: str, peer_site: str | None, requests_per_day: float,
+                       blocks_per_request: float, cache_bytes_per_replica: float, replicas: int,
+                       pricing_model: str = "on-demand") -> CacheCosts:
+    """The :class:`~fleetplan.costmodels.prefixcache.CacheCosts` of a shared prefix cache over ``replicas``
+    one-GPU replicas of ``model`` on ``gpu`` at ``site`` whose remote blocks come from ``peer_site`` (None: the
+    same site), from the shipped data: the GPU's catalog price there (``pricing_model``); a block's prefill on the
+    calibrated roofline (one 512-token block); the link between the replicas (the inter-node default within a
+    site, else the links data's route) for the fetch's GPU wait; the egress table of the route from the peer (the
+    sender pays; none within a zone); and the caches' HBM, pro rata of the GPU's memory. Raises InputError /
+    UnknownNameError for an unknown site, GPU price or route."""
+    here = Site.parse(site)
+    peer = here if peer_site is None else Site.parse(peer_site)
+    price = find_price(gpu.name, here.cloud, here.region, pricing_model, zone=here.zone or None)
+    blk = MOONCAKE_BLOCK_TOKENS * model.kv_bytes_per_token("bf16")
+    graph = load_network_graph()
+    link = graph.inter_node_link() if peer == here else graph.link(peer, here)
+    rc = route_class(peer, here)
+    table = None if rc == "same_zone" else select_egress_table(peer.cloud, rc, load_egress())
+    return CacheCosts(requests_per_day=requests_per_day, blocks_per_request=blocks_per_request, block_bytes=blk,
+                      prefill_gpu_s_per_block=prefill_time_s(model, gpu, MOONCAKE_BLOCK_TOKENS,
+                                                             calib=load_calibration(gpu)),
+                      fetch_gpu_s_per_block=link.transfer_time_s(blk), price=price,
+                      cache_gpu_hours_per_day=replicas * cache_bytes_per_replica / gpu.memory_bytes * 24.0,
+                      egress_table=table, route=f"{peer.name} to {here.name}")

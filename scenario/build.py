@@ -55,6 +55,7 @@ from fleetplan.scenario.options import (
     pipeline_candidates,
     profile_notes,
     replica_options,
+    resolve_host_tier,
     roofline_source,
     shared_options,
     tp_candidates,
@@ -164,6 +165,7 @@ def _sizing_inputs(scenario: Scenario, derating: dict[DeratingKey, float]) -> _I
     calib_file = opts.get("calibration")
     if calib_file is not None and base is not None and not Path(calib_file).is_absolute():
         calib_file = str(base / calib_file)
+    opts = resolve_host_tier(opts, base, where)
     link = inter_node_link(opts.get("inter_node_link"))
     allowed = opts.get("allowed_gpus")
     with at_field(f"{where}: options", "allowed_gpus"):

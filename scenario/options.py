@@ -12,16 +12,20 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
+from pathlib import Path
 
 from fleetplan.costmodels.calibration import Calibration
 from fleetplan.costmodels.capacity import ReplicaCapacity, replica_capacity
 from fleetplan.costmodels.demand import TokenMix
 from fleetplan.costmodels.engine import PREFILL_FIRST, EngineConfig
 from fleetplan.costmodels.hardware import GPU, Model
+from fleetplan.costmodels.kvtiers import HostTier
 from fleetplan.costmodels.network import Link
 from fleetplan.costmodels.profile_capacity import MeasuredProfile, measured_replica_capacity
 from fleetplan.costmodels.queueing import poisson_occupancy_quantile
 from fleetplan.costmodels.slo import SLO
+from fleetplan.datasets.kv_tiers import block_stack_distances, replica_host_tier
+from fleetplan.errors import InputError
 from fleetplan.placement.problem import DeratingKey, Pool, ReplicaOption, ShareOption
 
 #: A request class as the scenario gives it: (name, share of the model's requests, token mix, longest prompt and
@@ -102,18 +106,46 @@ class ModelInputs:
 def option_capacity(prof: MeasuredProfile | None, model: Model, gpu: GPU, mix: TokenMix, slo: SLO, *,
                     weight_dtype: str, kv_dtype: str, memory_utilization: float, tp: int, calib: Calibration,
                     pp: int = 1, link: Link | None = None, residents: int = 1,
-                    kv_budget_bytes: float | None = None, engine: EngineConfig = PREFILL_FIRST) -> ReplicaCapacity:
+                    kv_budget_bytes: float | None = None, engine: EngineConfig = PREFILL_FIRST,
+                    host_tier: HostTier | None = None) -> ReplicaCapacity:
     """Capacity of one option from its measured profile when it has one
     (:func:`~fleetplan.costmodels.profile_capacity.measured_replica_capacity`), else from the calibrated roofline
-    (:func:`~fleetplan.costmodels.capacity.replica_capacity`)."""
+    (:func:`~fleetplan.costmodels.capacity.replica_capacity`); ``host_tier``: the replica's host KV tier (a
+    rate-only profile measured a replica without one: its capacity is not credited, and its source says so)."""
     if prof is not None:
         return measured_replica_capacity(prof, mix, slo, model=model, gpu=gpu, tp=tp,
                                          memory_utilization=memory_utilization, weight_dtype=weight_dtype,
                                          kv_dtype=kv_dtype, residents=residents, kv_budget_bytes=kv_budget_bytes,
-                                         engine=engine)
+                                         engine=engine, host_tier=host_tier)
     return replica_capacity(model, gpu, mix, slo, tp=tp, pp=pp, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
                             memory_utilization=memory_utilization, link=link, calib=calib, residents=residents,
-                            kv_budget_bytes=kv_budget_bytes, engine=engine)
+                            kv_budget_bytes=kv_budget_bytes, engine=engine, host_tier=host_tier)
+
+
+def resolve_host_tier(opts: dict, base: Path | None, where: str) -> dict:
+    """``opts`` with ``host_tier.block_trace`` resolved against the scenario's folder ``base`` when it names a file
+    there, its block reads read once (so a bad trace is reported here, naming the option: InputError)."""
+    spec = opts.get("host_tier")
+    if not spec:
+        return opts
+    trace = spec["block_trace"]
+    if base is not None and not Path(trace).is_absolute() and (base / trace).is_file():
+        trace = str(base / trace)
+    try:
+        block_stack_distances(trace, spec["requests"])
+    except InputError as exc:
+        raise InputError(str(exc), source=where, field="options.host_tier.block_trace", value=trace) from None
+    return {**opts, "host_tier": {**spec, "block_trace": trace}}
+
+
+def option_host_tier(ctx: SizingContext, mi: ModelInputs, gpu: GPU, tp: int, pp: int) -> HostTier | None:
+    """The host KV tier of a dedicated option (``options.host_tier``; :func:`fleetplan.datasets.kv_tiers.
+    replica_host_tier` on its tp GPUs), or None without the option or for a pipeline-parallel option (whose stages
+    span nodes: not modelled)."""
+    spec = ctx.opts.get("host_tier")
+    if not spec or pp > 1:
+        return None
+    return replica_host_tier(mi.model, gpu, tp, kv_dtype=mi.kv_dtype, **spec)
 
 
 def roofline_source(ctx: SizingContext, calib: Calibration) -> str:
@@ -126,7 +158,8 @@ def _capacity(ctx: SizingContext, mi: ModelInputs, prof: MeasuredProfile | None,
     """:func:`option_capacity` of a dedicated or pipeline option of ``mi`` for the token mix ``mix``."""
     return option_capacity(prof, mi.model, gpu, mix, mi.slo, weight_dtype=mi.weight_dtype, kv_dtype=mi.kv_dtype,
                            memory_utilization=ctx.memory_utilization, tp=tp, pp=pp, calib=calib,
-                           link=ctx.link if pp > 1 else None, engine=mi.engine)
+                           link=ctx.link if pp > 1 else None, engine=mi.engine,
+                           host_tier=option_host_tier(ctx, mi, gpu, tp, pp))
 
 
 def profile_notes(mi: ModelInputs, gpus: dict[str, GPU]) -> list[str]:
@@ -227,7 +260,8 @@ def replica_option(ctx: SizingContext, mi: ModelInputs, pool: Pool, gpu: GPU, *,
                          start_cost_usd=start, ttft_p95_s=cap.ttft_p95_s,
                          tpot_p95_s=cap.tpot_p95_s, max_batch=cap.max_batch,
                          kv_budget_bytes=cap.kv_bytes_available,
-                         capacity_source=cap.source if prof is not None else roofline_source,
+                         capacity_source=(cap.source if prof is not None else roofline_source)
+                         + ("; host KV tier" if option_host_tier(ctx, mi, gpu, tp, pp) is not None else ""),
                          class_capacity_req_per_s=class_caps, engine=cap.engine)
 
 

@@ -218,6 +218,26 @@ class EngineSchema(InputModel):
         return engine_from_mapping(given, base) if base is not None else engine_from_mapping(given)
 
 
+class HostTierSpec(InputModel):
+    """A host KV tier on every dedicated replica (:mod:`fleetplan.costmodels.kvtiers`): host DRAM and local NVMe of
+    the node each GPU type ships in (``datasets/data/hardware/host_tiers.csv``), prefix-block popularity from a
+    trace with block hashes."""
+
+    block_trace: str = input_field(
+        "mooncake-conversation", min_length=1, description="JSON Lines with hash_ids per request (512-token blocks; "
+        "relative to the scenario's folder), or a shipped name: mooncake-conversation, mooncake-synthetic; its reuse "
+        "stands for the models' workload")
+    requests: int = input_field(3000, ge=1, le=10_000_000, description="first requests of block_trace read")
+    dram_share: float = input_field(0.5, ge=0.0, le=1.0, description="share of the node's host memory (per GPU) "
+                                    "given to the KV tier", fix="give a share between 0 and 1, e.g. 0.5")
+    spill_share: float = input_field(0.5, ge=0.0, le=1.0, description="share of the DRAM tier reserved for running "
+                                     "sequences swapped out above HBM's room; the rest caches prefix blocks",
+                                     fix="give a share between 0 and 1, e.g. 0.5")
+    nvme_share: float = input_field(0.5, ge=0.0, le=1.0, description="share of the node's local NVMe (per GPU) "
+                                    "caching prefix blocks (0: no NVMe tier)",
+                                    fix="give a share between 0 and 1, e.g. 0.5")
+
+
 class ScenarioOptions(InputModel):
     """Planning options; every key is optional."""
 
@@ -269,6 +289,9 @@ class ScenarioOptions(InputModel):
     engine: EngineSchema | None = input_field(
         None, description="every model's serving engine (a model's own engine keys win); an engine key defaults "
         "to vLLM V1 with chunked prefill and vLLM's defaults; without any, the prefill-first engine")
+    host_tier: HostTierSpec | None = input_field(
+        None, description="a host KV tier (DRAM and NVMe) on every dedicated single-node replica: prefix hits "
+        "fetched instead of recomputed, running sequences swapped out above HBM's room; default none (HBM only)")
 
 
 class ScenarioFiles(InputModel):

@@ -24,7 +24,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from fleetplan.errors import FleetplanError
+from fleetplan.errors import FleetplanError, InputError
 from fleetplan.outputs.planio import per_day_factor
 from fleetplan.placement.plan import Plan, evaluate
 from fleetplan.placement.problem import DeratingKey, Problem
@@ -110,8 +110,13 @@ def verify_plan(scenario: Scenario, *, backend: str = "highs", solve_options: di
         seed, slice_s: of the replay (:func:`fleetplan.simulator.replay.simulate_day`; whole windows by default).
         progress: called with short status texts.
 
-    Raises FleetplanError when a round finds no plan or a plan fails the independent check.
+    Raises FleetplanError when a round finds no plan or a plan fails the independent check; InputError for a
+    scenario with options.host_tier (the replay has no host KV tier: it would derate the tier's capacity away).
     """
+    if scenario.options.get("host_tier"):
+        raise InputError("--verify replays without a host KV tier (the replay does not model options.host_tier), "
+                         "so it would take the tier's capacity back; drop --verify, or drop host_tier to verify the "
+                         "HBM-only plan", source=scenario.source, field="options.host_tier")
     say = progress or (lambda _s: None)
     derating: dict[DeratingKey, tuple[float, list[str]]] = {}
     rounds: list[VerifyRound] = []

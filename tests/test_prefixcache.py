@@ -43,3 +43,53 @@ def test_cli_prefix_cache():
     assert "shared hit rate" in r.output and "break-even link bandwidth" in r.output
     r = CliRunner().invoke(main, ["prefix-cache", "--replicas", "0"])
     assert r.exit_code != 0 and "replicas" in r.output
+
+
+def _costs(egress_usd_per_gb: float | None = None):
+    from fleetplan.costmodels.prefixcache import CacheCosts
+    from fleetplan.costmodels.prices import EgressTable, EgressTier, GpuPrice
+
+    price = GpuPrice("aws", "us-east-1", "", "H100-SXM-80GB", "x", 1, 3.6, 3.6, "on-demand", source="test")
+    table = None if egress_usd_per_gb is None else EgressTable(
+        "aws", "cross_zone", "test", (EgressTier(0.0, None, egress_usd_per_gb),), source="test")
+    return CacheCosts(requests_per_day=1e6, blocks_per_request=10, block_bytes=0.05e9, prefill_gpu_s_per_block=0.02,
+                      fetch_gpu_s_per_block=0.002, price=price, cache_gpu_hours_per_day=12.0, egress_table=table,
+                      route="aws:us-east-1:a to aws:us-east-1:b")
+
+
+def test_prefix_cache_ledger_by_hand():
+    from fleetplan.costmodels.prefixcache import break_even_egress_usd_per_gb, break_even_hit_rate, prefix_cache_ledgers
+
+    # 1e6 requests x 10 blocks = 1e7 reads; a block's prefill 0.02 GPU-s at $3.6/GPU-h = $0.001/GPU-s.
+    # no cache: 1e7 x 0.02 = 2e5 GPU-s = 55.56 GPU-h = $200.00/day
+    # per-replica (10% hits): 0.9 x $200 = $180 + memory 12 GPU-h x 3.6 = $43.20 -> $223.20
+    # shared (15% hits): $170 + $43.20 + moved 1e7 x 0.05 = 5e5 blocks x 0.002 GPU-s = 1000 GPU-s = $1.00
+    #   + 5e5 x 0.05 GB = 25,000 GB x $0.02 = $500 -> $714.20
+    led = prefix_cache_ledgers(0.10, 0.15, _costs(0.02))
+    assert led["no cache"].total_usd_per_day == pytest.approx(200.0)
+    assert led["per-replica caches"].total_usd_per_day == pytest.approx(223.2)
+    assert led["shared cache"].total_usd_per_day == pytest.approx(170 + 43.2 + 1.0 + 500.0)
+    # break-even egress: (0.02 - 0.002) x 0.001 / 0.05 = $0.00036/GB: $0.02 is far above it
+    assert break_even_egress_usd_per_gb(_costs(0.02)) == pytest.approx(0.00036)
+    # at that price the shared cache's extra hits cost what they save: 0.05 x $200 = $10 saved,
+    # $1 of waiting + 25,000 GB x $0.00036 = $9
+    at_be = prefix_cache_ledgers(0.10, 0.15, _costs(0.00036))
+    assert at_be["shared cache"].total_usd_per_day == pytest.approx(led["per-replica caches"].total_usd_per_day)
+    # within a zone (no egress table): $170 + $43.20 + $1 = $214.20 < $223.20
+    assert prefix_cache_ledgers(0.10, 0.15, _costs())["shared cache"].total_usd_per_day == pytest.approx(214.2)
+    # the memory pays at 12 GPU-h x 3600 / (1e7 x 0.02) = 21.6% hits
+    assert break_even_hit_rate(_costs()) == pytest.approx(0.216)
+
+
+def test_prefix_cache_command_prints_the_ledger():
+    from click.testing import CliRunner
+
+    from fleetplan.cli.main import main
+
+    res = CliRunner().invoke(main, ["prefix-cache", "--requests", "200", "--replicas", "1,2",
+                                    "--peer-site", "aws:us-west-2"])
+    assert res.exit_code == 0, res.output
+    assert "ledger per day" in res.output and "egress" in res.output
+    # Llama-3.1-8B on H100: a 67-MB block over the 5-Gb/s inter-region default link takes ~0.1 s, more than its
+    # ~20-ms prefill: fetching never pays
+    assert "break-even egress: none" in res.output
