@@ -13,31 +13,41 @@ at random for one constraint family:
 * spot: a spot pool whose interruption rate must fit in the free GPUs of its small on-demand fallback pool;
 * sites: one model with traffic at an origin site and capacity at two sites, request egress priced per GB;
 * classes: one model with two request classes and options that serve one class, the other, or both;
-* best-effort: demand beyond the inventory, two models of different priority (``solve(best_effort=True)``).
+* best-effort: demand beyond the inventory, two models of different priority (``solve(best_effort=True)``);
+* disagg: one model served colocated at site t:a or prefilled there and decoded at the cheaper site t:b, the KV
+  cache and prompts crossing the WAN priced by a three-band monthly-volume egress table.
 
 The reference is an enumeration written from the problem's definition, sharing no code with the solvers' models: every
 replica count 0..N_o per option and window (N_o = the replicas the option needs for its model's highest demand, or
 the model's floor if larger, within the pool: a plan with more replicas of an option in some window stays feasible
 with N_o there and costs no more, since GPU-hours fall and clipping a sequence never adds a rise), every subset of
 the models on the shared GPU serving what their dedicated replicas leave (the least load a shared GPU can take: if
-any split is feasible, this one is), and for best effort the unserved demand the plan's own capacity leaves.
+any split is feasible, this one is), for best effort the unserved demand the plan's own capacity leaves, and for
+prefill/decode pools the KV flow that the colocated replicas leave (the least flow that serves the demand: every
+band of the egress table has a rate >= 0, so more flow never costs less).
 Feasibility is :func:`fleetplan.placement.validate.validate`, the cost its ``plan_cost_usd`` (commitments at the
 plan's peak use, the cheapest commitment for those replicas; egress served at the cheapest sites first), and for best
 effort the lexicographic order (unserved demand of the higher priority, then of the lower, then cost).
 
-Checked per instance and backend: a plan returned passes ``validate`` with its reported cost; OPTIMAL only when the
-plan is within the requested gap of the enumeration's optimum (a "false OPTIMAL" otherwise); a lower bound never
-above the enumeration's optimum ("bound above a valid plan"); INFEASIBLE exactly when the enumeration finds no plan;
-a best-effort plan serves as much of each priority as the enumeration's best. Not covered: prefill/decode pools with
-KV egress bands (their flows are continuous decisions the enumeration does not search); say so when quoting figures.
+Each instance is solved by each backend twice: through the `fleetplan plan` pipeline, and by the exact model alone
+from a cold start (``--stages``). Checked per solve: a plan returned passes ``validate`` with its reported cost;
+OPTIMAL only when the plan is within the requested gap of the enumeration's optimum (a "false OPTIMAL" otherwise);
+a lower bound never above the enumeration's optimum ("bound above a valid plan"); INFEASIBLE exactly when the
+enumeration finds no plan; a best-effort plan serves as much of each priority as the enumeration's best. CP-SAT
+plans neither best effort nor prefill/decode pools (solve() hands the first to HiGHS and refuses the second), so
+those two families run on HiGHS and CBC only.
 
-Measured (2026-12-03, 2 cores shared with other work, `--instances 210`, HiGHS, CBC and CP-SAT): 600 solves
-(30 instances a family; best effort on HiGHS and CBC only), all returned OPTIMAL, 0 false claims: no false OPTIMAL,
-no bound above a valid plan, every plan valid at its reported cost; 125.5 CPU-s. The same script on the code before
-the exact sharing fix (commit 17019c7's parent, `--families shared floors --instances 40 --backends highs`): 17 of
-40 solves false (a false OPTIMAL with a bound above a valid plan in each; e.g. $6.00 "optimal" against $4.00).
-No instance drawn was infeasible (the floors family's ceilings never bound below its floors): INFEASIBLE honesty
-is checked by tests/test_planner_honesty.py, not here.
+Measured (2026-12-03, 2 cores shared with other work, load 11-12, `--instances 240`, the default stages and
+backends): 1,320 solves (30 instances a family, each by the pipeline and by the exact model alone; best effort and
+disagg on HiGHS and CBC only), all OPTIMAL, 0 false claims (no false OPTIMAL, no bound above a valid plan, every plan
+valid at its reported cost); 116 CPU-s. Before this round's two fixes the same script found: on prefill/decode
+instances, HiGHS proving its own optimum below the plan's true cost (the open top egress band filled first, (14)),
+so optimal plans were reported "feasible, gap 2.03%"; and CBC proving a $8.79 plan optimal where $7.47 exists (its
+preprocessing; the pipeline's warm start hid it as a DEFECT note, the exact stage shows it). On the code before the
+exact-sharing fix (commit 17019c7's parent, `--families shared floors --instances 40 --backends highs --stages
+pipeline`): 17 of 40 solves false (a false OPTIMAL with a bound above a valid plan in each; e.g. $6.00 "optimal"
+against $4.00). No instance drawn was infeasible (the floors family's ceilings never bound below its floors):
+INFEASIBLE honesty is checked by tests/test_planner_honesty.py, not here.
 """
 
 from __future__ import annotations
@@ -51,13 +61,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fleetplan.costmodels.prices import EgressTable, EgressTier
 from fleetplan.placement.plan import Plan, SharedGPU, Status
-from fleetplan.placement.problem import ModelSpec, Pool, Problem, ReplicaOption, ShareOption
+from fleetplan.placement.problem import KvRoute, ModelSpec, Pool, Problem, ReplicaOption, ShareOption
 from fleetplan.placement.validate import plan_cost_usd, validate
-from fleetplan.solvers.solve import solve
+from fleetplan.solvers.milp import solve_best_effort
+from fleetplan.solvers.solve import REGISTRY, solve
 
 #: The constraint families drawn, in turn.
-FAMILIES = ("shared", "floors", "commitments", "spot", "sites", "classes", "best-effort")
+FAMILIES = ("shared", "floors", "commitments", "spot", "sites", "classes", "best-effort", "disagg")
 #: Windows per instance (two keep the enumeration to a few thousand plans and still exercise starts).
 N_WINDOWS = 2
 #: Absolute tolerance, USD, when comparing costs (the plan files' cent).
@@ -161,12 +173,33 @@ def _best_effort_instance(rng: np.random.Generator) -> Problem:
     return Problem(3600.0, N_WINDOWS, (a,), models, opts, margin=0.1, name="audit best-effort")
 
 
+def _disagg_instance(rng: np.random.Generator) -> Problem:
+    """One model, no origin site; at t:a (dearer GPUs) a colocated tp1 option and a prefill tp1 option sending to
+    t:b; at t:b (cheaper GPUs) a decode tp1 option. The route t:a -> t:b moves 0.5-3 MB of KV per request and
+    2-8 kB of prompt, billed by one table of three monthly bands (100 GB free, then $0.09/GB, then $0.05/GB
+    above 2,000 GB)."""
+    a = _pool("t:a", 4, _r(rng, 2.0, 4.0))
+    b = _pool("t:b", 4, _r(rng, 0.8, 2.0))
+    table = EgressTable("t", "inter_region", "audit bands", (EgressTier(0.0, 100.0, 0.0),
+                                                               EgressTier(100.0, 2000.0, 0.09),
+                                                               EgressTier(2000.0, None, 0.05)))
+    models = (ModelSpec("x", (_r(rng, 0, 6), _r(rng, 0, 6)), 1.0, 0.05),)
+    c = _r(rng, 1.5, 4)
+    opts = (ReplicaOption("x", a.id, 1, 1, c, 40e9, start_cost_usd=_r(rng, 0, 0.3)),)
+    pd = (ReplicaOption("x", a.id, 1, 1, round(c * _r(rng, 1.5, 3.0), 2), 40e9, role="prefill", decode_site="t:b"),
+          ReplicaOption("x", b.id, 1, 1, round(c * _r(rng, 0.8, 1.5), 2), 40e9, role="decode"))
+    route = KvRoute("x", "t:a", "t:b", "inter_region", kv_bytes_per_request=_r(rng, 0.5e6, 3e6),
+                    prompt_bytes_per_request=_r(rng, 2e3, 8e3), kv_table=table, prompt_table=table)
+    return Problem(3600.0, N_WINDOWS, (a, b), models, opts, margin=0.1, pd_options=pd, kv_routes=(route,),
+                   name="audit disagg")
+
+
 def make_instance(family: str, rng: np.random.Generator) -> Problem:
     """A random instance of ``family`` (one of FAMILIES)."""
     return {"shared": lambda: _shared_instance(rng, floors=False), "floors": lambda: _shared_instance(rng, floors=True),
             "commitments": lambda: _commitment_instance(rng), "spot": lambda: _spot_instance(rng),
             "sites": lambda: _sites_instance(rng), "classes": lambda: _classes_instance(rng),
-            "best-effort": lambda: _best_effort_instance(rng)}[family]()
+            "best-effort": lambda: _best_effort_instance(rng), "disagg": lambda: _disagg_instance(rng)}[family]()
 
 
 # --- the enumeration (the reference), from the problem's definition -------------------------------------------
@@ -178,7 +211,7 @@ def _count_ranges(problem: Problem) -> list[range]:
     model's floor if larger, and no more than its pool holds."""
     out = []
     models = problem.model_by_name
-    for o in problem.options:
+    for o in (*problem.options, *problem.pd_options):
         m = models[o.model]
         caps = [c for _, c in o.class_capacity_req_per_s] or [o.capacity_req_per_s]
         need = math.ceil(max(m.demand_req_per_s) / ((1 - problem.margin) * min(caps)) - 1e-9)
@@ -211,7 +244,7 @@ class Reference:
 def enumerate_best(problem: Problem, best_effort: bool = False) -> Reference:
     """The cheapest plan ``validate`` accepts among those the module docstring lists (for ``best_effort``: the
     least unserved demand by priority, highest first, then the cheapest)."""
-    opts = problem.options
+    opts = (*problem.options, *problem.pd_options)
     W = problem.n_windows
     mu = 1 - problem.margin
     priorities = sorted({m.priority for m in problem.models}, reverse=True)
@@ -220,10 +253,14 @@ def enumerate_best(problem: Problem, best_effort: bool = False) -> Reference:
     ranges = _count_ranges(problem)
     n = 0
     for counts in itertools.product(*[r for r in ranges for _ in range(W)]):
-        replicas = {o.key: tuple(counts[i * W:(i + 1) * W]) for i, o in enumerate(opts)}
-        replicas = {k: v for k, v in replicas.items() if any(v)}
+        by_option = {o: tuple(counts[i * W:(i + 1) * W]) for i, o in enumerate(opts)}
+        replicas = {o.key: c for o, c in by_option.items() if o.role == "colocated" and any(c)}
+        pd_replicas = {o.pd_key: c for o, c in by_option.items() if o.role != "colocated" and any(c)}
         ded = {m.name: [sum(c[w] * problem.option_by_key[k].capacity_req_per_s * mu for k, c in replicas.items()
                             if k[0] == m.name) for w in range(W)] for m in problem.models}
+        flows = {r.key: tuple(max(0.0, problem.model_by_name[r.model].demand_req_per_s[w] - ded[r.model][w])
+                              for w in range(W)) for r in problem.kv_routes}
+        flows = {k: f for k, f in flows.items() if any(f)}
         for pid, residents in _shared_choices(problem):
             shared = ()
             if residents:
@@ -242,7 +279,8 @@ def enumerate_best(problem: Problem, best_effort: bool = False) -> Reference:
                     u = tuple(max(0.0, m.demand_req_per_s[w] - ded[m.name][w] - sh[w]) for w in range(W))
                     if any(u):
                         unserved[m.name] = u
-            plan = Plan(replicas=replicas, shared=shared, unserved_req_per_s=unserved)
+            plan = Plan(replicas=replicas, shared=shared, unserved_req_per_s=unserved, pd_replicas=pd_replicas,
+                        kv_flows_req_per_s=flows)
             n += 1
             if not validate(problem, plan, check_objective=False).ok:
                 continue
@@ -259,10 +297,19 @@ def enumerate_best(problem: Problem, best_effort: bool = False) -> Reference:
 # --- the audit ------------------------------------------------------------------------------------------------
 
 
-def audit_one(problem: Problem, backend: str, best_effort: bool, ref: Reference) -> tuple[Plan, list[str]]:
+def audit_one(problem: Problem, backend: str, best_effort: bool, ref: Reference,
+              stage: str = "pipeline") -> tuple[Plan, list[str]]:
     """One solve of ``problem`` with ``backend`` (30 s, one thread, gap 1e-4) and its false claims against the
-    enumeration ``ref`` (:func:`false_claims`)."""
-    plan = solve(problem, backend, time_limit_s=30, threads=1, gap=1e-4, best_effort=best_effort)
+    enumeration ``ref`` (:func:`false_claims`). ``stage`` 'pipeline': :func:`fleetplan.solvers.solve.solve`, what
+    `fleetplan plan` runs (greedy warm start, LP bound, window passes, then the exact model); 'exact': the backend's
+    exact model alone, cold (no warm start, no other bound), so a false proof cannot hide behind a better warm
+    start (best effort: :func:`fleetplan.solvers.milp.solve_best_effort`)."""
+    if stage == "pipeline":
+        plan = solve(problem, backend, time_limit_s=30, threads=1, gap=1e-4, best_effort=best_effort)
+    elif best_effort:
+        plan = solve_best_effort(problem, backend=backend, time_limit_s=30, threads=1, gap=1e-4)
+    else:
+        plan = REGISTRY[backend](problem, time_limit_s=30, threads=1, gap=1e-4)
     return plan, false_claims(problem, plan, ref, best_effort)
 
 
@@ -318,6 +365,8 @@ def main() -> None:
     ap.add_argument("--backends", nargs="+", default=["highs", "cbc", "cpsat"], choices=["highs", "cbc", "cpsat"])
     ap.add_argument("--families", nargs="+", default=list(FAMILIES), choices=FAMILIES)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--stages", nargs="+", default=["pipeline", "exact"], choices=["pipeline", "exact"],
+                    help="what is solved: the plan pipeline and/or each backend's exact model alone (see audit_one)")
     args = ap.parse_args()
     rng = np.random.default_rng(args.seed)
     cpu0 = _cpu_s()
@@ -332,17 +381,18 @@ def main() -> None:
         ref = enumerate_best(problem, best_effort=best_effort)
         counts[family] += 1
         for backend in args.backends:
-            if best_effort and backend == "cpsat":
-                continue  # CP-SAT has no unserved-demand model; solve() would hand the stage to HiGHS
-            plan, bad = audit_one(problem, backend, best_effort, ref)
-            statuses[(family, "ok" if not bad else "FALSE")] += 1
-            by_status[plan.status.value] += 1
-            failures += [f"instance {i} ({family}, {backend}): {b}" for b in bad]
+            if backend == "cpsat" and (best_effort or problem.has_disaggregation):
+                continue  # see the module docstring: HiGHS and CBC only
+            for stage in args.stages:
+                plan, bad = audit_one(problem, backend, best_effort, ref, stage)
+                statuses[(family, "ok" if not bad else "FALSE")] += 1
+                by_status[plan.status.value] += 1
+                failures += [f"instance {i} ({family}, {backend}, {stage}): {b}" for b in bad]
         if (i + 1) % 20 == 0:
             print(f"  {i + 1}/{args.instances} instances, {len(failures)} false claims so far, "
                   f"{_cpu_s() - cpu0:.0f} CPU-s", flush=True)
     print(f"\n{args.instances} instances ({', '.join(f'{f} {n}' for f, n in counts.items())}), backends "
-          f"{', '.join(args.backends)} (best effort: highs and cbc); CPU {_cpu_s() - cpu0:.1f} s (solver "
+          f"{', '.join(args.backends)} (best effort, disagg: highs and cbc); CPU {_cpu_s() - cpu0:.1f} s (solver "
           "subprocesses included)")
     print(f"statuses returned: {', '.join(f'{k} {v}' for k, v in sorted(by_status.items()))}")
     for f in args.families:

@@ -29,9 +29,10 @@ def test_one_instance_per_family_has_no_false_claim(family):
     problem = audit.make_instance(family, np.random.default_rng(7))
     best_effort = family == "best-effort"
     ref = audit.enumerate_best(problem, best_effort=best_effort)
-    plan, bad = audit.audit_one(problem, "highs", best_effort, ref)
-    assert bad == []
-    assert validate(problem, plan).ok
+    for stage in ("pipeline", "exact"):
+        plan, bad = audit.audit_one(problem, "highs", best_effort, ref, stage)
+        assert bad == [], stage
+        assert validate(problem, plan).ok
 
 
 def _remainder_case() -> Problem:
