@@ -66,6 +66,7 @@ from fleetplan.scenario.read import (
     at_field,
     field_error,
     scenario_catalog_file,
+    scenario_engine,
     scenario_model,
     scenario_spec,
     within_entry,
@@ -215,7 +216,10 @@ def _model_inputs(scenario: Scenario, inputs: _Inputs, i: int, m: ScenarioModel,
     # Without an engine key the plan keeps the prefill-first engine its goldens were made with (for now: the switch
     # of the default to vLLM V1 moves the default plan; docs/engine.md gives the figures).
     base_engine = o_engine.to_engine() if o_engine is not None else PREFILL_FIRST
-    engine = m.engine.to_engine(base_engine) if m.engine is not None else base_engine
+    with within_entry(mw, "engine"):
+        engine = m.engine.to_engine(base_engine) if m.engine is not None else base_engine
+    engine = scenario_engine(engine, mw, "engine" if m.engine is not None else "options.engine",
+                             scenario_catalog_file(scenario, "models"))
     return ModelInputs(index=i, where=mw, name=m.name, model=model, weight_dtype=m.weight_dtype or opts["weight_dtype"],
                        kv_dtype=m.kv_dtype or opts["kv_dtype"], slo=m.slo.to_slo(), mix=scenario.token_mixes[m.name],
                        tps=m.tp_degrees, classes=model_classes(m, mw), profiles=inputs.measured.get(model.name, {}),
@@ -342,3 +346,31 @@ def build_problem(scenario: Scenario, *, progress: Callable[[str], None] | None 
         model_rows[mi.model.name] = i
         parts.append(_model_part(scenario, inputs, mi, _model_spec(scenario, m, mi), pools, gpus, dis, progress))
     return _problem(scenario, pools, parts)
+
+
+@dataclass(frozen=True)
+class ModelSizing:
+    """What every option of one scenario model is sized with (:func:`model_sizing`): the model's inputs, the
+    scenario's pools and their GPU records, and the sizing context."""
+
+    model: ModelInputs
+    pools: list[Pool]
+    gpus: dict[str, GPU]
+    context: SizingContext
+
+
+def model_sizing(scenario: Scenario, name: str) -> ModelSizing:
+    """The inputs :func:`build_problem` sizes model ``name``'s options with (a what-if re-sizes them with another
+    engine, e.g. ``fleetplan ledger speculation``). Raises UnknownNameError naming the scenario's models for a
+    name it lacks, InputError / UnknownNameError as :func:`build_problem` for bad input."""
+    inputs = _sizing_inputs(scenario, {})
+    pools, gpus = scenario_pools(scenario.source, inputs.spec, scenario.options, inputs.prices,
+                                 allowed_gpus=inputs.allowed_gpus, gpus_file=scenario_catalog_file(scenario, "gpus"))
+    site_names = sorted({p.site for p in pools})
+    names = []
+    for i, m in enumerate(inputs.spec.models):
+        mi = _model_inputs(scenario, inputs, i, m, site_names)
+        if name in (m.name, mi.model.name):
+            return ModelSizing(mi, pools, gpus, inputs.sizing)
+        names.append(m.name)
+    raise UnknownNameError("model", name, names, source=scenario.source, field="models")

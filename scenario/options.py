@@ -251,9 +251,13 @@ def shared_options(ctx: SizingContext, mi: ModelInputs, pool: Pool, gpu: GPU, *,
     wait for the other K - 1 steps, so its shared capacity is sized for TPOT target / K; and their prefills stall
     its decode steps and queue ahead of its prefills (capacity point 9: residents = K). The KV budget holds the p95
     running batch at mean length plus one p95-length request (capacity point 8), with 10% to spare. A model with
-    request classes has no shared option (yet); a measured profile's miss is explained in ``why``.
+    request classes has no shared option (yet); a measured profile's miss is explained in ``why``. Nor has a model
+    with speculative decoding (its draft's weights and KV are sized on dedicated replicas only; ``why`` says so).
     """
     if mi.classes:
+        return []
+    if mi.engine.speculative is not None:
+        why.append(f"{pool.id} shared: speculative decoding is planned on dedicated replicas only")
         return []
     opts, model, mix, mu_mem = ctx.opts, mi.model, mi.mix, ctx.memory_utilization
     weights = mi.weight_bytes
