@@ -203,6 +203,11 @@ class EngineConfig:
                              "drop the hit rate", field="engine.prefix_hit_rate", value=self.prefix_hit_rate)
 
     @property
+    def framework(self) -> str:
+        """The engine and version as the calibration data names them, e.g. 'vLLM 0.11'."""
+        return f"vLLM {self.version}"
+
+    @property
     def chunked(self) -> bool:
         """True for the chunked-prefill scheduler (vllm-v1)."""
         return self.mode == "vllm-v1"

@@ -32,7 +32,6 @@ from fleetplan.costmodels.hardware import GPU
 from fleetplan.costmodels.network import Site
 from fleetplan.costmodels.prices import GpuPrice, check_price_date
 from fleetplan.costmodels.profile_capacity import MeasuredProfile
-from fleetplan.datasets.calibration import load_calibration
 from fleetplan.datasets.catalog.names import get_gpu
 from fleetplan.datasets.catalog.prices import load_gpu_prices
 from fleetplan.datasets.network import inter_node_link
@@ -52,10 +51,10 @@ from fleetplan.scenario.disagg import Disaggregation, prefill_decode_options
 from fleetplan.scenario.options import (
     ModelInputs,
     SizingContext,
+    engine_calibration,
     pipeline_candidates,
     profile_notes,
     replica_options,
-    roofline_source,
     shared_options,
     tp_candidates,
 )
@@ -245,12 +244,12 @@ def _model_spec(scenario: Scenario, m: ScenarioModel, mi: ModelInputs) -> ModelS
                          peak_factor=mi.peak_factor, peak_factor_source=mi.peak_factor_source)
 
 
-def _pool_options(sizing: SizingContext, mi: ModelInputs, pool: Pool, gpu: GPU, calib: Calibration,
+def _pool_options(sizing: SizingContext, mi: ModelInputs, pool: Pool, gpu: GPU, calib: Calibration, src: str,
                   why: list[str]) -> tuple[list[ReplicaOption], list[ShareOption]]:
-    """Step 4c, on one pool (its GPU's roofline calibration ``calib``): the model's dedicated options (each tp of
-    its list that fits a node), its pipeline-parallel options (whole nodes as stages, when one node cannot hold the
-    weights) and its shared-GPU option; what is left out is explained in ``why``."""
-    src = roofline_source(sizing, calib)
+    """Step 4c, on one pool (its GPU's roofline calibration ``calib`` for the model's engine version, described by
+    ``src``): the model's dedicated options (each tp of its list that fits a node), its pipeline-parallel options
+    (whole nodes as stages, when one node cannot hold the weights) and its shared-GPU option; what is left out is
+    explained in ``why``."""
     dedicated = replica_options(sizing, mi, pool, gpu, tp_candidates(mi, pool, why), calib=calib,
                                 roofline_source=src, why=why)
     pipeline = replica_options(sizing, mi, pool, gpu, pipeline_candidates(sizing, mi, pool, gpu), calib=calib,
@@ -270,10 +269,10 @@ def _model_part(scenario: Scenario, inputs: _Inputs, mi: ModelInputs, spec: Mode
         if pool.site in dis.prefill_only:
             continue
         gpu = gpus[pool.gpu]
-        calib = load_calibration(gpu, inputs.sizing.calib_file)
+        calib, src = engine_calibration(inputs.sizing, gpu, mi.engine)
         if progress:
             progress(f"capacity of {mi.model.name} on {pool.id}")
-        dedicated, shared = _pool_options(inputs.sizing, mi, pool, gpu, calib, why)
+        dedicated, shared = _pool_options(inputs.sizing, mi, pool, gpu, calib, src, why)
         options += dedicated
         shares += shared
     pd_options: list[ReplicaOption] = []

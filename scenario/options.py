@@ -22,6 +22,7 @@ from fleetplan.costmodels.network import Link
 from fleetplan.costmodels.profile_capacity import MeasuredProfile, measured_replica_capacity
 from fleetplan.costmodels.queueing import poisson_occupancy_quantile
 from fleetplan.costmodels.slo import SLO
+from fleetplan.datasets.calibration import CALIBRATION_FILE, calibration_for_engine
 from fleetplan.placement.problem import DeratingKey, Pool, ReplicaOption, ShareOption
 
 #: A request class as the scenario gives it: (name, share of the model's requests, token mix, longest prompt and
@@ -119,6 +120,18 @@ def option_capacity(prof: MeasuredProfile | None, model: Model, gpu: GPU, mix: T
 def roofline_source(ctx: SizingContext, calib: Calibration) -> str:
     """The capacity source of an option sized by the calibrated roofline: the calibration row and its file."""
     return f"roofline ({calib.gpu} row of {ctx.opts.get('calibration') or 'the shipped calibration roofline.csv'})"
+
+
+def engine_calibration(ctx: SizingContext, gpu: GPU, engine: EngineConfig) -> tuple[Calibration, str]:
+    """(roofline row, capacity source) of an option of ``gpu`` run by ``engine``: the row fitted for the engine's
+    version (:func:`fleetplan.datasets.calibration.calibration_for_engine`), the source naming the row, its file
+    and, for a version the calibration data does not hold, that its constants are extrapolated. The shipped
+    default engine (vLLM 0.11) gets the shipped roofline.csv row and :func:`roofline_source`'s text."""
+    calib, where, note = calibration_for_engine(gpu, ctx.calib_file, engine.framework)
+    if where == (ctx.calib_file or f"the shipped calibration {CALIBRATION_FILE}") and not note:
+        return calib, roofline_source(ctx, calib)
+    what = f"{calib.gpu} row" + (f" for {calib.framework}" if calib.framework else "")
+    return calib, f"roofline ({what} of {ctx.opts.get('calibration') or where}" + (f"; {note})" if note else ")")
 
 
 def _capacity(ctx: SizingContext, mi: ModelInputs, prof: MeasuredProfile | None, gpu: GPU, mix: TokenMix, *,

@@ -24,10 +24,9 @@ from fleetplan.costmodels.calibration import Calibration
 from fleetplan.costmodels.engine import Speculation
 from fleetplan.costmodels.hardware import GPU
 from fleetplan.costmodels.speculative import break_even_acceptance_rate
-from fleetplan.datasets.calibration import load_calibration
 from fleetplan.placement.problem import Pool
 from fleetplan.scenario.build import ModelSizing, model_sizing
-from fleetplan.scenario.options import ModelInputs, replica_option, roofline_source, tp_candidates
+from fleetplan.scenario.options import ModelInputs, engine_calibration, replica_option, tp_candidates
 from fleetplan.scenario.read import Scenario, scenario_catalog_file, scenario_engine
 
 #: Acceptance-rate tolerance of the break-even search.
@@ -101,8 +100,7 @@ def speculation_whatif(scenario: Scenario, model: str, spec: Speculation, *,
     rows = []
     for pool in sizing.pools:
         gpu = sizing.gpus[pool.gpu]
-        calib = load_calibration(gpu, sizing.context.calib_file)
-        src = roofline_source(sizing.context, calib)
+        calib, src = engine_calibration(sizing.context, gpu, mi.engine)
         for tp, pp in tp_candidates(mi, pool, []):
             capacity = functools.partial(_capacity, sizing, pool=pool, gpu=gpu, tp=tp, pp=pp, calib=calib, src=src)
 

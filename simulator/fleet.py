@@ -19,7 +19,7 @@ from fleetplan.costmodels.hardware import Model
 from fleetplan.costmodels.latency import decode_step_time_s, prefill_time_s
 from fleetplan.costmodels.network import Link
 from fleetplan.costmodels.split import kv_transfer_s
-from fleetplan.datasets.calibration import load_calibration
+from fleetplan.datasets.calibration import calibration_for_engine
 from fleetplan.datasets.catalog.names import get_gpu, get_model
 from fleetplan.datasets.network import inter_node_link, load_network_graph
 from fleetplan.errors import InputError
@@ -102,7 +102,7 @@ class FleetBuilder:
         if model_name in self._override:
             return self._override[model_name]
         spec = engine.speculative if engine is not None else None
-        key = (model_name, pool_id, tp, pp, kv_budget_bytes, role, spec)
+        key = (model_name, pool_id, tp, pp, kv_budget_bytes, role, spec, (engine or PREFILL_FIRST).framework)
         if key in self._cache:
             return self._cache[key]
 
@@ -115,7 +115,8 @@ class FleetBuilder:
         base = self.scenario.base_dir if self.scenario is not None else None
         if calib_file is not None and base and not os.path.isabs(calib_file):
             calib_file = os.path.join(base, calib_file)
-        calib = load_calibration(gpu, calib_file)
+        # the row of the engine's version, as the plan's capacity was sized (scenario.options.engine_calibration)
+        calib = calibration_for_engine(gpu, calib_file, (engine or PREFILL_FIRST).framework)[0]
         link = inter_node_link(opts.get("inter_node_link")) if pp > 1 else None
         kw: dict[str, Any] = dict(tp=tp, pp=pp, weight_dtype=wd, link=link, calib=calib)
         budget = mu * tp * pp * gpu.memory_bytes - model.weight_bytes(wd) if kv_budget_bytes is None \
