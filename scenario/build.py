@@ -214,9 +214,13 @@ def _model_inputs(scenario: Scenario, inputs: _Inputs, i: int, m: ScenarioModel,
     o_engine = inputs.spec.options.engine
     # Without an engine key the plan keeps the prefill-first engine its goldens were made with (for now: the switch
     # of the default to vLLM V1 moves the default plan; docs/engine.md gives the figures).
-    base_engine = o_engine.to_engine() if o_engine is not None else PREFILL_FIRST
+    # As soon as an engine key is given (options.engine or the model's own), an unset mode is vLLM V1.
     with within_entry(mw, "engine"):
-        engine = m.engine.to_engine(base_engine) if m.engine is not None else base_engine
+        if o_engine is not None:
+            engine = o_engine.to_engine()
+            engine = m.engine.to_engine(engine) if m.engine is not None else engine
+        else:
+            engine = m.engine.to_engine() if m.engine is not None else PREFILL_FIRST
     engine = scenario_engine(engine, mw, "engine" if m.engine is not None else "options.engine",
                              scenario_catalog_file(scenario, "models"))
     return ModelInputs(index=i, where=mw, name=m.name, model=model, weight_dtype=m.weight_dtype or opts["weight_dtype"],

@@ -253,3 +253,35 @@ def test_ledger_speculation_json(tmp_path):
                                     "--acceptance-rate", "0.8"])
     assert bad.exit_code == 2 and "draft_model" in bad.output
     assert not math.isnan(d["options"][0]["usd_per_replica_hour"])
+
+
+def test_measured_profile_with_speculation_is_refused_with_the_fix():
+    # A serving profile holds no verification pass: planning speculation from it would silently ignore the knob.
+    from fleetplan.costmodels.profile_capacity import measured_replica_capacity
+    from fleetplan.datasets.profiles import load_profile, profile_files
+
+    prof = load_profile(profile_files(str(ROOT / "tests" / "data" / "profiles"
+                                          / "vllm-*qps-Llama-3.1-8B-Instruct-h100.json")))
+    eng = EngineConfig(speculative=Speculation(acceptance_rate=0.6, method="ngram"))
+    with pytest.raises(InputError, match="drop engine.speculative") as e:
+        measured_replica_capacity(prof, TokenMix(1000, 1100, 200, 220), SLO(0.2, 0.015), model=get_model(
+            "Llama-3.1-8B"), gpu=get_gpu("H100-SXM-80GB"), tp=1, engine=eng)
+    assert e.value.field == "engine.speculative"
+
+
+def test_speculation_gets_no_shared_gpu_option_and_says_why(tmp_path):
+    # Llama-3.1-8B (tp 1 listed, so it has shared options without speculation) with n-gram speculation: none, and
+    # the option notes say why.
+    from fleetplan.scenario.build import build_problem
+    from fleetplan.scenario.read import load_scenario
+
+    raw = yaml.safe_load((ROOT / "datasets" / "scenarios" / "default.yaml").read_text())
+    raw["models"] = [m for m in raw["models"] if m["name"] == "Llama-3.1-8B"]
+    scen = tmp_path / "s.yaml"
+    scen.write_text(yaml.safe_dump(raw))
+    assert build_problem(load_scenario(scen)).share_options
+    raw["models"][0]["engine"] = {"speculative": {"method": "ngram", "acceptance_rate": 0.6}}
+    scen.write_text(yaml.safe_dump(raw))
+    p = build_problem(load_scenario(scen))
+    assert p.options and not p.share_options
+    assert any("speculative decoding is planned on dedicated replicas only" in n for n in p.option_notes["Llama-3.1-8B"])
