@@ -86,6 +86,10 @@ Model and approximations (λ = arrival rate, req/s; I, O = input and output toke
     queued prompt tokens) / tau (the replay does the same). Roofline options only: a measured profile's step times
     hold no verification pass (a measured option with speculation is refused, naming the fix).
 
+13. Long-context sparse decode (``engine.kv_read_fraction`` f < 1): a decode step reads f of each sequence's KV
+    and does f of its attention compute (:func:`~fleetplan.costmodels.latency.decode_step_time_s`); KV memory is
+    unchanged. Traffic only: the quality change of attending to selected KV blocks is not modelled.
+
 Latencies come from :mod:`fleetplan.costmodels.latency` (analytic roofline) or from a measured profile through
 :func:`replica_capacity_from_latency`.
 """
@@ -692,11 +696,12 @@ def _replica_capacity(model: Model, gpu: GPU, mix: TokenMix, slo: SLO, *, tp: in
         kv_seq95 += kv_tokens_held(m, mix.input_tokens_p95, mix.output_tokens_p95, block_tokens=kv_block_tokens,
                                    whole=True) * kvpt
     kw: _LatencyOptions = dict(tp=tp, pp=pp, weight_dtype=weight_dtype, link=link, calib=calib)
+    kv_f = engine.kv_read_fraction
     prefill, decode = (lambda i: prefill_time_s(model, gpu, i, **kw)), (
-        lambda b, c: decode_step_time_s(model, gpu, b, c, kv_dtype=kv_dtype, **kw))
+        lambda b, c: decode_step_time_s(model, gpu, b, c, kv_dtype=kv_dtype, kv_read_fraction=kv_f, **kw))
     if spec is not None:
         prefill, decode = speculative_latency(model, gpu, spec, draft, tp=tp, pp=pp, weight_dtype=weight_dtype,
-                                              kv_dtype=kv_dtype, link=link, calib=calib)
+                                              kv_dtype=kv_dtype, link=link, calib=calib, kv_read_fraction=kv_f)
     return replica_capacity_from_latency(
         prefill, decode, mix, slo, kv_bytes_per_seq=kv_seq, kv_bytes_per_seq_p95=kv_seq95, kv_budget_bytes=budget,
         memory_bytes_per_gpu=memory, residents=residents, **base)
@@ -717,16 +722,19 @@ def _draft_of(engine: EngineConfig, model: Model) -> Model | None:
 
 def speculative_latency(model: Model, gpu: GPU, spec: Speculation, draft: Model | None, *, tp: int, pp: int = 1,
                         weight_dtype: str = "bf16", kv_dtype: str = "bf16", link: Link | None = None,
-                        calib: Calibration) -> tuple[Callable[[float], float], Callable[[float, float], float]]:
+                        calib: Calibration, kv_read_fraction: float = 1.0
+                        ) -> tuple[Callable[[float], float], Callable[[float, float], float]]:
     """(prefill seconds of a prompt, per-token decode step seconds) of ``model`` with speculation ``spec`` on tp ×
     pp GPUs of ``gpu`` (point 12; :func:`fleetplan.costmodels.speculative.per_token_decode`): the prefill adds
     the draft's over the same prompt, the step is (verify over k + 1 positions + k draft steps) / tau. The draft
     runs on the same GPUs with the target's tp and dtypes (no pipeline: vLLM runs the draft on the first stage's
-    ranks). ``draft``: the draft architecture (None for n-gram proposals)."""
+    ranks). ``draft``: the draft architecture (None for n-gram proposals). ``kv_read_fraction``: the target's
+    sparse-decode KV share (point 13; the draft reads its KV densely)."""
     kw: _LatencyOptions = dict(tp=tp, pp=pp, weight_dtype=weight_dtype, link=link, calib=calib)
 
     def verify(b: float, c: float, positions: float) -> float:
-        return decode_step_time_s(model, gpu, b, c, kv_dtype=kv_dtype, positions=positions, **kw)
+        return decode_step_time_s(model, gpu, b, c, kv_dtype=kv_dtype, positions=positions,
+                                  kv_read_fraction=kv_read_fraction, **kw)
 
     if draft is None:
         return (lambda i: prefill_time_s(model, gpu, i, **kw)), per_token_decode(verify, None, spec)

@@ -173,6 +173,11 @@ class EngineConfig:
             measured); counted only when ``prefix_caching`` is on.
         version: the engine version the figures assume, e.g. '0.11' (shown in plans and exports).
         speculative: speculative decoding (:class:`Speculation`), or None (off, vLLM's default).
+        kv_read_fraction: share of each sequence's cached KV a decode step reads, in (0, 1]: 1 for dense attention;
+            below 1 for a long-context sparse decode that attends to selected KV blocks (a model's sparse attention,
+            e.g. top-k block selection). A KV-read multiplier only: the KV keeps its whole memory, and the output
+            differs from dense attention, a quality change fleetplan does not model (validate it on the workload).
+            vLLM has no flag for it (a model's architecture brings it): exports write none.
 
     Raises InputError naming the field for an unknown mode, a budget or cap below 1, a hit rate outside [0, 1),
     or a hit rate stated with prefix caching off (it would be silently ignored).
@@ -185,6 +190,7 @@ class EngineConfig:
     prefix_hit_rate: float = 0.0
     version: str = "0.11"
     speculative: Speculation | None = None
+    kv_read_fraction: float = 1.0
 
     def __post_init__(self) -> None:
         if self.mode not in ENGINE_MODES:
@@ -198,6 +204,9 @@ class EngineConfig:
         if not (0.0 <= self.prefix_hit_rate < 1.0):
             raise InputError("engine.prefix_hit_rate must be in [0, 1) (a share of prompt tokens)",
                              field="engine.prefix_hit_rate", value=self.prefix_hit_rate)
+        if not (isinstance(self.kv_read_fraction, int | float) and 0.0 < self.kv_read_fraction <= 1.0):
+            raise InputError("engine.kv_read_fraction must be in (0, 1] (the share of the KV a decode step reads; "
+                             "1 for dense attention)", field="engine.kv_read_fraction", value=self.kv_read_fraction)
         if self.prefix_hit_rate > 0 and not self.prefix_caching:
             raise InputError("engine.prefix_hit_rate is set but prefix_caching is off; turn prefix_caching on or "
                              "drop the hit rate", field="engine.prefix_hit_rate", value=self.prefix_hit_rate)
@@ -239,7 +248,8 @@ class EngineConfig:
         return {"mode": self.mode, "version": self.version, "max_num_batched_tokens": self.max_num_batched_tokens,
                 "max_num_seqs": self.max_num_seqs, "prefix_caching": self.prefix_caching,
                 "prefix_hit_rate": self.prefix_hit_rate,
-                "speculative": self.speculative.as_dict() if self.speculative is not None else None}
+                "speculative": self.speculative.as_dict() if self.speculative is not None else None,
+                "kv_read_fraction": self.kv_read_fraction}
 
     def vllm_flags(self, draft_repo: str | None = None) -> list[str]:
         """The ``vllm serve`` flags that deploy this engine (call on a :meth:`resolved` record to pin the budget).

@@ -125,9 +125,14 @@ def roofline_source(ctx: SizingContext, calib: Calibration) -> str:
 def engine_calibration(ctx: SizingContext, gpu: GPU, engine: EngineConfig) -> tuple[Calibration, str]:
     """(roofline row, capacity source) of an option of ``gpu`` run by ``engine``: the row fitted for the engine's
     version (:func:`fleetplan.datasets.calibration.calibration_for_engine`), the source naming the row, its file
-    and, for a version the calibration data does not hold, that its constants are extrapolated. The shipped
+    and, for a version the calibration data does not hold, that its constants are extrapolated (and a sparse
+    decode's quality caveat, :attr:`EngineConfig.kv_read_fraction`). The shipped
     default engine (vLLM 0.11) gets the shipped roofline.csv row and :func:`roofline_source`'s text."""
     calib, where, note = calibration_for_engine(gpu, ctx.calib_file, engine.framework)
+    if engine.kv_read_fraction < 1.0:
+        note = (f"{note}; " if note else "") + (
+            f"sparse decode reading {engine.kv_read_fraction:.0%} of the KV: traffic only, its quality change "
+            "is not modelled")
     if where == (ctx.calib_file or f"the shipped calibration {CALIBRATION_FILE}") and not note:
         return calib, roofline_source(ctx, calib)
     what = f"{calib.gpu} row" + (f" for {calib.framework}" if calib.framework else "")

@@ -102,7 +102,8 @@ class FleetBuilder:
         if model_name in self._override:
             return self._override[model_name]
         spec = engine.speculative if engine is not None else None
-        key = (model_name, pool_id, tp, pp, kv_budget_bytes, role, spec, (engine or PREFILL_FIRST).framework)
+        key = (model_name, pool_id, tp, pp, kv_budget_bytes, role, spec, (engine or PREFILL_FIRST).framework,
+               engine.kv_read_fraction if engine is not None else 1.0)
         if key in self._cache:
             return self._cache[key]
 
@@ -127,8 +128,10 @@ class FleetBuilder:
         def roofline_prefill(i: float) -> float:
             return prefill_time_s(model, gpu, i, **kw)
 
+        kv_f = engine.kv_read_fraction if engine is not None else 1.0
+
         def roofline_decode(b: float, c: float) -> float:
-            return decode_step_time_s(model, gpu, b, c, kv_dtype=kd, **kw)
+            return decode_step_time_s(model, gpu, b, c, kv_dtype=kd, kv_read_fraction=kv_f, **kw)
 
         prefill: Callable[[float], float] = roofline_prefill
         decode: Callable[[float, float], float] = roofline_decode
@@ -138,7 +141,7 @@ class FleetBuilder:
                 raise InputError(f"{model_name}: the speculative draft model {spec.draft_model} is not resolved",
                                  field="engine.speculative.draft_model", value=spec.draft_model)
             prefill, decode = speculative_latency(model, gpu, spec, draft, tp=tp, pp=pp, weight_dtype=wd,
-                                                  kv_dtype=kd, link=link, calib=calib)
+                                                  kv_dtype=kd, link=link, calib=calib, kv_read_fraction=kv_f)
             if draft is not None:
                 budget -= draft.weight_bytes(wd)
                 kvpt += draft.kv_bytes_per_token(kd)

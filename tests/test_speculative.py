@@ -284,4 +284,5 @@ def test_speculation_gets_no_shared_gpu_option_and_says_why(tmp_path):
     scen.write_text(yaml.safe_dump(raw))
     p = build_problem(load_scenario(scen))
     assert p.options and not p.share_options
-    assert any("speculative decoding is planned on dedicated replicas only" in n for n in p.option_notes["Llama-3.1-8B"])
+    notes = p.option_notes["Llama-3.1-8B"]
+    assert any("speculative decoding is planned on dedicated replicas only" in n for n in notes)
