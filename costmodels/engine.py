@@ -133,7 +133,9 @@ class Speculation:
     def vllm_config(self, draft_repo: str | None = None) -> dict[str, object]:
         """vLLM's ``--speculative-config`` object: {"method": "ngram", "num_speculative_tokens": k,
         "prompt_lookup_max": 4} or {"model": draft repository, "num_speculative_tokens": k, "method":
-        "draft_model"} (vLLM's speculative decoding docs; ``draft_repo`` defaults to the draft's catalog name)."""
+        "draft_model"} (vLLM's speculative decoding docs; ``draft_repo`` defaults to the draft's catalog name).
+        vLLM V1 accepts the draft-model form only from the release with vllm-project/vllm pull request 24322 (it
+        rejected it up to at least 0.13); n-gram runs on earlier V1 releases."""
         if self.method == "ngram":
             return {"method": "ngram", "num_speculative_tokens": self.num_speculative_tokens, "prompt_lookup_max": 4}
         return {"model": draft_repo or self.draft_model, "num_speculative_tokens": self.num_speculative_tokens,
