@@ -8,7 +8,9 @@ Usage:
 The same as ``fleetplan calibrate --out datasets/data/calibration/roofline.csv``: the rows represent a current vLLM
 (vLLM 0.11, ML.ENERGY v3's engine; the anchor framework), with GPU-family efficiencies and per-framework factors
 fitted across the Splitwise profile, Argonne's vLLM runs, ML.ENERGY v2/v3 and TensorRT-LLM 0.9's static batches
-(fleetplan.costmodels.calibration_fit). ``benchmarks/bench_calibration.py`` prints the goals.
+(fleetplan.costmodels.calibration_fit). ``benchmarks/bench_calibration.py`` prints the goals. It also writes
+datasets/data/calibration/roofline_frameworks.csv: the same fit's rows for every fitted engine and version (the
+planner sizes an engine version other than vLLM 0.11 with them).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import argparse
 import sys
 
 from fleetplan.cli.calibrate import calibrate
-from fleetplan.datasets.calibration import shipped_calibration_path
+from fleetplan.datasets.calibration import FRAMEWORKS_FILE, shipped_calibration_path
 from fleetplan.datasets.held_out import shipped_held_out_path
 
 
@@ -26,7 +28,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--held-out", action="store_true", help="also refit without each (model, GPU) group")
     args = ap.parse_args(argv)
     extra = ["--held-out", "--held-out-table", shipped_held_out_path()] if args.held_out else ["--no-held-out"]
-    calibrate.main(["--out", shipped_calibration_path(), *extra], standalone_mode=False)
+    calibrate.main(["--out", shipped_calibration_path(), "--frameworks-out", shipped_calibration_path(FRAMEWORKS_FILE),
+                    *extra], standalone_mode=False)
     return 0
 
 

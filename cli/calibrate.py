@@ -25,14 +25,19 @@ from fleetplan.fileio import check_destination
 @click.option("--held-out-table", "held_out_table", default=None, type=click.Path(dir_okay=False),
               help="also write the held-out error per (model, GPU) group, framework and kind as CSV (the shipped "
                    "one, datasets/data/calibration/held_out_errors.csv, gives each plan's capacity error)")
+@click.option("--frameworks-out", "frameworks_out", default=None, type=click.Path(dir_okay=False),
+              help="also write the rows of every fitted framework and version (the shipped one, datasets/data/"
+                   "calibration/roofline_frameworks.csv, sizes a scenario whose engine version is not the anchor)")
 @click.option("--out", "out", required=True, type=click.Path(dir_okay=False),
               help="calibration CSV to write; name it in a scenario as options.calibration")
 def calibrate(extra: tuple[str, ...], no_shipped: bool, anchor: str, framework: str | None, held_out: bool,
-              held_out_table: str | None, out: str) -> None:
+              held_out_table: str | None, frameworks_out: str | None, out: str) -> None:
     """Fit the roofline's constants (efficiencies and host overhead scale per GPU family, overheads per framework and
     version) to measured prefill, decode-step, steady-state and static-batch times, report the fit error and the
     held-out error, and write a calibration file."""
     check_destination(out, field="--out")  # before the fit, which takes a while
+    if frameworks_out:
+        check_destination(frameworks_out, field="--frameworks-out")
     if held_out_table and not held_out:
         raise InputError("--held-out-table needs the held-out refits: drop --no-held-out", field="--held-out-table")
     rep = run_calibration(extra, shipped=not no_shipped, anchor=anchor, framework=framework, held_out=held_out)
@@ -59,6 +64,9 @@ def calibrate(extra: tuple[str, ...], no_shipped: bool, anchor: str, framework: 
                                   for k, v in rep.held_out_mdape_pct.items()})
     write_calibration_table(rep.rows, out, extra_cols)
     click.echo(f"wrote {out}")
+    if frameworks_out:
+        write_calibration_table(rep.framework_rows, frameworks_out)
+        click.echo(f"wrote {frameworks_out} ({', '.join(sorted({r.framework for r in rep.framework_rows}))})")
     if held_out_table:
         write_held_out_table(rep.held_out, held_out_table,
                              f"fleetplan calibrate --held-out: {rep.n_observations} measurements, one (model, GPU) "

@@ -1,4 +1,5 @@
-"""``fleetplan ledger``: cost ledgers, the prefill-here/decode-there comparison, what-if workbooks and sweeps.
+"""``fleetplan ledger``: cost ledgers, the prefill-here/decode-there comparison, what-if workbooks and sweeps, and
+whether speculative decoding pays for a model's mix (``ledger speculation``, :mod:`fleetplan.scenario.speculation`).
 
 Thin layer over :mod:`fleetplan.scenario.split` (options -> spec), :mod:`fleetplan.costmodels.split` (the
 comparison), :mod:`fleetplan.costmodels.ledger` and :mod:`fleetplan.outputs.workbook`. Bad input raises a
@@ -26,9 +27,12 @@ from fleetplan.cli.options import (
 )
 from fleetplan.cli.output import json_safe, rows_csv, stdout_console, table
 from fleetplan.cli.whatif import PLOT_HELP, run_whatif
+from fleetplan.costmodels.engine import SPECULATION_METHODS, Speculation
 from fleetplan.costmodels.split import SWEEP_VARIABLES, SplitResult, SplitSpec, compare, scenario_row
 from fleetplan.fileio import check_destinations, output_files
 from fleetplan.outputs.workbook import build_split_workbook
+from fleetplan.scenario.read import load_scenario
+from fleetplan.scenario.speculation import SpeculationRow, speculation_whatif, verdict
 from fleetplan.scenario.split import make_spec
 from fleetplan.solvers.executor import default_workers
 
@@ -160,3 +164,64 @@ def whatif_cmd(vary: tuple[str, ...], workers: int, executor: str, ray_address: 
     """Evaluate a grid of scenarios (in parallel processes, or on Ray) and print the verdict per cell."""
     run_whatif(split_options(kw), vary, workers, fmt, out, plot, max_cells, executor=executor,
                ray_address=ray_address)
+
+
+def _rate(x: float | None) -> str:
+    if x is None:
+        return "none (not even at 1)"
+    return "-" if x != x else f"{x:.3f}"  # nan: the option has no capacity without speculation
+
+
+def _usd(x: float) -> str:
+    return f"{x:,.2f}" if x != float("inf") else "-"
+
+
+def _speculation_table(model: str, spec: Speculation, rows: list[SpeculationRow]) -> Table:
+    t = table(f"{model}: capacity per replica without and with speculation ({spec.method}"
+              + (f" {spec.draft_model}" if spec.draft_model else "") + f", k {spec.num_speculative_tokens}, "
+              f"acceptance {spec.acceptance_rate:g}: {spec.tokens_per_step:.4f} tokens per step)",
+              ("option", "USD/h", "req/s", "req/s spec", "ratio", "USD/1M req", "USD/1M req spec", "pays",
+               "break-even acceptance"), right=lambda c: c not in ("option", "pays"), fold=False)
+    for r in rows:
+        t.add_row(f"{r.pool} tp {r.tp}", f"{r.usd_per_replica_hour:,.2f}", f"{r.base_req_per_s:.3f}",
+                  f"{r.spec_req_per_s:.3f}", f"{r.ratio:.3f}" if r.ratio == r.ratio else "-",
+                  _usd(r.base_usd_per_million_requests), _usd(r.spec_usd_per_million_requests),
+                  "yes" if r.pays else "no", _rate(r.break_even_acceptance_rate))
+    return t
+
+
+@ledger.command("speculation")
+@click.argument("scenario", required=False)
+@click.option("--model", required=True, help="The scenario's model to size (its SLO, token mix and engine).")
+@click.option("--acceptance-rate", type=click.FloatRange(0.0, 1.0), required=True,
+              help="Share of drafted tokens the target accepts (measured for this draft, target and workload).")
+@click.option("--num-speculative-tokens", "-k", type=click.IntRange(1, 64), default=4, show_default=True,
+              help="Tokens drafted per step.")
+@click.option("--method", type=click.Choice(list(SPECULATION_METHODS)), default="draft_model", show_default=True,
+              help="draft_model: a smaller model on the replica's GPUs; ngram: prompt lookup (no GPU work).")
+@click.option("--draft-model", default=None, help="The draft model's catalog name (method draft_model).")
+@click.option("--no-break-even", is_flag=True, help="Skip the break-even acceptance-rate search.")
+@format_option(("table", "json"))
+def speculation_cmd(scenario: str | None, model: str, acceptance_rate: float, num_speculative_tokens: int,
+                    method: str, draft_model: str | None, no_break_even: bool, fmt: str) -> None:
+    """Does speculative decoding pay for a model's mix? Each dedicated option of MODEL in SCENARIO (the shipped
+    default when omitted) sized without and with speculation, its cost per request, and the break-even acceptance
+    rate (capacity per dollar equal to no speculation)."""
+    spec = Speculation(acceptance_rate=acceptance_rate, num_speculative_tokens=num_speculative_tokens,
+                       method=method, draft_model=draft_model)
+    sc = load_scenario(scenario)
+    mi, rows = speculation_whatif(sc, model, spec, break_even=not no_break_even)
+    text = verdict(rows)
+    if fmt == "json":
+        click.echo(json.dumps(json_safe({"model": mi.model.name, "speculative": spec.as_dict(),
+                                         "options": [r.to_dict() for r in rows], "verdict": text}), indent=2))
+        return
+    con = stdout_console(170)
+    con.print(_speculation_table(mi.model.name, spec, rows))
+    for r in rows:
+        for side, note in (("without", r.base_note), ("with", r.spec_note)):
+            if note:
+                con.print(f"{r.pool} tp {r.tp} {side} speculation: {note}")
+    con.print(f"Verdict: {text}")
+    con.print("Both sides on the calibrated roofline (measured profiles left aside); the draft runs on the "
+              "replica's GPUs, so capacity per dollar moves with capacity.")

@@ -8,7 +8,7 @@ Model and approximations (λ = arrival rate, req/s; I, O = input and output toke
 
 1. Continuous batching with prefill priority: prefills pre-empt decode steps (vLLM's default scheduler). The prefill
    share of time is ρ_p = λ × prefill_time(I_mean); decode gets the rest, so the effective TPOT is
-   decode_step(B, ctx) / (1 − ρ_p). Chunked prefill, prefix caching and speculative decoding are not modelled.
+   decode_step(B, ctx) / (1 − ρ_p). Chunked prefill, prefix caching and speculative decoding: points 11-12.
 2. Concurrency by Little's law: B = λ × O_mean × TPOT (each request stays O_mean steps). TPOT depends on B, so B and
    TPOT are solved together by fixed-point iteration from B = 1 (both increase together; the iteration climbs to the
    least fixed point, or diverges when none exists — then the rate is infeasible). B below 1 is treated as 1.
@@ -84,6 +84,18 @@ Model and approximations (λ = arrival rate, req/s; I, O = input and output toke
     spill into the DRAM room reserved for swapped-out sequences (``max_batch`` counts it), and each decode step
     above HBM's room pays the excess sequences' swap-in.
 
+13. Speculative decoding (``engine.speculative``, :mod:`fleetplan.costmodels.speculative`): the decode step above
+    is one output token's share of a speculative step, (verify(B, c, k + 1) + k × draft_step(B, c)) / tau, tau the
+    expected tokens per step; the prefill adds the draft's; the draft's weights and KV bytes per token take memory.
+    Under chunked prefill a decoding sequence takes k + 1 tokens of the budget and a speculative step lasts tau
+    per-token steps, so the prompt tokens riding on one per-token step are min(max_num_batched_tokens − B × (k + 1),
+    queued prompt tokens) / tau (the replay does the same). Roofline options only: a measured profile's step times
+    hold no verification pass (a measured option with speculation is refused, naming the fix).
+
+14. Long-context sparse decode (``engine.kv_read_fraction`` f < 1): a decode step reads f of each sequence's KV
+    and does f of its attention compute (:func:`~fleetplan.costmodels.latency.decode_step_time_s`); KV memory is
+    unchanged. Traffic only: the quality change of attending to selected KV blocks is not modelled.
+
 Latencies come from :mod:`fleetplan.costmodels.latency` (analytic roofline) or from a measured profile through
 :func:`replica_capacity_from_latency`.
 """
@@ -100,7 +112,7 @@ import numpy as np
 
 from fleetplan.costmodels.calibration import Calibration
 from fleetplan.costmodels.demand import TokenMix
-from fleetplan.costmodels.engine import PREFILL_FIRST, EngineConfig
+from fleetplan.costmodels.engine import PREFILL_FIRST, EngineConfig, Speculation
 from fleetplan.costmodels.hardware import GPU, Model
 from fleetplan.costmodels.kvtiers import HostTier
 from fleetplan.costmodels.kvtiers import max_batch as tier_max_batch
@@ -113,6 +125,7 @@ from fleetplan.costmodels.queueing import (
     poisson_occupancy_quantile,
 )
 from fleetplan.costmodels.slo import SLO
+from fleetplan.costmodels.speculative import per_token_decode
 from fleetplan.errors import InputError, check_range
 
 
@@ -212,6 +225,10 @@ class _Sizing:
     in_q: dict[str, float] = field(default_factory=dict)
     pre_token_s: float = 0.0
     max_seqs: float = math.inf
+    #: speculative decoding (point 13): tokens a decoding sequence takes of the step budget (k + 1) and expected
+    #: tokens per speculative step (tau); 1 and 1 without.
+    budget_tokens_per_seq: float = 1.0
+    tokens_per_step: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -297,9 +314,10 @@ def _tail(lam: float, sz: _Sizing, decode: Callable[[float, float], float], batc
 def _chunk_tokens(sz: _Sizing, rho: float, batch: float) -> float:
     """Prompt tokens one chunk-carrying step takes on average (point 11): the prompt tokens in the system while the
     prefill queue is busy, I_mean / (1 − ρ) (an M/M/1 queue holds 1 / (1 − ρ) requests when busy), at most the
-    budget left by the decodes, c = max_num_batched_tokens − B."""
-    c = max(1.0, sz.budget_tokens - batch)
-    return min(c, sz.in_mean / max(1e-9, 1.0 - min(rho, 0.999)))
+    budget left by the decodes, c = max_num_batched_tokens − B (− B × (k + 1) with speculation, whose step lasts tau
+    per-token steps: the tokens per per-token step are then divided by tau, point 13)."""
+    c = max(1.0, sz.budget_tokens - batch * sz.budget_tokens_per_seq)
+    return min(c, sz.in_mean / max(1e-9, 1.0 - min(rho, 0.999))) / sz.tokens_per_step
 
 
 def _tail_chunked(lam: float, sz: _Sizing, decode: Callable[[float, float], float], batch: float
@@ -426,6 +444,7 @@ def _sizing(prefill_s: Callable[[float], float], mix: TokenMix, slo: SLO, reside
         v = lognormal_quantile(mean, p95, x)
         return max(v, p95) if x > 0.95 else min(v, p95)
 
+    spec = engine.speculative
     inp = {m: tokens(mix.input_tokens_mean, mix.input_tokens_p95, x) for m, x in q.items()}
     out = {m: tokens(mix.output_tokens_mean, mix.output_tokens_p95, x) for m, x in q.items()}
     rng = np.random.default_rng(TAIL_SEED)
@@ -443,7 +462,9 @@ def _sizing(prefill_s: Callable[[float], float], mix: TokenMix, slo: SLO, reside
                    budget_tokens=float(engine.max_num_batched_tokens or 0) if engine.chunked else 0.0,
                    in_mean=mix.input_tokens_mean, in_q=inp,
                    pre_token_s=max(0.0, prefill_s(mix.input_tokens_mean) - prefill_s(1.0)) / mix.input_tokens_mean,
-                   max_seqs=float(engine.max_num_seqs) if engine.max_num_seqs else math.inf)
+                   max_seqs=float(engine.max_num_seqs) if engine.max_num_seqs else math.inf,
+                   budget_tokens_per_seq=float(spec.num_speculative_tokens + 1) if spec is not None else 1.0,
+                   tokens_per_step=spec.tokens_per_step if spec is not None else 1.0)
 
 
 def _largest_passing(ev: Callable[[float], _Eval], lo: float, hi: float, best: _Eval,
@@ -671,7 +692,9 @@ def _replica_capacity(model: Model, gpu: GPU, mix: TokenMix, slo: SLO, *, tp: in
     # Validates tp/pp and dtypes early (raises InputError).
     decode_step_time_s(model, gpu, 1, 1, tp=tp, pp=pp, weight_dtype=weight_dtype, kv_dtype=kv_dtype, link=link,
                        calib=calib)
-    weights = model.weight_bytes(weight_dtype)
+    spec = engine.speculative
+    draft = _draft_of(engine, model)
+    weights = model.weight_bytes(weight_dtype) + (draft.weight_bytes(weight_dtype) if draft is not None else 0.0)
     usable = memory_utilization * n * gpu.memory_bytes
     reserve = (1.0 - memory_utilization) * gpu.memory_bytes
     base: _ReplicaShape = dict(weights_bytes_per_gpu=weights / n, gpus=n, source=f"roofline ({calib.gpu} calibration)",
@@ -681,7 +704,9 @@ def _replica_capacity(model: Model, gpu: GPU, mix: TokenMix, slo: SLO, *, tp: in
         return ReplicaCapacity(0.0, max_batch=0.0, batch_at_capacity=0.0, tpot_p95_s=math.nan, ttft_p95_s=math.nan,
                                kv_bytes_available=0.0, memory_bytes_per_gpu=weights / n + reserve,
                                limiting="weights_do_not_fit",
-                               reason=f"weights {weights / 1e9:.0f} GB exceed {memory_utilization:g} × "
+                               reason=f"weights {weights / 1e9:.0f} GB"
+                                      + (f" (the draft {draft.name}'s included)" if draft is not None else "")
+                                      + f" exceed {memory_utilization:g} × "
                                       f"{gpu.memory_bytes / 1e9:.0f} GB × {par}", **base)
     budget = usable - weights if kv_budget_bytes is None else float(kv_budget_bytes)
     memory = (weights + budget) / n + reserve
@@ -691,13 +716,61 @@ def _replica_capacity(model: Model, gpu: GPU, mix: TokenMix, slo: SLO, *, tp: in
                                kv_bytes_available=budget, memory_bytes_per_gpu=memory, limiting="context_too_long",
                                reason=f"p95 request of {longest:.0f} tokens exceeds {model.name}'s context of "
                                       f"{model.max_context_tokens} tokens", **base)
-    kvpt = model.kv_bytes_per_token(kv_dtype)
-    kv_seq = kv_tokens_held(model, mix.input_tokens_mean, mix.output_tokens_mean, block_tokens=kv_block_tokens) * kvpt
-    kv_seq95 = kv_tokens_held(model, mix.input_tokens_p95, mix.output_tokens_p95, block_tokens=kv_block_tokens,
-                              whole=True) * kvpt
+    kv_seq = kv_seq95 = 0.0
+    for m in (model, draft) if draft is not None else (model,):  # the draft keeps its own KV of every sequence
+        kvpt = m.kv_bytes_per_token(kv_dtype)
+        kv_seq += kv_tokens_held(m, mix.input_tokens_mean, mix.output_tokens_mean, block_tokens=kv_block_tokens) * kvpt
+        kv_seq95 += kv_tokens_held(m, mix.input_tokens_p95, mix.output_tokens_p95, block_tokens=kv_block_tokens,
+                                   whole=True) * kvpt
     kw: _LatencyOptions = dict(tp=tp, pp=pp, weight_dtype=weight_dtype, link=link, calib=calib)
+    kv_f = engine.kv_read_fraction
+    prefill, decode = (lambda i: prefill_time_s(model, gpu, i, **kw)), (
+        lambda b, c: decode_step_time_s(model, gpu, b, c, kv_dtype=kv_dtype, kv_read_fraction=kv_f, **kw))
+    if spec is not None:
+        prefill, decode = speculative_latency(model, gpu, spec, draft, tp=tp, pp=pp, weight_dtype=weight_dtype,
+                                              kv_dtype=kv_dtype, link=link, calib=calib, kv_read_fraction=kv_f)
     return replica_capacity_from_latency(
-        lambda i: prefill_time_s(model, gpu, i, **kw),
-        lambda b, c: decode_step_time_s(model, gpu, b, c, kv_dtype=kv_dtype, **kw),
-        mix, slo, kv_bytes_per_seq=kv_seq, kv_bytes_per_seq_p95=kv_seq95, kv_budget_bytes=budget,
+        prefill, decode, mix, slo, kv_bytes_per_seq=kv_seq, kv_bytes_per_seq_p95=kv_seq95, kv_budget_bytes=budget,
         memory_bytes_per_gpu=memory, residents=residents, host_tier=host_tier, **base)
+
+
+def _draft_of(engine: EngineConfig, model: Model) -> Model | None:
+    """The draft model of ``engine``'s speculation (None without one, or for n-gram proposals). Raises InputError
+    when a draft-model speculation's architecture was not resolved (:attr:`Speculation.draft`)."""
+    spec = engine.speculative
+    if spec is None or spec.method != "draft_model":
+        return None
+    if spec.draft is None:
+        raise InputError(f"{model.name}: the draft model {spec.draft_model} of its speculative decoding is not "
+                         "resolved to an architecture (the scenario reader fills Speculation.draft from the "
+                         "catalog)", field="engine.speculative.draft_model", value=spec.draft_model)
+    return spec.draft
+
+
+def speculative_latency(model: Model, gpu: GPU, spec: Speculation, draft: Model | None, *, tp: int, pp: int = 1,
+                        weight_dtype: str = "bf16", kv_dtype: str = "bf16", link: Link | None = None,
+                        calib: Calibration, kv_read_fraction: float = 1.0
+                        ) -> tuple[Callable[[float], float], Callable[[float, float], float]]:
+    """(prefill seconds of a prompt, per-token decode step seconds) of ``model`` with speculation ``spec`` on tp ×
+    pp GPUs of ``gpu`` (point 13; :func:`fleetplan.costmodels.speculative.per_token_decode`): the prefill adds
+    the draft's over the same prompt, the step is (verify over k + 1 positions + k draft steps) / tau. The draft
+    runs on the same GPUs with the target's tp and dtypes (no pipeline: vLLM runs the draft on the first stage's
+    ranks). ``draft``: the draft architecture (None for n-gram proposals). ``kv_read_fraction``: the target's
+    sparse-decode KV share (point 14; the draft reads its KV densely)."""
+    kw: _LatencyOptions = dict(tp=tp, pp=pp, weight_dtype=weight_dtype, link=link, calib=calib)
+
+    def verify(b: float, c: float, positions: float) -> float:
+        return decode_step_time_s(model, gpu, b, c, kv_dtype=kv_dtype, positions=positions,
+                                  kv_read_fraction=kv_read_fraction, **kw)
+
+    if draft is None:
+        return (lambda i: prefill_time_s(model, gpu, i, **kw)), per_token_decode(verify, None, spec)
+    dkw: _LatencyOptions = dict(tp=tp, pp=1, weight_dtype=weight_dtype, link=None, calib=calib)
+
+    def draft_step(b: float, c: float) -> float:
+        return decode_step_time_s(draft, gpu, b, c, kv_dtype=kv_dtype, **dkw)
+
+    def prefill(i: float) -> float:
+        return prefill_time_s(model, gpu, i, **kw) + prefill_time_s(draft, gpu, i, **dkw)
+
+    return prefill, per_token_decode(verify, draft_step, spec)

@@ -26,14 +26,24 @@ for the API server on every GPU. The A100 exception is vLLM PR #17885: a larger 
 The KV block is 16 tokens (vLLM's ``--block-size`` default on CUDA). The default prefix-cache hit rate is 0: a
 hit rate is a property of the workload, stated in the scenario or measured from a trace's block hashes
 (:func:`lru_block_hit_rate`), never assumed.
+
+Speculative decoding (:class:`Speculation`, ``EngineConfig.speculative``; off by default): a proposer drafts k
+tokens per sequence (a small draft model run k times, or n-gram matches in the prompt, which cost no GPU work), and
+the target scores the k + 1 positions in one pass (Leviathan, Kalman and Matias, "Fast Inference from Transformers
+via Speculative Decoding", ICML 2023). With each drafted token accepted independently with probability alpha, a
+target step yields (1 − alpha^(k+1)) / (1 − alpha) tokens on average (their eq. 1; k + 1 at alpha = 1):
+:func:`expected_tokens_per_step`. The step's cost (draft steps, the verification over k + 1 positions) is composed
+in :mod:`fleetplan.costmodels.speculative`.
 """
 
 from __future__ import annotations
 
+import json
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
+from fleetplan.costmodels.hardware import Model
 from fleetplan.errors import InputError
 
 #: Scheduler modes known to :class:`EngineConfig`.
@@ -50,6 +60,105 @@ VLLM_BLOCK_TOKENS = 16
 #: GPU): a smaller budget bounds the stall a prefill chunk adds to a decode step, a larger one raises prefill
 #: throughput (Sarathi-Serve, Agrawal et al., OSDI 2024, evaluates chunks of 512 to 2048 tokens).
 BUDGET_CANDIDATES = (512, 1024, 2048, 4096, 8192)
+#: Proposers of speculative decoding known to :class:`Speculation`: a draft model run on the replica's GPUs, or
+#: n-gram lookup in the prompt (vLLM's ``ngram``, on the host: no GPU work).
+SPECULATION_METHODS = ("draft_model", "ngram")
+
+
+def expected_tokens_per_step(acceptance_rate: float, num_speculative_tokens: int) -> float:
+    """Expected tokens a sequence gains per target step with ``num_speculative_tokens`` (k) drafted tokens each
+    accepted independently with probability ``acceptance_rate`` (alpha): (1 − alpha^(k+1)) / (1 − alpha), k + 1 at
+    alpha = 1 (Leviathan et al. 2023, eq. 1: the accepted prefix plus the target's own token). Example: alpha 0.8,
+    k 4: (1 − 0.8^5) / 0.2 = 3.3616. Raises InputError for alpha outside [0, 1] or k below 1."""
+    if not 0.0 <= acceptance_rate <= 1.0:
+        raise InputError("speculative acceptance_rate must be in [0, 1] (the share of drafted tokens accepted)",
+                         field="engine.speculative.acceptance_rate", value=acceptance_rate)
+    if not (isinstance(num_speculative_tokens, int) and num_speculative_tokens >= 1):
+        raise InputError("speculative num_speculative_tokens must be a whole number >= 1",
+                         field="engine.speculative.num_speculative_tokens", value=num_speculative_tokens)
+    k = num_speculative_tokens
+    if acceptance_rate >= 1.0:
+        return float(k + 1)
+    return (1.0 - acceptance_rate ** (k + 1)) / (1.0 - acceptance_rate)
+
+
+@dataclass(frozen=True)
+class Speculation:
+    """Speculative decoding on a replica (module docstring).
+
+    Attributes:
+        acceptance_rate: alpha, the probability that a drafted token is accepted, in [0, 1]: a property of the
+            (draft, target, workload) triple, measured (vLLM reports it as the draft acceptance rate) or stated;
+            never assumed here.
+        num_speculative_tokens: k, tokens drafted per step (vLLM ``num_speculative_tokens``), >= 1.
+        method: 'draft_model' (a smaller model of the same tokenizer, run k times per step on the replica's GPUs
+            with its tp) or 'ngram' (prompt lookup on the host: no draft GPU work, no draft memory).
+        draft_model: the draft model's catalog name (method 'draft_model'; None for 'ngram').
+        draft: the draft's architecture, resolved from ``draft_model`` by the scenario reader (None until then;
+            the cost models refuse a 'draft_model' speculation without it).
+
+    Raises InputError naming the field for an unknown method, alpha outside [0, 1], k below 1, a draft model
+    missing for 'draft_model' or given for 'ngram'.
+    """
+
+    acceptance_rate: float
+    num_speculative_tokens: int = 4
+    method: str = "draft_model"
+    draft_model: str | None = None
+    draft: Model | None = None
+
+    def __post_init__(self) -> None:
+        if self.method not in SPECULATION_METHODS:
+            raise InputError(f"unknown speculative method {self.method!r}; use {' or '.join(SPECULATION_METHODS)}",
+                             field="engine.speculative.method", value=self.method)
+        expected_tokens_per_step(self.acceptance_rate, self.num_speculative_tokens)  # checks both
+        if self.method == "draft_model" and not self.draft_model:
+            raise InputError("speculative method draft_model needs draft_model (a catalog model name, e.g. "
+                             "Llama-3.1-8B for Llama-3.1-70B)", field="engine.speculative.draft_model")
+        if self.method == "ngram" and self.draft_model:
+            raise InputError("speculative method ngram drafts from the prompt; drop draft_model or use method "
+                             "draft_model", field="engine.speculative.draft_model", value=self.draft_model)
+
+    @property
+    def tokens_per_step(self) -> float:
+        """Expected tokens per target step (:func:`expected_tokens_per_step`)."""
+        return expected_tokens_per_step(self.acceptance_rate, self.num_speculative_tokens)
+
+    def as_dict(self) -> dict[str, object]:
+        """JSON-ready form (without the resolved architecture)."""
+        return {"method": self.method, "draft_model": self.draft_model,
+                "num_speculative_tokens": self.num_speculative_tokens, "acceptance_rate": self.acceptance_rate,
+                "tokens_per_step": round(self.tokens_per_step, 6)}
+
+    def vllm_config(self, draft_repo: str | None = None) -> dict[str, object]:
+        """vLLM's ``--speculative-config`` object: {"method": "ngram", "num_speculative_tokens": k,
+        "prompt_lookup_max": 4} or {"model": draft repository, "num_speculative_tokens": k, "method":
+        "draft_model"} (vLLM's speculative decoding docs; ``draft_repo`` defaults to the draft's catalog name).
+        vLLM V1 accepts the draft-model form only from the release with vllm-project/vllm pull request 24322 (it
+        rejected it up to at least 0.13); n-gram runs on earlier V1 releases."""
+        if self.method == "ngram":
+            return {"method": "ngram", "num_speculative_tokens": self.num_speculative_tokens, "prompt_lookup_max": 4}
+        return {"model": draft_repo or self.draft_model, "num_speculative_tokens": self.num_speculative_tokens,
+                "method": "draft_model"}
+
+
+def speculation_from_mapping(data: object) -> Speculation | None:
+    """A :class:`Speculation` from a scenario mapping (keys as its attributes but ``draft``), None for None.
+    Raises InputError for a value that is not a mapping or an unknown key (named)."""
+    if data is None or isinstance(data, Speculation):
+        return data
+    if not isinstance(data, dict):
+        raise InputError("engine.speculative must be a mapping (acceptance_rate, num_speculative_tokens, method, "
+                         "draft_model)", field="engine.speculative", value=data)
+    known = set(Speculation.__dataclass_fields__) - {"draft"}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise InputError(f"unknown engine.speculative field(s) {', '.join(unknown)}; known: "
+                         f"{', '.join(sorted(known))}", field="engine.speculative", value=unknown[0])
+    if "acceptance_rate" not in data:
+        raise InputError("engine.speculative needs acceptance_rate (measured for the draft, target and workload)",
+                         field="engine.speculative.acceptance_rate")
+    return Speculation(**data)
 
 
 @dataclass(frozen=True)
@@ -65,6 +174,12 @@ class EngineConfig:
         prefix_hit_rate: share of prompt tokens served from the prefix cache, in [0, 1) (0 unless stated or
             measured); counted only when ``prefix_caching`` is on.
         version: the engine version the figures assume, e.g. '0.11' (shown in plans and exports).
+        speculative: speculative decoding (:class:`Speculation`), or None (off, vLLM's default).
+        kv_read_fraction: share of each sequence's cached KV a decode step reads, in (0, 1]: 1 for dense attention;
+            below 1 for a long-context sparse decode that attends to selected KV blocks (a model's sparse attention,
+            e.g. top-k block selection). A KV-read multiplier only: the KV keeps its whole memory, and the output
+            differs from dense attention, a quality change fleetplan does not model (validate it on the workload).
+            vLLM has no flag for it (a model's architecture brings it): exports write none.
 
     Raises InputError naming the field for an unknown mode, a budget or cap below 1, a hit rate outside [0, 1),
     or a hit rate stated with prefix caching off (it would be silently ignored).
@@ -76,6 +191,8 @@ class EngineConfig:
     prefix_caching: bool = True
     prefix_hit_rate: float = 0.0
     version: str = "0.11"
+    speculative: Speculation | None = None
+    kv_read_fraction: float = 1.0
 
     def __post_init__(self) -> None:
         if self.mode not in ENGINE_MODES:
@@ -89,9 +206,17 @@ class EngineConfig:
         if not (0.0 <= self.prefix_hit_rate < 1.0):
             raise InputError("engine.prefix_hit_rate must be in [0, 1) (a share of prompt tokens)",
                              field="engine.prefix_hit_rate", value=self.prefix_hit_rate)
+        if not (isinstance(self.kv_read_fraction, int | float) and 0.0 < self.kv_read_fraction <= 1.0):
+            raise InputError("engine.kv_read_fraction must be in (0, 1] (the share of the KV a decode step reads; "
+                             "1 for dense attention)", field="engine.kv_read_fraction", value=self.kv_read_fraction)
         if self.prefix_hit_rate > 0 and not self.prefix_caching:
             raise InputError("engine.prefix_hit_rate is set but prefix_caching is off; turn prefix_caching on or "
                              "drop the hit rate", field="engine.prefix_hit_rate", value=self.prefix_hit_rate)
+
+    @property
+    def framework(self) -> str:
+        """The engine and version as the calibration data names them, e.g. 'vLLM 0.11'."""
+        return f"vLLM {self.version}"
 
     @property
     def chunked(self) -> bool:
@@ -124,13 +249,16 @@ class EngineConfig:
         """JSON-ready form (the plan's ``engine`` object on a replica row)."""
         return {"mode": self.mode, "version": self.version, "max_num_batched_tokens": self.max_num_batched_tokens,
                 "max_num_seqs": self.max_num_seqs, "prefix_caching": self.prefix_caching,
-                "prefix_hit_rate": self.prefix_hit_rate}
+                "prefix_hit_rate": self.prefix_hit_rate,
+                "speculative": self.speculative.as_dict() if self.speculative is not None else None,
+                "kv_read_fraction": self.kv_read_fraction}
 
-    def vllm_flags(self) -> list[str]:
+    def vllm_flags(self, draft_repo: str | None = None) -> list[str]:
         """The ``vllm serve`` flags that deploy this engine (call on a :meth:`resolved` record to pin the budget).
 
         'prefill-first' has no V1 equivalent (V1 always chunks); it is written as ``--no-enable-chunked-prefill``,
-        which vLLM V0 honours."""
+        which vLLM V0 honours. Speculation adds ``--speculative-config JSON`` (:meth:`Speculation.vllm_config`;
+        ``draft_repo``: the draft model's repository)."""
         flags: list[str] = []
         if self.chunked:
             if self.max_num_batched_tokens is not None:
@@ -140,6 +268,8 @@ class EngineConfig:
         if self.max_num_seqs is not None:
             flags += ["--max-num-seqs", str(self.max_num_seqs)]
         flags.append("--enable-prefix-caching" if self.prefix_caching else "--no-enable-prefix-caching")
+        if self.speculative is not None:
+            flags += ["--speculative-config", json.dumps(self.speculative.vllm_config(draft_repo))]
         return flags
 
 
@@ -167,6 +297,8 @@ def engine_from_mapping(data: dict[str, object] | None, base: EngineConfig = VLL
     if unknown:
         raise InputError(f"unknown engine field(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}",
                          field="engine", value=unknown[0])
+    if "speculative" in data:
+        data = {**data, "speculative": speculation_from_mapping(data["speculative"])}
     return replace(base, **data)  # type: ignore[arg-type]
 
 

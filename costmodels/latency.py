@@ -34,9 +34,15 @@ Model (every approximation listed):
   + decode_overhead_per_seq_s × batch per decode step (the scheduler's iteration; kernel launches per layer;
   sampling and scheduling per sequence). Each is bounded to what its cause can cost (Calibration.BOUNDS), so the fit
   cannot move bandwidth or compute time into them, and they are fitted across models of several sizes.
-* Not modelled: prefix caching, speculative decoding, chunked prefill interleaving (see capacity.py for how prefill
-  and decode share time), CUDA-graph effects, quantization kernels' own efficiency (fp8/int4 weights simply read
-  fewer bytes).
+* A step may score several positions per sequence (``positions``; speculative decoding's verification of k drafted
+  tokens scores k + 1, Leviathan et al. 2023): the weights and each sequence's KV are read once, while the compute,
+  the MoE experts touched and the all-reduce bytes grow with batch × positions. 1 position is a plain decode step.
+* A sparse decode (``kv_read_fraction`` f < 1: attention over selected KV blocks, e.g. top-k block selection in
+  long contexts) reads f of each sequence's KV and does f of the attention compute; the KV still takes its whole
+  memory. Only the traffic is modelled: the output differs from dense attention, a quality change to validate.
+* Not modelled: prefix caching, chunked prefill interleaving (see capacity.py for how prefill and decode share time;
+  :mod:`fleetplan.costmodels.speculative` composes draft and verification steps), CUDA-graph effects,
+  quantization kernels' own efficiency (fp8/int4 weights simply read fewer bytes).
 """
 
 from __future__ import annotations
@@ -139,29 +145,35 @@ def prefill_time_s(model: Model, gpu: GPU, prompt_tokens: float, *, tp: int = 1,
 
 
 def decode_roofline_s(model: Model, gpu: GPU, batch: float, context_tokens: float, *, tp: int = 1, pp: int = 1,
-                      weight_dtype: str = "bf16", kv_dtype: str = "bf16", calib: Calibration) -> tuple[float, float]:
+                      weight_dtype: str = "bf16", kv_dtype: str = "bf16", calib: Calibration,
+                      positions: float = 1.0, kv_read_fraction: float = 1.0) -> tuple[float, float]:
     """(memory seconds, compute seconds) of one pipeline stage's share of a decode step: the two roofline terms
     :func:`decode_step_time_s` takes the larger of (before all-reduces, hops and overheads). The micro-batch is
-    batch / min(batch, pp) sequences of ``context_tokens`` context. Arguments are not checked here (the callers
-    check them)."""
+    batch / min(batch, pp) sequences of ``context_tokens`` context, each scoring ``positions`` tokens (1: a decode
+    step; k + 1: a speculative verification, whose weights and KV are read once and whose compute is per position).
+    ``kv_read_fraction``: the share of each sequence's cached KV the step reads and attends to (1: dense attention;
+    below 1: a sparse decode that selects KV blocks, whose output differs from dense attention). Arguments are not
+    checked here (the callers check them)."""
     mb = batch / min(batch, pp)
-    weight_bytes = moe_params_read(model, mb) * bytes_per_element(weight_dtype, field="weight_dtype")
-    kv_bytes = mb * model.kv_tokens_cached(context_tokens) * model.kv_bytes_per_token(kv_dtype)
+    weight_bytes = moe_params_read(model, mb * positions) * bytes_per_element(weight_dtype, field="weight_dtype")
+    kv_bytes = mb * model.kv_tokens_cached(context_tokens) * model.kv_bytes_per_token(kv_dtype) * kv_read_fraction
     mem_s = (weight_bytes + kv_bytes) / (tp * pp) / (gpu.hbm_bandwidth_bytes_per_s * calib.decode_bw_efficiency)
-    flops = mb * (2.0 * model.params_active + 4.0 * model.num_layers * model.kv_tokens_cached(context_tokens)
-                  * model.num_attention_heads * model.head_dim)
+    flops = mb * positions * (2.0 * model.params_active + 4.0 * model.num_layers * kv_read_fraction
+                              * model.kv_tokens_cached(context_tokens) * model.num_attention_heads * model.head_dim)
     comp_s = flops / pp / (tp * flops_per_s(gpu, weight_dtype) * calib.prefill_mfu)
     return mem_s, comp_s
 
 
 def decode_step_time_s(model: Model, gpu: GPU, batch: float, context_tokens: float, *, tp: int = 1, pp: int = 1,
                        weight_dtype: str = "bf16", kv_dtype: str = "bf16", link: Link | None = None,
-                       calib: Calibration) -> float:
+                       calib: Calibration, positions: float = 1.0, kv_read_fraction: float = 1.0) -> float:
     """Seconds per decode step (= time per output token of each sequence) with ``batch`` sequences of
     ``context_tokens`` tokens of context each, on one replica (tp × pp GPUs).
 
-    ``batch`` may be fractional (an average concurrency, >= 1). See the module docstring for the formula.
-    Raises InputError as :func:`prefill_time_s` does.
+    ``batch`` may be fractional (an average concurrency, >= 1). ``positions``: tokens scored per sequence in the
+    step (1; k + 1 for a speculative verification of k drafted tokens), >= 1. See the module docstring for the
+    formula. ``kv_read_fraction``: share of the KV a sparse decode reads (:func:`decode_roofline_s`), in (0, 1].
+    Raises InputError as :func:`prefill_time_s` does, for ``positions`` below 1 and a fraction outside (0, 1].
 
     Example (hand arithmetic): Llama-3.1-8B bf16 on H100, tp 1, batch 1, context 1: bytes = 8.03e9·2 + 131,072
     = 1.606e10; time = 1.606e10 / (3.35e12 × decode_bw_efficiency) + decode_overhead_per_step_s
@@ -170,14 +182,16 @@ def decode_step_time_s(model: Model, gpu: GPU, batch: float, context_tokens: flo
     _check_parallel(tp, pp, link, calib)
     b = check_range(batch, field="batch", low=1, high=1e8)
     ctx = check_range(context_tokens, field="context_tokens", low=1, high=1e8)
+    pos = check_range(positions, field="positions", low=1, high=1e4)
+    kv_f = check_range(kv_read_fraction, field="kv_read_fraction", low=1e-6, high=1.0)
     m = min(b, pp)
     mb = b / m
     mem_s, comp_s = decode_roofline_s(model, gpu, b, ctx, tp=tp, pp=pp, weight_dtype=weight_dtype,
-                                      kv_dtype=kv_dtype, calib=calib)
-    stage_ar = 2.0 * model.num_layers / pp * allreduce_time_s(mb * model.hidden_size * ACTIVATION_BYTES, tp, gpu,
-                                                              calib)
+                                      kv_dtype=kv_dtype, calib=calib, positions=pos, kv_read_fraction=kv_f)
+    stage_ar = 2.0 * model.num_layers / pp * allreduce_time_s(mb * pos * model.hidden_size * ACTIVATION_BYTES, tp,
+                                                              gpu, calib)
     total = pp * (max(mem_s, comp_s) + stage_ar)
     if pp > 1 and link is not None:  # _check_parallel raised when pp > 1 has no link
-        total += (pp - 1) * _hop_time_s(mb, model, tp, link)
+        total += (pp - 1) * _hop_time_s(mb * pos, model, tp, link)
     return (total + calib.decode_overhead_per_step_s + calib.decode_overhead_per_layer_s * model.num_layers
             + calib.decode_overhead_per_seq_s * b)

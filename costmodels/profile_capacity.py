@@ -296,7 +296,15 @@ def measured_replica_capacity(profile: MeasuredProfile, mix: TokenMix, slo: SLO,
     :func:`~fleetplan.costmodels.capacity.best_engine`); serving points and tables measured an engine already and
     are read as measured. ``host_tier``: a host KV tier (capacity's point 12) for a step-time profile; a rate-only
     profile measured a replica without one, so its rate is not credited and its ``source`` says so.
+    Raises InputError for an engine with speculative decoding: a profile's step times or
+    rates hold no verification pass or draft model (measure the replica with speculation on and give the profile
+    without ``engine.speculative``, or drop the profile to plan speculation on the roofline).
     """
+    if engine.speculative is not None:
+        raise InputError(f"{model.name} on {gpu.name} tp {tp}: speculative decoding cannot be planned from the "
+                         f"measured profile {profile.source}; drop engine.speculative (a profile measured with "
+                         "speculation on already holds it) or the profile (to size it on the roofline)",
+                         field="engine.speculative", value=profile.source)
     n = tp
     weights = model.weight_bytes(weight_dtype)
     usable = memory_utilization * n * gpu.memory_bytes

@@ -20,6 +20,8 @@ from fleetplan.fileio import atomic_path
 
 #: The roofline constants' file name under datasets/data/calibration.
 CALIBRATION_FILE = "roofline.csv"
+#: The same constants for every fitted engine and version (``fleetplan calibrate --frameworks-out``).
+FRAMEWORKS_FILE = "roofline_frameworks.csv"
 _POWER_FILE = "datasets/data/calibration/power.csv"
 
 
@@ -27,14 +29,11 @@ def _data_dir():
     return importlib.resources.files("fleetplan.datasets") / "data" / "calibration"
 
 
-@functools.lru_cache(maxsize=4)
-def load_calibration_table(path: str | None = None) -> dict[str, Calibration]:
-    """All rows of roofline.csv (the shipped file when ``path`` is None), keyed by GPU name.
-
-    Raises InputError for a missing column, a bad value, or a file without a 'default' row.
-    """
-    source = str(path) if path else f"datasets/data/calibration/{CALIBRATION_FILE}"
-    f = open(path, newline="") if path else (_data_dir() / CALIBRATION_FILE).open(newline="")  # noqa: SIM115
+def _read_rows(path: str | None, name: str) -> list[Calibration]:
+    """The rows of a calibration CSV in the roofline.csv format: ``path``, else the shipped file ``name``. Raises
+    InputError for a missing column or a bad value."""
+    source = str(path) if path else f"datasets/data/calibration/{name}"
+    f = open(path, newline="") if path else (_data_dir() / name).open(newline="")  # noqa: SIM115
     with f:
         rows = list(csv.DictReader(f))
     # decode_overhead_per_step_s came later: files written before it hold no such column (0 s).
@@ -44,7 +43,7 @@ def load_calibration_table(path: str | None = None) -> dict[str, Calibration]:
         missing = sorted(set(need) - set(rows[0] if rows else ()))
         raise InputError(f"calibration file has no rows or lacks columns {missing}; rerun "
                          "benchmarks/calibrate_roofline.py", source=source)
-    out: dict[str, Calibration] = {}
+    out: list[Calibration] = []
     for i, r in enumerate(rows, start=1):
         try:
             vals = {k: float(r[k]) if r.get(k) not in (None, "") or k not in optional else 0.0
@@ -52,13 +51,55 @@ def load_calibration_table(path: str | None = None) -> dict[str, Calibration]:
         except ValueError as e:
             raise InputError(f"not a number: {e}", source=source, row=i) from None
         try:
-            out[r["gpu"]] = Calibration(gpu=r["gpu"], source=r.get("source", ""), framework=r.get("framework", ""),
-                                        **vals)
+            out.append(Calibration(gpu=r["gpu"], source=r.get("source", ""), framework=r.get("framework", ""),
+                                   **vals))
         except InputError as e:
             raise InputError(str(e), source=source, row=i, field=e.field, value=e.value) from None
+    return out
+
+
+@functools.lru_cache(maxsize=4)
+def load_calibration_table(path: str | None = None) -> dict[str, Calibration]:
+    """All rows of roofline.csv (the shipped file when ``path`` is None), keyed by GPU name.
+
+    Raises InputError for a missing column, a bad value, or a file without a 'default' row.
+    """
+    out = {r.gpu: r for r in _read_rows(path, CALIBRATION_FILE)}
     if DEFAULT_ROW not in out:
+        source = str(path) if path else f"datasets/data/calibration/{CALIBRATION_FILE}"
         raise InputError(f"calibration file has no '{DEFAULT_ROW}' row", source=source, field="gpu")
     return out
+
+
+@functools.lru_cache(maxsize=2)
+def load_framework_table(path: str | None = None) -> dict[tuple[str, str], Calibration]:
+    """Rows of every fitted engine and version (the shipped roofline_frameworks.csv when ``path`` is None), keyed
+    by (framework, GPU name); each framework has a 'default' row. The fit behind them pools the GPU families'
+    efficiencies across engines and keeps each engine version's host overheads apart
+    (:mod:`fleetplan.costmodels.calibration_fit`). Raises InputError as :func:`load_calibration_table`."""
+    return {(r.framework, r.gpu): r for r in _read_rows(path, FRAMEWORKS_FILE)}
+
+
+def calibration_for_engine(gpu: GPU, calib_file: str | None, framework: str) -> tuple[Calibration, str, str]:
+    """The roofline row a replica of ``gpu`` running ``framework`` (an engine and version, e.g. 'vLLM 0.11') is
+    sized with: (row, the file it comes from, a note on what it rests on, '' when none is due).
+
+    * the row of roofline.csv (or the scenario's ``calib_file``) when it was fitted for ``framework``: no note;
+    * else, without a scenario file, that framework's row in roofline_frameworks.csv (the GPU's, else its
+      'default' row): no note (the capacity error's basis says where the framework was measured);
+    * else the roofline.csv row, noting that ``framework`` is not in the calibration data and the row's own
+      framework's constants are extrapolated to it.
+    """
+    row = load_calibration(gpu, calib_file)
+    where = calib_file or f"the shipped calibration {CALIBRATION_FILE}"
+    if not row.framework or row.framework == framework:
+        return row, where, ""
+    if calib_file is None:
+        table = load_framework_table()
+        own = table.get((framework, gpu.name)) or table.get((framework, DEFAULT_ROW))
+        if own is not None:
+            return own, f"the shipped calibration {FRAMEWORKS_FILE}", ""
+    return row, where, f"{framework} is not in the calibration data: {row.framework}'s constants extrapolated to it"
 
 
 def load_calibration(gpu: GPU | str | None = None, path: str | None = None) -> Calibration:
@@ -111,9 +152,9 @@ def idle_fraction(gpu_name: str | None = None) -> float:
     return idle_fraction_for(load_idle_fractions(), gpu_name)
 
 
-__all__ = ["CALIBRATION_FILE", "idle_fraction", "load_calibration", "load_calibration_table", "load_idle_fractions",
-           "shipped_calibration_path", "write_calibration_table",
-           "load_reference_models"]
+__all__ = ["CALIBRATION_FILE", "FRAMEWORKS_FILE", "calibration_for_engine", "idle_fraction", "load_calibration",
+           "load_calibration_table", "load_framework_table", "load_idle_fractions", "shipped_calibration_path",
+           "write_calibration_table", "load_reference_models"]
 
 
 def write_calibration_table(rows: list[Calibration], path: str, extra: dict[str, dict[str, str]] | None = None) -> None:
@@ -133,8 +174,10 @@ def write_calibration_table(rows: list[Calibration], path: str, extra: dict[str,
                    **{n: f"{getattr(r, n):.6g}" for n in Calibration.parameter_names()}, **extra.get(r.gpu, {})}
             w.writerow(rec)
     load_calibration_table.cache_clear()
+    load_framework_table.cache_clear()
 
 
-def shipped_calibration_path() -> str:
-    """Path of the shipped roofline.csv (for the calibration script that rewrites it)."""
-    return str(_data_dir() / CALIBRATION_FILE)
+def shipped_calibration_path(name: str = CALIBRATION_FILE) -> str:
+    """Path of the shipped roofline.csv (or ``name`` beside it, e.g. :data:`FRAMEWORKS_FILE`), for the calibration
+    script that rewrites it."""
+    return str(_data_dir() / name)

@@ -276,6 +276,8 @@ class CalibrationReport:
         fit: the fitted constants.
         rows: Calibration rows of ``framework`` for every catalog GPU of a fitted family, plus 'default'.
         framework: the framework the rows represent.
+        framework_rows: the same rows for every fitted framework and version (the families' efficiencies are
+            pooled over frameworks, the host overheads are each framework's own).
         fit_mdape_pct: kind, and each goal of :data:`GOALS` -> median absolute percentage error (MdAPE) on the
             fitting data.
         held_out_mdape_pct: the same on held-out (model, GPU) groups (empty when not run): every group left out in
@@ -287,6 +289,7 @@ class CalibrationReport:
     fit: FitResult
     rows: list[Calibration]
     framework: str
+    framework_rows: list[Calibration]
     fit_mdape_pct: dict[str, float]
     held_out_mdape_pct: dict[str, float]
     held_out: list[tuple[str, str, str, int, float]]
@@ -313,8 +316,15 @@ def calibrate(extra: Sequence[str] = (), *, shipped: bool = True, anchor: str = 
     src = (f"fleetplan calibrate: roofline fitted to {what}; rows for {fw}; GPU families "
            f"{', '.join(sorted(fit.family))}")
     names = [g for g in sorted(load_gpus()) if gpu_family(g) in fit.family]
-    rows = [fit.calibration(g, fw, src) for g in names]
-    rows.append(default_row(fit, fw, src + "; default row: geometric mean of the families, for other GPU types"))
+
+    def rows_of(f: str, source: str) -> list[Calibration]:
+        return [fit.calibration(g, f, source) for g in names] + [
+            default_row(fit, f, source + "; default row: geometric mean of the families, for other GPU types")]
+
+    rows = rows_of(fw, src)
+    every = [r for f in sorted(fit.framework)
+             for r in rows_of(f, f"fleetplan calibrate: roofline fitted to {what}; rows for {f}: the GPU families' "
+                                 "efficiencies pooled over every framework, this framework's own host overheads")]
     pred = predict_many(fit, ObservationArrays(obs))
     fit_ape = [(o, 100 * abs(p - o.measured_s) / o.measured_s) for o, p in zip(obs, pred, strict=True)]
     ho = held_out_errors(obs, anchor=anchor, start=fit) if held_out else []
@@ -322,7 +332,7 @@ def calibrate(extra: Sequence[str] = (), *, shipped: bool = True, anchor: str = 
     for o, ape in ho:
         groups.setdefault((o.group, o.framework, o.kind), []).append(ape)
     return CalibrationReport(
-        fit=fit, rows=rows, framework=fw, fit_mdape_pct=_mdape_by_kind(fit_ape),
+        fit=fit, rows=rows, framework=fw, framework_rows=every, fit_mdape_pct=_mdape_by_kind(fit_ape),
         held_out_mdape_pct=_mdape_by_kind(ho),
         held_out=[(g, f, k, len(v), float(np.median(v))) for (g, f, k), v in sorted(groups.items())],
         n_observations=len(obs))

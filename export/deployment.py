@@ -25,7 +25,9 @@ Server arguments come from the plan's Problem (the capacity model's numbers, rec
   ``engine`` object): ``--max-num-batched-tokens`` (vllm-v1) or ``--no-enable-chunked-prefill`` (prefill-first),
   ``--enable-prefix-caching`` / ``--no-enable-prefix-caching``; ``--max-num-seqs`` is the smaller of the KV
   batch above and the engine's cap. An option sized without a record (prefill-first by default) writes
-  ``--no-enable-chunked-prefill`` too: what is deployed is what was planned.
+  ``--no-enable-chunked-prefill`` too: what is deployed is what was planned. Speculative decoding adds
+  ``--speculative-config '{"model": DRAFT_REPO, "num_speculative_tokens": k, "method": "draft_model"}'`` (or the
+  ngram form; vLLM's speculative decoding docs), the draft's repository from the deployment file or the catalog.
 * ``--kv-cache-dtype``: ``auto`` (the model's bf16) for kv_dtype bf16, ``fp8`` for fp8.
 * quantization: weight_dtype bf16/fp16 run the checkpoint as it is (``--dtype``); fp8 adds ``--quantization fp8``
   (vLLM quantizes the bf16 checkpoint on load); int8/int4 need a pre-quantized checkpoint, named in the deployment
@@ -204,10 +206,11 @@ def shared_workload_name(models: tuple[str, ...], gpu: str, pool_name: str = "")
                   + (f"-{slug(pool_name)}" if pool_name else ""))
 
 
-def engine_flags(engine: EngineConfig | None) -> tuple[str, ...]:
+def engine_flags(engine: EngineConfig | None, draft_repo: str | None = None) -> tuple[str, ...]:
     """The ``vllm serve`` flags of the engine an option was sized with, but ``--max-num-seqs`` (written from the
-    KV batch, :func:`_engine_seqs`); None (an option built without the record) is the prefill-first engine."""
-    flags = (engine or PREFILL_FIRST).vllm_flags()
+    KV batch, :func:`_engine_seqs`); None (an option built without the record) is the prefill-first engine.
+    ``draft_repo``: the speculative draft model's repository (``--speculative-config``'s "model")."""
+    flags = (engine or PREFILL_FIRST).vllm_flags(draft_repo)
     if "--max-num-seqs" in flags:
         i = flags.index("--max-num-seqs")
         del flags[i:i + 2]
@@ -384,6 +387,19 @@ class _Checkpoints:
     def model(self, name: str) -> Model:
         return get_model(name, self.models_file)
 
+    def engine_flags(self, engine: EngineConfig | None) -> tuple[str, ...]:
+        """:func:`engine_flags` with the speculative draft model's repository (the deployment file's
+        ``models: {DRAFT: {hf_repo: ...}}``, else the catalog's). Raises InputError when neither gives one."""
+        spec = engine.speculative if engine is not None else None
+        repo = None
+        if spec is not None and spec.draft_model is not None:
+            repo = self.deploy.models.get(spec.draft_model, ModelTarget()).hf_repo or model_hf_repo(spec.draft_model)
+            if repo is None:
+                raise InputError(f"draft model {spec.draft_model} has no Hugging Face repository in the catalog; "
+                                 f"give one in the deployment file: models: {{{spec.draft_model}: {{hf_repo: "
+                                 "ORG/NAME}}}}", field="models.hf_repo", value=spec.draft_model)
+        return engine_flags(engine, repo)
+
     def server_settings(self, name: str) -> tuple[str, str, str, str | None]:
         """(checkpoint, dtype, kv_cache_dtype, quantization) of model ``name``."""
         override = self.deploy.models.get(name, ModelTarget())
@@ -465,7 +481,7 @@ def _replica_workload(problem: Problem, scenario: Scenario, ck: _Checkpoints, o:
     server = VllmServer(model=o.model, checkpoint=repo, port=vllm_defaults().port, port_name=f"m{index}", tp=o.tp,
                         pp=o.pp, max_num_seqs=None if role == "prefill" else _engine_seqs(
                             _max_num_seqs(o.max_batch, where), o.engine),
-                        engine_flags=engine_flags(o.engine) if not pkey else (),
+                        engine_flags=ck.engine_flags(o.engine) if not pkey else (),
                         max_model_len=_max_model_len(model, budget, ck.kv_dtype, where),
                         gpu_memory_utilization=mu, dtype=dtype, kv_cache_dtype=kv, quantization=quant,
                         kv_role={"prefill": "kv_producer", "decode": "kv_consumer"}.get(role),
@@ -504,7 +520,7 @@ def _shared_workload(problem: Problem, scenario: Scenario, ck: _Checkpoints, poo
         servers.append(VllmServer(model=m, checkpoint=repo, port=vllm_defaults().port + i,
                                   port_name=f"m{names.index(m)}", tp=1, pp=1,
                                   max_num_seqs=_engine_seqs(_max_num_seqs(s.max_batch, where), s.engine),
-                                  engine_flags=engine_flags(s.engine),
+                                  engine_flags=ck.engine_flags(s.engine),
                                   max_model_len=_max_model_len(model, s.kv_budget_bytes, ck.kv_dtype, where),
                                   gpu_memory_utilization=util, dtype=dtype, kv_cache_dtype=kv, quantization=quant))
         load_s += model.weight_bytes(ck.weight_dtype) / scenario.options["load_bandwidth_bytes_per_s"]

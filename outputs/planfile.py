@@ -42,9 +42,9 @@ class PlanReplicaEntry(InputModel):
                                               "(not re-checked)")
     class_capacity_req_per_s: dict[str, float] | None = input_field(None, description="capacity per request "
                                                                      "class (recomputed, re-checked)")
-    engine: dict[str, str | int | float | bool | None] | None = input_field(
+    engine: dict[str, str | int | float | bool | dict[str, str | int | float | None] | None] | None = input_field(
         None, description="the serving engine the capacity assumes: mode, version, max_num_batched_tokens, "
-        "max_num_seqs, prefix_caching, prefix_hit_rate (recomputed)")
+        "max_num_seqs, prefix_caching, prefix_hit_rate, speculative (recomputed)")
 
 
 class PlanSharedEntry(InputModel):

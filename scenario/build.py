@@ -32,7 +32,6 @@ from fleetplan.costmodels.hardware import GPU
 from fleetplan.costmodels.network import Site
 from fleetplan.costmodels.prices import GpuPrice, check_price_date
 from fleetplan.costmodels.profile_capacity import MeasuredProfile
-from fleetplan.datasets.calibration import load_calibration
 from fleetplan.datasets.catalog.names import get_gpu
 from fleetplan.datasets.catalog.prices import load_gpu_prices
 from fleetplan.datasets.network import inter_node_link
@@ -52,11 +51,11 @@ from fleetplan.scenario.disagg import Disaggregation, prefill_decode_options
 from fleetplan.scenario.options import (
     ModelInputs,
     SizingContext,
+    engine_calibration,
     pipeline_candidates,
     profile_notes,
     replica_options,
     resolve_host_tier,
-    roofline_source,
     shared_options,
     tp_candidates,
 )
@@ -67,6 +66,7 @@ from fleetplan.scenario.read import (
     at_field,
     field_error,
     scenario_catalog_file,
+    scenario_engine,
     scenario_model,
     scenario_spec,
     within_entry,
@@ -216,8 +216,15 @@ def _model_inputs(scenario: Scenario, inputs: _Inputs, i: int, m: ScenarioModel,
     o_engine = inputs.spec.options.engine
     # Without an engine key the plan keeps the prefill-first engine its goldens were made with (for now: the switch
     # of the default to vLLM V1 moves the default plan; docs/engine.md gives the figures).
-    base_engine = o_engine.to_engine() if o_engine is not None else PREFILL_FIRST
-    engine = m.engine.to_engine(base_engine) if m.engine is not None else base_engine
+    # As soon as an engine key is given (options.engine or the model's own), an unset mode is vLLM V1.
+    with within_entry(mw, "engine"):
+        if o_engine is not None:
+            engine = o_engine.to_engine()
+            engine = m.engine.to_engine(engine) if m.engine is not None else engine
+        else:
+            engine = m.engine.to_engine() if m.engine is not None else PREFILL_FIRST
+    engine = scenario_engine(engine, mw, "engine" if m.engine is not None else "options.engine",
+                             scenario_catalog_file(scenario, "models"))
     return ModelInputs(index=i, where=mw, name=m.name, model=model, weight_dtype=m.weight_dtype or opts["weight_dtype"],
                        kv_dtype=m.kv_dtype or opts["kv_dtype"], slo=m.slo.to_slo(), mix=scenario.token_mixes[m.name],
                        tps=m.tp_degrees, classes=model_classes(m, mw), profiles=inputs.measured.get(model.name, {}),
@@ -243,12 +250,12 @@ def _model_spec(scenario: Scenario, m: ScenarioModel, mi: ModelInputs) -> ModelS
                          peak_factor=mi.peak_factor, peak_factor_source=mi.peak_factor_source)
 
 
-def _pool_options(sizing: SizingContext, mi: ModelInputs, pool: Pool, gpu: GPU, calib: Calibration,
+def _pool_options(sizing: SizingContext, mi: ModelInputs, pool: Pool, gpu: GPU, calib: Calibration, src: str,
                   why: list[str]) -> tuple[list[ReplicaOption], list[ShareOption]]:
-    """Step 4c, on one pool (its GPU's roofline calibration ``calib``): the model's dedicated options (each tp of
-    its list that fits a node), its pipeline-parallel options (whole nodes as stages, when one node cannot hold the
-    weights) and its shared-GPU option; what is left out is explained in ``why``."""
-    src = roofline_source(sizing, calib)
+    """Step 4c, on one pool (its GPU's roofline calibration ``calib`` for the model's engine version, described by
+    ``src``): the model's dedicated options (each tp of its list that fits a node), its pipeline-parallel options
+    (whole nodes as stages, when one node cannot hold the weights) and its shared-GPU option; what is left out is
+    explained in ``why``."""
     dedicated = replica_options(sizing, mi, pool, gpu, tp_candidates(mi, pool, why), calib=calib,
                                 roofline_source=src, why=why)
     pipeline = replica_options(sizing, mi, pool, gpu, pipeline_candidates(sizing, mi, pool, gpu), calib=calib,
@@ -268,10 +275,10 @@ def _model_part(scenario: Scenario, inputs: _Inputs, mi: ModelInputs, spec: Mode
         if pool.site in dis.prefill_only:
             continue
         gpu = gpus[pool.gpu]
-        calib = load_calibration(gpu, inputs.sizing.calib_file)
+        calib, src = engine_calibration(inputs.sizing, gpu, mi.engine)
         if progress:
             progress(f"capacity of {mi.model.name} on {pool.id}")
-        dedicated, shared = _pool_options(inputs.sizing, mi, pool, gpu, calib, why)
+        dedicated, shared = _pool_options(inputs.sizing, mi, pool, gpu, calib, src, why)
         options += dedicated
         shares += shared
     pd_options: list[ReplicaOption] = []
@@ -344,3 +351,31 @@ def build_problem(scenario: Scenario, *, progress: Callable[[str], None] | None 
         model_rows[mi.model.name] = i
         parts.append(_model_part(scenario, inputs, mi, _model_spec(scenario, m, mi), pools, gpus, dis, progress))
     return _problem(scenario, pools, parts)
+
+
+@dataclass(frozen=True)
+class ModelSizing:
+    """What every option of one scenario model is sized with (:func:`model_sizing`): the model's inputs, the
+    scenario's pools and their GPU records, and the sizing context."""
+
+    model: ModelInputs
+    pools: list[Pool]
+    gpus: dict[str, GPU]
+    context: SizingContext
+
+
+def model_sizing(scenario: Scenario, name: str) -> ModelSizing:
+    """The inputs :func:`build_problem` sizes model ``name``'s options with (a what-if re-sizes them with another
+    engine, e.g. ``fleetplan ledger speculation``). Raises UnknownNameError naming the scenario's models for a
+    name it lacks, InputError / UnknownNameError as :func:`build_problem` for bad input."""
+    inputs = _sizing_inputs(scenario, {})
+    pools, gpus = scenario_pools(scenario.source, inputs.spec, scenario.options, inputs.prices,
+                                 allowed_gpus=inputs.allowed_gpus, gpus_file=scenario_catalog_file(scenario, "gpus"))
+    site_names = sorted({p.site for p in pools})
+    names = []
+    for i, m in enumerate(inputs.spec.models):
+        mi = _model_inputs(scenario, inputs, i, m, site_names)
+        if name in (m.name, mi.model.name):
+            return ModelSizing(mi, pools, gpus, inputs.sizing)
+        names.append(m.name)
+    raise UnknownNameError("model", name, names, source=scenario.source, field="models")

@@ -24,6 +24,7 @@ from fleetplan.costmodels.network import Link
 from fleetplan.costmodels.profile_capacity import MeasuredProfile, measured_replica_capacity
 from fleetplan.costmodels.queueing import poisson_occupancy_quantile
 from fleetplan.costmodels.slo import SLO
+from fleetplan.datasets.calibration import CALIBRATION_FILE, calibration_for_engine
 from fleetplan.datasets.kv_tiers import block_stack_distances, replica_host_tier
 from fleetplan.errors import InputError
 from fleetplan.placement.problem import DeratingKey, Pool, ReplicaOption, ShareOption
@@ -151,6 +152,23 @@ def option_host_tier(ctx: SizingContext, mi: ModelInputs, gpu: GPU, tp: int, pp:
 def roofline_source(ctx: SizingContext, calib: Calibration) -> str:
     """The capacity source of an option sized by the calibrated roofline: the calibration row and its file."""
     return f"roofline ({calib.gpu} row of {ctx.opts.get('calibration') or 'the shipped calibration roofline.csv'})"
+
+
+def engine_calibration(ctx: SizingContext, gpu: GPU, engine: EngineConfig) -> tuple[Calibration, str]:
+    """(roofline row, capacity source) of an option of ``gpu`` run by ``engine``: the row fitted for the engine's
+    version (:func:`fleetplan.datasets.calibration.calibration_for_engine`), the source naming the row, its file
+    and, for a version the calibration data does not hold, that its constants are extrapolated (and a sparse
+    decode's quality caveat, :attr:`EngineConfig.kv_read_fraction`). The shipped
+    default engine (vLLM 0.11) gets the shipped roofline.csv row and :func:`roofline_source`'s text."""
+    calib, where, note = calibration_for_engine(gpu, ctx.calib_file, engine.framework)
+    if engine.kv_read_fraction < 1.0:
+        note = (f"{note}; " if note else "") + (
+            f"sparse decode reading {engine.kv_read_fraction:.0%} of the KV: traffic only, its quality change "
+            "is not modelled")
+    if where == (ctx.calib_file or f"the shipped calibration {CALIBRATION_FILE}") and not note:
+        return calib, roofline_source(ctx, calib)
+    what = f"{calib.gpu} row" + (f" for {calib.framework}" if calib.framework else "")
+    return calib, f"roofline ({what} of {ctx.opts.get('calibration') or where}" + (f"; {note})" if note else ")")
 
 
 def _capacity(ctx: SizingContext, mi: ModelInputs, prof: MeasuredProfile | None, gpu: GPU, mix: TokenMix, *,
@@ -285,9 +303,13 @@ def shared_options(ctx: SizingContext, mi: ModelInputs, pool: Pool, gpu: GPU, *,
     wait for the other K - 1 steps, so its shared capacity is sized for TPOT target / K; and their prefills stall
     its decode steps and queue ahead of its prefills (capacity point 9: residents = K). The KV budget holds the p95
     running batch at mean length plus one p95-length request (capacity point 8), with 10% to spare. A model with
-    request classes has no shared option (yet); a measured profile's miss is explained in ``why``.
+    request classes has no shared option (yet); a measured profile's miss is explained in ``why``. Nor has a model
+    with speculative decoding (its draft's weights and KV are sized on dedicated replicas only; ``why`` says so).
     """
     if mi.classes:
+        return []
+    if mi.engine.speculative is not None:
+        why.append(f"{pool.id} shared: speculative decoding is planned on dedicated replicas only")
         return []
     opts, model, mix, mu_mem = ctx.opts, mi.model, mi.mix, ctx.memory_utilization
     weights = mi.weight_bytes

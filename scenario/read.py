@@ -88,6 +88,7 @@ from pathlib import Path
 from typing import Any
 
 from fleetplan.costmodels.demand import MAX_RATE_REQ_PER_S, Demand, TokenMix
+from fleetplan.costmodels.engine import EngineConfig
 from fleetplan.costmodels.hardware import Model, check_params
 from fleetplan.costmodels.network import Site
 from fleetplan.costmodels.slo import SLO
@@ -393,6 +394,18 @@ def scenario_model(m: ScenarioModel, where: str, base: Path | None, models_file:
     if m.params is not None:
         check_params(m.params, model.params_total, owner=f"{where}: model {m.name}")
     return model
+
+
+def scenario_engine(engine: EngineConfig, where: str, key: str, models_file: str | None) -> EngineConfig:
+    """``engine`` with its speculative draft model's architecture resolved (:attr:`Speculation.draft`, from the
+    catalog or the scenario's ``files.models``), unchanged without a draft. Raises InputError naming ``where`` and
+    ``key`` (e.g. 'models[0].engine') for an unknown draft model."""
+    spec = engine.speculative
+    if spec is None or spec.draft_model is None or spec.draft is not None:
+        return engine
+    with at_field(where, f"{key}.speculative.draft_model"):
+        draft = get_model(spec.draft_model, models_file)
+    return dataclasses.replace(engine, speculative=dataclasses.replace(spec, draft=draft))
 
 
 def scenario_models(scenario: Scenario) -> dict[str, tuple[Model, str, str]]:

@@ -195,6 +195,21 @@ class ArrivalsSpec(InputModel):
         return self
 
 
+class SpeculativeSchema(InputModel):
+    """Speculative decoding on a model's replicas (:class:`fleetplan.costmodels.engine.Speculation`)."""
+
+    acceptance_rate: float = input_field(
+        ..., ge=0.0, le=1.0, description="share of drafted tokens the target accepts (vLLM's draft acceptance rate, "
+        "measured for this draft, target and workload)", fix="e.g. 0.7")
+    num_speculative_tokens: int = input_field(4, ge=1, le=64, description="tokens drafted per step (vLLM "
+                                              "num_speculative_tokens)")
+    method: Literal["draft_model", "ngram"] = input_field(
+        "draft_model", description="draft_model: a smaller model run on the replica's GPUs; ngram: prompt lookup "
+        "(no GPU work)")
+    draft_model: str | None = input_field(None, min_length=1, description="the draft model's catalog name (method "
+                                          "draft_model), e.g. Llama-3.1-8B for Llama-3.1-70B")
+
+
 class EngineSchema(InputModel):
     """The serving engine of a model's replicas (:class:`fleetplan.costmodels.engine.EngineConfig`); every key is
     optional and an unset key takes vLLM's default (for the GPU, for the token budget and the sequence cap)."""
@@ -211,6 +226,12 @@ class EngineSchema(InputModel):
     prefix_hit_rate: float = input_field(0.0, ge=0.0, lt=1.0, description="share of prompt tokens found in the "
                                          "prefix cache (not recomputed); 0 unless known from the workload")
     version: str = input_field("0.11", min_length=1, description="engine version the plan assumes, e.g. 0.11")
+    kv_read_fraction: float = input_field(
+        1.0, gt=0.0, le=1.0, description="share of each sequence's KV a decode step reads: 1 for dense attention, "
+        "below 1 for a long-context sparse decode (traffic only: its quality change is not modelled)")
+    speculative: SpeculativeSchema | None = input_field(
+        None, description="speculative decoding (off unless given): acceptance_rate, num_speculative_tokens, "
+        "method, draft_model")
 
     def to_engine(self, base: EngineConfig | None = None) -> EngineConfig:
         """The record, with the keys given here over ``base`` (the options' engine for a model's)."""

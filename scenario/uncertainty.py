@@ -2,7 +2,8 @@
 built problem, and the derating that plans for the pessimistic end (``fleetplan plan --robust``).
 
 Roofline options take the held-out errors of the shipped calibration (``datasets/data/calibration/
-held_out_errors.csv``), for the engine the calibration rows represent (their ``framework``, e.g. vLLM 0.11). A
+held_out_errors.csv``), for the engine version each option was sized for (its engine's ``version``, e.g. vLLM 0.11;
+a version measured nowhere, or a GPU family measured only on other versions, gets the 'extrapolated' basis). A
 scenario with its own calibration file (``options.calibration``) still gets the shipped table's figures, and the
 basis says so. Measured options take the spacing of their profile's load levels around the capacity.
 """
@@ -10,8 +11,8 @@ basis says so. Measured options take the spacing of their profile's load levels 
 from __future__ import annotations
 
 from fleetplan.costmodels.calibration_fit import gpu_family
+from fleetplan.costmodels.engine import PREFILL_FIRST, EngineConfig
 from fleetplan.costmodels.uncertainty import CapacityError, measured_error, roofline_error
-from fleetplan.datasets.calibration import load_calibration
 from fleetplan.datasets.held_out import load_held_out_table
 from fleetplan.placement.problem import DeratingKey, Problem
 from fleetplan.scenario.profiles import scenario_profiles
@@ -29,17 +30,17 @@ def option_errors(scenario: Scenario, problem: Problem) -> dict[DeratingKey, Cap
     profiles = scenario_profiles(scenario) if any(src.startswith("measured") for src in sources) else {}
     peak = {m.name: m.peak_factor for m in problem.models}
     pools = problem.pool_by_id
-    cache: dict[tuple[str, str], CapacityError] = {}
+    cache: dict[tuple[str, str, str], CapacityError] = {}
 
-    def roofline(model: str, gpu: str) -> CapacityError:
-        if (model, gpu) not in cache:
-            engine = load_calibration(gpu, calib_file).framework or "vLLM 0.11"
-            e = roofline_error(model, gpu, engine=engine, family_of={**family_of, gpu: gpu_family(gpu)}, rows=rows)
+    def roofline(model: str, gpu: str, engine: EngineConfig | None) -> CapacityError:
+        fw = (engine or PREFILL_FIRST).framework  # the engine version the option was sized for
+        if (model, gpu, fw) not in cache:
+            e = roofline_error(model, gpu, engine=fw, family_of={**family_of, gpu: gpu_family(gpu)}, rows=rows)
             if calib_file:
                 e = CapacityError(e.relative, e.basis, e.detail + " (the shipped calibration's held-out errors; "
                                   "the scenario's calibration file gives none of its own)")
-            cache[(model, gpu)] = e
-        return cache[(model, gpu)]
+            cache[(model, gpu, fw)] = e
+        return cache[(model, gpu, fw)]
 
     def measured(model: str, gpu: str, tp: int, cap: float, interruption: float) -> CapacityError:
         prof = profiles.get(model, {}).get((gpu, tp))
@@ -55,12 +56,12 @@ def option_errors(scenario: Scenario, problem: Problem) -> dict[DeratingKey, Cap
         p = pools[o.pool]
         out[(o.model, o.pool, o.tp, o.pp)] = (
             measured(o.model, p.gpu, o.tp, o.capacity_req_per_s, p.interruption_rate)
-            if o.capacity_source.startswith("measured") else roofline(o.model, p.gpu))
+            if o.capacity_source.startswith("measured") else roofline(o.model, p.gpu, o.engine))
     for s in problem.share_options:
         p = pools[s.pool]
         out[(s.model, s.pool, "shared", 1)] = (
             measured(s.model, p.gpu, 1, s.capacity_req_per_s, p.interruption_rate)
-            if s.capacity_source.startswith("measured") else roofline(s.model, p.gpu))
+            if s.capacity_source.startswith("measured") else roofline(s.model, p.gpu, s.engine))
     return out
 
 

@@ -24,7 +24,11 @@ Model (what a vLLM-style engine does, reduced to what sets latency):
   whose whole sequence exceeds the budget is dropped (counted as missing its SLO) in both models.
 * **Decode runs are events, not steps**: between two events the batch is fixed, so a run of k steps (k = steps until
   the next completion) is one event of duration k × step time, with the step time read at the run's mean context
-  (contexts grow by one token per step). A prefill arriving mid-run truncates it at the current step's end. Events are
+  (contexts grow by one token per step). With speculative decoding (the engine's ``speculative``) a step is one
+  output token's share of a speculative step (:mod:`fleetplan.costmodels.speculative`: the StepModel's decode is
+  the per-token step), so tokens advance at the expected rate; under chunked prefill a decoding sequence takes
+  k + 1 tokens of the budget and a mixed step carries 1 / tau of a speculative step's chunk. A prefill arriving
+  mid-run truncates it at the current step's end. Events are
   therefore O(requests), not O(tokens).
 * **Router** (per model, over the engines the plan gives it): ``least-work`` (default) sends a request to the engine
   where it would start soonest: queued prefill seconds on the device + the rest of a running prefill + remaining
@@ -275,6 +279,8 @@ class _EngineState:
     chunked: bool = False
     budget: int = 0  # max_num_batched_tokens (chunked)
     max_seqs: int = 0  # max_num_seqs (0: no cap)
+    spec_tokens: int = 1  # budget tokens a decoding sequence takes per step (k + 1 with speculation)
+    tau: float = 1.0  # expected tokens per speculative step (1 without speculation)
     hit: list[int] = field(default_factory=list)  # prompt tokens found in the prefix cache, per request
     pref: list[list[int]] = field(default_factory=list)  # prefills in progress: [rid, tokens done, tokens total]
     serve_from_s: float = -math.inf
@@ -458,6 +464,8 @@ class Engine:
                          pcie_s_per_token=share * sm.kv_bytes_per_token / pcie if share > 0 and pcie else 0.0,
                          pre=pre, resv=resv, need=need, blk=blk, chunked=cfg.chunked,
                          budget=cfg.max_num_batched_tokens or 0, max_seqs=cfg.max_num_seqs or 0, hit=hits,
+                         spec_tokens=cfg.speculative.num_speculative_tokens + 1 if cfg.speculative else 1,
+                         tau=cfg.speculative.tokens_per_step if cfg.speculative else 1.0,
                          serve_from_s=spec.serve_from_s, serve_until_s=spec.serve_until_s)
         e.dev.engines.append(e)
         return e
@@ -619,7 +627,9 @@ class Engine:
                 self._preempt_one(e, newest=True)
         q, sm = self.req, e.sm
         fixed = float(sm.prefill(1))
-        left = e.budget - e.B
+        left = e.budget - e.B * e.spec_tokens
+        if e.B and e.tau != 1.0 and left > 0:  # a speculative step lasts tau per-token steps: its chunk is
+            left = max(1, int(left / e.tau))  # spread over them
         t = e.step_s(1) if e.B else fixed
         chunks: list[tuple[list[int], int]] = []
 

@@ -7,19 +7,22 @@ plan.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from fleetplan.costmodels.capacity import speculative_latency
 from fleetplan.costmodels.engine import PREFILL_FIRST, EngineConfig
 from fleetplan.costmodels.hardware import Model
 from fleetplan.costmodels.latency import decode_step_time_s, prefill_time_s
 from fleetplan.costmodels.network import Link
 from fleetplan.costmodels.split import kv_transfer_s
-from fleetplan.datasets.calibration import load_calibration
+from fleetplan.datasets.calibration import calibration_for_engine
 from fleetplan.datasets.catalog.names import get_gpu, get_model
 from fleetplan.datasets.network import inter_node_link, load_network_graph
+from fleetplan.errors import InputError
 from fleetplan.placement.plan import Plan
 from fleetplan.placement.problem import Problem
 from fleetplan.scenario.profiles import scenario_profiles
@@ -89,14 +92,18 @@ class FleetBuilder:
                 opts.get("kv_dtype", "bf16"))
 
     def step_model(self, model_name: str, pool_id: str, tp: int, pp: int, kv_budget_bytes: float | None,
-                   role: str = "colocated") -> StepModel:
+                   role: str = "colocated", engine: EngineConfig | None = None) -> StepModel:
         """The (cached) step model of ``model_name`` on ``tp × pp`` GPUs of ``pool_id``. ``role`` 'decode': a decode
         replica of a disaggregated plan, whose "prefill" of a request is its first iteration on it: one decode step of
         one sequence at the prompt's context (:mod:`fleetplan.simulator.disagg`); 'colocated' and 'prefill' replicas
-        prefill as the engine does."""
+        prefill as the engine does. ``engine``: the option's engine; with speculative decoding the steps are
+        :func:`fleetplan.costmodels.capacity.speculative_latency`'s (per-token step, draft prefill added) and the
+        draft's weights and KV bytes per token come out of the KV budget, as the capacity model counts them."""
         if model_name in self._override:
             return self._override[model_name]
-        key = (model_name, pool_id, tp, pp, kv_budget_bytes, role)
+        spec = engine.speculative if engine is not None else None
+        key = (model_name, pool_id, tp, pp, kv_budget_bytes, role, spec, (engine or PREFILL_FIRST).framework,
+               engine.kv_read_fraction if engine is not None else 1.0)
         if key in self._cache:
             return self._cache[key]
 
@@ -109,18 +116,35 @@ class FleetBuilder:
         base = self.scenario.base_dir if self.scenario is not None else None
         if calib_file is not None and base and not os.path.isabs(calib_file):
             calib_file = os.path.join(base, calib_file)
-        calib = load_calibration(gpu, calib_file)
+        # the row of the engine's version, as the plan's capacity was sized (scenario.options.engine_calibration)
+        calib = calibration_for_engine(gpu, calib_file, (engine or PREFILL_FIRST).framework)[0]
         link = inter_node_link(opts.get("inter_node_link")) if pp > 1 else None
         kw: dict[str, Any] = dict(tp=tp, pp=pp, weight_dtype=wd, link=link, calib=calib)
         budget = mu * tp * pp * gpu.memory_bytes - model.weight_bytes(wd) if kv_budget_bytes is None \
             else kv_budget_bytes
         pcie = gpu.pcie_bytes_per_s / 2 * tp * pp if gpu.pcie_bytes_per_s else None
+        kvpt = model.kv_bytes_per_token(kd)
 
-        def prefill(i: float) -> float:
+        def roofline_prefill(i: float) -> float:
             return prefill_time_s(model, gpu, i, **kw)
 
-        def decode(b: float, c: float) -> float:
-            return decode_step_time_s(model, gpu, b, c, kv_dtype=kd, **kw)
+        kv_f = engine.kv_read_fraction if engine is not None else 1.0
+
+        def roofline_decode(b: float, c: float) -> float:
+            return decode_step_time_s(model, gpu, b, c, kv_dtype=kd, kv_read_fraction=kv_f, **kw)
+
+        prefill: Callable[[float], float] = roofline_prefill
+        decode: Callable[[float, float], float] = roofline_decode
+        if spec is not None and role == "colocated":
+            draft = spec.draft if spec.method == "draft_model" else None
+            if spec.method == "draft_model" and draft is None:
+                raise InputError(f"{model_name}: the speculative draft model {spec.draft_model} is not resolved",
+                                 field="engine.speculative.draft_model", value=spec.draft_model)
+            prefill, decode = speculative_latency(model, gpu, spec, draft, tp=tp, pp=pp, weight_dtype=wd,
+                                                  kv_dtype=kd, link=link, calib=calib, kv_read_fraction=kv_f)
+            if draft is not None:
+                budget -= draft.weight_bytes(wd)
+                kvpt += draft.kv_bytes_per_token(kd)
 
         prof = self.profiles.get(model.name, {}).get((gpu.name, tp)) if pp == 1 else None
         where = f"{model.name} on {gpu.name} tp{tp}"
@@ -131,7 +155,7 @@ class FleetBuilder:
                       ("context up to", getattr(st, "max_context_tokens", None)))
             rng = ", ".join(f"{what} {v:g}" for what, v in bounds if v is not None)
             st = st.for_replay() if hasattr(st, "for_replay") else st
-            prefill, decode = st.prefill_time_s, st.decode_step_time_s  # type: ignore[assignment]
+            prefill, decode = st.prefill_time_s, st.decode_step_time_s
             note = (f"{where}: step times from {prof.label}; beyond the measured range ({rng}) the replay extends "
                     "them linearly")
         elif prof is not None:
@@ -144,10 +168,12 @@ class FleetBuilder:
         if role == "decode":
             step = decode
 
-            def prefill(i: float) -> float:  # the decode replica's first iteration: the prompt's last token
+            def first_iteration(i: float) -> float:  # the decode replica's first iteration: the prompt's last token
                 return step(1.0, i)
+
+            prefill = first_iteration
         sm = StepModel(prefill, decode,
-                       kv_bytes_per_token=model.kv_bytes_per_token(kd), kv_budget_bytes=budget,
+                       kv_bytes_per_token=kvpt, kv_budget_bytes=budget,
                        max_tokens=min(self.max_tokens, model.max_context_tokens),
                        sliding_window_tokens=model.sliding_window_tokens, pcie_bytes_per_s=pcie,
                        label=(f"{role} " if role != "colocated" else "") + f"{model_name} on {pool_id} tp{tp}"
@@ -175,7 +201,7 @@ class FleetBuilder:
                 continue
             pool = pools[pool_id]
             gpu = get_gpu(pool.gpu, self.scenario_file("gpus"))
-            sm = self.step_model(m, pool_id, tp, pp, None)
+            sm = self.step_model(m, pool_id, tp, pp, None, engine=self.engine_of(m, pool_id, tp, pp))
             served = self.problem.option_by_key[(m, pool_id, tp, pp)].class_capacity
             for r in range(n):
                 devices.append(DeviceSpec(f"{m} {pool.label} tp{tp}x{pp} #{r + 1}", tp * pp,
@@ -193,7 +219,8 @@ class FleetBuilder:
 
                 model, wd, _ = self.model_spec(m)
                 budget = opt.memory_bytes - model.weight_bytes(wd)
-                engines.append(EngineSpec(m, len(devices) - 1, self.step_model(m, g.pool, 1, 1, budget),
+                engines.append(EngineSpec(m, len(devices) - 1, self.step_model(m, g.pool, 1, 1, budget,
+                                                                                engine=opt.engine),
                                           engine=opt.engine or PREFILL_FIRST))
             dm.append(tuple(g.models))
         return Fleet(engines, devices, dm)

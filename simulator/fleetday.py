@@ -412,8 +412,9 @@ def _span(problem: Problem, builder: FleetBuilder, lives: list[_Life], start_s: 
             m, _, tp, pp = x.key
             sp.devices.append(DeviceSpec(f"{m} {x.pool} tp{tp}x{pp}", tp * pp, pool.usd_per_busy_gpu_hour,
                                          gpu.tdp_w or 0.0, gpu=pool.gpu))
-            sp.engines.append(EngineSpec(m, d, builder.step_model(m, x.pool, tp, pp, None), x.ready_s, x.stop_s,
-                                         engine=builder.engine_of(m, x.pool, tp, pp)))
+            eng = builder.engine_of(m, x.pool, tp, pp)
+            sp.engines.append(EngineSpec(m, d, builder.step_model(m, x.pool, tp, pp, None, engine=eng), x.ready_s,
+                                         x.stop_s, engine=eng))
             sp.rated_s.append(tp * pp / options[x.key].capacity_req_per_s)
             continue
         sp.devices.append(DeviceSpec(f"shared {x.pool}", 1, pool.usd_per_busy_gpu_hour, gpu.tdp_w or 0.0,
@@ -421,8 +422,9 @@ def _span(problem: Problem, builder: FleetBuilder, lives: list[_Life], start_s: 
         for m in x.models:
             model, mwd, _ = builder.model_spec(m)
             budget = shares[(m, x.pool)].memory_bytes - model.weight_bytes(mwd)
-            sp.engines.append(EngineSpec(m, d, builder.step_model(m, x.pool, 1, 1, budget), x.ready_s, x.stop_s,
-                                         engine=shares[(m, x.pool)].engine or PREFILL_FIRST))
+            eng = shares[(m, x.pool)].engine or PREFILL_FIRST
+            sp.engines.append(EngineSpec(m, d, builder.step_model(m, x.pool, 1, 1, budget, engine=eng), x.ready_s,
+                                         x.stop_s, engine=eng))
             sp.rated_s.append(1.0 / shares[(m, x.pool)].capacity_req_per_s)
     return sp
 
