@@ -163,7 +163,7 @@ def deploy_option(use: str = "") -> Decorator:
     ``use`` says which of its parts the command uses."""
     return click.option("--deploy", "deploy_file", default=None, type=click.Path(dir_okay=False),
                         help="Deployment file (YAML): site -> kubectl context and namespace, image, checkpoints, GPU "
-                             f"node labels (README: 'From plan to production'){use}.")
+                             f"node labels (docs/export.md: 'From plan to production'){use}.")
 
 
 # ---- the split design -----------------------------------------------------------------------------------------------

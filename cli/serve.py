@@ -173,8 +173,8 @@ def settings_from_flags(config_file: str | None, given: dict[str, Any]) -> Servi
 def serve(config_file: str | None, **given: Any) -> None:
     """Serve a live plan over HTTP and re-plan it every --interval seconds as observations arrive.
 
-    Settings come from flags, then FLEETPLAN_* environment variables, then --config FILE, then defaults (README
-    "The online re-planner"). Write endpoints need `Authorization: Bearer <token>` (FLEETPLAN_TOKEN or
+    Settings come from flags, then FLEETPLAN_* environment variables, then --config FILE, then defaults
+    (docs/service.md, "Settings"). Write endpoints need `Authorization: Bearer <token>` (FLEETPLAN_TOKEN or
     --token-file) unless started with --insecure-no-auth. Several services on one database elect one leader; the
     others serve reads. The database's schema is upgraded on start. OpenAPI documentation at
     http://HOST:PORT/docs.
