@@ -229,7 +229,7 @@ def rewrite(text: str, figures: dict[str, str]) -> str:
 
 def compute(names: list[str]) -> dict[str, str]:
     """{'source.figure': text} of the sources ``names``."""
-    out = {}
+    out: dict[str, str] = {}
     for name in names:
         out |= {f"{name}.{k}": v for k, v in SOURCES[name].compute().items()}
     return out
