@@ -4,10 +4,10 @@ A figure in the Markdown is followed by an HTML comment naming it, which renders
 
     the default plan costs $898.59<!--fig default.cost--> a day
 
-The figure is the number written just before the comment (an optional sign, digits with thousands commas, an
-optional decimal part and an optional %). Each name is ``SOURCE.FIGURE``; a source is one command (or one library
-call equal to it) that runs in well under a minute, and its figures are formatted here exactly as the text writes
-them.
+The figure is the number written just before the comment (an optional + sign, digits with thousands commas,
+an optional decimal part and an optional %; a - before it is text, as in a range 3.7-3.8%). Each name is
+``SOURCE.FIGURE``; a source is one command (or one library call equal to it) that runs in well under a minute, and
+its figures are formatted here exactly as the text writes them.
 
     .venv/bin/python docs/figures.py                    # check every figure: exit 1 listing each that drifted
     .venv/bin/python docs/figures.py --write            # rewrite the drifted figures in place
@@ -39,7 +39,7 @@ ROOT = Path(__file__).resolve().parent.parent
 DOCUMENTS = (ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")))
 SCENARIOS = ROOT / "datasets" / "scenarios"
 #: A tagged figure: the number just before ``<!--fig NAME-->``.
-TAG = re.compile(r"(?P<value>[-+]?\d[\d,]*(?:\.\d+)?%?)?<!--fig (?P<name>[\w.-]+)-->")
+TAG = re.compile(r"(?P<value>\+?\d[\d,]*(?:\.\d+)?%?)?<!--fig (?P<name>[\w.-]+)-->")
 
 
 def usd(x: float) -> str:
@@ -86,6 +86,14 @@ class Source:
     fast: bool = False
 
 
+def _replica(d: dict, model: str, gpu: str, tp: int) -> dict:
+    """The plan dict ``d``'s replica row of ``model`` on ``gpu`` at tp ``tp`` (KeyError naming it when absent)."""
+    for r in d["replicas"]:
+        if r["model"] == model and r["gpu"] == gpu and r["tp"] == tp:
+            return r
+    raise KeyError(f"the plan has no {model} replicas on {gpu} tp {tp}: the text's figure needs rewording")
+
+
 def _default() -> dict[str, str]:
     d = plan_json("--suggest-benchmark")
     out = {"cost": usd(d["cost_usd_per_day"]), "gpu_hours": f"{d['gpu_hours_per_day']:,.0f}",
@@ -94,6 +102,18 @@ def _default() -> dict[str, str]:
         out[f"{name}.cost"] = usd(b["cost_usd_per_day"])
         out[f"{name}.gpu_hours"] = f"{b['gpu_hours_per_day']:,.0f}"
         out[f"{name}.ratio"] = f"{b['cost_usd_per_day'] / d['cost_usd_per_day']:.2f}"
+    qwen, llama = _replica(d, "Qwen2.5-7B", "A100-SXM4-80GB", 1), _replica(d, "Llama-3.1-70B", "A100-SXM4-80GB", 4)
+    out |= {"capacity.qwen_a100": f"{qwen['capacity_req_per_s']:.3f}",
+            "capacity.llama70b_a100": f"{llama['capacity_req_per_s']:.3f}",
+            "error.a100": pct(llama["capacity_error"]["relative"]),
+            "error.llama70b_h100": pct(_replica(d, "Llama-3.1-70B", "H100-SXM-80GB", 4)["capacity_error"]["relative"])}
+    for a in d["arrival_process"]:  # each trace's burstiness figures, as docs/uncertainty.md quotes them
+        if a["trace"] in ("azure-conv", "azure-code"):
+            key = a["trace"].replace("-", "_")
+            cv, disp = a["interarrival_cv"], a["index_of_dispersion_60s"]
+            out |= {f"{key}.cv": f"{cv:.2f}" if cv < 10 else f"{cv:.1f}",
+                    f"{key}.dispersion": f"{disp:.1f}" if disp < 100 else f"{disp:.0f}",
+                    f"{key}.peak_factor": f"{a['peak_factor_60s_p95']:.2f}"}
     sb = d["suggested_benchmark"]
     out |= {"suggest.capacity": f"{sb['capacity_req_per_s']:.2f}", "suggest.error": pct(sb["capacity_error"]),
             "suggest.at_risk": usd(sb["usd_per_day_at_risk"]),
@@ -121,7 +141,10 @@ def _engine() -> dict[str, str]:
         s["options"]["engine"] = {"mode": "vllm-v1"}
 
     d = plan_json(variant("default", edit))
-    return {"vllm_v1.cost": usd(d["cost_usd_per_day"])}
+    return {"vllm_v1.cost": usd(d["cost_usd_per_day"]),
+            "vllm_v1.capacity.qwen_a100": f"{_replica(d, 'Qwen2.5-7B', 'A100-SXM4-80GB', 1)['capacity_req_per_s']:.3f}",
+            "vllm_v1.capacity.llama70b_a100":
+                f"{_replica(d, 'Llama-3.1-70B', 'A100-SXM4-80GB', 4)['capacity_req_per_s']:.3f}"}
 
 
 def _purchase() -> dict[str, str]:
@@ -166,6 +189,32 @@ def _troughs() -> dict[str, str]:
             "training_gpu_hours": f"{r.training_gpu_hours:.1f}"}
 
 
+def _prefix_cache() -> dict[str, str]:
+    # the same calls as `fleetplan prefix-cache` with its defaults (cli/prefixcache.py)
+    from fleetplan.costmodels.latency import prefill_time_s
+    from fleetplan.costmodels.prefixcache import per_replica_and_shared
+    from fleetplan.datasets.calibration import load_calibration
+    from fleetplan.datasets.catalog.names import get_gpu, get_model
+    from fleetplan.datasets.prefix_blocks import MOONCAKE_BLOCK_TOKENS, read_block_ids
+
+    m, g = get_model("Llama-3.1-8B"), get_gpu("H100-SXM-80GB")
+    block_bytes = MOONCAKE_BLOCK_TOKENS * m.kv_bytes_per_token("bf16")
+    cap = max(1, int(20.0 * 1e9 // block_bytes))
+    reqs = read_block_ids("mooncake-conversation", limit=3000)
+    out = {}
+    per = []
+    for r in (1, 2, 4, 8):
+        p, s = per_replica_and_shared(reqs, r, cap)
+        per.append(p)
+        if r > 1:
+            out[f"shared.{r}"] = pct(s)
+    out |= {"per_replica.low": f"{min(per) * 100:.1f}", "per_replica.high": pct(max(per)),
+            "block_mb": f"{block_bytes / 1e6:.1f}"}
+    t_block = prefill_time_s(m, g, MOONCAKE_BLOCK_TOKENS, calib=load_calibration(g))
+    out["break_even_gb_per_s"] = f"{block_bytes / t_block / 1e9:.1f}"
+    return out
+
+
 SOURCES: dict[str, Source] = {
     "default": Source("fleetplan plan --suggest-benchmark --format json", _default),
     "robust": Source("fleetplan plan --robust --format json", _robust),
@@ -178,6 +227,7 @@ SOURCES: dict[str, Source] = {
                      "disagg_wins with disaggregation.enabled: false, --format json", _disagg, fast=True),
     "ledger": Source("fleetplan data models --format json (Llama-3.1-70B's KV bytes per token)", _ledger, fast=True),
     "troughs": Source("fleetplan troughs", _troughs, fast=True),
+    "prefix": Source("fleetplan prefix-cache", _prefix_cache),
 }
 
 
