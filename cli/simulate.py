@@ -10,7 +10,7 @@ from collections.abc import Callable
 import click
 
 from fleetplan.cli.options import format_option
-from fleetplan.cli.output import progress_status, stdout_console
+from fleetplan.cli.output import claim_outputs, progress_status, stdout_console
 from fleetplan.costmodels.utilization import BUSY_TIME, RATED_LOAD, legend
 from fleetplan.datasets.traces import load_trace
 from fleetplan.fileio import atomic_path, check_destinations, check_output_folder, write_text_atomic
@@ -280,6 +280,7 @@ def simulate(plan_file, trace_ref, window, model, rate_scale, time_scale, bucket
         raise click.UsageError("--window, --model, --rate-scale, --time-scale and --bucket apply to a --trace replay")
     # The report must not replace a file the replay reads (plan, trace file, fleet steps); checked before the work.
     check_destinations({"--report": report_path}, inputs=[plan_file, fleet_file, trace_ref])
+    claim_outputs({"--report": report_path})  # a second run writing the same report is refused
     if plots_dir:
         check_output_folder(plots_dir, field="--plots")  # before the replay
     policy = Policy(router=router)

@@ -20,11 +20,11 @@ from fleetplan.cli.options import (
     split_options,
     vary_option,
 )
-from fleetplan.cli.output import json_safe, map_with_progress, rows_csv, stdout_console, table
+from fleetplan.cli.output import claim_outputs, json_safe, map_with_progress, rows_csv, stdout_console, table
 from fleetplan.costmodels.split import SWEEP_VARIABLES, SplitSpec, apply_variables, grid, scenario_row
 from fleetplan.datasets.shipped import shipped_scenario_text
 from fleetplan.errors import InputError
-from fleetplan.fileio import check_destinations, output_files, parse_yaml, read_yaml
+from fleetplan.fileio import output_files, parse_yaml, read_yaml
 from fleetplan.scenario.split import SplitOptions, make_spec
 from fleetplan.solvers.executor import Executor, make_executor
 
@@ -47,7 +47,7 @@ def run_whatif(options: SplitOptions, vary: tuple[str, ...], workers: int, fmt: 
     """Sweep the design ``options`` over the ``--vary`` grid and print/write the table (both whatif commands), the
     cells run by the ``executor`` ('process' with ``workers`` processes, or 'ray' at ``ray_address``)."""
     outputs = {"--out": out, "--plot": plot}
-    check_destinations(outputs)  # before the sweep
+    claim_outputs(outputs)  # checked and locked before the sweep
     variables = parse_grid(vary, max_cells)
     spec = make_spec(options)
     with make_executor(executor, workers=workers, address=ray_address) as ex:
