@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test lint figures docs bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -26,6 +26,16 @@ lint: $(STAMP)
 	$(BIN)/lint-imports
 	mkdir -p build/mypy && ln -sfn "$(CURDIR)" build/mypy/fleetplan
 	cd build/mypy && "$(CURDIR)/$(BIN)/mypy" --config-file "$(CURDIR)/pyproject.toml" -p fleetplan
+
+# Every figure README.md and docs/*.md quote from a fast command, recomputed and compared with the text (about two
+# minutes); `$(BIN)/python docs/figures.py --write` updates them.
+figures: $(STAMP)
+	$(BIN)/python docs/figures.py
+
+# The reference pages as a static site (site/), warnings as errors: needs the docs extra (pip install -e '.[docs]').
+docs: $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[docs]'
+	$(BIN)/mkdocs build --strict --quiet
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_planner.py

@@ -20,10 +20,10 @@ from fleetplan.cli.options import (
     threads_option,
     time_limit_option,
 )
-from fleetplan.cli.output import table
+from fleetplan.cli.output import claim_outputs, table
 from fleetplan.costmodels.utilization import BUSY_TIME, SERVED_SHARE, legend
 from fleetplan.errors import InputError, SolverError
-from fleetplan.fileio import atomic_path, check_destinations
+from fleetplan.fileio import atomic_path
 from fleetplan.placement.tenants import Objectives, Tenant, TenantProblem, quota_warning, validate_allocation
 from fleetplan.scenario.tenants import TenantWorkload, load_tenants_with_workloads
 from fleetplan.simulator.tenants import (
@@ -434,7 +434,7 @@ def allocate(scenario: Path | None, mode: str, backend: str, time_limit_s: float
     case). Nodes held by one tenant are not split: that tenant has whole GPUs."""
     time_limit_s = checked_time_limit(time_limit_s)
     plot_path = Path(plot) if plot is not None else None
-    check_destinations({"--plot": plot_path})  # before the solve
+    claim_outputs({"--plot": plot_path})  # checked and locked before the solve
     t0 = time.perf_counter()
     problem, opts, workloads = load_tenants_with_workloads(scenario)
     verify_ws = _parse_windows(verify_windows, problem) if verify else None

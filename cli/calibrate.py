@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import click
 
+from fleetplan.cli.output import claim_outputs
 from fleetplan.datasets.calibration import write_calibration_table
 from fleetplan.datasets.held_out import write_held_out_table
 from fleetplan.datasets.measured import DEFAULT_FRAMEWORK
 from fleetplan.datasets.measured import calibrate as run_calibration
 from fleetplan.errors import InputError
-from fleetplan.fileio import check_destination
 
 
 @click.command()
@@ -35,9 +35,8 @@ def calibrate(extra: tuple[str, ...], no_shipped: bool, anchor: str, framework: 
     """Fit the roofline's constants (efficiencies and host overhead scale per GPU family, overheads per framework and
     version) to measured prefill, decode-step, steady-state and static-batch times, report the fit error and the
     held-out error, and write a calibration file."""
-    check_destination(out, field="--out")  # before the fit, which takes a while
-    if frameworks_out:
-        check_destination(frameworks_out, field="--frameworks-out")
+    # checked and locked before the fit, which takes a while
+    claim_outputs({"--out": out, "--held-out-table": held_out_table, "--frameworks-out": frameworks_out})
     if held_out_table and not held_out:
         raise InputError("--held-out-table needs the held-out refits: drop --no-held-out", field="--held-out-table")
     rep = run_calibration(extra, shipped=not no_shipped, anchor=anchor, framework=framework, held_out=held_out)

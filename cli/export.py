@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from fleetplan.cli.options import deploy_option
+from fleetplan.cli.output import claim_outputs
 from fleetplan.errors import InputError
 from fleetplan.export.deployment import read_deploy_file, window_index, workloads
 from fleetplan.export.k8s import export_k8s
@@ -76,6 +77,7 @@ def k8s(plan_file, out_dir, window, all_windows, deploy_file, lead_minutes) -> N
 def vllm(plan_file, window, deploy_file, out_file) -> None:
     """Launch commands per node for PLAN_FILE: `vllm serve` with the plan's parallelism and the capacity model's
     limits, GPUs chosen with CUDA_VISIBLE_DEVICES, for each window."""
+    claim_outputs({"--out": out_file})
     deploy = read_deploy_file(deploy_file)
     problem, plan, scenario, d = load_plan_file(plan_file)
     wins = _windows(problem, window, False)

@@ -25,11 +25,11 @@ from fleetplan.cli.options import (
     vary_option,
     xlsx_option,
 )
-from fleetplan.cli.output import json_safe, rows_csv, stdout_console, table
+from fleetplan.cli.output import claim_outputs, json_safe, rows_csv, stdout_console, table
 from fleetplan.cli.whatif import PLOT_HELP, run_whatif
 from fleetplan.costmodels.engine import SPECULATION_METHODS, Speculation
 from fleetplan.costmodels.split import SWEEP_VARIABLES, SplitResult, SplitSpec, compare, scenario_row
-from fleetplan.fileio import check_destinations, output_files
+from fleetplan.fileio import output_files
 from fleetplan.outputs.workbook import build_split_workbook
 from fleetplan.scenario.read import load_scenario
 from fleetplan.scenario.speculation import SpeculationRow, speculation_whatif, verdict
@@ -140,7 +140,7 @@ def split_cmd(fmt: str, xlsx: str | None, csv_out: str | None, no_prompt_break_e
     """Compare colocated, disaggregated in one site, and prefill-here/decode-there on the same demand."""
 
     outputs = {"--xlsx": xlsx, "--csv-out": csv_out}
-    check_destinations(outputs)  # before the work
+    claim_outputs(outputs)  # checked and locked before the work
     spec = make_spec(split_options(kw))
     result = compare(spec, prompt_break_even=not no_prompt_break_even)
     with output_files(outputs) as tmp:  # all of them or none

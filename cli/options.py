@@ -23,6 +23,7 @@ from typing import Any
 import click
 
 from fleetplan.cli.grid import MAX_CELLS_LIMIT, MAX_VARY_COUNT
+from fleetplan.errors import InputError
 from fleetplan.scenario.split import SplitOptions
 from fleetplan.solvers.executor import EXECUTORS
 from fleetplan.solvers.solve import BACKENDS, MIN_TIME_LIMIT_S, check_solve_options
@@ -114,6 +115,38 @@ def format_option(formats: Sequence[str] = FORMATS, detail: str = "") -> Decorat
                         help="Output format" + (f": {detail}" if detail else "."))
 
 
+#: ``-o``/``--output`` of ``fleetplan plan``: a short table, the wide one, or the plan as JSON, YAML or CSV rows.
+OUTPUTS = ("table", "wide", "json", "yaml", "csv")
+
+
+def output_options() -> Decorator:
+    """``-o``/``--output`` (keyword ``output``): table (short, the default), wide (every column and line: capacity
+    sources, price sources, the options not used, each model's margins and arrivals), json, yaml or csv; and the
+    older ``--format table|json|csv`` (keyword ``fmt``) and ``--wide`` (keyword ``wide``), kept as aliases.
+    :func:`resolve_output` turns the three into one."""
+    return lambda f: _apply(f, [
+        click.option("-o", "--output", "output", type=click.Choice(list(OUTPUTS)), default=None,
+                     help="What to print: table (short, the default), wide (also capacity and price sources, the "
+                          "options not used, each model's margins and arrival figures), json, yaml or csv."),
+        click.option("--format", "fmt", type=click.Choice(list(FORMATS)), default=None,
+                     help="Same as -o table|json|csv (kept for scripts)."),
+        click.option("--wide", is_flag=True, help="Same as -o wide (kept for scripts)."),
+    ])
+
+
+def resolve_output(output: str | None, fmt: str | None, wide: bool) -> str:
+    """The one output of ``-o``, ``--format`` and ``--wide`` (see :func:`output_options`): 'table' when none is
+    given. Raises InputError naming the options when two of them say different things."""
+    if wide and fmt == "table":
+        fmt = "wide"  # the older pair `--format table --wide` meant the wide table
+    said = {k: v for k, v in (("-o", output), ("--format", fmt), ("--wide", "wide" if wide else None)) if v}
+    if len(set(said.values())) > 1:
+        given = ", ".join(k if k == "--wide" else f"{k} {v}" for k, v in said.items())
+        raise InputError(f"{given} ask for different outputs; give one of them (-o {'|'.join(OUTPUTS)})",
+                         field=next(iter(said)), value=next(iter(said.values())))
+    return next(iter(said.values()), "table")
+
+
 def out_option(what: str) -> Decorator:
     """``--out`` (keyword ``out``): a file to write ``what`` to, besides what the command prints."""
     return click.option("--out", type=click.Path(dir_okay=False), default=None, help=f"Also write {what}.")
@@ -163,7 +196,7 @@ def deploy_option(use: str = "") -> Decorator:
     ``use`` says which of its parts the command uses."""
     return click.option("--deploy", "deploy_file", default=None, type=click.Path(dir_okay=False),
                         help="Deployment file (YAML): site -> kubectl context and namespace, image, checkpoints, GPU "
-                             f"node labels (README: 'From plan to production'){use}.")
+                             f"node labels (docs/export.md: 'From plan to production'){use}.")
 
 
 # ---- the split design -----------------------------------------------------------------------------------------------

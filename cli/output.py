@@ -15,7 +15,9 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
-from fleetplan.fileio import atomic_path, write_text_atomic
+import click
+
+from fleetplan.fileio import atomic_path, claimed_outputs, write_text_atomic
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -25,6 +27,14 @@ if TYPE_CHECKING:
 
 __all__ = ["atomic_path", "json_safe", "map_with_progress", "progress_bar", "progress_status", "rows_csv",
            "stdout_console", "table", "write_text_atomic"]
+
+
+def claim_outputs(paths: dict[str, Any]) -> None:
+    """Check each file destination of ``paths`` ({option: path or None}) and hold an exclusive lock on it until the
+    running command ends (click closes it with the command's context), so a second run writing the same file is
+    refused at once instead of both exiting 0 and the last writer winning (:func:`fleetplan.fileio.claimed_outputs`;
+    InputError naming the option). Call it before the command's work."""
+    click.get_current_context().with_resource(claimed_outputs(paths))
 
 
 def json_safe(obj: Any) -> Any:

@@ -16,10 +16,11 @@ import click
 from fleetplan.cli.options import (
     backend_option,
     fanout_options,
-    format_option,
     gap_option,
     out_option,
+    output_options,
     plot_option,
+    resolve_output,
     threads_option,
     time_limit_option,
     xlsx_option,
@@ -75,11 +76,14 @@ def _headline(console: Console, problem: Problem, plan: Plan, d: dict) -> None:
                       f"{24 / problem.horizon_hours:g} times.[/yellow]")
 
 
-def _replicas_table(problem: Problem, d: dict) -> Table:
-    """Replicas per model, GPU type, site and window: dedicated replicas, prefill/decode pools, shared GPUs."""
+def _replicas_table(problem: Problem, d: dict, wide: bool = False) -> Table:
+    """Replicas per model, GPU type, site and window: dedicated replicas, prefill/decode pools, shared GPUs; the
+    column 'capacity from' only when ``wide``."""
     t = table("Replicas per window (one digit per window, first to last)",
-              ("model", "GPU @ site", "tp×pp", "replicas per window", "GPU-h/day", "capacity from"),
+              ("model", "GPU @ site", "tp×pp", "replicas per window", "GPU-h/day")
+              + (("capacity from",) if wide else ()),
               right=lambda c: c == "GPU-h/day", title_justify="left")
+    add_row = t.add_row if wide else (lambda *cells: t.add_row(*cells[:-1]))
     f = 24.0 / problem.horizon_hours
     named = {p.id: f" (pool {p.name})" for p in problem.pools if p.name}  # several pools of one site and GPU type
     for r in d["replicas"]:
@@ -87,17 +91,17 @@ def _replicas_table(problem: Problem, d: dict) -> Table:
         classes = r.get("class_capacity_req_per_s") or {}
         served = ("; classes " + ", ".join(f"{c} {v:.3g} req/s" for c, v in classes.items())) if classes else ""
         where = f"{r['gpu']} @ {r['site']}{named.get(r['pool'], '')}"
-        t.add_row(r["model"], where, f"{r['tp']}×{r['pp']}", _fmt_counts(r["counts"]),
+        add_row(r["model"], where, f"{r['tp']}×{r['pp']}", _fmt_counts(r["counts"]),
                   f"{gh:.0f}", r.get("capacity_source", "") + served)
     for r in d.get("prefill_decode") or []:
         gh = sum(r["counts"]) * r["tp"] * problem.window_hours * f
         to = f" -> decode at {r['decode_site']}" if r["role"] == "prefill" and r["decode_site"] != r["site"] else ""
-        t.add_row(f"{r['model']} [{r['role']}]", f"{r['gpu']} @ {r['site']}{to}", f"{r['tp']}×1",
+        add_row(f"{r['model']} [{r['role']}]", f"{r['gpu']} @ {r['site']}{to}", f"{r['tp']}×1",
                   _fmt_counts(r["counts"]), f"{gh:.0f}", r.get("capacity_source", ""))
     for g in d["shared_gpus"]:
         src = g.get("capacity_source") or {}
         where = f"{g['gpu']} @ {g['site']}{named.get(g['pool'], '')}"
-        t.add_row(" + ".join(g["models"]), where, "shared", "1 GPU, all day", "24",
+        add_row(" + ".join(g["models"]), where, "shared", "1 GPU, all day", "24",
                   "; ".join(f"{m}: {s}" for m, s in src.items()) if len(set(src.values())) > 1
                   else next(iter(src.values()), ""))
     return t
@@ -130,16 +134,16 @@ def _summary_table(d: dict) -> Table:
     """Cost and GPU-hours per day of the plan, its proven lower bound and the baselines."""
     s = table("Summary (per day)", ("plan", "cost $/day", "GPU-hours/day", "cost vs this plan", "note"),
               right=lambda c: c not in ("plan", "note"), fold=False, title_justify="left")
-    s.add_row("this plan", f"{d['cost_usd_per_day']:,.2f}", f"{d['gpu_hours_per_day']:,.1f}", "1.00",
+    s.add_row("this plan", f"${d['cost_usd_per_day']:,.2f}", f"{d['gpu_hours_per_day']:,.1f}", "1.00",
               f"{RATED_LOAD.name} {d['utilization']['mean']:.0%} (mean), peak {d['utilization']['peak']:.0%}")
     if d.get("lower_bound_usd_per_day") is not None:
-        s.add_row("lower bound (proven)", f"{d['lower_bound_usd_per_day']:,.2f}", "", "",
+        s.add_row("lower bound (proven)", f"${d['lower_bound_usd_per_day']:,.2f}", "", "",
                   f"gap {gap_text(d['gap'])}" if d.get("gap") is not None else "")
     else:
         s.add_row("lower bound", "no bound yet", "", "", "no proven lower bound within the solve's effort")
     for name, b in (d.get("baselines") or {}).items():
         ratio = b["cost_usd_per_day"] / d["cost_usd_per_day"] if d["cost_usd_per_day"] else float("nan")
-        s.add_row(name, f"{b['cost_usd_per_day']:,.2f}", f"{b['gpu_hours_per_day']:,.1f}", f"{ratio:.2f}",
+        s.add_row(name, f"${b['cost_usd_per_day']:,.2f}", f"{b['gpu_hours_per_day']:,.1f}", f"{ratio:.2f}",
                   "" if b["valid"] else "exceeds the problem: " + b["message"][:60])
     return s
 
@@ -157,11 +161,16 @@ def _kv_table(d: dict) -> Table:
     return k
 
 
-def _price_line(pool: dict) -> str:
-    """'price: POOL RATE USD/GPU-h (PRICING) from SOURCE', the rate left out when the source states it."""
+def _price_line(pool: dict, wide: bool = True) -> str:
+    """'price: POOL RATE USD/GPU-h (PRICING) from SOURCE', the rate left out when the source states it; not
+    ``wide``: 'price: POOL RATE USD/GPU-h (PRICING, SNAPSHOT DATE)' without the source."""
     rate = pool.get("committed_usd_per_gpu_hour", pool["usd_per_gpu_hour"])
     per = " per committed GPU-h" if "committed_usd_per_gpu_hour" in pool else ""
     price = f"{rate:.4g} USD/GPU-h"
+    if not wide:
+        date = pool.get("price_as_of") or ""
+        when = "catalog, undated" if date == "undated" else f"as of {date}" if date else "not from a catalog"
+        return f"[dim]price: {pool['id']} {price}{per} ({pool['pricing_model']}, {when})[/dim]"
     src = pool["price_source"]
     # a catalog source states the price itself: print it once
     shown = f"{pool['id']} ({pool['pricing_model']})" if price in src else f"{pool['id']} {price}{per} " \
@@ -169,20 +178,38 @@ def _price_line(pool: dict) -> str:
     return f"[dim]price: {shown} from {src}[/dim]"
 
 
-def _commitment_line(c: dict) -> str:
-    """A committed pool: its GPUs, the shares deployed and loaded, and the break-even utilization."""
+def _snapshot_line(pools: list[dict]) -> str:
+    """'price snapshots: ...': the snapshot dates of the catalog-priced pools (one, or several as the scenario's
+    ``price_snapshots: mixed`` allows) with their pools; '' when no pool is priced from the catalogs."""
+    dates: dict[str, list[str]] = {}
+    for p in pools:
+        if p.get("price_as_of"):
+            dates.setdefault(p["price_as_of"], []).append(p["id"])
+    if not dates:
+        return ""
+    if len(dates) == 1:
+        date = next(iter(dates))
+        return "price snapshot: every catalog price " + ("from undated snapshots" if date == "undated" else
+                                                         f"as of {date}")
+    return (f"price snapshots of {len(dates)} dates (options.price_snapshots: mixed): "
+            + "; ".join(f"{d}: {', '.join(ids)}" for d, ids in dates.items()))
+
+
+def _commitment_line(c: dict, wide: bool = True) -> str:
+    """A committed pool: its GPUs, the shares deployed and loaded, and the break-even utilization (with the
+    on-demand rate's source when ``wide``)."""
     be = c["break_even_utilization"]
     deployed, load = c["deployed_share"], c["load_share"]
     return (f"commitment: {c['pool']} {c['gpus']} GPUs for the whole horizon"
             + (f", deployed {deployed:.0%} of their hours, load {load:.0%} of their capacity"
                if deployed is not None else "")
             + (f"; break-even utilization {be:.1%} = {c['committed_usd_per_gpu_hour']:.4g} / "
-               f"{c['on_demand_usd_per_gpu_hour']:.4g} USD/GPU-h (on demand from "
-               f"{c['on_demand_price_source']})" if be is not None else
+               f"{c['on_demand_usd_per_gpu_hour']:.4g} USD/GPU-h"
+               + (f" (on demand from {c['on_demand_price_source']})" if wide else "") if be is not None else
                "; break-even utilization unknown (no on-demand price)"))
 
 
-def _footer(console: Console, d: dict) -> None:
+def _footer(console: Console, d: dict, wide: bool) -> None:
     """The lines under the tables: KV break-even price, cost per day by kind, prices, commitments, notes."""
     if d.get("kv_break_even"):
         be = d["kv_break_even"]
@@ -192,9 +219,11 @@ def _footer(console: Console, d: dict) -> None:
     console.print(f"cost/day: GPUs ${bd['gpu']:,.2f} + replica starts ${bd['starts']:,.2f} + egress "
                   f"${bd['egress']:,.2f}")
     for pool in d.get("pools", []):
-        console.print(_price_line(pool), markup=True, highlight=False)
+        console.print(_price_line(pool, wide), markup=True, highlight=False)
+    if line := _snapshot_line(d.get("pools", [])):
+        console.print(line, markup=False, highlight=False)
     for c in d.get("commitments", []):
-        console.print(_commitment_line(c), highlight=False)
+        console.print(_commitment_line(c, wide), highlight=False)
     for n in d.get("notes", []):
         console.print(f"[dim]demand: {n}[/dim]")
     if line := summary_line(d.get("options_not_used") or []):
@@ -209,18 +238,19 @@ def _unused_table(d: dict) -> Table:
     return t
 
 
-def _render_table(problem: Problem, plan: Plan, d: dict) -> None:
-    """The plan ``d`` (:func:`~fleetplan.outputs.planio.plan_to_dict` of ``plan``) as rich tables on stdout."""
-    console = stdout_console(120)
+def _render_table(problem: Problem, plan: Plan, d: dict, wide: bool = False) -> None:
+    """The plan ``d`` (:func:`~fleetplan.outputs.planio.plan_to_dict` of ``plan``) as rich tables on stdout: short,
+    or with the capacity and price sources when ``wide``."""
+    console = stdout_console(200 if wide else 120)
     _headline(console, problem, plan, d)
-    console.print(_replicas_table(problem, d))
+    console.print(_replicas_table(problem, d, wide))
     if d.get("unserved_req_per_s"):
         console.print(_unserved_table(problem, d))
     console.print(_summary_table(d))
     console.print(legend(RATED_LOAD))
     if d.get("kv_flows"):
         console.print(_kv_table(d))
-    _footer(console, d)
+    _footer(console, d, wide)
 
 
 def _csv(d: dict) -> str:
@@ -290,7 +320,7 @@ def _plot(path: Path, problem: Problem, plan: Plan) -> None:
 @click.option("--window", "window_s", type=click.FloatRange(min=60, max=86400), default=None,
               help="Window length in seconds (overrides the scenario's).")
 @out_option("the plan as JSON (the plan file `fleetplan simulate`, `export` and `serve --plan` read)")
-@format_option()
+@output_options()
 @plot_option("demand against provisioned capacity per model over the day")
 @xlsx_option("the plan")
 @click.option("--no-baselines", is_flag=True, help="Skip the baselines.")
@@ -320,8 +350,6 @@ def _plot(path: Path, problem: Problem, plan: Plan) -> None:
 @click.option("--partition", type=click.Choice(PARTITIONS), default=None,
               help="How --decompose splits the models: by demand-curve shape (every part gets every peak hour) or "
                    "at random. [default: shape; needs --decompose]")
-@click.option("--wide", is_flag=True,
-              help="Also print the table of every option the plan does not use, with the reason and the fix.")
 @click.option("--robust", is_flag=True,
               help="Plan so that every model-window holds at the pessimistic end of its capacities' stated errors "
                    "(each capacity × (1 − its error), docs/uncertainty.md); prints the plain plan's cost beside it.")
@@ -329,15 +357,17 @@ def _plot(path: Path, problem: Problem, plan: Plan) -> None:
               help="Also say which one benchmark run (model, GPU, tp, request rates, the vllm bench serve command "
                    "lines) would most reduce the plan's cost uncertainty.")
 @fanout_options("the sub-fleets of --decompose", workers=None, workers_default_text="this machine's CPUs, at most 4")
-def plan(scenario: str | None, fmt: str, **kw) -> None:
+def plan(scenario: str | None, output: str | None, fmt: str | None, wide: bool, **kw) -> None:
     """Plan SCENARIO (a YAML file or a shipped scenario's name; the shipped default when omitted): replicas per
     model, GPU type, site and window at the lowest cost that meets every SLO. Every plan is re-checked by the
-    independent validator before it is printed. With --format json an error is also printed on stdout as a JSON
-    object {"error": ..., "explanation": [...]} (exit code 2)."""
+    independent validator before it is printed: a short table by default, -o wide for every detail, -o json|yaml
+    for the plan file's content. With -o json an error is also printed on stdout as a JSON object {"error": ...,
+    "explanation": [...]} (exit code 2)."""
+    shown = resolve_output(output, fmt, wide)
     try:
-        _plan(scenario, fmt, _PlanArgs(**kw))
+        _plan(scenario, shown, _PlanArgs(wide=shown == "wide", **kw))
     except FleetplanError as exc:
-        if fmt == "json":
+        if shown == "json":
             click.echo(json.dumps({"error": str(exc), "explanation": list(getattr(exc, "explanation", []))},
                                   indent=1))
         raise
@@ -489,10 +519,39 @@ def _add_uncertainty(d: dict, sc: Scenario, problem: Problem, plan: Plan, unc: _
         d["suggested_benchmark"] = suggest_benchmark(problem, plan, unc.errors, mixes)
 
 
-def _uncertainty_text(d: dict) -> str:
-    """The margins against the capacity errors, the --robust cost beside the plain plan's, the suggested run."""
-    lines = ["capacity margin against its stated error (capacity_error per replica row in --format json):"]
-    lines += ["  " + line for line in margin_lines(d.get("capacity_margins") or [])]
+def _margins_summary(margins: list[dict]) -> str:
+    """One line: which models have model-windows whose margin is below their capacity error (-o wide: each)."""
+    models = list(dict.fromkeys(m["model"] for m in margins))
+    short = list(dict.fromkeys(m["model"] for m in margins if not m["holds_at_pessimistic_end"]))
+    if not short:
+        return (f"capacity margins: every model-window of the {len(models)} models holds at the pessimistic end of "
+                "its stated capacity error (-o wide: per model)")
+    return (f"capacity margins: {len(short)} of {len(models)} models have windows whose margin is below the stated "
+            f"capacity error, so they miss if capacity is that much lower: {', '.join(short)} (-o wide: per model; "
+            "--robust plans for it)")
+
+
+def _arrivals_text(entries: list[dict], wide: bool) -> str:
+    """The arrival process each model's capacity assumes: one line per model when ``wide``, else one line."""
+    if wide:
+        return "\n".join(["arrivals (the capacity model's queueing assumption):"]
+                         + ["  " + line for line in arrival_lines(entries)])
+    traced = [e for e in entries if e["trace"] and (e["peak_factor_60s_p95"] or 0) > 1]
+    worst = max((e["peak_factor_60s_p95"] for e in traced), default=None)
+    return ("arrivals: capacities assume Poisson arrivals at each window's planned rate"
+            + (f"; the traces of {len(traced)} of {len(entries)} models are burstier (p95 60-s rate up to "
+               f"{worst:.2f} × the mean)" if traced else "")
+            + " (-o wide: per model, with the fix)")
+
+
+def _uncertainty_text(d: dict, wide: bool = True) -> str:
+    """The margins against the capacity errors (per model when ``wide``, else one line), the --robust cost beside
+    the plain plan's, the suggested run."""
+    if wide:
+        lines = ["capacity margin against its stated error (capacity_error per replica row in -o json):"]
+        lines += ["  " + line for line in margin_lines(d.get("capacity_margins") or [])]
+    else:
+        lines = [_margins_summary(d.get("capacity_margins") or [])]
     if rb := d.get("robust"):
         cost, plain = d["cost_usd_per_day"], rb["plain_cost_usd_per_day"]
         lines.append(f"robust plan (every capacity × (1 − its error)): ${cost:,.2f}/day against the plain plan's "
@@ -547,14 +606,17 @@ def _plan_locked(scenario: str | None, fmt: str, a: _PlanArgs) -> None:
             build_plan_workbook(problem, result).save(tmp["--xlsx"])
     if fmt == "json":
         click.echo(json.dumps(d, indent=1))
+    elif fmt == "yaml":
+        import yaml  # only for -o yaml (start-up speed)
+
+        click.echo(yaml.safe_dump(d, sort_keys=False, allow_unicode=True), nl=False)
     elif fmt == "csv":
         click.echo(_csv(d), nl=False)
     else:
-        _render_table(problem, result, d)
+        _render_table(problem, result, d, a.wide)
         if a.wide:
             stdout_console(200).print(_unused_table(d))
-        click.echo(_uncertainty_text(d))
-        click.echo("\n".join(["arrivals (the capacity model's queueing assumption):"]
-                              + ["  " + line for line in arrival_lines(d["arrival_process"])]))
+        click.echo(_uncertainty_text(d, a.wide))
+        click.echo(_arrivals_text(d["arrival_process"], a.wide))
         if vr is not None:
             click.echo(verify_text(vr))

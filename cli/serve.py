@@ -13,10 +13,9 @@ from typing import Any
 
 import click
 
-from fleetplan.cli.output import write_text_atomic
+from fleetplan.cli.output import claim_outputs, write_text_atomic
 from fleetplan.errors import InputError
 from fleetplan.export.deployment import DeployFile, check_targets, read_deploy_file, site_target
-from fleetplan.fileio import check_destinations
 from fleetplan.service.actuate import K8sActuator, kube_clients, node_availability
 from fleetplan.service.app import create_app
 from fleetplan.service.runtime import ReplanService, fleet_history
@@ -173,8 +172,8 @@ def settings_from_flags(config_file: str | None, given: dict[str, Any]) -> Servi
 def serve(config_file: str | None, **given: Any) -> None:
     """Serve a live plan over HTTP and re-plan it every --interval seconds as observations arrive.
 
-    Settings come from flags, then FLEETPLAN_* environment variables, then --config FILE, then defaults (README
-    "The online re-planner"). Write endpoints need `Authorization: Bearer <token>` (FLEETPLAN_TOKEN or
+    Settings come from flags, then FLEETPLAN_* environment variables, then --config FILE, then defaults
+    (docs/service.md, "Settings"). Write endpoints need `Authorization: Bearer <token>` (FLEETPLAN_TOKEN or
     --token-file) unless started with --insecure-no-auth. Several services on one database elect one leader; the
     others serve reads. The database's schema is upgraded on start. OpenAPI documentation at
     http://HOST:PORT/docs.
@@ -245,7 +244,7 @@ def export_history(db_url, db_file, day, out_file) -> None:
         start = dt.datetime.strptime(day, "%Y-%m-%d").replace(tzinfo=dt.UTC).timestamp()
     except ValueError:
         raise InputError(f"--day {day!r} is not a date: give YYYY-MM-DD", field="--day", value=day) from None
-    check_destinations({"--out": None if out_file == "-" else out_file})
+    claim_outputs({"--out": None if out_file == "-" else out_file})
     store = Store(_db_url(db_url, db_file))
     try:
         text = json.dumps(fleet_history(store, start), indent=1)

@@ -10,7 +10,7 @@ from collections.abc import Callable
 import click
 
 from fleetplan.cli.options import format_option
-from fleetplan.cli.output import progress_status, stdout_console
+from fleetplan.cli.output import claim_outputs, progress_status, stdout_console
 from fleetplan.costmodels.utilization import BUSY_TIME, RATED_LOAD, legend
 from fleetplan.datasets.traces import load_trace
 from fleetplan.fileio import atomic_path, check_destinations, check_output_folder, write_text_atomic
@@ -145,35 +145,66 @@ def _plots(folder: str, rep: SimReport) -> list[str]:
     d = check_output_folder(folder, field="--plots")
     d.mkdir(exist_ok=True)
     written = []
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    for m, (ttft, tpot) in rep.latencies.items():
-        for ax, x in ((axes[0], ttft), (axes[1], tpot)):
-            x = np.sort(x[np.isfinite(x)])
-            if len(x):
-                ax.plot(x, np.arange(1, len(x) + 1) / len(x), label=m, lw=1.2)
-    for ax, name in ((axes[0], "TTFT (s)"), (axes[1], "TPOT (s)")):
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.4))
+    overall = {r.model: r for r in rep.overall}
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    unserved = 0
+    percentiles: set[float] = set()
+    targets: tuple[set[float], set[float]] = (set(), set())
+    for i, (m, (ttft, tpot)) in enumerate(rep.latencies.items()):
+        color = colors[i % len(colors)]
+        o = overall.get(m)
+        for k, (ax, x) in enumerate(((axes[0], ttft), (axes[1], tpot))):
+            finite = np.sort(x[np.isfinite(x)])
+            if k == 0:
+                unserved += int(len(x) - len(finite))
+            if len(finite):
+                ax.plot(finite, np.arange(1, len(finite) + 1) / len(x), label=m, lw=1.2, color=color)
+            if o is not None:  # the model's target: a dashed vertical in its colour, at its SLO percentile
+                target = o.ttft_slo_s if k == 0 else o.tpot_slo_s
+                ax.axvline(target, color=color, lw=0.9, ls="--")
+                targets[k].add(target)
+                if o.slo is not None:
+                    percentiles.add(o.slo.ttft_percentile if k == 0 else o.slo.tpot_percentile)
+    for ax, name, ts in ((axes[0], "TTFT (s)", targets[0]), (axes[1], "TPOT (s)", targets[1])):
         ax.set_xscale("log")
         ax.set_xlabel(name)
+        for target in sorted(ts):
+            ax.text(target, 0.02, f" target {target:g} s", rotation=90, fontsize=7, color="dimgrey", va="bottom")
         ax.set_ylabel("share of requests")
-        ax.axhline(0.95, color="grey", lw=0.6, ls=":")
+        for q in sorted(percentiles or {95.0}):
+            ax.axhline(q / 100, color="grey", lw=0.6, ls=":")
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=7)
-    fig.suptitle(f"{rep.title}: latency CDF", fontsize=9)
-    fig.tight_layout()
+    shown = ", ".join(f"p{q:g}" for q in sorted(percentiles or {95.0}))
+    fig.suptitle(f"{rep.title}: latency CDF; dashed: each model's SLO target, dotted: {shown}", fontsize=9)
+    fig.text(0.5, 0.01, (f"not drawn: {unserved:,} requests never served (each curve's share counts them, so it "
+                         "ends below 1)" if unserved else "every measured request is drawn (warm-up excluded)"),
+             ha="center", fontsize=7.5, color="dimgrey")
+    fig.tight_layout(rect=(0, 0.04, 1, 1))
     with atomic_path(d / "latency_cdf.png") as tmp:
         fig.savefig(tmp, format="png", dpi=110)
     plt.close(fig)
     written.append(str(d / "latency_cdf.png"))
     fig, ax = plt.subplots(figsize=(9, 3.5))
-    for m in [r.model for r in rep.overall]:
-        rows = sorted((r.window, r.slo_attainment) for r in rep.rows if r.model == m)
-        ax.plot([w for w, _ in rows], [a for _, a in rows], marker="o", ms=3, label=m)
+    windows = sorted({r.window for r in rep.rows})
+    models = [r.model for r in rep.overall]
+    if len(windows) == 1:  # one window: a bar per model (a line through one point is a lone dot)
+        att = {r.model: r.slo_attainment for r in rep.rows}
+        bars = ax.bar(range(len(models)), [att.get(m, 0.0) for m in models], color=colors[:len(models)] or None)
+        ax.bar_label(bars, labels=[f"{att.get(m, 0.0):.1%}" for m in models], fontsize=7)
+        ax.set_xticks(range(len(models)), models, fontsize=7, rotation=15)
+        ax.set_xlabel(f"model (window {windows[0]} only)")
+    else:
+        for m in models:
+            rows = sorted((r.window, r.slo_attainment) for r in rep.rows if r.model == m)
+            ax.plot([w for w, _ in rows], [a for _, a in rows], marker="o", ms=3, label=m)
+        ax.set_xlabel("window")
+        ax.legend(fontsize=7)
     ax.axhline(0.95, color="grey", lw=0.8, ls="--")
-    ax.set_xlabel("window")
     ax.set_ylabel("SLO attainment")
-    ax.set_ylim(0, 1.02)
-    ax.legend(fontsize=7)
-    ax.set_title("SLO attainment per window (dashed: 95%)", fontsize=9)
+    ax.set_ylim(0, 1.1 if len(windows) == 1 else 1.02)  # room for the bars' labels
+    ax.set_title("SLO attainment per window (dashed: 95%; a request never served counts as a miss)", fontsize=9)
     fig.tight_layout()
     with atomic_path(d / "attainment_per_window.png") as tmp:
         fig.savefig(tmp, format="png", dpi=110)
@@ -249,6 +280,7 @@ def simulate(plan_file, trace_ref, window, model, rate_scale, time_scale, bucket
         raise click.UsageError("--window, --model, --rate-scale, --time-scale and --bucket apply to a --trace replay")
     # The report must not replace a file the replay reads (plan, trace file, fleet steps); checked before the work.
     check_destinations({"--report": report_path}, inputs=[plan_file, fleet_file, trace_ref])
+    claim_outputs({"--report": report_path})  # a second run writing the same report is refused
     if plots_dir:
         check_output_folder(plots_dir, field="--plots")  # before the replay
     policy = Policy(router=router)

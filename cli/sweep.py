@@ -25,9 +25,9 @@ from fleetplan.cli.options import (
     time_limit_option,
     vary_option,
 )
-from fleetplan.cli.output import json_safe, progress_bar, rows_csv, stdout_console, table
+from fleetplan.cli.output import claim_outputs, json_safe, progress_bar, rows_csv, stdout_console, table
 from fleetplan.errors import FleetplanError
-from fleetplan.fileio import check_destinations, output_files
+from fleetplan.fileio import output_files
 from fleetplan.scenario.read import load_scenario
 from fleetplan.scenario.sweep import SCENARIO_SWEEP_VARIABLES, cell_label, sweep_variables
 from fleetplan.solvers.common import gap_text
@@ -157,7 +157,7 @@ def sweep(scenario: str | None, vary: tuple[str, ...], backend: str, time_limit_
     of the --vary grid: cost, GPU-hours, status and gap per cell. Every cell's plan is re-checked by the
     independent validator."""
     outputs = {"--out": out, "--plot": plot}
-    check_destinations(outputs)  # before the sweep
+    claim_outputs(outputs)  # checked and locked before the sweep
     sc = load_scenario(scenario)
     variables = parse_grid(vary, max_cells, names=sweep_variables(sc))
     settings = SweepSettings(backend=backend, time_limit_s=time_limit_s, threads=threads, gap=gap)

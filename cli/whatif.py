@@ -20,11 +20,11 @@ from fleetplan.cli.options import (
     split_options,
     vary_option,
 )
-from fleetplan.cli.output import json_safe, map_with_progress, rows_csv, stdout_console, table
+from fleetplan.cli.output import claim_outputs, json_safe, map_with_progress, rows_csv, stdout_console, table
 from fleetplan.costmodels.split import SWEEP_VARIABLES, SplitSpec, apply_variables, grid, scenario_row
 from fleetplan.datasets.shipped import shipped_scenario_text
 from fleetplan.errors import InputError
-from fleetplan.fileio import check_destinations, output_files, parse_yaml, read_yaml
+from fleetplan.fileio import output_files, parse_yaml, read_yaml
 from fleetplan.scenario.split import SplitOptions, make_spec
 from fleetplan.solvers.executor import Executor, make_executor
 
@@ -47,7 +47,7 @@ def run_whatif(options: SplitOptions, vary: tuple[str, ...], workers: int, fmt: 
     """Sweep the design ``options`` over the ``--vary`` grid and print/write the table (both whatif commands), the
     cells run by the ``executor`` ('process' with ``workers`` processes, or 'ray' at ``ray_address``)."""
     outputs = {"--out": out, "--plot": plot}
-    check_destinations(outputs)  # before the sweep
+    claim_outputs(outputs)  # checked and locked before the sweep
     variables = parse_grid(vary, max_cells)
     spec = make_spec(options)
     with make_executor(executor, workers=workers, address=ray_address) as ex:
@@ -87,14 +87,18 @@ def _plot(rows: list[dict], names: list[str], path: Path) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
     x = names[0]
     others = names[1:]
     fig, ax = plt.subplots(figsize=(7, 4))
     series: dict[tuple, list[tuple[float, float]]] = {}
+    left_out = []
     for r in rows:  # cells without savings (the split misses the SLO, or no design meets it) are not plotted
         if r["savings_usd_per_day"] is not None:
             series.setdefault(tuple(r[n] for n in others), []).append((r[x], r["savings_usd_per_day"]))
+        else:
+            left_out.append(", ".join(f"{n}={r[n]:g}" for n in names))
     for key, pts in series.items():
         pts.sort()
         label = ", ".join(f"{n}={v:g}" for n, v in zip(others, key, strict=True)) or "split"
@@ -102,8 +106,17 @@ def _plot(rows: list[dict], names: list[str], path: Path) -> None:
     ax.axhline(0, color="grey", lw=0.8)
     ax.set_xlabel(x)
     ax.set_ylabel("split saves USD/day (negative: costs more)")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
+    ax.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:,.0f}"))
+    if series:
+        ax.legend(fontsize=8)
+    if left_out:  # say what the plot leaves out rather than drop it silently
+        shown = "; ".join(left_out[:4]) + (f"; and {len(left_out) - 4} more" if len(left_out) > 4 else "")
+        fig.text(0.5, 0.01, f"not plotted, {len(left_out)} of {len(rows)} cells where the split misses the SLO or no "
+                 f"design meets it (the table says which): {shown}", ha="center", fontsize=7, color="dimgrey",
+                 wrap=True)
+        fig.tight_layout(rect=(0, 0.08, 1, 1))
+    else:
+        fig.tight_layout()
 
     try:
         fig.savefig(path, format="png")

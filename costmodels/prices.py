@@ -365,6 +365,12 @@ def _dated(p: GpuPrice) -> str:
     return f"as of {p.as_of}" if p.as_of else "undated"
 
 
+def snapshot_date(p: GpuPrice) -> str:
+    """The date of the catalog snapshot row ``p`` belongs to (YYYY-MM-DD), 'undated' when its source gives none,
+    '' for a user's own row (not a catalog snapshot)."""
+    return "" if p.user else (p.as_of or "undated")
+
+
 def price_label(p: GpuPrice) -> str:
     """One line saying which price a pool uses and where it comes from, e.g. 'catalog: aws p5.48xlarge us-east-1
     on-demand, 8 GPUs/node, 6.88 USD/GPU-h, as of 2026-11-09 (source ...)'."""
@@ -605,6 +611,7 @@ __all__ = [
     "CATEGORY_TO_ROUTE_CLASS", "COMMITTED_PRICING_MODELS", "GIB_PER_GB", "OWNED_PRICING_MODEL", "SPOT_PRICING_MODEL",
     "break_even_utilization", "PRICE_PROBLEM_KINDS", "PRICING_MODELS", "ROUTE_CLASSES",
     "SNAPSHOT_DISAGREEMENT_FACTOR", "EgressTable", "EgressTier", "GpuPrice", "PriceProblem", "check_price_date",
+    "snapshot_date",
     "check_tiers", "egress_cost_usd", "egress_rate_usd_per_gb", "find_price", "price_label", "price_problems",
     "select_egress_table", "usable_prices",
 ]

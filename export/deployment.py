@@ -41,7 +41,7 @@ disaggregated-prefill flags: ``--kv-transfer-config`` with the KV connector of d
 ``--max-num-seqs`` (the capacity model sizes prefill by compute, one prompt at a time: vLLM's default applies) and its
 ``--max-model-len`` from the same KV budget as a dedicated replica (memory_utilization × GPUs × memory − weights).
 Clients do not call these servers directly: a routing proxy sends each request to a prefill server, then to a decode
-server (README, "Disaggregated prefill and decode").
+server (docs/export.md, "Disaggregated prefill and decode").
 
 The deployment file (YAML, :class:`DeployFile`) maps sites to Kubernetes contexts and namespaces, and may override
 the image, a model's checkpoint and a GPU type's node label.

@@ -24,7 +24,7 @@ and role, :func:`fleetplan.export.deployment.pd_workload_name`) whose ``vllm ser
 reach them directly), get ``VLLM_NIXL_SIDE_CHANNEL_HOST`` = the pod's IP (the address the decode side pulls the KV
 cache from) and name the NIXL handshake port ``nixl``. Per model and role a headless ``Service``
 ``vllm-<model>-prefill`` / ``-decode`` lists the pods' addresses for the routing proxy that must run in front
-(vLLM's toy proxy, llm-d or Dynamo; README "Disaggregated prefill and decode"); the model's own Service then
+(vLLM's toy proxy, llm-d or Dynamo; docs/export.md "Disaggregated prefill and decode"); the model's own Service then
 selects that proxy's pods (``serves.fleetplan.io/<model>``), which the export does not write.
 
 Workloads idle in a window are kept with ``replicas: 0``, so every window's file holds the same objects and
@@ -35,7 +35,7 @@ change during the day: cron triggers (one per replica level and run of windows a
 the window's replicas. Each trigger starts ``lead`` minutes before its windows (the time to load the weights,
 rounded up), so new replicas come up while the old ones still serve: capacity never drops at a boundary (start
 before stop); scale-downs happen at the window's end. ``clusters.yaml`` lists each site's context, namespace and
-folder. Apply with ``kubectl --context CTX apply -f DIR/<site>/window-HH-MM.yaml`` (README: "From plan to
+folder. Apply with ``kubectl --context CTX apply -f DIR/<site>/window-HH-MM.yaml`` (docs/export.md: "From plan to
 production").
 """
 

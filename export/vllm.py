@@ -11,7 +11,7 @@ Prefill and decode servers of a disaggregated plan run with ``--kv-transfer-conf
 kv_consumer) and the NIXL handshake's address: ``VLLM_NIXL_SIDE_CHANNEL_HOST`` = the node's first address
 (``NODE_IP``, set at the top of the node's block) and ``VLLM_NIXL_SIDE_CHANNEL_PORT`` = 5600, 5601, ... per server
 on the node. Each window ends with the routing proxy's endpoints per model (prefill and decode servers as node and
-port), e.g. for vLLM's toy proxy (README, "Disaggregated prefill and decode").
+port), e.g. for vLLM's toy proxy (docs/export.md, "Disaggregated prefill and decode").
 """
 
 from __future__ import annotations

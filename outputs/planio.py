@@ -4,9 +4,10 @@ service read. The scenario is embedded, so a plan file can be replayed without t
 Format (version 1): status, backend, cost_usd_per_day, gpu_hours_per_day, lower_bound_usd_per_day, gap,
 solve_time_s, message, cost_breakdown_usd_per_day {gpu, starts, egress, of_which_commitments (the commitments' part
 of gpu, when any)}, utilization {mean, peak}, window_length_s, n_windows, pools [{id, site, gpu, nodes,
-gpus_per_node, usd_per_gpu_hour, pricing_model, price_source, and when set: name, committed_usd_per_gpu_hour,
-interruption_rate, fallback}] (the price each pool used and where it came from: the user's row, the scenario, or the
-catalog snapshot with its date), commitments [{pool, gpus, deployed_share, load_share, committed_usd_per_gpu_hour,
+gpus_per_node, usd_per_gpu_hour, pricing_model, price_source, and when set: price_as_of, name,
+committed_usd_per_gpu_hour, interruption_rate, fallback}] (the price each pool used and where it came from: the
+user's row, the scenario, or the catalog snapshot, whose date is price_as_of: YYYY-MM-DD or 'undated'),
+commitments [{pool, gpus, deployed_share, load_share, committed_usd_per_gpu_hour,
 committed_price_source, on_demand_usd_per_gpu_hour, on_demand_price_source, break_even_utilization}] (only for a
 problem with committed pools: the GPUs committed for the whole horizon, the share of their GPU-hours with a replica
 deployed, the share busy with load, and committed rate / on-demand rate), replicas [{model, pool, site, gpu, tp, pp,
@@ -259,6 +260,8 @@ def _pool_entry(p: Pool) -> dict[str, Any]:
     out: dict[str, Any] = {"id": p.id, "site": p.site, "gpu": p.gpu, "nodes": p.nodes,
                            "gpus_per_node": p.gpus_per_node, "usd_per_gpu_hour": p.usd_per_gpu_hour,
                            "pricing_model": p.pricing_model, "price_source": p.price_source}
+    if p.price_as_of:
+        out["price_as_of"] = p.price_as_of
     if p.name:
         out["name"] = p.name
     if p.committed:
@@ -491,7 +494,8 @@ def problem_from_plan_dict(d: dict) -> tuple[Problem, Scenario]:
         # Plan files written before YAML 1.2 floats were read as numbers hold e.g. "1.0e9" as text.
         scenario = scenario_from_raw(yaml12_numbers(sc["raw"]), source=src, base=sc.get("base"),
                                      window_length_s=_window_length_s(d, sc))
-        return build_problem(scenario, derating=_verify_derating(d)), scenario
+        # the file's pools (prices and snapshot dates) are re-checked against the rebuilt ones (check_derived)
+        return build_problem(scenario, derating=_verify_derating(d), new_plan=False), scenario
     except InputError as exc:  # the error is in the plan file's copy of the scenario, not in the scenario file
         where = exc.source or ""
         if not where.startswith(src):

@@ -79,6 +79,9 @@ class Pool:
             :data:`COMMITTED_FALLBACK_WHY`) whose free GPUs
             cover the expected interrupted share: in every window, interruption_rate × spot GPUs in use <= GPUs
             of the fallback pool left unused (the fallback rule; None: no headroom is kept).
+        price_as_of: the date of the catalog price snapshot the price comes from (YYYY-MM-DD), 'undated' for a
+            catalog snapshot without a date, '' when the price is not a catalog's (given in the scenario, your own
+            price rows, an owned GPU's power cost).
     """
 
     site: str
@@ -96,6 +99,7 @@ class Pool:
     on_demand_price_source: str = ""
     interruption_rate: float = 0.0
     fallback_pool: str | None = None
+    price_as_of: str = ""
 
     def __post_init__(self) -> None:
         owner = f"pool {self.id}"

@@ -59,7 +59,7 @@ from fleetplan.scenario.options import (
     shared_options,
     tp_candidates,
 )
-from fleetplan.scenario.pools import egress_table, scenario_pools
+from fleetplan.scenario.pools import check_price_snapshots, egress_table, scenario_pools
 from fleetplan.scenario.profiles import scenario_profiles
 from fleetplan.scenario.read import (
     Scenario,
@@ -321,7 +321,7 @@ def _problem(scenario: Scenario, pools: list[Pool], parts: list[_ModelPart]) -> 
 
 
 def build_problem(scenario: Scenario, *, progress: Callable[[str], None] | None = None,
-                  derating: dict[DeratingKey, float] | None = None) -> Problem:
+                  derating: dict[DeratingKey, float] | None = None, new_plan: bool = True) -> Problem:
     """Evaluate the cost models for every (model, pool, tp, pp) of ``scenario`` and return the numeric Problem
     (the steps in order: module docstring).
 
@@ -335,10 +335,16 @@ def build_problem(scenario: Scenario, *, progress: Callable[[str], None] | None 
     cost model: the replay-verified planner (:mod:`fleetplan.simulator.verify`) tightens options whose replay missed
     a target. Raises InputError for a factor outside (0, 1], InputError / UnknownNameError naming the file and
     field for bad input.
+
+    ``new_plan`` (default) applies the price snapshot policy (:func:`~fleetplan.scenario.pools.check_price_snapshots`:
+    one snapshot date unless ``options.price_snapshots: mixed``); a stored plan file's problem is rebuilt with
+    False, since the file records each pool's price and snapshot date and those are re-checked against it.
     """
     inputs = _sizing_inputs(scenario, _checked_derating(derating))
     pools, gpus = scenario_pools(scenario.source, inputs.spec, scenario.options, inputs.prices,
                                  allowed_gpus=inputs.allowed_gpus, gpus_file=scenario_catalog_file(scenario, "gpus"))
+    if new_plan:
+        check_price_snapshots(pools, scenario.options, scenario.source)
     site_names = sorted({p.site for p in pools})
     dis = _disaggregation(scenario, inputs.spec, pools)
     parts: list[_ModelPart] = []

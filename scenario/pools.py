@@ -17,6 +17,7 @@ from fleetplan.costmodels.prices import (
     GpuPrice,
     price_label,
     select_egress_table,
+    snapshot_date,
 )
 from fleetplan.datasets.calibration import idle_fraction
 from fleetplan.datasets.catalog.egress import load_egress
@@ -33,9 +34,10 @@ from fleetplan.scenario.schemas import InventoryRow, ScenarioFile, SiteSpec
 
 
 def _price(gpu: str, site_name: str, pricing_model: str, where: str, prices, *, gpus_per_node: int,
-           price_date: str | None) -> tuple[float, str]:
-    """(USD per GPU-hour, where it comes from) for an inventory row without a price: the user's price rows win,
-    else the newest consistent catalog snapshot (see :func:`fleetplan.costmodels.prices.find_price`)."""
+           price_date: str | None) -> tuple[float, str, str]:
+    """(USD per GPU-hour, where it comes from, its snapshot date: :func:`~fleetplan.costmodels.prices.snapshot_date`)
+    for an inventory row without a price: the user's price rows win, else the newest consistent catalog snapshot
+    (see :func:`fleetplan.costmodels.prices.find_price`)."""
     site = Site.parse(site_name)
     try:
         p = find_price(gpu, site.cloud, site.region, pricing_model, prices, zone=site.zone or None,
@@ -48,7 +50,7 @@ def _price(gpu: str, site_name: str, pricing_model: str, where: str, prices, *, 
     label = price_label(p)
     if p.gpus_per_node != gpus_per_node:
         label += f"; NOTE: no {gpus_per_node}-GPU instance is priced here, so a {p.gpus_per_node}-GPU one is used"
-    return p.usd_per_gpu_hour, label
+    return p.usd_per_gpu_hour, label, snapshot_date(p)
 
 
 def build_pool(row: InventoryRow, where: str, site: str, gpu: GPU, pricing_model: str, prices, opts: dict) -> Pool:
@@ -59,6 +61,7 @@ def build_pool(row: InventoryRow, where: str, site: str, gpu: GPU, pricing_model
     ``interruption_rate`` is required: no public per-instance rate is shipped, see pricing/PROVENANCE.md)."""
     gpn = row.gpus_per_node
     price = row.usd_per_gpu_hour
+    as_of = ""  # not a catalog snapshot's price unless looked up there
     if price is not None:
         src = f"usd_per_gpu_hour given in {where}"
     elif pricing_model == OWNED_PRICING_MODEL:
@@ -71,8 +74,8 @@ def build_pool(row: InventoryRow, where: str, site: str, gpu: GPU, pricing_model
         src = (f"owned: power above idle at {gpu.tdp_w:g} W TDP × PUE {pue.value:g} × {kwh.value:g} USD/kWh "
                f"(datasets/data/ledger/assumptions.csv: {kwh.source.split(' ')[0]})")
     else:
-        price, src = _price(gpu.name, site, pricing_model, where, prices, gpus_per_node=gpn,
-                            price_date=opts.get("price_date"))
+        price, src, as_of = _price(gpu.name, site, pricing_model, where, prices, gpus_per_node=gpn,
+                                   price_date=opts.get("price_date"))
     spot = pricing_model == SPOT_PRICING_MODEL
     if spot and row.interruption_rate is None:
         raise field_error("a spot row needs interruption_rate: the expected share of its GPU-hours lost to preemption "
@@ -91,7 +94,7 @@ def build_pool(row: InventoryRow, where: str, site: str, gpu: GPU, pricing_model
                     on_demand_usd_per_gpu_hour=row.on_demand_usd_per_gpu_hour,
                     on_demand_price_source=(f"on_demand_usd_per_gpu_hour given in {where}"
                                             if row.on_demand_usd_per_gpu_hour is not None else ""),
-                    interruption_rate=row.interruption_rate or 0.0, fallback_pool=row.fallback)
+                    interruption_rate=row.interruption_rate or 0.0, fallback_pool=row.fallback, price_as_of=as_of)
     except InputError as exc:
         raise InputError(str(exc), source=where, field=exc.field, value=exc.value) from None
 
@@ -123,8 +126,8 @@ def with_on_demand_reference(pools: list[Pool], prices, price_date: str | None, 
                                         on_demand_price_source=f"pool {twin.id}: {twin.price_source}")
             else:
                 try:
-                    rate, src = _price(p.gpu, p.site, "on-demand", p.id, prices, gpus_per_node=p.gpus_per_node,
-                                       price_date=price_date)
+                    rate, src, _ = _price(p.gpu, p.site, "on-demand", p.id, prices, gpus_per_node=p.gpus_per_node,
+                                          price_date=price_date)
                     p = dataclasses.replace(p, on_demand_usd_per_gpu_hour=rate, on_demand_price_source=src)
                 except InputError:
                     pass  # no on-demand price known: the break-even is reported as unknown
@@ -221,6 +224,39 @@ def scenario_pools(where: str, spec: ScenarioFile, opts: dict, prices: list[GpuP
     pools = with_on_demand_reference(pools, prices, opts.get("price_date"), rows_where)
     check_pool_names(pools, rows_where)
     return pools, gpus
+
+
+#: ``options.price_snapshots``: 'one' (every catalog-priced pool of a plan from snapshots of one date) or 'mixed'.
+PRICE_SNAPSHOT_POLICIES = ("one", "mixed")
+
+
+def snapshot_dates(pools: list[Pool]) -> dict[str, list[str]]:
+    """{snapshot date ('YYYY-MM-DD' or 'undated'): ids of the pools priced from catalog snapshots of that date},
+    newest date first, undated last; pools whose price is not a catalog's (:attr:`Pool.price_as_of` '') are left
+    out."""
+    out: dict[str, list[str]] = {}
+    for p in pools:
+        if p.price_as_of:
+            out.setdefault(p.price_as_of, []).append(p.id)
+    order = sorted((d for d in out if d != "undated"), reverse=True) + (["undated"] if "undated" in out else [])
+    return {d: out[d] for d in order}
+
+
+def check_price_snapshots(pools: list[Pool], opts: dict, where: str) -> None:
+    """The price snapshot policy: unless ``options.price_snapshots`` is 'mixed', every pool priced from the
+    catalogs must use snapshots of one date (an undated snapshot counts as one date, 'undated'). Prices given in
+    the scenario, your own price rows and owned GPUs' power costs are not snapshots and always pass. Raises
+    InputError (field options.price_snapshots) naming each date with its pools and the three fixes."""
+    dates = snapshot_dates(pools)
+    if len(dates) <= 1 or opts.get("price_snapshots", "one") == "mixed":
+        return
+    listed = "; ".join(f"{d}: {', '.join(ids)}" for d, ids in dates.items())
+    raise field_error(f"the pools' catalog prices come from snapshots of {len(dates)} dates ({listed}), and a "
+                      "plan uses one snapshot date unless told otherwise; set options.price_snapshots: mixed to "
+                      "plan with these prices (the plan lists each pool's date), or options.price_date: "
+                      "YYYY-MM-DD to take every price as of one date (`fleetplan data prices` lists the dates), "
+                      "or give usd_per_gpu_hour for the rows whose price you know", where, "options.price_snapshots",
+                      opts.get("price_snapshots", "one"))
 
 
 def egress_table(sites: list[str]) -> dict[tuple[str, str], float]:

@@ -336,7 +336,7 @@ def scenario_from_raw(raw: dict, *, source: str = "scenario", base: str | None =
         checked = validate_input(ScenarioOptions, {"window_length_s": window_length_s}, source=window_source)
         own_s = spec.options.window_length_s
         listed = [m.name for m in spec.models if m.demand.rates is not None]
-        if window_source == "--window" and listed and abs(checked.window_length_s - own_s) > 1e-6:  # per file window
+        if listed and abs(checked.window_length_s - own_s) > 1e-6:  # rates are per the file's window
             raise InputError(f"{window_source} {checked.window_length_s:g} s does not fit the rates: list of "
                              f"{', '.join(listed)}, given per {own_s:g}-s window (options.window_length_s); drop "
                              f"{window_source}, or give the rates per {checked.window_length_s:g}-s window and set "

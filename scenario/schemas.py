@@ -300,6 +300,12 @@ class ScenarioOptions(InputModel):
         "cloud, instance, region and pricing model the newest snapshot dated on or before it (undated snapshots "
         "count as the oldest); default: the newest snapshot. Your own price rows always win",
         fix="give a date as YYYY-MM-DD, e.g. 2025-05-31")
+    price_snapshots: Literal["one", "mixed"] = input_field(
+        "one", description="'one': every pool priced from the catalogs takes its price from snapshots of one date "
+        "(an undated snapshot counts as one date), and a scenario whose pools would mix dates is refused, naming "
+        "them; 'mixed': pools may use snapshots of different dates (the plan lists each pool's date). Prices "
+        "given in the scenario or your own price rows are not snapshots and never count",
+        fix="one or mixed")
     inter_node_link: str | None = input_field(None, description="links.csv name of the link between the nodes of a "
                                               "pipeline-parallel replica (the default link when absent)")
     disaggregation: DisaggregationSpec = input_field(default_factory=DisaggregationSpec,

@@ -3,6 +3,11 @@ observe, and a clock the tests move by hand (the service takes ``clock=`` so not
 
 from __future__ import annotations
 
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
 TOKEN = "test-token-123"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 T0 = 1_700_000_000.0 - (1_700_000_000.0 % 86400) + 20 * 3600  # 20:00 UTC of some day
@@ -17,6 +22,36 @@ class Clock:
 
     def __call__(self) -> float:
         return self.t
+
+
+#: The longest a test polls for a condition (a service started, a round committed, a scrape made) before it fails:
+#: a safety stop, not a speed target. Tests return as soon as the condition holds, so it is generous (a busy machine
+#: passes); FLEETPLAN_TEST_WAIT_S sets another.
+WAIT_S = float(os.environ.get("FLEETPLAN_TEST_WAIT_S", "600"))
+
+
+def wait_until(what: str, cond: Callable[[], Any], *, proc: Any = None, ignore: tuple[type[BaseException], ...] = (),
+               poll_s: float = 0.05, timeout_s: float | None = None) -> Any:
+    """Poll ``cond()`` until it returns a truthy value, and return that value (readiness polling, never a fixed
+    wait). An exception of a type in ``ignore`` (e.g. httpx.HTTPError while a server starts) counts as not yet.
+    Fails the test naming ``what`` when the process ``proc`` (a subprocess.Popen) has exited, or after
+    ``timeout_s`` (default :data:`WAIT_S`) seconds."""
+    import pytest
+
+    end = time.monotonic() + (WAIT_S if timeout_s is None else timeout_s)
+    while True:
+        if proc is not None and proc.poll() is not None:
+            pytest.fail(f"the process exited with {proc.returncode} while waiting for {what}")
+        try:
+            got = cond()
+        except ignore:
+            got = None
+        if got:
+            return got
+        if time.monotonic() > end:
+            pytest.fail(f"gave up waiting for {what} after {WAIT_S if timeout_s is None else timeout_s:g} s "
+                        "(FLEETPLAN_TEST_WAIT_S)")
+        time.sleep(poll_s)
 
 
 def free_port() -> int:

@@ -14,6 +14,7 @@ from urllib.parse import urlparse
 
 import pytest
 from kubernetes import client as k8s
+from service_support import wait_until
 
 from fleetplan.cli.main import main
 from fleetplan.cli.serve import attach_actuator
@@ -348,9 +349,6 @@ def test_shared_gpu_names_do_not_depend_on_resident_order():
 def test_serve_wiring_applies_current_and_later_plans_in_the_background(kube, tmp_path):
     """`serve --actuate k8s --no-dry-run`'s wiring: a kubeconfig context pointing at the API server, the current plan
     applied at once and each later commit too, by the actuator's thread; every change logged as a JSON line."""
-    import time
-
-
     state, api = kube
     host = api.configuration.host
     kubeconfig = tmp_path / "kubeconfig"
@@ -372,13 +370,8 @@ current-context: use1
     log = tmp_path / "applied.jsonl"
     act = attach_actuator(svc, deploy, kubeconfig=str(kubeconfig), dry_run=False, log_file=str(log))
     want = {(tg.namespace, tg.name): tg.replicas for tg in plan_targets(svc.plan_row["body"], deploy)}
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        got = {(ns, name): o["replicas"] for (_, ns, name), o in state.objects.items()}
-        if got == want:
-            break
-        time.sleep(0.1)
-    assert got == want
+    wait_until("the current plan applied",
+               lambda: {(ns, name): o["replicas"] for (_, ns, name), o in state.objects.items()} == want)
     assert {json.loads(x)["outcome"] for x in log.read_text().splitlines()} == {"applied"}
     # A later commit reaches the actuator through the hook: triple Llama-3.1-8B's demand, re-plan, and the cluster
     # follows the new plan (its workloads that exist here; a new shape would be recorded 'missing').
@@ -392,10 +385,7 @@ current-context: use1
         return (any(r.plan_id == row2["id"] for r in list(act.records))
                 and all(got[k] == want2.get(k, 0) for k in got))
 
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and not follows():
-        time.sleep(0.1)
-    assert follows()
+    wait_until("the cluster following the later plan", follows)
     act.close()
     svc.close()
 

@@ -55,6 +55,6 @@ def test_plan_states_the_arrival_process_and_the_traces_burstiness(tmp_path: Pat
     assert llama["peak_factor_60s_p95"] == pytest.approx(1.40, abs=0.01)
     assert "from_trace: azure-conv" in llama["advice"]
     assert qwen["assumes"].startswith("Poisson at 1.5 × each window's planned rate") and qwen["trace"] is None
-    res = CliRunner().invoke(cli, ["plan", str(tmp_path / "s.yaml"), "--no-baselines"])
+    res = CliRunner().invoke(cli, ["plan", str(tmp_path / "s.yaml"), "--no-baselines", "-o", "wide"])
     assert "Llama-3.1-8B: capacity assumes Poisson at each window's planned rate" in \
         " ".join(res.output.split())

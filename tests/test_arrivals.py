@@ -25,7 +25,7 @@ from fleetplan.scenario.build import build_problem
 from fleetplan.scenario.read import read_scenario, scenario_from_raw
 from fleetplan.solvers.solve import solve
 
-README = Path(__file__).parent.parent / "README.md"
+README = Path(__file__).parent.parent / "docs" / "planning.md"  # the page that quotes these replay figures
 DEFAULT_PLAN = Path(__file__).parent / "golden" / "export" / "default_plan.json"
 
 
@@ -146,14 +146,14 @@ def test_trace_factor_plan_meets_the_trace_replay_and_the_plain_one_misses(tmp_p
     # Measured: without the factor TPOT p95 151.7 ms > 100 ms at 18:00; with the factor (1.40) every target holds.
     assert codes["plain"][0] == 1 and "TPOT p95" in codes["plain"][1]
     assert codes["peak"][0] == 0, codes["peak"][1]
-    # The README quotes the replay's figure: it must be the one the replay prints.
+    # docs/planning.md quotes the replay's figure: it must be the one the replay prints.
     missed = re.search(r"Llama-3.1-70B window 18: TPOT p95 ([\d.]+ ms > 100 ms)", codes["plain"][1])
     assert missed and f"--check`: {missed.group(1)})" in " ".join(README.read_text().split()), codes["plain"][1]
 
 
 def test_readme_figure_of_the_default_plan_in_the_azure_conv_replay():
-    # The README's command on the default plan (tests/golden/export/default_plan.json is `fleetplan plan --out`):
-    # its Llama-3.1-70B misses TPOT p95 at 18:00 with the figure the README quotes.
+    # docs/planning.md's command on the default plan (tests/golden/export/default_plan.json is `fleetplan plan --out`):
+    # its Llama-3.1-70B misses TPOT p95 at 18:00 with the figure docs/planning.md quotes.
     r = CliRunner().invoke(main, ["simulate", str(DEFAULT_PLAN), "--trace", "azure-conv", "--window", "18:00",
                                   "--rate-scale", "--check"])
     missed = re.search(r"Llama-3.1-70B window 18: TPOT p95 ([\d.]+ ms > 100 ms)", r.output)

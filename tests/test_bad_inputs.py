@@ -211,6 +211,16 @@ def test_reinterpreted_scenarios_are_refused_with_the_cause(tmp_path, edit, args
         assert n in out, (n, out)
 
 
+def test_a_window_sweep_of_a_rates_list_is_refused(tmp_path):
+    # `sweep --vary window_length_s=1800` read the 3 hourly rates as half-hour windows repeated 16 times a day
+    # ($220.65/day against $220.41), as `plan --window` did before it was refused; the sweep is refused the same way.
+    p = tmp_path / "s.yaml"
+    p.write_text(SMALL.replace("TP", "[1, 2]").replace("RATES", "[1.0, 4.0, 12.0]"))
+    code, out = run("sweep", str(p), "--vary", "window_length_s=1800,3600")
+    assert code == 2, out
+    assert "--vary window_length_s 1800 s does not fit the rates: list of Llama-3.1-8B" in out, out
+
+
 def test_an_unquoted_date_in_a_split_design_says_quote_it(tmp_path):
     # YAML reads price_date: 2025-05-31 as a date; the message was "datetime.date(2025, 5, 31) must be text".
     text = shipped_scenario_text("split_default.yaml")

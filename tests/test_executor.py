@@ -134,8 +134,10 @@ def test_apply_sweep_changes_demand_prices_slo_and_window(tiny):
     assert by_gpu[A10G] == pytest.approx(1.2 * 0.5)  # the given price × the all-GPU factor
     sc = apply_sweep(tiny, {"ttft_s": 0.8, "tpot_factor": 0.5}, prices)
     assert sc.raw["models"][0]["slo"] == {"ttft_p95_s": 0.8, "tpot_p95_s": 0.05}
-    sc = apply_sweep(tiny, {"window_length_s": 1800}, prices)
-    assert sc.options["window_length_s"] == 1800
+    # tiny gives its demand as hourly rates: another window length would re-read them per half hour (issue 28)
+    with pytest.raises(InputError, match="--vary window_length_s 1800 s does not fit the rates: list"):
+        apply_sweep(tiny, {"window_length_s": 1800}, prices)
+    assert apply_sweep(tiny, {"window_length_s": 3600}, prices).options["window_length_s"] == 3600
     assert tiny.raw == _tiny_raw()  # the base scenario is never changed
 
 

@@ -470,14 +470,15 @@ def test_deploy_file_iana_timezone_reaches_keda(tmp_path):
 
 
 def _readme_step(n: int) -> str:
-    text = (HERE.parent / "README.md").read_text()
+    text = (HERE.parent / "docs" / "export.md").read_text()
     step = text[text.index(f"\n{n}. **"):text.index(f"\n{n + 1}. **")]
     return " ".join(step.split())
 
 
 def test_readme_export_steps_match_the_default_plan():
-    # README "From plan to production" steps 2 and 5 name the nodes, sites and folders of the default plan: derived
-    # here from the golden default plan's workloads, so a re-plan that moves the fleet fails until the README follows.
+    # docs/export.md "From plan to production" steps 2 and 5 name the nodes, sites and folders of the default plan:
+    # derived here from the golden default plan's workloads, so a re-plan that moves the fleet fails until the page
+    # follows.
     problem, plan, scenario = default()
     ws = workloads(problem, plan, scenario)
     used = sorted({w.site for w in ws})

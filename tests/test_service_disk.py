@@ -11,11 +11,10 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import time
 import warnings
 
 import pytest
-from service_support import AUTH, TOKEN, M
+from service_support import AUTH, TOKEN, M, wait_until
 
 from fleetplan.service.app import create_app
 from fleetplan.service.runtime import ReplanService
@@ -42,16 +41,6 @@ def small_volume(tmp_path):
         subprocess.run(["umount", "-l", str(where)], capture_output=True)
 
 
-def wait_until(cond, timeout_s: float = 30.0):
-    end = time.monotonic() + timeout_s
-    while time.monotonic() < end:
-        got = cond()
-        if got:
-            return got
-        time.sleep(0.1)
-    pytest.fail("condition not reached")
-
-
 def test_a_full_disk_is_reported_and_recovered_from(shipped, small_volume):
     problem, loads = shipped
     s = ServiceSettings(db_url=f"sqlite:///{small_volume / 'fp.db'}", token=TOKEN, interval_s=1, resolve_every_s=0,
@@ -76,13 +65,13 @@ def test_a_full_disk_is_reported_and_recovered_from(shipped, small_volume):
         assert ready.status_code == 503 and "full" in ready.json()["detail"]["database"], ready.json()
         assert c.get("/healthz").status_code == 200 and c.get("/v1/plan").status_code == 200
         filler.unlink()  # space freed: the next write (the lease's renewal, a round, a POST) succeeds
-        wait_until(lambda: c.get("/readyz").status_code == 200)
+        wait_until("ready again", lambda: c.get("/readyz").status_code == 200)
         r = c.post("/v1/observations", json={"observations": [{"model": M, "interval_s": 60, "arrivals": 60}]},
                    headers=AUTH)
         assert r.status_code == 202
         acked += r.json()["ids"]
         first = svc.plan_row["id"]
-        wait_until(lambda: svc.plan_row["id"] > first)  # rounds commit again
+        wait_until("a round committed", lambda: svc.plan_row["id"] > first)  # rounds commit again
     store = Store(s.db_url)
     try:
         assert not set(acked) - store.observation_ids()

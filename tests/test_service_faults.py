@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-import time
 import warnings
 
-from service_support import AUTH, TOKEN, Clock, M
+from service_support import AUTH, TOKEN, Clock, M, wait_until
 
 from fleetplan.service.app import create_app
 from fleetplan.service.runtime import ReplanService, ServiceSettings
@@ -90,14 +89,19 @@ def test_locked_database_leaves_memory_and_database_together(shipped, tmp_path):
             assert svc.plan_row["id"] == 1 and replicas(svc.replanner.counts()) == n1
             assert c.get("/v1/plan").json()["replicas"] == stored1["body"]["replicas"]
             # /metrics does not wait behind a write that waits for the lock
-            writer = threading.Thread(target=lambda: c.post("/v1/replan", headers=AUTH))
-            writer.start()
-            time.sleep(0.1)
-            t0 = time.perf_counter()
-            m = c.get("/metrics")
-            assert m.status_code == 200 and time.perf_counter() - t0 < 0.5
-            assert metric(m.text, "fleetplan_plan_id") == 1
-            writer.join()
+            svc.write_lock.acquire()  # the re-plan below queues behind it, as behind a write that waits on the database
+            try:
+                writer = threading.Thread(target=lambda: c.post("/v1/replan", headers=AUTH))
+                writer.start()
+                wait_until("the re-plan admitted and queued for the write lock", lambda: svc._pending == 1)
+                m = c.get("/metrics")
+                # answered while that write cannot proceed (this thread holds the lock): /metrics did not wait
+                # behind it, shown without reading a clock
+                assert m.status_code == 200 and writer.is_alive()
+                assert metric(m.text, "fleetplan_plan_id") == 1
+            finally:
+                svc.write_lock.release()
+            writer.join()  # it then waits on the database lock the other connection holds, and fails
             assert c.get("/readyz").status_code == 503
             # retried with backoff: the next try is due well before the next interval
             assert state["next_round"] - clock.t < svc.settings.interval_s
@@ -133,10 +137,7 @@ def test_the_loop_survives_any_exception_and_counts_it(shipped, tmp_path):
     type(svc.replanner).round = flaky
     try:
         with TestClient(create_app(s, svc, background=True)) as c:
-            end = time.monotonic() + 20
-            while svc.plan_row["id"] < 2 and time.monotonic() < end:
-                time.sleep(0.05)
-            assert svc.plan_row["id"] >= 2, "the loop did not recover"
+            wait_until("the loop recovering and committing a plan", lambda: svc.plan_row["id"] >= 2)
             assert svc._thread.is_alive()
             assert metric(c.get("/metrics").text, "fleetplan_round_errors_total") == 2
             assert c.get("/healthz").status_code == 200

@@ -13,11 +13,10 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import httpx
 import pytest
-from service_support import free_port, postgres_schema, postgres_server_url
+from service_support import free_port, postgres_schema, postgres_server_url, wait_until
 from sqlalchemy import create_engine, select
 
 from fleetplan.service.store import Store, leases, normalize_url, plans
@@ -34,19 +33,10 @@ def start(db: str, port: int, log) -> subprocess.Popen:
                              "--log-level", "warning"], env=env, stdout=log, stderr=subprocess.STDOUT)
 
 
-def wait_for(what, cond, proc: subprocess.Popen | None = None, timeout_s: float = 60.0):
-    end = time.monotonic() + timeout_s
-    while time.monotonic() < end:
-        if proc is not None and proc.poll() is not None:
-            pytest.fail(f"the service exited with {proc.returncode} while waiting for {what}")
-        try:
-            got = cond()
-            if got:
-                return got
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
-    pytest.fail(f"timed out waiting for {what}")
+def wait_for(what, cond, proc: subprocess.Popen | None = None):
+    """``cond()``'s first truthy value, polled (service_support.wait_until; HTTP errors while starting count as
+    not yet)."""
+    return wait_until(what, cond, proc=proc, ignore=(httpx.HTTPError,), poll_s=0.1)
 
 
 def health(base: str) -> dict | None:
@@ -95,7 +85,7 @@ def two_replicas_one_leader(db: str, tmp_path) -> None:
             os.kill(a.pid, signal.SIGKILL)
             a.wait(timeout=10)
             # the lease (2 s) expires and B takes over, from the newest stored plan
-            assert wait_for("B leading", lambda: (health(b_url) or {}).get("role") == "leader", b, 30)
+            assert wait_for("B leading", lambda: (health(b_url) or {}).get("role") == "leader", b)
             r = c.post(b_url + "/v1/observations", json={"observations": [
                 {"model": M, "tenant": "t0", "interval_s": 60, "arrivals": 900.0}]})
             assert r.status_code == 202

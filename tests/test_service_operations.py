@@ -9,10 +9,9 @@ re-solves asked for through the API ran concurrently in request threads, and inf
 from __future__ import annotations
 
 import threading
-import time
 import warnings
 
-from service_support import AUTH, TOKEN, Clock, M
+from service_support import AUTH, TOKEN, Clock, M, wait_until
 
 from fleetplan.service.app import create_app
 from fleetplan.service.runtime import ReplanService, ServiceSettings
@@ -27,13 +26,6 @@ def make(shipped, db, *, clock=None, **kw):
     s = ServiceSettings(db_url=db, token=TOKEN, interval_s=0, resolve_every_s=0, **kw)
     svc = ReplanService(s, problem, loads, clock=clock or Clock())
     return TestClient(create_app(s, svc, background=False)), svc
-
-
-def wait_until(cond, timeout_s: float = 20.0) -> None:
-    end = time.monotonic() + timeout_s
-    while not cond():
-        assert time.monotonic() < end, "condition not reached"
-        time.sleep(0.01)
 
 
 def metric_line(text: str, prefix: str) -> float:
@@ -51,7 +43,7 @@ def test_a_full_write_queue_answers_429_with_retry_after(shipped, tmp_path):
             first = threading.Thread(target=lambda: got.append(
                 c.post("/v1/observations", json=body, headers=AUTH).status_code))
             first.start()
-            wait_until(lambda: svc._pending == 1)  # admitted, queued for the lock
+            wait_until("the write admitted and queued", lambda: svc._pending == 1)  # admitted, queued for the lock
             r = c.post("/v1/observations", json=body, headers=AUTH)
             assert r.status_code == 429, r.text
             assert int(r.headers["Retry-After"]) >= 1 and "write queue is full" in r.json()["detail"]
@@ -81,7 +73,7 @@ def test_one_resolve_at_a_time(shipped, tmp_path):
         first = threading.Thread(target=lambda: got.append(
             c.post("/v1/replan", json={"full": True}, headers=AUTH).status_code))
         first.start()
-        wait_until(svc._resolve_lock.locked)
+        wait_until("the re-solve running", svc._resolve_lock.locked)
         r = c.post("/v1/replan", json={"full": True}, headers=AUTH)
         assert r.status_code == 429 and "re-solve is running" in r.json()["detail"], r.text
         assert int(r.headers["Retry-After"]) >= 1

@@ -5,25 +5,17 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
-import time
 
 import httpx
-import pytest
+from service_support import free_port, wait_until
 
 from fleetplan.service.store import Store
 
 TOKEN = "restart-token-42"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def start(db: str, port: int, log) -> subprocess.Popen:
@@ -33,19 +25,13 @@ def start(db: str, port: int, log) -> subprocess.Popen:
                             env=env, stdout=log, stderr=subprocess.STDOUT)
 
 
-def wait_healthy(base: str, proc: subprocess.Popen, timeout_s: float = 60.0) -> dict:
-    end = time.monotonic() + timeout_s
-    while time.monotonic() < end:
-        if proc.poll() is not None:
-            pytest.fail(f"service exited with {proc.returncode}")
-        try:
-            r = httpx.get(base + "/healthz", timeout=1.0)
-            if r.status_code == 200:
-                return r.json()
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
-    pytest.fail("service did not become healthy")
+def wait_healthy(base: str, proc: subprocess.Popen) -> dict:
+    """The service's /healthz body once it answers 200 (polled; fails if the process exits)."""
+    def healthy() -> dict | None:
+        r = httpx.get(base + "/healthz", timeout=1.0)
+        return r.json() if r.status_code == 200 else None
+
+    return wait_until("the service healthy", healthy, proc=proc, ignore=(httpx.HTTPError,), poll_s=0.1)
 
 
 def test_sigkill_and_restart_keeps_plan_and_acknowledged_observations(tmp_path):
@@ -80,9 +66,7 @@ def test_sigkill_and_restart_keeps_plan_and_acknowledged_observations(tmp_path):
 
         th = threading.Thread(target=post_loop)
         th.start()
-        deadline = time.monotonic() + 10
-        while len(acked) < 50 and time.monotonic() < deadline:
-            time.sleep(0.02)
+        wait_until("50 acknowledged observations", lambda: len(acked) >= 50, poll_s=0.02)
         os.kill(proc.pid, signal.SIGKILL)  # mid-stream: some requests are in flight
         proc.wait(timeout=10)
         stop.set()

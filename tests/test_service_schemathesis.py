@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
-import time
 
 import httpx
 import pytest
+from service_support import free_port, wait_until
 
 schemathesis = pytest.importorskip("schemathesis", reason="schemathesis is a dev extra: pip install -e '.[dev]'")
 from hypothesis import HealthCheck, given, settings  # noqa: E402
@@ -37,23 +36,15 @@ EXAMPLES = 15  # per operation and run: bounded, at most 450 requests in all
 
 
 def _serve(db: str, log) -> tuple[subprocess.Popen, str]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     env = {**os.environ, "FLEETPLAN_TOKEN": TOKEN}
     proc = subprocess.Popen([sys.executable, "-m", "fleetplan.cli.main", "serve", "--db", db,
                              "--host", "127.0.0.1", "--port", str(port), "--interval", "0", "--resolve-every", "0",
                              "--resolve-time-limit", "5", "--log-level", "warning"],
                             env=env, stdout=log, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
-    end = time.monotonic() + 60
-    while time.monotonic() < end:
-        assert proc.poll() is None, "the service exited"
-        try:
-            if httpx.get(base + "/healthz", timeout=1).status_code == 200:
-                break
-        except httpx.HTTPError:
-            time.sleep(0.1)
+    wait_until("the service healthy", lambda: httpx.get(base + "/healthz", timeout=1).status_code == 200, proc=proc,
+               ignore=(httpx.HTTPError,), poll_s=0.1)
     return proc, base
 
 
