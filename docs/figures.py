@@ -34,6 +34,15 @@ from pathlib import Path
 import yaml
 from click.testing import CliRunner
 
+from fleetplan.cli.main import main as fleetplan_cli
+from fleetplan.costmodels.latency import prefill_time_s
+from fleetplan.costmodels.prefixcache import per_replica_and_shared
+from fleetplan.datasets.calibration import load_calibration
+from fleetplan.datasets.catalog.names import get_gpu, get_model
+from fleetplan.datasets.prefix_blocks import MOONCAKE_BLOCK_TOKENS, read_block_ids
+from fleetplan.scenario.troughs import load_troughs
+from fleetplan.solvers.troughs import plan_troughs
+
 ROOT = Path(__file__).resolve().parent.parent
 #: The Markdown files whose figures are checked.
 DOCUMENTS = (ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")))
@@ -54,9 +63,8 @@ def pct(x: float, digits: int = 1) -> str:
 
 def cli(*args: str) -> str:
     """Run ``fleetplan ARGS`` in this process; its stdout (raises RuntimeError with its output when it fails)."""
-    from fleetplan.cli.main import main
 
-    r = CliRunner().invoke(main, list(args))
+    r = CliRunner().invoke(fleetplan_cli, list(args))
     if r.exit_code != 0:
         raise RuntimeError(f"fleetplan {' '.join(args)} exited {r.exit_code}: {r.output[-2000:]}")
     return r.output
@@ -179,8 +187,6 @@ def _ledger() -> dict[str, str]:
 
 
 def _troughs() -> dict[str, str]:
-    from fleetplan.scenario.troughs import load_troughs
-    from fleetplan.solvers.troughs import plan_troughs
 
     p = load_troughs(None)
     r = plan_troughs(p, time_limit_s=30.0)
@@ -191,11 +197,6 @@ def _troughs() -> dict[str, str]:
 
 def _prefix_cache() -> dict[str, str]:
     # the same calls as `fleetplan prefix-cache` with its defaults (cli/prefixcache.py)
-    from fleetplan.costmodels.latency import prefill_time_s
-    from fleetplan.costmodels.prefixcache import per_replica_and_shared
-    from fleetplan.datasets.calibration import load_calibration
-    from fleetplan.datasets.catalog.names import get_gpu, get_model
-    from fleetplan.datasets.prefix_blocks import MOONCAKE_BLOCK_TOKENS, read_block_ids
 
     m, g = get_model("Llama-3.1-8B"), get_gpu("H100-SXM-80GB")
     block_bytes = MOONCAKE_BLOCK_TOKENS * m.kv_bytes_per_token("bf16")
