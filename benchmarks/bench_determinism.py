@@ -1,16 +1,18 @@
 """Determinism benchmark: the default scenario's plan in N runs on an idle machine and N runs beside 3 busy loops
-(Python processes pinned with os.sched_setaffinity to the same core as the planner), each with the same options.
+(Python processes pinned with os.sched_setaffinity to the same core as the planner), each with the options of
+`fleetplan plan` with no arguments (HiGHS, --time-limit 60, --gap 0.002, --threads 2, --effort 1).
 
-Prints, per run, the plan's cost to the cent, a fingerprint of its replicas and shared GPUs, its status and the
-wall time against the limit; then whether all plans are identical (replicas and cost to the cent) and the largest
-overrun of the wall limit (goal: within max(2 s, 5%)). Plans through `solve` (the `fleetplan plan` pipeline).
+Prints, per run, the 1-minute load average before it, the plan's cost to the cent, a fingerprint of its replicas
+and shared GPUs, its status, whether the wall-clock safety stop cut anything, and the wall time against the
+limit; then whether all plans are identical (replicas and cost to the cent) and the largest overrun of the wall
+limit (goal: within max(2 s, 5%)). Plans through `solve` (the `fleetplan plan` pipeline): every stage bounded by
+a deterministic effort budget, the time limit only a safety stop.
 
-    python benchmarks/bench_determinism.py --runs 2 --time-limit 60
+    python benchmarks/bench_determinism.py --runs 5
 
-The machine is shared: keep --runs small.
+The machine is shared (other work runs beside the "idle" runs too: see the load average printed per run).
 
-Measured (2026-12-02, 2 shared cores with other work, `--runs 2 --time-limit 60 --threads 1`, HiGHS, the
-wall-clock pipeline of `solve`, no effort budget wired into it yet):
+Before (2026-12-02, `--runs 2 --time-limit 60 --threads 1 --gap 0.005`, the wall-clock pipeline of `solve`):
     idle   run 1: $899.08/day  optimal    wall 15.5 s      idle   run 2: $899.08/day  optimal   wall 9.5 s
     loaded run 1: $899.08/day  optimal    wall 58.3 s      loaded run 2: $903.54/day  feasible  wall 59.9 s
     plans identical: NO (the loaded run cut by the clock is $4.46 dearer); largest overrun -0.1 s (allowed 3 s)
@@ -24,9 +26,10 @@ import multiprocessing as mp
 import os
 import time
 
+from fleetplan.cli.plan import PLAN_GAP
 from fleetplan.scenario.build import build_problem
 from fleetplan.scenario.read import load_scenario
-from fleetplan.solvers.solve import solve
+from fleetplan.solvers.solve import DEFAULT_EFFORT, DEFAULT_THREADS, solve
 
 #: Busy loops run beside the planner in the loaded runs.
 BUSY_LOOPS = 3
@@ -45,12 +48,15 @@ def _fingerprint(plan) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
-def _run(problem, args) -> tuple[str, float, str, float]:
-    """(fingerprint, cost USD to the cent, status, wall seconds) of one solve."""
+def _run(problem, args) -> tuple[str, float, str, bool, float]:
+    """(fingerprint, cost USD to the cent, status, whether the safety stop cut anything, wall seconds) of one
+    solve."""
     t = time.perf_counter()
-    plan = solve(problem, args.backend, time_limit_s=args.time_limit, threads=args.threads, gap=args.gap)
+    plan = solve(problem, args.backend, time_limit_s=args.time_limit, threads=args.threads, gap=args.gap,
+                 effort=args.effort)
     wall = time.perf_counter() - t
-    return _fingerprint(plan), round(plan.objective_usd or 0.0, 2), plan.status.value, wall
+    return (_fingerprint(plan), round(plan.objective_usd or 0.0, 2), plan.status.value,
+            "safety stop" in plan.message, wall)
 
 
 def main() -> None:
@@ -58,8 +64,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--runs", type=int, default=5, help="runs idle and runs loaded (each)")
     ap.add_argument("--time-limit", type=float, default=60.0)
-    ap.add_argument("--gap", type=float, default=0.005)
-    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--gap", type=float, default=PLAN_GAP)
+    ap.add_argument("--threads", type=int, default=DEFAULT_THREADS)
+    ap.add_argument("--effort", type=float, default=DEFAULT_EFFORT)
     ap.add_argument("--backend", default="highs")
     args = ap.parse_args()
     core = min(os.sched_getaffinity(0))
@@ -74,10 +81,12 @@ def main() -> None:
                 p.start()
         try:
             for i in range(args.runs):
-                fp, cost, status, wall = _run(problem, args)
+                load = os.getloadavg()[0]
+                fp, cost, status, cut, wall = _run(problem, args)
                 rows.append((loaded, fp, cost, status, wall))
-                print(f"{'loaded' if loaded else 'idle':6} run {i + 1}: ${cost:,.2f}/day  plan {fp}  {status:9}  "
-                      f"wall {wall:.1f} s of {args.time_limit:g} s", flush=True)
+                print(f"{'loaded' if loaded else 'idle':6} run {i + 1}: load {load:4.1f}  ${cost:,.2f}/day  plan {fp}  "
+                      f"{status:9} {'CUT by the safety stop' if cut else 'no cut':22} wall {wall:.1f} s of "
+                      f"{args.time_limit:g} s", flush=True)
         finally:
             for p in procs:
                 p.terminate()
