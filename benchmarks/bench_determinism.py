@@ -48,15 +48,15 @@ def _fingerprint(plan) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
-def _run(problem, args) -> tuple[str, float, str, bool, float]:
-    """(fingerprint, cost USD to the cent, status, whether the safety stop cut anything, wall seconds) of one
-    solve."""
+def _run(problem, args) -> tuple[str, float, str, str, float]:
+    """(fingerprint, cost USD to the cent, status, the plan's message when the safety stop cut anything (else ''),
+    wall seconds) of one solve."""
     t = time.perf_counter()
     plan = solve(problem, args.backend, time_limit_s=args.time_limit, threads=args.threads, gap=args.gap,
                  effort=args.effort)
     wall = time.perf_counter() - t
-    return (_fingerprint(plan), round(plan.objective_usd or 0.0, 2), plan.status.value,
-            "safety stop" in plan.message, wall)
+    cut = plan.message if "safety stop" in plan.message else ""
+    return _fingerprint(plan), round(plan.objective_usd or 0.0, 2), plan.status.value, cut, wall
 
 
 def main() -> None:
@@ -86,7 +86,7 @@ def main() -> None:
                 rows.append((loaded, fp, cost, status, wall))
                 print(f"{'loaded' if loaded else 'idle':6} run {i + 1}: load {load:4.1f}  ${cost:,.2f}/day  plan {fp}  "
                       f"{status:9} {'CUT by the safety stop' if cut else 'no cut':22} wall {wall:.1f} s of "
-                      f"{args.time_limit:g} s", flush=True)
+                      f"{args.time_limit:g} s" + (f"\n       {cut}" if cut else ""), flush=True)
         finally:
             for p in procs:
                 p.terminate()

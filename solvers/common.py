@@ -280,11 +280,12 @@ class SafetyStop:
     (:func:`fleetplan.solvers.solve.solve`): ``deadline`` (a time.perf_counter() value) ends the user's
     ``time_limit_s``; ``cuts`` lists, in order, what it cut (a stage not started, a search stopped before its
     budget). With no cut the plan does not depend on the machine's speed; with one it may, and :meth:`note` says
-    so in the plan's message."""
+    so in the plan's message (only its bound and gap, when every cut was of a bound: ``plan_cut`` is False)."""
 
     deadline: float
     time_limit_s: float
     cuts: list[str] = field(default_factory=list)
+    plan_cut: bool = False
 
     def left_s(self) -> float:
         """Seconds left before the deadline (negative once past it)."""
@@ -294,16 +295,19 @@ class SafetyStop:
         """True once less than SAFETY_SLACK_S is left."""
         return self.left_s() <= SAFETY_SLACK_S
 
-    def cut(self, what: str) -> None:
-        """Record that the safety stop cut ``what`` (e.g. "the exact model after 12 of 1,000 nodes")."""
+    def cut(self, what: str, *, bound_only: bool = False) -> None:
+        """Record that the safety stop cut ``what`` (e.g. "the LP bound"); ``bound_only``: a stage that gives only
+        a bound (the plan's replicas do not depend on it)."""
         self.cuts.append(what)
+        self.plan_cut = self.plan_cut or not bound_only
 
     def note(self) -> str | None:
         """The sentence for the plan's message, or None when nothing was cut."""
         if not self.cuts:
             return None
-        return (f"the wall-clock safety stop at {self.time_limit_s:.3g} s cut " + "; ".join(self.cuts)
-                + ": this plan may differ on another machine")
+        what = ("this plan may differ on another machine" if self.plan_cut else
+                "the plan does not depend on it, but its bound and gap may differ on another machine")
+        return f"the wall-clock safety stop at {self.time_limit_s:.3g} s cut " + "; ".join(self.cuts) + ": " + what
 
 
 def relative_gap(objective_usd: float, bound_usd: float | None) -> float | None:

@@ -564,14 +564,14 @@ def window_bound(problem: Problem, *, deadline: float, threads: int | None = Non
             return None
         cut = sum(1 for r in results if r.time_limit_reached)
         if stop is not None and cut:
-            stop.cut(f"the per-window bound in {cut} of its {W} windows")
+            stop.cut(f"the per-window bound in {cut} of its {W} windows", bound_only=True)
         found = [max(0.0, r.bound_usd) for r in results if r.bound_usd is not None]  # every window's cost >= 0
         return sum(found) if found else None
     for w in range(W):
         left = deadline - time.perf_counter()
         if left <= 0.1:
             if stop is not None:
-                stop.cut(f"the per-window bound before its window {w + 1} of {W}")
+                stop.cut(f"the per-window bound before its window {w + 1} of {W}", bound_only=True)
             break
         if progress:
             progress(f"window {w + 1}/{W} of the per-window bound")
@@ -581,7 +581,7 @@ def window_bound(problem: Problem, *, deadline: float, threads: int | None = Non
         if r.infeasible:
             return None
         if stop is not None and r.time_limit_reached:
-            stop.cut(f"the per-window bound in its window {w + 1} of {W}")
+            stop.cut(f"the per-window bound in its window {w + 1} of {W}", bound_only=True)
         if r.bound_usd is not None:
             total += max(0.0, r.bound_usd)  # every window's cost is >= 0
             got += 1
