@@ -290,7 +290,8 @@ PLAN_GAP = 0.002
 @click.command("plan")
 @click.argument("scenario", required=False)
 @backend_option()
-@time_limit_option(60.0, "the whole solve: a safety stop (--effort ends the solve; a plan this limit cuts says so)")
+@time_limit_option(60.0, "the whole solve, a safety stop only (the solve ends at --gap or when its --effort is "
+                         "used up; a plan this limit cuts says so)")
 @effort_option()
 @threads_option(DEFAULT_THREADS, " (a fixed number: the solvers' search, hence the plan, depends on it)")
 @gap_option(default=PLAN_GAP)

@@ -35,7 +35,8 @@ WINDOW_NODES = 200
 #: CP-SAT's deterministic time of each one-window model per unit of effort.
 WINDOW_CPSAT_UNITS = 1.0
 #: Branch-and-bound nodes of each window of the per-window bound (problems above MONOLITHIC_MAX_VARS) per unit of
-#: effort.
+#: effort. At 200 models the windows' root nodes take longer than their share of the time, which then stops them
+#: (:func:`~fleetplan.solvers.decompose.window_bound`; the bound, not the plan, depends on it).
 BOUND_WINDOW_NODES = 200
 #: The default effort (``solve(effort=...)``, ``--effort``), and the range accepted.
 DEFAULT_EFFORT = 1.0
@@ -170,7 +171,9 @@ def _solve_large(problem, backend: str, *, size: int, t0: float, stop: SafetySto
     """Problems above MONOLITHIC_MAX_VARS: the greedy plan without its shared GPUs that do not pay
     (:func:`~fleetplan.solvers.decompose.dissolve_shared`), improved (or first repaired) window by window, then,
     when that pass leaves shared GPUs that no longer pay, without them and improved window by window again; then
-    the per-window bound; every window bounded by ``effort`` (nodes), ``stop`` only a safety stop. No monolithic
+    the per-window bound; the window passes bounded by ``effort`` (nodes), ``stop`` only their safety stop; the
+    per-window bound in equal shares of the time left (its windows' roots dominate; only the bound and gap
+    depend on it, and the message says when a share stopped a window). No monolithic
     model and no LP relaxation (building either alone overran 20 s at 200 models, and the per-window bound is
     stronger than the LP's). The windows' bounds run at once on ``executor`` (default: a local process pool of
     this machine's CPUs), each on one solver thread, so the bound does not depend on which executor ran it."""
@@ -231,8 +234,9 @@ def solve(problem, backend: str = "highs", *, time_limit_s: float = 60, threads:
     its end) as a lower bound; fix-and-optimize by windows from the greedy plan; then the exact model. Above
     MONOLITHIC_MAX_VARS (:func:`_solve_large`): the greedy plan improved or repaired window by window, then the
     per-window bound (the sum of each window's own proven bound, valid because the windows relax the all-day
-    shared GPUs and the start costs); ``warm_start`` and ``lp_bound`` do not apply there. Status, bound and
-    message: :func:`fleetplan.solvers.common.finish_plan`.
+    shared GPUs and the start costs) with the time left, in shares (so there the bound and gap, not the plan, may
+    depend on the machine, and the message says so); ``warm_start`` and ``lp_bound`` do not apply there. Status,
+    bound and message: :func:`fleetplan.solvers.common.finish_plan`.
     ``best_effort=True``: when the problem is infeasible (by the prechecks or the solver), the best-effort plan of
     :func:`fleetplan.solvers.milp.solve_best_effort` (most demand served by priority, then cost; unserved demand
     listed in the plan) with the time left (at least BEST_EFFORT_MIN_S); the MILP backends only (CP-SAT's model
