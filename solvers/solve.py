@@ -106,8 +106,8 @@ BY_WINDOW_GAP = 0.005
 #: GPUs on 2 idle cores its 24 windows close at 0.01% in 20 s ($51,914.72 a day; 0.1%: 20 s, $51,958.55; 0.5%:
 #: 12 s, $52,032.35).
 LARGE_WINDOW_GAP = 1e-4
-#: Relative gap at which a window of the per-window bound stops: small, so each window uses its whole node budget
-#: (at 200 models the windows' bounds still rise after 15 s each; none closes at this gap).
+#: Relative gap at which a window of the per-window bound stops: small, so each window runs until its node budget
+#: or its share of the time (at 200 models the windows' bounds still rise after 15 s each; none closes at this gap).
 BOUND_WINDOW_GAP = 1e-4
 #: Above this many variables (estimated) the monolithic model is not built: at 200 models × 24 windows PuLP and
 #: HiGHS need over 4 GiB and the whole time limit without improving on the fix-and-optimize plan.
