@@ -27,9 +27,14 @@ and solves, so even the "idle" runs had a load average of 14-17):
     plans identical in all 10 runs: NO; largest wall-limit overrun +0.2 s (allowed 3.0 s): ok
 The five runs the safety stop did not cut are identical to the cent although the machine was starved of CPU
 (about 9 CPU seconds of work took 44-59 s of wall time); the planner's share of one core beside 3 busy loops at
-that load was too small to finish that work in 60 s, and those plans say so. Goal not met on this machine: the
-same command on 2 otherwise idle cores (the planner then gets about a quarter of a core, about 36 s for the work)
-is the test still to run.
+that load was too small to finish that work in 60 s, and those plans say so.
+Again at a lower load (`--runs 3`): idle runs at load 9.0-10.0: $898.58, plan e3bedeb2b48e, no cut, 21-26 s;
+loaded runs at load 8.7-11.2: all 3 cut ("the wall-clock safety stop (60 s) cut the highs search after 0 of its
+1,000 nodes"), $903.54; overrun at most +0.4 s.
+With the safety stop further away (`--runs 1 --time-limit 300`): idle (load 11.7) $898.58, plan e3bedeb2b48e,
+26.6 s; beside the 3 busy loops (load 12.2) $898.58, the same plan e3bedeb2b48e, 103.8 s: identical.
+Goal (identical in 10 runs at the default 60 s) not met on this shared machine; on 2 otherwise idle cores the
+planner beside 3 busy loops gets about a quarter of a core, about 36 s for the work: still to run there.
 """
 
 from __future__ import annotations
