@@ -62,8 +62,9 @@ class _StepClock:
         return self.now
 
 
-def _solve_on_clock(monkeypatch, problem, step_s: float | None):
-    """solve() with every solver module reading a _StepClock of ``step_s`` (None: the real clock)."""
+def _solve_on_clock(monkeypatch, problem, step_s: float | None, **kw):
+    """solve() with every solver module reading a _StepClock of ``step_s`` (None: the real clock); ``kw`` goes to
+    solve()."""
     import fleetplan.solvers.common as common
     import fleetplan.solvers.cpsat as cpsat
     import fleetplan.solvers.decompose as decompose
@@ -75,7 +76,7 @@ def _solve_on_clock(monkeypatch, problem, step_s: float | None):
             clock = _StepClock(step_s)
             for mod in (common, cpsat, decompose, milp, solve_mod):
                 mp.setattr(mod, "time", clock)
-        return solve_mod.solve(problem, "highs", time_limit_s=30, gap=0.0, effort=0.01)
+        return solve_mod.solve(problem, "highs", time_limit_s=30, gap=0.0, effort=0.01, **kw)
 
 
 def test_the_plan_does_not_depend_on_the_clock_unless_the_safety_stop_fires(monkeypatch):
@@ -154,3 +155,25 @@ def test_cbc_with_a_node_budget_on_two_threads_gives_the_same_plan_twice():
     for plan in runs:
         assert plan.has_solution and validate(problem, plan).ok, plan.message
     assert _fingerprint(runs[0]) == _fingerprint(runs[1])
+
+
+def test_the_fleet_scale_path_does_not_depend_on_the_clock(monkeypatch):
+    # The path of problems too large for the monolithic model (forced here), on one worker (no fan-out): its
+    # window passes by effort give the same plan on a fast and a slow clock, the 30-s safety stop far away; a
+    # window of the per-window bound stopped by its share of the time would change the bound only, never the
+    # replicas compared here.
+    import fleetplan.solvers.solve as solve_mod
+    from fleetplan.solvers.executor import make_executor
+
+    problem = random_instance(4, 4, seed=3)
+    monkeypatch.setattr(solve_mod, "MONOLITHIC_MAX_VARS", 10)
+    plans = []
+    for step_s in (None, 0.01, 0.3):
+        with make_executor("process", workers=1) as ex:
+            plan = _solve_on_clock(monkeypatch, problem, step_s, executor=ex)
+        assert plan.has_solution and validate(problem, plan).ok, plan.message
+        assert "large problem" in plan.message and "this plan may differ" not in plan.message, plan.message
+        assert plan.bound_usd is None or plan.bound_usd <= plan.objective_usd + 1e-6
+        plans.append(plan)
+    assert all(sorted(p.replicas.items()) == sorted(plans[0].replicas.items()) for p in plans)
+    assert len({round(p.objective_usd, 2) for p in plans}) == 1
