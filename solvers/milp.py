@@ -829,17 +829,18 @@ def solve_milp(problem: Problem, *, backend: str = "highs", time_limit_s: float 
         return finish_plan(problem, backend=backend, gap=gap, bounds=bounds, start=warm_start,
                            time_limit_reached=True, time_limit_s=user_limit_s,
                            solve_time_s=time.perf_counter() - t0, notes=(note,))
+    if backend == "cbc" and max_nodes is not None and threads is not None and threads > 1:
+        # With a node budget and several threads, CBC's repeatable parallel mode (threads = 100 + n): its plain
+        # parallel search is not (random_instance(6, 6, seed=4), 300 nodes, 2 threads: $208.80 then $205.51;
+        # 102: the same plan twice).
+        threads = 100 + threads
     if backend == "highs":
         solver = HiGHS(msg=msg, timeLimit=time_limit_s, threads=threads, gapRel=gap, random_seed=HIGHS_SEED,
                        mip_max_nodes=max_nodes)
     else:
         # Wall-clock time limit (CBC counts CPU seconds by default); CBC takes fractional seconds (a whole
         # second rounded up overran a 1-s limit by 0.4 s).
-        # With a node budget and several threads, CBC's repeatable parallel mode (threads = 100 + n): its plain
-        # parallel search is not (random_instance(6, 6, seed=4), 300 nodes, 2 threads: $208.80 then $205.51;
-        # 102: the same plan twice).
-        cbc_threads = 100 + threads if max_nodes is not None and threads is not None and threads > 1 else threads
-        solver = pulp.PULP_CBC_CMD(msg=msg, timeLimit=round(time_limit_s, 2), threads=cbc_threads, gapRel=gap,
+        solver = pulp.PULP_CBC_CMD(msg=msg, timeLimit=round(time_limit_s, 2), threads=threads, gapRel=gap,
                                    warmStart=used_warm, timeMode="elapsed", maxNodes=max_nodes)
     if not solver.available():
         raise SolverError(f"MILP backend {backend!r} is not available in this environment; install highspy "
