@@ -1,19 +1,40 @@
 """Determinism benchmark: the default scenario's plan in N runs on an idle machine and N runs beside 3 busy loops
-(Python processes pinned with os.sched_setaffinity to the same core as the planner), each with the same options.
+(Python processes pinned with os.sched_setaffinity to the same core as the planner), each with the options of
+`fleetplan plan` with no arguments (HiGHS, --time-limit 60, --gap 0.002, --threads 2, --effort 1).
 
-Prints, per run, the plan's cost to the cent, a fingerprint of its replicas and shared GPUs, its status and the
-wall time against the limit; then whether all plans are identical (replicas and cost to the cent) and the largest
-overrun of the wall limit (goal: within max(2 s, 5%)). Plans through `solve` (the `fleetplan plan` pipeline).
+Prints, per run, the 1-minute load average before it, the plan's cost to the cent, a fingerprint of its replicas
+and shared GPUs, its status, whether the wall-clock safety stop cut anything, and the wall time against the
+limit; then whether all plans are identical (replicas and cost to the cent) and the largest overrun of the wall
+limit (goal: within max(2 s, 5%)). Plans through `solve` (the `fleetplan plan` pipeline): every stage bounded by
+a deterministic effort budget, the time limit only a safety stop.
 
-    python benchmarks/bench_determinism.py --runs 2 --time-limit 60
+    python benchmarks/bench_determinism.py --runs 5
 
-The machine is shared: keep --runs small.
+The machine is shared (other work runs beside the "idle" runs too: see the load average printed per run).
 
-Measured (2026-12-02, 2 shared cores with other work, `--runs 2 --time-limit 60 --threads 1`, HiGHS, the
-wall-clock pipeline of `solve`, no effort budget wired into it yet):
+Before (2026-12-02, `--runs 2 --time-limit 60 --threads 1 --gap 0.005`, the wall-clock pipeline of `solve`):
     idle   run 1: $899.08/day  optimal    wall 15.5 s      idle   run 2: $899.08/day  optimal   wall 9.5 s
     loaded run 1: $899.08/day  optimal    wall 58.3 s      loaded run 2: $903.54/day  feasible  wall 59.9 s
     plans identical: NO (the loaded run cut by the clock is $4.46 dearer); largest overrun -0.1 s (allowed 3 s)
+
+After (2026-12-03, `--runs 5`, the effort-bounded pipeline; the 2 cores shared with four other sessions' tests
+and solves, so even the "idle" runs had a load average of 14-17):
+    idle   runs 1-5: load 14.7, 16.6, 17.0, 15.6, 14.3   $898.58/day  plan e3bedeb2b48e  optimal (gap 0.00%)
+                     no cut; wall 59.2, 49.7, 52.8, 57.6, 44.2 s of 60 s
+    loaded runs 1-5: load 14.3-16.0   CUT by the safety stop in all 5 (wall 58.6-60.2 s): $933.90 (4 runs) and
+                     $903.54 (1), feasible, each message naming the cut and "this plan may differ on another
+                     machine"
+    plans identical in all 10 runs: NO; largest wall-limit overrun +0.2 s (allowed 3.0 s): ok
+The five runs the safety stop did not cut are identical to the cent although the machine was starved of CPU
+(about 9 CPU seconds of work took 44-59 s of wall time); the planner's share of one core beside 3 busy loops at
+that load was too small to finish that work in 60 s, and those plans say so.
+Again at a lower load (`--runs 3`): idle runs at load 9.0-10.0: $898.58, plan e3bedeb2b48e, no cut, 21-26 s;
+loaded runs at load 8.7-11.2: all 3 cut ("the wall-clock safety stop (60 s) cut the highs search after 0 of its
+1,000 nodes"), $903.54; overrun at most +0.4 s.
+With the safety stop further away (`--runs 1 --time-limit 300`): idle (load 11.7) $898.58, plan e3bedeb2b48e,
+26.6 s; beside the 3 busy loops (load 12.2) $898.58, the same plan e3bedeb2b48e, 103.8 s: identical.
+Goal (identical in 10 runs at the default 60 s) not met on this shared machine; on 2 otherwise idle cores the
+planner beside 3 busy loops gets about a quarter of a core, about 36 s for the work: still to run there.
 """
 
 from __future__ import annotations
@@ -24,9 +45,10 @@ import multiprocessing as mp
 import os
 import time
 
+from fleetplan.cli.plan import PLAN_GAP
 from fleetplan.scenario.build import build_problem
 from fleetplan.scenario.read import load_scenario
-from fleetplan.solvers.solve import solve
+from fleetplan.solvers.solve import DEFAULT_EFFORT, DEFAULT_THREADS, solve
 
 #: Busy loops run beside the planner in the loaded runs.
 BUSY_LOOPS = 3
@@ -45,12 +67,15 @@ def _fingerprint(plan) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
-def _run(problem, args) -> tuple[str, float, str, float]:
-    """(fingerprint, cost USD to the cent, status, wall seconds) of one solve."""
+def _run(problem, args) -> tuple[str, float, str, str, float]:
+    """(fingerprint, cost USD to the cent, status, the plan's message when the safety stop cut anything (else ''),
+    wall seconds) of one solve."""
     t = time.perf_counter()
-    plan = solve(problem, args.backend, time_limit_s=args.time_limit, threads=args.threads, gap=args.gap)
+    plan = solve(problem, args.backend, time_limit_s=args.time_limit, threads=args.threads, gap=args.gap,
+                 effort=args.effort)
     wall = time.perf_counter() - t
-    return _fingerprint(plan), round(plan.objective_usd or 0.0, 2), plan.status.value, wall
+    cut = plan.message if "safety stop" in plan.message else ""
+    return _fingerprint(plan), round(plan.objective_usd or 0.0, 2), plan.status.value, cut, wall
 
 
 def main() -> None:
@@ -58,8 +83,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--runs", type=int, default=5, help="runs idle and runs loaded (each)")
     ap.add_argument("--time-limit", type=float, default=60.0)
-    ap.add_argument("--gap", type=float, default=0.005)
-    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--gap", type=float, default=PLAN_GAP)
+    ap.add_argument("--threads", type=int, default=DEFAULT_THREADS)
+    ap.add_argument("--effort", type=float, default=DEFAULT_EFFORT)
     ap.add_argument("--backend", default="highs")
     args = ap.parse_args()
     core = min(os.sched_getaffinity(0))
@@ -74,10 +100,12 @@ def main() -> None:
                 p.start()
         try:
             for i in range(args.runs):
-                fp, cost, status, wall = _run(problem, args)
+                load = os.getloadavg()[0]
+                fp, cost, status, cut, wall = _run(problem, args)
                 rows.append((loaded, fp, cost, status, wall))
-                print(f"{'loaded' if loaded else 'idle':6} run {i + 1}: ${cost:,.2f}/day  plan {fp}  {status:9}  "
-                      f"wall {wall:.1f} s of {args.time_limit:g} s", flush=True)
+                print(f"{'loaded' if loaded else 'idle':6} run {i + 1}: load {load:4.1f}  ${cost:,.2f}/day  plan {fp}  "
+                      f"{status:9} {'CUT by the safety stop' if cut else 'no cut':22} wall {wall:.1f} s of "
+                      f"{args.time_limit:g} s" + (f"\n       {cut}" if cut else ""), flush=True)
         finally:
             for p in procs:
                 p.terminate()

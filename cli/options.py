@@ -2,10 +2,11 @@
 help text (a command fills in only what differs: its default, and what the option applies to, e.g. "each cell's
 solve").
 
-Solver options (``plan``, ``sweep``, ``allocate``): ``--backend``, ``--time-limit``, ``--gap``, ``--threads``. The
-time limit and the gap are plain numbers on the command line and are checked by
-:func:`fleetplan.solvers.solve.check_solve_options` before any work (:func:`checked_time_limit` for a command
-without a gap), so a NaN or out-of-range value gets the same one-line error from every command.
+Solver options (``plan``, ``sweep``, ``allocate``): ``--backend``, ``--time-limit``, ``--gap``, ``--threads``;
+``--effort`` (``plan``), the deterministic work budget. The time limit and the gap are plain numbers on the command
+line and are checked by :func:`fleetplan.solvers.solve.check_solve_options` before any work
+(:func:`checked_time_limit` for a command without a gap; the effort by :func:`~fleetplan.solvers.solve.check_effort`),
+so a NaN or out-of-range value gets the same one-line error from every command.
 
 Fan-out options (``plan --decompose``, ``sweep``, ``allocate --mode pareto``, ``whatif``, ``ledger whatif``):
 ``--workers``, ``--executor``, ``--ray-address`` (:func:`fanout_options`).
@@ -26,7 +27,17 @@ from fleetplan.cli.grid import MAX_CELLS_LIMIT, MAX_VARY_COUNT
 from fleetplan.errors import InputError
 from fleetplan.scenario.split import SplitOptions
 from fleetplan.solvers.executor import EXECUTORS
-from fleetplan.solvers.solve import BACKENDS, MIN_TIME_LIMIT_S, check_solve_options
+from fleetplan.solvers.solve import (
+    BACKENDS,
+    DEFAULT_EFFORT,
+    EXACT_CPSAT_UNITS,
+    EXACT_NODES,
+    MAX_EFFORT,
+    MIN_EFFORT,
+    MIN_TIME_LIMIT_S,
+    WINDOW_NODES,
+    check_solve_options,
+)
 
 Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
 
@@ -74,11 +85,25 @@ def checked_time_limit(time_limit_s: float) -> float:
     return check_solve_options(time_limit_s, 0.0)[0]
 
 
-def gap_option(scope: str = "the solver") -> Decorator:
-    """``--gap`` (keyword ``gap``): the relative optimality gap at which ``scope`` may stop, default 0.005; checked
-    by :func:`~fleetplan.solvers.solve.check_solve_options`."""
-    return click.option("--gap", type=float, default=0.005, show_default=True,
+def gap_option(scope: str = "the solver", default: float = 0.005) -> Decorator:
+    """``--gap`` (keyword ``gap``): the relative optimality gap at which ``scope`` may stop, ``default`` when not
+    given; checked by :func:`~fleetplan.solvers.solve.check_solve_options`."""
+    return click.option("--gap", type=float, default=default, show_default=True,
                         help=f"Relative optimality gap at which {scope} may stop (0 to below 1).")
+
+
+def effort_option(scope: str = "the solve") -> Decorator:
+    """``--effort`` (keyword ``effort``): the deterministic work budget of ``scope``
+    (:class:`fleetplan.solvers.solve.Effort`: each stage's budget × the effort), default DEFAULT_EFFORT; check it
+    with :func:`~fleetplan.solvers.solve.check_effort` before the work."""
+    return click.option(
+        "--effort", type=float, default=DEFAULT_EFFORT, show_default=True,
+        help=f"Work budget of {scope}, counted in solver work, not seconds, so the same input gives the same plan on "
+             f"an idle or a busy machine: 1 = {EXACT_NODES['highs']:,} branch-and-bound nodes for the exact model "
+             f"with HiGHS ({EXACT_NODES['cbc']:,} with CBC, {EXACT_CPSAT_UNITS:g} units of deterministic time with "
+             f"CP-SAT) and {WINDOW_NODES} per one-window model; 2 "
+             f"doubles each ({MIN_EFFORT:g} to {MAX_EFFORT:g}). --time-limit is then only a safety stop: a plan it "
+             "cuts says so.")
 
 
 def threads_option(default: int | None, scope: str = "") -> Decorator:

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 
 from fleetplan.placement.plan import Plan, Status, commitments, evaluate, site_capacity, starts_per_window
 from fleetplan.placement.problem import Problem, ReplicaOption, ShareOption
@@ -268,6 +269,45 @@ BOUND_REL_TOL = 1e-7
 TRIVIAL_BOUND_USD = 1e-9
 #: A solve that used this share of its time limit or more is reported as stopped by the limit.
 TIME_LIMIT_SHARE = 0.97
+#: Seconds before its deadline at which the safety stop counts as reached (a stage is not started with less left,
+#: and one that ends within it may have been cut).
+SAFETY_SLACK_S = 0.1
+
+
+@dataclass
+class SafetyStop:
+    """The wall-clock safety stop of a solve whose stages are bounded by deterministic effort budgets
+    (:func:`fleetplan.solvers.solve.solve`): ``deadline`` (a time.perf_counter() value) ends the user's
+    ``time_limit_s``; ``cuts`` lists, in order, what it cut (a stage not started, a search stopped before its
+    budget). With no cut the plan does not depend on the machine's speed; with one it may, and :meth:`note` says
+    so in the plan's message (only its bound and gap, when every cut was of a bound: ``plan_cut`` is False)."""
+
+    deadline: float
+    time_limit_s: float
+    cuts: list[str] = field(default_factory=list)
+    plan_cut: bool = False
+
+    def left_s(self) -> float:
+        """Seconds left before the deadline (negative once past it)."""
+        return self.deadline - time.perf_counter()
+
+    def passed(self) -> bool:
+        """True once less than SAFETY_SLACK_S is left."""
+        return self.left_s() <= SAFETY_SLACK_S
+
+    def cut(self, what: str, *, bound_only: bool = False) -> None:
+        """Record that the safety stop cut ``what`` (e.g. "the LP bound"); ``bound_only``: a stage that gives only
+        a bound (the plan's replicas do not depend on it)."""
+        self.cuts.append(what)
+        self.plan_cut = self.plan_cut or not bound_only
+
+    def note(self) -> str | None:
+        """The sentence for the plan's message, or None when nothing was cut."""
+        if not self.cuts:
+            return None
+        what = ("this plan may differ on another machine" if self.plan_cut else
+                "the plan does not depend on it, but its bound and gap may differ on another machine")
+        return f"the wall-clock safety stop at {self.time_limit_s:.3g} s cut " + "; ".join(self.cuts) + ": " + what
 
 
 def relative_gap(objective_usd: float, bound_usd: float | None) -> float | None:

@@ -532,10 +532,12 @@ def solve_cpsat(problem: Problem, *, time_limit_s: float = 60, threads: int = 2,
         time_limit_s = min(time_limit_s, deadline - time.perf_counter())
     bounds = dict(extra_bounds or {})
     if time_limit_s <= 0.05:
+        note = ("no time left for the solver after building the model" if deterministic_time is None else
+                f"the wall-clock safety stop ({user_limit_s:.3g} s) left no time for CP-SAT's search after "
+                "building its model: this plan may differ on another machine")
         return finish_plan(problem, backend="cpsat", gap=gap, bounds=bounds, start=warm_start,
                            time_limit_reached=True, time_limit_s=user_limit_s,
-                           solve_time_s=time.perf_counter() - t0,
-                           notes=("no time left for the solver after building the model",))
+                           solve_time_s=time.perf_counter() - t0, notes=(note,))
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = float(time_limit_s)
     solver.parameters.num_workers = max(1, int(threads or 1))

@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from fleetplan.placement.plan import Plan, SharedGPU, Status, evaluate, starts_per_window
 from fleetplan.placement.problem import Problem
 from fleetplan.placement.validate import validate
-from fleetplan.solvers.common import cheapest_cover, gpus_in_use
+from fleetplan.solvers.common import SafetyStop, cheapest_cover, gpus_in_use
 from fleetplan.solvers.cpsat import solve_cpsat
 from fleetplan.solvers.executor import Executor
 from fleetplan.solvers.milp import BoundResult, solve_aggregate_bound, solve_milp
@@ -376,12 +376,15 @@ class _ByWindows:
         self.chosen_of[w] = plan
         self.counts_of[w] = {k: c[0] for k, c in plan.replicas.items() if c[0]}
 
-    def cover_pass(self, deadline: float, progress) -> None:
+    def cover_pass(self, deadline: float, progress, stop: SafetyStop | None = None) -> None:
         """Every window, in order, takes :func:`cover_window`'s plan (ties towards the replicas of the window
-        before) when it repairs the window or lowers its local cost; the window models then start from it."""
+        before) when it repairs the window or lowers its local cost; the window models then start from it.
+        Windows left when ``deadline`` passes keep their plans (recorded in ``stop`` when given)."""
         W = self.W
         for w in range(W):
             if deadline - time.perf_counter() <= 0.1:
+                if stop is not None:
+                    stop.cut(f"the covering pass before window {w + 1} of {W}")
                 break
             if progress:
                 progress(f"window {w + 1}/{W}: covering models one by one within the pools")
@@ -393,19 +396,24 @@ class _ByWindows:
                 self.warms[w] = Plan(replicas=dict(r.replicas))
                 self.fits[w] = True
 
-    def sweep(self, sweep: int, order: list[int], deadline: float, progress, solve_window) -> bool:
+    def sweep(self, sweep: int, order: list[int], deadline: float, progress, solve_window,
+              stop: SafetyStop | None = None) -> bool:
         """One sweep over the windows (``order`` in the first, else in turn), each window solved by
-        ``solve_window(w, sub, start, per, end, repair)`` in its share of the time left; a window takes the
-        answer when it repairs the window or lowers its local cost. Returns whether a window changed."""
+        ``solve_window(w, sub, start, per, end, repair)``: in its share of the time left, or, with ``stop`` (the
+        windows bounded by effort), until ``deadline``, the safety stop, which records what it cut. A window takes
+        the answer when it repairs the window or lowers its local cost. Returns whether a window changed."""
         W = self.W
         changed = False
         for i, w in enumerate(order if sweep == 0 else range(W)):
             left = deadline - time.perf_counter()
             if left <= 0.1:
+                if stop is not None:
+                    stop.cut(f"the fix-and-optimize pass before its window {i + 1} of {W}")
                 break  # out of time: the remaining windows keep the working plan's replicas
             repair = sweep == 0 and not self.fits[w]
             to_repair = sum(1 for v in order[i:] if not self.fits[v]) if repair else 0
-            per = left / (to_repair if repair else W - i)  # a plan first: repairs share the time before the rest
+            # a plan first: repairs share the time before the rest (by effort: each window its own budget)
+            per = left if stop is not None else left / (to_repair if repair else W - i)
             if progress:
                 progress(f"window {w + 1}/{W} of the fix-and-optimize pass" + (" (repair)" if repair else "")
                          + (f", sweep {sweep + 1}" if sweep else ""))
@@ -414,10 +422,14 @@ class _ByWindows:
             end = min(deadline, time.perf_counter() + per)
             start = None if repair else warm  # a start must be a valid plan (finish_plan may return it)
             r = solve_window(w, sub, start, per, end, repair)
+            cut = stop is not None and (stop.passed() or "safety stop" in r.message)
             if r.has_solution and r.objective_usd is not None and validate(sub, r, check_objective=False).ok:
                 if repair or self.local_usd(r, w) < self.local_usd(warm, w) - 1e-6:
                     self.adopt(w, r)  # better, or a repair of a base window that does not fit
                     changed = True
+            if cut and stop is not None:
+                stop.cut(f"the fix-and-optimize pass in its window {i + 1} of {W}")
+                break
         return changed
 
     def combined(self, backend: str) -> Plan:
@@ -437,7 +449,8 @@ class _ByWindows:
 
 def solve_by_windows(problem: Problem, base: Plan, *, backend: str = "highs", time_limit_s: float = 60,
                      threads: int | None = None, gap: float = 1e-3, deadline: float | None = None,
-                     progress=None, cover: bool = False) -> Plan:
+                     progress=None, cover: bool = False, max_nodes: int | None = None,
+                     deterministic_time: float | None = None, stop: SafetyStop | None = None) -> Plan:
     """Improve ``base`` window by window (module docstring); returns a HEURISTIC plan (never worse than ``base``
     in GPU and egress cost; start costs are re-evaluated), or ``base`` itself if no window improves. A ``base``
     that does not fit the problem (e.g. the greedy plan over the inventory) is repaired where the window models
@@ -447,9 +460,13 @@ def solve_by_windows(problem: Problem, base: Plan, *, backend: str = "highs", ti
     keep ``base``'s replicas. With ``cover=True`` (problems within :func:`cover_applies`) a first pass gives
     every window, in order, :func:`cover_window`'s plan (ties towards the replicas of the window before) when it
     repairs the window or lowers its local cost; the one-window models then start from the result. The caller
-    checks the result with ``validate``."""
+    checks the result with ``validate``.
+    ``stop`` (a :class:`~fleetplan.solvers.common.SafetyStop`): the windows are bounded by effort, not by time:
+    each one-window model by ``max_nodes`` branch-and-bound nodes (HiGHS, CBC) or ``deterministic_time`` units
+    (CP-SAT), the sweeps and passes by count, so the result does not depend on the machine's speed; ``stop``'s
+    deadline (replacing ``deadline``) is only a safety stop, and ``stop`` records what it cut."""
     t0 = time.perf_counter()
-    deadline = deadline if deadline is not None else t0 + time_limit_s
+    deadline = stop.deadline if stop is not None else deadline if deadline is not None else t0 + time_limit_s
     W = problem.n_windows
     bw = _ByWindows(problem, base)
     order = bw.order()
@@ -458,16 +475,17 @@ def solve_by_windows(problem: Problem, base: Plan, *, backend: str = "highs", ti
         """Window w's one-window model (``per`` seconds until ``end``; a repair to REPAIR_GAP at least)."""
         g = max(gap, REPAIR_GAP) if repair else gap
         if backend == "cpsat":
-            return solve_cpsat(sub, time_limit_s=per, threads=threads or 2, gap=g, warm_start=start, deadline=end)
+            return solve_cpsat(sub, time_limit_s=per, threads=threads or 2, gap=g, warm_start=start, deadline=end,
+                               deterministic_time=deterministic_time)
         nb = (bw.counts_of[(w - 1) % W], bw.counts_of[(w + 1) % W]) if W > 1 else None
         return solve_milp(sub, backend=backend, time_limit_s=per, threads=threads, gap=g, warm_start=start,
-                          deadline=end, neighbours=nb)
+                          deadline=end, neighbours=nb, max_nodes=max_nodes)
 
     if cover and cover_applies(problem):
-        bw.cover_pass(deadline, progress)
+        bw.cover_pass(deadline, progress, stop)
         order = bw.order()
     for sweep in range(SWEEPS):
-        changed = bw.sweep(sweep, order, deadline, progress, solve_window)
+        changed = bw.sweep(sweep, order, deadline, progress, solve_window, stop)
         if not changed or deadline - time.perf_counter() <= 0.1:
             break
     plan = bw.combined(backend)
@@ -500,17 +518,18 @@ FANOUT_SOLVE_SHARE = 0.97
 FANOUT_MIN_S = 20.0
 
 
-def _window_bound_task(problem: Problem, item: tuple[int, float, int | None, float]) -> BoundResult:
+def _window_bound_task(problem: Problem, item: tuple[int, float, int | None, float, int | None]) -> BoundResult:
     """Window ``w``'s aggregate bound within a budget fixed before the fan-out and counted from the task's own
-    start, model building included (see :func:`window_bound`)."""
-    w, budget_s, threads, gap = item
+    start, model building included, and ``max_nodes`` (None: none) (see :func:`window_bound`)."""
+    w, budget_s, threads, gap, max_nodes = item
     end = time.perf_counter() + budget_s
     return solve_aggregate_bound(window_problem(problem, w), time_limit_s=budget_s, threads=threads, gap=gap,
-                                 deadline=end)
+                                 deadline=end, max_nodes=max_nodes)
 
 
 def window_bound(problem: Problem, *, deadline: float, threads: int | None = None, gap: float = 1e-3,
-                 progress=None, executor: Executor | None = None) -> float | None:
+                 progress=None, executor: Executor | None = None, max_nodes: int | None = None,
+                 stop: SafetyStop | None = None) -> float | None:
     """Σ_w of HiGHS's proven bound on the aggregate MILP of :func:`window_problem` (w), USD: a valid lower bound on
     the optimum (see window_problem; the aggregate model relaxes which model shares which GPU, see
     ``build_milp(aggregate=True)``). Windows run in order, each with an equal share of the time left before
@@ -520,10 +539,20 @@ def window_bound(problem: Problem, *, deadline: float, threads: int | None = Non
     With an ``executor`` of several workers and at least FANOUT_MIN_S left, the windows run on it at once, each
     with the same budget fixed before the fan-out (FANOUT_SOLVE_SHARE of its share of the worker-seconds left,
     model building included, counted from the task's start) and one solver thread, so the bound does not depend
-    on which executor ran it (up to windows stopped by their limit)."""
+    on which executor ran it (up to windows stopped by their limit).
+    ``stop`` (a :class:`~fleetplan.solvers.common.SafetyStop`, replacing ``deadline``): each window also bounded
+    by ``max_nodes`` branch-and-bound nodes on one solver thread (HiGHS's search depends on its thread count), so
+    the windows' bounds are the same fanned out or in this process when no window reaches its share of the time;
+    the windows stopped by their share (or left without time) are recorded in ``stop`` as a cut of a bound only
+    (their bounds are still valid, but may differ on another machine). The shares stay because a window's root
+    node, which no node budget bounds, dominates at fleet scale (200 models: 20.7 CPU seconds for 50 nodes of one
+    window), and the plan does not depend on this bound."""
     W = problem.n_windows
     total = 0.0
     got = 0
+    if stop is not None:
+        deadline = stop.deadline
+        threads = 1
     fan_out = executor is not None and (executor.workers or 1) > 1 and W > 1
     if fan_out and executor is not None and deadline - time.perf_counter() >= FANOUT_MIN_S:
         left = deadline - time.perf_counter()
@@ -531,23 +560,33 @@ def window_bound(problem: Problem, *, deadline: float, threads: int | None = Non
         if progress:
             progress(f"per-window bound: {W} windows on {executor.describe()} ({per:.0f} s each)")
         # one solver thread per task: the workers already use the CPUs
-        results = executor.map(_window_bound_task, [(w, per, 1, gap) for w in range(W)], common=problem,
-                               with_common=True)
+        results = executor.map(_window_bound_task, [(w, per, 1, gap, max_nodes) for w in range(W)],
+                               common=problem, with_common=True)
         if any(r.infeasible for r in results):
             return None
+        cut = sum(1 for r in results if r.time_limit_reached)
+        if stop is not None and cut:
+            stop.cut(f"the per-window bound in {cut} of its {W} windows (each stopped by its share of the time)",
+                     bound_only=True)
         found = [max(0.0, r.bound_usd) for r in results if r.bound_usd is not None]  # every window's cost >= 0
         return sum(found) if found else None
+    cut = 0
     for w in range(W):
         left = deadline - time.perf_counter()
         if left <= 0.1:
+            cut += W - w
             break
         if progress:
             progress(f"window {w + 1}/{W} of the per-window bound")
         r = solve_aggregate_bound(window_problem(problem, w), time_limit_s=left / (W - w), threads=threads, gap=gap,
-                                  deadline=time.perf_counter() + left / (W - w))
+                                  deadline=time.perf_counter() + left / (W - w), max_nodes=max_nodes)
         if r.infeasible:
             return None
+        cut += r.time_limit_reached
         if r.bound_usd is not None:
             total += max(0.0, r.bound_usd)  # every window's cost is >= 0
             got += 1
+    if stop is not None and cut:
+        stop.cut(f"the per-window bound in {cut} of its {W} windows (each stopped by its share of the time)",
+                 bound_only=True)
     return total if got else None

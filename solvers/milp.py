@@ -777,27 +777,33 @@ class BoundResult:
     bound_usd: float | None
     infeasible: bool = False
     closed: bool = False
+    time_limit_reached: bool = False
 
 
 def solve_aggregate_bound(problem: Problem, *, time_limit_s: float, threads: int | None = None,
-                          gap: float = 1e-4, deadline: float | None = None) -> BoundResult:
+                          gap: float = 1e-4, deadline: float | None = None,
+                          max_nodes: int | None = None) -> BoundResult:
     """HiGHS's proven bound on the aggregate MILP of ``problem`` (``build_milp(aggregate=True, cover_cuts=True)``:
     integer replicas, integer counts of shared GPUs per pool, the covering inequalities (11); a relaxation of the
     exact MILP, see build_milp), USD.
 
     The dual bound is valid whether or not HiGHS closes the gap within ``time_limit_s`` (which counts the solve,
-    not the model building); ``deadline`` (a time.perf_counter() value) also caps it once the model is built."""
+    not the model building); ``deadline`` (a time.perf_counter() value) also caps it once the model is built.
+    ``max_nodes``: a deterministic budget of branch-and-bound nodes (seed HIGHS_SEED; see :func:`solve_milp`), the
+    time limit then only a safety stop (``time_limit_reached`` says whether it stopped the search)."""
     model = build_milp(problem, aggregate=True, cover_cuts=True)
     if deadline is not None:
         time_limit_s = min(time_limit_s, deadline - time.perf_counter())
-    solver = HiGHS(msg=False, timeLimit=max(0.01, time_limit_s), threads=threads, gapRel=gap)
+    solver = HiGHS(msg=False, timeLimit=max(0.01, time_limit_s), threads=threads, gapRel=gap,
+                   random_seed=HIGHS_SEED, mip_max_nodes=max_nodes)
     model.lp.solve(solver)
     if model.lp.status == pulp.LpStatusInfeasible or model.lp.sol_status == pulp.LpSolutionInfeasible:
         return BoundResult(None, infeasible=True)
     h = model.lp.solverModel
     b = float(h.getInfo().mip_dual_bound)
     closed = h.getModelStatus() == highspy_status("kOptimal")
-    return BoundResult(b if math.isfinite(b) else None, closed=closed)
+    return BoundResult(b if math.isfinite(b) else None, closed=closed,
+                       time_limit_reached=h.getModelStatus() == highspy_status("kTimeLimit"))
 
 
 def solve_milp(problem: Problem, *, backend: str = "highs", time_limit_s: float = 60, threads: int | None = None,
@@ -807,8 +813,9 @@ def solve_milp(problem: Problem, *, backend: str = "highs", time_limit_s: float 
     """Solve the MILP with HiGHS (``backend='highs'``) or CBC (``'cbc'``); returns a new Plan.
 
     ``max_nodes``: a deterministic effort budget, branch-and-bound nodes (HiGHS ``mip_max_nodes``, CBC
-    ``maxNodes``; None: none), with HiGHS's random_seed fixed at HIGHS_SEED: the same problem and budget give the
-    same plan on an idle or a busy machine, the time limit being only a safety stop (a plan it cuts says so).
+    ``maxNodes``; None: none), with HiGHS's random_seed fixed at HIGHS_SEED and CBC's several threads in its
+    repeatable mode: the same problem and budget give the same plan on an idle or a busy machine, the time limit
+    being only a safety stop (a plan it cuts says so).
 
     Status, bound, gap and message come from :func:`fleetplan.solvers.common.finish_plan`: the returned plan is the
     cheaper of the backend's incumbent and ``warm_start`` (a valid plan), OPTIMAL only when the proven bound
@@ -837,10 +844,17 @@ def solve_milp(problem: Problem, *, backend: str = "highs", time_limit_s: float 
         time_limit_s = min(time_limit_s, deadline - time.perf_counter() - (time.perf_counter() - t0))
     bounds = dict(extra_bounds or {})
     if time_limit_s <= 0.05:
+        note = ("no time left for the solver after building the model" if max_nodes is None else
+                f"the wall-clock safety stop ({user_limit_s:.3g} s) left no time for the {backend} search after "
+                "building its model: this plan may differ on another machine")
         return finish_plan(problem, backend=backend, gap=gap, bounds=bounds, start=warm_start,
                            time_limit_reached=True, time_limit_s=user_limit_s,
-                           solve_time_s=time.perf_counter() - t0,
-                           notes=("no time left for the solver after building the model",))
+                           solve_time_s=time.perf_counter() - t0, notes=(note,))
+    if backend == "cbc" and max_nodes is not None and threads is not None and threads > 1:
+        # With a node budget and several threads, CBC's repeatable parallel mode (threads = 100 + n): its plain
+        # parallel search is not (random_instance(6, 6, seed=4), 300 nodes, 2 threads: $208.80 then $205.51;
+        # 102: the same plan twice).
+        threads = 100 + threads
     if backend == "highs":
         solver = HiGHS(msg=msg, timeLimit=time_limit_s, threads=threads, gapRel=gap, random_seed=HIGHS_SEED,
                        mip_max_nodes=max_nodes)
@@ -881,7 +895,8 @@ def solve_milp(problem: Problem, *, backend: str = "highs", time_limit_s: float 
             bounds["CBC proof"] = evaluate(problem, incumbent).total_usd * (1 - gap)
     notes: tuple[str, ...] = ("warm-started from the heuristic plan",) if used_warm else ()
     if max_nodes is not None and reached:
-        notes += (f"the wall-clock safety stop ({user_limit_s:.3g} s) cut the search before its budget of "
+        done = f"after {h.getInfo().mip_node_count:,} of its" if backend == "highs" else "before its budget of"
+        notes += (f"the wall-clock safety stop ({user_limit_s:.3g} s) cut the {backend} search {done} "
                   f"{max_nodes:,} nodes: this plan may differ on another machine",)
     elif max_nodes is not None and backend == "highs" and h.getInfo().mip_node_count >= max_nodes:
         notes += (f"the budget of {max_nodes:,} branch-and-bound nodes was used up",)
