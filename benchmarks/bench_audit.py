@@ -66,7 +66,7 @@ from fleetplan.placement.plan import Plan, SharedGPU, Status
 from fleetplan.placement.problem import KvRoute, ModelSpec, Pool, Problem, ReplicaOption, ShareOption
 from fleetplan.placement.validate import plan_cost_usd, validate
 from fleetplan.solvers.milp import solve_best_effort
-from fleetplan.solvers.solve import REGISTRY, solve
+from fleetplan.solvers.solve import REGISTRY, Effort, solve
 
 #: The constraint families drawn, in turn.
 FAMILIES = ("shared", "floors", "commitments", "spot", "sites", "classes", "best-effort", "disagg")
@@ -309,7 +309,7 @@ def audit_one(problem: Problem, backend: str, best_effort: bool, ref: Reference,
     elif best_effort:
         plan = solve_best_effort(problem, backend=backend, time_limit_s=30, threads=1, gap=1e-4)
     else:
-        plan = REGISTRY[backend](problem, time_limit_s=30, threads=1, gap=1e-4)
+        plan = REGISTRY[backend](problem, effort=Effort(), time_limit_s=30, threads=1, gap=1e-4)
     return plan, false_claims(problem, plan, ref, best_effort)
 
 
