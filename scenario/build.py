@@ -225,20 +225,24 @@ def _model_inputs(scenario: Scenario, inputs: _Inputs, i: int, m: ScenarioModel,
 def _model_spec(scenario: Scenario, m: ScenarioModel, mi: ModelInputs) -> ModelSpec:
     """Step 4b: the model's :class:`ModelSpec`: its demand per window (peak or mean rate per ``demand_rate``), its
     SLO, replica bounds, origin, request bytes (input + output tokens × bytes_per_token, both ways), priority,
-    classes and peak factor. Raises InputError naming the entry."""
+    classes, peak factor and spread (its own ``spread`` key, else ``options.spread``; none by default). Raises
+    InputError naming the entry."""
     opts = scenario.options
     demand = scenario.demands[m.name]
     rates = tuple(w.rate_peak_req_per_s if opts["demand_rate"] == "peak" else w.rate_mean_req_per_s
                   for w in demand.windows)
     mix = mi.mix
     request_bytes = 2 * (mix.input_tokens_mean + mix.output_tokens_mean) * opts["bytes_per_token"]
+    spread = m.spread.model_dump() if m.spread is not None else (opts.get("spread") or {})
     with within_entry(mi.where):
         return ModelSpec(mi.model.name, rates, mi.slo.ttft_s, mi.slo.tpot_s, min_replicas=m.min_replicas,
                          max_replicas=m.max_replicas, origin_site=mi.origin_site, request_bytes=request_bytes,
                          demand_source=demand.source, priority=m.priority,
                          class_shares=tuple((c, sh) for c, (sh, _mx) in mi.class_mixes.items()),
                          class_max_tokens=tuple((c[3], c[4]) for c in mi.classes),
-                         peak_factor=mi.peak_factor, peak_factor_source=mi.peak_factor_source)
+                         peak_factor=mi.peak_factor, peak_factor_source=mi.peak_factor_source,
+                         max_share_per_site=spread.get("max_share_per_site"),
+                         max_share_per_pool=spread.get("max_share_per_pool"))
 
 
 def _pool_options(sizing: SizingContext, mi: ModelInputs, pool: Pool, gpu: GPU, calib: Calibration,

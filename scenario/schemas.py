@@ -218,6 +218,19 @@ class EngineSchema(InputModel):
         return engine_from_mapping(given, base) if base is not None else engine_from_mapping(given)
 
 
+class SpreadSpec(InputModel):
+    """The spread of a model's capacity (constraint (18)): in every window, at most this share of the model's
+    capacity at one site / in one pool. Capacity = (1 - margin) × capacity × replicas of its dedicated options plus
+    what its shared GPUs are planned to serve it; so a site (pool) that fails takes at most this share with it."""
+
+    max_share_per_site: float | None = input_field(
+        None, gt=0, le=1, description="most of a model's capacity at one site in any window, a share in (0, 1]; "
+        "absent or 1: no bound", fix="give a share such as 0.6 (at most 60% at one site)")
+    max_share_per_pool: float | None = input_field(
+        None, gt=0, le=1, description="most of a model's capacity in one pool (GPU type at a site, pricing model) "
+        "in any window, a share in (0, 1]; absent or 1: no bound", fix="give a share such as 0.6")
+
+
 class ScenarioOptions(InputModel):
     """Planning options; every key is optional."""
 
@@ -269,6 +282,9 @@ class ScenarioOptions(InputModel):
     engine: EngineSchema | None = input_field(
         None, description="every model's serving engine (a model's own engine keys win); an engine key defaults "
         "to vLLM V1 with chunked prefill and vLLM's defaults; without any, the prefill-first engine")
+    spread: SpreadSpec | None = input_field(
+        None, description="every model's spread over sites and pools (a model's own spread key wins); default none "
+        "(a window's whole capacity may sit at one site)")
 
 
 class ScenarioFiles(InputModel):
@@ -462,6 +478,9 @@ class ScenarioModel(InputModel):
         "peak factor × each window's rate")
     engine: EngineSchema | None = input_field(
         None, description="this model's serving engine: the keys given here over options.engine")
+    spread: SpreadSpec | None = input_field(
+        None, description="this model's spread over sites and pools, instead of options.spread (a key left out here "
+        "is not bound for this model)")
 
     @model_validator(mode="after")
     def _classes_sum_to_one(self) -> ScenarioModel:
