@@ -142,9 +142,12 @@ def day_scenario(day: int, tpot_percentile: int = 95):
     return scenario_from_raw(raw, source=f"default, ServeGen day {day}", base=base_dir)
 
 
-def mean_day_problem(tpot_percentile: int = 95):
-    """(Problem, load time per option) of the default scenario's mean day, as the service builds them."""
+def mean_day_problem(tpot_percentile: int = 95, spread: float | None = None):
+    """(Problem, load time per option) of the default scenario's mean day, as the service builds them; with
+    ``spread``, every model's capacity at most that share at one site (``options.spread.max_share_per_site``)."""
     raw, base_dir = default_raw(tpot_percentile)
+    if spread is not None:
+        raw["options"]["spread"] = {"max_share_per_site": spread}
     return scenario_problem(scenario_from_raw(raw, source="default", base=base_dir))
 
 
@@ -379,8 +382,9 @@ class Tally:
     runs: int = 0
     hour_requests: int = 0
     hour_met: int = 0
+    spans: dict = dataclasses.field(default_factory=dict)
 
-    def add(self, rep, hour: tuple[float, float] | None) -> None:
+    def add(self, rep, hour: tuple[float, float] | None, spans: dict[str, tuple[float, float]] | None = None) -> None:
         self.cost += rep.cost_usd
         self.gpu_hours += rep.gpu_hours
         self.busy += rep.busy_gpu_hours
@@ -393,6 +397,10 @@ class Tally:
             req, met = rep.between(*hour)
             self.hour_requests += req
             self.hour_met += met
+        for name, span in (spans or {}).items():
+            req, met = rep.between(*span)
+            r0, m0 = self.spans.get(name, (0, 0))
+            self.spans[name] = (r0 + req, m0 + met)
 
     def summary(self) -> dict:
         n = max(1, self.runs)
@@ -401,7 +409,8 @@ class Tally:
                 "capacity_utilization": self.rated / self.gpu_hours if self.gpu_hours else 0.0,
                 "busy_utilization": self.busy / self.gpu_hours if self.gpu_hours else 0.0,
                 "gpu_hours_per_day": self.gpu_hours / n,
-                "surprise_attainment": self.hour_met / self.hour_requests if self.hour_requests else None}
+                "surprise_attainment": self.hour_met / self.hour_requests if self.hour_requests else None,
+                **{f"attainment_{name}": met / req if req else None for name, (req, met) in self.spans.items()}}
 
 
 def goals(agg: dict[str, dict], surprise: str) -> list[str]:
@@ -484,6 +493,9 @@ def _args() -> argparse.Namespace:
     ap.add_argument("--no-clairvoyant", action="store_true", help="skip the clairvoyant references")
     ap.add_argument("--variant", action="append", default=[], metavar="FIELD=VALUE,...",
                     help="also run the re-planner with these OnlineConfig fields changed (repeatable)")
+    ap.add_argument("--spread", type=float, nargs="+", default=[], metavar="SHARE",
+                    help="also plan offline with options.spread.max_share_per_site SHARE (each given, in (0, 1]) and "
+                         "replay that plan (static) and the re-planner started from it")
     ap.add_argument("--tpot-percentile", type=int, choices=[90, 95, 99], default=95,
                     help="every model's TPOT target (same seconds) at this percentile instead of the shipped p95")
     ap.add_argument("--json", metavar="FILE", help="write the averages per policy here")
@@ -499,6 +511,8 @@ def _args() -> argparse.Namespace:
             day_scenario(day, a.tpot_percentile)
         except FleetplanError as e:
             raise SystemExit(f"--days {day}: {e}") from None
+    if any(not 0 < x <= 1 for x in a.spread):
+        raise SystemExit(f"--spread {' '.join(map(str, a.spread))}: give shares in (0, 1], e.g. 0.6")
     if any(s < 0 for s in a.seeds):
         raise SystemExit("--seeds: give whole numbers >= 0")
     return a
@@ -514,6 +528,16 @@ def main() -> None:
     print(f"offline plan (mean day): ${offline.objective_usd:,.2f}/day, {offline.status.value} "
           f"({time.perf_counter() - t0:.0f} s)")
     static = plan_steps(problem, offline.replicas, [(g.pool, g.models) for g in offline.shared])
+    spreads = {}
+    for share in a.spread:
+        sp_problem, _ = mean_day_problem(a.tpot_percentile, share)
+        t0 = time.perf_counter()
+        sp_plan = solve(sp_problem, "highs", time_limit_s=a.plan_time_limit)
+        print(f"offline plan (mean day) with spread {share:g}: ${sp_plan.objective_usd:,.2f}/day "
+              f"({sp_plan.objective_usd / offline.objective_usd:.3f}x), {sp_plan.status.value} "
+              f"({time.perf_counter() - t0:.0f} s)")
+        spreads[share] = (sp_problem, sp_plan,
+                          plan_steps(sp_problem, sp_plan.replicas, [(g.pool, g.models) for g in sp_plan.shared]))
     names = [m.name for m in problem.models]
     day_s = problem.n_windows * problem.window_length_s
     sur = make_surprise(a.surprise, problem)
@@ -546,17 +570,27 @@ def main() -> None:
             for label, cfg in variants:
                 policies[label] = replanner_steps(problem, lt, offline, rp_rates, a.resolve_time_limit, warm, cfg,
                                                   sur.outages, a.report_delay, a.round_interval)[0]
+            for share, (sp_problem, sp_plan, sp_static) in spreads.items():
+                policies[f"static (spread {share:g})"] = sp_static
+                policies[f"replanner (spread {share:g})"] = replanner_steps(
+                    sp_problem, lt, sp_plan, rp_rates, a.resolve_time_limit, warm, outages=sur.outages,
+                    report_delay_s=a.report_delay, step_s=a.round_interval)[0]
             if not a.no_clairvoyant and not sur.outages:
                 policies["clairvoyant hourly"] = clairvoyant_hourly_steps(dprob, a.plan_time_limit)
                 policies["clairvoyant 5-min"] = clairvoyant_step_steps(problem, rates, 5.0)
             hour = sur.hour
+            spans = {}
             if sur.outages and first_after is not None:
                 hour = (first_after, sur.outages[0].to_s)
+                o = sur.outages[0]
+                spans = {"before_report": (o.from_s, first_after), "first_10_min": (o.from_s, o.from_s + 600.0),
+                         "outage": (o.from_s, o.to_s)}
             for name, steps in policies.items():
                 rep = replay_fleet_day(dprob, sc, steps, lt, seed=seed, demand_factors=sur.factors, **replay_kw)
-                tallies.setdefault(name, Tally()).add(rep, hour)
+                tallies.setdefault(name, Tally()).add(rep, hour, spans)
                 per_run.setdefault(name, []).append(rep)
                 h = f"  surprise hour {rep.between(*hour)[1] / max(1, rep.between(*hour)[0]):.2%}" if hour else ""
+                h += "".join(f"  {k} {rep.between(*v)[1] / max(1, rep.between(*v)[0]):.2%}" for k, v in spans.items())
                 print(f"  {name:18s}: ${rep.cost_usd:8,.2f}  {rep.gpu_hours:6.1f} GPU-h  {BUSY_TIME.name} "
                       f"{rep.utilization:5.1%} {RATED_LOAD.name} {rep.capacity_utilization:5.1%}  attainment "
                       f"{rep.attainment:6.2%}{h}  migrations {rep.migrations}", flush=True)
@@ -566,6 +600,8 @@ def main() -> None:
           f"{'per-window' if a.per_window else 'queues carried over'}):")
     for name, s in agg.items():
         hs = f"  surprise hour {s['surprise_attainment']:.2%}" if s["surprise_attainment"] is not None else ""
+        hs += "".join(f"  {k.removeprefix('attainment_')} {v:.2%}" for k, v in s.items()
+                      if k.startswith("attainment_") and v is not None)
         print(f"  {name:18s}: ${s['cost_usd_per_day']:9,.2f}  {s['gpu_hours_per_day']:6.1f} GPU-h  {BUSY_TIME.name} "
               f"{s['busy_utilization']:5.1%} {RATED_LOAD.name} {s['capacity_utilization']:5.1%}  attainment "
               f"{s['attainment']:6.2%}{hs}  migrations {s['migrations_per_day']:.0f}")

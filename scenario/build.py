@@ -225,7 +225,7 @@ def _model_inputs(scenario: Scenario, inputs: _Inputs, i: int, m: ScenarioModel,
 def _model_spec(scenario: Scenario, m: ScenarioModel, mi: ModelInputs) -> ModelSpec:
     """Step 4b: the model's :class:`ModelSpec`: its demand per window (peak or mean rate per ``demand_rate``), its
     SLO, replica bounds, origin, request bytes (input + output tokens × bytes_per_token, both ways), priority,
-    classes, peak factor and spread (its own ``spread`` key, else ``options.spread``; none by default). Raises
+    classes, peak factor and spread (its own ``spread`` keys over ``options.spread``'s; none by default). Raises
     InputError naming the entry."""
     opts = scenario.options
     demand = scenario.demands[m.name]
@@ -233,7 +233,8 @@ def _model_spec(scenario: Scenario, m: ScenarioModel, mi: ModelInputs) -> ModelS
                   for w in demand.windows)
     mix = mi.mix
     request_bytes = 2 * (mix.input_tokens_mean + mix.output_tokens_mean) * opts["bytes_per_token"]
-    spread = m.spread.model_dump() if m.spread is not None else (opts.get("spread") or {})
+    spread = {k: v for k, v in (opts.get("spread") or {}).items() if v is not None}
+    spread.update({k: v for k, v in (m.spread.model_dump() if m.spread is not None else {}).items() if v is not None})
     with within_entry(mi.where):
         return ModelSpec(mi.model.name, rates, mi.slo.ttft_s, mi.slo.tpot_s, min_replicas=m.min_replicas,
                          max_replicas=m.max_replicas, origin_site=mi.origin_site, request_bytes=request_bytes,
@@ -303,16 +304,17 @@ def _problem(scenario: Scenario, pools: list[Pool], parts: list[_ModelPart]) -> 
         f"{name}: SYNTHETIC demand" for name in synthetic) + tuple(
         f"{m.name}: arrivals: capacity sized for {m.peak_factor:.3f} × each window's rate ({m.peak_factor_source}); "
         "billed demand and egress at the window's rate" for m in models if m.peak_factor != 1.0)
-    return Problem(window_length_s=opts["window_length_s"], n_windows=n_windows, pools=tuple(pools),
-                   models=tuple(models), options=tuple(o for p in parts for o in p.options),
-                   share_options=tuple(s for p in parts for s in p.shares), margin=opts["margin"],
-                   shared_memory_utilization=opts["memory_utilization"],
-                   max_shared_gpus_per_pool=opts["max_shared_gpus_per_pool"],
-                   max_models_per_shared_gpu=opts["max_models_per_shared_gpu"],
-                   egress_usd_per_gb=egress_table(sorted({p.site for p in pools})),
-                   option_notes={p.spec.name: p.notes for p in parts}, name=scenario.name, notes=pnotes,
-                   pd_options=tuple(o for p in parts for o in p.pd_options),
-                   kv_routes=tuple(r for p in parts for r in p.kv_routes))
+    with within_entry(scenario.source):  # the spread check (Problem._check_spread) names the model and the fix
+        return Problem(window_length_s=opts["window_length_s"], n_windows=n_windows, pools=tuple(pools),
+                       models=tuple(models), options=tuple(o for p in parts for o in p.options),
+                       share_options=tuple(s for p in parts for s in p.shares), margin=opts["margin"],
+                       shared_memory_utilization=opts["memory_utilization"],
+                       max_shared_gpus_per_pool=opts["max_shared_gpus_per_pool"],
+                       max_models_per_shared_gpu=opts["max_models_per_shared_gpu"],
+                       egress_usd_per_gb=egress_table(sorted({p.site for p in pools})),
+                       option_notes={p.spec.name: p.notes for p in parts}, name=scenario.name, notes=pnotes,
+                       pd_options=tuple(o for p in parts for o in p.pd_options),
+                       kv_routes=tuple(r for p in parts for r in p.kv_routes))
 
 
 def build_problem(scenario: Scenario, *, progress: Callable[[str], None] | None = None,

@@ -479,8 +479,8 @@ class ScenarioModel(InputModel):
     engine: EngineSchema | None = input_field(
         None, description="this model's serving engine: the keys given here over options.engine")
     spread: SpreadSpec | None = input_field(
-        None, description="this model's spread over sites and pools, instead of options.spread (a key left out here "
-        "is not bound for this model)")
+        None, description="this model's spread over sites and pools: the keys given here over options.spread's (1: "
+        "no bound for this model)")
 
     @model_validator(mode="after")
     def _classes_sum_to_one(self) -> ScenarioModel:

@@ -88,10 +88,13 @@ def _repair(problem, g: Plan, *, backend: str, threads: int | None, deadline: fl
     None (with a note) if the repair does not give a valid plan in time."""
     fixed = solve_by_windows(problem, g, backend=backend, threads=threads, deadline=deadline, gap=BY_WINDOW_GAP,
                              progress=say)
+    # the greedy packing does not plan the spread (18): with one, that may be why its plan does not fit
+    what = ("the inventory or the spread (which the greedy packing does not plan)"
+            if any(m.spread_bounds for m in problem.models) else "the inventory")
     if fixed is not g and validate(problem, fixed, check_objective=False).ok:
-        notes.append("the greedy plan did not fit the inventory and was repaired window by window")
+        notes.append(f"the greedy plan did not fit {what} and was repaired window by window")
         return fixed
-    notes.append("the greedy plan does not fit the inventory and its window-by-window repair gave no valid plan "
+    notes.append(f"the greedy plan does not fit {what} and its window-by-window repair gave no valid plan "
                  "in the time it had")
     return None
 
