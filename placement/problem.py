@@ -13,7 +13,7 @@ and plans repeat daily: the window before the first is the last (cyclic), which 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 import numpy as np
@@ -459,6 +459,34 @@ class ModelSpec:
         return out
 
 
+def _spread_places(model: str, level: str, pools: dict[str, Pool], options: tuple[ReplicaOption, ...] | list,
+                   share_options: tuple[ShareOption, ...] | list) -> list[str]:
+    """:meth:`Problem.spread_places` on the parts of a problem (``options``: at least the model's)."""
+    places = {pools[o.pool] for o in options if o.model == model and o.pool in pools}
+    places |= {pools[s.pool] for s in share_options if s.model == model and s.pool in pools}
+    return sorted({(p.site if level == "site" else p.id) for p in places if p.gpus > 0})
+
+
+def spread_where_possible(models: tuple[ModelSpec, ...], pools: tuple[Pool, ...],
+                          options: tuple[ReplicaOption, ...], share_options: tuple[ShareOption, ...] = ()
+                          ) -> tuple[ModelSpec, ...]:
+    """``models`` with each spread bound raised to 1/k where the k sites (pools) with GPUs in ``pools`` where the
+    model has an option (of ``options`` / ``share_options``) are too few to meet it (bound × k < 1), and dropped
+    (None) when k <= 1: for problems derived from a valid one with fewer places (nodes down online, a window's
+    repair with its shared GPUs fixed), which keep the spread as far as their places allow. Unchanged models are
+    the same objects."""
+    by_id = {p.id: p for p in pools}
+    out = []
+    for m in models:
+        kw: dict[str, float | None] = {}
+        for level, share in m.spread_bounds.items():
+            k = len(_spread_places(m.name, level, by_id, options, share_options))
+            if share * k < 1 - 1e-9:
+                kw[f"max_share_per_{level}"] = 1.0 / k if k > 1 else None
+        out.append(replace(m, **kw) if kw else m)
+    return tuple(out)
+
+
 @dataclass(frozen=True)
 class Problem:
     """A time-windowed placement problem.
@@ -625,10 +653,8 @@ class Problem:
     def spread_places(self, model: str, level: str) -> list[str]:
         """The sites (``level`` 'site') or pool ids ('pool') where ``model`` has a dedicated or shared-GPU option
         with GPUs left to use (sorted): the places its spread divides capacity between."""
-        pools = self.pool_by_id
-        places = {pools[o.pool] for o in self.options_by_model.get(model, ())}
-        places |= {pools[s.pool] for s in self.share_options if s.model == model}
-        return sorted({(p.site if level == "site" else p.id) for p in places if p.gpus > 0})
+        return _spread_places(model, level, self.pool_by_id, self.options_by_model.get(model, ()),
+                              self.share_options)
 
     def _check_spread(self, pools: dict[str, Pool]) -> None:
         """A model's spread bound can be met: it has no prefill/decode options (the spread counts colocated and

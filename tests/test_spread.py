@@ -14,6 +14,7 @@ from fleetplan.placement.problem import ModelSpec, Pool, Problem, ReplicaOption
 from fleetplan.placement.validate import validate
 from fleetplan.scenario.build import build_problem
 from fleetplan.scenario.read import load_scenario, scenario_from_raw
+from fleetplan.solvers.baselines import greedy
 from fleetplan.solvers.online.config import OnlineConfig
 from fleetplan.solvers.online.replanner import Replanner
 from fleetplan.solvers.solve import solve
@@ -162,3 +163,24 @@ def test_a_resolve_on_the_fleet_keeps_the_spread():
     cp = r.candidate_problem({"m": 9.0})
     cand = solve(cp, "highs", time_limit_s=20, lp_bound=False)
     assert validate(cp, cand).ok and cand.replicas == {A: (6,), B: (3,)}
+
+
+def test_the_greedy_warm_start_spreads_out_or_says_it_does_not_fit():
+    # The packing puts all 5 replicas at c:a (cheapest); then one replica at a time, the cheapest that lowers the
+    # largest share: a 6th at c:a keeps 100%, so c:b: 5/6 = 0.83, 5/7 = 0.71, 5/8 = 0.625 <= 0.7: (5, 3), $5 + $6.
+    p = two_sites(0.7)
+    g = greedy(p)
+    assert not g.message and validate(p, g).ok
+    assert g.replicas == {A: (5,), B: (3,)} and g.objective_usd == pytest.approx(11.0)
+    # c:b has room for one replica only: 5/6 = 0.83 > 0.7 is as far as it goes, and the plan says it does not fit
+    tight = Problem(H, 1, (_pool("c:a", 1.0), Pool("c:b", "X", nodes=1, gpus_per_node=1, usd_per_gpu_hour=2.0,
+                                                   memory_bytes_per_gpu=80e9)),
+                    p.models, p.options, margin=0.0)
+    g = greedy(tight)
+    assert "above its spread max_share_per_site 0.7" in g.message
+    # the exact model finds none either: c:b holds at most 1 req/s, so c:a at most 0.7/0.3 × 1 = 2.33 req/s and
+    # 3.33 < 5 req/s (short by 1.67 even fractionally): infeasible, and the explanation names the spread
+    r = solve(tight, "highs", time_limit_s=20)
+    assert r.status.value == "infeasible"
+    assert "model m in window 0: 1.67 req/s cannot be served" in r.message
+    assert "without the spread (m: max_share_per_site 0.7) every model is served" in r.message

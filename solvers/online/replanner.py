@@ -24,7 +24,7 @@ pools, and shared GPUs, each serving, loading its weights, or serving until its 
   nodes coming back are free GPUs again.
 * the spread (constraint (18), ``ModelSpec.max_share_per_site`` / ``_per_pool``): rounds add replicas that keep
   it, repair it when it breaks and never remove a replica whose going breaks it; re-solves plan it; over the sites
-  and pools that are up (an outage relaxes it: :func:`~fleetplan.solvers.online.state.spread_over_what_is_up`).
+  and pools that are up (an outage relaxes it: :func:`~fleetplan.placement.problem.spread_where_possible`).
 * the whole plan: prefill/decode pools and their KV routes, shared GPUs, the day's commitments (their GPUs used
   first, at no marginal cost: they are paid anyway) and spot fallback headroom (a spot pool's expected interrupted
   GPUs stay free in its fallback pool) are kept and re-planned. Request classes are not: a problem with them is
@@ -694,14 +694,14 @@ class Replanner:
     # ---- spread (constraint (18)) ---------------------------------------------------------------------------
     def _spread_bounds(self, model: str) -> dict[str, float]:
         """The model's spread bounds on the fleet as it stands (relaxed over the sites and pools that are up:
-        :func:`~fleetplan.solvers.online.state.spread_over_what_is_up`)."""
+        :func:`~fleetplan.placement.problem.spread_where_possible`)."""
         return self.fleet.model_by_name[model].spread_bounds
 
     def _spread_excess(self, model: str, st: _Round, delta: tuple[Key, int] | None = None) -> float:
         """How far ``model``'s capacity once loading replicas serve (those being replaced left out; its shared
-        GPUs' served rates of the round included) is above its spread bounds: the largest capacity at one site or
-        pool less the bound × its capacity everywhere, req/s (<= 0: the spread holds), with ``delta`` = (key,
-        ±replicas) applied."""
+        GPUs' served rates of the round included) is above its spread bounds: the largest share of it at one site
+        or pool less the bound (<= 0: the spread holds; no capacity holds it), with ``delta`` = (key, ±replicas)
+        applied. A share, not req/s: a replica larger than the breach still lowers it where the model has least."""
         bounds = self._spread_bounds(model)
         if not bounds:
             return 0.0
@@ -719,18 +719,18 @@ class Replanner:
                 place = self.pools[pid].site if level == "site" else pid
                 places[place] = places.get(place, 0.0) + c
             total = sum(places.values())
-            worst = max(worst, max(places.values(), default=0.0) - share * total)
+            worst = max(worst, (max(places.values()) / total if total > 0 else 0.0) - share)
         return worst
 
     def _spread_repair(self, st: _Round) -> None:
-        """For each model whose spread does not hold (after the adds), start the replica that brings it closest
-        (the cheapest per usable req/s among those that lower the excess, at another site or pool), within the
-        budget, until it holds or nothing lowers it (then the round's validate report says so)."""
+        """For each model whose spread does not hold (after the adds), start replicas one at a time (the cheapest per
+        usable req/s among those that lower its largest share at one site or pool), within the budget, until it
+        holds or nothing lowers it (then the round's validate report says so)."""
         for m in sorted(self.models):
             spec = self.models[m]
             while self._spread_bounds(m) and st.left():
                 now = self._spread_excess(m, st)
-                if now <= _EPS * max(1.0, st.forecast[m]):
+                if now <= _EPS:
                     break
                 if spec.max_replicas is not None and st.count[m] >= spec.max_replicas:
                     break
@@ -830,8 +830,8 @@ class Replanner:
             without.add(role, self.usable[key], site, ds, -1.0)
             if without.total() + st.shared_cap[m] < st.held[m] / target - 1e-9:
                 continue
-            if self._spread_bounds(m) and self._spread_excess(m, st, (key, -1)) > max(
-                    self._spread_excess(m, st), _EPS * max(1.0, st.forecast[m])):
+            if self._spread_bounds(m) and self._spread_excess(m, st, (key, -1)) > max(self._spread_excess(m, st),
+                                                                                       _EPS):
                 continue  # its removal would break (or worsen) the model's spread
             inst = max(live, key=lambda i: i.ready_at_s)
             loading = inst.ready_at_s > st.at_s

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 
 from fleetplan.errors import InputError
 from fleetplan.placement.plan import Plan
-from fleetplan.placement.problem import ModelSpec, OptionKey, PdKey, Pool, Problem
+from fleetplan.placement.problem import OptionKey, PdKey, Problem, spread_where_possible
 from fleetplan.placement.validate import ValidationReport
 
 #: Pricing model an online problem gives a committed pool: its GPUs are bought for the day (sunk), so using one costs
@@ -47,7 +47,8 @@ def online_problem(problem: Problem, down: Mapping[str, Collection[int]] | None 
 
     A model's spread (constraint (18)) is kept over the sites (pools) that still have GPUs: with k of them left,
     a bound below 1/k (which k places cannot meet) becomes 1/k, and with one left it no longer binds, so an outage
-    never makes the fleet infeasible through the spread (:func:`spread_over_what_is_up`).
+    never makes the fleet infeasible through the spread
+    (:func:`~fleetplan.placement.problem.spread_where_possible`).
 
     Raises InputError for an unknown pool, a node index out of range or a commitment above the pool's GPUs.
     """
@@ -79,30 +80,8 @@ def online_problem(problem: Problem, down: Mapping[str, Collection[int]] | None 
         elif q.reserved_gpus > q.nodes * q.gpus_per_node:
             q = replace(q, reserved_gpus=q.nodes * q.gpus_per_node)
         out.append(q)
-    return replace(problem, pools=tuple(out), models=spread_over_what_is_up(problem, tuple(out)))
-
-
-def spread_over_what_is_up(problem: Problem, pools: tuple[Pool, ...]) -> tuple[ModelSpec, ...]:
-    """``problem``'s models with each spread bound (``max_share_per_site`` / ``_per_pool``) raised to 1/k where k,
-    the sites (pools) with GPUs in ``pools`` (the same pools, some smaller) where the model has an option, is too
-    few to meet it (bound × k < 1); None when k <= 1. Unchanged models are the same objects."""
-    gpus = {p.id: p.gpus for p in pools}
-    site = {p.id: p.site for p in pools}
-    out = []
-    for m in problem.models:
-        if not m.spread_bounds:
-            out.append(m)
-            continue
-        mine = {o.pool for o in problem.options_by_model.get(m.name, ())}
-        mine |= {s.pool for s in problem.share_options if s.model == m.name}
-        up = [pid for pid in mine if gpus.get(pid, 0) > 0]
-        kw = {}
-        for level, share in m.spread_bounds.items():
-            k = len({site[pid] for pid in up}) if level == "site" else len(up)
-            if share * k < 1 - 1e-9:
-                kw[f"max_share_per_{level}"] = 1.0 / k if k > 1 else None
-        out.append(replace(m, **kw) if kw else m)
-    return tuple(out)
+    models = spread_where_possible(problem.models, tuple(out), problem.options, problem.share_options)
+    return replace(problem, pools=tuple(out), models=models)
 
 
 def sunk_usd_per_hour(problem: Problem, commitments: Mapping[str, int]) -> float:
