@@ -2,8 +2,9 @@
 
 Run: `.venv/bin/python benchmarks/bench_replanner.py [--days 3 7 11] [--seeds 0] [--surprise none|plus20|plus50|
 double70b|site-outage] [--load-time-factor 1] [--arrivals servegen|poisson] [--per-window] [--variant
-cooldown_s=600,...] [--no-clairvoyant] [--json FILE] [--plot replanner.png]` (about 3 minutes a day and seed with
-the clairvoyant references, 2 without; each variant adds about 1 minute a day).
+cooldown_s=600,...] [--spread 0.5 0.6 0.7] [--no-clairvoyant] [--json FILE] [--plot replanner.png]` (about 3 minutes
+a day and seed with the clairvoyant references, 2 without; each variant adds about 1 minute a day, each spread an
+offline solve and about 2 minutes a day).
 
 For each ServeGen day (m-large, m-mid and m-small have 14 days; deepseek-r1 and mm-image only day 0, kept) and seed,
 the shipped default scenario's requests of that day are replayed (:func:`fleetplan.simulator.fleetday.
@@ -28,6 +29,10 @@ every step, stopped replicas finishing their queues) against these fleets, all p
   stopped when their replacements serve (``Replanner.settle``), and a site outage reported ``--report-delay``
   seconds after it starts (``Replanner.set_unavailable``);
 * each ``--variant``: the same re-planner with some OnlineConfig fields changed;
+* each ``--spread SHARE``: the offline plan with ``options.spread: {max_share_per_site: SHARE}`` (at most that
+  share of every model's capacity at one site in every window, constraint (18)) replayed as "static (spread
+  SHARE)", and the re-planner on that problem started from it, "replanner (spread SHARE)" (its rounds and re-solves
+  keep the spread over the sites that are up);
 * clairvoyant references, which know the replayed day (unless ``--no-clairvoyant``; not for a site outage, which a
   planned day cannot express): "clairvoyant hourly", the offline planner given the day's own requests (each hour
   sized for its busiest 10 minutes, the scenario's margin): what a re-planner with a perfect hourly forecast and free
@@ -49,7 +54,8 @@ until its queue is done), GPU-hours, two utilizations: "busy" = busy GPU-seconds
 batching keeps it near 100% at any load) and "capacity" = the rated GPU-seconds of the requests served / billed
 GPU-seconds (:attr:`fleetplan.simulator.fleetday.FleetDayReport.capacity_utilization`), SLO attainment (share of
 requests meeting their model's TTFT and TPOT targets; dropped requests fail), the attainment in the surprise's own
-hour (for site-outage: from the re-planner's first round after the report to the outage's end), and migrations
+hour (for site-outage: from the re-planner's first round after the report to the outage's end; and also
+"before_report" from the outage's start to that round, "first_10_min" and "outage" its whole hours), and migrations
 (replica starts + stops, shared GPUs one each). Then the averages per day, and the goals: the re-planner dominates
 every reactive baseline (cheaper, >= its attainment, fewer migrations), regret <= 3% against clairvoyant hourly;
 on a surprise day <= 0.95x the reactive's cost at >= its attainment and >= 99% in the surprise's hour.

@@ -478,12 +478,13 @@ def spread_where_possible(models: tuple[ModelSpec, ...], pools: tuple[Pool, ...]
     by_id = {p.id: p for p in pools}
     out = []
     for m in models:
-        kw: dict[str, float | None] = {}
+        kept: dict[str, float | None] = {"site": m.max_share_per_site, "pool": m.max_share_per_pool}
         for level, share in m.spread_bounds.items():
             k = len(_spread_places(m.name, level, by_id, options, share_options))
             if share * k < 1 - 1e-9:
-                kw[f"max_share_per_{level}"] = 1.0 / k if k > 1 else None
-        out.append(replace(m, **kw) if kw else m)
+                kept[level] = 1.0 / k if k > 1 else None
+        same = kept == {"site": m.max_share_per_site, "pool": m.max_share_per_pool}
+        out.append(m if same else replace(m, max_share_per_site=kept["site"], max_share_per_pool=kept["pool"]))
     return tuple(out)
 
 

@@ -116,11 +116,11 @@ def scales(problem: Problem, idx) -> tuple[int, dict[str, int], dict[tuple[str, 
 
 
 def _fill_shared(problem: Problem, replicas: dict, shared: list[tuple[str, tuple[str, ...], dict]],
-                 parts: int | None = None) -> tuple:
+                 share_parts: int | None = None) -> tuple:
     """Shared GPUs with exact served rates: each model's demand left after its dedicated replicas, split over its
     shared GPUs in proportion to the req/s CP-SAT's parts give there (parts × cs[m,p]: a part of a small GPU
     serves less than one of a large one; equally where it gave none). A model with a spread bound (constraint
-    (18), given ``parts`` = SHARE_PARTS) is served what its parts give, u × cs[m,p] / SHARE_PARTS: the capacity
+    (18), given ``share_parts`` = SHARE_PARTS) is served what its parts give, u × cs[m,p] / SHARE_PARTS: the capacity
     its spread row counted (within SCALE_ERROR of (3)'s share)."""
     opts = problem.option_by_key
     W = problem.n_windows
@@ -140,11 +140,11 @@ def _fill_shared(problem: Problem, replicas: dict, shared: list[tuple[str, tuple
     served: list[dict[str, list[float]]] = [{m: [0.0] * W for m in res} for (_p, res, _u) in shared]
     for m, per_w in weight.items():
         d = problem.model_by_name[m].demand_req_per_s
-        if parts is not None and problem.model_by_name[m].spread_bounds:
+        if share_parts is not None and problem.model_by_name[m].spread_bounds:
             for i in range(len(shared)):
                 if m in shared[i][1]:
                     for w in range(W):
-                        served[i][m][w] = per_w[w][i] / parts
+                        served[i][m][w] = per_w[w][i] / share_parts
             continue
         for w in range(W):
             need = max(0.0, d[w] - ded[m][w])
