@@ -5,6 +5,7 @@ online round keeps it (and relaxes it while a site is down). Every plan is re-ch
 from __future__ import annotations
 
 import copy
+import time
 
 import pytest
 
@@ -15,6 +16,8 @@ from fleetplan.placement.validate import validate
 from fleetplan.scenario.build import build_problem
 from fleetplan.scenario.read import load_scenario, scenario_from_raw
 from fleetplan.solvers.baselines import greedy
+from fleetplan.solvers.decompose import window_bound
+from fleetplan.solvers.milp import solve_lp_bound
 from fleetplan.solvers.online.config import OnlineConfig
 from fleetplan.solvers.online.replanner import Replanner
 from fleetplan.solvers.solve import solve
@@ -184,3 +187,12 @@ def test_the_greedy_warm_start_spreads_out_or_says_it_does_not_fit():
     assert r.status.value == "infeasible"
     assert "model m in window 0: 1.67 req/s cannot be served" in r.message
     assert "without the spread (m: max_share_per_site 0.7) every model is served" in r.message
+
+
+def test_the_lp_relaxation_and_the_window_bound_carry_the_spread():
+    # LP: min a + 2b, a + b >= 5, a <= 0.7(a + b): at a = 3.5, b = 1.5, $3.50 + $3.00 = $6.50 (without the spread,
+    # $5); the per-window bound solves the window's MILP: $7, the optimum (two windows of the same: 2 x).
+    p = two_sites(0.7)
+    assert solve_lp_bound(p, time_limit_s=20) == pytest.approx(6.5)
+    assert solve_lp_bound(two_sites(None), time_limit_s=20) == pytest.approx(5.0)
+    assert window_bound(two_sites(0.7, windows=2), deadline=time.perf_counter() + 20) == pytest.approx(14.0)
