@@ -60,8 +60,19 @@ hour (for site-outage: from the re-planner's first round after the report to the
 every reactive baseline (cheaper, >= its attainment, fewer migrations), regret <= 3% against clairvoyant hourly;
 on a surprise day <= 0.95x the reactive's cost at >= its attainment and >= 99% in the surprise's hour.
 
+Spread (``--spread``), measured: ``nice -n 5 .venv/bin/python benchmarks/bench_replanner.py --days 7 --surprise
+site-outage --no-clairvoyant --arrivals poisson --spread 0.5 0.6 0.7`` (27 minutes on a busy 2-core machine):
+offline plans $898.58/day, with spread 0.5/0.6/0.7 $1,250.31/$1,236.42/$1,236.35 (1.391x/1.376x/1.376x);
+attainment (day, outage's first minute before the report, first 10 minutes, 12:00-14:00) and USD/day:
+static $824.55 92.33% 0.00% 0.00% 0.00%; static spread 0.6 $1,189.02 98.94% 95.89% 88.79% 95.39%;
+re-planner $971.73 99.60% 35.02% 91.22% 99.05%; re-planner spread 0.5 $1,464.57 99.79% 100.00% 99.91% 99.77%,
+0.6 $1,429.78 99.76% 96.14% 99.25% 99.71%, 0.7 $1,341.15 99.76% 96.14% 99.25% 99.71% (153 migrations vs 62);
+reactive $1,082.42 99.46% 55.80% 95.74% 99.62%. The spread holds the outage's first minutes at 1.38-1.51x the
+re-planner's cost (docs/online.md, "Spread").
+
 ``--json FILE`` writes ``{"policies": {NAME: {"cost_usd_per_day", "attainment", "migrations_per_day",
-"capacity_utilization", "busy_utilization", "gpu_hours_per_day", "surprise_attainment"}}, "days", "seeds",
+"capacity_utilization", "busy_utilization", "gpu_hours_per_day", "surprise_attainment", and for a site outage
+"attainment_before_report", "attainment_first_10_min", "attainment_outage"}}, "days", "seeds",
 "surprise", "load_time_factor", "arrivals"}`` (averages over the days and seeds run).
 """
 
