@@ -172,9 +172,6 @@ def tidy_shared(problem: Problem, replicas: dict[OptionKey, tuple[int, ...]],
     scale = {}
     for m in problem.models:
         row = []
-        if m.spread_bounds:
-            scale[m.name] = [1.0] * W
-            continue
         for w, d in enumerate(m.demand_req_per_s):
             need = max(0.0, d - ded[m.name][w])
             row.append(need / total[m.name][w] if total[m.name][w] > need and total[m.name][w] > 0 else 1.0)

@@ -365,8 +365,10 @@ class ModelSpec:
         peak_factor_source: where ``peak_factor`` comes from (the scenario key, or the trace statistic).
         max_share_per_site, max_share_per_pool: the spread (constraint (18); None: no bound): in every window, the
             model's capacity at one site (in one pool) is at most this share, in (0, 1], of its capacity at all
-            sites. Capacity = Σ (1 - margin) × capacity_req_per_s × replicas of its dedicated options there + the
-            rates its shared GPUs there are planned to serve for it; so losing one site leaves at least
+            sites. Capacity = Σ (1 - margin) × capacity_req_per_s × replicas of its dedicated options there + for
+            each shared GPU there it resides on, (1 - margin) × its share option's capacity (what that GPU serves it
+            alone; co-residents share it, so this counts a shared GPU as it would serve after a failure elsewhere
+            left it to the model); so losing one site leaves at least
             (1 - share) of the model's capacity. Refused with prefill/decode options (:meth:`Problem._check_spread`).
     """
 

@@ -627,8 +627,8 @@ def _c16_spot_fallback(problem: Problem, plan: Plan) -> list[str]:
 def _c18_spread(problem: Problem, plan: Plan) -> list[str]:
     """(18) In every window a model with a spread bound (``ModelSpec.max_share_per_site`` / ``_per_pool``) holds
     at most that share of its capacity at one site (in one pool). Capacity, from its definition: (1 - margin) ×
-    capacity_req_per_s × replicas of each dedicated option, plus the rate each shared GPU is planned to serve the
-    model; summed per site (per pool) and over all of them."""
+    capacity_req_per_s × replicas of each dedicated option, plus (1 - margin) × the model's share-option capacity
+    for each shared GPU it resides on (what that GPU serves it alone); summed per site (per pool) and over all."""
     v: list[str] = []
     usable = 1 - problem.margin
     pools = problem.pool_by_id
@@ -643,11 +643,12 @@ def _c18_spread(problem: Problem, plan: Plan) -> list[str]:
             per[(key[0], "site", pools[o.pool].site)] = per.get((key[0], "site", pools[o.pool].site), 0.0) + c
             per[(key[0], "pool", o.pool)] = per.get((key[0], "pool", o.pool), 0.0) + c
         for g in plan.shared:
-            for mname, rates in g.served_req_per_s.items():
-                if bound.get(mname) and rates[w] > 0:
+            for mname in g.models:
+                if bound.get(mname):
+                    c = problem.share_by_key[(mname, g.pool)].capacity_req_per_s * usable
                     site = pools[g.pool].site
-                    per[(mname, "site", site)] = per.get((mname, "site", site), 0.0) + rates[w]
-                    per[(mname, "pool", g.pool)] = per.get((mname, "pool", g.pool), 0.0) + rates[w]
+                    per[(mname, "site", site)] = per.get((mname, "site", site), 0.0) + c
+                    per[(mname, "pool", g.pool)] = per.get((mname, "pool", g.pool), 0.0) + c
         for mname, bounds in bound.items():
             for level, share in bounds.items():
                 mine = {place: c for (mm, lv, place), c in per.items() if mm == mname and lv == level}

@@ -396,8 +396,9 @@ def _spread_out(problem: Problem, plan: Plan) -> Plan:
         for w in range(W):
             per_pool: dict[str, float] = {}
             for g in plan.shared:
-                if m.name in g.served_req_per_s:
-                    per_pool[g.pool] = per_pool.get(g.pool, 0.0) + g.served_req_per_s[m.name][w]
+                if m.name in g.models:
+                    per_pool[g.pool] = (per_pool.get(g.pool, 0.0)
+                                        + mu * problem.share_by_key[(m.name, g.pool)].capacity_req_per_s)
             for o in opts:
                 n = reps.get(o.key, [0] * W)[w]
                 per_pool[o.pool] = per_pool.get(o.pool, 0.0) + n * mu * o.capacity_req_per_s

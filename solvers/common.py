@@ -125,9 +125,10 @@ def by_model_and_site(problem: Problem, idx: Index) -> tuple[dict, dict]:
 @dataclass(frozen=True)
 class SpreadRow:
     """The terms of constraint (18) for one model and level (:mod:`fleetplan.solvers.milp`): ``places`` {site or
-    pool id: [(req/s one unit of the variable gives, 'n' | 'f', key)]}, 'n' a dedicated option's replicas (key the
-    option key; (1-μ)·cap_o req/s each), 'f' the rate a candidate shared GPU serves the model (key (model, pool, b);
-    1 req/s per req/s). The row in window w: Σ_{terms at a place} ≤ share × Σ_{all terms}."""
+    pool id: [(req/s one unit of the variable gives, 'n' | 'a', key)]}, 'n' a dedicated option's replicas in the
+    window (key the option key; (1-μ)·cap_o req/s each), 'a' the model's residency on a candidate shared GPU (key
+    (model, pool, b); (1-μ)·cs[m,p], its capacity there alone). The row in window w: Σ_{terms at a place} <=
+    share × Σ_{all terms}."""
 
     model: str
     level: str
@@ -150,7 +151,8 @@ def spread_rows(problem: Problem, idx: Index) -> list[SpreadRow]:
             for (p, b), residents in idx.residents.items():
                 if m.name in residents:
                     place = pools[p].site if level == "site" else p
-                    places.setdefault(place, []).append((1.0, "f", (m.name, p, b)))
+                    places.setdefault(place, []).append((mu * idx.share[(m.name, p)].capacity_req_per_s, "a",
+                                                         (m.name, p, b)))
             out.append(SpreadRow(m.name, level, share, places))
     return out
 

@@ -115,13 +115,10 @@ def scales(problem: Problem, idx) -> tuple[int, dict[str, int], dict[tuple[str, 
     return parts, rate, kmax
 
 
-def _fill_shared(problem: Problem, replicas: dict, shared: list[tuple[str, tuple[str, ...], dict]],
-                 share_parts: int | None = None) -> tuple:
+def _fill_shared(problem: Problem, replicas: dict, shared: list[tuple[str, tuple[str, ...], dict]]) -> tuple:
     """Shared GPUs with exact served rates: each model's demand left after its dedicated replicas, split over its
     shared GPUs in proportion to the req/s CP-SAT's parts give there (parts × cs[m,p]: a part of a small GPU
-    serves less than one of a large one; equally where it gave none). A model with a spread bound (constraint
-    (18), given ``share_parts`` = SHARE_PARTS) is served what its parts give, u × cs[m,p] / SHARE_PARTS: the capacity
-    its spread row counted (within SCALE_ERROR of (3)'s share)."""
+    serves less than one of a large one; equally where it gave none)."""
     opts = problem.option_by_key
     W = problem.n_windows
     mu = 1 - problem.margin
@@ -140,12 +137,6 @@ def _fill_shared(problem: Problem, replicas: dict, shared: list[tuple[str, tuple
     served: list[dict[str, list[float]]] = [{m: [0.0] * W for m in res} for (_p, res, _u) in shared]
     for m, per_w in weight.items():
         d = problem.model_by_name[m].demand_req_per_s
-        if share_parts is not None and problem.model_by_name[m].spread_bounds:
-            for i in range(len(shared)):
-                if m in shared[i][1]:
-                    for w in range(W):
-                        served[i][m][w] = per_w[w][i] / share_parts
-            continue
         for w in range(W):
             need = max(0.0, d[w] - ded[m][w])
             tot = sum(per_w[w])
@@ -460,26 +451,25 @@ SPREAD_ROW_MAX = 1 << 62
 def _c18_spread(cb: PlacementCpSatModel) -> None:
     """(18) The MILP's spread rows (:func:`fleetplan.solvers.common.spread_rows`) as
     Σ_{terms at the place} (1-β)·c_t·var_t - Σ_{other terms} β·c_t·var_t <= 0 with c_t the req/s of one unit of
-    the term (a replica's usable capacity; for a shared GPU one part, cs[m,p]/SHARE_PARTS), in units K chosen so
+    the term (a replica's usable capacity n[o,w]; a residency a[m,p,b], (1-μ)·cs[m,p]), in units K chosen so
     that the smallest coefficient is >= 1/SCALE_ERROR, the first coefficients rounded down and the others up: a
     relaxation (every exact plan satisfies it) whose error stays within SCALE_ERROR of each term. Raises
     SolverError when a row does not fit int64 (then use --backend highs)."""
     idx = cb.idx
     for row in spread_rows(cb.problem, idx):
-        terms = [(c if kind == "n" else c * idx.share[(k[0], k[1])].capacity_req_per_s / cb.parts, kind, k, place)
-                 for place, ts in row.places.items() for c, kind, k in ts]
+        terms = [(c, kind, k, place) for place, ts in row.places.items() for c, kind, k in ts]
         if not terms:
             continue
         lo = min(row.share, 1 - row.share) * min(c for c, *_ in terms)
         scale = 1.0 / (lo * SCALE_ERROR)
-        ub = {t[2]: (idx.ub[t[2]] if t[1] == "n" else cb.share_cap + cb.kmax[(t[2][1], t[2][2])]) for t in terms}
+        ub = {t[2]: (idx.ub[t[2]] if t[1] == "n" else 1) for t in terms}
         if sum(_up(c * scale) * ub[k] for c, _kind, k, _p in terms) > SPREAD_ROW_MAX:
             raise SolverError(f"model {row.model}: its capacities span too wide a range for CP-SAT's integer "
                               "scaling of its spread; use --backend highs")
         for place in sorted(row.places):
             for w in idx.W:
                 def var(kind: str, k: tuple, w: int = w):
-                    return cb.n[(k, w)] if kind == "n" else cb.u[(*k, w)]
+                    return cb.n[(k, w)] if kind == "n" else cb.a[k]
 
                 here = [_down((1 - row.share) * c * scale) * var(kind, k) for c, kind, k, p in terms if p == place]
                 other = [_up(row.share * c * scale) * var(kind, k) for c, kind, k, p in terms if p != place]
@@ -542,7 +532,7 @@ def _extract_plan(cb: PlacementCpSatModel, solver: cp_model.CpSolver) -> Plan:
         if solver.value(var):
             residents = tuple(m for m in idx.residents[(p, b)] if solver.value(cb.a[(m, p, b)]))
             raw.append((p, residents, {m: [solver.value(cb.u[(m, p, b, w)]) for w in W] for m in residents}))
-    shared = tidy_shared(problem, replicas, _fill_shared(problem, replicas, raw, cb.parts))
+    shared = tidy_shared(problem, replicas, _fill_shared(problem, replicas, raw))
     return Plan(replicas=replicas, shared=shared,
                 commitments={pid: int(solver.value(var)) for pid, var in cb.c.items()})
 

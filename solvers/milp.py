@@ -61,10 +61,10 @@ subject to
         that many candidate shared GPUs b, :func:`fleetplan.solvers.common.shared_bins_per_pool`; no row needed)
     (18) spread (a model m with a bound β_m < 1 on its share per site, and/or β'_m per pool: ModelSpec.
         max_share_per_site / max_share_per_pool): with C[m,s,w] = Σ_{o of m at s} (1-μ)·cap_o·n[o,w]
-        + Σ_{p at s, b} f[m,p,b,w] its capacity at site s (dedicated replicas and the rates its shared GPUs
-        serve it),  C[m,s,w] <= β_m · Σ_{s'} C[m,s',w]  for every site s and window w; per pool the same with the
-        pool in place of the site. (Problem refuses a bound for a model with prefill/decode options, and one its
-        sites cannot meet: β_m × its sites < 1.)
+        + Σ_{p at s, b} (1-μ)·cs[m,p]·a[m,p,b] its capacity at site s (dedicated replicas, and each shared GPU it
+        resides on at its capacity there alone),  C[m,s,w] <= β_m · Σ_{s'} C[m,s',w]  for every site s and window
+        w; per pool the same with the pool in place of the site. (Problem refuses a bound for a model with
+        prefill/decode options, and one its sites cannot meet: β_m × its sites < 1.)
 With ``relax=True`` every integer and binary variable is continuous: the LP relaxation, a lower bound.
 
 In the code, :func:`build_milp` adds the variables, then each numbered constraint by one function ``_cN_...``
@@ -643,12 +643,12 @@ def _c16_spot_fallback(mb: _MilpBuild) -> None:
 
 def _c18_spread(mb: _MilpBuild) -> None:
     """(18) In every window the capacity of a model with a spread bound at one site (in one pool) is at most the
-    bound × its capacity everywhere (dedicated replicas' usable capacity plus the rates its shared GPUs serve it);
-    the terms: :func:`fleetplan.solvers.common.spread_rows`."""
+    bound × its capacity everywhere (dedicated replicas' usable capacity plus, per shared GPU it resides on, its
+    usable capacity there alone); the terms: :func:`fleetplan.solvers.common.spread_rows`."""
     for j, row in enumerate(spread_rows(mb.problem, mb.idx)):
         for w in mb.idx.W:
             def cap(terms: list, w: int = w) -> list:
-                return [c * (mb.n[(k, w)] if kind == "n" else mb.f[(*k, w)]) for c, kind, k in terms]
+                return [c * (mb.n[(k, w)] if kind == "n" else mb.a[k]) for c, kind, k in terms]
 
             total = [t for terms in row.places.values() for t in cap(terms)]
             for i, (_place, terms) in enumerate(sorted(row.places.items())):

@@ -129,9 +129,9 @@ class _Cap:
 @dataclass
 class _Round:
     """What a round works with: the forecast, the held forecast removals are judged on, capacity per model once
-    loading replicas serve (``planned``) and serving now (``ready``), shared GPUs' served rates (per model, and per
-    model and pool in ``shared_pool``, for the spread), replica counts for floors and ceilings, and the moves
-    made."""
+    loading replicas serve (``planned``) and serving now (``ready``), shared GPUs' served rates, per model and pool
+    the usable capacity of the shared GPUs it resides on alone (``shared_pool``, for the spread), replica counts
+    for floors and ceilings, and the moves made."""
 
     at_s: float
     forecast: dict[str, float]
@@ -592,12 +592,16 @@ class Replanner:
         planned, ready, count = self._caps(at_s)
         served = self._fill_shared({m: forecast[m] - planned[m].total() for m in self.models})
         shared_cap = dict.fromkeys(self.models, 0.0)
-        shared_pool: dict[str, dict[str, float]] = {}
-        for sv, s in zip(served, self.shared, strict=True):
+        for sv in served:
             for m, f in sv.items():
                 shared_cap[m] += f
-                per = shared_pool.setdefault(m, {})
-                per[s.pool] = per.get(s.pool, 0.0) + f
+        mu = 1 - self.problem.margin
+        shared_pool: dict[str, dict[str, float]] = {}  # (18): a residency counts its capacity alone there
+        for s in self.shared:
+            if s.stop_at_s is None:
+                for m in s.models:
+                    per = shared_pool.setdefault(m, {})
+                    per[s.pool] = per.get(s.pool, 0.0) + mu * self.shares[(m, s.pool)].capacity_req_per_s
         return _Round(at_s, forecast, held, planned, ready, shared_cap, count, budget, shared_pool=shared_pool)
 
     # ---- the heuristic round --------------------------------------------------------------------------------
@@ -699,9 +703,10 @@ class Replanner:
 
     def _spread_excess(self, model: str, st: _Round, delta: tuple[Key, int] | None = None) -> float:
         """How far ``model``'s capacity once loading replicas serve (those being replaced left out; its shared
-        GPUs' served rates of the round included) is above its spread bounds: the largest share of it at one site
-        or pool less the bound (<= 0: the spread holds; no capacity holds it), with ``delta`` = (key, ±replicas)
-        applied. A share, not req/s: a replica larger than the breach still lowers it where the model has least."""
+        GPUs at their capacity alone, as constraint (18) counts them) is above its spread bounds: the largest share
+        of it at one site or pool less the bound (<= 0: the spread holds; no capacity holds it), with ``delta`` =
+        (key, ±replicas) applied. A share, not req/s: a replica larger than the breach still lowers it where the
+        model has least."""
         bounds = self._spread_bounds(model)
         if not bounds:
             return 0.0
