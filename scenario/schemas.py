@@ -220,8 +220,9 @@ class EngineSchema(InputModel):
 
 class SpreadSpec(InputModel):
     """The spread of a model's capacity (constraint (18)): in every window, at most this share of the model's
-    capacity at one site / in one pool. Capacity = (1 - margin) × capacity × replicas of its dedicated options plus
-    what its shared GPUs are planned to serve it; so a site (pool) that fails takes at most this share with it."""
+    capacity at one site / in one pool. Capacity = (1 - margin) × capacity × replicas of its dedicated options plus,
+    per shared GPU it resides on, (1 - margin) × its capacity there alone; so a site (pool) that fails takes at most
+    this share with it."""
 
     max_share_per_site: float | None = input_field(
         None, gt=0, le=1, description="most of a model's capacity at one site in any window, a share in (0, 1]; "

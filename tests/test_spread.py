@@ -11,7 +11,7 @@ import pytest
 
 from fleetplan.errors import FleetplanError, InputError
 from fleetplan.placement.plan import Plan
-from fleetplan.placement.problem import ModelSpec, Pool, Problem, ReplicaOption
+from fleetplan.placement.problem import ModelSpec, Pool, Problem, ReplicaOption, ShareOption
 from fleetplan.placement.validate import validate
 from fleetplan.scenario.build import build_problem
 from fleetplan.scenario.read import load_scenario, scenario_from_raw
@@ -196,3 +196,22 @@ def test_the_lp_relaxation_and_the_window_bound_carry_the_spread():
     assert solve_lp_bound(p, time_limit_s=20) == pytest.approx(6.5)
     assert solve_lp_bound(two_sites(None), time_limit_s=20) == pytest.approx(5.0)
     assert window_bound(two_sites(0.7, windows=2), deadline=time.perf_counter() + 20) == pytest.approx(14.0)
+
+
+@pytest.mark.parametrize("backend", ["highs", "cpsat"])
+def test_a_shared_gpu_counts_at_the_models_capacity_there_alone(backend):
+    # m: 1 req/s; a dedicated replica at c:a sustains 1 req/s for $1/h; at c:b only a shared GPU ($3/h, all day)
+    # on which m alone sustains 2 req/s (margin 0). Without a spread: one replica at c:a, $1. With at most 0.6 at
+    # one site: the shared GPU counts 2 req/s at c:b, so 2 <= 0.6 (n + 2) needs n >= 1.33 -> 2 replicas at c:a
+    # (2 <= 0.6 x 4 = 2.4 holds), $2 + $3 = $5; without the shared GPU c:a would hold 100%, with it alone c:b would.
+    pools = (_pool("c:a", 1.0), _pool("c:b", 3.0))
+    share = (ShareOption("m", "c:b/X", 2.0, 20e9),)
+    ded = (ReplicaOption("m", "c:a/X", 1, 1, 1.0, 40e9),)
+    free = Problem(H, 1, pools, (ModelSpec("m", (1.0,), 1.0, 0.1),), ded, share_options=share, margin=0.0)
+    assert solve(free, backend, time_limit_s=20, threads=1).objective_usd == pytest.approx(1.0)
+    p = Problem(H, 1, pools, (ModelSpec("m", (1.0,), 1.0, 0.1, max_share_per_site=0.6),), ded, share_options=share,
+                margin=0.0)
+    plan = solve(p, backend, time_limit_s=20, threads=1)
+    assert validate(p, plan).ok, validate(p, plan).violations
+    assert plan.objective_usd == pytest.approx(5.0)
+    assert plan.replicas == {("m", "c:a/X", 1, 1): (2,)} and [g.pool for g in plan.shared] == ["c:b/X"]
