@@ -61,14 +61,14 @@ every reactive baseline (cheaper, >= its attainment, fewer migrations), regret <
 on a surprise day <= 0.95x the reactive's cost at >= its attainment and >= 99% in the surprise's hour.
 
 Spread (``--spread``), measured: ``nice -n 5 .venv/bin/python benchmarks/bench_replanner.py --days 7 --surprise
-site-outage --no-clairvoyant --arrivals poisson --spread 0.5 0.6 0.7`` (27 minutes on a busy 2-core machine):
-offline plans $898.58/day, with spread 0.5/0.6/0.7 $1,250.31/$1,236.42/$1,236.35 (1.391x/1.376x/1.376x);
-attainment (day, outage's first minute before the report, first 10 minutes, 12:00-14:00) and USD/day:
-static $824.55 92.33% 0.00% 0.00% 0.00%; static spread 0.6 $1,189.02 98.94% 95.89% 88.79% 95.39%;
-re-planner $971.73 99.60% 35.02% 91.22% 99.05%; re-planner spread 0.5 $1,464.57 99.79% 100.00% 99.91% 99.77%,
-0.6 $1,429.78 99.76% 96.14% 99.25% 99.71%, 0.7 $1,341.15 99.76% 96.14% 99.25% 99.71% (153 migrations vs 62);
-reactive $1,082.42 99.46% 55.80% 95.74% 99.62%. The spread holds the outage's first minutes at 1.38-1.51x the
-re-planner's cost (docs/online.md, "Spread").
+site-outage --no-clairvoyant --arrivals poisson --spread 0.5 0.6 0.7 --plan-time-limit 240`` (30 minutes on a
+busy 2-core machine): offline plans $898.58/day, with spread 0.5/0.6/0.7 $1,250.24/$1,236.35/$1,236.34 (1.391x/
+1.376x/1.376x, all optimal); USD/day and attainment (day, outage's first minute before the report, first 10
+minutes, 12:00-14:00): static $824.55 92.33% 0.00% 0.00% 0.00%; static spread 0.6 $1,189.02 99.02% 96.14% 88.93%
+95.75%; re-planner $971.73 99.60% 35.02% 91.22% 99.05% (62 migrations); re-planner spread 0.5 $1,477.31 99.80%
+100.00% 99.91% 99.77% (106), 0.6 $1,430.43 99.74% 96.14% 99.25% 99.71% (60), 0.7 $1,355.86 99.75% 96.14% 99.37%
+99.89% (37); reactive $1,082.42 99.46% 55.80% 95.74% 99.62%. The spread holds the outage's first minutes at
+1.40-1.52x the re-planner's cost (docs/online.md, "Spread").
 
 ``--json FILE`` writes ``{"policies": {NAME: {"cost_usd_per_day", "attainment", "migrations_per_day",
 "capacity_utilization", "busy_utilization", "gpu_hours_per_day", "surprise_attainment", and for a site outage
