@@ -2,8 +2,9 @@
 
 Run: `.venv/bin/python benchmarks/bench_replanner.py [--days 3 7 11] [--seeds 0] [--surprise none|plus20|plus50|
 double70b|site-outage] [--load-time-factor 1] [--arrivals servegen|poisson] [--per-window] [--variant
-cooldown_s=600,...] [--no-clairvoyant] [--json FILE] [--plot replanner.png]` (about 3 minutes a day and seed with
-the clairvoyant references, 2 without; each variant adds about 1 minute a day).
+cooldown_s=600,...] [--spread 0.5 0.6 0.7] [--no-clairvoyant] [--json FILE] [--plot replanner.png]` (about 3 minutes
+a day and seed with the clairvoyant references, 2 without; each variant adds about 1 minute a day, each spread an
+offline solve and about 2 minutes a day).
 
 For each ServeGen day (m-large, m-mid and m-small have 14 days; deepseek-r1 and mm-image only day 0, kept) and seed,
 the shipped default scenario's requests of that day are replayed (:func:`fleetplan.simulator.fleetday.
@@ -28,6 +29,10 @@ every step, stopped replicas finishing their queues) against these fleets, all p
   stopped when their replacements serve (``Replanner.settle``), and a site outage reported ``--report-delay``
   seconds after it starts (``Replanner.set_unavailable``);
 * each ``--variant``: the same re-planner with some OnlineConfig fields changed;
+* each ``--spread SHARE``: the offline plan with ``options.spread: {max_share_per_site: SHARE}`` (at most that
+  share of every model's capacity at one site in every window, constraint (18)) replayed as "static (spread
+  SHARE)", and the re-planner on that problem started from it, "replanner (spread SHARE)" (its rounds and re-solves
+  keep the spread over the sites that are up);
 * clairvoyant references, which know the replayed day (unless ``--no-clairvoyant``; not for a site outage, which a
   planned day cannot express): "clairvoyant hourly", the offline planner given the day's own requests (each hour
   sized for its busiest 10 minutes, the scenario's margin): what a re-planner with a perfect hourly forecast and free
@@ -49,13 +54,25 @@ until its queue is done), GPU-hours, two utilizations: "busy" = busy GPU-seconds
 batching keeps it near 100% at any load) and "capacity" = the rated GPU-seconds of the requests served / billed
 GPU-seconds (:attr:`fleetplan.simulator.fleetday.FleetDayReport.capacity_utilization`), SLO attainment (share of
 requests meeting their model's TTFT and TPOT targets; dropped requests fail), the attainment in the surprise's own
-hour (for site-outage: from the re-planner's first round after the report to the outage's end), and migrations
+hour (for site-outage: from the re-planner's first round after the report to the outage's end; and also
+"before_report" from the outage's start to that round, "first_10_min" and "outage" its whole hours), and migrations
 (replica starts + stops, shared GPUs one each). Then the averages per day, and the goals: the re-planner dominates
 every reactive baseline (cheaper, >= its attainment, fewer migrations), regret <= 3% against clairvoyant hourly;
 on a surprise day <= 0.95x the reactive's cost at >= its attainment and >= 99% in the surprise's hour.
 
+Spread (``--spread``), measured: ``nice -n 5 .venv/bin/python benchmarks/bench_replanner.py --days 7 --surprise
+site-outage --no-clairvoyant --arrivals poisson --spread 0.5 0.6 0.7 --plan-time-limit 240`` (30 minutes on a
+busy 2-core machine): offline plans $898.58/day, with spread 0.5/0.6/0.7 $1,250.24/$1,236.35/$1,236.34 (1.391x/
+1.376x/1.376x, all optimal); USD/day and attainment (day, outage's first minute before the report, first 10
+minutes, 12:00-14:00): static $824.55 92.33% 0.00% 0.00% 0.00%; static spread 0.6 $1,189.02 99.02% 96.14% 88.93%
+95.75%; re-planner $971.73 99.60% 35.02% 91.22% 99.05% (62 migrations); re-planner spread 0.5 $1,477.31 99.80%
+100.00% 99.91% 99.77% (106), 0.6 $1,430.43 99.74% 96.14% 99.25% 99.71% (60), 0.7 $1,355.86 99.75% 96.14% 99.37%
+99.89% (37); reactive $1,082.42 99.46% 55.80% 95.74% 99.62%. The spread holds the outage's first minutes at
+1.40-1.52x the re-planner's cost (docs/online.md, "Spread").
+
 ``--json FILE`` writes ``{"policies": {NAME: {"cost_usd_per_day", "attainment", "migrations_per_day",
-"capacity_utilization", "busy_utilization", "gpu_hours_per_day", "surprise_attainment"}}, "days", "seeds",
+"capacity_utilization", "busy_utilization", "gpu_hours_per_day", "surprise_attainment", and for a site outage
+"attainment_before_report", "attainment_first_10_min", "attainment_outage"}}, "days", "seeds",
 "surprise", "load_time_factor", "arrivals"}`` (averages over the days and seeds run).
 """
 
@@ -142,9 +159,12 @@ def day_scenario(day: int, tpot_percentile: int = 95):
     return scenario_from_raw(raw, source=f"default, ServeGen day {day}", base=base_dir)
 
 
-def mean_day_problem(tpot_percentile: int = 95):
-    """(Problem, load time per option) of the default scenario's mean day, as the service builds them."""
+def mean_day_problem(tpot_percentile: int = 95, spread: float | None = None):
+    """(Problem, load time per option) of the default scenario's mean day, as the service builds them; with
+    ``spread``, every model's capacity at most that share at one site (``options.spread.max_share_per_site``)."""
     raw, base_dir = default_raw(tpot_percentile)
+    if spread is not None:
+        raw["options"]["spread"] = {"max_share_per_site": spread}
     return scenario_problem(scenario_from_raw(raw, source="default", base=base_dir))
 
 
@@ -379,8 +399,9 @@ class Tally:
     runs: int = 0
     hour_requests: int = 0
     hour_met: int = 0
+    spans: dict = dataclasses.field(default_factory=dict)
 
-    def add(self, rep, hour: tuple[float, float] | None) -> None:
+    def add(self, rep, hour: tuple[float, float] | None, spans: dict[str, tuple[float, float]] | None = None) -> None:
         self.cost += rep.cost_usd
         self.gpu_hours += rep.gpu_hours
         self.busy += rep.busy_gpu_hours
@@ -393,6 +414,10 @@ class Tally:
             req, met = rep.between(*hour)
             self.hour_requests += req
             self.hour_met += met
+        for name, span in (spans or {}).items():
+            req, met = rep.between(*span)
+            r0, m0 = self.spans.get(name, (0, 0))
+            self.spans[name] = (r0 + req, m0 + met)
 
     def summary(self) -> dict:
         n = max(1, self.runs)
@@ -401,7 +426,8 @@ class Tally:
                 "capacity_utilization": self.rated / self.gpu_hours if self.gpu_hours else 0.0,
                 "busy_utilization": self.busy / self.gpu_hours if self.gpu_hours else 0.0,
                 "gpu_hours_per_day": self.gpu_hours / n,
-                "surprise_attainment": self.hour_met / self.hour_requests if self.hour_requests else None}
+                "surprise_attainment": self.hour_met / self.hour_requests if self.hour_requests else None,
+                **{f"attainment_{name}": met / req if req else None for name, (req, met) in self.spans.items()}}
 
 
 def goals(agg: dict[str, dict], surprise: str) -> list[str]:
@@ -484,6 +510,9 @@ def _args() -> argparse.Namespace:
     ap.add_argument("--no-clairvoyant", action="store_true", help="skip the clairvoyant references")
     ap.add_argument("--variant", action="append", default=[], metavar="FIELD=VALUE,...",
                     help="also run the re-planner with these OnlineConfig fields changed (repeatable)")
+    ap.add_argument("--spread", type=float, nargs="+", default=[], metavar="SHARE",
+                    help="also plan offline with options.spread.max_share_per_site SHARE (each given, in (0, 1]) and "
+                         "replay that plan (static) and the re-planner started from it")
     ap.add_argument("--tpot-percentile", type=int, choices=[90, 95, 99], default=95,
                     help="every model's TPOT target (same seconds) at this percentile instead of the shipped p95")
     ap.add_argument("--json", metavar="FILE", help="write the averages per policy here")
@@ -499,6 +528,8 @@ def _args() -> argparse.Namespace:
             day_scenario(day, a.tpot_percentile)
         except FleetplanError as e:
             raise SystemExit(f"--days {day}: {e}") from None
+    if any(not 0 < x <= 1 for x in a.spread):
+        raise SystemExit(f"--spread {' '.join(map(str, a.spread))}: give shares in (0, 1], e.g. 0.6")
     if any(s < 0 for s in a.seeds):
         raise SystemExit("--seeds: give whole numbers >= 0")
     return a
@@ -514,6 +545,16 @@ def main() -> None:
     print(f"offline plan (mean day): ${offline.objective_usd:,.2f}/day, {offline.status.value} "
           f"({time.perf_counter() - t0:.0f} s)")
     static = plan_steps(problem, offline.replicas, [(g.pool, g.models) for g in offline.shared])
+    spreads = {}
+    for share in a.spread:
+        sp_problem, _ = mean_day_problem(a.tpot_percentile, share)
+        t0 = time.perf_counter()
+        sp_plan = solve(sp_problem, "highs", time_limit_s=a.plan_time_limit)
+        print(f"offline plan (mean day) with spread {share:g}: ${sp_plan.objective_usd:,.2f}/day "
+              f"({sp_plan.objective_usd / offline.objective_usd:.3f}x), {sp_plan.status.value} "
+              f"({time.perf_counter() - t0:.0f} s)")
+        spreads[share] = (sp_problem, sp_plan,
+                          plan_steps(sp_problem, sp_plan.replicas, [(g.pool, g.models) for g in sp_plan.shared]))
     names = [m.name for m in problem.models]
     day_s = problem.n_windows * problem.window_length_s
     sur = make_surprise(a.surprise, problem)
@@ -546,17 +587,27 @@ def main() -> None:
             for label, cfg in variants:
                 policies[label] = replanner_steps(problem, lt, offline, rp_rates, a.resolve_time_limit, warm, cfg,
                                                   sur.outages, a.report_delay, a.round_interval)[0]
+            for share, (sp_problem, sp_plan, sp_static) in spreads.items():
+                policies[f"static (spread {share:g})"] = sp_static
+                policies[f"replanner (spread {share:g})"] = replanner_steps(
+                    sp_problem, lt, sp_plan, rp_rates, a.resolve_time_limit, warm, outages=sur.outages,
+                    report_delay_s=a.report_delay, step_s=a.round_interval)[0]
             if not a.no_clairvoyant and not sur.outages:
                 policies["clairvoyant hourly"] = clairvoyant_hourly_steps(dprob, a.plan_time_limit)
                 policies["clairvoyant 5-min"] = clairvoyant_step_steps(problem, rates, 5.0)
             hour = sur.hour
+            spans = {}
             if sur.outages and first_after is not None:
                 hour = (first_after, sur.outages[0].to_s)
+                o = sur.outages[0]
+                spans = {"before_report": (o.from_s, first_after), "first_10_min": (o.from_s, o.from_s + 600.0),
+                         "outage": (o.from_s, o.to_s)}
             for name, steps in policies.items():
                 rep = replay_fleet_day(dprob, sc, steps, lt, seed=seed, demand_factors=sur.factors, **replay_kw)
-                tallies.setdefault(name, Tally()).add(rep, hour)
+                tallies.setdefault(name, Tally()).add(rep, hour, spans)
                 per_run.setdefault(name, []).append(rep)
                 h = f"  surprise hour {rep.between(*hour)[1] / max(1, rep.between(*hour)[0]):.2%}" if hour else ""
+                h += "".join(f"  {k} {rep.between(*v)[1] / max(1, rep.between(*v)[0]):.2%}" for k, v in spans.items())
                 print(f"  {name:18s}: ${rep.cost_usd:8,.2f}  {rep.gpu_hours:6.1f} GPU-h  {BUSY_TIME.name} "
                       f"{rep.utilization:5.1%} {RATED_LOAD.name} {rep.capacity_utilization:5.1%}  attainment "
                       f"{rep.attainment:6.2%}{h}  migrations {rep.migrations}", flush=True)
@@ -566,6 +617,8 @@ def main() -> None:
           f"{'per-window' if a.per_window else 'queues carried over'}):")
     for name, s in agg.items():
         hs = f"  surprise hour {s['surprise_attainment']:.2%}" if s["surprise_attainment"] is not None else ""
+        hs += "".join(f"  {k.removeprefix('attainment_')} {v:.2%}" for k, v in s.items()
+                      if k.startswith("attainment_") and v is not None)
         print(f"  {name:18s}: ${s['cost_usd_per_day']:9,.2f}  {s['gpu_hours_per_day']:6.1f} GPU-h  {BUSY_TIME.name} "
               f"{s['busy_utilization']:5.1%} {RATED_LOAD.name} {s['capacity_utilization']:5.1%}  attainment "
               f"{s['attainment']:6.2%}{hs}  migrations {s['migrations_per_day']:.0f}")

@@ -13,7 +13,7 @@ and plans repeat daily: the window before the first is the last (cyclic), which 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 import numpy as np
@@ -367,6 +367,13 @@ class ModelSpec:
             Problem are already divided by it (capacity sized for peak_factor × demand_req_per_s, while the
             demand billed and routed for egress stays demand_req_per_s); 1 without the scenario key ``arrivals``.
         peak_factor_source: where ``peak_factor`` comes from (the scenario key, or the trace statistic).
+        max_share_per_site, max_share_per_pool: the spread (constraint (18); None: no bound): in every window, the
+            model's capacity at one site (in one pool) is at most this share, in (0, 1], of its capacity at all
+            sites. Capacity = Σ (1 - margin) × capacity_req_per_s × replicas of its dedicated options there + for
+            each shared GPU there it resides on, (1 - margin) × its share option's capacity (what that GPU serves it
+            alone; co-residents share it, so this counts a shared GPU as it would serve after a failure elsewhere
+            left it to the model); so losing one site leaves at least
+            (1 - share) of the model's capacity. Refused with prefill/decode options (:meth:`Problem._check_spread`).
     """
 
     name: str
@@ -383,9 +390,17 @@ class ModelSpec:
     class_max_tokens: tuple[tuple[float, float], ...] = ()
     peak_factor: float = 1.0
     peak_factor_source: str = ""
+    max_share_per_site: float | None = None
+    max_share_per_pool: float | None = None
 
     def __post_init__(self) -> None:
         owner = f"model {self.name}"
+        for key in ("max_share_per_site", "max_share_per_pool"):
+            v = getattr(self, key)
+            if v is not None and not (isinstance(v, int | float) and 0 < v <= 1):
+                raise InputError(f"{owner}: spread {key} {v!r} must be a share in (0, 1] (e.g. 0.6: at most 60% of "
+                                 "the model's capacity in one place; 1 or absent: no bound)", field=f"spread.{key}",
+                                 value=v)
         check_range(self.peak_factor, field="peak_factor", source=owner, low=1.0, high=10.0)
         if not isinstance(self.priority, int) or isinstance(self.priority, bool) or abs(self.priority) > 1_000_000:
             raise InputError(f"{owner}: priority must be a whole number between -1000000 and 1000000 (higher is "
@@ -421,6 +436,16 @@ class ModelSpec:
         check_range(self.request_bytes, field="request_bytes", source=owner, low=0)
 
     @property
+    def spread_bounds(self) -> dict[str, float]:
+        """{'site' | 'pool': the bound below 1} of the model's spread (empty: none binds)."""
+        out = {}
+        if self.max_share_per_site is not None and self.max_share_per_site < 1:
+            out["site"] = float(self.max_share_per_site)
+        if self.max_share_per_pool is not None and self.max_share_per_pool < 1:
+            out["pool"] = float(self.max_share_per_pool)
+        return out
+
+    @property
     def classes(self) -> dict[str, float]:
         """{class: share of the demand}; empty for a model without classes."""
         return dict(self.class_shares)
@@ -438,6 +463,35 @@ class ModelSpec:
             out[hit] = cls
             free &= ~hit
         return out
+
+
+def _spread_places(model: str, level: str, pools: dict[str, Pool], options: tuple[ReplicaOption, ...] | list,
+                   share_options: tuple[ShareOption, ...] | list) -> list[str]:
+    """:meth:`Problem.spread_places` on the parts of a problem (``options``: at least the model's)."""
+    places = {pools[o.pool] for o in options if o.model == model and o.pool in pools}
+    places |= {pools[s.pool] for s in share_options if s.model == model and s.pool in pools}
+    return sorted({(p.site if level == "site" else p.id) for p in places if p.gpus > 0})
+
+
+def spread_where_possible(models: tuple[ModelSpec, ...], pools: tuple[Pool, ...],
+                          options: tuple[ReplicaOption, ...], share_options: tuple[ShareOption, ...] = ()
+                          ) -> tuple[ModelSpec, ...]:
+    """``models`` with each spread bound raised to 1/k where the k sites (pools) with GPUs in ``pools`` where the
+    model has an option (of ``options`` / ``share_options``) are too few to meet it (bound × k < 1), and dropped
+    (None) when k <= 1: for problems derived from a valid one with fewer places (nodes down online, a window's
+    repair with its shared GPUs fixed), which keep the spread as far as their places allow. Unchanged models are
+    the same objects."""
+    by_id = {p.id: p for p in pools}
+    out = []
+    for m in models:
+        kept: dict[str, float | None] = {"site": m.max_share_per_site, "pool": m.max_share_per_pool}
+        for level, share in m.spread_bounds.items():
+            k = len(_spread_places(m.name, level, by_id, options, share_options))
+            if share * k < 1 - 1e-9:
+                kept[level] = 1.0 / k if k > 1 else None
+        same = kept == {"site": m.max_share_per_site, "pool": m.max_share_per_pool}
+        out.append(m if same else replace(m, max_share_per_site=kept["site"], max_share_per_pool=kept["pool"]))
+    return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -494,6 +548,7 @@ class Problem:
         for (a, b), rate in self.egress_usd_per_gb.items():
             check_range(rate, field=f"egress_usd_per_gb[{a}->{b}]", source="problem", low=0)
         self._check_pd(pools, names)
+        self._check_spread(pools)
 
     def _check_scalars(self) -> None:
         """max_models_per_shared_gpu a whole number >= 1 or None, margin in [0, 1), window_length_s > 0 and
@@ -601,6 +656,40 @@ class Problem:
         for r in self.kv_routes:
             if r.model not in names:
                 raise InputError(f"KV route {r.key}: unknown model", field="kv_routes", value=r.model)
+
+    def spread_places(self, model: str, level: str) -> list[str]:
+        """The sites (``level`` 'site') or pool ids ('pool') where ``model`` has a dedicated or shared-GPU option
+        with GPUs left to use (sorted): the places its spread divides capacity between."""
+        return _spread_places(model, level, self.pool_by_id, self.options_by_model.get(model, ()),
+                              self.share_options)
+
+    def _check_spread(self, pools: dict[str, Pool]) -> None:
+        """A model's spread bound can be met: it has no prefill/decode options (the spread counts colocated and
+        shared capacity only), and when it needs capacity (demand or a replica floor), share × the places it has
+        options in >= 1 (k places each holding at most share of the capacity hold at most k × share of it).
+        Else InputError naming the model, the places and the fix."""
+        for m in self.models:
+            bounds = m.spread_bounds
+            if not bounds:
+                continue
+            if any(o.model == m.name for o in self.pd_options):
+                raise InputError(f"model {m.name}: a spread (max_share_per_site/pool) is not supported with "
+                                 "prefill/decode pools yet; leave the model out of options.disaggregation.models or "
+                                 "give it spread: {max_share_per_site: 1, max_share_per_pool: 1}",
+                                 field="spread", value=m.name)
+            if m.min_replicas == 0 and not any(d > 0 for d in m.demand_req_per_s):
+                continue
+            for level, share in bounds.items():
+                places = self.spread_places(m.name, level)
+                if places and share * len(places) < 1 - 1e-9:
+                    where = ", ".join(places)
+                    raise InputError(
+                        f"model {m.name}: spread max_share_per_{level} {share:g} cannot be met: the model has capacity "
+                        f"in {len(places)} {level}{'s' if len(places) > 1 else ''} only ({where}), which can hold at "
+                        f"most {min(1.0, share * len(places)):.0%} of it; give it options in more {level}s (GPUs it "
+                        f"fits at another {level}), or raise its bound to at least {1 / len(places):.3g} "
+                        f"(models[].spread: {{max_share_per_{level}: {1 / len(places):.3g}}} for it)",
+                        field=f"spread.max_share_per_{level}", value=share)
 
     @property
     def pd_option_by_key(self) -> dict[PdKey, ReplicaOption]:

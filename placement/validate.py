@@ -6,8 +6,9 @@ formed (keys of the problem, one value per window, in their domains), the SLO of
 capacity against demand (after the safety margin), (3) the compute share and (5) the memory of every shared GPU,
 (6) inventory per pool and window with tensor-parallel groups placed inside nodes (first-fit decreasing onto the
 pool's nodes), (7) replica floor and ceiling, (10) residents per shared GPU, (12) request classes, (13) prefill and
-decode capacity, (15) commitments, (16) the spot fallback rule, (17) shared GPUs per pool, and last the reported
-objective against the cost recomputed here. It shares no code with the solvers' models or objective.
+decode capacity, (15) commitments, (16) the spot fallback rule, (17) shared GPUs per pool, (18) the spread of a
+model's capacity over sites and pools, and last the reported objective against the cost recomputed here. It
+shares no code with the solvers' models or objective.
 It is used by every solver test, by the CLI before it prints a plan, and by the service before it adopts one.
 """
 
@@ -623,6 +624,42 @@ def _c16_spot_fallback(problem: Problem, plan: Plan) -> list[str]:
     return v
 
 
+def _c18_spread(problem: Problem, plan: Plan) -> list[str]:
+    """(18) In every window a model with a spread bound (``ModelSpec.max_share_per_site`` / ``_per_pool``) holds
+    at most that share of its capacity at one site (in one pool). Capacity, from its definition: (1 - margin) ×
+    capacity_req_per_s × replicas of each dedicated option, plus (1 - margin) × the model's share-option capacity
+    for each shared GPU it resides on (what that GPU serves it alone); summed per site (per pool) and over all."""
+    v: list[str] = []
+    usable = 1 - problem.margin
+    pools = problem.pool_by_id
+    bound = {m.name: m.spread_bounds for m in problem.models}
+    for w in range(problem.n_windows):
+        per: dict[tuple[str, str, str], float] = {}  # (model, 'site' | 'pool', place) -> req/s
+        for key, counts in plan.replicas.items():
+            if not bound.get(key[0]) or not counts[w]:
+                continue
+            o = problem.option_by_key[key]
+            c = counts[w] * o.capacity_req_per_s * usable
+            per[(key[0], "site", pools[o.pool].site)] = per.get((key[0], "site", pools[o.pool].site), 0.0) + c
+            per[(key[0], "pool", o.pool)] = per.get((key[0], "pool", o.pool), 0.0) + c
+        for g in plan.shared:
+            for mname in g.models:
+                if bound.get(mname):
+                    c = problem.share_by_key[(mname, g.pool)].capacity_req_per_s * usable
+                    site = pools[g.pool].site
+                    per[(mname, "site", site)] = per.get((mname, "site", site), 0.0) + c
+                    per[(mname, "pool", g.pool)] = per.get((mname, "pool", g.pool), 0.0) + c
+        for mname, bounds in bound.items():
+            for level, share in bounds.items():
+                mine = {place: c for (mm, lv, place), c in per.items() if mm == mname and lv == level}
+                total = sum(mine.values())
+                for place, c in sorted(mine.items()):
+                    if c > share * total * (1 + REL_TOL) + ABS_TOL:
+                        v.append(f"{mname} window {w}: {c:.3f} of its {total:.3f} req/s of capacity ({c / total:.1%}) "
+                                 f"is in {level} {place}, above its spread max_share_per_{level} {share:g}")
+    return v
+
+
 def _cost(problem: Problem, plan: Plan) -> list[str]:
     """The reported objective equals the cost recomputed here (:func:`plan_cost_usd`, no code shared with
     ``evaluate``, whose value the solvers report), KV egress bands and commitments included."""
@@ -641,7 +678,7 @@ SHAPE_CHECKS = (_replica_shapes, _shared_shapes, _c4_only_residents_serve, _pd_s
 #: (:mod:`fleetplan.solvers.milp`), after the SLO.
 CONSTRAINT_CHECKS = (_slo, _c1_c2_coverage, _c3_shared_compute, _c5_shared_memory, _c6_inventory_on_nodes,
                      _c7_replica_floor_ceiling, _c10_residents_per_gpu, _c12_request_classes, _c13_disaggregated,
-                     _c15_commitments, _c16_spot_fallback, _c17_shared_gpus_per_pool)
+                     _c15_commitments, _c16_spot_fallback, _c17_shared_gpus_per_pool, _c18_spread)
 
 
 def validate(problem: Problem, plan: Plan, *, check_objective: bool = True) -> ValidationReport:
@@ -658,7 +695,8 @@ def validate(problem: Problem, plan: Plan, *, check_objective: bool = True) -> V
     (6) inventory with tensor-parallel groups placed on the pools' nodes; (7) replica floor and ceiling (decode
     replicas count); (10) residents per shared GPU; (12) request classes routable with additive load (an LP);
     (13) prefill and decode capacity behind the KV flows; (15) commitments; (16) the spot fallback rule; (17) at
-    most max_shared_gpus_per_pool shared GPUs per pool. Last,
+    most max_shared_gpus_per_pool shared GPUs per pool; (18) the spread: at most a model's bound of its capacity at
+    one site or in one pool. Last,
     with ``check_objective`` and when nothing else is violated, the reported objective (when the plan reports one)
     against the recomputed cost. (8) starts and (14) KV egress bands are costs, repriced by the cost check; (9)
     and (11) only cut the solvers' search.

@@ -234,20 +234,25 @@ def _model_inputs(scenario: Scenario, inputs: _Inputs, i: int, m: ScenarioModel,
 def _model_spec(scenario: Scenario, m: ScenarioModel, mi: ModelInputs) -> ModelSpec:
     """Step 4b: the model's :class:`ModelSpec`: its demand per window (peak or mean rate per ``demand_rate``), its
     SLO, replica bounds, origin, request bytes (input + output tokens × bytes_per_token, both ways), priority,
-    classes and peak factor. Raises InputError naming the entry."""
+    classes, peak factor and spread (its own ``spread`` keys over ``options.spread``'s; none by default). Raises
+    InputError naming the entry."""
     opts = scenario.options
     demand = scenario.demands[m.name]
     rates = tuple(w.rate_peak_req_per_s if opts["demand_rate"] == "peak" else w.rate_mean_req_per_s
                   for w in demand.windows)
     mix = mi.mix
     request_bytes = 2 * (mix.input_tokens_mean + mix.output_tokens_mean) * opts["bytes_per_token"]
+    spread = {k: v for k, v in (opts.get("spread") or {}).items() if v is not None}
+    spread.update({k: v for k, v in (m.spread.model_dump() if m.spread is not None else {}).items() if v is not None})
     with within_entry(mi.where):
         return ModelSpec(mi.model.name, rates, mi.slo.ttft_s, mi.slo.tpot_s, min_replicas=m.min_replicas,
                          max_replicas=m.max_replicas, origin_site=mi.origin_site, request_bytes=request_bytes,
                          demand_source=demand.source, priority=m.priority,
                          class_shares=tuple((c, sh) for c, (sh, _mx) in mi.class_mixes.items()),
                          class_max_tokens=tuple((c[3], c[4]) for c in mi.classes),
-                         peak_factor=mi.peak_factor, peak_factor_source=mi.peak_factor_source)
+                         peak_factor=mi.peak_factor, peak_factor_source=mi.peak_factor_source,
+                         max_share_per_site=spread.get("max_share_per_site"),
+                         max_share_per_pool=spread.get("max_share_per_pool"))
 
 
 def _pool_options(sizing: SizingContext, mi: ModelInputs, pool: Pool, gpu: GPU, calib: Calibration, src: str,
@@ -308,16 +313,17 @@ def _problem(scenario: Scenario, pools: list[Pool], parts: list[_ModelPart]) -> 
         f"{name}: SYNTHETIC demand" for name in synthetic) + tuple(
         f"{m.name}: arrivals: capacity sized for {m.peak_factor:.3f} × each window's rate ({m.peak_factor_source}); "
         "billed demand and egress at the window's rate" for m in models if m.peak_factor != 1.0)
-    return Problem(window_length_s=opts["window_length_s"], n_windows=n_windows, pools=tuple(pools),
-                   models=tuple(models), options=tuple(o for p in parts for o in p.options),
-                   share_options=tuple(s for p in parts for s in p.shares), margin=opts["margin"],
-                   shared_memory_utilization=opts["memory_utilization"],
-                   max_shared_gpus_per_pool=opts["max_shared_gpus_per_pool"],
-                   max_models_per_shared_gpu=opts["max_models_per_shared_gpu"],
-                   egress_usd_per_gb=egress_table(sorted({p.site for p in pools})),
-                   option_notes={p.spec.name: p.notes for p in parts}, name=scenario.name, notes=pnotes,
-                   pd_options=tuple(o for p in parts for o in p.pd_options),
-                   kv_routes=tuple(r for p in parts for r in p.kv_routes))
+    with within_entry(scenario.source):  # the spread check (Problem._check_spread) names the model and the fix
+        return Problem(window_length_s=opts["window_length_s"], n_windows=n_windows, pools=tuple(pools),
+                       models=tuple(models), options=tuple(o for p in parts for o in p.options),
+                       share_options=tuple(s for p in parts for s in p.shares), margin=opts["margin"],
+                       shared_memory_utilization=opts["memory_utilization"],
+                       max_shared_gpus_per_pool=opts["max_shared_gpus_per_pool"],
+                       max_models_per_shared_gpu=opts["max_models_per_shared_gpu"],
+                       egress_usd_per_gb=egress_table(sorted({p.site for p in pools})),
+                       option_notes={p.spec.name: p.notes for p in parts}, name=scenario.name, notes=pnotes,
+                       pd_options=tuple(o for p in parts for o in p.pd_options),
+                       kv_routes=tuple(r for p in parts for r in p.kv_routes))
 
 
 def build_problem(scenario: Scenario, *, progress: Callable[[str], None] | None = None,

@@ -259,6 +259,20 @@ class HostTierSpec(InputModel):
                                     fix="give a share between 0 and 1, e.g. 0.5")
 
 
+class SpreadSpec(InputModel):
+    """The spread of a model's capacity (constraint (18)): in every window, at most this share of the model's
+    capacity at one site / in one pool. Capacity = (1 - margin) × capacity × replicas of its dedicated options plus,
+    per shared GPU it resides on, (1 - margin) × its capacity there alone; so a site (pool) that fails takes at most
+    this share with it."""
+
+    max_share_per_site: float | None = input_field(
+        None, gt=0, le=1, description="most of a model's capacity at one site in any window, a share in (0, 1]; "
+        "absent or 1: no bound", fix="give a share such as 0.6 (at most 60% at one site)")
+    max_share_per_pool: float | None = input_field(
+        None, gt=0, le=1, description="most of a model's capacity in one pool (GPU type at a site, pricing model) "
+        "in any window, a share in (0, 1]; absent or 1: no bound", fix="give a share such as 0.6")
+
+
 class ScenarioOptions(InputModel):
     """Planning options; every key is optional."""
 
@@ -319,6 +333,9 @@ class ScenarioOptions(InputModel):
     host_tier: HostTierSpec | None = input_field(
         None, description="a host KV tier (DRAM and NVMe) on every dedicated single-node replica: prefix hits "
         "fetched instead of recomputed, running sequences swapped out above HBM's room; default none (HBM only)")
+    spread: SpreadSpec | None = input_field(
+        None, description="every model's spread over sites and pools (a model's own spread key wins); default none "
+        "(a window's whole capacity may sit at one site)")
 
 
 class ScenarioFiles(InputModel):
@@ -512,6 +529,9 @@ class ScenarioModel(InputModel):
         "peak factor × each window's rate")
     engine: EngineSchema | None = input_field(
         None, description="this model's serving engine: the keys given here over options.engine")
+    spread: SpreadSpec | None = input_field(
+        None, description="this model's spread over sites and pools: the keys given here over options.spread's (1: "
+        "no bound for this model)")
 
     @model_validator(mode="after")
     def _classes_sum_to_one(self) -> ScenarioModel:

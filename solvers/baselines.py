@@ -345,12 +345,82 @@ def greedy(problem: Problem) -> Plan:
     """The solvers' warm start: the cheapest plan that passes ``validate`` among the time-aware packing
     heuristic (one option per model, and split over options per window), and the three baselines (so the exact
     answer is never worse than any baseline that fits); if none passes, the split heuristic (invalid, with its
-    message; short only in the windows it could not fit, which ``solve`` repairs window by window)."""
+    message; short only in the windows it could not fit, which ``solve`` repairs window by window). With a spread
+    (constraint (18)) each candidate that does not fit first gets replicas elsewhere (:func:`_spread_out`)."""
     split = _split_plan(problem)
     cands = [_packed_plan(problem, time_aware=True, name="greedy"), split, ffd_peak(problem),
              autoscale_dedicated(problem), dedicated_peak(problem)]
+    if any(m.spread_bounds for m in problem.models):
+        cands = [_spread_out(problem, c) if c.message else c for c in cands]
+        split = cands[1]
     valid = [p for p in cands if not p.message]
     return min(valid, key=lambda p: math.inf if p.objective_usd is None else p.objective_usd) if valid else split
+
+
+def _spread_excess(problem: Problem, mname: str, per_pool: dict[str, float]) -> float:
+    """The largest share of model ``mname``'s capacity at one site or pool less its bound (<= 0: its spread
+    holds; a model without capacity holds it), of ``per_pool`` {pool: usable req/s}. A share, not req/s: a
+    replica larger than the breach still lowers it when it goes where the model has least."""
+    pools = problem.pool_by_id
+    worst = -math.inf
+    for level, share in problem.model_by_name[mname].spread_bounds.items():
+        places: dict[str, float] = {}
+        for pid, c in per_pool.items():
+            place = pools[pid].site if level == "site" else pid
+            places[place] = places.get(place, 0.0) + c
+        total = sum(places.values())
+        worst = max(worst, (max(places.values()) / total if total > 0 else 0.0) - share)
+    return worst
+
+
+def _spread_out(problem: Problem, plan: Plan) -> Plan:
+    """``plan`` with, for each model and window whose spread (constraint (18)) does not hold, dedicated replicas
+    added one at a time (among the options with free GPUs in that window, the cheapest per usable req/s of those
+    that lower the largest share, :func:`_spread_excess`) until it holds or none lowers it; re-checked by
+    ``validate`` (:func:`_finish`): the heuristics pack for cost and inventory and know no spread."""
+    W, mu = problem.n_windows, 1 - problem.margin
+    pools = problem.pool_by_id
+    reps = {k: list(v) for k, v in plan.replicas.items()}
+    used = {p.id: [0] * W for p in problem.pools}
+    for key, counts in reps.items():
+        for w, n in enumerate(counts):
+            used[key[1]][w] += n * problem.option_by_key[key].gpus
+    for g in plan.shared:
+        for w in range(W):
+            used[g.pool][w] += 1
+    for m in problem.models:
+        if not m.spread_bounds:
+            continue
+        opts = sorted(problem.options_by_model[m.name],
+                      key=lambda o: (o.gpus * pools[o.pool].usd_per_gpu_hour / o.capacity_req_per_s, o.key))
+        for w in range(W):
+            per_pool: dict[str, float] = {}
+            for g in plan.shared:
+                if m.name in g.models:
+                    per_pool[g.pool] = (per_pool.get(g.pool, 0.0)
+                                        + mu * problem.share_by_key[(m.name, g.pool)].capacity_req_per_s)
+            for o in opts:
+                n = reps.get(o.key, [0] * W)[w]
+                per_pool[o.pool] = per_pool.get(o.pool, 0.0) + n * mu * o.capacity_req_per_s
+            for _ in range(10_000):  # each step lowers the excess; the bound only stops a float loop
+                now = _spread_excess(problem, m.name, per_pool)
+                if now <= 1e-9:
+                    break
+                pick = None
+                for o in opts:
+                    if used[o.pool][w] + o.gpus > pools[o.pool].gpus:
+                        continue
+                    trial = dict(per_pool)
+                    trial[o.pool] = trial.get(o.pool, 0.0) + mu * o.capacity_req_per_s
+                    if _spread_excess(problem, m.name, trial) < now - 1e-9:
+                        pick = o
+                        break
+                if pick is None:
+                    break
+                reps.setdefault(pick.key, [0] * W)[w] += 1
+                used[pick.pool][w] += pick.gpus
+                per_pool[pick.pool] = per_pool.get(pick.pool, 0.0) + mu * pick.capacity_req_per_s
+    return _finish(problem, {k: tuple(v) for k, v in reps.items()}, list(plan.shared), plan.backend)
 
 
 BASELINES = {"dedicated_peak": dedicated_peak, "ffd_peak": ffd_peak, "autoscale_dedicated": autoscale_dedicated}

@@ -123,6 +123,41 @@ def by_model_and_site(problem: Problem, idx: Index) -> tuple[dict, dict]:
     return opts_of, bins_of
 
 
+@dataclass(frozen=True)
+class SpreadRow:
+    """The terms of constraint (18) for one model and level (:mod:`fleetplan.solvers.milp`): ``places`` {site or
+    pool id: [(req/s one unit of the variable gives, 'n' | 'a', key)]}, 'n' a dedicated option's replicas in the
+    window (key the option key; (1-μ)·cap_o req/s each), 'a' the model's residency on a candidate shared GPU (key
+    (model, pool, b); (1-μ)·cs[m,p], its capacity there alone). The row in window w: Σ_{terms at a place} <=
+    share × Σ_{all terms}."""
+
+    model: str
+    level: str
+    share: float
+    places: dict[str, list[tuple[float, str, tuple]]]
+
+
+def spread_rows(problem: Problem, idx: Index) -> list[SpreadRow]:
+    """(18)'s rows, one per model with a spread bound below 1 and level ('site', 'pool'), over ``idx``."""
+    pools = problem.pool_by_id
+    mu = 1 - problem.margin
+    out = []
+    for m in problem.models:
+        for level, share in m.spread_bounds.items():
+            places: dict[str, list[tuple[float, str, tuple]]] = {}
+            for o in idx.options:
+                if o.model == m.name:
+                    place = pools[o.pool].site if level == "site" else o.pool
+                    places.setdefault(place, []).append((mu * o.capacity_req_per_s, "n", o.key))
+            for (p, b), residents in idx.residents.items():
+                if m.name in residents:
+                    place = pools[p].site if level == "site" else p
+                    places.setdefault(place, []).append((mu * idx.share[(m.name, p)].capacity_req_per_s, "a",
+                                                         (m.name, p, b)))
+            out.append(SpreadRow(m.name, level, share, places))
+    return out
+
+
 def warm_values(problem: Problem, idx: Index, plan: Plan) -> dict[str, dict]:
     """Variable values of ``plan`` in the index space: n, st, y, a, f, q (for warm starts and hints).
 

@@ -44,6 +44,7 @@ from fleetplan.solvers.common import (
     build_index,
     by_model_and_site,
     finish_plan,
+    spread_rows,
     warm_values,
 )
 
@@ -273,7 +274,7 @@ def _class_variables(cb: PlacementCpSatModel) -> None:
 def _constraints(cb: PlacementCpSatModel) -> None:
     """Every constraint, in the MILP's order (``fleetplan.solvers.milp._constraints``; CP-SAT has no (11),
     (13) or (14)): (12) per model and window; (1), (2) per model and window; per shared GPU (3), (4) per window,
-    then (5), (10), (9); (6); (7); (8); (15); (16)."""
+    then (5), (10), (9); (6); (7); (8); (15); (16); (18)."""
     problem, idx = cb.problem, cb.idx
     for m in problem.models:
         if not m.class_shares:
@@ -299,6 +300,7 @@ def _constraints(cb: PlacementCpSatModel) -> None:
     _c8_starts(cb)
     _c15_commitments(cb)
     _c16_spot_fallback(cb)
+    _c18_spread(cb)
 
 
 def _c1_coverage(cb: PlacementCpSatModel, m, w: int) -> None:
@@ -440,6 +442,38 @@ def _c16_spot_fallback(cb: PlacementCpSatModel) -> None:
             if _pool_use(cb, pool.id, w):
                 cb.md.add(rho * sum(_pool_use(cb, pool.id, w)) + RATE_PARTS * sum(_pool_use(cb, fb.id, w))
                           <= RATE_PARTS * fb.gpus)
+
+
+#: Largest |coefficient| × upper bound summed over a row of (18) (int64 with room).
+SPREAD_ROW_MAX = 1 << 62
+
+
+def _c18_spread(cb: PlacementCpSatModel) -> None:
+    """(18) The MILP's spread rows (:func:`fleetplan.solvers.common.spread_rows`) as
+    Σ_{terms at the place} (1-β)·c_t·var_t - Σ_{other terms} β·c_t·var_t <= 0 with c_t the req/s of one unit of
+    the term (a replica's usable capacity n[o,w]; a residency a[m,p,b], (1-μ)·cs[m,p]), in units K chosen so
+    that the smallest coefficient is >= 1/SCALE_ERROR, the first coefficients rounded down and the others up: a
+    relaxation (every exact plan satisfies it) whose error stays within SCALE_ERROR of each term. Raises
+    SolverError when a row does not fit int64 (then use --backend highs)."""
+    idx = cb.idx
+    for row in spread_rows(cb.problem, idx):
+        terms = [(c, kind, k, place) for place, ts in row.places.items() for c, kind, k in ts]
+        if not terms:
+            continue
+        lo = min(row.share, 1 - row.share) * min(c for c, *_ in terms)
+        scale = 1.0 / (lo * SCALE_ERROR)
+        ub = {t[2]: (idx.ub[t[2]] if t[1] == "n" else 1) for t in terms}
+        if sum(_up(c * scale) * ub[k] for c, _kind, k, _p in terms) > SPREAD_ROW_MAX:
+            raise SolverError(f"model {row.model}: its capacities span too wide a range for CP-SAT's integer "
+                              "scaling of its spread; use --backend highs")
+        for place in sorted(row.places):
+            for w in idx.W:
+                def var(kind: str, k: tuple, w: int = w):
+                    return cb.n[(k, w)] if kind == "n" else cb.a[k]
+
+                here = [_down((1 - row.share) * c * scale) * var(kind, k) for c, kind, k, p in terms if p == place]
+                other = [_up(row.share * c * scale) * var(kind, k) for c, kind, k, p in terms if p != place]
+                cb.md.add(sum(here) - sum(other) <= 0)
 
 
 def _objective(cb: PlacementCpSatModel) -> None:

@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass, replace
 
 from fleetplan.placement.plan import Plan, SharedGPU, Status, evaluate, starts_per_window
-from fleetplan.placement.problem import Problem
+from fleetplan.placement.problem import Problem, spread_where_possible
 from fleetplan.placement.validate import validate
 from fleetplan.solvers.common import SafetyStop, cheapest_cover, gpus_in_use
 from fleetplan.solvers.cpsat import solve_cpsat
@@ -333,8 +333,9 @@ def _window_problem(problem: Problem, base: Plan, w: int) -> Problem:
     pools = tuple(replace(p, reserved_gpus=min(p.nodes * p.gpus_per_node, p.reserved_gpus + reserved[p.id]))
                   for p in problem.pools)  # the pool's own reserved GPUs stay reserved
     options = tuple(o for o in problem.options if o.model not in drop)
-    return replace(problem, n_windows=1, pools=pools, models=tuple(models), options=options, share_options=(),
-                   max_shared_gpus_per_pool=0)
+    # a spread (18) kept as far as the window's dedicated places allow (the caller validates the combined plan)
+    return replace(problem, n_windows=1, pools=pools, models=spread_where_possible(tuple(models), pools, options),
+                   options=options, share_options=(), max_shared_gpus_per_pool=0)
 
 
 def _base_window_plan(base: Plan, w: int) -> Plan:

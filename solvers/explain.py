@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from fleetplan.placement.problem import ModelSpec, Problem, ReplicaOption, ShareOption
 from fleetplan.solvers.highs import HiGHS
@@ -102,11 +103,32 @@ def _floor_gpus(problem: Problem) -> list[str]:
 
 def explain_infeasible(problem: Problem, *, time_limit_s: float = 30) -> list[str]:
     """Reasons why ``problem`` is infeasible: the prechecks, else the shortfalls of the elastic LP relaxation
-    (demand or replica floors that cannot be met even fractionally, per model and window, with the amount)."""
+    (demand or replica floors that cannot be met even fractionally, per model and window, with the amount), and,
+    when the problem has a spread (constraint (18)) and the relaxation without it has no shortfall, a line saying
+    the spread is the cause."""
     reasons = precheck(problem)
     if reasons:
         return reasons
+    out = _elastic_shortfalls(problem, time_limit_s)
+    if not out:
+        return ["no single model or window is short even with fractional replicas; the conflict is in the whole "
+                "numbers: tensor-parallel groups, shared-GPU memory or replica ceilings together with the inventory"]
+    spread = {m.name: m.spread_bounds for m in problem.models if m.spread_bounds}
+    if spread:
+        # the same relaxation without the spread (18): shortfalls that vanish are the spread's
+        free = replace(problem, models=tuple(replace(m, max_share_per_site=None, max_share_per_pool=None)
+                                             for m in problem.models))
+        if not _elastic_shortfalls(free, time_limit_s):
+            bounds = "; ".join(f"{m}: " + ", ".join(f"max_share_per_{lv} {v:g}" for lv, v in b.items())
+                               for m, b in spread.items())
+            out.append(f"without the spread ({bounds}) every model is served: the inventory left at the other "
+                       "sites or pools cannot hold the share the spread asks for; raise the bound "
+                       "(options.spread / models[].spread) or add GPUs where the model has least")
+    return out
 
+
+def _elastic_shortfalls(problem: Problem, time_limit_s: float) -> list[str]:
+    """The shortfalls of the elastic LP relaxation, per model and window (empty: none)."""
     model = build_milp(problem, relax=True, elastic=True)
     model.lp.solve(HiGHS(msg=False, timeLimit=time_limit_s))
     out = []
@@ -126,7 +148,4 @@ def explain_infeasible(problem: Problem, *, time_limit_s: float = 30) -> list[st
         v = var.value() or 0.0
         if v > 1e-6:
             out.append(f"model {m} in window {w}: its replica floor is short by {v:.2f} replicas")
-    if out:
-        return out
-    return ["no single model or window is short even with fractional replicas; the conflict is in the whole "
-            "numbers: tensor-parallel groups, shared-GPU memory or replica ceilings together with the inventory"]
+    return out

@@ -60,6 +60,12 @@ subject to
         (the fallback pool leaves room for the expected interrupted share of the spot GPUs in use)
     (17) shared GPUs per pool:     Σ_b y[p,b] <= max_shared_gpus_per_pool (held by the index: a pool has at most
         that many candidate shared GPUs b, :func:`fleetplan.solvers.common.shared_bins_per_pool`; no row needed)
+    (18) spread (a model m with a bound β_m < 1 on its share per site, and/or β'_m per pool: ModelSpec.
+        max_share_per_site / max_share_per_pool): with C[m,s,w] = Σ_{o of m at s} (1-μ)·cap_o·n[o,w]
+        + Σ_{p at s, b} (1-μ)·cs[m,p]·a[m,p,b] its capacity at site s (dedicated replicas, and each shared GPU it
+        resides on at its capacity there alone),  C[m,s,w] <= β_m · Σ_{s'} C[m,s',w]  for every site s and window
+        w; per pool the same with the pool in place of the site. (Problem refuses a bound for a model with
+        prefill/decode options, and one its sites cannot meet: β_m × its sites < 1.)
 With ``relax=True`` every integer and binary variable is continuous: the LP relaxation, a lower bound.
 
 In the code, :func:`build_milp` adds the variables, then each numbered constraint by one function ``_cN_...``
@@ -95,6 +101,7 @@ from fleetplan.solvers.common import (
     by_model_and_site,
     cover_cost_floor,
     finish_plan,
+    spread_rows,
     warm_values,
 )
 from fleetplan.solvers.highs import HiGHS
@@ -343,7 +350,7 @@ def _class_variables(mb: _MilpBuild) -> None:
 def _constraints(mb: _MilpBuild, *, cover_cuts: bool, neighbours: tuple[dict, dict] | None) -> None:
     """Every constraint, in the order its rows reach the solver: (14); (12) per model and window; (1), (2) per
     model and window; per shared GPU (3), (4) per window, then (5), (10), (9); (6); (7); (8) against fixed
-    neighbours; (11); (13); (8); (15); (16); :func:`fleetplan.solvers.cpsat.build_cpsat` adds its rows in the same
+    neighbours; (11); (13); (8); (15); (16); (18); :func:`fleetplan.solvers.cpsat.build_cpsat` adds its rows in the same
     order. Not the numbering's order: HiGHS's search path depends on the order of the rows (measured when the blocks
     were cut apart: with the rows in the numbering's order the default scenario's plan is another one within its
     0.5% gap, $898.58 a day instead of $899.08), and this is the order every plan so far was solved with."""
@@ -376,6 +383,7 @@ def _constraints(mb: _MilpBuild, *, cover_cuts: bool, neighbours: tuple[dict, di
     _c8_starts(mb)
     _c15_commitments(mb)
     _c16_spot_fallback(mb)
+    _c18_spread(mb)
 
 
 def _c1_coverage(mb: _MilpBuild, m, w: int) -> None:
@@ -650,6 +658,21 @@ def _c16_spot_fallback(mb: _MilpBuild) -> None:
                 continue
             mb.lp += (pool.interruption_rate * pulp.lpSum(spot)
                       + pulp.lpSum(_pool_use(idx, fb.id, mb.n, mb.y, mb.nd, w)) <= fb.gpus, f"c16_fallback_{j}_{w}")
+
+
+def _c18_spread(mb: _MilpBuild) -> None:
+    """(18) In every window the capacity of a model with a spread bound at one site (in one pool) is at most the
+    bound × its capacity everywhere (dedicated replicas' usable capacity plus, per shared GPU it resides on, its
+    usable capacity there alone); the terms: :func:`fleetplan.solvers.common.spread_rows`."""
+    for j, row in enumerate(spread_rows(mb.problem, mb.idx)):
+        for w in mb.idx.W:
+            def cap(terms: list, w: int = w) -> list:
+                return [c * (mb.n[(k, w)] if kind == "n" else mb.a[k]) for c, kind, k in terms]
+
+            total = [t for terms in row.places.values() for t in cap(terms)]
+            for i, (_place, terms) in enumerate(sorted(row.places.items())):
+                mb.lp += (pulp.lpSum(cap(terms)) - row.share * pulp.lpSum(total) <= 0,
+                          f"c18_spread_{j}_{row.level}_{i}_{w}")
 
 
 def _objective(mb: _MilpBuild) -> None:

@@ -149,10 +149,13 @@ def _repair(problem, g: Plan, *, backend: str, threads: int | None, effort: Effo
     window budgets, or None (with a note) if the repair does not give a valid plan."""
     fixed = solve_by_windows(problem, g, backend=backend, threads=threads, gap=BY_WINDOW_GAP, progress=say,
                              **effort.windows(stop))
+    # the greedy packing does not plan the spread (18): with one, that may be why its plan does not fit
+    what = ("the inventory or the spread (which the greedy packing does not plan)"
+            if any(m.spread_bounds for m in problem.models) else "the inventory")
     if fixed is not g and validate(problem, fixed, check_objective=False).ok:
-        notes.append("the greedy plan did not fit the inventory and was repaired window by window")
+        notes.append(f"the greedy plan did not fit {what} and was repaired window by window")
         return fixed
-    notes.append("the greedy plan does not fit the inventory and its window-by-window repair gave no valid plan")
+    notes.append(f"the greedy plan does not fit {what} and its window-by-window repair gave no valid plan")
     return None
 
 
@@ -247,8 +250,8 @@ def solve(problem, backend: str = "highs", *, time_limit_s: float = 60, threads:
     ``partition`` and ``seed``), its parts and per-window bounds run on ``executor`` (default: a local process
     pool of :func:`~fleetplan.solvers.executor.default_workers`); problems of POP_AUTO_MODELS models or more are
     decomposed by default (``decompose=None``; k from :func:`~fleetplan.solvers.pop.default_parts`), and
-    ``decompose=1`` turns it off. Not with request classes or best effort. POP still shares the time limit
-    between its stages by the wall clock (the message says so).
+    ``decompose=1`` turns it off. Not with request classes, best effort or a spread (not decomposed by default).
+    POP still shares the time limit between its stages by the wall clock (the message says so).
     Raises SolverError for an unknown backend, InputError for a time limit, gap or effort out of range (NaN
     included).
     """
@@ -276,9 +279,10 @@ def solve(problem, backend: str = "highs", *, time_limit_s: float = 60, threads:
     if reasons:
         return Plan(status=Status.INFEASIBLE, backend=backend, message="; ".join(reasons),
                     solve_time_s=time.perf_counter() - t0)
+    spread = any(m.spread_bounds for m in problem.models)
     k = decompose if decompose is not None else (default_parts(problem) if len(problem.models) >= POP_AUTO_MODELS
                                                  and not problem.has_classes and not best_effort
-                                                 and not problem.has_disaggregation else 1)
+                                                 and not problem.has_disaggregation and not spread else 1)
     if k != 1:
         plan = _decomposed(problem, k, backend, best_effort=best_effort, executor=executor, time_limit_s=time_limit_s,
                            threads=threads, gap=gap, partition=partition, seed=seed, deadline=deadline, say=say)
@@ -301,10 +305,15 @@ def _decomposed(problem, k: int, backend: str, *, best_effort: bool, executor: E
                 threads: int | None, gap: float, partition: str, seed: int, deadline: float,
                 say: Callable[[str], None]) -> Plan:
     """The POP plan of ``problem`` in ``k`` sub-fleets on ``executor`` (default: a local process pool, closed after);
-    SolverError for request classes, best effort or disaggregated pools."""
+    SolverError for request classes, best effort, disaggregated pools or a spread (POP splits each pool's nodes
+    between the parts, so a part may not have the sites a model's spread needs)."""
     if problem.has_classes or best_effort or problem.has_disaggregation:
         raise SolverError("--decompose does not support request classes, --best-effort or disaggregated "
                           "prefill/decode pools yet; plan without it")
+    if any(m.spread_bounds for m in problem.models):
+        raise SolverError("--decompose does not plan a spread (options.spread / models[].spread: constraint (18)) "
+                          "yet: it splits each pool between sub-fleets; plan without --decompose, or without the "
+                          "spread")
     say(f"decomposing into {k} sub-fleets")
     ex = executor or make_executor("process")
     try:

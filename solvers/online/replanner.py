@@ -22,6 +22,9 @@ pools, and shared GPUs, each serving, loading its weights, or serving until its 
 * the fleet as an input (:meth:`Replanner.set_unavailable`): nodes reported down leave their pools; the replicas on
   them are lost at once and replaced in the same call (their replacement is not limited by the migration budget);
   nodes coming back are free GPUs again.
+* the spread (constraint (18), ``ModelSpec.max_share_per_site`` / ``_per_pool``): rounds add replicas that keep
+  it, repair it when it breaks and never remove a replica whose going breaks it; re-solves plan it; over the sites
+  and pools that are up (an outage relaxes it: :func:`~fleetplan.placement.problem.spread_where_possible`).
 * the whole plan: prefill/decode pools and their KV routes, shared GPUs, the day's commitments (their GPUs used
   first, at no marginal cost: they are paid anyway) and spot fallback headroom (a spot pool's expected interrupted
   GPUs stay free in its fallback pool) are kept and re-planned. Request classes are not: a problem with them is
@@ -126,8 +129,9 @@ class _Cap:
 @dataclass
 class _Round:
     """What a round works with: the forecast, the held forecast removals are judged on, capacity per model once
-    loading replicas serve (``planned``) and serving now (``ready``), shared GPUs' served rates, replica counts for
-    floors and ceilings, and the moves made."""
+    loading replicas serve (``planned``) and serving now (``ready``), shared GPUs' served rates, per model and pool
+    the usable capacity of the shared GPUs it resides on alone (``shared_pool``, for the spread), replica counts
+    for floors and ceilings, and the moves made."""
 
     at_s: float
     forecast: dict[str, float]
@@ -138,6 +142,7 @@ class _Round:
     count: dict[str, int]
     budget: int
     moves: int = 0
+    shared_pool: dict[str, dict[str, float]] = field(default_factory=dict)
 
     def left(self) -> bool:
         return self.budget < 0 or self.moves < self.budget
@@ -590,7 +595,14 @@ class Replanner:
         for sv in served:
             for m, f in sv.items():
                 shared_cap[m] += f
-        return _Round(at_s, forecast, held, planned, ready, shared_cap, count, budget)
+        mu = 1 - self.problem.margin
+        shared_pool: dict[str, dict[str, float]] = {}  # (18): a residency counts its capacity alone there
+        for s in self.shared:
+            if s.stop_at_s is None:
+                for m in s.models:
+                    per = shared_pool.setdefault(m, {})
+                    per[s.pool] = per.get(s.pool, 0.0) + mu * self.shares[(m, s.pool)].capacity_req_per_s
+        return _Round(at_s, forecast, held, planned, ready, shared_cap, count, budget, shared_pool=shared_pool)
 
     # ---- the heuristic round --------------------------------------------------------------------------------
     def _slo_ok(self, o: ReplicaOption) -> bool:
@@ -651,10 +663,15 @@ class Replanner:
     def _choose(self, model: str, deficit: float, st: _Round) -> Key | None:
         """The replica a round starts for ``deficit`` req/s of ``model``: among the candidates (:meth:`_candidates`)
         whose GPU cost per usable req/s is at most ``add_max_cost_ratio`` × the lowest (all of them when none is),
-        the lowest score; None when nothing fits."""
+        the lowest score; None when nothing fits. A model with a spread picks among the candidates that keep it
+        (or bring it closer), when there are any (:meth:`_spread_excess`)."""
         cands = self._candidates(model, deficit, st)
         if not cands:
             return None
+        if self._spread_bounds(model):
+            now = self._spread_excess(model, st)
+            keep = [c for c in cands if self._spread_excess(model, st, (c[1], 1)) <= max(now, _EPS)]
+            cands = keep or cands
         cap = min(c[2] for c in cands) * self.config.add_max_cost_ratio
         efficient = [c for c in cands if c[2] <= cap * (1 + 1e-9)] or cands
         return min(efficient)[1]
@@ -677,6 +694,59 @@ class Replanner:
 
     def _deficit(self, m: str, st: _Round) -> float:
         return st.forecast[m] - st.planned[m].total() - st.shared_cap[m]
+
+    # ---- spread (constraint (18)) ---------------------------------------------------------------------------
+    def _spread_bounds(self, model: str) -> dict[str, float]:
+        """The model's spread bounds on the fleet as it stands (relaxed over the sites and pools that are up:
+        :func:`~fleetplan.placement.problem.spread_where_possible`)."""
+        return self.fleet.model_by_name[model].spread_bounds
+
+    def _spread_excess(self, model: str, st: _Round, delta: tuple[Key, int] | None = None) -> float:
+        """How far ``model``'s capacity once loading replicas serve (those being replaced left out; its shared
+        GPUs at their capacity alone, as constraint (18) counts them) is above its spread bounds: the largest share
+        of it at one site or pool less the bound (<= 0: the spread holds; no capacity holds it), with ``delta`` =
+        (key, ±replicas) applied. A share, not req/s: a replica larger than the breach still lowers it where the
+        model has least."""
+        bounds = self._spread_bounds(model)
+        if not bounds:
+            return 0.0
+        per_pool = dict(st.shared_pool.get(model, {}))
+        for key, insts in self.instances.items():
+            if key[0] == model and not _is_pd(key):
+                n = sum(1 for i in insts if i.stop_at_s is None)
+                per_pool[key[1]] = per_pool.get(key[1], 0.0) + n * self.usable[key]
+        if delta is not None and not _is_pd(delta[0]):
+            per_pool[delta[0][1]] = per_pool.get(delta[0][1], 0.0) + delta[1] * self.usable[delta[0]]
+        worst = -math.inf
+        for level, share in bounds.items():
+            places: dict[str, float] = {}
+            for pid, c in per_pool.items():
+                place = self.pools[pid].site if level == "site" else pid
+                places[place] = places.get(place, 0.0) + c
+            total = sum(places.values())
+            worst = max(worst, (max(places.values()) / total if total > 0 else 0.0) - share)
+        return worst
+
+    def _spread_repair(self, st: _Round) -> None:
+        """For each model whose spread does not hold (after the adds), start replicas one at a time (the cheapest per
+        usable req/s among those that lower its largest share at one site or pool), within the budget, until it
+        holds or nothing lowers it (then the round's validate report says so)."""
+        for m in sorted(self.models):
+            spec = self.models[m]
+            while self._spread_bounds(m) and st.left():
+                now = self._spread_excess(m, st)
+                if now <= _EPS:
+                    break
+                if spec.max_replicas is not None and st.count[m] >= spec.max_replicas:
+                    break
+                cands = [(c[2], self._spread_excess(m, st, (c[1], 1)), c[0], c[1])
+                         for c in self._candidates(m, 0.0, st) if not _is_pd(c[1])]
+                better = [c for c in cands if c[1] < now - _EPS]
+                if not better:
+                    break
+                key = min(better)[3]
+                if not self._start(key, st, st.at_s + self.load_time_s.get(key, 0.0)):
+                    break
 
     def _add_replicas(self, st: _Round) -> None:
         """Adds (see :meth:`round`): floors first, then deficits, models by priority then by deficit."""
@@ -749,8 +819,8 @@ class Replanner:
 
     def _removal(self, st: _Round) -> tuple[Key, LiveReplica] | None:
         """The replica a round removes next: loading ones first, then the dearest, among those whose model keeps
-        its floor and whose survivors (once loading replicas serve) carry the held forecast at the target
-        utilization; None when none may go."""
+        its floor and its spread and whose survivors (once loading replicas serve) carry the held forecast at the
+        target utilization; None when none may go."""
         target = self.config.target_utilization
         best = None
         for key, insts in self.instances.items():
@@ -765,6 +835,9 @@ class Replanner:
             without.add(role, self.usable[key], site, ds, -1.0)
             if without.total() + st.shared_cap[m] < st.held[m] / target - 1e-9:
                 continue
+            if self._spread_bounds(m) and self._spread_excess(m, st, (key, -1)) > max(self._spread_excess(m, st),
+                                                                                       _EPS):
+                continue  # its removal would break (or worsen) the model's spread
             inst = max(live, key=lambda i: i.ready_at_s)
             loading = inst.ready_at_s > st.at_s
             score = (loading, self.price_per_hour[key], tuple(map(str, key)))
@@ -813,8 +886,10 @@ class Replanner:
         the models' priority (higher first) and then of deficit; when nothing of a model fits, replicas of
         lower-priority models are stopped to make room (:meth:`_preempt`; each stop counts against the budget):
         when the forecast exceeds the fleet, demand is served by priority and the rest is reported in
-        ``unmet_req_per_s``; (2) while budget is left, a replica goes (loading ones first: cancelling a load costs
-        nothing served; then the dearest) if the survivors' usable capacity still covers the highest forecast of
+        ``unmet_req_per_s``; a model with a spread takes the replicas that keep it, and one whose spread does not
+        hold gets replicas elsewhere (:meth:`_spread_repair`); (2) while budget is left, a replica goes (loading
+        ones first: cancelling a load costs nothing served; then the dearest; never one whose going breaks its
+        model's spread) if the survivors' usable capacity still covers the highest forecast of
         the cooldown / target_utilization (for N equal replicas: forecast / (N − 1) <= target × usable per
         replica: the survivors absorb the removed share). A serving replica stops at once only when the replicas
         serving now carry that forecast without it; otherwise it serves until its model's loading replicas do
@@ -830,6 +905,7 @@ class Replanner:
         held = self._hold(forecast, at_s)
         st = self._round_state(at_s, forecast, held, self.config.migration_budget if budget is None else budget)
         self._add_replicas(st)
+        self._spread_repair(st)
         self._remove_replicas(st)
         res = self._result(at_s, reason, t0=t0, before=before, forecast=forecast, settled=settled, lost=_lost)
         self.drifted = self._drift(res)

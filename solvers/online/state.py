@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 
 from fleetplan.errors import InputError
 from fleetplan.placement.plan import Plan
-from fleetplan.placement.problem import OptionKey, PdKey, Problem
+from fleetplan.placement.problem import OptionKey, PdKey, Problem, spread_where_possible
 from fleetplan.placement.validate import ValidationReport
 
 #: Pricing model an online problem gives a committed pool: its GPUs are bought for the day (sunk), so using one costs
@@ -44,6 +44,11 @@ def online_problem(problem: Problem, down: Mapping[str, Collection[int]] | None 
             plan uses the GPUs already bought before paying for others. A committed pool missing here keeps its
             full size at 0 marginal price only if it is also given; callers pass every committed pool
             (:meth:`Replanner` refuses to start without them).
+
+    A model's spread (constraint (18)) is kept over the sites (pools) that still have GPUs: with k of them left,
+    a bound below 1/k (which k places cannot meet) becomes 1/k, and with one left it no longer binds, so an outage
+    never makes the fleet infeasible through the spread
+    (:func:`~fleetplan.placement.problem.spread_where_possible`).
 
     Raises InputError for an unknown pool, a node index out of range or a commitment above the pool's GPUs.
     """
@@ -75,7 +80,8 @@ def online_problem(problem: Problem, down: Mapping[str, Collection[int]] | None 
         elif q.reserved_gpus > q.nodes * q.gpus_per_node:
             q = replace(q, reserved_gpus=q.nodes * q.gpus_per_node)
         out.append(q)
-    return replace(problem, pools=tuple(out))
+    models = spread_where_possible(problem.models, tuple(out), problem.options, problem.share_options)
+    return replace(problem, pools=tuple(out), models=models)
 
 
 def sunk_usd_per_hour(problem: Problem, commitments: Mapping[str, int]) -> float:
