@@ -367,8 +367,8 @@ def _solve_monolithic(problem, backend: str, *, t0: float, stop: SafetyStop, eff
                                  **effort.windows(stop))
     best = bounds.get("per-window")
     if start is not None and best is not None and best > 0:
-        g = relative_gap(evaluate(problem, start).total_usd, best)
-        if g is not None and g <= gap:
+        proven = relative_gap(evaluate(problem, start).total_usd, best)
+        if proven is not None and proven <= gap:
             # the plan so far is already proven within the gap by the per-window bound (request classes, above):
             # the exact model could only confirm it
             notes.append(f"the window-by-window plan is within the requested gap of the bound: no {backend} model "
