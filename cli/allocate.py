@@ -304,7 +304,7 @@ def _replay_table(title: str, replays: dict[str, TenantReplay], workloads: dict[
 def _verify(problem: TenantProblem, result: AllocationResult, splits: dict[tuple[int, str], NodeSplit],
             policies: dict[str, Objectives], workloads: dict[str, tuple[TenantWorkload, ...]], *,
             windows: list[int] | None, slice_s: float, burst: tuple[str, float] | None, seed: int, threads: int,
-            split: str) -> None:
+            split: str, backend: str, effort: float) -> None:
     """``--verify``: each tenant's requests replayed on the optimizer's allocation and on static partitions in
     ``windows``, a burst of one tenant, and the papers' answer (utilization and P99 isolation vs static)."""
     from rich.console import Console
@@ -333,7 +333,7 @@ def _verify(problem: TenantProblem, result: AllocationResult, splits: dict[tuple
         bt, factor = burst
         bw = ws[-1] if windows is not None else max(ws, key=lambda w: sum(t.demand_gpus[w] for t in problem.tenants))
         b = burst_replay(problem, workloads, tenant=bt, window=bw, factor=factor, slice_s=slice_s, warmup_s=warm,
-                         seed=seed, threads=threads, split=split)
+                         seed=seed, threads=threads, split=split, backend=backend, effort=effort)
         tab = table(f"Burst: {bt} × {factor:g} in window {bw} (optimizer re-solved for it; static keeps its nodes): "
                     "P99 TTFT ms, nominal -> burst, and SLO met", ("tenant", "optimizer", "static"),
                     right=lambda c: c != "tenant")
@@ -482,4 +482,4 @@ def allocate(scenario: Path | None, mode: str, backend: str, time_limit_s: float
     _print_tables(problem, result, splits, policies, mode=mode, backend=backend, split=split, plot=plot_path)
     if verify:
         _verify(problem, result, splits, policies, workloads, windows=verify_ws, slice_s=slice_s, burst=burst_spec,
-                seed=seed, threads=threads, split=split)
+                seed=seed, threads=threads, split=split, backend=backend, effort=effort)
