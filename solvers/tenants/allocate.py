@@ -38,8 +38,8 @@ TIE_BREAK = 1e-3
 #: Effort budget of one solve of the node-level model, per backend, at ``effort`` 1: HiGHS branch-and-bound nodes
 #: (``mip_max_nodes``) and CP-SAT deterministic time (its own work units). Measured on the shipped
 #: tenants_default.yaml (24 one-window weighted solves, 1 thread; docs/tenants.md): CP-SAT proves every window
-#: optimal within 0.21 units (2.3 CPU s in all); HiGHS needs up to 6,705 nodes per window to prove one (58 CPU s
-#: in all), and the budget below stops it earlier with the allocation, bound and gap it has.
+#: optimal within 0.21 units (2.6 CPU s in all); HiGHS needs up to 6,705 nodes per window to prove one (58 CPU s
+#: in all); at the budget below it stops at a 4.0% gap after 13.5 CPU s, with the allocation and bound it has.
 NODES_PER_SOLVE = 500
 CPSAT_UNITS_PER_SOLVE = 1.0
 
@@ -189,8 +189,10 @@ def _timed_solve(model: TenantModel, deadline: float, threads: int, budget: floa
 @dataclass
 class _Run:
     """What every mode of :func:`solve_allocation` shares: the problem, the backend's model class, the groups of
-    windows solved apart, the normalisers, limits, the progress callback, the backend's name and the executor of
-    the fan-outs (in this process by default)."""
+    windows solved apart, the normalisers, limits, the progress callback, the backend's name, the executor of
+    the fan-outs (in this process by default), each solve's effort budget, the safety stop's deadline (a
+    :func:`wall_clock` value) and the limit it came from; and what the stop cut and where the greedy packing stands
+    in (for :meth:`notes`)."""
 
     problem: TenantProblem
     Model: TenantModelFactory
@@ -263,8 +265,7 @@ class _Run:
                        f"{shown}; this allocation may differ on another machine or under another load")
         if self.filled:
             out.append(f"no solve found an allocation for {', '.join(dict.fromkeys(self.filled))}: the greedy "
-                       "packing's GPUs "
-                       "stand there (no bound, status heuristic)")
+                       "packing's GPUs stand there (no bound, status heuristic)")
         return out
 
     def finish(self, outs: list[SolveOutcome], policy: str, *, one_objective: bool = True
