@@ -24,6 +24,7 @@ from click.testing import CliRunner
 import fleetplan.solvers.tenants.allocate as allocate_mod
 from fleetplan.cli.main import main
 from fleetplan.datasets.sharing import load_interference
+from fleetplan.errors import InputError
 from fleetplan.placement.status import Status
 from fleetplan.placement.tenants import Allocation, Node, Tenant, TenantProblem, validate_allocation
 from fleetplan.solvers.tenants.allocate import solve_allocation
@@ -151,3 +152,10 @@ tenants:
     assert "for window 0, window 1: the greedy packing's GPUs" in filled
     assert "without its in-node split" in no_split and "fired before the split" in no_split
     assert "Warning: the wall-clock safety stop" in r.stderr
+
+
+def test_effort_must_be_positive():
+    with pytest.raises(InputError, match="effort must be a number > 0"):
+        solve_allocation(PROBLEM, effort=0)
+    r = CliRunner().invoke(main, ["allocate", "--effort", "0"])
+    assert r.exit_code == 2 and "--effort" in r.output and "Traceback" not in r.output
