@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -37,7 +36,7 @@ from fleetplan.simulator.tenants import (
 )
 from fleetplan.solvers.executor import make_executor
 from fleetplan.solvers.tenants.allocate import BACKENDS as ALLOCATION_BACKENDS
-from fleetplan.solvers.tenants.allocate import AllocationResult, solve_allocation
+from fleetplan.solvers.tenants.allocate import AllocationResult, solve_allocation, wall_clock
 from fleetplan.solvers.tenants.baselines import fair_share, static_partition
 from fleetplan.solvers.tenants.slicing import NodeSplit, split_allocation, split_kind
 
@@ -136,11 +135,12 @@ def _split_table(problem: TenantProblem, splits: dict[tuple[int, str], NodeSplit
 
 def _solve(problem: TenantProblem, opts: dict, *, mode: str, backend: str, time_limit_s: float, threads: int,
            points: int, margin: bool, split: str, executor: str, workers: int, ray_address: str | None,
-           t0: float) -> tuple[AllocationResult, dict[tuple[int, str], NodeSplit], str | None]:
-    """The allocation, then the in-node split of its shared nodes in what is left of ``time_limit_s`` since
-    ``t0`` (``time.perf_counter()`` at the start of the command; at least 1 s), with a spinner on stderr; and why
-    the split is missing (None: it is not). A split that fails (no split found in the time left, or MIG
-    instances that cannot hold the needs) never loses the allocation: it is returned without the split."""
+           effort: float, deadline: float) -> tuple[AllocationResult, dict[tuple[int, str], NodeSplit], list[str]]:
+    """The allocation, then the in-node split of its shared nodes, every solve within its effort budget (× ``effort``)
+    and the wall-clock safety stop ``deadline`` (a :func:`wall_clock` value: the command's start plus
+    ``time_limit_s``), with a spinner on stderr; and the warnings: what the stop cut, and why the split is missing
+    if it is. A split that fails (the stop came first, or MIG instances that cannot hold the needs) never loses
+    the allocation: it is returned without the split."""
     from rich.console import Console
 
     with make_executor(executor, workers=workers, address=ray_address) as ex, \
@@ -148,14 +148,27 @@ def _solve(problem: TenantProblem, opts: dict, *, mode: str, backend: str, time_
         result = solve_allocation(problem, mode=mode, backend=backend, weights=opts.get("weights"),
                                   order=opts.get("order"), tolerance=float(opts.get("tolerance", 0.01)),
                                   points=points, time_limit_s=time_limit_s, threads=threads, margin=margin,
-                                  progress=lambda m: status.update(m), executor=ex)
+                                  progress=lambda m: status.update(m), executor=ex, effort=effort,
+                                  deadline=deadline)
+        notes = list(result.notes)
+        if split == "none":
+            return result, {}, notes
         status.update("splitting shared nodes ...")
+        left_s = deadline - wall_clock()
+        if left_s <= 0:
+            return result, {}, [*notes, "the allocation is given without its in-node split: the wall-clock safety "
+                                f"stop (--time-limit {time_limit_s:g} s) fired before the split; raise --time-limit"]
         try:
-            splits = split_allocation(problem, result.allocation, kind=split, threads=threads,
-                                      time_limit_s=max(1.0, time_limit_s - (time.perf_counter() - t0)))
+            splits = split_allocation(problem, result.allocation, kind=split, threads=threads, time_limit_s=left_s,
+                                      effort=effort)
         except SolverError as exc:
-            return result, {}, f"the allocation is given without its in-node split: {exc}"
-    return result, splits, None
+            return result, {}, [*notes, f"the allocation is given without its in-node split: {exc}"]
+    cut = sorted(f"window {w} node {n}" for (w, n), s in splits.items() if s.cut_by_clock)
+    if cut:
+        notes.append(f"the wall-clock safety stop (--time-limit {time_limit_s:g} s) cut the in-node split of "
+                     f"{', '.join(cut[:6])}{' and more' if len(cut) > 6 else ''} before its effort budget (status "
+                     "feasible there); the split may differ on another machine")
+    return result, splits, notes
 
 
 def _policies(problem: TenantProblem, result: AllocationResult) -> dict[str, Objectives]:
@@ -169,7 +182,7 @@ def _policies(problem: TenantProblem, result: AllocationResult) -> dict[str, Obj
 
 def _allocation_json(problem: TenantProblem, result: AllocationResult, splits: dict[tuple[int, str], NodeSplit],
                      policies: dict[str, Objectives], *, mode: str, backend: str, split: str, kinds: dict[str, str],
-                     warning: str | None) -> dict:
+                     warnings: list[str]) -> dict:
     """The run as one JSON object: the allocation per tenant, window and node, the tenants' demand, the split,
     the policies' objectives, the Pareto front, the lexicographic stages and the warnings."""
     alloc = result.allocation
@@ -186,7 +199,7 @@ def _allocation_json(problem: TenantProblem, result: AllocationResult, splits: d
         "policies": {k: _objectives_json(v) for k, v in policies.items()},
         "pareto": [_objectives_json(o) for _, o in result.pareto],
         "lexicographic_stages": [{"objective": n, "optimum": b, "kept": k} for n, b, k in result.stages],
-        "warnings": [warning] if warning else [],
+        "warnings": warnings,
     }
 
 
@@ -291,7 +304,7 @@ def _replay_table(title: str, replays: dict[str, TenantReplay], workloads: dict[
 def _verify(problem: TenantProblem, result: AllocationResult, splits: dict[tuple[int, str], NodeSplit],
             policies: dict[str, Objectives], workloads: dict[str, tuple[TenantWorkload, ...]], *,
             windows: list[int] | None, slice_s: float, burst: tuple[str, float] | None, seed: int, threads: int,
-            split: str) -> None:
+            split: str, backend: str, effort: float) -> None:
     """``--verify``: each tenant's requests replayed on the optimizer's allocation and on static partitions in
     ``windows``, a burst of one tenant, and the papers' answer (utilization and P99 isolation vs static)."""
     from rich.console import Console
@@ -320,7 +333,7 @@ def _verify(problem: TenantProblem, result: AllocationResult, splits: dict[tuple
         bt, factor = burst
         bw = ws[-1] if windows is not None else max(ws, key=lambda w: sum(t.demand_gpus[w] for t in problem.tenants))
         b = burst_replay(problem, workloads, tenant=bt, window=bw, factor=factor, slice_s=slice_s, warmup_s=warm,
-                         seed=seed, threads=threads, split=split)
+                         seed=seed, threads=threads, split=split, backend=backend, effort=effort)
         tab = table(f"Burst: {bt} × {factor:g} in window {bw} (optimizer re-solved for it; static keeps its nodes): "
                     "P99 TTFT ms, nominal -> burst, and SLO met", ("tenant", "optimizer", "static"),
                     right=lambda c: c != "tenant")
@@ -398,8 +411,12 @@ def _parse_windows(text: str | None, problem: TenantProblem) -> list[int] | None
 @click.argument("scenario", required=False, type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--mode", type=click.Choice(["weighted", "lexicographic", "pareto"]), default="weighted",
               show_default=True, help="Weighted sum, lexicographic order, or Pareto front (epsilon-constraint).")
-@backend_option(ALLOCATION_BACKENDS)
-@time_limit_option(60.0, "the whole run (allocation, then the in-node split)")
+@backend_option(ALLOCATION_BACKENDS, default="cpsat")
+@time_limit_option(300.0, "the whole run (allocation, then the in-node split): a safety stop; the work is set by "
+                   "--effort")
+@click.option("--effort", type=click.FloatRange(min=0.0, min_open=True, max=1000.0), default=1.0, show_default=True,
+              help="Effort budget of every solve, × the defaults (CP-SAT deterministic time, HiGHS "
+                   "branch-and-bound nodes): the same input and effort give the same allocation on any machine.")
 @threads_option(1)
 @click.option("--points", type=click.IntRange(2, 50), default=5, show_default=True,
               help="Pareto points (mode pareto).")
@@ -422,7 +439,8 @@ def _parse_windows(text: str | None, problem: TenantProblem) -> list[int] | None
               help="Tenant whose rate is multiplied (default factor 2) in the last replayed window; default the "
                    "highest-weight tenant; 'none' to skip.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the replayed requests.")
-def allocate(scenario: Path | None, mode: str, backend: str, time_limit_s: float, threads: int, points: int,
+def allocate(scenario: Path | None, mode: str, backend: str, time_limit_s: float, effort: float, threads: int,
+             points: int,
              workers: int, executor: str, ray_address: str | None, fmt: str, plot: str | None, no_margin: bool,
              split: str, verify: bool, verify_windows: str | None, slice_s: float, burst: str | None,
              seed: int) -> None:
@@ -430,12 +448,14 @@ def allocate(scenario: Path | None, mode: str, backend: str, time_limit_s: float
     and quota-with-borrowing fair share, then split every node the optimizer shares into MIG slices or MPS shares.
     SCENARIO is a YAML file (default: the shipped tenants_default.yaml).
 
-    The in-node split gets the time left of --time-limit (at least 1 s, and at least 0.1 s per distinct node
-    case). Nodes held by one tenant are not split: that tenant has whole GPUs."""
+    Every solve has a fixed effort budget (--effort), so the same input gives the same allocation on an idle or
+    a loaded machine; --time-limit is a safety stop for the whole run: when it fires, the best answer so far is
+    printed with a warning naming what it cut. Nodes held by one tenant are not split: that tenant has whole
+    GPUs."""
     time_limit_s = checked_time_limit(time_limit_s)
+    deadline = wall_clock() + time_limit_s
     plot_path = Path(plot) if plot is not None else None
     claim_outputs({"--plot": plot_path})  # checked and locked before the solve
-    t0 = time.perf_counter()
     problem, opts, workloads = load_tenants_with_workloads(scenario)
     verify_ws = _parse_windows(verify_windows, problem) if verify else None
     burst_spec = _parse_burst(burst, problem) if verify else None
@@ -445,20 +465,21 @@ def allocate(scenario: Path | None, mode: str, backend: str, time_limit_s: float
     if warning:
         click.echo(f"Warning: {warning}", err=True)
     kinds = {} if split == "none" else {g: split_kind(split, g) for g in sorted({n.gpu for n in problem.nodes})}
-    result, splits, no_split = _solve(problem, opts, mode=mode, backend=backend, time_limit_s=time_limit_s,
-                                      threads=threads, points=points, margin=not no_margin, split=split,
-                                      executor=executor, workers=workers, ray_address=ray_address, t0=t0)
-    if no_split:
-        click.echo(f"Warning: {no_split}", err=True)
-        warning = "; ".join(w for w in (warning, no_split) if w)
+    result, splits, notes = _solve(problem, opts, mode=mode, backend=backend, time_limit_s=time_limit_s,
+                                   threads=threads, points=points, margin=not no_margin, split=split,
+                                   executor=executor, workers=workers, ray_address=ray_address, effort=effort,
+                                   deadline=deadline)
+    for note in notes:
+        click.echo(f"Warning: {note}", err=True)
+    warnings = [w for w in (warning, *notes) if w]
     policies = _policies(problem, result)  # every allocation re-checked by the independent checker
     if plot_path is not None:
         _plot(plot_path, result, policies)
     if fmt == "json":
         click.echo(json.dumps(_allocation_json(problem, result, splits, policies, mode=mode, backend=backend,
-                                               split=split, kinds=kinds, warning=warning), indent=2))
+                                               split=split, kinds=kinds, warnings=warnings), indent=2))
         return
     _print_tables(problem, result, splits, policies, mode=mode, backend=backend, split=split, plot=plot_path)
     if verify:
         _verify(problem, result, splits, policies, workloads, windows=verify_ws, slice_s=slice_s, burst=burst_spec,
-                seed=seed, threads=threads, split=split)
+                seed=seed, threads=threads, split=split, backend=backend, effort=effort)

@@ -436,9 +436,11 @@ def geometric_mean(xs: Sequence[float]) -> float:
 
 def burst_replay(problem: TenantProblem, workloads: Mapping[str, Sequence[TenantWorkload]], *, tenant: str,
                  window: int, factor: float = 2.0, slice_s: float = 60.0, warmup_s: float = 20.0, seed: int = 0,
-                 time_limit_s: float = 10.0, threads: int = 1, split: str = "none") -> BurstReplay:
+                 time_limit_s: float = 300.0, threads: int = 1, split: str = "none", backend: str = "cpsat",
+                 effort: float = 1.0) -> BurstReplay:
     """Replay ``tenant``'s burst (rate × ``factor`` for window ``window``) under the optimizer (weighted mode,
-    re-solved for that window with the burst demand, HiGHS, ``time_limit_s``) and static partitions, against the
+    re-solved for that window with the burst demand on ``backend`` at ``effort`` × the default budgets, the same
+    answer on any machine; ``time_limit_s`` a wall-clock safety stop per solve) and static partitions, against the
     same window without the burst; ``split`` ('auto', 'mig', 'mps', 'none') splits the optimizer's shared nodes as
     ``allocate --split`` does, and the replay runs on the slices. Both allocations are re-checked by
     :func:`~fleetplan.placement.tenants.validate_allocation`. Raises InputError (bad tenant, window, factor),
@@ -450,11 +452,12 @@ def burst_replay(problem: TenantProblem, workloads: Mapping[str, Sequence[Tenant
     nominal: dict[str, TenantReplay] = {}
     burst: dict[str, TenantReplay] = {}
     for prob, out, scale in ((base, nominal, 1.0), (hot, burst, factor)):
-        opt = solve_allocation(prob, time_limit_s=time_limit_s, threads=threads).allocation
+        opt = solve_allocation(prob, backend=backend, time_limit_s=time_limit_s, threads=threads,
+                               effort=effort).allocation
         st = static_partition(prob)
         validate_allocation(prob, st, check_guarantees=False)
         rs = {(tenant, 0): scale}
-        sp = split_allocation(prob, opt, kind=split, time_limit_s=time_limit_s, threads=threads)
+        sp = split_allocation(prob, opt, kind=split, time_limit_s=time_limit_s, threads=threads, effort=effort)
         for pol, alloc, spl in (("optimizer", opt, sp), ("static", st, {})):
             out[pol] = replay_allocation(prob, alloc, wl1, windows=[0], slice_s=slice_s, warmup_s=warmup_s,
                                          seed=seed, rate_scale=rs, splits=spl)

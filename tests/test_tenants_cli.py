@@ -26,7 +26,7 @@ tenants:
 
 
 def test_json_default_scenario():
-    r = CliRunner().invoke(main, ["allocate", "--backend", "cpsat", "--format", "json", "--time-limit", "20"])
+    r = CliRunner().invoke(main, ["allocate", "--backend", "cpsat", "--format", "json"])
     assert r.exit_code == 0, r.output
     d = json.loads(r.stdout)
     problem, _ = load_tenants()
@@ -60,7 +60,7 @@ def test_small_scenario_table_and_plot(tmp_path):
     sc.write_text(SMALL)
     png = tmp_path / "front.png"
     r = CliRunner().invoke(main, ["allocate", str(sc), "--mode", "pareto", "--points", "3", "--backend", "cpsat",
-                                  "--plot", str(png), "--time-limit", "10"])
+                                  "--plot", str(png)])
     assert r.exit_code == 0, r.output
     assert "Pareto front" in r.stdout and png.read_bytes()[:4] == b"\x89PNG"
 
@@ -68,8 +68,8 @@ def test_small_scenario_table_and_plot(tmp_path):
 def test_small_scenario_json_lexicographic_highs(tmp_path):
     sc = tmp_path / "s.yaml"
     sc.write_text(SMALL + "order: [utilization, isolation, sla]\ntolerance: 0\n")
-    r = CliRunner().invoke(main, ["allocate", str(sc), "--mode", "lexicographic", "--format", "json",
-                                  "--time-limit", "10"])
+    r = CliRunner().invoke(main, ["allocate", str(sc), "--mode", "lexicographic", "--backend", "highs",
+                                  "--format", "json"])
     assert r.exit_code == 0, r.output
     d = json.loads(r.stdout)
     # Window 0: 16 GPUs wanted on 16; sharing one node (capacity floor(8 × 0.925) = 7) serves 15.
@@ -116,7 +116,7 @@ tenants:
 def _run_json(tmp_path, text, *args):
     sc = tmp_path / "split.yaml"
     sc.write_text(text)
-    r = CliRunner().invoke(main, ["allocate", str(sc), "--backend", "cpsat", "--format", "json", "--time-limit", "10",
+    r = CliRunner().invoke(main, ["allocate", str(sc), "--backend", "cpsat", "--format", "json",
                                   *args])
     assert r.exit_code == 0, r.output
     return json.loads(r.stdout)
@@ -172,7 +172,7 @@ def test_split_auto_is_mps_without_mig_and_mig_is_refused(tmp_path):
 def test_split_table_summary(tmp_path):
     sc = tmp_path / "split.yaml"
     sc.write_text(SPLIT)
-    r = CliRunner().invoke(main, ["allocate", str(sc), "--backend", "cpsat", "--time-limit", "10"])
+    r = CliRunner().invoke(main, ["allocate", str(sc), "--backend", "cpsat"])
     assert r.exit_code == 0, r.output
     # One shared node-window, 7 MIG instances on 7 GPUs, none shared, nothing unmet.
     row = next(line for line in r.stdout.splitlines() if "MIG" in line and "H100" in line)
@@ -197,7 +197,7 @@ tenants:
       - {name: Llama-3.1-8B, rates_req_per_s: [0, 3]}
   - {name: g, quota_gpus: 2, demand_gpus: [2, 2], interference_class: batch}
 """)
-    r = CliRunner().invoke(main, ["allocate", str(sc), "--format", "json", "--time-limit", "10"])
+    r = CliRunner().invoke(main, ["allocate", str(sc), "--format", "json"])
     assert r.exit_code == 0, r.output
     d = json.loads(r.stdout)
 
@@ -225,7 +225,7 @@ def test_key_typos_and_gpu_aliases(tmp_path):
     assert res.exit_code == 2 and "did you mean 'gpu_types'" in res.output and "Traceback" not in res.output
     # The alias 'H100' names the catalog's H100-SXM-80GB, in the pool and in gpu_types.
     p.write_text(p.read_text().replace("gpu_type:", "gpu_types:"))
-    res = CliRunner().invoke(main, ["allocate", str(p), "--backend", "cpsat", "--format", "json", "--time-limit", "5"])
+    res = CliRunner().invoke(main, ["allocate", str(p), "--backend", "cpsat", "--format", "json"])
     assert res.exit_code == 0, res.output
     assert "H100-SXM-80GB" in res.output
 
@@ -244,7 +244,7 @@ def test_tenant_error_names_the_tenant_and_field(tmp_path):
     # burst below the quota: the message named "row 1"; now the tenant and the field path, value and fix.
     f = tmp_path / "t.yaml"
     f.write_text(SMALL_TENANTS.format(q1=6, b1=2))
-    r = CliRunner().invoke(main, ["allocate", str(f), "--time-limit", "5"])
+    r = CliRunner().invoke(main, ["allocate", str(f)])
     assert r.exit_code == 2, r.output
     assert f"{f}, field 'tenants[0].burst_gpus': tenant chat:" in r.output and "row 1" not in r.output, r.output
     assert "Traceback" not in r.output
@@ -255,7 +255,7 @@ def test_quotas_beyond_the_pool_warn(tmp_path):
     # 2+4 = 6 GPUs per window, so the allocation runs, with a warning naming both totals.
     f = tmp_path / "t.yaml"
     f.write_text(SMALL_TENANTS.format(q1=6, b1=8))
-    quiet = ["--time-limit", "10", "--format", "json", "--split", "none", "--no-margin"]
+    quiet = ["--format", "json", "--split", "none", "--no-margin"]
     r = CliRunner().invoke(main, ["allocate", str(f), *quiet])
     assert r.exit_code == 0, r.output
     out = json.loads(r.stdout)
@@ -272,7 +272,7 @@ def test_quotas_beyond_the_pool_warn(tmp_path):
 def test_allocate_table_folds_instead_of_cutting():
     # Rich cuts a cell with "…" when the table is wider than the console (80 columns when not a terminal); every
     # column folds instead, so no value is cut (a 3-s limit: the table is the point, not the optimum).
-    r = CliRunner().invoke(main, ["allocate", "--time-limit", "3", "--split", "none"])
+    r = CliRunner().invoke(main, ["allocate", "--split", "none"])
     assert r.exit_code == 0, r.output
     assert "…" not in r.output
 
@@ -290,7 +290,7 @@ def test_a_split_that_runs_out_of_time_keeps_the_allocation(tmp_path, monkeypatc
     monkeypatch.setattr(allocate_cli, "split_allocation", out_of_time)
     sc = tmp_path / "s.yaml"
     sc.write_text(SMALL)
-    r = CliRunner().invoke(main, ["allocate", str(sc), "--format", "json", "--time-limit", "10"])
+    r = CliRunner().invoke(main, ["allocate", str(sc), "--format", "json"])
     assert r.exit_code == 0, r.output
     d = json.loads(r.stdout)
     assert d["allocation"] and not d["split"]["nodes"]

@@ -165,7 +165,7 @@ def test_allocate_verify_cli(tmp_path):
 
     f = tmp_path / "t.yaml"
     f.write_text(VERIFY)
-    r = CliRunner().invoke(main, ["allocate", str(f), "--verify", "--slice", "10", "--time-limit", "10",
+    r = CliRunner().invoke(main, ["allocate", str(f), "--verify", "--slice", "10",
                                   "--burst", "a:2"])
     assert r.exit_code == 0, r.output
     assert "not replayed" in r.output and "Burst: a × 2" in r.output and "P99 TTFT optimizer / static" in r.output

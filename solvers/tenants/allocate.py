@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -14,13 +15,16 @@ from fleetplan.placement.status import Status
 from fleetplan.placement.tenants import (
     OBJECTIVE_SENSE,
     Allocation,
+    AllocationError,
     Objectives,
     SolveOutcome,
     TenantProblem,
+    evaluate_allocation,
     explain_guarantees,
     validate_allocation,
 )
 from fleetplan.solvers.executor import Executor
+from fleetplan.solvers.tenants.baselines import packed_greedy
 from fleetplan.solvers.tenants.cpsat import CpSatModel
 from fleetplan.solvers.tenants.milp import TenantMilpModel
 
@@ -31,6 +35,25 @@ DEFAULT_ORDER = ("sla", "utilization", "isolation")
 #: Weight of the secondary terms that break ties (keeps s tight and avoids weakly dominated points).
 TIE_BREAK = 1e-3
 
+#: Effort budget of one solve of the node-level model, per backend, at ``effort`` 1: HiGHS branch-and-bound nodes
+#: (``mip_max_nodes``) and CP-SAT deterministic time (its own work units). Measured on the shipped
+#: tenants_default.yaml (24 one-window weighted solves, 1 thread; docs/tenants.md): CP-SAT proves every window
+#: optimal within 0.21 units (2.6 CPU s in all); HiGHS needs up to 6,705 nodes per window to prove one (58 CPU s
+#: in all); at the budget below it stops at a 4.0% gap after 13.5 CPU s, with the allocation and bound it has.
+NODES_PER_SOLVE = 500
+CPSAT_UNITS_PER_SOLVE = 1.0
+
+
+def _clock() -> float:
+    """The wall clock the safety stop reads (epoch seconds, comparable across the executor's processes); a test
+    replaces it to stand for a slow or loaded machine."""
+    return time.time()
+
+
+def wall_clock() -> float:
+    """Now, on the clock of the safety stop (seconds): what a ``deadline`` of :func:`solve_allocation` counts in."""
+    return _clock()
+
 
 class TenantModel(Protocol):
     """What the allocation loops ask of a backend's model (:class:`TenantMilpModel`, :class:`CpSatModel`)."""
@@ -39,7 +62,10 @@ class TenantModel(Protocol):
 
     def add_limit(self, name: str, value: float) -> None: ...
 
-    def solve(self, time_limit_s: float, threads: int = 1) -> SolveOutcome: ...
+    #: True when the last solve was ended by its wall-clock safety stop.
+    cut_by_clock: bool
+
+    def solve(self, time_limit_s: float, threads: int = 1, budget: float | None = None) -> SolveOutcome: ...
 
 
 class TenantModelFactory(Protocol):
@@ -58,6 +84,8 @@ class AllocationResult:
         mode, backend: how it was produced.
         pareto: for mode 'pareto', the non-dominated points [(Allocation, Objectives)] by increasing isolation.
         stages: for mode 'lexicographic', [(objective, optimum found, bound kept)] in order.
+        notes: what the wall-clock safety stop cut, and which windows hold the greedy packing's answer because no
+            solve of theirs found one (empty: every solve ran to its effort budget or a proof).
     """
 
     allocation: Allocation
@@ -66,6 +94,7 @@ class AllocationResult:
     backend: str
     pareto: list[tuple[Allocation, Objectives]] = field(default_factory=list)
     stages: list[tuple[str, float, float]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
 
 
 def normalisers(problem: TenantProblem) -> dict[str, float]:
@@ -95,14 +124,18 @@ def _combine(outs: list[SolveOutcome]) -> tuple[Status, dict, float | None, floa
     for o in outs:
         if o.status in (Status.INFEASIBLE, Status.NO_SOLUTION):
             return o.status, {}, None, None, sum(x.solve_s for x in outs)
-    status = Status.OPTIMAL if all(o.status is Status.OPTIMAL for o in outs) else Status.FEASIBLE
     gpus: dict = {}
     for o in outs:
         gpus.update(o.gpus)
-    obj = sum(o.objective or 0.0 for o in outs)
     # A bound on the sum needs a bound on every part: one part without a proven bound leaves the whole without.
     parts = [o.bound for o in outs]
     bound = sum(b for b in parts if b is not None) if all(b is not None for b in parts) else None
+    known = all(o.objective is not None for o in outs)
+    obj = sum(o.objective or 0.0 for o in outs) if known else None
+    if all(o.status is Status.OPTIMAL for o in outs):
+        status = Status.OPTIMAL
+    else:  # a feasible answer has a bound to be measured against; without one it is a heuristic answer
+        status = Status.FEASIBLE if bound is not None and known else Status.HEURISTIC
     return status, gpus, obj, bound, sum(o.solve_s for o in outs)
 
 
@@ -122,18 +155,44 @@ def _gap(obj: float | None, bound: float | None) -> float | None:
     return max(bound - obj, 0.0) / scale  # within float tolerance: a proven optimum
 
 
-def _raise_unsolved(status: Status, what: str) -> None:
-    if status is Status.INFEASIBLE:
-        raise InfeasibleError(f"{what}: the guarantees fit the pool only without interference headroom on shared "
-                              "nodes; give more nodes, lower quotas, or run with the margin off")
-    raise SolverError(f"{what}: no allocation found within the time limit; raise --time-limit")
+def _raise_infeasible(what: str) -> None:
+    raise InfeasibleError(f"{what}: the guarantees fit the pool only without interference headroom on shared "
+                          "nodes; give more nodes, lower quotas, or run with the margin off")
+
+
+def _budget(backend: str, effort: float) -> float:
+    """The budget of one solve of ``backend``'s model at ``effort`` × the default: HiGHS nodes (whole, ≥ 1) or
+    CP-SAT deterministic time units."""
+    if backend == "highs":
+        return float(max(1, round(effort * NODES_PER_SOLVE)))
+    return effort * CPSAT_UNITS_PER_SOLVE
+
+
+def _budget_text(backend: str, budget: float) -> str:
+    if backend == "highs":
+        return f"{budget:,.0f} branch-and-bound nodes"
+    return f"{budget:.3g} units of CP-SAT deterministic time"
+
+
+def _timed_solve(model: TenantModel, deadline: float, threads: int, budget: float
+                 ) -> tuple[SolveOutcome, str | None]:
+    """Solve ``model`` within its effort ``budget``, the wall clock left until ``deadline`` as a safety stop.
+    Returns the outcome and None, or 'not started' (the stop had fired: NO_SOLUTION without a solve) or 'cut'
+    (the stop ended the search before the budget)."""
+    left = deadline - _clock()
+    if left <= 0:
+        return SolveOutcome(Status.NO_SOLUTION, {}, {}, None, None, 0.0), "not started"
+    o = model.solve(left, threads, budget)
+    return o, ("cut" if model.cut_by_clock else None)
 
 
 @dataclass
 class _Run:
     """What every mode of :func:`solve_allocation` shares: the problem, the backend's model class, the groups of
-    windows solved apart, the normalisers, limits, the progress callback, the backend's name and the executor of
-    the fan-outs (in this process by default)."""
+    windows solved apart, the normalisers, limits, the progress callback, the backend's name, the executor of
+    the fan-outs (in this process by default), each solve's effort budget, the safety stop's deadline (a
+    :func:`wall_clock` value) and the limit it came from; and what the stop cut and where the greedy packing stands
+    in (for :meth:`notes`)."""
 
     problem: TenantProblem
     Model: TenantModelFactory
@@ -145,19 +204,79 @@ class _Run:
     say: Callable[[str], None]
     backend: str = "highs"
     executor: Executor = field(default_factory=Executor)
+    budget: float = 1.0
+    deadline: float = math.inf
+    time_limit_s: float = math.inf
+    cut: list[str] = field(default_factory=list)
+    filled: list[str] = field(default_factory=list)
+    _greedy: Allocation | None = None
 
     def model(self, windows: list[int]) -> TenantModel:
         return self.Model(self.problem, windows, margin=self.margin)
+
+    def where(self, g: list[int]) -> str:
+        return f"window {g[0]}" if self.decompose else "all windows"
+
+    def solve(self, model: TenantModel, what: str) -> SolveOutcome:
+        """One solve within the run's budget and safety stop; a solve the stop cut or never started is noted."""
+        o, cut = _timed_solve(model, self.deadline, self.threads, self.budget)
+        self.record(what, cut)
+        return o
+
+    def record(self, what: str, cut: str | None) -> None:
+        if cut == "cut":
+            self.cut.append(what)
+        elif cut == "not started":
+            self.cut.append(what + " (not started)")
+
+    def fallback(self, g: list[int], what: str, status: Status) -> SolveOutcome:
+        """The greedy packing's answer (:func:`packed_greedy`) in the windows of group ``g``, for a group whose
+        solves found nothing (NO_SOLUTION: the safety stop, or a budget too small); InfeasibleError for a group
+        proven infeasible; SolverError when the greedy packing misses a guarantee (then nothing valid is known)."""
+        if status is Status.INFEASIBLE:
+            _raise_infeasible(what)
+        if self._greedy is None:
+            self._greedy = packed_greedy(self.problem)
+        greedy = self._greedy
+        try:
+            validate_allocation(self.problem, greedy)
+        except AllocationError:
+            stop = f" (--time-limit {self.time_limit_s:g} s)" if self.cut else ""
+            raise SolverError(f"{what}: no allocation found within the effort budget or before the safety stop"
+                              f"{stop}, and the greedy packing misses a guarantee; raise --time-limit or --effort"
+                              ) from None
+        ws = set(g)
+        gpus = {k: v for k, v in greedy.gpus.items() if k[1] in ws}
+        ob = evaluate_allocation(self.problem, Allocation("part", gpus, margin=True))
+        # evaluate counts the other windows as unserved: their SLA shortfall is taken off.
+        other = sum(t.weight * t.sla_target * t.demand_gpus[w] for t in self.problem.tenants
+                    for w in range(self.problem.n_windows) if w not in ws)
+        values = {"utilization": ob.utilization, "isolation": ob.isolation, "sla": ob.sla - other}
+        self.filled.append(self.where(g))
+        return SolveOutcome(Status.HEURISTIC, gpus, values, None, None, 0.0)
+
+    def notes(self) -> list[str]:
+        """What the safety stop cut, and where the greedy packing's answer stands in, as sentences."""
+        out = []
+        if self.cut:
+            shown = ", ".join(self.cut[:6]) + (f" and {len(self.cut) - 6} more" if len(self.cut) > 6 else "")
+            out.append(f"the wall-clock safety stop (--time-limit {self.time_limit_s:g} s) cut {len(self.cut)} "
+                       f"solve(s) before their effort budget of {_budget_text(self.backend, self.budget)} each: "
+                       f"{shown}; this allocation may differ on another machine or under another load")
+        if self.filled:
+            out.append(f"no solve found an allocation for {', '.join(dict.fromkeys(self.filled))}: the greedy "
+                       "packing's GPUs stand there (no bound, status heuristic)")
+        return out
 
     def finish(self, outs: list[SolveOutcome], policy: str, *, one_objective: bool = True
                ) -> tuple[Allocation, Objectives]:
         """The allocation the outcomes of all groups make together, re-checked by the independent checker.
         ``one_objective``: every outcome solved the same scalar objective; otherwise their objectives and bounds do
-        not add up to a bound on anything, so the allocation has no bound and no gap and is at best FEASIBLE."""
+        not add up to a bound on anything, so the allocation has no bound and no gap (status HEURISTIC)."""
         status, gpus, obj, bound, dt = _combine(outs)
         if not one_objective:
             bound = None
-            status = Status.FEASIBLE if status is Status.OPTIMAL else status
+            status = Status.HEURISTIC
         alloc = Allocation(policy, gpus, margin=self.margin, status=status, bound=bound, gap=_gap(obj, bound),
                            solve_s=dt)
         return alloc, validate_allocation(self.problem, alloc)
@@ -183,10 +302,11 @@ def _check_arguments(mode: str, weights: dict[str, float], order: tuple[str, ...
 
 def solve_allocation(problem: TenantProblem, *, mode: str = "weighted", backend: str = "highs",
                      weights: dict[str, float] | None = None, order: Sequence[str] | None = None,
-                     tolerance: float = 0.01, points: int = 5, time_limit_s: float = 30.0, threads: int = 1,
+                     tolerance: float = 0.01, points: int = 5, time_limit_s: float = 300.0, threads: int = 1,
                      margin: bool = True, decompose: bool | None = None,
                      progress: Callable[[str], None] | None = None,
-                     executor: Executor | None = None) -> AllocationResult:
+                     executor: Executor | None = None, effort: float = 1.0,
+                     deadline: float | None = None) -> AllocationResult:
     """Allocate the pool to the tenants.
 
     Args:
@@ -195,7 +315,12 @@ def solve_allocation(problem: TenantProblem, *, mode: str = "weighted", backend:
             earlier optima within ``tolerance``, relative) or 'pareto' (``points`` epsilon-constraint solves).
         backend: 'highs' (this MILP) or 'cpsat' (``fleetplan.solvers.tenants.cpsat``).
         weights: {'utilization', 'isolation', 'sla': weight ≥ 0}; default 1 each.
-        time_limit_s: wall-time budget for the whole call, split over its solves; threads: solver threads.
+        effort: the effort budget of every solve, × the defaults (:data:`NODES_PER_SOLVE` HiGHS nodes,
+            :data:`CPSAT_UNITS_PER_SOLVE` CP-SAT units): the same problem, options and effort give the same
+            allocation on any machine and under any load, whatever the wall clock does.
+        time_limit_s: a wall-clock safety stop for the whole call (``deadline``, a :func:`wall_clock` value, when
+            given: e.g. the command's start plus its limit); when it fires, the best answer so far is returned and
+            ``notes`` names what it cut. threads: solver threads (CP-SAT's workers search interleaved).
         margin: reserve interference headroom on shared nodes.
         decompose: solve each window apart: exact for 'weighted' (the objective is a sum over windows) and for
             'lexicographic' with tolerance 0; with a tolerance each window keeps its own stage optima within it
@@ -205,35 +330,41 @@ def solve_allocation(problem: TenantProblem, *, mode: str = "weighted", backend:
         executor: where the independent solves of 'pareto' run (:mod:`fleetplan.solvers.executor`); default this
             process. Same answers on every executor (each solve's budget is fixed beforehand).
 
-    Returns an AllocationResult whose allocations all passed ``validate_allocation``.
-    Raises InfeasibleError (guarantees that cannot be met, explained), SolverError (nothing found in time),
-    InputError (bad mode, backend, weights, order, points).
+    A group of windows whose solves find nothing (the stop fired first, or the budget was too small) takes the
+    greedy packing's GPUs there (status HEURISTIC), said in ``notes``. Returns an AllocationResult whose allocations
+    all passed ``validate_allocation``. Raises InfeasibleError (guarantees that cannot be met, explained),
+    SolverError (nothing found and the greedy packing misses a guarantee), InputError (bad mode, backend, weights,
+    order, points, effort).
     """
     weights = dict(DEFAULT_WEIGHTS if weights is None else weights)
     order = tuple(order or DEFAULT_ORDER)
     _check_arguments(mode, weights, order, tolerance, points)
+    if not (isinstance(effort, int | float) and math.isfinite(effort) and effort > 0):
+        raise InputError(f"effort must be a number > 0 (× the default budgets), got {effort!r}", field="effort",
+                         value=effort)
     Model = _factory(backend)
     explain_guarantees(problem)
     W = list(range(problem.n_windows))
     if decompose is None:
         decompose = len(W) > 1
     run = _Run(problem, Model, [[w] for w in W] if decompose else [W], decompose, normalisers(problem), margin,
-               threads, progress or (lambda _m: None), backend, executor or Executor())
+               threads, progress or (lambda _m: None), backend, executor or Executor(), _budget(backend, effort),
+               deadline if deadline is not None else _clock() + time_limit_s, time_limit_s)
     if mode == "weighted":
-        alloc, ob = _weighted(run, weights, time_limit_s)
-        return AllocationResult(alloc, ob, mode, backend)
+        alloc, ob = _weighted(run, weights)
+        return AllocationResult(alloc, ob, mode, backend, notes=run.notes())
     if mode == "lexicographic":
-        alloc, ob, stages = _lexicographic(run, order, tolerance, time_limit_s)
-        return AllocationResult(alloc, ob, mode, backend, stages=stages)
-    # The weighted answer is solved too, with its share of the time: the front keeps only the points that no
-    # solved point dominates (an epsilon-constraint point stopped by its limit can be dominated by it).
-    front = _pareto(run, points, time_limit_s * points / (points + 1))
-    front = non_dominated([*front, _weighted(run, weights, time_limit_s / (points + 1))])
+        alloc, ob, stages = _lexicographic(run, order, tolerance)
+        return AllocationResult(alloc, ob, mode, backend, stages=stages, notes=run.notes())
+    # The weighted answer is solved too: the front keeps only the points that no solved point dominates (an
+    # epsilon-constraint point stopped by its budget can be dominated by it).
+    front = _pareto(run, points)
+    front = non_dominated([*front, _weighted(run, weights)])
     chosen = max(front, key=lambda p: weighted_score(problem, p[1], weights))
-    return AllocationResult(chosen[0], chosen[1], mode, backend, pareto=front)
+    return AllocationResult(chosen[0], chosen[1], mode, backend, pareto=front, notes=run.notes())
 
 
-def _weighted(run: _Run, weights: dict[str, float], time_limit_s: float) -> tuple[Allocation, Objectives]:
+def _weighted(run: _Run, weights: dict[str, float]) -> tuple[Allocation, Objectives]:
     """Maximize Σ_k weight_k · sense_k · objective_k / normaliser_k, one solve per group of windows (the
     objective is a sum over windows, so solving them apart is exact)."""
     coefs = {k: weights.get(k, 0.0) / run.norm[k] for k in OBJECTIVE_SENSE}
@@ -241,21 +372,20 @@ def _weighted(run: _Run, weights: dict[str, float], time_limit_s: float) -> tupl
     coefs = {k: c + TIE_BREAK / run.norm[k] for k, c in coefs.items()}
     outs = []
     for i, g in enumerate(run.groups):
-        run.say(f"solving {'window ' + str(g[0]) if run.decompose else 'all windows'} ({i + 1}/{len(run.groups)})")
+        run.say(f"solving {run.where(g)} ({i + 1}/{len(run.groups)})")
         m = run.model(g)
         m.set_objective(coefs)
-        o = m.solve(time_limit_s / len(run.groups), run.threads)
+        o = run.solve(m, f"{run.where(g)} (weighted)")
         if o.status in (Status.INFEASIBLE, Status.NO_SOLUTION):
-            _raise_unsolved(o.status, f"window {g[0]}" if run.decompose else "allocation")
+            o = run.fallback(g, run.where(g) if run.decompose else "allocation", o.status)
         outs.append(o)
     return run.finish(outs, "optimizer")
 
 
-def _lexicographic(run: _Run, order: tuple[str, ...], tolerance: float, time_limit_s: float
+def _lexicographic(run: _Run, order: tuple[str, ...], tolerance: float
                    ) -> tuple[Allocation, Objectives, list[tuple[str, float, float]]]:
     """Optimize the objectives in ``order``, each stage keeping the earlier ones within ``tolerance`` (relative)
     of their optimum; returns the allocation, its objectives and [(objective, Σ optimum, Σ limit kept)]."""
-    budget = time_limit_s / (len(order) * len(run.groups))
     totals = {name: [0.0, 0.0] for name in order}  # Σ over groups of (stage optimum, bound kept)
     finals = []
     for gi, g in enumerate(run.groups):
@@ -265,12 +395,15 @@ def _lexicographic(run: _Run, order: tuple[str, ...], tolerance: float, time_lim
             run.say(f"lexicographic stage {i + 1}/{len(order)} ({name})"
                     + (f", window {g[0]} ({gi + 1}/{len(run.groups)})" if run.decompose else ""))
             model.set_objective({k: (1.0 if k == name else TIE_BREAK) / run.norm[k] for k in OBJECTIVE_SENSE})
-            o = model.solve(budget, run.threads)
+            o = run.solve(model, f"{run.where(g)} (lexicographic stage {name})")
             if o.status is Status.NO_SOLUTION and last is not None:
                 # The previous stage's answer meets every limit so far: keep it, flagged as not proven.
-                o = SolveOutcome(Status.FEASIBLE, last.gpus, last.values, last.objective, None, o.solve_s)
-            elif o.status in (Status.INFEASIBLE, Status.NO_SOLUTION):
-                _raise_unsolved(o.status, f"lexicographic stage {name}")
+                o = SolveOutcome(Status.HEURISTIC, last.gpus, last.values, None, None, o.solve_s)
+            elif o.status is Status.NO_SOLUTION:
+                # No stage found anything: the greedy packing stands, and its values set the later stages' limits.
+                o = run.fallback(g, f"lexicographic stage {name}, {run.where(g)}", o.status)
+            elif o.status is Status.INFEASIBLE:
+                _raise_infeasible(f"lexicographic stage {name}")
             best = o.values[name]
             slack = tolerance * abs(best) + 1e-7
             keep = best - slack if OBJECTIVE_SENSE[name] > 0 else best + slack
@@ -288,26 +421,29 @@ def _lexicographic(run: _Run, order: tuple[str, ...], tolerance: float, time_lim
 
 @dataclass(frozen=True)
 class _SolveTask:
-    """One solve of the Pareto fan-out: the windows, objective coefficients, limits (objective, value) and the
-    time budget, all fixed before the fan-out so every executor solves the same models."""
+    """One solve of the Pareto fan-out: the windows, objective coefficients, limits (objective, value), all fixed
+    before the fan-out so every executor solves the same models, and what the solve is called in notes."""
 
     windows: tuple[int, ...]
     objective: dict[str, float]
     limits: tuple[tuple[str, float], ...]
-    budget_s: float
+    what: str = ""
 
 
-def _solve_task(common: tuple[TenantProblem, str, bool, int], task: _SolveTask) -> SolveOutcome:
-    """Build the backend's model of ``task.windows`` and solve it (an executor task: module level, picklable)."""
-    problem, backend, margin, threads = common
+def _solve_task(common: tuple[TenantProblem, str, bool, int, float, float], task: _SolveTask
+                ) -> tuple[SolveOutcome, str | None]:
+    """Build the backend's model of ``task.windows`` and solve it within the effort budget and before the
+    deadline (an executor task: module level, picklable); returns the outcome and what the stop did
+    (see :func:`_timed_solve`)."""
+    problem, backend, margin, threads, budget, deadline = common
     m = _factory(backend)(problem, list(task.windows), margin=margin)
     m.set_objective(task.objective)
     for name, value in task.limits:
         m.add_limit(name, value)
-    return m.solve(task.budget_s, threads)
+    return _timed_solve(m, deadline, threads, budget)
 
 
-def _pareto(run: _Run, points: int, time_limit_s: float) -> list[tuple[Allocation, Objectives]]:
+def _pareto(run: _Run, points: int) -> list[tuple[Allocation, Objectives]]:
     """The Pareto front by the epsilon-constraint method on isolation: per group of windows, two anchors (most
     utilization; least isolation), then points - 2 solves maximizing utilization with isolation ≤ ε_j, where ε_j
     steps evenly between the group's anchors. With one group per window (decompose), point j is the union of the
@@ -315,13 +451,13 @@ def _pareto(run: _Run, points: int, time_limit_s: float) -> list[tuple[Allocatio
     points.
 
     The solves fan out on ``run.executor`` in two rounds: every group's two anchors, then every group's points
-    (a point needs its group's anchors). Each solve has the same budget, time_limit_s / (points · groups), on every
-    executor; the results are combined in group order."""
+    (a point needs its group's anchors). Each solve has the run's effort budget on every executor; the results are
+    combined in group order. An anchor without an answer takes the greedy packing's; a point without one takes
+    its group's least-isolation anchor."""
     norm = run.norm
-    budget = time_limit_s / (points * len(run.groups))
     util_first = {"utilization": 1.0, "isolation": TIE_BREAK / norm["isolation"], "sla": TIE_BREAK / norm["sla"]}
     iso_first = {"isolation": 1.0 / norm["isolation"], "utilization": TIE_BREAK, "sla": TIE_BREAK / norm["sla"]}
-    common = (run.problem, run.backend, run.margin, run.threads)
+    common = (run.problem, run.backend, run.margin, run.threads, run.budget, run.deadline)
 
     def where(gi: int) -> str:
         g = run.groups[gi]
@@ -330,17 +466,21 @@ def _pareto(run: _Run, points: int, time_limit_s: float) -> list[tuple[Allocatio
     anchor_tasks = []
     for gi, g in enumerate(run.groups):
         run.say("Pareto anchors" + where(gi))
-        anchor_tasks += [_SolveTask(tuple(g), util_first, (), budget), _SolveTask(tuple(g), iso_first, (), budget)]
-    anchors = run.executor.map(_solve_task, anchor_tasks, common=common, with_common=True)
+        anchor_tasks += [_SolveTask(tuple(g), util_first, (), f"{run.where(g)} (Pareto anchor, utilization)"),
+                         _SolveTask(tuple(g), iso_first, (), f"{run.where(g)} (Pareto anchor, isolation)")]
+    anchors = []
+    for task, (o, cut) in zip(anchor_tasks, run.executor.map(_solve_task, anchor_tasks, common=common,
+                                                              with_common=True), strict=True):
+        run.record(task.what, cut)
+        anchors.append(o)
     per_point: list[list[SolveOutcome | None]] = [[None] * len(run.groups) for _ in range(points)]
     # Which scalar objective each part solved ('util': utilization first, 'iso': isolation first, the lo anchor).
     tags: list[set[str]] = [set() for _ in range(points)]
     point_tasks: list[tuple[int, int, _SolveTask]] = []  # (point j, group gi, task)
     for gi, g in enumerate(run.groups):
-        hi, lo = anchors[2 * gi], anchors[2 * gi + 1]
-        for o in (hi, lo):
-            if o.status in (Status.INFEASIBLE, Status.NO_SOLUTION):
-                _raise_unsolved(o.status, "Pareto anchor" + where(gi))
+        hi, lo = (o if o.status not in (Status.INFEASIBLE, Status.NO_SOLUTION)
+                  else run.fallback(g, "Pareto anchor" + where(gi), o.status)
+                  for o in (anchors[2 * gi], anchors[2 * gi + 1]))
         per_point[0][gi] = lo
         per_point[points - 1][gi] = hi
         tags[0].add("iso")
@@ -353,9 +493,11 @@ def _pareto(run: _Run, points: int, time_limit_s: float) -> list[tuple[Allocatio
                 per_point[j][gi] = lo
                 tags[j].add("iso")
                 continue
-            point_tasks.append((j, gi, _SolveTask(tuple(g), util_first, (("isolation", eps + 1e-7),), budget)))
+            point_tasks.append((j, gi, _SolveTask(tuple(g), util_first, (("isolation", eps + 1e-7),),
+                                                  f"{run.where(g)} (Pareto point {j + 1})")))
     solved = run.executor.map(_solve_task, [t for _, _, t in point_tasks], common=common, with_common=True)
-    for (j, gi, _), o in zip(point_tasks, solved, strict=True):
+    for (j, gi, task), (o, cut) in zip(point_tasks, solved, strict=True):
+        run.record(task.what, cut)
         lo = per_point[0][gi]
         found = o.status in (Status.OPTIMAL, Status.FEASIBLE)
         per_point[j][gi] = o if found else lo

@@ -4,8 +4,8 @@
 CP-SAT works on integers, so the node-level model counts served GPUs and SLA shortfall in milli-GPUs and the
 node coefficient s in thousandths (coefficients are rounded to 0.001, the precision of the shipped table); the
 objective is made integer (each objective's factor relative to the smallest, ×1000, rounded). A greedy answer
-(margin-aware packing, then on re-solves the previous answer) is given as a hint. Time and thread limits are
-always explicit.
+(margin-aware packing, then on re-solves the previous answer) is given as a hint. The effort budget (CP-SAT's
+deterministic time), the seed and the workers are always explicit; the wall-clock limit is a safety stop.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from fleetplan.errors import SolverError
 from fleetplan.placement.status import Status
 from fleetplan.placement.tenants import OBJECTIVE_SENSE, Node, SolveOutcome, Tenant, TenantProblem
+from fleetplan.solvers.cpsat import CPSAT_SEED
 from fleetplan.solvers.tenants.baselines import packed_greedy
 
 if TYPE_CHECKING:  # OR-Tools is imported when a model is built (start-up speed); its types are for mypy only
@@ -37,8 +38,20 @@ _HINTS: dict[int, tuple[TenantProblem, Mapping[tuple[str, int, str], int]]] = {}
 
 
 def cpsat_status(cp_model, code) -> Status:
+    """The :class:`Status` of CP-SAT's status code ``code`` (UNKNOWN and MODEL_INVALID: NO_SOLUTION)."""
     return {cp_model.OPTIMAL: Status.OPTIMAL, cp_model.FEASIBLE: Status.FEASIBLE,
             cp_model.INFEASIBLE: Status.INFEASIBLE}.get(code, Status.NO_SOLUTION)
+
+
+def cut_by_clock(cp_model, code, solver, time_limit_s: float, deterministic_time: float | None) -> bool:
+    """True if CP-SAT's wall-clock limit ``time_limit_s`` ended the search of ``solver`` (status ``code``): not
+    proven optimal or infeasible, the wall time at the limit (99%), and the deterministic budget, if any, not used
+    up. CP-SAT reports no stop reason, so this is read from its clocks."""
+    if code in (cp_model.OPTIMAL, cp_model.INFEASIBLE):
+        return False
+    if solver.wall_time < 0.99 * time_limit_s:
+        return False
+    return deterministic_time is None or solver.deterministic_time < 0.99 * deterministic_time
 
 
 class CpSatModel:
@@ -76,6 +89,8 @@ class CpSatModel:
         }
         self.unit = {"utilization": 1.0 / (SCALE * cap), "isolation": 1.0 / SCALE, "sla": 1.0 / (SCALE * SCALE)}
         self._last: dict | None = None
+        #: True when the last solve was ended by its wall-clock safety stop (not by its budget or a proof).
+        self.cut_by_clock = False
         if hint is None:
             cached = _HINTS.get(id(P))
             if cached is None or cached[0] is not P:
@@ -190,19 +205,30 @@ class CpSatModel:
         else:
             self.md.add(self.int_expr[name] <= math.floor(scaled + 1e-6))
 
-    def solve(self, time_limit_s: float, threads: int = 1) -> SolveOutcome:
+    def solve(self, time_limit_s: float, threads: int = 1, budget: float | None = None) -> SolveOutcome:
+        """Solve with CP-SAT (``threads`` workers, random seed CPSAT_SEED). ``budget``: the
+        effort budget in CP-SAT's own work units (``max_deterministic_time``; None: none), the workers' search
+        interleaved so that the same model and budget give the same answer on an idle or a busy machine.
+        ``time_limit_s``: wall-clock seconds, a safety stop; :attr:`cut_by_clock` says afterwards whether it ended
+        the search (the answer may then differ on another machine)."""
         cp = self.cp
         if self._last is not None:
             self._hint(self._last)
         solver = cp.CpSolver()
-        solver.parameters.max_time_in_seconds = max(0.05, float(time_limit_s))
+        limit_s = max(0.01, float(time_limit_s))
+        solver.parameters.max_time_in_seconds = limit_s
         solver.parameters.num_workers = max(1, int(threads))
+        solver.parameters.random_seed = CPSAT_SEED
+        if budget is not None:
+            solver.parameters.max_deterministic_time = float(budget)
+            solver.parameters.interleave_search = solver.parameters.num_workers > 1
         if len(self.x) > LARGE_MODEL_VARS:
             # On large models presolve alone can use the whole budget; without it CP-SAT starts from the hint.
             solver.parameters.cp_model_presolve = False
         t0 = time.perf_counter()
         code = solver.solve(self.md)
         dt = time.perf_counter() - t0
+        self.cut_by_clock = cut_by_clock(cp, code, solver, limit_s, budget)
         status = cpsat_status(cp, code)
         if status not in (Status.OPTIMAL, Status.FEASIBLE):
             if code == cp.MODEL_INVALID:

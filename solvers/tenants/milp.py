@@ -41,6 +41,7 @@ from fleetplan.errors import SolverError
 from fleetplan.placement.status import Status
 from fleetplan.placement.tenants import OBJECTIVE_SENSE, Node, SolveOutcome, Tenant, TenantProblem
 from fleetplan.solvers.highs import HiGHS
+from fleetplan.solvers.milp import HIGHS_SEED, highspy_status
 
 
 class TenantMilpModel:
@@ -83,6 +84,8 @@ class TenantMilpModel:
             "sla": pulp.lpSum(P.tenant(t).weight * u for (t, _), u in self.u.items()),
         }
         self._n_limits = 0
+        #: True when the last solve was ended by its wall-clock safety stop (not by its node budget or a proof).
+        self.cut_by_clock = False
 
     def _node(self, w: int, n: Node) -> None:
         """Node n in window w: x and y of the tenants that may run there with (1), the coefficient s with (2) and
@@ -163,10 +166,16 @@ class TenantMilpModel:
         else:
             self.lp += self.expr[name] <= value, f"limit_{self._n_limits}_{name}"
 
-    def solve(self, time_limit_s: float, threads: int = 1) -> SolveOutcome:
+    def solve(self, time_limit_s: float, threads: int = 1, budget: float | None = None) -> SolveOutcome:
+        """Solve with HiGHS (random seed HIGHS_SEED). ``budget``: the effort budget, branch-and-bound nodes
+        (HiGHS ``mip_max_nodes``, rounded; None: none): the same model and budget give the same answer on an idle or a
+        busy machine. ``time_limit_s``: wall-clock seconds, a safety stop; :attr:`cut_by_clock` says afterwards
+        whether it ended the search (the answer may then differ on another machine)."""
         pulp = self.pulp
 
-        solver = HiGHS(msg=False, timeLimit=max(0.05, time_limit_s), threads=threads)
+        self.cut_by_clock = False
+        solver = HiGHS(msg=False, timeLimit=max(0.01, time_limit_s), threads=threads, random_seed=HIGHS_SEED,
+                       mip_max_nodes=None if budget is None else max(1, round(budget)))
         t0 = time.perf_counter()
         try:
             with quiet_stdout():
@@ -174,6 +183,8 @@ class TenantMilpModel:
         except pulp.PulpSolverError as exc:
             raise SolverError(f"HiGHS failed: {exc}") from None
         dt = time.perf_counter() - t0
+        with contextlib.suppress(AttributeError):  # no solver model when PuLP stopped before HiGHS ran
+            self.cut_by_clock = self.lp.solverModel.getModelStatus() == highspy_status("kTimeLimit")
         sol = self.lp.sol_status
         if sol == pulp.LpSolutionInfeasible or self.lp.status == pulp.LpStatusInfeasible:
             return SolveOutcome(Status.INFEASIBLE, {}, {}, None, None, dt)

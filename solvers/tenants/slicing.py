@@ -12,14 +12,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from fleetplan.datasets.sharing import load_mig_profiles
 from fleetplan.errors import InputError, SolverError, UnknownNameError
 from fleetplan.placement.status import Status
 from fleetplan.placement.tenants import Allocation, TenantProblem
-from fleetplan.solvers.tenants.cpsat import cpsat_status
+from fleetplan.solvers.cpsat import CPSAT_SEED
+from fleetplan.solvers.tenants.allocate import wall_clock
+from fleetplan.solvers.tenants.cpsat import cpsat_status, cut_by_clock
 
 if TYPE_CHECKING:  # OR-Tools is imported when a model is built (start-up speed); its types are for mypy only
     from ortools.sat.python.cp_model import IntVar
@@ -38,6 +40,8 @@ class NodeSplit:
         status: solver status.
         needs: {tenant: compute asked, same units as granted (MPS: the GPUs asked × 100, rounded up)}.
         used_gpus: GPUs holding at least one instance or share.
+        cut_by_clock: the wall-clock safety stop ended the search before its effort budget (the split may then
+            differ on another machine).
     """
 
     kind: str
@@ -48,6 +52,26 @@ class NodeSplit:
     status: Status
     needs: Mapping[str, int] = field(default_factory=dict)
     used_gpus: int = 0
+    cut_by_clock: bool = False
+
+
+#: Effort budget of one in-node split (one MIG or MPS case), CP-SAT deterministic time units. Measured on the
+#: shipped tenants_default.yaml (CP-SAT allocation at the default effort): its 28 distinct MIG cases (40 shared
+#: node-windows) are each proven optimal within 0.07 units, 0.9 CPU s in all.
+SPLIT_UNITS_PER_CASE = 2.0
+
+
+def _solver(cp_model, time_limit_s: float, threads: int, deterministic_time: float | None):
+    """A CpSolver with the effort budget ``deterministic_time`` (None: none), CPSAT_SEED, ``threads`` workers
+    searching interleaved, and ``time_limit_s`` wall-clock seconds as a safety stop."""
+    solver = cp_model.CpSolver()
+    solver.parameters.max_time_in_seconds = max(0.01, float(time_limit_s))
+    solver.parameters.num_workers = max(1, threads)
+    solver.parameters.random_seed = CPSAT_SEED
+    if deterministic_time is not None:
+        solver.parameters.max_deterministic_time = float(deterministic_time)
+        solver.parameters.interleave_search = solver.parameters.num_workers > 1
+    return solver
 
 
 def _renumber(parts: Sequence[tuple]) -> tuple[tuple, ...]:
@@ -122,12 +146,15 @@ class _MigModel:
 
 
 def split_mig(gpu: str, gpus: int, needs: Mapping[str, int], *, memory_gb: Mapping[str, float] | None = None,
-              time_limit_s: float = 5.0, threads: int = 1) -> NodeSplit:
+              time_limit_s: float = 60.0, threads: int = 1,
+              deterministic_time: float | None = SPLIT_UNITS_PER_CASE) -> NodeSplit:
     """Cut ``gpus`` GPUs of type ``gpu`` into MIG instances for tenants needing ``needs[t]`` compute slices
     (of 7 per GPU) and at least ``memory_gb[t]`` GB in total.
 
     Objective (lexicographic by weights): least unmet compute, then fewest GPUs shared by two or more tenants,
-    then fewest instances. Raises InputError for a negative need, UnknownNameError for a GPU without MIG.
+    then fewest instances. Effort: ``deterministic_time`` CP-SAT units (the same split on any machine);
+    ``time_limit_s``: a wall-clock safety stop (``cut_by_clock`` says when it fired). Raises InputError for a
+    negative need, UnknownNameError for a GPU without MIG, SolverError when no split is found.
     """
     from ortools.sat.python import cp_model
 
@@ -136,26 +163,29 @@ def split_mig(gpu: str, gpus: int, needs: Mapping[str, int], *, memory_gb: Mappi
         if not isinstance(n, int) or n < 0:
             raise InputError(f"need of {t} must be a whole number of compute slices ≥ 0, got {n!r}", field="needs")
     mig = _MigModel(cp_model, profiles, gpus, needs, memory_gb)
-    solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = float(time_limit_s)
-    solver.parameters.num_workers = max(1, threads)
-    status = cpsat_status(cp_model, solver.solve(mig.md))
+    solver = _solver(cp_model, time_limit_s, threads, deterministic_time)
+    code = solver.solve(mig.md)
+    cut = cut_by_clock(cp_model, code, solver, max(0.01, float(time_limit_s)), deterministic_time)
+    status = cpsat_status(cp_model, code)
     if status is Status.INFEASIBLE:
         raise SolverError(f"MIG split of {gpus}× {gpu}: the tenants' memory needs exceed what MIG instances on "
                           f"{gpus} GPUs hold; use --split mps or --split none")
     if status is not Status.OPTIMAL and status is not Status.FEASIBLE:
-        raise SolverError(f"MIG split of {gpus}× {gpu}: no split found within {time_limit_s:.1f} s (the time left "
-                          "of --time-limit); raise --time-limit")
-    return mig.split(solver, status, needs)
+        why = (f"the wall-clock safety stop ({time_limit_s:.1f} s left of --time-limit) came first" if cut
+               else f"its effort budget ({deterministic_time:g} CP-SAT units) ran out")
+        raise SolverError(f"MIG split of {gpus}× {gpu}: no split found: {why}; raise --time-limit or --effort")
+    return replace(mig.split(solver, status, needs), cut_by_clock=cut)
 
 
 def split_mps(gpus: int, needs: Mapping[str, float], coefficient: Mapping[tuple[str, str], float], *,
-              step_pct: int = 5, time_limit_s: float = 5.0, threads: int = 1) -> NodeSplit:
+              step_pct: int = 5, time_limit_s: float = 60.0, threads: int = 1,
+              deterministic_time: float | None = SPLIT_UNITS_PER_CASE) -> NodeSplit:
     """Give tenants MPS active-thread percentages on ``gpus`` GPUs for needs ``needs[t]`` in GPUs (e.g. 1.3).
 
     On a GPU holding two or more tenants, the percentages sum to at most 100 − 100·c, c the largest pair
     coefficient there (``coefficient[(a, b)]``, either order): the interference headroom. Shares move in steps of
-    ``step_pct``. Objective: least unmet percent, then fewest shared GPUs. Raises InputError for bad needs.
+    ``step_pct``. Objective: least unmet percent, then fewest shared GPUs. Effort and safety stop as in
+    :func:`split_mig`. Raises InputError for bad needs, SolverError when no split is found.
     """
     from ortools.sat.python import cp_model
 
@@ -195,20 +225,22 @@ def split_mps(gpus: int, needs: Mapping[str, float], coefficient: Mapping[tuple[
         unmet[t] = md.new_int_var(0, want, f"unmet_{t}")
         md.add(step_pct * sum(share[g, t] for g in range(gpus)) + unmet[t] >= want)
     md.minimize(1000 * sum(unmet.values()) + sum(shared))
-    solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = float(time_limit_s)
-    solver.parameters.num_workers = max(1, threads)
-    status = cpsat_status(cp_model, solver.solve(md))
+    solver = _solver(cp_model, time_limit_s, threads, deterministic_time)
+    code = solver.solve(md)
+    cut = cut_by_clock(cp_model, code, solver, max(0.01, float(time_limit_s)), deterministic_time)
+    status = cpsat_status(cp_model, code)
     if status is not Status.OPTIMAL and status is not Status.FEASIBLE:
-        # Every share may stay unmet, so the model always has an answer: only the time limit can stop it empty.
-        raise SolverError(f"MPS split of {gpus} GPUs: no split found within {time_limit_s:.1f} s (the time left of "
-                          "--time-limit); raise --time-limit")
+        # Every share may stay unmet, so the model always has an answer: only a limit can stop it empty.
+        why = (f"the wall-clock safety stop ({time_limit_s:.1f} s left of --time-limit) came first" if cut
+               else f"its effort budget ({deterministic_time:g} CP-SAT units) ran out")
+        raise SolverError(f"MPS split of {gpus} GPUs: no split found: {why}; raise --time-limit or --effort")
     parts = _renumber([(g, t, step_pct * solver.value(share[g, t])) for g in range(gpus) for t in tenants
                        if solver.value(share[g, t])])
     granted = {t: sum(p for (_, tt, p) in parts if tt == t) for t in tenants}
     return NodeSplit("mps", parts, granted, {t: int(solver.value(unmet[t])) for t in tenants},
                      int(sum(solver.value(s) for s in shared)), status,
-                     needs={t: math.ceil(100 * needs[t] - 1e-9) for t in tenants}, used_gpus=len({p[0] for p in parts}))
+                     needs={t: math.ceil(100 * needs[t] - 1e-9) for t in tenants}, used_gpus=len({p[0] for p in parts}),
+                     cut_by_clock=cut)
 
 
 #: Choices of the in-node split (``fleetplan allocate --split``); 'auto' is the default.
@@ -275,18 +307,23 @@ class _MpsCase:
     coefficients: tuple[tuple[tuple[str, str], float], ...]
 
 
-def split_allocation(problem: TenantProblem, allocation: Allocation, *, kind: str = "auto", time_limit_s: float = 10.0,
-                     threads: int = 1) -> dict[tuple[int, str], NodeSplit]:
+def split_allocation(problem: TenantProblem, allocation: Allocation, *, kind: str = "auto", time_limit_s: float = 60.0,
+                     threads: int = 1, effort: float = 1.0) -> dict[tuple[int, str], NodeSplit]:
     """The second level for every shared node-window of ``allocation`` (an :class:`~fleetplan.placement.tenants.
     Allocation`): {(window, node): NodeSplit} for nodes held by two or more tenants in that window (a node held
     by one tenant gives it whole GPUs: nothing to split). Empty for ``kind`` 'none'.
 
     Needs come from :func:`node_needs` (GPUs, fractional). MIG (:func:`split_mig`): ceil(7 × need) compute slices
     of 7 per GPU. MPS (:func:`split_mps`): the need in GPUs, shares in 5% steps, with the pair's interference
-    coefficient kept free on a GPU two tenants share. Identical cases are solved once; ``time_limit_s`` is shared
-    among the distinct cases (each gets at least 0.1 s and at most 5 s). Raises InputError for a bad ``kind`` or
-    'mig' on a GPU type without MIG profiles.
+    coefficient kept free on a GPU two tenants share. Identical cases are solved once, each within the effort
+    budget ``effort`` × SPLIT_UNITS_PER_CASE CP-SAT units (the same splits on any machine and load);
+    ``time_limit_s`` is a wall-clock safety stop for them all (a split it cuts has ``cut_by_clock``; a case it
+    leaves without a split raises SolverError naming it). Raises InputError for a bad ``kind``, 'mig' on a GPU
+    type without MIG profiles, or an ``effort`` that is not > 0.
     """
+    if not (isinstance(effort, int | float) and math.isfinite(effort) and effort > 0):
+        raise InputError(f"effort must be a number > 0 (× the default budgets), got {effort!r}", field="effort",
+                         value=effort)
     if kind == "none":
         return {}
     nodes = {n.name: n for n in problem.nodes}
@@ -309,12 +346,18 @@ def split_allocation(problem: TenantProblem, allocation: Allocation, *, kind: st
                 todo[(w, n)] = _MpsCase(node.gpu, node.gpus, tuple(sorted((t, round(v, 6)) for t, v in need.items())),
                                         coef)
     distinct = sorted(set(todo.values()), key=repr)
-    per = min(5.0, max(0.1, float(time_limit_s) / max(1, len(distinct))))
+    units = effort * SPLIT_UNITS_PER_CASE
+    end = wall_clock() + float(time_limit_s)
     solved: dict[_MigCase | _MpsCase, NodeSplit] = {}
-    for key in distinct:
+    for i, key in enumerate(distinct):
+        left = end - wall_clock()
+        if left <= 0:
+            raise SolverError(f"the wall-clock safety stop ({time_limit_s:.1f} s left of --time-limit) came before "
+                              f"{len(distinct) - i} of {len(distinct)} distinct in-node splits; raise --time-limit")
         if isinstance(key, _MigCase):
-            solved[key] = split_mig(key.gpu, key.gpus, dict(key.slices), time_limit_s=per, threads=threads)
+            solved[key] = split_mig(key.gpu, key.gpus, dict(key.slices), time_limit_s=left, threads=threads,
+                                    deterministic_time=units)
         else:
-            solved[key] = split_mps(key.gpus, dict(key.needs), dict(key.coefficients), time_limit_s=per,
-                                    threads=threads)
+            solved[key] = split_mps(key.gpus, dict(key.needs), dict(key.coefficients), time_limit_s=left,
+                                    threads=threads, deterministic_time=units)
     return {wn: solved[key] for wn, key in sorted(todo.items())}
