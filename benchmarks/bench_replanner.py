@@ -2,8 +2,10 @@
 
 Run: `.venv/bin/python benchmarks/bench_replanner.py [--days 3 7 11] [--seeds 0] [--surprise none|plus20|plus50|
 double70b|site-outage] [--load-time-factor 1] [--arrivals servegen|poisson] [--per-window] [--variant
-cooldown_s=600,...] [--no-clairvoyant] [--json FILE] [--plot replanner.png]` (about 3 minutes a day and seed with
-the clairvoyant references, 2 without; each variant adds about 1 minute a day).
+cooldown_s=600,...] [--no-clairvoyant] [--skip static|reactive|reactive-cheapest|hpa ...] [--json FILE] [--plot
+replanner.png]` (about 3 minutes a day and seed with the clairvoyant references, 2 without, when the machine is
+idle; each variant adds about 1 minute a day; each policy's replay is most of the time, so ``--skip`` shortens a
+run whose goals need only some baselines).
 
 For each ServeGen day (m-large, m-mid and m-small have 14 days; deepseek-r1 and mm-image only day 0, kept) and seed,
 the shipped default scenario's requests of that day are replayed (:func:`fleetplan.simulator.fleetday.
@@ -88,6 +90,7 @@ from fleetplan.solvers.solve import solve
 STEP_S = 300.0
 HPA_STEP_S = 60.0
 MULTI_DAY = ("m-large", "m-mid", "m-small")
+SKIPPABLE = ("static", "reactive", "reactive-cheapest", "hpa")
 SURPRISES = ("none", "plus20", "plus50", "double70b", "site-outage")
 OUTAGE_SITE = "gcp:us-central1"
 NOON_S = 12 * 3600.0
@@ -412,7 +415,7 @@ def goals(agg: dict[str, dict], surprise: str) -> list[str]:
         return "met" if ok else "NOT met"
 
     out = []
-    for name in (s.name for s in REACTIVES):
+    for name in (s.name for s in REACTIVES if s.name in agg):
         b = agg[name]
         dom = (rp["cost_usd_per_day"] < b["cost_usd_per_day"] and rp["attainment"] >= b["attainment"]
                and rp["migrations_per_day"] < b["migrations_per_day"])
@@ -482,6 +485,9 @@ def _args() -> argparse.Namespace:
     ap.add_argument("--plan-time-limit", type=float, default=60.0, help="seconds for the offline plans")
     ap.add_argument("--warm-days", type=int, default=2, help="days before each replayed one fed to the forecaster")
     ap.add_argument("--no-clairvoyant", action="store_true", help="skip the clairvoyant references")
+    ap.add_argument("--skip", action="append", default=[], choices=SKIPPABLE, metavar="POLICY",
+                    help=f"leave this baseline out (repeatable; one of {', '.join(SKIPPABLE)}): a shorter run whose "
+                         "goals are judged against the baselines run")
     ap.add_argument("--variant", action="append", default=[], metavar="FIELD=VALUE,...",
                     help="also run the re-planner with these OnlineConfig fields changed (repeatable)")
     ap.add_argument("--tpot-percentile", type=int, choices=[90, 95, 99], default=95,
@@ -499,6 +505,8 @@ def _args() -> argparse.Namespace:
             day_scenario(day, a.tpot_percentile)
         except FleetplanError as e:
             raise SystemExit(f"--days {day}: {e}") from None
+    if a.plot and "reactive" in a.skip:
+        raise SystemExit("--plot shades the region that dominates the reactive: do not --skip reactive with it")
     if any(s < 0 for s in a.seeds):
         raise SystemExit("--seeds: give whole numbers >= 0")
     return a
@@ -536,8 +544,8 @@ def main() -> None:
             rp, adopted, offered, first_after = replanner_steps(problem, lt, offline, rp_rates, a.resolve_time_limit,
                                                                 warm, outages=sur.outages,
                                                                 report_delay_s=a.report_delay, step_s=a.round_interval)
-            policies: dict[str, list[FleetStep]] = {"static": static}
-            for spec in REACTIVES:
+            policies: dict[str, list[FleetStep]] = {} if "static" in a.skip else {"static": static}
+            for spec in (s for s in REACTIVES if s.name not in a.skip):
                 r_rates = rates if spec.period_s == STEP_S else observed_rates(wl, names, spec.period_s, day_s)
                 policies[spec.name] = reactive_steps(problem, offline, r_rates, spec, sur.outages)[0]
             policies["replanner"] = rp
