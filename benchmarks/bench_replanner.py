@@ -67,12 +67,13 @@ migrations; 900 s $960.71, 99.40%, 45; 1200 s $962.20, 99.40%, 42; 1800 s $968.5
 $1,028.72, 99.31%, 111; hpa $1,071.01, 99.54%, 167. ``--days 3 7 11``: re-planner $947.45, 99.550%, 47;
 reactive $991.28, 99.46%, 76; hpa $1,025.63, 99.552%, 153; reactive-cheapest $1,277.53, 99.94%, 3; clairvoyant
 hourly $921.54, 99.60% (regret +2.8%). ``--load-time-factor 10``: $977.63, 99.53%, 45 against reactive $995.44,
-99.39%, 76 and hpa $1,034.18, 99.40%, 153. Day 7 surprises (``--days 7 --surprise S --no-clairvoyant --skip static
---skip reactive-cheapest --skip hpa``), re-planner against reactive: plus20 $1,032.61 (0.883x), 99.41% vs 99.33%,
-99.61% in 12:00-13:00; double70b $1,170.67 (0.766x), 99.51% vs 99.44%, 99.63%; plus50 $1,215.95 (0.775x),
-99.40% vs 99.49% (the attainment goal NOT met: Qwen2.5-7B's share of a shared A100, docs/online.md), 99.43%;
-site-outage (hpa not skipped) $963.24 (0.890x), 99.59% vs 99.46% (hpa 99.59%), 99.59% from the first round after
-the report.
+99.39%, 76 and hpa $1,034.18, 99.40%, 153. ``--seeds 1`` (days 3 7 and 11 run apart): $957.56, 99.56%, 54
+against reactive $993.69, 99.46%, 73 and hpa $1,031.15, 99.55%, 145. Day 7 surprises (``--days 7 --surprise S
+--no-clairvoyant --skip static --skip reactive-cheapest --skip hpa``), re-planner against reactive: plus20
+$1,032.61 (0.883x), 99.41% vs 99.33%, 99.61% in 12:00-13:00; double70b $1,170.67 (0.766x), 99.51% vs 99.44%,
+99.63%; plus50 $1,215.95 (0.775x), 99.40% vs 99.49% (the attainment goal NOT met: Qwen2.5-7B's share of a shared
+A100, docs/online.md), 99.43%; site-outage (hpa not skipped) $963.24 (0.890x), 99.59% vs 99.46% (hpa 99.59%),
+99.59% from the first round after the report.
 """
 
 from __future__ import annotations
