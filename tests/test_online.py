@@ -225,7 +225,8 @@ def test_finding6_flapping_reproduced_without_cooldown_and_gone_with_it():
     assert legacy[:4] == [3, 2, 3, 2] or legacy[:4] == [3, 1, 3, 1]
     flips = sum(1 for a, b, c in zip(legacy, legacy[1:], legacy[2:], strict=False) if (b - a) * (c - b) < 0)
     assert flips >= 20
-    # With the 30-minute scale-down stabilization window the highest forecast of the last 30 min (25) holds 3.
+    # With the default scale-down stabilization window (cooldown_s 600 s: the round 300 s before is inside it) the
+    # highest forecast of the window is always a 25-req/s round's, which holds 3.
     stable = _alternate(OnlineConfig())
     assert stable == [3] * 24
 
