@@ -15,6 +15,9 @@ from fleetplan.costmodels.latency import decode_step_time_s
 from fleetplan.datasets.calibration import calibration_for_engine, load_calibration, load_framework_table
 from fleetplan.datasets.catalog.names import get_gpu, get_model
 from fleetplan.datasets.measured import load_measurements
+from fleetplan.scenario.build import build_problem
+from fleetplan.scenario.read import load_scenario
+from fleetplan.scenario.uncertainty import option_errors
 
 ROOT = Path(__file__).parents[1]
 
@@ -65,10 +68,6 @@ def test_plan_for_an_unmeasured_version_states_it(tmp_path):
     # Llama-3.1-70B planned for vLLM 0.10 (not measured): every option's capacity source says the vLLM 0.11
     # constants are extrapolated, and its capacity error's basis is 'extrapolated' to vLLM 0.10 (for H100 the
     # largest held-out error of the H100 groups on any engine, 20.2% with the shipped table).
-    from fleetplan.scenario.build import build_problem
-    from fleetplan.scenario.read import load_scenario
-    from fleetplan.scenario.uncertainty import option_errors
-
     raw = yaml.safe_load((ROOT / "datasets" / "scenarios" / "default.yaml").read_text())
     raw["models"] = [m for m in raw["models"] if m["name"] == "Llama-3.1-70B"]
     raw["models"][0]["engine"] = {"mode": "prefill-first", "version": "0.10"}

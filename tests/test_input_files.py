@@ -8,6 +8,7 @@ import json
 import jsonschema
 import pytest
 from click.testing import CliRunner
+from scenario_support import SMALL
 
 from fleetplan.cli.main import main
 from fleetplan.costmodels.latency import TP_DEGREES, prefill_time_s
@@ -17,23 +18,6 @@ from fleetplan.errors import InputError
 from fleetplan.fileio import parse_yaml, read_yaml
 from fleetplan.outputs.planio import problem_from_plan_dict
 from fleetplan.scenario.read import load_scenario
-
-# The README's small scenario, written out as YAML text so each test can break one line of it.
-SMALL = """\
-name: small
-options: {window_length_s: 3600, margin: 0.1}
-sites:
-  - name: aws:us-east-1
-    inventory:
-      - {gpu: H100, nodes: 1, gpus_per_node: 8}
-models:
-  - name: Llama-3.1-8B
-    tp: [1, 2]
-    min_replicas: 1
-    slo: {ttft_p95_s: 1.5, tpot_p95_s: 0.1}
-    token_mix: {trace: azure-conv}
-    demand: {rates: [1.0, 4.0, 12.0]}
-"""
 
 TENANTS = """\
 pool:

@@ -8,27 +8,11 @@ import json
 import pytest
 import yaml
 from click.testing import CliRunner
+from scenario_support import SMALL
 
 from fleetplan.cli.main import main
 from fleetplan.cli.options import resolve_output
 from fleetplan.errors import InputError
-
-# The README's small scenario (one H100 node, one model, three hourly rates).
-SMALL = """\
-name: small
-options: {window_length_s: 3600, margin: 0.1}
-sites:
-  - name: aws:us-east-1
-    inventory:
-      - {gpu: H100, nodes: 1, gpus_per_node: 8}
-models:
-  - name: Llama-3.1-8B
-    tp: [1, 2]
-    min_replicas: 1
-    slo: {ttft_p95_s: 1.5, tpot_p95_s: 0.1}
-    token_mix: {trace: azure-conv}
-    demand: {rates: [1.0, 4.0, 12.0]}
-"""
 
 
 @pytest.mark.parametrize(("output", "fmt", "wide", "shown"), [
