@@ -295,21 +295,25 @@ def write_file_set(root: str | Path, files: Mapping[str, str], *, field: str | N
                              source=str(folder / rel), field=field)
     made: list[Path] = []
     inner = {p for rel in files for p in (folder / rel).parents if p != folder and p.is_relative_to(folder)}
-    for d in [folder, *sorted(inner, key=lambda p: len(p.parts))]:  # parents first
-        if not d.exists():
-            d.mkdir()
-            made.append(d)
     index = {"written_by": written_by, "files": {rel: text_sha256(text) for rel, text in files.items()}}
     try:
+        for d in [folder, *sorted(inner, key=lambda p: len(p.parts))]:  # parents first
+            if not d.exists():
+                d.mkdir()
+                made.append(d)
         with output_files({**{rel: folder / rel for rel in files},
                            FILE_SET_INDEX: folder / FILE_SET_INDEX}) as tmps:
             for rel, text in files.items():
                 tmps[rel].write_text(text, newline="")
             tmps[FILE_SET_INDEX].write_text(json.dumps(index, indent=1, sort_keys=True) + "\n")
-    except BaseException:
+    except BaseException as exc:
         for d in reversed(made):
             with contextlib.suppress(OSError):
                 d.rmdir()
+        if isinstance(exc, OSError) and not isinstance(exc, InputError):
+            # a folder the user may not write (/sys, a read-only mount): the option's error, nothing left behind
+            raise InputError(f"cannot write in {folder}: {exc.strerror or exc}; choose another folder",
+                             source=str(folder), field=field) from None
         raise
     for rel in stale:
         p = folder / rel
@@ -401,6 +405,13 @@ def parse_yaml(text: str, *, source: str) -> Any:
         raise InputError(f"line {exc.line}: key {exc.key!r} is given twice in one mapping (first on line "
                          f"{exc.first_line}); YAML would silently keep the last value: keep one of them",
                          source=source, field=str(exc.key), value=exc.key) from None
+    except InputError:
+        raise
+    except ValueError as exc:
+        # YAML's own readers of typed scalars: an unquoted date-shaped value that is no date (2025-13-45,
+        # 2025-02-30) raises ValueError, not a YAMLError
+        raise InputError(f"a value YAML could not read ({exc}): write a date as YYYY-MM-DD (e.g. 2025-05-31), or "
+                         "quote the value if it is not meant as a date", source=source) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         at = f" at line {mark.line + 1}" if mark is not None else ""

@@ -4,11 +4,19 @@ none (fleetplan.fileio.output_files)."""
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
 from fleetplan.errors import InputError
-from fleetplan.fileio import atomic_path, check_destinations, output_files, write_text_atomic
+from fleetplan.fileio import (
+    atomic_path,
+    check_destinations,
+    output_files,
+    parse_yaml,
+    write_file_set,
+    write_text_atomic,
+)
 
 
 def test_a_symlink_is_never_replaced(tmp_path):
@@ -86,3 +94,23 @@ def test_an_output_with_another_files_suffix_is_refused(tmp_path):
         check_destinations({"--plot": tmp_path / "p.json"})
     check_destinations({"--xlsx": tmp_path / "x.XLSX", "--plot": tmp_path / "p.png"})
     assert list(tmp_path.iterdir()) == []
+
+
+def test_yaml_date_that_is_no_date_is_an_input_error():
+    # YAML reads an unquoted 2025-13-45 as a date and raises ValueError (not a YAMLError); it was a traceback
+    with pytest.raises(InputError) as e:
+        parse_yaml("price_date: 2025-13-45\n", source="s.yaml")
+    assert "YYYY-MM-DD" in str(e.value) and "month must be in 1..12" in str(e.value)
+
+
+def test_file_set_into_a_folder_that_cannot_be_made_is_an_input_error(tmp_path, monkeypatch):
+    # export k8s --out /sys/k8s raised PermissionError from mkdir; now the option's error, and nothing is left
+    def refuse(self, *a, **k):
+        raise PermissionError(1, "Operation not permitted", str(self))
+
+    monkeypatch.setattr(Path, "mkdir", refuse)
+    with pytest.raises(InputError) as e:
+        write_file_set(tmp_path / "k8s", {"a/b.yaml": "x: 1\n"}, field="--out")
+    assert e.value.field == "--out" and "cannot write in" in str(e.value)
+    monkeypatch.undo()
+    assert not (tmp_path / "k8s").exists()
