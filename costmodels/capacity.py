@@ -744,7 +744,17 @@ def _draft_of(engine: EngineConfig, model: Model) -> Model | None:
         raise InputError(f"{model.name}: the draft model {spec.draft_model} of its speculative decoding is not "
                          "resolved to an architecture (the scenario reader fills Speculation.draft from the "
                          "catalog)", field="engine.speculative.draft_model", value=spec.draft_model)
-    return spec.draft
+    draft = spec.draft
+    if draft.name == model.name:
+        raise InputError(f"{model.name}: the draft model of its speculative decoding is the model itself; name a "
+                         "smaller model with the same tokenizer (e.g. Llama-3.1-8B for Llama-3.1-70B), or use method "
+                         "ngram", field="engine.speculative.draft_model", value=spec.draft_model)
+    if draft.vocab_size and model.vocab_size and draft.vocab_size != model.vocab_size:
+        raise InputError(f"{model.name}: the draft model {draft.name} has a vocabulary of {draft.vocab_size:,} tokens, "
+                         f"{model.name} of {model.vocab_size:,}: a draft must share its target's tokenizer (vLLM "
+                         "refuses another); name a model of the same family", field="engine.speculative.draft_model",
+                         value=spec.draft_model)
+    return draft
 
 
 def speculative_latency(model: Model, gpu: GPU, spec: Speculation, draft: Model | None, *, tp: int, pp: int = 1,

@@ -103,6 +103,8 @@ class Model:
         max_context_tokens: longest context the model supports.
         sliding_window_tokens: per-sequence KV cap for sliding-window models (Mistral-7B-v0.1: 4096), else None.
         source: provenance.
+        vocab_size: tokens in the vocabulary (the catalog's or config.json's ``vocab_size``; 0 when unknown): a
+            speculative draft model must share its target's tokenizer, and a different vocabulary shows it does not.
     """
 
     name: str
@@ -123,6 +125,7 @@ class Model:
     max_context_tokens: int = 131072
     sliding_window_tokens: int | None = None
     source: str = ""
+    vocab_size: int = 0
 
     def __post_init__(self) -> None:
         for f in ("num_layers", "hidden_size", "num_attention_heads", "head_dim", "params_total", "params_active"):

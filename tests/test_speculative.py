@@ -286,3 +286,18 @@ def test_speculation_gets_no_shared_gpu_option_and_says_why(tmp_path):
     assert p.options and not p.share_options
     notes = p.option_notes["Llama-3.1-8B"]
     assert any("speculative decoding is planned on dedicated replicas only" in n for n in notes)
+
+
+@pytest.mark.parametrize("draft, words", [
+    # Qwen2.5-7B's vocabulary (152,064 tokens, its config.json) is not Llama 3.1's (128,256): another tokenizer
+    ("Qwen2.5-7B", ["152,064", "128,256", "tokenizer"]),
+    ("Llama-3.1-70B", ["the model itself"]),
+])
+def test_a_draft_with_another_tokenizer_or_the_model_itself_is_refused(draft, words):
+    target = get_model("Llama-3.1-70B")
+    spec = Speculation(acceptance_rate=0.8, num_speculative_tokens=4, draft_model=draft, draft=get_model(draft))
+    mix = TokenMix(1000, 2000, 200, 400)
+    with pytest.raises(InputError) as e:
+        replica_capacity(target, get_gpu("H100"), mix, SLO(2.0, 0.1), tp=4, calib=load_calibration(get_gpu("H100")),
+                         engine=EngineConfig(speculative=spec))
+    assert e.value.field == "engine.speculative.draft_model" and all(w in str(e.value) for w in words)

@@ -170,7 +170,9 @@ def _model_from_row(row: dict[str, str], rows: Rows, i: int) -> Model:
                       params_active=round(active_b * 1e9), attention_type=attention, arch_type=arch,
                       num_routed_experts=experts, experts_per_token=topk, moe_intermediate_size=moe_inter,
                       kv_lora_rank=lora, qk_rope_head_dim=rope, max_context_tokens=ctx,
-                      sliding_window_tokens=window, source=row.get("source", ""))
+                      sliding_window_tokens=window, source=row.get("source", ""),
+                      vocab_size=int_cell(row, "vocab_size", rows, i, required=False, low=1, high=100_000_000,
+                                          fix="give the tokenizer's vocabulary size or leave the cell blank") or 0)
     except InputError as exc:
         raise InputError(str(exc), source=rows.source, row=i, field=exc.field, value=exc.value) from None
     _check_row_params(row, rows, i, model, att_raw)
@@ -254,7 +256,8 @@ def model_from_hf_config(path: str | Path, *, name: str | None = None) -> Model:
                      arch_type="moe" if experts else "dense", num_routed_experts=experts, experts_per_token=topk,
                      moe_intermediate_size=moe_inter or (inter if experts else 0), kv_lora_rank=lora,
                      qk_rope_head_dim=rope, max_context_tokens=num("max_position_embeddings", 131072),
-                     sliding_window_tokens=cfg.sliding_window(model_type), source=cfg.model_source())
+                     sliding_window_tokens=cfg.sliding_window(model_type), source=cfg.model_source(),
+                     vocab_size=int(vocab or 0))
     except InputError as exc:
         raise InputError(str(exc), source=cfg.source, field=exc.field, value=exc.value) from None
 
