@@ -282,8 +282,11 @@ def scaled_object(w: Workload, problem: Problem, namespace: str, timezone: str, 
     if lo == hi:
         return None
     if abs(problem.horizon_hours - 24) > 1e-9 or problem.window_length_s % 60:
-        raise InputError("a daily cron schedule needs windows of whole minutes covering 24 h; export one window "
-                         "with --window instead", field="window_length_s", value=problem.window_length_s)
+        field, value = (("n_windows", problem.n_windows) if problem.window_length_s % 60 == 0
+                        else ("window_length_s", problem.window_length_s))
+        raise InputError(f"a daily cron schedule needs windows of whole minutes covering 24 h (this plan: "
+                         f"{problem.n_windows} windows of {problem.window_length_s:g} s = {problem.horizon_hours:g} "
+                         "h); export one window with --window instead", field=field, value=value)
     win_min = int(problem.window_length_s // 60)
     triggers = []
     for level in range(lo + 1, hi + 1):

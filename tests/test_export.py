@@ -27,6 +27,7 @@ import kubernetes_validate
 import pytest
 import yaml
 from click.testing import CliRunner
+from scenario_support import SMALL
 
 import fleetplan.export.deployment as deployment
 from fleetplan.cli.main import main
@@ -595,3 +596,17 @@ def regenerate(replan: bool) -> None:
 
 if __name__ == "__main__":
     regenerate("--replan" in sys.argv)
+
+
+def test_schedule_of_a_short_horizon_names_the_windows(tmp_path):
+    # The README's small scenario plans 3 one-hour windows (its rates: list), 3 h, not a day: the KEDA schedule
+    # refuses it naming the plan's windows, not window_length_s (3600 s is a whole number of minutes).
+    scen = tmp_path / "small.yaml"
+    scen.write_text(SMALL)
+    plan = tmp_path / "plan.json"
+    r = CliRunner().invoke(main, ["plan", str(scen), "--out", str(plan), "--no-baselines"])
+    assert r.exit_code == 0, r.output
+    r = CliRunner().invoke(main, ["export", "k8s", str(plan), "--out", str(tmp_path / "k8s")])
+    assert r.exit_code == 2
+    assert "3 windows of 3600 s = 3 h" in r.output and "n_windows" in r.output and "--window" in r.output
+    assert not (tmp_path / "k8s").exists()
