@@ -35,6 +35,7 @@ from fleetplan.simulator.tenants import (
     replay_allocation,
 )
 from fleetplan.solvers.executor import make_executor
+from fleetplan.solvers.solve import check_effort
 from fleetplan.solvers.tenants.allocate import BACKENDS as ALLOCATION_BACKENDS
 from fleetplan.solvers.tenants.allocate import AllocationResult, solve_allocation, wall_clock
 from fleetplan.solvers.tenants.baselines import fair_share, static_partition
@@ -414,7 +415,7 @@ def _parse_windows(text: str | None, problem: TenantProblem) -> list[int] | None
 @backend_option(ALLOCATION_BACKENDS, default="cpsat")
 @time_limit_option(300.0, "the whole run (allocation, then the in-node split): a safety stop; the work is set by "
                    "--effort")
-@click.option("--effort", type=click.FloatRange(min=0.0, min_open=True, max=1000.0), default=1.0, show_default=True,
+@click.option("--effort", type=float, default=1.0, show_default=True,
               help="Effort budget of every solve, × the defaults (CP-SAT deterministic time, HiGHS "
                    "branch-and-bound nodes): the same input and effort give the same allocation on any machine.")
 @threads_option(1)
@@ -453,6 +454,7 @@ def allocate(scenario: Path | None, mode: str, backend: str, time_limit_s: float
     printed with a warning naming what it cut. Nodes held by one tenant are not split: that tenant has whole
     GPUs."""
     time_limit_s = checked_time_limit(time_limit_s)
+    effort = check_effort(effort)  # the same range and message as plan's --effort
     deadline = wall_clock() + time_limit_s
     plot_path = Path(plot) if plot is not None else None
     claim_outputs({"--plot": plot_path})  # checked and locked before the solve

@@ -157,5 +157,7 @@ tenants:
 def test_effort_must_be_positive():
     with pytest.raises(InputError, match="effort must be a number > 0"):
         solve_allocation(PROBLEM, effort=0)
+    # the CLI checks it as plan's --effort does: the same range and message
     r = CliRunner().invoke(main, ["allocate", "--effort", "0"])
-    assert r.exit_code == 2 and "--effort" in r.output and "Traceback" not in r.output
+    assert r.exit_code == 2 and "field 'effort'" in r.output and "from 0.01 to 1000" in r.output
+    assert "Traceback" not in r.output
