@@ -468,7 +468,8 @@ class BurstReplay:
         tenant, window, factor: the burst.
         nominal, burst: {policy: TenantReplay} of that window without and with the burst. Under 'optimizer' the
             burst replay runs on the allocation re-solved for the burst demand (the planner's windows are its unit
-            of reaction); 'static' keeps its nodes.
+            of reaction); 'static' keeps its nodes. With ``two_level``, 'optimizer two-level' is the optimizer's
+            allocation replayed with the two-level in-node policy (:func:`replay_allocation`).
     """
 
     tenant: str
@@ -487,14 +488,15 @@ def geometric_mean(xs: Sequence[float]) -> float:
 def burst_replay(problem: TenantProblem, workloads: Mapping[str, Sequence[TenantWorkload]], *, tenant: str,
                  window: int, factor: float = 2.0, slice_s: float = 60.0, warmup_s: float = 20.0, seed: int = 0,
                  time_limit_s: float = 300.0, threads: int = 1, split: str = "none", backend: str = "cpsat",
-                 effort: float = 1.0) -> BurstReplay:
+                 effort: float = 1.0, two_level: bool = False) -> BurstReplay:
     """Replay ``tenant``'s burst (rate × ``factor`` for window ``window``) under the optimizer (weighted mode,
     re-solved for that window with the burst demand on ``backend`` at ``effort`` × the default budgets, the same
     answer on any machine; ``time_limit_s`` a wall-clock safety stop per solve) and static partitions, against the
     same window without the burst; ``split`` ('auto', 'mig', 'mps', 'none') splits the optimizer's shared nodes as
-    ``allocate --split`` does, and the replay runs on the slices. Both allocations are re-checked by
-    :func:`~fleetplan.placement.tenants.validate_allocation`. Raises InputError (bad tenant, window, factor),
-    InfeasibleError / SolverError from the solve."""
+    ``allocate --split`` does, and the replay runs on the slices; ``two_level`` adds the optimizer's allocation
+    replayed with the two-level in-node policy (whole GPUs on shared nodes, no split). Both allocations are
+    re-checked by :func:`~fleetplan.placement.tenants.validate_allocation`. Raises InputError (bad tenant, window,
+    factor), InfeasibleError / SolverError from the solve."""
     base = one_window(problem, window)
     hot = with_burst(base, tenant, 0, factor)
     wl1 = {t: tuple(replace(x, rates_req_per_s=(x.rates_req_per_s[window],)) for x in xs)
@@ -511,4 +513,8 @@ def burst_replay(problem: TenantProblem, workloads: Mapping[str, Sequence[Tenant
         for pol, alloc, spl in (("optimizer", opt, sp), ("static", st, {})):
             out[pol] = replay_allocation(prob, alloc, wl1, windows=[0], slice_s=slice_s, warmup_s=warmup_s,
                                          seed=seed, rate_scale=rs, splits=spl)
+        if two_level:
+            out["optimizer two-level"] = replay_allocation(prob, opt, wl1, windows=[0], slice_s=slice_s,
+                                                           warmup_s=warmup_s, seed=seed, rate_scale=rs,
+                                                           in_node="two-level")
     return BurstReplay(tenant, window, factor, nominal, burst)

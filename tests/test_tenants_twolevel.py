@@ -101,3 +101,25 @@ def test_two_level_equals_one_level_without_shared_nodes_and_pools_shared_ones()
     assert s2.tenants["b"].ttft_s[50] != s1.tenants["b"].ttft_s[50]
     with pytest.raises(InputError, match="in-node"):
         replay_allocation(problem, alone, wl, in_node="three-level", **kw)
+
+
+def test_allocate_in_node_cli(tmp_path):
+    """The default --verify output is the one-level one (no in-node table, the same as --in-node one-level);
+    two-level adds the side-by-side table; --in-node without --verify is refused with the fix."""
+    from click.testing import CliRunner
+
+    from fleetplan.cli.main import main
+    from tests.test_tenants_replay import VERIFY
+
+    f = tmp_path / "t.yaml"
+    f.write_text(VERIFY)
+    args = ["allocate", str(f), "--verify", "--slice", "10", "--burst", "a:2"]
+    default = CliRunner().invoke(main, args)
+    one = CliRunner().invoke(main, [*args, "--in-node", "one-level"])
+    two = CliRunner().invoke(main, [*args, "--in-node", "two-level"])
+    for r in (default, one, two):
+        assert r.exit_code == 0, r.output
+    assert default.output == one.output and "In-node policy" not in default.output
+    assert "In-node policy" in two.output and "two-level" in two.output.split("In-node policy")[1]
+    r = CliRunner().invoke(main, ["allocate", str(f), "--in-node", "two-level"])
+    assert r.exit_code != 0 and "--verify" in r.output
