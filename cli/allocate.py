@@ -390,7 +390,8 @@ def _in_node_table(problem: TenantProblem, one: TenantReplay, two: TenantReplay,
     tab = table("In-node policy on the optimizer's allocation: P99 TTFT ms (SLO met). One-level: each tenant's "
                 "replicas serve it FCFS" + ("" if split == "none" else f", shared nodes split (--split {split})")
                 + "; two-level: a shared node's replicas of one model serve its tenants by weight, preempting "
-                "lower weights (whole GPUs, no split)" + burst, tuple(cols), right=lambda c: c != "tenant")
+                f"lower weights (whole GPUs, no split; {two.pooled_replicas} replicas pooled across tenants in "
+                "the replayed windows)" + burst, tuple(cols), right=lambda c: c != "tenant")
     for t in workloads:
         cells = [f"{problem.tenant(t).weight:g}"]
         cells += [f"{_ms(r.tenants[t].ttft_s[99])} ({100 * r.tenants[t].attainment:.0f}%)" for r in (one, two)]

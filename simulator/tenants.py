@@ -97,6 +97,8 @@ class TenantReplay:
         busy_gpu_s: Σ over devices of busy seconds × GPUs; pool_gpu_s: pool GPUs × replayed seconds (warm-up
             included), so busy_gpu_s / pool_gpu_s is the replay's busy time of the pool.
         idle_gpus: GPUs allocated but left without a replica (fewer than tp left on a node), summed over windows.
+        pooled_replicas: under the two-level policy, replicas that serve two or more tenants (a shared node where
+            they send the same model at the same tp), summed over windows; 0 under one-level.
     """
 
     policy: str
@@ -107,6 +109,7 @@ class TenantReplay:
     busy_gpu_s: float = 0.0
     pool_gpu_s: float = 0.0
     idle_gpus: int = 0
+    pooled_replicas: int = 0
 
     @property
     def busy_share(self) -> float:
@@ -336,8 +339,9 @@ def replay_allocation(problem: TenantProblem, allocation: Allocation,
                 devices.append(DeviceSpec(f"{k} on {node}", x.tp, 0.0, 0.0, gpu))
                 fractions.append(1.0)
                 if two:  # served by model; the class (tenant) says whose requests it takes
-                    engines.append(EngineSpec(_pool(x), len(devices) - 1, sm,
-                                              classes=pool_of.get((node, _pool(x)), frozenset({tname}))))
+                    serves = pool_of.get((node, _pool(x)), frozenset({tname}))
+                    engines.append(EngineSpec(_pool(x), len(devices) - 1, sm, classes=serves))
+                    out.pooled_replicas += len(serves) >= 2
                 else:
                     engines.append(EngineSpec(k, len(devices) - 1, sm))
                 per[tname]["rep"][0] += 1

@@ -99,6 +99,8 @@ def test_two_level_equals_one_level_without_shared_nodes_and_pools_shared_ones()
     assert s2.tenants["a"].requests == s1.tenants["a"].requests > 0
     assert s2.tenants["b"].requests == s1.tenants["b"].requests > 0
     assert s2.tenants["b"].ttft_s[50] != s1.tenants["b"].ttft_s[50]
+    # a's replica and b's on n0 both serve a and b
+    assert (s1.pooled_replicas, s2.pooled_replicas, two.pooled_replicas) == (0, 2, 0)
     with pytest.raises(InputError, match="in-node"):
         replay_allocation(problem, alone, wl, in_node="three-level", **kw)
 
