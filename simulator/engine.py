@@ -45,7 +45,7 @@ Model (what a vLLM-style engine does, reduced to what sets latency):
   resumed in the same order, a waiting request goes before a paused one of lower priority, and when a request
   cannot be admitted (KV or ``max_num_seqs`` full) while sequences of lower priority run, the lowest-priority one
   (the newest among equals) is preempted until it fits; it resumes later at the resume cost. KV shortfalls of a
-  decode step also preempt the lowest priority first. Prefill-first engines only.
+  decode step also preempt the lowest priority first. Prefill-first engines only, without ``preempt_after_s``.
 * **Two-tier KV** (what-if): with ``host_kv_share`` s > 0, the KV budget becomes HBM budget / (1 − s) and a share s of
   every running sequence's KV lives in host DRAM and is read over PCIe at every decode step (added to the step time;
   the traffic is reported).
@@ -398,6 +398,9 @@ class Engine:
         if self._prio is not None and any(spec.engine.chunked for spec in engines):
             raise InputError("request priorities are modelled for the prefill-first engine only; drop them or use "
                              "engine mode prefill-first", field="priority_of")
+        if self._prio is not None and policy.preempt_after_s is not None:
+            raise InputError("request priorities set their own preemption; drop preempt_after_s or the priorities",
+                             field="preempt_after_s", value=policy.preempt_after_s)
         self._class_of = None if class_of is None else np.asarray(class_of, dtype=object).tolist()
         self._eng_classes = [spec.classes for spec in engines]
         inp_np = np.asarray(input_tokens, dtype=np.int64)

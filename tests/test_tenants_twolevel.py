@@ -45,6 +45,10 @@ def test_priority_admits_first_and_preempts_one_by_hand():
     assert prio.first_token_s == pytest.approx([0.100, 0.170])
     assert prio.done_s == pytest.approx([0.444, 0.270])
     assert list(prio.preemptions) == [1, 0]
+    with pytest.raises(InputError, match="preempt_after_s"):
+        run(np.array([0.0]), np.array([10]), np.array([2]), np.array(["m"], dtype=object),
+            [EngineSpec("m", 0, _step())], [DeviceSpec("d", 1, 0.0, 0.0)], Policy(preempt_after_s=1.0),
+            priority_of=np.array([1.0]))
 
 
 def test_equal_priorities_are_fcfs():
