@@ -26,6 +26,7 @@ from fleetplan.fileio import atomic_path
 from fleetplan.placement.tenants import Objectives, Tenant, TenantProblem, quota_warning, validate_allocation
 from fleetplan.scenario.tenants import TenantWorkload, load_tenants_with_workloads
 from fleetplan.simulator.tenants import (
+    IN_NODE_POLICIES,
     BurstReplay,
     TenantReplay,
     burst_replay,
@@ -305,9 +306,11 @@ def _replay_table(title: str, replays: dict[str, TenantReplay], workloads: dict[
 def _verify(problem: TenantProblem, result: AllocationResult, splits: dict[tuple[int, str], NodeSplit],
             policies: dict[str, Objectives], workloads: dict[str, tuple[TenantWorkload, ...]], *,
             windows: list[int] | None, slice_s: float, burst: tuple[str, float] | None, seed: int, threads: int,
-            split: str, backend: str, effort: float) -> None:
+            split: str, backend: str, effort: float, in_node: str = "one-level") -> None:
     """``--verify``: each tenant's requests replayed on the optimizer's allocation and on static partitions in
-    ``windows``, a burst of one tenant, and the papers' answer (utilization and P99 isolation vs static)."""
+    ``windows``, a burst of one tenant, and the papers' answer (utilization and P99 isolation vs static); with
+    ``in_node`` 'two-level', the optimizer's allocation replayed again under the two-level in-node policy and
+    compared with the one-level replay, nominal and in the burst."""
     from rich.console import Console
 
     con = Console()
@@ -334,7 +337,8 @@ def _verify(problem: TenantProblem, result: AllocationResult, splits: dict[tuple
         bt, factor = burst
         bw = ws[-1] if windows is not None else max(ws, key=lambda w: sum(t.demand_gpus[w] for t in problem.tenants))
         b = burst_replay(problem, workloads, tenant=bt, window=bw, factor=factor, slice_s=slice_s, warmup_s=warm,
-                         seed=seed, threads=threads, split=split, backend=backend, effort=effort)
+                         seed=seed, threads=threads, split=split, backend=backend, effort=effort,
+                         two_level=in_node == "two-level")
         tab = table(f"Burst: {bt} × {factor:g} in window {bw} (optimizer re-solved for it; static keeps its nodes): "
                     "P99 TTFT ms, nominal -> burst, and SLO met", ("tenant", "optimizer", "static"),
                     right=lambda c: c != "tenant")
@@ -369,7 +373,36 @@ def _verify(problem: TenantProblem, result: AllocationResult, splits: dict[tuple
             if math.isfinite(gr):
                 con.print(f"  during the burst the other tenants' P99 TTFT moves × {gr:.2f} under {pol} "
                           "(geometric mean of burst / nominal)")
+    if in_node == "two-level":
+        two = replay_allocation(problem, result.allocation, workloads, windows=ws, slice_s=slice_s, warmup_s=warm,
+                                seed=seed, in_node="two-level")
+        con.print(_in_node_table(problem, reps["optimizer"], two, b, workloads, split=split))
     con.print(legend(SERVED_SHARE, BUSY_TIME))
+
+
+def _in_node_table(problem: TenantProblem, one: TenantReplay, two: TenantReplay, b: BurstReplay | None,
+                   workloads: dict[str, tuple[TenantWorkload, ...]], *, split: str) -> Table:
+    """Per tenant: P99 TTFT (ms) and SLO attainment of the optimizer's allocation under the one-level replay (as
+    in the replay table) and the two-level one, in the replayed windows and, with a burst, nominal -> burst."""
+    cols = ["tenant", "weight", "one-level", "two-level"]
+    if b is not None:
+        cols += ["burst one-level", "burst two-level"]
+    burst = f"; burst: {b.tenant} × {b.factor:g} in window {b.window}, nominal -> burst" if b is not None else ""
+    tab = table("In-node policy on the optimizer's allocation: P99 TTFT ms (SLO met). One-level: each tenant's "
+                "replicas serve it FCFS" + ("" if split == "none" else f", shared nodes split (--split {split})")
+                + "; two-level: a shared node's replicas of one model serve its tenants by weight, preempting "
+                f"lower weights (whole GPUs, no split; {two.pooled_replicas} replicas pooled across tenants in "
+                "the replayed windows)" + burst, tuple(cols), right=lambda c: c != "tenant")
+    for t in workloads:
+        cells = [f"{problem.tenant(t).weight:g}"]
+        cells += [f"{_ms(r.tenants[t].ttft_s[99])} ({100 * r.tenants[t].attainment:.0f}%)" for r in (one, two)]
+        if b is not None:
+            for pol in ("optimizer", "optimizer two-level"):
+                n, h = b.nominal[pol].tenants[t], b.burst[pol].tenants[t]
+                cells.append(f"{_ms(n.ttft_s[99])} -> {_ms(h.ttft_s[99])} ({100 * n.attainment:.0f}% -> "
+                             f"{100 * h.attainment:.0f}%)")
+        tab.add_row(t + (" (bursting)" if b is not None and t == b.tenant else ""), *cells)
+    return tab
 
 
 def _parse_burst(text: str | None, problem: TenantProblem) -> tuple[str, float] | None:
@@ -440,11 +473,15 @@ def _parse_windows(text: str | None, problem: TenantProblem) -> list[int] | None
               help="Tenant whose rate is multiplied (default factor 2) in the last replayed window; default the "
                    "highest-weight tenant; 'none' to skip.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the replayed requests.")
+@click.option("--in-node", "in_node", type=click.Choice(IN_NODE_POLICIES), default="one-level", show_default=True,
+              help="With --verify: two-level also replays the optimizer's allocation with an in-node scheduler "
+                   "(a shared node's replicas of one model serve its tenants by weight, preempting lower weights) "
+                   "and prints it beside the one-level replay.")
 def allocate(scenario: Path | None, mode: str, backend: str, time_limit_s: float, effort: float, threads: int,
              points: int,
              workers: int, executor: str, ray_address: str | None, fmt: str, plot: str | None, no_margin: bool,
              split: str, verify: bool, verify_windows: str | None, slice_s: float, burst: str | None,
-             seed: int) -> None:
+             seed: int, in_node: str) -> None:
     """Allocate a shared GPU pool to tenants per time window and compare the optimizer with static partitioning
     and quota-with-borrowing fair share, then split every node the optimizer shares into MIG slices or MPS shares.
     SCENARIO is a YAML file (default: the shipped tenants_default.yaml).
@@ -461,6 +498,8 @@ def allocate(scenario: Path | None, mode: str, backend: str, time_limit_s: float
     problem, opts, workloads = load_tenants_with_workloads(scenario)
     verify_ws = _parse_windows(verify_windows, problem) if verify else None
     burst_spec = _parse_burst(burst, problem) if verify else None
+    if in_node != "one-level" and not verify:
+        raise InputError(f"--in-node {in_node} is a replay policy; add --verify", field="in-node", value=in_node)
     if verify and fmt == "json":
         raise InputError("--verify prints tables; drop --format json", field="format", value=fmt)
     warning = quota_warning(problem)
@@ -484,4 +523,4 @@ def allocate(scenario: Path | None, mode: str, backend: str, time_limit_s: float
     _print_tables(problem, result, splits, policies, mode=mode, backend=backend, split=split, plot=plot_path)
     if verify:
         _verify(problem, result, splits, policies, workloads, windows=verify_ws, slice_s=slice_s, burst=burst_spec,
-                seed=seed, threads=threads, split=split, backend=backend, effort=effort)
+                seed=seed, threads=threads, split=split, backend=backend, effort=effort, in_node=in_node)

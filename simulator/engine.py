@@ -40,6 +40,12 @@ Model (what a vLLM-style engine does, reduced to what sets latency):
   has waited at least that long, the running sequence that has produced the most tokens is paused, its KV freed, and
   it resumes later (before newer arrivals) at a cost: ``recompute`` re-prefills its prompt plus the tokens produced;
   ``swap`` copies its KV out and back over PCIe (both copies charged to the device).
+* **Priority** (hook for an in-node scheduler, ``priority_of`` in :func:`run`; higher first): a request joins its
+  engine's waiting queue ahead of every request of lower priority (FCFS within a priority), paused sequences are
+  resumed in the same order, a waiting request goes before a paused one of lower priority, and when a request
+  cannot be admitted (KV or ``max_num_seqs`` full) while sequences of lower priority run, the lowest-priority one
+  (the newest among equals) is preempted until it fits; it resumes later at the resume cost. KV shortfalls of a
+  decode step also preempt the lowest priority first. Prefill-first engines only, without ``preempt_after_s``.
 * **Two-tier KV** (what-if): with ``host_kv_share`` s > 0, the KV budget becomes HBM budget / (1 − s) and a share s of
   every running sequence's KV lives in host DRAM and is read over PCIe at every decode step (added to the step time;
   the traffic is reported).
@@ -385,7 +391,16 @@ class Engine:
 
     def __init__(self, arrival_s: Sequence[float] | np.ndarray, input_tokens: np.ndarray, output_tokens: np.ndarray,
                  model_of: np.ndarray, engines: Sequence[EngineSpec], devices: Sequence[DeviceSpec],
-                 policy: Policy = FCFS, class_of: np.ndarray | None = None):
+                 policy: Policy = FCFS, class_of: np.ndarray | None = None,
+                 priority_of: np.ndarray | None = None):
+        self._prio: list[float] | None = (None if priority_of is None
+                                          else np.asarray(priority_of, dtype=np.float64).tolist())
+        if self._prio is not None and any(spec.engine.chunked for spec in engines):
+            raise InputError("request priorities are modelled for the prefill-first engine only; drop them or use "
+                             "engine mode prefill-first", field="priority_of")
+        if self._prio is not None and policy.preempt_after_s is not None:
+            raise InputError("request priorities set their own preemption; drop preempt_after_s or the priorities",
+                             field="preempt_after_s", value=policy.preempt_after_s)
         self._class_of = None if class_of is None else np.asarray(class_of, dtype=object).tolist()
         self._eng_classes = [spec.classes for spec in engines]
         inp_np = np.asarray(input_tokens, dtype=np.int64)
@@ -514,10 +529,19 @@ class Engine:
             self.req.dropped[rid] = True
             return
         d = e.dev
-        e.waiting.append(rid)
+        prio = self._prio
+        if prio is None:
+            e.waiting.append(rid)
+        else:
+            _insert_by_priority(e.waiting, rid, prio)
         d.backlog += e.pre[rid]
         if d.op == _IDLE:
             self._schedule(d, now)
+        elif prio is not None:
+            # a new head that may start now, or may preempt a lower-priority sequence, stops the run at its step
+            if d.op == _DECODE and e.waiting[0] == rid and (not e.resume or prio[e.resume[0]] < prio[rid]) \
+                    and (e.admissible(rid) or self._lower_running(e, prio[rid])):
+                self._truncate_decode_run(d, now)
         elif d.op == _DECODE and len(e.waiting) == 1 and not e.resume and e.admissible(rid):
             self._truncate_decode_run(d, now)
 
@@ -690,19 +714,28 @@ class Engine:
         preemption policy); the oldest admissible head across the engines starts. False when none can."""
         arr = self.req.arrival_s
         after = self._preempt_after_s  # a new request waiting this long may preempt (None: never)
-        offers = []
+        prio = self._prio
+        offers: list[tuple[float, float, int, bool]] = []
         for e in dev.engines:
-            if e.resume and not (e.waiting and after is not None and now - arr[e.waiting[0]] >= after):
-                offers.append((arr[e.resume[0]], e.i, True))
+            if prio is not None:  # the higher-priority head of the two queues (a paused one on ties)
+                if e.resume and not (e.waiting and prio[e.waiting[0]] > prio[e.resume[0]]):
+                    offers.append((-prio[e.resume[0]], arr[e.resume[0]], e.i, True))
+                elif e.waiting:
+                    offers.append((-prio[e.waiting[0]], arr[e.waiting[0]], e.i, False))
+            elif e.resume and not (e.waiting and after is not None and now - arr[e.waiting[0]] >= after):
+                offers.append((0.0, arr[e.resume[0]], e.i, True))
             elif e.waiting:
-                offers.append((arr[e.waiting[0]], e.i, False))
+                offers.append((0.0, arr[e.waiting[0]], e.i, False))
         if len(offers) > 1:
             offers.sort()
-        for _, ei, from_resume in offers:
+        for _, _, ei, from_resume in offers:
             e = self.engs[ei]
             rid = e.resume[0] if from_resume else e.waiting[0]
             if not from_resume and after is not None and now - arr[rid] >= after:
                 while not e.admissible(rid) and self._preempt_one(e):
+                    pass
+            if prio is not None:
+                while not e.admissible(rid) and self._preempt_one(e, newest=True, below=prio[rid]):
                     pass
             if e.admissible(rid):
                 if from_resume:
@@ -826,18 +859,31 @@ class Engine:
         if not e.blk:
             e.kv_used -= e.resv[rid]
 
-    def _preempt_one(self, e: _EngineState, newest: bool = False) -> bool:
+    def _lower_running(self, e: _EngineState, priority: float) -> bool:
+        """True when a sequence of priority below ``priority`` runs on ``e`` (priorities set)."""
+        prio = self._prio
+        return prio is not None and any(prio[rid] < priority for _, rid in e.heap)
+
+    def _preempt_one(self, e: _EngineState, newest: bool = False, below: float | None = None) -> bool:
         """Pause a running sequence of ``e``: the one that produced the most tokens, or with ``newest`` the most
-        recently arrived (vLLM's choice when block-wise KV runs short); False when none runs."""
+        recently arrived (vLLM's choice when block-wise KV runs short); with priorities (``priority_of``) and
+        ``newest``, the lowest-priority one first (the newest among equals), and with ``below`` only one of priority
+        below it. False when none runs (or none is below)."""
         if not e.heap:
             return False
         q = self.req
         c = e.counter
-        best_pos, best_key = -1, -math.inf
+        prio = self._prio
+        best_pos, best_key = -1, (-math.inf, -math.inf)
         for pos, (_, rid) in enumerate(e.heap):
-            key = q.arrival_s[rid] if newest else q.produced0[rid] + c - q.join[rid]
+            if below is not None and prio is not None and not prio[rid] < below:
+                continue
+            key = ((-prio[rid] if prio is not None else 0.0, q.arrival_s[rid]) if newest
+                   else (0.0, q.produced0[rid] + c - q.join[rid]))
             if key > best_key:
                 best_key, best_pos = key, pos
+        if best_pos < 0:
+            return False
         _, rid = e.heap[best_pos]
         best = q.produced0[rid] + c - q.join[rid]
         e.heap[best_pos] = e.heap[-1]
@@ -856,13 +902,27 @@ class Engine:
             q.resume_cost[rid] = 2 * nbytes / sm.pcie_bytes_per_s if sm.pcie_bytes_per_s else math.inf
         else:
             q.resume_cost[rid] = float(sm.prefill(ctx))
-        e.resume.append(rid)
+        if prio is None:
+            e.resume.append(rid)
+        else:
+            _insert_by_priority(e.resume, rid, prio)
         return True
+
+
+def _insert_by_priority(queue: deque[int], rid: int, prio: list[float]) -> None:
+    """Put ``rid`` into ``queue`` (highest priority first) after every request of its priority or higher."""
+    p = prio[rid]
+    for pos, other in enumerate(queue):
+        if prio[other] < p:
+            queue.insert(pos, rid)
+            return
+    queue.append(rid)
 
 
 def run(arrival_s: Sequence[float] | np.ndarray, input_tokens: np.ndarray, output_tokens: np.ndarray,
         model_of: np.ndarray, engines: Sequence[EngineSpec], devices: Sequence[DeviceSpec],
-        policy: Policy = FCFS, class_of: np.ndarray | None = None) -> RunResult:
+        policy: Policy = FCFS, class_of: np.ndarray | None = None,
+        priority_of: np.ndarray | None = None) -> RunResult:
     """Simulate requests (sorted by arrival) on ``engines`` placed on ``devices`` (module docstring for the model).
 
     Args:
@@ -874,8 +934,12 @@ def run(arrival_s: Sequence[float] | np.ndarray, input_tokens: np.ndarray, outpu
         class_of: (n,) request class of each request (None entries, or None: any engine of its model); a request
             goes only to engines whose ``classes`` include its class (least work among those), and is dropped
             when none does.
+        priority_of: (n,) priority of each request, higher first (None: FCFS): queue order, resume order and
+            preemption of lower-priority running sequences on the engine the request was routed to (module
+            docstring); prefill-first engines only.
 
     Returns a :class:`RunResult`. Raises InputError when a request's model has no engine (or a host KV tier is
     asked of a GPU without a PCIe bandwidth).
     """
-    return Engine(arrival_s, input_tokens, output_tokens, model_of, engines, devices, policy, class_of).run()
+    return Engine(arrival_s, input_tokens, output_tokens, model_of, engines, devices, policy, class_of,
+                  priority_of).run()

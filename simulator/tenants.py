@@ -19,6 +19,17 @@ What is replayed, per policy (an :class:`~fleetplan.placement.tenants.Allocation
   over its measured requests, and SLO attainment (share meeting each model's TTFT and TPOT targets; dropped
   requests miss).
 
+**In-node policy** (``in_node``). ``one-level`` (the default, as above): each tenant's replicas serve only its own
+requests, FCFS; the allocation is the only scheduler. ``two-level``: the allocation decides each tenant's share of
+a node (its GPUs, carved into replicas as above); on a node held by two or more tenants, the node's replicas of one
+model (same tp) form one pool serving every tenant on the node that sends that model, and the engine schedules by
+tenant priority (the tenant's ``weight``): higher-priority requests join the waiting queue first, and a waiting
+request that does not fit (KV full) preempts running sequences of lower-priority tenants, which resume later with
+their KV recomputed (the engine's ``priority_of`` hook, :mod:`fleetplan.simulator.engine`). The router sends a
+tenant's request to the least-loaded replica among its own and the pools of its shared nodes. Under two-level the
+shared nodes run as whole GPUs slowed by the node coefficient: the node scheduler replaces a MIG or MPS split
+(``splits`` is not used).
+
 A window whose load exceeds its replicas' capacity has queues that grow for the whole slice, so its P99 grows with
 ``slice_s``: the slice is printed with the results. Seeded: the same seed gives the same requests for every policy
 (common random numbers), so policies are compared on the same load.
@@ -44,6 +55,9 @@ from fleetplan.simulator.metrics import meets_slo
 from fleetplan.solvers.tenants.allocate import solve_allocation
 from fleetplan.solvers.tenants.baselines import static_partition
 from fleetplan.solvers.tenants.slicing import NodeSplit, split_allocation
+
+#: In-node policies of :func:`replay_allocation` (module docstring).
+IN_NODE_POLICIES = ("one-level", "two-level")
 
 #: Share of GPU memory usable for weights and KV (the capacity model's default, ``replica_capacity``).
 MEMORY_UTILIZATION = 0.9
@@ -83,6 +97,8 @@ class TenantReplay:
         busy_gpu_s: Σ over devices of busy seconds × GPUs; pool_gpu_s: pool GPUs × replayed seconds (warm-up
             included), so busy_gpu_s / pool_gpu_s is the replay's busy time of the pool.
         idle_gpus: GPUs allocated but left without a replica (fewer than tp left on a node), summed over windows.
+        pooled_replicas: under the two-level policy, replicas that serve two or more tenants (a shared node where
+            they send the same model at the same tp), summed over windows; 0 under one-level.
     """
 
     policy: str
@@ -93,6 +109,7 @@ class TenantReplay:
     busy_gpu_s: float = 0.0
     pool_gpu_s: float = 0.0
     idle_gpus: int = 0
+    pooled_replicas: int = 0
 
     @property
     def busy_share(self) -> float:
@@ -230,6 +247,11 @@ def _key(w: TenantWorkload) -> str:
     return f"{w.tenant}/{w.model}"
 
 
+def _pool(w: TenantWorkload) -> str:
+    """The two-level pool key: replicas of one model at one tp on one node serve every tenant that sends it."""
+    return f"{w.model}/tp{w.tp}"
+
+
 def with_burst(problem: TenantProblem, tenant: str, window: int, factor: float) -> TenantProblem:
     """``problem`` with ``tenant``'s demand in ``window`` multiplied by ``factor`` (> 0). Raises InputError for an
     unknown tenant, a window outside the day or a factor ≤ 0."""
@@ -249,7 +271,8 @@ def replay_allocation(problem: TenantProblem, allocation: Allocation,
                       workloads: Mapping[str, Sequence[TenantWorkload]], *, windows: Sequence[int],
                       slice_s: float = 60.0, warmup_s: float = 20.0, seed: int = 0,
                       rate_scale: Mapping[tuple[str, int], float] | None = None,
-                      splits: Mapping[tuple[int, str], NodeSplit] | None = None) -> TenantReplay:
+                      splits: Mapping[tuple[int, str], NodeSplit] | None = None,
+                      in_node: str = "one-level") -> TenantReplay:
     """Replay each tenant's requests on ``allocation`` in ``windows`` (module docstring for the model).
 
     Args:
@@ -261,10 +284,19 @@ def replay_allocation(problem: TenantProblem, allocation: Allocation,
         rate_scale: {(tenant, window): factor} on the tenant's rates there (a burst); default 1.
         splits: {(window, node): NodeSplit} (:func:`~fleetplan.solvers.tenants.slicing.split_allocation`): on those
             node-windows the tenants run on their MIG instances or MPS shares (:class:`Slice`) instead of whole
-            GPUs slowed by the node coefficient.
+            GPUs slowed by the node coefficient (one-level only).
+        in_node: 'one-level' (each tenant's replicas serve it FCFS) or 'two-level' (on shared nodes, pools per
+            model scheduled by tenant weight, with preemption; module docstring).
 
-    Returns a :class:`TenantReplay`. Raises InputError for slice_s ≤ 0, warmup_s < 0 or a window outside the day.
+    Returns a :class:`TenantReplay`. Raises InputError for slice_s ≤ 0, warmup_s < 0, a window outside the day or
+    an unknown ``in_node``.
     """
+    if in_node not in IN_NODE_POLICIES:
+        raise InputError(f"unknown in-node policy {in_node!r}; use {' or '.join(IN_NODE_POLICIES)}",
+                         field="in_node", value=in_node)
+    two = in_node == "two-level"
+    if two:
+        splits = None
     if not slice_s > 0 or not warmup_s >= 0:
         raise InputError(f"slice_s must be > 0 and warmup_s >= 0 seconds, got {slice_s!r}, {warmup_s!r}",
                          field="slice_s", value=slice_s)
@@ -285,6 +317,9 @@ def replay_allocation(problem: TenantProblem, allocation: Allocation,
         engines: list[EngineSpec] = []
         devices: list[DeviceSpec] = []
         fractions: list[float] = []  # of a GPU per device GPU: 1 for whole GPUs, the slice's share for a slice
+        # two-level: the tenants on each shared node that send each pooled model ('model/tp')
+        pool_of = {(n, _pool(x)): frozenset(t for t in held if any(_pool(y) == _pool(x) for y in workloads.get(t, ())))
+                   for n, held in by_node.items() if len(held) >= 2 for tn in held for x in workloads.get(tn, ())}
         split_here = {n: split_slices(problem, n, sp) for (ww, n), sp in (splits or {}).items()
                       if ww == w and n in by_node}
         for tname, wls in workloads.items():
@@ -303,7 +338,12 @@ def replay_allocation(problem: TenantProblem, allocation: Allocation,
                     continue
                 devices.append(DeviceSpec(f"{k} on {node}", x.tp, 0.0, 0.0, gpu))
                 fractions.append(1.0)
-                engines.append(EngineSpec(k, len(devices) - 1, sm))
+                if two:  # served by model; the class (tenant) says whose requests it takes
+                    serves = pool_of.get((node, _pool(x)), frozenset({tname}))
+                    engines.append(EngineSpec(_pool(x), len(devices) - 1, sm, classes=serves))
+                    out.pooled_replicas += len(serves) >= 2
+                else:
+                    engines.append(EngineSpec(k, len(devices) - 1, sm))
                 per[tname]["rep"][0] += 1
                 per[tname]["slow"][0] += s > 0
             for node in sorted(split_here):
@@ -320,7 +360,7 @@ def replay_allocation(problem: TenantProblem, allocation: Allocation,
                     per[tname]["slow"][0] += 1
         # Idle allocated GPUs and tenants without workloads are part of the pool, not of the devices.
         rng = np.random.default_rng([seed, w])
-        arr, inp, outp, key = [], [], [], []
+        arr, inp, outp, key, mkey, cls, prio = [], [], [], [], [], [], []
         for tname, wls in sorted(workloads.items()):
             for x in wls:
                 rate = x.rates_req_per_s[w] * scale.get((tname, w), 1.0)
@@ -331,20 +371,34 @@ def replay_allocation(problem: TenantProblem, allocation: Allocation,
                 inp.append(i)
                 outp.append(o)
                 key.append(np.full(n, _key(x), dtype=object))
+                mkey.append(np.full(n, _pool(x), dtype=object))
+                cls.append(np.full(n, tname, dtype=object))
+                prio.append(np.full(n, tenants[tname].weight))
         a = np.concatenate(arr) if arr else np.zeros(0)
         order = np.argsort(a, kind="stable")
         a = a[order]
         inp_a = np.concatenate(inp)[order] if inp else np.zeros(0, dtype=np.int64)
         out_a = np.concatenate(outp)[order] if outp else np.zeros(0, dtype=np.int64)
         key_a = np.concatenate(key)[order] if key else np.zeros(0, dtype=object)
-        served = {e.model for e in engines}
-        has = np.array([k in served for k in key_a], dtype=bool)
+        if two:
+            mkey_a = np.concatenate(mkey)[order] if mkey else np.zeros(0, dtype=object)
+            cls_a = np.concatenate(cls)[order] if cls else np.zeros(0, dtype=object)
+            prio_a = np.concatenate(prio)[order] if prio else np.zeros(0)
+            served = {(e.model, c) for e in engines for c in (e.classes or ())}
+            has = np.array([(m, c) in served for m, c in zip(mkey_a, cls_a, strict=True)], dtype=bool)
+        else:
+            served_keys = {e.model for e in engines}
+            has = np.array([k in served_keys for k in key_a], dtype=bool)
         n = len(a)
         ttft = np.full(n, np.inf)
         tpot = np.full(n, np.inf)
         dropped = ~has
         if has.any():
-            res = run(a[has], inp_a[has], out_a[has], key_a[has], engines, devices)
+            if two:
+                res = run(a[has], inp_a[has], out_a[has], mkey_a[has], engines, devices, class_of=cls_a[has],
+                          priority_of=prio_a[has])
+            else:
+                res = run(a[has], inp_a[has], out_a[has], key_a[has], engines, devices)
             ttft[has] = res.first_token_s - a[has]
             with np.errstate(invalid="ignore", divide="ignore"):
                 tp = np.where(out_a[has] > 1, (res.done_s - res.first_token_s) / (out_a[has] - 1), 0.0)
@@ -418,7 +472,8 @@ class BurstReplay:
         tenant, window, factor: the burst.
         nominal, burst: {policy: TenantReplay} of that window without and with the burst. Under 'optimizer' the
             burst replay runs on the allocation re-solved for the burst demand (the planner's windows are its unit
-            of reaction); 'static' keeps its nodes.
+            of reaction); 'static' keeps its nodes. With ``two_level``, 'optimizer two-level' is the optimizer's
+            allocation replayed with the two-level in-node policy (:func:`replay_allocation`).
     """
 
     tenant: str
@@ -437,14 +492,15 @@ def geometric_mean(xs: Sequence[float]) -> float:
 def burst_replay(problem: TenantProblem, workloads: Mapping[str, Sequence[TenantWorkload]], *, tenant: str,
                  window: int, factor: float = 2.0, slice_s: float = 60.0, warmup_s: float = 20.0, seed: int = 0,
                  time_limit_s: float = 300.0, threads: int = 1, split: str = "none", backend: str = "cpsat",
-                 effort: float = 1.0) -> BurstReplay:
+                 effort: float = 1.0, two_level: bool = False) -> BurstReplay:
     """Replay ``tenant``'s burst (rate × ``factor`` for window ``window``) under the optimizer (weighted mode,
     re-solved for that window with the burst demand on ``backend`` at ``effort`` × the default budgets, the same
     answer on any machine; ``time_limit_s`` a wall-clock safety stop per solve) and static partitions, against the
     same window without the burst; ``split`` ('auto', 'mig', 'mps', 'none') splits the optimizer's shared nodes as
-    ``allocate --split`` does, and the replay runs on the slices. Both allocations are re-checked by
-    :func:`~fleetplan.placement.tenants.validate_allocation`. Raises InputError (bad tenant, window, factor),
-    InfeasibleError / SolverError from the solve."""
+    ``allocate --split`` does, and the replay runs on the slices; ``two_level`` adds the optimizer's allocation
+    replayed with the two-level in-node policy (whole GPUs on shared nodes, no split). Both allocations are
+    re-checked by :func:`~fleetplan.placement.tenants.validate_allocation`. Raises InputError (bad tenant, window,
+    factor), InfeasibleError / SolverError from the solve."""
     base = one_window(problem, window)
     hot = with_burst(base, tenant, 0, factor)
     wl1 = {t: tuple(replace(x, rates_req_per_s=(x.rates_req_per_s[window],)) for x in xs)
@@ -461,4 +517,8 @@ def burst_replay(problem: TenantProblem, workloads: Mapping[str, Sequence[Tenant
         for pol, alloc, spl in (("optimizer", opt, sp), ("static", st, {})):
             out[pol] = replay_allocation(prob, alloc, wl1, windows=[0], slice_s=slice_s, warmup_s=warmup_s,
                                          seed=seed, rate_scale=rs, splits=spl)
+        if two_level:
+            out["optimizer two-level"] = replay_allocation(prob, opt, wl1, windows=[0], slice_s=slice_s,
+                                                           warmup_s=warmup_s, seed=seed, rate_scale=rs,
+                                                           in_node="two-level")
     return BurstReplay(tenant, window, factor, nominal, burst)
