@@ -113,7 +113,7 @@ def summary_line(entries: list[dict[str, Any]]) -> str:
     if not counts:
         return ""
     return ("options not used: " + ", ".join(f"{n} {c}" for c, n in counts.items())
-            + " (options_not_used in --format json)")
+            + " (options_not_used in -o json; each with its reason in -o wide)")
 
 
 def dropped_profile_warnings(entries: list[dict[str, Any]]) -> list[str]:
