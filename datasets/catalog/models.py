@@ -350,7 +350,7 @@ MODEL_FILE_COLUMNS = ("model", "hf_repo", "arch_type", "attention_type", "num_la
                       "num_attention_heads", "num_kv_heads", "head_dim", "moe_intermediate_size",
                       "num_routed_experts", "experts_per_token", "kv_lora_rank", "qk_rope_head_dim",
                       "max_context_tokens", "sliding_window_tokens", "params_total_b_computed",
-                      "params_active_b_computed", "kv_cache_bytes_per_token_bf16", "source")
+                      "params_active_b_computed", "kv_cache_bytes_per_token_bf16", "vocab_size", "source")
 
 
 def model_file_row(m: Model) -> dict[str, Any]:
@@ -366,7 +366,8 @@ def model_file_row(m: Model) -> dict[str, Any]:
         "qk_rope_head_dim": m.qk_rope_head_dim or None, "max_context_tokens": m.max_context_tokens,
         "sliding_window_tokens": m.sliding_window_tokens, "params_total_b_computed": m.params_total / 1e9,
         "params_active_b_computed": m.params_active / 1e9,
-        "kv_cache_bytes_per_token_bf16": int(m.kv_bytes_per_token("bf16")), "source": m.source,
+        "kv_cache_bytes_per_token_bf16": int(m.kv_bytes_per_token("bf16")), "vocab_size": m.vocab_size or None,
+        "source": m.source,
     }
 
 

@@ -175,19 +175,17 @@ CUDA_VISIBLE_DEVICES=3 vllm serve mistralai/Mistral-7B-Instruct-v0.1 --served-mo
 wait
 
 ## window 13:00-14:00
-### aws:us-east-1 / A100-SXM4-80GB node 1 of 2
-CUDA_VISIBLE_DEVICES=0 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8000 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 256 --max-model-len 131072 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto --no-enable-chunked-prefill --enable-prefix-caching &
-wait
 ### gcp:us-central1 / A100-SXM4-80GB node 1 of 2
 CUDA_VISIBLE_DEVICES=0,1,2,3 vllm serve meta-llama/Llama-3.1-70B --served-model-name Llama-3.1-70B --host 0.0.0.0 --port 8000 --tensor-parallel-size 4 --pipeline-parallel-size 1 --max-num-seqs 256 --max-model-len 131072 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto --no-enable-chunked-prefill --enable-prefix-caching &
 CUDA_VISIBLE_DEVICES=4,5,6,7 vllm serve meta-llama/Llama-3.1-70B --served-model-name Llama-3.1-70B --host 0.0.0.0 --port 8001 --tensor-parallel-size 4 --pipeline-parallel-size 1 --max-num-seqs 256 --max-model-len 131072 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto --no-enable-chunked-prefill --enable-prefix-caching &
 wait
 ### gcp:us-central1 / A100-SXM4-80GB node 2 of 2
 CUDA_VISIBLE_DEVICES=0,1 vllm serve mistralai/Mixtral-8x7B-Instruct-v0.1 --served-model-name Mixtral-8x7B-v0.1 --host 0.0.0.0 --port 8000 --tensor-parallel-size 2 --pipeline-parallel-size 1 --max-num-seqs 256 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto --no-enable-chunked-prefill --enable-prefix-caching &
-CUDA_VISIBLE_DEVICES=2 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8001 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 256 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto --no-enable-chunked-prefill --enable-prefix-caching &
-CUDA_VISIBLE_DEVICES=3 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8002 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 28 --max-model-len 39216 --gpu-memory-utilization 0.456 --dtype bfloat16 --kv-cache-dtype auto --no-enable-chunked-prefill --enable-prefix-caching &
-until curl -sf http://127.0.0.1:8002/health >/dev/null; do sleep 5; done
-CUDA_VISIBLE_DEVICES=3 vllm serve mistralai/Mistral-7B-Instruct-v0.1 --served-model-name Mistral-7B-v0.1 --host 0.0.0.0 --port 8003 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 31 --max-model-len 32768 --gpu-memory-utilization 0.443 --dtype bfloat16 --kv-cache-dtype auto --no-enable-chunked-prefill --enable-prefix-caching &
+CUDA_VISIBLE_DEVICES=2 vllm serve mistralai/Mistral-7B-Instruct-v0.1 --served-model-name Mistral-7B-v0.1 --host 0.0.0.0 --port 8001 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 256 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto --no-enable-chunked-prefill --enable-prefix-caching &
+CUDA_VISIBLE_DEVICES=3 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8002 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 256 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto --no-enable-chunked-prefill --enable-prefix-caching &
+CUDA_VISIBLE_DEVICES=4 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8003 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 28 --max-model-len 39216 --gpu-memory-utilization 0.456 --dtype bfloat16 --kv-cache-dtype auto --no-enable-chunked-prefill --enable-prefix-caching &
+until curl -sf http://127.0.0.1:8003/health >/dev/null; do sleep 5; done
+CUDA_VISIBLE_DEVICES=4 vllm serve mistralai/Mistral-7B-Instruct-v0.1 --served-model-name Mistral-7B-v0.1 --host 0.0.0.0 --port 8004 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 31 --max-model-len 32768 --gpu-memory-utilization 0.443 --dtype bfloat16 --kv-cache-dtype auto --no-enable-chunked-prefill --enable-prefix-caching &
 wait
 
 ## window 14:00-15:00
@@ -197,7 +195,7 @@ CUDA_VISIBLE_DEVICES=4,5,6,7 vllm serve meta-llama/Llama-3.1-70B --served-model-
 wait
 ### gcp:us-central1 / A100-SXM4-80GB node 2 of 2
 CUDA_VISIBLE_DEVICES=0,1 vllm serve mistralai/Mixtral-8x7B-Instruct-v0.1 --served-model-name Mixtral-8x7B-v0.1 --host 0.0.0.0 --port 8000 --tensor-parallel-size 2 --pipeline-parallel-size 1 --max-num-seqs 256 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto --no-enable-chunked-prefill --enable-prefix-caching &
-CUDA_VISIBLE_DEVICES=2 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8001 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 256 --max-model-len 131072 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto --no-enable-chunked-prefill --enable-prefix-caching &
+CUDA_VISIBLE_DEVICES=2 vllm serve mistralai/Mistral-7B-Instruct-v0.1 --served-model-name Mistral-7B-v0.1 --host 0.0.0.0 --port 8001 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 256 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto --no-enable-chunked-prefill --enable-prefix-caching &
 CUDA_VISIBLE_DEVICES=3 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8002 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 256 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto --no-enable-chunked-prefill --enable-prefix-caching &
 CUDA_VISIBLE_DEVICES=4 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8003 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 28 --max-model-len 39216 --gpu-memory-utilization 0.456 --dtype bfloat16 --kv-cache-dtype auto --no-enable-chunked-prefill --enable-prefix-caching &
 until curl -sf http://127.0.0.1:8003/health >/dev/null; do sleep 5; done
@@ -211,7 +209,7 @@ CUDA_VISIBLE_DEVICES=4,5,6,7 vllm serve meta-llama/Llama-3.1-70B --served-model-
 wait
 ### gcp:us-central1 / A100-SXM4-80GB node 2 of 2
 CUDA_VISIBLE_DEVICES=0,1 vllm serve mistralai/Mixtral-8x7B-Instruct-v0.1 --served-model-name Mixtral-8x7B-v0.1 --host 0.0.0.0 --port 8000 --tensor-parallel-size 2 --pipeline-parallel-size 1 --max-num-seqs 256 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto --no-enable-chunked-prefill --enable-prefix-caching &
-CUDA_VISIBLE_DEVICES=2 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8001 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 256 --max-model-len 131072 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto --no-enable-chunked-prefill --enable-prefix-caching &
+CUDA_VISIBLE_DEVICES=2 vllm serve mistralai/Mistral-7B-Instruct-v0.1 --served-model-name Mistral-7B-v0.1 --host 0.0.0.0 --port 8001 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 256 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto --no-enable-chunked-prefill --enable-prefix-caching &
 CUDA_VISIBLE_DEVICES=3 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8002 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 256 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto --no-enable-chunked-prefill --enable-prefix-caching &
 CUDA_VISIBLE_DEVICES=4 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8003 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 28 --max-model-len 39216 --gpu-memory-utilization 0.456 --dtype bfloat16 --kv-cache-dtype auto --no-enable-chunked-prefill --enable-prefix-caching &
 until curl -sf http://127.0.0.1:8003/health >/dev/null; do sleep 5; done
@@ -225,7 +223,7 @@ CUDA_VISIBLE_DEVICES=4,5,6,7 vllm serve meta-llama/Llama-3.1-70B --served-model-
 wait
 ### gcp:us-central1 / A100-SXM4-80GB node 2 of 2
 CUDA_VISIBLE_DEVICES=0,1 vllm serve mistralai/Mixtral-8x7B-Instruct-v0.1 --served-model-name Mixtral-8x7B-v0.1 --host 0.0.0.0 --port 8000 --tensor-parallel-size 2 --pipeline-parallel-size 1 --max-num-seqs 256 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto --no-enable-chunked-prefill --enable-prefix-caching &
-CUDA_VISIBLE_DEVICES=2 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8001 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 256 --max-model-len 131072 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto --no-enable-chunked-prefill --enable-prefix-caching &
+CUDA_VISIBLE_DEVICES=2 vllm serve mistralai/Mistral-7B-Instruct-v0.1 --served-model-name Mistral-7B-v0.1 --host 0.0.0.0 --port 8001 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 256 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto --no-enable-chunked-prefill --enable-prefix-caching &
 CUDA_VISIBLE_DEVICES=3 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8002 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 256 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto --no-enable-chunked-prefill --enable-prefix-caching &
 CUDA_VISIBLE_DEVICES=4 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8003 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 28 --max-model-len 39216 --gpu-memory-utilization 0.456 --dtype bfloat16 --kv-cache-dtype auto --no-enable-chunked-prefill --enable-prefix-caching &
 until curl -sf http://127.0.0.1:8003/health >/dev/null; do sleep 5; done
@@ -239,7 +237,7 @@ CUDA_VISIBLE_DEVICES=4,5,6,7 vllm serve meta-llama/Llama-3.1-70B --served-model-
 wait
 ### gcp:us-central1 / A100-SXM4-80GB node 2 of 2
 CUDA_VISIBLE_DEVICES=0,1 vllm serve mistralai/Mixtral-8x7B-Instruct-v0.1 --served-model-name Mixtral-8x7B-v0.1 --host 0.0.0.0 --port 8000 --tensor-parallel-size 2 --pipeline-parallel-size 1 --max-num-seqs 256 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto --no-enable-chunked-prefill --enable-prefix-caching &
-CUDA_VISIBLE_DEVICES=2 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8001 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 256 --max-model-len 131072 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto --no-enable-chunked-prefill --enable-prefix-caching &
+CUDA_VISIBLE_DEVICES=2 vllm serve mistralai/Mistral-7B-Instruct-v0.1 --served-model-name Mistral-7B-v0.1 --host 0.0.0.0 --port 8001 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 256 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto --no-enable-chunked-prefill --enable-prefix-caching &
 CUDA_VISIBLE_DEVICES=3 vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name Qwen2.5-7B --host 0.0.0.0 --port 8002 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 256 --max-model-len 32768 --gpu-memory-utilization 0.900 --dtype bfloat16 --kv-cache-dtype auto --no-enable-chunked-prefill --enable-prefix-caching &
 CUDA_VISIBLE_DEVICES=4 vllm serve meta-llama/Llama-3.1-8B --served-model-name Llama-3.1-8B --host 0.0.0.0 --port 8003 --tensor-parallel-size 1 --pipeline-parallel-size 1 --max-num-seqs 28 --max-model-len 39216 --gpu-memory-utilization 0.456 --dtype bfloat16 --kv-cache-dtype auto --no-enable-chunked-prefill --enable-prefix-caching &
 until curl -sf http://127.0.0.1:8003/health >/dev/null; do sleep 5; done
