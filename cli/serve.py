@@ -245,7 +245,13 @@ def export_history(db_url, db_file, day, out_file) -> None:
     except ValueError:
         raise InputError(f"--day {day!r} is not a date: give YYYY-MM-DD", field="--day", value=day) from None
     claim_outputs({"--out": None if out_file == "-" else out_file})
-    store = Store(_db_url(db_url, db_file))
+    url = _db_url(db_url, db_file)
+    path = sqlite_path(url)
+    if path is not None and not path.is_file():
+        # opening it would create an empty database (and report "no stored plan"): this command only reads
+        raise InputError(f"no database file {path}; give the --db (or --db-file) that `fleetplan serve` writes to",
+                         field="--db", value=shown_url(url))
+    store = Store(url)
     try:
         text = json.dumps(fleet_history(store, start), indent=1)
     finally:

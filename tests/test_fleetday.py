@@ -141,6 +141,10 @@ def test_export_history_turns_stored_plans_into_fleet_steps(tmp_path):
     assert r.exit_code != 0 and "no stored plan" in r.output and "Traceback" not in r.output
     r = CliRunner().invoke(main, ["export-history", "--db", f"sqlite:///{db}", "--day", "yesterday"])
     assert r.exit_code != 0 and "YYYY-MM-DD" in r.output
+    # a database file that does not exist is named, and not created empty
+    missing = tmp_path / "none.db"
+    r = CliRunner().invoke(main, ["export-history", "--db", f"sqlite:///{missing}", "--day", "2025-12-01"])
+    assert r.exit_code == 2 and "no database file" in r.output and not missing.exists()
 
 
 def test_lifetimes_make_before_break_and_outages_by_hand():
