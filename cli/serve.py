@@ -185,6 +185,10 @@ def serve(config_file: str | None, **given: Any) -> None:
     if settings.insecure_no_auth:
         click.echo("warning: write endpoints accept requests without a token (--insecure-no-auth)", err=True)
     deploy = read_deploy_file(settings.deploy_file) if settings.actuate else None
+    if settings.plan_file is not None and not Path(settings.plan_file).is_file():
+        # before the database is migrated and the lease taken: a misspelt plan file costs nothing
+        raise InputError(f"no plan file {settings.plan_file}; give the file `fleetplan plan --out` wrote",
+                         field="--plan", value=settings.plan_file)
     check_port(settings.host, settings.port)
     # A start that fails (a plan file that does not fit, an unreachable cluster) leaves no new database behind.
     new_db = sqlite_path(settings.db_url)

@@ -95,6 +95,9 @@ CLI_CASES = [
     (["ledger", "split", "--model", "llama-3.1-70b", "--prefill-site", "aws:us-east-1", "--decode-site",
       "aws:us-west-2", "--csv-out", "{tmp}/no/x.csv"], ["does not exist"]),
     (["serve", "--db", "notaurl", "--insecure-no-auth"], ["'notaurl' is not a database URL", "sqlite:///"]),
+    # A misspelt --plan was reported after the database was created and migrated and the lease taken.
+    (["serve", "--db", "sqlite:///{tmp}/s.db", "--plan", "{tmp}/nothere.json", "--insecure-no-auth"],
+     ["field '--plan'", "no plan file"]),
     (["simulate", "{plan}", "--seed", "-5"], ["-5"]),
     (["simulate", "{plan}", "--trace", "azure-conv", "--window", "12:60"], ["not HH:MM"]),
     (["simulate", "{plan}", "--trace", "azure-conv", "--window", "25:00"], ["not HH:MM"]),
