@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from scenario_support import SMALL as README_SMALL
 
 from fleetplan import fileio
 from fleetplan.cli.main import main
@@ -128,20 +129,9 @@ def test_cli_refuses_bad_options_before_any_work(tmp_path, plan_file, args, need
     assert sorted(tmp_path.iterdir()) == before  # nothing written, nothing left behind
 
 
-SMALL = """name: small
-options: {window_length_s: 3600, margin: 0.1}
-sites:
-  - name: aws:us-east-1
-    inventory:
-      - {gpu: H100, nodes: 1, gpus_per_node: 8}
-models:
-  - name: Llama-3.1-8B
-    tp: TP
-    min_replicas: 1
-    slo: {ttft_p95_s: 1.5, tpot_p95_s: 0.1}
-    token_mix: {trace: azure-conv}
-    demand: {rates: RATES}
-"""
+# The README's small scenario with its tp list and rates as placeholders (TP, RATES) for each test to fill.
+SMALL = README_SMALL.replace("tp: [1, 2]", "tp: TP").replace("rates: [1.0, 4.0, 12.0]", "rates: RATES")
+assert "TP" in SMALL and "RATES" in SMALL
 
 
 @pytest.mark.parametrize("tp,rates,extra,needles", [

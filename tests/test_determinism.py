@@ -8,6 +8,11 @@ import time
 import pytest
 from click.testing import CliRunner
 
+import fleetplan.solvers.common as common
+import fleetplan.solvers.cpsat as cpsat
+import fleetplan.solvers.decompose as decompose
+import fleetplan.solvers.milp as milp
+import fleetplan.solvers.solve as solve_mod
 from fleetplan.cli.main import main
 from fleetplan.errors import InputError
 from fleetplan.placement.generators import planted_instance, random_instance
@@ -65,11 +70,6 @@ class _StepClock:
 def _solve_on_clock(monkeypatch, problem, step_s: float | None, **kw):
     """solve() with every solver module reading a _StepClock of ``step_s`` (None: the real clock); ``kw`` goes to
     solve()."""
-    import fleetplan.solvers.common as common
-    import fleetplan.solvers.cpsat as cpsat
-    import fleetplan.solvers.decompose as decompose
-    import fleetplan.solvers.milp as milp
-    import fleetplan.solvers.solve as solve_mod
 
     with monkeypatch.context() as mp:
         if step_s is not None:
@@ -162,7 +162,6 @@ def test_the_fleet_scale_path_does_not_depend_on_the_clock(monkeypatch):
     # window passes by effort give the same plan on a fast and a slow clock, the 30-s safety stop far away; a
     # window of the per-window bound stopped by its share of the time would change the bound only, never the
     # replicas compared here.
-    import fleetplan.solvers.solve as solve_mod
     from fleetplan.solvers.executor import make_executor
 
     problem = random_instance(4, 4, seed=3)
