@@ -9,7 +9,12 @@
   the same rule). Prefix caching is on (``enable_prefix_caching``, V1's default) with a hit rate: the share of
   prompt tokens whose KV blocks are found in the cache and not recomputed.
 * ``prefill-first``: one prefill at a time, whole, with priority over decode and no chunking (vLLM V0's default
-  scheduler without ``--enable-chunked-prefill``; what fleetplan modelled before this record).
+  scheduler without ``--enable-chunked-prefill``; what fleetplan modelled before this record, and the default of
+  a scenario without an ``engine`` key until the default became ``vllm-v1``).
+
+:data:`DEFAULT_ENGINE` is the one default: the engine of a scenario model without any ``engine`` key, and of an
+option built without the record (by hand, or by a planner that sizes none) wherever an engine is needed: its
+replay, its export flags, its calibration row and its capacity error (:func:`engine_or_default`).
 
 Defaults and where they come from (vLLM ``vllm/engine/arg_utils.py``, ``EngineArgs.get_batch_defaults``, vLLM
 0.10-0.11, for the OpenAI API server usage context, i.e. ``vllm serve``):
@@ -273,10 +278,19 @@ class EngineConfig:
         return flags
 
 
-#: The default engine: vLLM V1 with vLLM's own defaults.
+#: vLLM V1 with vLLM's own defaults.
 VLLM_V1 = EngineConfig()
 #: The engine fleetplan modelled before the record: whole prefills with priority over decode.
 PREFILL_FIRST = EngineConfig(mode="prefill-first")
+#: The default engine (module docstring): vLLM V1 with vLLM's defaults, the engine ``vllm serve`` runs.
+DEFAULT_ENGINE = VLLM_V1
+
+
+def engine_or_default(engine: EngineConfig | None, gpu_memory_gib: float, gpu_name: str) -> EngineConfig:
+    """``engine``, or for None (an option built without the record) :data:`DEFAULT_ENGINE`, with unset knobs filled
+    with vLLM's defaults for the GPU of ``gpu_memory_gib`` GiB named ``gpu_name`` (:meth:`EngineConfig.resolved`;
+    a record the planner sized is resolved already and comes back equal)."""
+    return (engine or DEFAULT_ENGINE).resolved(gpu_memory_gib, gpu_name)
 
 
 def vllm_defaults(gpu_memory_gib: float, gpu_name: str) -> tuple[int, int]:
@@ -287,7 +301,7 @@ def vllm_defaults(gpu_memory_gib: float, gpu_name: str) -> tuple[int, int]:
     return VLLM_SERVE_DEFAULTS_OTHER_GPU
 
 
-def engine_from_mapping(data: dict[str, object] | None, base: EngineConfig = VLLM_V1) -> EngineConfig:
+def engine_from_mapping(data: dict[str, object] | None, base: EngineConfig = DEFAULT_ENGINE) -> EngineConfig:
     """An :class:`EngineConfig` from a scenario mapping (keys as the attributes), over ``base``. Raises InputError
     for an unknown key (named) or a bad value."""
     if not data:

@@ -24,8 +24,9 @@ Server arguments come from the plan's Problem (the capacity model's numbers, rec
 * the engine the capacity assumed (the option's :class:`~fleetplan.costmodels.engine.EngineConfig`, the plan JSON's
   ``engine`` object): ``--max-num-batched-tokens`` (vllm-v1) or ``--no-enable-chunked-prefill`` (prefill-first),
   ``--enable-prefix-caching`` / ``--no-enable-prefix-caching``; ``--max-num-seqs`` is the smaller of the KV
-  batch above and the engine's cap. An option sized without a record (prefill-first by default) writes
-  ``--no-enable-chunked-prefill`` too: what is deployed is what was planned. Speculative decoding adds
+  batch above and the engine's cap. An option built without a record runs the default engine (vLLM V1 with vLLM's
+  defaults, as its replay does): no budget flag, ``--enable-prefix-caching``; what is deployed is what was
+  planned. Speculative decoding adds
   ``--speculative-config '{"model": DRAFT_REPO, "num_speculative_tokens": k, "method": "draft_model"}'`` (or the
   ngram form; vLLM's speculative decoding docs), the draft's repository from the deployment file or the catalog.
 * ``--kv-cache-dtype``: ``auto`` (the model's bf16) for kv_dtype bf16, ``fp8`` for fp8.
@@ -62,7 +63,7 @@ from pathlib import Path
 
 from pydantic import Field, PrivateAttr, field_validator
 
-from fleetplan.costmodels.engine import PREFILL_FIRST, EngineConfig
+from fleetplan.costmodels.engine import DEFAULT_ENGINE, EngineConfig
 from fleetplan.costmodels.hardware import Model
 from fleetplan.datasets.catalog.models import model_hf_repo
 from fleetplan.datasets.catalog.names import get_model
@@ -208,9 +209,10 @@ def shared_workload_name(models: tuple[str, ...], gpu: str, pool_name: str = "")
 
 def engine_flags(engine: EngineConfig | None, draft_repo: str | None = None) -> tuple[str, ...]:
     """The ``vllm serve`` flags of the engine an option was sized with, but ``--max-num-seqs`` (written from the
-    KV batch, :func:`_engine_seqs`); None (an option built without the record) is the prefill-first engine.
+    KV batch, :func:`_engine_seqs`); None (an option built without the record) is the default engine
+    (:data:`~fleetplan.costmodels.engine.DEFAULT_ENGINE`, vLLM's defaults: no budget flag).
     ``draft_repo``: the speculative draft model's repository (``--speculative-config``'s "model")."""
-    flags = (engine or PREFILL_FIRST).vllm_flags(draft_repo)
+    flags = (engine or DEFAULT_ENGINE).vllm_flags(draft_repo)
     if "--max-num-seqs" in flags:
         i = flags.index("--max-num-seqs")
         del flags[i:i + 2]

@@ -45,7 +45,8 @@ recomputed and must agree with the file, so an edit the reader would otherwise i
 window table) is refused. The solver's report is checked against that cost (:func:`check_report`: the lower bound
 at most the cost, the gap (cost - bound) / cost, status optimal only within ``requested_gap``, valid baselines at
 least the bound); the bound and the baselines' own costs need a re-solve and are not recomputed. Edited replica
-counts are refused too (:data:`EDIT_ADVICE` says why and what to do instead).
+counts are refused too (:data:`EDIT_ADVICE` says why and what to do instead). A file written before the default
+engine became vLLM V1 is rebuilt with the prefill-first engine it was planned for (:func:`_pin_prefill_first`).
 """
 
 from __future__ import annotations
@@ -492,8 +493,8 @@ def problem_from_plan_dict(d: dict) -> tuple[Problem, Scenario]:
     src = sc.get("source", "plan file")
     try:
         # Plan files written before YAML 1.2 floats were read as numbers hold e.g. "1.0e9" as text.
-        scenario = scenario_from_raw(yaml12_numbers(sc["raw"]), source=src, base=sc.get("base"),
-                                     window_length_s=_window_length_s(d, sc))
+        scenario = scenario_from_raw(_pin_prefill_first(yaml12_numbers(sc["raw"]), d), source=src,
+                                     base=sc.get("base"), window_length_s=_window_length_s(d, sc))
         # the file's pools (prices and snapshot dates) are re-checked against the rebuilt ones (check_derived)
         return build_problem(scenario, derating=_verify_derating(d), new_plan=False), scenario
     except InputError as exc:  # the error is in the plan file's copy of the scenario, not in the scenario file
@@ -504,6 +505,26 @@ def problem_from_plan_dict(d: dict) -> tuple[Problem, Scenario]:
         path = ".".join(x for x in ("scenario.raw", entry, exc.field) if x)
         raise InputError(f"{exc.message} (in the plan file's copy of {src}; re-plan the fixed scenario)",
                          field=path, value=exc.value) from None
+
+
+def _pin_prefill_first(raw: Any, d: dict) -> Any:
+    """The embedded scenario ``raw`` of the plan dict ``d``, with ``options.engine: {mode: prefill-first}`` added
+    when the plan was made before the default engine became vLLM V1: no ``engine`` key anywhere in the scenario
+    (then every model ran the default engine) and an ``engine`` object on the replica rows saying prefill-first
+    (the default of that time), so the rebuilt options are the ones the plan was sized with; ``raw`` unchanged
+    otherwise (and for a malformed mapping, which the scenario reader reports)."""
+    if not isinstance(raw, dict):
+        return raw
+    opts = raw.get("options")
+    models = raw.get("models")
+    if not isinstance(models, list) or (isinstance(opts, dict) and opts.get("engine") is not None) \
+            or any(isinstance(m, dict) and m.get("engine") is not None for m in models):
+        return raw
+    rows = [r.get("engine") for r in (d.get("replicas") or []) if isinstance(r, dict)]
+    modes = {e.get("mode") for e in rows if isinstance(e, dict)}
+    if modes != {"prefill-first"}:
+        return raw
+    return {**raw, "options": {**(opts if isinstance(opts, dict) else {}), "engine": {"mode": "prefill-first"}}}
 
 
 def _window_length_s(d: dict, sc: dict) -> float | None:

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from fleetplan.costmodels.arrivals import MIN_INTERVALS_PER_WINDOW
 from fleetplan.costmodels.calibration import Calibration
-from fleetplan.costmodels.engine import PREFILL_FIRST
+from fleetplan.costmodels.engine import DEFAULT_ENGINE
 from fleetplan.costmodels.hardware import GPU
 from fleetplan.costmodels.network import Site
 from fleetplan.costmodels.prices import GpuPrice, check_price_date
@@ -214,15 +214,11 @@ def _model_inputs(scenario: Scenario, inputs: _Inputs, i: int, m: ScenarioModel,
         if origin not in site_names:
             raise UnknownNameError("site", origin, site_names, source=mw, field="origin_site")
     o_engine = inputs.spec.options.engine
-    # Without an engine key the plan keeps the prefill-first engine its goldens were made with (for now: the switch
-    # of the default to vLLM V1 moves the default plan; docs/engine.md gives the figures).
-    # As soon as an engine key is given (options.engine or the model's own), an unset mode is vLLM V1.
+    # Without any engine key a model is planned for the default engine (vLLM V1, chunked prefill: DEFAULT_ENGINE);
+    # a model's own keys lie over options.engine, and an unset mode is vLLM V1 either way.
     with within_entry(mw, "engine"):
-        if o_engine is not None:
-            engine = o_engine.to_engine()
-            engine = m.engine.to_engine(engine) if m.engine is not None else engine
-        else:
-            engine = m.engine.to_engine() if m.engine is not None else PREFILL_FIRST
+        engine = o_engine.to_engine() if o_engine is not None else DEFAULT_ENGINE
+        engine = m.engine.to_engine(engine) if m.engine is not None else engine
     engine = scenario_engine(engine, mw, "engine" if m.engine is not None else "options.engine",
                              scenario_catalog_file(scenario, "models"))
     return ModelInputs(index=i, where=mw, name=m.name, model=model, weight_dtype=m.weight_dtype or opts["weight_dtype"],

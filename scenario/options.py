@@ -17,7 +17,7 @@ from pathlib import Path
 from fleetplan.costmodels.calibration import Calibration
 from fleetplan.costmodels.capacity import ReplicaCapacity, replica_capacity
 from fleetplan.costmodels.demand import TokenMix
-from fleetplan.costmodels.engine import PREFILL_FIRST, EngineConfig
+from fleetplan.costmodels.engine import DEFAULT_ENGINE, EngineConfig
 from fleetplan.costmodels.hardware import GPU, Model
 from fleetplan.costmodels.kvtiers import HostTier
 from fleetplan.costmodels.network import Link
@@ -73,8 +73,9 @@ class ModelInputs:
         origin_site: where its traffic comes from (a site of the scenario), or None.
         peak_factor, peak_factor_source: capacity is sized for peak factor × each window's rate (1.0, '' without
             an ``arrivals`` key).
-        engine: its serving engine (options.engine, then its own engine keys; prefill-first without either, vLLM
-            V1 as soon as an engine key is given), unresolved: each option fills vLLM's defaults for its GPU.
+        engine: its serving engine (options.engine, then its own engine keys; without either the default engine,
+            vLLM V1: ``costmodels.engine.DEFAULT_ENGINE``), unresolved: each option fills vLLM's defaults for its
+            GPU.
     """
 
     index: int
@@ -91,7 +92,7 @@ class ModelInputs:
     origin_site: str | None
     peak_factor: float
     peak_factor_source: str
-    engine: EngineConfig = PREFILL_FIRST
+    engine: EngineConfig = DEFAULT_ENGINE
 
     @property
     def weight_bytes(self) -> float:
@@ -107,7 +108,7 @@ class ModelInputs:
 def option_capacity(prof: MeasuredProfile | None, model: Model, gpu: GPU, mix: TokenMix, slo: SLO, *,
                     weight_dtype: str, kv_dtype: str, memory_utilization: float, tp: int, calib: Calibration,
                     pp: int = 1, link: Link | None = None, residents: int = 1,
-                    kv_budget_bytes: float | None = None, engine: EngineConfig = PREFILL_FIRST,
+                    kv_budget_bytes: float | None = None, engine: EngineConfig = DEFAULT_ENGINE,
                     host_tier: HostTier | None = None) -> ReplicaCapacity:
     """Capacity of one option from its measured profile when it has one
     (:func:`~fleetplan.costmodels.profile_capacity.measured_replica_capacity`), else from the calibrated roofline

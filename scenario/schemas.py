@@ -328,8 +328,8 @@ class ScenarioOptions(InputModel):
         None, description="every model's arrival burstiness: capacity sized for a peak factor × each window's rate "
         "(a model's own arrivals key wins); default none (factor 1)")
     engine: EngineSchema | None = input_field(
-        None, description="every model's serving engine (a model's own engine keys win); an engine key defaults "
-        "to vLLM V1 with chunked prefill and vLLM's defaults; without any, the prefill-first engine")
+        None, description="every model's serving engine (a model's own engine keys win); default vLLM V1 with "
+        "chunked prefill and vLLM's defaults ({mode: prefill-first} plans the engine of earlier plans)")
     host_tier: HostTierSpec | None = input_field(
         None, description="a host KV tier (DRAM and NVMe) on every dedicated single-node replica: prefix hits "
         "fetched instead of recomputed, running sequences swapped out above HBM's room; default none (HBM only)")

@@ -11,7 +11,7 @@ basis says so. Measured options take the spacing of their profile's load levels 
 from __future__ import annotations
 
 from fleetplan.costmodels.calibration_fit import gpu_family
-from fleetplan.costmodels.engine import PREFILL_FIRST, EngineConfig
+from fleetplan.costmodels.engine import DEFAULT_ENGINE, EngineConfig
 from fleetplan.costmodels.uncertainty import CapacityError, measured_error, roofline_error
 from fleetplan.datasets.held_out import load_held_out_table
 from fleetplan.placement.problem import DeratingKey, Problem
@@ -33,7 +33,7 @@ def option_errors(scenario: Scenario, problem: Problem) -> dict[DeratingKey, Cap
     cache: dict[tuple[str, str, str], CapacityError] = {}
 
     def roofline(model: str, gpu: str, engine: EngineConfig | None) -> CapacityError:
-        fw = (engine or PREFILL_FIRST).framework  # the engine version the option was sized for
+        fw = (engine or DEFAULT_ENGINE).framework  # the engine version the option was sized for
         if (model, gpu, fw) not in cache:
             e = roofline_error(model, gpu, engine=fw, family_of={**family_of, gpu: gpu_family(gpu)}, rows=rows)
             if calib_file:

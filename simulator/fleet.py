@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from fleetplan.costmodels.capacity import speculative_latency
-from fleetplan.costmodels.engine import PREFILL_FIRST, EngineConfig
+from fleetplan.costmodels.engine import DEFAULT_ENGINE, EngineConfig, engine_or_default
 from fleetplan.costmodels.hardware import Model
 from fleetplan.costmodels.latency import decode_step_time_s, prefill_time_s
 from fleetplan.costmodels.network import Link
@@ -102,7 +102,7 @@ class FleetBuilder:
         if model_name in self._override:
             return self._override[model_name]
         spec = engine.speculative if engine is not None else None
-        key = (model_name, pool_id, tp, pp, kv_budget_bytes, role, spec, (engine or PREFILL_FIRST).framework,
+        key = (model_name, pool_id, tp, pp, kv_budget_bytes, role, spec, (engine or DEFAULT_ENGINE).framework,
                engine.kv_read_fraction if engine is not None else 1.0)
         if key in self._cache:
             return self._cache[key]
@@ -117,7 +117,7 @@ class FleetBuilder:
         if calib_file is not None and base and not os.path.isabs(calib_file):
             calib_file = os.path.join(base, calib_file)
         # the row of the engine's version, as the plan's capacity was sized (scenario.options.engine_calibration)
-        calib = calibration_for_engine(gpu, calib_file, (engine or PREFILL_FIRST).framework)[0]
+        calib = calibration_for_engine(gpu, calib_file, (engine or DEFAULT_ENGINE).framework)[0]
         link = inter_node_link(opts.get("inter_node_link")) if pp > 1 else None
         kw: dict[str, Any] = dict(tp=tp, pp=pp, weight_dtype=wd, link=link, calib=calib)
         budget = mu * tp * pp * gpu.memory_bytes - model.weight_bytes(wd) if kv_budget_bytes is None \
@@ -182,9 +182,16 @@ class FleetBuilder:
         return sm
 
     def engine_of(self, model: str, pool_id: str, tp: int, pp: int) -> EngineConfig:
-        """The engine a dedicated option was sized with (its capacity's, :attr:`ReplicaOption.engine`), else
-        prefill-first (options built without the record, e.g. by hand)."""
-        return self.problem.option_by_key[(model, pool_id, tp, pp)].engine or PREFILL_FIRST
+        """The engine a dedicated option was sized with (its capacity's, :attr:`ReplicaOption.engine`), else the
+        default engine with vLLM's defaults for the pool's GPU (options built without the record, e.g. by hand:
+        :func:`~fleetplan.costmodels.engine.engine_or_default`)."""
+        return self.engine_on(self.problem.option_by_key[(model, pool_id, tp, pp)].engine, pool_id)
+
+    def engine_on(self, engine: EngineConfig | None, pool_id: str) -> EngineConfig:
+        """``engine`` (an option's record, None when it has none) as run on a GPU of ``pool_id``
+        (:func:`~fleetplan.costmodels.engine.engine_or_default`)."""
+        gpu = get_gpu(self.problem.pool_by_id[pool_id].gpu, self.scenario_file("gpus"))
+        return engine_or_default(engine, gpu.memory_bytes / 2**30, gpu.name)
 
     def fleet(self, w: int) -> Fleet:
         """The devices and engines of window ``w``: every dedicated replica of the plan in that window, and every
@@ -219,9 +226,9 @@ class FleetBuilder:
 
                 model, wd, _ = self.model_spec(m)
                 budget = opt.memory_bytes - model.weight_bytes(wd)
-                engines.append(EngineSpec(m, len(devices) - 1, self.step_model(m, g.pool, 1, 1, budget,
-                                                                                engine=opt.engine),
-                                          engine=opt.engine or PREFILL_FIRST))
+                eng = self.engine_on(opt.engine, g.pool)
+                engines.append(EngineSpec(m, len(devices) - 1, self.step_model(m, g.pool, 1, 1, budget, engine=eng),
+                                          engine=eng))
             dm.append(tuple(g.models))
         return Fleet(engines, devices, dm)
 

@@ -43,7 +43,6 @@ from pathlib import Path
 
 import numpy as np
 
-from fleetplan.costmodels.engine import PREFILL_FIRST
 from fleetplan.datasets.catalog.names import get_gpu
 from fleetplan.errors import InputError
 from fleetplan.placement.problem import OptionKey, Problem
@@ -422,7 +421,7 @@ def _span(problem: Problem, builder: FleetBuilder, lives: list[_Life], start_s: 
         for m in x.models:
             model, mwd, _ = builder.model_spec(m)
             budget = shares[(m, x.pool)].memory_bytes - model.weight_bytes(mwd)
-            eng = shares[(m, x.pool)].engine or PREFILL_FIRST
+            eng = builder.engine_on(shares[(m, x.pool)].engine, x.pool)
             sp.engines.append(EngineSpec(m, d, builder.step_model(m, x.pool, 1, 1, budget, engine=eng), x.ready_s,
                                          x.stop_s, engine=eng))
             sp.rated_s.append(1.0 / shares[(m, x.pool)].capacity_req_per_s)

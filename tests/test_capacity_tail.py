@@ -1,6 +1,8 @@
 """The capacity model's per-request check (costmodels/capacity.py, point 10): by hand, and against the
 discrete-event engine, an independent implementation of the same scheduler."""
 
+import copy
+
 import numpy as np
 import pytest
 
@@ -20,7 +22,7 @@ from fleetplan.datasets.catalog.names import get_gpu, get_model
 from fleetplan.errors import InputError
 from fleetplan.placement.plan import Plan
 from fleetplan.scenario.build import build_problem
-from fleetplan.scenario.read import load_scenario
+from fleetplan.scenario.read import load_scenario, read_scenario, scenario_from_raw
 from fleetplan.scenario.split import SplitOptions, make_spec
 from fleetplan.simulator.fleet import FleetBuilder
 from fleetplan.simulator.metrics import request_latencies
@@ -74,6 +76,16 @@ def default():
     return sc, build_problem(sc)
 
 
+@pytest.fixture(scope="module")
+def prefill_first():
+    """The default scenario planned for the prefill-first engine (the default before vLLM V1)."""
+    raw, src, base = read_scenario(None)
+    raw = copy.deepcopy(raw)
+    raw["options"]["engine"] = {"mode": "prefill-first"}
+    sc = scenario_from_raw(raw, source=src, base=str(base) if base else None)
+    return sc, build_problem(sc)
+
+
 def _replay_tpot_miss(sc, problem, option, rate, seconds=1200.0, seed=3):
     """Share of requests over the TPOT target when one replica of ``option`` serves Poisson arrivals at ``rate``
     (the first 10% warm up), replayed by the discrete-event engine."""
@@ -90,15 +102,22 @@ def _replay_tpot_miss(sc, problem, option, rate, seconds=1200.0, seed=3):
     return float(np.mean(~(tpot[m] <= problem.model_by_name[option.model].tpot_p95_s)))
 
 
-def test_short_answer_rating_holds_in_the_engine_replay(default):
-    # Qwen2.5-7B with the Azure code mix (28 output tokens on average) on one A100: before the per-request check
-    # its rating was 3.57 req/s and the replay missed the 100-ms TPOT for 18% of requests (5% allowed).
-    sc, problem = default
+def test_short_answer_rating_holds_in_the_engine_replay(prefill_first, default):
+    # Qwen2.5-7B with the Azure code mix (28 output tokens on average) on one A100, prefill-first: before the
+    # per-request check its rating was 3.57 req/s and the replay missed the 100-ms TPOT for 18% of requests (5%
+    # allowed).
+    sc, problem = prefill_first
     o = next(o for o in problem.options if o.model == "Qwen2.5-7B" and o.tp == 1 and o.pool.startswith("gcp"))
+    assert o.engine is not None and o.engine.mode == "prefill-first"
     assert o.capacity_req_per_s < 3.0
     assert _replay_tpot_miss(sc, problem, o, o.capacity_req_per_s) <= 0.05 + 0.02  # sampling noise of 1,100 req
     # The check can fail: at 1.6x the rating the same replay misses far more than 5%.
     assert _replay_tpot_miss(sc, problem, o, 1.6 * o.capacity_req_per_s) > 0.10
+    # With vLLM V1 (the default; the planner's budget for it) the rating holds in the replay as well.
+    sc, problem = default
+    o = next(o for o in problem.options if o.model == "Qwen2.5-7B" and o.tp == 1 and o.pool.startswith("gcp"))
+    assert o.engine is not None and o.engine.mode == "vllm-v1"
+    assert _replay_tpot_miss(sc, problem, o, o.capacity_req_per_s) <= 0.05 + 0.02
 
 
 def test_capacities_are_remembered_per_population():

@@ -48,8 +48,8 @@ GOLDEN = HERE / "golden" / "export"
 PLAN_FILE = GOLDEN / "default_plan.json"
 CRDS = HERE / "data" / "crds"
 #: Golden files kept of the full export (the other windows' files are checked against the plan instead).
-# The default plan uses one site (gcp:us-central1, A100 only) since the calibration's all-reduce efficiency floor
-# made Llama-3.1-70B on A100 at tp 4 hold its peak with two replicas (before, H100s at aws:us-east-1 took the peak).
+# The default plan (vLLM V1) runs every model on A100s at gcp:us-central1 and part of Llama-3.1-70B's day on H100s
+# at aws:us-east-1 (tp 2 or 4; window 19:00 has one).
 GOLDEN_K8S = ("clusters.yaml", "gcp-us-central1/window-00-00.yaml", "gcp-us-central1/window-19-00.yaml",
               "gcp-us-central1/schedule-keda.yaml", "aws-us-east-1/window-19-00.yaml",
               "aws-us-east-1/schedule-keda.yaml")

@@ -8,11 +8,15 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 from click.testing import CliRunner
+from scenario_support import SMALL
 
 from fleetplan.cli.main import main
 from fleetplan.outputs.planio import load_plan_file
 from fleetplan.placement.validate import validate
+from fleetplan.scenario.build import build_problem
+from fleetplan.scenario.read import scenario_from_raw
 
 PLAN = Path(__file__).parent / "golden" / "export" / "default_plan.json"
 
@@ -86,12 +90,14 @@ def test_edited_replica_counts_are_revalidated(tmp_path):
 
 
 def test_count_beyond_the_pool_refused_without_building_lists(tmp_path):
-    # Within the schema's bound but beyond the pool: replicas[0] is tp 4 on aws:us-east-1/H100-SXM-80GB, 2 nodes
-    # x 8 = 16 GPUs, so at most 16 // 4 = 4 replicas; 999,999 is refused by validate, naming option and window.
-    r = _export(tmp_path, _edit(("replicas", 0, "counts", 5), 999_999))
+    # Within the schema's bound but beyond the pool: replicas[0] is tp 2 on aws:us-east-1/H100-SXM-80GB, 2 nodes
+    # x 8 = 16 GPUs, so at most 16 // 2 = 8 replicas; 999,999 is refused by validate, naming option and window.
+    d = _edit(("replicas", 0, "counts", 5), 999_999)
+    assert (d["replicas"][0]["pool"], d["replicas"][0]["tp"]) == ("aws:us-east-1/H100-SXM-80GB", 2)
+    r = _export(tmp_path, d)
     assert r.exit_code == 2 and "Traceback" not in r.output, r.output
-    assert ("window 5: 999999 replicas of 4 GPUs each do not fit the 16 GPUs of pool aws:us-east-1/H100-SXM-80GB; "
-            "give at most 4 replicas") in r.output, r.output
+    assert ("window 5: 999999 replicas of 2 GPUs each do not fit the 16 GPUs of pool aws:us-east-1/H100-SXM-80GB; "
+            "give at most 8 replicas") in r.output, r.output
 
 
 def test_validate_refuses_a_huge_count_without_allocating():
@@ -140,3 +146,28 @@ def test_bad_embedded_scenario_is_blamed_on_the_plan_file(tmp_path):
     r = _export(tmp_path, _edit(("scenario", "raw", "models", 0, "tp"), [3]))
     assert r.exit_code == 2 and "field 'scenario.raw.models[0].tp[0]'" in r.output, r.output
     assert "plan file's copy" in r.output, r.output
+
+
+def test_plan_file_from_before_the_vllm_v1_default_keeps_its_engine(tmp_path):
+    # A plan file written while a scenario without an engine key was planned for prefill-first (replica rows say
+    # mode prefill-first, the embedded scenario has no engine key) is rebuilt with that engine, not the new default:
+    # its capacities are the ones it was planned with, so it loads and replays as planned.
+    # (a TTFT target of 0.3 s: where the two engines' capacities differ; at 1.5 s this scenario's are equal)
+    text = SMALL.replace("ttft_p95_s: 1.5", "ttft_p95_s: 0.3")
+    scen = tmp_path / "small.yaml"
+    scen.write_text(text.replace("options: {", "options: {engine: {mode: prefill-first}, "))
+    f = tmp_path / "plan.json"
+    r = CliRunner().invoke(main, ["plan", str(scen), "--out", str(f), "--no-baselines"])
+    assert r.exit_code == 0, r.output
+    d = json.loads(f.read_text())
+    del d["scenario"]["raw"]["options"]["engine"]  # as an older file embeds it
+    assert {row["engine"]["mode"] for row in d["replicas"]} == {"prefill-first"}
+    f.write_text(json.dumps(d))
+    problem, plan, _, _ = load_plan_file(f)
+    assert validate(problem, plan).ok
+    assert {o.engine.mode for o in problem.options if o.engine is not None} == {"prefill-first"}
+    # the new default sizes the same options differently, so without the pin the file would not hold
+    v1 = build_problem(scenario_from_raw(yaml.safe_load(text)))
+    assert {o.engine.mode for o in v1.options if o.engine is not None} == {"vllm-v1"}
+    before = {o.key: o.capacity_req_per_s for o in problem.options}
+    assert any(abs(o.capacity_req_per_s - before[o.key]) > 1e-6 for o in v1.options)
