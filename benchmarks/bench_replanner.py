@@ -113,7 +113,7 @@ from fleetplan.fileio import write_text_atomic
 from fleetplan.scenario.build import build_problem
 from fleetplan.scenario.read import load_scenario, scenario_from_raw
 from fleetplan.service.runtime import scenario_problem
-from fleetplan.simulator.fleetday import FleetStep, Outage, day_requests, plan_steps, replay_fleet_day
+from fleetplan.simulator.fleetday import TALLY_SLOT_S, FleetStep, Outage, day_requests, plan_steps, replay_fleet_day
 from fleetplan.solvers.online.config import OnlineConfig
 from fleetplan.solvers.online.replanner import Replanner
 from fleetplan.solvers.online.state import window_problem
@@ -319,6 +319,13 @@ def _step_of(r: Replanner, t: float) -> FleetStep:
     return FleetStep(t, {**r.counts(), **r.pd_counts()}, tuple((s.pool, s.models) for s in r.shared))
 
 
+#: The times of re-solves the wall-clock safety stop cut in this run (their plans may differ on another machine:
+#: raise --resolve-time-limit on a busy machine); the re-solves are otherwise bounded by deterministic effort.
+RESOLVES_CUT: list[float] = []
+#: The words a solve's message starts its safety-stop note with (solvers.common.SafetyStop.note).
+SAFETY_STOP_TEXT = "the wall-clock safety stop"
+
+
 def replanner_steps(problem, lt, offline, rates, resolve_limit_s: float, warm: list[dict[str, np.ndarray]] = (),
                     config: OnlineConfig | None = None, outages: tuple[Outage, ...] = (), report_delay_s: float = 60.0,
                     step_s: float = STEP_S) -> tuple[list[FleetStep], int, int, float | None]:
@@ -355,6 +362,8 @@ def replanner_steps(problem, lt, offline, rates, resolve_limit_s: float, warm: l
         if k % int(3600 / step_s) == 0 or r.drifted:
             cand = solve(r.candidate_problem(r.resolve_demand(t)), "highs", time_limit_s=resolve_limit_s, threads=1,
                          lp_bound=False)
+            if SAFETY_STOP_TEXT in (cand.message or ""):
+                RESOLVES_CUT.append(t)
             ok, _, _ = r.consider(cand, t)
             offered += 1
             adopted += int(ok)
@@ -448,6 +457,25 @@ class Tally:
                 **{f"attainment_{name}": met / req if req else None for name, (req, met) in self.spans.items()}}
 
 
+def breakdown(per_run: dict[str, list]) -> str:
+    """Failed requests (missed an SLO target or dropped) per policy, summed over the runs: by model, and the five
+    hours of the day with the most, to say where one policy's attainment gap to another comes from."""
+    lines = ["Failed requests by model and by hour (summed over the days and seeds run):"]
+    for name, reps in per_run.items():
+        by_model: dict[str, int] = {}
+        by_hour: dict[int, int] = {}
+        for rep in reps:
+            for m, (req, met) in rep.by_model.items():
+                by_model[m] = by_model.get(m, 0) + req - met
+            for minute, (req, met) in rep.by_minute.items():
+                h = int(minute * TALLY_SLOT_S // 3600)
+                by_hour[h] = by_hour.get(h, 0) + req - met
+        models = ", ".join(f"{m} {n:,}" for m, n in sorted(by_model.items(), key=lambda x: -x[1]) if n)
+        hours = ", ".join(f"{h:02d}:00 {n:,}" for h, n in sorted(by_hour.items(), key=lambda x: -x[1])[:5] if n)
+        lines.append(f"  {name:18s}: {sum(by_model.values()):,} failed; {models or 'none'}; worst hours {hours or '-'}")
+    return "\n".join(lines)
+
+
 def goals(agg: dict[str, dict], surprise: str) -> list[str]:
     """Lines saying which goals hold (module docstring)."""
     rp = agg["replanner"]
@@ -537,6 +565,8 @@ def _args() -> argparse.Namespace:
     ap.add_argument("--tpot-percentile", type=int, choices=[90, 95, 99], default=95,
                     help="every model's TPOT target (same seconds) at this percentile instead of the shipped p95")
     ap.add_argument("--json", metavar="FILE", help="write the averages per policy here")
+    ap.add_argument("--breakdown", action="store_true",
+                    help="print each policy's failed requests by model and its five worst hours")
     ap.add_argument("--plot", metavar="PNG", help="write cost per day against attainment for every policy here")
     a = ap.parse_args()
     for flag, path in (("--plot", a.plot), ("--json", a.json)):
@@ -606,7 +636,8 @@ def main() -> None:
                 policies[spec.name] = reactive_steps(problem, offline, r_rates, spec, sur.outages)[0]
             policies["replanner"] = rp
             print(f"ServeGen day {day}, seed {seed} (re-planner driven in {time.perf_counter() - t1:.0f} s; re-solves "
-                  f"adopted {adopted} of {offered}):", flush=True)
+                  f"adopted {adopted} of {offered}; cut by the safety stop so far in this run: {len(RESOLVES_CUT)}):",
+                  flush=True)
             for label, cfg in variants:
                 policies[label] = replanner_steps(problem, lt, offline, rp_rates, a.resolve_time_limit, warm, cfg,
                                                   sur.outages, a.report_delay, a.round_interval)[0]
@@ -646,6 +677,8 @@ def main() -> None:
               f"{s['busy_utilization']:5.1%} {RATED_LOAD.name} {s['capacity_utilization']:5.1%}  attainment "
               f"{s['attainment']:6.2%}{hs}  migrations {s['migrations_per_day']:.0f}")
     print(legend(BUSY_TIME, RATED_LOAD))
+    if a.breakdown:
+        print(breakdown(per_run))
     print("Goals (the re-planner's averages):")
     print("\n".join(goals(agg, a.surprise)))
     if a.json:
