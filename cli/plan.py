@@ -369,16 +369,10 @@ def plan(scenario: str | None, output: str | None, fmt: str | None, wide: bool, 
     """Plan SCENARIO (a YAML file or a shipped scenario's name; the shipped default when omitted): replicas per
     model, GPU type, site and window at the lowest cost that meets every SLO. Every plan is re-checked by the
     independent validator before it is printed: a short table by default, -o wide for every detail, -o json|yaml
-    for the plan file's content. With -o json an error is also printed on stdout as a JSON object {"error": ...,
-    "explanation": [...]} (exit code 2)."""
+    for the plan file's content. With -o json an error is also printed on stdout as a JSON object {"error":
+    {"message", "field", "value", "explanation", ...}} (exit code 2)."""
     shown = resolve_output(output, fmt, wide)
-    try:
-        _plan(scenario, shown, _PlanArgs(wide=shown == "wide", **kw))
-    except FleetplanError as exc:
-        if shown == "json":
-            click.echo(json.dumps({"error": str(exc), "explanation": list(getattr(exc, "explanation", []))},
-                                  indent=1))
-        raise
+    _plan(scenario, shown, _PlanArgs(wide=shown == "wide", **kw))
 
 
 class NoPlanError(FleetplanError):

@@ -61,10 +61,12 @@ PLAN_EDITS = [
 
 @pytest.mark.parametrize("edit,needles", PLAN_EDITS)
 def test_simulate_refuses_an_edited_plan(tmp_path, plan_file, edit, needles):
-    code, out = run("simulate", _edited(tmp_path, plan_file, edit), "--format", "json")
-    assert code == 2, out
+    res = CliRunner().invoke(main, ["simulate", _edited(tmp_path, plan_file, edit), "--format", "json"])
+    out = res.stderr
+    assert res.exit_code == 2 and "Traceback" not in res.output, res.output
     lines = [x for x in out.splitlines() if x.strip()]
     assert len(lines) == 1 and lines[0].startswith("Error: "), out
+    assert json.loads(res.stdout)["error"]["message"] == lines[0].removeprefix("Error: ")  # --format json: also JSON
     for n in needles:
         assert n in out, (n, out)
 
@@ -250,3 +252,47 @@ def test_a_lock_taken_on_a_lock_file_its_holder_just_removed_is_taken_again(tmp_
     finally:
         for c in held_by_c:
             os.close(c)
+
+
+# ------------------------------------------------------------------- a user error of a command asked for JSON output
+def _json_commands(group=main, path=()):
+    """(command path, the option that chooses JSON) of every command with a json output choice."""
+    import click
+
+    ctx = click.Context(group)
+    for name in group.list_commands(ctx):
+        cmd = group.get_command(ctx, name)
+        if isinstance(cmd, click.Group):
+            yield from _json_commands(cmd, (*path, name))
+            continue
+        opts = [o for p in cmd.params if isinstance(p, click.Option) and isinstance(p.type, click.Choice)
+                and "json" in p.type.choices for o in p.opts]
+        if opts:
+            yield (*path, name), opts[0]
+
+
+def test_every_command_with_json_output_prints_its_user_errors_as_one_json_object():
+    found = list(_json_commands())
+    assert {("plan",), ("diff",), ("simulate",), ("allocate",)} <= {p for p, _ in found}
+    for path, opt in found:
+        res = CliRunner().invoke(main, [*path, opt, "json", "--no-such-option"])
+        assert res.exit_code == 2, (path, res.output)
+        err = json.loads(res.stdout)["error"]  # stdout is the object alone; the message stays on stderr
+        assert err["type"] == "NoSuchOption" and err["field"] == "--no-such-option", (path, err)
+        assert "No such option" in res.stderr
+        # without JSON output asked for, stdout stays empty
+        res = CliRunner().invoke(main, [*path, "--no-such-option"])
+        assert res.exit_code == 2 and res.stdout == "", (path, res.stdout)
+
+
+def test_a_fleetplan_error_as_json_names_field_and_value():
+    res = CliRunner().invoke(main, ["plan", "--time-limit", "1e9", "-o", "json"])
+    assert res.exit_code == 2
+    err = json.loads(res.stdout)["error"]
+    assert (err["type"], err["field"], err["value"]) == ("InputError", "time limit", 1e9)
+    assert "86400" in err["message"] and res.stderr.startswith("Error: ")
+    golden = Path(__file__).parent / "golden" / "export" / "default_plan.json"
+    res = CliRunner().invoke(main, ["diff", str(golden), "--cluster", str(golden), "--format=json"])
+    err = json.loads(res.stdout)["error"]  # a plan file is no kubectl list
+    assert res.exit_code == 2 and (err["source"], err["field"]) == (str(golden), "kind") and err["value"] == "dict"
+    assert err["message"] in res.stderr
