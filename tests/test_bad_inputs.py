@@ -94,6 +94,18 @@ CLI_CASES = [
     (["plan", "--time-limit", "1e9"], ["above the maximum 86400 s", "from 0.5 s to 86400 s"]),
     # --partition without --decompose was ignored (while --verify-slice without --verify is refused).
     (["plan", "--partition", "random"], ["--partition without --decompose", "add --decompose N"]),
+    # Options that apply only with another were silently ignored (issue 28): the default scenario has 5 models,
+    # fewer than the 500 from which plan decomposes by itself, so --executor ray had nothing to run.
+    (["plan", "--executor", "ray"], ["--executor without --decompose", "5 models", "add --decompose N"]),
+    (["plan", "--workers", "2"], ["--workers without --decompose"]),
+    (["plan", "--decompose", "1", "--ray-address", "auto"], ["--ray-address with --decompose 1"]),
+    (["plan", "--verify", "--decompose", "3"], ["--decompose with --verify", "one solve"]),
+    (["plan", "--verify-rounds", "2"], ["--verify-rounds without --verify"]),
+    (["allocate", "--points", "3"], ["--points applies to --mode pareto only", "add --mode pareto"]),
+    (["allocate", "--executor", "ray"], ["--executor applies to --mode pareto only"]),
+    (["allocate", "--slice", "30"], ["--slice is a setting of the replay", "add --verify"]),
+    (["export", "k8s", str(Path(__file__).parent / "golden" / "export" / "default_plan.json"), "--out", "{tmp}/k8s",
+      "--window", "14:00", "--lead-minutes", "5"], ["--lead-minutes with --window", "no KEDA schedule"]),
     (["sweep", "--vary", "demand_factor=1", "--time-limit", "inf"], ["field 'time limit': inf is not a finite"]),
     (["ledger", "split", "--model", "llama-3.1-70b", "--prefill-site", "aws:us-east-1", "--decode-site",
       "aws:us-west-2", "--csv-out", "{tmp}/no/x.csv"], ["does not exist"]),
