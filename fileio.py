@@ -245,8 +245,8 @@ def _read_file_set_index(root: Path, field: str | None) -> dict[str, str]:
         return {}
     fix = f"it is not an index fleetplan wrote; move {index} away and export again"
     try:
-        data = json.loads(index.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError):
+        data = loads_unique(index.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
         raise InputError(f"cannot read {FILE_SET_INDEX}: {fix}", source=str(index), field=field) from None
     files = data.get("files") if isinstance(data, dict) else None
     if not isinstance(files, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in files.items()):
@@ -494,23 +494,24 @@ def loads_unique(text: str | bytes) -> Any:
     return root[0]
 
 
-def parse_json(text: str, *, source: str, what: str = "JSON file") -> Any:
-    """The JSON document in ``text``. Raises InputError naming ``source`` for text that is not JSON (with its line)
-    or a key given twice in one object (naming the key and its field path: JSON readers disagree on which value
-    wins, Python's keeps the last one silently)."""
+def parse_json(text: str | bytes, *, source: str, what: str = "JSON file", row: int | None = None) -> Any:
+    """The JSON document in ``text`` (a whole file, or line ``row`` of a JSON-lines file). Raises InputError naming
+    ``source`` (and the line) for text that is not JSON or a key given twice in one object (naming the key and its
+    field path: JSON readers disagree on which value wins, Python's keeps the last one silently)."""
     try:
         return loads_unique(text)
     except DuplicateJsonKey as exc:
         raise InputError(f"key {exc.path[-1]!r} is given twice in one JSON object; a JSON reader would silently "
-                         "keep the last value: keep one of them", source=source,
+                         "keep the last value: keep one of them", source=source, row=row,
                          field=json_path(exc.path), value=exc.path[-1]) from None
     except json.JSONDecodeError as exc:
-        raise InputError(f"not JSON: {exc.msg} (line {exc.lineno}, column {exc.colno}); give a {what}",
-                         source=source, row=exc.lineno) from None
+        at = f"column {exc.colno}" if row is not None else f"line {exc.lineno}, column {exc.colno}"
+        raise InputError(f"not JSON: {exc.msg} ({at}); give a {what}", source=source,
+                         row=row if row is not None else exc.lineno) from None
     except RecursionError:
-        raise InputError(f"JSON nested too deeply to read; give a {what}", source=source) from None
+        raise InputError(f"JSON nested too deeply to read; give a {what}", source=source, row=row) from None
     except ValueError:  # a whole number past Python's 4300-digit limit (not a JSONDecodeError)
-        raise InputError(f"a number has more than 4300 digits; give a {what}", source=source) from None
+        raise InputError(f"a number has more than 4300 digits; give a {what}", source=source, row=row) from None
 
 
 def read_json(path: str | Path, *, what: str = "JSON file") -> Any:
