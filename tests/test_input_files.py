@@ -119,7 +119,7 @@ def test_read_yaml_names_the_file_for_latin1_text(tmp_path):
     ("min_replicas: 1\n", "min_replicas: true\n", ["models[0].min_replicas", "True must be a whole number"]),
     # out of range: the value, the range and the fix
     ("window_length_s: 3600", "window_length_s: 5",
-     ["field 'options.window_length_s'", "5 is outside 60..86400", "below the minimum 60", "give seconds"]),
+     ["field 'options.window_length_s'", "5 is outside 60..86400", "below the minimum 60", "give whole seconds"]),
     ("ttft_p95_s: 1.5", "ttft_p95_s: 1500",
      ["field 'models[0].slo.ttft_p95_s'", "model Llama-3.1-8B", "1500 is outside 0.01..120", "0.5 for 500 ms"]),
     ("ttft_p95_s: 1.5", "ttft_p95_ms: 1500",
@@ -257,3 +257,22 @@ def test_plan_fleet_and_trace_files_with_a_repeated_key_are_refused(tmp_path):
     config.write_text('{"num_hidden_layers": 32, "hidden_size": 4096, "num_hidden_layers": 80}')
     with pytest.raises(InputError, match="'num_hidden_layers' is given twice"):
         model_from_hf_config(config)
+
+
+def test_a_window_length_of_a_fraction_of_a_second_is_refused(tmp_path):
+    # 3600.5-s windows were planned: window 23 starts at 23 x 3600.5 = 82,811.5 s = 23:00:11.5, which the table,
+    # the export (HH:MM, cron) and diff --at all label 23:00; the drift is 0.5 s per window. Refused: whole seconds.
+    p = tmp_path / "w.yaml"
+    p.write_text(SMALL.replace("window_length_s: 3600,", "window_length_s: 3600.5,"))
+    assert_one_line_error(*run("plan", str(p)), str(p), "field 'options.window_length_s'",
+                          "3600.5 s is not a whole number of seconds", "e.g. 3600")
+    assert_one_line_error(*run("plan", "--window", "3600.5"), "--window", "not a whole number of seconds")
+    # a whole number written as a float is the same length
+    assert load_scenario(_written(tmp_path, SMALL.replace("window_length_s: 3600,", "window_length_s: 3600.0,"))
+                         ).options["window_length_s"] == 3600.0
+
+
+def _written(tmp_path, text: str) -> Path:
+    p = tmp_path / "s.yaml"
+    p.write_text(text)
+    return p
