@@ -11,11 +11,11 @@ import click
 
 from fleetplan.cli.database import db_options, open_store
 from fleetplan.cli.database import db_url as db_url_of
-from fleetplan.cli.options import format_option
+from fleetplan.cli.options import deploy_option, format_option, refuse_unused
 from fleetplan.cli.output import stdout_console, table
 from fleetplan.errors import InputError
 from fleetplan.export.cluster import KUBECTL_GET, cluster_replicas
-from fleetplan.export.deployment import window_index, window_label
+from fleetplan.export.deployment import check_targets, read_deploy_file, site_target, window_index, window_label
 from fleetplan.fileio import read_json
 from fleetplan.outputs.plandiff import (
     RowChange,
@@ -28,6 +28,7 @@ from fleetplan.outputs.plandiff import (
 from fleetplan.outputs.planio import load_plan_file, plan_from_dict
 from fleetplan.placement.plan import Plan
 from fleetplan.placement.problem import Problem
+from fleetplan.service.actuate import cluster_lists, kube_clients
 
 #: What a cluster's objects do not tell, said under every diff against the cluster.
 CLUSTER_UNKNOWN = ("not known from the cluster: what it is billed (commitments, spot, start costs, egress), the "
@@ -99,12 +100,19 @@ def _window_of_time(problem: Problem, at_s: float, what: str) -> int:
 @click.option("--cluster", "cluster_files", multiple=True, type=click.Path(exists=True, dir_okay=False),
               help=f"Compare one window of PLAN_A with the replicas a cluster runs: the output of `{KUBECTL_GET}` "
                    "(repeat for several sites' clusters).")
+@click.option("--live", is_flag=True,
+              help="Compare one window of PLAN_A with the replicas the clusters run now, read through the Kubernetes "
+                   "API (each site's kubectl context and namespace from --deploy; pip install 'fleetplan[k8s]').")
+@deploy_option("; with --live: its sites' contexts and namespaces")
+@click.option("--kubeconfig", default=None, type=click.Path(dir_okay=False),
+              help="With --live: the kubeconfig (default: $KUBECONFIG, else ~/.kube/config).")
 @click.option("--at", "at_hhmm", default=None,
-              help="With --db or --cluster: the plan's window to compare, HH:MM (UTC time of day; default: the "
-                   "stored plan's round time, or now for --cluster).")
+              help="With --db, --cluster or --live: the plan's window to compare, HH:MM (UTC time of day; default: "
+                   "the stored plan's round time, or now for a cluster).")
 @format_option(("table", "json"))
 def diff(plan_a: str, plan_b: str | None, db_url: str | None, db_file: str | None, plan_id: int | None,
-         cluster_files: tuple[str, ...], at_hhmm: str | None, fmt: str) -> None:
+         cluster_files: tuple[str, ...], live: bool, deploy_file: str | None, kubeconfig: str | None,
+         at_hhmm: str | None, fmt: str) -> None:
     """What changes from PLAN_A to PLAN_B (plan files of `fleetplan plan --out`, each re-checked against the
     scenario it embeds): per model, pool and shape the windows whose replicas differ (before -> after), the
     replica-windows added and removed, the migrations, and each plan's cost per day with the delta.
@@ -113,11 +121,13 @@ def diff(plan_a: str, plan_b: str | None, db_url: str | None, db_file: str | Non
     its round time; with --cluster: from the replicas the cluster runs to PLAN_A's window now (or --at). Both show
     the replicas added and removed per model, pool and shape, and the GPUs and their cost at the plan's prices."""
     given = [n for n, v in (("PLAN_B", plan_b), ("--db/--db-file", db_url or db_file),
-                            ("--cluster", cluster_files)) if v]
+                            ("--cluster", cluster_files), ("--live", live)) if v]
     if len(given) != 1:
         raise InputError(("compare PLAN_A with one thing, not " + " and ".join(given) if given else
-                          "nothing to compare PLAN_A with") + ": give PLAN_B, --db (or --db-file) or --cluster",
-                         field=given[-1] if given else "PLAN_B")
+                          "nothing to compare PLAN_A with") + ": give PLAN_B, --db (or --db-file), --cluster or "
+                         "--live", field=given[-1] if given else "PLAN_B")
+    refuse_unused({"deploy_file": "--deploy", "kubeconfig": "--kubeconfig"}, applies=live,
+                  why="without --live: it says where the live clusters are", fix="add --live, or drop it")
     if plan_id is not None and not (db_url or db_file):
         raise InputError("--plan-id picks a stored plan: give it with --db or --db-file", field="--plan-id",
                          value=plan_id)
@@ -131,10 +141,18 @@ def diff(plan_a: str, plan_b: str | None, db_url: str | None, db_file: str | Non
         return
     notes: list[str] = []
     extra: dict = {}
-    if cluster_files:
-        docs = [(f, read_json(f, what=f"kubectl JSON list (`{KUBECTL_GET}`)")) for f in cluster_files]
+    if cluster_files or live:
+        if live:
+            deploy = read_deploy_file(deploy_file)
+            sites = sorted({p.site for p in pa.pools})
+            check_targets(sites, deploy)
+            clients = kube_clients(sorted({site_target(s, deploy)[0] for s in sites}), kubeconfig,
+                                   needed_by=("diff --live", "--live"))
+            docs = cluster_lists(sites, deploy, clients)
+        else:
+            docs = [(f, read_json(f, what=f"kubectl JSON list (`{KUBECTL_GET}`)")) for f in cluster_files]
         cl = cluster_replicas(docs, pa)
-        running, source = cl.plan, ", ".join(cluster_files)
+        running, source = cl.plan, "; ".join(where for where, _ in docs)
         w = window_index(pa, at_hhmm, "--at") if at_hhmm else _window_of_time(pa, time.time(), "now")
         what = f"the cluster ({cl.workloads} workloads in {source})"
         if cl.not_ready:

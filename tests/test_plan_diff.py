@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import threading
 from dataclasses import replace
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from urllib.parse import urlparse
 
 import pytest
 import yaml
@@ -171,3 +174,60 @@ def test_a_plan_against_the_plan_the_service_stored_in_sqlite(tmp_path):
     check_stored_plan_diff(f"sqlite:///{tmp_path / 's.db'}")
     r = CliRunner().invoke(main, ["diff", str(PLAN), "--db", f"sqlite:///{tmp_path / 'none.db'}"])
     assert r.exit_code == 2 and "no database file" in r.output and not (tmp_path / "none.db").exists()
+
+
+def test_diff_live_reads_the_clusters_through_the_kubernetes_api(tmp_path):
+    # The objects of the exported window 14:00, served by a stand-in API server (each site's cluster under a path
+    # of its own); the live read gives what the file form gives (no change at 14:00), and a context the kubeconfig
+    # lacks is named.
+    doc = _cluster_list(tmp_path, PLAN, "14:00")
+    by_path: dict[str, list] = {}
+    for item in doc["items"]:
+        meta = item["metadata"]
+        plural = {"Deployment": "/apis/apps/v1/namespaces/{}/deployments",
+                  "LeaderWorkerSet": "/apis/leaderworkerset.x-k8s.io/v1/namespaces/{}/leaderworkersets"}.get(
+                      item["kind"])
+        if plural:
+            site = meta["annotations"]["fleetplan.io/site"].replace(":", "-")
+            by_path.setdefault(f"/{site}" + plural.format(meta["namespace"]), []).append(item)
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802
+            path = urlparse(self.path).path
+            kind = "LeaderWorkerSetList" if "leaderworkersets" in path else "DeploymentList"
+            data = json.dumps({"apiVersion": "v1", "kind": kind, "metadata": {},
+                               "items": by_path.get(path, [])}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        sites = sorted({i["metadata"]["annotations"]["fleetplan.io/site"] for i in doc["items"]
+                        if i["kind"] != "Service"})
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        kubeconfig = tmp_path / "kubeconfig"
+        kubeconfig.write_text(yaml.safe_dump({
+            "apiVersion": "v1", "kind": "Config",
+            "clusters": [{"name": s, "cluster": {"server": f"{url}/{s.replace(':', '-')}"}} for s in sites],
+            "users": [{"name": "u", "user": {"token": "t"}}],
+            "contexts": [{"name": s, "context": {"cluster": s, "user": "u"}} for s in sites]}))
+        # without --deploy: each site's context is its name and the namespace the export's default
+        out = _diff_json(str(PLAN), "--live", "--kubeconfig", str(kubeconfig), "--at", "14:00")
+        assert out["rows"] == [] and out["workloads"] == sum(len(v) for v in by_path.values())
+        assert out["gpus_running"] == out["gpus_plan"] > 0
+        missing = tmp_path / "other"
+        missing.write_text(kubeconfig.read_text().replace(f"name: {sites[0]}", "name: elsewhere"))
+        r = CliRunner().invoke(main, ["diff", str(PLAN), "--live", "--kubeconfig", str(missing), "--at", "14:00"])
+        assert r.exit_code == 2 and repr(sites[0]) in r.output and "Traceback" not in r.output
+        r = CliRunner().invoke(main, ["diff", str(PLAN), str(PLAN), "--kubeconfig", str(kubeconfig)])
+        assert r.exit_code == 2 and "--kubeconfig without --live" in r.output
+    finally:
+        server.shutdown()
+        server.server_close()
