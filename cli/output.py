@@ -74,9 +74,16 @@ def error_object(exc: Exception) -> dict[str, Any]:
         "suggestions": list(getattr(exc, "suggestions", None) or [])})}
 
 
+#: Commands whose output is JSON whatever their options (their user errors are JSON objects on stdout too).
+JSON_COMMANDS = frozenset({"export-history", "schema"})
+
+
 def wants_json(command: click.Command, args: Sequence[str]) -> bool:
-    """True when ``args`` (the command's own arguments, as typed) choose JSON output: the last value given to an
-    option of ``command`` whose choices include 'json' (``-o json``, ``--format=json``, ``-ojson``) is 'json'."""
+    """True when ``command`` prints JSON (:data:`JSON_COMMANDS`) or ``args`` (its own arguments, as typed) choose
+    JSON output: the last value given to an option of ``command`` whose choices include 'json' (``-o json``,
+    ``--format=json``, ``-ojson``) is 'json'."""
+    if command.name in JSON_COMMANDS:
+        return True
     opts = {o for p in command.params if isinstance(p, click.Option) and isinstance(p.type, click.Choice)
             and "json" in p.type.choices for o in p.opts}
     chosen = None

@@ -297,6 +297,15 @@ def test_every_command_with_json_output_prints_its_user_errors_as_one_json_objec
         assert res.exit_code == 2 and res.stdout == "", (path, res.stdout)
 
 
+def test_commands_that_always_print_json_print_their_user_errors_as_json(tmp_path):
+    res = CliRunner().invoke(main, ["export-history", "--db", f"sqlite:///{tmp_path / 'none.db'}", "--day",
+                                    "2025-12-01"])
+    err = json.loads(res.stdout)["error"]
+    assert res.exit_code == 2 and err["field"] == "--db" and "no database file" in err["message"]
+    res = CliRunner().invoke(main, ["schema", "scenaro"])
+    assert res.exit_code == 2 and json.loads(res.stdout)["error"]["field"] == "KIND"
+
+
 def test_a_fleetplan_error_as_json_names_field_and_value():
     res = CliRunner().invoke(main, ["plan", "--time-limit", "1e9", "-o", "json"])
     assert res.exit_code == 2
