@@ -144,9 +144,11 @@ def check_effort(effort: float) -> float:
 
 
 def _repair(problem, g: Plan, *, backend: str, threads: int | None, effort: Effort, stop: SafetyStop,
-            notes: list[str], say: Callable[[str], None]) -> Plan | None:
+            notes: list[str], say: Callable[[str], None],
+            otherwise: str = "the exact model starts without a warm start") -> Plan | None:
     """The greedy plan ``g`` (which does not fit the problem) repaired window by window within ``effort``'s
-    window budgets, or None (with a note) if the repair does not give a valid plan."""
+    window budgets, or None (with a note ending in ``otherwise``: what the caller does then) if the repair does not
+    give a valid plan."""
     fixed = solve_by_windows(problem, g, backend=backend, threads=threads, gap=BY_WINDOW_GAP, progress=say,
                              **effort.windows(stop))
     # the greedy packing does not plan the spread (18): with one, that may be why its plan does not fit
@@ -171,8 +173,8 @@ def _repair(problem, g: Plan, *, backend: str, threads: int | None, effort: Effo
                          "repair could hold the spread (the window models do not count the shared GPUs' capacity "
                          "in it), so it was repaired window by window without them")
             return fixed
-    notes.append(f"the greedy plan does not fit {what} and its window-by-window repair gave no valid plan: the "
-                 "exact model starts without a warm start")
+    notes.append(f"the greedy plan does not fit {what} and its window-by-window repair gave no valid plan: "
+                 f"{otherwise}")
     return None
 
 
@@ -203,7 +205,8 @@ def _solve_large(problem, backend: str, *, size: int, t0: float, stop: SafetySto
     g = greedy(problem)
     if g.message:
         say("repairing the greedy plan window by window")
-        start = _repair(problem, g, backend=backend, threads=threads, effort=effort, stop=stop, notes=notes, say=say)
+        start = _repair(problem, g, backend=backend, threads=threads, effort=effort, stop=stop, notes=notes, say=say,
+                        otherwise="this path has no other start (it builds no monolithic model)")
         if start is not None:
             start = _dissolve(problem, start, stop)
     else:
