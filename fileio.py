@@ -245,8 +245,8 @@ def _read_file_set_index(root: Path, field: str | None) -> dict[str, str]:
         return {}
     fix = f"it is not an index fleetplan wrote; move {index} away and export again"
     try:
-        data = json.loads(index.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError):
+        data = loads_unique(index.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
         raise InputError(f"cannot read {FILE_SET_INDEX}: {fix}", source=str(index), field=field) from None
     files = data.get("files") if isinstance(data, dict) else None
     if not isinstance(files, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in files.items()):
@@ -444,6 +444,79 @@ def read_text_file(path: str | Path, *, what: str = "file") -> str:
 def read_yaml(path: str | Path, *, what: str = "YAML file") -> Any:
     """The YAML document in the file at ``path`` (see :func:`read_text_file` and :func:`parse_yaml`)."""
     return parse_yaml(read_text_file(path, what=what), source=str(path))
+
+
+# ------------------------------------------------------------------------------------------------- JSON input
+
+
+class DuplicateJsonKey(ValueError):
+    """A JSON object gives the same key twice (Python's reader would silently keep the last value).
+
+    Attributes:
+        path: where: the keys and list indices from the document's root to the repeated key, the key last.
+    """
+
+    def __init__(self, path: list[str | int]) -> None:
+        self.path = path
+        super().__init__(f"key {path[-1]!r} is given twice in one JSON object")
+
+
+class _Pairs(list):
+    """A JSON object as the list of its (key, value) pairs, in order (json's ``object_pairs_hook``)."""
+
+
+def json_path(path: Sequence[str | int]) -> str:
+    """A location in a JSON document as a field path: ['steps', 0, 'replicas'] -> 'steps[0].replicas'."""
+    out = ""
+    for p in path:
+        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
+    return out
+
+
+def loads_unique(text: str | bytes) -> Any:
+    """``json.loads(text)`` that refuses a key given twice in one object (:class:`DuplicateJsonKey` naming where);
+    other errors are json's (``ValueError``, ``RecursionError``)."""
+    doc = json.loads(text, object_pairs_hook=_Pairs)
+    root: list[Any] = [doc]
+    stack: list[tuple[Any, Any, Any, list[str | int]]] = [(doc, root, 0, [])]
+    while stack:  # iterative, so a deep document does not exhaust the recursion json itself allowed
+        node, parent, slot, path = stack.pop()
+        if isinstance(node, _Pairs):
+            out: dict[str, Any] = {}
+            for k, v in node:
+                if k in out:
+                    raise DuplicateJsonKey([*path, k])
+                out[k] = v
+            parent[slot] = out
+            stack.extend((v, out, k, [*path, k]) for k, v in out.items())
+        elif isinstance(node, list):
+            stack.extend((v, node, i, [*path, i]) for i, v in enumerate(node))
+    return root[0]
+
+
+def parse_json(text: str | bytes, *, source: str, what: str = "JSON file", row: int | None = None) -> Any:
+    """The JSON document in ``text`` (a whole file, or line ``row`` of a JSON-lines file). Raises InputError naming
+    ``source`` (and the line) for text that is not JSON or a key given twice in one object (naming the key and its
+    field path: JSON readers disagree on which value wins, Python's keeps the last one silently)."""
+    try:
+        return loads_unique(text)
+    except DuplicateJsonKey as exc:
+        raise InputError(f"key {exc.path[-1]!r} is given twice in one JSON object; a JSON reader would silently "
+                         "keep the last value: keep one of them", source=source, row=row,
+                         field=json_path(exc.path), value=exc.path[-1]) from None
+    except json.JSONDecodeError as exc:
+        at = f"column {exc.colno}" if row is not None else f"line {exc.lineno}, column {exc.colno}"
+        raise InputError(f"not JSON: {exc.msg} ({at}); give a {what}", source=source,
+                         row=row if row is not None else exc.lineno) from None
+    except RecursionError:
+        raise InputError(f"JSON nested too deeply to read; give a {what}", source=source, row=row) from None
+    except ValueError:  # a whole number past Python's 4300-digit limit (not a JSONDecodeError)
+        raise InputError(f"a number has more than 4300 digits; give a {what}", source=source, row=row) from None
+
+
+def read_json(path: str | Path, *, what: str = "JSON file") -> Any:
+    """The JSON document in the file at ``path`` (see :func:`read_text_file` and :func:`parse_json`)."""
+    return parse_json(read_text_file(path, what=what), source=str(path), what=what)
 
 
 # --------------------------------------------------------------------------------------------- checked input

@@ -16,6 +16,7 @@ from fleetplan.cli.options import (
     fanout_options,
     format_option,
     plot_option,
+    refuse_unused,
     threads_option,
     time_limit_option,
 )
@@ -492,6 +493,12 @@ def allocate(scenario: Path | None, mode: str, backend: str, time_limit_s: float
     GPUs."""
     time_limit_s = checked_time_limit(time_limit_s)
     effort = check_effort(effort)  # the same range and message as plan's --effort
+    refuse_unused({"points": "--points", "executor": "--executor", "workers": "--workers",
+                   "ray_address": "--ray-address"}, applies=mode == "pareto",
+                  why=f"applies to --mode pareto only (its Pareto points); --mode {mode} is one solve",
+                  fix="add --mode pareto, or drop it")
+    refuse_unused({"verify_windows": "--verify-windows", "slice_s": "--slice", "burst": "--burst", "seed": "--seed"},
+                  applies=verify, why="is a setting of the replay", fix="add --verify, or drop it")
     deadline = wall_clock() + time_limit_s
     plot_path = Path(plot) if plot is not None else None
     claim_outputs({"--plot": plot_path})  # checked and locked before the solve

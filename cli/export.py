@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from fleetplan.cli.options import deploy_option
+from fleetplan.cli.options import deploy_option, refuse_unused
 from fleetplan.cli.output import claim_outputs
 from fleetplan.errors import InputError
 from fleetplan.export.deployment import read_deploy_file, window_index, workloads
@@ -53,6 +53,9 @@ def k8s(plan_file, out_dir, window, all_windows, deploy_file, lead_minutes) -> N
     on several nodes) per workload running vLLM's OpenAI server, a Service per model, and with every window a KEDA
     ScaledObject per workload that follows the day."""
     check_output_folder(out_dir, field="--out")  # before the work
+    refuse_unused({"lead_minutes": "--lead-minutes"}, applies=window is None, why="with --window: one window's "
+                  "manifests have no KEDA schedule for the lead to move", fix="drop --window (every window and "
+                  "the schedule), or drop --lead-minutes")
     deploy = read_deploy_file(deploy_file)
     problem, plan, scenario, d = load_plan_file(plan_file)
     wins = _windows(problem, window, all_windows)

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import importlib
+import json
 import sys
 
 import click
 
 from fleetplan import __version__
+from fleetplan.cli.output import error_object, wants_json
 from fleetplan.errors import FleetplanError
 
 #: Each subcommand by name: (module of this layer, attribute). Loaded on first use (click's documented lazy
@@ -40,12 +42,33 @@ class FleetplanGroup(click.Group):
         self.add_command(command, cmd_name)
         return command
 
+    def resolve_command(self, ctx: click.Context, args: list[str]):  # noqa: D102
+        name, cmd, rest = super().resolve_command(ctx, args)
+        ctx.meta["fleetplan.invoked"] = (cmd, list(rest))  # for the JSON error object (:func:`_json_error`)
+        return name, cmd, rest
+
     def invoke(self, ctx: click.Context):  # noqa: D102
         try:
             return super().invoke(ctx)
         except FleetplanError as exc:
+            _json_error(ctx, exc)
             click.echo(f"Error: {exc}", err=True)
             sys.exit(2)
+        except click.UsageError as exc:  # click prints it on stderr and exits 2
+            _json_error(ctx, exc)
+            raise
+
+
+def _json_error(ctx: click.Context, exc: Exception) -> None:
+    """When the command that failed was asked for JSON output (``-o json``, ``--format json``), print the error as
+    one JSON object on stdout (:func:`fleetplan.cli.output.error_object`), so ``| jq`` sees an error, not nothing;
+    the one-line message still goes to stderr and the exit code stays 2."""
+    cmd, args = ctx.meta.get("fleetplan.invoked", (None, []))
+    while isinstance(cmd, click.Group) and args:  # a command of a group (export k8s): its name, then its arguments
+        sub = cmd.get_command(ctx, args[0])
+        cmd, args = sub, args[1:]
+    if cmd is not None and not isinstance(cmd, click.Group) and wants_json(cmd, args):
+        click.echo(json.dumps(error_object(exc), indent=1, default=str))
 
 
 @click.group(cls=FleetplanGroup, context_settings={"help_option_names": ["-h", "--help"]})

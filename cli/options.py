@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import click
+from click.core import ParameterSource
 
 from fleetplan.cli.grid import MAX_CELLS_LIMIT, MAX_VARY_COUNT
 from fleetplan.errors import InputError
@@ -47,6 +48,25 @@ MAX_TIME_LIMIT_S = 86400
 FORMATS = ("table", "json", "csv")
 #: What each solver backend is, for the help of --backend.
 _BACKEND_TEXT = {"highs": "MILP with HiGHS (PuLP)", "cbc": "MILP with CBC (PuLP)", "cpsat": "CP-SAT (OR-Tools)"}
+
+
+def given(keyword: str) -> bool:
+    """True when the running command's option ``keyword`` (its Python name) was given on the command line or by an
+    environment variable, False when it has its default (so an explicit ``--executor process`` counts as given)."""
+    source = click.get_current_context().get_parameter_source(keyword)
+    return source in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)
+
+
+def refuse_unused(options: Mapping[str, str], *, applies: bool, why: str, fix: str) -> None:
+    """Raise InputError naming the first of ``options`` ({keyword: '--flag'}) that was given (:func:`given`) when
+    it does not apply (``applies`` False), instead of ignoring it silently: '--executor without --decompose:
+    <why>; <fix>'."""
+    if applies:
+        return
+    for keyword, flag in options.items():
+        if given(keyword):
+            value = click.get_current_context().params.get(keyword)
+            raise InputError(f"{flag} {why}; {fix}", field=flag, value=value)
 
 
 def _apply(f: Callable[..., Any], options: Sequence[Decorator]) -> Callable[..., Any]:

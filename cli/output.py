@@ -25,8 +25,8 @@ if TYPE_CHECKING:
 
     from fleetplan.solvers.executor import Executor
 
-__all__ = ["atomic_path", "json_safe", "map_with_progress", "progress_bar", "progress_status", "rows_csv",
-           "stdout_console", "table", "write_text_atomic"]
+__all__ = ["atomic_path", "error_object", "json_safe", "map_with_progress", "progress_bar", "progress_status",
+           "rows_csv", "stdout_console", "table", "wants_json", "write_text_atomic"]
 
 
 def claim_outputs(paths: dict[str, Any]) -> None:
@@ -47,6 +47,55 @@ def json_safe(obj: Any) -> Any:
     if isinstance(obj, list | tuple):
         return [json_safe(v) for v in obj]
     return obj
+
+
+def error_object(exc: Exception) -> dict[str, Any]:
+    """The JSON object a command asked for JSON output prints on stdout when it stops on a user error:
+    ``{"error": {"type", "message", "source", "row", "field", "value", "explanation", "suggestions"}}``.
+
+    ``type`` is the error class ('InputError', 'UnknownNameError', 'InfeasibleError', 'UsageError', ...);
+    ``message`` the whole one-line message the command prints on stderr (without 'Error: '); ``source``, ``row``,
+    ``field`` and ``value`` are the :class:`~fleetplan.errors.InputError` attributes (None when the error has none;
+    a click usage error names its option as ``field``); ``explanation``: the reasons a solve gave no plan (empty
+    otherwise); ``suggestions``: close names of an unknown name (empty otherwise). A value JSON cannot hold is
+    written as its text."""
+    field = getattr(exc, "field", None) or getattr(exc, "option_name", None)  # click's NoSuchOption names it
+    param = getattr(exc, "param", None)
+    if field is None and isinstance(param, click.Parameter):
+        field = (param.opts or [param.name or ""])[-1] if isinstance(param, click.Option) else (param.name or "")
+        field = field.upper() if isinstance(param, click.Argument) else field
+    message = exc.format_message() if isinstance(exc, click.ClickException) else str(exc)
+    value = getattr(exc, "value", None)
+    return {"error": json_safe({
+        "type": type(exc).__name__, "message": message, "source": getattr(exc, "source", None),
+        "row": getattr(exc, "row", None), "field": field,
+        "value": value if value is None or isinstance(value, str | int | float | bool) else str(value),
+        "explanation": list(getattr(exc, "explanation", None) or []),
+        "suggestions": list(getattr(exc, "suggestions", None) or [])})}
+
+
+#: Commands whose output is JSON whatever their options (their user errors are JSON objects on stdout too).
+JSON_COMMANDS = frozenset({"export-history", "schema"})
+
+
+def wants_json(command: click.Command, args: Sequence[str]) -> bool:
+    """True when ``command`` prints JSON (:data:`JSON_COMMANDS`) or ``args`` (its own arguments, as typed) choose
+    JSON output: the last value given to an option of ``command`` whose choices include 'json' (``-o json``,
+    ``--format=json``, ``-ojson``) is 'json'."""
+    if command.name in JSON_COMMANDS:
+        return True
+    opts = {o for p in command.params if isinstance(p, click.Option) and isinstance(p.type, click.Choice)
+            and "json" in p.type.choices for o in p.opts}
+    chosen = None
+    for i, a in enumerate(args):
+        if a == "--":
+            break
+        name, eq, val = a.partition("=")
+        if name in opts:
+            chosen = val if eq else (args[i + 1] if i + 1 < len(args) else None)
+        elif a[:2] in opts and len(a) > 2 and not a.startswith("--"):  # -ojson
+            chosen = a[2:]
+    return chosen == "json"
 
 
 def rows_csv(rows: Sequence[dict[str, Any]], columns: Sequence[str] | None = None) -> str:

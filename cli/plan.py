@@ -21,6 +21,7 @@ from fleetplan.cli.options import (
     out_option,
     output_options,
     plot_option,
+    refuse_unused,
     resolve_output,
     threads_option,
     time_limit_option,
@@ -369,16 +370,10 @@ def plan(scenario: str | None, output: str | None, fmt: str | None, wide: bool, 
     """Plan SCENARIO (a YAML file or a shipped scenario's name; the shipped default when omitted): replicas per
     model, GPU type, site and window at the lowest cost that meets every SLO. Every plan is re-checked by the
     independent validator before it is printed: a short table by default, -o wide for every detail, -o json|yaml
-    for the plan file's content. With -o json an error is also printed on stdout as a JSON object {"error": ...,
-    "explanation": [...]} (exit code 2)."""
+    for the plan file's content. With -o json an error is also printed on stdout as a JSON object {"error":
+    {"message", "field", "value", "explanation", ...}} (exit code 2)."""
     shown = resolve_output(output, fmt, wide)
-    try:
-        _plan(scenario, shown, _PlanArgs(wide=shown == "wide", **kw))
-    except FleetplanError as exc:
-        if shown == "json":
-            click.echo(json.dumps({"error": str(exc), "explanation": list(getattr(exc, "explanation", []))},
-                                  indent=1))
-        raise
+    _plan(scenario, shown, _PlanArgs(wide=shown == "wide", **kw))
 
 
 class NoPlanError(FleetplanError):
@@ -423,6 +418,10 @@ class _PlanArgs:
         return {"--out": self.out, "--plot": self.plot, "--xlsx": self.xlsx}
 
 
+#: The fan-out options (keyword: flag): they choose where the sub-fleets of a decomposed plan run.
+_FANOUT = {"executor": "--executor", "workers": "--workers", "ray_address": "--ray-address"}
+
+
 def _check_options(a: _PlanArgs) -> _PlanArgs:
     """``a`` with the time limit and gap checked (NaN, infinities and out-of-range values refused) and no two
     options that contradict each other; raises InputError naming the option."""
@@ -441,6 +440,13 @@ def _check_options(a: _PlanArgs) -> _PlanArgs:
     if a.partition is not None and a.decompose is None:
         raise InputError("--partition without --decompose: add --decompose N (the number of sub-fleets), or drop "
                          "--partition", field="--partition", value=a.partition)
+    refuse_unused({"verify_rounds": "--verify-rounds"}, applies=a.verify, why="without --verify: there are no "
+                  "replay rounds", fix="add --verify, or drop --verify-rounds")
+    refuse_unused({"decompose": "--decompose", **_FANOUT}, applies=not a.verify,
+                  why="with --verify: each --verify round plans the whole fleet in one solve (no sub-fleets)",
+                  fix="drop it, or plan without --verify")
+    refuse_unused(_FANOUT, applies=a.decompose != 1, why="with --decompose 1: the fleet is planned in one piece, "
+                  "nothing runs on an executor", fix="give --decompose 2 or more, or drop it")
     return replace(a, time_limit_s=time_limit_s, gap=gap, effort=effort, partition=a.partition or "shape")
 
 
@@ -452,6 +458,10 @@ def _solve(sc: Scenario, a: _PlanArgs, say: Callable[[str], None]) -> tuple[Prob
                                             effort=a.effort))
         return vr.problem, vr.plan, vr
     problem = build_problem(sc, progress=say)
+    refuse_unused(_FANOUT, applies=a.decompose is not None or len(problem.models) >= POP_AUTO_MODELS,
+                  why=f"without --decompose: a fleet of {len(problem.models)} models (fewer than "
+                      f"{POP_AUTO_MODELS:,}) is planned in one piece, and only the sub-fleets of --decompose run on "
+                      "the executor", fix="add --decompose N (the number of sub-fleets), or drop it")
     with make_executor(a.executor, workers=a.workers, address=a.ray_address) as ex:
         result = solve(problem, a.backend, time_limit_s=a.time_limit_s, threads=a.threads, gap=a.gap,
                        effort=a.effort, progress=say,

@@ -6,13 +6,14 @@ import dataclasses
 import datetime as dt
 import errno
 import json
-import os
 import socket
 from pathlib import Path
 from typing import Any
 
 import click
 
+from fleetplan.cli.database import db_options, open_store
+from fleetplan.cli.database import db_url as db_url_of
 from fleetplan.cli.output import claim_outputs, write_text_atomic
 from fleetplan.errors import InputError
 from fleetplan.export.deployment import DeployFile, check_targets, read_deploy_file, site_target
@@ -20,17 +21,8 @@ from fleetplan.service.actuate import K8sActuator, kube_clients, node_availabili
 from fleetplan.service.app import create_app
 from fleetplan.service.runtime import ReplanService, fleet_history
 from fleetplan.service.settings import ServiceSettings, load_settings
-from fleetplan.service.store import Store, shown_url, sqlite_path
+from fleetplan.service.store import shown_url, sqlite_path
 from fleetplan.solvers.online.config import FORECAST_METHODS, OnlineConfig
-
-
-def _db_url(db_url: str | None, db_file: str | None) -> str:
-    """--db, else the URL in --db-file, else FLEETPLAN_DB_URL, else the default SQLite file (as for serve)."""
-    flags = {"db_url": db_url, "db_url_file": db_file}
-    if db_url and db_file:
-        raise InputError("give either --db or --db-file, not both", field="--db-file")
-    return load_settings(flags, environ={k: v for k, v in os.environ.items() if k in (
-        "FLEETPLAN_DB_URL", "FLEETPLAN_DB_URL_FILE")} | {"FLEETPLAN_INSECURE_NO_AUTH": "true"}).db_url
 
 
 def check_port(host: str, port: int) -> None:
@@ -236,9 +228,7 @@ def run_until_stopped(app, **uvicorn_kw) -> None:
 
 
 @click.command("export-history")
-@click.option("--db", "db_url", default=None, help="The service's database URL (as for `fleetplan serve --db`; "
-              "default: --db-file, else FLEETPLAN_DB_URL, else sqlite:///fleetplan.db).")
-@click.option("--db-file", default=None, help="File whose first line is the database URL.")
+@db_options("; default: --db-file, else FLEETPLAN_DB_URL, else sqlite:///fleetplan.db.")
 @click.option("--day", required=True, help="The UTC day to export, YYYY-MM-DD.")
 @click.option("--out", "out_file", default="-", show_default=True, type=click.Path(dir_okay=False, allow_dash=True),
               help="Write the steps here ('-': standard output).")
@@ -249,13 +239,7 @@ def export_history(db_url, db_file, day, out_file) -> None:
     except ValueError:
         raise InputError(f"--day {day!r} is not a date: give YYYY-MM-DD", field="--day", value=day) from None
     claim_outputs({"--out": None if out_file == "-" else out_file})
-    url = _db_url(db_url, db_file)
-    path = sqlite_path(url)
-    if path is not None and not path.is_file():
-        # opening it would create an empty database (and report "no stored plan"): this command only reads
-        raise InputError(f"no database file {path}; give the --db (or --db-file) that `fleetplan serve` writes to",
-                         field="--db", value=shown_url(url))
-    store = Store(url)
+    store = open_store(db_url_of(db_url, db_file))
     try:
         text = json.dumps(fleet_history(store, start), indent=1)
     finally:

@@ -5,7 +5,6 @@ fields themselves are read by :func:`fleetplan.datasets.traces.read_mooncake_jso
 
 from __future__ import annotations
 
-import json
 from importlib import resources
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from fleetplan.datasets.catalog.egress import load_egress
 from fleetplan.datasets.catalog.prices import find_price
 from fleetplan.datasets.network import load_network_graph
 from fleetplan.errors import InputError
+from fleetplan.fileio import parse_json
 
 #: Tokens per block of the Mooncake traces (their README).
 MOONCAKE_BLOCK_TOKENS = 512
@@ -45,9 +45,10 @@ def read_block_ids(path_or_name: str | Path, *, limit: int | None = None) -> lis
             continue
         if limit is not None and len(out) >= limit:
             break
+        obj = parse_json(line, source=name, row=i, what="JSON object with hash_ids on each line")
         try:
-            ids = json.loads(line)["hash_ids"]
-        except (json.JSONDecodeError, KeyError, TypeError):
+            ids = obj["hash_ids"]
+        except (KeyError, TypeError):
             raise InputError("each line must be a JSON object with hash_ids (a list of block ids)", source=name,
                              row=i, field="hash_ids") from None
         if not isinstance(ids, list) or not all(isinstance(x, int) and not isinstance(x, bool) for x in ids):

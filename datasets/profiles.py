@@ -46,6 +46,7 @@ from fleetplan.costmodels.slo import SLO
 from fleetplan.datasets.calibration import load_calibration, load_reference_models
 from fleetplan.datasets.catalog.names import get_gpu
 from fleetplan.errors import InputError, UnknownNameError
+from fleetplan.fileio import DuplicateJsonKey, loads_unique, parse_json, read_json
 
 #: Splitwise hardware labels -> catalog GPU names (the profiles were measured on DGX A100 (SXM4 80 GB) and
 #: DGX H100 (SXM5 80 GB) machines, per the Splitwise paper, ISCA 2024). 'h100-80gb-pcap' is the power-capped H100.
@@ -258,10 +259,7 @@ class ProfileCapacity:
         when ticks are not ascending, or when a rate is negative or NaN.
         """
         source = str(path)
-        try:
-            doc = json.loads(Path(path).read_text())
-        except (OSError, json.JSONDecodeError) as e:
-            raise InputError(f"cannot read profile JSON: {e}", source=source) from None
+        doc = read_json(path, what="profile JSON (AIBrix: 'tputs' and 'indexes')")
         if "tputs" not in doc:
             raise InputError("profile has no 'tputs'; an AIBrix profile has 'tputs' and 'indexes'", source=source,
                              field="tputs")
@@ -514,17 +512,13 @@ def _json_records(path: Path, source: str) -> list[Any]:
     except (OSError, UnicodeDecodeError) as e:
         raise InputError(f"cannot read the profile: {e}", source=source) from None
     try:
-        return [json.loads(text)]
+        return [loads_unique(text)]
+    except DuplicateJsonKey:
+        return [parse_json(text, source=source, what="profile")]  # raises, naming the key
     except json.JSONDecodeError:
         pass
-    out = []
-    for i, line in enumerate(text.splitlines(), start=1):
-        if line.strip():
-            try:
-                out.append(json.loads(line))
-            except json.JSONDecodeError as e:
-                raise InputError(f"not JSON (nor JSON lines): {e.msg}", source=source, row=i) from None
-    return out
+    return [parse_json(line, source=source, row=i, what="JSON value or JSON lines")
+            for i, line in enumerate(text.splitlines(), start=1) if line.strip()]
 
 
 def _num(d: dict, key: str, source: str, *, required: bool = True) -> float | None:

@@ -24,7 +24,6 @@ from __future__ import annotations
 import csv
 import functools
 import importlib.resources
-import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -37,6 +36,7 @@ from fleetplan.costmodels.arrivals import peak_rate_factor
 from fleetplan.costmodels.demand import Demand, TokenMix, WindowDemand
 from fleetplan.costmodels.queueing import lognormal_sigma
 from fleetplan.errors import InputError, UnknownNameError, check_range
+from fleetplan.fileio import parse_json
 
 #: Largest token count accepted per request; the same bound as :class:`~fleetplan.costmodels.demand.TokenMix`.
 MAX_TOKENS_PER_REQUEST = 2_000_000
@@ -346,11 +346,7 @@ def read_mooncake_jsonl(path_or_name: str | Path) -> Trace:
         for lineno, line in enumerate(fh, start=1):
             if not line.strip():
                 continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise InputError(f"not valid JSON ({exc.msg}); each line must be one JSON object", source=display,
-                                 row=lineno) from None
+            obj = parse_json(line, source=display, row=lineno, what="JSON object on each line")
             if not isinstance(obj, dict):
                 raise InputError("each line must be a JSON object with timestamp, input_length, output_length",
                                  source=display, row=lineno)

@@ -337,18 +337,19 @@ class Workload:
         return self.pods_per_replica > 1
 
 
-def window_index(problem: Problem, hhmm: str) -> int:
+def window_index(problem: Problem, hhmm: str, option: str = "--window") -> int:
     """Index of the window that holds time of day ``hhmm`` ('HH:MM', window 0 starting at 00:00). Raises
-    InputError for a malformed time or one past the plan's horizon."""
+    InputError naming ``option`` for a malformed time or one past the plan's horizon."""
     m = re.fullmatch(r"(\d{1,2}):(\d{2})", hhmm.strip())
     if not m or int(m.group(1)) > 23 or int(m.group(2)) > 59:
-        raise InputError(f"--window {hhmm!r} is not a time of day; give HH:MM, e.g. 14:00", field="--window",
+        raise InputError(f"{option} {hhmm!r} is not a time of day; give HH:MM, e.g. 14:00", field=option,
                          value=hhmm)
     t = int(m.group(1)) * 3600 + int(m.group(2)) * 60
     w = int(t // problem.window_length_s)
     if w >= problem.n_windows:
-        raise InputError(f"--window {hhmm} is past the plan's {problem.horizon_hours:g} h horizon", field="--window",
-                         value=hhmm)
+        raise InputError(f"{option} {hhmm} is past the plan's {problem.horizon_hours:g} h horizon "
+                         f"({problem.n_windows} windows of {problem.window_length_s:g} s from 00:00); give an earlier "
+                         "time", field=option, value=hhmm)
     return w
 
 

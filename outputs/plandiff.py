@@ -76,8 +76,8 @@ def _shape(key: tuple) -> tuple[str, str, str]:
     return model, pool, f"{role} tp{tp} -> {decode_site}"
 
 
-def _rows(problem: Problem, plan: Plan) -> dict[tuple[str, str, str], tuple[int, ...]]:
-    W = problem.n_windows
+def _rows(plan: Plan, W: int) -> dict[tuple[str, str, str], tuple[int, ...]]:
+    """{(model, pool, shape): replicas in each of the ``W`` windows} of ``plan`` (shared GPUs: W equal counts)."""
     out: dict[tuple[str, str, str], tuple[int, ...]] = {}
     for key, counts in (*plan.replicas.items(), *plan.pd_replicas.items()):
         out[_shape(key)] = tuple(int(n) for n in counts)
@@ -103,18 +103,104 @@ def diff_plans(problem_a: Problem, plan_a: Plan, problem_b: Problem, plan_b: Pla
                          f"vs {problem_b.n_windows} x {problem_b.window_length_s:g} s); plan both with the same "
                          "options.window_length_s to compare them", field="window_length_s",
                          value=problem_b.window_length_s)
-    W = problem_a.n_windows
-    ra, rb = _rows(problem_a, plan_a), _rows(problem_b, plan_b)
+    rows, moves = _changes(plan_a, plan_b, problem_a.n_windows)
+    return PlanDiff(rows, _per_day_usd(problem_a, plan_a), _per_day_usd(problem_b, plan_b), problem_a.window_length_s,
+                    moves)
+
+
+def _changes(plan_a: Plan, plan_b: Plan, W: int) -> tuple[tuple[RowChange, ...], int]:
+    """The rows that differ from ``plan_a`` to ``plan_b`` (both of ``W`` windows) and the migrations: replica
+    starts + stops summed over windows, a shared GPU counted once per window (not once per resident)."""
+    ra, rb = _rows(plan_a, W), _rows(plan_b, W)
     zero = (0,) * W
     rows = tuple(RowChange(*k, ra.get(k, zero), rb.get(k, zero)) for k in sorted(ra.keys() | rb.keys())
                  if ra.get(k, zero) != rb.get(k, zero))
-    # A shared GPU carries several residents: count it once per GPU, not once per resident.
     moves = sum(r.added + r.removed for r in rows if not r.shape.startswith("shared"))
     sa = Counter((g.pool, tuple(sorted(g.models))) for g in plan_a.shared)
     sb = Counter((g.pool, tuple(sorted(g.models))) for g in plan_b.shared)
     moves += W * sum(((sa - sb) + (sb - sa)).values())
-    return PlanDiff(rows, _per_day_usd(problem_a, plan_a), _per_day_usd(problem_b, plan_b), problem_a.window_length_s,
-                    moves)
+    return rows, moves
+
+
+def window_slice(plan: Plan, w: int) -> Plan:
+    """``plan``'s replicas in window ``w`` as a one-window plan (counts of one element; the shared GPUs, on all
+    day, as they are)."""
+    return Plan(replicas={k: (c[w],) for k, c in plan.replicas.items() if c[w]},
+                pd_replicas={k: (c[w],) for k, c in plan.pd_replicas.items() if c[w]}, shared=plan.shared)
+
+
+def gpus_and_list_usd_per_hour(problem: Problem, plan: Plan, *, source: str = "") -> tuple[int, float]:
+    """(GPUs, USD per hour) of a one-window ``plan`` at ``problem``'s prices: a replica of (model, pool, tp, pp)
+    takes tp x pp GPUs, a prefill/decode replica tp, a shared GPU one; each GPU-hour at its pool's
+    ``usd_per_gpu_hour`` (the list price the plan uses for a used GPU-hour; commitments, starts and egress are not
+    in it). Raises InputError when a row names a pool ``problem`` does not have (``source`` names its origin)."""
+    gpus = 0
+    usd = 0.0
+    rows = ([(k[1], k[2] * k[3], c[0]) for k, c in plan.replicas.items()]
+            + [(k[2], k[3], c[0]) for k, c in plan.pd_replicas.items()] + [(g.pool, 1, 1) for g in plan.shared])
+    for pool_id, per_replica, n in rows:
+        pool = problem.pool_by_id.get(pool_id)
+        if pool is None:
+            raise InputError(f"pool {pool_id!r} is not a pool of the plan's scenario (its pools: "
+                             f"{', '.join(problem.pool_by_id)}); compare with a plan of the same scenario",
+                             source=source or None, field="pool", value=pool_id)
+        gpus += per_replica * n
+        usd += per_replica * n * pool.usd_per_gpu_hour
+    return gpus, usd
+
+
+@dataclass(frozen=True)
+class WindowDiff:
+    """One window of a plan against the replicas running at one point in time (a stored service plan, the
+    cluster): what applying the plan's window would change.
+
+    Attributes:
+        rows: rows that differ, one window each (``before`` = running, ``after`` = the plan's window).
+        window: the plan's window compared; window_start_s / window_length_s: its start in the day and length, s.
+        gpus_before / gpus_after: GPUs running / in the plan's window.
+        list_usd_per_hour_before / list_usd_per_hour_after: those GPUs at the plan's per-GPU-hour prices
+            (:func:`gpus_and_list_usd_per_hour`), USD/h.
+        migrations: replica starts + stops (a shared GPU counted once).
+    """
+
+    rows: tuple[RowChange, ...]
+    window: int
+    window_start_s: float
+    window_length_s: float
+    gpus_before: int
+    gpus_after: int
+    list_usd_per_hour_before: float
+    list_usd_per_hour_after: float
+    migrations: int
+
+    @property
+    def list_delta_usd_per_hour(self) -> float:
+        """The plan's window minus what runs, at the plan's per-GPU-hour prices, USD/h."""
+        return self.list_usd_per_hour_after - self.list_usd_per_hour_before
+
+
+def diff_window(problem: Problem, plan: Plan, w: int, running: Plan, *, source: str = "") -> WindowDiff:
+    """Window ``w`` of ``plan`` (on ``problem``) against ``running``, a one-window plan of what runs now
+    (:func:`fleetplan.export.cluster.cluster_replicas`, a stored service plan). Raises InputError when ``w`` is not
+    a window of the plan or ``running`` names a pool the plan's scenario lacks."""
+    if not 0 <= w < problem.n_windows:
+        raise InputError(f"window {w} is not one of the plan's {problem.n_windows} windows", field="--at", value=w)
+    after = window_slice(plan, w)
+    rows, moves = _changes(running, after, 1)
+    gb, ub = gpus_and_list_usd_per_hour(problem, running, source=source)
+    ga, ua = gpus_and_list_usd_per_hour(problem, after)
+    return WindowDiff(rows, w, w * problem.window_length_s, problem.window_length_s, gb, ga, ub, ua, moves)
+
+
+def window_diff_to_dict(d: WindowDiff) -> dict:
+    """The JSON form of a :class:`WindowDiff` (``fleetplan diff PLAN --cluster/--db --format json``)."""
+    return {"window": d.window, "window_start_s": d.window_start_s, "window_length_s": d.window_length_s,
+            "gpus_running": d.gpus_before, "gpus_plan": d.gpus_after,
+            "list_usd_per_hour_running": round(d.list_usd_per_hour_before, 2),
+            "list_usd_per_hour_plan": round(d.list_usd_per_hour_after, 2),
+            "list_delta_usd_per_hour": round(d.list_delta_usd_per_hour, 2), "migrations": d.migrations,
+            "rows": [{"model": r.model, "pool": r.pool, "shape": r.shape, "running": r.before[0],
+                      "plan": r.after[0], "added": r.added, "removed": r.removed} for r in d.rows]}
 
 
 def diff_to_dict(d: PlanDiff) -> dict:

@@ -51,14 +51,13 @@ engine became vLLM V1 is rebuilt with the prefill-first engine it was planned fo
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any
 
 from fleetplan.costmodels.uncertainty import CapacityError
 from fleetplan.errors import InputError
-from fleetplan.fileio import validate_input, yaml12_numbers
+from fleetplan.fileio import parse_json, read_text_file, validate_input, yaml12_numbers
 from fleetplan.outputs.planfile import PlanFile
 from fleetplan.outputs.unused import options_not_used
 from fleetplan.placement.plan import (
@@ -386,14 +385,8 @@ def read_plan_json(path: str | Path) -> dict:
     p = Path(path)
     if not p.is_file():
         raise InputError(f"no such plan file {p}; write one with `fleetplan plan --out {p.name}`", source=str(p))
-    try:
-        d = json.loads(p.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise InputError(f"not JSON: {getattr(exc, 'msg', exc)}", source=str(p),
-                         row=getattr(exc, "lineno", None)) from None
-    except ValueError:  # a whole number past Python's 4300-digit limit (not a JSONDecodeError)
-        raise InputError("a number in the file has more than 4300 digits; give counts no larger than the pool's "
-                         "GPUs", source=str(p)) from None
+    d = parse_json(read_text_file(p, what="plan file"), source=str(p),
+                   what="plan file written by `fleetplan plan --out`")
     if not isinstance(d, dict) or d.get("fleetplan_plan_version") != FORMAT_VERSION:
         raise InputError("not a fleetplan plan file (no fleetplan_plan_version 1); write one with "
                          "`fleetplan plan --out plan.json`", source=str(p), field="fleetplan_plan_version")

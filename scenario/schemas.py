@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from fleetplan.costmodels.demand import TOKENS_PER_REQUEST_RANGE
 from fleetplan.costmodels.engine import ENGINE_MODES, EngineConfig, engine_from_mapping
@@ -277,8 +277,19 @@ class ScenarioOptions(InputModel):
     """Planning options; every key is optional."""
 
     window_length_s: float = input_field(
-        3600.0, ge=60, le=86400, description="length of one planning window, seconds; every model's demand is "
-        "read at this length", fix="give seconds, e.g. 3600 for 1-hour windows")
+        3600.0, ge=60, le=86400, description="length of one planning window, whole seconds; every model's demand "
+        "is read at this length", fix="give whole seconds, e.g. 3600 for 1-hour windows")
+
+    @field_validator("window_length_s")
+    @classmethod
+    def _whole_seconds(cls, v: float) -> float:
+        # Windows are clock intervals: labelled HH:MM, scheduled by cron (export), found from the time of day (the
+        # service, diff --at). A fraction of a second (3600.5) shifts every later window's start off the clock
+        # (window 23 of 3600.5 s starts at 23:00:11.5) and is almost surely a typo.
+        if v != int(v):
+            raise ValueError(f"{v:g} s is not a whole number of seconds; windows are clock intervals (labelled "
+                             "HH:MM, scheduled by cron): give whole seconds, e.g. 3600 for 1-hour windows")
+        return v
     margin: float = input_field(0.1, ge=0, le=0.9, description="share of every replica's SLO capacity kept as "
                                 "headroom (capacity is used up to 1 - margin)", fix="e.g. 0.1 keeps 10% headroom")
     demand_rate: Literal["peak", "mean"] = input_field(

@@ -117,6 +117,7 @@ class _Cluster:
     def __init__(self, api_client: Any) -> None:
         from kubernetes import client  # the k8s extra; imported only when actuation is asked for
 
+        self.api_client = api_client
         self.apps = client.AppsV1Api(api_client)
         self.core = client.CoreV1Api(api_client)
         self.custom = client.CustomObjectsApi(api_client)
@@ -175,6 +176,23 @@ class _Cluster:
         return out
 
 
+    def workload_list(self, ns: str) -> dict:
+        """The fleetplan-managed Deployments and LeaderWorkerSets of ``ns`` as one kubectl ``List`` (the JSON
+        ``kubectl get deploy,lws -l app.kubernetes.io/managed-by=fleetplan -o json`` prints; LeaderWorkerSets only
+        when their CRD is installed)."""
+        deps = self.apps.list_namespaced_deployment(ns, label_selector=_MANAGED_SELECTOR).items
+        items = [dict(self.api_client.sanitize_for_serialization(d), apiVersion="apps/v1", kind=DEPLOYMENT)
+                 for d in deps]
+        try:
+            lws = self.custom.list_namespaced_custom_object(_LWS_GROUP, _LWS_VERSION, ns, _LWS_PLURAL,
+                                                            label_selector=_MANAGED_SELECTOR)
+        except self.ApiException as exc:
+            if exc.status != 404:
+                raise
+            lws = {"items": []}
+        items += [dict(i, apiVersion=LWS_API_VERSION, kind=LWS) for i in _get(lws, "items") or []]
+        return {"apiVersion": "v1", "kind": "List", "items": items}
+
     def ready_nodes(self, label: str) -> int:
         """Nodes labelled ``nvidia.com/gpu.product=<label>`` whose Ready condition is True and that are not
         cordoned (spec.unschedulable)."""
@@ -213,6 +231,24 @@ def node_availability(problem: Problem, deploy: DeployFile, clients: Mapping[str
     return out
 
 
+def cluster_lists(sites: list[str], deploy: DeployFile, clients: Mapping[str, Any]) -> list[tuple[str, dict]]:
+    """[(where, kubectl List)] of the fleetplan-managed workloads each site's (context, namespace) of ``deploy``
+    runs now, read live through ``clients`` ({context: ApiClient}, :func:`kube_clients`), for
+    :func:`fleetplan.export.cluster.cluster_replicas`. Raises InputError naming the context when the API server
+    cannot be reached or refuses the read."""
+    out = []
+    for site in sites:
+        ctx, ns = site_target(site, deploy)
+        cluster = _Cluster(clients[ctx])
+        try:
+            out.append((f"context {ctx} namespace {ns}", cluster.workload_list(ns)))
+        except Exception as exc:  # the client raises ApiException, urllib3 errors or OSError
+            raise InputError(f"cannot read the workloads of context {ctx!r} namespace {ns!r}: {_reason(exc)}; check "
+                             "the kubeconfig and that the deployment file maps the site to its cluster",
+                             field="sites.context", value=ctx) from None
+    return out
+
+
 def _get(obj: Any, *keys: str) -> Any:
     for k in keys:
         if obj is None:
@@ -221,14 +257,16 @@ def _get(obj: Any, *keys: str) -> Any:
     return obj
 
 
-def kube_clients(contexts: list[str], kubeconfig: str | None = None) -> dict[str, Any]:
+def kube_clients(contexts: list[str], kubeconfig: str | None = None, *,
+                 needed_by: tuple[str, str] = ("--actuate k8s", "--actuate")) -> dict[str, Any]:
     """{context: ApiClient} from the kubeconfig (``kubeconfig`` or $KUBECONFIG / ~/.kube/config). Raises
-    InputError when the client is not installed or a context cannot be loaded."""
+    InputError when the client is not installed (naming ``needed_by``: (what needs it, its option)) or a context
+    cannot be loaded."""
     try:
         from kubernetes import config
     except ImportError:
-        raise InputError("--actuate k8s needs the Kubernetes client: pip install 'fleetplan[k8s]'",
-                         field="--actuate") from None
+        raise InputError(f"{needed_by[0]} needs the Kubernetes client: pip install 'fleetplan[k8s]'",
+                         field=needed_by[1]) from None
     out = {}
     for ctx in contexts:
         try:

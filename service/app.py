@@ -21,7 +21,7 @@ import logging
 import math
 from contextlib import asynccontextmanager
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Depends, FastAPI, Header, HTTPException, Query
 from fastapi.encoders import jsonable_encoder
@@ -34,6 +34,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from fleetplan import __version__
 from fleetplan.errors import FleetplanError, InputError
+from fleetplan.fileio import DuplicateJsonKey, loads_unique
 from fleetplan.service.runtime import Busy, ReplanService, Standby
 from fleetplan.service.schemas import (
     Health,
@@ -56,30 +57,17 @@ from fleetplan.service.store import IdempotencyConflict
 
 log = logging.getLogger("fleetplan.service")
 
-class _Pairs(list):
-    """A JSON object as the list of its (key, value) pairs, in order (json's ``object_pairs_hook``)."""
-
-
 def duplicate_key(body: bytes) -> list | None:
     """The location (``["body", "observations", 0, "arrivals"]``) of the first key a JSON object of ``body`` gives
     twice, or None (none repeated, or not JSON: the request's own parser then says what is wrong). Python's JSON
-    reader keeps the last value silently: ``{"arrivals": 5, "arrivals": 50000}`` would be stored as 50000."""
+    reader keeps the last value silently: ``{"arrivals": 5, "arrivals": 50000}`` would be stored as 50000. The same
+    check as every JSON file the CLI reads (:func:`fleetplan.fileio.loads_unique`)."""
     try:
-        doc = json.loads(body, object_pairs_hook=_Pairs)
+        loads_unique(body)
+    except DuplicateJsonKey as exc:
+        return ["body", *exc.path]
     except (ValueError, RecursionError):
         return None
-    stack: list[tuple[Any, list]] = [(doc, ["body"])]
-    while stack:
-        node, path = stack.pop()
-        if isinstance(node, _Pairs):
-            seen: set[str] = set()
-            for k, v in node:
-                if k in seen:
-                    return [*path, k]
-                seen.add(k)
-                stack.append((v, [*path, k]))
-        elif isinstance(node, list):
-            stack.extend((v, [*path, i]) for i, v in enumerate(node))
     return None
 
 

@@ -494,6 +494,12 @@ class Store:
             r = c.execute(select(plans).order_by(plans.c.id.desc()).limit(1)).mappings().first()
         return self._plan_row(r) if r else None
 
+    def plan(self, plan_id: int) -> dict | None:
+        """The stored plan ``plan_id`` (with its body), or None when there is none (retention may have removed it)."""
+        with self.engine.connect() as c:
+            r = c.execute(select(plans).where(plans.c.id == plan_id)).mappings().first()
+        return self._plan_row(r) if r else None
+
     def plans_since(self, since_s: float, limit: int = 1000) -> list[dict]:
         """Plan rows (without body) created at or after ``since_s`` (unix s), oldest first."""
         cols = [c for c in plans.c if c.name != "body"]

@@ -35,14 +35,13 @@ replays a disaggregated plan window by window.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 
+from fleetplan import fileio
 from fleetplan.datasets.catalog.names import get_gpu
 from fleetplan.errors import InputError
 from fleetplan.placement.problem import OptionKey, Problem
@@ -215,13 +214,7 @@ def _step_from_dict(s: dict, i: int, problem: Problem) -> tuple[float, dict[Opti
 
 def read_json(path: str) -> dict:
     """A JSON file as a dict; InputError naming the file when it is missing or not JSON."""
-    p = Path(path)
-    if not p.is_file():
-        raise InputError(f"no such file {p}", source=str(p))
-    try:
-        return json.loads(p.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise InputError(f"not JSON: {exc}", source=str(p)) from None
+    return fileio.read_json(path, what="fleet file (JSON: {\"steps\": [...]})")
 
 
 def scenario_weight_bytes(problem: Problem, scenario: Scenario) -> dict[str, float]:

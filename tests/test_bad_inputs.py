@@ -61,10 +61,12 @@ PLAN_EDITS = [
 
 @pytest.mark.parametrize("edit,needles", PLAN_EDITS)
 def test_simulate_refuses_an_edited_plan(tmp_path, plan_file, edit, needles):
-    code, out = run("simulate", _edited(tmp_path, plan_file, edit), "--format", "json")
-    assert code == 2, out
+    res = CliRunner().invoke(main, ["simulate", _edited(tmp_path, plan_file, edit), "--format", "json"])
+    out = res.stderr
+    assert res.exit_code == 2 and "Traceback" not in res.output, res.output
     lines = [x for x in out.splitlines() if x.strip()]
     assert len(lines) == 1 and lines[0].startswith("Error: "), out
+    assert json.loads(res.stdout)["error"]["message"] == lines[0].removeprefix("Error: ")  # --format json: also JSON
     for n in needles:
         assert n in out, (n, out)
 
@@ -92,6 +94,18 @@ CLI_CASES = [
     (["plan", "--time-limit", "1e9"], ["above the maximum 86400 s", "from 0.5 s to 86400 s"]),
     # --partition without --decompose was ignored (while --verify-slice without --verify is refused).
     (["plan", "--partition", "random"], ["--partition without --decompose", "add --decompose N"]),
+    # Options that apply only with another were silently ignored (issue 28): the default scenario has 5 models,
+    # fewer than the 500 from which plan decomposes by itself, so --executor ray had nothing to run.
+    (["plan", "--executor", "ray"], ["--executor without --decompose", "5 models", "add --decompose N"]),
+    (["plan", "--workers", "2"], ["--workers without --decompose"]),
+    (["plan", "--decompose", "1", "--ray-address", "auto"], ["--ray-address with --decompose 1"]),
+    (["plan", "--verify", "--decompose", "3"], ["--decompose with --verify", "one solve"]),
+    (["plan", "--verify-rounds", "2"], ["--verify-rounds without --verify"]),
+    (["allocate", "--points", "3"], ["--points applies to --mode pareto only", "add --mode pareto"]),
+    (["allocate", "--executor", "ray"], ["--executor applies to --mode pareto only"]),
+    (["allocate", "--slice", "30"], ["--slice is a setting of the replay", "add --verify"]),
+    (["export", "k8s", str(Path(__file__).parent / "golden" / "export" / "default_plan.json"), "--out", "{tmp}/k8s",
+      "--window", "14:00", "--lead-minutes", "5"], ["--lead-minutes with --window", "no KEDA schedule"]),
     (["sweep", "--vary", "demand_factor=1", "--time-limit", "inf"], ["field 'time limit': inf is not a finite"]),
     (["ledger", "split", "--model", "llama-3.1-70b", "--prefill-site", "aws:us-east-1", "--decode-site",
       "aws:us-west-2", "--csv-out", "{tmp}/no/x.csv"], ["does not exist"]),
@@ -250,3 +264,56 @@ def test_a_lock_taken_on_a_lock_file_its_holder_just_removed_is_taken_again(tmp_
     finally:
         for c in held_by_c:
             os.close(c)
+
+
+# ------------------------------------------------------------------- a user error of a command asked for JSON output
+def _json_commands(group=main, path=()):
+    """(command path, the option that chooses JSON) of every command with a json output choice."""
+    import click
+
+    ctx = click.Context(group)
+    for name in group.list_commands(ctx):
+        cmd = group.get_command(ctx, name)
+        if isinstance(cmd, click.Group):
+            yield from _json_commands(cmd, (*path, name))
+            continue
+        opts = [o for p in cmd.params if isinstance(p, click.Option) and isinstance(p.type, click.Choice)
+                and "json" in p.type.choices for o in p.opts]
+        if opts:
+            yield (*path, name), opts[0]
+
+
+def test_every_command_with_json_output_prints_its_user_errors_as_one_json_object():
+    found = list(_json_commands())
+    assert {("plan",), ("diff",), ("simulate",), ("allocate",)} <= {p for p, _ in found}
+    for path, opt in found:
+        res = CliRunner().invoke(main, [*path, opt, "json", "--no-such-option"])
+        assert res.exit_code == 2, (path, res.output)
+        err = json.loads(res.stdout)["error"]  # stdout is the object alone; the message stays on stderr
+        assert err["type"] == "NoSuchOption" and err["field"] == "--no-such-option", (path, err)
+        assert "No such option" in res.stderr
+        # without JSON output asked for, stdout stays empty
+        res = CliRunner().invoke(main, [*path, "--no-such-option"])
+        assert res.exit_code == 2 and res.stdout == "", (path, res.stdout)
+
+
+def test_commands_that_always_print_json_print_their_user_errors_as_json(tmp_path):
+    res = CliRunner().invoke(main, ["export-history", "--db", f"sqlite:///{tmp_path / 'none.db'}", "--day",
+                                    "2025-12-01"])
+    err = json.loads(res.stdout)["error"]
+    assert res.exit_code == 2 and err["field"] == "--db" and "no database file" in err["message"]
+    res = CliRunner().invoke(main, ["schema", "scenaro"])
+    assert res.exit_code == 2 and json.loads(res.stdout)["error"]["field"] == "KIND"
+
+
+def test_a_fleetplan_error_as_json_names_field_and_value():
+    res = CliRunner().invoke(main, ["plan", "--time-limit", "1e9", "-o", "json"])
+    assert res.exit_code == 2
+    err = json.loads(res.stdout)["error"]
+    assert (err["type"], err["field"], err["value"]) == ("InputError", "time limit", 1e9)
+    assert "86400" in err["message"] and res.stderr.startswith("Error: ")
+    golden = Path(__file__).parent / "golden" / "export" / "default_plan.json"
+    res = CliRunner().invoke(main, ["diff", str(golden), "--cluster", str(golden), "--format=json"])
+    err = json.loads(res.stdout)["error"]  # a plan file is no kubectl list
+    assert res.exit_code == 2 and (err["source"], err["field"]) == (str(golden), "kind") and err["value"] == "dict"
+    assert err["message"] in res.stderr

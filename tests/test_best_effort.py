@@ -104,7 +104,8 @@ def test_cli_json_error_object_when_short():
     res = _cli("plan", SHORT, "--no-baselines", "--time-limit", "10", "--format", "json")
     assert res.exit_code == 2
     err = json.loads(res.stdout)  # stdout is the JSON object alone; the one-line error goes to stderr
-    assert set(err) == {"error", "explanation"} and err["error"].startswith("no plan (infeasible)")
+    err = err["error"]  # one shape for every command's JSON error (fleetplan.cli.output.error_object)
+    assert err["type"] == "NoPlanError" and err["message"].startswith("no plan (infeasible)")
     assert err["explanation"] and any("short by" in x for x in err["explanation"]), err
     assert res.stderr.startswith("Error: no plan (infeasible)")
 

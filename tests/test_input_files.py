@@ -4,6 +4,7 @@ as one line naming the file, the field path, the value and the fix; `fleetplan s
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import jsonschema
 import pytest
@@ -13,11 +14,14 @@ from scenario_support import SMALL
 from fleetplan.cli.main import main
 from fleetplan.costmodels.latency import TP_DEGREES, prefill_time_s
 from fleetplan.datasets.calibration import load_calibration
+from fleetplan.datasets.catalog.models import model_from_hf_config
 from fleetplan.datasets.catalog.names import get_gpu, get_model
+from fleetplan.datasets.traces import read_mooncake_jsonl
 from fleetplan.errors import InputError
-from fleetplan.fileio import parse_yaml, read_yaml
+from fleetplan.fileio import parse_json, parse_yaml, read_yaml
 from fleetplan.outputs.planio import problem_from_plan_dict
 from fleetplan.scenario.read import load_scenario
+from fleetplan.service.app import duplicate_key
 
 TENANTS = """\
 pool:
@@ -115,7 +119,7 @@ def test_read_yaml_names_the_file_for_latin1_text(tmp_path):
     ("min_replicas: 1\n", "min_replicas: true\n", ["models[0].min_replicas", "True must be a whole number"]),
     # out of range: the value, the range and the fix
     ("window_length_s: 3600", "window_length_s: 5",
-     ["field 'options.window_length_s'", "5 is outside 60..86400", "below the minimum 60", "give seconds"]),
+     ["field 'options.window_length_s'", "5 is outside 60..86400", "below the minimum 60", "give whole seconds"]),
     ("ttft_p95_s: 1.5", "ttft_p95_s: 1500",
      ["field 'models[0].slo.ttft_p95_s'", "model Llama-3.1-8B", "1500 is outside 0.01..120", "0.5 for 500 ms"]),
     ("ttft_p95_s: 1.5", "ttft_p95_ms: 1500",
@@ -214,3 +218,61 @@ def test_older_plan_files_with_yaml_1_1_number_text_still_replay():
     raw["options"]["load_bandwidth_bytes_per_s"] = "fast"
     with pytest.raises(InputError, match="'fast' must be a number"):
         problem_from_plan_dict({"scenario": {"raw": raw, "source": "old plan"}})
+
+
+# ------------------------------------------------------------------------- duplicate keys in JSON input (issue 28)
+GOLDEN_PLAN = Path(__file__).parent / "golden" / "export" / "default_plan.json"
+
+
+def test_a_key_given_twice_in_a_json_object_is_refused_naming_key_and_path():
+    # Python's json keeps the last value: {"n": 1, "n": 4} would read as 4, silently.
+    with pytest.raises(InputError, match="'n' is given twice") as e:
+        parse_json('{"steps": [{"at_s": 0}, {"at_s": 1, "n": 1, "n": 4}]}', source="f.json")
+    assert (e.value.source, e.value.field, e.value.value) == ("f.json", "steps[1].n", "n")
+    # the same key in two objects is no duplicate; nor a key and its nested namesake
+    assert parse_json('[{"a": 1}, {"a": 2, "b": {"a": 3}}]', source="f.json") == [{"a": 1}, {"a": 2, "b": {"a": 3}}]
+    assert duplicate_key(b'{"observations": [{"model": "m", "arrivals": 5, "arrivals": 50000}]}') == [
+        "body", "observations", 0, "arrivals"]  # the service's request bodies: the same helper
+
+
+def test_plan_fleet_and_trace_files_with_a_repeated_key_are_refused(tmp_path):
+    text = GOLDEN_PLAN.read_text()
+    assert text.count('"status": ') == 1
+    plan = tmp_path / "plan.json"
+    plan.write_text(text.replace('"status": ', '"status": "optimal", "status": ', 1))
+    for args in (["simulate", str(plan)], ["diff", str(GOLDEN_PLAN), str(plan)],
+                 ["export", "vllm", str(plan)]):
+        assert_one_line_error(*run(*args), str(plan), "field 'status'", "'status' is given twice")
+    fleet = tmp_path / "steps.json"
+    fleet.write_text('{"steps": [{"at_s": 0, "at_s": 3600, "replicas": [], "shared": []}]}')
+    assert_one_line_error(*run("simulate", str(GOLDEN_PLAN), "--fleet", str(fleet)), str(fleet),
+                          "field 'steps[0].at_s'", "given twice")
+    trace = tmp_path / "t.jsonl"
+    trace.write_text('{"timestamp": 0, "input_length": 10, "output_length": 5}\n'
+                     '{"timestamp": 1, "input_length": 10, "input_length": 9000, "output_length": 5}\n')
+    with pytest.raises(InputError, match="given twice") as e:
+        read_mooncake_jsonl(trace)
+    assert (e.value.row, e.value.field) == (2, "input_length")
+    config = tmp_path / "config.json"
+    config.write_text('{"num_hidden_layers": 32, "hidden_size": 4096, "num_hidden_layers": 80}')
+    with pytest.raises(InputError, match="'num_hidden_layers' is given twice"):
+        model_from_hf_config(config)
+
+
+def test_a_window_length_of_a_fraction_of_a_second_is_refused(tmp_path):
+    # 3600.5-s windows were planned: window 23 starts at 23 x 3600.5 = 82,811.5 s = 23:00:11.5, which the table,
+    # the export (HH:MM, cron) and diff --at all label 23:00; the drift is 0.5 s per window. Refused: whole seconds.
+    p = tmp_path / "w.yaml"
+    p.write_text(SMALL.replace("window_length_s: 3600,", "window_length_s: 3600.5,"))
+    assert_one_line_error(*run("plan", str(p)), str(p), "field 'options.window_length_s'",
+                          "3600.5 s is not a whole number of seconds", "e.g. 3600")
+    assert_one_line_error(*run("plan", "--window", "3600.5"), "--window", "not a whole number of seconds")
+    # a whole number written as a float is the same length
+    assert load_scenario(_written(tmp_path, SMALL.replace("window_length_s: 3600,", "window_length_s: 3600.0,"))
+                         ).options["window_length_s"] == 3600.0
+
+
+def _written(tmp_path, text: str) -> Path:
+    p = tmp_path / "s.yaml"
+    p.write_text(text)
+    return p

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import json
+import threading
 from dataclasses import replace
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from urllib.parse import urlparse
 
 import pytest
+import yaml
 from click.testing import CliRunner
 
 from fleetplan.cli.main import main
@@ -14,6 +18,7 @@ from fleetplan.errors import InputError
 from fleetplan.outputs.plandiff import diff_plans
 from fleetplan.outputs.planio import load_plan_file
 from fleetplan.placement.validate import validate
+from fleetplan.service.runtime import ReplanService, ServiceSettings, load_problem
 
 GOLDEN = Path(__file__).parent / "golden" / "export"
 PLAN = GOLDEN / "default_plan.json"
@@ -59,3 +64,170 @@ def test_cli_json_and_the_refusal_as_one_line():
     assert d["rows"] == [] and d["cost_delta_usd_per_day"] == 0 and d["migrations"] == 0
     r = CliRunner().invoke(main, ["diff", str(PLAN), str(DISAGG)])
     assert r.exit_code == 2 and "different windows" in r.output and "Traceback" not in r.output
+
+
+# ------------------------------------------------------------------------ a plan against the cluster or a stored plan
+def _cluster_list(tmp_path: Path, plan: Path, hhmm: str) -> dict:
+    """The Deployments, LeaderWorkerSets and Services `export k8s --window hhmm` writes for ``plan``, as one
+    kubectl List (what `kubectl get deploy,lws,svc -o json` prints after they were applied)."""
+    out = tmp_path / "k8s"
+    r = CliRunner().invoke(main, ["export", "k8s", str(plan), "--out", str(out), "--window", hhmm])
+    assert r.exit_code == 0, r.output
+    items = [d for f in sorted(out.glob(f"*/window-{hhmm.replace(':', '-')}.yaml"))
+             for d in yaml.safe_load_all(f.read_text()) if d and d["kind"] != "Namespace"]
+    return {"apiVersion": "v1", "kind": "List", "items": items}
+
+
+def _diff_json(*args: str) -> dict:
+    r = CliRunner().invoke(main, ["diff", *args, "--format", "json"])
+    assert r.exit_code == 0, r.output
+    return json.loads(r.stdout)
+
+
+def test_the_cluster_running_the_exported_window_is_no_change_and_one_scaled_workload_is_one_row(tmp_path):
+    problem, plan, _sc, d = load_plan_file(PLAN)
+    assert validate(problem, plan).ok
+    doc = _cluster_list(tmp_path, PLAN, "14:00")
+    f = tmp_path / "cluster.json"
+    f.write_text(json.dumps(doc))
+    same = _diff_json(str(PLAN), "--cluster", str(f), "--at", "14:00")
+    # The exported window read back: no row, and the GPUs are the plan file's own count for window 14.
+    assert same["rows"] == [] and same["window"] == 14 and same["window_utc"] == "14:00-15:00 UTC"
+    assert same["gpus_running"] == same["gpus_plan"] == d["windows"][14]["gpus"]
+    assert same["left_out"] == {"Service": sum(1 for i in doc["items"] if i["kind"] == "Service")}
+    assert "not known from the cluster" in same["unknown"]
+    # Scale one dedicated Deployment up by 2 replicas (someone ran kubectl scale): one row, running n+2, plan n.
+    dep = next(i for i in doc["items"] if i["kind"] == "Deployment" and i["spec"]["replicas"] >= 1
+               and not i["metadata"]["name"].startswith("shared-"))
+    n = dep["spec"]["replicas"]
+    tp = int(dep["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"])
+    pool = problem.pool_by_id[dep["metadata"]["annotations"]["fleetplan.io/pool"]]
+    dep["spec"]["replicas"] = n + 2
+    dep["status"] = {"readyReplicas": n}  # the two new replicas still loading
+    f.write_text(json.dumps(doc))
+    out = _diff_json(str(PLAN), "--cluster", str(f), "--at", "14:00")
+    assert [(r["running"], r["plan"], r["removed"], r["added"]) for r in out["rows"]] == [(n + 2, n, 2, 0)]
+    # By hand: applying the plan's window stops 2 replicas of tp GPUs each: -2 x tp GPUs, at the pool's price.
+    assert out["gpus_running"] - out["gpus_plan"] == 2 * tp
+    assert out["list_delta_usd_per_hour"] == pytest.approx(round(-2 * tp * pool.usd_per_gpu_hour, 2), abs=0.011)
+    assert out["migrations"] == 2 and out["not_ready"] == 2
+
+
+def test_a_cluster_file_that_is_no_kubectl_list_or_names_an_unknown_model_is_refused(tmp_path):
+    doc = _cluster_list(tmp_path, PLAN, "14:00")
+    f = tmp_path / "one.json"
+    f.write_text(json.dumps(doc["items"][0]))  # `kubectl get deploy NAME -o json`: one object, not a list
+    r = CliRunner().invoke(main, ["diff", str(PLAN), "--cluster", str(f), "--at", "14:00"])
+    assert r.exit_code == 2 and "not a kubectl list" in r.output and "field 'kind'" in r.output
+    assert "kubectl get deploy,lws" in r.output and "Traceback" not in r.output
+    dep = next(i for i in doc["items"] if i["kind"] == "Deployment")
+    labels = dep["spec"]["template"]["metadata"]["labels"]
+    label = next(k for k in labels if k.startswith("serves.fleetplan.io/"))
+    labels["serves.fleetplan.io/llama-3-1-8c"] = labels.pop(label)
+    f.write_text(json.dumps(doc))
+    r = CliRunner().invoke(main, ["diff", str(PLAN), "--cluster", str(f), "--at", "14:00"])
+    assert r.exit_code == 2 and "unknown model 'llama-3-1-8c'" in r.output and "did you mean" in r.output
+    assert "serves.fleetplan.io/llama-3-1-8c" in r.output
+    # one thing to compare with, and the options of one form not given to another
+    for args, said in ((["--cluster", str(f), str(PLAN)], "not PLAN_B and --cluster"), ([], "nothing to compare"),
+                       ([str(PLAN), "--at", "14:00"], "drop --at"), (["--plan-id", "3", "--cluster", str(f)],
+                                                                     "--plan-id picks a stored plan")):
+        r = CliRunner().invoke(main, ["diff", str(PLAN), *args])
+        assert r.exit_code == 2 and said in r.output, r.output
+
+
+def _stored_service_plan(db_url: str, at_s: float) -> dict:
+    """The plan a re-planner service on the default scenario stores at ``at_s`` (its cold start)."""
+    problem, lt = load_problem(None)
+    svc = ReplanService(ServiceSettings(db_url=db_url, insecure_no_auth=True, interval_s=0, resolve_every_s=0),
+                        problem, lt, clock=lambda: at_s)
+    try:
+        return svc.plan_row
+    finally:
+        svc.close()
+
+
+def check_stored_plan_diff(db_url: str) -> None:
+    """``diff PLAN --db db_url`` against the service's stored plan, checked against both plans' JSON rows."""
+    at_s = 1_764_597_600.0 + 600  # 2025-12-01 14:10 UTC (1_764_547_200 is 00:00; + 14 h = 50_400 s)
+    row = _stored_service_plan(db_url, at_s)
+    out = _diff_json(str(PLAN), "--db", db_url)
+    assert out["window"] == 14 and out["plan_id"] == row["id"] and out["running"] == "stored plan"
+    assert out["stored_cost_usd_per_hour"] == pytest.approx(row["cost_usd_per_hour"])
+    # Independently, from the two plans' JSON: the replicas of each dedicated (model, pool, tp) in window 14 of
+    # the plan file against the stored plan's one window.
+    plan_d = json.loads(PLAN.read_text())
+    ours = {(r["model"], r["pool"], f"tp{r['tp']}"): r["counts"][14] for r in plan_d["replicas"]}
+    theirs = {(r["model"], r["pool"], f"tp{r['tp']}"): r["counts"][0] for r in row["body"]["replicas"]}
+    expected = {k: (theirs.get(k, 0), ours.get(k, 0)) for k in ours.keys() | theirs.keys()
+                if theirs.get(k, 0) != ours.get(k, 0)}
+    got = {(r["model"], r["pool"], r["shape"]): (r["running"], r["plan"]) for r in out["rows"]
+           if not r["shape"].startswith("shared")}
+    assert got == expected
+    # --at picks another window; --plan-id an absent plan is named
+    assert _diff_json(str(PLAN), "--db", db_url, "--at", "03:30")["window"] == 3
+    r = CliRunner().invoke(main, ["diff", str(PLAN), "--db", db_url, "--plan-id", "99"])
+    assert r.exit_code == 2 and "no stored plan 99" in r.output
+
+
+def test_a_plan_against_the_plan_the_service_stored_in_sqlite(tmp_path):
+    check_stored_plan_diff(f"sqlite:///{tmp_path / 's.db'}")
+    r = CliRunner().invoke(main, ["diff", str(PLAN), "--db", f"sqlite:///{tmp_path / 'none.db'}"])
+    assert r.exit_code == 2 and "no database file" in r.output and not (tmp_path / "none.db").exists()
+
+
+def test_diff_live_reads_the_clusters_through_the_kubernetes_api(tmp_path):
+    # The objects of the exported window 14:00, served by a stand-in API server (each site's cluster under a path
+    # of its own); the live read gives what the file form gives (no change at 14:00), and a context the kubeconfig
+    # lacks is named.
+    doc = _cluster_list(tmp_path, PLAN, "14:00")
+    by_path: dict[str, list] = {}
+    for item in doc["items"]:
+        meta = item["metadata"]
+        plural = {"Deployment": "/apis/apps/v1/namespaces/{}/deployments",
+                  "LeaderWorkerSet": "/apis/leaderworkerset.x-k8s.io/v1/namespaces/{}/leaderworkersets"}.get(
+                      item["kind"])
+        if plural:
+            site = meta["annotations"]["fleetplan.io/site"].replace(":", "-")
+            by_path.setdefault(f"/{site}" + plural.format(meta["namespace"]), []).append(item)
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802
+            path = urlparse(self.path).path
+            kind = "LeaderWorkerSetList" if "leaderworkersets" in path else "DeploymentList"
+            data = json.dumps({"apiVersion": "v1", "kind": kind, "metadata": {},
+                               "items": by_path.get(path, [])}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        sites = sorted({i["metadata"]["annotations"]["fleetplan.io/site"] for i in doc["items"]
+                        if i["kind"] != "Service"})
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        kubeconfig = tmp_path / "kubeconfig"
+        kubeconfig.write_text(yaml.safe_dump({
+            "apiVersion": "v1", "kind": "Config",
+            "clusters": [{"name": s, "cluster": {"server": f"{url}/{s.replace(':', '-')}"}} for s in sites],
+            "users": [{"name": "u", "user": {"token": "t"}}],
+            "contexts": [{"name": s, "context": {"cluster": s, "user": "u"}} for s in sites]}))
+        # without --deploy: each site's context is its name and the namespace the export's default
+        out = _diff_json(str(PLAN), "--live", "--kubeconfig", str(kubeconfig), "--at", "14:00")
+        assert out["rows"] == [] and out["workloads"] == sum(len(v) for v in by_path.values())
+        assert out["gpus_running"] == out["gpus_plan"] > 0
+        missing = tmp_path / "other"
+        missing.write_text(kubeconfig.read_text().replace(f"name: {sites[0]}", "name: elsewhere"))
+        r = CliRunner().invoke(main, ["diff", str(PLAN), "--live", "--kubeconfig", str(missing), "--at", "14:00"])
+        assert r.exit_code == 2 and repr(sites[0]) in r.output and "Traceback" not in r.output
+        r = CliRunner().invoke(main, ["diff", str(PLAN), str(PLAN), "--kubeconfig", str(kubeconfig)])
+        assert r.exit_code == 2 and "--kubeconfig without --live" in r.output
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -9,7 +9,8 @@ from __future__ import annotations
 import uuid
 
 import pytest
-from service_support import postgres_server_url, private_postgres
+from service_support import postgres_schema, postgres_server_url, private_postgres
+from test_plan_diff import check_stored_plan_diff
 
 from fleetplan.service.app import create_app
 from fleetplan.service.runtime import ReplanService, ServiceSettings, load_problem
@@ -106,3 +107,13 @@ def test_postgres_restart_the_loop_survives_and_readiness_tells_the_truth(restar
         assert svc.plan_row["id"] == 2 and svc.store.count_plans() == 2
         assert svc.store.diff_for(2)["previous_plan_id"] == 1
         assert c.get("/readyz").status_code == 200
+
+
+@pytest.fixture()
+def pg_schema_url(pg_url):
+    yield from postgres_schema(pg_url)
+
+
+def test_diff_against_the_plan_the_service_stored_in_postgres(pg_schema_url):
+    # the same check as on SQLite (tests/test_plan_diff.py), on the database the service runs on in production
+    check_stored_plan_diff(pg_schema_url)

@@ -10,17 +10,18 @@ import time
 import pytest
 
 from fleetplan.errors import FleetplanError, InputError
-from fleetplan.placement.plan import Plan
+from fleetplan.placement.plan import Plan, SharedGPU
 from fleetplan.placement.problem import ModelSpec, Pool, Problem, ReplicaOption, ShareOption
 from fleetplan.placement.validate import validate
 from fleetplan.scenario.build import build_problem
 from fleetplan.scenario.read import load_scenario, scenario_from_raw
 from fleetplan.solvers.baselines import greedy
+from fleetplan.solvers.common import SafetyStop
 from fleetplan.solvers.decompose import window_bound
 from fleetplan.solvers.milp import solve_lp_bound
 from fleetplan.solvers.online.config import OnlineConfig
 from fleetplan.solvers.online.replanner import Replanner
-from fleetplan.solvers.solve import solve
+from fleetplan.solvers.solve import Effort, _repair, solve
 
 H = 3600.0
 A = ("m", "c:a/X", 1, 1)
@@ -215,3 +216,26 @@ def test_a_shared_gpu_counts_at_the_models_capacity_there_alone(backend):
     assert validate(p, plan).ok, validate(p, plan).violations
     assert plan.objective_usd == pytest.approx(5.0)
     assert plan.replicas == {("m", "c:a/X", 1, 1): (2,)} and [g.pool for g in plan.shared] == ["c:b/X"]
+
+
+def test_a_greedy_plan_whose_shared_gpu_breaks_the_spread_is_repaired_without_it():
+    # m: 2 req/s; dedicated tp-1 replicas sustain 1 req/s at c:a ($1/GPU-h) or c:b ($2); a shared GPU at c:a holds
+    # m at 2 req/s. A warm start with that shared GPU alone has 100% of m's capacity at c:a, above 0.6. The window
+    # repair keeps a base's shared GPUs fixed and plans the dedicated replicas for the rest (here 0 req/s), so its
+    # spread never sees the shared GPU's 2 req/s: whatever the window model does, c:a keeps 100% (the default
+    # scenario at 0.6: every window solved, 72 violations combined, "repair gave no valid plan"). Without the
+    # shared GPU the window plans all 2 req/s under the spread: a + b >= 2, a <= 0.6 (a + b), b <= 0.6 (a + b):
+    # (1, 1), 1 <= 1.2, $1 + $2 = $3 an hour; (2, 0) and (0, 2) hold 100% at one site.
+    pools = (_pool("c:a", 1.0), _pool("c:b", 2.0))
+    opts = tuple(ReplicaOption("m", p.id, 1, 1, 1.0, 40e9) for p in pools)
+    p = Problem(H, 1, pools, (ModelSpec("m", (2.0,), 1.0, 0.1, max_share_per_site=0.6),), opts,
+                share_options=(ShareOption("m", "c:a/X", 2.0, 20e9),), margin=0.0)
+    base = Plan(shared=(SharedGPU("c:a/X", ("m",), {"m": (2.0,)}),))
+    assert "above its spread max_share_per_site 0.6" in " ".join(validate(p, base, check_objective=False).violations)
+    notes: list[str] = []
+    fixed = _repair(p, base, backend="highs", threads=1, effort=Effort(1.0),
+                    stop=SafetyStop(deadline=time.perf_counter() + 60, time_limit_s=60), notes=notes,
+                    say=lambda s: None)
+    assert fixed is not None and validate(p, fixed, check_objective=False).ok
+    assert fixed.replicas == {A: (1,), B: (1,)} and not fixed.shared
+    assert "repaired window by window without them" in notes[0] and "no valid plan" not in notes[0]

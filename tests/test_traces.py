@@ -182,7 +182,7 @@ def test_bad_azure_and_mooncake(tmp_path):
         read_azure_csv(write(tmp_path, "a.csv", "TIMESTAMP,ContextTokens\n2023-11-16 18:15:46.6805900,3\n"))
     with pytest.raises(InputError, match=r"a2.csv, row 1, field 'TIMESTAMP'.*not a timestamp"):
         read_azure_csv(write(tmp_path, "a2.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n18:15,3,4\n"))
-    with pytest.raises(InputError, match=r"m.jsonl, row 2: not valid JSON"):
+    with pytest.raises(InputError, match=r"m.jsonl, row 2: not JSON"):
         read_mooncake_jsonl(write(tmp_path, "m.jsonl", '{"timestamp": 0, "input_length": 1, "output_length": 1}\n{x\n'))
     with pytest.raises(InputError, match=r"row 1, field 'output_length': missing field"):
         read_mooncake_jsonl(write(tmp_path, "m2.jsonl", '{"timestamp": 0, "input_length": 1}\n'))

@@ -4,7 +4,6 @@ architectures as :class:`~fleetplan.costmodels.hardware.Model` records, and rows
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from dataclasses import dataclass, replace
@@ -24,6 +23,7 @@ from fleetplan.datasets.catalog.rows import (
     shipped_rows,
 )
 from fleetplan.errors import InputError
+from fleetplan.fileio import read_json
 
 MODEL_COLUMNS = ("model", "attention_type", "num_layers", "hidden_size", "num_attention_heads", "num_kv_heads",
                  "head_dim")
@@ -269,11 +269,7 @@ def _read_hf_config(p: Path) -> dict[str, Any]:
     source = str(p)
     if not p.is_file():
         raise InputError("file not found; give the path of a Hugging Face config.json", source=source)
-    try:
-        cfg = json.loads(p.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InputError(f"not a JSON config.json ({exc}); give the model's config.json from Hugging Face",
-                         source=source) from None
+    cfg = read_json(p, what="Hugging Face config.json")
     if not isinstance(cfg, dict):
         raise InputError("a config.json must hold one JSON object", source=source)
     if isinstance(cfg.get("text_config"), dict):  # multimodal wrappers keep the language model's shape here
