@@ -35,6 +35,13 @@ With the safety stop further away (`--runs 1 --time-limit 300`): idle (load 11.7
 26.6 s; beside the 3 busy loops (load 12.2) $898.58, the same plan e3bedeb2b48e, 103.8 s: identical.
 Goal (identical in 10 runs at the default 60 s) not met on this shared machine; on 2 otherwise idle cores the
 planner beside 3 busy loops gets about a quarter of a core, about 36 s for the work: still to run there.
+
+After the default engine became vLLM V1 (2026-12-03, `--runs 2`, load 3-7): idle runs $897.62/day, plan
+318e599d8039, optimal (gap 0.11%), no cut, wall 31.6 and 19.6 s; loaded runs cut by the safety stop ($950.51 and
+$947.60, feasible, saying so). The same day and load with the scenario pinned to `engine: {mode: prefill-first}`
+(the default before): idle $898.58, plan e3bedeb2b48e, 9.5 and 15.1 s; loaded cut, $903.54 twice. The idle plans
+stay identical; the V1 plan takes about 30% more CPU (the token budgets tried per option, a harder MILP), so under
+load the safety stop cuts it as it cut the prefill-first plan.
 """
 
 from __future__ import annotations
