@@ -40,8 +40,13 @@ On 2 otherwise idle cores (2026-12-03 14:11 UTC, `--runs 5`, the prefill-first d
     idle   runs 1-5: load 0.8-1.0   $898.58/day  plan e3bedeb2b48e  optimal  no cut  wall 7.7-8.0 s of 60 s
     loaded runs 1-5: load 1.1-3.7   $898.58/day  plan e3bedeb2b48e  optimal  no cut  wall 30.1-31.4 s of 60 s
     plans identical (replicas and cost to the cent) in all 10 runs: yes; largest wall-limit overrun -28.6 s: ok
-The goal is met there. (The default engine became vLLM V1 afterwards: that plan is $897.62/day and about 14 CPU
-seconds instead of 10: beside 3 busy loops about 45 s of the 60 by the same ratio, not yet measured idle.)
+The goal is met there.
+After the default engine became vLLM V1 (2026-12-03, `--runs 2`, load 3-7): idle runs $897.62/day, plan
+318e599d8039, optimal (gap 0.11%), no cut, wall 31.6 and 19.6 s; loaded runs cut by the safety stop ($950.51 and
+$947.60, feasible, saying so). The same day and load with the scenario pinned to `engine: {mode: prefill-first}`
+(the default before): idle $898.58, plan e3bedeb2b48e, 9.5 and 15.1 s; loaded cut, $903.54 twice. The idle plans
+stay identical; the V1 plan takes about 30% more CPU (the token budgets tried per option, a harder MILP), so under
+load the safety stop cuts it as it cut the prefill-first plan.
 """
 
 from __future__ import annotations

@@ -146,12 +146,13 @@ def _arrivals() -> dict[str, str]:
 
 def _engine() -> dict[str, str]:
     def edit(s: dict) -> None:
-        s["options"]["engine"] = {"mode": "vllm-v1"}
+        s["options"]["engine"] = {"mode": "prefill-first"}
 
     d = plan_json(variant("default", edit))
-    return {"vllm_v1.cost": usd(d["cost_usd_per_day"]),
-            "vllm_v1.capacity.qwen_a100": f"{_replica(d, 'Qwen2.5-7B', 'A100-SXM4-80GB', 1)['capacity_req_per_s']:.3f}",
-            "vllm_v1.capacity.llama70b_a100":
+    return {"prefill_first.cost": usd(d["cost_usd_per_day"]),
+            "prefill_first.capacity.qwen_a100":
+                f"{_replica(d, 'Qwen2.5-7B', 'A100-SXM4-80GB', 1)['capacity_req_per_s']:.3f}",
+            "prefill_first.capacity.llama70b_a100":
                 f"{_replica(d, 'Llama-3.1-70B', 'A100-SXM4-80GB', 4)['capacity_req_per_s']:.3f}"}
 
 
@@ -222,7 +223,7 @@ SOURCES: dict[str, Source] = {
     "arrivals": Source("fleetplan plan DEFAULT+arrivals --format json (default.yaml with options.arrivals: "
                        "{from_trace: azure-conv})", _arrivals),
     "engine": Source("fleetplan plan DEFAULT+engine --format json (default.yaml with options.engine: "
-                     "{mode: vllm-v1})", _engine),
+                     "{mode: prefill-first})", _engine),
     "purchase": Source("fleetplan plan purchase_example --format json", _purchase),
     "disagg": Source("fleetplan plan disagg_wins [--verify --verify-slice 600] and disagg_egress_loses, and "
                      "disagg_wins with disaggregation.enabled: false, --format json", _disagg, fast=True),
