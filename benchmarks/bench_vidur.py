@@ -160,6 +160,9 @@ ATTENTION_SAMPLES_CSV = """tp,is_prefill,batch,chunk,kv,attn_prefill_ms,attn_dec
 
 HEAD_DIM = 128
 SAMPLE_HEADS = {1: (32, 8), 4: (8, 2)}  # Meta-Llama-3-8B's (query, KV) heads per GPU at tp 1 and 4
+#: Step times printed for both simulators: decode steps at (batch, context tokens), prefills of n-token prompts.
+DECODE_POINTS = [(16, 1280), (64, 1280), (128, 1280)]
+PREFILL_POINTS = [1024, 4096]
 MAX_TOKENS = 8192  # longest request replayed (prompt + output); 1 in 19,366 azure-conv requests is longer
 
 
@@ -397,6 +400,21 @@ class Fleetplan:
         self.engine = getattr(self.option, "engine", None)
         self.model = cfg.model
 
+    def steps_s(self, chunk: int | None) -> list[float]:
+        """The replay's step times (s) at :data:`DECODE_POINTS`, and the time to prefill :data:`PREFILL_POINTS`
+        prompts alone (in chunks of ``chunk`` tokens when given, as the replay's mixed steps cost them)."""
+        o = self.option
+        sm = FleetBuilder(self.problem, Plan(replicas={o.key: (1,)}), self.scenario).step_model(
+            o.model, o.pool, o.tp, o.pp, None, engine=getattr(o, "engine", None))
+        out = [float(sm.decode(b, c)) for b, c in DECODE_POINTS]
+        for n in PREFILL_POINTS:
+            k, fixed = chunk or n, float(sm.prefill(1))
+            # the replay's mixed steps with no decodes running: a step costs prefill(1), a chunk from context i
+            # prefill(i + chunk) - prefill(i) (from 0: prefill(chunk) - prefill(1))
+            out.append(sum(fixed + float(sm.prefill(min(n, i + k))) - (float(sm.prefill(i)) if i else fixed)
+                           for i in range(0, n, k)))
+        return out
+
     def p95(self, arr: np.ndarray, inp: np.ndarray, out: np.ndarray, duration_s: float) -> tuple[float, float, int]:
         wl = Workload(arr, inp, out, np.full(len(arr), self.model, dtype=object), 0.1 * duration_s, duration_s,
                       "poisson")
@@ -419,6 +437,7 @@ import numpy as np
 from vidur.config import (ClusterConfig, MetricsConfig, RandomForrestExecutionTimePredictorConfig, ReplicaConfig,
                           RoundRobinGlobalSchedulerConfig, SarathiSchedulerConfig, SimulationConfig,
                           TraceRequestGeneratorConfig, VllmSchedulerConfig)
+from vidur.entities import Batch, Request
 from vidur.entities.base_entity import BaseEntity
 from vidur.simulator import Simulator
 from vidur.utils.random import set_seeds
@@ -465,8 +484,23 @@ for line in sys.stdin:
     out = np.array([r.num_decode_tokens for r in reqs])
     tpot = np.array([(r.completed_at - r.prefill_completed_at) / (r.num_decode_tokens - 1)
                      if r.completed and r.num_decode_tokens > 1 else 0.0 for r in reqs])
-    print(json.dumps({"arr": arr.tolist(), "ttft": ttft.tolist(), "tpot": tpot.tolist(), "out": out.tolist()}),
-          file=proto, flush=True)
+    pred = sim._scheduler._replica_schedulers[0]._replica_stage_schedulers[0]._execution_time_predictor
+    steps = []
+    for b, c in job.get("decode_points", []):  # one decode step of b sequences at context c, seconds
+        rs = [Request(0.0, c, 10) for _ in range(b)]
+        for r in rs:
+            r._is_prefill_complete, r._num_processed_tokens = True, c
+        steps.append(pred.get_execution_time(Batch(0, rs, [1] * b), 0).total_time)
+    for n in job.get("prefill_points", []):  # one prefill of an n-token prompt in chunks of the budget, seconds
+        r, t, done = Request(0.0, n, 10), 0.0, 0
+        while done < n:
+            k = min(job["chunk"] if job["scheduler"] == "sarathi" else n, n - done)
+            r._num_processed_tokens = done
+            t += pred.get_execution_time(Batch(0, [r], [k]), 0).total_time
+            done += k
+        steps.append(t)
+    print(json.dumps({"arr": arr.tolist(), "ttft": ttft.tolist(), "tpot": tpot.tolist(), "out": out.tolist(),
+                      "steps": steps}), file=proto, flush=True)
 '''
 
 
@@ -493,7 +527,9 @@ class Vidur:
             attention_file=attention_file,
             all_reduce_file=os.path.join(prof, "network", cfg.vidur_network, "all_reduce.csv"),
             send_recv_file=os.path.join(prof, "network", cfg.vidur_network, "send_recv.csv"),
-            cache_dir=os.path.join(workdir, "vidur_cache"), out_dir=os.path.join(workdir, "vidur_out"))
+            cache_dir=os.path.join(workdir, "vidur_cache"), out_dir=os.path.join(workdir, "vidur_out"),
+            decode_points=DECODE_POINTS, prefill_points=PREFILL_POINTS)
+        self.steps_s: list[float] = []
         self.proc = subprocess.Popen([python, driver, root], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      text=True, cwd=workdir)
 
@@ -522,6 +558,7 @@ class Vidur:
         got = np.array(r["arr"])
         if len(got) != len(arr) or not np.allclose(got, arr, atol=1e-5):
             raise SystemExit("Vidur replayed other requests than given")
+        self.steps_s = list(r["steps"])
         return arr, np.array(r["ttft"]), np.array(r["tpot"]), np.array(r["out"])
 
     def close(self) -> None:
@@ -582,6 +619,8 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0, help="seed of the arrivals and lengths (>= 0)")
     ap.add_argument("--workdir", help="folder for traces, rebuilt profiles and Vidur's cache (default: a temp dir)")
     ap.add_argument("--write-docs", action="store_true", help="rewrite the table in docs/vidur.md")
+    ap.add_argument("--steps-only", action="store_true",
+                    help="only the step times of both simulators (one short Vidur run per scheduler), no bisection")
     a = ap.parse_args()
     if not a.vidur:
         raise SystemExit("bench_vidur needs a Vidur checkout: give --vidur PATH (https://github.com/microsoft/vidur) "
@@ -618,18 +657,33 @@ def main() -> None:
         res: dict[str, float] = {"model_v1": v1.capacity_req_per_s, "model_pf": pf.capacity_req_per_s}
         start = max(v1.capacity_req_per_s, 0.05)
         sims: list[tuple[str, object]] = [("fleet_v1", v1), ("fleet_pf", pf)]
+        steps = {"fleet_v1": v1.steps_s(budget), "fleet_pf": pf.steps_s(None)}
         for key, sim_factory in (("vidur_sarathi", "sarathi"), ("vidur_vllm", "vllm")):
             sims.append((key, Vidur(a.vidur, a.vidur_python, cfg, sim_factory, budget, seqs, att, workdir)))
         for key, sim in sims:
+            if a.steps_only:
+                if isinstance(sim, Vidur):
+                    sim.p95(*requests(a.seed, 60.0, 0.5 * start), 60.0)
+                    steps[key] = sim.steps_s
+                    sim.close()
+                continue
             print(f"  {key}:", flush=True)
             rate, _ = limit_rate(lambda r, s=sim: s.p95(*requests(a.seed, a.duration_s, r), a.duration_s),  # type: ignore[attr-defined]
                                  cfg, start)
             res[key] = rate
             if isinstance(sim, Vidur):
+                steps[key] = sim.steps_s
                 sim.close()
         res["seconds"] = time.perf_counter() - t0
-        rows.append((cfg, budget, res))
+        if not a.steps_only:
+            rows.append((cfg, budget, res))
+        heads = [f"decode b{b} c{c}" for b, c in DECODE_POINTS] + [f"prefill {n}" for n in PREFILL_POINTS]
+        print("  step times (ms): " + "; ".join(
+            f"{k}: " + ", ".join(f"{h} {v * 1e3:.1f}" for h, v in zip(heads, steps[k], strict=True))
+            for k in ("vidur_sarathi", "fleet_v1", "vidur_vllm", "fleet_pf") if steps.get(k)), flush=True)
     print(f"\n({time.perf_counter() - t_all:.0f} s)")
+    if a.steps_only:
+        return
     table = render(rows, a)
     print(table)
     if a.write_docs:
@@ -657,7 +711,8 @@ def render(rows: list[tuple[Config, int, dict[str, float]]], a: argparse.Namespa
 
 
 def write_docs(table: str) -> None:
-    """Replace the text between the table markers of docs/vidur.md."""
+    """Put ``table``'s rows into the table between the markers of docs/vidur.md: a configuration's row replaces its
+    earlier row, the rows of configurations not run are kept, in the order of :data:`CONFIGS`."""
     path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "vidur.md")
     with open(path) as f:
         text = f.read()
@@ -665,9 +720,18 @@ def write_docs(table: str) -> None:
     if begin not in text or end not in text:
         raise SystemExit(f"{path}: no table markers {begin} ... {end}")
     head, rest = text.split(begin, 1)
-    _, tail = rest.split(end, 1)
+    old, tail = rest.split(end, 1)
+    lines = table.split("\n")
+
+    def by_config(block: list[str]) -> dict[str, str]:
+        return {ln.split("|")[1].split()[0]: ln for ln in block if ln.startswith("| ") and ln.split("|")[1].split()
+                and ln.split("|")[1].split()[0] in {c.name for c in CONFIGS}}
+
+    rows = by_config(old.strip().split("\n"))
+    rows.update(by_config(lines))
+    body = lines[:2] + [rows[c.name] for c in CONFIGS if c.name in rows]
     with open(path, "w") as f:
-        f.write(f"{head}{begin}\n{table}\n{end}{tail}")
+        f.write(head + begin + "\n" + "\n".join(body) + "\n" + end + tail)
 
 
 if __name__ == "__main__":
