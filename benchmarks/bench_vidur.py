@@ -28,7 +28,16 @@ profile of Meta-Llama-3-8B (:data:`ATTENTION_SAMPLES_CSV`, provenance there), fi
 Vidur's own H100/A100 ratio of its measured MLP kernels (:func:`h100_speedups`). docs/vidur.md says what this means
 for the comparison.
 
-Measured (2026-12-03, 2 shared cores, nice 10), `--duration-s 600 --seed 0`: see docs/vidur.md for the table.
+Measured 2026-12-03 (2 shared cores, nice 10, seed 0; `--duration-s 600`, 1800 for 70b-a100-tp2), limit rates in
+req/s (Vidur sarathi / Vidur vllm / replay vllm-v1 / replay prefill-first / model vllm-v1 / model prefill-first):
+
+    8b-a100         5.77 / 5.91 / 6.71 / 6.22 / 4.83 / 5.09   replay v1 / sarathi 1.16, pf / vllm 1.05
+    8b-a100-tpot50  4.58 / 4.47 / 5.07 / 4.70 / 4.36 / 4.36   1.11, 1.05
+    70b-a100-tp4    1.56 / 1.44 / 2.16 / 2.06 / 1.86 / 2.03   1.39, 1.43
+    70b-a100-tp2    0.48 / 0.47 / 0.62 / 0.78 / 0.20 / 0.30   1.29, 1.66
+    70b-h100-tp4    6.31 / 5.15 / 6.15 / 5.56 / 5.42 / 5.53   0.97, 1.08
+
+docs/vidur.md has the ratios, the step times (`--steps-only`) and what they mean.
 """
 
 from __future__ import annotations
@@ -485,22 +494,32 @@ for line in sys.stdin:
     tpot = np.array([(r.completed_at - r.prefill_completed_at) / (r.num_decode_tokens - 1)
                      if r.completed and r.num_decode_tokens > 1 else 0.0 for r in reqs])
     pred = sim._scheduler._replica_schedulers[0]._replica_stage_schedulers[0]._execution_time_predictor
-    steps = []
-    for b, c in job.get("decode_points", []):  # one decode step of b sequences at context c, seconds
+    steps, rebuilt = [], []  # seconds; the share of them from the attention profile (rebuilt when missing)
+
+    def timed(batch):
+        et = pred.get_execution_time(batch, 0)
+        att = (et.attention_kv_cache_save_execution_time + et.attention_decode_execution_time
+               + et.attention_prefill_execution_time) * et.num_layers * 1e-3
+        return et.total_time, att
+
+    for b, c in job.get("decode_points", []):  # one decode step of b sequences at context c
         rs = [Request(0.0, c, 10) for _ in range(b)]
         for r in rs:
             r._is_prefill_complete, r._num_processed_tokens = True, c
-        steps.append(pred.get_execution_time(Batch(0, rs, [1] * b), 0).total_time)
-    for n in job.get("prefill_points", []):  # one prefill of an n-token prompt in chunks of the budget, seconds
-        r, t, done = Request(0.0, n, 10), 0.0, 0
+        t, att = timed(Batch(0, rs, [1] * b))
+        steps.append(t)
+        rebuilt.append(att / t)
+    for n in job.get("prefill_points", []):  # one prefill of an n-token prompt in chunks of the budget
+        r, t, att, done = Request(0.0, n, 10), 0.0, 0.0, 0
         while done < n:
             k = min(job["chunk"] if job["scheduler"] == "sarathi" else n, n - done)
             r._num_processed_tokens = done
-            t += pred.get_execution_time(Batch(0, [r], [k]), 0).total_time
-            done += k
+            dt, da = timed(Batch(0, [r], [k]))
+            t, att, done = t + dt, att + da, done + k
         steps.append(t)
+        rebuilt.append(att / t)
     print(json.dumps({"arr": arr.tolist(), "ttft": ttft.tolist(), "tpot": tpot.tolist(), "out": out.tolist(),
-                      "steps": steps}), file=proto, flush=True)
+                      "steps": steps, "rebuilt": rebuilt}), file=proto, flush=True)
 '''
 
 
@@ -530,6 +549,7 @@ class Vidur:
             cache_dir=os.path.join(workdir, "vidur_cache"), out_dir=os.path.join(workdir, "vidur_out"),
             decode_points=DECODE_POINTS, prefill_points=PREFILL_POINTS)
         self.steps_s: list[float] = []
+        self.attention_share: list[float] = []
         self.proc = subprocess.Popen([python, driver, root], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      text=True, cwd=workdir)
 
@@ -559,6 +579,7 @@ class Vidur:
         if len(got) != len(arr) or not np.allclose(got, arr, atol=1e-5):
             raise SystemExit("Vidur replayed other requests than given")
         self.steps_s = list(r["steps"])
+        self.attention_share = list(r["rebuilt"])
         return arr, np.array(r["ttft"]), np.array(r["tpot"]), np.array(r["out"])
 
     def close(self) -> None:
@@ -658,6 +679,7 @@ def main() -> None:
         start = max(v1.capacity_req_per_s, 0.05)
         sims: list[tuple[str, object]] = [("fleet_v1", v1), ("fleet_pf", pf)]
         steps = {"fleet_v1": v1.steps_s(budget), "fleet_pf": pf.steps_s(None)}
+        shares: dict[str, list[float]] = {}
         for key, sim_factory in (("vidur_sarathi", "sarathi"), ("vidur_vllm", "vllm")):
             sims.append((key, Vidur(a.vidur, a.vidur_python, cfg, sim_factory, budget, seqs, att, workdir)))
         for key, sim in sims:
@@ -665,6 +687,7 @@ def main() -> None:
                 if isinstance(sim, Vidur):
                     sim.p95(*requests(a.seed, 60.0, 0.5 * start), 60.0)
                     steps[key] = sim.steps_s
+                    shares[key] = sim.attention_share
                     sim.close()
                 continue
             print(f"  {key}:", flush=True)
@@ -673,14 +696,19 @@ def main() -> None:
             res[key] = rate
             if isinstance(sim, Vidur):
                 steps[key] = sim.steps_s
+                shares[key] = sim.attention_share
                 sim.close()
         res["seconds"] = time.perf_counter() - t0
         if not a.steps_only:
             rows.append((cfg, budget, res))
         heads = [f"decode b{b} c{c}" for b, c in DECODE_POINTS] + [f"prefill {n}" for n in PREFILL_POINTS]
-        print("  step times (ms): " + "; ".join(
-            f"{k}: " + ", ".join(f"{h} {v * 1e3:.1f}" for h, v in zip(heads, steps[k], strict=True))
-            for k in ("vidur_sarathi", "fleet_v1", "vidur_vllm", "fleet_pf") if steps.get(k)), flush=True)
+        print("  step times, ms (Vidur: the attention profile's share):", flush=True)
+        for k in ("vidur_sarathi", "fleet_v1", "vidur_vllm", "fleet_pf"):
+            if steps.get(k):
+                sh = shares.get(k)
+                print(f"    {k:14s} " + ", ".join(
+                    f"{h} {v * 1e3:.1f}" + (f" ({sh[i]:.0%})" if sh else "")
+                    for i, (h, v) in enumerate(zip(heads, steps[k], strict=True))), flush=True)
     print(f"\n({time.perf_counter() - t_all:.0f} s)")
     if a.steps_only:
         return
