@@ -534,8 +534,8 @@ class Vidur:
     def __init__(self, root: str, python: str, cfg: Config, scheduler: str, chunk: int, batch_cap: int,
                  attention_file: str, workdir: str):
         self.cfg, self.scheduler, self.workdir = cfg, scheduler, workdir
-        driver = os.path.join(workdir, "vidur_driver.py")
-        with open(driver, "w") as f:
+        driver = os.path.join(workdir, f"vidur_driver-{cfg.name}-{scheduler}.py")  # one per process: no rewrite
+        with open(driver, "w") as f:  # while another process reads it
             f.write(DRIVER)
         prof = os.path.join(root, "data/profiling")
         self.job = dict(
@@ -569,9 +569,12 @@ class Vidur:
             for a, i, o in zip(arr, inp, out, strict=True):
                 f.write(f"{a:.6f},{int(i)},{int(o)}\n")
         assert self.proc.stdin is not None and self.proc.stdout is not None
-        self.proc.stdin.write(json.dumps(dict(self.job, trace=trace)) + "\n")
-        self.proc.stdin.flush()
-        line = self.proc.stdout.readline()
+        try:
+            self.proc.stdin.write(json.dumps(dict(self.job, trace=trace)) + "\n")
+            self.proc.stdin.flush()
+            line = self.proc.stdout.readline()
+        except BrokenPipeError:
+            line = ""
         if not line:
             raise SystemExit(f"Vidur ({self.cfg.name}, {self.scheduler}) stopped; its messages are above")
         r = json.loads(line)
