@@ -269,7 +269,8 @@ def fit_attention() -> AttentionFit:
     d = np.linalg.lstsq(xd * wd[:, None], ydec[dec] * wd, rcond=None)[0]
     big = pre & (chunk >= 512)
     s = float(np.median(ysave[big] / chunk[big]))
-    fit = AttentionFit(tuple(float(v) for v in p), tuple(float(v) for v in d), s, 0.0, 0.0)  # type: ignore[arg-type]
+    fit = AttentionFit((float(p[0]), float(p[1]), float(p[2]), float(p[3])), (float(d[0]), float(d[1]), float(d[2])),
+                       s, 0.0, 0.0)
     perr = np.abs(fit.prefill_ms(chunk[big], kv[big], qh[big]) - ypre[big]) / ypre[big]
     mid = dec & (batch >= 8) & (kv >= 512)
     derr = np.abs(fit.decode_ms(batch[mid], kv[mid], kvh[mid]) - ydec[mid]) / ydec[mid]
@@ -406,7 +407,7 @@ class Fleetplan:
             raise SystemExit(f"{cfg.name}: expected one option, found {len(opts)}")
         self.option = opts[0]
         self.capacity_req_per_s = float(self.option.capacity_req_per_s)
-        self.engine = getattr(self.option, "engine", None)
+        self.engine = self.option.engine
         self.model = cfg.model
 
     def steps_s(self, chunk: int | None) -> list[float]:
@@ -414,7 +415,7 @@ class Fleetplan:
         prompts alone (in chunks of ``chunk`` tokens when given, as the replay's mixed steps cost them)."""
         o = self.option
         sm = FleetBuilder(self.problem, Plan(replicas={o.key: (1,)}), self.scenario).step_model(
-            o.model, o.pool, o.tp, o.pp, None, engine=getattr(o, "engine", None))
+            o.model, o.pool, o.tp, o.pp, None, engine=o.engine)
         out = [float(sm.decode(b, c)) for b, c in DECODE_POINTS]
         for n in PREFILL_POINTS:
             k, fixed = chunk or n, float(sm.prefill(1))
@@ -670,9 +671,10 @@ def main() -> None:
         t0 = time.perf_counter()
         v1 = Fleetplan(cfg, "{mode: vllm-v1}", workdir)
         pf = Fleetplan(cfg, "{mode: prefill-first}", workdir)
-        eng = v1.option.engine if hasattr(v1.option, "engine") else None
-        budget = int(getattr(eng, "max_num_batched_tokens", 0) or 2048)
-        seqs = int(getattr(eng, "max_num_seqs", 0) or 256)
+        eng = v1.engine
+        if eng is None or not eng.max_num_batched_tokens or not eng.max_num_seqs:
+            raise SystemExit(f"{cfg.name}: the vllm-v1 option has no resolved token budget / max seqs ({eng})")
+        budget, seqs = int(eng.max_num_batched_tokens), int(eng.max_num_seqs)
         print(f"\n{cfg.name}: {cfg.model} {cfg.gpu} tp{cfg.tp}, TTFT {cfg.ttft_s:g} s, TPOT {cfg.tpot_s * 1e3:g} ms; "
               f"token budget {budget}, max seqs {seqs}; capacity model: vllm-v1 {v1.capacity_req_per_s:.3f}, "
               f"prefill-first {pf.capacity_req_per_s:.3f} req/s", flush=True)
@@ -680,11 +682,11 @@ def main() -> None:
         write_attention_csv(att, cfg, fit, seqs, speed if cfg.vidur_device == "h100" else (1.0, 1.0))
         res: dict[str, float] = {"model_v1": v1.capacity_req_per_s, "model_pf": pf.capacity_req_per_s}
         start = max(v1.capacity_req_per_s, 0.05)
-        sims: list[tuple[str, object]] = [("fleet_v1", v1), ("fleet_pf", pf)]
+        sims: list[tuple[str, Fleetplan | Vidur]] = [("fleet_v1", v1), ("fleet_pf", pf)]
         steps = {"fleet_v1": v1.steps_s(budget), "fleet_pf": pf.steps_s(None)}
         shares: dict[str, list[float]] = {}
-        for key, sim_factory in (("vidur_sarathi", "sarathi"), ("vidur_vllm", "vllm")):
-            sims.append((key, Vidur(a.vidur, a.vidur_python, cfg, sim_factory, budget, seqs, att, workdir)))
+        for key, scheduler in (("vidur_sarathi", "sarathi"), ("vidur_vllm", "vllm")):
+            sims.append((key, Vidur(a.vidur, a.vidur_python, cfg, scheduler, budget, seqs, att, workdir)))
         for key, sim in sims:
             if a.steps_only:
                 if isinstance(sim, Vidur):
@@ -694,8 +696,7 @@ def main() -> None:
                     sim.close()
                 continue
             print(f"  {key}:", flush=True)
-            rate, _ = limit_rate(lambda r, s=sim: s.p95(*requests(a.seed, a.duration_s, r), a.duration_s),  # type: ignore[attr-defined]
-                                 cfg, start)
+            rate, _ = limit_rate(lambda r, s=sim: s.p95(*requests(a.seed, a.duration_s, r), a.duration_s), cfg, start)
             res[key] = rate
             if isinstance(sim, Vidur):
                 steps[key] = sim.steps_s
@@ -715,13 +716,13 @@ def main() -> None:
     print(f"\n({time.perf_counter() - t_all:.0f} s)")
     if a.steps_only:
         return
-    table = render(rows, a)
+    table = render(rows)
     print(table)
     if a.write_docs:
         write_docs(table)
 
 
-def render(rows: list[tuple[Config, int, dict[str, float]]], a: argparse.Namespace) -> str:
+def render(rows: list[tuple[Config, int, dict[str, float]]]) -> str:
     """The markdown table of limit rates and ratios."""
     out = ["| config | budget | Vidur sarathi | Vidur vllm | replay vllm-v1 | replay prefill-first | model vllm-v1 | "
            "model prefill-first | replay v1 / sarathi | model v1 / sarathi | replay pf / vllm | model pf / vllm | "
