@@ -23,8 +23,8 @@ the table and the ratios; ``--write-docs`` rewrites the table in docs/vidur.md.
 
 Vidur's attention profiles are not in its public repository snapshots (git LFS objects of 9-21 MB; the snapshot
 holds no blob for them). This script rebuilds one per (GPU, model, tp) from rows of Vidur's own published A100
-profile of Meta-Llama-3-8B (:data:`ATTENTION_SAMPLES_CSV`, provenance there), fitted with kernel-shaped formulas
-(:func:`fit_attention`) and evaluated on Vidur's own profiling grid; H100 rows are the A100 formulas scaled by
+profile of Meta-Llama-3-8B (:data:`ATTENTION_SAMPLES_FILE`, provenance in its folder), fitted with kernel-shaped
+formulas (:func:`fit_attention`) and evaluated on Vidur's own profiling grid; H100 rows are the A100 formulas scaled by
 Vidur's own H100/A100 ratio of its measured MLP kernels (:func:`h100_speedups`). docs/vidur.md says what this means
 for the comparison.
 
@@ -43,6 +43,8 @@ docs/vidur.md has the ratios, the step times (`--steps-only`) and what they mean
 from __future__ import annotations
 
 import argparse
+import csv
+import importlib.resources
 import io
 import json
 import math
@@ -57,6 +59,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fleetplan.datasets.traces import load_trace, token_mix_from_trace
 from fleetplan.errors import FleetplanError
 from fleetplan.placement.plan import Plan
 from fleetplan.scenario.build import build_problem
@@ -67,105 +70,10 @@ from fleetplan.simulator.replay import run_window
 from fleetplan.simulator.workload import Workload
 from fleetplan.solvers.online.state import window_problem
 
-#: Rows of Vidur's A100 attention profile of Meta-Llama-3-8B (head dim 128; 32 query and 8 KV heads at tp 1, 8 and 2
-#: at tp 4), times in ms per layer call (the profile's medians of 5 runs, FlashInfer backend, block size 16).
-#: Source: data/profiling/compute/a100/meta-llama/Meta-Llama-3-8B/attention.csv of microsoft/vidur (a git-LFS object:
-#: 9,155,341 bytes, sha256 9d57142a293156a15e14fdf69a597fdaa7ff2b478baf4c431b20a9491a19a87a per the LFS pointer kept
-#: by a public fork that migrated the repository to LFS, Nisarg-M-Patel/llm-fair-scheduling). The rows were read from
-#: a public copy of exactly that size (GitHub sw5sh/cs378-assignment3, same path; its sha256 could not be checked,
-#: only 7 pages of 16,000 characters were read: byte offsets 0, 470,000, 1,500,000, 3,100,000, 4,600,000, 6,000,000
-#: and 9,140,000) and transcribed here a few rows per page. Columns: tp, is_prefill, batch, chunk (prefill tokens),
-#: kv (context already cached), attn_prefill_ms, attn_decode_ms, save_ms (attn_kv_cache_save).
-ATTENTION_SAMPLES_CSV = """tp,is_prefill,batch,chunk,kv,attn_prefill_ms,attn_decode_ms,save_ms
-1,1,1,64,0,0.011,0,0.019
-1,1,1,64,512,0.045,0,0.019
-1,1,1,64,1024,0.045,0,0.019
-1,1,1,64,2048,0.046,0,0.019
-1,1,1,64,3072,0.061,0,0.023
-1,1,1,64,4096,0.064,0,0.036
-1,1,1,1024,0,0.107,0,0.559
-1,1,1,1024,1024,0.268,0,0.546
-1,1,1,1024,2048,0.414,0,0.545
-1,1,1,1024,3072,0.563,0,0.544
-1,1,1,1024,4096,0.727,0,0.579
-1,1,1,1024,8192,1.338,0,0.577
-1,1,1,1024,15360,2.406,0,0.543
-1,1,1,1088,0,0.118,0,0.590
-1,1,1,1088,2176,0.446,0,0.604
-1,1,1,1088,4352,0.765,0,0.597
-1,1,1,1152,0,0.141,0,0.631
-1,1,1,1152,2304,0.481,0,0.633
-1,1,1,1152,4608,0.824,0,0.633
-1,1,1,1216,0,0.141,0,0.665
-1,1,1,1216,2432,0.507,0,0.666
-1,1,1,1216,4864,0.874,0,0.666
-1,1,1,1216,9728,1.599,0,0.667
-1,0,118,0,768,0,0.230,0.003
-1,0,128,0,768,0,0.258,0.003
-1,0,136,0,768,0,0.271,0.003
-1,0,192,0,768,0,0.369,0.003
-1,0,256,0,768,0,0.476,0.004
-1,0,320,0,768,0,0.592,0.004
-1,0,384,0,768,0,0.708,0.004
-1,0,448,0,768,0,0.820,0.004
-1,0,512,0,768,0,0.929,0.005
-1,0,1,0,800,0,0.024,0.002
-1,0,4,0,800,0,0.026,0.002
-1,0,7,0,800,0,0.034,0.002
-1,0,8,0,800,0,0.035,0.002
-1,0,10,0,800,0,0.038,0.002
-1,0,12,0,800,0,0.042,0.003
-1,0,15,0,800,0,0.051,0.003
-4,0,59,0,16128,0,0.749,0.003
-4,0,64,0,16128,0,0.771,0.003
-4,0,80,0,16128,0,0.866,0.003
-4,0,96,0,16128,0,0.985,0.003
-4,0,108,0,16128,0,1.073,0.003
-4,0,109,0,16128,0,1.231,0.003
-4,0,128,0,16128,0,1.329,0.003
-4,0,144,0,16128,0,1.424,0.003
-1,0,106,0,3584,0,0.928,0.003
-1,0,112,0,3584,0,0.966,0.003
-1,0,120,0,3584,0,1.016,0.003
-1,0,128,0,3584,0,1.150,0.003
-1,0,144,0,3584,0,1.247,0.003
-1,0,160,0,3584,0,1.333,0.003
-1,0,1,0,3648,0,0.025,0.002
-1,0,2,0,3648,0,0.034,0.002
-1,0,4,0,3648,0,0.057,0.003
-1,0,8,0,3648,0,0.089,0.002
-1,0,12,0,3648,0,0.123,0.002
-1,0,16,0,3648,0,0.184,0.003
-1,0,20,0,3648,0,0.199,0.003
-1,0,24,0,3648,0,0.222,0.003
-1,0,28,0,3648,0,0.280,0.003
-1,0,32,0,3648,0,0.306,0.003
-1,0,36,0,3648,0,0.332,0.003
-1,0,40,0,3648,0,0.365,0.003
-1,0,44,0,3648,0,0.500,0.003
-4,0,109,0,1344,0,0.111,0.003
-4,0,120,0,1344,0,0.119,0.003
-4,0,128,0,1344,0,0.123,0.003
-4,0,160,0,1344,0,0.139,0.003
-4,0,176,0,1344,0,0.195,0.003
-4,0,256,0,1344,0,0.233,0.003
-4,0,320,0,1344,0,0.272,0.003
-4,0,384,0,1344,0,0.350,0.003
-4,0,448,0,1344,0,0.387,0.003
-4,0,512,0,1344,0,0.455,0.003
-4,0,1,0,1408,0,0.024,0.002
-4,0,5,0,1408,0,0.024,0.002
-4,0,6,0,1408,0,0.025,0.002
-4,1,1,14080,0,2.725,0,7.53
-4,1,1,14336,0,2.793,0,7.664
-4,1,1,14848,0,2.996,0,7.563
-4,1,1,15360,0,3.192,0,8.214
-4,1,1,16128,0,3.498,0,8.616
-4,0,1,0,32,0,0.006,0.002
-4,0,16,0,32,0,0.007,0.002
-4,0,48,0,32,0,0.008,0.002
-4,0,64,0,32,0,0.010,0.002
-"""
+#: Rows of Vidur's A100 attention profile of Meta-Llama-3-8B, transcribed with their provenance into
+#: datasets/data/profiles/vidur/ (SOURCE.txt there; Vidur's MIT license beside it).
+ATTENTION_SAMPLES_FILE = "data/profiles/vidur/attention_a100_llama3_8b_sample.csv"
+
 
 HEAD_DIM = 128
 SAMPLE_HEADS = {1: (32, 8), 4: (8, 2)}  # Meta-Llama-3-8B's (query, KV) heads per GPU at tp 1 and 4
@@ -245,10 +153,14 @@ class AttentionFit:
         return np.where(is_prefill, np.maximum(0.019, self.s * chunk), 0.002 + 6e-6 * batch)
 
 
+def attention_samples_text() -> str:
+    """The sampled rows of Vidur's A100 attention profile (CSV text; :data:`ATTENTION_SAMPLES_FILE`)."""
+    return (importlib.resources.files("fleetplan.datasets") / ATTENTION_SAMPLES_FILE).read_text()
+
+
 def fit_attention() -> AttentionFit:
     """Fit :class:`AttentionFit` to the sampled rows (raises SystemExit if the fit is poor)."""
-    import csv
-    rows = list(csv.DictReader(io.StringIO(ATTENTION_SAMPLES_CSV)))
+    rows = list(csv.DictReader(io.StringIO(attention_samples_text())))
     tp = np.array([int(r["tp"]) for r in rows])
     pre = np.array([r["is_prefill"] == "1" for r in rows])
     batch, chunk, kv = (np.array([float(r[k]) for r in rows]) for k in ("batch", "chunk", "kv"))
@@ -283,7 +195,6 @@ def fit_attention() -> AttentionFit:
 def h100_speedups(vidur: str) -> tuple[float, float]:
     """(memory-bound, compute-bound) H100 / A100 speed ratios from Vidur's own MLP profiles of Llama-2-70B at tp 4:
     the sum of the four projection GEMMs at 1 token (weight reads) and at 4096 tokens (tensor cores)."""
-    import csv
 
     def total(dev: str, tokens: int) -> float:
         path = os.path.join(vidur, "data/profiling/compute", dev, "meta-llama/Llama-2-70b-hf/mlp.csv")
@@ -348,7 +259,6 @@ def requests(seed: int, duration_s: float, rate: float) -> tuple[np.ndarray, np.
     """(arrival_s, prompt_tokens, output_tokens) of the run at ``rate`` req/s: a unit-rate Poisson process's times
     (fixed by ``seed``) / rate up to ``duration_s``, lengths drawn from azure-conv with the same seed (a request
     keeps its lengths at every rate), prompts cut so that prompt + output <= :data:`MAX_TOKENS`."""
-    from fleetplan.datasets.traces import load_trace, token_mix_from_trace
     mix = token_mix_from_trace(load_trace("azure-conv"))
     n_max = int(rate * duration_s * 1.5 + 100)
     rng = np.random.default_rng([seed, 1])
@@ -660,7 +570,7 @@ def main() -> None:
     os.makedirs(workdir, exist_ok=True)
     fit = fit_attention()
     speed = h100_speedups(a.vidur)
-    print(f"attention rebuilt from {ATTENTION_SAMPLES_CSV.count(chr(10)) - 1} sampled rows of Vidur's A100 "
+    print(f"attention rebuilt from {attention_samples_text().count(chr(10)) - 1} sampled rows of Vidur's A100 "
           f"Llama-3-8B profile: prefill within {fit.prefill_err:.0%} of the sampled rows (chunk >= 512), decode "
           f"within {fit.decode_err:.0%} (batch >= 8, context >= 512); H100 / A100 from Vidur's MLP profiles: "
           f"{speed[0]:.2f}x memory-bound, {speed[1]:.2f}x compute-bound")
