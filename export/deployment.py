@@ -66,13 +66,13 @@ from pydantic import Field, PrivateAttr, field_validator
 from fleetplan.costmodels.engine import DEFAULT_ENGINE, EngineConfig
 from fleetplan.costmodels.hardware import Model
 from fleetplan.datasets.catalog.models import model_hf_repo
-from fleetplan.datasets.catalog.names import get_model
+from fleetplan.datasets.catalog.names import alias_hf_repo, get_model
 from fleetplan.datasets.deploy import gpu_product_labels, vllm_defaults
 from fleetplan.errors import InputError
 from fleetplan.fileio import InputModel, input_field, read_yaml, validate_input
 from fleetplan.placement.plan import OptionKey, Plan
 from fleetplan.placement.problem import PdKey, Problem, ReplicaOption
-from fleetplan.scenario.read import Scenario, scenario_catalog_file
+from fleetplan.scenario.read import Scenario, scenario_catalog_file, scenario_model, scenario_spec
 
 #: KV-cache block size of vLLM's paged attention (tokens); --max-model-len is rounded down to whole blocks.
 KV_BLOCK_TOKENS = 16
@@ -386,6 +386,15 @@ class _Checkpoints:
         self.kv_dtype = scenario.options["kv_dtype"]
         self.models_file = scenario_catalog_file(scenario, "models")
         self.deploy = deploy
+        #: {catalog name: the scenario's name} of models the scenario names by an alias of a catalog model (e.g.
+        #: Llama-3.1-8B-Instruct, planned as Llama-3.1-8B: the same architecture, other weights).
+        self.named_as: dict[str, str] = {}
+        base = Path(scenario.base_dir) if scenario.base_dir else None
+        for i, m in enumerate(scenario_spec(scenario).models):
+            if m.config is None and m.base_model is None:
+                model = scenario_model(m, f"{scenario.source}: models[{i}]", base, self.models_file)
+                if model.name != m.name:
+                    self.named_as[model.name] = m.name
 
     def model(self, name: str) -> Model:
         return get_model(name, self.models_file)
@@ -406,7 +415,10 @@ class _Checkpoints:
     def server_settings(self, name: str) -> tuple[str, str, str, str | None]:
         """(checkpoint, dtype, kv_cache_dtype, quantization) of model ``name``."""
         override = self.deploy.models.get(name, ModelTarget())
-        repo = override.hf_repo or model_hf_repo(name)
+        # A scenario naming an alias with weights of its own (Llama-3.1-8B-Instruct, planned as Llama-3.1-8B: the
+        # same architecture) serves the alias's checkpoint, not the catalog model's base weights.
+        alias_repo = alias_hf_repo(self.named_as[name]) if name in self.named_as else None
+        repo = override.hf_repo or alias_repo or model_hf_repo(name)
         if repo is None:
             raise InputError(f"model {name} has no Hugging Face repository in the catalog; give one in the "
                              f"deployment file: models: {{{name}: {{hf_repo: ORG/NAME}}}}", field="models.hf_repo",

@@ -598,6 +598,29 @@ if __name__ == "__main__":
     regenerate("--replan" in sys.argv)
 
 
+def test_an_alias_with_other_weights_is_exported_with_its_own_checkpoint(tmp_path):
+    # The README's small scenario naming Llama-3.1-8B-Instruct: planned as the catalog's Llama-3.1-8B (aliases.csv:
+    # the same architecture), whose checkpoint meta-llama/Llama-3.1-8B holds the base weights. The export serves the
+    # alias's own checkpoint (aliases.csv's hf_repo column), unless the deployment file names another.
+    scen = tmp_path / "small.yaml"
+    scen.write_text(SMALL.replace("name: Llama-3.1-8B\n", "name: Llama-3.1-8B-Instruct\n"))
+    assert "Llama-3.1-8B-Instruct" in scen.read_text()
+    plan = tmp_path / "plan.json"
+    r = CliRunner().invoke(main, ["plan", str(scen), "--out", str(plan), "--no-baselines"])
+    assert r.exit_code == 0, r.output
+    out = tmp_path / "vllm.sh"
+    r = CliRunner().invoke(main, ["export", "vllm", str(plan), "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    assert "vllm serve meta-llama/Llama-3.1-8B-Instruct " in out.read_text()
+    assert "vllm serve meta-llama/Llama-3.1-8B " not in out.read_text()
+    deploy = tmp_path / "deploy.yaml"
+    deploy.write_text("models:\n  Llama-3.1-8B: {hf_repo: my-org/llama-8b-ft}\n")
+    out2 = tmp_path / "vllm2.sh"
+    r = CliRunner().invoke(main, ["export", "vllm", str(plan), "--deploy", str(deploy), "--out", str(out2)])
+    assert r.exit_code == 0, r.output
+    assert "vllm serve my-org/llama-8b-ft " in out2.read_text()
+
+
 def test_schedule_of_a_short_horizon_names_the_windows(tmp_path):
     # The README's small scenario plans 3 one-hour windows (its rates: list), 3 h, not a day: the KEDA schedule
     # refuses it naming the plan's windows, not window_length_s (3600 s is a whole number of minutes).

@@ -25,6 +25,21 @@ def load_aliases() -> dict[str, dict[str, str]]:
     return out
 
 
+@lru_cache(maxsize=1)
+def _alias_repos() -> dict[str, str]:
+    """{squashed model alias: its Hugging Face repository} of the aliases.csv rows that name other weights than
+    their catalog model (an instruct variant: the same architecture, its own checkpoint; the ``hf_repo`` column)."""
+    return {_squash(row["alias"]): row["hf_repo"] for _, row in shipped_rows("aliases.csv").rows
+            if row["kind"] == "model" and row.get("hf_repo")}
+
+
+def alias_hf_repo(name: str) -> str | None:
+    """The checkpoint (Hugging Face repository) of model alias ``name`` when the alias names other weights than its
+    catalog model (datasets/data/aliases.csv, ``hf_repo`` column; matched ignoring case, spaces and punctuation, as
+    :func:`resolve_name` does), else None: the catalog model's own checkpoint holds its weights."""
+    return _alias_repos().get(_squash(name))
+
+
 def _squash(s: str) -> str:
     return re.sub(r"[^a-z0-9]", "", s.lower())
 
