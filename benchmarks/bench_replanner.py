@@ -77,20 +77,17 @@ minutes, 12:00-14:00): static $824.55 92.33% 0.00% 0.00% 0.00%; static spread 0.
 "attainment_before_report", "attainment_first_10_min", "attainment_outage"}}, "days", "seeds",
 "surprise", "load_time_factor", "arrivals"}`` (averages over the days and seeds run).
 
-Measured (``--arrivals poisson``, queues carried, the shipped OnlineConfig with cooldown_s 600 s; averages per day;
-docs/online.md has the tables): ``--days 1 5 9 --no-clairvoyant --variant cooldown_s=600 --variant cooldown_s=900
---variant cooldown_s=1200`` (the tuning days; run while the default was 1,800 s) 600 s $948.50, 99.39%, 48
-migrations; 900 s $960.71, 99.40%, 45; 1200 s $962.20, 99.40%, 42; 1800 s $968.59, 99.35%, 33; reactive
-$1,028.72, 99.31%, 111; hpa $1,071.01, 99.54%, 167. ``--days 3 7 11``: re-planner $947.45, 99.550%, 47;
-reactive $991.28, 99.46%, 76; hpa $1,025.63, 99.552%, 153; reactive-cheapest $1,277.53, 99.94%, 3; clairvoyant
-hourly $921.54, 99.60% (regret +2.8%). ``--load-time-factor 10``: $977.63, 99.53%, 45 against reactive $995.44,
-99.39%, 76 and hpa $1,034.18, 99.40%, 153. ``--seeds 1`` (days 3 7 and 11 run apart): $957.56, 99.56%, 54
-against reactive $993.69, 99.46%, 73 and hpa $1,031.15, 99.55%, 145. Day 7 surprises (``--days 7 --surprise S
---no-clairvoyant --skip static --skip reactive-cheapest --skip hpa``), re-planner against reactive: plus20
-$1,032.61 (0.883x), 99.41% vs 99.33%, 99.61% in 12:00-13:00; double70b $1,170.67 (0.766x), 99.51% vs 99.44%,
-99.63%; plus50 $1,215.95 (0.775x), 99.40% vs 99.49% (the attainment goal NOT met: Qwen2.5-7B's share of a shared
-A100, docs/online.md), 99.43%; site-outage (hpa not skipped) $963.24 (0.890x), 99.59% vs 99.46% (hpa 99.59%),
-99.59% from the first round after the report.
+Measured on the vLLM V1 default engine (2026-12-03; ``--arrivals poisson --resolve-time-limit 60 --plan-time-limit
+600``, no re-solve cut; averages per day; docs/online.md has the tables): ``--days 3 7 11`` re-planner $947.58,
+99.80%, 58 migrations; reactive $1,043.73, 99.63%, 91; hpa $1,092.39, 99.71%, 203; reactive-cheapest $1,115.47,
+99.98%, 3; static $897.35, 99.40%, 29; clairvoyant hourly $929.07, 99.81% (regret +2.0%). ``--seeds 1`` $956.00,
+99.81%, 58 against reactive $1,048.28, 99.61%, 101 and hpa $1,097.49, 99.70%, 213. ``--load-time-factor 10``
+$982.00, 99.82%, 57 against reactive $1,049.81, 99.59%, 91 and hpa $1,104.63, 99.46%, 203. Day 7 surprises, re-planner /
+reactive / hpa: plus20 $1,056.90 / $1,233.65 / $1,329.49, 99.71% / 99.64% / 99.73%; plus50 $1,234.77 / $1,552.69 /
+$1,627.34, 99.76% / 99.61% / 99.72%; double70b $1,184.78 / $1,598.12 / $1,630.23, 99.75% / 99.66% / 99.77%;
+site-outage $963.91 / $1,142.59 / $1,175.55, 99.82% / 99.67% / 99.73% (99.77% from the first round after the
+report). ``--arrivals servegen --days 7``: $1,070.73, 89.15%, 118 against reactive $1,176.27, 89.04%, 296 and hpa
+$1,381.74, 89.93%, 972. The figures on the prefill-first engine (the default before) are in docs/online.md.
 """
 
 from __future__ import annotations
