@@ -12,7 +12,7 @@ from fleetplan.placement.validate import validate
 from fleetplan.solvers.baselines import greedy
 from fleetplan.solvers.common import SafetyStop, build_index, finish_plan, relative_gap
 from fleetplan.solvers.cpsat import solve_cpsat
-from fleetplan.solvers.decompose import dissolve_shared, solve_by_windows, window_bound
+from fleetplan.solvers.decompose import dissolve_shared, solve_by_windows, window_bound, window_bounds
 from fleetplan.solvers.executor import Executor, make_executor
 from fleetplan.solvers.explain import explain_infeasible, precheck
 from fleetplan.solvers.milp import solve_best_effort, solve_lp_bound, solve_milp
@@ -350,6 +350,7 @@ def _solve_monolithic(problem, backend: str, *, t0: float, stop: SafetyStop, eff
                                                      deadline=stop.deadline)
             if bounds["LP relaxation"] is None and stop.passed():
                 stop.cut("the LP bound", bound_only=True)
+    each: tuple[float | None, ...] | None = None
     if problem.has_classes:
         # Request classes: the LP relaxation routes classes fractionally and is weak (a one-model 70B day with
         # 2 x 2 classes: LP $2,417.41/day, per-window bound $2,541.38, plan $2,543.84); the windows are coupled
@@ -358,13 +359,15 @@ def _solve_monolithic(problem, backend: str, *, t0: float, stop: SafetyStop, eff
         if stop.passed():
             stop.cut("the per-window bound before it started", bound_only=True)
         else:
-            bounds["per-window"] = window_bound(problem, deadline=stop.deadline, threads=threads,
-                                                gap=BOUND_WINDOW_GAP, progress=say,
-                                                max_nodes=effort.bound_window_nodes, stop=stop)
+            each = window_bounds(problem, deadline=stop.deadline, threads=threads, gap=BOUND_WINDOW_GAP,
+                                 progress=say, max_nodes=effort.bound_window_nodes, stop=stop)
+            found = [b for b in each or () if b is not None]
+            bounds["per-window"] = sum(found) if found else None
     if start is not None:
         say("improving the greedy plan window by window")
+        # CP-SAT's window models stop once within the gap of their window's bound (HiGHS's, above)
         start = solve_by_windows(problem, start, backend=backend, threads=threads, progress=say,
-                                 **effort.windows(stop))
+                                 window_floors_usd=each, **effort.windows(stop))
     best = bounds.get("per-window")
     if start is not None and best is not None and best > 0:
         proven = relative_gap(evaluate(problem, start).total_usd, best)
