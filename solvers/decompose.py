@@ -527,29 +527,30 @@ FANOUT_SOLVE_SHARE = 0.97
 FANOUT_MIN_S = 20.0
 
 
-def _window_bound_task(problem: Problem, item: tuple[int, float, int | None, float, int | None]) -> BoundResult:
+def _window_bound_task(problem: Problem,
+                       item: tuple[int, float, int | None, float, int | None, bool]) -> BoundResult:
     """Window ``w``'s aggregate bound within a budget fixed before the fan-out and counted from the task's own
-    start, model building included, and ``max_nodes`` (None: none) (see :func:`window_bound`)."""
-    w, budget_s, threads, gap, max_nodes = item
+    start, model building included, ``max_nodes`` (None: none) and ``heuristics`` (see :func:`window_bound`)."""
+    w, budget_s, threads, gap, max_nodes, heuristics = item
     end = time.perf_counter() + budget_s
     return solve_aggregate_bound(window_problem(problem, w), time_limit_s=budget_s, threads=threads, gap=gap,
-                                 deadline=end, max_nodes=max_nodes)
+                                 deadline=end, max_nodes=max_nodes, heuristics=heuristics)
 
 
 def window_bound(problem: Problem, *, deadline: float, threads: int | None = None, gap: float = 1e-3,
                  progress=None, executor: Executor | None = None, max_nodes: int | None = None,
-                 stop: SafetyStop | None = None) -> float | None:
+                 stop: SafetyStop | None = None, heuristics: bool = True) -> float | None:
     """The per-window bound, USD: the sum of :func:`window_bounds` (same arguments), None when no window gave a
     bound or a window is infeasible."""
     each = window_bounds(problem, deadline=deadline, threads=threads, gap=gap, progress=progress,
-                         executor=executor, max_nodes=max_nodes, stop=stop)
+                         executor=executor, max_nodes=max_nodes, stop=stop, heuristics=heuristics)
     found = [b for b in each or () if b is not None]
     return sum(found) if found else None
 
 
 def window_bounds(problem: Problem, *, deadline: float, threads: int | None = None, gap: float = 1e-3,
                   progress=None, executor: Executor | None = None, max_nodes: int | None = None,
-                  stop: SafetyStop | None = None) -> tuple[float | None, ...] | None:
+                  stop: SafetyStop | None = None, heuristics: bool = True) -> tuple[float | None, ...] | None:
     """Each window's proven bound, USD (None for a window left without one), or None when a window is infeasible
     (then so is the problem). Window w's bound is HiGHS's proven bound on the aggregate MILP of
     :func:`window_problem` (w), so their sum (:func:`window_bound`) is a valid lower bound on the optimum (see
@@ -567,7 +568,9 @@ def window_bounds(problem: Problem, *, deadline: float, threads: int | None = No
     the windows stopped by their share (or left without time) are recorded in ``stop`` as a cut of a bound only
     (their bounds are still valid, but may differ on another machine). The shares stay because a window's root
     node, which no node budget bounds, dominates at fleet scale (200 models: 20.7 CPU seconds for 50 nodes of one
-    window), and the plan does not depend on this bound."""
+    window), and the plan does not depend on this bound. ``heuristics=False``: HiGHS's primal heuristics off in
+    every window (:func:`~fleetplan.solvers.milp.solve_aggregate_bound`), a third of the work per window at 200
+    models."""
     W = problem.n_windows
     each: list[float | None] = [None] * W
     if stop is not None:
@@ -580,7 +583,7 @@ def window_bounds(problem: Problem, *, deadline: float, threads: int | None = No
         if progress:
             progress(f"per-window bound: {W} windows on {executor.describe()} ({per:.0f} s each)")
         # one solver thread per task: the workers already use the CPUs
-        results = executor.map(_window_bound_task, [(w, per, 1, gap, max_nodes) for w in range(W)],
+        results = executor.map(_window_bound_task, [(w, per, 1, gap, max_nodes, heuristics) for w in range(W)],
                                common=problem, with_common=True)
         if any(r.infeasible for r in results):
             return None
@@ -599,7 +602,8 @@ def window_bounds(problem: Problem, *, deadline: float, threads: int | None = No
         if progress:
             progress(f"window {w + 1}/{W} of the per-window bound")
         r = solve_aggregate_bound(window_problem(problem, w), time_limit_s=left / (W - w), threads=threads, gap=gap,
-                                  deadline=time.perf_counter() + left / (W - w), max_nodes=max_nodes)
+                                  deadline=time.perf_counter() + left / (W - w), max_nodes=max_nodes,
+                                  heuristics=heuristics)
         if r.infeasible:
             return None
         cut += r.time_limit_reached
