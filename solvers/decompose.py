@@ -528,49 +528,29 @@ FANOUT_MIN_S = 20.0
 
 
 def _window_bound_task(problem: Problem,
-                       item: tuple[int, float, int | None, float, int | None, bool, float | None]) -> BoundResult:
+                       item: tuple[int, float, int | None, float, int | None, bool]) -> BoundResult:
     """Window ``w``'s aggregate bound within a budget fixed before the fan-out and counted from the task's own
-    start, model building included, ``max_nodes`` (None: none), ``heuristics`` and its cutoff (see
-    :func:`window_bounds`)."""
-    w, budget_s, threads, gap, max_nodes, heuristics, cutoff = item
+    start, model building included, ``max_nodes`` (None: none) and ``heuristics`` (see :func:`window_bound`)."""
+    w, budget_s, threads, gap, max_nodes, heuristics = item
     end = time.perf_counter() + budget_s
     return solve_aggregate_bound(window_problem(problem, w), time_limit_s=budget_s, threads=threads, gap=gap,
-                                 deadline=end, max_nodes=max_nodes, heuristics=heuristics, cutoff_usd=cutoff)
-
-
-def window_costs(problem: Problem, plan: Plan) -> tuple[float, ...]:
-    """Each window's cost of ``plan`` (a valid plan of ``problem``) as a plan of :func:`window_problem` (w), USD:
-    its replicas and shared GPUs in that window (a shared GPU at one window's price), no starts; >= the optimum of
-    window_problem(w), so a cutoff for :func:`window_bounds`."""
-    out = []
-    for w in range(problem.n_windows):
-        sub = window_problem(problem, w)
-        shared = tuple(SharedGPU(pool=g.pool, models=g.models,
-                                 served_req_per_s={m: (v[w],) for m, v in g.served_req_per_s.items()})
-                       for g in plan.shared)
-        one = Plan(replicas={k: (c[w],) for k, c in plan.replicas.items() if c[w]}, shared=shared,
-                   commitments=plan.commitments)
-        out.append(evaluate(sub, one).total_usd)
-    return tuple(out)
+                                 deadline=end, max_nodes=max_nodes, heuristics=heuristics)
 
 
 def window_bound(problem: Problem, *, deadline: float, threads: int | None = None, gap: float = 1e-3,
                  progress=None, executor: Executor | None = None, max_nodes: int | None = None,
-                 stop: SafetyStop | None = None, heuristics: bool = True,
-                 cutoffs_usd: tuple[float, ...] | None = None) -> float | None:
+                 stop: SafetyStop | None = None, heuristics: bool = True) -> float | None:
     """The per-window bound, USD: the sum of :func:`window_bounds` (same arguments), None when no window gave a
     bound or a window is infeasible."""
     each = window_bounds(problem, deadline=deadline, threads=threads, gap=gap, progress=progress,
-                         executor=executor, max_nodes=max_nodes, stop=stop, heuristics=heuristics,
-                         cutoffs_usd=cutoffs_usd)
+                         executor=executor, max_nodes=max_nodes, stop=stop, heuristics=heuristics)
     found = [b for b in each or () if b is not None]
     return sum(found) if found else None
 
 
 def window_bounds(problem: Problem, *, deadline: float, threads: int | None = None, gap: float = 1e-3,
                   progress=None, executor: Executor | None = None, max_nodes: int | None = None,
-                  stop: SafetyStop | None = None, heuristics: bool = True,
-                  cutoffs_usd: tuple[float, ...] | None = None) -> tuple[float | None, ...] | None:
+                  stop: SafetyStop | None = None, heuristics: bool = True) -> tuple[float | None, ...] | None:
     """Each window's proven bound, USD (None for a window left without one), or None when a window is infeasible
     (then so is the problem). Window w's bound is HiGHS's proven bound on the aggregate MILP of
     :func:`window_problem` (w), so their sum (:func:`window_bound`) is a valid lower bound on the optimum (see
@@ -590,10 +570,8 @@ def window_bounds(problem: Problem, *, deadline: float, threads: int | None = No
     node, which no node budget bounds, dominates at fleet scale (200 models: 20.7 CPU seconds for 50 nodes of one
     window), and the plan does not depend on this bound. ``heuristics=False``: HiGHS's primal heuristics off in
     every window (:func:`~fleetplan.solvers.milp.solve_aggregate_bound`), a third of the work per window at 200
-    models. ``cutoffs_usd``: a cost per window no lower than that window's optimum (:func:`window_costs` of a
-    valid plan), given to HiGHS as a cutoff (see solve_aggregate_bound), which raises the bound."""
+    models."""
     W = problem.n_windows
-    cut_of = cutoffs_usd if cutoffs_usd is not None else (None,) * W
     each: list[float | None] = [None] * W
     if stop is not None:
         deadline = stop.deadline
@@ -605,8 +583,7 @@ def window_bounds(problem: Problem, *, deadline: float, threads: int | None = No
         if progress:
             progress(f"per-window bound: {W} windows on {executor.describe()} ({per:.0f} s each)")
         # one solver thread per task: the workers already use the CPUs
-        results = executor.map(_window_bound_task, [(w, per, 1, gap, max_nodes, heuristics, cut_of[w])
-                                                      for w in range(W)],
+        results = executor.map(_window_bound_task, [(w, per, 1, gap, max_nodes, heuristics) for w in range(W)],
                                common=problem, with_common=True)
         if any(r.infeasible for r in results):
             return None
@@ -626,7 +603,7 @@ def window_bounds(problem: Problem, *, deadline: float, threads: int | None = No
             progress(f"window {w + 1}/{W} of the per-window bound")
         r = solve_aggregate_bound(window_problem(problem, w), time_limit_s=left / (W - w), threads=threads, gap=gap,
                                   deadline=time.perf_counter() + left / (W - w), max_nodes=max_nodes,
-                                  heuristics=heuristics, cutoff_usd=cut_of[w])
+                                  heuristics=heuristics)
         if r.infeasible:
             return None
         cut += r.time_limit_reached

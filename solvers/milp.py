@@ -812,14 +812,9 @@ NO_HEURISTICS = {"mip_heuristic_effort": 0.0, "mip_heuristic_run_rens": False, "
                  "mip_heuristic_run_shifting": False, "mip_heuristic_run_zi_round": False}
 
 
-#: Relative (and absolute, USD) slack added to a cutoff of :func:`solve_aggregate_bound`.
-CUTOFF_SLACK = 1e-6
-
-
 def solve_aggregate_bound(problem: Problem, *, time_limit_s: float, threads: int | None = None,
                           gap: float = 1e-4, deadline: float | None = None,
-                          max_nodes: int | None = None, heuristics: bool = True,
-                          cutoff_usd: float | None = None) -> BoundResult:
+                          max_nodes: int | None = None, heuristics: bool = True) -> BoundResult:
     """HiGHS's proven bound on the aggregate MILP of ``problem`` (``build_milp(aggregate=True, cover_cuts=True)``:
     integer replicas, integer counts of shared GPUs per pool, the covering inequalities (11); a relaxation of the
     exact MILP, see build_milp), USD.
@@ -829,23 +824,15 @@ def solve_aggregate_bound(problem: Problem, *, time_limit_s: float, threads: int
     ``max_nodes``: a deterministic budget of branch-and-bound nodes (seed HIGHS_SEED; see :func:`solve_milp`), the
     time limit then only a safety stop (``time_limit_reached`` says whether it stopped the search).
     ``heuristics=False``: HiGHS's primal heuristics off (NO_HEURISTICS): the bound only, for less work per node;
-    without an incumbent the search rarely closes the gap, so it runs to its node budget.
-    ``cutoff_usd``: the cost of a known plan of ``problem`` (>= its optimum), HiGHS's ``objective_bound``: the
-    search discards what costs more, which raises the bound at the root like an incumbent would (200 models,
-    window 12, root alone without heuristics: $2,268.00 without, $2,273.56 with a cutoff of $2,300). The cutoff is
-    raised by CUTOFF_SLACK; should HiGHS still find nothing below it, the result is no bound (never
-    "infeasible": the plan shows the problem is not)."""
+    without an incumbent the search rarely closes the gap, so it runs to its node budget."""
     model = build_milp(problem, aggregate=True, cover_cuts=True)
     if deadline is not None:
         time_limit_s = min(time_limit_s, deadline - time.perf_counter())
-    extra = {} if heuristics else dict(NO_HEURISTICS)
-    if cutoff_usd is not None:
-        extra["objective_bound"] = cutoff_usd * (1 + CUTOFF_SLACK) + CUTOFF_SLACK
     solver = HiGHS(msg=False, timeLimit=max(0.01, time_limit_s), threads=threads, gapRel=gap,
-                   random_seed=HIGHS_SEED, mip_max_nodes=max_nodes, **extra)
+                   random_seed=HIGHS_SEED, mip_max_nodes=max_nodes, **({} if heuristics else NO_HEURISTICS))
     model.lp.solve(solver)
     if model.lp.status == pulp.LpStatusInfeasible or model.lp.sol_status == pulp.LpSolutionInfeasible:
-        return BoundResult(None, infeasible=cutoff_usd is None)
+        return BoundResult(None, infeasible=True)
     h = model.lp.solverModel
     b = float(h.getInfo().mip_dual_bound)
     closed = h.getModelStatus() == highspy_status("kOptimal")

@@ -12,13 +12,7 @@ from fleetplan.placement.validate import validate
 from fleetplan.solvers.baselines import greedy
 from fleetplan.solvers.common import SafetyStop, build_index, finish_plan, relative_gap
 from fleetplan.solvers.cpsat import solve_cpsat
-from fleetplan.solvers.decompose import (
-    dissolve_shared,
-    solve_by_windows,
-    window_bound,
-    window_bounds,
-    window_costs,
-)
+from fleetplan.solvers.decompose import dissolve_shared, solve_by_windows, window_bound, window_bounds
 from fleetplan.solvers.executor import Executor, make_executor
 from fleetplan.solvers.explain import explain_infeasible, precheck
 from fleetplan.solvers.milp import solve_best_effort, solve_lp_bound, solve_milp
@@ -218,9 +212,6 @@ def _solve_large(problem, backend: str, *, size: int, t0: float, stop: SafetySto
             start = solve_by_windows(problem, again, backend=backend, threads=threads, gap=LARGE_WINDOW_GAP,
                                      progress=say, **effort.windows(stop))
     say("per-window bound")
-    # each window's cost in the plan caps that window's search (a cutoff: it raises the root's bound)
-    valid = start is not None and validate(problem, start, check_objective=False).ok
-    cutoffs = window_costs(problem, start) if start is not None and valid else None
     ex = executor or make_executor("process")  # the windows' bounds at once on this machine's CPUs
     try:
         # the bound only: HiGHS's primal heuristics off and the root node alone (200 models: 2.9 CPU s per window
@@ -228,7 +219,7 @@ def _solve_large(problem, backend: str, *, size: int, t0: float, stop: SafetySto
         bounds = {"per-window": window_bound(problem, deadline=stop.deadline, threads=threads,
                                              gap=BOUND_WINDOW_GAP, progress=say, executor=ex,
                                              max_nodes=effort.large_bound_window_nodes, stop=stop,
-                                             heuristics=False, cutoffs_usd=cutoffs)}
+                                             heuristics=False)}
     finally:
         if executor is None:
             ex.close()
