@@ -34,13 +34,14 @@ EXACT_CPSAT_UNITS = 20.0
 WINDOW_NODES = 200
 #: CP-SAT's deterministic time of each one-window model per unit of effort.
 WINDOW_CPSAT_UNITS = 1.0
-#: Branch-and-bound nodes of each window of the per-window bound (problems above MONOLITHIC_MAX_VARS) per unit of
-#: effort. At 200 models the windows' root nodes take longer than their share of the time, which then stops them
-#: (:func:`~fleetplan.solvers.decompose.window_bound`; the bound, not the plan, depends on it).
+#: Branch-and-bound nodes of each window of the per-window bound of a problem with request classes per unit of
+#: effort.
 BOUND_WINDOW_NODES = 200
 #: The same for problems above MONOLITHIC_MAX_VARS, where the windows run without HiGHS's primal heuristics: the
 #: root node (its cuts) gives nearly all of the bound (synthetic 200 models, window 0: $1,903.51 in 2.9 CPU s at
 #: 1 node, $1,903.69 in 6.7 CPU s at 200 nodes; 2026-12-03), and 24 roots fit the time 200-node windows did not.
+#: A root that overruns its share of the time is still stopped by it
+#: (:func:`~fleetplan.solvers.decompose.window_bound`; the bound, not the plan, depends on it).
 LARGE_BOUND_WINDOW_NODES = 1
 #: The default effort (``solve(effort=...)``, ``--effort``), and the range accepted.
 DEFAULT_EFFORT = 1.0
@@ -184,8 +185,9 @@ def _solve_large(problem, backend: str, *, size: int, t0: float, stop: SafetySto
     (:func:`~fleetplan.solvers.decompose.dissolve_shared`), improved (or first repaired) window by window, then,
     when that pass leaves shared GPUs that no longer pay, without them and improved window by window again; then
     the per-window bound; the window passes bounded by ``effort`` (nodes), ``stop`` only their safety stop; the
-    per-window bound in equal shares of the time left (its windows' roots dominate; only the bound and gap
-    depend on it, and the message says when a share stopped a window). No monolithic
+    per-window bound (each window's root node only, LARGE_BOUND_WINDOW_NODES, HiGHS's primal heuristics off) in
+    equal shares of the time left (no node budget bounds a root; only the bound and gap depend on it, and the
+    message says when a share stopped a window). No monolithic
     model and no LP relaxation (building either alone overran 20 s at 200 models, and the per-window bound is
     stronger than the LP's). The windows' bounds run at once on ``executor`` (default: a local process pool of
     this machine's CPUs), each on one solver thread, so the bound does not depend on which executor ran it."""
@@ -237,13 +239,13 @@ def solve(problem, backend: str = "highs", *, time_limit_s: float = 60, threads:
           effort: float = DEFAULT_EFFORT) -> Plan:
     """Solve a placement Problem with ``backend`` (a name in REGISTRY); returns a new Plan.
 
-    Reproducible: every stage is bounded by a deterministic budget of work, :class:`Effort` (``effort`` × the
-    stage budgets EXACT_NODES, EXACT_CPSAT_UNITS, WINDOW_NODES, WINDOW_CPSAT_UNITS, BOUND_WINDOW_NODES; passes
-    and sweeps by count) on ``threads`` solver threads (DEFAULT_THREADS when None: the searches depend on the
-    thread count), with the solvers' seeds fixed, so the same problem and options give the same plan on an idle
-    or a busy machine. ``time_limit_s`` of wall time (model building included, plus the last step's overrun) is
-    only a safety stop: a stage it cuts or skips is named in the plan's message, which then says the plan may
-    differ on another machine (:class:`~fleetplan.solvers.common.SafetyStop`).
+    Reproducible: every stage is bounded by a deterministic budget of work, :class:`Effort` (``effort`` × the stage
+    budgets EXACT_NODES, EXACT_CPSAT_UNITS, WINDOW_NODES, WINDOW_CPSAT_UNITS, BOUND_WINDOW_NODES,
+    LARGE_BOUND_WINDOW_NODES; passes and sweeps by count) on ``threads`` solver threads (DEFAULT_THREADS when None:
+    the searches depend on the thread count), with the solvers' seeds fixed, so the same problem and options give
+    the same plan on an idle or a busy machine. ``time_limit_s`` of wall time (model building included, plus the
+    last step's overrun) is only a safety stop: a stage it cuts or skips is named in the plan's message, which then
+    says the plan may differ on another machine (:class:`~fleetplan.solvers.common.SafetyStop`).
     Steps: prechecks (a certainly infeasible problem is explained without a solve); the greedy plan (the warm
     start), repaired window by window if it does not fit the inventory; the LP relaxation (``lp_bound``; run to
     its end) as a lower bound; fix-and-optimize by windows from the greedy plan; then the exact model. Above
