@@ -18,6 +18,16 @@ served rates are recomputed exactly, passes ``validate``:
   parts, and is 0 without a replica); (12a) Σ_o supply >= the class's demand in rate units, rounded down. R_m is
   chosen so that one part's rounding is at most SCALE_ERROR of its rate. A class model has no shared GPUs and no
   egress (the Problem refuses both), so it needs no site split q: (12a) over all its options covers the demand.
+Restricted class routing (``build_cpsat(..., restrict_classes=True)``, which :func:`fleetplan.solvers.solve.solve`
+uses): the relaxation above needs LOAD_PARTS = 2**24 parts per replica, so a class route's variable ranges over
+up to 10**8 values, and CP-SAT's workers then branch through those domains a value at a time (a one-window model
+of a 70B day with 2 x 2 classes: 42 CPU seconds for 1 unit of deterministic time, which does not count that
+work). The restricted routing uses RESTRICTED_CLASS_PARTS parts per replica with every rounding the other way: one
+part serves (1-μ)·cap_o,c / RESTRICTED_CLASS_PARTS req/s rounded *down*, the class's demand is rounded *up*, and
+(12b) has no slack, so every answer routes its classes exactly within the replicas' usable capacity (validate
+passes), at the price of at most C_o parts of one replica per option (0.4% of a replica with 4 classes); the
+model is then a restriction, its objective bound is no bound on the problem, and ``solve_cpsat`` reports none
+(the caller's bounds, e.g. HiGHS's LP relaxation and per-window bound, give the gap).
 After the solve, the served rates of the shared GPUs are recomputed exactly from the integer decisions (the
 demand left after the dedicated replicas, split in proportion to CP-SAT's parts) and the plan is re-checked by
 ``validate``; if the check fails (a scaling error beyond the bound), the warm start is returned and the message
@@ -31,6 +41,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from ortools.sat.python import cp_model
 
@@ -72,15 +83,25 @@ def _down(x: float) -> int:
 RATE_PARTS = 1_000_000
 
 
-def load_parts(problem: Problem) -> int:
+#: Parts of a replica's usable capacity in the restricted class routing (module docstring): a power of two; at
+#: most C_o of them per option are lost to rounding, and a route's variable ranges over at most this many values
+#: per replica (2**24 in the relaxation).
+RESTRICTED_CLASS_PARTS = 1024
+
+
+def load_parts(problem: Problem, restricted: bool = False) -> int:
     """LOAD_PARTS of the module docstring: parts of a replica's usable capacity in the class routing (1 without
-    classes): the least power of two with (most classes an option serves) / parts <= SCALE_ERROR."""
+    classes): the least power of two with (most classes an option serves) / parts <= SCALE_ERROR, or
+    RESTRICTED_CLASS_PARTS for the restricted routing."""
     most = max((len(o.class_capacity_req_per_s) for o in problem.options), default=0)
-    return _pow2_at_least(most / SCALE_ERROR) if most else 1
+    if not most:
+        return 1
+    return RESTRICTED_CLASS_PARTS if restricted else _pow2_at_least(most / SCALE_ERROR)
 
 
-def scales(problem: Problem, idx) -> tuple[int, dict[str, int], dict[tuple[str, int], int]]:
-    """(SHARE_PARTS, {model: R_m rate units per req/s}, {bin: k_pb}) for the scaling in the module docstring."""
+def scales(problem: Problem, idx, restricted: bool = False) -> tuple[int, dict[str, int], dict[tuple[str, int], int]]:
+    """(SHARE_PARTS, {model: R_m rate units per req/s}, {bin: k_pb}) for the scaling in the module docstring
+    (``restricted``: R_m for the restricted class routing's parts)."""
     pools = problem.pool_by_id
     kmax = {}
     for (p, b), residents in idx.residents.items():
@@ -110,7 +131,7 @@ def scales(problem: Problem, idx) -> tuple[int, dict[str, int], dict[tuple[str, 
             need = max(need, parts / (min(css) * SCALE_ERROR))
         ccs = [mu * c for o in idx.options if o.model == m.name for _k, c in o.class_capacity_req_per_s]
         if ccs:  # one part of a class route: (1-μ)·cap_o,c / LOAD_PARTS req/s, rounded up by at most one unit
-            need = max(need, load_parts(problem) / (min(ccs) * SCALE_ERROR))
+            need = max(need, load_parts(problem, restricted) / (min(ccs) * SCALE_ERROR))
         rate[m.name] = _pow2_at_least(need)
     return parts, rate, kmax
 
@@ -156,7 +177,8 @@ class PlacementCpSatModel:
     q[m,s,w] (rate units), qe[m,s,w] (1/EGRESS_UNITS_PER_REQ_PER_S req/s), z[o,c,w] (parts of a replica's usable
     capacity, with z_units[o,c,w] the rate units one part serves and class_units[m,c,w] the class's demand in
     rate units), c[p] (the commitments of (15)); opts_of, bins_of: :func:`fleetplan.solvers.common.by_model_and_site`;
-    load_parts: :func:`load_parts`."""
+    load_parts: :func:`load_parts`; restricted: the restricted class routing (module docstring); objective: the
+    objective's linear expression (nano-dollars)."""
 
     problem: Problem
     idx: Index
@@ -178,6 +200,8 @@ class PlacementCpSatModel:
     opts_of: dict = field(default_factory=dict)
     bins_of: dict = field(default_factory=dict)
     load_parts: int = 1
+    restricted: bool = False
+    objective: Any = 0
 
     @property
     def mu(self) -> float:
@@ -190,13 +214,16 @@ class PlacementCpSatModel:
         return _down(self.parts * self.mu)
 
 
-def build_cpsat(problem: Problem) -> PlacementCpSatModel:
+def build_cpsat(problem: Problem, *, restrict_classes: bool = False) -> PlacementCpSatModel:
     """The CP-SAT model of ``problem`` (module docstring): the MILP's numbered blocks over the MILP's index, its rows
-    in the MILP's order (``fleetplan.solvers.milp._constraints``), no hint. Raises SolverError when a class model's
-    capacities and demand span too wide a range for the integer scaling."""
+    in the MILP's order (``fleetplan.solvers.milp._constraints``), no hint. ``restrict_classes``: the restricted
+    class routing (module docstring; the model is then a restriction for a problem with request classes). Raises
+    SolverError when a class model's capacities and demand span too wide a range for the integer scaling."""
     idx = build_index(problem)
-    parts, R, kmax = scales(problem, idx)
-    cb = PlacementCpSatModel(problem, idx, cp_model.CpModel(), parts, R, kmax, load_parts=load_parts(problem))
+    restricted = restrict_classes and problem.has_classes
+    parts, R, kmax = scales(problem, idx, restricted)
+    cb = PlacementCpSatModel(problem, idx, cp_model.CpModel(), parts, R, kmax,
+                             load_parts=load_parts(problem, restricted), restricted=restricted)
     _variables(cb)
     _constraints(cb)
     _objective(cb)
@@ -248,7 +275,8 @@ def _site_variables(cb: PlacementCpSatModel) -> None:
 def _class_variables(cb: PlacementCpSatModel) -> None:
     """(12)'s z[o,c,w] (module docstring): for each class of a model and each option serving it, the parts of the
     option's usable capacity routed to the class, with the rate units one part serves rounded *up* (a relaxation)
-    and the class's demand in rate units rounded down. Raises SolverError for a class demand beyond MAX_UNITS."""
+    and the class's demand in rate units rounded down (the restricted routing: the other way, and an option whose
+    part rounds to 0 units does not serve the class). Raises SolverError for a class demand beyond MAX_UNITS."""
     problem, idx, lp = cb.problem, cb.idx, cb.load_parts
     for m in problem.models:
         if not m.class_shares:
@@ -257,12 +285,15 @@ def _class_variables(cb: PlacementCpSatModel) -> None:
         mine = [o for o in idx.options if o.model == m.name]
         for w in idx.W:
             for cls, share in m.class_shares:
-                demand_units = cb.class_units[(m.name, cls, w)] = _down(share * m.demand_req_per_s[w] * r)
+                rnd = _up if cb.restricted else _down
+                demand_units = cb.class_units[(m.name, cls, w)] = rnd(share * m.demand_req_per_s[w] * r)
                 for o in mine:
                     cap = o.class_capacity.get(cls)
-                    if cap is None:
+                    per_part = (0 if cap is None else _down(cb.mu * cap * r / lp) if cb.restricted
+                                else _up(cb.mu * cap * r / lp))
+                    if per_part <= 0:
                         continue
-                    per_part = cb.z_units[(o.key, cls, w)] = _up(cb.mu * cap * r / lp)
+                    cb.z_units[(o.key, cls, w)] = per_part
                     # a route never needs more parts than carry the whole class demand (keeps products in int64)
                     most = min((lp + len(o.class_capacity)) * idx.ub[o.key], demand_units // per_part + 2)
                     cb.z[(o.key, cls, w)] = cb.md.new_int_var(0, most, f"z_{len(cb.z)}")
@@ -413,7 +444,8 @@ def _c12b_additive_load(cb: PlacementCpSatModel, m, w: int) -> None:
     for o in cb.idx.options:
         if o.model == m.name:
             load = [cb.z[(o.key, c, w)] for c in o.class_capacity if (o.key, c, w) in cb.z]
-            cb.md.add(sum(load) <= (lp + len(o.class_capacity)) * cb.n[(o.key, w)])
+            slack = 0 if cb.restricted else len(o.class_capacity)  # the restricted routing has none
+            cb.md.add(sum(load) <= (lp + slack) * cb.n[(o.key, w)])
 
 
 def _pool_use(cb: PlacementCpSatModel, pid: str, w: int) -> list:
@@ -494,7 +526,22 @@ def _objective(cb: PlacementCpSatModel) -> None:
         terms.append(_down(e * COST_SCALE) * var)
     for pid, var in cb.c.items():
         terms.append(_down(pools[pid].committed_usd_per_gpu_hour * problem.horizon_hours * COST_SCALE) * var)
-    cb.md.minimize(sum(terms))
+    cb.objective = sum(terms)
+    cb.md.minimize(cb.objective)
+
+
+def _objective_floor(cb: PlacementCpSatModel, floor_usd: float) -> bool:
+    """Add objective >= ``floor_usd`` (a proven lower bound on the problem's optimum), in nano-dollars less the
+    objective's rounding (each coefficient rounded down by < 1 per unit of its variable: Σ of the variables' upper
+    bounds), so that CP-SAT's own bound starts there and its gap limit stops the search once its plan is within
+    the gap of it. Every plan CP-SAT finds costs at least the optimum, so the row cuts none off; not added (False)
+    when the model prices egress, whose qe relaxes the exact egress."""
+    if cb.qe:
+        return False
+    slack = sum(cb.idx.ub[key] for key, _w in cb.n) + sum(cb.idx.ub[key] for key, _w in cb.st) + len(cb.y)
+    slack += sum(pool.gpus for pool in cb.problem.pools if pool.id in cb.c)
+    cb.md.add(cb.objective >= _down(floor_usd * COST_SCALE) - slack - 1)
+    return True
 
 
 def _hint(cb: PlacementCpSatModel, warm_start: Plan) -> None:
@@ -539,12 +586,18 @@ def _extract_plan(cb: PlacementCpSatModel, solver: cp_model.CpSolver) -> Plan:
 
 #: CP-SAT's random seed (fixed: the same problem and budget give the same search).
 CPSAT_SEED = 0
+#: CP-SAT's workers left out with the restricted class routing: on its models their work runs far beyond its
+#: deterministic time, and an interleaved batch waits for them (a one-window model of a 70B day with 2 x 2 classes,
+#: 2 workers: 'core' 5.2 CPU seconds for 1 unit while 'default_lp' proved the optimum in 0.005 units; the 24
+#: windows took 1.0-2.6 CPU seconds each with them, 0.04-0.13 without; measured 2026-12-03).
+RESTRICTED_IGNORED_SUBSOLVERS = ("core", "no_lp", "quick_restart_no_lp")
 
 
 def solve_cpsat(problem: Problem, *, time_limit_s: float = 60, threads: int = 2, gap: float = 1e-4,
                 warm_start: Plan | None = None, log: bool = False, deadline: float | None = None,
                 extra_bounds: dict[str, float | None] | None = None,
-                deterministic_time: float | None = None) -> Plan:
+                deterministic_time: float | None = None, restrict_classes: bool = False,
+                objective_floor_usd: float | None = None) -> Plan:
     """Build and solve the CP-SAT model; returns a new Plan (status, objective, bound and gap in USD).
 
     The search always runs with random_seed CPSAT_SEED and ``threads`` workers. ``deterministic_time`` (CP-SAT's
@@ -556,15 +609,22 @@ def solve_cpsat(problem: Problem, *, time_limit_s: float = 60, threads: int = 2,
     The bound is CP-SAT's best objective bound in USD: a valid lower bound on the exact optimum because the model
     is a relaxation with costs rounded down (module docstring). Status and message follow
     :func:`fleetplan.solvers.common.finish_plan` (the cheaper of CP-SAT's plan and ``warm_start`` is returned).
+    ``restrict_classes``: the restricted class routing (module docstring): for a problem with request classes
+    CP-SAT's bound is then no bound and is not reported; the gap is against ``extra_bounds`` only (none: "no bound
+    yet"). ``objective_floor_usd``: a proven lower bound on the problem's optimum (e.g. a window's HiGHS bound),
+    given to CP-SAT as a row (:func:`_objective_floor`) so that the search stops once its plan is within ``gap``
+    of it, and counted among the bounds as "given".
     """
     t0 = time.perf_counter()
     user_limit_s = time_limit_s  # what messages name: the share left after building is an internal figure
-    cb = build_cpsat(problem)
+    cb = build_cpsat(problem, restrict_classes=restrict_classes)
+    bounds = dict(extra_bounds or {})
+    if objective_floor_usd is not None and _objective_floor(cb, objective_floor_usd):
+        bounds["given"] = objective_floor_usd
     if warm_start is not None:
         _hint(cb, warm_start)
     if deadline is not None:
         time_limit_s = min(time_limit_s, deadline - time.perf_counter())
-    bounds = dict(extra_bounds or {})
     if time_limit_s <= 0.05:
         note = ("no time left for the solver after building the model" if deterministic_time is None else
                 f"the wall-clock safety stop ({user_limit_s:.3g} s) left no time for CP-SAT's search after "
@@ -581,15 +641,19 @@ def solve_cpsat(problem: Problem, *, time_limit_s: float = 60, threads: int = 2,
     if deterministic_time is not None:
         solver.parameters.max_deterministic_time = float(deterministic_time)
         solver.parameters.interleave_search = solver.parameters.num_workers > 1
+    if cb.restricted:
+        solver.parameters.ignore_subsolvers.extend(RESTRICTED_IGNORED_SUBSOLVERS)
     code = solver.solve(cb.md)
     reached = code != cp_model.OPTIMAL and solver.wall_time >= TIME_LIMIT_SHARE * time_limit_s
     det_reached = (deterministic_time is not None and code != cp_model.OPTIMAL and not reached
                    and solver.deterministic_time >= TIME_LIMIT_SHARE * deterministic_time)
-    if code == cp_model.INFEASIBLE:
+    if code == cp_model.INFEASIBLE and not cb.restricted:  # a restriction's infeasibility proves nothing
         return Plan(status=Status.INFEASIBLE, backend="cpsat", solve_time_s=time.perf_counter() - t0)
     if code == cp_model.MODEL_INVALID:
         raise RuntimeError(f"CP-SAT rejected the model: {cb.md.validate()}")
-    if code in (cp_model.OPTIMAL, cp_model.FEASIBLE) or math.isfinite(solver.best_objective_bound):
+    # the restricted routing's model is a restriction: its objective bound is no bound on the problem
+    if not cb.restricted and (code in (cp_model.OPTIMAL, cp_model.FEASIBLE)
+                              or math.isfinite(solver.best_objective_bound)):
         cp_bound = solver.best_objective_bound / COST_SCALE
         bounds["CP-SAT"] = cp_bound if math.isfinite(cp_bound) else None
     incumbent = None
@@ -600,6 +664,8 @@ def solve_cpsat(problem: Problem, *, time_limit_s: float = 60, threads: int = 2,
                      "done): this plan may differ on another machine")
     elif det_reached:
         notes.append(f"CP-SAT's deterministic budget of {deterministic_time:.3g} units was used up")
+    if cb.restricted and code == cp_model.INFEASIBLE:
+        notes.append(f"CP-SAT's restricted class routing ({RESTRICTED_CLASS_PARTS} parts per replica) has no plan")
     if code in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         incumbent = _extract_plan(cb, solver)
         report = validate(problem, incumbent, check_objective=False)

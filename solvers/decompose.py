@@ -451,7 +451,8 @@ class _ByWindows:
 def solve_by_windows(problem: Problem, base: Plan, *, backend: str = "highs", time_limit_s: float = 60,
                      threads: int | None = None, gap: float = 1e-3, deadline: float | None = None,
                      progress=None, cover: bool = False, max_nodes: int | None = None,
-                     deterministic_time: float | None = None, stop: SafetyStop | None = None) -> Plan:
+                     deterministic_time: float | None = None, stop: SafetyStop | None = None,
+                     window_floors_usd: tuple[float | None, ...] | None = None) -> Plan:
     """Improve ``base`` window by window (module docstring); returns a HEURISTIC plan (never worse than ``base``
     in GPU and egress cost; start costs are re-evaluated), or ``base`` itself if no window improves. A ``base``
     that does not fit the problem (e.g. the greedy plan over the inventory) is repaired where the window models
@@ -465,19 +466,26 @@ def solve_by_windows(problem: Problem, base: Plan, *, backend: str = "highs", ti
     ``stop`` (a :class:`~fleetplan.solvers.common.SafetyStop`): the windows are bounded by effort, not by time:
     each one-window model by ``max_nodes`` branch-and-bound nodes (HiGHS, CBC) or ``deterministic_time`` units
     (CP-SAT), the sweeps and passes by count, so the result does not depend on the machine's speed; ``stop``'s
-    deadline (replacing ``deadline``) is only a safety stop, and ``stop`` records what it cut."""
+    deadline (replacing ``deadline``) is only a safety stop, and ``stop`` records what it cut.
+    ``window_floors_usd`` (with ``backend='cpsat'``; e.g. :func:`window_bounds`): a proven lower bound on each
+    window's optimum of :func:`window_problem`, given to the CP-SAT window models so that each stops once its plan
+    is within ``gap`` of it; used only when ``base`` has no shared GPUs (then each one-window model here is a
+    restriction of :func:`window_problem`, so the bound holds for it)."""
     t0 = time.perf_counter()
     deadline = stop.deadline if stop is not None else deadline if deadline is not None else t0 + time_limit_s
     W = problem.n_windows
     bw = _ByWindows(problem, base)
     order = bw.order()
+    floors = window_floors_usd if window_floors_usd is not None and not base.shared else (None,) * W
 
     def solve_window(w: int, sub: Problem, start: Plan | None, per: float, end: float, repair: bool) -> Plan:
         """Window w's one-window model (``per`` seconds until ``end``; a repair to REPAIR_GAP at least)."""
         g = max(gap, REPAIR_GAP) if repair else gap
         if backend == "cpsat":
+            # the windows' own bounds are not used: the restricted class routing keeps CP-SAT's domains small
             return solve_cpsat(sub, time_limit_s=per, threads=threads or 2, gap=g, warm_start=start, deadline=end,
-                               deterministic_time=deterministic_time)
+                               deterministic_time=deterministic_time, restrict_classes=True,
+                               objective_floor_usd=floors[w])
         nb = (bw.counts_of[(w - 1) % W], bw.counts_of[(w + 1) % W]) if W > 1 else None
         return solve_milp(sub, backend=backend, time_limit_s=per, threads=threads, gap=g, warm_start=start,
                           deadline=end, neighbours=nb, max_nodes=max_nodes)
@@ -519,24 +527,37 @@ FANOUT_SOLVE_SHARE = 0.97
 FANOUT_MIN_S = 20.0
 
 
-def _window_bound_task(problem: Problem, item: tuple[int, float, int | None, float, int | None]) -> BoundResult:
+def _window_bound_task(problem: Problem,
+                       item: tuple[int, float, int | None, float, int | None, bool]) -> BoundResult:
     """Window ``w``'s aggregate bound within a budget fixed before the fan-out and counted from the task's own
-    start, model building included, and ``max_nodes`` (None: none) (see :func:`window_bound`)."""
-    w, budget_s, threads, gap, max_nodes = item
+    start, model building included, ``max_nodes`` (None: none) and ``heuristics`` (see :func:`window_bound`)."""
+    w, budget_s, threads, gap, max_nodes, heuristics = item
     end = time.perf_counter() + budget_s
     return solve_aggregate_bound(window_problem(problem, w), time_limit_s=budget_s, threads=threads, gap=gap,
-                                 deadline=end, max_nodes=max_nodes)
+                                 deadline=end, max_nodes=max_nodes, heuristics=heuristics)
 
 
 def window_bound(problem: Problem, *, deadline: float, threads: int | None = None, gap: float = 1e-3,
                  progress=None, executor: Executor | None = None, max_nodes: int | None = None,
-                 stop: SafetyStop | None = None) -> float | None:
-    """Σ_w of HiGHS's proven bound on the aggregate MILP of :func:`window_problem` (w), USD: a valid lower bound on
-    the optimum (see window_problem; the aggregate model relaxes which model shares which GPU, see
-    ``build_milp(aggregate=True)``). Windows run in order, each with an equal share of the time left before
-    ``deadline`` (a time.perf_counter() value); a window that does not close gives its own proven bound, and a
-    window left without one (no time, or no bound found) adds 0, which keeps the sum valid. None when no
-    window gave a bound, or when a window is infeasible (then so is the problem).
+                 stop: SafetyStop | None = None, heuristics: bool = True) -> float | None:
+    """The per-window bound, USD: the sum of :func:`window_bounds` (same arguments), None when no window gave a
+    bound or a window is infeasible."""
+    each = window_bounds(problem, deadline=deadline, threads=threads, gap=gap, progress=progress,
+                         executor=executor, max_nodes=max_nodes, stop=stop, heuristics=heuristics)
+    found = [b for b in each or () if b is not None]
+    return sum(found) if found else None
+
+
+def window_bounds(problem: Problem, *, deadline: float, threads: int | None = None, gap: float = 1e-3,
+                  progress=None, executor: Executor | None = None, max_nodes: int | None = None,
+                  stop: SafetyStop | None = None, heuristics: bool = True) -> tuple[float | None, ...] | None:
+    """Each window's proven bound, USD (None for a window left without one), or None when a window is infeasible
+    (then so is the problem). Window w's bound is HiGHS's proven bound on the aggregate MILP of
+    :func:`window_problem` (w), so their sum (:func:`window_bound`) is a valid lower bound on the optimum (see
+    window_problem; the aggregate model relaxes which model shares which GPU, see ``build_milp(aggregate=True)``).
+    Windows run in order, each with an equal share of the time left before ``deadline`` (a time.perf_counter()
+    value); a window that does not close gives its own proven bound, and a window left without one (no time, or
+    no bound found) gives None (0 in the sum, which keeps it valid).
     With an ``executor`` of several workers and at least FANOUT_MIN_S left, the windows run on it at once, each
     with the same budget fixed before the fan-out (FANOUT_SOLVE_SHARE of its share of the worker-seconds left,
     model building included, counted from the task's start) and one solver thread, so the bound does not depend
@@ -547,10 +568,11 @@ def window_bound(problem: Problem, *, deadline: float, threads: int | None = Non
     the windows stopped by their share (or left without time) are recorded in ``stop`` as a cut of a bound only
     (their bounds are still valid, but may differ on another machine). The shares stay because a window's root
     node, which no node budget bounds, dominates at fleet scale (200 models: 20.7 CPU seconds for 50 nodes of one
-    window), and the plan does not depend on this bound."""
+    window), and the plan does not depend on this bound. ``heuristics=False``: HiGHS's primal heuristics off in
+    every window (:func:`~fleetplan.solvers.milp.solve_aggregate_bound`), a third of the work per window at 200
+    models."""
     W = problem.n_windows
-    total = 0.0
-    got = 0
+    each: list[float | None] = [None] * W
     if stop is not None:
         deadline = stop.deadline
         threads = 1
@@ -561,7 +583,7 @@ def window_bound(problem: Problem, *, deadline: float, threads: int | None = Non
         if progress:
             progress(f"per-window bound: {W} windows on {executor.describe()} ({per:.0f} s each)")
         # one solver thread per task: the workers already use the CPUs
-        results = executor.map(_window_bound_task, [(w, per, 1, gap, max_nodes) for w in range(W)],
+        results = executor.map(_window_bound_task, [(w, per, 1, gap, max_nodes, heuristics) for w in range(W)],
                                common=problem, with_common=True)
         if any(r.infeasible for r in results):
             return None
@@ -569,8 +591,8 @@ def window_bound(problem: Problem, *, deadline: float, threads: int | None = Non
         if stop is not None and cut:
             stop.cut(f"the per-window bound in {cut} of its {W} windows (each stopped by its share of the time)",
                      bound_only=True)
-        found = [max(0.0, r.bound_usd) for r in results if r.bound_usd is not None]  # every window's cost >= 0
-        return sum(found) if found else None
+        # every window's cost is >= 0
+        return tuple(None if r.bound_usd is None else max(0.0, r.bound_usd) for r in results)
     cut = 0
     for w in range(W):
         left = deadline - time.perf_counter()
@@ -580,14 +602,14 @@ def window_bound(problem: Problem, *, deadline: float, threads: int | None = Non
         if progress:
             progress(f"window {w + 1}/{W} of the per-window bound")
         r = solve_aggregate_bound(window_problem(problem, w), time_limit_s=left / (W - w), threads=threads, gap=gap,
-                                  deadline=time.perf_counter() + left / (W - w), max_nodes=max_nodes)
+                                  deadline=time.perf_counter() + left / (W - w), max_nodes=max_nodes,
+                                  heuristics=heuristics)
         if r.infeasible:
             return None
         cut += r.time_limit_reached
         if r.bound_usd is not None:
-            total += max(0.0, r.bound_usd)  # every window's cost is >= 0
-            got += 1
+            each[w] = max(0.0, r.bound_usd)  # every window's cost is >= 0
     if stop is not None and cut:
         stop.cut(f"the per-window bound in {cut} of its {W} windows (each stopped by its share of the time)",
                  bound_only=True)
-    return total if got else None
+    return tuple(each)

@@ -12,7 +12,7 @@ from fleetplan.placement.validate import validate
 from fleetplan.solvers.baselines import greedy
 from fleetplan.solvers.common import SafetyStop, build_index, finish_plan, relative_gap
 from fleetplan.solvers.cpsat import solve_cpsat
-from fleetplan.solvers.decompose import dissolve_shared, solve_by_windows, window_bound
+from fleetplan.solvers.decompose import dissolve_shared, solve_by_windows, window_bound, window_bounds
 from fleetplan.solvers.executor import Executor, make_executor
 from fleetplan.solvers.explain import explain_infeasible, precheck
 from fleetplan.solvers.milp import solve_best_effort, solve_lp_bound, solve_milp
@@ -34,10 +34,15 @@ EXACT_CPSAT_UNITS = 20.0
 WINDOW_NODES = 200
 #: CP-SAT's deterministic time of each one-window model per unit of effort.
 WINDOW_CPSAT_UNITS = 1.0
-#: Branch-and-bound nodes of each window of the per-window bound (problems above MONOLITHIC_MAX_VARS) per unit of
-#: effort. At 200 models the windows' root nodes take longer than their share of the time, which then stops them
-#: (:func:`~fleetplan.solvers.decompose.window_bound`; the bound, not the plan, depends on it).
+#: Branch-and-bound nodes of each window of the per-window bound of a problem with request classes per unit of
+#: effort.
 BOUND_WINDOW_NODES = 200
+#: The same for problems above MONOLITHIC_MAX_VARS, where the windows run without HiGHS's primal heuristics: the
+#: root node (its cuts) gives nearly all of the bound (synthetic 200 models, window 0: $1,903.51 in 2.9 CPU s at
+#: 1 node, $1,903.69 in 6.7 CPU s at 200 nodes; 2026-12-03), and 24 roots fit the time 200-node windows did not.
+#: A root that overruns its share of the time is still stopped by it
+#: (:func:`~fleetplan.solvers.decompose.window_bound`; the bound, not the plan, depends on it).
+LARGE_BOUND_WINDOW_NODES = 1
 #: The default effort (``solve(effort=...)``, ``--effort``), and the range accepted.
 DEFAULT_EFFORT = 1.0
 MIN_EFFORT, MAX_EFFORT = 0.01, 1000.0
@@ -77,6 +82,11 @@ class Effort:
     def bound_window_nodes(self) -> int:
         """Branch-and-bound nodes of each window of the per-window bound."""
         return self._nodes(BOUND_WINDOW_NODES)
+
+    @property
+    def large_bound_window_nodes(self) -> int:
+        """Branch-and-bound nodes of each window of the per-window bound above MONOLITHIC_MAX_VARS."""
+        return self._nodes(LARGE_BOUND_WINDOW_NODES)
 
     def windows(self, stop: SafetyStop) -> dict:
         """The effort keywords of :func:`~fleetplan.solvers.decompose.solve_by_windows` under ``stop``."""
@@ -194,8 +204,9 @@ def _solve_large(problem, backend: str, *, size: int, t0: float, stop: SafetySto
     (:func:`~fleetplan.solvers.decompose.dissolve_shared`), improved (or first repaired) window by window, then,
     when that pass leaves shared GPUs that no longer pay, without them and improved window by window again; then
     the per-window bound; the window passes bounded by ``effort`` (nodes), ``stop`` only their safety stop; the
-    per-window bound in equal shares of the time left (its windows' roots dominate; only the bound and gap
-    depend on it, and the message says when a share stopped a window). No monolithic
+    per-window bound (each window's root node only, LARGE_BOUND_WINDOW_NODES, HiGHS's primal heuristics off) in
+    equal shares of the time left (no node budget bounds a root; only the bound and gap depend on it, and the
+    message says when a share stopped a window). No monolithic
     model and no LP relaxation (building either alone overran 20 s at 200 models, and the per-window bound is
     stronger than the LP's). The windows' bounds run at once on ``executor`` (default: a local process pool of
     this machine's CPUs), each on one solver thread, so the bound does not depend on which executor ran it."""
@@ -225,9 +236,12 @@ def _solve_large(problem, backend: str, *, size: int, t0: float, stop: SafetySto
     say("per-window bound")
     ex = executor or make_executor("process")  # the windows' bounds at once on this machine's CPUs
     try:
+        # the bound only: HiGHS's primal heuristics off and the root node alone (200 models: 2.9 CPU s per window
+        # instead of 23-25)
         bounds = {"per-window": window_bound(problem, deadline=stop.deadline, threads=threads,
                                              gap=BOUND_WINDOW_GAP, progress=say, executor=ex,
-                                             max_nodes=effort.bound_window_nodes, stop=stop)}
+                                             max_nodes=effort.large_bound_window_nodes, stop=stop,
+                                             heuristics=False)}
     finally:
         if executor is None:
             ex.close()
@@ -245,13 +259,13 @@ def solve(problem, backend: str = "highs", *, time_limit_s: float = 60, threads:
           effort: float = DEFAULT_EFFORT) -> Plan:
     """Solve a placement Problem with ``backend`` (a name in REGISTRY); returns a new Plan.
 
-    Reproducible: every stage is bounded by a deterministic budget of work, :class:`Effort` (``effort`` × the
-    stage budgets EXACT_NODES, EXACT_CPSAT_UNITS, WINDOW_NODES, WINDOW_CPSAT_UNITS, BOUND_WINDOW_NODES; passes
-    and sweeps by count) on ``threads`` solver threads (DEFAULT_THREADS when None: the searches depend on the
-    thread count), with the solvers' seeds fixed, so the same problem and options give the same plan on an idle
-    or a busy machine. ``time_limit_s`` of wall time (model building included, plus the last step's overrun) is
-    only a safety stop: a stage it cuts or skips is named in the plan's message, which then says the plan may
-    differ on another machine (:class:`~fleetplan.solvers.common.SafetyStop`).
+    Reproducible: every stage is bounded by a deterministic budget of work, :class:`Effort` (``effort`` × the stage
+    budgets EXACT_NODES, EXACT_CPSAT_UNITS, WINDOW_NODES, WINDOW_CPSAT_UNITS, BOUND_WINDOW_NODES,
+    LARGE_BOUND_WINDOW_NODES; passes and sweeps by count) on ``threads`` solver threads (DEFAULT_THREADS when None:
+    the searches depend on the thread count), with the solvers' seeds fixed, so the same problem and options give
+    the same plan on an idle or a busy machine. ``time_limit_s`` of wall time (model building included, plus the
+    last step's overrun) is only a safety stop: a stage it cuts or skips is named in the plan's message, which then
+    says the plan may differ on another machine (:class:`~fleetplan.solvers.common.SafetyStop`).
     Steps: prechecks (a certainly infeasible problem is explained without a solve); the greedy plan (the warm
     start), repaired window by window if it does not fit the inventory; the LP relaxation (``lp_bound``; run to
     its end) as a lower bound; fix-and-optimize by windows from the greedy plan; then the exact model. Above
@@ -370,6 +384,7 @@ def _solve_monolithic(problem, backend: str, *, t0: float, stop: SafetyStop, eff
                                                      deadline=stop.deadline)
             if bounds["LP relaxation"] is None and stop.passed():
                 stop.cut("the LP bound", bound_only=True)
+    each: tuple[float | None, ...] | None = None
     if problem.has_classes:
         # Request classes: the LP relaxation routes classes fractionally and is weak (a one-model 70B day with
         # 2 x 2 classes: LP $2,417.41/day, per-window bound $2,541.38, plan $2,543.84); the windows are coupled
@@ -378,13 +393,15 @@ def _solve_monolithic(problem, backend: str, *, t0: float, stop: SafetyStop, eff
         if stop.passed():
             stop.cut("the per-window bound before it started", bound_only=True)
         else:
-            bounds["per-window"] = window_bound(problem, deadline=stop.deadline, threads=threads,
-                                                gap=BOUND_WINDOW_GAP, progress=say,
-                                                max_nodes=effort.bound_window_nodes, stop=stop)
+            each = window_bounds(problem, deadline=stop.deadline, threads=threads, gap=BOUND_WINDOW_GAP,
+                                 progress=say, max_nodes=effort.bound_window_nodes, stop=stop)
+            found = [b for b in each or () if b is not None]
+            bounds["per-window"] = sum(found) if found else None
     if start is not None:
         say("improving the greedy plan window by window")
+        # CP-SAT's window models stop once within the gap of their window's bound (HiGHS's, above)
         start = solve_by_windows(problem, start, backend=backend, threads=threads, progress=say,
-                                 **effort.windows(stop))
+                                 window_floors_usd=each, **effort.windows(stop))
     best = bounds.get("per-window")
     if start is not None and best is not None and best > 0:
         proven = relative_gap(evaluate(problem, start).total_usd, best)

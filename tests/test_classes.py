@@ -368,9 +368,38 @@ def test_class_day_is_proven_by_the_per_window_bound():
     model = ModelSpec("x", (4.0, 8.0), 1.0, 0.05, class_shares=(("short", 0.5), ("long", 0.5)))
     opt = ReplicaOption("x", pool.id, 1, 1, 3.0, 40e9, class_capacity_req_per_s=(("short", 4.0), ("long", 2.0)))
     problem = Problem(3600.0, 2, (pool,), (model,), (opt,), margin=0.1)
-    for backend in ("highs", "cbc"):
+    for backend in ("highs", "cbc", "cpsat"):
         plan = solve_mod.solve(problem, backend, threads=1)
         assert validate(problem, plan).ok
         assert plan.status.value == "optimal" and plan.objective_usd == pytest.approx(6.0)
         assert plan.bound_usd == pytest.approx(6.0, abs=1e-6)
         assert "per-window bound" in plan.message and f"no {backend} model was needed" in plan.message
+
+
+def _tight_class_problem() -> Problem:
+    """One replica exactly full: classes short/long (half each) at 8/3 req/s on one tp1 option at $1/GPU-h
+    serving short at 4 and long at 2 req/s alone, margin 0, one 1-h window: load 4/3/4 + 4/3/2 = 1/3 + 2/3 = 1
+    replica, so the optimum is 1 replica, $1."""
+    pool = Pool("t:a", "G", nodes=1, gpus_per_node=8, usd_per_gpu_hour=1.0, memory_bytes_per_gpu=80e9)
+    model = ModelSpec("x", (8 / 3,), 1.0, 0.05, class_shares=(("short", 0.5), ("long", 0.5)))
+    opt = ReplicaOption("x", pool.id, 1, 1, 3.0, 40e9, class_capacity_req_per_s=(("short", 4.0), ("long", 2.0)))
+    return Problem(3600.0, 1, (pool,), (model,), (opt,), margin=0.0)
+
+
+def test_cpsat_restricted_class_routing_is_exact_and_claims_no_bound_of_its_own():
+    p = _tight_class_problem()
+    assert validate(p, Plan(replicas={p.options[0].key: (1,)})).ok  # the $1 optimum (hand arithmetic above)
+    # The restricted routing (the window pass's) rounds every part down and the demand up, so a replica exactly
+    # full does not fit it: 2 replicas, a valid plan. Its model is a restriction, so CP-SAT's "optimal" proves
+    # nothing: no bound of its own ...
+    got = solve_cpsat(p, threads=1, deterministic_time=1.0, restrict_classes=True)
+    assert validate(p, got).ok and got.objective_usd == pytest.approx(2.0)
+    assert got.bound_usd is None and got.status.value == "heuristic"
+    # ... and with a proven bound given ($1, the optimum by hand), the gap is against it: 50%, not optimal
+    got = solve_cpsat(p, threads=1, deterministic_time=1.0, restrict_classes=True, objective_floor_usd=1.0)
+    assert validate(p, got).ok and got.status.value == "feasible"
+    assert got.bound_usd == pytest.approx(1.0) and got.gap == pytest.approx(0.5)
+    # the exact model (the relaxation of the module docstring) and solve() find the $1 optimum
+    for plan in (solve_cpsat(p, threads=1, deterministic_time=1.0), solve(p, "cpsat", threads=1)):
+        assert validate(p, plan).ok and plan.status.value == "optimal"
+        assert plan.objective_usd == pytest.approx(1.0) and plan.bound_usd <= 1.0 + 1e-9

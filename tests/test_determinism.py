@@ -19,7 +19,7 @@ from fleetplan.placement.generators import planted_instance, random_instance
 from fleetplan.placement.validate import validate
 from fleetplan.solvers.common import SafetyStop
 from fleetplan.solvers.cpsat import solve_cpsat
-from fleetplan.solvers.decompose import window_bound
+from fleetplan.solvers.decompose import window_bound, window_bounds
 from fleetplan.solvers.milp import solve_milp
 from fleetplan.solvers.solve import Effort, check_effort, solve
 
@@ -144,6 +144,21 @@ def test_per_window_bound_by_effort_is_a_bound_and_the_same_twice():
         got.append(window_bound(problem, deadline=0.0, max_nodes=20, stop=stop))
         assert not stop.cuts
     assert got[0] is not None and got[0] == got[1] and got[0] <= optimum + 1e-6
+
+
+def test_per_window_bound_without_heuristics_is_a_bound_and_the_same_twice():
+    # the fleet-scale path's bound: HiGHS's primal heuristics off, the root node alone; still a bound of the
+    # planted optimum, the same twice, and each window's bound <= the window's own proven bound with them
+    problem, optimum = planted_instance(2, models_per_gpu=2, n_windows=3, seed=5)
+    got = []
+    for _ in range(2):
+        stop = SafetyStop(deadline=time.perf_counter() + 600, time_limit_s=600)
+        got.append(window_bounds(problem, deadline=0.0, max_nodes=1, stop=stop, heuristics=False))
+        assert not stop.cuts
+    assert got[0] is not None and got[0] == got[1] and all(b is not None for b in got[0])
+    assert sum(got[0]) <= optimum + 1e-6
+    closed = window_bounds(problem, deadline=time.perf_counter() + 600, threads=1, gap=0.0)
+    assert closed is not None and all(b <= c + 1e-6 for b, c in zip(got[0], closed, strict=True))
 
 
 def test_cbc_with_a_node_budget_on_two_threads_gives_the_same_plan_twice():
