@@ -179,13 +179,28 @@ class WindowDiff:
         return self.list_usd_per_hour_after - self.list_usd_per_hour_before
 
 
-def diff_window(problem: Problem, plan: Plan, w: int, running: Plan, *, source: str = "") -> WindowDiff:
+def only_sites(problem: Problem, plan: Plan, sites: frozenset[str]) -> Plan:
+    """``plan``'s rows (replicas, prefill/decode replicas, shared GPUs) on pools of ``sites`` only (pools looked up
+    in ``problem``; a pool it lacks is kept, for :func:`gpus_and_list_usd_per_hour` to refuse)."""
+    def keep(pool_id: str) -> bool:
+        pool = problem.pool_by_id.get(pool_id)
+        return pool is None or pool.site in sites
+    return Plan(replicas={k: c for k, c in plan.replicas.items() if keep(k[1])},
+                pd_replicas={k: c for k, c in plan.pd_replicas.items() if keep(k[2])},
+                shared=tuple(g for g in plan.shared if keep(g.pool)))
+
+
+def diff_window(problem: Problem, plan: Plan, w: int, running: Plan, *, source: str = "",
+                sites: frozenset[str] | None = None) -> WindowDiff:
     """Window ``w`` of ``plan`` (on ``problem``) against ``running``, a one-window plan of what runs now
-    (:func:`fleetplan.export.cluster.cluster_replicas`, a stored service plan). Raises InputError when ``w`` is not
-    a window of the plan or ``running`` names a pool the plan's scenario lacks."""
+    (:func:`fleetplan.export.cluster.cluster_replicas`, a stored service plan); with ``sites``, both restricted to
+    the pools of those sites (what ``running`` is known to cover). Raises InputError when ``w`` is not a window of
+    the plan or ``running`` names a pool the plan's scenario lacks."""
     if not 0 <= w < problem.n_windows:
         raise InputError(f"window {w} is not one of the plan's {problem.n_windows} windows", field="--at", value=w)
     after = window_slice(plan, w)
+    if sites is not None:
+        after, running = only_sites(problem, after, sites), only_sites(problem, running, sites)
     rows, moves = _changes(running, after, 1)
     gb, ub = gpus_and_list_usd_per_hour(problem, running, source=source)
     ga, ua = gpus_and_list_usd_per_hour(problem, after)
