@@ -96,13 +96,19 @@ def _per_day_usd(problem: Problem, plan: Plan) -> float:
 
 
 def diff_plans(problem_a: Problem, plan_a: Plan, problem_b: Problem, plan_b: Plan) -> PlanDiff:
-    """Plan B against plan A. Raises InputError when their windows differ (number or length): a window-by-window
-    difference of plans on other clocks would compare unlike hours."""
-    if (problem_a.n_windows, problem_a.window_length_s) != (problem_b.n_windows, problem_b.window_length_s):
-        raise InputError(f"the plans have different windows ({problem_a.n_windows} x {problem_a.window_length_s:g} s "
-                         f"vs {problem_b.n_windows} x {problem_b.window_length_s:g} s); plan both with the same "
-                         "options.window_length_s to compare them", field="window_length_s",
-                         value=problem_b.window_length_s)
+    """Plan B against plan A. Raises InputError when their windows differ, naming the difference (the window
+    length, or the number of windows, i.e. the horizon): a window-by-window difference of plans on other clocks
+    would compare unlike hours."""
+    la, lb = problem_a.window_length_s, problem_b.window_length_s
+    if la != lb:
+        raise InputError(f"the plans have different windows ({problem_a.n_windows} x {la:g} s vs "
+                         f"{problem_b.n_windows} x {lb:g} s); plan both with the same options.window_length_s to "
+                         "compare them", field="window_length_s", value=lb)
+    if problem_a.n_windows != problem_b.n_windows:
+        raise InputError(f"the plans cover different horizons (different windows: {problem_a.n_windows} x {la:g} s "
+                         f"= {problem_a.horizon_hours:g} h vs {problem_b.n_windows} x {lb:g} s = "
+                         f"{problem_b.horizon_hours:g} h); plan both over the same horizon (demand given for the same "
+                         "number of windows) to compare them", field="n_windows", value=problem_b.n_windows)
     rows, moves = _changes(plan_a, plan_b, problem_a.n_windows)
     return PlanDiff(rows, _per_day_usd(problem_a, plan_a), _per_day_usd(problem_b, plan_b), problem_a.window_length_s,
                     moves)

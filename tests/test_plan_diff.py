@@ -317,3 +317,14 @@ def test_live_without_any_kubeconfig_says_where_it_looked(tmp_path, monkeypatch)
     monkeypatch.setenv("HOME", str(tmp_path))
     out = _refused("--live")
     assert "no kubeconfig found" in out and str(tmp_path / ".kube" / "config") in out
+
+
+def test_plans_over_different_horizons_of_equal_windows_are_refused_naming_the_horizons():
+    problem, plan, _sc, _d = load_plan_file(PLAN)
+    # The same scenario cut to its first 3 windows: 3 x 3600 s = 3 h against 24 x 3600 s = 24 h, same window length.
+    short = replace(problem, n_windows=3,
+                    models=tuple(replace(m, demand_req_per_s=m.demand_req_per_s[:3]) for m in problem.models))
+    with pytest.raises(InputError) as e:
+        diff_plans(short, plan, problem, plan)
+    assert "3 x 3600 s = 3 h vs 24 x 3600 s = 24 h" in str(e.value) and "same horizon" in str(e.value)
+    assert "window_length_s" not in str(e.value)
