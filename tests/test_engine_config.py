@@ -110,3 +110,14 @@ def test_a_models_own_engine_key_without_options_engine_is_vllm_v1(tmp_path):
     engines = [o.engine for o in p.options] + [s.engine for s in p.share_options]
     assert engines and all(e is not None and e.mode == "vllm-v1" and e.max_num_batched_tokens == 1024
                            for e in engines)
+
+
+def test_a_token_budget_on_a_prefill_first_engine_is_refused_not_ignored():
+    # prefill-first has no token budget (whole prefills): a stated budget would be recorded and used nowhere.
+    with pytest.raises(InputError, match="vllm-v1 scheduler") as e:
+        engine_from_mapping({"mode": "prefill-first", "max_num_batched_tokens": 1024})
+    assert e.value.field == "engine.max_num_batched_tokens" and "1024" in str(e.value)
+    # the same when the budget comes from the options' engine and a model switches to prefill-first
+    with pytest.raises(InputError, match="drop max_num_batched_tokens"):
+        engine_from_mapping({"mode": "prefill-first"}, engine_from_mapping({"max_num_batched_tokens": 1024}))
+    assert engine_from_mapping({"max_num_batched_tokens": 1024}).max_num_batched_tokens == 1024
