@@ -1,6 +1,7 @@
 """The engine record (costmodels/engine.py): defaults from vLLM's get_batch_defaults, validation, flags, LRU hits."""
 
 import pytest
+import yaml
 
 from fleetplan.costmodels.engine import (
     PREFILL_FIRST,
@@ -11,6 +12,8 @@ from fleetplan.costmodels.engine import (
     vllm_defaults,
 )
 from fleetplan.errors import InputError
+from fleetplan.fileio import validate_input
+from fleetplan.scenario.schemas import EngineSchema
 
 
 def test_vllm_defaults_by_gpu():
@@ -121,3 +124,12 @@ def test_a_token_budget_on_a_prefill_first_engine_is_refused_not_ignored():
     with pytest.raises(InputError, match="drop max_num_batched_tokens"):
         engine_from_mapping({"mode": "prefill-first"}, engine_from_mapping({"max_num_batched_tokens": 1024}))
     assert engine_from_mapping({"max_num_batched_tokens": 1024}).max_num_batched_tokens == 1024
+
+
+def test_an_unquoted_engine_version_is_refused_with_the_fix_to_quote_it():
+    for text, shown in (("version: 0.11", "0.11"), ("version: 0.10", "0.1")):  # YAML reads 0.10 as the float 0.1
+        with pytest.raises(InputError) as e:
+            validate_input(EngineSchema, yaml.safe_load(text), source="s.yaml", prefix="engine")
+        assert f"{shown} must be text" in str(e.value) and 'quote the version, e.g. version: "0.10"' in str(e.value)
+    ok = validate_input(EngineSchema, yaml.safe_load('version: "0.10"'), source="s.yaml", prefix="engine")
+    assert ok.to_engine().version == "0.10"
