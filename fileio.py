@@ -1,8 +1,8 @@
 """File input and output shared by every layer: atomic writes, YAML input, and checked input models.
 
 Output, never a half-written file: :func:`atomic_path` yields a temporary path beside the target; on success it
-replaces the target in one step (with the permissions an ordinary new file gets, i.e. 0666 less the umask), on any
-error it removes the temporary file and leaves an existing target untouched.
+replaces the target in one step (with the permissions of the file it replaces, else those an ordinary new file
+gets, i.e. 0666 less the umask), on any error it removes the temporary file and leaves an existing target untouched.
 
 Input: :func:`read_yaml` / :func:`parse_yaml` read YAML with :class:`UniqueKeyLoader` (a repeated key is an error,
 naming the key, the line and the file; a binary or non-UTF-8 file is a one-line error). :class:`InputModel` is the
@@ -24,6 +24,7 @@ import json
 import math
 import os
 import re
+import stat
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -126,8 +127,9 @@ def output_files(paths: Mapping[str, str | Path | None]) -> Iterator[dict[str, P
 
     Checks every given destination first (:func:`check_destinations`), yields {option name: temporary path beside
     its destination} for the paths that are not None; when the block ends without error every temporary file
-    replaces its destination (if one move fails, the destinations already replaced get their old content back);
-    on any error every temporary file is removed and no destination changes. Raises InputError naming the option.
+    replaces its destination, keeping an existing destination's permissions (if one move fails, the destinations
+    already replaced get their old content back); on any error every temporary file is removed and no
+    destination changes. Raises InputError naming the option.
     """
     check_destinations(paths)
     targets = {name: Path(p) for name, p in paths.items() if p is not None}
@@ -147,6 +149,8 @@ def output_files(paths: Mapping[str, str | Path | None]) -> Iterator[dict[str, P
             try:
                 backup = None
                 if target.exists():
+                    # the replacement keeps the replaced file's permissions (a 0600 file stays 0600)
+                    os.chmod(tmps[name], stat.S_IMODE(target.stat().st_mode))
                     backup = _temporary_beside(target, name)
                     made.append(backup)
                     os.replace(target, backup)

@@ -13,7 +13,7 @@ from fleetplan.cli.database import db_options, open_store
 from fleetplan.cli.database import db_url as db_url_of
 from fleetplan.cli.options import deploy_option, format_option, refuse_unused
 from fleetplan.cli.output import stdout_console, table
-from fleetplan.errors import InputError
+from fleetplan.errors import InputError, UnknownNameError
 from fleetplan.export.cluster import KUBECTL_GET, cluster_replicas
 from fleetplan.export.deployment import check_targets, read_deploy_file, site_target, window_index, window_label
 from fleetplan.fileio import read_json
@@ -100,6 +100,10 @@ def _window_of_time(problem: Problem, at_s: float, what: str) -> int:
 @click.option("--cluster", "cluster_files", multiple=True, type=click.Path(exists=True, dir_okay=False),
               help=f"Compare one window of PLAN_A with the replicas a cluster runs: the output of `{KUBECTL_GET}` "
                    "(repeat for several sites' clusters).")
+@click.option("--covers", "covered", multiple=True, metavar="SITE",
+              help="With --cluster: a site the given lists cover though they hold no fleetplan workload there (its "
+                   "cluster runs none; repeat). Default: the sites of the workloads read; the other sites are left "
+                   "out of the comparison.")
 @click.option("--live", is_flag=True,
               help="Compare one window of PLAN_A with the replicas the clusters run now, read through the Kubernetes "
                    "API (each site's kubectl context and namespace from --deploy; pip install 'fleetplan[k8s]').")
@@ -111,8 +115,8 @@ def _window_of_time(problem: Problem, at_s: float, what: str) -> int:
                    "the stored plan's round time, or now for a cluster).")
 @format_option(("table", "json"))
 def diff(plan_a: str, plan_b: str | None, db_url: str | None, db_file: str | None, plan_id: int | None,
-         cluster_files: tuple[str, ...], live: bool, deploy_file: str | None, kubeconfig: str | None,
-         at_hhmm: str | None, fmt: str) -> None:
+         cluster_files: tuple[str, ...], covered: tuple[str, ...], live: bool, deploy_file: str | None,
+         kubeconfig: str | None, at_hhmm: str | None, fmt: str) -> None:
     """What changes from PLAN_A to PLAN_B (plan files of `fleetplan plan --out`, each re-checked against the
     scenario it embeds): per model, pool and shape the windows whose replicas differ (before -> after), the
     replica-windows added and removed, the migrations, and each plan's cost per day with the delta.
@@ -128,6 +132,9 @@ def diff(plan_a: str, plan_b: str | None, db_url: str | None, db_file: str | Non
                          "--live", field=given[-1] if given else "PLAN_B")
     refuse_unused({"deploy_file": "--deploy", "kubeconfig": "--kubeconfig"}, applies=live,
                   why="without --live: it says where the live clusters are", fix="add --live, or drop it")
+    if covered and not cluster_files:
+        raise InputError("--covers names a site a --cluster list covers: give it with --cluster (--live reads every "
+                         "site)", field="--covers", value=covered[0])
     if plan_id is not None and not (db_url or db_file):
         raise InputError("--plan-id picks a stored plan: give it with --db or --db-file", field="--plan-id",
                          value=plan_id)
@@ -141,6 +148,7 @@ def diff(plan_a: str, plan_b: str | None, db_url: str | None, db_file: str | Non
         return
     notes: list[str] = []
     extra: dict = {}
+    compared: frozenset[str] | None = None
     if cluster_files or live:
         if live:
             deploy = read_deploy_file(deploy_file)
@@ -152,6 +160,15 @@ def diff(plan_a: str, plan_b: str | None, db_url: str | None, db_file: str | Non
         else:
             docs = [(f, read_json(f, what=f"kubectl JSON list (`{KUBECTL_GET}`)")) for f in cluster_files]
         cl = cluster_replicas(docs, pa)
+        all_sites = sorted({p.site for p in pa.pools})
+        for site in covered:
+            if site not in all_sites:
+                raise UnknownNameError("site", site, all_sites, field="--covers")
+        compared = frozenset(all_sites) if live else cl.sites | frozenset(covered)
+        uncovered = [s for s in all_sites if s not in compared]
+        if uncovered:
+            notes.append(f"not covered, left out of the comparison: {', '.join(uncovered)} (no fleetplan workload "
+                         "there in the given lists; if its cluster runs none, say so with --covers SITE)")
         running, source = cl.plan, "; ".join(where for where, _ in docs)
         w = window_index(pa, at_hhmm, "--at") if at_hhmm else _window_of_time(pa, time.time(), "now")
         what = f"the cluster ({cl.workloads} workloads in {source})"
@@ -161,7 +178,8 @@ def diff(plan_a: str, plan_b: str | None, db_url: str | None, db_file: str | Non
             notes.append("left out of the list (no replicas of a plan): "
                          + ", ".join(f"{n} {k}" for k, n in sorted(cl.left_out.items())))
         notes.append(CLUSTER_UNKNOWN)
-        extra = {"running": "cluster", "workloads": cl.workloads, "not_ready": cl.not_ready,
+        extra = {"running": "cluster", "sites_covered": sorted(compared), "sites_not_covered": uncovered,
+                 "workloads": cl.workloads, "not_ready": cl.not_ready,
                  "left_out": cl.left_out, "unknown": CLUSTER_UNKNOWN}
     else:
         row, running = _stored(db_url, db_file, plan_id)
@@ -173,7 +191,7 @@ def diff(plan_a: str, plan_b: str | None, db_url: str | None, db_file: str | Non
                      "(starts and egress included)")
         extra = {"running": "stored plan", "plan_id": row["id"], "round_at_s": row["at_s"],
                  "stored_cost_usd_per_hour": row["cost_usd_per_hour"]}
-    d = diff_window(pa, a, w, running, source=source)
+    d = diff_window(pa, a, w, running, source=source, sites=compared)
     span = f"{window_label(pa, w)}-{_hhmm(w + 1, pa.window_length_s)} UTC"
     if fmt == "json":
         click.echo(json.dumps({**window_diff_to_dict(d), "window_utc": span, **extra}, indent=2))

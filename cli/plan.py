@@ -49,7 +49,7 @@ from fleetplan.solvers.baselines import BASELINES
 from fleetplan.solvers.common import gap_text
 from fleetplan.solvers.disagg import kv_break_even
 from fleetplan.solvers.executor import make_executor
-from fleetplan.solvers.explain import explain_infeasible
+from fleetplan.solvers.explain import explain_infeasible, precheck
 from fleetplan.solvers.pop import PARTITIONS
 from fleetplan.solvers.solve import DEFAULT_THREADS, POP_AUTO_MODELS, check_effort, check_solve_options, solve
 
@@ -497,7 +497,8 @@ def _robust(sc: Scenario, a: _PlanArgs, problem: Problem, result: Plan,
 
 
 def _no_plan_error(problem: Problem, result: Plan, best_effort: bool) -> NoPlanError:
-    """The error for a solve without a plan: its status and message, with a hint (--best-effort, or what keeps a
+    """The error for a solve without a plan: its status and message, with a hint (--best-effort; lower the replica
+    floors when even no demand is infeasible, which --best-effort cannot help; or what keeps a
     model from being served at all), and as explanation the reasons solve() gave."""
     # the same reasons solve() gave, as a list (the prechecks, else the elastic relaxation's shortfalls)
     why = explain_infeasible(problem) if result.status is Status.INFEASIBLE else [result.message]
@@ -505,7 +506,16 @@ def _no_plan_error(problem: Problem, result: Plan, best_effort: bool) -> NoPlanE
     unservable = [m.name for m in problem.models
                   if not any(o.model == m.name for o in problem.options)
                   and not any(s.model == m.name for s in problem.share_options)]
-    if result.status is not Status.INFEASIBLE or best_effort:
+    # --best-effort drops demand, never a replica floor: what the prechecks still find with no demand at all (only
+    # their replica-floor check can fire then: the others need demand) it cannot fix
+    no_demand = replace(problem, models=tuple(replace(m, demand_req_per_s=(0.0,) * len(m.demand_req_per_s))
+                                              for m in problem.models))
+    floors = (result.status is Status.INFEASIBLE and not unservable
+              and bool(precheck(no_demand)))
+    if floors:
+        hint = ("; --best-effort cannot help (it serves less demand but keeps every min_replicas floor): "
+                "lower min_replicas or add inventory")
+    elif result.status is not Status.INFEASIBLE or best_effort:
         hint = ""
     elif unservable:
         hint = (f"; --best-effort cannot serve {', '.join(unservable)} (no GPU type, tp and site meets its SLO "

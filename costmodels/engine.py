@@ -303,7 +303,9 @@ def vllm_defaults(gpu_memory_gib: float, gpu_name: str) -> tuple[int, int]:
 
 def engine_from_mapping(data: dict[str, object] | None, base: EngineConfig = DEFAULT_ENGINE) -> EngineConfig:
     """An :class:`EngineConfig` from a scenario mapping (keys as the attributes), over ``base``. Raises InputError
-    for an unknown key (named) or a bad value."""
+    for an unknown key (named), a bad value, or a token budget (``max_num_batched_tokens``, here or in ``base``) on a
+    'prefill-first' engine: that scheduler has no token budget, so the figure would be recorded but used by neither
+    the capacity model nor the export."""
     if not data:
         return base
     known = set(EngineConfig.__dataclass_fields__)
@@ -313,7 +315,13 @@ def engine_from_mapping(data: dict[str, object] | None, base: EngineConfig = DEF
                          field="engine", value=unknown[0])
     if "speculative" in data:
         data = {**data, "speculative": speculation_from_mapping(data["speculative"])}
-    return replace(base, **data)  # type: ignore[arg-type]
+    out = replace(base, **data)  # type: ignore[arg-type]
+    if not out.chunked and out.max_num_batched_tokens is not None:
+        raise InputError(f"engine.max_num_batched_tokens {out.max_num_batched_tokens} is the token budget of the "
+                         f"chunked vllm-v1 scheduler; mode {out.mode!r} prefills whole prompts and has none, so it "
+                         "would be ignored: drop max_num_batched_tokens or use mode vllm-v1",
+                         field="engine.max_num_batched_tokens", value=out.max_num_batched_tokens)
+    return out
 
 
 def lru_block_hit_rate(requests: Iterable[Sequence[int]], capacity_blocks: int) -> float:

@@ -49,12 +49,15 @@ class ClusterReplicas:
         not_ready: replicas asked for (spec.replicas) but not ready (status.readyReplicas), summed over the
             workloads that have a status (a manifest has none).
         left_out: {reason: count} of the list's items not read (other kinds, objects fleetplan does not manage).
+        sites: the sites of the workloads read (a site with none is not known to be empty: the lists may not cover
+            it).
     """
 
     plan: Plan
     workloads: int
     not_ready: int
     left_out: dict[str, int]
+    sites: frozenset[str] = frozenset()
 
 
 def _field(obj: Any, path: str, source: str, item: str) -> Any:
@@ -76,12 +79,24 @@ def _count(value: Any, source: str, item: str, path: str) -> int:
 
 def _items(doc: Any, source: str) -> list[Any]:
     kind = doc.get("kind") if isinstance(doc, dict) else None
-    if not isinstance(doc, dict) or not isinstance(kind, str) or not kind.endswith("List") \
-            or not isinstance(doc.get("items"), list):
+    if not isinstance(doc, dict) or not isinstance(kind, str) or not kind.endswith("List") or "items" not in doc:
         shown = kind if kind is not None else type(doc).__name__
         raise InputError(f"not a kubectl list (kind {shown!r}, expected 'List' with 'items'); give the output of "
                          f"`{KUBECTL_GET}`", source=source, field="kind", value=shown)
+    if not isinstance(doc["items"], list):
+        raise InputError(f"items must be a JSON array of objects, not {type(doc['items']).__name__}; give the output "
+                         f"of `{KUBECTL_GET}`", source=source, field="items", value=doc["items"])
     return list(doc["items"])
+
+
+def _label_true(labels: dict, label: str, source: str, item: str) -> None:
+    """InputError unless ``labels[label]`` is 'true', the only value the export writes (a Service selects
+    ``<label>: "true"``, so any other value is not a replica the plan's Services route to)."""
+    if labels[label] != "true":
+        raise InputError(f"{item}: pod label {label} is {labels[label]!r}; the export writes 'true' (the Services "
+                         f"select it); drop the label from a workload that does not serve the model, or give the "
+                         f"output of `{KUBECTL_GET}`", source=source, field=f"{item}.pod labels.{label}",
+                         value=labels[label])
 
 
 def cluster_replicas(docs: list[tuple[str, Any]], problem: Problem) -> ClusterReplicas:
@@ -89,8 +104,10 @@ def cluster_replicas(docs: list[tuple[str, Any]], problem: Problem) -> ClusterRe
     plans of ``problem`` are (module docstring).
 
     Raises InputError naming the file, the item, the field and the value when a document is not a kubectl list, a
-    workload lacks the export's labels or annotations, names a pool or model ``problem`` does not have
-    (:class:`~fleetplan.errors.UnknownNameError`, with close names), or has no replica count.
+    file is given twice or an object (same kind, namespace and name) is in the lists twice (it would be counted
+    twice), a workload lacks the export's labels or annotations, names a pool or model ``problem`` does not have
+    (:class:`~fleetplan.errors.UnknownNameError`, with close names), has no replica count, a GPU count below 1, a
+    ``status.readyReplicas`` outside 0..spec.replicas, or a model label whose value is not 'true'.
     """
     models = {slug(m.name): m.name for m in problem.models}
     sites = {slug(s): s for s in {p.site for p in problem.pools}}
@@ -99,6 +116,13 @@ def cluster_replicas(docs: list[tuple[str, Any]], problem: Problem) -> ClusterRe
     shared: list[SharedGPU] = []
     left_out: Counter = Counter()
     n = not_ready = 0
+    seen: dict[tuple[str, str, str], str] = {}
+    read_sites: set[str] = set()
+    sources = Counter(source for source, _ in docs)
+    twice = sorted(s for s, k in sources.items() if k > 1)
+    if twice:
+        raise InputError(f"{twice[0]} is given {sources[twice[0]]} times; its workloads would be counted that many "
+                         "times: give each cluster's list once", source=twice[0], field="--cluster")
     for source, doc in docs:
         for i, obj in enumerate(_items(doc, source)):
             meta = obj.get("metadata") if isinstance(obj, dict) else None
@@ -115,6 +139,12 @@ def cluster_replicas(docs: list[tuple[str, Any]], problem: Problem) -> ClusterRe
                 continue
             name = str(meta.get("name", ""))
             item = f"items[{i}] ({kind} {name})"
+            ident = (kind, str(meta.get("namespace", "")), name)
+            if ident in seen:
+                raise InputError(f"{item} in namespace {ident[1] or '(none)'!r} is also {seen[ident]}: the same object "
+                                 "twice would be counted twice; give each cluster's list once", source=source,
+                                 field=f"{item}.metadata.name", value=name)
+            seen[ident] = f"{item} of {source}"
             pool_id = (meta.get("annotations") or {}).get("fleetplan.io/pool")
             if pool_id is None:
                 raise InputError(f"{item} has no annotation fleetplan.io/pool (the export writes it); give the "
@@ -124,12 +154,17 @@ def cluster_replicas(docs: list[tuple[str, Any]], problem: Problem) -> ClusterRe
                 raise UnknownNameError("pool", str(pool_id), problem.pool_by_id, source=source,
                                        field=f"{item}.metadata.annotations.fleetplan.io/pool")
             pool = problem.pool_by_id[pool_id]
+            read_sites.add(pool.site)
             spec = _field(obj, "spec", source, item)
             count = _count(_field(obj, "spec.replicas", source, item), source, item, "spec.replicas")
             status = obj.get("status")
             if isinstance(status, dict):  # a manifest (no status) says nothing about readiness
-                ready = status.get("readyReplicas") or 0
-                not_ready += max(0, count - ready) if isinstance(ready, int) else 0
+                ready = _count(status.get("readyReplicas") or 0, source, item, "status.readyReplicas")
+                if ready > count:
+                    raise InputError(f"{item}: status.readyReplicas {ready} is above spec.replicas {count}; give the "
+                                     f"output of `{KUBECTL_GET}`", source=source, field=f"{item}.status.readyReplicas",
+                                     value=ready)
+                not_ready += count - ready
             if kind == "Deployment":
                 template = _field(spec, "template", source, item)
                 pp = 1
@@ -142,6 +177,7 @@ def cluster_replicas(docs: list[tuple[str, Any]], problem: Problem) -> ClusterRe
             for label in sorted(pod_labels):
                 for prefix, role in _ROLE_PREFIXES.items():
                     if label.startswith(prefix):
+                        _label_true(pod_labels, label, source, item)
                         model_slug = label[len(prefix):]
                         if model_slug not in models:
                             raise UnknownNameError("model", model_slug, models, source=source,
@@ -162,9 +198,11 @@ def cluster_replicas(docs: list[tuple[str, Any]], problem: Problem) -> ClusterRe
                 "nvidia.com/gpu")
             try:
                 tp = int(str(gpus))
+                if tp < 1:
+                    raise ValueError
             except ValueError:
                 raise InputError(f"{item}: the first container's resources.limits nvidia.com/gpu {gpus!r} is not a "
-                                 f"GPU count; give the output of `{KUBECTL_GET}`", source=source,
+                                 f"GPU count (a whole number >= 1); give the output of `{KUBECTL_GET}`", source=source,
                                  field=f"{item}.resources.limits.nvidia.com/gpu", value=gpus) from None
             if len(served) != 1:
                 raise InputError(f"{item} serves {', '.join(names)} but is not named as their shared GPU "
@@ -182,4 +220,5 @@ def cluster_replicas(docs: list[tuple[str, Any]], problem: Problem) -> ClusterRe
                 pd[(model, role, pool_id, tp, decode_site)] += count
     plan = Plan(replicas={k: (v,) for k, v in sorted(replicas.items())},
                 pd_replicas={k: (v,) for k, v in sorted(pd.items())}, shared=tuple(shared))
-    return ClusterReplicas(plan=plan, workloads=n, not_ready=not_ready, left_out=dict(left_out))
+    return ClusterReplicas(plan=plan, workloads=n, not_ready=not_ready, left_out=dict(left_out),
+                           sites=frozenset(read_sites))

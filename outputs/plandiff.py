@@ -96,13 +96,19 @@ def _per_day_usd(problem: Problem, plan: Plan) -> float:
 
 
 def diff_plans(problem_a: Problem, plan_a: Plan, problem_b: Problem, plan_b: Plan) -> PlanDiff:
-    """Plan B against plan A. Raises InputError when their windows differ (number or length): a window-by-window
-    difference of plans on other clocks would compare unlike hours."""
-    if (problem_a.n_windows, problem_a.window_length_s) != (problem_b.n_windows, problem_b.window_length_s):
-        raise InputError(f"the plans have different windows ({problem_a.n_windows} x {problem_a.window_length_s:g} s "
-                         f"vs {problem_b.n_windows} x {problem_b.window_length_s:g} s); plan both with the same "
-                         "options.window_length_s to compare them", field="window_length_s",
-                         value=problem_b.window_length_s)
+    """Plan B against plan A. Raises InputError when their windows differ, naming the difference (the window
+    length, or the number of windows, i.e. the horizon): a window-by-window difference of plans on other clocks
+    would compare unlike hours."""
+    la, lb = problem_a.window_length_s, problem_b.window_length_s
+    if la != lb:
+        raise InputError(f"the plans have different windows ({problem_a.n_windows} x {la:g} s vs "
+                         f"{problem_b.n_windows} x {lb:g} s); plan both with the same options.window_length_s to "
+                         "compare them", field="window_length_s", value=lb)
+    if problem_a.n_windows != problem_b.n_windows:
+        raise InputError(f"the plans cover different horizons (different windows: {problem_a.n_windows} x {la:g} s "
+                         f"= {problem_a.horizon_hours:g} h vs {problem_b.n_windows} x {lb:g} s = "
+                         f"{problem_b.horizon_hours:g} h); plan both over the same horizon (demand given for the same "
+                         "number of windows) to compare them", field="n_windows", value=problem_b.n_windows)
     rows, moves = _changes(plan_a, plan_b, problem_a.n_windows)
     return PlanDiff(rows, _per_day_usd(problem_a, plan_a), _per_day_usd(problem_b, plan_b), problem_a.window_length_s,
                     moves)
@@ -179,13 +185,28 @@ class WindowDiff:
         return self.list_usd_per_hour_after - self.list_usd_per_hour_before
 
 
-def diff_window(problem: Problem, plan: Plan, w: int, running: Plan, *, source: str = "") -> WindowDiff:
+def only_sites(problem: Problem, plan: Plan, sites: frozenset[str]) -> Plan:
+    """``plan``'s rows (replicas, prefill/decode replicas, shared GPUs) on pools of ``sites`` only (pools looked up
+    in ``problem``; a pool it lacks is kept, for :func:`gpus_and_list_usd_per_hour` to refuse)."""
+    def keep(pool_id: str) -> bool:
+        pool = problem.pool_by_id.get(pool_id)
+        return pool is None or pool.site in sites
+    return Plan(replicas={k: c for k, c in plan.replicas.items() if keep(k[1])},
+                pd_replicas={k: c for k, c in plan.pd_replicas.items() if keep(k[2])},
+                shared=tuple(g for g in plan.shared if keep(g.pool)))
+
+
+def diff_window(problem: Problem, plan: Plan, w: int, running: Plan, *, source: str = "",
+                sites: frozenset[str] | None = None) -> WindowDiff:
     """Window ``w`` of ``plan`` (on ``problem``) against ``running``, a one-window plan of what runs now
-    (:func:`fleetplan.export.cluster.cluster_replicas`, a stored service plan). Raises InputError when ``w`` is not
-    a window of the plan or ``running`` names a pool the plan's scenario lacks."""
+    (:func:`fleetplan.export.cluster.cluster_replicas`, a stored service plan); with ``sites``, both restricted to
+    the pools of those sites (what ``running`` is known to cover). Raises InputError when ``w`` is not a window of
+    the plan or ``running`` names a pool the plan's scenario lacks."""
     if not 0 <= w < problem.n_windows:
         raise InputError(f"window {w} is not one of the plan's {problem.n_windows} windows", field="--at", value=w)
     after = window_slice(plan, w)
+    if sites is not None:
+        after, running = only_sites(problem, after, sites), only_sites(problem, running, sites)
     rows, moves = _changes(running, after, 1)
     gb, ub = gpus_and_list_usd_per_hour(problem, running, source=source)
     ga, ua = gpus_and_list_usd_per_hour(problem, after)

@@ -225,7 +225,9 @@ class EngineSchema(InputModel):
     prefix_caching: bool = input_field(True, description="automatic prefix caching (vLLM V1's default: on)")
     prefix_hit_rate: float = input_field(0.0, ge=0.0, lt=1.0, description="share of prompt tokens found in the "
                                          "prefix cache (not recomputed); 0 unless known from the workload")
-    version: str = input_field("0.11", min_length=1, description="engine version the plan assumes, e.g. 0.11")
+    version: str = input_field(
+        "0.11", min_length=1, description="engine version the plan assumes, e.g. \"0.11\" (quoted: text)",
+        fix='quote the version, e.g. version: "0.10" (unquoted, YAML reads 0.10 as the number 0.1)')
     kv_read_fraction: float = input_field(
         1.0, gt=0.0, le=1.0, description="share of each sequence's KV a decode step reads: 1 for dense attention, "
         "below 1 for a long-context sparse decode (traffic only: its quality change is not modelled)")

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import threading
 import time
 from collections import deque
@@ -234,11 +235,10 @@ def node_availability(problem: Problem, deploy: DeployFile, clients: Mapping[str
 def cluster_lists(sites: list[str], deploy: DeployFile, clients: Mapping[str, Any]) -> list[tuple[str, dict]]:
     """[(where, kubectl List)] of the fleetplan-managed workloads each site's (context, namespace) of ``deploy``
     runs now, read live through ``clients`` ({context: ApiClient}, :func:`kube_clients`), for
-    :func:`fleetplan.export.cluster.cluster_replicas`. Raises InputError naming the context when the API server
-    cannot be reached or refuses the read."""
+    :func:`fleetplan.export.cluster.cluster_replicas`; a (context, namespace) several sites share is read once.
+    Raises InputError naming the context when the API server cannot be reached or refuses the read."""
     out = []
-    for site in sites:
-        ctx, ns = site_target(site, deploy)
+    for ctx, ns in dict.fromkeys(site_target(site, deploy) for site in sites):
         cluster = _Cluster(clients[ctx])
         try:
             out.append((f"context {ctx} namespace {ns}", cluster.workload_list(ns)))
@@ -267,6 +267,18 @@ def kube_clients(contexts: list[str], kubeconfig: str | None = None, *,
     except ImportError:
         raise InputError(f"{needed_by[0]} needs the Kubernetes client: pip install 'fleetplan[k8s]'",
                          field=needed_by[1]) from None
+    if kubeconfig is not None:
+        looked = [kubeconfig]
+    elif os.environ.get("KUBECONFIG"):
+        looked = [p for p in os.environ["KUBECONFIG"].split(os.pathsep) if p]
+    else:
+        looked = [os.path.expanduser("~/.kube/config")]
+    if not any(os.path.isfile(p) for p in looked):
+        where = ("--kubeconfig " if kubeconfig is not None else
+                 "$KUBECONFIG " if os.environ.get("KUBECONFIG") else "the default ") + ", ".join(looked)
+        raise InputError(f"no kubeconfig found (looked at {where}); give --kubeconfig FILE or set $KUBECONFIG to the "
+                         "kubeconfig holding the deployment file's contexts", field="--kubeconfig",
+                         value=kubeconfig) from None
     out = {}
     for ctx in contexts:
         try:

@@ -466,6 +466,7 @@ def inventory_routes(svc: ReplanService, auth: Auth) -> APIRouter:
         at once; the re-planner replaces them in the same request (not limited by the migration budget) and
         commits the plan before answering."""
         try:
+            _check_pools(svc, update)
             out = svc.set_inventory({p.pool: list(p.nodes_down) for p in update.pools},
                                     {s.site: s.up for s in update.sites})
         except (Busy, Standby):
@@ -475,6 +476,22 @@ def inventory_routes(svc: ReplanService, auth: Auth) -> APIRouter:
         return {"pools": svc.inventory(), **out}
 
     return router
+
+
+def _check_pools(svc: ReplanService, update: InventoryUpdate) -> None:
+    """InputError at the request's own field (``pools[i].pool``, ``pools[i].nodes_down``) for a pool the service's
+    scenario lacks (listing its pools: they are named SITE/catalog GPU, e.g. aws:us-east-1/H100-SXM-80GB) or a node
+    index beyond the pool's nodes; the re-planner checks the same, but cannot name the request's entry."""
+    pools = svc.problem.pool_by_id
+    for i, p in enumerate(update.pools):
+        pool = pools.get(p.pool)
+        if pool is None:
+            raise InputError(f"unknown pool {p.pool!r}: pools are named SITE/GPU by the catalog GPU name; known pools: "
+                             f"{', '.join(sorted(pools))}", field=f"pools[{i}].pool", value=p.pool)
+        bad = [n for n in p.nodes_down if n >= pool.nodes]
+        if bad:
+            raise InputError(f"pool {p.pool} has nodes 0..{pool.nodes - 1}; node {bad[0]} is not one of them",
+                             field=f"pools[{i}].nodes_down", value=bad[0])
 
 
 def metrics_routes(svc: ReplanService) -> APIRouter:

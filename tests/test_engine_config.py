@@ -1,6 +1,7 @@
 """The engine record (costmodels/engine.py): defaults from vLLM's get_batch_defaults, validation, flags, LRU hits."""
 
 import pytest
+import yaml
 
 from fleetplan.costmodels.engine import (
     PREFILL_FIRST,
@@ -11,6 +12,8 @@ from fleetplan.costmodels.engine import (
     vllm_defaults,
 )
 from fleetplan.errors import InputError
+from fleetplan.fileio import validate_input
+from fleetplan.scenario.schemas import EngineSchema
 
 
 def test_vllm_defaults_by_gpu():
@@ -110,3 +113,23 @@ def test_a_models_own_engine_key_without_options_engine_is_vllm_v1(tmp_path):
     engines = [o.engine for o in p.options] + [s.engine for s in p.share_options]
     assert engines and all(e is not None and e.mode == "vllm-v1" and e.max_num_batched_tokens == 1024
                            for e in engines)
+
+
+def test_a_token_budget_on_a_prefill_first_engine_is_refused_not_ignored():
+    # prefill-first has no token budget (whole prefills): a stated budget would be recorded and used nowhere.
+    with pytest.raises(InputError, match="vllm-v1 scheduler") as e:
+        engine_from_mapping({"mode": "prefill-first", "max_num_batched_tokens": 1024})
+    assert e.value.field == "engine.max_num_batched_tokens" and "1024" in str(e.value)
+    # the same when the budget comes from the options' engine and a model switches to prefill-first
+    with pytest.raises(InputError, match="drop max_num_batched_tokens"):
+        engine_from_mapping({"mode": "prefill-first"}, engine_from_mapping({"max_num_batched_tokens": 1024}))
+    assert engine_from_mapping({"max_num_batched_tokens": 1024}).max_num_batched_tokens == 1024
+
+
+def test_an_unquoted_engine_version_is_refused_with_the_fix_to_quote_it():
+    for text, shown in (("version: 0.11", "0.11"), ("version: 0.10", "0.1")):  # YAML reads 0.10 as the float 0.1
+        with pytest.raises(InputError) as e:
+            validate_input(EngineSchema, yaml.safe_load(text), source="s.yaml", prefix="engine")
+        assert f"{shown} must be text" in str(e.value) and 'quote the version, e.g. version: "0.10"' in str(e.value)
+    ok = validate_input(EngineSchema, yaml.safe_load('version: "0.10"'), source="s.yaml", prefix="engine")
+    assert ok.to_engine().version == "0.10"

@@ -231,3 +231,100 @@ def test_diff_live_reads_the_clusters_through_the_kubernetes_api(tmp_path):
     finally:
         server.shutdown()
         server.server_close()
+
+
+# ------------------------------------------------------------------- cluster lists a fresh user got wrong (issue 31)
+def _write(tmp_path: Path, name: str, doc: dict) -> str:
+    f = tmp_path / name
+    f.write_text(json.dumps(doc))
+    return str(f)
+
+
+def _refused(*args: str) -> str:
+    r = CliRunner().invoke(main, ["diff", str(PLAN), *args, "--at", "14:00"])
+    assert r.exit_code == 2 and "Traceback" not in r.output, r.output
+    return r.output
+
+
+def test_a_cluster_list_given_twice_or_holding_an_object_twice_is_refused(tmp_path):
+    doc = _cluster_list(tmp_path, PLAN, "14:00")
+    f = _write(tmp_path, "c.json", doc)
+    assert "given 2 times" in _refused("--cluster", f, "--cluster", f)
+    dep = next(i for i in doc["items"] if i["kind"] == "Deployment")
+    doc["items"].append(dep)  # the same Deployment (kind, namespace, name) a second time
+    out = _refused("--cluster", _write(tmp_path, "dup.json", doc))
+    assert dep["metadata"]["name"] in out and "counted twice" in out
+
+
+def test_sites_no_cluster_list_covers_are_left_out_unless_named_with_covers(tmp_path):
+    doc = _cluster_list(tmp_path, PLAN, "14:00")
+    work = [i for i in doc["items"] if i["kind"] in ("Deployment", "LeaderWorkerSet")]
+    sites = sorted({i["metadata"]["annotations"]["fleetplan.io/site"] for i in work})
+    assert len(sites) >= 2
+    one = {**doc, "items": [i for i in work if i["metadata"]["annotations"]["fleetplan.io/site"] == sites[0]]}
+    f = _write(tmp_path, "one.json", one)
+    out = _diff_json(str(PLAN), "--cluster", f, "--at", "14:00")
+    # Only sites[0] is compared: it runs what the plan's window asks there, so no row, and the other sites are
+    # named as not covered (before, they showed as '0 running -> +N').
+    assert out["rows"] == [] and out["sites_covered"] == sites[:1] and out["sites_not_covered"] == sites[1:]
+    # By hand: the GPUs of sites[0] = sum over its dedicated workloads of replicas x tp x pp, + 1 per shared replica.
+    gpus = 0
+    for i in one["items"]:
+        spec = i["spec"]
+        if i["metadata"]["name"].startswith("shared-"):
+            gpus += spec["replicas"]
+            continue
+        tmpl = spec["template"] if i["kind"] == "Deployment" else spec["leaderWorkerTemplate"]["leaderTemplate"]
+        pp = 1 if i["kind"] == "Deployment" else spec["leaderWorkerTemplate"]["size"]
+        gpus += spec["replicas"] * int(tmpl["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"]) * pp
+    assert out["gpus_running"] == out["gpus_plan"] == gpus
+    r = CliRunner().invoke(main, ["diff", str(PLAN), "--cluster", f, "--at", "14:00"])
+    assert "not covered, left out of the comparison: " + ", ".join(sites[1:]) in r.output
+    # --covers sites[1]: its cluster runs nothing, so every plan row there is '0 -> n'.
+    out = _diff_json(str(PLAN), "--cluster", f, "--covers", sites[1], "--at", "14:00")
+    assert out["rows"] and all(r["running"] == 0 and r["plan"] > 0 for r in out["rows"])
+    assert "did you mean" in _refused("--cluster", f, "--covers", sites[1] + "x")
+
+
+def test_nonsense_values_in_a_cluster_list_are_refused_naming_item_field_and_value(tmp_path):
+    doc = _cluster_list(tmp_path, PLAN, "14:00")
+    dep = next(i for i in doc["items"] if i["kind"] == "Deployment" and i["spec"]["replicas"] >= 1
+               and not i["metadata"]["name"].startswith("shared-"))
+    name, n = dep["metadata"]["name"], dep["spec"]["replicas"]
+    limits = dep["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]
+    gpu = limits["nvidia.com/gpu"]
+    limits["nvidia.com/gpu"] = 0
+    out = _refused("--cluster", _write(tmp_path, "g.json", doc))
+    assert name in out and "nvidia.com/gpu 0 is not a GPU count" in out
+    limits["nvidia.com/gpu"] = gpu
+    for ready in (-1, n + 1):
+        dep["status"] = {"readyReplicas": ready}
+        out = _refused("--cluster", _write(tmp_path, "r.json", doc))
+        assert name in out and "status.readyReplicas" in out and str(ready) in out
+    del dep["status"]
+    labels = dep["spec"]["template"]["metadata"]["labels"]
+    label = next(k for k in labels if k.startswith("serves.fleetplan.io/"))
+    labels[label] = "false"
+    out = _refused("--cluster", _write(tmp_path, "l.json", doc))
+    assert label in out and "'false'" in out and "writes 'true'" in out
+    out = _refused("--cluster", _write(tmp_path, "d.json", {"apiVersion": "v1", "kind": "List", "items": {}}))
+    assert "items must be a JSON array" in out
+
+
+def test_live_without_any_kubeconfig_says_where_it_looked(tmp_path, monkeypatch):
+    pytest.importorskip("kubernetes")
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    out = _refused("--live")
+    assert "no kubeconfig found" in out and str(tmp_path / ".kube" / "config") in out
+
+
+def test_plans_over_different_horizons_of_equal_windows_are_refused_naming_the_horizons():
+    problem, plan, _sc, _d = load_plan_file(PLAN)
+    # The same scenario cut to its first 3 windows: 3 x 3600 s = 3 h against 24 x 3600 s = 24 h, same window length.
+    short = replace(problem, n_windows=3,
+                    models=tuple(replace(m, demand_req_per_s=m.demand_req_per_s[:3]) for m in problem.models))
+    with pytest.raises(InputError) as e:
+        diff_plans(short, plan, problem, plan)
+    assert "3 x 3600 s = 3 h vs 24 x 3600 s = 24 h" in str(e.value) and "same horizon" in str(e.value)
+    assert "window_length_s" not in str(e.value)

@@ -114,3 +114,18 @@ def test_file_set_into_a_folder_that_cannot_be_made_is_an_input_error(tmp_path, 
     assert e.value.field == "--out" and "cannot write in" in str(e.value)
     monkeypatch.undo()
     assert not (tmp_path / "k8s").exists()
+
+
+def test_replacing_a_file_keeps_its_mode_and_a_new_file_gets_the_umask_mode(tmp_path):
+    old = os.umask(0o022)
+    try:
+        private = tmp_path / "plan.json"
+        private.write_text("old")
+        private.chmod(0o600)  # e.g. a plan with prices the user keeps private
+        write_text_atomic(private, "new")
+        assert private.read_text() == "new" and (private.stat().st_mode & 0o777) == 0o600
+        fresh = tmp_path / "other.json"
+        write_text_atomic(fresh, "x")
+        assert (fresh.stat().st_mode & 0o777) == 0o644  # 0o666 less the umask 0o022
+    finally:
+        os.umask(old)

@@ -61,3 +61,18 @@ def test_scenario_errors_name_file_path_and_fix(tmp_path, edit, args, needles):
         assert str(f) in r.output, r.output
     if "--profile" in args:
         assert str(f) not in r.output, r.output
+
+
+@pytest.mark.parametrize("best_effort", [False, True])
+def test_replica_floors_beyond_the_inventory_say_lower_the_floor_not_best_effort(tmp_path, best_effort):
+    # min_replicas 1000 at the fewest GPUs per replica (tp 1): 1000 GPUs against 1 node x 8 GPUs. --best-effort drops
+    # demand, never a floor, so it cannot help and must not be suggested.
+    d = copy.deepcopy(SMALL)
+    d["models"][0]["min_replicas"] = 1000
+    f = tmp_path / "small.yaml"
+    f.write_text(yaml.safe_dump(d))
+    r = CliRunner().invoke(main, ["plan", str(f), "--no-baselines", *(["--best-effort"] * best_effort)])
+    assert r.exit_code != 0 and "Traceback" not in r.output, r.output
+    assert "replica floors need at least 1000 GPUs but the inventory has 8" in r.output
+    assert "rerun with --best-effort" not in r.output
+    assert "lower min_replicas or add inventory" in r.output

@@ -70,3 +70,27 @@ def test_a_site_going_down_is_replaced_at_once_and_survives_a_restart(shipped, t
         assert back.status_code == 200 and back.json()["lost_replicas"] == 0
         assert all(p["gpus_available"] > 0 for p in back.json()["pools"] if p["site"] == gcp)
     svc2.close()
+
+
+def test_a_wrong_pool_or_node_is_a_422_at_its_field_listing_the_known_pools(shipped, tmp_path):
+    # docs/online.md's example used the pool alias 'aws:us-east-1/H100' and node 3 of a 2-node pool.
+    client, svc = make(shipped, f"sqlite:///{tmp_path / 'bad.db'}", Clock())
+    with client as c:
+        pools = [p["pool"] for p in c.get("/v1/inventory").json()["pools"]]
+        r = c.post("/v1/inventory", json={"pools": [{"pool": pools[0], "nodes_down": []},
+                                                    {"pool": "aws:us-east-1/H100", "nodes_down": [0]}]}, headers=AUTH)
+        assert r.status_code == 422 and "aws:us-east-1/H100-SXM-80GB" in r.text, r.text
+        assert all(p in r.text for p in pools)  # every known pool listed
+        assert r.json()["detail"][0]["loc"] == ["body", "pools", 1, "pool"]
+        # the H100 pool of the default scenario has 2 nodes (0 and 1): node 3 is out of range
+        r = c.post("/v1/inventory", json={"pools": [{"pool": "aws:us-east-1/H100-SXM-80GB", "nodes_down": [0, 3]}]},
+                   headers=AUTH)
+        assert r.status_code == 422 and "node 3" in r.text and "0..1" in r.text, r.text
+        assert r.json()["detail"][0]["loc"] == ["body", "pools", 0, "nodes_down"]
+        # the doc's example, fixed: node 1 of the H100 pool down
+        r = c.post("/v1/inventory", json={"pools": [{"pool": "aws:us-east-1/H100-SXM-80GB", "nodes_down": [1]}]},
+                   headers=AUTH)
+        assert r.status_code == 200, r.text
+        h100 = next(p for p in r.json()["pools"] if p["pool"] == "aws:us-east-1/H100-SXM-80GB")
+        assert h100["nodes_down"] == [1] and h100["gpus_available"] == 8  # (2 - 1) nodes x 8 GPUs
+    svc.close()
