@@ -47,6 +47,9 @@ $947.60, feasible, saying so). The same day and load with the scenario pinned to
 (the default before): idle $898.58, plan e3bedeb2b48e, 9.5 and 15.1 s; loaded cut, $903.54 twice. The idle plans
 stay identical; the V1 plan takes about 30% more CPU (the token budgets tried per option, a harder MILP), so under
 load the safety stop cuts it as it cut the prefill-first plan.
+Again at 16:03 UTC (`--runs 3`; one helper's tests beside it): idle runs at load 3.1-3.5 $897.62/day, plan
+318e599d8039, optimal, no cut, 11.0-11.3 s; runs beside the 3 busy loops at load 3.5-5.5 the same plan, no cut,
+39.5-41.4 s of 60 s: identical in all 6, largest overrun -18.6 s.
 """
 
 from __future__ import annotations
