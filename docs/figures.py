@@ -70,9 +70,20 @@ def cli(*args: str) -> str:
     return r.output
 
 
+#: The words a plan's message starts its wall-clock safety-stop note with (solvers.common.SafetyStop.note).
+SAFETY_STOP_TEXT = "the wall-clock safety stop"
+
+
 def plan_json(*args: str) -> dict:
-    """``fleetplan plan ARGS --format json``, parsed."""
-    return json.loads(cli("plan", *args, "--format", "json"))
+    """``fleetplan plan ARGS --format json``, parsed. Raises RuntimeError for a plan the wall-clock safety stop cut:
+    such a plan may differ on another machine, so no figure is checked or written from it (run on a less busy
+    machine, or give the source a larger --time-limit)."""
+    doc = json.loads(cli("plan", *args, "--format", "json"))
+    if SAFETY_STOP_TEXT in (doc.get("message") or ""):
+        raise RuntimeError(f"fleetplan plan {' '.join(args)}: the wall-clock safety stop cut this plan (the machine "
+                           "is too busy for its work in the time limit), so its figures may differ on another "
+                           f"machine and none is checked or written from it: {doc['message'][:300]}")
+    return doc
 
 
 def variant(scenario: str, edit: Callable[[dict], None]) -> str:
@@ -312,7 +323,11 @@ def main(argv: list[str] | None = None) -> int:
                 if t.name.split(".", 1)[0] == n:
                     print(f"  {t.name} = {t.value}  ({t.path.relative_to(ROOT)}:{t.line})")
         return 0
-    figures = compute(names)
+    try:
+        figures = compute(names)
+    except RuntimeError as e:  # a command failed or a plan was cut by its safety stop: nothing is checked or written
+        print(f"figures: {e}", file=sys.stderr)
+        return 1
     problems = drifts(docs, figures, set(names))
     if a.write:
         for path, text in docs.items():
