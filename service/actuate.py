@@ -163,19 +163,22 @@ class _Cluster:
             name = _get(d, "metadata", "name")
             if name:
                 out[(DEPLOYMENT, str(name))] = int(_get(d, "spec", "replicas") or 0)
+        for item in self._managed_lws(ns):
+            name = _get(item, "metadata", "name")
+            if name:
+                out[(LWS, str(name))] = int(_get(item, "spec", "replicas") or 0)
+        return out
+
+    def _managed_lws(self, ns: str) -> list:
+        """The fleetplan-managed LeaderWorkerSets of ``ns`` (as dicts), none when their CRD is not installed (404)."""
         try:
             lws = self.custom.list_namespaced_custom_object(_LWS_GROUP, _LWS_VERSION, ns, _LWS_PLURAL,
                                                             label_selector=_MANAGED_SELECTOR)
         except self.ApiException as exc:
             if exc.status != 404:
                 raise
-            lws = {"items": []}
-        for item in _get(lws, "items") or []:
-            name = _get(item, "metadata", "name")
-            if name:
-                out[(LWS, str(name))] = int(_get(item, "spec", "replicas") or 0)
-        return out
-
+            return []
+        return list(_get(lws, "items") or [])
 
     def workload_list(self, ns: str) -> dict:
         """The fleetplan-managed Deployments and LeaderWorkerSets of ``ns`` as one kubectl ``List`` (the JSON
@@ -184,14 +187,7 @@ class _Cluster:
         deps = self.apps.list_namespaced_deployment(ns, label_selector=_MANAGED_SELECTOR).items
         items = [dict(self.api_client.sanitize_for_serialization(d), apiVersion="apps/v1", kind=DEPLOYMENT)
                  for d in deps]
-        try:
-            lws = self.custom.list_namespaced_custom_object(_LWS_GROUP, _LWS_VERSION, ns, _LWS_PLURAL,
-                                                            label_selector=_MANAGED_SELECTOR)
-        except self.ApiException as exc:
-            if exc.status != 404:
-                raise
-            lws = {"items": []}
-        items += [dict(i, apiVersion=LWS_API_VERSION, kind=LWS) for i in _get(lws, "items") or []]
+        items += [dict(i, apiVersion=LWS_API_VERSION, kind=LWS) for i in self._managed_lws(ns)]
         return {"apiVersion": "v1", "kind": "List", "items": items}
 
     def ready_nodes(self, label: str) -> int:
