@@ -8,6 +8,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from fleetplan.service.store import normalize_url
+
 TOKEN = "test-token-123"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 T0 = 1_700_000_000.0 - (1_700_000_000.0 % 86400) + 20 * 3600  # 20:00 UTC of some day
@@ -134,7 +136,6 @@ def postgres_schema(server_url: str):
     import pytest
     import sqlalchemy
 
-    from fleetplan.service.store import normalize_url
 
     schema = "t_" + uuid.uuid4().hex[:10]
     admin = sqlalchemy.create_engine(normalize_url(server_url))

@@ -5,7 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from fleetplan.costmodels.capacity import latency_at_rate
+from fleetplan.costmodels.demand import TokenMix
 from fleetplan.costmodels.engine import PREFILL_FIRST, EngineConfig
+from fleetplan.costmodels.slo import SLO
 from fleetplan.errors import InputError
 from fleetplan.simulator.engine import DeviceSpec, EngineSpec, Policy, StepModel, run
 
@@ -88,9 +91,6 @@ def test_capacity_model_chunked_ttft_at_a_vanishing_rate_by_hand():
     # tokens and 10 tokens out, budget 64: the batch is 1, so c = 64 - 1 = 63 and a busy step holds k = min(63,
     # 100 / (1 - 0)) = 63 tokens; TTFT = prefill(100) + 100 / 63 x 0.020 + one step 0.020 = 0.11 + 0.031746 + 0.02.
     # Prefill-first: 0.11 + 0.02. TPOT is the bare step in both (no prefill load).
-    from fleetplan.costmodels.capacity import latency_at_rate
-    from fleetplan.costmodels.demand import TokenMix
-    from fleetplan.costmodels.slo import SLO
 
     mix = TokenMix(100, 100, 10, 10, lengths=(np.full(50, 100), np.full(50, 10)))
     pre, dec = (lambda x: 0.010 + 0.001 * x), (lambda b, c: 0.020)

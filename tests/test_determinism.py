@@ -20,6 +20,7 @@ from fleetplan.placement.validate import validate
 from fleetplan.solvers.common import SafetyStop
 from fleetplan.solvers.cpsat import solve_cpsat
 from fleetplan.solvers.decompose import window_bound, window_bounds
+from fleetplan.solvers.executor import make_executor
 from fleetplan.solvers.milp import solve_milp
 from fleetplan.solvers.solve import Effort, check_effort, solve
 
@@ -177,7 +178,6 @@ def test_the_fleet_scale_path_does_not_depend_on_the_clock(monkeypatch):
     # window passes by effort give the same plan on a fast and a slow clock, the 30-s safety stop far away; a
     # window of the per-window bound stopped by its share of the time would change the bound only, never the
     # replicas compared here.
-    from fleetplan.solvers.executor import make_executor
 
     problem = random_instance(4, 4, seed=3)
     monkeypatch.setattr(solve_mod, "MONOLITHIC_MAX_VARS", 10)

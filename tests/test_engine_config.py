@@ -3,6 +3,7 @@
 import pytest
 import yaml
 
+from fleetplan.cli.main import main
 from fleetplan.costmodels.engine import (
     PREFILL_FIRST,
     VLLM_V1,
@@ -12,7 +13,11 @@ from fleetplan.costmodels.engine import (
     vllm_defaults,
 )
 from fleetplan.errors import InputError
+from fleetplan.export.deployment import workloads
 from fleetplan.fileio import validate_input
+from fleetplan.outputs.planio import load_plan_file
+from fleetplan.scenario.build import build_problem
+from fleetplan.scenario.read import load_scenario
 from fleetplan.scenario.schemas import EngineSchema
 
 
@@ -71,9 +76,6 @@ def test_scenario_engine_reaches_options_plan_rows_and_vllm_flags(tmp_path):
     import yaml
     from click.testing import CliRunner
 
-    from fleetplan.cli.main import main
-    from fleetplan.export.deployment import workloads
-    from fleetplan.outputs.planio import load_plan_file
 
     raw = yaml.safe_load((__import__("pathlib").Path(__file__).parents[1] / "datasets" / "scenarios"
                           / "default.yaml").read_text())
@@ -100,8 +102,6 @@ def test_a_models_own_engine_key_without_options_engine_is_vllm_v1(tmp_path):
     # options.engine was laid over the prefill-first default and kept its mode (its stated budget went unused).
     import yaml
 
-    from fleetplan.scenario.build import build_problem
-    from fleetplan.scenario.read import load_scenario
 
     raw = yaml.safe_load((__import__("pathlib").Path(__file__).parents[1] / "datasets" / "scenarios"
                           / "default.yaml").read_text())

@@ -8,13 +8,23 @@ import math
 import numpy as np
 import pytest
 
-from fleetplan.costmodels.capacity import replica_capacity_from_latency
+from fleetplan.cli.main import main
+from fleetplan.costmodels.capacity import replica_capacity, replica_capacity_from_latency
 from fleetplan.costmodels.demand import TokenMix
+from fleetplan.costmodels.engine import PREFILL_FIRST, VLLM_V1, EngineConfig
+from fleetplan.costmodels.kvtier_curve import miss_rate_ttft_curve
 from fleetplan.costmodels.kvtiers import HostTier, TierShares, max_batch, replica_tier_sizes, tier_shares
 from fleetplan.costmodels.slo import SLO
+from fleetplan.datasets.calibration import load_calibration
 from fleetplan.datasets.catalog.host_tiers import load_node_tiers
-from fleetplan.datasets.catalog.names import get_gpu
+from fleetplan.datasets.catalog.names import get_gpu, get_model
+from fleetplan.datasets.kv_tiers import replica_host_tier
 from fleetplan.errors import InputError
+from fleetplan.placement.validate import validate
+from fleetplan.scenario.build import build_problem
+from fleetplan.scenario.read import load_scenario
+from fleetplan.simulator.verify import verify_plan
+from fleetplan.solvers.solve import solve
 
 
 def test_tier_shares_cut_one_lru_stack_at_the_tier_sizes() -> None:
@@ -91,7 +101,6 @@ def test_hbm_limited_replica_gains_batch_and_rate_by_the_computed_factor() -> No
 
 
 def test_tier_and_stated_hit_rate_are_not_both_taken() -> None:
-    from fleetplan.costmodels.engine import EngineConfig
 
     with pytest.raises(InputError, match="prefix_hit_rate"):
         replica_capacity_from_latency(lambda i: 1e-4 * i, lambda b, c: 0.01, TokenMix(100, 100, 10, 10),
@@ -128,15 +137,6 @@ LONG = {
 def test_host_tier_option_sizes_dedicated_replicas_with_the_tier(tmp_path) -> None:
     import yaml
 
-    from fleetplan.costmodels.capacity import replica_capacity
-    from fleetplan.costmodels.engine import VLLM_V1
-    from fleetplan.datasets.calibration import load_calibration
-    from fleetplan.datasets.catalog.names import get_model
-    from fleetplan.datasets.kv_tiers import replica_host_tier
-    from fleetplan.placement.validate import validate
-    from fleetplan.scenario.build import build_problem
-    from fleetplan.scenario.read import load_scenario
-    from fleetplan.solvers.solve import solve
 
     def problem(doc: dict, name: str):
         p = tmp_path / name
@@ -169,7 +169,6 @@ def test_host_tier_option_sizes_dedicated_replicas_with_the_tier(tmp_path) -> No
 def test_kv_tiers_command_prints_the_tiers_and_writes_the_curve(tmp_path) -> None:
     from click.testing import CliRunner
 
-    from fleetplan.cli.main import main
 
     png = tmp_path / "curve.png"
     res = CliRunner().invoke(main, ["kv-tiers", "--requests", "300", "--cache-gb", "0,64", "--rate", "0.2",
@@ -187,16 +186,12 @@ def test_kv_tiers_command_prints_the_tiers_and_writes_the_curve(tmp_path) -> Non
 
 
 def test_verify_refuses_a_host_tier_it_cannot_replay() -> None:
-    from fleetplan.scenario.read import load_scenario
-    from fleetplan.simulator.verify import verify_plan
 
     with pytest.raises(InputError, match="host_tier"):
         verify_plan(load_scenario("kv_tiers_long"))
 
 
 def test_curve_orders_the_tiers_by_their_bandwidth() -> None:
-    from fleetplan.costmodels.engine import PREFILL_FIRST
-    from fleetplan.costmodels.kvtier_curve import miss_rate_ttft_curve
 
     # 4 requests of blocks [0 1], [0 1], [2 3], [0 1]: distances -1 -1 1 1 -1 -1 3 3; a 2-block cache holds the
     # 1s (hit 2/8), a 4-block cache the 3s too (hit 4/8)
@@ -216,8 +211,6 @@ def test_curve_orders_the_tiers_by_their_bandwidth() -> None:
 def test_a_missing_block_trace_names_the_option(tmp_path) -> None:
     import yaml
 
-    from fleetplan.scenario.build import build_problem
-    from fleetplan.scenario.read import load_scenario
 
     p = tmp_path / "s.yaml"
     p.write_text(yaml.safe_dump({**LONG, "options": {**LONG["options"], "host_tier": {"block_trace": "no.jsonl"}}}))

@@ -13,6 +13,7 @@ from click.testing import CliRunner
 
 import fleetplan.solvers.solve as solve_mod
 from fleetplan.cli.main import main
+from fleetplan.cli.plan import _summary_table
 from fleetplan.errors import InputError
 from fleetplan.placement.generators import planted_instance, random_instance
 from fleetplan.placement.plan import Plan, Status, evaluate
@@ -118,7 +119,6 @@ def test_a_zero_bound_is_no_bound_and_the_best_bound_is_used():
 
 def test_the_cli_says_no_bound_yet():
     # the summary prints "no bound yet" instead of a $0 bound (lp bound off and no backend run: no bound at all)
-    from fleetplan.cli.plan import _summary_table
 
     d = {"cost_usd_per_day": 7.34, "gpu_hours_per_day": 2.0, "utilization": {"mean": 0.5, "peak": 0.7},
          "lower_bound_usd_per_day": None, "gap": None}

@@ -4,7 +4,17 @@ from __future__ import annotations
 
 import pytest
 
-from fleetplan.costmodels.prefixcache import hit_rate, per_replica_and_shared, stack_distances
+from fleetplan.cli.main import main
+from fleetplan.costmodels.prefixcache import (
+    CacheCosts,
+    break_even_egress_usd_per_gb,
+    break_even_hit_rate,
+    hit_rate,
+    per_replica_and_shared,
+    prefix_cache_ledgers,
+    stack_distances,
+)
+from fleetplan.costmodels.prices import EgressTable, EgressTier, GpuPrice
 from fleetplan.datasets.prefix_blocks import read_block_ids
 from fleetplan.errors import InputError
 
@@ -36,7 +46,6 @@ def test_reader(tmp_path):
 def test_cli_prefix_cache():
     from click.testing import CliRunner
 
-    from fleetplan.cli.main import main
 
     r = CliRunner().invoke(main, ["prefix-cache", "--requests", "200", "--replicas", "1,2"])
     assert r.exit_code == 0, r.output
@@ -46,8 +55,6 @@ def test_cli_prefix_cache():
 
 
 def _costs(egress_usd_per_gb: float | None = None):
-    from fleetplan.costmodels.prefixcache import CacheCosts
-    from fleetplan.costmodels.prices import EgressTable, EgressTier, GpuPrice
 
     price = GpuPrice("aws", "us-east-1", "", "H100-SXM-80GB", "x", 1, 3.6, 3.6, "on-demand", source="test")
     table = None if egress_usd_per_gb is None else EgressTable(
@@ -58,7 +65,6 @@ def _costs(egress_usd_per_gb: float | None = None):
 
 
 def test_prefix_cache_ledger_by_hand():
-    from fleetplan.costmodels.prefixcache import break_even_egress_usd_per_gb, break_even_hit_rate, prefix_cache_ledgers
 
     # 1e6 requests x 10 blocks = 1e7 reads; a block's prefill 0.02 GPU-s at $3.6/GPU-h = $0.001/GPU-s.
     # no cache: 1e7 x 0.02 = 2e5 GPU-s = 55.56 GPU-h = $200.00/day
@@ -84,7 +90,6 @@ def test_prefix_cache_ledger_by_hand():
 def test_prefix_cache_command_prints_the_ledger():
     from click.testing import CliRunner
 
-    from fleetplan.cli.main import main
 
     res = CliRunner().invoke(main, ["prefix-cache", "--requests", "200", "--replicas", "1,2",
                                     "--peer-site", "aws:us-west-2"])

@@ -15,6 +15,8 @@ from fleetplan.costmodels.slo import SLO
 from fleetplan.datasets.calibration import load_calibration
 from fleetplan.datasets.catalog.names import get_gpu, get_model
 from fleetplan.errors import InputError
+from fleetplan.scenario.build import build_problem
+from fleetplan.scenario.read import load_scenario
 
 ROOT = Path(__file__).parents[1]
 
@@ -46,8 +48,6 @@ def test_long_context_capacity_rises_and_the_source_states_the_caveat(tmp_path):
     assert sparse.req_per_s > dense.req_per_s > 0
     assert sparse.max_batch == dense.max_batch  # the KV keeps its memory
 
-    from fleetplan.scenario.build import build_problem
-    from fleetplan.scenario.read import load_scenario
 
     raw = yaml.safe_load((ROOT / "datasets" / "scenarios" / "default.yaml").read_text())
     raw["models"] = [x for x in raw["models"] if x["name"] == "Llama-3.1-8B"]

@@ -11,10 +11,12 @@ import numpy as np
 import pytest
 import yaml
 
+from fleetplan.cli.main import main
 from fleetplan.costmodels.capacity import replica_capacity, replica_capacity_from_latency
 from fleetplan.costmodels.demand import TokenMix
 from fleetplan.costmodels.engine import EngineConfig, Speculation, engine_from_mapping, expected_tokens_per_step
 from fleetplan.costmodels.latency import decode_roofline_s, decode_step_time_s
+from fleetplan.costmodels.profile_capacity import measured_replica_capacity
 from fleetplan.costmodels.slo import SLO
 from fleetplan.costmodels.speculative import (
     break_even_acceptance_rate,
@@ -24,7 +26,12 @@ from fleetplan.costmodels.speculative import (
 )
 from fleetplan.datasets.calibration import load_calibration
 from fleetplan.datasets.catalog.names import get_gpu, get_model
+from fleetplan.datasets.profiles import load_profile, profile_files
 from fleetplan.errors import InputError
+from fleetplan.export.deployment import workloads
+from fleetplan.outputs.planio import load_plan_file
+from fleetplan.scenario.build import build_problem
+from fleetplan.scenario.read import load_scenario
 from fleetplan.simulator.engine import DeviceSpec, EngineSpec, StepModel, run
 
 ROOT = Path(__file__).parents[1]
@@ -198,9 +205,6 @@ def test_scenario_plan_rows_and_exported_flags(tmp_path):
     # server passes --speculative-config with the draft's repository.
     from click.testing import CliRunner
 
-    from fleetplan.cli.main import main
-    from fleetplan.export.deployment import workloads
-    from fleetplan.outputs.planio import load_plan_file
 
     scen = _scenario(tmp_path, {"mode": "prefill-first", "speculative": {
         "draft_model": "Llama-3.1-8B", "acceptance_rate": 0.8, "num_speculative_tokens": 4}})
@@ -220,8 +224,6 @@ def test_scenario_plan_rows_and_exported_flags(tmp_path):
 
 
 def test_scenario_unknown_draft_names_the_field(tmp_path):
-    from fleetplan.scenario.build import build_problem
-    from fleetplan.scenario.read import load_scenario
 
     scen = _scenario(tmp_path, {"speculative": {"draft_model": "Llama-9-1B", "acceptance_rate": 0.8}})
     with pytest.raises(InputError) as e:
@@ -235,7 +237,6 @@ def test_ledger_speculation_json(tmp_path):
     # rate, when one exists, gives the base capacity back within the search's tolerance.
     from click.testing import CliRunner
 
-    from fleetplan.cli.main import main
 
     scen = _scenario(tmp_path, {"mode": "prefill-first"})
     r = CliRunner().invoke(main, ["ledger", "speculation", str(scen), "--model", "Llama-3.1-70B", "--draft-model",
@@ -257,8 +258,6 @@ def test_ledger_speculation_json(tmp_path):
 
 def test_measured_profile_with_speculation_is_refused_with_the_fix():
     # A serving profile holds no verification pass: planning speculation from it would silently ignore the knob.
-    from fleetplan.costmodels.profile_capacity import measured_replica_capacity
-    from fleetplan.datasets.profiles import load_profile, profile_files
 
     prof = load_profile(profile_files(str(ROOT / "tests" / "data" / "profiles"
                                           / "vllm-*qps-Llama-3.1-8B-Instruct-h100.json")))
@@ -272,8 +271,6 @@ def test_measured_profile_with_speculation_is_refused_with_the_fix():
 def test_speculation_gets_no_shared_gpu_option_and_says_why(tmp_path):
     # Llama-3.1-8B (tp 1 listed, so it has shared options without speculation) with n-gram speculation: none, and
     # the option notes say why.
-    from fleetplan.scenario.build import build_problem
-    from fleetplan.scenario.read import load_scenario
 
     raw = yaml.safe_load((ROOT / "datasets" / "scenarios" / "default.yaml").read_text())
     raw["models"] = [m for m in raw["models"] if m["name"] == "Llama-3.1-8B"]

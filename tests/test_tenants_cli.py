@@ -13,6 +13,7 @@ from fleetplan.costmodels.slo import SLO
 from fleetplan.datasets.calibration import load_calibration
 from fleetplan.datasets.catalog.names import get_gpu, get_model
 from fleetplan.datasets.traces import load_trace, token_mix_from_trace
+from fleetplan.errors import SolverError
 from fleetplan.scenario.tenants import load_tenants
 
 SMALL = """
@@ -281,7 +282,6 @@ def test_a_split_that_runs_out_of_time_keeps_the_allocation(tmp_path, monkeypatc
     # The in-node split gets only the time the allocation leaves; when it finds nothing (here forced, as a MIG
     # split out of time raises), the command still prints the allocation, without the split, and says why.
     import fleetplan.cli.allocate as allocate_cli
-    from fleetplan.errors import SolverError
 
     def out_of_time(*_a, **_k):
         raise SolverError("MIG split of 8x A100: no split found within 1.0 s (the time left of --time-limit); "

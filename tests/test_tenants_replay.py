@@ -8,6 +8,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from fleetplan.cli.main import main
 from fleetplan.costmodels.demand import TokenMix
 from fleetplan.costmodels.interference import InterferenceTable
 from fleetplan.costmodels.latency import prefill_time_s
@@ -161,7 +162,6 @@ def test_allocate_verify_cli(tmp_path):
     and the replay has requests for it; t sends none and is reported as not replayed."""
     from click.testing import CliRunner
 
-    from fleetplan.cli.main import main
 
     f = tmp_path / "t.yaml"
     f.write_text(VERIFY)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from fleetplan.cli.main import main
+from fleetplan.costmodels.interference import InterferenceTable
 from fleetplan.errors import InputError
 from fleetplan.placement.tenants import Allocation, Node, Tenant, TenantProblem, validate_allocation
 from fleetplan.scenario.tenants import TenantWorkload
@@ -70,7 +72,6 @@ def test_equal_priorities_are_fcfs():
 
 
 def _problem() -> TenantProblem:
-    from fleetplan.costmodels.interference import InterferenceTable
 
     table = InterferenceTable({("interactive", "batch"): 0.2, ("interactive", "interactive"): 0.0,
                                ("batch", "batch"): 0.0})
@@ -114,7 +115,6 @@ def test_allocate_in_node_cli(tmp_path):
     two-level adds the side-by-side table; --in-node without --verify is refused with the fix."""
     from click.testing import CliRunner
 
-    from fleetplan.cli.main import main
     from tests.test_tenants_replay import VERIFY
 
     f = tmp_path / "t.yaml"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from fleetplan.cli.main import main
 from fleetplan.errors import InputError
 from fleetplan.scenario.troughs import load_troughs, troughs_from_dict
 from fleetplan.solvers.troughs import plan_troughs
@@ -47,7 +48,6 @@ def test_bad_input_and_shipped():
 def test_cli_prints_the_ledger():
     from click.testing import CliRunner
 
-    from fleetplan.cli.main import main
 
     r = CliRunner().invoke(main, ["troughs"])
     assert r.exit_code == 0, r.output

@@ -12,6 +12,7 @@ from click.testing import CliRunner
 from fleetplan.cli.main import main as cli
 from fleetplan.costmodels.uncertainty import CapacityError, HeldOutError, group_errors, measured_error, roofline_error
 from fleetplan.datasets.held_out import load_held_out_table
+from fleetplan.errors import InputError
 from fleetplan.outputs.planio import load_plan_file
 from fleetplan.outputs.uncertainty import cost_at_risk, window_margins
 from fleetplan.placement.plan import Plan
@@ -133,7 +134,6 @@ def test_robust_plan_costs_more_and_its_file_reads_back(tmp_path: Path):
 
 
 def test_bad_held_out_table_names_row_and_column(tmp_path: Path):
-    from fleetplan.errors import InputError
 
     f = tmp_path / "h.csv"
     f.write_text("group,model,gpu,framework,kind,n,mdape_pct,source\nM @ G,M,G,vLLM 0.11,decode,3,x,s\n")
