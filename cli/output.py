@@ -79,23 +79,24 @@ JSON_COMMANDS = frozenset({"export-history", "schema"})
 
 
 def wants_json(command: click.Command, args: Sequence[str]) -> bool:
-    """True when ``command`` prints JSON (:data:`JSON_COMMANDS`) or ``args`` (its own arguments, as typed) choose
-    JSON output: the last value given to an option of ``command`` whose choices include 'json' (``-o json``,
-    ``--format=json``, ``-ojson``) is 'json'."""
+    """True when ``command`` prints JSON (:data:`JSON_COMMANDS`) or ``args`` (its own arguments, as typed) ask for
+    JSON output: a value given to an option of ``command`` whose choices include 'json' (``-o json``,
+    ``--format=json``, ``-ojson``) is 'json' (any of them: ``-o json --format table`` is an error a ``| jq``
+    pipeline should see as JSON)."""
     if command.name in JSON_COMMANDS:
         return True
     opts = {o for p in command.params if isinstance(p, click.Option) and isinstance(p.type, click.Choice)
             and "json" in p.type.choices for o in p.opts}
-    chosen = None
+    chosen: set[str | None] = set()
     for i, a in enumerate(args):
         if a == "--":
             break
         name, eq, val = a.partition("=")
         if name in opts:
-            chosen = val if eq else (args[i + 1] if i + 1 < len(args) else None)
+            chosen.add(val if eq else (args[i + 1] if i + 1 < len(args) else None))
         elif a[:2] in opts and len(a) > 2 and not a.startswith("--"):  # -ojson
-            chosen = a[2:]
-    return chosen == "json"
+            chosen.add(a[2:])
+    return "json" in chosen
 
 
 def rows_csv(rows: Sequence[dict[str, Any]], columns: Sequence[str] | None = None) -> str:

@@ -297,6 +297,14 @@ def test_every_command_with_json_output_prints_its_user_errors_as_one_json_objec
         assert res.exit_code == 2 and res.stdout == "", (path, res.stdout)
 
 
+def test_json_asked_for_beside_another_format_still_gets_its_error_as_json():
+    # `plan -o json --format table` contradicts itself (found by a fresh user: stdout stayed empty); JSON was asked
+    # for, so a `| jq` pipeline sees the error object.
+    res = CliRunner().invoke(main, ["plan", "-o", "json", "--format", "table"])
+    assert res.exit_code == 2
+    assert "error" in json.loads(res.stdout)
+
+
 def test_commands_that_always_print_json_print_their_user_errors_as_json(tmp_path):
     res = CliRunner().invoke(main, ["export-history", "--db", f"sqlite:///{tmp_path / 'none.db'}", "--day",
                                     "2025-12-01"])
