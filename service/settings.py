@@ -15,6 +15,7 @@ naming the key, where it came from and the fix.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -28,6 +29,9 @@ from fleetplan.solvers.online.config import OnlineConfig
 
 #: prefix of the environment variables the loader reads
 ENV_PREFIX = "FLEETPLAN_"
+#: Prefixes of FLEETPLAN_* variables that are not service settings: the project's own test switches (read by its
+#: tests, e.g. FLEETPLAN_TEST_POSTGRES_URL, FLEETPLAN_PACKAGING_TEST), never taken for a misspelled setting.
+TEST_SWITCHES = ("FLEETPLAN_TEST_", "FLEETPLAN_PACKAGING_TEST")
 #: keys that name a file holding a secret, and the key each one fills (the file's first line)
 SECRET_FILES = {"token_file": "token", "read_token_file": "read_token", "db_url_file": "db_url"}
 
@@ -220,6 +224,16 @@ def settings_from_env(environ: Mapping[str, str]) -> dict:
             online[f.name] = _env_value(f"online__{f.name}", raw, f.type in ("str", str))
     if online:
         out["online"] = online
+    known = {ENV_PREFIX + k.upper() for k in [*ServiceSettings.model_fields, *SECRET_FILES] if k != "online"}
+    known |= {f"{ENV_PREFIX}ONLINE__{f.name.upper()}" for f in dataclasses.fields(OnlineConfig)}
+    known.add(ENV_PREFIX + "CONFIG")
+    for name in sorted(n for n in environ if n.startswith(ENV_PREFIX) and n not in known
+                       and not n.startswith(TEST_SWITCHES)):
+        # A variable that is one typo away from a setting would be ignored silently; one far from every setting
+        # may belong to something else.
+        if close := difflib.get_close_matches(name, known, n=1, cutoff=0.85):
+            raise InputError(f"environment variable {name} is not a setting of fleetplan serve; did you mean "
+                             f"{close[0]}?", field=name, value=environ[name])
     return out
 
 

@@ -30,6 +30,19 @@ def test_flags_beat_the_environment_which_beats_the_file(tmp_path):
     assert load_settings({}, environ={"FLEETPLAN_CONFIG": str(cfg)}).max_plans == 100
 
 
+def test_a_misspelled_environment_variable_is_refused_not_ignored():
+    # FLEETPLAN_INTERVL_S (found by a fresh user) started the service with the default interval, without a word.
+    with pytest.raises(InputError, match="FLEETPLAN_INTERVL_S.*did you mean FLEETPLAN_INTERVAL_S"):
+        load_settings({}, environ={"FLEETPLAN_INTERVL_S": "5"})
+    with pytest.raises(InputError, match="did you mean FLEETPLAN_ONLINE__COOLDOWN_S"):
+        load_settings({}, environ={"FLEETPLAN_ONLINE__COOLDWN_S": "600"})
+    # a variable far from every setting may belong to something else: not the service's to refuse
+    # and the project's own test switches are not settings (FLEETPLAN_TEST_PROMETHEUS_URL is close to
+    # FLEETPLAN_PROMETHEUS_URL, but CI sets it for the tests)
+    assert load_settings({}, environ={"FLEETPLAN_TEST_PROMETHEUS_URL": "http://x", "FLEETPLAN_PACKAGING_TEST": "1",
+                                      "FLEETPLAN_SOMETHING_ELSE_ENTIRELY": "1", "FLEETPLAN_INSECURE_NO_AUTH": "true"})
+
+
 def test_mistakes_name_the_key_and_where_it_came_from(tmp_path):
     cfg = tmp_path / "serve.yaml"
     cfg.write_text("insecure_no_auth: true\nintervall_s: 5\n")
