@@ -136,7 +136,6 @@ def postgres_schema(server_url: str):
     import pytest
     import sqlalchemy
 
-
     schema = "t_" + uuid.uuid4().hex[:10]
     admin = sqlalchemy.create_engine(normalize_url(server_url))
     try:

@@ -2,6 +2,7 @@
 
 import pytest
 import yaml
+from scenario_support import default_with_one_model
 
 from fleetplan.cli.main import main
 from fleetplan.costmodels.engine import (
@@ -76,7 +77,6 @@ def test_scenario_engine_reaches_options_plan_rows_and_vllm_flags(tmp_path):
     import yaml
     from click.testing import CliRunner
 
-
     raw = yaml.safe_load((__import__("pathlib").Path(__file__).parents[1] / "datasets" / "scenarios"
                           / "default.yaml").read_text())
     raw["models"] = [m for m in raw["models"] if m["name"] == "Llama-3.1-8B"]
@@ -100,15 +100,7 @@ def test_scenario_engine_reaches_options_plan_rows_and_vllm_flags(tmp_path):
 def test_a_models_own_engine_key_without_options_engine_is_vllm_v1(tmp_path):
     # docs/engine.md: "as soon as an engine key is given, an unset mode is vllm-v1". A models[].engine without
     # options.engine was laid over the prefill-first default and kept its mode (its stated budget went unused).
-    import yaml
-
-
-    raw = yaml.safe_load((__import__("pathlib").Path(__file__).parents[1] / "datasets" / "scenarios"
-                          / "default.yaml").read_text())
-    raw["models"] = [m for m in raw["models"] if m["name"] == "Llama-3.1-8B"]
-    raw["models"][0]["engine"] = {"max_num_batched_tokens": 1024}
-    scen = tmp_path / "s.yaml"
-    scen.write_text(yaml.safe_dump(raw))
+    scen = default_with_one_model(tmp_path, "Llama-3.1-8B", {"max_num_batched_tokens": 1024})
     p = build_problem(load_scenario(scen))
     engines = [o.engine for o in p.options] + [s.engine for s in p.share_options]
     assert engines and all(e is not None and e.mode == "vllm-v1" and e.max_num_batched_tokens == 1024

@@ -501,7 +501,6 @@ def test_readme_export_steps_match_the_default_plan():
 
 
 def test_gpu_without_a_known_label(monkeypatch):
-
     problem, plan, scenario = default()
     monkeypatch.setattr(deployment, "gpu_product_labels", lambda: {})
     with pytest.raises(InputError, match="no nvidia.com/gpu.product label known for GPU"):

@@ -101,7 +101,6 @@ def test_hbm_limited_replica_gains_batch_and_rate_by_the_computed_factor() -> No
 
 
 def test_tier_and_stated_hit_rate_are_not_both_taken() -> None:
-
     with pytest.raises(InputError, match="prefix_hit_rate"):
         replica_capacity_from_latency(lambda i: 1e-4 * i, lambda b, c: 0.01, TokenMix(100, 100, 10, 10),
                                       SLO(ttft_s=1.0, tpot_s=0.1), kv_bytes_per_seq=1e6, kv_budget_bytes=1e9,
@@ -137,7 +136,6 @@ LONG = {
 def test_host_tier_option_sizes_dedicated_replicas_with_the_tier(tmp_path) -> None:
     import yaml
 
-
     def problem(doc: dict, name: str):
         p = tmp_path / name
         p.write_text(yaml.safe_dump(doc))
@@ -169,7 +167,6 @@ def test_host_tier_option_sizes_dedicated_replicas_with_the_tier(tmp_path) -> No
 def test_kv_tiers_command_prints_the_tiers_and_writes_the_curve(tmp_path) -> None:
     from click.testing import CliRunner
 
-
     png = tmp_path / "curve.png"
     res = CliRunner().invoke(main, ["kv-tiers", "--requests", "300", "--cache-gb", "0,64", "--rate", "0.2",
                                     "--plot", str(png)])
@@ -186,13 +183,11 @@ def test_kv_tiers_command_prints_the_tiers_and_writes_the_curve(tmp_path) -> Non
 
 
 def test_verify_refuses_a_host_tier_it_cannot_replay() -> None:
-
     with pytest.raises(InputError, match="host_tier"):
         verify_plan(load_scenario("kv_tiers_long"))
 
 
 def test_curve_orders_the_tiers_by_their_bandwidth() -> None:
-
     # 4 requests of blocks [0 1], [0 1], [2 3], [0 1]: distances -1 -1 1 1 -1 -1 3 3; a 2-block cache holds the
     # 1s (hit 2/8), a 4-block cache the 3s too (hit 4/8)
     d = np.array([-1, -1, 1, 1, -1, -1, 3, 3])
@@ -210,7 +205,6 @@ def test_curve_orders_the_tiers_by_their_bandwidth() -> None:
 
 def test_a_missing_block_trace_names_the_option(tmp_path) -> None:
     import yaml
-
 
     p = tmp_path / "s.yaml"
     p.write_text(yaml.safe_dump({**LONG, "options": {**LONG["options"], "host_tier": {"block_trace": "no.jsonl"}}}))

@@ -198,7 +198,6 @@ def test_cover_cost_floor_is_the_least_whole_replica_covering():
     import itertools
     import random
 
-
     # by hand: demand 5 req/s with (cost 3, 2 req/s, up to 4) and (cost 4, 3 req/s, up to 1): 1 × 4 + 1 × 3 = 7
     # covers 5 req/s (3 + 2); two of the first give 4 req/s < 5, three cost 9; the LP value is 5 × 4/3 = 6.67
     assert cover_cost_floor([(3.0, 2.0, 4), (4.0, 3.0, 1)], 5.0, 0) == pytest.approx(7.0)
@@ -220,7 +219,6 @@ def test_cover_cost_floor_is_the_least_whole_replica_covering():
 @pytest.mark.parametrize("name, problem, optimum", corpus(), ids=[c[0] for c in corpus()])
 def test_aggregate_bound_with_cover_cuts_is_a_bound(name, problem, optimum):
     import time
-
 
     r = solve_aggregate_bound(problem, time_limit_s=20, threads=1)
     assert r.bound_usd is not None and not r.infeasible
@@ -250,7 +248,6 @@ def test_greedy_splits_a_model_over_pools_when_one_has_no_room():
 def test_a_start_that_does_not_fit_is_repaired_never_no_solution(monkeypatch):
     import time
 
-
     problem = random_instance(8, 6, seed=3, max_gpus=200)
     # a greedy plan with no replicas at all: fits no window; the window-by-window repair must build a plan
     monkeypatch.setattr(solve_mod, "greedy", lambda p: _finish(p, {}, [], "greedy"))
@@ -265,7 +262,6 @@ def test_a_start_that_does_not_fit_is_repaired_never_no_solution(monkeypatch):
 
 def test_fleet_scale_path_keeps_short_time_limits(monkeypatch):
     import time
-
 
     problem = random_instance(30, 24, seed=1, max_gpus=400)
     monkeypatch.setattr(solve_mod, "MONOLITHIC_MAX_VARS", 10)

@@ -46,7 +46,6 @@ def test_reader(tmp_path):
 def test_cli_prefix_cache():
     from click.testing import CliRunner
 
-
     r = CliRunner().invoke(main, ["prefix-cache", "--requests", "200", "--replicas", "1,2"])
     assert r.exit_code == 0, r.output
     assert "shared hit rate" in r.output and "break-even link bandwidth" in r.output
@@ -55,7 +54,6 @@ def test_cli_prefix_cache():
 
 
 def _costs(egress_usd_per_gb: float | None = None):
-
     price = GpuPrice("aws", "us-east-1", "", "H100-SXM-80GB", "x", 1, 3.6, 3.6, "on-demand", source="test")
     table = None if egress_usd_per_gb is None else EgressTable(
         "aws", "cross_zone", "test", (EgressTier(0.0, None, egress_usd_per_gb),), source="test")
@@ -65,7 +63,6 @@ def _costs(egress_usd_per_gb: float | None = None):
 
 
 def test_prefix_cache_ledger_by_hand():
-
     # 1e6 requests x 10 blocks = 1e7 reads; a block's prefill 0.02 GPU-s at $3.6/GPU-h = $0.001/GPU-s.
     # no cache: 1e7 x 0.02 = 2e5 GPU-s = 55.56 GPU-h = $200.00/day
     # per-replica (10% hits): 0.9 x $200 = $180 + memory 12 GPU-h x 3.6 = $43.20 -> $223.20
@@ -89,7 +86,6 @@ def test_prefix_cache_ledger_by_hand():
 
 def test_prefix_cache_command_prints_the_ledger():
     from click.testing import CliRunner
-
 
     res = CliRunner().invoke(main, ["prefix-cache", "--requests", "200", "--replicas", "1,2",
                                     "--peer-site", "aws:us-west-2"])

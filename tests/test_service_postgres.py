@@ -33,7 +33,6 @@ def restartable_pg():
 def test_postgres_store_keeps_observations_plans_and_resumes(pg_url):
     import sqlalchemy
 
-
     # A schema of its own, so runs never see each other's rows.
     schema = "t_" + uuid.uuid4().hex[:10]
     try:
@@ -72,7 +71,6 @@ def test_postgres_store_keeps_observations_plans_and_resumes(pg_url):
 def test_postgres_restart_the_loop_survives_and_readiness_tells_the_truth(restartable_pg):
     """On main the background thread died on the first database error and /healthz kept answering "ok"."""
     import warnings
-
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import yaml
+from scenario_support import default_with_one_model
 
 from fleetplan.costmodels.capacity import replica_capacity
 from fleetplan.costmodels.demand import TokenMix
@@ -48,12 +48,7 @@ def test_long_context_capacity_rises_and_the_source_states_the_caveat(tmp_path):
     assert sparse.req_per_s > dense.req_per_s > 0
     assert sparse.max_batch == dense.max_batch  # the KV keeps its memory
 
-
-    raw = yaml.safe_load((ROOT / "datasets" / "scenarios" / "default.yaml").read_text())
-    raw["models"] = [x for x in raw["models"] if x["name"] == "Llama-3.1-8B"]
-    raw["models"][0]["engine"] = {"kv_read_fraction": 0.5}
-    scen = tmp_path / "s.yaml"
-    scen.write_text(yaml.safe_dump(raw))
+    scen = default_with_one_model(tmp_path, "Llama-3.1-8B", {"kv_read_fraction": 0.5})
     p = build_problem(load_scenario(scen))
     sources = [o.capacity_source for o in p.options] + [s.capacity_source for s in p.share_options]
     assert sources and all("sparse decode reading 50% of the KV" in s and "quality change is not modelled" in s

@@ -205,7 +205,6 @@ def test_scenario_plan_rows_and_exported_flags(tmp_path):
     # server passes --speculative-config with the draft's repository.
     from click.testing import CliRunner
 
-
     scen = _scenario(tmp_path, {"mode": "prefill-first", "speculative": {
         "draft_model": "Llama-3.1-8B", "acceptance_rate": 0.8, "num_speculative_tokens": 4}})
     out = tmp_path / "plan.json"
@@ -224,7 +223,6 @@ def test_scenario_plan_rows_and_exported_flags(tmp_path):
 
 
 def test_scenario_unknown_draft_names_the_field(tmp_path):
-
     scen = _scenario(tmp_path, {"speculative": {"draft_model": "Llama-9-1B", "acceptance_rate": 0.8}})
     with pytest.raises(InputError) as e:
         build_problem(load_scenario(scen))
@@ -236,7 +234,6 @@ def test_ledger_speculation_json(tmp_path):
     # scenario's 100-ms TPOT; each row's ratio is its two capacities', pays = spec > base, and the break-even
     # rate, when one exists, gives the base capacity back within the search's tolerance.
     from click.testing import CliRunner
-
 
     scen = _scenario(tmp_path, {"mode": "prefill-first"})
     r = CliRunner().invoke(main, ["ledger", "speculation", str(scen), "--model", "Llama-3.1-70B", "--draft-model",

@@ -217,7 +217,6 @@ tenants:
 def test_key_typos_and_gpu_aliases(tmp_path):
     from click.testing import CliRunner
 
-
     p = tmp_path / "t.yaml"
     p.write_text("pool:\n  - {name: n, gpu: H100, gpus_per_node: 8, count: 2}\n"
                  "tenants:\n  - {name: a, quota_gpus: 4, interference_class: interactive, gpu_type: [H100],"

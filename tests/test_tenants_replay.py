@@ -162,7 +162,6 @@ def test_allocate_verify_cli(tmp_path):
     and the replay has requests for it; t sends none and is reported as not replayed."""
     from click.testing import CliRunner
 
-
     f = tmp_path / "t.yaml"
     f.write_text(VERIFY)
     r = CliRunner().invoke(main, ["allocate", str(f), "--verify", "--slice", "10",

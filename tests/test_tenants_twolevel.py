@@ -72,7 +72,6 @@ def test_equal_priorities_are_fcfs():
 
 
 def _problem() -> TenantProblem:
-
     table = InterferenceTable({("interactive", "batch"): 0.2, ("interactive", "interactive"): 0.0,
                                ("batch", "batch"): 0.0})
     hi = Tenant("a", 1, 1, 3.0, (1.0,), 0.9, "interactive", (GPU,))

@@ -48,7 +48,6 @@ def test_bad_input_and_shipped():
 def test_cli_prints_the_ledger():
     from click.testing import CliRunner
 
-
     r = CliRunner().invoke(main, ["troughs"])
     assert r.exit_code == 0, r.output
     assert "saving" in r.output and "Ledger" in r.output

@@ -134,7 +134,6 @@ def test_robust_plan_costs_more_and_its_file_reads_back(tmp_path: Path):
 
 
 def test_bad_held_out_table_names_row_and_column(tmp_path: Path):
-
     f = tmp_path / "h.csv"
     f.write_text("group,model,gpu,framework,kind,n,mdape_pct,source\nM @ G,M,G,vLLM 0.11,decode,3,x,s\n")
     with pytest.raises(InputError, match="mdape_pct") as exc:
