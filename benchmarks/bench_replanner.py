@@ -111,6 +111,7 @@ from fleetplan.scenario.build import build_problem
 from fleetplan.scenario.read import load_scenario, scenario_from_raw
 from fleetplan.service.runtime import scenario_problem
 from fleetplan.simulator.fleetday import TALLY_SLOT_S, FleetStep, Outage, day_requests, plan_steps, replay_fleet_day
+from fleetplan.solvers.common import SAFETY_STOP_NOTE
 from fleetplan.solvers.online.config import OnlineConfig
 from fleetplan.solvers.online.replanner import Replanner
 from fleetplan.solvers.online.state import window_problem
@@ -319,8 +320,6 @@ def _step_of(r: Replanner, t: float) -> FleetStep:
 #: The times of re-solves the wall-clock safety stop cut in this run (their plans may differ on another machine:
 #: raise --resolve-time-limit on a busy machine); the re-solves are otherwise bounded by deterministic effort.
 RESOLVES_CUT: list[float] = []
-#: The words a solve's message starts its safety-stop note with (solvers.common.SafetyStop.note).
-SAFETY_STOP_TEXT = "the wall-clock safety stop"
 
 
 def replanner_steps(problem, lt, offline, rates, resolve_limit_s: float, warm: list[dict[str, np.ndarray]] = (),
@@ -359,7 +358,7 @@ def replanner_steps(problem, lt, offline, rates, resolve_limit_s: float, warm: l
         if k % int(3600 / step_s) == 0 or r.drifted:
             cand = solve(r.candidate_problem(r.resolve_demand(t)), "highs", time_limit_s=resolve_limit_s, threads=1,
                          lp_bound=False)
-            if SAFETY_STOP_TEXT in (cand.message or ""):
+            if SAFETY_STOP_NOTE in (cand.message or ""):
                 RESOLVES_CUT.append(t)
             ok, _, _ = r.consider(cand, t)
             offered += 1

@@ -41,6 +41,7 @@ from fleetplan.datasets.calibration import load_calibration
 from fleetplan.datasets.catalog.names import get_gpu, get_model
 from fleetplan.datasets.prefix_blocks import MOONCAKE_BLOCK_TOKENS, read_block_ids
 from fleetplan.scenario.troughs import load_troughs
+from fleetplan.solvers.common import SAFETY_STOP_NOTE
 from fleetplan.solvers.troughs import plan_troughs
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -70,8 +71,6 @@ def cli(*args: str) -> str:
     return r.output
 
 
-#: The words a plan's message starts its wall-clock safety-stop note with (solvers.common.SafetyStop.note).
-SAFETY_STOP_TEXT = "the wall-clock safety stop"
 
 
 def plan_json(*args: str) -> dict:
@@ -79,7 +78,7 @@ def plan_json(*args: str) -> dict:
     such a plan may differ on another machine, so no figure is checked or written from it (run on a less busy
     machine, or give the source a larger --time-limit)."""
     doc = json.loads(cli("plan", *args, "--format", "json"))
-    if SAFETY_STOP_TEXT in (doc.get("message") or ""):
+    if SAFETY_STOP_NOTE in (doc.get("message") or ""):
         raise RuntimeError(f"fleetplan plan {' '.join(args)}: the wall-clock safety stop cut this plan (the machine "
                            "is too busy for its work in the time limit), so its figures may differ on another "
                            f"machine and none is checked or written from it: {doc['message'][:300]}")

@@ -304,6 +304,9 @@ BOUND_REL_TOL = 1e-7
 TRIVIAL_BOUND_USD = 1e-9
 #: A solve that used this share of its time limit or more is reported as stopped by the limit.
 TIME_LIMIT_SHARE = 0.97
+#: The words a plan's message starts its safety-stop note with (:meth:`SafetyStop.note`): a plan whose message holds
+#: them was cut by the wall clock and may differ on another machine (the benchmarks and docs/figures.py look for it).
+SAFETY_STOP_NOTE = "the wall-clock safety stop"
 #: Seconds before its deadline at which the safety stop counts as reached (a stage is not started with less left,
 #: and one that ends within it may have been cut).
 SAFETY_SLACK_S = 0.1
@@ -342,7 +345,7 @@ class SafetyStop:
             return None
         what = ("this plan may differ on another machine" if self.plan_cut else
                 "the plan does not depend on it, but its bound and gap may differ on another machine")
-        return f"the wall-clock safety stop at {self.time_limit_s:.3g} s cut " + "; ".join(self.cuts) + ": " + what
+        return f"{SAFETY_STOP_NOTE} at {self.time_limit_s:.3g} s cut " + "; ".join(self.cuts) + ": " + what
 
 
 def relative_gap(objective_usd: float, bound_usd: float | None) -> float | None:
