@@ -148,7 +148,8 @@ def _checked_derating(derating: dict[DeratingKey, float] | None) -> dict[Deratin
     return derating
 
 
-def _sizing_inputs(scenario: Scenario, derating: dict[DeratingKey, float]) -> _Inputs:
+def _sizing_inputs(scenario: Scenario, derating: dict[DeratingKey, float],
+                   step_scale: dict[DeratingKey, float]) -> _Inputs:
     """Step 1: the measured profiles, the price rows (``price_date`` checked against them: a real date, not before
     every dated snapshot, else find_price would blame an inventory row's price), the calibration file (relative to
     the scenario's folder), the inter-node link and the allowed GPU types. Raises InputError naming the option."""
@@ -171,7 +172,8 @@ def _sizing_inputs(scenario: Scenario, derating: dict[DeratingKey, float]) -> _I
     with at_field(f"{where}: options", "allowed_gpus"):
         allowed_names = ({get_gpu(g, scenario_catalog_file(scenario, "gpus")).name for g in allowed} if allowed
                          else None)
-    return _Inputs(spec, base, SizingContext(opts, link, calib_file, derating), prices, allowed_names, measured)
+    return _Inputs(spec, base, SizingContext(opts, link, calib_file, derating, step_scale), prices, allowed_names,
+                   measured)
 
 
 def _disaggregation(scenario: Scenario, spec: ScenarioFile, pools: list[Pool]) -> Disaggregation:
@@ -323,7 +325,8 @@ def _problem(scenario: Scenario, pools: list[Pool], parts: list[_ModelPart]) -> 
 
 
 def build_problem(scenario: Scenario, *, progress: Callable[[str], None] | None = None,
-                  derating: dict[DeratingKey, float] | None = None, new_plan: bool = True) -> Problem:
+                  derating: dict[DeratingKey, float] | None = None, new_plan: bool = True,
+                  step_scale: dict[DeratingKey, float] | None = None) -> Problem:
     """Evaluate the cost models for every (model, pool, tp, pp) of ``scenario`` and return the numeric Problem
     (the steps in order: module docstring).
 
@@ -338,11 +341,16 @@ def build_problem(scenario: Scenario, *, progress: Callable[[str], None] | None 
     a target. Raises InputError for a factor outside (0, 1], InputError / UnknownNameError naming the file and
     field for bad input.
 
+    ``step_scale`` sizes the options it names as if their step times were 1 / s longer (their latency targets ×
+    s before the cost model; :attr:`~fleetplan.scenario.options.SizingContext.step_scale`); the capacity × s
+    comes from ``derating``, which must then include s (``plan --robust`` passes the same factors as both).
+    Factors in (0, 1], else InputError.
+
     ``new_plan`` (default) applies the price snapshot policy (:func:`~fleetplan.scenario.pools.check_price_snapshots`:
     one snapshot date unless ``options.price_snapshots: mixed``); a stored plan file's problem is rebuilt with
     False, since the file records each pool's price and snapshot date and those are re-checked against it.
     """
-    inputs = _sizing_inputs(scenario, _checked_derating(derating))
+    inputs = _sizing_inputs(scenario, _checked_derating(derating), _checked_derating(step_scale))
     pools, gpus = scenario_pools(scenario.source, inputs.spec, scenario.options, inputs.prices,
                                  allowed_gpus=inputs.allowed_gpus, gpus_file=scenario_catalog_file(scenario, "gpus"))
     if new_plan:
@@ -376,7 +384,7 @@ def model_sizing(scenario: Scenario, name: str) -> ModelSizing:
     """The inputs :func:`build_problem` sizes model ``name``'s options with (a what-if re-sizes them with another
     engine, e.g. ``fleetplan ledger speculation``). Raises UnknownNameError naming the scenario's models for a
     name it lacks, InputError / UnknownNameError as :func:`build_problem` for bad input."""
-    inputs = _sizing_inputs(scenario, {})
+    inputs = _sizing_inputs(scenario, {}, {})
     pools, gpus = scenario_pools(scenario.source, inputs.spec, scenario.options, inputs.prices,
                                  allowed_gpus=inputs.allowed_gpus, gpus_file=scenario_catalog_file(scenario, "gpus"))
     site_names = sorted({p.site for p in pools})

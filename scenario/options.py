@@ -45,12 +45,20 @@ class SizingContext:
         link: the link between the nodes of a pipeline-parallel replica (``options.inter_node_link``).
         calib_file: the roofline calibration CSV (``options.calibration`` resolved), None for the shipped one.
         derating: capacity factors in (0, 1] per option (:data:`~fleetplan.placement.problem.DeratingKey`).
+        step_scale: {option key: s in (0, 1]}: size the option as if its step times were 1 / s times longer (the
+            pessimistic end of a capacity error e is s = 1 − e, ``plan --robust``): its latency targets × s before
+            the capacity model, then its capacity × s through ``derating`` (which the caller sets to include s).
+            A queue whose every service time is 1 / s times longer is the same queue on a clock 1 / s times slower
+            fed at rate × 1 / s, so its latencies at rate λ are 1 / s × the nominal latencies at λ / s: it meets
+            target T at λ exactly when the nominal one meets T × s at λ / s. Unlike a capacity × s alone, this
+            also catches a latency floor (one step slower than the target allows at any rate).
     """
 
     opts: dict
     link: Link
     calib_file: str | None
     derating: dict[DeratingKey, float]
+    step_scale: dict[DeratingKey, float] = dataclasses.field(default_factory=dict)
 
     @property
     def memory_utilization(self) -> float:
@@ -172,10 +180,21 @@ def engine_calibration(ctx: SizingContext, gpu: GPU, engine: EngineConfig) -> tu
     return calib, f"roofline ({what} of {ctx.opts.get('calibration') or where}" + (f"; {note})" if note else ")")
 
 
+def scaled_slo(slo: SLO, s: float) -> SLO:
+    """``slo`` with every latency target × ``s`` (percentiles and attainment unchanged): the targets an option
+    sized at step times 1 / s longer must meet at nominal step times (:attr:`SizingContext.step_scale`)."""
+    if s == 1.0:
+        return slo
+    return dataclasses.replace(slo, ttft_s=slo.ttft_s * s, tpot_s=slo.tpot_s * s,
+                               e2e_s=slo.e2e_s * s if slo.e2e_s is not None else None)
+
+
 def _capacity(ctx: SizingContext, mi: ModelInputs, prof: MeasuredProfile | None, gpu: GPU, mix: TokenMix, *,
-              tp: int, pp: int, calib: Calibration) -> ReplicaCapacity:
-    """:func:`option_capacity` of a dedicated or pipeline option of ``mi`` for the token mix ``mix``."""
-    return option_capacity(prof, mi.model, gpu, mix, mi.slo, weight_dtype=mi.weight_dtype, kv_dtype=mi.kv_dtype,
+              pool: Pool, tp: int, pp: int, calib: Calibration) -> ReplicaCapacity:
+    """:func:`option_capacity` of a dedicated or pipeline option of ``mi`` on ``pool`` for the token mix ``mix``
+    (its targets scaled by ``ctx.step_scale``)."""
+    slo = scaled_slo(mi.slo, ctx.step_scale.get((mi.model.name, pool.id, tp, pp), 1.0))
+    return option_capacity(prof, mi.model, gpu, mix, slo, weight_dtype=mi.weight_dtype, kv_dtype=mi.kv_dtype,
                            memory_utilization=ctx.memory_utilization, tp=tp, pp=pp, calib=calib,
                            link=ctx.link if pp > 1 else None, engine=mi.engine,
                            host_tier=option_host_tier(ctx, mi, gpu, tp, pp))
@@ -222,7 +241,7 @@ def _class_capacity(ctx: SizingContext, mi: ModelInputs, pool: Pool, gpu: GPU, p
     (None, ()) when no class is."""
     served = []
     for cname, (share, cmix) in mi.class_mixes.items():
-        ccap = _capacity(ctx, mi, prof, gpu, cmix, tp=tp, pp=pp, calib=calib)
+        ccap = _capacity(ctx, mi, prof, gpu, cmix, pool=pool, tp=tp, pp=pp, calib=calib)
         if ccap.req_per_s <= 0 or ccap.max_batch < ctx.opts["min_batch"]:
             why.append(f"{label} class {cname}: "
                        + (ccap.reason or ccap.limiting if ccap.req_per_s <= 0 else
@@ -261,7 +280,7 @@ def replica_option(ctx: SizingContext, mi: ModelInputs, pool: Pool, gpu: GPU, *,
             return None
         cap = cap_or_none
     else:
-        cap = _capacity(ctx, mi, prof, gpu, mi.mix, tp=tp, pp=pp, calib=calib)
+        cap = _capacity(ctx, mi, prof, gpu, mi.mix, pool=pool, tp=tp, pp=pp, calib=calib)
     if cap.req_per_s <= 0:
         why.append(f"{label}: {cap.reason or cap.limiting}")
         return None
@@ -318,7 +337,8 @@ def shared_options(ctx: SizingContext, mi: ModelInputs, pool: Pool, gpu: GPU, *,
     if 1 not in mi.tps or share_budget <= 0:
         return []
     k = opts["max_models_per_shared_gpu"]
-    shared_slo = dataclasses.replace(mi.slo, tpot_s=max(0.001, mi.slo.tpot_s / k))
+    slo = scaled_slo(mi.slo, ctx.step_scale.get((model.name, pool.id, "shared", 1), 1.0))
+    shared_slo = dataclasses.replace(slo, tpot_s=max(0.001, slo.tpot_s / k))
     sprof = mi.profiles.get((gpu.name, 1))
     full = option_capacity(sprof, model, gpu, mix, shared_slo, weight_dtype=mi.weight_dtype, kv_dtype=mi.kv_dtype,
                            memory_utilization=mu_mem, tp=1, calib=calib, residents=k, engine=mi.engine)
