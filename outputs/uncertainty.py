@@ -6,7 +6,8 @@ Margin of a model-window: 1 − load / capacity of the replicas that serve it (d
 carry over their summed capacity; a shared GPU: the sum over its residents of served / capacity), the binding part
 being the one with the highest load at the pessimistic end (each capacity × (1 − its error)). It holds at the
 pessimistic end when that load is at most 1. Plans made with a derating (``--robust``) are judged against the
-nominal capacities (the derated ones ÷ the factor), so their margins are comparable with the plain plan's.
+derated capacities ÷ the factor. For a robust plan sized with the step scale (its targets × (1 − e) too) that is the
+capacity at the tightened targets, at most the nominal one: its margins are understated, never overstated.
 """
 
 from __future__ import annotations
