@@ -34,6 +34,7 @@ from fleetplan.costmodels.prices import GpuPrice, check_price_date
 from fleetplan.costmodels.profile_capacity import MeasuredProfile
 from fleetplan.datasets.catalog.names import get_gpu
 from fleetplan.datasets.catalog.prices import load_gpu_prices
+from fleetplan.datasets.kv_tiers import block_stack_distances
 from fleetplan.datasets.network import inter_node_link
 from fleetplan.datasets.traces import trace_peak_factor
 from fleetplan.errors import InputError, UnknownNameError
@@ -71,7 +72,7 @@ from fleetplan.scenario.read import (
     scenario_spec,
     within_entry,
 )
-from fleetplan.scenario.schemas import ArrivalsSpec, ScenarioFile, ScenarioModel
+from fleetplan.scenario.schemas import ArrivalsSpec, EngineSchema, PrefixHitFromTrace, ScenarioFile, ScenarioModel
 
 
 def _peak_factor(spec: ArrivalsSpec | None, window_s: float, base: Path | None, source: str,
@@ -223,10 +224,37 @@ def _model_inputs(scenario: Scenario, inputs: _Inputs, i: int, m: ScenarioModel,
         engine = m.engine.to_engine(engine) if m.engine is not None else engine
     engine = scenario_engine(engine, mw, "engine" if m.engine is not None else "options.engine",
                              scenario_catalog_file(scenario, "models"))
+    hit_trace = _hit_trace(o_engine, m.engine, inputs.base, where, mw)
     return ModelInputs(index=i, where=mw, name=m.name, model=model, weight_dtype=m.weight_dtype or opts["weight_dtype"],
                        kv_dtype=m.kv_dtype or opts["kv_dtype"], slo=m.slo.to_slo(), mix=scenario.token_mixes[m.name],
                        tps=m.tp_degrees, classes=model_classes(m, mw), profiles=inputs.measured.get(model.name, {}),
-                       origin_site=origin, peak_factor=peak, peak_factor_source=peak_src, engine=engine)
+                       origin_site=origin, peak_factor=peak, peak_factor_source=peak_src, engine=engine,
+                       hit_trace=hit_trace)
+
+
+def _hit_trace(options_engine: EngineSchema | None, model_engine: EngineSchema | None, base: Path | None,
+               where: str, model_where: str) -> tuple[str, int] | None:
+    """(trace, requests) when a model's prefix hit rate is measured from a trace's block hashes
+    (``prefix_hit_rate: {from_trace: ...}`` in its own engine keys, else in options.engine; a number given in the
+    model's keys overrides the options' trace), the trace resolved against the scenario's folder ``base`` when it
+    names a file there and read once (a bad trace is an InputError naming the key); None otherwise."""
+    spec: PrefixHitFromTrace | None = None
+    src = key = ""
+    for e, e_src, e_key in ((options_engine, where, "options.engine"), (model_engine, model_where, "engine")):
+        if e is not None and "prefix_hit_rate" in e.model_fields_set:
+            spec = e.prefix_hit_rate if isinstance(e.prefix_hit_rate, PrefixHitFromTrace) else None
+            src, key = e_src, e_key
+    if spec is None:
+        return None
+    trace = spec.from_trace
+    if base is not None and not Path(trace).is_absolute() and (base / trace).is_file():
+        trace = str(base / trace)
+    try:
+        block_stack_distances(trace, spec.requests)
+    except InputError as exc:
+        raise InputError(str(exc), source=src, field=f"{key}.prefix_hit_rate.from_trace",
+                         value=spec.from_trace) from None
+    return trace, spec.requests
 
 
 def _model_spec(scenario: Scenario, m: ScenarioModel, mi: ModelInputs) -> ModelSpec:

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from fleetplan.costmodels.capacity import speculative_latency
-from fleetplan.costmodels.engine import DEFAULT_ENGINE, EngineConfig, engine_or_default
+from fleetplan.costmodels.engine import DEFAULT_ENGINE, PREFILL_FIRST, EngineConfig, engine_or_default
 from fleetplan.costmodels.hardware import Model
 from fleetplan.costmodels.latency import decode_step_time_s, prefill_time_s
 from fleetplan.costmodels.network import Link
@@ -274,7 +274,10 @@ class FleetBuilder:
             for r in range(n):
                 out.devices.append(DeviceSpec(f"{m} {role} {pool.gpu}@{pool.site} tp{tp}{to} #{r + 1}", tp,
                                               pool.usd_per_gpu_hour, gpu.tdp_w or 0.0, gpu=pool.gpu))
-                out.engines.append(EngineSpec(m, len(out.devices) - 1, sm))
+                # The planner sizes a prefill pool as one whole prompt at a time (an M/M/1 server,
+                # costmodels.split.prefill_replica_capacity) and a decode pool by its batch alone: the prefill-first
+                # scheduler replays exactly that, so it is named here rather than the colocated default engine.
+                out.engines.append(EngineSpec(m, len(out.devices) - 1, sm, engine=PREFILL_FIRST))
                 out.groups.append(group)
                 out.tp.append(tp)
         return out
