@@ -86,7 +86,8 @@ class ModelDemand:
         replica_req_per_s: req/s one replica on ``tp`` GPUs sustains under the SLO
             (``fleetplan.costmodels.capacity.replica_capacity``).
         rates_req_per_s: request rate per window, req/s.
-        gpus: fractional GPUs per window, rate / replica_req_per_s × tp.
+        gpus: GPUs per window: rate / replica_req_per_s at tp 1 (a replica may run on a GPU slice), whole replicas
+            × tp at tp ≥ 2 (:func:`fleetplan.scenario.tenants.model_gpus`).
     """
 
     model: str

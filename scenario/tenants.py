@@ -66,10 +66,10 @@ def demand_from_models(tenant: str, models: object, gpu: str, node_gpus: int, *,
     ``fleetplan.costmodels.capacity.replica_capacity(model, gpu, mix, SLO(...), tp=tp)`` (bf16 weights and KV, 90%
     of GPU memory usable: that function's defaults) on the engine of :func:`tenant_engine` (vLLM V1 with vLLM's
     defaults for the GPU). The option with the most req/s per GPU, cap(tp) / tp, is
-    kept (ties: the smaller tp). The model then needs rate / cap × tp GPUs in a window (fractional: replicas are
-    not rounded per model, since the allocation hands out GPUs, not replicas); the tenant's demand is the sum over
-    its models, rounded UP to whole GPUs per window (GPUs are allocated whole, and rounding down would leave part
-    of the traffic without capacity).
+    kept (ties: the smaller tp). The model then needs :func:`model_gpus` in a window: rate / cap GPUs at tp 1
+    (fractional: a tp-1 replica may run on a GPU slice), ceil(rate / cap) × tp at tp ≥ 2 (a tp-2 replica needs
+    its 2 GPUs at any rate); the tenant's demand is the sum over its models, rounded UP to whole GPUs per window
+    (GPUs are allocated whole, and rounding down would leave part of the traffic without capacity).
 
     Returns (demand in whole GPUs per window, one :class:`ModelDemand` per model).
 
@@ -133,10 +133,19 @@ def demand_from_models(tenant: str, models: object, gpu: str, node_gpus: int, *,
                       "model or a looser SLO", f"{f}.name", model.name)
         _, tp, cap_rps = best
         rs = tuple(float(r) for r in rates)
-        out.append(ModelDemand(model.name, gpu, tp, cap_rps, rs, tuple(r / cap_rps * tp for r in rs)))
+        out.append(ModelDemand(model.name, gpu, tp, cap_rps, rs, tuple(model_gpus(r, cap_rps, tp) for r in rs)))
     total = [sum(md.gpus[w] for md in out) for w in range(len(out[0].gpus))]
     # Rounded up to whole GPUs per window (1e-9 absorbs float noise such as 3.0000000000000004).
     return tuple(math.ceil(g - 1e-9) for g in total), tuple(out)
+
+
+def model_gpus(rate_req_per_s: float, replica_req_per_s: float, tp: int) -> float:
+    """GPUs a model needs for ``rate_req_per_s``: rate / replica req/s × tp at tp 1, where a replica can run on a
+    slice of a GPU (MIG, MPS) or a share of one; whole replicas, ceil(rate / replica req/s) × tp, at tp ≥ 2, whose
+    replica needs its tp GPUs however low the rate (a fraction of a tp-2 replica summed with another model's
+    fraction rounded to 1 GPU, on which no tp-2 replica fits: its requests went unserved in the replay)."""
+    need = rate_req_per_s / replica_req_per_s
+    return need * tp if tp == 1 else math.ceil(need - 1e-9) * tp
 
 
 def _known_models() -> list[str]:

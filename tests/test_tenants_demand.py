@@ -43,12 +43,14 @@ def scenario(models, *, gpus_per_node=8, types=(A100,), **tenant):
 
 
 def test_two_models_summed_then_rounded_up():
-    # With the shipped calibration (values at the time of writing; the test recomputes them):
-    #   Llama-3.1-8B on A100-80GB, azure-conv mix: tp 1, 5.093 req/s per replica (the most per GPU).
-    #   Qwen2.5-7B on A100-80GB, azure-code mix: tp 2, 5.313 req/s per replica (2.656 per GPU).
-    # Window 0: 0/5.093 + 1/5.313 × 2 = 0.376 -> 1 GPU.
-    # Window 1: 1.5/5.093 + 1.5/5.313 × 2 = 0.295 + 0.565 = 0.859 -> 1 GPU (rounding each model first would give 2).
-    # Window 2: 10/5.093 + 1/5.313 × 2 = 1.963 + 0.376 = 2.340 -> 3 GPUs.
+    # With the shipped calibration (values at the time of writing; the test recomputes them), on vLLM V1:
+    #   Llama-3.1-8B on A100-80GB, azure-conv mix: tp 1, 5.093 req/s per replica (the most per GPU): fractional
+    #   GPUs, since a tp-1 replica may run on a GPU slice.
+    #   Qwen2.5-7B on A100-80GB, azure-code mix: tp 2, 8.606 req/s per replica: whole replicas of 2 GPUs.
+    # Window 0: 0/5.093 + ceil(1/8.606) × 2 = 0 + 2 = 2 GPUs.
+    # Window 1: 1.5/5.093 + ceil(1.5/8.606) × 2 = 0.295 + 2 = 2.295 -> 3 GPUs.
+    # Window 2: 10/5.093 + ceil(1/8.606) × 2 = 1.963 + 2 = 3.963 -> 4 GPUs.
+    # (Summing Qwen's fraction instead, 1/8.606 × 2 = 0.232, gave window 0 one GPU, on which no tp-2 replica fits.)
     llama = [0, 1.5, 10]
     qwen = [1, 1.5, 1]
     p = problem_from_dict(scenario([
@@ -56,31 +58,32 @@ def test_two_models_summed_then_rounded_up():
         {"name": "qwen2.5-7b", "rates_req_per_s": qwen, "token_mix": {"trace": "azure-code"}}]))
     tp_l, cap_l = best_option("Llama-3.1-8B", A100, "azure-conv")
     tp_q, cap_q = best_option("Qwen2.5-7B", A100, "azure-code")
-    frac = [a / cap_l * tp_l + b / cap_q * tp_q for a, b in zip(llama, qwen, strict=True)]
-    expected = tuple(math.ceil(f - 1e-9) for f in frac)
+    assert (tp_l, tp_q) == (1, 2)
+    whole_q = [math.ceil(b / cap_q - 1e-9) * tp_q for b in qwen]
+    expected = tuple(math.ceil(a / cap_l * tp_l + q - 1e-9) for a, q in zip(llama, whole_q, strict=True))
     t = p.tenant("copilot")
-    assert t.demand_gpus == expected
-    # The sum is rounded, not each model: window 1 needs 1 GPU where rounding per model would give 2.
-    assert expected[1] == 1 < sum(math.ceil(x) for x in (1.5 / cap_l * tp_l, 2 / cap_q * tp_q))
+    assert t.demand_gpus == expected == (2, 3, 4)
     assert [(m.model, m.tp) for m in t.models] == [("Llama-3.1-8B", tp_l), ("Qwen2.5-7B", tp_q)]
     assert t.models[0].replica_req_per_s == pytest.approx(cap_l)
-    assert t.models[1].gpus == pytest.approx(tuple(b / cap_q * tp_q for b in qwen))
+    assert t.models[0].gpus == pytest.approx(tuple(a / cap_l for a in llama))
+    assert t.models[1].gpus == (2, 2, 2)
 
 
 def test_best_tp_skips_options_that_do_not_fit():
     # Llama-3.1-70B (141 GB in bf16) on H100-80GB: tp1 does not fit (141 > 0.9 × 80); per GPU the calibration gives
     # tp2 1.009, tp4 1.382, tp8 0.964 req/s -> tp 4, about 5.53 req/s per replica.
-    # 5 req/s -> 5 / 5.53 × 4 = 3.62 -> 4 GPUs.
+    # 5 req/s -> ceil(5 / 5.53) = 1 replica × 4 = 4 GPUs.
     tp, cap = best_option("Llama-3.1-70B", H100, "azure-conv")
     gpus, models = demand_from_models("big", [{"name": "Llama-3.1-70B", "rates_req_per_s": [5, 0]}], H100, 8,
                                       slo=SLO_S, token_mix={"trace": "azure-conv"})
     assert models[0].tp == tp and models[0].tp > 1
-    assert gpus == (math.ceil(5 / cap * tp - 1e-9), 0)
+    assert gpus == (math.ceil(5 / cap - 1e-9) * tp, 0) == (4, 0)
     # Limited to tp 1 and 2 by the node size of 2 GPUs: tp 2 is the only option left.
     gpus2, models2 = demand_from_models("big", [{"name": "Llama-3.1-70B", "rates_req_per_s": [0.05]}], H100, 2,
                                         slo=SLO_S, token_mix={"trace": "azure-conv"})
     tp2, cap2 = best_option("Llama-3.1-70B", H100, "azure-conv", tps=(1, 2))
-    assert models2[0].tp == tp2 == 2 and gpus2 == (math.ceil(0.05 / cap2 * 2 - 1e-9),)
+    # 0.05 req/s still needs one whole tp-2 replica: 2 GPUs
+    assert models2[0].tp == tp2 == 2 and gpus2 == (2,)
 
 
 def test_shipped_scenario_derived_tenant():
@@ -92,11 +95,11 @@ def test_shipped_scenario_derived_tenant():
     q, ll = t.models[0].rates_req_per_s, t.models[1].rates_req_per_s
     # e.g. window 14 (14:00 UTC), on vLLM V1 (the default engine; chunked prefill no longer stalls Qwen's short
     # answers behind long prompts): Qwen2.5-7B at tp 2 sustains 8.606 req/s, Llama-3.1-8B at tp 1 5.093 req/s:
-    # 9 / 8.606 × 2 + 3 / 5.093 = 2.092 + 0.589 = 2.681 -> 3 GPUs (4 on the prefill-first engine, where Qwen
-    # sustained 5.313 req/s: 3.388 + 0.589 = 3.977).
-    assert t.demand_gpus == tuple(math.ceil(a / cap_q * tp_q + b / cap_l * tp_l - 1e-9) for a, b in zip(q, ll,
-                                                                                                       strict=True))
-    assert t.demand_gpus[14] == 3
+    # ceil(9 / 8.606) × 2 + 3 / 5.093 = 4 + 0.589 = 4.589 -> 5 GPUs (tp-2 replicas are whole).
+    assert (tp_q, tp_l) == (2, 1)
+    assert t.demand_gpus == tuple(math.ceil(math.ceil(a / cap_q - 1e-9) * tp_q + b / cap_l - 1e-9)
+                                  for a, b in zip(q, ll, strict=True))
+    assert t.demand_gpus[14] == 5
     # At least four tenants, the derived one among them, each with its own daily curve.
     assert len(problem.tenants) >= 4
     assert len({t.demand_gpus for t in problem.tenants}) == len(problem.tenants)
