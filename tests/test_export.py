@@ -620,6 +620,42 @@ def test_an_alias_with_other_weights_is_exported_with_its_own_checkpoint(tmp_pat
     assert "vllm serve my-org/llama-8b-ft " in out2.read_text()
 
 
+def test_an_alias_is_served_under_the_name_the_scenario_used(tmp_path):
+    # Clients call the name the scenario gave (Llama-3.1-8B-Instruct), not the catalog model it is planned as
+    # (Llama-3.1-8B): --served-model-name is the scenario's name in both exports. The Kubernetes objects keep the
+    # catalog name's DNS-label form in names and labels (the alias's own 'meta-llama/...' spelling would not be a
+    # valid label value), and every manifest still validates; the Service says the served name in an annotation.
+    scen = tmp_path / "small.yaml"
+    scen.write_text(SMALL.replace("name: Llama-3.1-8B\n", "name: Llama-3.1-8B-Instruct\n"))
+    plan = tmp_path / "plan.json"
+    r = CliRunner().invoke(main, ["plan", str(scen), "--out", str(plan), "--no-baselines"])
+    assert r.exit_code == 0, r.output
+    r = CliRunner().invoke(main, ["export", "vllm", str(plan)])
+    assert r.exit_code == 0, r.output
+    assert "--served-model-name Llama-3.1-8B-Instruct " in r.output
+    assert "--served-model-name Llama-3.1-8B " not in r.output
+    r = CliRunner().invoke(main, ["export", "k8s", str(plan), "--out", str(tmp_path / "k"), "--window", "02:00"])
+    assert r.exit_code == 0, r.output
+    docs = _docs((tmp_path / "k" / "aws-us-east-1" / "window-02-00.yaml").read_text())
+    for doc in docs:
+        check_manifest(doc)
+    deploys = [d for d in docs if d["kind"] == "Deployment"]
+    assert deploys
+    for deploy in deploys:
+        command = " ".join(deploy["spec"]["template"]["spec"]["containers"][0]["args"])
+        assert "--served-model-name Llama-3.1-8B-Instruct " in command, command
+        assert deploy["spec"]["template"]["metadata"]["labels"]["serves.fleetplan.io/llama-3-1-8b"] == "true"
+    (svc,) = [d for d in docs if d["kind"] == "Service"]
+    assert svc["metadata"]["name"] == "vllm-llama-3-1-8b"
+    assert svc["metadata"]["annotations"]["fleetplan.io/served-model-name"] == "Llama-3.1-8B-Instruct"
+    # A name typed as the checkpoint's repository id is served as typed too (vLLM's own default served name).
+    scen.write_text(SMALL.replace("name: Llama-3.1-8B\n", "name: meta-llama/Llama-3.1-8B\n"))
+    r = CliRunner().invoke(main, ["plan", str(scen), "--out", str(plan), "--no-baselines"])
+    assert r.exit_code == 0, r.output
+    r = CliRunner().invoke(main, ["export", "vllm", str(plan)])
+    assert r.exit_code == 0 and "--served-model-name meta-llama/Llama-3.1-8B " in r.output, r.output
+
+
 def test_schedule_of_a_short_horizon_names_the_windows(tmp_path):
     # The README's small scenario plans 3 one-hour windows (its rates: list), 3 h, not a day: the KEDA schedule
     # refuses it naming the plan's windows, not window_length_s (3600 s is a whole number of minutes).
