@@ -4,9 +4,9 @@ solve").
 
 Solver options (``plan``, ``sweep``, ``allocate``): ``--backend``, ``--time-limit``, ``--gap``, ``--threads``;
 ``--effort`` (``plan``), the deterministic work budget. The time limit and the gap are plain numbers on the command
-line and are checked by :func:`fleetplan.solvers.solve.check_solve_options` before any work
-(:func:`checked_time_limit` for a command without a gap; the effort by :func:`~fleetplan.solvers.solve.check_effort`),
-so a NaN or out-of-range value gets the same one-line error from every command.
+line and are checked before any work by :func:`checked_solve_options` (:func:`checked_time_limit` for a command
+without a gap; the effort by :func:`checked_effort`), so a NaN or out-of-range value gets the same one-line error,
+naming the option as typed, from every command.
 
 Fan-out options (``plan --decompose``, ``sweep``, ``allocate --mode pareto``, ``whatif``, ``ledger whatif``):
 ``--workers``, ``--executor``, ``--ray-address`` (:func:`fanout_options`).
@@ -37,6 +37,7 @@ from fleetplan.solvers.solve import (
     MIN_EFFORT,
     MIN_TIME_LIMIT_S,
     WINDOW_NODES,
+    check_effort,
     check_solve_options,
 )
 
@@ -93,21 +94,32 @@ def backend_option(backends: Sequence[str] = BACKENDS, default: str = "highs") -
 
 def time_limit_option(default_s: float, scope: str = "the whole solve") -> Decorator:
     """``--time-limit`` (keyword ``time_limit_s``), seconds of ``scope``; check it with
-    :func:`~fleetplan.solvers.solve.check_solve_options` (or :func:`checked_time_limit`) before the work."""
+    :func:`checked_solve_options` (or :func:`checked_time_limit`) before the work."""
     return click.option("--time-limit", "time_limit_s", type=float, default=default_s, show_default=True,
                         help=f"Time limit of {scope}, seconds ({MIN_TIME_LIMIT_S:g} to {MAX_TIME_LIMIT_S}).")
 
 
+def checked_solve_options(time_limit_s: float, gap: float) -> tuple[float, float]:
+    """``--time-limit`` and ``--gap`` checked by :func:`~fleetplan.solvers.solve.check_solve_options` (a finite
+    number of seconds from MIN_TIME_LIMIT_S to 86400; a gap in [0, 1)); raises InputError naming the option as the
+    user typed it, its value and the range to give."""
+    return check_solve_options(time_limit_s, gap, names=("--time-limit", "--gap"))
+
+
 def checked_time_limit(time_limit_s: float) -> float:
-    """``--time-limit`` of a command without ``--gap``, checked as
-    :func:`~fleetplan.solvers.solve.check_solve_options` checks it (a finite number of seconds from
-    MIN_TIME_LIMIT_S to 86400); raises InputError naming the option otherwise."""
-    return check_solve_options(time_limit_s, 0.0)[0]
+    """``--time-limit`` of a command without ``--gap``, checked as :func:`checked_solve_options` checks it."""
+    return checked_solve_options(time_limit_s, 0.0)[0]
+
+
+def checked_effort(effort: float) -> float:
+    """``--effort`` checked by :func:`~fleetplan.solvers.solve.check_effort`; raises InputError naming the
+    option."""
+    return check_effort(effort, name="--effort")
 
 
 def gap_option(scope: str = "the solver", default: float = 0.005) -> Decorator:
     """``--gap`` (keyword ``gap``): the relative optimality gap at which ``scope`` may stop, ``default`` when not
-    given; checked by :func:`~fleetplan.solvers.solve.check_solve_options`."""
+    given; checked by :func:`checked_solve_options`."""
     return click.option("--gap", type=float, default=default, show_default=True,
                         help=f"Relative optimality gap at which {scope} may stop (0 to below 1).")
 
@@ -115,7 +127,7 @@ def gap_option(scope: str = "the solver", default: float = 0.005) -> Decorator:
 def effort_option(scope: str = "the solve") -> Decorator:
     """``--effort`` (keyword ``effort``): the deterministic work budget of ``scope``
     (:class:`fleetplan.solvers.solve.Effort`: each stage's budget × the effort), default DEFAULT_EFFORT; check it
-    with :func:`~fleetplan.solvers.solve.check_effort` before the work."""
+    with :func:`checked_effort` before the work."""
     return click.option(
         "--effort", type=float, default=DEFAULT_EFFORT, show_default=True,
         help=f"Work budget of {scope}, counted in solver work, not seconds, so the same input gives the same plan on "

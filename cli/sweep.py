@@ -15,6 +15,7 @@ import click
 from fleetplan.cli.grid import MAX_SWEEP_CELLS, parse_grid
 from fleetplan.cli.options import (
     backend_option,
+    checked_solve_options,
     fanout_options,
     format_option,
     gap_option,
@@ -156,6 +157,7 @@ def sweep(scenario: str | None, vary: tuple[str, ...], backend: str, time_limit_
     """Plan SCENARIO (a YAML file or a shipped scenario's name; the shipped default when omitted) for every cell
     of the --vary grid: cost, GPU-hours, status and gap per cell. Every cell's plan is re-checked by the
     independent validator."""
+    time_limit_s, gap = checked_solve_options(time_limit_s, gap)  # naming the options, before any work
     outputs = {"--out": out, "--plot": plot}
     claim_outputs(outputs)  # checked and locked before the sweep
     sc = load_scenario(scenario)

@@ -85,13 +85,19 @@ CLI_CASES = [
     (["plan", "--out", "{tmp}"], ["is a directory"]),  # click's own check of the option (a usage error)
     (["plan", "--out", "{tmp}/a.json", "--plot", "{tmp}/a.json"], ["name the same file"]),
     (["plan", "--xlsx", "/dev/null"], ["not a regular file"]),
-    (["plan", "--time-limit", "nan"], ["time"]),
-    (["plan", "--gap", "nan"], ["gap"]),
+    # A solver option's error names the option as typed (it said "field 'time limit'"), its value and the fix.
+    (["plan", "--time-limit", "nan"], ["field '--time-limit': nan is not a finite number", "give --time-limit"]),
+    (["plan", "--gap", "nan"], ["field '--gap': nan is not a finite number", "give --gap"]),
+    (["plan", "--effort", "0"], ["field '--effort': 0 is below the minimum 0.01", "give --effort"]),
     # --time-limit is one option with one check (cli/options.py): allocate took NaN and solved until it failed.
-    (["allocate", "--time-limit", "nan"], ["field 'time limit': nan is not a finite number"]),
-    (["allocate", "--time-limit", "0.2"], ["0.2 s is below the minimum 0.5 s"]),
+    (["allocate", "--time-limit", "nan"], ["field '--time-limit': nan is not a finite number"]),
+    (["allocate", "--time-limit", "0.2"], ["field '--time-limit': 0.2 s is below the minimum 0.5 s"]),
+    (["allocate", "--effort", "inf"], ["field '--effort': inf is not a finite number"]),
+    # troughs took --time-limit nan and gave it to HiGHS.
+    (["troughs", "--time-limit", "nan"], ["field '--time-limit': nan is not a finite number"]),
     # Too large a limit was told "at least 0.5 s" (issue 28 item 4).
-    (["plan", "--time-limit", "1e9"], ["above the maximum 86400 s", "from 0.5 s to 86400 s"]),
+    (["plan", "--time-limit", "1e9"], ["field '--time-limit': 1e+09 s is above the maximum 86400 s",
+                                       "give --time-limit from 0.5 to 86400 seconds"]),
     # --partition without --decompose was ignored (while --verify-slice without --verify is refused).
     (["plan", "--partition", "random"], ["--partition without --decompose", "add --decompose N"]),
     # Options that apply only with another were silently ignored (issue 28): the default scenario has 5 models,
@@ -106,7 +112,8 @@ CLI_CASES = [
     (["allocate", "--slice", "30"], ["--slice is a setting of the replay", "add --verify"]),
     (["export", "k8s", str(Path(__file__).parent / "golden" / "export" / "default_plan.json"), "--out", "{tmp}/k8s",
       "--window", "14:00", "--lead-minutes", "5"], ["--lead-minutes with --window", "no KEDA schedule"]),
-    (["sweep", "--vary", "demand_factor=1", "--time-limit", "inf"], ["field 'time limit': inf is not a finite"]),
+    (["sweep", "--vary", "demand_factor=1", "--time-limit", "inf"], ["field '--time-limit': inf is not a finite"]),
+    (["sweep", "--vary", "demand_factor=1", "--gap", "1"], ["field '--gap': 1 is above the maximum"]),
     (["ledger", "split", "--model", "llama-3.1-70b", "--prefill-site", "aws:us-east-1", "--decode-site",
       "aws:us-west-2", "--csv-out", "{tmp}/no/x.csv"], ["does not exist"]),
     (["serve", "--db", "notaurl", "--insecure-no-auth"], ["'notaurl' is not a database URL", "sqlite:///"]),
@@ -318,7 +325,7 @@ def test_a_fleetplan_error_as_json_names_field_and_value():
     res = CliRunner().invoke(main, ["plan", "--time-limit", "1e9", "-o", "json"])
     assert res.exit_code == 2
     err = json.loads(res.stdout)["error"]
-    assert (err["type"], err["field"], err["value"]) == ("InputError", "time limit", 1e9)
+    assert (err["type"], err["field"], err["value"]) == ("InputError", "--time-limit", 1e9)
     assert "86400" in err["message"] and res.stderr.startswith("Error: ")
     golden = Path(__file__).parent / "golden" / "export" / "default_plan.json"
     res = CliRunner().invoke(main, ["diff", str(golden), "--cluster", str(golden), "--format=json"])
