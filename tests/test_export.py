@@ -336,8 +336,10 @@ def _tree(root: Path) -> dict[str, str]:
 
 
 def test_cli_export_replaces_an_earlier_export(tmp_path):
-    # The whole day (24 windows and a KEDA schedule per site), then one window into the same folder: the folder holds
-    # the one-window set only (no stale windows, no stale schedule); the user's own file stays.
+    # The whole day (24 windows and a KEDA schedule per site), then one window into the same folder. Without
+    # --prune it is refused, naming the files it would remove, and the folder is left as it was (it removed the 48
+    # other files without being asked, easy to do by accident: issue 28). With --prune the folder holds the
+    # one-window set only (no stale windows, no stale schedule); the user's own file stays.
     out = tmp_path / "k"
     r = CliRunner().invoke(main, ["export", "k8s", str(PLAN_FILE), "--out", str(out)])
     assert r.exit_code == 0, r.output
@@ -345,7 +347,14 @@ def test_cli_export_replaces_an_earlier_export(tmp_path):
     assert "gcp-us-central1/schedule-keda.yaml" in day and "gcp-us-central1/window-03-00.yaml" in day
     (out / "notes.txt").write_text("mine")
     (out / "gcp-us-central1" / "kustomization.yaml").write_text("mine too")
+    before = _tree(out)
     r = CliRunner().invoke(main, ["export", "k8s", str(PLAN_FILE), "--out", str(out), "--window", "19:30"])
+    assert r.exit_code == 2 and "Traceback" not in r.output, r.output
+    assert "field '--out'" in r.output and "48 files of an earlier export" in r.output, r.output
+    assert "aws-us-east-1/schedule-keda.yaml" in r.output and "add --prune" in r.output, r.output
+    assert _tree(out) == before  # nothing written, nothing removed
+    r = CliRunner().invoke(main, ["export", "k8s", str(PLAN_FILE), "--out", str(out), "--window", "19:30",
+                                  "--prune"])
     assert r.exit_code == 0, r.output
     assert sorted(_tree(out)) == ["aws-us-east-1/window-19-00.yaml", "clusters.yaml", "fleetplan-files.json",
                                   "gcp-us-central1/kustomization.yaml", "gcp-us-central1/window-19-00.yaml",
@@ -368,7 +377,8 @@ def _export_then_edit(tmp_path, rel: str):
 
 def test_cli_export_refuses_to_drop_an_edited_file_or_replace_a_users_file(tmp_path):
     out, _edited, before = _export_then_edit(tmp_path, "schedule-keda.yaml")
-    r = CliRunner().invoke(main, ["export", "k8s", str(PLAN_FILE), "--out", str(out), "--window", "19:30"])
+    r = CliRunner().invoke(main, ["export", "k8s", str(PLAN_FILE), "--out", str(out), "--window", "19:30",
+                                  "--prune"])
     assert r.exit_code == 2 and "edited since" in r.output and "schedule-keda.yaml" in r.output, r.output
     assert "move it out of the folder" in r.output and "Traceback" not in r.output
     assert _tree(out) == before  # nothing written, nothing removed
