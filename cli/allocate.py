@@ -18,6 +18,7 @@ from fleetplan.cli.options import (
     format_option,
     plot_option,
     refuse_unused,
+    refuse_unused_fanout,
     threads_option,
     time_limit_option,
 )
@@ -497,6 +498,7 @@ def allocate(scenario: Path | None, mode: str, backend: str, time_limit_s: float
                    "ray_address": "--ray-address"}, applies=mode == "pareto",
                   why=f"applies to --mode pareto only (its Pareto points); --mode {mode} is one solve",
                   fix="add --mode pareto, or drop it")
+    refuse_unused_fanout(executor, ray_address)
     refuse_unused({"verify_windows": "--verify-windows", "slice_s": "--slice", "burst": "--burst", "seed": "--seed"},
                   applies=verify, why="is a setting of the replay", fix="add --verify, or drop it")
     deadline = wall_clock() + time_limit_s

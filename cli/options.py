@@ -164,6 +164,18 @@ def fanout_options(what: str, workers: int | None, workers_default_text: str = "
     ])
 
 
+def refuse_unused_fanout(executor: str, ray_address: str | None) -> None:
+    """Refuse (InputError naming the option, :func:`refuse_unused`) the :func:`fanout_options` the executor would
+    ignore: ``--ray-address`` without ``--executor ray``, and ``--workers`` beside ``--ray-address`` (a Ray
+    cluster runs the tasks on its own CPUs; --workers sizes a process pool or a local Ray instance only)."""
+    refuse_unused({"ray_address": "--ray-address"}, applies=executor == "ray",
+                  why=f"without --executor ray: --executor {executor} runs on local processes",
+                  fix="add --executor ray, or drop --ray-address")
+    refuse_unused({"workers": "--workers"}, applies=not ray_address,
+                  why="with --ray-address: the Ray cluster's own CPUs run the tasks (--workers sizes a process pool "
+                      "or a local Ray instance)", fix="drop --workers, or drop --ray-address for a local Ray instance")
+
+
 # ---- outputs ------------------------------------------------------------------------------------------------------
 
 def format_option(formats: Sequence[str] = FORMATS, detail: str = "") -> Decorator:
@@ -309,4 +321,23 @@ def split_options(kw: Mapping[str, Any], *, base: Mapping[str, Any] | None = Non
     """The :class:`~fleetplan.scenario.split.SplitOptions` of the split options in ``kw`` (click's keyword
     arguments; None = not given), over ``base`` (a split file's mapping, read from ``source``). Raises InputError."""
     given = {k: v for k, v in kw.items() if k in SplitOptions.model_fields and v is not None}
-    return SplitOptions.from_mapping({**(base or {}), **given}, source=source)
+    options = SplitOptions.from_mapping({**(base or {}), **given}, source=source)
+    # Options the design would not use (their values, from the command line or the file, take over).
+    refuse_unused({"gpu": "--gpu"}, applies=not (options.prefill_gpu and options.decode_gpu),
+                  why="with both --prefill-gpu and --decode-gpu (or prefill_gpu and decode_gpu in the file): each pool "
+                      "has its own GPU type", fix="drop --gpu, or one of the two")
+    refuse_unused({"prices_file": "--prices", "price_date": "--price-date"},
+                  applies=options.prefill_usd_per_gpu_hour is None or options.decode_usd_per_gpu_hour is None,
+                  why="with both --prefill-usd-per-gpu-hour and --decode-usd-per-gpu-hour: both pools have your "
+                      "prices, none from a price file", fix="drop it, or one of the two prices")
+    return options
+
+
+def refuse_varied_options(names: Sequence[str]) -> None:
+    """Refuse a split option given on the command line that a ``--vary`` variable of ``names`` sets in every cell
+    (``--rate-req-per-s 3 --vary rate_req_per_s=1,2``: the 3 would be ignored), naming the option."""
+    for name in names:
+        if name in SplitOptions.model_fields:
+            flag = "--" + name.replace("_", "-")
+            refuse_unused({name: flag}, applies=False, why=f"with --vary {name}: every cell sets it",
+                          fix=f"drop {flag}, or that --vary")

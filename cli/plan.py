@@ -24,6 +24,7 @@ from fleetplan.cli.options import (
     output_options,
     plot_option,
     refuse_unused,
+    refuse_unused_fanout,
     resolve_output,
     threads_option,
     time_limit_option,
@@ -449,6 +450,7 @@ def _check_options(a: _PlanArgs) -> _PlanArgs:
                   fix="drop it, or plan without --verify")
     refuse_unused(_FANOUT, applies=a.decompose != 1, why="with --decompose 1: the fleet is planned in one piece, "
                   "nothing runs on an executor", fix="give --decompose 2 or more, or drop it")
+    refuse_unused_fanout(a.executor, a.ray_address)
     return replace(a, time_limit_s=time_limit_s, gap=gap, effort=effort, partition=a.partition or "shape")
 
 

@@ -22,6 +22,7 @@ from fleetplan.cli.options import (
     max_cells_option,
     out_option,
     plot_option,
+    refuse_unused_fanout,
     threads_option,
     time_limit_option,
     vary_option,
@@ -158,6 +159,7 @@ def sweep(scenario: str | None, vary: tuple[str, ...], backend: str, time_limit_
     of the --vary grid: cost, GPU-hours, status and gap per cell. Every cell's plan is re-checked by the
     independent validator."""
     time_limit_s, gap = checked_solve_options(time_limit_s, gap)  # naming the options, before any work
+    refuse_unused_fanout(executor, ray_address)
     outputs = {"--out": out, "--plot": plot}
     claim_outputs(outputs)  # checked and locked before the sweep
     sc = load_scenario(scenario)

@@ -114,6 +114,28 @@ CLI_CASES = [
       "--window", "14:00", "--lead-minutes", "5"], ["--lead-minutes with --window", "no KEDA schedule"]),
     (["sweep", "--vary", "demand_factor=1", "--time-limit", "inf"], ["field '--time-limit': inf is not a finite"]),
     (["sweep", "--vary", "demand_factor=1", "--gap", "1"], ["field '--gap': 1 is above the maximum"]),
+    # Fan-out options the executor would ignore (issue 28): a Ray cluster runs the cells on its own CPUs, so
+    # --workers was ignored beside --ray-address; --ray-address without --executor ray named no option as typed.
+    (["sweep", "--vary", "demand_factor=1", "--executor", "ray", "--ray-address", "auto", "--workers", "2"],
+     ["field '--workers'", "--workers with --ray-address", "the Ray cluster's own CPUs"]),
+    (["sweep", "--vary", "demand_factor=1", "--ray-address", "auto"],
+     ["field '--ray-address'", "--ray-address without --executor ray", "add --executor ray"]),
+    (["whatif", "--vary", "egress_usd_per_gb=0.01", "--executor", "ray", "--ray-address", "auto", "--workers", "2"],
+     ["--workers with --ray-address"]),
+    (["plan", "--decompose", "2", "--executor", "ray", "--ray-address", "auto", "--workers", "2"],
+     ["--workers with --ray-address"]),
+    (["allocate", "--mode", "pareto", "--ray-address", "auto"], ["--ray-address without --executor ray"]),
+    # whatif options every cell overrides, or that the design does not use, were ignored (issue 28).
+    (["whatif", "--vary", "egress_usd_per_gb=0.01,0.02", "--egress-usd-per-gb", "0.05"],
+     ["field '--egress-usd-per-gb'", "with --vary egress_usd_per_gb", "every cell sets it"]),
+    (["whatif", "--vary", "rate_req_per_s=1,2", "--rate-req-per-s", "3"], ["--rate-req-per-s with --vary"]),
+    (["ledger", "whatif", "--model", "llama-3.1-70b", "--prefill-site", "aws:us-east-1", "--decode-site",
+      "aws:us-west-2", "--vary", "rate_req_per_s=1,2", "--rate-req-per-s", "3"], ["--rate-req-per-s with --vary"]),
+    (["whatif", "--vary", "egress_usd_per_gb=0.01", "--gpu", "A100-80GB", "--prefill-gpu", "H100",
+      "--decode-gpu", "H100"], ["field '--gpu'", "--prefill-gpu and --decode-gpu", "drop --gpu"]),
+    (["ledger", "split", "--model", "llama-3.1-70b", "--prefill-site", "aws:us-east-1", "--decode-site",
+      "aws:us-west-2", "--prefill-usd-per-gpu-hour", "2", "--decode-usd-per-gpu-hour", "2", "--price-date",
+      "2026-06-01"], ["field '--price-date'", "--prefill-usd-per-gpu-hour and --decode-usd-per-gpu-hour"]),
     (["ledger", "split", "--model", "llama-3.1-70b", "--prefill-site", "aws:us-east-1", "--decode-site",
       "aws:us-west-2", "--csv-out", "{tmp}/no/x.csv"], ["does not exist"]),
     (["serve", "--db", "notaurl", "--insecure-no-auth"], ["'notaurl' is not a database URL", "sqlite:///"]),
@@ -335,6 +357,27 @@ def test_commands_that_always_print_json_print_their_user_errors_as_json(tmp_pat
     assert res.exit_code == 2 and err["field"] == "--db" and "no database file" in err["message"]
     res = CliRunner().invoke(main, ["schema", "scenaro"])
     assert res.exit_code == 2 and json.loads(res.stdout)["error"]["field"] == "KIND"
+
+
+@pytest.mark.parametrize("args, field", [
+    (["simulate", "{plan}", "--fleet", "steps.json", "--check"], "--check"),
+    (["simulate", "{plan}", "--seed", "-1"], "--seed"),  # click's own check of the option
+    (["sweep", "--vary", "demand_factor=1", "--time-limit", "nan"], "--time-limit"),
+    (["sweep", "--vary", "demand_factor=1", "--ray-address", "auto"], "--ray-address"),
+    (["whatif", "--vary", "rate_req_per_s=1", "--rate-req-per-s", "2"], "--rate-req-per-s"),
+    (["whatif", "--vary", "nosuch=1"], "vary"),
+    (["ledger", "whatif", "--model", "llama-3.1-70b", "--prefill-site", "aws:us-east-1", "--decode-site",
+      "aws:us-west-2", "--vary", "rate_req_per_s=1", "--rate-req-per-s", "2"], "--rate-req-per-s"),
+])
+def test_simulate_sweep_and_whatif_print_their_errors_as_json_when_asked(tmp_path, plan_file, args, field):
+    # As plan does: with --format json a user error is one JSON object on stdout, the line on stderr, exit 2.
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps(plan_file))
+    res = CliRunner().invoke(main, [a.format(plan=plan) for a in args] + ["--format", "json"])
+    assert res.exit_code == 2 and "Traceback" not in res.output, res.output
+    err = json.loads(res.stdout)["error"]
+    assert err["field"] == field and err["message"] in res.stderr, (err, res.stderr)
+    assert list(tmp_path.iterdir()) == [plan]
 
 
 def test_a_fleetplan_error_as_json_names_field_and_value():
