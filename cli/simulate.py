@@ -242,10 +242,10 @@ _NOT_FLEET = {"trace_ref": "--trace", **_TRACE_ONLY, **_DAY_ONLY, "what_if": "--
               "report_path": "--report", "plots_dir": "--plots", "check": "--check"}
 
 
-def _refuse_unused_options(*, fleet: bool, trace: bool, what_if: bool) -> None:
+def _refuse_unused_options(*, fleet: bool, trace: bool, what_if: bool, rate_scale: bool) -> None:
     """Raise InputError naming the first option given that the replay asked for would ignore (before any work):
     with --fleet only the fleet's totals are replayed; --trace replays its own arrivals; the what-if settings need
-    --what-if; the trace settings need --trace."""
+    --what-if; the trace settings need --trace; --rate-scale undoes a --time-scale."""
     refuse_unused(_NOT_FLEET, applies=not fleet, why="with --fleet: the fleet replay prints its totals only (cost, "
                   "GPU-hours, utilization, attainment, migrations), with no trace, per-window report, plots, SLO "
                   "check or what-ifs", fix="drop it, or replay the plan's own windows without --fleet")
@@ -255,6 +255,9 @@ def _refuse_unused_options(*, fleet: bool, trace: bool, what_if: bool) -> None:
                   fix="add --what-if, or drop it")
     refuse_unused(_TRACE_ONLY, applies=trace, why="without --trace: it sets the trace replay",
                   fix="add --trace NAME (a shipped trace or a CSV/JSONL file), or drop it")
+    refuse_unused({"time_scale": "--time-scale"}, applies=not rate_scale,
+                  why="with --rate-scale: the trace's rate is set to the window's demand, whatever its time scale",
+                  fix="drop one")
 
 
 @click.command("simulate")
@@ -300,7 +303,8 @@ def simulate(plan_file, trace_ref, window, model, rate_scale, time_scale, bucket
     one window's replicas; report TTFT/TPOT percentiles, SLO attainment, goodput, utilization, energy and cost.
     With --check, exit 1 when any target is missed."""
 
-    _refuse_unused_options(fleet=fleet_file is not None, trace=trace_ref is not None, what_if=what_if)
+    _refuse_unused_options(fleet=fleet_file is not None, trace=trace_ref is not None, what_if=what_if,
+                           rate_scale=rate_scale)
     # The report must not replace a file the replay reads (plan, trace file, fleet steps); checked before the work.
     check_destinations({"--report": report_path}, inputs=[plan_file, fleet_file, trace_ref])
     claim_outputs({"--report": report_path})  # a second run writing the same report is refused

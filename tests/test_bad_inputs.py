@@ -159,6 +159,9 @@ CLI_CASES = [
     (["simulate", "{plan}", "--time-scale", "2"], ["field '--time-scale'", "--time-scale without --trace",
                                                    "add --trace"]),
     (["simulate", "{plan}", "--bucket", "60"], ["--bucket without --trace"]),
+    # --rate-scale sets the trace's rate to the window's demand, so a --time-scale before it changed nothing.
+    (["simulate", "{plan}", "--trace", "azure-conv", "--rate-scale", "--time-scale", "2"],
+     ["--time-scale with --rate-scale", "drop one"]),
     (["simulate", "{plan}", "--trace", "azure-conv", "--window", "12:60"], ["not HH:MM"]),
     (["simulate", "{plan}", "--trace", "azure-conv", "--window", "25:00"], ["not HH:MM"]),
     # An output naming the file the command reads replaced it.
