@@ -16,6 +16,7 @@ from fleetplan.cli.options import (
     max_cells_option,
     out_option,
     plot_option,
+    refuse_unused,
     refuse_unused_fanout,
     refuse_varied_options,
     split_design_options,
@@ -51,6 +52,9 @@ def run_whatif(options: SplitOptions, vary: tuple[str, ...], workers: int, fmt: 
     refuse_unused_fanout(executor, ray_address)
     variables = parse_grid(vary, max_cells)
     refuse_varied_options(list(variables))
+    refuse_unused({"usd_per_kwh": "--usd-per-kwh"}, applies=options.energy_billed,
+                  why="without --energy-billed: the what-if rows have no energy column and their totals leave energy "
+                      "out (cloud prices include power)", fix="add --energy-billed (own hardware), or drop it")
     outputs = {"--out": out, "--plot": plot}
     claim_outputs(outputs)  # checked and locked before the sweep
     spec = make_spec(options)

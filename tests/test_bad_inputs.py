@@ -129,6 +129,9 @@ CLI_CASES = [
     (["whatif", "--vary", "egress_usd_per_gb=0.01,0.02", "--egress-usd-per-gb", "0.05"],
      ["field '--egress-usd-per-gb'", "with --vary egress_usd_per_gb", "every cell sets it"]),
     (["whatif", "--vary", "rate_req_per_s=1,2", "--rate-req-per-s", "3"], ["--rate-req-per-s with --vary"]),
+    # A what-if row has no energy column: the electricity price counts only in a total that bills energy.
+    (["whatif", "--vary", "rate_req_per_s=1", "--usd-per-kwh", "0.3"],
+     ["--usd-per-kwh without --energy-billed", "add --energy-billed"]),
     (["ledger", "whatif", "--model", "llama-3.1-70b", "--prefill-site", "aws:us-east-1", "--decode-site",
       "aws:us-west-2", "--vary", "rate_req_per_s=1,2", "--rate-req-per-s", "3"], ["--rate-req-per-s with --vary"]),
     (["whatif", "--vary", "egress_usd_per_gb=0.01", "--gpu", "A100-80GB", "--prefill-gpu", "H100",
