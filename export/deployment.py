@@ -421,8 +421,11 @@ class _Checkpoints:
         return engine_flags(engine, repo)
 
     def server_settings(self, name: str) -> tuple[str, str, str, str | None]:
-        """(checkpoint, dtype, kv_cache_dtype, quantization) of model ``name``."""
-        override = self.deploy.models.get(name, ModelTarget())
+        """(checkpoint, dtype, kv_cache_dtype, quantization) of model ``name`` (the deployment file's entry under
+        its catalog name or the scenario's name of it)."""
+        override = self.deploy.models.get(name)
+        if override is None:
+            override = self.deploy.models.get(self.served_name(name), ModelTarget())
         # A scenario naming an alias with weights of its own (Llama-3.1-8B-Instruct, planned as Llama-3.1-8B: the
         # same architecture) serves the alias's checkpoint, not the catalog model's base weights.
         alias_repo = alias_hf_repo(self.named_as[name]) if name in self.named_as else None
@@ -462,8 +465,8 @@ def workloads(problem: Problem, plan: Plan, scenario: Scenario, deploy: DeployFi
     batch limits (a hand-built problem), or two workloads of one site get the same name.
     """
     deploy = deploy or DeployFile()
-    check_catalog_names(problem, deploy)
     ck = _Checkpoints(scenario, deploy)
+    check_catalog_names(problem, deploy, ck.named_as)
     opts, pd_opts = problem.option_by_key, problem.pd_option_by_key
     # Whole replicas, then prefill and decode replicas (role 'prefill' / 'decode', pp 1) with vLLM's KV-transfer role.
     entries = [(opts[k], counts, k, None) for k, counts in sorted(plan.replicas.items())] + [
@@ -578,11 +581,18 @@ def check_targets(sites: list[str], deploy: DeployFile) -> None:
         seen[t] = s
 
 
-def check_catalog_names(problem: Problem, deploy: DeployFile) -> None:
+def check_catalog_names(problem: Problem, deploy: DeployFile, named_as: dict[str, str] | None = None) -> None:
     """Raise InputError (naming the deployment file and the field path) when its ``models`` names a model the
-    plan's scenario does not have, or its ``gpu_labels`` a GPU type none of the scenario's pools has: the entry
-    would be ignored silently (a misspelt model would keep the catalog's checkpoint)."""
-    models = [m.name for m in problem.models]
+    plan's scenario does not have (by its catalog name, or by the scenario's name of it: ``named_as``, {catalog
+    name: the scenario's name}) or one model by both names, or its ``gpu_labels`` a GPU type none of the scenario's
+    pools has: the entry would be ignored silently (a misspelt model would keep the catalog's checkpoint)."""
+    named_as = named_as or {}
+    models = [m.name for m in problem.models] + [n for c, n in named_as.items() if c in problem.model_by_name]
+    for catalog, scenario_name in named_as.items():
+        if catalog in deploy.models and scenario_name in deploy.models:
+            raise InputError(f"the deployment file gives model {scenario_name} two checkpoints, under both its "
+                             f"names ({scenario_name} and its catalog name {catalog}); keep one entry",
+                             source=deploy.source, field=f"models.{catalog}", value=catalog)
     for name in deploy.models:
         if name not in models:
             raise InputError(f"the deployment file gives a checkpoint for model {name!r}, which the plan's scenario "

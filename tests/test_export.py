@@ -658,6 +658,16 @@ def test_an_alias_is_served_under_the_name_the_scenario_used(tmp_path):
     (svc,) = [d for d in docs if d["kind"] == "Service"]
     assert svc["metadata"]["name"] == "vllm-llama-3-1-8b"
     assert svc["metadata"]["annotations"]["fleetplan.io/served-model-name"] == "Llama-3.1-8B-Instruct"
+    # The deployment file may name the model as the scenario does (it was told the scenario "does not have" it);
+    # naming it both ways is two checkpoints for one model, refused.
+    deploy = tmp_path / "deploy.yaml"
+    deploy.write_text("models:\n  Llama-3.1-8B-Instruct: {hf_repo: my-org/llama-8b-instruct-ft}\n")
+    r = CliRunner().invoke(main, ["export", "vllm", str(plan), "--deploy", str(deploy)])
+    assert r.exit_code == 0, r.output
+    assert "vllm serve my-org/llama-8b-instruct-ft --served-model-name Llama-3.1-8B-Instruct " in r.output
+    deploy.write_text("models:\n  Llama-3.1-8B-Instruct: {hf_repo: a/b}\n  Llama-3.1-8B: {hf_repo: c/d}\n")
+    r = CliRunner().invoke(main, ["export", "vllm", str(plan), "--deploy", str(deploy)])
+    assert r.exit_code == 2 and "field 'models.Llama-3.1-8B'" in r.output and "both" in r.output, r.output
     # A name typed as the checkpoint's repository id is served as typed too (vLLM's own default served name).
     scen.write_text(SMALL.replace("name: Llama-3.1-8B\n", "name: meta-llama/Llama-3.1-8B\n"))
     r = CliRunner().invoke(main, ["plan", str(scen), "--out", str(plan), "--no-baselines"])
