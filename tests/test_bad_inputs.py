@@ -371,7 +371,7 @@ def test_commands_that_always_print_json_print_their_user_errors_as_json(tmp_pat
     (["sweep", "--vary", "demand_factor=1", "--time-limit", "nan"], "--time-limit"),
     (["sweep", "--vary", "demand_factor=1", "--ray-address", "auto"], "--ray-address"),
     (["whatif", "--vary", "rate_req_per_s=1", "--rate-req-per-s", "2"], "--rate-req-per-s"),
-    (["whatif", "--vary", "nosuch=1"], "vary"),
+    (["whatif", "--vary", "nosuch=1"], "--vary"),  # the option as typed (was "vary")
     (["ledger", "whatif", "--model", "llama-3.1-70b", "--prefill-site", "aws:us-east-1", "--decode-site",
       "aws:us-west-2", "--vary", "rate_req_per_s=1", "--rate-req-per-s", "2"], "--rate-req-per-s"),
 ])
