@@ -16,24 +16,125 @@ with `batch` requests running, one replica produced output at a measured rate (o
 measured latency (SLO: TPOT p50 <= itl_p50, TTFT unconstrained at 120 s: the runs submitted every request at once
 and publish no TTFT; token mix: the prompt set's mean (prompt_sets.csv) and the run's mean output as both mean and
 p95) and compares it with the measured rate. Printed twice: with the constants fitted to every group, and with the
-constants refitted without the row's (model, GPU) group (held out).
+constants refitted without the row's (model, GPU) group (held out). The capacity model sizes the default engine
+(vLLM V1, the engine of these runs); until 2026-12-03 it sized prefill-first (replica_capacity's own default then):
+16.0% fitted, 20.7% held out.
+
+Issue 26's goals for the default engine: "vLLM 0.11 measurements held out by GPU (fit on one, predict the other
+where data exists): decode step error <= 10%, no family's median bias beyond +/-8%". Printed: the median signed error
+(bias; > 0: predicted slower than measured) and MdAPE per engine version and model family (the catalog name up to
+its parameter count, costmodels.calibration_fit.model_family) of the leave-one-(model, GPU)-group-out predictions;
+then the GPU hold-out (costmodels.calibration_fit.held_out_gpu_predictions: fit without the version's rows on one
+GPU, predict them). The shipped vLLM 0.11 rows (ML.ENERGY v3) are all on H100, so that goal is reported as not
+measurable, and the other versions' GPU hold-out is printed beside it. The issue measured the vLLM ~0.5 batch runs
+on H100 biased +12% to +22% per family before per-version calibration existed.
+
+Measured 2026-12-03 (`nice -n 5 .venv/bin/python benchmarks/bench_calibration.py`, 27 s wall on a loaded 2-core
+machine; 540 measurements):
+  held-out MdAPE: prefill time 13.2% (goal <= 15%: met), decode step time 10.2% (<= 15%: met);
+  held out by (model, GPU) group, bias / MdAPE per version and family: vLLM 0.11 Llama-3.1 +3.6% / 7.7% (42 rows,
+  all decode-step kinds); vLLM 0.5.4 Llama-3.1 -2.0% / 10.6%; vLLM 0.5.x (Argonne) Llama-2 +1.0% / 5.2%, Llama-3
+  -0.7% / 5.5%; TensorRT-LLM 0.9 Llama-2 +6.4% / 6.8%, Mistral -12.9% / 14.3%; Splitwise Llama-2 -3.1% / 11.1%;
+  vLLM 0.11 held out by GPU: not measurable (no second GPU with vLLM 0.11 data: all 42 rows on H100-SXM-80GB);
+  the other versions held out by GPU: vLLM 0.5.4 Llama-3.1 -1.4% / 8.6% (decode steps), Argonne Llama-2 -1.3% /
+  6.3%, Llama-3 -1.8% / 6.2%, TensorRT-LLM 0.9 Llama-2 +12.5% / 12.5%, Mistral -4.2% / 14.5%, Splitwise Llama-2
+  -2.9% / 10.6% (decode steps +4.2% / 10.2%);
+  highest rate meeting a TPOT target: 13.6% fitted, 19.7% held out (goal <= 25%: met).
 """
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 
 import numpy as np
 
-from fleetplan.costmodels.calibration_fit import FitResult, fit_calibration
+from fleetplan.costmodels.calibration_fit import (
+    FitResult,
+    Observation,
+    absolute_percentage_errors,
+    fit_calibration,
+    held_out_gpu_predictions,
+    model_family,
+)
 from fleetplan.costmodels.capacity import replica_capacity
 from fleetplan.costmodels.demand import TokenMix
 from fleetplan.costmodels.slo import SLO
 from fleetplan.datasets.catalog.names import get_gpu
-from fleetplan.datasets.measured import DEFAULT_FRAMEWORK, GOALS, calibrate, models, observations, steady_state_rates
+from fleetplan.datasets.measured import (
+    DEFAULT_FRAMEWORK,
+    GOALS,
+    CalibrationReport,
+    calibrate,
+    models,
+    observations,
+    steady_state_rates,
+)
 
 RATE_GOAL_PCT = 25.0
+#: The issue's goals for the default engine's measurements held out by GPU: decode step MdAPE and the largest
+#: median signed bias of a model family, %.
+GPU_HELD_OUT_DECODE_GOAL_PCT = 10.0
+FAMILY_BIAS_GOAL_PCT = 8.0
+
+
+def _signed_pct(pairs: list[tuple[Observation, float]]) -> list[float]:
+    return [100.0 * (p - o.measured_s) / o.measured_s for o, p in pairs]
+
+
+def family_bias(pairs: list[tuple[Observation, float]], title: str) -> dict[tuple[str, str], float]:
+    """Print, per engine version and model family, the held-out rows' count, median signed error (bias: > 0 the
+    model predicts longer times than measured) and MdAPE, over every kind and over the decode-step kinds; return
+    {(framework, family): median signed error % over every kind}."""
+    decode_kinds = GOALS["decode step time"][0]
+    by: dict[tuple[str, str], list[tuple[Observation, float]]] = {}
+    for o, pred in pairs:
+        by.setdefault((o.framework, model_family(o.model)), []).append((o, pred))
+    print(title)
+    print(f"{'engine version':<22}{'family':<12}{'n':>5}{'bias %':>9}{'MdAPE %':>9}{'decode n':>10}"
+          f"{'decode bias %':>15}{'decode MdAPE %':>16}")
+    out = {}
+    for (fw, fam), rows in sorted(by.items()):
+        dec = [(o, pr) for o, pr in rows if o.kind in decode_kinds]
+        bias = float(np.median(_signed_pct(rows)))
+        out[(fw, fam)] = bias
+        mdape = float(np.median([e for _, e in absolute_percentage_errors(rows)]))
+        dcells = f"{0:>10}{'-':>15}{'-':>16}"
+        if dec:
+            dcells = (f"{len(dec):>10}{np.median(_signed_pct(dec)):>+15.1f}"
+                      f"{np.median([e for _, e in absolute_percentage_errors(dec)]):>16.1f}")
+        print(f"{fw:<22}{fam:<12}{len(rows):>5}{bias:>+9.1f}{mdape:>9.1f}{dcells}")
+    return out
+
+
+def gpu_held_out_check(rep: CalibrationReport) -> bool | None:
+    """The issue's goal for the default engine's (vLLM 0.11) measurements held out by GPU (module docstring): fit
+    without that version's rows on one GPU, predict them. True / False when it could be measured, None when the
+    version has rows on one GPU only (then the other engine versions' GPU hold-out is printed for comparison)."""
+    obs = observations()
+    fw = DEFAULT_FRAMEWORK
+    pairs, alone = held_out_gpu_predictions(obs, fw, anchor=DEFAULT_FRAMEWORK, start=rep.fit)
+    if alone and not pairs:
+        n = sum(1 for o in obs if o.framework == fw)
+        print(f"goal {fw} held out by GPU (decode step MdAPE <= {GPU_HELD_OUT_DECODE_GOAL_PCT:.0f}%, no family's "
+              f"median bias beyond +/-{FAMILY_BIAS_GOAL_PCT:.0f}%): not measurable: no second GPU with {fw} data "
+              f"(all {n} rows on {', '.join(alone)})")
+        others = sorted({o.framework for o in obs} - {fw})
+        more: list[tuple[Observation, float]] = []
+        for other in others:
+            more += held_out_gpu_predictions(obs, other, anchor=DEFAULT_FRAMEWORK, start=rep.fit)[0]
+        family_bias(more, "the other engine versions held out by GPU (fit without the version's rows on that GPU):")
+        return None
+    decode = [e for o, e in absolute_percentage_errors(pairs) if o.kind in GOALS["decode step time"][0]]
+    biases = family_bias(pairs, f"{fw} held out by GPU:")
+    mdape = float(np.median(decode)) if decode else math.nan
+    met = bool(decode) and mdape <= GPU_HELD_OUT_DECODE_GOAL_PCT and all(
+        abs(b) <= FAMILY_BIAS_GOAL_PCT for b in biases.values())
+    print(f"goal {fw} held out by GPU: decode step MdAPE {mdape:.1f}% <= {GPU_HELD_OUT_DECODE_GOAL_PCT:.0f}%, "
+          f"family biases {', '.join(f'{f} {b:+.1f}%' for (_, f), b in biases.items())} within "
+          f"+/-{FAMILY_BIAS_GOAL_PCT:.0f}%: {'met' if met else 'NOT met'}")
+    return met
 
 
 def rate_check() -> tuple[float, float]:
@@ -91,6 +192,9 @@ def main() -> int:
         shown = "n/a" if v is None else f"{v:.1f}%"
         print(f"goal {goal} ({', '.join(kinds)}): held-out MdAPE {shown} <= {limit:.0f}%: "
               f"{'met' if met else 'NOT met'}")
+    family_bias(list(rep.held_out_predictions), "held out by (model, GPU) group: median signed error per engine "
+                "version and model family (> 0: predicted slower than measured)")
+    gpu_held_out_check(rep)
     fitted, held = rate_check()
     met = held <= RATE_GOAL_PCT
     ok &= met

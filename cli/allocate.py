@@ -23,6 +23,7 @@ from fleetplan.cli.options import (
     time_limit_option,
 )
 from fleetplan.cli.output import claim_outputs, table
+from fleetplan.costmodels.engine import PREFILL_FIRST
 from fleetplan.costmodels.utilization import BUSY_TIME, SERVED_SHARE, legend
 from fleetplan.errors import InputError, SolverError
 from fleetplan.fileio import atomic_path
@@ -375,10 +376,12 @@ def _verify(problem: TenantProblem, result: AllocationResult, splits: dict[tuple
             if math.isfinite(gr):
                 con.print(f"  during the burst the other tenants' P99 TTFT moves × {gr:.2f} under {pol} "
                           "(geometric mean of burst / nominal)")
-    if in_node == "two-level":
-        two = replay_allocation(problem, result.allocation, workloads, windows=ws, slice_s=slice_s, warmup_s=warm,
-                                seed=seed, in_node="two-level")
-        con.print(_in_node_table(problem, reps["optimizer"], two, b, workloads, split=split))
+    if in_node == "two-level":  # both policies on the prefill-first engine, the one two-level is modelled for
+        one, two = (replay_allocation(problem, result.allocation, workloads, windows=ws, slice_s=slice_s,
+                                      warmup_s=warm, seed=seed, in_node=pol, engine=PREFILL_FIRST,
+                                      splits=splits if pol == "one-level" else None)
+                    for pol in ("one-level", "two-level"))
+        con.print(_in_node_table(problem, one, two, b, workloads, split=split))
     con.print(legend(SERVED_SHARE, BUSY_TIME))
 
 
@@ -390,8 +393,10 @@ def _in_node_table(problem: TenantProblem, one: TenantReplay, two: TenantReplay,
     if b is not None:
         cols += ["burst one-level", "burst two-level"]
     burst = f"; burst: {b.tenant} × {b.factor:g} in window {b.window}, nominal -> burst" if b is not None else ""
-    tab = table("In-node policy on the optimizer's allocation: P99 TTFT ms (SLO met). One-level: each tenant's "
-                "replicas serve it FCFS" + ("" if split == "none" else f", shared nodes split (--split {split})")
+    tab = table("In-node policy on the optimizer's allocation: P99 TTFT ms (SLO met), both policies on the "
+                "prefill-first engine (request priorities are modelled for it only; the replay above runs vLLM V1, "
+                "the engine the demand was sized for). One-level: each tenant's replicas serve it FCFS"
+                + ("" if split == "none" else f", shared nodes split (--split {split})")
                 + "; two-level: a shared node's replicas of one model serve its tenants by weight, preempting "
                 f"lower weights (whole GPUs, no split; {two.pooled_replicas} replicas pooled across tenants in "
                 "the replayed windows)" + burst, tuple(cols), right=lambda c: c != "tenant")
@@ -399,7 +404,7 @@ def _in_node_table(problem: TenantProblem, one: TenantReplay, two: TenantReplay,
         cells = [f"{problem.tenant(t).weight:g}"]
         cells += [f"{_ms(r.tenants[t].ttft_s[99])} ({100 * r.tenants[t].attainment:.0f}%)" for r in (one, two)]
         if b is not None:
-            for pol in ("optimizer", "optimizer two-level"):
+            for pol in ("optimizer prefill-first", "optimizer two-level"):
                 n, h = b.nominal[pol].tenants[t], b.burst[pol].tenants[t]
                 cells.append(f"{_ms(n.ttft_s[99])} -> {_ms(h.ttft_s[99])} ({100 * n.attainment:.0f}% -> "
                              f"{100 * h.attainment:.0f}%)")

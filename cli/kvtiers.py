@@ -10,7 +10,7 @@ import click
 
 from fleetplan.cli.output import table
 from fleetplan.costmodels.capacity import replica_capacity
-from fleetplan.costmodels.engine import VLLM_V1
+from fleetplan.costmodels.engine import engine_or_default
 from fleetplan.costmodels.kvtier_curve import CurvePoint, miss_rate_ttft_curve
 from fleetplan.costmodels.kvtiers import replica_tier_sizes
 from fleetplan.costmodels.latency import decode_step_time_s, prefill_time_s
@@ -74,9 +74,9 @@ def kv_tiers(trace: str, limit: int, model: str, gpu: str, tp: int, ttft_s: floa
                              spill_share=spill_share, nvme_share=nvme_share)
     cache, spill, nvme, dram_bw, nvme_bw = replica_tier_sizes(node, tp, dram_share=dram_share, nvme_share=nvme_share,
                                                               spill_share=spill_share)
-    alone = replica_capacity(m, g, mix, slo, tp=tp, calib=calib, engine=VLLM_V1)
-    tiered = replica_capacity(m, g, mix, slo, tp=tp, calib=calib, engine=VLLM_V1, host_tier=tier)
-    eng = alone.engine or VLLM_V1.resolved(g.memory_bytes / 2**30, g.name)
+    alone = replica_capacity(m, g, mix, slo, tp=tp, calib=calib)  # the default engine
+    tiered = replica_capacity(m, g, mix, slo, tp=tp, calib=calib, host_tier=tier)
+    eng = engine_or_default(alone.engine, g.memory_bytes / 2**30, g.name)
 
     from rich.console import Console
 

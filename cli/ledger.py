@@ -28,11 +28,12 @@ from fleetplan.cli.options import (
 from fleetplan.cli.output import claim_outputs, json_safe, rows_csv, stdout_console, table
 from fleetplan.cli.whatif import PLOT_HELP, run_whatif
 from fleetplan.costmodels.engine import SPECULATION_METHODS, Speculation
+from fleetplan.costmodels.speculative import ACCEPTANCE_GRID_STEP
 from fleetplan.costmodels.split import SWEEP_VARIABLES, SplitResult, SplitSpec, compare, scenario_row
 from fleetplan.fileio import output_files
 from fleetplan.outputs.workbook import build_split_workbook
 from fleetplan.scenario.read import load_scenario
-from fleetplan.scenario.speculation import SpeculationRow, speculation_whatif, verdict
+from fleetplan.scenario.speculation import BREAK_EVEN_TOLERANCE, SpeculationRow, speculation_whatif, verdict
 from fleetplan.scenario.split import make_spec
 from fleetplan.solvers.executor import default_workers
 
@@ -166,10 +167,16 @@ def whatif_cmd(vary: tuple[str, ...], workers: int, executor: str, ray_address: 
                ray_address=ray_address)
 
 
-def _rate(x: float | None) -> str:
-    if x is None:
-        return "none (not even at 1)"
-    return "-" if x != x else f"{x:.3f}"  # nan: the option has no capacity without speculation
+def _break_even_cells(r: SpeculationRow) -> tuple[str, str]:
+    """(pays at acceptance, break-even) cells of a row: the ranges of alpha where speculation pays, and the lowest
+    alpha from which it pays at every higher rate, or why there is none."""
+    a = r.acceptance
+    if a is None:
+        return "-", "not searched"
+    if a.break_even is not None:
+        return a.ranges_text(), f"{a.break_even:.3f}"
+    return a.ranges_text(), ("none (pays at no rate)" if not a.pays_at
+                             else "none (not at every higher rate)")
 
 
 def _usd(x: float) -> str:
@@ -181,12 +188,13 @@ def _speculation_table(model: str, spec: Speculation, rows: list[SpeculationRow]
               + (f" {spec.draft_model}" if spec.draft_model else "") + f", k {spec.num_speculative_tokens}, "
               f"acceptance {spec.acceptance_rate:g}: {spec.tokens_per_step:.4f} tokens per step)",
               ("option", "USD/h", "req/s", "req/s spec", "ratio", "USD/1M req", "USD/1M req spec", "pays",
-               "break-even acceptance"), right=lambda c: c not in ("option", "pays"), fold=False)
+               "pays at acceptance", "break-even acceptance"),
+              right=lambda c: c not in ("option", "pays", "pays at acceptance"), fold=False)
     for r in rows:
         t.add_row(f"{r.pool} tp {r.tp}", f"{r.usd_per_replica_hour:,.2f}", f"{r.base_req_per_s:.3f}",
                   f"{r.spec_req_per_s:.3f}", f"{r.ratio:.3f}" if r.ratio == r.ratio else "-",
                   _usd(r.base_usd_per_million_requests), _usd(r.spec_usd_per_million_requests),
-                  "yes" if r.pays else "no", _rate(r.break_even_acceptance_rate))
+                  "yes" if r.pays else "no", *_break_even_cells(r))
     return t
 
 
@@ -200,13 +208,15 @@ def _speculation_table(model: str, spec: Speculation, rows: list[SpeculationRow]
 @click.option("--method", type=click.Choice(list(SPECULATION_METHODS)), default="draft_model", show_default=True,
               help="draft_model: a smaller model on the replica's GPUs; ngram: prompt lookup (no GPU work).")
 @click.option("--draft-model", default=None, help="The draft model's catalog name (method draft_model).")
-@click.option("--no-break-even", is_flag=True, help="Skip the break-even acceptance-rate search.")
+@click.option("--no-break-even", is_flag=True,
+              help="Skip the search of where speculation pays over the acceptance rate (and its break-even rate).")
 @format_option(("table", "json"))
 def speculation_cmd(scenario: str | None, model: str, acceptance_rate: float, num_speculative_tokens: int,
                     method: str, draft_model: str | None, no_break_even: bool, fmt: str) -> None:
     """Does speculative decoding pay for a model's mix? Each dedicated option of MODEL in SCENARIO (the shipped
-    default when omitted) sized without and with speculation, its cost per request, and the break-even acceptance
-    rate (capacity per dollar equal to no speculation)."""
+    default when omitted) sized without and with speculation, its cost per request, the ranges of the acceptance
+    rate where speculation gives more capacity per dollar, and the break-even acceptance rate (the lowest rate from
+    which it pays at every higher rate)."""
     spec = Speculation(acceptance_rate=acceptance_rate, num_speculative_tokens=num_speculative_tokens,
                        method=method, draft_model=draft_model)
     sc = load_scenario(scenario)
@@ -223,5 +233,10 @@ def speculation_cmd(scenario: str | None, model: str, acceptance_rate: float, nu
             if note:
                 con.print(f"{r.pool} tp {r.tp} {side} speculation: {note}")
     con.print(f"Verdict: {text}")
+    if not no_break_even:
+        con.print(f"pays: at acceptance {spec.acceptance_rate:g}; pays at acceptance: the ranges of the acceptance "
+                  f"rate where speculation gives more capacity (sampled every {ACCEPTANCE_GRID_STEP:g} and at "
+                  f"{spec.acceptance_rate:g}, ends within {BREAK_EVEN_TOLERANCE:g}); break-even: the lowest rate from "
+                  "which it pays at every higher rate (capacity with speculation need not grow with the rate).")
     con.print("Both sides on the calibrated roofline (measured profiles left aside); the draft runs on the "
               "replica's GPUs, so capacity per dollar moves with capacity.")

@@ -484,15 +484,17 @@ class _Uncertainty:
 
 def _robust(sc: Scenario, a: _PlanArgs, problem: Problem, result: Plan,
             say: Callable[[str], None]) -> tuple[Problem, Plan, _Uncertainty]:
-    """The options' capacity errors; with --robust the problem rebuilt with every capacity × (1 − its error) and
-    its plan, beside the plain plan's cost."""
+    """The options' capacity errors; with --robust the problem rebuilt at the pessimistic end of every option's
+    error e (its step times 1 / (1 − e) longer: latency targets and capacity × (1 − e)) and its plan, beside the
+    plain plan's cost."""
     errors = option_errors(sc, problem)
     if not a.robust or not result.has_solution:
         return problem, result, _Uncertainty(errors, {})
     plain = evaluate(problem, result).total_usd * 24.0 / problem.horizon_hours
     derating = robust_derating(errors)
     say("planning at the pessimistic end of the capacity errors")
-    robust = build_problem(sc, derating=derating, progress=say)
+    # every step 1 / (1 − e) times longer: targets × (1 − e) and capacity × (1 − e) (SizingContext.step_scale)
+    robust = build_problem(sc, derating=derating, step_scale=derating, progress=say)
     with make_executor(a.executor, workers=a.workers, address=a.ray_address) as ex:
         plan = solve(robust, a.backend, time_limit_s=a.time_limit_s, threads=a.threads, gap=a.gap,
                      effort=a.effort, progress=say,
@@ -549,7 +551,7 @@ def _add_uncertainty(d: dict, sc: Scenario, problem: Problem, plan: Plan, unc: _
     d["capacity_margins"] = window_margins(problem, plan, unc.errors, unc.derating)
     if unc.plain_cost_usd_per_day is not None:
         d["robust"] = {"derating": [{"key": list(k), "factor": f} for k, f in sorted(unc.derating.items(), key=str)],
-                       "plain_cost_usd_per_day": unc.plain_cost_usd_per_day}
+                       "plain_cost_usd_per_day": unc.plain_cost_usd_per_day, "step_scale": True}
     if suggest:
         mixes = {pm.name: sc.token_mixes[m.name] for m, pm in zip(scenario_spec(sc).models, problem.models,
                                                                   strict=True)}
@@ -591,8 +593,8 @@ def _uncertainty_text(d: dict, wide: bool = True) -> str:
         lines = [_margins_summary(d.get("capacity_margins") or [])]
     if rb := d.get("robust"):
         cost, plain = d["cost_usd_per_day"], rb["plain_cost_usd_per_day"]
-        lines.append(f"robust plan (every capacity × (1 − its error)): ${cost:,.2f}/day against the plain plan's "
-                     f"${plain:,.2f}/day ({cost / plain - 1:+.1%})")
+        lines.append(f"robust plan (every option's steps 1 / (1 − its error) times longer): ${cost:,.2f}/day against "
+                     f"the plain plan's ${plain:,.2f}/day ({cost / plain - 1:+.1%})")
     if "suggested_benchmark" in d:
         sb = d["suggested_benchmark"]
         if sb is None:

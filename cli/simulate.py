@@ -13,10 +13,12 @@ from fleetplan.cli.options import format_option, refuse_unused
 from fleetplan.cli.output import claim_outputs, progress_status, stdout_console
 from fleetplan.costmodels.utilization import BUSY_TIME, RATED_LOAD, legend
 from fleetplan.datasets.traces import load_trace
+from fleetplan.errors import InputError
 from fleetplan.fileio import atomic_path, check_destinations, check_output_folder, write_text_atomic
 from fleetplan.outputs.planio import load_plan_file
+from fleetplan.outputs.uncertainty import stated_step_time_factors
 from fleetplan.placement.plan import Plan
-from fleetplan.placement.problem import Problem
+from fleetplan.placement.problem import DeratingKey, Problem
 from fleetplan.scenario.read import Scenario
 from fleetplan.simulator.engine import Policy
 from fleetplan.simulator.fleet import FleetBuilder
@@ -294,11 +296,15 @@ def _refuse_unused_options(*, fleet: bool, trace: bool, what_if: bool, rate_scal
                    '"shared": [{"pool", "models"}]}]} (new replicas billed from their step and serving after their '
                    "load time, stopped ones finishing their queues); prints cost, GPU-hours, utilization, attainment "
                    "and migrations.")
+@click.option("--pessimistic", is_flag=True,
+              help="Replay at the pessimistic end of the plan's stated capacity errors: every option's step times "
+                   "× 1 / (1 − its capacity_error), so each replica serves (1 − error) × its planned rate (a plan "
+                   "made with `plan --robust` should still hold). Not with --fleet.")
 @click.option("--check", is_flag=True,
               help="Exit with status 1 when any model-window misses an SLO target (a percentile more than 2% above "
                    "its target, or attainment below its target); the message lists the misses. For CI gates.")
 def simulate(plan_file, trace_ref, window, model, rate_scale, time_scale, bucket_s, seed, router, arrivals, slice_s,
-             what_if, preempt_after, resume, report_path, plots_dir, fmt, fleet_file, check) -> None:
+             what_if, preempt_after, resume, report_path, plots_dir, fmt, fleet_file, pessimistic, check) -> None:
     """Replay PLAN_FILE (written by `fleetplan plan --out`): its own scenario over the whole day, or --trace against
     one window's replicas; report TTFT/TPOT percentiles, SLO attainment, goodput, utilization, energy and cost.
     With --check, exit 1 when any target is missed."""
@@ -311,23 +317,29 @@ def simulate(plan_file, trace_ref, window, model, rate_scale, time_scale, bucket
     if plots_dir:
         check_output_folder(plots_dir, field="--plots")  # before the replay
     policy = Policy(router=router)
+    if fleet_file is not None and pessimistic:
+        raise click.UsageError("--pessimistic applies to the plan's own windows or a --trace replay, not to --fleet")
     if fleet_file is not None:
         _simulate_fleet(plan_file, fleet_file, seed, policy, fmt)
         return
     whatif: dict = {}
     with progress_status(enabled=sys.stderr.isatty()) as say:
         say("reading the plan and rebuilding its problem")
-        problem, plan, scenario, _ = load_plan_file(plan_file)
+        problem, plan, scenario, d = load_plan_file(plan_file)
+        factors = _stated_factors(plan_file, d) if pessimistic else None
         if trace_ref is not None:
             rep, w, wl = _replay_trace(problem, plan, scenario, trace_ref, say, window=window, model=model,
                                        rate_scale=rate_scale, time_scale=time_scale, seed=seed, policy=policy,
-                                       bucket_s=bucket_s, what_if=what_if)
+                                       bucket_s=bucket_s, what_if=what_if, step_time_factors=factors)
         else:
             rep = simulate_day(problem, plan, scenario, seed=seed, slice_s=slice_s, arrivals=arrivals, policy=policy,
-                               progress=say)
+                               progress=say, step_time_factors=factors)
             w = parse_window(None, problem) if what_if else -1
             wl = scenario_workload(scenario, w, 0.0, problem.window_length_s, seed, arrivals=arrivals,
                                    names=[m.name for m in problem.models]) if what_if else None
+        if pessimistic and not factors:
+            rep.notes.append("--pessimistic: the plan states no capacity error above 0 (measured capacities): "
+                             "replayed at its nominal step times")
         if wl is not None:
             whatif = _what_ifs(problem, plan, scenario, wl, w, say, preempt_after=preempt_after, resume=resume,
                                router=router)
@@ -341,15 +353,31 @@ def simulate(plan_file, trace_ref, window, model, rate_scale, time_scale, bucket
         _check(rep)
 
 
+def _stated_factors(plan_file: str, d: dict) -> dict[DeratingKey, float]:
+    """--pessimistic: the step-time factors of the plan file's stated capacity errors; InputError for a plan
+    file that states none (written before capacity errors were recorded)."""
+    rows = [r for r in d.get("replicas") or []] + [g for g in d.get("shared_gpus") or []]
+    if rows and not any("capacity_error" in r for r in rows):
+        raise InputError("--pessimistic needs the capacity errors a plan states (replicas[].capacity_error); this "
+                         "plan file has none: write it again with `fleetplan plan --out`", source=plan_file,
+                         field="replicas[].capacity_error")
+    try:
+        return stated_step_time_factors(d)
+    except InputError as exc:
+        raise InputError(exc.message, source=plan_file, field=exc.field, value=exc.value) from None
+
+
 def _replay_trace(problem: Problem, plan: Plan, scenario: Scenario, trace_ref: str, say: Callable[[str], None], *,
                   window: str | None, model: str | None, rate_scale: bool, time_scale: float | None, seed: int,
-                  policy: Policy, bucket_s: float | None, what_if: bool) -> tuple[SimReport, int, Workload | None]:
+                  policy: Policy, bucket_s: float | None, what_if: bool,
+                  step_time_factors: dict[DeratingKey, float] | None = None) -> tuple[SimReport, int, Workload | None]:
     """(report, window, the window's workload for the what-ifs, or None without them) of a --trace replay."""
     say(f"reading trace {trace_ref}")
     trace = load_trace(trace_ref)
     say("replaying the trace")
     rep = simulate_trace(problem, plan, scenario, trace, window=window, model=model, rate_scale=rate_scale,
-                         time_scale=time_scale, seed=seed, policy=policy, bucket_s=bucket_s)
+                         time_scale=time_scale, seed=seed, policy=policy, bucket_s=bucket_s,
+                         step_time_factors=step_time_factors)
     if not what_if:
         return rep, -1, None
     w = parse_window(window, problem, [model] if model else None)

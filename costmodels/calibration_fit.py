@@ -25,6 +25,7 @@ come from :func:`fleetplan.datasets.measured.load_measurements`.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -45,7 +46,8 @@ from fleetplan.costmodels.latency import (
 from fleetplan.errors import InputError
 
 __all__ = ["FAMILY_PARAMETERS", "KINDS", "OVERHEAD_SCALE_BOUNDS", "FitResult", "Observation", "ObservationArrays",
-           "default_row", "fit_calibration", "gpu_family", "held_out_errors", "predict", "predict_many"]
+           "absolute_percentage_errors", "default_row", "fit_calibration", "gpu_family", "held_out_errors",
+           "held_out_gpu_predictions", "held_out_predictions", "model_family", "predict", "predict_many"]
 
 #: Kinds of observation (see :class:`Observation`).
 KINDS = ("prefill", "decode", "e2e", "tpot", "tpot_mixed")
@@ -62,6 +64,14 @@ def gpu_family(gpu: GPU | str) -> str:
     ('A100-SXM4-80GB' -> 'A100')."""
     name = gpu.name if isinstance(gpu, GPU) else gpu
     return name.split("-")[0].split(" ")[0]
+
+
+def model_family(model: Model | str) -> str:
+    """A model's family: its catalog name up to its parameter count ('Llama-3.1-70B' -> 'Llama-3.1',
+    'Mistral-7B-v0.1' -> 'Mistral'; a name without a count is its own family)."""
+    name = model.name if isinstance(model, Model) else model
+    m = re.match(r"^(.+?)-\d+(?:\.\d+)?[BM](?:\b|-)", name)
+    return m.group(1) if m else name
 
 
 @dataclass(frozen=True)
@@ -371,23 +381,59 @@ def _flatten(fit: FitResult) -> dict[str, float]:
     return out
 
 
-def held_out_errors(obs: Sequence[Observation], *, anchor: str, start: FitResult | None = None,
-                    max_nfev: int = 300) -> list[tuple[Observation, float]]:
+def held_out_predictions(obs: Sequence[Observation], *, anchor: str, start: FitResult | None = None,
+                         max_nfev: int = 300) -> list[tuple[Observation, float]]:
     """Leave-one-group-out: for every group (a (model, GPU) pair, all its frameworks together), fit on the other
-    groups and predict this one. Returns (observation, absolute percentage error |pred − measured| / measured × 100)
-    for every observation whose framework is still represented in the other groups (others cannot be predicted and
-    are left out)."""
+    groups and predict this one. Returns (observation, predicted seconds) for every observation whose framework is
+    still represented in the other groups (others cannot be predicted and are left out)."""
     out: list[tuple[Observation, float]] = []
     for g in sorted({o.group for o in obs}):
         train = [o for o in obs if o.group != g]
-        fws = {o.framework for o in train}
-        test = [o for o in obs if o.group == g and o.framework in fws]
-        if not test:
-            continue
-        fit = fit_calibration(train, anchor=anchor, start=start, max_nfev=max_nfev)
-        pred = predict_many(fit, ObservationArrays(test))
-        out.extend((o, 100.0 * abs(p - o.measured_s) / o.measured_s) for o, p in zip(test, pred, strict=True))
+        out.extend(_fit_and_predict(train, [o for o in obs if o.group == g], anchor=anchor, start=start,
+                                    max_nfev=max_nfev))
     return out
+
+
+def held_out_gpu_predictions(obs: Sequence[Observation], framework: str, *, anchor: str,
+                             start: FitResult | None = None, max_nfev: int = 300
+                             ) -> tuple[list[tuple[Observation, float]], list[str]]:
+    """Held out by GPU for one framework: for every GPU type with ``framework``'s rows, fit on every observation
+    except that framework's rows on that GPU (so the framework's constants come from its other GPUs) and predict
+    them. Returns ((observation, predicted seconds) of the GPUs that could be predicted, the GPU names that could
+    not: the framework has rows on no other GPU)."""
+    gpus = sorted({o.gpu.name for o in obs if o.framework == framework})
+    out: list[tuple[Observation, float]] = []
+    alone: list[str] = []
+    for g in gpus:
+        if len(gpus) < 2:
+            alone.append(g)
+            continue
+        test = [o for o in obs if o.framework == framework and o.gpu.name == g]
+        train = [o for o in obs if not (o.framework == framework and o.gpu.name == g)]
+        out.extend(_fit_and_predict(train, test, anchor=anchor, start=start, max_nfev=max_nfev))
+    return out, alone
+
+
+def _fit_and_predict(train: Sequence[Observation], test: Sequence[Observation], *, anchor: str,
+                     start: FitResult | None, max_nfev: int) -> list[tuple[Observation, float]]:
+    """(observation, predicted seconds) of the ``test`` rows whose framework ``train`` holds, fitted on ``train``."""
+    fws = {o.framework for o in train}
+    test = [o for o in test if o.framework in fws]
+    if not test:
+        return []
+    fit = fit_calibration(train, anchor=anchor, start=start, max_nfev=max_nfev)
+    return list(zip(test, (float(p) for p in predict_many(fit, ObservationArrays(test))), strict=True))
+
+
+def held_out_errors(obs: Sequence[Observation], *, anchor: str, start: FitResult | None = None,
+                    max_nfev: int = 300) -> list[tuple[Observation, float]]:
+    """:func:`held_out_predictions` as :func:`absolute_percentage_errors`."""
+    return absolute_percentage_errors(held_out_predictions(obs, anchor=anchor, start=start, max_nfev=max_nfev))
+
+
+def absolute_percentage_errors(predictions: Sequence[tuple[Observation, float]]) -> list[tuple[Observation, float]]:
+    """(observation, |predicted − measured| / measured × 100) of each (observation, predicted seconds)."""
+    return [(o, 100.0 * abs(p - o.measured_s) / o.measured_s) for o, p in predictions]
 
 
 def default_row(fit: FitResult, framework: str | None = None, source: str = "") -> Calibration:

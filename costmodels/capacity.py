@@ -112,7 +112,7 @@ import numpy as np
 
 from fleetplan.costmodels.calibration import Calibration
 from fleetplan.costmodels.demand import TokenMix
-from fleetplan.costmodels.engine import PREFILL_FIRST, EngineConfig, Speculation
+from fleetplan.costmodels.engine import DEFAULT_ENGINE, EngineConfig, Speculation
 from fleetplan.costmodels.hardware import GPU, Model
 from fleetplan.costmodels.kvtiers import HostTier
 from fleetplan.costmodels.kvtiers import max_batch as tier_max_batch
@@ -431,7 +431,7 @@ def _evaluate(lam: float, sz: _Sizing, decode: Callable[[float, float], float], 
 
 
 def _sizing(prefill_s: Callable[[float], float], mix: TokenMix, slo: SLO, residents: int,
-            engine: EngineConfig = PREFILL_FIRST) -> _Sizing:
+            engine: EngineConfig) -> _Sizing:
     """The :class:`_Sizing` of ``mix`` under ``slo`` (token lengths at quantile q: the mix's p95 at q = 0.95, else
     the lognormal with the mix's mean and p95, :func:`~fleetplan.costmodels.queueing.lognormal_quantile`)."""
     q = {m: slo.planning_quantile(m) for m, _, _ in slo.targets()}
@@ -490,7 +490,7 @@ def replica_capacity_from_latency(prefill_s: Callable[[float], float], decode_st
                                   weights_bytes_per_gpu: float = math.nan,
                                   memory_bytes_per_gpu: float = math.nan, source: str = "",
                                   residents: int = 1, per_request: bool = True,
-                                  engine: EngineConfig = PREFILL_FIRST,
+                                  engine: EngineConfig,
                                   host_tier: HostTier | None = None) -> ReplicaCapacity:
     """Capacity from any latency functions (analytic or measured; module docstring for the model).
 
@@ -508,8 +508,10 @@ def replica_capacity_from_latency(prefill_s: Callable[[float], float], decode_st
             this model's decode steps and queue ahead of its prefills (module docstring, point 9).
         per_request: also check each target's percentile over replayed requests (point 10); False leaves the
             closed-form checks (points 1-9) alone, e.g. to compare them with hand arithmetic.
-        engine: the serving engine (point 11); a chunked one must have its knobs set
-            (:meth:`EngineConfig.resolved`). Raises InputError otherwise.
+        engine: the serving engine (point 11), required: the latency functions name no GPU, so the default
+            engine's GPU-dependent knobs cannot be filled here; a chunked one must have them set
+            (:meth:`EngineConfig.resolved`, :func:`~fleetplan.costmodels.engine.engine_or_default` for the default
+            engine). Raises InputError otherwise.
         host_tier: the replica's host KV tier (point 12), or None (HBM only). Its prefix hits replace the
             engine's: stating both raises InputError.
     """
@@ -605,12 +607,15 @@ def _check_resolved(engine: EngineConfig) -> None:
 
 
 def latency_at_rate(prefill_s: Callable[[float], float], decode_step_s: Callable[[float, float], float],
-                    mix: TokenMix, slo: SLO, rate_req_per_s: float, *, residents: int = 1,
-                    engine: EngineConfig = PREFILL_FIRST) -> tuple[float, float]:
+                    mix: TokenMix, slo: SLO, rate_req_per_s: float, *, engine: EngineConfig,
+                    residents: int = 1) -> tuple[float, float]:
     """(TTFT, TPOT) of one replica at arrival rate ``rate_req_per_s``, seconds, each at its target's percentile:
     the same model :func:`replica_capacity_from_latency` sizes with (module docstring, points 1-4 and 8-10), at the
     rate a pool actually runs at instead of at its capacity. Memory is not checked (the caller keeps the rate within
     the replica's capacity); math.inf when the prefills saturate the replica or TPOT has no fixed point.
+    ``engine``: the resolved engine the replica runs (required, as for :func:`replica_capacity_from_latency`; a
+    capacity's :attr:`ReplicaCapacity.engine` is the one it was sized for). Raises InputError for an unresolved
+    chunked engine.
     """
     _check_resolved(engine)
     e = _evaluate(max(0.0, rate_req_per_s), _sizing(_with_prefix_hits(prefill_s, engine), mix, slo, residents, engine),
@@ -646,7 +651,7 @@ def replica_capacity(model: Model, gpu: GPU, mix: TokenMix, slo: SLO, *, tp: int
                      weight_dtype: str = "bf16", kv_dtype: str = "bf16", kv_budget_bytes: float | None = None,
                      memory_utilization: float = 0.9, link: Link | None = None,
                      calib: Calibration, residents: int = 1, kv_block_tokens: int | None = 16,
-                     engine: EngineConfig = PREFILL_FIRST, host_tier: HostTier | None = None) -> ReplicaCapacity:
+                     engine: EngineConfig = DEFAULT_ENGINE, host_tier: HostTier | None = None) -> ReplicaCapacity:
     """:func:`_replica_capacity`, remembered per process for the same inputs (a scenario's problem is often built
     more than once: plan, verify rounds, the service, what-if sweeps)."""
     key = (model, gpu, mix, mix.lengths_digest, slo, tp, pp, weight_dtype, kv_dtype, kv_budget_bytes,
@@ -667,7 +672,7 @@ def _replica_capacity(model: Model, gpu: GPU, mix: TokenMix, slo: SLO, *, tp: in
                       weight_dtype: str = "bf16", kv_dtype: str = "bf16", kv_budget_bytes: float | None = None,
                       memory_utilization: float = 0.9, link: Link | None = None,
                       calib: Calibration, residents: int = 1, kv_block_tokens: int | None = 16,
-                      engine: EngineConfig = PREFILL_FIRST, host_tier: HostTier | None = None) -> ReplicaCapacity:
+                      engine: EngineConfig = DEFAULT_ENGINE, host_tier: HostTier | None = None) -> ReplicaCapacity:
     """Capacity of one replica of ``model`` on ``tp × pp`` GPUs of type ``gpu`` for token mix ``mix`` under ``slo``,
     with the analytic roofline latencies (module docstring for the model and its approximations).
 
@@ -679,8 +684,9 @@ def _replica_capacity(model: Model, gpu: GPU, mix: TokenMix, slo: SLO, *, tp: in
     (:func:`fleetplan.datasets.network.inter_node_link`); ``residents`` the models sharing the device (point 9).
     ``kv_block_tokens``: KV allocated in blocks of that many tokens as tokens are produced (the simulator's default,
     vLLM's paged attention), so the running batch is sized at the mean tokens held (:func:`kv_tokens_held`); None
-    reserves each request's whole sequence at admission. ``engine``: the serving engine (point 11); unset knobs
-    take vLLM's defaults for ``gpu`` (:meth:`EngineConfig.resolved`). ``host_tier``: the replica's host KV tier
+    reserves each request's whole sequence at admission. ``engine``: the serving engine (point 11; by default
+    :data:`~fleetplan.costmodels.engine.DEFAULT_ENGINE`, vLLM V1); unset knobs take vLLM's defaults for ``gpu``
+    (:meth:`EngineConfig.resolved`). ``host_tier``: the replica's host KV tier
     (point 12), None for HBM only.
     """
     engine = engine.resolved(gpu.memory_bytes / 2**30, gpu.name)

@@ -14,7 +14,7 @@ from typing import Literal, Protocol, get_args
 
 from fleetplan.costmodels.capacity import ReplicaCapacity, best_engine, kv_tokens_held, replica_capacity_from_latency
 from fleetplan.costmodels.demand import TokenMix
-from fleetplan.costmodels.engine import PREFILL_FIRST, EngineConfig
+from fleetplan.costmodels.engine import DEFAULT_ENGINE, EngineConfig
 from fleetplan.costmodels.hardware import GPU, Model
 from fleetplan.costmodels.kvtiers import HostTier
 from fleetplan.costmodels.queueing import (
@@ -43,9 +43,12 @@ class MeasuredLatency(Protocol):
 
 def profile_replica_capacity(profile: MeasuredLatency, mix: TokenMix, slo: SLO, *, model: Model, gpu: GPU,
                              kv_budget_bytes: float | None = None, memory_utilization: float = 0.9,
-                             weight_dtype: str = "bf16", kv_dtype: str = "bf16") -> ReplicaCapacity:
+                             weight_dtype: str = "bf16", kv_dtype: str = "bf16",
+                             engine: EngineConfig = DEFAULT_ENGINE) -> ReplicaCapacity:
     """Capacity from a measured :class:`~fleetplan.datasets.profiles.SplitwiseProfile` instead of the roofline
-    (same queueing and memory model; decode beyond the profile's largest measured batch is refused)."""
+    (same queueing and memory model; decode beyond the profile's largest measured batch is refused), replayed under
+    ``engine`` (an unset budget: the best of vLLM's default for ``gpu`` and smaller ones,
+    :func:`~fleetplan.costmodels.capacity.best_engine`)."""
     n = profile.tp
     weights = model.weight_bytes(weight_dtype)
     budget = memory_utilization * n * gpu.memory_bytes - weights if kv_budget_bytes is None else kv_budget_bytes
@@ -54,12 +57,13 @@ def profile_replica_capacity(profile: MeasuredLatency, mix: TokenMix, slo: SLO, 
                          field="kv_budget_bytes", value=budget)
     kv_seq = model.kv_tokens_cached(mix.input_tokens_mean + mix.output_tokens_mean) * model.kv_bytes_per_token(kv_dtype)
     kv_seq95 = model.kv_tokens_cached(mix.input_tokens_p95 + mix.output_tokens_p95) * model.kv_bytes_per_token(kv_dtype)
-    return replica_capacity_from_latency(
+    return best_engine(lambda eng: replica_capacity_from_latency(
         lambda i: profile.prefill_time_s(i), profile.decode_step_time_s, mix, slo,
         kv_bytes_per_seq=kv_seq, kv_bytes_per_seq_p95=kv_seq95,
         kv_budget_bytes=budget, gpus=n, weights_bytes_per_gpu=weights / n,
         memory_bytes_per_gpu=(weights + budget) / n + (1 - memory_utilization) * gpu.memory_bytes,
-        source=f"measured Splitwise profile {profile.model}/{profile.hardware}/tp{profile.tp}")
+        source=f"measured Splitwise profile {profile.model}/{profile.hardware}/tp{profile.tp}", engine=eng),
+        engine, gpu)
 
 
 #: Formats a measured profile may come in (:func:`fleetplan.datasets.profiles.load_profile` reads each).
@@ -281,7 +285,7 @@ def measured_replica_capacity(profile: MeasuredProfile, mix: TokenMix, slo: SLO,
                               weight_dtype: str = "bf16", kv_dtype: str = "bf16", residents: int = 1,
                               kv_block_tokens: int | None = 16,
                               mix_tolerance: float = PROFILE_MIX_TOLERANCE,
-                              engine: EngineConfig = PREFILL_FIRST,
+                              engine: EngineConfig = DEFAULT_ENGINE,
                               host_tier: HostTier | None = None) -> ReplicaCapacity:
     """Capacity of one replica (``tp`` GPUs of type ``gpu``) from a :class:`MeasuredProfile`.
 

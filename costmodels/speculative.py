@@ -28,11 +28,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from fleetplan.costmodels.engine import Speculation
-from fleetplan.errors import InputError
+from fleetplan.errors import InputError, check_range
 
-__all__ = ["break_even_acceptance_rate", "per_token_decode", "speculative_step_s", "speed_up"]
+__all__ = ["ACCEPTANCE_GRID_STEP", "AcceptanceBreakEven", "acceptance_break_even", "per_token_decode",
+           "speculative_step_s", "speed_up"]
 
 
 def speculative_step_s(verify_s: Callable[[float, float, float], float],
@@ -80,26 +82,100 @@ def speed_up(decode_step_s: Callable[[float, float], float], verify_s: Callable[
         verify_s, draft_step_s, spec, batch, context_tokens)
 
 
-def break_even_acceptance_rate(capacity_at: Callable[[float], float], target: float, *,
-                               tolerance: float = 1e-4) -> float | None:
-    """The smallest acceptance rate alpha in [0, 1] at which ``capacity_at(alpha)`` reaches ``target`` (the
-    capacity per dollar without speculation: the draft runs on the replica's own GPUs, so equal capacity is equal
-    cost), by bisection (capacity grows with alpha: tau does, the step cost does not depend on it).
+#: Acceptance-rate step of the grid :func:`acceptance_break_even` samples before refining each crossing.
+ACCEPTANCE_GRID_STEP = 0.05
 
-    Returns 0.0 when speculation reaches the target at alpha 0, None when it does not even at alpha 1, else the
-    rate within ``tolerance``. Raises InputError for a target that is not a positive finite number."""
-    if not (math.isfinite(target) and target > 0):
-        raise InputError("the capacity without speculation must be a positive number to break even against",
+
+@dataclass(frozen=True)
+class AcceptanceBreakEven:
+    """Where speculation pays over the acceptance rate alpha in [0, 1] (:func:`acceptance_break_even`).
+
+    Capacity with speculation need not grow with alpha (under vLLM V1 the limiting check can move from TTFT to
+    TPOT as alpha rises, and capacity falls), so paying is a set of ranges, not one threshold.
+
+    Attributes:
+        pays_at: the closed ranges (lo, hi) of alpha, in increasing order, on which capacity with speculation is
+            above the target; each end is a rate that pays, within the search's tolerance of where paying starts
+            or stops (lo 0.0 / hi 1.0 at the ends of [0, 1]). Empty: it pays at no sampled rate.
+        break_even: the lowest alpha from which speculation pays at every higher rate (the start of the last range
+            when that range reaches 1.0); None when it does not pay at alpha 1.
+    """
+
+    pays_at: tuple[tuple[float, float], ...]
+    break_even: float | None
+
+    def pays(self, alpha: float) -> bool:
+        """True when ``alpha`` lies in one of the paying ranges (a rate the search sampled is decided exactly)."""
+        return any(lo <= alpha <= hi for lo, hi in self.pays_at)
+
+    def ranges_text(self) -> str:
+        """The paying ranges as text: 'never', 'any', '>= 0.228', '0.226-0.576' or several joined by ', '."""
+        if not self.pays_at:
+            return "never"
+        if self.pays_at == ((0.0, 1.0),):
+            return "any"
+        return ", ".join(f">= {lo:.3f}" if hi >= 1.0 else f"{lo:.3f}-{hi:.3f}" for lo, hi in self.pays_at)
+
+    def note(self) -> str:
+        """Why there is no break-even rate ('' when there is one)."""
+        if self.break_even is not None:
+            return ""
+        if not self.pays_at:
+            return "pays at no acceptance rate sampled, not even at 1"
+        return f"pays only at {self.ranges_text()}, not at every higher rate"
+
+
+def acceptance_break_even(capacity_at: Callable[[float], float], target: float, *, sample: tuple[float, ...] = (),
+                          step: float = ACCEPTANCE_GRID_STEP, tolerance: float = 1e-4) -> AcceptanceBreakEven:
+    """Where ``capacity_at(alpha)`` (req/s with speculation at acceptance rate alpha) is above ``target`` (the
+    capacity without speculation, req/s: the draft runs on the replica's own GPUs, so equal capacity is equal cost).
+
+    The rates 0, step, 2 × step, ..., 1 and those of ``sample`` (e.g. the rate asked about, so that the answer for
+    it is exact) are evaluated; between two neighbours on either side of the target the crossing is found by
+    bisection within ``tolerance``. The curve need not be monotone; a dip or a peak narrower than ``step`` between
+    two samples on the same side is not seen.
+
+    Returns :class:`AcceptanceBreakEven`. Raises InputError for a target that is not a finite number >= 0, a step
+    outside (0, 1] or a sampled rate outside [0, 1]."""
+    if not (math.isfinite(target) and target >= 0):
+        raise InputError("the capacity without speculation must be a finite number >= 0 to break even against",
                          field="target", value=target)
-    if capacity_at(0.0) >= target:
-        return 0.0
-    if capacity_at(1.0) < target:
-        return None
-    lo, hi = 0.0, 1.0
-    while hi - lo > tolerance:
-        mid = 0.5 * (lo + hi)
-        if capacity_at(mid) >= target:
-            hi = mid
+    if not 0 < step <= 1:
+        raise InputError("the acceptance-rate grid step must be in (0, 1]", field="step", value=step)
+    for a in sample:
+        check_range(a, field="acceptance_rate", low=0.0, high=1.0)
+    n = math.ceil(1.0 / step - 1e-9)
+    alphas = sorted({min(1.0, i * step) for i in range(n + 1)} | {1.0} | set(sample))
+    memo: dict[float, bool] = {}
+
+    def pays(a: float) -> bool:
+        if a not in memo:
+            memo[a] = capacity_at(a) > target
+        return memo[a]
+
+    def crossing(lo: float, hi: float) -> tuple[float, float]:
+        # pays(lo) != pays(hi): narrow to within tolerance; (last rate on lo's side, first on hi's side).
+        side = pays(lo)
+        while hi - lo > tolerance:
+            mid = 0.5 * (lo + hi)
+            if pays(mid) == side:
+                lo = mid
+            else:
+                hi = mid
+        return lo, hi
+
+    ranges: list[tuple[float, float]] = []
+    start: float | None = 0.0 if pays(alphas[0]) else None
+    for a, b in zip(alphas, alphas[1:], strict=False):
+        if pays(a) == pays(b):
+            continue
+        last, first = crossing(a, b)
+        if start is None:
+            start = first
         else:
-            lo = mid
-    return hi
+            ranges.append((start, last))
+            start = None
+    if start is not None:
+        ranges.append((start, 1.0))
+    break_even = ranges[-1][0] if ranges and ranges[-1][1] >= 1.0 else None
+    return AcceptanceBreakEven(tuple(ranges), break_even)

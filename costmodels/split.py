@@ -3,7 +3,8 @@
 Options, on the same demand (rate λ req/s, token mix from a trace):
 
 (a) ``colocated``: prefill and decode on the same replicas at the decode site (near the users), sized by
-    :func:`fleetplan.costmodels.capacity.replica_capacity` (prefill pre-empts decode).
+    :func:`fleetplan.costmodels.capacity.replica_capacity` for the default engine
+    (:data:`~fleetplan.costmodels.engine.DEFAULT_ENGINE`, vLLM V1: prefills chunked onto decode steps).
 (b) ``disaggregated``: a prefill pool and a decode pool at the decode site, sized separately; the KV cache crosses
     the site's inter-node link (InfiniBand / NVLink class, links.csv ``inter_node`` default), no egress.
 (c) ``split``: the prefill pool at the prefill site, the decode pool at the decode site. The KV cache crosses the
@@ -39,6 +40,7 @@ from fleetplan.costmodels.calibration import Calibration, calibration_for
 from fleetplan.costmodels.capacity import latency_at_rate, replica_capacity
 from fleetplan.costmodels.demand import TokenMix
 from fleetplan.costmodels.energy import idle_fraction_for
+from fleetplan.costmodels.engine import engine_or_default
 from fleetplan.costmodels.hardware import GPU, Model
 from fleetplan.costmodels.latency import TP_DEGREES, decode_step_time_s, prefill_time_s
 from fleetplan.costmodels.ledger import SECONDS_PER_DAY, Flow, GpuPool, Ledger, build_ledger, egress_items
@@ -468,7 +470,8 @@ def colocated(spec: SplitSpec) -> OptionResult:
     ttft, _ = latency_at_rate(
         lambda i: prefill_time_s(s.model, g, i, tp=tp, weight_dtype=s.weight_dtype, calib=cal),
         lambda b, ctx: decode_step_time_s(s.model, g, b, ctx, tp=tp, weight_dtype=s.weight_dtype,
-                                          kv_dtype=s.kv_dtype, calib=cal), s.mix, s.slo, lam)
+                                          kv_dtype=s.kv_dtype, calib=cal), s.mix, s.slo, lam,
+        engine=engine_or_default(c.engine, g.memory_bytes / 2**30, g.name))
     sizing = f"colocated: {_BINDS.get(c.limiting, c.limiting)} binds at tp {tp}"
     if c.limiting in ("ttft", "prefill_saturated"):
         p95 = prefill_time_s(s.model, g, s.mix.input_tokens_p95, tp=tp, weight_dtype=s.weight_dtype, calib=cal)

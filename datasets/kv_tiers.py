@@ -14,6 +14,7 @@ from fleetplan.costmodels.kvtiers import HostTier, replica_tier_sizes, tier_shar
 from fleetplan.costmodels.prefixcache import stack_distances
 from fleetplan.datasets.catalog.host_tiers import load_node_tiers
 from fleetplan.datasets.prefix_blocks import MOONCAKE_BLOCK_TOKENS, read_block_ids
+from fleetplan.errors import InputError
 
 
 @lru_cache(maxsize=8)
@@ -30,6 +31,22 @@ def block_stack_distances(trace: str | Path, requests: int) -> np.ndarray:
 def block_bytes(model: Model, kv_dtype: str = "bf16") -> float:
     """KV bytes of one 512-token block of the Mooncake traces for ``model`` at ``kv_dtype``."""
     return MOONCAKE_BLOCK_TOKENS * model.kv_bytes_per_token(kv_dtype)
+
+
+def trace_hit_rate(model: Model, trace: str | Path, requests: int, cache_bytes: float, *,
+                   kv_dtype: str = "bf16") -> float:
+    """Share of the prefix-block reads of the first ``requests`` requests of ``trace`` (its block hashes) found in
+    an LRU cache of ``cache_bytes`` bytes of ``model``'s KV at ``kv_dtype``: the reads whose LRU stack distance
+    (:func:`block_stack_distances`) is below the cache's blocks (cache_bytes // :func:`block_bytes`), as the host
+    tier's HBM share (:func:`~fleetplan.costmodels.kvtiers.tier_shares` with no DRAM or NVMe). As for the host tier,
+    one cache sees every request of the trace (routing over several replicas splits the reads and lowers the rate;
+    ``fleetplan prefix-cache`` shows by how much) and a block is the trace's 512 tokens. Example: hashes [1, 2],
+    [1, 2, 3], [4, 1] with a cache of 2 blocks: distances -1, -1, 1, 1, -1, -1, 3: hits 2 of 7 = 0.2857. Raises
+    InputError for a bad trace or a negative cache."""
+    if not cache_bytes >= 0:
+        raise InputError("the prefix cache's size must be >= 0 bytes", field="cache_bytes", value=cache_bytes)
+    return tier_shares(block_stack_distances(trace, requests), int(cache_bytes // block_bytes(model, kv_dtype)),
+                       0, 0).hbm
 
 
 def replica_host_tier(model: Model, gpu: GPU, gpus: int, *, kv_dtype: str = "bf16",

@@ -44,10 +44,11 @@ from fleetplan.costmodels.calibration_fit import (
     FitResult,
     Observation,
     ObservationArrays,
+    absolute_percentage_errors,
     default_row,
     fit_calibration,
     gpu_family,
-    held_out_errors,
+    held_out_predictions,
     predict_many,
 )
 from fleetplan.costmodels.hardware import Model
@@ -284,6 +285,8 @@ class CalibrationReport:
             turn, the constants refitted on the others, its rows predicted.
         held_out: per group, framework and kind: (group, framework, kind, n, MdAPE %).
         n_observations: rows fitted.
+        held_out_predictions: (observation, predicted seconds with its group held out) of every held-out row (for
+            signed errors, e.g. a family's bias; empty when not run).
     """
 
     fit: FitResult
@@ -294,6 +297,7 @@ class CalibrationReport:
     held_out_mdape_pct: dict[str, float]
     held_out: list[tuple[str, str, str, int, float]]
     n_observations: int
+    held_out_predictions: tuple[tuple[Observation, float], ...] = ()
 
 
 def calibrate(extra: Sequence[str] = (), *, shipped: bool = True, anchor: str = DEFAULT_FRAMEWORK,
@@ -327,7 +331,8 @@ def calibrate(extra: Sequence[str] = (), *, shipped: bool = True, anchor: str = 
                                  "efficiencies pooled over every framework, this framework's own host overheads")]
     pred = predict_many(fit, ObservationArrays(obs))
     fit_ape = [(o, 100 * abs(p - o.measured_s) / o.measured_s) for o, p in zip(obs, pred, strict=True)]
-    ho = held_out_errors(obs, anchor=anchor, start=fit) if held_out else []
+    ho_pred = held_out_predictions(obs, anchor=anchor, start=fit) if held_out else []
+    ho = absolute_percentage_errors(ho_pred)
     groups: dict[tuple[str, str, str], list[float]] = {}
     for o, ape in ho:
         groups.setdefault((o.group, o.framework, o.kind), []).append(ape)
@@ -335,7 +340,7 @@ def calibrate(extra: Sequence[str] = (), *, shipped: bool = True, anchor: str = 
         fit=fit, rows=rows, framework=fw, framework_rows=every, fit_mdape_pct=_mdape_by_kind(fit_ape),
         held_out_mdape_pct=_mdape_by_kind(ho),
         held_out=[(g, f, k, len(v), float(np.median(v))) for (g, f, k), v in sorted(groups.items())],
-        n_observations=len(obs))
+        n_observations=len(obs), held_out_predictions=tuple(ho_pred))
 
 
 def _mdape_by_kind(errors: Sequence[tuple[Observation, float]]) -> dict[str, float]:

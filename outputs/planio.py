@@ -23,9 +23,10 @@ capacities are already divided by it), options_not_used [{model, option, categor
 plan does not use and why: :func:`fleetplan.outputs.unused.options_not_used`; not re-checked), capacity_error
 {relative, basis} on each replica row and {model: {relative, basis}} on each shared GPU (``fleetplan plan``: the
 capacity's expected error, :mod:`fleetplan.scenario.uncertainty`; not re-checked), capacity_margins [{model, window,
-margin, capacity_error, holds_at_pessimistic_end}], robust {derating [{key, factor}], plain_cost_usd_per_day}
-(``plan --robust``: the capacities were planned at the pessimistic end; the reader rebuilds the problem with that
-derating), suggested_benchmark (``plan --suggest-benchmark``), arrival_process [{model, assumes, trace, trace_role,
+margin, capacity_error, holds_at_pessimistic_end}], robust {derating [{key, factor}], plain_cost_usd_per_day,
+step_scale} (``plan --robust``: the capacities were planned at the pessimistic end, and with ``step_scale`` true the
+latency targets too, as if every step were 1 / factor longer; the reader rebuilds the problem with that derating),
+suggested_benchmark (``plan --suggest-benchmark``), arrival_process [{model, assumes, trace, trace_role,
 interarrival_cv, index_of_dispersion_60s, peak_factor_60s_p95, advice}] (``fleetplan plan``: the arrival process
 each capacity assumes, :mod:`fleetplan.scenario.arrival_notes`; not re-checked),
 class_unserved_req_per_s {model: {class: [req/s per window]}} (best-effort plans of models with request classes:
@@ -489,7 +490,8 @@ def problem_from_plan_dict(d: dict) -> tuple[Problem, Scenario]:
         scenario = scenario_from_raw(_pin_prefill_first(yaml12_numbers(sc["raw"]), d), source=src,
                                      base=sc.get("base"), window_length_s=_window_length_s(d, sc))
         # the file's pools (prices and snapshot dates) are re-checked against the rebuilt ones (check_derived)
-        return build_problem(scenario, derating=_verify_derating(d), new_plan=False), scenario
+        return build_problem(scenario, derating=_verify_derating(d), step_scale=_robust_step_scale(d),
+                             new_plan=False), scenario
     except InputError as exc:  # the error is in the plan file's copy of the scenario, not in the scenario file
         where = exc.source or ""
         if not where.startswith(src):
@@ -545,6 +547,20 @@ def _verify_derating(d: dict) -> dict:
                                  field=f"{part}.derating[{i}]")
             out[tuple(e["key"])] = out.get(tuple(e["key"]), 1.0) * float(e["factor"])
     return out
+
+
+def _robust_step_scale(d: dict) -> dict:
+    """The step scale a ``plan --robust`` run sized its options with ({option key: 1 − error}: the file's
+    ``robust.derating`` when ``robust.step_scale`` is true); {} otherwise, and for robust plans written before
+    (``step_scale`` absent), which derated the capacities only."""
+    rb = d.get("robust") or {}
+    flag = rb.get("step_scale", False)
+    if not isinstance(flag, bool):
+        raise InputError(f"robust.step_scale must be true or false, got {flag!r}; re-create the file with "
+                         "`fleetplan plan --robust --out`", field="robust.step_scale", value=flag)
+    if not flag:
+        return {}
+    return {tuple(e["key"]): float(e["factor"]) for e in rb.get("derating") or []}  # checked by _verify_derating
 
 
 def load_plan_file(path: str | Path) -> tuple[Problem, Plan, Any, dict]:

@@ -6,7 +6,8 @@ Margin of a model-window: 1 − load / capacity of the replicas that serve it (d
 carry over their summed capacity; a shared GPU: the sum over its residents of served / capacity), the binding part
 being the one with the highest load at the pessimistic end (each capacity × (1 − its error)). It holds at the
 pessimistic end when that load is at most 1. Plans made with a derating (``--robust``) are judged against the
-nominal capacities (the derated ones ÷ the factor), so their margins are comparable with the plain plan's.
+derated capacities ÷ the factor. For a robust plan sized with the step scale (its targets × (1 − e) too) that is the
+capacity at the tightened targets, at most the nominal one: its margins are understated, never overstated.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 from fleetplan.costmodels.demand import TokenMix
 from fleetplan.costmodels.uncertainty import CapacityError
 from fleetplan.datasets.catalog.models import model_hf_repo
+from fleetplan.errors import InputError
 from fleetplan.placement.plan import Plan
 from fleetplan.placement.problem import DeratingKey, Problem
 
@@ -149,3 +151,34 @@ def suggest_benchmark(problem: Problem, plan: Plan, errors: dict[DeratingKey, Ca
             "usd_per_day_at_risk": top["usd_per_day"], "usd_per_day_at_risk_other_options": others,
             "serve_command": serve, "bench_commands": bench,
             "then": f"fleetplan plan --profile {model}@{pool.gpu}:tp{tp_n}=bench-{model}-{pool.gpu}-tp{tp_n}-*.json"}
+
+
+def stated_step_time_factors(plan_dict: dict[str, Any]) -> dict[DeratingKey, float]:
+    """{option key ((model, pool, tp, pp); (model, pool, 'shared', 1) for a shared GPU's resident): 1 / (1 − e)}
+    for every capacity error ``e`` a plan file states (``replicas[].capacity_error.relative`` and
+    ``shared_gpus[].capacity_error[model].relative``, written by ``fleetplan plan``): the factor that stretches the
+    option's step times so its capacity is at the pessimistic end of that error (a replica ``1 / (1 − e)`` times
+    slower serves ``(1 − e)`` times the rate). Options without a stated error, or with 0, are left out (factor 1).
+
+    Raises InputError naming the row and field for an error that is not a number in [0, 1)."""
+    out: dict[DeratingKey, float] = {}
+
+    def factor(where: str, e: Any) -> float | None:
+        rel = e.get("relative") if isinstance(e, dict) else None
+        if isinstance(rel, bool) or not isinstance(rel, (int, float)) or not 0 <= rel < 1:
+            raise InputError(f"{where}.capacity_error.relative must be a number in [0, 1), got {rel!r}; "
+                             "write the plan again with `fleetplan plan --out`", field=f"{where}.capacity_error",
+                             value=rel)
+        return 1.0 / (1.0 - rel) if rel > 0 else None
+
+    for i, r in enumerate(plan_dict.get("replicas") or []):
+        if r.get("capacity_error") is not None:
+            f = factor(f"replicas[{i}]", r["capacity_error"])
+            if f is not None:
+                out[(r["model"], r["pool"], r["tp"], r["pp"])] = f
+    for i, g in enumerate(plan_dict.get("shared_gpus") or []):
+        for m, e in (g.get("capacity_error") or {}).items():
+            f = factor(f"shared_gpus[{i}][{m}]", e)
+            if f is not None:
+                out[(m, g["pool"], "shared", 1)] = f
+    return out

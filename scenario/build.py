@@ -34,6 +34,7 @@ from fleetplan.costmodels.prices import GpuPrice, check_price_date
 from fleetplan.costmodels.profile_capacity import MeasuredProfile
 from fleetplan.datasets.catalog.names import get_gpu
 from fleetplan.datasets.catalog.prices import load_gpu_prices
+from fleetplan.datasets.kv_tiers import block_stack_distances
 from fleetplan.datasets.network import inter_node_link
 from fleetplan.datasets.traces import trace_peak_factor
 from fleetplan.errors import InputError, UnknownNameError
@@ -71,7 +72,7 @@ from fleetplan.scenario.read import (
     scenario_spec,
     within_entry,
 )
-from fleetplan.scenario.schemas import ArrivalsSpec, ScenarioFile, ScenarioModel
+from fleetplan.scenario.schemas import ArrivalsSpec, EngineSchema, PrefixHitFromTrace, ScenarioFile, ScenarioModel
 
 
 def _peak_factor(spec: ArrivalsSpec | None, window_s: float, base: Path | None, source: str,
@@ -148,7 +149,8 @@ def _checked_derating(derating: dict[DeratingKey, float] | None) -> dict[Deratin
     return derating
 
 
-def _sizing_inputs(scenario: Scenario, derating: dict[DeratingKey, float]) -> _Inputs:
+def _sizing_inputs(scenario: Scenario, derating: dict[DeratingKey, float],
+                   step_scale: dict[DeratingKey, float]) -> _Inputs:
     """Step 1: the measured profiles, the price rows (``price_date`` checked against them: a real date, not before
     every dated snapshot, else find_price would blame an inventory row's price), the calibration file (relative to
     the scenario's folder), the inter-node link and the allowed GPU types. Raises InputError naming the option."""
@@ -171,7 +173,8 @@ def _sizing_inputs(scenario: Scenario, derating: dict[DeratingKey, float]) -> _I
     with at_field(f"{where}: options", "allowed_gpus"):
         allowed_names = ({get_gpu(g, scenario_catalog_file(scenario, "gpus")).name for g in allowed} if allowed
                          else None)
-    return _Inputs(spec, base, SizingContext(opts, link, calib_file, derating), prices, allowed_names, measured)
+    return _Inputs(spec, base, SizingContext(opts, link, calib_file, derating, step_scale), prices, allowed_names,
+                   measured)
 
 
 def _disaggregation(scenario: Scenario, spec: ScenarioFile, pools: list[Pool]) -> Disaggregation:
@@ -221,10 +224,37 @@ def _model_inputs(scenario: Scenario, inputs: _Inputs, i: int, m: ScenarioModel,
         engine = m.engine.to_engine(engine) if m.engine is not None else engine
     engine = scenario_engine(engine, mw, "engine" if m.engine is not None else "options.engine",
                              scenario_catalog_file(scenario, "models"))
+    hit_trace = _hit_trace(o_engine, m.engine, inputs.base, where, mw)
     return ModelInputs(index=i, where=mw, name=m.name, model=model, weight_dtype=m.weight_dtype or opts["weight_dtype"],
                        kv_dtype=m.kv_dtype or opts["kv_dtype"], slo=m.slo.to_slo(), mix=scenario.token_mixes[m.name],
                        tps=m.tp_degrees, classes=model_classes(m, mw), profiles=inputs.measured.get(model.name, {}),
-                       origin_site=origin, peak_factor=peak, peak_factor_source=peak_src, engine=engine)
+                       origin_site=origin, peak_factor=peak, peak_factor_source=peak_src, engine=engine,
+                       hit_trace=hit_trace)
+
+
+def _hit_trace(options_engine: EngineSchema | None, model_engine: EngineSchema | None, base: Path | None,
+               where: str, model_where: str) -> tuple[str, int] | None:
+    """(trace, requests) when a model's prefix hit rate is measured from a trace's block hashes
+    (``prefix_hit_rate: {from_trace: ...}`` in its own engine keys, else in options.engine; a number given in the
+    model's keys overrides the options' trace), the trace resolved against the scenario's folder ``base`` when it
+    names a file there and read once (a bad trace is an InputError naming the key); None otherwise."""
+    spec: PrefixHitFromTrace | None = None
+    src = key = ""
+    for e, e_src, e_key in ((options_engine, where, "options.engine"), (model_engine, model_where, "engine")):
+        if e is not None and "prefix_hit_rate" in e.model_fields_set:
+            spec = e.prefix_hit_rate if isinstance(e.prefix_hit_rate, PrefixHitFromTrace) else None
+            src, key = e_src, e_key
+    if spec is None:
+        return None
+    trace = spec.from_trace
+    if base is not None and not Path(trace).is_absolute() and (base / trace).is_file():
+        trace = str(base / trace)
+    try:
+        block_stack_distances(trace, spec.requests)
+    except InputError as exc:
+        raise InputError(str(exc), source=src, field=f"{key}.prefix_hit_rate.from_trace",
+                         value=spec.from_trace) from None
+    return trace, spec.requests
 
 
 def _model_spec(scenario: Scenario, m: ScenarioModel, mi: ModelInputs) -> ModelSpec:
@@ -323,7 +353,8 @@ def _problem(scenario: Scenario, pools: list[Pool], parts: list[_ModelPart]) -> 
 
 
 def build_problem(scenario: Scenario, *, progress: Callable[[str], None] | None = None,
-                  derating: dict[DeratingKey, float] | None = None, new_plan: bool = True) -> Problem:
+                  derating: dict[DeratingKey, float] | None = None, new_plan: bool = True,
+                  step_scale: dict[DeratingKey, float] | None = None) -> Problem:
     """Evaluate the cost models for every (model, pool, tp, pp) of ``scenario`` and return the numeric Problem
     (the steps in order: module docstring).
 
@@ -338,11 +369,16 @@ def build_problem(scenario: Scenario, *, progress: Callable[[str], None] | None 
     a target. Raises InputError for a factor outside (0, 1], InputError / UnknownNameError naming the file and
     field for bad input.
 
+    ``step_scale`` sizes the options it names as if their step times were 1 / s longer (their latency targets ×
+    s before the cost model; :attr:`~fleetplan.scenario.options.SizingContext.step_scale`); the capacity × s
+    comes from ``derating``, which must then include s (``plan --robust`` passes the same factors as both).
+    Factors in (0, 1], else InputError.
+
     ``new_plan`` (default) applies the price snapshot policy (:func:`~fleetplan.scenario.pools.check_price_snapshots`:
     one snapshot date unless ``options.price_snapshots: mixed``); a stored plan file's problem is rebuilt with
     False, since the file records each pool's price and snapshot date and those are re-checked against it.
     """
-    inputs = _sizing_inputs(scenario, _checked_derating(derating))
+    inputs = _sizing_inputs(scenario, _checked_derating(derating), _checked_derating(step_scale))
     pools, gpus = scenario_pools(scenario.source, inputs.spec, scenario.options, inputs.prices,
                                  allowed_gpus=inputs.allowed_gpus, gpus_file=scenario_catalog_file(scenario, "gpus"))
     if new_plan:
@@ -376,7 +412,7 @@ def model_sizing(scenario: Scenario, name: str) -> ModelSizing:
     """The inputs :func:`build_problem` sizes model ``name``'s options with (a what-if re-sizes them with another
     engine, e.g. ``fleetplan ledger speculation``). Raises UnknownNameError naming the scenario's models for a
     name it lacks, InputError / UnknownNameError as :func:`build_problem` for bad input."""
-    inputs = _sizing_inputs(scenario, {})
+    inputs = _sizing_inputs(scenario, {}, {})
     pools, gpus = scenario_pools(scenario.source, inputs.spec, scenario.options, inputs.prices,
                                  allowed_gpus=inputs.allowed_gpus, gpus_file=scenario_catalog_file(scenario, "gpus"))
     site_names = sorted({p.site for p in pools})

@@ -25,7 +25,7 @@ from fleetplan.costmodels.profile_capacity import MeasuredProfile, measured_repl
 from fleetplan.costmodels.queueing import poisson_occupancy_quantile
 from fleetplan.costmodels.slo import SLO
 from fleetplan.datasets.calibration import CALIBRATION_FILE, calibration_for_engine
-from fleetplan.datasets.kv_tiers import block_stack_distances, replica_host_tier
+from fleetplan.datasets.kv_tiers import block_stack_distances, replica_host_tier, trace_hit_rate
 from fleetplan.errors import InputError
 from fleetplan.placement.problem import DeratingKey, Pool, ReplicaOption, ShareOption
 
@@ -45,12 +45,20 @@ class SizingContext:
         link: the link between the nodes of a pipeline-parallel replica (``options.inter_node_link``).
         calib_file: the roofline calibration CSV (``options.calibration`` resolved), None for the shipped one.
         derating: capacity factors in (0, 1] per option (:data:`~fleetplan.placement.problem.DeratingKey`).
+        step_scale: {option key: s in (0, 1]}: size the option as if its step times were 1 / s times longer (the
+            pessimistic end of a capacity error e is s = 1 − e, ``plan --robust``): its latency targets × s before
+            the capacity model, then its capacity × s through ``derating`` (which the caller sets to include s).
+            A queue whose every service time is 1 / s times longer is the same queue on a clock 1 / s times slower
+            fed at rate × 1 / s, so its latencies at rate λ are 1 / s × the nominal latencies at λ / s: it meets
+            target T at λ exactly when the nominal one meets T × s at λ / s. Unlike a capacity × s alone, this
+            also catches a latency floor (one step slower than the target allows at any rate).
     """
 
     opts: dict
     link: Link
     calib_file: str | None
     derating: dict[DeratingKey, float]
+    step_scale: dict[DeratingKey, float] = dataclasses.field(default_factory=dict)
 
     @property
     def memory_utilization(self) -> float:
@@ -76,6 +84,8 @@ class ModelInputs:
         engine: its serving engine (options.engine, then its own engine keys; without either the default engine,
             vLLM V1: ``costmodels.engine.DEFAULT_ENGINE``), unresolved: each option fills vLLM's defaults for its
             GPU.
+        hit_trace: (trace, requests) when its prefix hit rate is measured per option from a trace's block hashes
+            (``engine: {prefix_hit_rate: {from_trace: ...}}``, :func:`option_engine`), else None.
     """
 
     index: int
@@ -93,6 +103,7 @@ class ModelInputs:
     peak_factor: float
     peak_factor_source: str
     engine: EngineConfig = DEFAULT_ENGINE
+    hit_trace: tuple[str, int] | None = None
 
     @property
     def weight_bytes(self) -> float:
@@ -150,6 +161,24 @@ def option_host_tier(ctx: SizingContext, mi: ModelInputs, gpu: GPU, tp: int, pp:
     return replica_host_tier(mi.model, gpu, tp, kv_dtype=mi.kv_dtype, **spec)
 
 
+def option_engine(ctx: SizingContext, mi: ModelInputs, gpu: GPU, tp: int, pp: int,
+                  kv_budget_bytes: float | None = None) -> tuple[EngineConfig, str]:
+    """(engine, note) of an option of ``mi`` on ``tp`` × ``pp`` GPUs of ``gpu``: the model's engine, with, when its
+    hit rate comes from a trace (:attr:`ModelInputs.hit_trace`), the share of the trace's prefix-block reads an LRU
+    cache of the option's KV budget holds (``kv_budget_bytes``, else memory_utilization × its GPUs' memory − the
+    weights; :func:`fleetplan.datasets.kv_tiers.trace_hit_rate`, the host tier's method) and a note for its
+    capacity source ('' otherwise). The budget is an upper bound on the cache: the running batch holds part of it."""
+    if mi.hit_trace is None:
+        return mi.engine, ""
+    trace, requests = mi.hit_trace
+    budget = (ctx.memory_utilization * tp * pp * gpu.memory_bytes - mi.weight_bytes
+              if kv_budget_bytes is None else kv_budget_bytes)
+    h = trace_hit_rate(mi.model, trace, requests, max(0.0, budget), kv_dtype=mi.kv_dtype)
+    note = (f"prefix hit rate {h:.1%} from trace {Path(trace).name} (LRU of its first {requests} requests' block "
+            f"hashes over the option's {max(0.0, budget) / 1e9:.1f} GB KV budget)")
+    return dataclasses.replace(mi.engine, prefix_hit_rate=h), note
+
+
 def roofline_source(ctx: SizingContext, calib: Calibration) -> str:
     """The capacity source of an option sized by the calibrated roofline: the calibration row and its file."""
     return f"roofline ({calib.gpu} row of {ctx.opts.get('calibration') or 'the shipped calibration roofline.csv'})"
@@ -172,12 +201,23 @@ def engine_calibration(ctx: SizingContext, gpu: GPU, engine: EngineConfig) -> tu
     return calib, f"roofline ({what} of {ctx.opts.get('calibration') or where}" + (f"; {note})" if note else ")")
 
 
+def scaled_slo(slo: SLO, s: float) -> SLO:
+    """``slo`` with every latency target × ``s`` (percentiles and attainment unchanged): the targets an option
+    sized at step times 1 / s longer must meet at nominal step times (:attr:`SizingContext.step_scale`)."""
+    if s == 1.0:
+        return slo
+    return dataclasses.replace(slo, ttft_s=slo.ttft_s * s, tpot_s=slo.tpot_s * s,
+                               e2e_s=slo.e2e_s * s if slo.e2e_s is not None else None)
+
+
 def _capacity(ctx: SizingContext, mi: ModelInputs, prof: MeasuredProfile | None, gpu: GPU, mix: TokenMix, *,
-              tp: int, pp: int, calib: Calibration) -> ReplicaCapacity:
-    """:func:`option_capacity` of a dedicated or pipeline option of ``mi`` for the token mix ``mix``."""
-    return option_capacity(prof, mi.model, gpu, mix, mi.slo, weight_dtype=mi.weight_dtype, kv_dtype=mi.kv_dtype,
+              pool: Pool, tp: int, pp: int, calib: Calibration) -> ReplicaCapacity:
+    """:func:`option_capacity` of a dedicated or pipeline option of ``mi`` on ``pool`` for the token mix ``mix``
+    (its targets scaled by ``ctx.step_scale``)."""
+    slo = scaled_slo(mi.slo, ctx.step_scale.get((mi.model.name, pool.id, tp, pp), 1.0))
+    return option_capacity(prof, mi.model, gpu, mix, slo, weight_dtype=mi.weight_dtype, kv_dtype=mi.kv_dtype,
                            memory_utilization=ctx.memory_utilization, tp=tp, pp=pp, calib=calib,
-                           link=ctx.link if pp > 1 else None, engine=mi.engine,
+                           link=ctx.link if pp > 1 else None, engine=option_engine(ctx, mi, gpu, tp, pp)[0],
                            host_tier=option_host_tier(ctx, mi, gpu, tp, pp))
 
 
@@ -222,7 +262,7 @@ def _class_capacity(ctx: SizingContext, mi: ModelInputs, pool: Pool, gpu: GPU, p
     (None, ()) when no class is."""
     served = []
     for cname, (share, cmix) in mi.class_mixes.items():
-        ccap = _capacity(ctx, mi, prof, gpu, cmix, tp=tp, pp=pp, calib=calib)
+        ccap = _capacity(ctx, mi, prof, gpu, cmix, pool=pool, tp=tp, pp=pp, calib=calib)
         if ccap.req_per_s <= 0 or ccap.max_batch < ctx.opts["min_batch"]:
             why.append(f"{label} class {cname}: "
                        + (ccap.reason or ccap.limiting if ccap.req_per_s <= 0 else
@@ -261,7 +301,7 @@ def replica_option(ctx: SizingContext, mi: ModelInputs, pool: Pool, gpu: GPU, *,
             return None
         cap = cap_or_none
     else:
-        cap = _capacity(ctx, mi, prof, gpu, mi.mix, tp=tp, pp=pp, calib=calib)
+        cap = _capacity(ctx, mi, prof, gpu, mi.mix, pool=pool, tp=tp, pp=pp, calib=calib)
     if cap.req_per_s <= 0:
         why.append(f"{label}: {cap.reason or cap.limiting}")
         return None
@@ -280,7 +320,8 @@ def replica_option(ctx: SizingContext, mi: ModelInputs, pool: Pool, gpu: GPU, *,
                          tpot_p95_s=cap.tpot_p95_s, max_batch=cap.max_batch,
                          kv_budget_bytes=cap.kv_bytes_available,
                          capacity_source=(cap.source if prof is not None else roofline_source)
-                         + ("; host KV tier" if option_host_tier(ctx, mi, gpu, tp, pp) is not None else ""),
+                         + ("; host KV tier" if option_host_tier(ctx, mi, gpu, tp, pp) is not None else "")
+                         + (f"; {hit}" if (hit := option_engine(ctx, mi, gpu, tp, pp)[1]) else ""),
                          class_capacity_req_per_s=class_caps, engine=cap.engine)
 
 
@@ -318,10 +359,12 @@ def shared_options(ctx: SizingContext, mi: ModelInputs, pool: Pool, gpu: GPU, *,
     if 1 not in mi.tps or share_budget <= 0:
         return []
     k = opts["max_models_per_shared_gpu"]
-    shared_slo = dataclasses.replace(mi.slo, tpot_s=max(0.001, mi.slo.tpot_s / k))
+    slo = scaled_slo(mi.slo, ctx.step_scale.get((model.name, pool.id, "shared", 1), 1.0))
+    shared_slo = dataclasses.replace(slo, tpot_s=max(0.001, slo.tpot_s / k))
     sprof = mi.profiles.get((gpu.name, 1))
     full = option_capacity(sprof, model, gpu, mix, shared_slo, weight_dtype=mi.weight_dtype, kv_dtype=mi.kv_dtype,
-                           memory_utilization=mu_mem, tp=1, calib=calib, residents=k, engine=mi.engine)
+                           memory_utilization=mu_mem, tp=1, calib=calib, residents=k,
+                           engine=option_engine(ctx, mi, gpu, 1, 1, share_budget)[0])
     kvpt = model.kv_bytes_per_token(mi.kv_dtype)
     kv_seq = model.kv_tokens_cached(mix.input_tokens_mean + mix.output_tokens_mean) * kvpt
     kv_seq95 = model.kv_tokens_cached(mix.input_tokens_p95 + mix.output_tokens_p95) * kvpt
@@ -329,9 +372,10 @@ def shared_options(ctx: SizingContext, mi: ModelInputs, pool: Pool, gpu: GPU, *,
     needed = (1.1 * (poisson_occupancy_quantile(b) * kv_seq + kv_seq95)
               if full.req_per_s > 0 and math.isfinite(b) else share_budget)
     budget = min(share_budget, needed)
+    shared_engine, hit_note = option_engine(ctx, mi, gpu, 1, 1, budget)
     cap = option_capacity(sprof, model, gpu, mix, shared_slo, weight_dtype=mi.weight_dtype, kv_dtype=mi.kv_dtype,
                           memory_utilization=mu_mem, tp=1, calib=calib, residents=k, kv_budget_bytes=budget,
-                          engine=mi.engine)
+                          engine=shared_engine)
     if cap.req_per_s > 0:
         return [ShareOption(model.name, pool.id,
                             cap.req_per_s * ctx.derating.get((model.name, pool.id, "shared", 1), 1.0)
@@ -339,7 +383,8 @@ def shared_options(ctx: SizingContext, mi: ModelInputs, pool: Pool, gpu: GPU, *,
                             weights + budget,
                             ttft_p95_s=cap.ttft_p95_s, tpot_p95_s=cap.tpot_p95_s,
                             max_batch=cap.max_batch, kv_budget_bytes=budget,
-                            capacity_source=cap.source if sprof is not None else roofline_source,
+                            capacity_source=(cap.source if sprof is not None else roofline_source)
+                            + (f"; {hit_note}" if hit_note else ""),
                             engine=cap.engine)]
     if sprof is not None:
         why.append(f"{pool.id} shared: {cap.reason or cap.limiting}")

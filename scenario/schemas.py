@@ -210,6 +210,17 @@ class SpeculativeSchema(InputModel):
                                           "draft_model), e.g. Llama-3.1-8B for Llama-3.1-70B")
 
 
+class PrefixHitFromTrace(InputModel):
+    """A prefix-cache hit rate measured from a trace's block hashes (``engine: {prefix_hit_rate: {from_trace: ...}}``):
+    per option, LRU over the option's KV budget
+    (:func:`fleetplan.datasets.kv_tiers.trace_hit_rate`, the host KV tier's method)."""
+
+    from_trace: str = input_field(
+        ..., min_length=1, description="JSON Lines with hash_ids per request (512-token blocks; relative to the "
+        "scenario's folder), or a shipped name: mooncake-conversation, mooncake-synthetic")
+    requests: int = input_field(3000, ge=1, le=10_000_000, description="first requests of from_trace read")
+
+
 class EngineSchema(InputModel):
     """The serving engine of a model's replicas (:class:`fleetplan.costmodels.engine.EngineConfig`); every key is
     optional and an unset key takes vLLM's default (for the GPU, for the token budget and the sequence cap)."""
@@ -223,8 +234,10 @@ class EngineSchema(InputModel):
     max_num_seqs: int | None = input_field(None, ge=1, le=65_536, description="most running sequences (vLLM "
                                            "--max-num-seqs); default vLLM's: 1024 / 256 as above")
     prefix_caching: bool = input_field(True, description="automatic prefix caching (vLLM V1's default: on)")
-    prefix_hit_rate: float = input_field(0.0, ge=0.0, lt=1.0, description="share of prompt tokens found in the "
-                                         "prefix cache (not recomputed); 0 unless known from the workload")
+    prefix_hit_rate: float | PrefixHitFromTrace = input_field(
+        0.0, description="share of prompt tokens found in the prefix cache (not recomputed), in [0, 1); 0 unless "
+        "known from the workload; or {from_trace: FILE} to measure it per option from a trace's block hashes",
+        fix="give a share in [0, 1), e.g. 0.3, or {from_trace: mooncake-conversation}")
     version: str = input_field(
         "0.11", min_length=1, description="engine version the plan assumes, e.g. \"0.11\" (quoted: text)",
         fix='quote the version, e.g. version: "0.10" (unquoted, YAML reads 0.10 as the number 0.1)')
@@ -236,8 +249,12 @@ class EngineSchema(InputModel):
         "method, draft_model")
 
     def to_engine(self, base: EngineConfig | None = None) -> EngineConfig:
-        """The record, with the keys given here over ``base`` (the options' engine for a model's)."""
+        """The record, with the keys given here over ``base`` (the options' engine for a model's); a hit rate
+        ``{from_trace: ...}`` is recorded as 0 here, each option's rate being set when it is
+        sized (:func:`fleetplan.scenario.options.option_engine`)."""
         given = self.model_dump(exclude_unset=True)
+        if isinstance(self.prefix_hit_rate, PrefixHitFromTrace):
+            given["prefix_hit_rate"] = 0.0
         return engine_from_mapping(given, base) if base is not None else engine_from_mapping(given)
 
 

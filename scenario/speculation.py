@@ -6,9 +6,12 @@ model's SLO and mix (:func:`fleetplan.scenario.options.replica_option`: derated 
 the planner sizes it) is computed twice on the calibrated roofline, with the model's engine as the scenario states
 it, once without and once with the given :class:`~fleetplan.costmodels.engine.Speculation`. The draft runs on the
 replica's own GPUs, so a replica costs the same per hour either way and capacity per dollar moves with capacity:
-speculation pays on an option when its capacity is higher. The break-even acceptance rate is the smallest alpha at
-which the capacity with speculation reaches the capacity without
-(:func:`fleetplan.costmodels.speculative.break_even_acceptance_rate`); None when even alpha = 1 does not. Measured
+speculation pays on an option when its capacity is higher. Capacity with speculation need not grow with the
+acceptance rate alpha, so where it pays is a set of ranges of alpha
+(:func:`fleetplan.costmodels.speculative.acceptance_break_even`: sampled every 0.05 and at the rate asked, crossings
+to :data:`BREAK_EVEN_TOLERANCE`), and the break-even acceptance rate is the lowest alpha from which it pays at every
+higher rate (None when it does not pay at alpha 1, even if it pays at lower rates: the ranges say where). The row's
+``pays`` (at the rate asked) and its ranges agree by construction: the rate asked is one of the samples. Measured
 profiles are left aside (both sides on the roofline, like for like): a profile holds no verification pass.
 """
 
@@ -23,7 +26,7 @@ from dataclasses import dataclass
 from fleetplan.costmodels.calibration import Calibration
 from fleetplan.costmodels.engine import Speculation
 from fleetplan.costmodels.hardware import GPU
-from fleetplan.costmodels.speculative import break_even_acceptance_rate
+from fleetplan.costmodels.speculative import AcceptanceBreakEven, acceptance_break_even
 from fleetplan.placement.problem import Pool
 from fleetplan.scenario.build import ModelSizing, model_sizing
 from fleetplan.scenario.options import ModelInputs, engine_calibration, replica_option, tp_candidates
@@ -45,8 +48,8 @@ class SpeculationRow:
         base_usd_per_million_requests, spec_usd_per_million_requests: the replica's hourly price / (capacity ×
             3600) × 1e6 (inf without capacity), USD.
         ratio: spec / base capacity (inf when only speculation meets the SLO, nan when neither does).
-        break_even_acceptance_rate: the smallest alpha at which speculation's capacity reaches the base's (0.0:
-            any; None: none, even at 1; nan: the base has no capacity to reach).
+        acceptance: where speculation pays over alpha in [0, 1] and the break-even rate (module docstring); None
+            when not searched (``break_even=False``).
     """
 
     pool: str
@@ -60,16 +63,23 @@ class SpeculationRow:
     base_usd_per_million_requests: float
     spec_usd_per_million_requests: float
     ratio: float
-    break_even_acceptance_rate: float | None
+    acceptance: AcceptanceBreakEven | None
 
     @property
     def pays(self) -> bool:
-        """True when speculation gives this option more capacity per dollar."""
+        """True when speculation gives this option more capacity per dollar (at the acceptance rate asked)."""
         return self.spec_req_per_s > self.base_req_per_s
 
     def to_dict(self) -> dict[str, object]:
-        """JSON-ready form (with ``pays``)."""
-        return {**dataclasses.asdict(self), "pays": self.pays}
+        """JSON-ready form: the fields, ``pays``, and (when searched, else null) ``pays_at_acceptance`` (a list of
+        [lo, hi] ranges of alpha), ``break_even_acceptance_rate`` (the lowest alpha from which it pays at every
+        higher rate) and ``break_even_note`` (why there is none, '' when there is one)."""
+        d = {k: v for k, v in dataclasses.asdict(self).items() if k != "acceptance"}
+        a = self.acceptance
+        return {**d, "pays": self.pays,
+                "pays_at_acceptance": [list(r) for r in a.pays_at] if a is not None else None,
+                "break_even_acceptance_rate": a.break_even if a is not None else None,
+                "break_even_note": a.note() if a is not None else "not searched"}
 
 
 def _usd_per_million(usd_per_hour: float, req_per_s: float) -> float:
@@ -88,8 +98,9 @@ def speculation_whatif(scenario: Scenario, model: str, spec: Speculation, *,
                        break_even: bool = True) -> tuple[ModelInputs, list[SpeculationRow]]:
     """Each dedicated option (pp 1) of ``model`` in ``scenario`` with and without ``spec`` (module docstring):
     (the model's inputs, one row per option in pool order, then tp). ``spec``'s draft model is resolved from the
-    catalog (or the scenario's ``files.models``). ``break_even``: also search the break-even acceptance rate
-    (about ten more sizings per option). Raises InputError / UnknownNameError for an unknown model or draft."""
+    catalog (or the scenario's ``files.models``). ``break_even``: also search where speculation pays over alpha and
+    the break-even rate (21 sizings per option and about 7 per crossing). Raises InputError / UnknownNameError
+    for an unknown model or draft."""
     sizing: ModelSizing = model_sizing(scenario, model)
     mi = dataclasses.replace(sizing.model, profiles={})
     engine = scenario_engine(dataclasses.replace(mi.engine, speculative=spec), scenario.source,
@@ -112,9 +123,8 @@ def speculation_whatif(scenario: Scenario, model: str, spec: Speculation, *,
             spec_cap, spec_why = capacity(dataclasses.replace(mi, engine=engine))
             if base <= 0 and spec_cap <= 0:
                 continue  # the option exists on neither side: the plan's options_not_used says why
-            be: float | None = math.nan
-            if break_even and base > 0:
-                be = break_even_acceptance_rate(at, base, tolerance=BREAK_EVEN_TOLERANCE)
+            acceptance = (acceptance_break_even(at, base, sample=(spec.acceptance_rate,),
+                                                tolerance=BREAK_EVEN_TOLERANCE) if break_even else None)
             usd = pool.usd_per_gpu_hour * tp * pp
             rows.append(SpeculationRow(
                 pool=pool.id, gpu=pool.gpu, tp=tp, usd_per_replica_hour=usd, base_req_per_s=base,
@@ -122,7 +132,7 @@ def speculation_whatif(scenario: Scenario, model: str, spec: Speculation, *,
                 base_usd_per_million_requests=_usd_per_million(usd, base),
                 spec_usd_per_million_requests=_usd_per_million(usd, spec_cap),
                 ratio=spec_cap / base if base > 0 else (math.inf if spec_cap > 0 else math.nan),
-                break_even_acceptance_rate=be))
+                acceptance=acceptance))
     return mi, rows
 
 

@@ -13,6 +13,8 @@ from pathlib import Path
 
 from fleetplan.costmodels.capacity import replica_capacity
 from fleetplan.costmodels.demand import TokenMix
+from fleetplan.costmodels.engine import EngineConfig, engine_or_default
+from fleetplan.costmodels.hardware import GPU
 from fleetplan.costmodels.slo import SLO
 from fleetplan.datasets.calibration import load_calibration
 from fleetplan.datasets.catalog.gpus import load_gpu_specs
@@ -38,6 +40,13 @@ from fleetplan.scenario.schemas import (
 DEFAULT_TPS = DEFAULT_TP_DEGREES
 
 
+def tenant_engine(gpu: GPU) -> EngineConfig:
+    """The serving engine a tenant model's replica is sized for on ``gpu`` and replayed with (a tenants file names
+    no engine): the default engine (:data:`~fleetplan.costmodels.engine.DEFAULT_ENGINE`, vLLM V1) with vLLM's own
+    defaults for the GPU (:func:`~fleetplan.costmodels.engine.engine_or_default`), what ``vllm serve`` runs."""
+    return engine_or_default(None, gpu.memory_bytes / 2**30, gpu.name)
+
+
 def demand_from_models(tenant: str, models: object, gpu: str, node_gpus: int, *, slo: object = None,
                        token_mix: object = None, source: str = "scenario", row: int | None = None
                        ) -> tuple[tuple[int, ...], tuple[ModelDemand, ...]]:
@@ -55,7 +64,8 @@ def demand_from_models(tenant: str, models: object, gpu: str, node_gpus: int, *,
 
     Method: for each model and each tp option, one replica's capacity cap(tp) under the SLO comes from
     ``fleetplan.costmodels.capacity.replica_capacity(model, gpu, mix, SLO(...), tp=tp)`` (bf16 weights and KV, 90%
-    of GPU memory usable: that function's defaults). The option with the most req/s per GPU, cap(tp) / tp, is
+    of GPU memory usable: that function's defaults) on the engine of :func:`tenant_engine` (vLLM V1 with vLLM's
+    defaults for the GPU). The option with the most req/s per GPU, cap(tp) / tp, is
     kept (ties: the smaller tp). The model then needs rate / cap × tp GPUs in a window (fractional: replicas are
     not rounded per model, since the allocation hands out GPUs, not replicas); the tenant's demand is the sum over
     its models, rounded UP to whole GPUs per window (GPUs are allocated whole, and rounding down would leave part
@@ -110,7 +120,8 @@ def demand_from_models(tenant: str, models: object, gpu: str, node_gpus: int, *,
                           for t in tps if t > node_gpus or node_gpus % t]
         best: tuple[float, int, float] | None = None  # (req/s per GPU, tp, req/s per replica)
         for t in sorted(t for t in set(tps) if t <= node_gpus and node_gpus % t == 0):
-            cap = replica_capacity(model, gpu_rec, mix, target, tp=t, calib=load_calibration(gpu_rec))
+            cap = replica_capacity(model, gpu_rec, mix, target, tp=t, calib=load_calibration(gpu_rec),
+                                   engine=tenant_engine(gpu_rec))
             if cap.req_per_s <= 0:
                 why.append(f"tp {t}: {cap.reason or cap.limiting}")
             elif best is None or cap.req_per_s / t > best[0] + 1e-12:
@@ -275,7 +286,8 @@ def _replay_workload(problem: TenantProblem, t: TenantEntry, spec: TenantReplay,
     caps = []
     for gpu in sorted({n.gpu for n in problem.nodes if tenant.runs_on(n.gpu)}):
         gpu_rec = get_gpu(gpu)
-        caps.append((replica_capacity(model, gpu_rec, mix, slo, tp=spec.tp, calib=load_calibration(gpu_rec)), gpu))
+        caps.append((replica_capacity(model, gpu_rec, mix, slo, tp=spec.tp, calib=load_calibration(gpu_rec),
+                                      engine=tenant_engine(gpu_rec)), gpu))
     cap, gpu = min(caps, key=lambda c: c[0].req_per_s)
     if cap.req_per_s <= 0:
         raise InputError(f"tenant {t.name}: replay model {model.name} tp {spec.tp} serves nothing on {gpu} under its "

@@ -65,7 +65,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from fleetplan.costmodels.engine import PREFILL_FIRST, EngineConfig
+from fleetplan.costmodels.engine import EngineConfig
 from fleetplan.errors import InputError
 
 #: Longest decode run (steps) a shared device gives one engine before switching to the next engine with work.
@@ -206,7 +206,9 @@ class EngineSpec:
     is still loading its weights, or one that was stopped and finishes its queue); the defaults serve always.
     ``classes``: the request classes of its model it serves (an option of a model with request classes serves
     those it has capacity for); None serves every request of its model. The router sends a request only to engines
-    serving its class (``class_of`` in :func:`run`)."""
+    serving its class (``class_of`` in :func:`run`). ``engine``: the resolved serving engine it runs (required,
+    by keyword: the caller knows which engine its capacity was sized for;
+    :func:`~fleetplan.costmodels.engine.engine_or_default` gives the default engine resolved for a GPU)."""
 
     model: str
     device: int
@@ -214,7 +216,7 @@ class EngineSpec:
     serve_from_s: float = -math.inf
     serve_until_s: float = math.inf
     classes: frozenset[str] | None = None
-    engine: EngineConfig = PREFILL_FIRST
+    engine: EngineConfig = field(kw_only=True)
 
 
 @dataclass(frozen=True)

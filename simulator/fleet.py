@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from fleetplan.costmodels.capacity import speculative_latency
-from fleetplan.costmodels.engine import DEFAULT_ENGINE, EngineConfig, engine_or_default
+from fleetplan.costmodels.engine import DEFAULT_ENGINE, PREFILL_FIRST, EngineConfig, engine_or_default
 from fleetplan.costmodels.hardware import Model
 from fleetplan.costmodels.latency import decode_step_time_s, prefill_time_s
 from fleetplan.costmodels.network import Link
@@ -24,7 +24,7 @@ from fleetplan.datasets.catalog.names import get_gpu, get_model
 from fleetplan.datasets.network import inter_node_link, load_network_graph
 from fleetplan.errors import InputError
 from fleetplan.placement.plan import Plan
-from fleetplan.placement.problem import Problem
+from fleetplan.placement.problem import DeratingKey, Problem
 from fleetplan.scenario.profiles import scenario_profiles
 from fleetplan.scenario.read import Scenario, scenario_catalog_file, scenario_models
 from fleetplan.simulator.disagg import (
@@ -62,12 +62,22 @@ class FleetBuilder:
     tables) have no step times, so the replay uses the roofline for them and :attr:`notes` says so. The KV
     budget is memory_utilization × GPUs × GPU memory − weights for a dedicated replica (as in
     :func:`fleetplan.costmodels.capacity.replica_capacity`) and the share option's footprint − weights on a shared GPU.
+
+    ``step_time_factors``: {option key ((model, pool, tp, pp); (model, pool, 'shared', 1) for a shared-GPU option):
+    factor > 0} multiplying that option's prefill and decode step times (e.g. 1 / (1 − its capacity error): the
+    pessimistic end of the plan's stated error, :func:`fleetplan.scenario.uncertainty.pessimistic_step_factors`);
+    options not named run at factor 1. Raises ValueError for a factor that is not finite and positive.
     """
 
     def __init__(self, problem: Problem, plan: Plan, scenario: Scenario, *, max_tokens: float = 32768,
-                 step_models: dict[str, StepModel] | None = None):
+                 step_models: dict[str, StepModel] | None = None,
+                 step_time_factors: dict[DeratingKey, float] | None = None):
         self.problem, self.plan, self.scenario = problem, plan, scenario
         self.max_tokens = max_tokens
+        self.step_time_factors = dict(step_time_factors or {})
+        bad = {k: f for k, f in self.step_time_factors.items() if not (np.isfinite(f) and f > 0)}
+        if bad:
+            raise ValueError(f"step-time factors must be finite and positive: {bad}")
         self._cache: dict[tuple, StepModel] = {}
         self._models: dict[str, tuple[Model, str, str]] | None = None
         self._override = step_models or {}
@@ -92,18 +102,20 @@ class FleetBuilder:
                 opts.get("kv_dtype", "bf16"))
 
     def step_model(self, model_name: str, pool_id: str, tp: int, pp: int, kv_budget_bytes: float | None,
-                   role: str = "colocated", engine: EngineConfig | None = None) -> StepModel:
+                   role: str = "colocated", engine: EngineConfig | None = None, factor: float = 1.0) -> StepModel:
         """The (cached) step model of ``model_name`` on ``tp × pp`` GPUs of ``pool_id``. ``role`` 'decode': a decode
         replica of a disaggregated plan, whose "prefill" of a request is its first iteration on it: one decode step of
         one sequence at the prompt's context (:mod:`fleetplan.simulator.disagg`); 'colocated' and 'prefill' replicas
         prefill as the engine does. ``engine``: the option's engine; with speculative decoding the steps are
         :func:`fleetplan.costmodels.capacity.speculative_latency`'s (per-token step, draft prefill added) and the
-        draft's weights and KV bytes per token come out of the KV budget, as the capacity model counts them."""
+        draft's weights and KV bytes per token come out of the KV budget, as the capacity model counts them.
+        ``factor``: every prefill and decode step takes ``factor`` × its time (the class docstring's
+        ``step_time_factors``)."""
         if model_name in self._override:
             return self._override[model_name]
         spec = engine.speculative if engine is not None else None
         key = (model_name, pool_id, tp, pp, kv_budget_bytes, role, spec, (engine or DEFAULT_ENGINE).framework,
-               engine.kv_read_fraction if engine is not None else 1.0)
+               engine.kv_read_fraction if engine is not None else 1.0, factor)
         if key in self._cache:
             return self._cache[key]
 
@@ -172,6 +184,16 @@ class FleetBuilder:
                 return step(1.0, i)
 
             prefill = first_iteration
+        if factor != 1.0:
+            unscaled_prefill, unscaled_decode = prefill, decode
+
+            def scaled_prefill(i: float) -> float:
+                return factor * unscaled_prefill(i)
+
+            def scaled_decode(b: float, c: float) -> float:
+                return factor * unscaled_decode(b, c)
+
+            prefill, decode = scaled_prefill, scaled_decode
         sm = StepModel(prefill, decode,
                        kv_bytes_per_token=kvpt, kv_budget_bytes=budget,
                        max_tokens=min(self.max_tokens, model.max_context_tokens),
@@ -208,7 +230,8 @@ class FleetBuilder:
                 continue
             pool = pools[pool_id]
             gpu = get_gpu(pool.gpu, self.scenario_file("gpus"))
-            sm = self.step_model(m, pool_id, tp, pp, None, engine=self.engine_of(m, pool_id, tp, pp))
+            sm = self.step_model(m, pool_id, tp, pp, None, engine=self.engine_of(m, pool_id, tp, pp),
+                                 factor=self.step_time_factors.get((m, pool_id, tp, pp), 1.0))
             served = self.problem.option_by_key[(m, pool_id, tp, pp)].class_capacity
             for r in range(n):
                 devices.append(DeviceSpec(f"{m} {pool.label} tp{tp}x{pp} #{r + 1}", tp * pp,
@@ -227,8 +250,9 @@ class FleetBuilder:
                 model, wd, _ = self.model_spec(m)
                 budget = opt.memory_bytes - model.weight_bytes(wd)
                 eng = self.engine_on(opt.engine, g.pool)
-                engines.append(EngineSpec(m, len(devices) - 1, self.step_model(m, g.pool, 1, 1, budget, engine=eng),
-                                          engine=eng))
+                f = self.step_time_factors.get((m, g.pool, "shared", 1), 1.0)
+                engines.append(EngineSpec(m, len(devices) - 1,
+                                          self.step_model(m, g.pool, 1, 1, budget, engine=eng, factor=f), engine=eng))
             dm.append(tuple(g.models))
         return Fleet(engines, devices, dm)
 
@@ -250,7 +274,10 @@ class FleetBuilder:
             for r in range(n):
                 out.devices.append(DeviceSpec(f"{m} {role} {pool.gpu}@{pool.site} tp{tp}{to} #{r + 1}", tp,
                                               pool.usd_per_gpu_hour, gpu.tdp_w or 0.0, gpu=pool.gpu))
-                out.engines.append(EngineSpec(m, len(out.devices) - 1, sm))
+                # The planner sizes a prefill pool as one whole prompt at a time (an M/M/1 server,
+                # costmodels.split.prefill_replica_capacity) and a decode pool by its batch alone: the prefill-first
+                # scheduler replays exactly that, so it is named here rather than the colocated default engine.
+                out.engines.append(EngineSpec(m, len(out.devices) - 1, sm, engine=PREFILL_FIRST))
                 out.groups.append(group)
                 out.tp.append(tp)
         return out

@@ -48,7 +48,7 @@ import numpy as np
 from fleetplan.datasets.traces import Trace
 from fleetplan.errors import InputError, UnknownNameError
 from fleetplan.placement.plan import Plan
-from fleetplan.placement.problem import Problem
+from fleetplan.placement.problem import DeratingKey, Problem
 from fleetplan.scenario.read import Scenario
 from fleetplan.simulator.disagg import (
     choose_routes,
@@ -127,10 +127,20 @@ def _slice_bounds_s(scenario: Scenario, w: int, window_length_s: float, slice_s:
     return a - warmup_s, a, a + slice_s
 
 
+def pessimistic_note(step_time_factors: dict[DeratingKey, float]) -> str:
+    """The report note of a replay whose step times were stretched (:class:`FleetBuilder`'s
+    ``step_time_factors``): how many options, and the range of factors."""
+    fs = sorted(step_time_factors.values())
+    return (f"step times stretched at the pessimistic end of the plan's stated capacity errors: {len(fs)} option(s), "
+            f"x{fs[0]:.3f}" + (f" to x{fs[-1]:.3f}" if fs[-1] != fs[0] else "")
+            + " (1 / (1 - error)); options without an error at x1")
+
+
 def simulate_day(problem: Problem, plan: Plan, scenario: Scenario, *, seed: int = 0, slice_s: float | None = None,
                  warmup_s: float = 120.0, arrivals: str = "poisson", policy: Policy = FCFS,
                  windows: list[int] | None = None, models: list[str] | None = None,
-                 progress: Callable[[str], None] | None = None) -> SimReport:
+                 progress: Callable[[str], None] | None = None,
+                 step_time_factors: dict[DeratingKey, float] | None = None) -> SimReport:
     """Replay the plan's own scenario, window by window (module docstring).
 
     Args:
@@ -143,12 +153,15 @@ def simulate_day(problem: Problem, plan: Plan, scenario: Scenario, *, seed: int 
         arrivals: 'servegen' (Gamma with ServeGen's fitted CV where the curve is ServeGen's) or 'poisson'.
         windows: window indices to run (default all); models: models to replay (default all).
         progress: called with a short status text before each window.
+        step_time_factors: {option key: factor} stretching those options' step times (:class:`FleetBuilder`), e.g.
+            :func:`fleetplan.outputs.uncertainty.stated_step_time_factors` for the pessimistic end of the plan's
+            stated capacity errors; the report's notes say so.
     """
     import time
 
     t0 = time.perf_counter()
     L = problem.window_length_s
-    builder = FleetBuilder(problem, plan, scenario)
+    builder = FleetBuilder(problem, plan, scenario, step_time_factors=step_time_factors)
     slos = model_slos(problem, scenario)
     rows: list[ModelWindowMetrics] = []
     lat: dict[str, list] = {}
@@ -178,6 +191,8 @@ def simulate_day(problem: Problem, plan: Plan, scenario: Scenario, *, seed: int 
     overall = overall_metrics(problem, rows, lat, slos)
     notes.append(f"requests: {src}")
     notes += builder.notes
+    if step_time_factors:
+        notes.append(pessimistic_note(step_time_factors))
     if slice_s is not None and slice_s < L:
         notes.append(f"each {L:g}-s window is simulated for a {slice_s:g}-s slice around its busiest 10-minute slot "
                      f"(the one the plan is sized for), after a {warmup_s:g}-s warm-up that is not measured; energy "
@@ -232,17 +247,19 @@ def parse_window(text: str | None, problem: Problem, models: list[str] | None = 
 def simulate_trace(problem: Problem, plan: Plan, scenario: Scenario, trace: Trace, *,
                    window: str | int | None = None,
                    model: str | None = None, rate_scale: bool = False, time_scale: float | None = None,
-                   seed: int = 0, policy: Policy = FCFS, bucket_s: float | None = None) -> SimReport:
+                   seed: int = 0, policy: Policy = FCFS, bucket_s: float | None = None,
+                   step_time_factors: dict[DeratingKey, float] | None = None) -> SimReport:
     """Replay ``trace`` against one window's replicas (module docstring). ``window`` is 'HH:MM', an index or None
     (the peak window of the models the trace goes to). With ``bucket_s``, the per-window rows are per
     ``bucket_s``-second interval of the trace instead (their ``window`` field is the interval's index), e.g. to see
-    TTFT grow during a burst."""
+    TTFT grow during a burst. ``step_time_factors``: as :func:`simulate_day`'s."""
     import time
 
     t0 = time.perf_counter()
     w = window if isinstance(window, int) else parse_window(window, problem, [model] if model else None)
     wl = trace_workload(trace, problem, w, model=model, rate_scale=rate_scale, time_scale=time_scale, seed=seed)
-    builder = FleetBuilder(problem, plan, scenario, max_tokens=float((wl.input_tokens + wl.output_tokens).max()))
+    builder = FleetBuilder(problem, plan, scenario, max_tokens=float((wl.input_tokens + wl.output_tokens).max()),
+                           step_time_factors=step_time_factors)
     slos = model_slos(problem, scenario)
     fleet, res = run_window(builder, wl, w, policy, seed=seed)
     dur = wl.measure_to_s - wl.measure_from_s
@@ -259,6 +276,8 @@ def simulate_trace(problem: Problem, plan: Plan, scenario: Scenario, trace: Trac
     overall = overall_metrics(problem, rows, lat, slos)
     notes = [f"requests: {wl.source}", f"replicas of window {w} ({w * problem.window_length_s / 3600:05.2f} h); "
              f"energy and cost over the trace's {dur:.0f} s"] + builder.notes
+    if step_time_factors:
+        notes.append(pessimistic_note(step_time_factors))
     for r in overall:
         tt = np.concatenate([p[0] for p in lat.get(r.model, [])]) if lat.get(r.model) else np.zeros(0)
         lo, hi = p95_confidence_interval(tt[np.isfinite(tt)])

@@ -6,7 +6,11 @@ What is replayed, per policy (an :class:`~fleetplan.placement.tenants.Allocation
 * **Replicas.** Each tenant's GPUs on each node are carved into replicas of its models (tp GPUs each; a tenant with
   several models fills each node with the model whose GPU need, rate / replica req/s × tp, is furthest from met).
   GPUs left over (fewer than tp) idle. A model with no replica in the window has its requests unserved: they count
-  as dropped (they miss the SLO).
+  as dropped (they miss the SLO). Each replica runs the engine its capacity was sized for
+  (:func:`~fleetplan.scenario.tenants.tenant_engine`: vLLM V1 with vLLM's defaults for the GPU), unless the caller
+  names one. Two-level (below) needs the prefill-first engine named: request priorities are modelled for that
+  engine's scheduler only, so two-level latencies are that engine's, not those of the engine the demand was sized
+  for (``fleetplan allocate --verify --in-node two-level`` compares it with one-level on the same engine).
 * **Interference.** On a node held by two or more tenants, every replica's prefill and decode steps take
   1 / (1 − s) longer, s being the node coefficient of :meth:`TenantProblem.node_coefficient` (the largest pair
   coefficient among the node's tenants; the shipped table's coefficients are throughput-loss fractions). The
@@ -43,13 +47,14 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from fleetplan.costmodels.engine import PREFILL_FIRST, EngineConfig
 from fleetplan.costmodels.latency import decode_step_time_s, prefill_time_s
 from fleetplan.datasets.calibration import load_calibration
 from fleetplan.datasets.catalog.names import get_gpu, get_model
 from fleetplan.datasets.sharing import load_mig_profiles
 from fleetplan.errors import InputError
 from fleetplan.placement.tenants import Allocation, TenantProblem, validate_allocation
-from fleetplan.scenario.tenants import TenantWorkload
+from fleetplan.scenario.tenants import TenantWorkload, tenant_engine
 from fleetplan.simulator.engine import DeviceSpec, EngineSpec, StepModel, run
 from fleetplan.simulator.metrics import meets_slo
 from fleetplan.solvers.tenants.allocate import solve_allocation
@@ -115,6 +120,13 @@ class TenantReplay:
     def busy_share(self) -> float:
         """busy_gpu_s / pool_gpu_s (0 when nothing was replayed)."""
         return self.busy_gpu_s / self.pool_gpu_s if self.pool_gpu_s > 0 else 0.0
+
+
+def _replay_engine(engine: EngineConfig | None, gpu_name: str) -> EngineConfig:
+    """The engine a tenant replica on ``gpu_name`` runs in the replay: ``engine`` resolved for the GPU, or for None
+    the one its capacity was sized for (:func:`~fleetplan.scenario.tenants.tenant_engine`, vLLM V1)."""
+    gpu = get_gpu(gpu_name)
+    return tenant_engine(gpu) if engine is None else engine.resolved(gpu.memory_bytes / 2**30, gpu.name)
 
 
 class _Steps:
@@ -272,7 +284,7 @@ def replay_allocation(problem: TenantProblem, allocation: Allocation,
                       slice_s: float = 60.0, warmup_s: float = 20.0, seed: int = 0,
                       rate_scale: Mapping[tuple[str, int], float] | None = None,
                       splits: Mapping[tuple[int, str], NodeSplit] | None = None,
-                      in_node: str = "one-level") -> TenantReplay:
+                      in_node: str = "one-level", engine: EngineConfig | None = None) -> TenantReplay:
     """Replay each tenant's requests on ``allocation`` in ``windows`` (module docstring for the model).
 
     Args:
@@ -287,9 +299,12 @@ def replay_allocation(problem: TenantProblem, allocation: Allocation,
             GPUs slowed by the node coefficient (one-level only).
         in_node: 'one-level' (each tenant's replicas serve it FCFS) or 'two-level' (on shared nodes, pools per
             model scheduled by tenant weight, with preemption; module docstring).
+        engine: the engine every replica runs (resolved for its GPU); None: the one its capacity was sized for
+            (:func:`~fleetplan.scenario.tenants.tenant_engine`, vLLM V1). Two-level needs the prefill-first engine
+            given (``costmodels.engine.PREFILL_FIRST``): request priorities are modelled for that engine only.
 
-    Returns a :class:`TenantReplay`. Raises InputError for slice_s ≤ 0, warmup_s < 0, a window outside the day or
-    an unknown ``in_node``.
+    Returns a :class:`TenantReplay`. Raises InputError for slice_s ≤ 0, warmup_s < 0, a window outside the day,
+    an unknown ``in_node``, or two-level without the prefill-first engine.
     """
     if in_node not in IN_NODE_POLICIES:
         raise InputError(f"unknown in-node policy {in_node!r}; use {' or '.join(IN_NODE_POLICIES)}",
@@ -297,6 +312,11 @@ def replay_allocation(problem: TenantProblem, allocation: Allocation,
     two = in_node == "two-level"
     if two:
         splits = None
+        if engine is None or engine.chunked:
+            raise InputError("the two-level policy replays request priorities, which the replay models for the "
+                             "prefill-first engine only; give engine PREFILL_FIRST (the latencies are then that "
+                             "engine's, not those of the vLLM V1 engine the demand was sized for)", field="engine",
+                             value=None if engine is None else engine.mode)
     if not slice_s > 0 or not warmup_s >= 0:
         raise InputError(f"slice_s must be > 0 and warmup_s >= 0 seconds, got {slice_s!r}, {warmup_s!r}",
                          field="slice_s", value=slice_s)
@@ -340,10 +360,11 @@ def replay_allocation(problem: TenantProblem, allocation: Allocation,
                 fractions.append(1.0)
                 if two:  # served by model; the class (tenant) says whose requests it takes
                     serves = pool_of.get((node, _pool(x)), frozenset({tname}))
-                    engines.append(EngineSpec(_pool(x), len(devices) - 1, sm, classes=serves))
+                    engines.append(EngineSpec(_pool(x), len(devices) - 1, sm, classes=serves,
+                                              engine=_replay_engine(engine, gpu)))
                     out.pooled_replicas += len(serves) >= 2
                 else:
-                    engines.append(EngineSpec(k, len(devices) - 1, sm))
+                    engines.append(EngineSpec(k, len(devices) - 1, sm, engine=_replay_engine(engine, gpu)))
                 per[tname]["rep"][0] += 1
                 per[tname]["slow"][0] += s > 0
             for node in sorted(split_here):
@@ -355,7 +376,7 @@ def replay_allocation(problem: TenantProblem, allocation: Allocation,
                         continue
                     devices.append(DeviceSpec(sl.label, 1, 0.0, 0.0, nodes[node].gpu))
                     fractions.append(sl.gpus_fraction)
-                    engines.append(EngineSpec(k, len(devices) - 1, sm))
+                    engines.append(EngineSpec(k, len(devices) - 1, sm, engine=_replay_engine(engine, nodes[node].gpu)))
                     per[tname]["rep"][0] += 1
                     per[tname]["slow"][0] += 1
         # Idle allocated GPUs and tenants without workloads are part of the pool, not of the devices.
@@ -498,7 +519,9 @@ def burst_replay(problem: TenantProblem, workloads: Mapping[str, Sequence[Tenant
     answer on any machine; ``time_limit_s`` a wall-clock safety stop per solve) and static partitions, against the
     same window without the burst; ``split`` ('auto', 'mig', 'mps', 'none') splits the optimizer's shared nodes as
     ``allocate --split`` does, and the replay runs on the slices; ``two_level`` adds the optimizer's allocation
-    replayed with the two-level in-node policy (whole GPUs on shared nodes, no split). Both allocations are
+    replayed with the two-level in-node policy (whole GPUs on shared nodes, no split) and, to compare it with, with
+    one-level, both on the prefill-first engine (``optimizer two-level``, ``optimizer prefill-first``). Both
+    allocations are
     re-checked by :func:`~fleetplan.placement.tenants.validate_allocation`. Raises InputError (bad tenant, window,
     factor), InfeasibleError / SolverError from the solve."""
     base = one_window(problem, window)
@@ -517,8 +540,11 @@ def burst_replay(problem: TenantProblem, workloads: Mapping[str, Sequence[Tenant
         for pol, alloc, spl in (("optimizer", opt, sp), ("static", st, {})):
             out[pol] = replay_allocation(prob, alloc, wl1, windows=[0], slice_s=slice_s, warmup_s=warmup_s,
                                          seed=seed, rate_scale=rs, splits=spl)
-        if two_level:
+        if two_level:  # both in-node policies on the prefill-first engine, the one two-level is modelled for
+            out["optimizer prefill-first"] = replay_allocation(prob, opt, wl1, windows=[0], slice_s=slice_s,
+                                                               warmup_s=warmup_s, seed=seed, rate_scale=rs,
+                                                               splits=sp, engine=PREFILL_FIRST)
             out["optimizer two-level"] = replay_allocation(prob, opt, wl1, windows=[0], slice_s=slice_s,
                                                            warmup_s=warmup_s, seed=seed, rate_scale=rs,
-                                                           in_node="two-level")
+                                                           in_node="two-level", engine=PREFILL_FIRST)
     return BurstReplay(tenant, window, factor, nominal, burst)

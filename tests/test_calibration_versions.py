@@ -10,11 +10,12 @@ from pathlib import Path
 import pytest
 import yaml
 
+from fleetplan.costmodels.calibration_fit import held_out_gpu_predictions, model_family
 from fleetplan.costmodels.engine import EngineConfig
 from fleetplan.costmodels.latency import decode_step_time_s
 from fleetplan.datasets.calibration import calibration_for_engine, load_calibration, load_framework_table
 from fleetplan.datasets.catalog.names import get_gpu, get_model
-from fleetplan.datasets.measured import load_measurements
+from fleetplan.datasets.measured import load_measurements, observations
 from fleetplan.scenario.build import build_problem
 from fleetplan.scenario.read import load_scenario
 from fleetplan.scenario.uncertainty import option_errors
@@ -82,3 +83,20 @@ def test_plan_for_an_unmeasured_version_states_it(tmp_path):
     errs = option_errors(sc, problem)
     for e in errs.values():
         assert e.basis == "extrapolated" and "vLLM 0.10" in e.detail
+
+
+def test_model_family_is_the_name_up_to_its_parameter_count():
+    assert [model_family(n) for n in ("Llama-3.1-70B", "Llama-3.1-405B", "Llama-2-7B", "Mistral-7B-v0.1",
+                                      "Qwen2.5-7B", "gpt-oss")] == [
+        "Llama-3.1", "Llama-3.1", "Llama-2", "Mistral", "Qwen2.5", "gpt-oss"]
+
+
+def test_gpu_hold_out_of_a_version_measured_on_one_gpu_says_so():
+    # The shipped vLLM 0.11 rows (ML.ENERGY v3) are all on H100: nothing to fit on another GPU, no prediction made;
+    # vLLM 0.5.4 has rows on A100-40GB and H100, so each GPU's rows are predicted from the other's.
+    obs = observations()
+    assert {o.gpu.name for o in obs if o.framework == "vLLM 0.11"} == {"H100-SXM-80GB"}
+    assert held_out_gpu_predictions(obs, "vLLM 0.11", anchor="vLLM 0.11") == ([], ["H100-SXM-80GB"])
+    pairs, alone = held_out_gpu_predictions(obs, "vLLM 0.5.4", anchor="vLLM 0.11", max_nfev=50)
+    assert alone == [] and len(pairs) == sum(1 for o in obs if o.framework == "vLLM 0.5.4") > 0
+    assert all(o.framework == "vLLM 0.5.4" and p > 0 for o, p in pairs)

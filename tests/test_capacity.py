@@ -10,6 +10,7 @@ from scipy.optimize import brentq
 
 from fleetplan.costmodels.capacity import kv_tokens_held, replica_capacity, replica_capacity_from_latency
 from fleetplan.costmodels.demand import TokenMix
+from fleetplan.costmodels.engine import PREFILL_FIRST
 from fleetplan.costmodels.hardware import BYTES_PER_ELEMENT, GPU, DType, Model
 from fleetplan.costmodels.slo import SLO
 from fleetplan.datasets.calibration import load_calibration
@@ -28,7 +29,8 @@ FLAT = TokenMix(100, 100, 100, 100)
 
 def _flat(slo: SLO, max_batch: float = 1e9):
     return replica_capacity_from_latency(lambda i: 0.1, lambda b, c: 0.02, FLAT, slo, kv_bytes_per_seq=1.0,
-                                         kv_budget_bytes=max_batch, per_request=False)  # points 1-9
+                                         kv_budget_bytes=max_batch, per_request=False,
+                                         engine=PREFILL_FIRST)  # points 1-9
 
 
 def test_slo_rejects_milliseconds():

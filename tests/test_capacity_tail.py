@@ -15,6 +15,7 @@ from fleetplan.costmodels.capacity import (
     replica_capacity_from_latency,
 )
 from fleetplan.costmodels.demand import TokenMix
+from fleetplan.costmodels.engine import PREFILL_FIRST
 from fleetplan.costmodels.slo import SLO
 from fleetplan.costmodels.split import apply_variables
 from fleetplan.datasets.calibration import load_calibration
@@ -126,11 +127,14 @@ def test_capacities_are_remembered_per_population():
     short = (np.full(50, 2000), np.full(50, 3))  # long prompts, 3-token answers: prefills stall every answer
     long_ = (np.full(50, 2000), np.full(50, 300))
     slo = SLO(5.0, 0.05)
-    a = replica_capacity(l8b, h100, TokenMix(2000, 2000, 3, 3, lengths=short), slo, calib=cal)
-    assert replica_capacity(l8b, h100, TokenMix(2000, 2000, 3, 3, lengths=short), slo, calib=cal) is a
-    assert a == _replica_capacity(l8b, h100, TokenMix(2000, 2000, 3, 3, lengths=short), slo, calib=cal)
+    # prefill-first: one engine (the default vllm-v1 picks the best of several token budgets, which the private,
+    # uncached _replica_capacity does not)
+    pf = dict(calib=cal, engine=PREFILL_FIRST)
+    a = replica_capacity(l8b, h100, TokenMix(2000, 2000, 3, 3, lengths=short), slo, **pf)
+    assert replica_capacity(l8b, h100, TokenMix(2000, 2000, 3, 3, lengths=short), slo, **pf) is a
+    assert a == _replica_capacity(l8b, h100, TokenMix(2000, 2000, 3, 3, lengths=short), slo, **pf)
     # Same statistics, another population: computed afresh (the cache key has the population's digest).
-    b = replica_capacity(l8b, h100, TokenMix(2000, 2000, 3, 3, lengths=long_), slo, calib=cal)
+    b = replica_capacity(l8b, h100, TokenMix(2000, 2000, 3, 3, lengths=long_), slo, **pf)
     assert b.req_per_s != a.req_per_s
 
 
@@ -164,12 +168,13 @@ def test_a_target_the_requests_miss_at_zero_load_rates_zero_with_the_reason():
     # rating was a bisection's 3e-13 req/s; it is 0 with the reason now.
     mix = TokenMix(100, 100, 10, 10, lengths=(np.full(50, 1000), np.full(50, 10)))
     c = replica_capacity_from_latency(lambda i: i / 1000, lambda b, c: 0.02, mix, SLO(0.5, 1.0), kv_bytes_per_seq=1.0,
-                                      kv_budget_bytes=1e9)
+                                      kv_budget_bytes=1e9, engine=PREFILL_FIRST)
     assert c.req_per_s == 0.0 and c.limiting == "ttft"
     assert "TTFT p95 1.020 s with no queueing exceeds the target 0.500 s" in c.reason, c.reason
     # Without the per-request check the closed form alone rates it above 0.
     assert replica_capacity_from_latency(lambda i: i / 1000, lambda b, c: 0.02, mix, SLO(0.5, 1.0),
-                                         kv_bytes_per_seq=1.0, kv_budget_bytes=1e9, per_request=False).req_per_s > 1
+                                         kv_bytes_per_seq=1.0, kv_budget_bytes=1e9, per_request=False,
+                                         engine=PREFILL_FIRST).req_per_s > 1
 
 
 def test_a_higher_percentile_never_rates_looser():
@@ -182,7 +187,8 @@ def test_a_higher_percentile_never_rates_looser():
     def rate(pct):
         return replica_capacity_from_latency(lambda i: i / 1000, lambda b, c: 0.02, mix,
                                              SLO(2.0, 1.0, ttft_percentile=pct, tpot_percentile=pct),
-                                             kv_bytes_per_seq=1.0, kv_budget_bytes=1e9, per_request=False).req_per_s
+                                             kv_bytes_per_seq=1.0, kv_budget_bytes=1e9, per_request=False,
+                                             engine=PREFILL_FIRST).req_per_s
     assert rate(99) <= rate(95)
     assert rate(99) == 0.0
 

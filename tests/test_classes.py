@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from fleetplan.costmodels.engine import PREFILL_FIRST
 from fleetplan.datasets.profiles import ProfileCapacity
 from fleetplan.datasets.traces import load_trace
 from fleetplan.errors import InputError
@@ -193,8 +194,8 @@ def test_router_sends_a_request_only_to_replicas_serving_its_class():
     arr = np.linspace(0.0, 1.0, n)
     classes = np.array(["short", "long"] * (n // 2), dtype=object)
     classes[-1] = "orphan"  # a class no engine serves: dropped
-    engines = [EngineSpec("m", 0, sm, classes=frozenset({"short"})),
-               EngineSpec("m", 1, sm, classes=frozenset({"short", "long"}))]
+    engines = [EngineSpec("m", 0, sm, classes=frozenset({"short"}), engine=PREFILL_FIRST),
+               EngineSpec("m", 1, sm, classes=frozenset({"short", "long"}), engine=PREFILL_FIRST)]
     devices = [DeviceSpec("a", 1, 1.0, 700.0), DeviceSpec("b", 1, 1.0, 700.0)]
     for router in ("least-work", "round-robin"):
         res = run(arr, np.full(n, 50), np.full(n, 3), np.full(n, "m", dtype=object), engines, devices,

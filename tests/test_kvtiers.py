@@ -72,7 +72,7 @@ def _flat(mix: TokenMix, slo: SLO, tier: HostTier | None):
     # prefill ~free (1 ns per token) and a flat 10-ms decode step: only KV memory limits the rate
     return replica_capacity_from_latency(lambda i: 1e-9 * i, lambda b, c: 0.01, mix, slo, kv_bytes_per_seq=1e9,
                                          kv_bytes_per_seq_p95=1e9, kv_budget_bytes=10e9, per_request=False,
-                                         host_tier=tier)
+                                         host_tier=tier, engine=PREFILL_FIRST)
 
 
 def test_hbm_limited_replica_gains_batch_and_rate_by_the_computed_factor() -> None:

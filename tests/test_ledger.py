@@ -4,6 +4,7 @@ import math
 
 import pytest
 
+from fleetplan.costmodels.capacity import replica_capacity
 from fleetplan.costmodels.latency import prefill_time_s
 from fleetplan.costmodels.ledger import DAYS_PER_MONTH, Flow, GpuPool, build_ledger, egress_items
 from fleetplan.costmodels.prices import GpuPrice, egress_cost_usd, select_egress_table
@@ -157,9 +158,11 @@ def test_split_ttft_p95_is_the_modelled_estimate_not_the_target():
     want = (prefill_time_s(s.model, s.prefill_gpu, s.mix.input_tokens_p95, tp=pre.tp, calib=cal)
             + max(0.0, math.log(lam / mu / 0.05)) / (mu - lam) + o.ttft_added_s)
     assert o.ttft_p95_s == pytest.approx(want, rel=1e-9)
-    # Colocated: at the day's load it is no more than at the replica's capacity (the old, upper-bound figure).
+    # Colocated: at the day's load it is no more than at the replica's capacity (the old, upper-bound figure), both
+    # on the default engine (vLLM V1: 1.165 s at the day's 1.383 req/s per replica, 1.358 s at its 2.018).
     c = r3.options["colocated"]
-    assert 0 < c.ttft_p95_s <= 1.1581281426022274 + 1e-9
+    cap = replica_capacity(s.model, s.decode_gpu, s.mix, s.slo, tp=c.pools[0].tp, calib=s.calib(s.decode_gpu))
+    assert 0 < c.ttft_p95_s <= cap.ttft_p95_s + 1e-9
 
 
 def test_split_that_misses_its_slo_has_no_savings_or_break_even():
@@ -168,7 +171,11 @@ def test_split_that_misses_its_slo_has_no_savings_or_break_even():
     assert not r.options["split"].slo_ok
     assert r.savings_usd_per_day is None and r.break_even_egress_usd_per_gb is None
     assert "misses the SLO" in r.break_even_egress_note
-    assert "saves" not in r.verdict and "misses" in r.verdict and r.best_single_site == "colocated"
+    # The best single site is the cheaper of colocated and disaggregated: on vLLM V1 (the default engine) the
+    # colocated replicas are TTFT-bound at tp 8 (the p95 prompt's chunks ride on decode steps), $115,624/day against
+    # the disaggregated pools' $101,466 (on the prefill-first engine colocated was the cheaper).
+    best = min(("colocated", "disaggregated"), key=lambda n: r.options[n].ledger.total_usd_per_day)
+    assert "saves" not in r.verdict and "misses" in r.verdict and r.best_single_site == best == "disaggregated"
 
 
 def test_same_site_has_no_break_even_egress():

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from fleetplan.cli.main import main
@@ -15,8 +18,13 @@ from fleetplan.costmodels.prefixcache import (
     stack_distances,
 )
 from fleetplan.costmodels.prices import EgressTable, EgressTier, GpuPrice
+from fleetplan.datasets.catalog.names import get_model
+from fleetplan.datasets.kv_tiers import trace_hit_rate
 from fleetplan.datasets.prefix_blocks import read_block_ids
 from fleetplan.errors import InputError
+from fleetplan.scenario.build import build_problem
+from fleetplan.scenario.read import load_scenario
+from tests.scenario_support import default_with_one_model
 
 
 def test_stack_distances_by_hand():
@@ -94,3 +102,50 @@ def test_prefix_cache_command_prints_the_ledger():
     # Llama-3.1-8B on H100: a 67-MB block over the 5-Gb/s inter-region default link takes ~0.1 s, more than its
     # ~20-ms prefill: fetching never pays
     assert "break-even egress: none" in res.output
+
+
+def _repeated_prompt_trace(folder: Path) -> Path:
+    # Four requests with the same four-block prompt: 16 block reads; the first request's 4 miss, and each later read
+    # has LRU stack distance 3 (the other three blocks were read since), so a cache of >= 4 blocks holds all of
+    # them: 12 / 16 = 0.75; a cache of 3 blocks evicts each block just before it is read again: 0 hits.
+    t = folder / "t.jsonl"
+    t.write_text("".join(json.dumps({"hash_ids": [1, 2, 3, 4]}) + "\n" for _ in range(4)))
+    return t
+
+
+def test_trace_hit_rate_by_hand(tmp_path):
+    t = _repeated_prompt_trace(tmp_path)
+    m = get_model("Llama-3.1-8B")
+    block = 512 * m.kv_bytes_per_token("bf16")  # 512 tokens x 131,072 bytes = 67,108,864 bytes
+    assert block == 67_108_864
+    assert trace_hit_rate(m, str(t), 100, 4 * block) == pytest.approx(12 / 16)
+    assert trace_hit_rate(m, str(t), 100, 4 * block - 1) == 0.0  # 3 whole blocks
+    assert trace_hit_rate(m, str(t), 2, 4 * block) == pytest.approx(4 / 8)  # first 2 requests: 4 hits of 8 reads
+
+
+def test_engine_prefix_hit_rate_from_a_trace(tmp_path):
+    # A scenario whose model measures its hit rate from the trace: every option's KV budget holds the trace's 4
+    # blocks many times over, so each option is sized at 0.75, says so in its capacity source, and rates as the same
+    # model with prefix_hit_rate: 0.75 stated.
+    t = _repeated_prompt_trace(tmp_path)
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    traced = default_with_one_model(tmp_path / "a", "Llama-3.1-8B", {"prefix_hit_rate": {"from_trace": str(t)}})
+    stated = default_with_one_model(tmp_path / "b", "Llama-3.1-8B", {"prefix_hit_rate": 0.75})
+    p_traced, p_stated = build_problem(load_scenario(traced)), build_problem(load_scenario(stated))
+    assert p_traced.options
+    for o in p_traced.options:
+        assert o.engine is not None and o.engine.prefix_hit_rate == pytest.approx(0.75)
+        assert "prefix hit rate 75.0% from trace t.jsonl" in o.capacity_source, o.capacity_source
+    by_key = {(o.pool, o.tp): o.capacity_req_per_s for o in p_stated.options}
+    assert {(o.pool, o.tp): o.capacity_req_per_s for o in p_traced.options} == pytest.approx(by_key)
+    # Without the hit rate the same options rate lower (the shared prefix is recomputed).
+    plain = build_problem(load_scenario(default_with_one_model(tmp_path, "Llama-3.1-8B", {})))
+    assert sum(o.capacity_req_per_s for o in plain.options) < sum(by_key.values())
+
+
+def test_engine_hit_rate_trace_that_is_missing_names_the_key(tmp_path):
+    s = default_with_one_model(tmp_path, "Llama-3.1-8B", {"prefix_hit_rate": {"from_trace": "nope.jsonl"}})
+    with pytest.raises(InputError) as e:
+        build_problem(load_scenario(s))
+    assert e.value.field == "engine.prefix_hit_rate.from_trace" and "does not exist" in str(e.value)

@@ -11,6 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from fleetplan.cli.main import main
+from fleetplan.costmodels.engine import PREFILL_FIRST
 from fleetplan.datasets.traces import Trace, load_trace
 from fleetplan.outputs.planio import plan_to_dict
 from fleetplan.scenario.build import build_problem
@@ -32,8 +33,8 @@ def _service_model(seconds_per_token: float) -> StepModel:
 def _queue_waits(arrival_s, tokens, servers: int, sm: StepModel) -> np.ndarray:
     n = len(arrival_s)
     res = run(arrival_s, tokens, np.ones(n, dtype=np.int64), np.full(n, "m", dtype=object),
-              [EngineSpec("m", i, sm) for i in range(servers)], [DeviceSpec(f"d{i}", 1, 1.0, 700.0)
-                                                                  for i in range(servers)])
+              [EngineSpec("m", i, sm, engine=PREFILL_FIRST) for i in range(servers)],
+              [DeviceSpec(f"d{i}", 1, 1.0, 700.0) for i in range(servers)])
     return res.prefill_start_s - np.asarray(arrival_s)
 
 
@@ -91,13 +92,14 @@ def test_round_robin_and_kv_limit():
                    max_tokens=1000)
     arr = np.array([0.0, 0.0, 0.0])
     res = run(arr, np.array([60, 60, 200]), np.array([5, 5, 1]), np.full(3, "m", dtype=object),
-              [EngineSpec("m", 0, sm)], [DeviceSpec("d", 1, 1.0, 700.0)])
+              [EngineSpec("m", 0, sm, engine=PREFILL_FIRST)], [DeviceSpec("d", 1, 1.0, 700.0)])
     # Request 2 (201 tokens) can never fit: dropped. Request 1 starts after request 0's prefill (0.06 s) and its
     # 4 decode steps (0.04 s): at 0.10 s.
     assert bool(res.dropped[2])
     assert res.prefill_start_s[1] == pytest.approx(0.10)
     rr = run(np.array([0.0, 0.0]), np.array([10, 10]), np.array([1, 1]), np.full(2, "m", dtype=object),
-             [EngineSpec("m", 0, sm), EngineSpec("m", 1, sm)], [DeviceSpec("a", 1, 1, 1), DeviceSpec("b", 1, 1, 1)],
+             [EngineSpec("m", 0, sm, engine=PREFILL_FIRST), EngineSpec("m", 1, sm, engine=PREFILL_FIRST)],
+             [DeviceSpec("a", 1, 1, 1), DeviceSpec("b", 1, 1, 1)],
              Policy(router="round-robin"))
     assert rr.engine.tolist() == [0, 1]
 
@@ -109,7 +111,8 @@ def test_shared_device_interleaves_models():
     sm = StepModel(lambda t: t * 1e-3, lambda b, c: 0.01, kv_bytes_per_token=1.0, kv_budget_bytes=1e6,
                    max_tokens=1000)
     res = run(np.array([0.0, 0.0]), np.array([1, 1]), np.array([33, 33]), np.array(["a", "b"], dtype=object),
-              [EngineSpec("a", 0, sm), EngineSpec("b", 0, sm)], [DeviceSpec("shared", 1, 1.0, 700.0)])
+              [EngineSpec("a", 0, sm, engine=PREFILL_FIRST), EngineSpec("b", 0, sm, engine=PREFILL_FIRST)],
+              [DeviceSpec("shared", 1, 1.0, 700.0)])
     assert max(res.done_s) == pytest.approx(0.002 + 64 * 0.01, rel=1e-6)
     # The other finishes one run (4 steps = 40 ms) earlier.
     assert min(res.done_s) == pytest.approx(max(res.done_s) - 4 * 0.01, rel=1e-6)

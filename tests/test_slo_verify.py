@@ -12,6 +12,7 @@ from scipy.optimize import brentq
 from fleetplan.cli.main import main
 from fleetplan.costmodels.capacity import replica_capacity_from_latency
 from fleetplan.costmodels.demand import TokenMix
+from fleetplan.costmodels.engine import PREFILL_FIRST
 from fleetplan.costmodels.queueing import lognormal_quantile
 from fleetplan.costmodels.slo import SLO
 from fleetplan.errors import InputError
@@ -33,7 +34,8 @@ FLAT = TokenMix(100, 100, 100, 100)
 def _flat(slo: SLO, residents: int = 1):
     return replica_capacity_from_latency(lambda i: 0.1, lambda b, c: 0.02, FLAT, slo, kv_bytes_per_seq=1.0,
                                          kv_budget_bytes=1e9, residents=residents,
-                                         per_request=False)  # points 1-9 (10: test_capacity_tail.py)
+                                         per_request=False,
+                                         engine=PREFILL_FIRST)  # points 1-9 (10: test_capacity_tail.py)
 
 
 def test_ttft_p99_rate_matches_independent_root():

@@ -19,7 +19,7 @@ from fleetplan.costmodels.latency import decode_roofline_s, decode_step_time_s
 from fleetplan.costmodels.profile_capacity import measured_replica_capacity
 from fleetplan.costmodels.slo import SLO
 from fleetplan.costmodels.speculative import (
-    break_even_acceptance_rate,
+    acceptance_break_even,
     per_token_decode,
     speculative_step_s,
     speed_up,
@@ -141,15 +141,41 @@ def test_decode_bound_capacity_rises_by_the_speed_up():
 def test_break_even_acceptance_rate_against_the_polynomial_root():
     # Capacity is equal when the per-token step equals the plain step: 0.032 / tau = 0.020, tau = 1.6, i.e.
     # 1 + a + a^2 + a^3 + a^4 = 1.6: the root of a^4 + a^3 + a^2 + a - 0.6 in [0, 1] (numpy.roots, not bisection).
+    # Capacity grows with a here, so speculation pays on one range, [root, 1], and the root is the break-even.
     roots = np.roots([1, 1, 1, 1, -0.6])
     root = float(next(r.real for r in roots if abs(r.imag) < 1e-12 and 0 <= r.real <= 1))
     assert root == pytest.approx(0.3797, abs=1e-3)  # a = 0.38: 0.38 + 0.1444 + 0.0549 + 0.0209 = 0.6002
     base = _capacity(None)
-    be = break_even_acceptance_rate(
+    be = acceptance_break_even(
         lambda a: _capacity(Speculation(acceptance_rate=a, num_speculative_tokens=4, draft_model="d")), base)
-    assert be == pytest.approx(root, abs=2e-3)
-    assert break_even_acceptance_rate(lambda a: 1.0, 2.0) is None  # never reaches it
-    assert break_even_acceptance_rate(lambda a: 3.0, 2.0) == 0.0  # pays at any rate
+    assert be.break_even == pytest.approx(root, abs=2e-3)
+    assert len(be.pays_at) == 1 and be.pays_at[0][1] == 1.0 and be.pays_at[0][0] == be.break_even
+    never, always = acceptance_break_even(lambda a: 1.0, 2.0), acceptance_break_even(lambda a: 3.0, 2.0)
+    assert never.pays_at == () and never.break_even is None and "no acceptance rate sampled" in never.note()
+    assert always.pays_at == ((0.0, 1.0),) and always.break_even == 0.0 and always.ranges_text() == "any"
+
+
+def test_break_even_of_a_capacity_that_falls_with_the_acceptance_rate():
+    # Capacity 1 + a up to a = 0.6, then 0.5 (it falls where another check starts to bind), against 1.3 without
+    # speculation: it pays for 1 + a > 1.3, a > 0.3, up to 0.6 and at no higher rate. So it pays at 0.5 and there
+    # is no break-even rate (no rate from which it pays at every higher one): the ranges say where it pays.
+    def cap(a: float) -> float:
+        return 1.0 + a if a <= 0.6 else 0.5
+
+    be = acceptance_break_even(cap, 1.3, sample=(0.5,), tolerance=1e-4)
+    assert len(be.pays_at) == 1
+    lo, hi = be.pays_at[0]
+    assert lo == pytest.approx(0.3, abs=1e-4) and lo > 0.3 and hi == pytest.approx(0.6, abs=1e-4) and hi <= 0.6
+    assert be.pays(0.5) and not be.pays(0.2) and not be.pays(0.8)
+    assert be.break_even is None and "pays only at 0.300-0.600" in be.note()
+    # Two ranges: 2 below a = 0.2 and above a = 0.7, 1 between, against 1.5: pays on [0, 0.2) and (0.7, 1]; the
+    # break-even is the start of the last range, 0.7, from which it pays at every higher rate.
+    two = acceptance_break_even(lambda a: 2.0 if a < 0.2 or a > 0.7 else 1.0, 1.5, tolerance=1e-4)
+    assert [r[0] for r in two.pays_at] == pytest.approx([0.0, 0.7], abs=1e-4)
+    assert [r[1] for r in two.pays_at] == pytest.approx([0.2, 1.0], abs=1e-4)
+    assert two.break_even == pytest.approx(0.7, abs=1e-4) and two.note() == ""
+    with pytest.raises(InputError):
+        acceptance_break_even(cap, math.nan)
 
 
 def test_roofline_speculation_pays_when_memory_bound_only():
@@ -246,11 +272,48 @@ def test_ledger_speculation_json(tmp_path):
         assert o["pays"] == (o["spec_req_per_s"] > o["base_req_per_s"])
         assert o["base_usd_per_million_requests"] == pytest.approx(
             o["usd_per_replica_hour"] / (o["base_req_per_s"] * 3600) * 1e6)
-        assert o["break_even_acceptance_rate"] is None or 0 <= o["break_even_acceptance_rate"] <= 1
+        _check_pays_and_break_even(o, 0.8)
     bad = CliRunner().invoke(main, ["ledger", "speculation", str(scen), "--model", "Llama-3.1-70B",
                                     "--acceptance-rate", "0.8"])
     assert bad.exit_code == 2 and "draft_model" in bad.output
     assert not math.isnan(d["options"][0]["usd_per_replica_hour"])
+
+
+def _check_pays_and_break_even(o: dict, alpha: float) -> None:
+    # One option of `ledger speculation --format json` at acceptance rate alpha: pays (at alpha) iff alpha lies in a
+    # range where it pays; the break-even rate, when given, starts the last range and that range reaches 1; when
+    # not, the note says why (and no range reaches 1).
+    ranges = o["pays_at_acceptance"]
+    assert all(0 <= lo <= hi <= 1 for lo, hi in ranges)
+    assert o["pays"] == any(lo <= alpha <= hi for lo, hi in ranges)
+    if o["break_even_acceptance_rate"] is not None:
+        assert ranges[-1] == [o["break_even_acceptance_rate"], 1.0] and o["break_even_note"] == ""
+    else:
+        assert o["break_even_note"] and not (ranges and ranges[-1][1] == 1.0)
+
+
+def test_ledger_speculation_pays_and_break_even_agree_where_capacity_falls(tmp_path):
+    # Found on the default scenario: Llama-3.1-70B on A100 tp 4 under vllm-v1 with n-gram speculation (k 3) has
+    # more capacity than without at alpha 0.5 (1.886 vs 1.857 req/s) but less from about 0.6 (1.651 at 0.7,
+    # 1.673 at 1.0: TPOT starts to bind), and the break-even search, which assumed capacity grows with alpha,
+    # printed "none (not even at 1)" beside "pays: yes". Now it pays on one range that holds 0.5 and ends below
+    # 1 (capacity at 0.55 is 1.890, at 0.60 1.813: the range ends between them), with no break-even rate.
+    from click.testing import CliRunner
+
+    scen = _scenario(tmp_path, {})
+    args = ["ledger", "speculation", str(scen), "--model", "Llama-3.1-70B", "--method", "ngram", "-k", "3",
+            "--acceptance-rate", "0.5"]
+    r = CliRunner().invoke(main, [*args, "--format", "json"])
+    assert r.exit_code == 0, r.output
+    opts = json.loads(r.output)["options"]
+    for o in opts:
+        _check_pays_and_break_even(o, 0.5)
+    a100 = next(o for o in opts if o["gpu"] == "A100-SXM4-80GB")
+    assert a100["pays"] and a100["break_even_acceptance_rate"] is None
+    [(lo, hi)] = a100["pays_at_acceptance"]
+    assert lo < 0.5 < 0.55 <= hi < 0.6 and "pays only at" in a100["break_even_note"]
+    table_out = CliRunner().invoke(main, args).output
+    assert "not even at 1" not in table_out and "none (not at every higher rate)" in table_out
 
 
 def test_measured_profile_with_speculation_is_refused_with_the_fix():

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from fleetplan.cli.main import main
+from fleetplan.costmodels.engine import PREFILL_FIRST
 from fleetplan.costmodels.interference import InterferenceTable
 from fleetplan.errors import InputError
 from fleetplan.placement.tenants import Allocation, Node, Tenant, TenantProblem, validate_allocation
@@ -27,7 +28,8 @@ def _two_requests(priority: np.ndarray | None):
     # 40, 11 output tokens. Whole-sequence KV reservations (kv_block_tokens None): 111 and 51 tokens; 111 + 51 =
     # 162 > 150, so both never run at once.
     return run(np.array([0.0, 0.125]), np.array([100, 40]), np.array([11, 11]), np.array(["m", "m"], dtype=object),
-               [EngineSpec("m", 0, _step())], [DeviceSpec("d", 1, 0.0, 0.0)], Policy(kv_block_tokens=None),
+               [EngineSpec("m", 0, _step(), engine=PREFILL_FIRST)], [DeviceSpec("d", 1, 0.0, 0.0)],
+               Policy(kv_block_tokens=None),
                priority_of=priority)
 
 
@@ -49,7 +51,8 @@ def test_priority_admits_first_and_preempts_one_by_hand():
     assert list(prio.preemptions) == [1, 0]
     with pytest.raises(InputError, match="preempt_after_s"):
         run(np.array([0.0]), np.array([10]), np.array([2]), np.array(["m"], dtype=object),
-            [EngineSpec("m", 0, _step())], [DeviceSpec("d", 1, 0.0, 0.0)], Policy(preempt_after_s=1.0),
+            [EngineSpec("m", 0, _step(), engine=PREFILL_FIRST)], [DeviceSpec("d", 1, 0.0, 0.0)],
+            Policy(preempt_after_s=1.0),
             priority_of=np.array([1.0]))
 
 
@@ -63,7 +66,7 @@ def test_equal_priorities_are_fcfs():
     models = np.array(["m"] * n, dtype=object)
     sm = StepModel(lambda t: t * 1e-3, lambda b, c: 0.002 + 0.0001 * b, kv_bytes_per_token=1.0,
                    kv_budget_bytes=400.0, max_tokens=200)
-    eng, dev = [EngineSpec("m", 0, sm)], [DeviceSpec("d", 1, 0.0, 0.0)]
+    eng, dev = [EngineSpec("m", 0, sm, engine=PREFILL_FIRST)], [DeviceSpec("d", 1, 0.0, 0.0)]
     base = run(a, inp, out, models, eng, dev)
     same = run(a, inp, out, models, eng, dev, priority_of=np.full(n, 2.0))
     assert base.preemptions.sum() > 0  # the KV budget is short: preemption is exercised
@@ -92,12 +95,18 @@ def test_two_level_equals_one_level_without_shared_nodes_and_pools_shared_ones()
     shared = Allocation("shared", {("a", 0, "n0"): 1, ("b", 0, "n0"): 1}, margin=False)
     for alloc in (alone, shared):
         validate_allocation(problem, alloc, check_guarantees=False)
-    kw = dict(windows=[0], slice_s=60, warmup_s=0, seed=1)
+    # Two-level is modelled on the prefill-first engine only: both policies replay it here (like for like).
+    kw = dict(windows=[0], slice_s=60, warmup_s=0, seed=1, engine=PREFILL_FIRST)
     d = replay_allocation(problem, alone, wl, **kw)
     one = replay_allocation(problem, alone, wl, in_node="one-level", **kw)
     two = replay_allocation(problem, alone, wl, in_node="two-level", **kw)
     for t in ("a", "b"):
         assert d.tenants[t] == one.tenants[t] == two.tenants[t]
+    # Without an engine the replay runs the one the demand was sized for (vLLM V1), which two-level refuses.
+    v1 = replay_allocation(problem, alone, wl, windows=[0], slice_s=60, warmup_s=0, seed=1)
+    assert v1.tenants["b"] != one.tenants["b"]  # b's 40 req/s queue: chunked prefill changes its latencies
+    with pytest.raises(InputError, match="prefill-first engine only"):
+        replay_allocation(problem, alone, wl, windows=[0], slice_s=60, warmup_s=0, seed=1, in_node="two-level")
     s1 = replay_allocation(problem, shared, wl, in_node="one-level", **kw)
     s2 = replay_allocation(problem, shared, wl, in_node="two-level", **kw)
     assert s2.tenants["a"].requests == s1.tenants["a"].requests > 0
