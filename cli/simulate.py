@@ -241,7 +241,7 @@ _TRACE_ONLY = {"window": "--window", "model": "--model", "rate_scale": "--rate-s
 _DAY_ONLY = {"slice_s": "--slice", "arrivals": "--arrivals"}
 _WHAT_IF_ONLY = {"preempt_after": "--preempt-after", "resume": "--resume"}
 _NOT_FLEET = {"trace_ref": "--trace", **_TRACE_ONLY, **_DAY_ONLY, "what_if": "--what-if", **_WHAT_IF_ONLY,
-              "report_path": "--report", "plots_dir": "--plots", "check": "--check"}
+              "report_path": "--report", "plots_dir": "--plots", "check": "--check", "pessimistic": "--pessimistic"}
 
 
 def _refuse_unused_options(*, fleet: bool, trace: bool, what_if: bool, rate_scale: bool) -> None:
@@ -250,7 +250,8 @@ def _refuse_unused_options(*, fleet: bool, trace: bool, what_if: bool, rate_scal
     --what-if; the trace settings need --trace; --rate-scale undoes a --time-scale."""
     refuse_unused(_NOT_FLEET, applies=not fleet, why="with --fleet: the fleet replay prints its totals only (cost, "
                   "GPU-hours, utilization, attainment, migrations), with no trace, per-window report, plots, SLO "
-                  "check or what-ifs", fix="drop it, or replay the plan's own windows without --fleet")
+                  "check, what-ifs or pessimistic step times", fix="drop it, or replay the plan's own windows "
+                  "without --fleet")
     refuse_unused(_DAY_ONLY, applies=not trace, why="with --trace: the trace gives the arrivals and its window is "
                   "replayed whole", fix="drop it, or replay the plan's day without --trace")
     refuse_unused(_WHAT_IF_ONLY, applies=what_if, why="without --what-if: no what-if policy is replayed",
@@ -317,8 +318,6 @@ def simulate(plan_file, trace_ref, window, model, rate_scale, time_scale, bucket
     if plots_dir:
         check_output_folder(plots_dir, field="--plots")  # before the replay
     policy = Policy(router=router)
-    if fleet_file is not None and pessimistic:
-        raise click.UsageError("--pessimistic applies to the plan's own windows or a --trace replay, not to --fleet")
     if fleet_file is not None:
         _simulate_fleet(plan_file, fleet_file, seed, policy, fmt)
         return
