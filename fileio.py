@@ -264,18 +264,20 @@ def _read_file_set_index(root: Path, field: str | None) -> dict[str, str]:
 
 
 def write_file_set(root: str | Path, files: Mapping[str, str], *, field: str | None = None,
-                   written_by: str = "fleetplan") -> list[str]:
+                   written_by: str = "fleetplan", prune: bool = False, prune_flag: str = "--prune") -> list[str]:
     """Write ``files`` ({path relative to ``root``: text}) into the folder ``root`` as one set, all or none, and
     return the files of an earlier set that the new one removed (relative paths).
 
     Beside the files it writes an index, :data:`FILE_SET_INDEX` ({"written_by", "files": {path: sha256}}), by which
-    a later call recognises its own files: the files of the earlier set that the new set does not produce (a plan
-    with fewer windows or models) are removed once the new set is in place, so the folder never mixes two exports.
-    Only files the index lists are ever replaced or removed; the user's other files are left alone. Refused
-    (InputError naming ``field``, nothing written): ``root`` fails :func:`check_output_folder`; a file the new set
-    would replace exists but no index lists it (the user's file); a file of the earlier set was edited since (its
-    checksum differs from the index's) and the new set would overwrite it with other text or drop it (move it away
-    first); an unreadable index.
+    a later call recognises its own files. The files of the earlier set that the new set does not produce (a plan
+    with fewer windows or models, one window into a whole day's folder) are removed only when ``prune`` is True
+    (the user asked with ``prune_flag``), once the new set is in place, so the folder never mixes two exports;
+    without it the call is refused before anything is written. Only files the index lists are ever replaced or
+    removed; the user's other files are left alone. Refused (InputError naming ``field``, nothing written):
+    ``root`` fails :func:`check_output_folder`; a file the new set would replace exists but no index lists it (the
+    user's file); a file of the earlier set was edited since (its checksum differs from the index's) and the new set
+    would overwrite it with other text or drop it (move it away first); the earlier set has files the new one does
+    not produce and ``prune`` is False; an unreadable index.
     """
     folder = check_output_folder(root, field=field)
     old = _read_file_set_index(folder, field) if folder.exists() else {}
@@ -292,6 +294,12 @@ def write_file_set(root: str | Path, files: Mapping[str, str], *, field: str | N
                              "it: move it out of the folder (or delete it) and export again", source=str(p),
                              field=field)
     stale = [rel for rel in old if rel not in files and (folder / rel).exists()]
+    if stale and not prune:
+        shown = ", ".join(stale[:5]) + (f" and {len(stale) - 5} more" if len(stale) > 5 else "")
+        raise InputError(f"the folder holds {len(stale)} file{'s' if len(stale) != 1 else ''} of an earlier export "
+                         f"that this export does not produce ({shown}); nothing was written or removed: export "
+                         f"into another folder, or add {prune_flag} to remove them (the folder then holds this "
+                         "export only)", source=str(folder), field=field, value=len(stale))
     for rel in stale:
         if (folder / rel).is_file() and _sha256(folder / rel) != old[rel]:
             raise InputError(f"{folder / rel} is from an earlier export, was edited since, and the new export does "

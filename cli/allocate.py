@@ -12,11 +12,13 @@ import click
 
 from fleetplan.cli.options import (
     backend_option,
+    checked_effort,
     checked_time_limit,
     fanout_options,
     format_option,
     plot_option,
     refuse_unused,
+    refuse_unused_fanout,
     threads_option,
     time_limit_option,
 )
@@ -38,7 +40,6 @@ from fleetplan.simulator.tenants import (
     replay_allocation,
 )
 from fleetplan.solvers.executor import make_executor
-from fleetplan.solvers.solve import check_effort
 from fleetplan.solvers.tenants.allocate import BACKENDS as ALLOCATION_BACKENDS
 from fleetplan.solvers.tenants.allocate import AllocationResult, solve_allocation, wall_clock
 from fleetplan.solvers.tenants.baselines import fair_share, static_partition
@@ -497,11 +498,12 @@ def allocate(scenario: Path | None, mode: str, backend: str, time_limit_s: float
     printed with a warning naming what it cut. Nodes held by one tenant are not split: that tenant has whole
     GPUs."""
     time_limit_s = checked_time_limit(time_limit_s)
-    effort = check_effort(effort)  # the same range and message as plan's --effort
+    effort = checked_effort(effort)  # the same range and message as plan's --effort
     refuse_unused({"points": "--points", "executor": "--executor", "workers": "--workers",
                    "ray_address": "--ray-address"}, applies=mode == "pareto",
                   why=f"applies to --mode pareto only (its Pareto points); --mode {mode} is one solve",
                   fix="add --mode pareto, or drop it")
+    refuse_unused_fanout(executor, ray_address)
     refuse_unused({"verify_windows": "--verify-windows", "slice_s": "--slice", "burst": "--burst", "seed": "--seed"},
                   applies=verify, why="is a setting of the replay", fix="add --verify, or drop it")
     deadline = wall_clock() + time_limit_s

@@ -41,14 +41,18 @@ def export() -> None:
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False),
               help="Folder to write into (created if missing; its parent must exist): one sub-folder per site, and "
                    "fleetplan-files.json, the index by which a later export into the folder replaces this one "
-                   "(files it no longer produces are removed; other files are never touched).")
+                   "(files it no longer produces are removed with --prune only; other files are never touched).")
 @_window_option("every window and a KEDA schedule for the day (--all-windows)")
 @click.option("--all-windows", is_flag=True, help="Every window and a KEDA schedule for the day (the default).")
 @deploy_option()
 @click.option("--lead-minutes", default=None, type=click.IntRange(0, 600),
               help="Start scheduled replicas this many minutes before their window (default: each workload's weight "
                    "load time from the scenario, rounded up).")
-def k8s(plan_file, out_dir, window, all_windows, deploy_file, lead_minutes) -> None:
+@click.option("--prune", is_flag=True,
+              help="Remove the files of an earlier export in --out that this export does not produce (e.g. the other "
+                   "windows and the schedule when exporting one --window into a whole day's folder); without it such "
+                   "an export is refused and nothing is written.")
+def k8s(plan_file, out_dir, window, all_windows, deploy_file, lead_minutes, prune) -> None:
     """Kubernetes manifests of PLAN_FILE: per site and window a Deployment (or LeaderWorkerSet for pipeline stages
     on several nodes) per workload running vLLM's OpenAI server, a Service per model, and with every window a KEDA
     ScaledObject per workload that follows the day."""
@@ -62,7 +66,7 @@ def k8s(plan_file, out_dir, window, all_windows, deploy_file, lead_minutes) -> N
     ws = workloads(problem, plan, scenario, deploy)
     files = export_k8s(problem, ws, wins, deploy, schedule=window is None, lead_minutes=lead_minutes)
     root = Path(out_dir)
-    removed = write_file_set(root, files, field="--out", written_by="fleetplan export k8s")
+    removed = write_file_set(root, files, field="--out", written_by="fleetplan export k8s", prune=prune)
     n_sites = len({w.site for w in ws})
     click.echo(f"wrote {len(files)} files for {len(ws)} workloads at {n_sites} site{'s' if n_sites != 1 else ''} "
                f"into {root} "

@@ -24,15 +24,15 @@ def parse_vary(text: str, names: Collection[str] = tuple(SWEEP_VARIABLES)) -> tu
     """'name=a:b:n' (n values from a to b) or 'name=v1,v2,...', the name one of ``names`` (default: the what-if
     variables). Raises InputError otherwise."""
     if "=" not in text:
-        raise InputError(f"--vary {text!r}: write NAME=START:STOP:COUNT or NAME=V1,V2,...", field="vary", value=text)
+        raise InputError(f"--vary {text!r}: write NAME=START:STOP:COUNT or NAME=V1,V2,...", field="--vary", value=text)
     name, spec = (x.strip() for x in text.split("=", 1))
     if name not in names:
-        raise UnknownNameError("sweep variable", name, names, field="vary")
+        raise UnknownNameError("sweep variable", name, names, field="--vary")
     vals = _range_values(text, name, spec) if ":" in spec else _list_values(text, name, spec)
     if not all(math.isfinite(v) for v in vals):
-        raise InputError(f"--vary {text!r}: values must be finite numbers", field="vary", value=text)
+        raise InputError(f"--vary {text!r}: values must be finite numbers", field="--vary", value=text)
     if not vals:
-        raise InputError(f"--vary {text!r}: no values", field="vary", value=text)
+        raise InputError(f"--vary {text!r}: no values", field="--vary", value=text)
     return name, vals
 
 
@@ -44,7 +44,7 @@ def _range_values(text: str, name: str, spec: str) -> list[float]:
     if spec.count(":") != 2:
         raise InputError(f"--vary {text!r}: a range is START:STOP:COUNT (three numbers, e.g. {name}=1:2:5 for 5 "
                          f"values from 1 to 2); for a list of values write {name}={spec.replace(':', ',')}",
-                         field="vary", value=text)
+                         field="--vary", value=text)
     a, b, n = (x.strip() for x in spec.split(":"))
     try:
         count = int(n)
@@ -52,14 +52,14 @@ def _range_values(text: str, name: str, spec: str) -> list[float]:
         count = 0
     if not 1 <= count <= MAX_VARY_COUNT:
         raise InputError(f"--vary {text!r}: the COUNT {n!r} (how many values from START to STOP) must be a whole "
-                         f"number from 1 to {MAX_VARY_COUNT}, e.g. {name}={a}:{b}:5", field="vary", value=text)
+                         f"number from 1 to {MAX_VARY_COUNT}, e.g. {name}={a}:{b}:5", field="--vary", value=text)
     try:
         start, stop = float(a), float(b)
     except ValueError:
         raise InputError(f"--vary {text!r}: START and STOP must be numbers, e.g. {name}=1:2:{count}",
-                         field="vary", value=text) from None
+                         field="--vary", value=text) from None
     if not (math.isfinite(start) and math.isfinite(stop)):  # before linspace, which warns on inf/nan
-        raise InputError(f"--vary {text!r}: START and STOP must be finite numbers", field="vary", value=text)
+        raise InputError(f"--vary {text!r}: START and STOP must be finite numbers", field="--vary", value=text)
     return [round(float(x), 12) for x in np.linspace(start, stop, count)]
 
 
@@ -70,13 +70,13 @@ def _list_values(text: str, name: str, spec: str) -> list[float]:
     if any(not x.strip() for x in items):
         raise InputError(f"--vary {text!r}: value {[x.strip() for x in items].index('') + 1} of the list is empty; "
                          f"write the values with one comma between them, e.g. "
-                         f"{name}={','.join(x.strip() for x in items if x.strip()) or '1,2'}", field="vary",
+                         f"{name}={','.join(x.strip() for x in items if x.strip()) or '1,2'}", field="--vary",
                          value=text)
     try:
         return [float(x) for x in items]
     except ValueError:
         raise InputError(f"--vary {text!r}: values must be numbers (NAME=V1,V2,... or NAME=START:STOP:COUNT)",
-                         field="vary", value=text) from None
+                         field="--vary", value=text) from None
 
 
 def parse_grid(vary: tuple[str, ...], max_cells: int = MAX_GRID_CELLS,
@@ -89,11 +89,11 @@ def parse_grid(vary: tuple[str, ...], max_cells: int = MAX_GRID_CELLS,
         name, vals = parse_vary(text, names)
         if name in variables:
             raise InputError(f"--vary {name} is given twice; give all its values in one --vary (e.g. {name}=1,2,3)",
-                             field="vary", value=text)
+                             field="--vary", value=text)
         variables[name] = vals
     cells = math.prod(len(v) for v in variables.values())
     if cells > max_cells:
         sizes = " × ".join(str(len(v)) for v in variables.values())
         raise InputError(f"the grid has {cells:,} cells ({sizes}); at most {max_cells:,} run without asking: use "
-                         f"fewer values or raise --max-cells", field="vary", value=cells)
+                         f"fewer values or raise --max-cells", field="--vary", value=cells)
     return variables

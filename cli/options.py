@@ -4,9 +4,9 @@ solve").
 
 Solver options (``plan``, ``sweep``, ``allocate``): ``--backend``, ``--time-limit``, ``--gap``, ``--threads``;
 ``--effort`` (``plan``), the deterministic work budget. The time limit and the gap are plain numbers on the command
-line and are checked by :func:`fleetplan.solvers.solve.check_solve_options` before any work
-(:func:`checked_time_limit` for a command without a gap; the effort by :func:`~fleetplan.solvers.solve.check_effort`),
-so a NaN or out-of-range value gets the same one-line error from every command.
+line and are checked before any work by :func:`checked_solve_options` (:func:`checked_time_limit` for a command
+without a gap; the effort by :func:`checked_effort`), so a NaN or out-of-range value gets the same one-line error,
+naming the option as typed, from every command.
 
 Fan-out options (``plan --decompose``, ``sweep``, ``allocate --mode pareto``, ``whatif``, ``ledger whatif``):
 ``--workers``, ``--executor``, ``--ray-address`` (:func:`fanout_options`).
@@ -37,6 +37,7 @@ from fleetplan.solvers.solve import (
     MIN_EFFORT,
     MIN_TIME_LIMIT_S,
     WINDOW_NODES,
+    check_effort,
     check_solve_options,
 )
 
@@ -93,21 +94,32 @@ def backend_option(backends: Sequence[str] = BACKENDS, default: str = "highs") -
 
 def time_limit_option(default_s: float, scope: str = "the whole solve") -> Decorator:
     """``--time-limit`` (keyword ``time_limit_s``), seconds of ``scope``; check it with
-    :func:`~fleetplan.solvers.solve.check_solve_options` (or :func:`checked_time_limit`) before the work."""
+    :func:`checked_solve_options` (or :func:`checked_time_limit`) before the work."""
     return click.option("--time-limit", "time_limit_s", type=float, default=default_s, show_default=True,
                         help=f"Time limit of {scope}, seconds ({MIN_TIME_LIMIT_S:g} to {MAX_TIME_LIMIT_S}).")
 
 
+def checked_solve_options(time_limit_s: float, gap: float) -> tuple[float, float]:
+    """``--time-limit`` and ``--gap`` checked by :func:`~fleetplan.solvers.solve.check_solve_options` (a finite
+    number of seconds from MIN_TIME_LIMIT_S to 86400; a gap in [0, 1)); raises InputError naming the option as the
+    user typed it, its value and the range to give."""
+    return check_solve_options(time_limit_s, gap, names=("--time-limit", "--gap"))
+
+
 def checked_time_limit(time_limit_s: float) -> float:
-    """``--time-limit`` of a command without ``--gap``, checked as
-    :func:`~fleetplan.solvers.solve.check_solve_options` checks it (a finite number of seconds from
-    MIN_TIME_LIMIT_S to 86400); raises InputError naming the option otherwise."""
-    return check_solve_options(time_limit_s, 0.0)[0]
+    """``--time-limit`` of a command without ``--gap``, checked as :func:`checked_solve_options` checks it."""
+    return checked_solve_options(time_limit_s, 0.0)[0]
+
+
+def checked_effort(effort: float) -> float:
+    """``--effort`` checked by :func:`~fleetplan.solvers.solve.check_effort`; raises InputError naming the
+    option."""
+    return check_effort(effort, name="--effort")
 
 
 def gap_option(scope: str = "the solver", default: float = 0.005) -> Decorator:
     """``--gap`` (keyword ``gap``): the relative optimality gap at which ``scope`` may stop, ``default`` when not
-    given; checked by :func:`~fleetplan.solvers.solve.check_solve_options`."""
+    given; checked by :func:`checked_solve_options`."""
     return click.option("--gap", type=float, default=default, show_default=True,
                         help=f"Relative optimality gap at which {scope} may stop (0 to below 1).")
 
@@ -115,7 +127,7 @@ def gap_option(scope: str = "the solver", default: float = 0.005) -> Decorator:
 def effort_option(scope: str = "the solve") -> Decorator:
     """``--effort`` (keyword ``effort``): the deterministic work budget of ``scope``
     (:class:`fleetplan.solvers.solve.Effort`: each stage's budget × the effort), default DEFAULT_EFFORT; check it
-    with :func:`~fleetplan.solvers.solve.check_effort` before the work."""
+    with :func:`checked_effort` before the work."""
     return click.option(
         "--effort", type=float, default=DEFAULT_EFFORT, show_default=True,
         help=f"Work budget of {scope}, counted in solver work, not seconds, so the same input gives the same plan on "
@@ -150,6 +162,18 @@ def fanout_options(what: str, workers: int | None, workers_default_text: str = "
                      help="With --executor ray: the cluster to use ('auto': the running one); default: start a local "
                           "Ray instance with --workers CPUs."),
     ])
+
+
+def refuse_unused_fanout(executor: str, ray_address: str | None) -> None:
+    """Refuse (InputError naming the option, :func:`refuse_unused`) the :func:`fanout_options` the executor would
+    ignore: ``--ray-address`` without ``--executor ray``, and ``--workers`` beside ``--ray-address`` (a Ray
+    cluster runs the tasks on its own CPUs; --workers sizes a process pool or a local Ray instance only)."""
+    refuse_unused({"ray_address": "--ray-address"}, applies=executor == "ray",
+                  why=f"without --executor ray: --executor {executor} runs on local processes",
+                  fix="add --executor ray, or drop --ray-address")
+    refuse_unused({"workers": "--workers"}, applies=not ray_address,
+                  why="with --ray-address: the Ray cluster's own CPUs run the tasks (--workers sizes a process pool "
+                      "or a local Ray instance)", fix="drop --workers, or drop --ray-address for a local Ray instance")
 
 
 # ---- outputs ------------------------------------------------------------------------------------------------------
@@ -297,4 +321,23 @@ def split_options(kw: Mapping[str, Any], *, base: Mapping[str, Any] | None = Non
     """The :class:`~fleetplan.scenario.split.SplitOptions` of the split options in ``kw`` (click's keyword
     arguments; None = not given), over ``base`` (a split file's mapping, read from ``source``). Raises InputError."""
     given = {k: v for k, v in kw.items() if k in SplitOptions.model_fields and v is not None}
-    return SplitOptions.from_mapping({**(base or {}), **given}, source=source)
+    options = SplitOptions.from_mapping({**(base or {}), **given}, source=source)
+    # Options the design would not use (their values, from the command line or the file, take over).
+    refuse_unused({"gpu": "--gpu"}, applies=not (options.prefill_gpu and options.decode_gpu),
+                  why="with both --prefill-gpu and --decode-gpu (or prefill_gpu and decode_gpu in the file): each pool "
+                      "has its own GPU type", fix="drop --gpu, or one of the two")
+    refuse_unused({"prices_file": "--prices", "price_date": "--price-date"},
+                  applies=options.prefill_usd_per_gpu_hour is None or options.decode_usd_per_gpu_hour is None,
+                  why="with both --prefill-usd-per-gpu-hour and --decode-usd-per-gpu-hour: both pools have your "
+                      "prices, none from a price file", fix="drop it, or one of the two prices")
+    return options
+
+
+def refuse_varied_options(names: Sequence[str]) -> None:
+    """Refuse a split option given on the command line that a ``--vary`` variable of ``names`` sets in every cell
+    (``--rate-req-per-s 3 --vary rate_req_per_s=1,2``: the 3 would be ignored), naming the option."""
+    for name in names:
+        if name in SplitOptions.model_fields:
+            flag = "--" + name.replace("_", "-")
+            refuse_unused({name: flag}, applies=False, why=f"with --vary {name}: every cell sets it",
+                          fix=f"drop {flag}, or that --vary")

@@ -15,6 +15,8 @@ import click
 
 from fleetplan.cli.options import (
     backend_option,
+    checked_effort,
+    checked_solve_options,
     effort_option,
     fanout_options,
     gap_option,
@@ -22,6 +24,7 @@ from fleetplan.cli.options import (
     output_options,
     plot_option,
     refuse_unused,
+    refuse_unused_fanout,
     resolve_output,
     threads_option,
     time_limit_option,
@@ -51,7 +54,7 @@ from fleetplan.solvers.disagg import kv_break_even
 from fleetplan.solvers.executor import make_executor
 from fleetplan.solvers.explain import explain_infeasible, precheck
 from fleetplan.solvers.pop import PARTITIONS
-from fleetplan.solvers.solve import DEFAULT_THREADS, POP_AUTO_MODELS, check_effort, check_solve_options, solve
+from fleetplan.solvers.solve import DEFAULT_THREADS, POP_AUTO_MODELS, solve
 
 if TYPE_CHECKING:  # rich is imported when a table is printed (start-up speed)
     from rich.console import Console
@@ -425,8 +428,8 @@ _FANOUT = {"executor": "--executor", "workers": "--workers", "ray_address": "--r
 def _check_options(a: _PlanArgs) -> _PlanArgs:
     """``a`` with the time limit and gap checked (NaN, infinities and out-of-range values refused) and no two
     options that contradict each other; raises InputError naming the option."""
-    time_limit_s, gap = check_solve_options(a.time_limit_s, a.gap)
-    effort = check_effort(a.effort)
+    time_limit_s, gap = checked_solve_options(a.time_limit_s, a.gap)
+    effort = checked_effort(a.effort)
     if a.best_effort and a.verify:
         raise InputError("--best-effort with --verify: the replay sends every request, the unserved ones too, to "
                          "the plan; use one of the two", field="--best-effort")
@@ -447,6 +450,7 @@ def _check_options(a: _PlanArgs) -> _PlanArgs:
                   fix="drop it, or plan without --verify")
     refuse_unused(_FANOUT, applies=a.decompose != 1, why="with --decompose 1: the fleet is planned in one piece, "
                   "nothing runs on an executor", fix="give --decompose 2 or more, or drop it")
+    refuse_unused_fanout(a.executor, a.ray_address)
     return replace(a, time_limit_s=time_limit_s, gap=gap, effort=effort, partition=a.partition or "shape")
 
 

@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import click
 
-from fleetplan.cli.options import format_option
+from fleetplan.cli.options import format_option, refuse_unused
 from fleetplan.cli.output import claim_outputs, progress_status, stdout_console
 from fleetplan.costmodels.utilization import BUSY_TIME, RATED_LOAD, legend
 from fleetplan.datasets.traces import load_trace
@@ -235,6 +235,34 @@ def _simulate_fleet(plan_file: str, fleet_file: str, seed: int, policy: Policy, 
         click.echo(legend(BUSY_TIME, RATED_LOAD))
 
 
+#: simulate's options that set one kind of replay: {keyword: flag}.
+_TRACE_ONLY = {"window": "--window", "model": "--model", "rate_scale": "--rate-scale", "time_scale": "--time-scale",
+               "bucket_s": "--bucket"}
+_DAY_ONLY = {"slice_s": "--slice", "arrivals": "--arrivals"}
+_WHAT_IF_ONLY = {"preempt_after": "--preempt-after", "resume": "--resume"}
+_NOT_FLEET = {"trace_ref": "--trace", **_TRACE_ONLY, **_DAY_ONLY, "what_if": "--what-if", **_WHAT_IF_ONLY,
+              "report_path": "--report", "plots_dir": "--plots", "check": "--check", "pessimistic": "--pessimistic"}
+
+
+def _refuse_unused_options(*, fleet: bool, trace: bool, what_if: bool, rate_scale: bool) -> None:
+    """Raise InputError naming the first option given that the replay asked for would ignore (before any work):
+    with --fleet only the fleet's totals are replayed; --trace replays its own arrivals; the what-if settings need
+    --what-if; the trace settings need --trace; --rate-scale undoes a --time-scale."""
+    refuse_unused(_NOT_FLEET, applies=not fleet, why="with --fleet: the fleet replay prints its totals only (cost, "
+                  "GPU-hours, utilization, attainment, migrations), with no trace, per-window report, plots, SLO "
+                  "check, what-ifs or pessimistic step times", fix="drop it, or replay the plan's own windows "
+                  "without --fleet")
+    refuse_unused(_DAY_ONLY, applies=not trace, why="with --trace: the trace gives the arrivals and its window is "
+                  "replayed whole", fix="drop it, or replay the plan's day without --trace")
+    refuse_unused(_WHAT_IF_ONLY, applies=what_if, why="without --what-if: no what-if policy is replayed",
+                  fix="add --what-if, or drop it")
+    refuse_unused(_TRACE_ONLY, applies=trace, why="without --trace: it sets the trace replay",
+                  fix="add --trace NAME (a shipped trace or a CSV/JSONL file), or drop it")
+    refuse_unused({"time_scale": "--time-scale"}, applies=not rate_scale,
+                  why="with --rate-scale: the trace's rate is set to the window's demand, whatever its time scale",
+                  fix="drop one")
+
+
 @click.command("simulate")
 @click.argument("plan_file", type=click.Path(dir_okay=False))
 @click.option("--trace", "trace_ref", default=None,
@@ -282,16 +310,14 @@ def simulate(plan_file, trace_ref, window, model, rate_scale, time_scale, bucket
     one window's replicas; report TTFT/TPOT percentiles, SLO attainment, goodput, utilization, energy and cost.
     With --check, exit 1 when any target is missed."""
 
-    if trace_ref is None and (window or model or rate_scale or time_scale or bucket_s):
-        raise click.UsageError("--window, --model, --rate-scale, --time-scale and --bucket apply to a --trace replay")
+    _refuse_unused_options(fleet=fleet_file is not None, trace=trace_ref is not None, what_if=what_if,
+                           rate_scale=rate_scale)
     # The report must not replace a file the replay reads (plan, trace file, fleet steps); checked before the work.
     check_destinations({"--report": report_path}, inputs=[plan_file, fleet_file, trace_ref])
     claim_outputs({"--report": report_path})  # a second run writing the same report is refused
     if plots_dir:
         check_output_folder(plots_dir, field="--plots")  # before the replay
     policy = Policy(router=router)
-    if fleet_file is not None and pessimistic:
-        raise click.UsageError("--pessimistic applies to the plan's own windows or a --trace replay, not to --fleet")
     if fleet_file is not None:
         _simulate_fleet(plan_file, fleet_file, seed, policy, fmt)
         return

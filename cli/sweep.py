@@ -15,12 +15,14 @@ import click
 from fleetplan.cli.grid import MAX_SWEEP_CELLS, parse_grid
 from fleetplan.cli.options import (
     backend_option,
+    checked_solve_options,
     fanout_options,
     format_option,
     gap_option,
     max_cells_option,
     out_option,
     plot_option,
+    refuse_unused_fanout,
     threads_option,
     time_limit_option,
     vary_option,
@@ -156,6 +158,8 @@ def sweep(scenario: str | None, vary: tuple[str, ...], backend: str, time_limit_
     """Plan SCENARIO (a YAML file or a shipped scenario's name; the shipped default when omitted) for every cell
     of the --vary grid: cost, GPU-hours, status and gap per cell. Every cell's plan is re-checked by the
     independent validator."""
+    time_limit_s, gap = checked_solve_options(time_limit_s, gap)  # naming the options, before any work
+    refuse_unused_fanout(executor, ray_address)
     outputs = {"--out": out, "--plot": plot}
     claim_outputs(outputs)  # checked and locked before the sweep
     sc = load_scenario(scenario)

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from fleetplan.cli.options import checked_time_limit, time_limit_option
 from fleetplan.cli.output import table
 from fleetplan.scenario.troughs import load_troughs
 from fleetplan.solvers.troughs import plan_troughs
@@ -13,8 +14,7 @@ from fleetplan.solvers.troughs import plan_troughs
 
 @click.command("troughs")
 @click.argument("scenario", required=False, type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--time-limit", "time_limit_s", type=click.FloatRange(0.1, 3600), default=30.0, show_default=True,
-              help="HiGHS time limit, seconds.")
+@time_limit_option(30.0, "the HiGHS solve")
 def troughs(scenario: Path | None, time_limit_s: float) -> None:
     """Lend a training job's GPUs to inference in its troughs (a small MILP: the job still finishes its GPU-hours,
     each preemption loses half a checkpoint interval plus the restart) and print the borrowing per window and the
@@ -22,6 +22,7 @@ def troughs(scenario: Path | None, time_limit_s: float) -> None:
     troughs_default.yaml)."""
     from rich.console import Console
 
+    time_limit_s = checked_time_limit(time_limit_s)  # the one check of --time-limit (NaN was handed to HiGHS)
     p = load_troughs(scenario)
     r = plan_troughs(p, time_limit_s=time_limit_s)
     con = Console()

@@ -16,6 +16,9 @@ from fleetplan.cli.options import (
     max_cells_option,
     out_option,
     plot_option,
+    refuse_unused,
+    refuse_unused_fanout,
+    refuse_varied_options,
     split_design_options,
     split_options,
     vary_option,
@@ -46,9 +49,14 @@ def run_whatif(options: SplitOptions, vary: tuple[str, ...], workers: int, fmt: 
                ray_address: str | None = None) -> None:
     """Sweep the design ``options`` over the ``--vary`` grid and print/write the table (both whatif commands), the
     cells run by the ``executor`` ('process' with ``workers`` processes, or 'ray' at ``ray_address``)."""
+    refuse_unused_fanout(executor, ray_address)
+    variables = parse_grid(vary, max_cells)
+    refuse_varied_options(list(variables))
+    refuse_unused({"usd_per_kwh": "--usd-per-kwh"}, applies=options.energy_billed,
+                  why="without --energy-billed: the what-if rows have no energy column and their totals leave energy "
+                      "out (cloud prices include power)", fix="add --energy-billed (own hardware), or drop it")
     outputs = {"--out": out, "--plot": plot}
     claim_outputs(outputs)  # checked and locked before the sweep
-    variables = parse_grid(vary, max_cells)
     spec = make_spec(options)
     with make_executor(executor, workers=workers, address=ray_address) as ex:
         rows = run_cells(spec, variables, ex, quiet=fmt != "table")

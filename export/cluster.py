@@ -107,7 +107,8 @@ def cluster_replicas(docs: list[tuple[str, Any]], problem: Problem) -> ClusterRe
     file is given twice or an object (same kind, namespace and name) is in the lists twice (it would be counted
     twice), a workload lacks the export's labels or annotations, names a pool or model ``problem`` does not have
     (:class:`~fleetplan.errors.UnknownNameError`, with close names), has no replica count, a GPU count below 1, a
-    ``status.readyReplicas`` outside 0..spec.replicas, or a model label whose value is not 'true'.
+    LeaderWorkerSet group size below 1, a ``status.readyReplicas`` outside 0..spec.replicas, or a model label whose
+    value is not 'true'.
     """
     models = {slug(m.name): m.name for m in problem.models}
     sites = {slug(s): s for s in {p.site for p in problem.pools}}
@@ -171,7 +172,12 @@ def cluster_replicas(docs: list[tuple[str, Any]], problem: Problem) -> ClusterRe
             else:
                 lwt = _field(spec, "leaderWorkerTemplate", source, item)
                 template = _field(lwt, "leaderTemplate", source, item)
-                pp = _count(lwt.get("size", 1), source, item, "spec.leaderWorkerTemplate.size")
+                pp = lwt.get("size", 1)  # LeaderWorkerSet's default group size is 1
+                if isinstance(pp, bool) or not isinstance(pp, int) or pp < 1:
+                    raise InputError(f"{item}: spec.leaderWorkerTemplate.size {pp!r} is not a group size (a whole "
+                                     "number >= 1: the pods of one replica, one per pipeline stage); give the output "
+                                     f"of `{KUBECTL_GET}`", source=source,
+                                     field=f"{item}.spec.leaderWorkerTemplate.size", value=pp)
             pod_labels = (template.get("metadata") or {}).get("labels") or {}
             served: list[tuple[str, str]] = []
             for label in sorted(pod_labels):

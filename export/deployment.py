@@ -232,7 +232,9 @@ class VllmServer:
     """One ``vllm serve`` process.
 
     Attributes:
-        model: catalog name (also the name clients ask for: ``--served-model-name``).
+        model: catalog name (the plan's and the Kubernetes labels' name of the model).
+        served_name: the name clients ask for (``--served-model-name``): the scenario's own spelling of the model,
+            e.g. the alias Llama-3.1-8B-Instruct of catalog model Llama-3.1-8B (else ``model``).
         checkpoint: what vLLM loads (a Hugging Face repository).
         port: HTTP port.
         port_name: a per-model port name (Kubernetes Services target it), 'm<index of the model in the problem>'.
@@ -246,6 +248,7 @@ class VllmServer:
     """
 
     model: str
+    served_name: str
     checkpoint: str
     port: int
     port_name: str
@@ -269,7 +272,7 @@ class VllmServer:
 
     def args(self, *, ray: bool = False) -> list[str]:
         """The arguments after ``vllm serve`` (``ray``: the pipeline stages run on a Ray cluster of several nodes)."""
-        out = [self.checkpoint, "--served-model-name", self.model, "--host", "0.0.0.0", "--port", str(self.port),
+        out = [self.checkpoint, "--served-model-name", self.served_name, "--host", "0.0.0.0", "--port", str(self.port),
                "--tensor-parallel-size", str(self.tp), "--pipeline-parallel-size", str(self.pp)]
         if self.max_num_seqs is not None:
             out += ["--max-num-seqs", str(self.max_num_seqs)]
@@ -399,6 +402,11 @@ class _Checkpoints:
     def model(self, name: str) -> Model:
         return get_model(name, self.models_file)
 
+    def served_name(self, name: str) -> str:
+        """The name clients call catalog model ``name`` by: the scenario's spelling (an alias such as
+        Llama-3.1-8B-Instruct, or a repository id), else ``name``."""
+        return self.named_as.get(name, name)
+
     def engine_flags(self, engine: EngineConfig | None) -> tuple[str, ...]:
         """:func:`engine_flags` with the speculative draft model's repository (the deployment file's
         ``models: {DRAFT: {hf_repo: ...}}``, else the catalog's). Raises InputError when neither gives one."""
@@ -413,8 +421,11 @@ class _Checkpoints:
         return engine_flags(engine, repo)
 
     def server_settings(self, name: str) -> tuple[str, str, str, str | None]:
-        """(checkpoint, dtype, kv_cache_dtype, quantization) of model ``name``."""
-        override = self.deploy.models.get(name, ModelTarget())
+        """(checkpoint, dtype, kv_cache_dtype, quantization) of model ``name`` (the deployment file's entry under
+        its catalog name or the scenario's name of it)."""
+        override = self.deploy.models.get(name)
+        if override is None:
+            override = self.deploy.models.get(self.served_name(name), ModelTarget())
         # A scenario naming an alias with weights of its own (Llama-3.1-8B-Instruct, planned as Llama-3.1-8B: the
         # same architecture) serves the alias's checkpoint, not the catalog model's base weights.
         alias_repo = alias_hf_repo(self.named_as[name]) if name in self.named_as else None
@@ -454,8 +465,8 @@ def workloads(problem: Problem, plan: Plan, scenario: Scenario, deploy: DeployFi
     batch limits (a hand-built problem), or two workloads of one site get the same name.
     """
     deploy = deploy or DeployFile()
-    check_catalog_names(problem, deploy)
     ck = _Checkpoints(scenario, deploy)
+    check_catalog_names(problem, deploy, ck.named_as)
     opts, pd_opts = problem.option_by_key, problem.pd_option_by_key
     # Whole replicas, then prefill and decode replicas (role 'prefill' / 'decode', pp 1) with vLLM's KV-transfer role.
     entries = [(opts[k], counts, k, None) for k, counts in sorted(plan.replicas.items())] + [
@@ -493,8 +504,9 @@ def _replica_workload(problem: Problem, scenario: Scenario, ck: _Checkpoints, o:
     # nor a batch limit (vLLM's default then).
     budget = mu * o.tp * pool.memory_bytes_per_gpu - weights if role == "prefill" else o.kv_budget_bytes
     index = [m.name for m in problem.models].index(o.model)
-    server = VllmServer(model=o.model, checkpoint=repo, port=vllm_defaults().port, port_name=f"m{index}", tp=o.tp,
-                        pp=o.pp, max_num_seqs=None if role == "prefill" else _engine_seqs(
+    server = VllmServer(model=o.model, served_name=ck.served_name(o.model), checkpoint=repo,
+                        port=vllm_defaults().port, port_name=f"m{index}", tp=o.tp, pp=o.pp,
+                        max_num_seqs=None if role == "prefill" else _engine_seqs(
                             _max_num_seqs(o.max_batch, where), o.engine),
                         engine_flags=ck.engine_flags(o.engine) if not pkey else (),
                         max_model_len=_max_model_len(model, budget, ck.kv_dtype, where),
@@ -532,8 +544,8 @@ def _shared_workload(problem: Problem, scenario: Scenario, ck: _Checkpoints, poo
         repo, dtype, kv, quant = ck.server_settings(m)
         # Rounded down to the 3 decimals the flag is written with, so the shares never add up past mu.
         util = math.floor((foot + slack) * 1000) / 1000
-        servers.append(VllmServer(model=m, checkpoint=repo, port=vllm_defaults().port + i,
-                                  port_name=f"m{names.index(m)}", tp=1, pp=1,
+        servers.append(VllmServer(model=m, served_name=ck.served_name(m), checkpoint=repo,
+                                  port=vllm_defaults().port + i, port_name=f"m{names.index(m)}", tp=1, pp=1,
                                   max_num_seqs=_engine_seqs(_max_num_seqs(s.max_batch, where), s.engine),
                                   engine_flags=ck.engine_flags(s.engine),
                                   max_model_len=_max_model_len(model, s.kv_budget_bytes, ck.kv_dtype, where),
@@ -569,11 +581,18 @@ def check_targets(sites: list[str], deploy: DeployFile) -> None:
         seen[t] = s
 
 
-def check_catalog_names(problem: Problem, deploy: DeployFile) -> None:
+def check_catalog_names(problem: Problem, deploy: DeployFile, named_as: dict[str, str] | None = None) -> None:
     """Raise InputError (naming the deployment file and the field path) when its ``models`` names a model the
-    plan's scenario does not have, or its ``gpu_labels`` a GPU type none of the scenario's pools has: the entry
-    would be ignored silently (a misspelt model would keep the catalog's checkpoint)."""
-    models = [m.name for m in problem.models]
+    plan's scenario does not have (by its catalog name, or by the scenario's name of it: ``named_as``, {catalog
+    name: the scenario's name}) or one model by both names, or its ``gpu_labels`` a GPU type none of the scenario's
+    pools has: the entry would be ignored silently (a misspelt model would keep the catalog's checkpoint)."""
+    named_as = named_as or {}
+    models = [m.name for m in problem.models] + [n for c, n in named_as.items() if c in problem.model_by_name]
+    for catalog, scenario_name in named_as.items():
+        if catalog in deploy.models and scenario_name in deploy.models:
+            raise InputError(f"the deployment file gives model {scenario_name} two checkpoints, under both its "
+                             f"names ({scenario_name} and its catalog name {catalog}); keep one entry",
+                             source=deploy.source, field=f"models.{catalog}", value=catalog)
     for name in deploy.models:
         if name not in models:
             raise InputError(f"the deployment file gives a checkpoint for model {name!r}, which the plan's scenario "

@@ -15,7 +15,9 @@ exported, one multi-document YAML file ``<site>/window-HH-MM.yaml`` holds:
   not overlap);
 * per model a ``Service`` (port 8000) over every pod serving it: pods carry the label
   ``serves.fleetplan.io/<model>: "true"`` and name the port of that model's server ``m<index>``, so one Service
-  reaches a model on dedicated and shared pods alike.
+  reaches a model on dedicated and shared pods alike. Names and labels use the catalog model's DNS-label form; the
+  name clients call (``--served-model-name``: the scenario's spelling, e.g. an alias Llama-3.1-8B-Instruct of
+  Llama-3.1-8B) is the Service's annotation ``fleetplan.io/served-model-name``.
 
 Disaggregated plans: the prefill and decode replicas of a model are Deployments of their own (one per GPU type, tp
 and role, :func:`fleetplan.export.deployment.pd_workload_name`) whose ``vllm serve`` carries
@@ -225,6 +227,7 @@ def services(ws: list[Workload], namespace: str) -> list[dict]:
     addresses, for the routing proxy: module docstring)."""
     ports: dict[str, str] = {}
     pd_ports: dict[tuple[str, str], str] = {}
+    served = {s.model: s.served_name for w in ws for s in w.servers}
     for w in ws:
         for s in w.servers:
             if w.pd_key is None:
@@ -236,7 +239,7 @@ def services(ws: list[Workload], namespace: str) -> list[dict]:
         {"apiVersion": "v1", "kind": "Service",
          "metadata": {"name": service_name(m), "namespace": namespace,
                       "labels": {**MANAGED_BY, "fleetplan.io/model": slug(m)},
-                      "annotations": {"fleetplan.io/model": m}},
+                      "annotations": {"fleetplan.io/model": m, "fleetplan.io/served-model-name": served[m]}},
          "spec": {"type": "ClusterIP", "selector": {f"{SERVES_PREFIX}{slug(m)}": "true"},
                   "ports": [{"name": "http", "port": port, "targetPort": name, "protocol": "TCP"}]}}
         for m, name in sorted(ports.items())]
@@ -244,7 +247,7 @@ def services(ws: list[Workload], namespace: str) -> list[dict]:
              "metadata": {"name": f"{service_name(m)[:63 - len(role) - 1].rstrip('-')}-{role}",
                           "namespace": namespace,
                           "labels": {**MANAGED_BY, "fleetplan.io/model": slug(m), "fleetplan.io/role": role},
-                          "annotations": {"fleetplan.io/model": m,
+                          "annotations": {"fleetplan.io/model": m, "fleetplan.io/served-model-name": served[m],
                                           "fleetplan.io/note": f"{role} servers of a disaggregated plan: for the "
                                                                "routing proxy, not for clients"}},
              "spec": {"clusterIP": "None", "selector": {f"{role}.fleetplan.io/{slug(m)}": "true"},

@@ -123,7 +123,7 @@ def apply_sweep(scenario: Scenario, cell: dict[str, float], prices: dict[PriceKe
     price_f: dict[str | None, float] = {}
     for name, v in cell.items():
         if name not in known:
-            raise UnknownNameError("sweep variable", name, known, field="vary")
+            raise UnknownNameError("sweep variable", name, known, field="--vary")
         if name == "demand_factor":
             f = _factor(name, v)
             for m in raw.get("models", []):

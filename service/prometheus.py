@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import httpx
 
-from fleetplan.errors import InputError
+from fleetplan.datasets.catalog.names import resolve_name
+from fleetplan.errors import InputError, UnknownNameError
 
 #: PromQL per quantity; {w} is the interval in seconds.
 QUERIES = {
@@ -28,11 +29,17 @@ QUERIES = {
 
 
 def match_model(served_name: str, models: list[str]) -> str | None:
-    """The planned model a vLLM ``model_name`` label stands for: the same name, or the planned name contained in
-    the label's last path component (case-insensitive: 'meta-llama/Llama-3.1-8B-Instruct' -> 'Llama-3.1-8B');
-    the longest such name wins. None when nothing matches."""
+    """The planned model a vLLM ``model_name`` label stands for: the same name; the planned model the name resolves
+    to as a scenario's name does (an alias such as 'Mixtral-8x7B' -> 'Mixtral-8x7B-v0.1', the name ``fleetplan
+    export`` serves it under: :func:`~fleetplan.datasets.catalog.names.resolve_name`); or the planned name
+    contained in the label's last path component (case-insensitive: 'meta-llama/Llama-3.1-8B-Instruct' ->
+    'Llama-3.1-8B'), the longest such name winning. None when nothing matches."""
     if served_name in models:
         return served_name
+    try:
+        return resolve_name("model", served_name, models)
+    except UnknownNameError:
+        pass
     tail = served_name.rsplit("/", 1)[-1].lower()
     hits = [m for m in models if m.lower() in tail]
     return max(hits, key=len) if hits else None

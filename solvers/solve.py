@@ -138,19 +138,23 @@ def model_size(problem) -> int:
     return 2 * len(idx.options) * problem.n_windows + shared
 
 
-def check_solve_options(time_limit_s: float, gap: float) -> tuple[float, float]:
-    """(time_limit_s, gap) as finite floats, or InputError naming the option: the limit in
-    [MIN_TIME_LIMIT_S, 86400] s, the gap in [0, 1)."""
-    t = check_range(time_limit_s, field="time limit", low=MIN_TIME_LIMIT_S, high=86400, unit="s",
-                    fix=f"give a time limit from {MIN_TIME_LIMIT_S:g} s to 86400 s (one day)")
-    g = check_range(gap, field="gap", low=0.0, high=0.999999, fix="give a relative gap such as 0.005")
+def check_solve_options(time_limit_s: float, gap: float, *,
+                        names: tuple[str, str] = ("time_limit_s", "gap")) -> tuple[float, float]:
+    """(time_limit_s, gap) as finite floats, or InputError naming the option (``names``: how the caller's user
+    gives the two, e.g. the CLI's ('--time-limit', '--gap'); the arguments' names by default) with its value and
+    the range to give: the limit in [MIN_TIME_LIMIT_S, 86400] s, the gap in [0, 1)."""
+    t = check_range(time_limit_s, field=names[0], low=MIN_TIME_LIMIT_S, high=86400, unit="s",
+                    fix=f"give {names[0]} from {MIN_TIME_LIMIT_S:g} to 86400 seconds (one day)")
+    g = check_range(gap, field=names[1], low=0.0, high=0.999999,
+                    fix=f"give {names[1]} as a relative gap below 1, such as 0.005")
     return t, g
 
 
-def check_effort(effort: float) -> float:
-    """``effort`` as a finite float in [MIN_EFFORT, MAX_EFFORT], or InputError naming the option."""
-    return check_range(effort, field="effort", low=MIN_EFFORT, high=MAX_EFFORT,
-                       fix=f"give an effort from {MIN_EFFORT:g} to {MAX_EFFORT:g} (1 is the default budget)")
+def check_effort(effort: float, *, name: str = "effort") -> float:
+    """``effort`` as a finite float in [MIN_EFFORT, MAX_EFFORT], or InputError naming the option (``name``: how
+    the caller's user gives it, e.g. the CLI's '--effort')."""
+    return check_range(effort, field=name, low=MIN_EFFORT, high=MAX_EFFORT,
+                       fix=f"give {name} from {MIN_EFFORT:g} to {MAX_EFFORT:g} (1 is the default budget)")
 
 
 def _repair(problem, g: Plan, *, backend: str, threads: int | None, effort: Effort, stop: SafetyStop,

@@ -85,13 +85,19 @@ CLI_CASES = [
     (["plan", "--out", "{tmp}"], ["is a directory"]),  # click's own check of the option (a usage error)
     (["plan", "--out", "{tmp}/a.json", "--plot", "{tmp}/a.json"], ["name the same file"]),
     (["plan", "--xlsx", "/dev/null"], ["not a regular file"]),
-    (["plan", "--time-limit", "nan"], ["time"]),
-    (["plan", "--gap", "nan"], ["gap"]),
+    # A solver option's error names the option as typed (it said "field 'time limit'"), its value and the fix.
+    (["plan", "--time-limit", "nan"], ["field '--time-limit': nan is not a finite number", "give --time-limit"]),
+    (["plan", "--gap", "nan"], ["field '--gap': nan is not a finite number", "give --gap"]),
+    (["plan", "--effort", "0"], ["field '--effort': 0 is below the minimum 0.01", "give --effort"]),
     # --time-limit is one option with one check (cli/options.py): allocate took NaN and solved until it failed.
-    (["allocate", "--time-limit", "nan"], ["field 'time limit': nan is not a finite number"]),
-    (["allocate", "--time-limit", "0.2"], ["0.2 s is below the minimum 0.5 s"]),
+    (["allocate", "--time-limit", "nan"], ["field '--time-limit': nan is not a finite number"]),
+    (["allocate", "--time-limit", "0.2"], ["field '--time-limit': 0.2 s is below the minimum 0.5 s"]),
+    (["allocate", "--effort", "inf"], ["field '--effort': inf is not a finite number"]),
+    # troughs took --time-limit nan and gave it to HiGHS.
+    (["troughs", "--time-limit", "nan"], ["field '--time-limit': nan is not a finite number"]),
     # Too large a limit was told "at least 0.5 s" (issue 28 item 4).
-    (["plan", "--time-limit", "1e9"], ["above the maximum 86400 s", "from 0.5 s to 86400 s"]),
+    (["plan", "--time-limit", "1e9"], ["field '--time-limit': 1e+09 s is above the maximum 86400 s",
+                                       "give --time-limit from 0.5 to 86400 seconds"]),
     # --partition without --decompose was ignored (while --verify-slice without --verify is refused).
     (["plan", "--partition", "random"], ["--partition without --decompose", "add --decompose N"]),
     # Options that apply only with another were silently ignored (issue 28): the default scenario has 5 models,
@@ -106,7 +112,33 @@ CLI_CASES = [
     (["allocate", "--slice", "30"], ["--slice is a setting of the replay", "add --verify"]),
     (["export", "k8s", str(Path(__file__).parent / "golden" / "export" / "default_plan.json"), "--out", "{tmp}/k8s",
       "--window", "14:00", "--lead-minutes", "5"], ["--lead-minutes with --window", "no KEDA schedule"]),
-    (["sweep", "--vary", "demand_factor=1", "--time-limit", "inf"], ["field 'time limit': inf is not a finite"]),
+    (["sweep", "--vary", "demand_factor=1", "--time-limit", "inf"], ["field '--time-limit': inf is not a finite"]),
+    (["sweep", "--vary", "demand_factor=1", "--gap", "1"], ["field '--gap': 1 is above the maximum"]),
+    # Fan-out options the executor would ignore (issue 28): a Ray cluster runs the cells on its own CPUs, so
+    # --workers was ignored beside --ray-address; --ray-address without --executor ray named no option as typed.
+    (["sweep", "--vary", "demand_factor=1", "--executor", "ray", "--ray-address", "auto", "--workers", "2"],
+     ["field '--workers'", "--workers with --ray-address", "the Ray cluster's own CPUs"]),
+    (["sweep", "--vary", "demand_factor=1", "--ray-address", "auto"],
+     ["field '--ray-address'", "--ray-address without --executor ray", "add --executor ray"]),
+    (["whatif", "--vary", "egress_usd_per_gb=0.01", "--executor", "ray", "--ray-address", "auto", "--workers", "2"],
+     ["--workers with --ray-address"]),
+    (["plan", "--decompose", "2", "--executor", "ray", "--ray-address", "auto", "--workers", "2"],
+     ["--workers with --ray-address"]),
+    (["allocate", "--mode", "pareto", "--ray-address", "auto"], ["--ray-address without --executor ray"]),
+    # whatif options every cell overrides, or that the design does not use, were ignored (issue 28).
+    (["whatif", "--vary", "egress_usd_per_gb=0.01,0.02", "--egress-usd-per-gb", "0.05"],
+     ["field '--egress-usd-per-gb'", "with --vary egress_usd_per_gb", "every cell sets it"]),
+    (["whatif", "--vary", "rate_req_per_s=1,2", "--rate-req-per-s", "3"], ["--rate-req-per-s with --vary"]),
+    # A what-if row has no energy column: the electricity price counts only in a total that bills energy.
+    (["whatif", "--vary", "rate_req_per_s=1", "--usd-per-kwh", "0.3"],
+     ["--usd-per-kwh without --energy-billed", "add --energy-billed"]),
+    (["ledger", "whatif", "--model", "llama-3.1-70b", "--prefill-site", "aws:us-east-1", "--decode-site",
+      "aws:us-west-2", "--vary", "rate_req_per_s=1,2", "--rate-req-per-s", "3"], ["--rate-req-per-s with --vary"]),
+    (["whatif", "--vary", "egress_usd_per_gb=0.01", "--gpu", "A100-80GB", "--prefill-gpu", "H100",
+      "--decode-gpu", "H100"], ["field '--gpu'", "--prefill-gpu and --decode-gpu", "drop --gpu"]),
+    (["ledger", "split", "--model", "llama-3.1-70b", "--prefill-site", "aws:us-east-1", "--decode-site",
+      "aws:us-west-2", "--prefill-usd-per-gpu-hour", "2", "--decode-usd-per-gpu-hour", "2", "--price-date",
+      "2026-06-01"], ["field '--price-date'", "--prefill-usd-per-gpu-hour and --decode-usd-per-gpu-hour"]),
     (["ledger", "split", "--model", "llama-3.1-70b", "--prefill-site", "aws:us-east-1", "--decode-site",
       "aws:us-west-2", "--csv-out", "{tmp}/no/x.csv"], ["does not exist"]),
     (["serve", "--db", "notaurl", "--insecure-no-auth"], ["'notaurl' is not a database URL", "sqlite:///"]),
@@ -114,6 +146,25 @@ CLI_CASES = [
     (["serve", "--db", "sqlite:///{tmp}/s.db", "--plan", "{tmp}/nothere.json", "--insecure-no-auth"],
      ["field '--plan'", "no plan file"]),
     (["simulate", "{plan}", "--seed", "-5"], ["-5"]),
+    # simulate options that apply only with another were ignored without a word (issue 28): with --fleet the report,
+    # the plots and the SLO gate of --check were never written or run, and it exited 0.
+    (["simulate", "{plan}", "--fleet", "{tmp}/steps.json", "--check"], ["--check with --fleet", "without --fleet"]),
+    (["simulate", "{plan}", "--fleet", "{tmp}/steps.json", "--report", "{tmp}/r.md"], ["--report with --fleet"]),
+    (["simulate", "{plan}", "--fleet", "{tmp}/steps.json", "--plots", "{tmp}/p"], ["--plots with --fleet"]),
+    (["simulate", "{plan}", "--fleet", "{tmp}/steps.json", "--trace", "azure-conv"], ["--trace with --fleet"]),
+    (["simulate", "{plan}", "--fleet", "{tmp}/steps.json", "--slice", "120"], ["--slice with --fleet"]),
+    (["simulate", "{plan}", "--fleet", "{tmp}/steps.json", "--arrivals", "servegen"], ["--arrivals with --fleet"]),
+    (["simulate", "{plan}", "--fleet", "{tmp}/steps.json", "--what-if"], ["--what-if with --fleet"]),
+    (["simulate", "{plan}", "--trace", "azure-conv", "--slice", "120"], ["--slice with --trace", "replayed whole"]),
+    (["simulate", "{plan}", "--trace", "azure-conv", "--arrivals", "servegen"], ["--arrivals with --trace"]),
+    (["simulate", "{plan}", "--preempt-after", "2"], ["--preempt-after without --what-if", "add --what-if"]),
+    (["simulate", "{plan}", "--trace", "azure-conv", "--resume", "swap"], ["--resume without --what-if"]),
+    (["simulate", "{plan}", "--time-scale", "2"], ["field '--time-scale'", "--time-scale without --trace",
+                                                   "add --trace"]),
+    (["simulate", "{plan}", "--bucket", "60"], ["--bucket without --trace"]),
+    # --rate-scale sets the trace's rate to the window's demand, so a --time-scale before it changed nothing.
+    (["simulate", "{plan}", "--trace", "azure-conv", "--rate-scale", "--time-scale", "2"],
+     ["--time-scale with --rate-scale", "drop one"]),
     (["simulate", "{plan}", "--trace", "azure-conv", "--window", "12:60"], ["not HH:MM"]),
     (["simulate", "{plan}", "--trace", "azure-conv", "--window", "25:00"], ["not HH:MM"]),
     # An output naming the file the command reads replaced it.
@@ -314,11 +365,32 @@ def test_commands_that_always_print_json_print_their_user_errors_as_json(tmp_pat
     assert res.exit_code == 2 and json.loads(res.stdout)["error"]["field"] == "KIND"
 
 
+@pytest.mark.parametrize("args, field", [
+    (["simulate", "{plan}", "--fleet", "steps.json", "--check"], "--check"),
+    (["simulate", "{plan}", "--seed", "-1"], "--seed"),  # click's own check of the option
+    (["sweep", "--vary", "demand_factor=1", "--time-limit", "nan"], "--time-limit"),
+    (["sweep", "--vary", "demand_factor=1", "--ray-address", "auto"], "--ray-address"),
+    (["whatif", "--vary", "rate_req_per_s=1", "--rate-req-per-s", "2"], "--rate-req-per-s"),
+    (["whatif", "--vary", "nosuch=1"], "--vary"),  # the option as typed (was "vary")
+    (["ledger", "whatif", "--model", "llama-3.1-70b", "--prefill-site", "aws:us-east-1", "--decode-site",
+      "aws:us-west-2", "--vary", "rate_req_per_s=1", "--rate-req-per-s", "2"], "--rate-req-per-s"),
+])
+def test_simulate_sweep_and_whatif_print_their_errors_as_json_when_asked(tmp_path, plan_file, args, field):
+    # As plan does: with --format json a user error is one JSON object on stdout, the line on stderr, exit 2.
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps(plan_file))
+    res = CliRunner().invoke(main, [a.format(plan=plan) for a in args] + ["--format", "json"])
+    assert res.exit_code == 2 and "Traceback" not in res.output, res.output
+    err = json.loads(res.stdout)["error"]
+    assert err["field"] == field and err["message"] in res.stderr, (err, res.stderr)
+    assert list(tmp_path.iterdir()) == [plan]
+
+
 def test_a_fleetplan_error_as_json_names_field_and_value():
     res = CliRunner().invoke(main, ["plan", "--time-limit", "1e9", "-o", "json"])
     assert res.exit_code == 2
     err = json.loads(res.stdout)["error"]
-    assert (err["type"], err["field"], err["value"]) == ("InputError", "time limit", 1e9)
+    assert (err["type"], err["field"], err["value"]) == ("InputError", "--time-limit", 1e9)
     assert "86400" in err["message"] and res.stderr.startswith("Error: ")
     golden = Path(__file__).parent / "golden" / "export" / "default_plan.json"
     res = CliRunner().invoke(main, ["diff", str(golden), "--cluster", str(golden), "--format=json"])

@@ -336,8 +336,10 @@ def _tree(root: Path) -> dict[str, str]:
 
 
 def test_cli_export_replaces_an_earlier_export(tmp_path):
-    # The whole day (24 windows and a KEDA schedule per site), then one window into the same folder: the folder holds
-    # the one-window set only (no stale windows, no stale schedule); the user's own file stays.
+    # The whole day (24 windows and a KEDA schedule per site), then one window into the same folder. Without
+    # --prune it is refused, naming the files it would remove, and the folder is left as it was (it removed the 48
+    # other files without being asked, easy to do by accident: issue 28). With --prune the folder holds the
+    # one-window set only (no stale windows, no stale schedule); the user's own file stays.
     out = tmp_path / "k"
     r = CliRunner().invoke(main, ["export", "k8s", str(PLAN_FILE), "--out", str(out)])
     assert r.exit_code == 0, r.output
@@ -345,7 +347,14 @@ def test_cli_export_replaces_an_earlier_export(tmp_path):
     assert "gcp-us-central1/schedule-keda.yaml" in day and "gcp-us-central1/window-03-00.yaml" in day
     (out / "notes.txt").write_text("mine")
     (out / "gcp-us-central1" / "kustomization.yaml").write_text("mine too")
+    before = _tree(out)
     r = CliRunner().invoke(main, ["export", "k8s", str(PLAN_FILE), "--out", str(out), "--window", "19:30"])
+    assert r.exit_code == 2 and "Traceback" not in r.output, r.output
+    assert "field '--out'" in r.output and "48 files of an earlier export" in r.output, r.output
+    assert "aws-us-east-1/schedule-keda.yaml" in r.output and "add --prune" in r.output, r.output
+    assert _tree(out) == before  # nothing written, nothing removed
+    r = CliRunner().invoke(main, ["export", "k8s", str(PLAN_FILE), "--out", str(out), "--window", "19:30",
+                                  "--prune"])
     assert r.exit_code == 0, r.output
     assert sorted(_tree(out)) == ["aws-us-east-1/window-19-00.yaml", "clusters.yaml", "fleetplan-files.json",
                                   "gcp-us-central1/kustomization.yaml", "gcp-us-central1/window-19-00.yaml",
@@ -368,7 +377,8 @@ def _export_then_edit(tmp_path, rel: str):
 
 def test_cli_export_refuses_to_drop_an_edited_file_or_replace_a_users_file(tmp_path):
     out, _edited, before = _export_then_edit(tmp_path, "schedule-keda.yaml")
-    r = CliRunner().invoke(main, ["export", "k8s", str(PLAN_FILE), "--out", str(out), "--window", "19:30"])
+    r = CliRunner().invoke(main, ["export", "k8s", str(PLAN_FILE), "--out", str(out), "--window", "19:30",
+                                  "--prune"])
     assert r.exit_code == 2 and "edited since" in r.output and "schedule-keda.yaml" in r.output, r.output
     assert "move it out of the folder" in r.output and "Traceback" not in r.output
     assert _tree(out) == before  # nothing written, nothing removed
@@ -618,6 +628,52 @@ def test_an_alias_with_other_weights_is_exported_with_its_own_checkpoint(tmp_pat
     r = CliRunner().invoke(main, ["export", "vllm", str(plan), "--deploy", str(deploy), "--out", str(out2)])
     assert r.exit_code == 0, r.output
     assert "vllm serve my-org/llama-8b-ft " in out2.read_text()
+
+
+def test_an_alias_is_served_under_the_name_the_scenario_used(tmp_path):
+    # Clients call the name the scenario gave (Llama-3.1-8B-Instruct), not the catalog model it is planned as
+    # (Llama-3.1-8B): --served-model-name is the scenario's name in both exports. The Kubernetes objects keep the
+    # catalog name's DNS-label form in names and labels (the alias's own 'meta-llama/...' spelling would not be a
+    # valid label value), and every manifest still validates; the Service says the served name in an annotation.
+    scen = tmp_path / "small.yaml"
+    scen.write_text(SMALL.replace("name: Llama-3.1-8B\n", "name: Llama-3.1-8B-Instruct\n"))
+    plan = tmp_path / "plan.json"
+    r = CliRunner().invoke(main, ["plan", str(scen), "--out", str(plan), "--no-baselines"])
+    assert r.exit_code == 0, r.output
+    r = CliRunner().invoke(main, ["export", "vllm", str(plan)])
+    assert r.exit_code == 0, r.output
+    assert "--served-model-name Llama-3.1-8B-Instruct " in r.output
+    assert "--served-model-name Llama-3.1-8B " not in r.output
+    r = CliRunner().invoke(main, ["export", "k8s", str(plan), "--out", str(tmp_path / "k"), "--window", "02:00"])
+    assert r.exit_code == 0, r.output
+    docs = _docs((tmp_path / "k" / "aws-us-east-1" / "window-02-00.yaml").read_text())
+    for doc in docs:
+        check_manifest(doc)
+    deploys = [d for d in docs if d["kind"] == "Deployment"]
+    assert deploys
+    for deploy in deploys:
+        command = " ".join(deploy["spec"]["template"]["spec"]["containers"][0]["args"])
+        assert "--served-model-name Llama-3.1-8B-Instruct " in command, command
+        assert deploy["spec"]["template"]["metadata"]["labels"]["serves.fleetplan.io/llama-3-1-8b"] == "true"
+    (svc,) = [d for d in docs if d["kind"] == "Service"]
+    assert svc["metadata"]["name"] == "vllm-llama-3-1-8b"
+    assert svc["metadata"]["annotations"]["fleetplan.io/served-model-name"] == "Llama-3.1-8B-Instruct"
+    # The deployment file may name the model as the scenario does (it was told the scenario "does not have" it);
+    # naming it both ways is two checkpoints for one model, refused.
+    deploy = tmp_path / "deploy.yaml"
+    deploy.write_text("models:\n  Llama-3.1-8B-Instruct: {hf_repo: my-org/llama-8b-instruct-ft}\n")
+    r = CliRunner().invoke(main, ["export", "vllm", str(plan), "--deploy", str(deploy)])
+    assert r.exit_code == 0, r.output
+    assert "vllm serve my-org/llama-8b-instruct-ft --served-model-name Llama-3.1-8B-Instruct " in r.output
+    deploy.write_text("models:\n  Llama-3.1-8B-Instruct: {hf_repo: a/b}\n  Llama-3.1-8B: {hf_repo: c/d}\n")
+    r = CliRunner().invoke(main, ["export", "vllm", str(plan), "--deploy", str(deploy)])
+    assert r.exit_code == 2 and "field 'models.Llama-3.1-8B'" in r.output and "both" in r.output, r.output
+    # A name typed as the checkpoint's repository id is served as typed too (vLLM's own default served name).
+    scen.write_text(SMALL.replace("name: Llama-3.1-8B\n", "name: meta-llama/Llama-3.1-8B\n"))
+    r = CliRunner().invoke(main, ["plan", str(scen), "--out", str(plan), "--no-baselines"])
+    assert r.exit_code == 0, r.output
+    r = CliRunner().invoke(main, ["export", "vllm", str(plan)])
+    assert r.exit_code == 0 and "--served-model-name meta-llama/Llama-3.1-8B " in r.output, r.output
 
 
 def test_schedule_of_a_short_horizon_names_the_windows(tmp_path):

@@ -137,7 +137,7 @@ def test_robust_plan_holds_where_the_plain_one_is_stretched(plans):
     res = runner.invoke(cli, ["simulate", str(plans["plain"]), "--pessimistic", "--slice", "600", "--check"])
     assert res.exit_code == 1 and "TPOT p95" in res.output and "> 14 ms" in res.output
     res = runner.invoke(cli, ["simulate", str(plans["plain"]), "--pessimistic", "--fleet", "x.json"])
-    assert res.exit_code == 2 and "not to --fleet" in res.output
+    assert res.exit_code == 2 and "--pessimistic with --fleet" in res.output  # refused as simulate's others are
 
 
 def test_pessimistic_replay_is_slower_than_nominal(plans):

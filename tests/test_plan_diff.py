@@ -311,6 +311,22 @@ def test_nonsense_values_in_a_cluster_list_are_refused_naming_item_field_and_val
     assert "items must be a JSON array" in out
 
 
+def test_a_leader_worker_set_of_size_0_is_refused_naming_the_field(tmp_path):
+    # A LeaderWorkerSet's group size is the replica's pipeline stages (pods of tp GPUs); size 0 was read as pp 0, a
+    # replica of no GPUs. The default plan has none, so one of its Deployments is recast as a LeaderWorkerSet.
+    doc = _cluster_list(tmp_path, PLAN, "14:00")
+    dep = next(i for i in doc["items"] if i["kind"] == "Deployment" and not i["metadata"]["name"].startswith("shared-"))
+    lws = {"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet", "metadata": dep["metadata"],
+           "spec": {"replicas": dep["spec"]["replicas"],
+                    "leaderWorkerTemplate": {"size": 0, "leaderTemplate": dep["spec"]["template"]}}}
+    doc["items"] = [lws if i is dep else i for i in doc["items"]]
+    for size in (0, -2, "2"):
+        lws["spec"]["leaderWorkerTemplate"]["size"] = size
+        out = _refused("--cluster", _write(tmp_path, "lws.json", doc))
+        assert dep["metadata"]["name"] in out and "spec.leaderWorkerTemplate.size" in out, out
+        assert f"{size!r} is not a group size" in out and "a whole number >= 1" in out, out
+
+
 def test_live_without_any_kubeconfig_says_where_it_looked(tmp_path, monkeypatch):
     pytest.importorskip("kubernetes")
     monkeypatch.delenv("KUBECONFIG", raising=False)

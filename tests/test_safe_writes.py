@@ -116,6 +116,20 @@ def test_file_set_into_a_folder_that_cannot_be_made_is_an_input_error(tmp_path, 
     assert not (tmp_path / "k8s").exists()
 
 
+def test_file_set_removes_an_earlier_sets_files_only_when_asked(tmp_path):
+    # A smaller set into the folder of a bigger one would drop the earlier set's other file: refused (nothing
+    # written or removed) unless prune is asked for, naming the file and the flag.
+    root = tmp_path / "k8s"
+    assert write_file_set(root, {"a.yaml": "a\n", "s/b.yaml": "b\n"}, field="--out") == []
+    with pytest.raises(InputError) as e:
+        write_file_set(root, {"a.yaml": "new a\n"}, field="--out", prune_flag="--prune")
+    assert e.value.field == "--out" and "1 file of an earlier export" in str(e.value)
+    assert "s/b.yaml" in str(e.value) and "add --prune" in str(e.value)
+    assert (root / "a.yaml").read_text() == "a\n" and (root / "s" / "b.yaml").read_text() == "b\n"
+    assert write_file_set(root, {"a.yaml": "new a\n"}, field="--out", prune=True) == ["s/b.yaml"]
+    assert (root / "a.yaml").read_text() == "new a\n" and not (root / "s").exists()
+
+
 def test_replacing_a_file_keeps_its_mode_and_a_new_file_gets_the_umask_mode(tmp_path):
     old = os.umask(0o022)
     try:

@@ -191,6 +191,9 @@ def test_prometheus_pull_uses_vllm_names_and_queue_growth(shipped, tmp_path):
     assert row["demand_req_per_s"] == pytest.approx(2.2) and row["source"] == "prometheus"
     assert match_model("Qwen/Qwen2.5-7B-Instruct", names) == "Qwen2.5-7B"
     assert match_model("nothing", names) is None
+    # `fleetplan export` serves a model under the scenario's name: the default scenario's Mixtral-8x7B (an alias of
+    # the catalog's Mixtral-8x7B-v0.1, aliases.csv) is reported under that name and still counted for its model.
+    assert match_model("Mixtral-8x7B", names) == "Mixtral-8x7B-v0.1"
 
 
 def test_store_url_forms(tmp_path):

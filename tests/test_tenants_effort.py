@@ -159,5 +159,5 @@ def test_effort_must_be_positive():
         solve_allocation(PROBLEM, effort=0)
     # the CLI checks it as plan's --effort does: the same range and message
     r = CliRunner().invoke(main, ["allocate", "--effort", "0"])
-    assert r.exit_code == 2 and "field 'effort'" in r.output and "from 0.01 to 1000" in r.output
+    assert r.exit_code == 2 and "field '--effort'" in r.output and "from 0.01 to 1000" in r.output
     assert "Traceback" not in r.output
