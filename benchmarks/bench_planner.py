@@ -14,6 +14,7 @@ in preprocessing at 50 models). Peak memory is the process's maximum resident se
     python benchmarks/bench_planner.py                 # everything (about 20 minutes)
     python benchmarks/bench_planner.py --quick         # default scenario and 10 models only
     python benchmarks/bench_planner.py --sizes 200 --backends highs
+    python benchmarks/bench_planner.py --no-default --sizes 200 --backends highs --window-breakdown  # where the gap is
 
 Measured 2026-12-03 (`--sizes 200 --backends highs`, nice -n 5, the 2 cores shared with other work):
     before (per-window bound: 200 nodes per window, HiGHS's heuristics on), load 9.2-10.6: 200 models
@@ -22,6 +23,14 @@ Measured 2026-12-03 (`--sizes 200 --backends highs`, nice -n 5, the 2 cores shar
         in 119.4 s (18 of 24 windows stopped by their share), goal NOT met. Uncut, the same bound is $50,309.09
         (gap 3.09%) for 90.7 CPU s of the 24 roots after 31 CPU s of window passes: on 2 idle cores it fits the
         120 s, but its gap stays above 3%. Default scenario: 0.87% in 11.5 s, goal met.
+Again 2026-12-03 (`--no-default --sizes 200 --backends highs`, nice -n 5; each row now prints its CPU seconds,
+this process and its workers, and the load average at its start and end): load 6.5-6.9, $51,914.72, bound
+$50,043.66, gap 3.60% in 119.7 s for 93.4 CPU s (20 of 24 windows' bounds cut); load 9.1-10.0, the same plan,
+38.7 CPU s in 120.4 s, all 24 windows' bounds cut (gap 89.02% to what they had). Goal NOT met.
+`--window-breakdown` (the 24 bounds uncut, in this process: 99.7 CPU s, 510 s at load 9): the excess over each
+window's own bound is $52.70-80.69 in every window, of it $7.47-17.48 of starts; uncut the gap is 3.09%. Why
+neither side moves, and the honest goal (3.1% with about 120 CPU s): docs/optimizer.md, "Where the 200-model gap
+is".
 """
 
 from __future__ import annotations
