@@ -1045,7 +1045,7 @@ def solve_best_effort(problem: Problem, *, backend: str = "highs", time_limit_s:
     if reached and max_nodes is not None:
         cuts.append("the best-effort cost stage")
     if cuts:
-        notes.append(f"{SAFETY_STOP_NOTE} ({time_limit_s:.3g} s) cut " + "; ".join(cuts)
+        notes.append(f"{SAFETY_STOP_NOTE} at {time_limit_s:.3g} s cut " + "; ".join(cuts)
                      + f" before its budget of {max_nodes:,} nodes: this plan may differ on another machine")
     incumbent = None
     if not infeasible and value is not None:
