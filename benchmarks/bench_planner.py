@@ -14,6 +14,7 @@ in preprocessing at 50 models). Peak memory is the process's maximum resident se
     python benchmarks/bench_planner.py                 # everything (about 20 minutes)
     python benchmarks/bench_planner.py --quick         # default scenario and 10 models only
     python benchmarks/bench_planner.py --sizes 200 --backends highs
+    python benchmarks/bench_planner.py --no-default --sizes 200 --backends highs --window-breakdown  # where the gap is
 
 Measured 2026-12-03 (`--sizes 200 --backends highs`, nice -n 5, the 2 cores shared with other work):
     before (per-window bound: 200 nodes per window, HiGHS's heuristics on), load 9.2-10.6: 200 models
@@ -22,21 +23,32 @@ Measured 2026-12-03 (`--sizes 200 --backends highs`, nice -n 5, the 2 cores shar
         in 119.4 s (18 of 24 windows stopped by their share), goal NOT met. Uncut, the same bound is $50,309.09
         (gap 3.09%) for 90.7 CPU s of the 24 roots after 31 CPU s of window passes: on 2 idle cores it fits the
         120 s, but its gap stays above 3%. Default scenario: 0.87% in 11.5 s, goal met.
+Again 2026-12-03 (`--no-default --sizes 200 --backends highs`, nice -n 5; each row now prints its CPU seconds,
+this process and its workers, and the load average at its start and end): load 6.5-6.9, $51,914.72, bound
+$50,043.66, gap 3.60% in 119.7 s for 93.4 CPU s (20 of 24 windows' bounds cut); load 9.1-10.0, the same plan,
+38.7 CPU s in 120.4 s, all 24 windows' bounds cut (gap 89.02% to what they had). Goal NOT met.
+`--window-breakdown` (the 24 bounds uncut, in this process: 99.7 CPU s, 510 s at load 9): the excess over each
+window's own bound is $52.70-80.69 in every window, of it $7.47-17.48 of starts; uncut the gap is 3.09%. Why
+neither side moves, and the honest goal (3.1% with about 120 CPU s): docs/optimizer.md, "Where the 200-model gap
+is".
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import resource
 import sys
 import time
 
 from fleetplan.placement.generators import random_instance
-from fleetplan.placement.plan import evaluate
+from fleetplan.placement.plan import evaluate, starts_per_window
 from fleetplan.placement.validate import validate
 from fleetplan.scenario.build import build_problem
 from fleetplan.scenario.read import load_scenario
 from fleetplan.solvers.baselines import BASELINES
+from fleetplan.solvers.common import SafetyStop
+from fleetplan.solvers.decompose import window_bounds, window_plan, window_problem
 from fleetplan.solvers.solve import solve
 
 #: Peak memory allowed, GiB.
@@ -51,8 +63,43 @@ def _peak_rss_gib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # Linux reports KiB
 
 
+def _cpu_s() -> float:
+    """CPU seconds of this process and of its children that ended (the per-window bound's process pool)."""
+    return sum(r.ru_utime + r.ru_stime for r in (resource.getrusage(resource.RUSAGE_SELF),
+                                                 resource.getrusage(resource.RUSAGE_CHILDREN)))
+
+
+def _load() -> str:
+    return f"{os.getloadavg()[0]:.1f}"
+
+
+def window_breakdown(problem, plan) -> None:
+    """Print, per window, the plan's share of its cost (GPUs with the shared GPUs for one window, egress, and the
+    starts in that window) against that window's own bound (its root node alone, HiGHS's heuristics off, as the
+    fleet-scale path computes it, here uncut: no time limit, in this process), and the sums: where the gap is."""
+    c0 = time.perf_counter(), _cpu_s()
+    stop = SafetyStop(deadline=time.perf_counter() + 86400, time_limit_s=86400)
+    each = window_bounds(problem, deadline=0.0, max_nodes=1, stop=stop, heuristics=False)
+    opts = problem.option_by_key
+    starts = [0.0] * problem.n_windows
+    for key, counts in plan.replicas.items():
+        for w, n in enumerate(starts_per_window(counts)):
+            starts[w] += n * opts[key].start_cost_usd
+    print(f"   per window (bounds uncut: {time.perf_counter() - c0[0]:.1f} s, {_cpu_s() - c0[1]:.1f} CPU s):"
+          "  window  plan share (of it starts)  bound  excess")
+    tot_plan = tot_bound = 0.0
+    for w in range(problem.n_windows):
+        share = evaluate(window_problem(problem, w), window_plan(plan, w)).total_usd + starts[w]
+        b = each[w] if each is not None and each[w] is not None else 0.0
+        tot_plan, tot_bound = tot_plan + share, tot_bound + b
+        print(f"          {w:3d}  ${share:10,.2f} (${starts[w]:7,.2f})  ${b:10,.2f}  ${share - b:8,.2f}")
+    excess = tot_plan - tot_bound
+    print(f"          sum  ${tot_plan:10,.2f} (${sum(starts):7,.2f})  ${tot_bound:10,.2f}  ${excess:8,.2f}"
+          f"  gap {excess / tot_plan:.2%}")
+
+
 def run(name: str, problem, backends: list[str], time_limit_s: float, threads: int,
-        gap_goal: float | None) -> list[dict]:
+        gap_goal: float | None, breakdown: bool = False) -> list[dict]:
     rows = []
     t = time.perf_counter()
     base = {b: fn(problem) for b, fn in BASELINES.items()}
@@ -66,10 +113,11 @@ def run(name: str, problem, backends: list[str], time_limit_s: float, threads: i
         flag = "" if not base[b].message else "  [does not fit the inventory]"
         print(f"   baseline {b:20s} ${ev.total_usd:12,.2f}  {ev.gpu_hours:10,.1f} GPU-h{flag}")
     for backend in backends:
-        t = time.perf_counter()
+        t, cpu, load0 = time.perf_counter(), _cpu_s(), _load()
         # the requested gap is the goal (or 0.5%): the solver stops once it is proven
         plan = solve(problem, backend, time_limit_s=time_limit_s, threads=threads, gap=gap_goal or 0.005)
         dt = time.perf_counter() - t
+        cpu = _cpu_s() - cpu
         kept = dt <= time_limit_s + max(2.0, 0.05 * time_limit_s)
         mem = _peak_rss_gib()
         if not plan.has_solution:
@@ -90,10 +138,14 @@ def run(name: str, problem, backends: list[str], time_limit_s: float, threads: i
               f"  {ev.gpu_hours:10,.1f} GPU-h  valid={ok}  limit kept={kept}  peak {mem:.2f} GiB"
               + (f"  goal {'met' if met else 'NOT met'}" if goal is not None else
                  f"  no gap goal ({'valid, limit kept' if met else 'NOT valid or limit missed'})"), flush=True)
+        print(f"          {cpu:.1f} CPU s (this process and its workers) in {dt:.1f} s; load average {load0} at the "
+              f"start, {_load()} at the end")
         print(f"          vs baselines: {ratios}")
         print(f"          {plan.message}")
         rows.append({"instance": name, "backend": backend, "time_s": dt, "gap": plan.gap, "valid": ok,
                      "goal_met": met, "has_goal": goal is not None})
+        if breakdown and not problem.has_classes:
+            window_breakdown(problem, plan)
     print(f"   peak memory so far: {_peak_rss_gib():.2f} GiB (goal < {MEMORY_GOAL_GIB:g} GiB)")
     return rows
 
@@ -106,6 +158,8 @@ def main() -> int:
     ap.add_argument("--time-limit", type=float, default=None, help="per solve (default: each row's goal)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--no-default", action="store_true", help="skip the default scenario")
+    ap.add_argument("--window-breakdown", action="store_true",
+                    help="after each synthetic solve: each window's share of the plan's cost against its own bound")
     args = ap.parse_args()
     sizes = [10] if args.quick else args.sizes
     rows = []
@@ -118,7 +172,7 @@ def main() -> int:
         if n >= 500:
             backends = [b for b in backends if b == "highs"]  # CP-SAT's one-window models are far slower there
         rows += run(f"synthetic {n} models x 24 windows", random_instance(n, 24, seed=n, max_gpus=gpus), backends,
-                    args.time_limit or limit, args.threads, goal)
+                    args.time_limit or limit, args.threads, goal, breakdown=args.window_breakdown)
     print("\nsummary: " + "; ".join(
         f"{r['instance']} / {r['backend']}: "
         + (("goal met" if r["goal_met"] else "goal NOT met") if r.get("has_goal", True) else

@@ -5,7 +5,11 @@ local process pool and on a local Ray cluster with the same number of worker pro
 Goal (2 cores): 2,000 models × 24 windows × 20,000 GPUs (``fleet_instance``) planned with a proven gap <= 5%
 within 10 minutes (the time limit kept: + max(2 s, 5%)), peak memory < 4 GiB in every process. Measured
 (process pool, 2 workers, load 3.0-3.3 on 2 cores, 8 parts): $732,613.08, bound $702,757.73, gap 4.08% in 576.3 s,
-peak 0.38 GiB (greedy warm start alone: about $790k, 12% above the bound).
+peak 0.38 GiB (greedy warm start alone: about $790k, 12% above the bound). Again 2026-12-03 after POP's one-window
+models got node budgets (the time shares only safety stops), `nice -n 5 ... --executors process` at load 8.0-8.8:
+$732,783.85, bound $695,114.71 (the per-model bound: all 24 per-window LP bounds cut at this load), gap 5.14% in
+600.2 s, peak 0.36 GiB, goal NOT met; the safety stop cut every part's pass in its first one-window MILP (named in
+the message), so at this size the plan still depends on the machine (docs/optimizer.md).
 
     python benchmarks/bench_pop.py                                  # 2,000 models, process pool then Ray
     python benchmarks/bench_pop.py --models 200 --gpus 2000 --time-limit 60 --executors process ray

@@ -519,6 +519,17 @@ def window_problem(problem: Problem, w: int) -> Problem:
     return replace(problem, n_windows=1, models=models)
 
 
+def window_plan(plan: Plan, w: int) -> Plan:
+    """``plan`` restricted to window ``w``: its replicas in w and its shared GPUs with their rates served in w, a
+    plan of :func:`window_problem` (``problem``, w) (see there). Only the decisions (no prefill/decode pools or KV
+    flows, no unserved demand): ``evaluate(window_problem(problem, w), window_plan(plan, w)).total_usd`` is w's
+    GPU cost (the shared GPUs for one window) and egress, and these summed over the windows plus the plan's start
+    costs give its whole cost, so each window's share can be set against that window's bound."""
+    shared = tuple(replace(g, served_req_per_s={m: (v[w],) for m, v in g.served_req_per_s.items()})
+                   for g in plan.shared)
+    return Plan(replicas={k: (c[w],) for k, c in plan.replicas.items() if c[w]}, shared=shared)
+
+
 #: Share of a fanned-out window's slot of the worker-seconds left that its task may use, model building
 #: included (the rest: starting the task, sending the problem, collecting the result).
 FANOUT_SOLVE_SHARE = 0.97

@@ -95,6 +95,7 @@ from fleetplan.placement.plan import (
 )
 from fleetplan.placement.problem import Problem
 from fleetplan.solvers.common import (
+    SAFETY_STOP_NOTE,
     TIME_LIMIT_SHARE,
     Index,
     build_index,
@@ -947,14 +948,19 @@ BEST_EFFORT_FIX_TOL = 1e-6
 
 
 def _run(model: PlacementMilpModel, backend: str, time_limit_s: float, threads: int | None, gap: float,
-         msg: bool) -> tuple[bool, float | None, float | None, bool]:
+         msg: bool, max_nodes: int | None = None) -> tuple[bool, float | None, float | None, bool]:
     """Solve ``model.lp`` as it stands: (infeasible, objective or None, proven lower bound or None,
-    time limit reached)."""
+    time limit reached). ``max_nodes``: a deterministic budget of branch-and-bound nodes, as in
+    :func:`solve_milp` (HiGHS's seed fixed, CBC's several threads in its repeatable mode); the time limit is then
+    only a safety stop."""
     if backend == "highs":
-        solver = HiGHS(msg=msg, timeLimit=max(0.05, time_limit_s), threads=threads, gapRel=gap)
+        solver = HiGHS(msg=msg, timeLimit=max(0.05, time_limit_s), threads=threads, gapRel=gap,
+                       **({} if max_nodes is None else {"random_seed": HIGHS_SEED, "mip_max_nodes": max_nodes}))
     else:
+        if max_nodes is not None and threads is not None and threads > 1:
+            threads = 100 + threads  # CBC's repeatable parallel mode (see solve_milp)
         solver = pulp.PULP_CBC_CMD(msg=msg, timeLimit=max(1, math.ceil(time_limit_s)), threads=threads,
-                                   gapRel=gap, timeMode="elapsed", options=CBC_OPTIONS)
+                                   gapRel=gap, timeMode="elapsed", maxNodes=max_nodes, options=CBC_OPTIONS)
     if not solver.available():
         raise SolverError(f"MILP backend {backend!r} is not available in this environment")
     t = time.perf_counter()
@@ -978,7 +984,7 @@ def _run(model: PlacementMilpModel, backend: str, time_limit_s: float, threads: 
 
 def solve_best_effort(problem: Problem, *, backend: str = "highs", time_limit_s: float = 60,
                       threads: int | None = None, gap: float = 1e-4, deadline: float | None = None,
-                      msg: bool = False) -> Plan:
+                      msg: bool = False, max_nodes: int | None = None) -> Plan:
     """The best-effort plan when demand may exceed the inventory: the most demand served in order of the models'
     ``priority`` (higher first), then the lowest cost; a new Plan whose ``unserved_req_per_s`` lists the demand
     left unserved.
@@ -992,7 +998,11 @@ def solve_best_effort(problem: Problem, *, backend: str = "highs", time_limit_s:
     (demand - usable capacity, :func:`fleetplan.placement.plan.unserved`), not the solver's variables.
     The cost bound (status OPTIMAL/FEASIBLE) is the last stage's: a bound on the cost at the service levels fixed
     by the stages; it is given only when every stage proved its least unserved demand, otherwise the plan is
-    HEURISTIC and the message says which class was not proven. Each stage gets an equal share of the time left.
+    HEURISTIC and the message says which class was not proven. Each stage gets an equal share of the time left;
+    with ``max_nodes``, each stage is bounded by that many branch-and-bound nodes instead (seed fixed, see
+    :func:`_run`), so the same problem and budget give the same plan on an idle or a busy machine, and the time
+    left until the deadline is only a safety stop: a stage it stops is named in the message ("the wall-clock
+    safety stop ... cut the best-effort stage of priority k ...: this plan may differ on another machine").
     Raises SolverError for an unknown or unavailable backend.
     """
     t0 = time.perf_counter()
@@ -1004,18 +1014,25 @@ def solve_best_effort(problem: Problem, *, backend: str = "highs", time_limit_s:
     prio = {m.name: m.priority for m in problem.models}
     classes = sorted(set(prio.values()), reverse=True)
     notes: list[str] = []
+    cuts: list[str] = []  # the stages the safety stop cut (with max_nodes)
     proven = True
     for i, k in enumerate(classes):
         terms = [v for (m, _w), v in model.unserved.items() if prio[m] == k]
         model.lp.setObjective(pulp.lpSum(terms))
-        left = (end - time.perf_counter()) / (len(classes) + 1 - i)
-        infeasible, value, bound, reached = _run(model, backend, left, threads, BEST_EFFORT_STAGE_GAP, msg)
+        left = (end - time.perf_counter()) / (1 if max_nodes is not None else len(classes) + 1 - i)
+        infeasible, value, bound, reached = _run(model, backend, left, threads, BEST_EFFORT_STAGE_GAP, msg,
+                                                 max_nodes)
+        if reached and max_nodes is not None:
+            cuts.append(f"the best-effort stage of priority {k}")
         if infeasible:
             return Plan(status=Status.INFEASIBLE, backend=backend, solve_time_s=time.perf_counter() - t0)
         if value is None:
             return finish_plan(problem, backend=backend, gap=gap, bounds={}, time_limit_reached=reached,
                                time_limit_s=time_limit_s, solve_time_s=time.perf_counter() - t0,
-                               notes=(f"best effort: no plan for priority class {k} in its share of the time",))
+                               notes=(f"best effort: no plan for priority class {k} "
+                                      + ("in its share of the time" if max_nodes is None else
+                                         f"before the wall-clock safety stop ({time_limit_s:.3g} s)" if reached
+                                         else f"within its budget of {max_nodes:,} nodes"),))
         if bound is None or value - bound > BEST_EFFORT_STAGE_GAP * max(1.0, value) + BEST_EFFORT_FIX_TOL:
             proven = False
             why = "time limit reached" if reached else "stopped"
@@ -1023,7 +1040,13 @@ def solve_best_effort(problem: Problem, *, backend: str = "highs", time_limit_s:
                          f"{value:.3f} req/s over the windows found, bound {bound if bound is not None else 'none'})")
         model.lp += pulp.lpSum(terms) <= value + BEST_EFFORT_FIX_TOL, f"best_effort_fix_{i}"
     model.lp.setObjective(cost)
-    infeasible, value, bound, reached = _run(model, backend, end - time.perf_counter(), threads, gap, msg)
+    infeasible, value, bound, reached = _run(model, backend, end - time.perf_counter(), threads, gap, msg,
+                                             max_nodes)
+    if reached and max_nodes is not None:
+        cuts.append("the best-effort cost stage")
+    if cuts:
+        notes.append(f"{SAFETY_STOP_NOTE} at {time_limit_s:.3g} s cut " + "; ".join(cuts)
+                     + f" before its budget of {max_nodes:,} nodes: this plan may differ on another machine")
     incumbent = None
     if not infeasible and value is not None:
         replicas, shared = extract_plan(problem, model)

@@ -47,7 +47,7 @@ from fleetplan.placement.plan import Plan, Status, evaluate
 from fleetplan.placement.problem import Problem
 from fleetplan.placement.validate import validate
 from fleetplan.solvers.baselines import greedy
-from fleetplan.solvers.common import cover_cost_floor, finish_plan, gpus_in_use
+from fleetplan.solvers.common import SafetyStop, cover_cost_floor, finish_plan, gpus_in_use
 from fleetplan.solvers.decompose import solve_by_windows, window_problem
 from fleetplan.solvers.executor import Executor
 from fleetplan.solvers.milp import solve_lp_bound
@@ -195,8 +195,14 @@ def separable_bound_by_window(problem: Problem) -> list[float] | None:
     return total
 
 
-def _improve(problem: Problem, start: Plan, *, backend: str, threads: int | None, deadline: float) -> Plan:
-    """``start`` (the greedy plan of ``problem``, valid or not) improved or repaired window by window."""
+def _improve(problem: Problem, start: Plan, *, backend: str, threads: int | None, deadline: float,
+             max_nodes: int | None = None, stop: SafetyStop | None = None) -> Plan:
+    """``start`` (the greedy plan of ``problem``, valid or not) improved or repaired window by window: in shares
+    of the time until ``deadline``, or, with ``max_nodes`` and ``stop``, each one-window model bounded by
+    ``max_nodes`` nodes and ``stop`` (replacing ``deadline``) only the safety stop, which records what it cut."""
+    if stop is not None:
+        return solve_by_windows(problem, start, backend=backend, threads=threads, gap=WINDOW_GAP, cover=True,
+                                max_nodes=max_nodes, stop=stop)
     return solve_by_windows(problem, start, backend=backend, threads=threads, gap=WINDOW_GAP, deadline=deadline,
                             cover=True)
 
@@ -207,6 +213,7 @@ class _PartTask:
     backend: str
     budget_s: float
     threads: int | None
+    max_nodes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -216,19 +223,26 @@ class _BoundTask:
     threads: int | None
 
 
-def _task(problem: Problem, item: _PartTask | _BoundTask) -> Plan | float | None:
-    """One task of the fan-out (module-level, so every executor can run it): a part's plan or a window's bound."""
+def _task(problem: Problem, item: _PartTask | _BoundTask) -> tuple[Plan, tuple[str, ...]] | float | None:
+    """One task of the fan-out (module-level, so every executor can run it): a part's plan (with what the safety
+    stop cut in it) or a window's bound."""
     if isinstance(item, _PartTask):
         return _solve_part(item)
     return _window_bound_task(problem, item)
 
 
-def _solve_part(t: _PartTask) -> Plan:
+def _solve_part(t: _PartTask) -> tuple[Plan, tuple[str, ...]]:
     """Part ``t.sub``'s plan: the greedy plan improved (or repaired) window by window within ``t.budget_s``
-    (from the task's own start); the plan may not fit when the repair ran out of time (the seam pass repairs)."""
+    (from the task's own start), or with ``t.max_nodes`` within that node budget per one-window model and
+    ``t.budget_s`` only as its safety stop; the plan may not fit when the repair ran out of time (the seam pass
+    repairs). Returns the plan and what the safety stop cut (empty without ``max_nodes``)."""
     end = time.perf_counter() + t.budget_s
     g = greedy(t.sub)
-    return _improve(t.sub, g, backend=t.backend, threads=t.threads, deadline=end)
+    if t.max_nodes is None:
+        return _improve(t.sub, g, backend=t.backend, threads=t.threads, deadline=end), ()
+    stop = SafetyStop(deadline=end, time_limit_s=t.budget_s)
+    plan = _improve(t.sub, g, backend=t.backend, threads=t.threads, deadline=end, max_nodes=t.max_nodes, stop=stop)
+    return plan, tuple(stop.cuts)
 
 
 def _window_bound_task(problem: Problem, t: _BoundTask) -> float | None:
@@ -254,8 +268,11 @@ def _combine(plans: list[Plan]) -> Plan:
 
 
 def _seams(problem: Problem, parts: list[Problem], plans: list[Plan], *, backend: str, threads: int | None,
-           deadline: float, say: Callable[[str], None]) -> tuple[list[Plan], list[str]]:
-    """The seam pass (module docstring, step 4): returns the parts' plans after it and notes for the message."""
+           deadline: float, say: Callable[[str], None], max_nodes: int | None = None,
+           stop: SafetyStop | None = None) -> tuple[list[Plan], list[str]]:
+    """The seam pass (module docstring, step 4): returns the parts' plans after it and notes for the message.
+    Each part gets a share of the time until ``deadline``, or, with ``max_nodes`` and ``stop``, the node budget
+    per one-window model and ``deadline`` only as the safety stop (``stop`` records what it cut)."""
     plans = list(plans)
     names = [{m.name for m in sub.models} for sub in parts]
     valid = [validate(sub, p, check_objective=False).ok for sub, p in zip(parts, plans, strict=True)]
@@ -266,6 +283,8 @@ def _seams(problem: Problem, parts: list[Problem], plans: list[Plan], *, backend
     for i, j in enumerate(order):
         left = deadline - time.perf_counter()
         if left <= 0.5:
+            if stop is not None:
+                stop.cut(f"the seam pass before its part {i + 1} of {len(parts)}")
             break
         say(f"seam pass: part {j + 1}/{len(parts)}" + ("" if valid[j] else " (repair)"))
         others = gpus_in_use(problem, _combine([p for q, p in enumerate(plans) if q != j]),
@@ -276,8 +295,15 @@ def _seams(problem: Problem, parts: list[Problem], plans: list[Plan], *, backend
             pools.append(replace(p, reserved_gpus=min(p.nodes * p.gpus_per_node, taken)))
         wide = replace(parts[j], pools=tuple(pools), max_shared_gpus_per_pool=problem.max_shared_gpus_per_pool)
         start = _restrict(plans[j], names[j])
-        new = _improve(wide, start, backend=backend, threads=threads,
-                       deadline=time.perf_counter() + left / (len(order) - i))
+        if stop is not None:
+            part_stop = SafetyStop(deadline=deadline, time_limit_s=stop.time_limit_s)
+            new = _improve(wide, start, backend=backend, threads=threads, deadline=deadline, max_nodes=max_nodes,
+                           stop=part_stop)
+            for cut in part_stop.cuts:
+                stop.cut(f"{cut} (seam pass, part {i + 1} of {len(parts)})")
+        else:
+            new = _improve(wide, start, backend=backend, threads=threads,
+                           deadline=time.perf_counter() + left / (len(order) - i))
         if not validate(wide, new, check_objective=False).ok:
             continue
         new_cost = evaluate(wide, new).total_usd
@@ -293,7 +319,8 @@ def _seams(problem: Problem, parts: list[Problem], plans: list[Plan], *, backend
 
 def solve_pop(problem: Problem, k: int, executor: Executor, *, backend: str = "highs", time_limit_s: float = 600,
               threads: int | None = None, gap: float = 0.05, partition: str = "shape", seed: int = 0,
-              deadline: float | None = None, progress: Callable[[str], None] | None = None) -> Plan:
+              deadline: float | None = None, progress: Callable[[str], None] | None = None,
+              max_nodes: int | None = None) -> Plan:
     """Plan ``problem`` by POP decomposition into ``k`` sub-fleets (module docstring) on ``executor``.
 
     Args:
@@ -302,6 +329,11 @@ def solve_pop(problem: Problem, k: int, executor: Executor, *, backend: str = "h
         gap: the requested relative gap (the status is OPTIMAL only within it).
         partition, seed: see :func:`partition_models`.
         deadline: a time.perf_counter() value for the whole call (default: now + time_limit_s).
+        max_nodes: a deterministic budget of branch-and-bound nodes for every one-window model (the parts, the
+            seam pass, the last-resort repair; None: their shares of the time decide): then the time shares are
+            only safety stops, so the same problem and budget give the same plan on an idle or a busy machine
+            unless the message says what the wall-clock safety stop cut (a window's LP bound cut by its share
+            changes only the bound). The per-window LP bounds run to their end within their share either way.
 
     Returns a Plan from :func:`fleetplan.solvers.common.finish_plan` (status from the whole problem's per-window
     bound; HEURISTIC without one), or NO_SOLUTION with the reason when the recombined plan is not valid.
@@ -320,14 +352,23 @@ def solve_pop(problem: Problem, k: int, executor: Executor, *, backend: str = "h
     # every executor) so that k parts and W windows finish within ``fan`` on ``workers`` workers
     part_s = max(1.0, PART_SHARE * fan * workers / k - TASK_OVERHEAD_S)
     bound_s = max(1.0, (1 - PART_SHARE) * fan * workers / W - TASK_OVERHEAD_S)
-    items: list[_PartTask | _BoundTask] = [_PartTask(sub, milp, part_s, threads) for sub in parts]
+    items: list[_PartTask | _BoundTask] = [_PartTask(sub, milp, part_s, threads, max_nodes) for sub in parts]
     items += [_BoundTask(w, bound_s, threads) for w in range(W)]
     say(f"solving {k} parts ({part_s:.0f} s each) and {W} window bounds ({bound_s:.0f} s each) on "
         f"{executor.describe()}")
     out = executor.map(_task, items, common=problem, with_common=True,
                        progress=lambda n: say(f"{n}/{len(items)} tasks done"))
-    plans = [p for p in out[:k] if isinstance(p, Plan)]
+    stop = SafetyStop(deadline=deadline, time_limit_s=time_limit_s)
+    plans = []
+    for j, res in enumerate(out[:k]):
+        if isinstance(res, tuple):  # a part task's answer: (plan, what the safety stop cut)
+            plans.append(res[0])
+            for cut in res[1]:
+                stop.cut(f"{cut} (part {j + 1} of {k})")
     wb = out[k:]
+    if max_nodes is not None and any(b is None for b in wb):
+        stop.cut(f"the per-window LP bound in {sum(b is None for b in wb)} of its {W} windows (each stopped by its "
+                 "share of the time)", bound_only=True)
     sep_w = separable_bound_by_window(problem)
     lp_w = [max(0.0, float(b)) if isinstance(b, (int, float)) else 0.0 for b in wb]  # a window without an answer adds 0
     bounds = {"per-window LP": sum(lp_w) if any(b is not None for b in wb) else None,
@@ -342,7 +383,8 @@ def solve_pop(problem: Problem, k: int, executor: Executor, *, backend: str = "h
     some_invalid = not all(validate(sub, p, check_objective=False).ok for sub, p in zip(parts, plans, strict=True))
     deadline_work = deadline - FINISH_SHARE * time_limit_s
     seam_end = deadline_work - (LAST_RESORT_SHARE * (deadline_work - time.perf_counter()) if some_invalid else 0.0)
-    plans, seam_notes = _seams(problem, parts, plans, backend=milp, threads=threads, deadline=seam_end, say=say)
+    plans, seam_notes = _seams(problem, parts, plans, backend=milp, threads=threads, deadline=seam_end, say=say,
+                               max_nodes=max_nodes, stop=stop if max_nodes is not None else None)
     notes += seam_notes
     plan = _combine(plans)
     report = validate(problem, plan, check_objective=False)
@@ -350,18 +392,26 @@ def solve_pop(problem: Problem, k: int, executor: Executor, *, backend: str = "h
         # last resort: the whole fleet window by window (exact one-window models over every model), from the
         # recombined plan's shared GPUs; e.g. a part whose models fit only where another part's models sit
         say("repairing the recombined plan window by window on the whole fleet")
-        plan = _improve(problem, plan, backend=milp, threads=threads, deadline=deadline_work)
+        last = SafetyStop(deadline=deadline_work, time_limit_s=time_limit_s) if max_nodes is not None else None
+        plan = _improve(problem, plan, backend=milp, threads=threads, deadline=deadline_work, max_nodes=max_nodes,
+                        stop=last)
+        for cut in last.cuts if last is not None else ():
+            stop.cut(f"{cut} (the last-resort repair on the whole fleet)")
         report = validate(problem, plan, check_objective=False)
         notes.append("the recombined plan was repaired window by window on the whole fleet" if report.ok else
                      "the window-by-window repair of the recombined plan on the whole fleet failed")
+    note = stop.note()
+    if note:
+        notes.append(note)
     if not report.ok:
         known = [b for b in bounds.values() if b is not None]
         return Plan(status=Status.NO_SOLUTION, backend="pop", bound_usd=max(known) if known else None,
                     solve_time_s=time.perf_counter() - t0,
                     message="; ".join([*notes, "the recombined plan does not fit: "
                                        + "; ".join(report.violations[:3])]))
+    reached = bool(stop.cuts) if max_nodes is not None else time.perf_counter() >= deadline - 0.5
     return finish_plan(problem, backend=f"{backend}-pop", gap=gap, bounds=bounds, start=plan,
-                       time_limit_reached=time.perf_counter() >= deadline - 0.5, time_limit_s=time_limit_s,
+                       time_limit_reached=reached, time_limit_s=time_limit_s,
                        solve_time_s=time.perf_counter() - t0, notes=tuple(notes), backend_ran=False)
 
 

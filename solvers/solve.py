@@ -283,13 +283,14 @@ def solve(problem, backend: str = "highs", *, time_limit_s: float = 60, threads:
     listed in the plan) with the time left (at least BEST_EFFORT_MIN_S); the MILP backends only (CP-SAT's model
     rounds capacities and has no unserved demand: with ``backend='cpsat'`` the best-effort stage runs HiGHS and
     the message says so). A problem that even best effort cannot plan (replica floors beyond the inventory) stays
-    INFEASIBLE with its explanation. Its stages still share the time limit by the wall clock (the message says so).
+    INFEASIBLE with its explanation. Its stages (one per priority class, then the cost) are bounded by the exact
+    model's node budget, the time limit only their safety stop, like the rest.
     ``decompose=k`` (k >= 2): POP decomposition into k sub-fleets (:func:`fleetplan.solvers.pop.solve_pop`, with
     ``partition`` and ``seed``), its parts and per-window bounds run on ``executor`` (default: a local process
     pool of :func:`~fleetplan.solvers.executor.default_workers`); problems of POP_AUTO_MODELS models or more are
     decomposed by default (``decompose=None``; k from :func:`~fleetplan.solvers.pop.default_parts`), and
     ``decompose=1`` turns it off. Not with request classes, best effort or a spread (not decomposed by default).
-    POP still shares the time limit between its stages by the wall clock (the message says so).
+    POP's one-window models are bounded by the window node budget, its stages' time shares only safety stops.
     Raises SolverError for an unknown backend, InputError for a time limit, gap or effort out of range (NaN
     included).
     """
@@ -313,7 +314,7 @@ def solve(problem, backend: str = "highs", *, time_limit_s: float = 60, threads:
     if reasons and best_effort:
         say("demand exceeds the inventory: best effort by priority")
         return _best_effort(problem, backend, t0=t0, deadline=deadline, time_limit_s=time_limit_s, threads=threads,
-                            gap=gap, why=reasons)
+                            gap=gap, why=reasons, effort=budget)
     if reasons:
         return Plan(status=Status.INFEASIBLE, backend=backend, message="; ".join(reasons),
                     solve_time_s=time.perf_counter() - t0)
@@ -323,9 +324,9 @@ def solve(problem, backend: str = "highs", *, time_limit_s: float = 60, threads:
                                                  and not problem.has_disaggregation and not spread else 1)
     if k != 1:
         plan = _decomposed(problem, k, backend, best_effort=best_effort, executor=executor, time_limit_s=time_limit_s,
-                           threads=threads, gap=gap, partition=partition, seed=seed, deadline=deadline, say=say)
-        return replace(plan, solve_time_s=time.perf_counter() - t0,
-                       message="; ".join(x for x in (plan.message, WALL_CLOCK_NOTE.format(what="POP")) if x))
+                           threads=threads, gap=gap, partition=partition, seed=seed, deadline=deadline, say=say,
+                           effort=budget)
+        return replace(plan, solve_time_s=time.perf_counter() - t0)
     size = model_size(problem)
     if size > MONOLITHIC_MAX_VARS and not problem.has_disaggregation:
         return _solve_large(problem, backend, size=size, t0=t0, stop=stop, effort=budget, threads=threads, gap=gap,
@@ -334,15 +335,12 @@ def solve(problem, backend: str = "highs", *, time_limit_s: float = 60, threads:
                              warm_start=warm_start, lp_bound=lp_bound, best_effort=best_effort)
 
 
-#: The note of a plan from a path whose stages still share the time limit by the wall clock ({what}: the path).
-WALL_CLOCK_NOTE = ("{what} shares the time limit between its stages by the wall clock: this plan may differ on "
-                   "another machine")
-
-
 def _decomposed(problem, k: int, backend: str, *, best_effort: bool, executor: Executor | None, time_limit_s: float,
                 threads: int | None, gap: float, partition: str, seed: int, deadline: float,
-                say: Callable[[str], None]) -> Plan:
-    """The POP plan of ``problem`` in ``k`` sub-fleets on ``executor`` (default: a local process pool, closed after);
+                say: Callable[[str], None], effort: Effort) -> Plan:
+    """The POP plan of ``problem`` in ``k`` sub-fleets on ``executor`` (default: a local process pool, closed after),
+    each one-window model of its parts, seam pass and repair bounded by ``effort``'s window node budget
+    (:attr:`Effort.window_nodes`), the time shares only safety stops;
     SolverError for request classes, best effort, disaggregated pools or a spread (POP splits each pool's nodes
     between the parts, so a part may not have the sites a model's spread needs)."""
     if problem.has_classes or best_effort or problem.has_disaggregation:
@@ -356,7 +354,8 @@ def _decomposed(problem, k: int, backend: str, *, best_effort: bool, executor: E
     ex = executor or make_executor("process")
     try:
         return solve_pop(problem, k, ex, backend=backend, time_limit_s=time_limit_s, threads=threads, gap=gap,
-                         partition=partition, seed=seed, deadline=deadline, progress=say)
+                         partition=partition, seed=seed, deadline=deadline, progress=say,
+                         max_nodes=effort.window_nodes)
     finally:
         if executor is None:
             ex.close()
@@ -428,7 +427,8 @@ def _solve_monolithic(problem, backend: str, *, t0: float, stop: SafetyStop, eff
     if plan.status is Status.INFEASIBLE and best_effort:
         say("demand exceeds the inventory: best effort by priority")
         return _best_effort(problem, backend, t0=t0, deadline=stop.deadline, time_limit_s=stop.time_limit_s,
-                            threads=threads, gap=gap, why=["the solver proved the problem infeasible"])
+                            threads=threads, gap=gap, why=["the solver proved the problem infeasible"],
+                            effort=effort)
     if plan.status is Status.INFEASIBLE:
         say("explaining infeasibility")
         return Plan(status=Status.INFEASIBLE, backend=backend, solve_time_s=time.perf_counter() - t0,
@@ -442,17 +442,20 @@ BEST_EFFORT_MIN_S = 2.0
 
 
 def _best_effort(problem, backend: str, *, t0: float, deadline: float, time_limit_s: float, threads: int | None,
-                 gap: float, why: list[str]) -> Plan:
+                 gap: float, why: list[str], effort: Effort) -> Plan:
     """The best-effort plan of an infeasible ``problem`` (see :func:`solve`), or INFEASIBLE with the explanation
-    when even best effort has no plan."""
+    when even best effort has no plan. Each of its stages (one per priority class, then the cost) is bounded by
+    the exact model's node budget of ``effort`` (:meth:`Effort.exact_nodes`), ``deadline`` being only the safety
+    stop (at least BEST_EFFORT_MIN_S from now), so the plan does not depend on the machine's speed unless the
+    message says the safety stop cut a stage."""
     milp = backend if backend in ("highs", "cbc") else "highs"
     deadline = max(deadline, time.perf_counter() + BEST_EFFORT_MIN_S)
     plan = solve_best_effort(problem, backend=milp, time_limit_s=time_limit_s, threads=threads, gap=gap,
-                             deadline=deadline)
+                             deadline=deadline, max_nodes=effort.exact_nodes(milp))
     if plan.status is Status.INFEASIBLE:
         return Plan(status=Status.INFEASIBLE, backend=backend, solve_time_s=time.perf_counter() - t0,
                     message="; ".join(explain_infeasible(problem)))
-    notes = [f"infeasible as given ({'; '.join(why)})", WALL_CLOCK_NOTE.format(what="best effort")]
+    notes = [f"infeasible as given ({'; '.join(why)})"]
     if milp != backend:
         notes.append(f"best effort is solved by the {milp} MILP ({backend} has no unserved-demand model)")
     return replace(plan, solve_time_s=time.perf_counter() - t0, message="; ".join([*notes, plan.message]))

@@ -4,6 +4,7 @@ the plan of ``solve`` changes only when the wall-clock safety stop fires, which 
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 import pytest
 from click.testing import CliRunner
@@ -12,6 +13,7 @@ import fleetplan.solvers.common as common
 import fleetplan.solvers.cpsat as cpsat
 import fleetplan.solvers.decompose as decompose
 import fleetplan.solvers.milp as milp
+import fleetplan.solvers.pop as pop
 import fleetplan.solvers.solve as solve_mod
 from fleetplan.cli.main import main
 from fleetplan.errors import InputError
@@ -20,7 +22,7 @@ from fleetplan.placement.validate import validate
 from fleetplan.solvers.common import SafetyStop
 from fleetplan.solvers.cpsat import solve_cpsat
 from fleetplan.solvers.decompose import window_bound, window_bounds
-from fleetplan.solvers.executor import make_executor
+from fleetplan.solvers.executor import Executor, make_executor
 from fleetplan.solvers.milp import solve_milp
 from fleetplan.solvers.solve import Effort, check_effort, solve
 
@@ -98,6 +100,49 @@ def test_the_plan_does_not_depend_on_the_clock_unless_the_safety_stop_fires(monk
     assert cut.has_solution and validate(problem, cut).ok, cut.message
     assert "the wall-clock safety stop at 30 s cut" in cut.message, cut.message
     assert "this plan may differ on another machine" in cut.message
+
+
+def test_best_effort_by_effort_gives_the_same_plan_on_a_slow_clock(monkeypatch):
+    # 6 models x 4 windows with 48 GPUs and alternating priorities: the exact model proves it infeasible, then
+    # best effort's stages (priority 1, priority 0, the cost) each run within the exact model's budget (effort
+    # 0.01: 10 nodes), which ends the priority-0 stage unproven. The budget, not the clock, decides: a clock of
+    # 0.2 s per read (a slow machine, within the 30-s limit) gives the same plan and unserved demand, and neither
+    # message says the wall clock shared or cut anything.
+    problem = random_instance(6, 4, seed=3, max_gpus=48)
+    problem = replace(problem, models=tuple(replace(m, priority=i % 2) for i, m in enumerate(problem.models)))
+    ref = _solve_on_clock(monkeypatch, problem, None, best_effort=True)
+    slow = _solve_on_clock(monkeypatch, problem, 0.2, best_effort=True)
+    for plan in (ref, slow):
+        assert plan.best_effort and validate(problem, plan).ok, plan.message
+        assert "wall clock" not in plan.message and "safety stop" not in plan.message, plan.message
+        assert "the least unserved demand of priority 0 is not proven (stopped" in plan.message
+    assert _fingerprint(slow) == _fingerprint(ref)
+    assert slow.unserved_req_per_s == ref.unserved_req_per_s
+
+
+def test_pop_by_effort_gives_the_same_plan_on_a_slow_clock(monkeypatch):
+    # POP (2 parts, in this process) with effort 0.01: every one-window model of the parts and of the seam pass
+    # within 2 nodes. A clock of 0.05 s per read (a slow machine) gives the same plan as the real clock, and no
+    # message says the wall clock shared the time (before: "POP shares the time limit between its stages by the
+    # wall clock: this plan may differ on another machine"). At 5 s per read the safety stop fires, and the plan
+    # says what it cut.
+    problem, _ = planted_instance(3, models_per_gpu=2, n_windows=3, seed=1)
+    runs = []
+    for step_s in (None, 0.05, 5.0):
+        with monkeypatch.context() as mp:
+            if step_s is not None:
+                clock = _StepClock(step_s)
+                for mod in (common, cpsat, decompose, milp, pop, solve_mod):
+                    mp.setattr(mod, "time", clock)
+            runs.append(solve_mod.solve(problem, "highs", time_limit_s=30, gap=1e-4, effort=0.01, decompose=2,
+                                        executor=Executor()))
+    for plan in runs:
+        assert plan.has_solution and validate(problem, plan).ok, plan.message
+        assert "wall clock" not in plan.message
+    assert "safety stop" not in runs[0].message and "safety stop" not in runs[1].message
+    assert _fingerprint(runs[0]) == _fingerprint(runs[1])
+    assert "the wall-clock safety stop at 30 s cut the covering pass before window 1 of 3 (part 1 of 2)" \
+           in runs[2].message and "this plan may differ on another machine" in runs[2].message, runs[2].message
 
 
 def test_effort_scales_every_stage_budget():
