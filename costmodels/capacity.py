@@ -120,7 +120,7 @@ from fleetplan.costmodels.latency import decode_step_time_s, prefill_time_s
 from fleetplan.costmodels.network import Link
 from fleetplan.costmodels.queueing import (
     lognormal_quantile,
-    mm1_wait_quantile_s,
+    mg1_sojourn_quantile_s,
     normal_quantile,
     poisson_occupancy_quantile,
 )
@@ -218,6 +218,9 @@ class _Sizing:
     out_q: dict[str, float]
     ctx_mean: float
     tail: _TailSample
+    #: standard deviation of one running sequence's context (tokens; sequences weighted by their output lengths,
+    #: each uniform over its decode): the batch's mean context varies by ctx_sd / sqrt(B) (point 3).
+    ctx_sd: float = 0.0
     #: chunked prefill (point 11): the step token budget (0: prefill-first), prompt tokens at the mean and at each
     #: quantile, prefill seconds per prompt token, and the max_num_seqs batch cap (inf: none).
     budget_tokens: float = 0.0
@@ -359,7 +362,34 @@ def _tail_chunked(lam: float, sz: _Sizing, decode: Callable[[float, float], floa
         f = np.clip((busy_until(end + life) - b0) / life, 0.0, 1.0)
         tpot = 1.0 / ((1.0 - f) / step0 + f / busy_step)
     tpot = np.where(steps > 0, tpot, 0.0)
-    return (wait + p + step0)[lo:hi], tpot[lo:hi]
+    return (wait + p + step0 + _co_scheduled_chunk_s(sz, arr, wait, end, batch, step0))[lo:hi], tpot[lo:hi]
+
+
+def _co_scheduled_chunk_s(sz: _Sizing, arr: np.ndarray, wait: np.ndarray, end: np.ndarray, batch: float,
+                          step_s: float) -> np.ndarray:
+    """Seconds each request's first token waits for the later prompts' chunk that shares its last step (point 11 e).
+
+    vLLM V1 fills a step's budget oldest first, so the step that carries a prompt's last r tokens also carries up to
+    c − r tokens of the prompts queued behind it (c = max_num_batched_tokens − B), and the first token comes at the
+    end of that step. Within a busy period of the prefill queue the prompts are packed into steps back to back, so
+    prompt n's last token lies at its busy period's cumulative token count P_n and the room left in its last step is
+    c − (P_n mod c) (c when it ends on a step boundary); the prompts behind it fill that room with the tokens that
+    arrived before that step began, at π seconds a token (``step_s``: the decode part of a step). Arrays of shape
+    (TAIL_REQUESTS,): arrival, wait and prefill end of each request (Lindley, :func:`_tail_chunked`) and the result.
+    """
+    c = max(1.0, sz.budget_tokens - batch * sz.budget_tokens_per_seq) / sz.tokens_per_step
+    inp = sz.tail.input_tokens
+    period = np.cumsum(wait <= 0.0)  # busy period index of each request (a new one starts with no wait)
+    cum = np.cumsum(inp)
+    first = np.searchsorted(period, period, side="left")  # index of each busy period's first request
+    packed = cum - (cum[first] - inp[first])  # prompt tokens of the busy period up to and including n
+    room = c - np.mod(packed, c)
+    # prompt tokens that arrived after n and before its last step began (that step carries its own c − room
+    # tokens and the decodes)
+    last_start = end - (c - room) * sz.pre_token_s - step_s
+    later = np.searchsorted(arr, last_start, side="left")  # requests arrived by then: indices < later
+    queued = cum[np.maximum(later - 1, 0)] - cum
+    return np.minimum(room, np.maximum(queued, 0.0)) * sz.pre_token_s
 
 
 def _evaluate(lam: float, sz: _Sizing, decode: Callable[[float, float], float], slo: SLO,
@@ -370,16 +400,16 @@ def _evaluate(lam: float, sz: _Sizing, decode: Callable[[float, float], float], 
     rho = sz.residents * lam * sz.pre_mean_s
     if rho >= 1.0:
         return _Eval(False, "prefill_saturated", math.inf, math.inf, math.inf)
-    ctx_t = sz.ctx_q["tpot"]
+    ctx_m = sz.ctx_mean
     b = 1.0
-    tpot = decode(1.0, ctx_t) / (1.0 - rho)
+    tpot = decode(1.0, ctx_m) / (1.0 - rho)
     for _ in range(200):
         b_new = max(1.0, lam * sz.o_mean * tpot)
         if b_new > max_batch:
             return _Eval(False, "kv_memory", b_new, tpot, math.inf)
         if b_new > sz.max_seqs:
             return _Eval(False, "batch_limit", b_new, tpot, math.inf)
-        tpot_new = decode(b_new, ctx_t) / (1.0 - rho)
+        tpot_new = decode(b_new, ctx_m) / (1.0 - rho)
         if not math.isfinite(tpot_new):
             return _Eval(False, "batch_limit", b_new, tpot_new, math.inf)
         converged = abs(b_new - b) <= 1e-6 * b_new
@@ -392,30 +422,35 @@ def _evaluate(lam: float, sz: _Sizing, decode: Callable[[float, float], float], 
     bq = {m: poisson_occupancy_quantile(b, sz.z[m]) if lam > 0 else 1.0 for m in metrics}
     if max(bq.values()) > (max_batch if max_batch_q is None else max_batch_q):
         return _Eval(False, "kv_memory", b, tpot, math.inf)
+    # Point 3: the step at the occupancy quantile, its sequences' mean context at the same quantile (a mean of B
+    # length-biased contexts: ctx_mean + z × ctx_sd / sqrt(B)).
+    step_q = {m: decode(bq[m], ctx_m + sz.z[m] * sz.ctx_sd / math.sqrt(bq[m])) for m in metrics}
     chunked = sz.budget_tokens > 0
+    service = sz.tail.prefill_s
     if chunked:  # point 11 (a): a prompt's service is its prefill plus the decode steps its chunks ride on
         k = _chunk_tokens(sz, rho, b)
-        extra = {m: sz.in_q[m] / k * decode(bq[m], sz.ctx_q[m]) for m in metrics}
-        service_mean = sz.pre_mean_s + sz.in_mean / k * decode(b, sz.ctx_mean)
-        if sz.residents * lam * service_mean >= 1.0:
+        step_mean = decode(b, ctx_m)
+        extra = {m: sz.in_q[m] / k * step_mean for m in metrics}
+        service = service + sz.tail.input_tokens / k * step_mean
+        if sz.residents * lam * (sz.pre_mean_s + sz.in_mean / k * step_mean) >= 1.0:
             return _Eval(False, "prefill_saturated", b, tpot, math.inf)
     else:
         extra = {m: 0.0 for m in metrics}
-        service_mean = sz.pre_mean_s
-    mu = 1.0 / service_mean
 
     def ttft_at(m: str) -> float:
-        return (sz.pre_q_s[m] + extra[m] + mm1_wait_quantile_s(sz.residents * lam, mu, tail=1.0 - sz.q[m])
-                + decode(bq[m], sz.ctx_q[m]))
+        # Point 4: the M/G/1 sojourn quantile of the sampled services, never below the quantile prompt's own
+        # service, plus the step in progress at arrival.
+        return (max(mg1_sojourn_quantile_s(sz.residents * lam, service, tail=1.0 - sz.q[m]),
+                    sz.pre_q_s[m] + extra[m]) + step_q[m])
 
-    tpot_q = decode(bq["tpot"], ctx_t) / (1.0 - rho)
+    tpot_q = step_q["tpot"] / (1.0 - rho)
     ttft_q = ttft_at("ttft")
     if tpot_q > slo.tpot_s:
         return _Eval(False, "tpot", b, tpot_q, ttft_q)
     if ttft_q > slo.ttft_s:
         return _Eval(False, "ttft", b, tpot_q, ttft_q)
     if slo.e2e_s is not None:
-        e2e = ttft_at("e2e") + max(0.0, sz.out_q["e2e"] - 1) * decode(bq["e2e"], sz.ctx_q["e2e"]) / (1.0 - rho)
+        e2e = ttft_at("e2e") + max(0.0, sz.out_q["e2e"] - 1) * step_q["e2e"] / (1.0 - rho)
         if e2e > slo.e2e_s:
             return _Eval(False, "e2e", b, tpot_q, ttft_q)
     if per_request:
@@ -453,11 +488,13 @@ def _sizing(prefill_s: Callable[[float], float], mix: TokenMix, slo: SLO, reside
     # Prefill seconds on a geometric grid of prompt lengths, interpolated (prefill_s takes one length at a time).
     grid = np.unique(np.geomspace(max(1.0, float(t_in.min())), max(2.0, float(t_in.max())), 48))
     pre_t = np.interp(t_in, grid, [prefill_s(float(g)) for g in grid])
+    ctx_mean = float(np.sum(t_out * (t_in + t_out / 2)) / np.sum(t_out))
     return _Sizing(pre_mean_s=prefill_s(mix.input_tokens_mean), o_mean=mix.output_tokens_mean, residents=residents,
                    q=q, z={m: normal_quantile(x) for m, x in q.items()},
                    pre_q_s={m: prefill_s(i) for m, i in inp.items()},
                    ctx_q={m: inp[m] + out[m] / 2 for m in q}, out_q=out,
-                   ctx_mean=float(np.sum(t_out * (t_in + t_out / 2)) / np.sum(t_out)),
+                   ctx_mean=ctx_mean, ctx_sd=math.sqrt(max(0.0, float(np.sum(
+                       t_out * (t_in * t_in + t_in * t_out + t_out * t_out / 3.0)) / np.sum(t_out)) - ctx_mean ** 2)),
                    tail=_TailSample(gaps, pre_t, t_out, np.asarray(t_in, dtype=np.float64)),
                    budget_tokens=float(engine.max_num_batched_tokens or 0) if engine.chunked else 0.0,
                    in_mean=mix.input_tokens_mean, in_q=inp,

@@ -43,19 +43,23 @@ def test_slo_rejects_milliseconds():
 
 
 def test_tpot_limited_rate_by_hand():
-    # TPOT = 0.02 / (1 − 0.1 λ) <= 0.04  <=>  λ <= 5 req/s. At λ = 5: ρ = 0.5, μ = 10,
-    # W_p95 = ln(0.5/0.05)/(10 − 5) = 0.4605 s, TTFT = 0.1 + 0.4605 + 0.02 = 0.5805 s (< 10 s target).
+    # TPOT = 0.02 / (1 − 0.1 λ) <= 0.04  <=>  λ <= 5 req/s. At λ = 5: ρ = 0.5; every prefill takes 0.1 s (M/D/1),
+    # so the Pollaczek-Khinchine mean wait is λ·E[S²] / (2(1 − ρ)) = 5 × 0.01 / 1 = 0.05 s and the wait's tail
+    # P(W > t) = ρ·exp(−ρ t / 0.05) = 0.5·exp(−10 t); with its own 0.1-s prefill, P(W + 0.1 > t) = 0.05 at
+    # t = 0.1 + ln(10) / 10 = 0.3303 s, TTFT = 0.3303 + 0.02 = 0.3503 s (< 10 s target).
     # Batch by Little's law = 5 × 100 × 0.04 = 20.
     c = _flat(SLO(ttft_s=10, tpot_s=0.04))
     assert c.req_per_s == pytest.approx(5.0, rel=1e-4)
     assert c.limiting == "tpot"
     assert c.batch_at_capacity == pytest.approx(20.0, rel=1e-3)
-    assert c.ttft_p95_s == pytest.approx(0.1 + math.log(10) / 5 + 0.02, rel=1e-3)
+    assert c.ttft_p95_s == pytest.approx(0.1 + math.log(10) / 10 + 0.02, rel=1e-3)
 
 
 def test_ttft_limited_rate_matches_independent_root():
-    # 0.1 + ln((λ/10)/0.05)/(10 − λ) + 0.02 = 0.3, solved by scipy's brentq (independent of the bisection).
-    lam = brentq(lambda x: 0.12 + math.log(x / 10 / 0.05) / (10 - x) - 0.3, 0.6, 9.99)
+    # M/D/1 as above at rate λ: ρ = 0.1 λ, mean wait 0.01 λ / (2(1 − 0.1 λ)), so the wait's exponent is
+    # ρ / mean wait = 20 (1 − 0.1 λ) = 20 − 2 λ, and TTFT p95 = 0.1 + ln(ρ / 0.05) / (20 − 2 λ) + 0.02
+    # = 0.12 + ln(2 λ) / (20 − 2 λ) = 0.3, solved by scipy's brentq (independent of the bisection).
+    lam = brentq(lambda x: 0.12 + math.log(2 * x) / (20 - 2 * x) - 0.3, 0.6, 9.99)
     c = _flat(SLO(ttft_s=0.3, tpot_s=1.0))
     assert c.limiting == "ttft"
     assert c.req_per_s == pytest.approx(lam, rel=1e-4)
