@@ -66,16 +66,22 @@ def test_ttft_limited_rate_matches_independent_root():
 
 
 def test_kv_limited_rate_by_hand():
-    # Budget holds 10 sequences; the p95 running batch B + 1.645·sqrt(B) must fit (capacity point 8):
-    # with x = sqrt(B): x² + 1.645x − 10 = 0  ->  x = (−1.645 + sqrt(1.645² + 40)) / 2 = 2.4450, B = 5.9780.
-    # B = λ·100·0.02/(1 − 0.1λ) = 5.9780  <=>  2λ = 5.9780 − 0.5978λ  <=>  λ = 5.9780 / 2.5978 = 2.3012.
+    # Budget holds 10 sequences (capacity point 8). Every request is 100 + 100 tokens (FLAT: p95 = mean, so every
+    # drawn length is the mean): a decoding sequence holds X ~ 100 + U(0, 100) tokens, E[X] = 150,
+    # E[X²] = 100² + 100·100 + 100²/3 = 23,333.3, so E[X²]/E[X]² = 23,333.3 / 22,500 = 1.037037. Prefills (0.1 s)
+    # hold their 100-token prompts: λ × 0.1 × 100 / 150 = λ/15 sequences; the admitted p95 prompt 100 / 150 = 2/3.
+    # B = λ·100·0.02/(1 − 0.1λ) = 2λ / (1 − 0.1λ), and B + 1.645·sqrt(1.037037·B) + λ/15 + 2/3 = 10, solved by
+    # scipy's brentq (λ = 2.103).
+    z = 1.6448536269514722
+
+    def kv(lam):
+        b = 2 * lam / (1 - 0.1 * lam)
+        return b + z * math.sqrt(23333.333333 / 22500 * b) + lam / 15 + 2 / 3 - 10
+
     c = _flat(SLO(ttft_s=10, tpot_s=0.5), max_batch=10)
     assert c.limiting == "kv_memory"
-    z = 1.6448536269514722
-    x = (-z + math.sqrt(z * z + 40)) / 2
-    b = x * x
-    assert c.req_per_s == pytest.approx(b / (2 + 0.1 * b), rel=1e-4)
-    assert c.req_per_s == pytest.approx(2.3012, rel=1e-3)
+    assert c.req_per_s == pytest.approx(brentq(kv, 0.5, 5.0), rel=1e-4)
+    assert c.req_per_s == pytest.approx(2.103, rel=1e-3)
 
 
 def test_weights_that_do_not_fit_give_zero_with_reason():
