@@ -713,7 +713,7 @@ def fleetplan_only(a: argparse.Namespace) -> None:
         for cfg, _, res in rows:
             if cfg.name not in kept:
                 raise SystemExit(f"docs/vidur.md has no Vidur rates of {cfg.name}: run it with --vidur first")
-            res["vidur_sarathi"], res["vidur_vllm"] = kept[cfg.name]
+            res["vidur_sarathi"], res["vidur_vllm"], res["vidur_budget"] = kept[cfg.name]
         write_docs(render(rows))
 
 
@@ -728,7 +728,9 @@ def render(rows: list[tuple[Config, int, dict[str, float]]]) -> str:
         return f"{x / y:.2f}" if y > 0 else "-"
 
     for cfg, budget, r in rows:
-        out.append(f"| {cfg.name} (TTFT {cfg.ttft_s:g} s, TPOT {cfg.tpot_s * 1e3:g} ms) | {budget} | "
+        vb = r.get("vidur_budget", budget)  # a kept Vidur column may have run another budget: both are shown
+        shown = f"{budget}" if vb == budget else f"{budget} (Vidur {vb:.0f})"
+        out.append(f"| {cfg.name} (TTFT {cfg.ttft_s:g} s, TPOT {cfg.tpot_s * 1e3:g} ms) | {shown} | "
                    f"{r['vidur_sarathi']:.2f} | {r['vidur_vllm']:.2f} | {r['fleet_v1']:.2f} | {r['fleet_pf']:.2f} | "
                    f"{r['model_v1']:.2f} | {r['model_pf']:.2f} | {ratio(r['fleet_v1'], r['vidur_sarathi'])} | "
                    f"{ratio(r['model_v1'], r['vidur_sarathi'])} | {ratio(r['fleet_pf'], r['vidur_vllm'])} | "
@@ -741,9 +743,9 @@ def _docs_path() -> str:
     return os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "vidur.md")
 
 
-def doc_vidur_rates() -> dict[str, tuple[float, float]]:
-    """The Vidur limit rates (sarathi, vllm; req/s) of each configuration in docs/vidur.md's table (kept by
-    ``--fleetplan-only --write-docs``, which runs no Vidur)."""
+def doc_vidur_rates() -> dict[str, tuple[float, float, float]]:
+    """The Vidur limit rates (sarathi, vllm; req/s) of each configuration in docs/vidur.md's table, and the token
+    budget its sarathi run used (kept by ``--fleetplan-only --write-docs``, which runs no Vidur)."""
     with open(_docs_path()) as f:
         text = f.read()
     block = text.split("<!-- bench_vidur table -->", 1)[-1].split("<!-- end bench_vidur table -->", 1)[0]
@@ -751,7 +753,7 @@ def doc_vidur_rates() -> dict[str, tuple[float, float]]:
     for ln in block.strip().split("\n"):
         cells = [c.strip() for c in ln.strip("|").split("|")]
         if cells and cells[0].split() and cells[0].split()[0] in {c.name for c in CONFIGS}:
-            out[cells[0].split()[0]] = (float(cells[2]), float(cells[3]))
+            out[cells[0].split()[0]] = (float(cells[2]), float(cells[3]), float(cells[1].split()[-1].strip("()")))
     return out
 
 
