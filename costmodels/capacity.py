@@ -49,10 +49,10 @@ Model and approximations (λ = arrival rate, req/s; I, O = input and output toke
    variance B·E[X²], so in units of the mean sequence B + 1.645·sqrt(B·E[X²]) / E[X] (at least the count's p95).
    The prompts in prefill hold their whole prompt meanwhile: λ × E[prefill seconds × prompt tokens] tokens more
    (Little's law); and a prompt is admitted only when all of it fits (vLLM's and the replay's admission), so the
-   q-quantile prompt's tokens too. (Until 2026-12 the count's p95 at the mean tokens held: with the honest Little's law of point 2
-   that let a KV-bound 70B on two H100s miss its TTFT for 19% of the replay's requests, waiting for KV memory.) Without this, a plan sized
-   at capacity met both SLOs for
-   only ~92% of simulated requests (``fleetplan simulate``); with it the default plan meets them for >= 95%.
+   q-quantile prompt's tokens too. (Until 2026-12 the count's p95 at the mean tokens held: with the honest Little's
+   law of point 2 that let a KV-bound 70B on two H100s miss its TTFT for 19% of the replay's requests, waiting for
+   KV memory.) Without the occupancy quantile, a plan sized at capacity met both SLOs for only ~92% of simulated
+   requests (``fleetplan simulate``); with it the default plan meets them for >= 95%.
 9. Any percentile: a target at quantile q (:meth:`SLO.planning_quantile`) is sized with the M/G/1 sojourn exceeded
    with probability 1 − q, the occupancy quantile B + z_q·sqrt(B), and prompt/output lengths at quantile q (the
    mix's p95 at q = 0.95, else the lognormal with the mix's mean and p95). An end-to-end target is checked as
