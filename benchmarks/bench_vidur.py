@@ -38,6 +38,25 @@ req/s (Vidur sarathi / Vidur vllm / replay vllm-v1 / replay prefill-first / mode
     70b-h100-tp4    6.31 / 5.15 / 6.15 / 5.56 / 5.42 / 5.53   0.97, 1.08
 
 docs/vidur.md has the ratios, the step times (`--steps-only`) and what they mean.
+
+``--fleetplan-only`` needs no Vidur: fleetplan's capacity model and its replay's limit for each seed of ``--seeds``
+(1% bisection), the binding check, and model / replay over the seeds; ``--write-docs`` then rewrites only the
+fleetplan columns of docs/vidur.md's table. After the capacity model's revision of 2026-12-03 (2 shared cores,
+nice 5, about 30 s in all):
+
+    .venv/bin/python benchmarks/bench_vidur.py --fleetplan-only --seeds 0 1 2 \
+        --configs 8b-a100 8b-a100-tpot50 70b-a100-tp4 70b-h100-tp4
+    .venv/bin/python benchmarks/bench_vidur.py --fleetplan-only --seeds 0 1 2 --configs 70b-a100-tp2 --duration-s 7200
+
+    config           model v1 / replay v1 (seeds 0-2)    model pf / replay pf
+    8b-a100          6.16 / 6.74, 6.74, 6.49: 0.92-0.95   6.18 / 6.34, 6.34, 6.18: 0.97-1.00
+    8b-a100-tpot50   4.75 / 5.12, 5.15, 5.42: 0.88-0.93   4.79 / 4.79, 4.85, 5.00: 0.96-1.00
+    70b-a100-tp4     1.90 / 2.17, 2.07, 2.14: 0.88-0.92   2.04 / 2.08, 1.99, 1.99: 0.98-1.03
+    70b-a100-tp2     0.47 / 0.59, 0.59, 0.55: 0.79-0.85   0.76 / 0.72, 0.78, 0.75: 0.97-1.06
+    70b-h100-tp4     5.71 / 6.16, 6.35, 6.23: 0.90-0.93   5.59 / 5.67, 5.67, 5.77: 0.97-0.99
+
+(before the revision, same command with 600 s / 1800 s for tp2 and 3% bisection: 0.72-0.76, 0.82-0.86, 0.86-0.90,
+0.33-0.46, 0.88 for vllm-v1 and 0.82-0.84, 0.88-0.93, 1.00-1.03, 0.39-0.41, 0.97 for prefill-first).
 """
 
 from __future__ import annotations
