@@ -38,6 +38,25 @@ req/s (Vidur sarathi / Vidur vllm / replay vllm-v1 / replay prefill-first / mode
     70b-h100-tp4    6.31 / 5.15 / 6.15 / 5.56 / 5.42 / 5.53   0.97, 1.08
 
 docs/vidur.md has the ratios, the step times (`--steps-only`) and what they mean.
+
+``--fleetplan-only`` needs no Vidur: fleetplan's capacity model and its replay's limit for each seed of ``--seeds``
+(1% bisection), the binding check, and model / replay over the seeds; ``--write-docs`` then rewrites only the
+fleetplan columns of docs/vidur.md's table. After the capacity model's revision of 2026-12-03 (2 shared cores,
+nice 5, about 30 s in all):
+
+    .venv/bin/python benchmarks/bench_vidur.py --fleetplan-only --seeds 0 1 2 \
+        --configs 8b-a100 8b-a100-tpot50 70b-a100-tp4 70b-h100-tp4
+    .venv/bin/python benchmarks/bench_vidur.py --fleetplan-only --seeds 0 1 2 --configs 70b-a100-tp2 --duration-s 7200
+
+    config           model v1 / replay v1 (seeds 0-2)    model pf / replay pf
+    8b-a100          6.16 / 6.74, 6.74, 6.49: 0.92-0.95   6.18 / 6.34, 6.34, 6.18: 0.97-1.00
+    8b-a100-tpot50   4.75 / 5.12, 5.15, 5.42: 0.88-0.93   4.79 / 4.79, 4.85, 5.00: 0.96-1.00
+    70b-a100-tp4     1.90 / 2.17, 2.07, 2.14: 0.88-0.92   2.04 / 2.08, 1.99, 1.99: 0.98-1.03
+    70b-a100-tp2     0.47 / 0.59, 0.59, 0.55: 0.79-0.85   0.76 / 0.72, 0.78, 0.75: 0.97-1.06
+    70b-h100-tp4     5.71 / 6.16, 6.35, 6.23: 0.90-0.93   5.59 / 5.67, 5.67, 5.77: 0.97-0.99
+
+(before the revision, same command with 600 s / 1800 s for tp2 and 3% bisection: 0.72-0.76, 0.82-0.86, 0.86-0.90,
+0.33-0.46, 0.88 for vllm-v1 and 0.82-0.84, 0.88-0.93, 1.00-1.03, 0.39-0.41, 0.97 for prefill-first).
 """
 
 from __future__ import annotations
@@ -59,6 +78,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fleetplan.costmodels.capacity import replica_capacity
+from fleetplan.costmodels.engine import VLLM_V1
+from fleetplan.costmodels.slo import SLO
+from fleetplan.datasets.calibration import load_calibration
+from fleetplan.datasets.catalog.gpus import load_gpus
+from fleetplan.datasets.catalog.models import load_models
 from fleetplan.datasets.traces import load_trace, token_mix_from_trace
 from fleetplan.errors import FleetplanError
 from fleetplan.placement.plan import Plan
@@ -317,6 +342,16 @@ class Fleetplan:
             raise SystemExit(f"{cfg.name}: expected one option, found {len(opts)}")
         self.option = opts[0]
         self.capacity_req_per_s = float(self.option.capacity_req_per_s)
+        gpu = load_gpus()[next(p.gpu for p in self.problem.pools if p.id == self.option.pool)]
+        #: the capacity model's record of the option (binding check, latencies at capacity), recomputed with the
+        #: option's resolved engine (the calculation the scenario reader made; same figure)
+        self.option_capacity = replica_capacity(load_models()[cfg.model], gpu,
+                                                token_mix_from_trace(load_trace("azure-conv")),
+                                                SLO(ttft_s=cfg.ttft_s, tpot_s=cfg.tpot_s), tp=cfg.tp,
+                                                calib=load_calibration(gpu), engine=self.option.engine or VLLM_V1)
+        if abs(self.option_capacity.req_per_s - self.capacity_req_per_s) > 1e-6 * self.capacity_req_per_s:
+            raise SystemExit(f"{cfg.name}: recomputed capacity {self.option_capacity.req_per_s} differs from the "
+                             f"option's {self.capacity_req_per_s}")
         self.engine = self.option.engine
         self.model = cfg.model
 
@@ -556,7 +591,19 @@ def main() -> None:
     ap.add_argument("--write-docs", action="store_true", help="rewrite the table in docs/vidur.md")
     ap.add_argument("--steps-only", action="store_true",
                     help="only the step times of both simulators (one short Vidur run per scheduler), no bisection")
+    ap.add_argument("--fleetplan-only", action="store_true",
+                    help="only fleetplan's capacity model and replay (no Vidur checkout needed): the model / replay "
+                         "ratios, the replay's limit per seed of --seeds")
+    ap.add_argument("--seeds", type=int, nargs="+",
+                    help="with --fleetplan-only: the replay's limit for each of these seeds (default: --seed)")
     a = ap.parse_args()
+    if a.seeds and not a.fleetplan_only:
+        raise SystemExit("--seeds goes with --fleetplan-only (a Vidur run takes one --seed)")
+    if a.fleetplan_only:
+        if a.vidur or a.steps_only:
+            raise SystemExit("--fleetplan-only runs no Vidur: drop --vidur / --steps-only")
+        fleetplan_only(a)
+        return
     if not a.vidur:
         raise SystemExit("bench_vidur needs a Vidur checkout: give --vidur PATH (https://github.com/microsoft/vidur) "
                          "and --vidur-python for a Python with its requirements; see docs/vidur.md")
@@ -632,6 +679,63 @@ def main() -> None:
         write_docs(table)
 
 
+def fleetplan_only(a: argparse.Namespace) -> None:
+    """``--fleetplan-only``: per configuration, fleetplan's capacity model (vllm-v1 and prefill-first) and its
+    replay's limit rate for each seed of ``--seeds``, with the model / replay ratios (the lowest and highest over the
+    seeds). ``--write-docs`` rewrites the fleetplan columns of docs/vidur.md's table (replay: the first seed's, the
+    seed Vidur ran with) and keeps its Vidur columns."""
+    if not a.duration_s >= 60:
+        raise SystemExit(f"--duration-s {a.duration_s:g}: give at least 60 s")
+    seeds = a.seeds or [a.seed]
+    if min(seeds) < 0:
+        raise SystemExit(f"--seeds {min(seeds)}: give seeds >= 0")
+    workdir = a.workdir or tempfile.mkdtemp(prefix="bench-vidur-")
+    os.makedirs(workdir, exist_ok=True)
+    configs = [c for c in CONFIGS if not a.configs or c.name in a.configs]
+    rows: list[tuple[Config, int, dict[str, float]]] = []
+    summary = ["| config | engine | model | replay by seed | model / replay (min-max over seeds) | binding |",
+               "|---|---|---|---|---|---|"]
+    t_all = time.perf_counter()
+    for cfg in configs:
+        sims = {"v1": Fleetplan(cfg, "{mode: vllm-v1}", workdir), "pf": Fleetplan(cfg, "{mode: prefill-first}",
+                                                                                workdir)}
+        eng = sims["v1"].engine
+        budget = int(eng.max_num_batched_tokens or 0) if eng is not None else 0
+        res: dict[str, float] = {}
+        print(f"\n{cfg.name}: {cfg.model} {cfg.gpu} tp{cfg.tp}, TTFT {cfg.ttft_s:g} s, TPOT {cfg.tpot_s * 1e3:g} ms; "
+              f"token budget {budget}", flush=True)
+        for key, sim in sims.items():
+            cap = sim.option_capacity
+            res[f"model_{key}"] = sim.capacity_req_per_s
+            chunk = (f", token budget {cap.engine.max_num_batched_tokens}" if cap.engine and cap.engine.chunked
+                     else "")
+            print(f"  model {key}: {sim.capacity_req_per_s:.3f} req/s, binding {cap.limiting} (p95 TTFT "
+                  f"{cap.ttft_p95_s:.3f} s, p95 TPOT {cap.tpot_p95_s * 1e3:.1f} ms, batch "
+                  f"{cap.batch_at_capacity:.1f}{chunk})", flush=True)
+            limits = []
+            for seed in seeds:
+                print(f"  replay {key}, seed {seed}:", flush=True)
+                rate, _ = limit_rate(lambda r, s=sim, sd=seed: s.p95(*requests(sd, a.duration_s, r), a.duration_s),
+                                     cfg, max(sim.capacity_req_per_s, 0.05), rel_tol=0.01, max_runs=20)
+                limits.append(rate)
+            res[f"fleet_{key}"] = limits[0]
+            ratios = [sim.capacity_req_per_s / x for x in limits if x > 0]
+            summary.append(f"| {cfg.name} | {'vllm-v1' if key == 'v1' else 'prefill-first'} | "
+                           f"{sim.capacity_req_per_s:.2f} | {' / '.join(f'{x:.2f}' for x in limits)} | "
+                           + (f"{min(ratios):.2f}-{max(ratios):.2f}" if ratios else "-") + f" | {cap.limiting} |")
+        rows.append((cfg, budget, res))
+    print(f"\n({time.perf_counter() - t_all:.0f} s; seeds {', '.join(map(str, seeds))}, duration "
+          f"{a.duration_s:g} s)")
+    print("\n".join(summary))
+    if a.write_docs:
+        kept = doc_vidur_rates()
+        for cfg, _, res in rows:
+            if cfg.name not in kept:
+                raise SystemExit(f"docs/vidur.md has no Vidur rates of {cfg.name}: run it with --vidur first")
+            res["vidur_sarathi"], res["vidur_vllm"], res["vidur_budget"] = kept[cfg.name]
+        write_docs(render(rows))
+
+
 def render(rows: list[tuple[Config, int, dict[str, float]]]) -> str:
     """The markdown table of limit rates and ratios."""
     out = ["| config | budget | Vidur sarathi | Vidur vllm | replay vllm-v1 | replay prefill-first | model vllm-v1 | "
@@ -643,7 +747,9 @@ def render(rows: list[tuple[Config, int, dict[str, float]]]) -> str:
         return f"{x / y:.2f}" if y > 0 else "-"
 
     for cfg, budget, r in rows:
-        out.append(f"| {cfg.name} (TTFT {cfg.ttft_s:g} s, TPOT {cfg.tpot_s * 1e3:g} ms) | {budget} | "
+        vb = r.get("vidur_budget", budget)  # a kept Vidur column may have run another budget: both are shown
+        shown = f"{budget}" if vb == budget else f"{budget} (Vidur {vb:.0f})"
+        out.append(f"| {cfg.name} (TTFT {cfg.ttft_s:g} s, TPOT {cfg.tpot_s * 1e3:g} ms) | {shown} | "
                    f"{r['vidur_sarathi']:.2f} | {r['vidur_vllm']:.2f} | {r['fleet_v1']:.2f} | {r['fleet_pf']:.2f} | "
                    f"{r['model_v1']:.2f} | {r['model_pf']:.2f} | {ratio(r['fleet_v1'], r['vidur_sarathi'])} | "
                    f"{ratio(r['model_v1'], r['vidur_sarathi'])} | {ratio(r['fleet_pf'], r['vidur_vllm'])} | "
@@ -652,10 +758,28 @@ def render(rows: list[tuple[Config, int, dict[str, float]]]) -> str:
     return "\n".join(out)
 
 
+def _docs_path() -> str:
+    return os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "vidur.md")
+
+
+def doc_vidur_rates() -> dict[str, tuple[float, float, float]]:
+    """The Vidur limit rates (sarathi, vllm; req/s) of each configuration in docs/vidur.md's table, and the token
+    budget its sarathi run used (kept by ``--fleetplan-only --write-docs``, which runs no Vidur)."""
+    with open(_docs_path()) as f:
+        text = f.read()
+    block = text.split("<!-- bench_vidur table -->", 1)[-1].split("<!-- end bench_vidur table -->", 1)[0]
+    out = {}
+    for ln in block.strip().split("\n"):
+        cells = [c.strip() for c in ln.strip("|").split("|")]
+        if cells and cells[0].split() and cells[0].split()[0] in {c.name for c in CONFIGS}:
+            out[cells[0].split()[0]] = (float(cells[2]), float(cells[3]), float(cells[1].split()[-1].strip("()")))
+    return out
+
+
 def write_docs(table: str) -> None:
     """Put ``table``'s rows into the table between the markers of docs/vidur.md: a configuration's row replaces its
     earlier row, the rows of configurations not run are kept, in the order of :data:`CONFIGS`."""
-    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "vidur.md")
+    path = _docs_path()
     with open(path) as f:
         text = f.read()
     begin, end = "<!-- bench_vidur table -->", "<!-- end bench_vidur table -->"

@@ -4,6 +4,8 @@
 * :func:`mm1_wait_quantile_s`: the waiting-time quantile of an M/M/1 queue (the capacity model's prefill queue,
   point 4 of :mod:`fleetplan.costmodels.capacity`, and the disaggregated prefill pool of
   :mod:`fleetplan.costmodels.split`).
+* :func:`mg1_sojourn_quantile_s`: the quantile of wait + own service in an M/G/1 queue whose service times are a
+  sample (the capacity model's TTFT, point 4 of :mod:`fleetplan.costmodels.capacity`).
 * :func:`poisson_occupancy_quantile`: the p95 of a Poisson number of sequences in decode (M/G/∞ occupancy,
   point 8 of :mod:`fleetplan.costmodels.capacity`), normal approximation.
 * :func:`lognormal_quantile`: any quantile of that lognormal (token lengths at an SLO's percentile,
@@ -16,6 +18,8 @@ from __future__ import annotations
 
 import math
 from statistics import NormalDist
+
+import numpy as np
 
 _STANDARD_NORMAL = NormalDist()
 
@@ -42,6 +46,48 @@ def mm1_wait_quantile_s(arrival_rate_per_s: float, service_rate_per_s: float, ta
     if lam <= 0:
         return 0.0
     return max(0.0, math.log(lam / mu / tail)) / (mu - lam)
+
+
+def mg1_sojourn_quantile_s(arrival_rate_per_s: float, service_s: np.ndarray, tail: float = P95_TAIL, *,
+                           points: int = 512) -> float:
+    """Time that wait + own service of an FCFS M/G/1 queue exceeds with probability ``tail``, seconds.
+
+    ``service_s``: a sample of the service times (shape (n,), seconds; the queue's service distribution). The wait W
+    takes the exponential approximation that matches the atom P(W > 0) = ρ and the Pollaczek-Khinchine mean
+    E[W] = λ·E[S²] / (2(1 − ρ)): P(W > t) ≈ ρ·exp(−ρ·t / E[W]) (exact for exponential service, where it is the
+    M/M/1 tail of :func:`mm1_wait_quantile_s`; Abate, Choudhury and Whitt, "Exponential approximations for tail
+    probabilities in queues, I: waiting times", Operations Research 43(5), 1995, discuss its accuracy). Under FCFS a
+    request's wait does not depend on its own service, so P(W + S > t) = E_S[P(W > t − S)], taken over ``points``
+    quantiles of the sample and solved for t by bisection. λ ≤ 0: the quantile of S alone; ρ = λ·E[S] ≥ 1: inf.
+    Example: deterministic S = 0.1 s at λ = 5/s: ρ = 0.5, E[W] = 5 × 0.01 / 1 = 0.05 s, P(W + S > t) =
+    0.5·exp(−10·(t − 0.1)) = 0.05 at t = 0.1 + ln(10) / 10 = 0.330 s.
+    """
+    s = np.asarray(service_s, dtype=np.float64)
+    q_s = float(np.quantile(s, 1.0 - tail, method="higher"))
+    rho = arrival_rate_per_s * float(s.mean())
+    if arrival_rate_per_s <= 0 or rho <= 0:
+        return q_s
+    if rho >= 1.0:
+        return math.inf
+    mean_wait = arrival_rate_per_s * float(np.mean(s * s)) / (2.0 * (1.0 - rho))
+    theta = rho / mean_wait
+    sub = np.quantile(s, (np.arange(points) + 0.5) / points)
+
+    def over(t: float) -> float:
+        return float(np.mean(np.where(sub >= t, 1.0, rho * np.exp(-theta * np.maximum(t - sub, 0.0)))))
+
+    lo, hi = float(sub.min()), float(s.max()) + max(0.0, math.log(rho / tail)) / theta
+    if over(lo) <= tail:
+        return lo
+    for _ in range(60):
+        mid = 0.5 * (lo + hi)
+        if over(mid) > tail:
+            lo = mid
+        else:
+            hi = mid
+        if hi - lo <= 1e-7 * hi:
+            break
+    return hi
 
 
 def poisson_occupancy_quantile(mean: float, z: float = Z95) -> float:

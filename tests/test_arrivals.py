@@ -130,7 +130,7 @@ def test_arrivals_trace_errors_name_one_field_path(arrivals, field, words):
         assert str(e.value).startswith(f"s.yaml, field '{path}.{field}': ") and str(e.value).count("field") == 1
 
 
-def test_trace_factor_plan_meets_the_trace_replay_and_the_plain_one_misses(tmp_path):
+def test_trace_factor_plan_meets_the_trace_replay(tmp_path):
     codes = {}
     for name, arrivals in (("plain", None), ("peak", {"from_trace": "azure-conv", "interval_s": 60,
                                                       "quantile": 0.95})):
@@ -143,21 +143,22 @@ def test_trace_factor_plan_meets_the_trace_replay_and_the_plain_one_misses(tmp_p
         r = CliRunner().invoke(main, ["simulate", str(plan), "--trace", "azure-conv", "--window", "18:00",
                                       "--rate-scale", "--check"])
         codes[name] = (r.exit_code, r.output)
-    # Measured (vLLM V1, the default engine): without the factor TTFT p95 2.711 s > 2 s at 18:00 (with the
-    # prefill-first engine it was TPOT, 151.7 ms > 100 ms); with the factor (1.40) every target holds.
-    assert codes["plain"][0] == 1 and "TTFT p95" in codes["plain"][1]
+    # With the factor (1.40) every target holds. Measured (vLLM V1, the default engine): before the capacity model's
+    # revision of 2026-12-03 the plan without the factor missed TTFT p95 at 18:00 (2.711 s > 2 s); the revised
+    # model's plan holds the same replicas at 18:00 with and without the factor, and both meet the targets.
     assert codes["peak"][0] == 0, codes["peak"][1]
+    assert codes["plain"][0] == 0, codes["plain"][1]
     # docs/planning.md quotes the replay's figure: it must be the one the replay prints.
-    missed = re.search(r"Llama-3.1-70B window 18: (TTFT p95 [\d.]+ s > 2 s)", codes["plain"][1])
-    assert missed and f"--check`: {missed.group(1)})" in " ".join(README.read_text().split()), codes["plain"][1]
+    held = re.search(r"(Llama-3.1-70B: P95 TTFT [\d.]+ s)", codes["plain"][1])
+    assert held and f"--check`: {held.group(1)} against 2 s)" in " ".join(README.read_text().split()), codes["plain"][1]
 
 
 def test_readme_figure_of_the_default_plan_in_the_azure_conv_replay():
     # docs/planning.md's command on the default plan (tests/golden/export/default_plan.json is `fleetplan plan --out`):
-    # its Llama-3.1-70B misses TTFT p95 at 18:00 (vLLM V1; TPOT with prefill-first) with the figure docs/planning.md
-    # quotes.
+    # its Llama-3.1-70B meets its targets at 18:00 with the TTFT p95 docs/planning.md quotes.
     r = CliRunner().invoke(main, ["simulate", str(DEFAULT_PLAN), "--trace", "azure-conv", "--window", "18:00",
                                   "--rate-scale", "--check"])
-    missed = re.search(r"Llama-3.1-70B window 18: (TTFT p95 [\d.]+ s > 2 s)", r.output)
-    assert r.exit_code == 1 and missed, r.output
-    assert f"--rate-scale --check` gives Llama-3.1-70B {missed.group(1)}." in " ".join(README.read_text().split())
+    # (Before the capacity model's revision of 2026-12-03 it missed: TTFT p95 2.463 s > 2 s; now it holds.)
+    held = re.search(r"(Llama-3.1-70B: P95 TTFT [\d.]+ s)", r.output)
+    assert r.exit_code == 0 and held, r.output
+    assert f"--rate-scale --check` gives {held.group(1)}." in " ".join(README.read_text().split())

@@ -45,35 +45,45 @@ def test_slo_rejects_milliseconds():
 
 
 def test_tpot_limited_rate_by_hand():
-    # TPOT = 0.02 / (1 − 0.1 λ) <= 0.04  <=>  λ <= 5 req/s. At λ = 5: ρ = 0.5, μ = 10,
-    # W_p95 = ln(0.5/0.05)/(10 − 5) = 0.4605 s, TTFT = 0.1 + 0.4605 + 0.02 = 0.5805 s (< 10 s target).
+    # TPOT = 0.02 / (1 − 0.1 λ) <= 0.04  <=>  λ <= 5 req/s. At λ = 5: ρ = 0.5; every prefill takes 0.1 s (M/D/1),
+    # so the Pollaczek-Khinchine mean wait is λ·E[S²] / (2(1 − ρ)) = 5 × 0.01 / 1 = 0.05 s and the wait's tail
+    # P(W > t) = ρ·exp(−ρ t / 0.05) = 0.5·exp(−10 t); with its own 0.1-s prefill, P(W + 0.1 > t) = 0.05 at
+    # t = 0.1 + ln(10) / 10 = 0.3303 s, TTFT = 0.3303 + 0.02 = 0.3503 s (< 10 s target).
     # Batch by Little's law = 5 × 100 × 0.04 = 20.
     c = _flat(SLO(ttft_s=10, tpot_s=0.04))
     assert c.req_per_s == pytest.approx(5.0, rel=1e-4)
     assert c.limiting == "tpot"
     assert c.batch_at_capacity == pytest.approx(20.0, rel=1e-3)
-    assert c.ttft_p95_s == pytest.approx(0.1 + math.log(10) / 5 + 0.02, rel=1e-3)
+    assert c.ttft_p95_s == pytest.approx(0.1 + math.log(10) / 10 + 0.02, rel=1e-3)
 
 
 def test_ttft_limited_rate_matches_independent_root():
-    # 0.1 + ln((λ/10)/0.05)/(10 − λ) + 0.02 = 0.3, solved by scipy's brentq (independent of the bisection).
-    lam = brentq(lambda x: 0.12 + math.log(x / 10 / 0.05) / (10 - x) - 0.3, 0.6, 9.99)
+    # M/D/1 as above at rate λ: ρ = 0.1 λ, mean wait 0.01 λ / (2(1 − 0.1 λ)), so the wait's exponent is
+    # ρ / mean wait = 20 (1 − 0.1 λ) = 20 − 2 λ, and TTFT p95 = 0.1 + ln(ρ / 0.05) / (20 − 2 λ) + 0.02
+    # = 0.12 + ln(2 λ) / (20 − 2 λ) = 0.3, solved by scipy's brentq (independent of the bisection).
+    lam = brentq(lambda x: 0.12 + math.log(2 * x) / (20 - 2 * x) - 0.3, 0.6, 9.99)
     c = _flat(SLO(ttft_s=0.3, tpot_s=1.0))
     assert c.limiting == "ttft"
     assert c.req_per_s == pytest.approx(lam, rel=1e-4)
 
 
 def test_kv_limited_rate_by_hand():
-    # Budget holds 10 sequences; the p95 running batch B + 1.645·sqrt(B) must fit (capacity point 8):
-    # with x = sqrt(B): x² + 1.645x − 10 = 0  ->  x = (−1.645 + sqrt(1.645² + 40)) / 2 = 2.4450, B = 5.9780.
-    # B = λ·100·0.02/(1 − 0.1λ) = 5.9780  <=>  2λ = 5.9780 − 0.5978λ  <=>  λ = 5.9780 / 2.5978 = 2.3012.
+    # Budget holds 10 sequences (capacity point 8). Every request is 100 + 100 tokens (FLAT: p95 = mean, so every
+    # drawn length is the mean): a decoding sequence holds X ~ 100 + U(0, 100) tokens, E[X] = 150,
+    # E[X²] = 100² + 100·100 + 100²/3 = 23,333.3, so E[X²]/E[X]² = 23,333.3 / 22,500 = 1.037037. Prefills (0.1 s)
+    # hold their 100-token prompts: λ × 0.1 × 100 / 150 = λ/15 sequences; the admitted p95 prompt 100 / 150 = 2/3.
+    # B = λ·100·0.02/(1 − 0.1λ) = 2λ / (1 − 0.1λ), and B + 1.645·sqrt(1.037037·B) + λ/15 + 2/3 = 10, solved by
+    # scipy's brentq (λ = 2.103).
+    z = 1.6448536269514722
+
+    def kv(lam):
+        b = 2 * lam / (1 - 0.1 * lam)
+        return b + z * math.sqrt(23333.333333 / 22500 * b) + lam / 15 + 2 / 3 - 10
+
     c = _flat(SLO(ttft_s=10, tpot_s=0.5), max_batch=10)
     assert c.limiting == "kv_memory"
-    z = 1.6448536269514722
-    x = (-z + math.sqrt(z * z + 40)) / 2
-    b = x * x
-    assert c.req_per_s == pytest.approx(b / (2 + 0.1 * b), rel=1e-4)
-    assert c.req_per_s == pytest.approx(2.3012, rel=1e-3)
+    assert c.req_per_s == pytest.approx(brentq(kv, 0.5, 5.0), rel=1e-4)
+    assert c.req_per_s == pytest.approx(2.103, rel=1e-3)
 
 
 def test_weights_that_do_not_fit_give_zero_with_reason():

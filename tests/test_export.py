@@ -678,9 +678,11 @@ def test_an_alias_is_served_under_the_name_the_scenario_used(tmp_path):
 
 def test_schedule_of_a_short_horizon_names_the_windows(tmp_path):
     # The README's small scenario plans 3 one-hour windows (its rates: list), 3 h, not a day: the KEDA schedule
-    # refuses it naming the plan's windows, not window_length_s (3600 s is a whole number of minutes).
+    # refuses it naming the plan's windows, not window_length_s (3600 s is a whole number of minutes). Its last rate
+    # doubled (24 req/s, above one H100 replica's 16.3 x 0.9 margin) so the replicas change between windows and the
+    # export needs a schedule (at 12 req/s one replica holds all three windows and nothing is scheduled).
     scen = tmp_path / "small.yaml"
-    scen.write_text(SMALL)
+    scen.write_text(SMALL.replace("rates: [1.0, 4.0, 12.0]", "rates: [1.0, 4.0, 24.0]"))
     plan = tmp_path / "plan.json"
     r = CliRunner().invoke(main, ["plan", str(scen), "--out", str(plan), "--no-baselines"])
     assert r.exit_code == 0, r.output

@@ -79,23 +79,33 @@ def test_hbm_limited_replica_gains_batch_and_rate_by_the_computed_factor() -> No
     mix = TokenMix(1000, 1000, 100, 100)
     slo = SLO(ttft_s=10.0, tpot_s=0.1)
     hbm = _flat(mix, slo, None)
-    # HBM: (10 - 1) / 1 + 1 = 10 sequences; the p95 occupancy B + 1.645 sqrt(B) must stay <= 10:
-    # sqrt(B) = (-1.645 + sqrt(1.645^2 + 40)) / 2 = 2.4461, B = 5.983; lambda = B / (100 x 0.01) = 5.983 req/s
+    # HBM: (10 - 1) / 1 + 1 = 10 sequences; the p95 of the KV the batch holds (capacity point 8: a compound Poisson
+    # sum, B + 1.645 sqrt(r B) mean sequences, r = E[X²]/E[X]² for X ~ 1000 + U(0, 100): (1000² + 1000·100 +
+    # 100²/3) / 1050² = 1.000756) plus the admitted p95 prompt (1000 / 1050 = 0.952 sequences; prefills of 1 µs
+    # hold next to nothing) must stay <= 10: sqrt(B) = (-1.645 sqrt(r) + sqrt(1.645² r + 4 (10 - 0.952))) / 2,
+    # B = 5.270; lambda = B / (100 x 0.01) = 5.270 req/s
     assert hbm.max_batch == pytest.approx(10.0) and hbm.limiting == "kv_memory"
-    b1 = ((-1.645 + math.sqrt(1.645**2 + 40)) / 2) ** 2
+    r, p95_prompt = (1000**2 + 1000 * 100 + 100**2 / 3) / 1050**2, 1000 / 1050
+
+    def batch(cap):
+        return ((-1.645 * math.sqrt(r) + math.sqrt(1.645**2 * r + 4 * (cap - p95_prompt))) / 2) ** 2
+
+    b1 = batch(10)
     assert hbm.req_per_s == pytest.approx(b1 / 1.0, rel=2e-3)
+    assert b1 == pytest.approx(5.270, rel=1e-3)
     # 5 GB of DRAM spill room at a (very fast) 1e15 B/s: 15 sequences, a factor 15 / 10 = 1.5; the quantile may
-    # reach 15: sqrt(B) = (-1.645 + sqrt(1.645^2 + 60)) / 2 = 3.1369, B = 9.840 <= 10 (the mean still fits HBM)
+    # reach 15: B = 9.087 <= 10 (the mean still fits HBM)
     tier = HostTier(TierShares(0, 0, 0, 1), kv_bytes_per_token=1.0, dram_read_bytes_per_s=1e15,
                     nvme_read_bytes_per_s=0.0, spill_room_bytes=5e9)
     dram = _flat(mix, slo, tier)
     assert dram.max_batch / hbm.max_batch == pytest.approx(1.5)
-    b2 = ((-1.645 + math.sqrt(1.645**2 + 60)) / 2) ** 2
+    b2 = batch(15)
     assert dram.req_per_s == pytest.approx(b2, rel=2e-3)
-    assert dram.req_per_s / hbm.req_per_s == pytest.approx(b2 / b1, rel=3e-3)  # 1.645
-    # the same room over a slow link: the p95 step pays (bq - 10) x 1 GB / 50 GB/s; at the 1.5x rate that is
-    # (15 - 10) x 0.02 = 0.1 s more per step: TPOT 0.11 s > 0.1 s, so the rate stops lower
-    slow = _flat(mix, slo, HostTier(TierShares(0, 0, 0, 1), kv_bytes_per_token=1.0, dram_read_bytes_per_s=50e9,
+    assert dram.req_per_s / hbm.req_per_s == pytest.approx(b2 / b1, rel=3e-3)  # 1.724
+    # the same room over a slow link: the p95 step pays (bq - 10) x 1 GB / 20 GB/s; at the DRAM rate (B = 9.087,
+    # bq = 9.087 + 1.645 sqrt(9.087) = 14.05) that is 4.05 x 0.05 = 0.20 s more per step: TPOT 0.21 s > 0.1 s, so
+    # the rate stops lower
+    slow = _flat(mix, slo, HostTier(TierShares(0, 0, 0, 1), kv_bytes_per_token=1.0, dram_read_bytes_per_s=20e9,
                                     nvme_read_bytes_per_s=0.0, spill_room_bytes=5e9))
     assert hbm.req_per_s < slow.req_per_s < dram.req_per_s
 

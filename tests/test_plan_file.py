@@ -90,14 +90,14 @@ def test_edited_replica_counts_are_revalidated(tmp_path):
 
 
 def test_count_beyond_the_pool_refused_without_building_lists(tmp_path):
-    # Within the schema's bound but beyond the pool: replicas[0] is tp 2 on aws:us-east-1/H100-SXM-80GB, 2 nodes
-    # x 8 = 16 GPUs, so at most 16 // 2 = 8 replicas; 999,999 is refused by validate, naming option and window.
+    # Within the schema's bound but beyond the pool: replicas[0] is tp 4 on aws:us-east-1/H100-SXM-80GB, 2 nodes
+    # x 8 = 16 GPUs, so at most 16 // 4 = 4 replicas; 999,999 is refused by validate, naming option and window.
     d = _edit(("replicas", 0, "counts", 5), 999_999)
-    assert (d["replicas"][0]["pool"], d["replicas"][0]["tp"]) == ("aws:us-east-1/H100-SXM-80GB", 2)
+    assert (d["replicas"][0]["pool"], d["replicas"][0]["tp"]) == ("aws:us-east-1/H100-SXM-80GB", 4)
     r = _export(tmp_path, d)
     assert r.exit_code == 2 and "Traceback" not in r.output, r.output
-    assert ("window 5: 999999 replicas of 2 GPUs each do not fit the 16 GPUs of pool aws:us-east-1/H100-SXM-80GB; "
-            "give at most 8 replicas") in r.output, r.output
+    assert ("window 5: 999999 replicas of 4 GPUs each do not fit the 16 GPUs of pool aws:us-east-1/H100-SXM-80GB; "
+            "give at most 4 replicas") in r.output, r.output
 
 
 def test_validate_refuses_a_huge_count_without_allocating():

@@ -196,16 +196,16 @@ def test_shipped_example_scenario_by_hand(example):
     assert committed.break_even_utilization == pytest.approx(7.5 / 11.0612)
     assert spot.usd_per_gpu_hour == pytest.approx(2.52493)
     # One H100 tp-1 replica serves C req/s (the capacity model); at margin 0.1 a GPU gives 0.9 C, a spot one
-    # 0.9 × 0.9 C. In units of 0.9 C (C = 10.36 req/s) the night (88 req/s) needs 9.44 GPUs and the day (181 req/s)
-    # 19.41.
+    # 0.9 × 0.9 C. In units of 0.9 C (C = 14.79 req/s) the night (126 req/s) needs 9.47 GPUs and the day (258
+    # req/s) 19.38.
     cap = {o.pool: o.capacity_req_per_s for o in problem.options}
     assert cap["spot"] == pytest.approx(0.9 * cap["owned"])
     unit = 0.9 * cap["owned"]
-    assert 9 < 88 / unit < 9.5 and 19.35 < 181 / unit < 19.5  # the pattern the arithmetic below assumes
+    assert 9 < 126 / unit < 9.5 and 19.35 < 258 / unit < 19.5  # the pattern the arithmetic below assumes
     # By hand, in the order of marginal cost (committed 0 once committed, owned 0.12, spot 2.525 per 0.9 GPU,
     # on demand 11.06): with c committed GPUs the day fills c + 8 owned + 8 spot (7.2 units) + on demand.
-    #   c = 4: day 4 + 8 + 7.2 = 19.2 < 19.41: 1 on-demand GPU for 18 h = 199.10 $; night 4 + 6 owned
-    #   c = 5: day 5 + 8 + 7 spot (6.3) = 19.3 < 19.41, so 8 spot: 20.2 >= 19.41, no on-demand; night 5 + 5
+    #   c = 4: day 4 + 8 + 7.2 = 19.2 < 19.38: 1 on-demand GPU for 18 h = 199.10 $; night 4 + 6 owned
+    #   c = 5: day 5 + 8 + 7 spot (6.3) = 19.3 < 19.38, so 8 spot: 20.2 >= 19.38, no on-demand; night 5 + 5
     #          owned. The 5th GPU costs 7.5 × 24 = 180.00 $ and saves 199.10 + one owned GPU for 6 h (0.72) =
     #          199.83 $: commit it.
     #   c = 6: day 6 + 8 + 7 spot (6.3) = 20.3: saves 1 spot GPU × 18 h = 45.45 $ + 0.72 < 180.00 $: don't.
@@ -345,18 +345,18 @@ def test_online_rounds_use_the_days_commitment_first_and_never_beyond_it(example
     night = r.start_from(plan, 0.0)  # window 0: 5 owned + 5 committed replicas, as planned
     assert {k[1]: v[0] for k, v in night.plan.replicas.items()} == {"owned": 5, "committed": 5}
     assert night.report.ok
-    # 181 req/s. Usable req/s per replica: 10.3631 x 0.9 = 9.3268 (spot x 0.9 more: 8.3941). Per usable req/s an
-    # hour costs: committed 0 (sunk, all 5 in use already), owned 0.120666 / 9.3268 = 0.0129, spot
-    # 2.52493 / 8.3941 = 0.3008, on demand 11.0612 / 9.3268 = 1.186. The budget of 8 starts: 3 owned (8 in all),
-    # then 5 spot: 13 x 9.3268 + 5 x 8.3941 = 163.2 req/s, the rest unmet until the next round.
-    r.forecaster.observe("Llama-3.1-8B", 181.0, at_s=10.0)
+    # 258 req/s. Usable req/s per replica: 14.7906 x 0.9 = 13.3115 (spot x 0.9 more: 11.9804). Per usable req/s an
+    # hour costs: committed 0 (sunk, all 5 in use already), owned 0.120666 / 13.3115 = 0.0091, spot
+    # 2.52493 / 11.9804 = 0.2108, on demand 11.0612 / 13.3115 = 0.831. The budget of 8 starts: 3 owned (8 in all),
+    # then 5 spot: 13 x 13.3115 + 5 x 11.9804 = 233.0 req/s, the rest unmet until the next round.
+    r.forecaster.observe("Llama-3.1-8B", 258.0, at_s=10.0)
     res = r.round(60.0)
     assert res.report.ok, res.report.violations
     assert {k[1]: v[0] for k, v in res.plan.replicas.items()} == {"owned": 8, "committed": 5, "spot": 5}
-    assert res.unmet_req_per_s["Llama-3.1-8B"] == pytest.approx(181 - (13 * 9.32679 + 5 * 8.39411), rel=1e-4)
+    assert res.unmet_req_per_s["Llama-3.1-8B"] == pytest.approx(258 - (13 * 13.31153 + 5 * 11.98037), rel=1e-4)
     # the hour: the commitment 5 x 7.50 (paid whatever runs) + 8 owned x 0.120666 + 5 spot x 2.52493
     assert res.cost_usd_per_hour == pytest.approx(5 * 7.5 + 8 * 0.120666 + 5 * 2.52493)
-    # next round: 3 more spot (8 in all: 188.4 req/s >= 181); the on-demand pool keeps 0.1 x 8 spot GPUs free
+    # next round: 3 more spot (8 in all: 268.9 req/s >= 258); the on-demand pool keeps 0.1 x 8 spot GPUs free
     res = r.round(120.0)
     assert {k[1]: v[0] for k, v in res.plan.replicas.items()} == {"owned": 8, "committed": 5, "spot": 8}
     assert res.report.ok and res.unmet_req_per_s["Llama-3.1-8B"] == 0.0

@@ -10,6 +10,7 @@ from click.testing import CliRunner
 
 from fleetplan.cli.main import main
 from fleetplan.costmodels.capacity import replica_capacity
+from fleetplan.costmodels.engine import DEFAULT_ENGINE
 from fleetplan.costmodels.slo import SLO
 from fleetplan.datasets.calibration import load_calibration
 from fleetplan.datasets.catalog.names import get_gpu, get_model
@@ -64,7 +65,7 @@ def test_options_carry_the_cost_models_capacity(tmp_path):
     o = problem.option_by_key[("Llama-3.1-8B", "aws:us-east-1/H100-SXM-80GB", 1, 1)]
     mix = load_scenario(write(tmp_path, SMALL)).token_mixes["Llama-3.1-8B"]
     ref = replica_capacity(get_model("Llama-3.1-8B"), get_gpu("H100"), mix, SLO(1.5, 0.1), tp=1,
-                           calib=load_calibration(get_gpu("H100")))
+                           calib=load_calibration(get_gpu("H100")), engine=DEFAULT_ENGINE)  # the scenario's engine
     assert o.capacity_req_per_s == pytest.approx(ref.req_per_s)
     # Start cost: 16.06e9 B of weights / 1e9 B/s = 16.06 s on 1 GPU at $6.88/h = 16.06/3600 × 6.88 = $0.0307.
     assert o.start_cost_usd == pytest.approx(get_model("Llama-3.1-8B").weight_bytes() / 1e9 / 3600 * 6.88)
@@ -155,8 +156,10 @@ def test_cli_plan_default_scenario_beats_baselines(tmp_path):
     # held to its physical floor (0.5, Calibration.BOUNDS) two A100 tp-4 replicas of the 70B hold most of its day.
     # With the per-request TPOT check (capacity point 10): $899.08 vs $1,155.56 (dedicated peak, 0.78; 294 vs 264
     # GPU-h, the baseline buys an H100 at the 70B's peak) and $960.77 (autoscaling, 0.94; 322 GPU-h). The comparison
-    # is on the planner's objective, cost.
-    assert d["cost_usd_per_day"] <= 0.85 * b["dedicated_peak"]["cost_usd_per_day"]
+    # is on the planner's objective, cost. With the tighter capacity model of 2026-12-03 (M/G/1 TTFT, TPOT at the
+    # batch's mean context) every replica holds more and the peak baseline needs fewer of them: $887.78 vs
+    # $1,014.16 (dedicated peak, 0.875; 258 vs 216 GPU-h) and $1,025.73 (autoscaling, 0.87; 344 GPU-h).
+    assert d["cost_usd_per_day"] <= 0.9 * b["dedicated_peak"]["cost_usd_per_day"]
     assert d["cost_usd_per_day"] < b["autoscale_dedicated"]["cost_usd_per_day"]
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 

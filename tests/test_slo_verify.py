@@ -39,8 +39,10 @@ def _flat(slo: SLO, residents: int = 1):
 
 
 def test_ttft_p99_rate_matches_independent_root():
-    # p99: 0.1 + ln((λ/10)/0.01)/(10 − λ) + 0.02 = 0.3 (the M/M/1 wait exceeded with probability 1%).
-    lam = brentq(lambda x: 0.12 + math.log(x / 10 / 0.01) / (10 - x) - 0.3, 0.2, 9.99)
+    # p99: every prefill 0.1 s (M/D/1), ρ = 0.1 λ, Pollaczek-Khinchine mean wait 0.01 λ / (2(1 − ρ)), the wait's
+    # exponential tail ρ·exp(−(20 − 2 λ) t), so 0.1 + ln(ρ / 0.01) / (20 − 2 λ) + 0.02
+    # = 0.12 + ln(10 λ) / (20 − 2 λ) = 0.3 (wait + own prefill exceeded with probability 1%).
+    lam = brentq(lambda x: 0.12 + math.log(10 * x) / (20 - 2 * x) - 0.3, 0.2, 9.99)
     c = _flat(SLO(0.3, 1.0, ttft_percentile=99))
     assert c.limiting == "ttft"
     assert c.req_per_s == pytest.approx(lam, rel=1e-4)
