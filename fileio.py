@@ -392,16 +392,25 @@ _YAML12_FLOAT = re.compile(r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-
 UniqueKeyLoader.add_implicit_resolver("tag:yaml.org,2002:float", _YAML12_FLOAT, list("-+0123456789."))
 
 
-def yaml12_numbers(data: Any) -> Any:
-    """``data`` (nested dicts and lists) with strings that YAML 1.2 reads as floats (``"1.0e9"``) turned into floats.
+# What a YAML 1.1 loader (PyYAML's SafeLoader) reads as a float unquoted: a dot, and a sign in any exponent. Text of
+# that shape in a mapping it produced was quoted on purpose ("0.11", a version) and stays text.
+_YAML11_FLOAT = re.compile(r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+][0-9]+)?
+                              |\.[0-9_]+(?:[eE][-+][0-9]+)?)$""", re.X)
 
-    For mappings read earlier by a YAML 1.1 loader and kept, e.g. the scenario embedded in an older plan file.
+
+def yaml12_numbers(data: Any) -> Any:
+    """``data`` (nested dicts and lists) with the strings a YAML 1.1 loader left unread but YAML 1.2 reads as floats
+    (an exponent without a dot or a sign: ``"1.0e9"``, ``"1e9"``) turned into floats.
+
+    For mappings read earlier by a YAML 1.1 loader and kept, e.g. the scenario embedded in an older plan file. Text
+    that YAML 1.1 would have read as a float unquoted (``"0.11"``, ``"2025.12"``, ``"1.0e+9"``) was quoted on
+    purpose and stays text.
     """
     if isinstance(data, dict):
         return {k: yaml12_numbers(v) for k, v in data.items()}
     if isinstance(data, list):
         return [yaml12_numbers(v) for v in data]
-    if isinstance(data, str) and _YAML12_FLOAT.match(data):
+    if isinstance(data, str) and _YAML12_FLOAT.match(data) and not _YAML11_FLOAT.match(data):
         return float(data.replace("_", ""))
     return data
 

@@ -18,7 +18,7 @@ from fleetplan.datasets.catalog.models import model_from_hf_config
 from fleetplan.datasets.catalog.names import get_gpu, get_model
 from fleetplan.datasets.traces import read_mooncake_jsonl
 from fleetplan.errors import InputError
-from fleetplan.fileio import parse_json, parse_yaml, read_yaml
+from fleetplan.fileio import parse_json, parse_yaml, read_yaml, yaml12_numbers
 from fleetplan.outputs.planio import problem_from_plan_dict
 from fleetplan.scenario.read import load_scenario
 from fleetplan.service.app import duplicate_key
@@ -219,6 +219,25 @@ def test_older_plan_files_with_yaml_1_1_number_text_still_replay():
     with pytest.raises(InputError, match="'fast' must be a number"):
         problem_from_plan_dict({"scenario": {"raw": raw, "source": "old plan"}})
 
+
+
+def test_quoted_text_that_looks_like_a_number_survives_the_plan_file(tmp_path):
+    # Found by a fresh user: `engine: {version: "0.11"}`, quoted as docs/engine.md asks, planned, but every reader
+    # of the plan file turned the embedded "0.11" into the number 0.11 and refused it ("must be text"). Only text
+    # that a YAML 1.1 loader left unread (an exponent without a dot or a sign: "1e9", "1.0e9") is a number kept as
+    # text; "0.11", "2025.12" and "1.0e+9" were quoted on purpose (YAML 1.1 reads them as floats unquoted).
+    assert yaml12_numbers({"a": "1.0e9", "b": ["1e9", "0.11", "2025.12", "1.0e+9", ".5"]}) == {
+        "a": 1e9, "b": [1e9, "0.11", "2025.12", "1.0e+9", ".5"]}
+    raw = parse_yaml(SMALL, source="small")
+    raw["models"][0]["engine"] = {"version": "0.11"}
+    raw["name"] = "2025.12"
+    (tmp_path / "s.yaml").write_text(json.dumps(raw))  # JSON is YAML: the quotes stay
+    out = tmp_path / "p.json"
+    res = CliRunner().invoke(main, ["plan", str(tmp_path / "s.yaml"), "--no-baselines", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    problem, scenario = problem_from_plan_dict(json.loads(out.read_text()))
+    assert problem.name == "2025.12"
+    assert all(o.engine is not None and o.engine.version == "0.11" for o in problem.options)
 
 # ------------------------------------------------------------------------- duplicate keys in JSON input (issue 28)
 GOLDEN_PLAN = Path(__file__).parent / "golden" / "export" / "default_plan.json"
