@@ -73,7 +73,10 @@ class ModelWindowMetrics:
         measured = {"ttft": self.ttft_at_target_s, "tpot": self.tpot_at_target_s, "e2e": self.e2e_at_target_s}
         for metric, pct, target in slo.targets():
             v = measured[metric]
-            if math.isfinite(v) and v > target * (1.0 + tolerance):
+            if v == math.inf:
+                out.append(f"{metric.upper()} p{pct:g} never: {self.dropped} of {self.requests} requests dropped "
+                           "(no replica's KV cache holds them)")
+            elif math.isfinite(v) and v > target * (1.0 + tolerance):
                 unit, k = ("ms", 1e3) if metric == "tpot" else ("s", 1.0)
                 out.append(f"{metric.upper()} p{pct:g} {v * k:.4g} {unit} > {target * k:g} {unit}")
         if slo.attainment is not None and math.isfinite(self.slo_attainment) \
@@ -103,11 +106,29 @@ def meets_slo(slo: SLO, ttft: np.ndarray, tpot: np.ndarray, e2e: np.ndarray, dro
     return ok
 
 
-def _at_targets(slo: SLO, tt: np.ndarray, tp: np.ndarray, e2e: np.ndarray) -> dict[str, float]:
-    """The replayed latency at each target's percentile (finite values only)."""
-    return {"ttft_at_target_s": quantile_or_nan(tt[np.isfinite(tt)], slo.ttft_percentile / 100),
-            "tpot_at_target_s": quantile_or_nan(tp[np.isfinite(tp)], slo.tpot_percentile / 100),
-            "e2e_at_target_s": quantile_or_nan(e2e[np.isfinite(e2e)], slo.e2e_percentile / 100)}
+def quantile_with_drops(x: np.ndarray, q: float, dropped: int) -> float:
+    """The q-quantile of ``x`` (finite latencies) together with ``dropped`` requests that were never served, counted
+    as infinitely late: numpy's linear interpolation over the n = len(x) + dropped sorted values, inf when the
+    quantile's position falls among (or next to) the dropped ones; nan when there is no request. Equals
+    :func:`quantile_or_nan` without drops."""
+    n = len(x) + dropped
+    if n == 0:
+        return math.nan
+    if dropped == 0:
+        return quantile_or_nan(x, q)
+    pos = q * (n - 1)  # numpy's 'linear' position among the n sorted values, the dropped ones last
+    if pos > len(x) - 1:
+        return math.inf
+    return float(np.quantile(x, pos / (len(x) - 1))) if len(x) > 1 else float(x[0])
+
+
+def _at_targets(slo: SLO, tt: np.ndarray, tp: np.ndarray, e2e: np.ndarray, dropped: int = 0) -> dict[str, float]:
+    """The replayed latency at each target's percentile, the ``dropped`` requests (never served: no replica's KV
+    cache could hold them) counted as infinitely late (:func:`quantile_with_drops`): a target whose percentile
+    reaches them is missed."""
+    return {"ttft_at_target_s": quantile_with_drops(tt[np.isfinite(tt)], slo.ttft_percentile / 100, dropped),
+            "tpot_at_target_s": quantile_with_drops(tp[np.isfinite(tp)], slo.tpot_percentile / 100, dropped),
+            "e2e_at_target_s": quantile_with_drops(e2e[np.isfinite(e2e)], slo.e2e_percentile / 100, dropped)}
 
 
 def p95_confidence_interval(x: np.ndarray, q: float = 0.95, level: float = 0.95) -> tuple[float, float]:
@@ -190,7 +211,8 @@ def window_metrics(problem: Problem, fleet: Fleet, wl: Workload, res: RunResult,
             utilization=min(1.0, busy / dev_equiv) if dev_equiv else math.nan,
             energy_kwh=energy, usd_per_1m_tokens=cost / tokens * 1e6 if tokens else math.nan,
             ttft_slo_s=spec.ttft_p95_s, tpot_slo_s=spec.tpot_p95_s,
-            preemptions=int(res.preemptions[sel].sum()), slo=slo, **_at_targets(slo, tt, tp, e2e[~dropped])))
+            preemptions=int(res.preemptions[sel].sum()), slo=slo,
+            **_at_targets(slo, tt, tp, e2e[~dropped], int(dropped.sum()))))
     return out
 
 
@@ -279,7 +301,8 @@ def overall_metrics(problem: Problem, rows: list[ModelWindowMetrics], lat: dict[
             energy_kwh=sum(e for _, e in tokens_cost),
             usd_per_1m_tokens=float(np.mean(costs)) if costs else math.nan,
             ttft_slo_s=spec.ttft_p95_s, tpot_slo_s=spec.tpot_p95_s,
-            preemptions=sum(r.preemptions for r in rs), slo=slos[m], **_at_targets(slos[m], tt, tp, e2e)))
+            preemptions=sum(r.preemptions for r in rs), slo=slos[m],
+            **_at_targets(slos[m], tt, tp, e2e, sum(r.dropped for r in rs))))
     return out
 
 

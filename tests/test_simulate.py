@@ -12,12 +12,14 @@ from click.testing import CliRunner
 
 from fleetplan.cli.main import main
 from fleetplan.costmodels.engine import PREFILL_FIRST
+from fleetplan.costmodels.slo import SLO
 from fleetplan.datasets.traces import Trace, load_trace
 from fleetplan.outputs.planio import plan_to_dict
 from fleetplan.scenario.build import build_problem
 from fleetplan.scenario.read import scenario_embed, scenario_from_raw
 from fleetplan.simulator.engine import DeviceSpec, EngineSpec, Policy, StepModel, run
 from fleetplan.simulator.fleet import FleetBuilder
+from fleetplan.simulator.metrics import ModelWindowMetrics, quantile_with_drops
 from fleetplan.simulator.replay import simulate_day, simulate_trace
 from fleetplan.simulator.workload import gamma_renewal
 from fleetplan.solvers.solve import solve
@@ -260,3 +262,27 @@ def test_gamma_renewal_arrivals_keep_their_rate_at_any_cv(cv):
     n = np.array([len(gamma_renewal(rng, 0.01, cv, 100.0, 700.0)) for _ in range(4000)])
     se = n.std() / math.sqrt(len(n))
     assert abs(n.mean() - 6.0) < 4 * se
+
+
+def test_dropped_requests_count_as_infinitely_late_at_the_target_percentile():
+    # Found by a fresh user: one prompt no replica's KV cache holds was dropped, attainment 50%, yet --check passed,
+    # since the percentiles skipped it. Dropped requests now sit past every finite latency:
+    x = np.array([1.0, 2.0, 3.0, 4.0])
+    # no drop: numpy's own quantile
+    assert quantile_with_drops(x, 0.95, 0) == pytest.approx(float(np.quantile(x, 0.95)))
+    # 1 drop of 5: position 0.95 × 4 = 3.8 > 3 (the last finite value's position): inf
+    assert quantile_with_drops(x, 0.95, 1) == math.inf
+    # 1 drop of 5, the median: position 0.5 × 4 = 2 -> the third value, 3.0 (as np.quantile(x, 2 / 3))
+    assert quantile_with_drops(x, 0.5, 1) == pytest.approx(3.0)
+    # 1 drop of 100 finite latencies 1..100 at p95: position 0.95 × 100 = 95 <= 99: finite, the 96th value
+    y = np.arange(1.0, 101.0)
+    assert quantile_with_drops(y, 0.95, 1) == pytest.approx(96.0)
+    assert math.isnan(quantile_with_drops(np.zeros(0), 0.95, 0))
+    assert quantile_with_drops(np.zeros(0), 0.95, 2) == math.inf
+    row = ModelWindowMetrics("m", 0, requests=2, dropped=1, ttft_p50_s=0.1, ttft_p95_s=0.1, ttft_p99_s=0.1,
+                             tpot_p50_s=0.01, tpot_p95_s=0.01, tpot_p99_s=0.01, slo_attainment=0.5,
+                             goodput_req_per_s=0.1, queue_delay_p99_s=0.0, utilization=0.1, energy_kwh=0.0,
+                             usd_per_1m_tokens=1.0, ttft_slo_s=1.0, tpot_slo_s=0.1, slo=SLO(1.0, 0.1),
+                             ttft_at_target_s=math.inf, tpot_at_target_s=math.inf, e2e_at_target_s=math.inf)
+    assert row.misses() == ["TTFT p95 never: 1 of 2 requests dropped (no replica's KV cache holds them)",
+                            "TPOT p95 never: 1 of 2 requests dropped (no replica's KV cache holds them)"]
