@@ -19,7 +19,9 @@ from fleetplan.outputs.planio import load_plan_file
 from fleetplan.outputs.uncertainty import stated_step_time_factors
 from fleetplan.placement.plan import Plan
 from fleetplan.placement.problem import DeratingKey, Problem
+from fleetplan.scenario.build import build_problem
 from fleetplan.scenario.read import Scenario
+from fleetplan.scenario.uncertainty import option_errors, step_time_factors
 from fleetplan.simulator.engine import Policy
 from fleetplan.simulator.fleet import FleetBuilder
 from fleetplan.simulator.fleetday import read_json, replay_fleet_day, scenario_weight_bytes, steps_from_dict
@@ -325,7 +327,7 @@ def simulate(plan_file, trace_ref, window, model, rate_scale, time_scale, bucket
     with progress_status(enabled=sys.stderr.isatty()) as say:
         say("reading the plan and rebuilding its problem")
         problem, plan, scenario, d = load_plan_file(plan_file)
-        factors = _stated_factors(plan_file, d) if pessimistic else None
+        factors = _stated_factors(plan_file, d, scenario, problem) if pessimistic else None
         if trace_ref is not None:
             rep, w, wl = _replay_trace(problem, plan, scenario, trace_ref, say, window=window, model=model,
                                        rate_scale=rate_scale, time_scale=time_scale, seed=seed, policy=policy,
@@ -352,18 +354,32 @@ def simulate(plan_file, trace_ref, window, model, rate_scale, time_scale, bucket
         _check(rep)
 
 
-def _stated_factors(plan_file: str, d: dict) -> dict[DeratingKey, float]:
-    """--pessimistic: the step-time factors of the plan file's stated capacity errors; InputError for a plan
-    file that states none (written before capacity errors were recorded)."""
+def _stated_factors(plan_file: str, d: dict, scenario: Scenario, problem: Problem) -> dict[DeratingKey, float]:
+    """--pessimistic: the step-time factors of the plan file's stated capacity errors, each re-checked against the
+    error its scenario gives (:func:`fleetplan.scenario.uncertainty.option_errors`, on the problem before any
+    --robust or --verify derating). InputError for a plan file that states none (written before capacity errors
+    were recorded), or one whose stated error differs from its scenario's (hand-edited)."""
     rows = [r for r in d.get("replicas") or []] + [g for g in d.get("shared_gpus") or []]
     if rows and not any("capacity_error" in r for r in rows):
         raise InputError("--pessimistic needs the capacity errors a plan states (replicas[].capacity_error); this "
                          "plan file has none: write it again with `fleetplan plan --out`", source=plan_file,
                          field="replicas[].capacity_error")
     try:
-        return stated_step_time_factors(d)
+        stated = stated_step_time_factors(d)
     except InputError as exc:
         raise InputError(exc.message, source=plan_file, field=exc.field, value=exc.value) from None
+    plain = problem if not (d.get("robust") or d.get("verify")) else build_problem(scenario, new_plan=False)
+    expected = step_time_factors(option_errors(scenario, plain))
+    keys = [(r["model"], r["pool"], r["tp"], r["pp"]) for r in d.get("replicas") or []]
+    keys += [(m, g["pool"], "shared", 1) for g in d.get("shared_gpus") or [] for m in g["models"]]
+    for k in keys:
+        a, b = stated.get(k, 1.0), expected.get(k, 1.0)
+        if abs(a - b) > 1e-9 * b:
+            raise InputError(f"the capacity error of {k} reads {1 - 1 / a:.4g} but its scenario gives "
+                             f"{1 - 1 / b:.4g}; a plan file records one solve and cannot be hand-edited: write it "
+                             "again with `fleetplan plan --out`", source=plan_file, field="capacity_error",
+                             value=round(1 - 1 / a, 6))
+    return stated
 
 
 def _replay_trace(problem: Problem, plan: Plan, scenario: Scenario, trace_ref: str, say: Callable[[str], None], *,

@@ -76,3 +76,10 @@ def robust_derating(errors: dict[DeratingKey, CapacityError]) -> dict[DeratingKe
         if e.relative > 0:
             out[k] = 1 - e.relative
     return out
+
+
+def step_time_factors(errors: dict[DeratingKey, CapacityError]) -> dict[DeratingKey, float]:
+    """{option key: 1 / (1 − its relative error)}: the factor on an option's step times at the pessimistic end of
+    its error (a replica that much slower serves (1 − e) × the rate); options without error are left out (factor
+    1). Raises ValueError as :func:`robust_derating`."""
+    return {k: 1.0 / f for k, f in robust_derating(errors).items()}

@@ -163,3 +163,26 @@ def test_plan_without_stated_errors_is_refused(plans, tmp_path):
     f.write_text(json.dumps(d))
     res = CliRunner().invoke(cli, ["simulate", str(f), "--pessimistic"])
     assert res.exit_code == 2 and "has none" in res.output and "Traceback" not in res.output
+
+
+def test_hand_edited_capacity_errors_are_refused(plans, tmp_path):
+    # Found by a fresh user: a capacity_error edited to 0.99 stretched the steps x100; one deleted replayed x1.
+    d = json.loads(plans["plain"].read_text())
+    row = next(r for r in d["replicas"] if any(r["counts"]))
+    for edit in ("0.99", "delete"):
+        e = json.loads(json.dumps(d))
+        r = next(x for x in e["replicas"] if x["pool"] == row["pool"] and x["tp"] == row["tp"])
+        if edit == "delete":
+            del r["capacity_error"]
+        else:
+            r["capacity_error"]["relative"] = 0.99
+        f = tmp_path / f"{edit}.json"
+        f.write_text(json.dumps(e))
+        res = CliRunner().invoke(cli, ["simulate", str(f), "--pessimistic", "--slice", "60"])
+        assert res.exit_code == 2, res.output
+        # the plan has one replica row: without its error the file states none
+        why = "cannot be hand-edited" if edit == "0.99" else "this plan file has none"
+        assert why in res.output and "capacity_error" in res.output and "Traceback" not in res.output
+    # the robust plan's stated errors are re-checked against the problem before its derating: accepted
+    res = CliRunner().invoke(cli, ["simulate", str(plans["robust"]), "--pessimistic", "--slice", "60"])
+    assert res.exit_code == 0, res.output
