@@ -9,10 +9,13 @@ replays each plan (`fleetplan simulate`) at its nominal step times and with `--p
 times × 1 / (1 − its stated capacity error)). Prints per run the cost per day, the model-windows that miss a target
 (by more than the 2% tolerance of `simulate --check`), the overall SLO attainment and the CPU seconds.
 
-Measured 2026-12-03 (`--slice 0`: whole windows, 4.6 minutes at load 5; the plans proven within 0.11% and 0.19%):
-    plain   $897.62/day            nominal: 0 of 120 model-windows miss, 99.7%   pessimistic: 11 miss, 96.2%
-                                   (Llama-3.1-70B's TPOT p95 up to 129 ms and TTFT p95 up to 2.27 s; Mixtral once)
-    robust  $1,061.68/day (+18.3%) nominal: 0 miss, 100.0%                        pessimistic: 0 miss, 99.9%
+Measured 2026-12-03 after the capacity model's revision (`--slice 0`: whole windows, about 5 minutes at load 7-9;
+the plans proven within 0.04% and 0.19%):
+    plain   $887.78/day            nominal: 0 of 120 model-windows miss, 99.7%   pessimistic: 13 miss, 95.5%
+                                   (Llama-3.1-70B's TTFT p95 up to 2.44 s and TPOT p95 up to 117 ms; Mixtral once)
+    robust  $1,032.62/day (+16.3%) nominal: 0 miss, 100.0%                        pessimistic: 0 miss, 99.7%
+Before that revision (same command): plain $897.62, 11 misses at the pessimistic end (96.2%); robust $1,061.68
+(+18.3%), 0 misses (99.9%).
 With `--slice 600` (the busiest 10 minutes of each window after a 2-minute warm-up): plain 13 miss at the pessimistic
 end (95.7%), robust 0 (99.8%).
 Before (`--robust` derated each capacity by (1 − e) only, `--slice 600`): robust $1,007.12/day, 2 misses at the
