@@ -35,6 +35,7 @@ from dataclasses import asdict, dataclass
 
 from sqlalchemy.exc import SQLAlchemyError
 
+from fleetplan.datasets.catalog.names import resolve_name
 from fleetplan.errors import FleetplanError, InputError, UnknownNameError
 from fleetplan.outputs.planio import load_plan_file, plan_to_dict
 from fleetplan.placement.problem import Problem
@@ -418,7 +419,8 @@ class ReplanService:
     # ---- writes --------------------------------------------------------------------------------------------
     def check_observations(self, items: list[dict], source: str = "api") -> list[dict]:
         """Rows ready to store for observation dicts (the POST /v1/observations schema), or InputError naming
-        ``observations[i].<field>``: an unknown model, counters that give no estimate, a rate that is not finite,
+        ``observations[i].<field>``: an unknown model (the scenario's alias of a planned model counts as it),
+        counters that give no estimate, a rate that is not finite,
         ``at_s`` more than ``max_clock_skew_s`` ahead of the service's clock or ``max_observation_age_s`` behind it,
         or before the newest observation of its tenant, a new tenant label beyond the cap of live ones, and a sum
         over the model's live tenants above ``rate_ceiling_factor`` × the whole fleet's capacity for the model (or
@@ -441,7 +443,13 @@ class ReplanService:
             for i, o in enumerate(items):
                 m = o["model"]
                 if m not in self.replanner.models:
-                    raise UnknownNameError("model", m, self.model_names, field=f"observations[{i}].model")
+                    # the scenario's name of a planned model (an alias: 'Mixtral-8x7B', 'Llama-3.1-8B-Instruct', the
+                    # name `fleetplan export` serves it under) counts as that model
+                    try:
+                        m = resolve_name("model", m, self.model_names)
+                    except UnknownNameError:
+                        raise UnknownNameError("model", o["model"], self.model_names,
+                                               field=f"observations[{i}].model") from None
                 try:
                     rate = estimate_demand(o["interval_s"], arrivals=o.get("arrivals"),
                                            completions=o.get("completions"), waiting_start=o.get("waiting_start"),

@@ -360,3 +360,19 @@ def test_a_failed_start_leaves_no_new_database(tmp_path, monkeypatch):
     db.write_bytes(b"")
     r = CliRunner().invoke(main, base + ["--port", str(free_port()), "--plan", str(bad)])
     assert r.exit_code == 2 and db.exists()
+
+
+def test_an_observation_may_name_a_model_as_the_scenario_does(shipped, tmp_path):
+    # Found by a fresh user: the default scenario plans 'Mixtral-8x7B' (its name) as the catalog's
+    # 'Mixtral-8x7B-v0.1', and `fleetplan export` serves it under the scenario's name, yet POST /v1/observations
+    # with that name got 422 "unknown model". The alias counts as its planned model; a name that is no alias still
+    # gets 422 naming the field.
+    problem, _ = shipped
+    assert "Mixtral-8x7B-v0.1" in {m.name for m in problem.models}
+    client, svc = make(shipped, f"sqlite:///{tmp_path / 'a.db'}")
+    with client as c:
+        assert post(c, {"model": "Mixtral-8x7B", "interval_s": 60, "arrivals": 60}).status_code == 202
+        [row] = list(svc.store.iter_observations())
+        assert row["model"] == "Mixtral-8x7B-v0.1"
+        r = post(c, {"model": "Mixtral-9x9B", "interval_s": 60, "arrivals": 60})
+        assert r.status_code == 422 and r.json()["detail"][0]["loc"][-1] == "model"
