@@ -50,6 +50,9 @@ TIMESTAMP_UNITS_S: dict[str, float] = {"timestamp": 1.0, "timestamp_s": 1.0, "ti
 #: mean rate below this (req/s): the shape of millisecond timestamps read as seconds (issue 28: 99,750 s at
 #: 0.004 req/s). A sanity bound, not a fact about any workload; ``timestamp_s`` states seconds and skips it.
 MIN_IMPLIED_RATE_REQ_PER_S = 0.01
+#: A plain numeric ``timestamp`` read as seconds is refused at or above this: 1e11 s after 1970 is the year 5138, so
+#: such values are epoch milliseconds (1.7e12 in 2023) or microseconds. A sanity bound; ``timestamp_s`` skips it.
+MAX_EPOCH_S = 1e11
 #: Window lengths :func:`trace_to_demand` accepts, seconds (1 minute to 1 hour).
 MIN_WINDOW_S, MAX_WINDOW_S = 60.0, 3600.0
 #: Group key used when the trace has none of the grouping columns.
@@ -400,6 +403,11 @@ def read_generic_csv(path: str | Path) -> Trace:
         start = None
         span_s = float(t[-1] - t[0]) if len(t) else 0.0
         slow = 86400 < span_s <= MAX_TRACE_SPAN_S and (len(t) - 1) / span_s < MIN_IMPLIED_RATE_REQ_PER_S
+        if ts_col == "timestamp" and len(t) and float(np.abs(t).max()) >= MAX_EPOCH_S:
+            raise InputError(f"read as seconds, timestamp {float(np.abs(t).max()):.0f} is after the year 5000, the "
+                             "shape of epoch milliseconds (or microseconds) read as seconds; name the column "
+                             "timestamp_ms (timestamp_us) if they are, or timestamp_s if seconds are right",
+                             source=display, field=cols["timestamp"], value=float(np.abs(t).max()))
         if ts_col == "timestamp" and slow:
             raise InputError(f"read as seconds, the {len(t):,} requests span {span_s:,.0f} s "
                              f"({span_s / 86400:.1f} days) at {(len(t) - 1) / span_s:.3g} req/s, the shape of "

@@ -259,3 +259,11 @@ def test_trace_time_units_are_given_or_the_implied_rate_is_checked(tmp_path):
     assert tr.arrival_s[-1] == pytest.approx(100.0) and tr.arrival_s[1] == pytest.approx(0.25)
     tr = read_generic_csv(write(tmp_path, "s.csv", "timestamp_s,input_tokens,output_tokens\n" + rows))
     assert tr.arrival_s[-1] == pytest.approx(100_000.0)  # seconds stated: taken as given
+    # Found by a fresh user: two epoch-millisecond timestamps 1 s apart (1,700,000,000,000 and +1,000) span only
+    # 1,000 s read as seconds, under the day the rate check needs; as seconds they are in the year ~55,900 (1e11 s
+    # after 1970 is already the year 5138): refused. As timestamp_ms they are 1 s apart.
+    ep = "1700000000000,5,5\n1700000001000,5,5\n"
+    with pytest.raises(InputError, match=r"after the year 5000.*timestamp_ms"):
+        read_generic_csv(write(tmp_path, "ep.csv", "timestamp,input_tokens,output_tokens\n" + ep))
+    tr = read_generic_csv(write(tmp_path, "ep2.csv", "timestamp_ms,input_tokens,output_tokens\n" + ep))
+    assert tr.arrival_s[-1] - tr.arrival_s[0] == pytest.approx(1.0)
