@@ -96,8 +96,11 @@ class SiteTarget(InputModel):
 class ModelTarget(InputModel):
     """A model's checkpoint, when not the catalog's."""
 
-    hf_repo: str | None = input_field(None, description="Hugging Face repository (or a path in the image) vLLM "
-                                      "loads", min_length=1)
+    hf_repo: str | None = input_field(None, description="Hugging Face repository ORG/NAME (or a path in the image, "
+                                      "/models/NAME) vLLM loads", min_length=1,
+                                      pattern=r"^(/\S+|\.{1,2}/\S+|[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9._-]+)$",
+                                      fix="give a Hugging Face repository id ORG/NAME (e.g. meta-llama/Llama-3.1-8B) "
+                                      "or a path in the image (/models/NAME)")
     quantization: str | None = input_field(None, description="vLLM --quantization of that checkpoint (awq, gptq, "
                                            "fp8, ...)", min_length=1)
 

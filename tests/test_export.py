@@ -452,6 +452,8 @@ def test_deploy_file(tmp_path):
     ("models:\n  Nope: {hf_repo: x/y}\n", "models.Nope", "does not have; its models: Llama-3.1-70B"),
     ("models:\n  Llama-3.1-8b: {hf_repo: x/y}\n", "models.Llama-3.1-8b", "did you mean 'Llama-3.1-8B'"),
     ("gpu_labels: {A100-SXM4-80G: X}\n", "gpu_labels.A100-SXM4-80G", "did you mean 'A100-SXM4-80GB'"),
+    # a checkpoint that is neither a repository id nor a path went into vLLM's arguments (found by a fresh user)
+    ("models:\n  Llama-3.1-8B: {hf_repo: not a repo}\n", "models.Llama-3.1-8B.hf_repo", "ORG/NAME"),
     # KEDA's cron scaler takes an IANA name (Go's time.LoadLocation); an offset or a made-up name is refused.
     ("timezone: Mars/Base\n", "timezone", "'Mars/Base' is not an IANA time zone name"),
     ("timezone: Europe/Berln\n", "timezone", "did you mean 'Europe/Berlin'"),
