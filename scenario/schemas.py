@@ -563,6 +563,15 @@ class ScenarioModel(InputModel):
         None, description="this model's spread over sites and pools: the keys given here over options.spread's (1: "
         "no bound for this model)")
 
+    @field_validator("tp")
+    @classmethod
+    def _tp_once(cls, v: list[int] | int) -> list[int] | int:
+        if isinstance(v, list):
+            twice = sorted({t for t in v if v.count(t) > 1})
+            if twice:
+                raise ValueError(f"tp {', '.join(map(str, twice))} is listed twice; give each degree once")
+        return v
+
     @model_validator(mode="after")
     def _classes_sum_to_one(self) -> ScenarioModel:
         if (self.classes == "auto" or isinstance(self.classes, ClassEdgesSpec)) and self.token_mix.trace is None:

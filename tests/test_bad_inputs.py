@@ -254,6 +254,8 @@ SCENARIO_EDITS = [
     # A spot row's unknown fallback on a site with no on-demand row listed an empty "known fallback pools:".
     (lambda s: s.replace("gpus_per_node: 8}", "gpus_per_node: 8, pricing_model: spot, interruption_rate: 0.05, "
                          "fallback: nope}"), [], ["unknown fallback pool 'nope'", "no on-demand or owned row"]),
+    # tp: [1, 1] was reported under field 'options' with an internal option tuple (found by a fresh user)
+    (lambda s: s.replace("tp: [1, 2]", "tp: [1, 1]"), [], ["field 'models[0].tp'", "tp 1 is listed twice"]),
 ]
 
 
