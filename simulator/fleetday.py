@@ -169,6 +169,9 @@ def steps_from_dict(d: dict, problem: Problem) -> list[FleetStep]:
                              f"{problem.n_windows * problem.window_length_s:g} s)", field=f"steps[{i}].at_s", value=at)
         if out and at < out[-1].at_s:
             raise InputError("steps must be in time order", field=f"steps[{i}].at_s", value=at)
+        if out and at == out[-1].at_s:
+            raise InputError(f"steps[{i - 1}] and steps[{i}] are both at {at:g} s; one step holds the whole fleet "
+                             "from its time on: merge them", field=f"steps[{i}].at_s", value=at)
         _check_inventory(reps, i, problem)
         out.append(FleetStep(at, reps, shared))
     return out
@@ -204,11 +207,21 @@ def _step_from_dict(s: dict, i: int, problem: Problem) -> tuple[float, dict[Opti
                 raise InputError(f"steps[{i}]: a count must be >= 0", field=f"steps[{i}].replicas", value=n)
             reps[key] = reps.get(key, 0) + n
         shared = tuple((str(g["pool"]), tuple(str(m) for m in g["models"])) for g in s.get("shared", []))
+    except InputError:
+        raise
     except (KeyError, TypeError, ValueError) as exc:
-        raise InputError(f"steps[{i}] is malformed: {exc!r}", field=f"steps[{i}]") from None
-    for pool, _ in shared:
+        raise InputError(f"steps[{i}] is malformed: {type(exc).__name__} {exc}", field=f"steps[{i}]") from None
+    for j, (pool, models) in enumerate(shared):
         if pool not in pools:
             raise InputError(f"steps[{i}]: unknown pool {pool!r}", field=f"steps[{i}].shared", value=pool)
+        twice = sorted({m for m in models if models.count(m) > 1})
+        if twice:
+            raise InputError(f"steps[{i}].shared[{j}] lists {', '.join(twice)} twice; a shared GPU holds each model "
+                             "once", field=f"steps[{i}].shared[{j}].models", value=twice[0])
+        for m in models:
+            if (m, pool) not in problem.share_by_key:
+                raise InputError(f"steps[{i}].shared[{j}]: {m} has no shared-GPU option on {pool} in the scenario",
+                                 field=f"steps[{i}].shared[{j}].models", value=m)
     return at, reps, shared
 
 

@@ -226,3 +226,21 @@ def test_a_fleet_step_beyond_the_inventory_is_refused():
     assert len(steps_from_dict(step({k8: 8}), problem)) == 1
     with pytest.raises(InputError, match=r"steps\[0\]: the replicas on pool .* need 9 GPUs but its inventory holds 8"):
         steps_from_dict(step({k70: 2, k8: 1}), problem)
+
+
+def test_fleet_steps_at_one_time_or_a_model_twice_on_a_shared_gpu_are_refused():
+    # Found by a fresh user: both were replayed without a word (which step won? a model resident twice?), and an
+    # unknown option's message held a raw exception repr.
+    problem = build_problem(_scenario([0.1, 0.1], [0.05, 0.05]))
+    (k8,) = [o.key for o in problem.options if o.model == "Llama-3.1-8B"]
+    rep = [{"model": k8[0], "pool": k8[1], "tp": k8[2], "pp": k8[3], "count": 1}]
+    with pytest.raises(InputError, match=r"steps\[0\] and steps\[1\] are both at 60 s.*merge them"):
+        steps_from_dict({"steps": [{"at_s": 60, "replicas": rep}, {"at_s": 60, "replicas": rep}]}, problem)
+    twice = {"steps": [{"at_s": 0, "shared": [{"pool": k8[1], "models": ["Llama-3.1-8B", "Llama-3.1-8B"]}]}]}
+    with pytest.raises(InputError, match=r"lists Llama-3.1-8B twice") as e:
+        steps_from_dict(twice, problem)
+    assert e.value.field == "steps[0].shared[0].models"
+    bad = {"steps": [{"at_s": 0, "replicas": [{**rep[0], "pool": "aws:us-east-1/H10O"}]}]}
+    with pytest.raises(InputError) as e:
+        steps_from_dict(bad, problem)
+    assert "is not an option of the scenario" in str(e.value) and "InputError(" not in str(e.value)
