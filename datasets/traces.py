@@ -233,6 +233,12 @@ def _read_csv_frame(path: Path, display: str) -> pd.DataFrame:
         raise InputError(f"not a readable CSV file ({exc}); save it as comma-separated UTF-8 text",
                          source=display) from None
     df.columns = [str(c).strip() for c in df.columns]
+    # pandas renames a repeated header ('timestamp', 'timestamp.1') and reads the first: refuse it instead
+    with path.open(encoding="utf-8", errors="replace", newline="") as f:
+        header = [c.strip().lower() for c in next(csv.reader(f), [])]
+    twice = sorted({c for c in header if c and header.count(c) > 1})
+    if twice:
+        raise InputError(f"the header names column {twice[0]!r} twice; keep one", source=display, field=twice[0])
     return df
 
 

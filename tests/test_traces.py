@@ -267,3 +267,10 @@ def test_trace_time_units_are_given_or_the_implied_rate_is_checked(tmp_path):
         read_generic_csv(write(tmp_path, "ep.csv", "timestamp,input_tokens,output_tokens\n" + ep))
     tr = read_generic_csv(write(tmp_path, "ep2.csv", "timestamp_ms,input_tokens,output_tokens\n" + ep))
     assert tr.arrival_s[-1] - tr.arrival_s[0] == pytest.approx(1.0)
+
+
+def test_a_column_named_twice_is_refused(tmp_path):
+    # Found by a fresh user: pandas read `timestamp,input_tokens,output_tokens,timestamp` as 'timestamp' and
+    # 'timestamp.1' and used the first without a word.
+    with pytest.raises(InputError, match="names column 'timestamp' twice"):
+        read_generic_csv(write(tmp_path, "d.csv", "timestamp,input_tokens,output_tokens,timestamp\n0,5,5,9\n"))
