@@ -16,8 +16,12 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/fleetplan plan
 
+# --dist loadfile: each test file runs on one worker, so a module-scoped fixture (two `fleetplan serve` processes for
+# schemathesis, a local Ray instance, a private PostgreSQL) starts once. --dist loadgroup meant that for the files
+# marked xdist_group, but pytest-xdist 3.8 cannot tag the tests under pytest 9 (a test's nodeid is read-only), so the
+# groups were split across both workers and their module fixtures ran twice.
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -n 2 --dist loadgroup
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile
 
 # mypy cannot follow setuptools package-dir through an editable install, so it checks the package through
 # build/mypy/fleetplan, a symlink to this folder (whatever the clone's folder is called).

@@ -8,6 +8,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import httpx
+
 from fleetplan.service.store import normalize_url
 
 TOKEN = "test-token-123"
@@ -54,6 +56,19 @@ def wait_until(what: str, cond: Callable[[], Any], *, proc: Any = None, ignore: 
             pytest.fail(f"gave up waiting for {what} after {WAIT_S if timeout_s is None else timeout_s:g} s "
                         "(FLEETPLAN_TEST_WAIT_S)")
         time.sleep(poll_s)
+
+
+_CLIENT: httpx.Client | None = None
+
+
+def http_get(url: str, **kwargs: Any) -> httpx.Response:
+    """``httpx.get(url, **kwargs)`` through one client kept for the test process. ``httpx.get`` builds a client, and
+    with it a TLS context, on every call (about 25 ms of CPU), so a readiness poll every 0.1 s with it kept a quarter
+    of a core busy while the service started; a kept client costs about 0.2 ms a call."""
+    global _CLIENT
+    if _CLIENT is None:
+        _CLIENT = httpx.Client()
+    return _CLIENT.get(url, **kwargs)
 
 
 def free_port() -> int:

@@ -17,6 +17,7 @@ from fleetplan.cli.main import main
 from fleetplan.datasets.shipped import shipped_scenario_text
 from fleetplan.errors import InputError
 from fleetplan.fileio import claimed_outputs
+from fleetplan.outputs.planio import load_plan_file
 
 
 def run(*args: str) -> tuple[int, str]:
@@ -27,13 +28,17 @@ def run(*args: str) -> tuple[int, str]:
     return res.exit_code, out
 
 
+#: `fleetplan plan --out` of the shipped default scenario (tests/golden/export/README.md).
+GOLDEN_PLAN = Path(__file__).parent / "golden" / "export" / "default_plan.json"
+
+
 @pytest.fixture(scope="module")
-def plan_file(tmp_path_factory):
-    d = tmp_path_factory.mktemp("plan")
-    p = d / "p.json"
-    code, out = run("plan", "--out", str(p), "--time-limit", "20", "--format", "json", "--no-baselines")
-    assert code == 0, out
-    return json.loads(p.read_text())
+def plan_file():
+    """A valid plan file of the default scenario, as a dict: the stored one, which load_plan_file accepts (it
+    re-validates the plan against the scenario it embeds and recomputes its figures), instead of a fresh solve per
+    xdist worker (~8 CPU-s each)."""
+    load_plan_file(GOLDEN_PLAN)
+    return json.loads(GOLDEN_PLAN.read_text())
 
 
 def _edited(tmp_path, d: dict, edit) -> str:
@@ -394,7 +399,7 @@ def test_a_fleetplan_error_as_json_names_field_and_value():
     err = json.loads(res.stdout)["error"]
     assert (err["type"], err["field"], err["value"]) == ("InputError", "--time-limit", 1e9)
     assert "86400" in err["message"] and res.stderr.startswith("Error: ")
-    golden = Path(__file__).parent / "golden" / "export" / "default_plan.json"
+    golden = GOLDEN_PLAN
     res = CliRunner().invoke(main, ["diff", str(golden), "--cluster", str(golden), "--format=json"])
     err = json.loads(res.stdout)["error"]  # a plan file is no kubectl list
     assert res.exit_code == 2 and (err["source"], err["field"]) == (str(golden), "kind") and err["value"] == "dict"

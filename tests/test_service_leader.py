@@ -16,7 +16,7 @@ import sys
 
 import httpx
 import pytest
-from service_support import free_port, postgres_schema, postgres_server_url, wait_until
+from service_support import free_port, http_get, postgres_schema, postgres_server_url, wait_until
 from sqlalchemy import create_engine, select
 
 from fleetplan.service.store import Store, leases, normalize_url, plans
@@ -40,7 +40,7 @@ def wait_for(what, cond, proc: subprocess.Popen | None = None):
 
 
 def health(base: str) -> dict | None:
-    r = httpx.get(base + "/healthz", timeout=1.0)
+    r = http_get(base + "/healthz", timeout=1.0)
     return r.json() if r.status_code == 200 else None
 
 

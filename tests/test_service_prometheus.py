@@ -22,7 +22,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
 import pytest
-from service_support import WAIT_S, wait_until
+from service_support import WAIT_S, http_get, wait_until
 
 from fleetplan.service.store import Store
 
@@ -98,7 +98,7 @@ def prometheus():
         end = time.monotonic() + WAIT_S  # a busy machine starts it slowly; it is ready when it answers
         while time.monotonic() < end and proc.poll() is None:
             try:
-                if httpx.get(base + "/-/ready", timeout=1).status_code == 200:
+                if http_get(base + "/-/ready", timeout=1).status_code == 200:
                     break
             except httpx.HTTPError:
                 pass
@@ -138,13 +138,13 @@ def test_serve_pulls_vllm_metrics_from_a_real_prometheus_on_replan(prometheus, t
         query = f'count_over_time(vllm:request_success_total{{model_name="{SERVED}"}}[10s])'
 
         def scrapes() -> float:
-            res = httpx.get(base_prom + "/api/v1/query", params={"query": query}, timeout=2).json()["data"]["result"]
+            res = http_get(base_prom + "/api/v1/query", params={"query": query}, timeout=2).json()["data"]["result"]
             return float(res[0]["value"][1]) if res else 0.0
 
         wait_until("12 scrapes of the exporter in Prometheus", lambda: scrapes() >= 12,
                    ignore=(httpx.HTTPError, KeyError, ValueError), poll_s=0.25)
         base = f"http://127.0.0.1:{port}"
-        wait_until("fleetplan serve healthy", lambda: httpx.get(base + "/healthz", timeout=1).status_code == 200,
+        wait_until("fleetplan serve healthy", lambda: http_get(base + "/healthz", timeout=1).status_code == 200,
                    proc=proc, ignore=(httpx.HTTPError,), poll_s=0.1)
         r = httpx.post(base + "/v1/replan", headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30)
         assert r.status_code == 200, r.text
@@ -154,7 +154,7 @@ def test_serve_pulls_vllm_metrics_from_a_real_prometheus_on_replan(prometheus, t
         # completions grow by 12/s and the queues are constant: demand ~ 12 req/s. Prometheus's increase()
         # extrapolates the 0.5-s scrapes to the 5-s window, so allow +-30%.
         assert 0.7 * RATE_REQ_PER_S <= row["demand_req_per_s"] <= 1.3 * RATE_REQ_PER_S, row
-        metrics = httpx.get(base + "/metrics", timeout=5).text
+        metrics = http_get(base + "/metrics", timeout=5).text
         assert "fleetplan_prometheus_errors_total 0.0" in metrics
     finally:
         with open(targets, "w") as f:

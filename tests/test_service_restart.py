@@ -10,7 +10,7 @@ import sys
 import threading
 
 import httpx
-from service_support import free_port, wait_until
+from service_support import free_port, http_get, wait_until
 
 from fleetplan.service.store import Store
 
@@ -28,7 +28,7 @@ def start(db: str, port: int, log) -> subprocess.Popen:
 def wait_healthy(base: str, proc: subprocess.Popen) -> dict:
     """The service's /healthz body once it answers 200 (polled; fails if the process exits)."""
     def healthy() -> dict | None:
-        r = httpx.get(base + "/healthz", timeout=1.0)
+        r = http_get(base + "/healthz", timeout=1.0)
         return r.json() if r.status_code == 200 else None
 
     return wait_until("the service healthy", healthy, proc=proc, ignore=(httpx.HTTPError,), poll_s=0.1)
@@ -83,7 +83,7 @@ def test_sigkill_and_restart_keeps_plan_and_acknowledged_observations(tmp_path):
     try:
         health = wait_healthy(base2, proc2)
         assert health["resumed"] is True and health["plan_id"] == plan["id"]
-        again = httpx.get(base2 + "/v1/plan", timeout=5).json()
+        again = http_get(base2 + "/v1/plan", timeout=5).json()
         assert again["replicas"] == plan["replicas"] and again["online"]["state"]["replicas"] == \
             plan["online"]["state"]["replicas"]
         stored = Store(db).observation_ids()

@@ -15,7 +15,7 @@ import sys
 
 import httpx
 import pytest
-from service_support import free_port, wait_until
+from service_support import free_port, http_get, wait_until
 
 schemathesis = pytest.importorskip("schemathesis", reason="schemathesis is a dev extra: pip install -e '.[dev]'")
 from hypothesis import HealthCheck, given, settings  # noqa: E402
@@ -43,7 +43,7 @@ def _serve(db: str, log) -> tuple[subprocess.Popen, str]:
                              "--resolve-time-limit", "5", "--log-level", "warning"],
                             env=env, stdout=log, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
-    wait_until("the service healthy", lambda: httpx.get(base + "/healthz", timeout=1).status_code == 200, proc=proc,
+    wait_until("the service healthy", lambda: http_get(base + "/healthz", timeout=1).status_code == 200, proc=proc,
                ignore=(httpx.HTTPError,), poll_s=0.1)
     return proc, base
 
