@@ -14,7 +14,7 @@ from fleetplan.datasets.calibration import load_calibration
 from fleetplan.datasets.catalog.names import get_gpu, get_model
 from fleetplan.datasets.traces import load_trace, token_mix_from_trace
 from fleetplan.errors import SolverError
-from fleetplan.scenario.tenants import load_tenants
+from fleetplan.scenario.tenants import load_tenants, tenant_engine
 
 SMALL = """
 name: small
@@ -202,9 +202,12 @@ tenants:
     assert r.exit_code == 0, r.output
     d = json.loads(r.stdout)
 
-    cap = replica_capacity(get_model("Llama-3.1-8B"), get_gpu("A100-SXM4-80GB"),
-                           token_mix_from_trace(load_trace("azure-conv")), SLO(2.0, 0.1), tp=1,
-                           calib=load_calibration("A100-SXM4-80GB")).req_per_s
+    # the tenant's replica runs vLLM's defaults for the GPU (tenant_engine: its token budget, not the planner's
+    # search over budgets)
+    a100 = get_gpu("A100-SXM4-80GB")
+    cap = replica_capacity(get_model("Llama-3.1-8B"), a100, token_mix_from_trace(load_trace("azure-conv")),
+                           SLO(2.0, 0.1), tp=1, calib=load_calibration("A100-SXM4-80GB"),
+                           engine=tenant_engine(a100)).req_per_s
     m = d["tenants"]["m"]
     assert m["demand_gpus"] == [0, 1] and m["derived_from"][0]["gpus"][1] == pytest.approx(3 / cap, abs=1e-6)
     assert d["allocation"]["m"] == {"1": {"a": 1}}
