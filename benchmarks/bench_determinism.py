@@ -50,6 +50,12 @@ load the safety stop cuts it as it cut the prefill-first plan.
 Again at 16:03 UTC (`--runs 3`; one helper's tests beside it): idle runs at load 3.1-3.5 $897.62/day, plan
 318e599d8039, optimal, no cut, 11.0-11.3 s; runs beside the 3 busy loops at load 3.5-5.5 the same plan, no cut,
 39.5-41.4 s of 60 s: identical in all 6, largest overrun -18.6 s.
+On 2 otherwise idle cores (2026-12-03 16:44 UTC, `--runs 5`, the vLLM V1 default): idle runs at load 1.0-1.3
+$897.62/day, plan 318e599d8039, optimal, no cut, 9.9-10.9 s; runs beside the 3 busy loops at load 1.3-4.1 the same
+plan, no cut, 38.4-41.5 s of 60 s: identical in all 10, largest overrun -18.5 s. The goal is met for V1 too.
+After the capacity model's revision (2026-12-03 18:34 UTC, `--runs 5`, idle cores): $887.78/day, plan
+b95932bcf0fc, optimal, no cut, 1.0-1.1 s idle (load 1.4-1.5) and 3.6-4.0 s beside the busy loops (load 1.5-2.2):
+identical in all 10, largest overrun -56.0 s (the revised capacities give a MILP HiGHS closes at its root).
 """
 
 from __future__ import annotations
