@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from scenario_support import two_gpu_8b
 
 from fleetplan.cli.main import main as cli
 from fleetplan.costmodels.capacity import replica_capacity, replica_capacity_from_latency
@@ -79,21 +80,7 @@ def test_scaled_slo_scales_every_target():
 # pessimistic end a step takes 10.96 / (1 - 0.234) = 14.3 ms on A100, above the 14 ms TPOT target at any rate, and
 # 7.17 / (1 - 0.202) = 9.0 ms on H100. The plain plan takes the cheaper A100; a robust plan cannot (a capacity
 # × (1 - e) alone would have kept it).
-SCENARIO = """
-name: pessimistic
-options: {window_length_s: 21600}
-sites:
-  - name: aws:us-east-1
-    inventory:
-      - {gpu: A100-80GB, nodes: 1, gpus_per_node: 8}
-      - {gpu: H100, nodes: 1, gpus_per_node: 8}
-models:
-  - name: Llama-3.1-8B
-    tp: [1]
-    slo: {ttft_p95_s: 1.5, tpot_p95_s: 0.014}
-    token_mix: {input_tokens_mean: 400, input_tokens_p95: 900, output_tokens_mean: 100, output_tokens_p95: 200}
-    demand: {rates: [1, 2, 3, 1]}
-"""
+SCENARIO = two_gpu_8b("pessimistic", tpot_p95_s=0.014, rates="[1, 2, 3, 1]")
 
 
 @pytest.fixture(scope="module")

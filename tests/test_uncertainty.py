@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from scenario_support import two_gpu_8b
 
 from fleetplan.cli.main import main as cli
 from fleetplan.costmodels.uncertainty import CapacityError, HeldOutError, group_errors, measured_error, roofline_error
@@ -99,21 +100,7 @@ def test_cost_at_risk_by_hand():
     assert robust_derating(errors) == {("m", "t:a/G", 1, 1): pytest.approx(0.8)}
 
 
-SCENARIO = """
-name: robust
-options: {window_length_s: 21600}
-sites:
-  - name: aws:us-east-1
-    inventory:
-      - {gpu: A100-80GB, nodes: 1, gpus_per_node: 8}
-      - {gpu: H100, nodes: 1, gpus_per_node: 8}
-models:
-  - name: Llama-3.1-8B
-    tp: [1]
-    slo: {ttft_p95_s: 1.5, tpot_p95_s: 0.1}
-    token_mix: {input_tokens_mean: 400, input_tokens_p95: 900, output_tokens_mean: 100, output_tokens_p95: 200}
-    demand: {rates: [2, 8, 16, 6]}
-"""
+SCENARIO = two_gpu_8b("robust")
 
 
 def test_robust_plan_costs_more_and_its_file_reads_back(tmp_path: Path):

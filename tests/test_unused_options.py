@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from scenario_support import two_gpu_8b
 
 from fleetplan.cli.main import main as cli
 from fleetplan.outputs.unused import categorize, options_not_used, summary_line
@@ -46,21 +47,7 @@ def test_not_chosen_options_carry_their_cost_per_capacity():
     assert summary_line(entries).startswith("options not used: 1 memory, 1 not_chosen")
 
 
-SCENARIO = """
-name: dropped
-options: {window_length_s: 21600}
-sites:
-  - name: aws:us-east-1
-    inventory:
-      - {gpu: A100-80GB, nodes: 1, gpus_per_node: 8}
-      - {gpu: H100, nodes: 1, gpus_per_node: 8}
-models:
-  - name: Llama-3.1-8B
-    tp: [1]
-    slo: {ttft_p95_s: 1.5, tpot_p95_s: 0.1}
-    token_mix: {input_tokens_mean: 400, input_tokens_p95: 900, output_tokens_mean: 100, output_tokens_p95: 200}
-    demand: {rates: [2, 4, 6, 3]}
-"""
+SCENARIO = two_gpu_8b("dropped", rates="[2, 4, 6, 3]")
 
 
 @pytest.mark.parametrize("slos", [{"percentile": 50, "ttft": 0.5, "tpot": 0.05},  # AIBrix's default: the mean
