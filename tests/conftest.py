@@ -6,15 +6,12 @@ import pytest
 
 from fleetplan.placement.plan import Plan
 from fleetplan.placement.problem import ModelSpec, Pool, Problem, ReplicaOption
+from fleetplan.service.runtime import load_problem
 
 
 @pytest.fixture(scope="session")
 def shipped():
     """(problem, loads) of the shipped default scenario as the re-planner service loads it (once per worker)."""
-    # Imported here, not at the top: pytest-xdist's controller loads this file but runs no test, and the service
-    # stack costs it ~2 CPU-s to import (no cycle is involved).
-    from fleetplan.service.runtime import load_problem
-
     return load_problem(None)
 
 
