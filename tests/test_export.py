@@ -145,6 +145,16 @@ def _docs(text: str) -> list[dict]:
 # ---------------------------------------------------------------------------------------------- tests
 
 
+def _planned_small(tmp_path: Path, text: str) -> Path:
+    """Plan the scenario ``text`` (a variant of the README's small one) into tmp_path/plan.json; its path."""
+    scen = tmp_path / "small.yaml"
+    scen.write_text(text)
+    plan = tmp_path / "plan.json"
+    r = CliRunner().invoke(main, ["plan", str(scen), "--out", str(plan), "--no-baselines"])
+    assert r.exit_code == 0, r.output
+    return plan
+
+
 def test_default_plan_fixture_is_valid():
     problem, plan, _ = default()
     assert validate(problem, plan).ok
@@ -626,12 +636,8 @@ def test_an_alias_with_other_weights_is_exported_with_its_own_checkpoint(tmp_pat
     # The README's small scenario naming Llama-3.1-8B-Instruct: planned as the catalog's Llama-3.1-8B (aliases.csv:
     # the same architecture), whose checkpoint meta-llama/Llama-3.1-8B holds the base weights. The export serves the
     # alias's own checkpoint (aliases.csv's hf_repo column), unless the deployment file names another.
-    scen = tmp_path / "small.yaml"
-    scen.write_text(SMALL.replace("name: Llama-3.1-8B\n", "name: Llama-3.1-8B-Instruct\n"))
-    assert "Llama-3.1-8B-Instruct" in scen.read_text()
-    plan = tmp_path / "plan.json"
-    r = CliRunner().invoke(main, ["plan", str(scen), "--out", str(plan), "--no-baselines"])
-    assert r.exit_code == 0, r.output
+    plan = _planned_small(tmp_path, SMALL.replace("name: Llama-3.1-8B\n", "name: Llama-3.1-8B-Instruct\n"))
+    assert "Llama-3.1-8B-Instruct" in (tmp_path / "small.yaml").read_text()
     out = tmp_path / "vllm.sh"
     r = CliRunner().invoke(main, ["export", "vllm", str(plan), "--out", str(out)])
     assert r.exit_code == 0, r.output
@@ -650,11 +656,7 @@ def test_an_alias_is_served_under_the_name_the_scenario_used(tmp_path):
     # (Llama-3.1-8B): --served-model-name is the scenario's name in both exports. The Kubernetes objects keep the
     # catalog name's DNS-label form in names and labels (the alias's own 'meta-llama/...' spelling would not be a
     # valid label value), and every manifest still validates; the Service says the served name in an annotation.
-    scen = tmp_path / "small.yaml"
-    scen.write_text(SMALL.replace("name: Llama-3.1-8B\n", "name: Llama-3.1-8B-Instruct\n"))
-    plan = tmp_path / "plan.json"
-    r = CliRunner().invoke(main, ["plan", str(scen), "--out", str(plan), "--no-baselines"])
-    assert r.exit_code == 0, r.output
+    plan = _planned_small(tmp_path, SMALL.replace("name: Llama-3.1-8B\n", "name: Llama-3.1-8B-Instruct\n"))
     r = CliRunner().invoke(main, ["export", "vllm", str(plan)])
     assert r.exit_code == 0, r.output
     assert "--served-model-name Llama-3.1-8B-Instruct " in r.output
@@ -684,9 +686,7 @@ def test_an_alias_is_served_under_the_name_the_scenario_used(tmp_path):
     r = CliRunner().invoke(main, ["export", "vllm", str(plan), "--deploy", str(deploy)])
     assert r.exit_code == 2 and "field 'models.Llama-3.1-8B'" in r.output and "both" in r.output, r.output
     # A name typed as the checkpoint's repository id is served as typed too (vLLM's own default served name).
-    scen.write_text(SMALL.replace("name: Llama-3.1-8B\n", "name: meta-llama/Llama-3.1-8B\n"))
-    r = CliRunner().invoke(main, ["plan", str(scen), "--out", str(plan), "--no-baselines"])
-    assert r.exit_code == 0, r.output
+    plan = _planned_small(tmp_path, SMALL.replace("name: Llama-3.1-8B\n", "name: meta-llama/Llama-3.1-8B\n"))
     r = CliRunner().invoke(main, ["export", "vllm", str(plan)])
     assert r.exit_code == 0 and "--served-model-name meta-llama/Llama-3.1-8B " in r.output, r.output
 
@@ -696,11 +696,7 @@ def test_schedule_of_a_short_horizon_names_the_windows(tmp_path):
     # refuses it naming the plan's windows, not window_length_s (3600 s is a whole number of minutes). Its last rate
     # doubled (24 req/s, above one H100 replica's 16.3 x 0.9 margin) so the replicas change between windows and the
     # export needs a schedule (at 12 req/s one replica holds all three windows and nothing is scheduled).
-    scen = tmp_path / "small.yaml"
-    scen.write_text(SMALL.replace("rates: [1.0, 4.0, 12.0]", "rates: [1.0, 4.0, 24.0]"))
-    plan = tmp_path / "plan.json"
-    r = CliRunner().invoke(main, ["plan", str(scen), "--out", str(plan), "--no-baselines"])
-    assert r.exit_code == 0, r.output
+    plan = _planned_small(tmp_path, SMALL.replace("rates: [1.0, 4.0, 12.0]", "rates: [1.0, 4.0, 24.0]"))
     r = CliRunner().invoke(main, ["export", "k8s", str(plan), "--out", str(tmp_path / "k8s")])
     assert r.exit_code == 2
     assert "3 windows of 3600 s = 3 h" in r.output and "n_windows" in r.output and "--window" in r.output
