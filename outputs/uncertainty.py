@@ -21,6 +21,7 @@ from fleetplan.datasets.catalog.models import model_hf_repo
 from fleetplan.errors import InputError
 from fleetplan.placement.plan import Plan
 from fleetplan.placement.problem import DeratingKey, Problem
+from fleetplan.scenario.uncertainty import step_time_factors
 
 _EPS = 1e-9
 
@@ -161,24 +162,20 @@ def stated_step_time_factors(plan_dict: dict[str, Any]) -> dict[DeratingKey, flo
     slower serves ``(1 − e)`` times the rate). Options without a stated error, or with 0, are left out (factor 1).
 
     Raises InputError naming the row and field for an error that is not a number in [0, 1)."""
-    out: dict[DeratingKey, float] = {}
+    stated: dict[DeratingKey, CapacityError] = {}
 
-    def factor(where: str, e: Any) -> float | None:
+    def error(where: str, e: Any) -> CapacityError:
         rel = e.get("relative") if isinstance(e, dict) else None
         if isinstance(rel, bool) or not isinstance(rel, (int, float)) or not 0 <= rel < 1:
             raise InputError(f"{where}.capacity_error.relative must be a number in [0, 1), got {rel!r}; "
                              "write the plan again with `fleetplan plan --out`", field=f"{where}.capacity_error",
                              value=rel)
-        return 1.0 / (1.0 - rel) if rel > 0 else None
+        return CapacityError(float(rel), str(e.get("basis", "")), "stated in the plan file")
 
     for i, r in enumerate(plan_dict.get("replicas") or []):
         if r.get("capacity_error") is not None:
-            f = factor(f"replicas[{i}]", r["capacity_error"])
-            if f is not None:
-                out[(r["model"], r["pool"], r["tp"], r["pp"])] = f
+            stated[(r["model"], r["pool"], r["tp"], r["pp"])] = error(f"replicas[{i}]", r["capacity_error"])
     for i, g in enumerate(plan_dict.get("shared_gpus") or []):
         for m, e in (g.get("capacity_error") or {}).items():
-            f = factor(f"shared_gpus[{i}][{m}]", e)
-            if f is not None:
-                out[(m, g["pool"], "shared", 1)] = f
-    return out
+            stated[(m, g["pool"], "shared", 1)] = error(f"shared_gpus[{i}][{m}]", e)
+    return step_time_factors(stated)  # the one home of 1 / (1 − e)
