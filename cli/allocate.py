@@ -96,7 +96,8 @@ def _tenant_json(t: Tenant) -> dict:
 
 def _splits_json(problem: TenantProblem, splits: dict[tuple[int, str], NodeSplit]) -> dict:
     """{window: {node: split}} for the shared nodes: MIG instances (compute slices, 7 per GPU) or MPS shares
-    (percent of one GPU), with each tenant's need, grant and shortfall in those units."""
+    (percent of one GPU), with each tenant's need, grant and shortfall in those units, and the whole GPUs a tenant
+    keeps out of the split for its tp ≥ 2 replicas (``whole_gpus``)."""
     gpu = {n.name: n.gpu for n in problem.nodes}
     out: dict = {}
     for (w, n), s in splits.items():
@@ -104,7 +105,7 @@ def _splits_json(problem: TenantProblem, splits: dict[tuple[int, str], NodeSplit
             "kind": s.kind, "gpu": gpu[n], "status": s.status.value,
             "unit": "compute slices (7 per GPU)" if s.kind == "mig" else "percent of one GPU",
             "needs": dict(s.needs), "granted": dict(s.granted), "unmet": dict(s.unmet),
-            "used_gpus": s.used_gpus, "shared_gpus": s.shared_gpus}
+            "used_gpus": s.used_gpus, "shared_gpus": s.shared_gpus, "whole_gpus": dict(s.whole)}
         if s.kind == "mig":
             d["instances"] = [{"gpu_index": g, "profile": p, "start_slot": st, "tenant": t} for g, p, st, t in s.parts]
         else:
@@ -115,26 +116,29 @@ def _splits_json(problem: TenantProblem, splits: dict[tuple[int, str], NodeSplit
 
 def _split_table(problem: TenantProblem, splits: dict[tuple[int, str], NodeSplit], split: str) -> Table:
     """One row per (split kind, GPU type): shared node-windows, MIG instances or MPS shares, GPUs used and shared
-    by two or more tenants, unmet compute (MIG slices or percent of a GPU); solver statuses in the title."""
+    by two or more tenants, GPUs kept whole for tp ≥ 2 replicas, unmet compute (MIG slices or percent of a GPU);
+    solver statuses in the title."""
     from rich.table import Table
 
     gpu = {n.name: n.gpu for n in problem.nodes}
     rows: dict[tuple[str, str], list[int]] = {}
     statuses = set()
     for (_w, n), s in splits.items():
-        r = rows.setdefault((s.kind, gpu[n]), [0, 0, 0, 0, 0])
-        for i, v in enumerate((1, len(s.parts), s.used_gpus, s.shared_gpus, sum(s.unmet.values()))):
+        r = rows.setdefault((s.kind, gpu[n]), [0, 0, 0, 0, 0, 0])
+        for i, v in enumerate((1, len(s.parts), s.used_gpus, s.shared_gpus, sum(s.whole.values()),
+                               sum(s.unmet.values()))):
             r[i] += v
         statuses.add(s.status.value)
     st = f"; {', '.join(sorted(statuses))}" if statuses else ""
-    tab = Table(title=f"In-node split, --split {split}{st} (per node and window in JSON)")
-    for c in ("split", "GPU type", "node-windows", "parts", "GPUs used", "shared", "unmet"):
+    tab = Table(title=f"In-node split, --split {split}{st} (whole: GPUs kept whole for tp ≥ 2 replicas; per node and "
+                      "window in JSON)")
+    for c in ("split", "GPU type", "node-windows", "parts", "GPUs used", "shared", "whole", "unmet"):
         tab.add_column(c, justify="right", overflow="fold")
-    for (kind, g), (nw, parts, used, shared, unmet) in sorted(rows.items()):
-        tab.add_row(kind.upper(), g, str(nw), str(parts), str(used), str(shared),
+    for (kind, g), (nw, parts, used, shared, whole, unmet) in sorted(rows.items()):
+        tab.add_row(kind.upper(), g, str(nw), str(parts), str(used), str(shared), str(whole),
                     f"{unmet} {'slices' if kind == 'mig' else '%'}")
     if not rows:
-        tab.add_row("-", "no node is shared", "0", "0", "0", "0", "0")
+        tab.add_row("-", "no node is shared", "0", "0", "0", "0", "0", "0")
     return tab
 
 

@@ -113,6 +113,9 @@ class Tenant:
         gpu_types: GPU types the tenant can run on; empty means any.
         models: when the demand was derived from models and request rates (:func:`demand_from_models`), how each
             model contributes; empty when demand_gpus was given directly. Informational (not compared).
+        replica_tp: GPUs per replica of what a tenant that gives demand_gpus serves (its ``replay`` model's tp;
+            1 when it names none): at tp ≥ 2 its demand runs on whole GPUs, never on a MIG or MPS slice
+            (``fleetplan.solvers.tenants.slicing.whole_gpus``). A tenant with ``models`` has each model's tp there.
     """
 
     name: str
@@ -124,6 +127,7 @@ class Tenant:
     interference_class: str
     gpu_types: tuple[str, ...] = ()
     models: tuple[ModelDemand, ...] = field(default=(), compare=False)
+    replica_tp: int = 1
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -147,6 +151,9 @@ class Tenant:
                         fix="give GPUs wanted in that window")
         if not self.interference_class:
             raise InputError(f"{src}: interference_class is empty", field="interference_class")
+        if not isinstance(self.replica_tp, int) or isinstance(self.replica_tp, bool) or not 1 <= self.replica_tp <= 64:
+            raise InputError(f"{src}: replica_tp must be a whole number of GPUs 1..64, got {self.replica_tp!r}",
+                             field="replica_tp", value=self.replica_tp)
 
     def guaranteed(self, w: int) -> float:
         """GPUs guaranteed in window ``w``: min(quota_gpus, demand_gpus[w])."""

@@ -204,7 +204,7 @@ def problem_from_dict(data: Mapping, *, source: str = "scenario") -> TenantProbl
                 name=t.name, quota_gpus=t.quota_gpus,
                 burst_gpus=t.burst_gpus if t.burst_gpus is not None else t.quota_gpus, weight=t.weight,
                 demand_gpus=tuple(d), sla_target=t.sla_target, interference_class=t.interference_class,
-                gpu_types=types, models=derived))
+                gpu_types=types, models=derived, replica_tp=t.replay.tp if t.replay is not None else 1))
         except InputError as exc:
             msg = exc.message.removeprefix(f"tenant {t.name}: ")  # the Tenant's own source already names it
             raise InputError(f"tenant {t.name}: {msg}", source=source,

@@ -295,8 +295,9 @@ def replay_allocation(problem: TenantProblem, allocation: Allocation,
         seed: request seed (the same for every policy: the same requests).
         rate_scale: {(tenant, window): factor} on the tenant's rates there (a burst); default 1.
         splits: {(window, node): NodeSplit} (:func:`~fleetplan.solvers.tenants.slicing.split_allocation`): on those
-            node-windows the tenants run on their MIG instances or MPS shares (:class:`Slice`) instead of whole
-            GPUs slowed by the node coefficient (one-level only).
+            node-windows the tenants run on their MIG instances or MPS shares (:class:`Slice`), and on the whole
+            GPUs the split leaves a tenant for its tp ≥ 2 replicas (``NodeSplit.whole``, not slowed), instead of
+            whole GPUs slowed by the node coefficient (one-level only).
         in_node: 'one-level' (each tenant's replicas serve it FCFS) or 'two-level' (on shared nodes, pools per
             model scheduled by tenant weight, with preemption; module docstring).
         engine: the engine every replica runs (resolved for its GPU); None: the one its capacity was sized for
@@ -340,10 +341,12 @@ def replay_allocation(problem: TenantProblem, allocation: Allocation,
         # two-level: the tenants on each shared node that send each pooled model ('model/tp')
         pool_of = {(n, _pool(x)): frozenset(t for t in held if any(_pool(y) == _pool(x) for y in workloads.get(t, ())))
                    for n, held in by_node.items() if len(held) >= 2 for tn in held for x in workloads.get(tn, ())}
-        split_here = {n: split_slices(problem, n, sp) for (ww, n), sp in (splits or {}).items()
-                      if ww == w and n in by_node}
+        splits_wn = {n: sp for (ww, n), sp in (splits or {}).items() if ww == w and n in by_node}
+        split_here = {n: split_slices(problem, n, sp) for n, sp in splits_wn.items()}
         for tname, wls in workloads.items():
-            mine = sorted((n, held[tname]) for n, held in by_node.items() if held.get(tname) and n not in split_here)
+            # Whole GPUs: the tenant's on unsplit nodes, and those a split leaves it whole for tp >= 2 replicas.
+            mine = sorted((n, held[tname] if n not in split_here else splits_wn[n].whole.get(tname, 0))
+                          for n, held in by_node.items() if held.get(tname))
             needs = {_key(x): (x.tp, x.rates_req_per_s[w] * scale.get((tname, w), 1.0) / x.replica_req_per_s * x.tp)
                      for x in wls}
             given: dict[str, float] = {}
@@ -351,7 +354,8 @@ def replay_allocation(problem: TenantProblem, allocation: Allocation,
             out.idle_gpus += idle
             by_key = {_key(x): x for x in wls}
             for node, k in reps:
-                x, s = by_key[k], coef.get(node, 0.0)
+                # A split node's whole GPUs hold one tenant each, isolated like its MIG instances: no slowdown.
+                x, s = by_key[k], (0.0 if node in split_here else coef.get(node, 0.0))
                 gpu = nodes[node].gpu
                 sm = steps.get(x.model, gpu, x.tp, prefill_x=1 / (1 - s), decode_x=1 / (1 - s))
                 if sm is None:

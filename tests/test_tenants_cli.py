@@ -175,9 +175,10 @@ def test_split_table_summary(tmp_path):
     sc.write_text(SPLIT)
     r = CliRunner().invoke(main, ["allocate", str(sc), "--backend", "cpsat"])
     assert r.exit_code == 0, r.output
-    # One shared node-window, 7 MIG instances on 7 GPUs, none shared, nothing unmet.
+    # One shared node-window, 7 MIG instances on 7 GPUs, none shared, none kept whole (no tenant at tp >= 2),
+    # nothing unmet.
     row = next(line for line in r.stdout.splitlines() if "MIG" in line and "H100" in line)
-    assert [c.strip() for c in row.strip("│ ").split("│")][2:] == ["1", "7", "7", "0", "0 slices"]
+    assert [c.strip() for c in row.strip("│ ").split("│")][2:] == ["1", "7", "7", "0", "0", "0 slices"]
     r = CliRunner().invoke(main, ["allocate", str(sc), "--backend", "cpsat", "--split", "none"])
     assert r.exit_code == 0 and "In-node split" not in r.stdout
 

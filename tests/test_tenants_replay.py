@@ -17,7 +17,7 @@ from fleetplan.datasets.calibration import load_calibration
 from fleetplan.datasets.catalog.names import get_gpu, get_model
 from fleetplan.errors import InputError
 from fleetplan.placement.status import Status
-from fleetplan.placement.tenants import Allocation, Node, Tenant, TenantProblem, validate_allocation
+from fleetplan.placement.tenants import Allocation, ModelDemand, Node, Tenant, TenantProblem, validate_allocation
 from fleetplan.scenario.tenants import TenantWorkload
 from fleetplan.simulator.tenants import (
     _quantile,
@@ -28,7 +28,7 @@ from fleetplan.simulator.tenants import (
     split_slices,
     with_burst,
 )
-from fleetplan.solvers.tenants.slicing import NodeSplit
+from fleetplan.solvers.tenants.slicing import NodeSplit, split_allocation, whole_gpus
 
 GPU = "H100-SXM-80GB"
 
@@ -172,3 +172,42 @@ def test_allocate_verify_cli(tmp_path):
     assert r.exit_code != 0 and "zz" in r.output
     r = CliRunner().invoke(main, ["allocate", str(f), "--verify", "--verify-windows", "7"])
     assert r.exit_code != 0 and "outside" in r.output
+
+
+def test_a_tp2_tenant_keeps_whole_gpus_on_a_split_node_and_its_replica_serves():
+    """Tenant c serves a tp-2 model needing 2 GPUs and a tp-1 model needing 0.5 GPU (demand 2.5), holding 3 GPUs of
+    an 8-GPU A100 node it shares with b (2 GPUs, demand 2). Its need there: 3 × min(1, 2.5 / 3) = 2.5 GPUs; the tp-2
+    part: 2.5 × 2 / 2.5 = 2 -> one tp-2 replica, 2 whole GPUs; the 0.5 left: ceil(7 × 0.5) = 4 MIG compute slices.
+    Before, all 2.5 GPUs were sliced (18 slices), slices serve tp-1 models only, and every request of the tp-2 model
+    was dropped (the shipped copilot tenant's 89.8% SLO attainment under --split auto, 100.0% now)."""
+    a100 = "A100-SXM4-80GB"
+    table = InterferenceTable({("interactive", "batch"): 0.2, ("interactive", "interactive"): 0.0,
+                               ("batch", "batch"): 0.0})
+    c = Tenant("c", 1, 8, 1.0, (2.5,), 0.9, "interactive",
+               models=(ModelDemand("Qwen2.5-7B", a100, 2, 8.0, (4.0,), (2.0,)),
+                       ModelDemand("Llama-3.1-8B", a100, 1, 10.0, (5.0,), (0.5,))))
+    b = Tenant("b", 1, 8, 1.0, (2.0,), 0.9, "batch")
+    problem = TenantProblem((Node("n0", a100, 8),), (c, b), table)
+    alloc = Allocation("opt", {("c", 0, "n0"): 3, ("b", 0, "n0"): 2})
+    validate_allocation(problem, alloc, check_guarantees=False)
+    sp = split_allocation(problem, alloc, kind="mig")[0, "n0"]
+    assert dict(sp.whole) == {"c": 2}
+    assert sp.needs == {"b": 14, "c": 4}  # b: ceil(7 × 2) = 14 slices; c: ceil(7 × 0.5) = 4
+    assert sp.used_gpus <= 8 - 2 and sum(sp.unmet.values()) == 0
+    # A tenant holding fewer GPUs than its tp keeps none whole (no tp-2 replica fits on 1 GPU).
+    assert whole_gpus(problem, Allocation("x", {("c", 0, "n0"): 1, ("b", 0, "n0"): 2}), 0, "n0",
+                      {"c": 1.0, "b": 2.0}) == {}
+    # A tenant given in GPUs with a tp-2 replay model keeps all its need whole, rounded up to replicas: 3 GPUs
+    # held, need 2.5 -> ceil(2.5 / 2) × 2 = 4, capped at 3 // 2 × 2 = 2.
+    c2 = Tenant("c", 1, 8, 1.0, (2.5,), 0.9, "interactive", replica_tp=2)
+    p2 = replace(problem, tenants=(c2, b))
+    assert whole_gpus(p2, alloc, 0, "n0", {"c": 2.5, "b": 2.0}) == {"c": 2}
+
+    # Replayed: both of c's models get replicas; the tp-2 one on the whole GPUs (not slowed: no neighbour there).
+    mix = TokenMix(512, 512, 1, 1, lengths=(np.array([512]), np.array([1])))
+    wl = {"c": (TenantWorkload("c", "Qwen2.5-7B", a100, 2, mix, SLO(1.0, 0.1), 8.0, (0.05,)),
+                TenantWorkload("c", "Llama-3.1-8B", a100, 1, mix, SLO(1.0, 0.1), 10.0, (0.05,)))}
+    r = replay_allocation(problem, alloc, wl, windows=[0], slice_s=400, warmup_s=0, seed=1,
+                          splits={(0, "n0"): sp}).tenants["c"]
+    assert r.requests > 0 and r.dropped == 0 and r.attainment == 1.0
+    assert r.replicas >= 2 and r.slowed == r.replicas - 1  # the slices count as slowed, the whole-GPU replica not

@@ -42,6 +42,9 @@ class NodeSplit:
         used_gpus: GPUs holding at least one instance or share.
         cut_by_clock: the wall-clock safety stop ended the search before its effort budget (the split may then
             differ on another machine).
+        whole: {tenant: whole GPUs of the node it keeps out of the split}, for its replicas at tp ≥ 2: a replica
+            spans tp whole GPUs, and a MIG instance or an MPS share is a part of one GPU
+            (:func:`whole_gpus`). The split's parts cover the node's other GPUs.
     """
 
     kind: str
@@ -53,6 +56,7 @@ class NodeSplit:
     needs: Mapping[str, int] = field(default_factory=dict)
     used_gpus: int = 0
     cut_by_clock: bool = False
+    whole: Mapping[str, int] = field(default_factory=dict)
 
 
 #: Effort budget of one in-node split (one MIG or MPS case), CP-SAT deterministic time units. Measured on the
@@ -273,6 +277,42 @@ def split_kind(kind: str, gpu: str) -> str:
     return kind
 
 
+def whole_gpus(problem: TenantProblem, allocation: Allocation, w: int, node: str, need: Mapping[str, float]
+               ) -> dict[str, int]:
+    """{tenant: whole GPUs it keeps out of ``node``'s split in window ``w``} for tenants whose demand was derived from
+    models (``Tenant.models``) with some at tp ≥ 2, or given in GPUs for a replica at tp ≥ 2 (``Tenant.replica_tp``:
+    all its need); ``need`` is :func:`node_needs`' {tenant: GPUs needed there}.
+
+    A tenant's need on the node is cut in the proportion of its tp ≥ 2 models' GPUs (whole replicas,
+    ``ModelDemand.gpus``) to all its models' GPUs in the window; that part is rounded up to whole replicas of its
+    smallest tp ≥ 2 and capped at the largest multiple of that tp the tenant holds on the node. Example (the shipped
+    tenants file, copilot in window 14): a tp-2 Qwen2.5-7B needing 4 GPUs and a tp-1 Llama-3.1-8B needing 0.59,
+    holding 5 GPUs on one node: 4.59 × 4 / 4.59 = 4 whole GPUs (two tp-2 replicas); 0.59 GPUs left to slice.
+    Before this, the split sliced the whole need and slices serve tp-1 models only, so the tp-2 model had no replica
+    on a split node (copilot met its SLO for 89.8% of requests in ``allocate --verify``, 99.9% with ``--split none``).
+    """
+    held = allocation.by_node(w).get(node, {})
+    out: dict[str, int] = {}
+    for t, v in sorted(need.items()):
+        tenant = problem.tenant(t)
+        multi = [m for m in tenant.models if m.tp >= 2]
+        if multi:
+            tp = min(m.tp for m in multi)
+            big = sum(m.gpus[w] for m in multi)
+            total = sum(m.gpus[w] for m in tenant.models)
+        elif not tenant.models and tenant.replica_tp >= 2:  # demand in GPUs, served at tp >= 2: all of it whole
+            tp, big, total = tenant.replica_tp, 1.0, 1.0
+        else:
+            continue
+        if v <= 0 or big <= 0 or total <= 0:
+            continue
+        want = math.ceil(v * big / total / tp - 1e-9) * tp
+        keep = min(want, held.get(t, 0) // tp * tp)
+        if keep > 0:
+            out[t] = keep
+    return out
+
+
 def node_needs(problem: TenantProblem, allocation: Allocation, w: int, node: str) -> dict[str, float]:
     """GPUs each tenant needs on ``node`` in window ``w``: its GPUs there × min(1, demand / GPUs it holds in the
     window), i.e. its demand spread over its GPUs in proportion (a tenant holding 3 GPUs for a demand of 2.5 needs
@@ -313,12 +353,13 @@ def split_allocation(problem: TenantProblem, allocation: Allocation, *, kind: st
     Allocation`): {(window, node): NodeSplit} for nodes held by two or more tenants in that window (a node held
     by one tenant gives it whole GPUs: nothing to split). Empty for ``kind`` 'none'.
 
-    Needs come from :func:`node_needs` (GPUs, fractional). MIG (:func:`split_mig`): ceil(7 × need) compute slices
-    of 7 per GPU. MPS (:func:`split_mps`): the need in GPUs, shares in 5% steps, with the pair's interference
-    coefficient kept free on a GPU two tenants share. Identical cases are solved once, each within the effort
-    budget ``effort`` × SPLIT_UNITS_PER_CASE CP-SAT units (the same splits on any machine and load);
-    ``time_limit_s`` is a wall-clock safety stop for them all (a split it cuts has ``cut_by_clock``; a case it
-    leaves without a split raises SolverError naming it). Raises InputError for a bad ``kind``, 'mig' on a GPU
+    Needs come from :func:`node_needs` (GPUs, fractional); a tenant's tp ≥ 2 replicas keep whole GPUs out of the split
+    (:func:`whole_gpus`, ``NodeSplit.whole``), and the rest of its need is split on the node's other GPUs. MIG
+    (:func:`split_mig`): ceil(7 × need) compute slices of 7 per GPU. MPS (:func:`split_mps`): the need in GPUs, shares
+    in 5% steps, with the pair's interference coefficient kept free on a GPU two tenants share. Identical cases are
+    solved once, each within the effort budget ``effort`` × SPLIT_UNITS_PER_CASE CP-SAT units (the same splits on any
+    machine and load); ``time_limit_s`` is a wall-clock safety stop for them all (a split it cuts has ``cut_by_clock``;
+    a case it leaves without a split raises SolverError naming it). Raises InputError for a bad ``kind``, 'mig' on a GPU
     type without MIG profiles, or an ``effort`` that is not > 0.
     """
     if not (isinstance(effort, int | float) and math.isfinite(effort) and effort > 0):
@@ -329,21 +370,25 @@ def split_allocation(problem: TenantProblem, allocation: Allocation, *, kind: st
     nodes = {n.name: n for n in problem.nodes}
     kinds = {g: split_kind(kind, g) for g in {n.gpu for n in problem.nodes}}
     todo: dict[tuple[int, str], _MigCase | _MpsCase] = {}
+    whole: dict[tuple[int, str], dict[str, int]] = {}
     for w in range(problem.n_windows):
         for n, held in allocation.by_node(w).items():
             if len(held) < 2:
                 continue
             node = nodes[n]
             need = node_needs(problem, allocation, w, n)
+            whole[(w, n)] = keep = whole_gpus(problem, allocation, w, n, need)
+            rest = {t: max(0.0, v - keep.get(t, 0)) for t, v in need.items()}
+            sliced = node.gpus - sum(keep.values())
             k = kinds[node.gpu]
             if k == "mig":
-                todo[(w, n)] = _MigCase(node.gpu, node.gpus,
-                                        tuple(sorted((t, math.ceil(7 * v - 1e-9)) for t, v in need.items())))
+                todo[(w, n)] = _MigCase(node.gpu, sliced,
+                                        tuple(sorted((t, math.ceil(7 * v - 1e-9)) for t, v in rest.items())))
             else:
-                ts = sorted(need)
+                ts = sorted(rest)
                 coef = tuple(((a, b), problem.pair_coefficient(problem.tenant(a), problem.tenant(b)))
                              for i, a in enumerate(ts) for b in ts[i + 1:])
-                todo[(w, n)] = _MpsCase(node.gpu, node.gpus, tuple(sorted((t, round(v, 6)) for t, v in need.items())),
+                todo[(w, n)] = _MpsCase(node.gpu, sliced, tuple(sorted((t, round(v, 6)) for t, v in rest.items())),
                                         coef)
     distinct = sorted(set(todo.values()), key=repr)
     units = effort * SPLIT_UNITS_PER_CASE
@@ -360,4 +405,4 @@ def split_allocation(problem: TenantProblem, allocation: Allocation, *, kind: st
         else:
             solved[key] = split_mps(key.gpus, dict(key.needs), dict(key.coefficients), time_limit_s=left,
                                     threads=threads, deterministic_time=units)
-    return {wn: solved[key] for wn, key in sorted(todo.items())}
+    return {wn: replace(solved[key], whole=whole[wn]) for wn, key in sorted(todo.items())}
