@@ -125,7 +125,13 @@ def test_migration_budget_caps_a_round_and_the_rest_is_reported_unmet():
     # needs ceil(50 / 9) = 6, budget allows 1 + 2 = 3 -> usable 27, unmet 50 - 27 = 23
     assert res.migrations == 2 and res.plan.replicas[("a", "t:r1/X", 1, 1)] == (3,)
     assert res.unmet_req_per_s["a"] == pytest.approx(23.0)
-    assert res.report.ok  # checked against the 27 req/s it commits to
+    # The plan's window demand is the forecast, and the 23 req/s it cannot cover are its unserved demand (a
+    # best-effort plan, served + unserved = demand): the plan record says what unmet_req_per_s says. Before, its
+    # demand was the 27 req/s it covers, and the stored plan read as fully served.
+    assert res.problem.models[0].demand_req_per_s == (50.0,)
+    assert res.plan.unserved_req_per_s == {"a": (pytest.approx(23.0),)} and res.plan.best_effort
+    assert "unserved a 23.00 of 50.00 req/s" in res.plan.message
+    assert res.report.ok  # checked against the 50 req/s forecast, 23 of it declared unserved
     assert r.round(3.0).plan.replicas[("a", "t:r1/X", 1, 1)] == (5,)  # next round: 2 more
 
 

@@ -1002,9 +1002,14 @@ class Replanner:
         if forecast is None:
             forecast = {m: self.forecaster.forecast(m, w, at_s) for m in self.models}
         plan, unmet = self._plan(forecast, at_s)
-        plan = replace(plan, backend=f"online-{reason}")
-        committed = {m: forecast[m] - unmet[m] for m in self.models}
-        problem = window_problem(self.fleet, committed)
+        # The window's demand is the forecast; what the placement cannot cover is the plan's unserved demand, so the
+        # plan record (served + unserved = demand, best_effort) says what `online.unmet_req_per_s` says.
+        short = {m: u for m, u in sorted(unmet.items()) if u > 0}
+        plan = replace(plan, backend=f"online-{reason}", unserved_req_per_s={m: (u,) for m, u in short.items()},
+                       message="" if not short else "the placement cannot cover the forecast (pool capacity, the "
+                       "migration budget or a higher-priority model): unserved " + ", ".join(
+                           f"{m} {u:.2f} of {forecast[m]:.2f} req/s" for m, u in short.items()))
+        problem = window_problem(self.fleet, forecast)
         ev = evaluate(problem, plan)
         plan = replace(plan, objective_usd=ev.total_usd)
         report = validate(problem, plan)
