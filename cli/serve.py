@@ -181,9 +181,11 @@ def serve(config_file: str | None, **given: Any) -> None:
         # before the database is migrated and the lease taken: a misspelt plan file costs nothing
         raise InputError(f"no plan file {settings.plan_file}; give the file `fleetplan plan --out` wrote",
                          field="--plan", value=settings.plan_file)
+    # A URL that is not one is the user's mistake whatever the port: said before the port check (which a running
+    # `fleetplan serve` would answer first).
+    new_db = sqlite_path(settings.db_url)
     check_port(settings.host, settings.port)
     # A start that fails (a plan file that does not fit, an unreachable cluster) leaves no new database behind.
-    new_db = sqlite_path(settings.db_url)
     if new_db is not None and new_db.exists():
         new_db = None
     app = None

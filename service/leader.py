@@ -125,6 +125,11 @@ class Lease:
         self.renewed_s = now
         return True
 
+    def expired(self) -> bool:
+        """True when the held lease ran out by this process's clock: ``ttl_s`` since its last renewal (another
+        replica may have taken it since)."""
+        return self.epoch is not None and self.clock() >= self.renewed_s + self.ttl_s
+
     def due(self) -> bool:
         """True when the held lease should be renewed now (a third of ``ttl_s`` since the last renewal)."""
         return self.epoch is not None and self.clock() >= self.renewed_s + self.ttl_s / 3

@@ -141,6 +141,8 @@ class Busy(FleetplanError):
 
 #: seconds between retention passes of the loop
 RETENTION_EVERY_S = 600.0
+#: While the lease or the follow of the database keeps failing, its error is logged at most this often, seconds.
+LEASE_ERROR_LOG_S = 30.0
 
 #: Outcomes of a full re-solve (the ``outcome`` label of fleetplan_resolves_total).
 RESOLVE_OUTCOMES = ("adopted", "kept", "infeasible", "failed")
@@ -478,8 +480,12 @@ class ReplanService:
                 if tenant not in live[m]:
                     live[m].add(tenant)
                     if len(live[m]) > cap:
+                        first = fc.first_expiry_s(m, now)
+                        wait = (f"wait {first:.0f} s for the first silent one to expire" if first is not None
+                                else "wait for silent ones to expire")
                         raise InputError(f"{m} already has {cap} live tenant labels (the cap); reuse a label or "
-                                         f"wait {s.online.tenant_ttl_s:g} s for silent ones to expire",
+                                         f"{wait} (a label expires after 3 of its own reporting intervals, at most "
+                                         f"{s.online.tenant_ttl_s:g} s)",
                                          field=f"observations[{i}].tenant", value=tenant)
                 interval = float(o["interval_s"])
                 span = interval if prev is None or prev >= at else max(interval, at - prev)
@@ -855,7 +861,19 @@ class ReplanService:
                 self._follow()
         except Exception as exc:  # noqa: BLE001 - a database outage: the lease is retried at the next tick
             self.counters["loop_errors"] += 1
-            log.error("lease or follow failed: %s", exc)
+            # Logged when the cause changes and at most every LEASE_ERROR_LOG_S while it lasts (every tick, 0.5 s,
+            # logged 54 lines in 30 s of a full disk); every failure is counted (fleetplan_loop_errors_total).
+            why = _first_line(exc)
+            if why != state.get("lease_error") or now_s >= state.get("lease_error_logged", 0.0) + LEASE_ERROR_LOG_S:
+                log.error("lease or follow failed: %s", why)
+                state["lease_error"], state["lease_error_logged"] = why, now_s
+            if self.lease.held and self.lease.expired():
+                # It could not be renewed before it ran out: another replica may lead now. Fencing keeps this one
+                # from committing either way; stepping down keeps it from saying it leads.
+                self._step_down(f"the lease expired {self.lease.ttl_s:g} s after its last renewal, which the "
+                                f"database refused ({why}); it is taken again once the database answers")
+            return self.lease.held
+        state.pop("lease_error", None)
         return self.lease.held
 
     def _tick_retention(self, now_s: float, state: dict) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+import time
 import warnings
 
 from service_support import AUTH, TOKEN, Clock, M, wait_until
@@ -123,7 +124,7 @@ def test_locked_database_leaves_memory_and_database_together(shipped, tmp_path):
 def test_the_loop_survives_any_exception_and_counts_it(shipped, tmp_path):
     clock = Clock()
     problem, loads = shipped
-    s = ServiceSettings(db_url=f"sqlite:///{tmp_path / 'x.db'}", token=TOKEN, interval_s=0.2, resolve_every_s=0)
+    s = ServiceSettings(db_url=f"sqlite:///{tmp_path / 'x.db'}", token=TOKEN, interval_s=1, resolve_every_s=0)
     svc = ReplanService(s, problem, loads, clock=clock)
     calls = {"n": 0}
     real_round = type(svc.replanner).round
@@ -143,3 +144,37 @@ def test_the_loop_survives_any_exception_and_counts_it(shipped, tmp_path):
             assert c.get("/healthz").status_code == 200
     finally:
         type(svc.replanner).round = real_round
+
+
+def test_a_leader_that_cannot_renew_its_lease_steps_down_once_it_expires(shipped, tmp_path, caplog):
+    """A leader whose database refuses writes (another process holds SQLite's write lock) cannot renew its lease.
+    Before, it said role 'leader' with a negative expires_in_s (a fresh user saw -16.7 s on a full disk) while a
+    standby could take the lease; and it logged the failure at every 0.5-s tick."""
+    path = tmp_path / "lease.db"
+    clock = Clock(time.time())  # the lease row was written on the real clock: start the test's there
+    client, svc = make(shipped, f"sqlite:///{path}", clock=clock, db_timeout_s=0.2, lease_ttl_s=15)
+    svc.lease.clock = lambda: clock.t  # the lease's expiry on the test's clock
+    with client as c:
+        svc.lease.renewed_s = clock.t
+        assert svc.role == "leader"
+        other = sqlite3.connect(path, timeout=0)
+        other.execute("BEGIN IMMEDIATE")  # another process holds the write lock: renewals fail
+        state: dict = {}
+        try:
+            clock.t += 6  # renewal due (15 / 3 = 5 s) but fails; the lease still runs 9 s by its own clock
+            svc.tick(clock.t, state)
+            assert svc.role == "leader"
+            clock.t += 1
+            svc.tick(clock.t, state)  # the same failure within LEASE_ERROR_LOG_S: counted, not logged again
+            clock.t += 9  # 16 s since the last renewal > 15: it may have been taken over
+            svc.tick(clock.t, state)
+            assert svc.role == "standby" and c.get("/v1/leader").json()["role"] == "standby"
+            assert c.post("/v1/replan", headers=AUTH).status_code == 503
+        finally:
+            other.rollback()
+            other.close()
+        logged = [r for r in caplog.records if "lease or follow failed" in r.getMessage()]
+        assert len(logged) == 1 and svc.counters["loop_errors"] == 3
+        clock.t += 1
+        svc.tick(clock.t, state)  # the database answers again: the expired lease is taken again
+        assert svc.role == "leader"

@@ -158,6 +158,9 @@ def test_tenant_labels_are_capped_and_silent_ones_expire(shipped, tmp_path):
         assert post(c, *items).status_code == 202
         r = post(c, {"model": M, "tenant": "one-too-many", "interval_s": 60, "arrivals": 6, "at_s": clock.t})
         assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "observations", 0, "tenant"]
+        # the wait it names is when the first silent label goes: 3 intervals of 60 s = 180 s, not tenant_ttl_s (a
+        # fresh user read "wait 900 s" for labels that expired in 180 s)
+        assert "wait 180 s for the first silent one to expire" in r.json()["detail"][0]["msg"], r.json()
         clock.t += ttl + 1
         assert post(c, {"model": M, "tenant": "one-too-many", "interval_s": 60, "arrivals": 6,
                         "at_s": clock.t}).status_code == 202
@@ -243,7 +246,8 @@ def test_database_url_from_env_or_file_and_never_printed_with_its_password(tmp_p
     monkeypatch.setenv("FLEETPLAN_TOKEN", TOKEN)
     # port 1 on loopback: nothing listens, so the store cannot open; the error names the URL without the password
     monkeypatch.setenv("FLEETPLAN_DB_URL", "postgresql://fp:s3cretpw@127.0.0.1:1/db")
-    r = CliRunner().invoke(main, ["serve", "--interval", "0", "--resolve-every", "0"])
+    # a free port: a `fleetplan serve` a user left running on the default 8080 would be reported first
+    r = CliRunner().invoke(main, ["serve", "--interval", "0", "--resolve-every", "0", "--port", str(free_port())])
     assert r.exit_code == 2 and "s3cretpw" not in r.output and "fp:***@127.0.0.1:1" in r.output, r.output
     monkeypatch.delenv("FLEETPLAN_DB_URL")
     url_file = tmp_path / "db.url"

@@ -179,6 +179,17 @@ class Forecaster:
         last = self.latest.get(key)
         return last is not None and (ref is None or ref - last[1] <= self._ttl(last[2]))
 
+    def first_expiry_s(self, model: str, now_s: float | None = None) -> float | None:
+        """Seconds from ``now_s`` (default: the newest observation time) until the first live tenant label of
+        ``model`` expires if it stays silent (3 of its own reporting intervals, at most ``tenant_ttl_s``); None
+        without a live label."""
+        ref = self._now(now_s)
+        ends = [last[1] + self._ttl(last[2]) for t in self.latest.tenants_of(model)
+                if self._live((model, t), now_s) and (last := self.latest.get((model, t))) is not None]
+        if not ends:
+            return None
+        return max(0.0, min(ends) - (ref if ref is not None else min(ends)))
+
     def tenants(self, model: str, now_s: float | None = None) -> set[str]:
         """Live tenant labels of ``model`` at ``now_s`` (default: the newest observation time)."""
         return {t for t in self.latest.tenants_of(model) if self._live((model, t), now_s)}
@@ -268,8 +279,12 @@ class Forecaster:
         if not self._live(key, now):
             live = self.tenants(model, now) - {tenant}
             if len(live) >= c.max_tenants_per_model:
+                first = self.first_expiry_s(model, now)
+                wait = (f"wait {first:.0f} s for the first silent one to expire" if first is not None
+                        else "wait for silent ones to expire")
                 raise InputError(f"model {model!r} already has {len(live)} live tenant labels (the cap): reuse a "
-                                 f"label, wait {c.tenant_ttl_s:g} s for silent ones to expire, or raise the cap",
+                                 f"label, {wait} (after 3 of its own reporting intervals, at most "
+                                 f"{c.tenant_ttl_s:g} s), or raise the cap",
                                  field="tenant", value=tenant)
             old = None  # an expired tenant starts afresh
         span = self.span_of(model, tenant, at_s, interval_s) if old is not None else (
