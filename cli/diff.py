@@ -41,8 +41,18 @@ def _hhmm(w: int, window_length_s: float) -> str:
     return f"{s // 3600 % 24:02d}:{s // 60 % 60:02d}"
 
 
+def _end_hhmm(w: int, window_length_s: float, days: bool = False) -> str:
+    """The end of window ``w`` - 1 as HH:MM, midnight at the end of a day as 24:00 (a span to it read
+    '00:00-00:00'); with ``days``, prefixed by its day of the horizon ('d2 24:00')."""
+    s = int(w * window_length_s)
+    if s > 0 and s % 86400 == 0:
+        return (f"d{s // 86400} " if days else "") + "24:00"
+    return (f"d{s // 86400 + 1} " if days else "") + _hhmm(w, window_length_s)
+
+
 def _spans(r: RowChange, window_length_s: float) -> str:
-    """Runs of consecutive windows with the same before -> after, as 'HH:MM-HH:MM a->b'."""
+    """Runs of consecutive windows with the same before -> after, as 'HH:MM-HH:MM a->b' ('all day a->b' for every
+    window of a one-day plan; 'dN HH:MM' on a horizon of several days)."""
     out: list[str] = []
     ws = r.windows()
     i = 0
@@ -52,8 +62,11 @@ def _spans(r: RowChange, window_length_s: float) -> str:
                and (r.before[ws[j + 1]], r.after[ws[j + 1]]) == (r.before[ws[i]], r.after[ws[i]])):
             j += 1
         w0, w1 = ws[i], ws[j] + 1
-        out.append(f"{_hhmm(w0, window_length_s)}-{_hhmm(w1, window_length_s)} "
-                   f"{r.before[ws[i]]}->{r.after[ws[i]]}")
+        days = len(r.before) * window_length_s > 86400  # a horizon of several days: each time names its day
+        start = (f"d{int(w0 * window_length_s) // 86400 + 1} " if days else "") + _hhmm(w0, window_length_s)
+        span = ("all day" if w0 == 0 and w1 == len(r.before) and w1 * window_length_s == 86400 else
+                f"{start}-{_end_hhmm(w1, window_length_s, days)}")
+        out.append(f"{span} {r.before[ws[i]]}->{r.after[ws[i]]}")
         i = j + 1
     return ", ".join(out)
 

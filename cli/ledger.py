@@ -68,6 +68,9 @@ def _split_json(result: SplitResult) -> dict:
     if be is not None and be < 0:  # as the table's "none": no egress price makes the split pay
         d["break_even_egress_usd_per_gb"] = None
         d["break_even_egress_note"] = "none: the split costs more even with free egress"
+    elif be == 0:
+        d["break_even_egress_note"] = (f"0: with free egress the split costs the same as {result.best_single_site}; "
+                                       "more at any price")
     return json_safe(d)
 
 
@@ -102,6 +105,8 @@ def _break_even_text(result: SplitResult) -> str:
         return f"n/a ({result.break_even_egress_note})" if result.break_even_egress_note else "n/a"
     if be < 0:
         return "none (the split costs more even with free egress)"
+    if be == 0:
+        return f"none (with free egress the split costs the same as {result.best_single_site}; more at any price)"
     return f"{be:.5f} USD/GB"
 
 

@@ -179,9 +179,11 @@ def refuse_unused_fanout(executor: str, ray_address: str | None) -> None:
 # ---- outputs ------------------------------------------------------------------------------------------------------
 
 def format_option(formats: Sequence[str] = FORMATS, detail: str = "") -> Decorator:
-    """``--format`` (keyword ``fmt``): one of ``formats``, default table; ``detail`` says more about them."""
-    return click.option("--format", "fmt", type=click.Choice(list(formats)), default="table", show_default=True,
-                        help="Output format" + (f": {detail}" if detail else "."))
+    """``-o``/``--output``/``--format`` (keyword ``fmt``): one of ``formats``, default table; ``detail`` says more
+    about them. ``-o`` as in ``fleetplan plan -o json`` (README): a fresh user's ``fleetplan diff A B -o json`` was
+    "No such option"."""
+    return click.option("-o", "--output", "--format", "fmt", type=click.Choice(list(formats)), default="table",
+                        show_default=True, help="Output format" + (f": {detail}" if detail else "."))
 
 
 #: ``-o``/``--output`` of ``fleetplan plan``: a short table, the wide one, or the plan as JSON, YAML or CSV rows.

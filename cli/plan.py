@@ -566,8 +566,8 @@ def _margins_summary(margins: list[dict]) -> str:
         return (f"capacity margins: every model-window of the {len(models)} models holds at the pessimistic end of "
                 "its stated capacity error (-o wide: per model)")
     return (f"capacity margins: {len(short)} of {len(models)} models have windows whose margin is below the stated "
-            f"capacity error, so they miss if capacity is that much lower: {', '.join(short)} (-o wide: per model; "
-            "--robust plans for it)")
+            f"capacity error, so they may miss if capacity is that much lower: {', '.join(short)} (-o wide: per "
+            "model; `fleetplan simulate PLAN --pessimistic` replays it; --robust plans for it)")
 
 
 def _arrivals_text(entries: list[dict], wide: bool) -> str:

@@ -193,7 +193,8 @@ class SplitResult:
         options: {name: OptionResult}.
         best_single_site: 'colocated' or 'disaggregated': the cheaper of those meeting the SLO.
         break_even_egress_usd_per_gb: flat cross-site egress price at which (c) costs as much as the best
-            single-site option (negative: (c) costs more even with free egress; None: not applicable, see
+            single-site option (0: (c) costs the same with free egress, to half a cent a day; negative: (c) costs
+            more even with free egress; None: not applicable, see
             ``break_even_egress_note``).
         break_even_prompt_tokens: mean prompt length at which (c) stops saving money (None: not computed, or no
             crossing in the searched range; see ``break_even_note``).
@@ -593,7 +594,10 @@ def compare(spec: SplitSpec, *, prompt_break_even: bool = True) -> SplitResult:
     elif cross_gb <= 0:
         be_note_egress = "nothing crosses the sites"
     else:
-        be_egress = (opts[best].ledger.total_usd_per_day - fixed) / cross_gb
+        # Within half a cent a day the split without egress costs what the single site does (a rounding residue
+        # read as "costs more even with free egress" when the GPU costs were equal to the cent).
+        left = opts[best].ledger.total_usd_per_day - fixed
+        be_egress = 0.0 if abs(left) < 0.005 else left / cross_gb
         be_note_egress = ""
     be_prompt, be_note = (break_even_prompt_tokens(spec) if prompt_break_even else (None, "not computed"))
     tb, tc = opts[best].ledger.total_usd_per_day, c.ledger.total_usd_per_day
@@ -612,7 +616,8 @@ def compare(spec: SplitSpec, *, prompt_break_even: bool = True) -> SplitResult:
                    f"TTFT +{c.ttft_added_s:.2f} s, the SLO holds")
         if be_egress is not None:
             verdict += (f"; it would pay below ${be_egress:.4f}/GB egress" if be_egress > 0 else
-                        "; not even free egress would make it pay")
+                        "; with free egress it would cost the same, so no egress price makes it pay"
+                        if be_egress == 0 else "; not even free egress would make it pay")
     return SplitResult(spec, opts, best, be_egress, be_prompt, be_note, verdict, be_note_egress)
 
 

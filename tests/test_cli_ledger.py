@@ -196,6 +196,21 @@ def test_json_break_even_none_is_null_as_the_table_says():
     assert "Break-even cross-site egress: none" in t.output
 
 
+def test_break_even_egress_of_a_split_whose_gpus_cost_what_one_site_costs():
+    # The README's command (the default rate): the split's GPUs cost what colocated costs, to the cent, so with free
+    # egress it costs the same. It said "none (the split costs more even with free egress)": a rounding residue
+    # (tb - fixed of about -1e-12 USD/day) read as a negative break-even price.
+    args = [a for a in BASE if a not in ("--rate-req-per-s", "2")]
+    r = CliRunner().invoke(main, args + ["--format", "json"])
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.output)
+    assert d["options"]["split"]["gpu_usd_per_day"] == pytest.approx(d["options"]["colocated"]["total_usd_per_day"])
+    assert d["break_even_egress_usd_per_gb"] == 0.0 and "costs the same" in d["break_even_egress_note"]
+    assert "with free egress it would cost the same" in d["verdict"]
+    t = CliRunner().invoke(main, args)
+    assert "Break-even cross-site egress: none (with free egress the split costs the same" in t.output, t.output
+
+
 def test_output_with_the_wrong_suffix_refused(tmp_path):
     x = tmp_path / "x.csv"
     r = CliRunner().invoke(main, BASE + ["--xlsx", str(x)])

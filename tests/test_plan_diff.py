@@ -13,9 +13,10 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
+from fleetplan.cli.diff import _spans
 from fleetplan.cli.main import main
 from fleetplan.errors import InputError
-from fleetplan.outputs.plandiff import diff_plans
+from fleetplan.outputs.plandiff import RowChange, diff_plans
 from fleetplan.outputs.planio import load_plan_file
 from fleetplan.placement.validate import validate
 from fleetplan.service.runtime import ReplanService, ServiceSettings, load_problem
@@ -344,3 +345,19 @@ def test_plans_over_different_horizons_of_equal_windows_are_refused_naming_the_h
         diff_plans(short, plan, problem, plan)
     assert "3 x 3600 s = 3 h vs 24 x 3600 s = 24 h" in str(e.value) and "same horizon" in str(e.value)
     assert "window_length_s" not in str(e.value)
+
+
+def test_spans_name_the_end_of_the_day_and_a_whole_day():
+    # 24 hourly windows. A change in windows 20-23 ends at midnight: '20:00-24:00' (it read '20:00-00:00', an empty
+    # range); a change in every window is 'all day' (a fresh user saw a shared GPU's '00:00-00:00 1->2').
+    late = RowChange("m", "p", "tp1", (1,) * 24, (1,) * 20 + (2,) * 4)
+    assert _spans(late, 3600) == "20:00-24:00 1->2"
+    allday = RowChange("m", "p", "shared with a", (1,) * 24, (2,) * 24)
+    assert _spans(allday, 3600) == "all day 1->2"
+    morning = RowChange("m", "p", "tp1", (0,) * 2 + (1,) * 22, (1,) * 24)
+    assert _spans(morning, 3600) == "00:00-02:00 0->1"
+    # a two-day horizon: each time names its day; the whole horizon is not 'all day'
+    two = RowChange("m", "p", "tp1", (0,) * 48, (1,) * 48)
+    assert _spans(two, 3600) == "d1 00:00-d2 24:00 0->1"
+    assert _spans(RowChange("m", "p", "tp1", (0,) * 48, (0,) * 30 + (1,) * 2 + (0,) * 16), 3600) == \
+        "d2 06:00-d2 08:00 0->1"
