@@ -270,7 +270,20 @@ class ReplanService:
         Replanner, then swap it in and publish the plan. Call with the write lock held."""
         now = self.clock()
         staged = Replanner(self.problem, self.settings.online, self.load_time_s)
-        staged.restore(row["body"]["online"]["state"], now)
+        try:
+            staged.restore(row["body"]["online"]["state"], now)
+        except InputError as exc:
+            # The stored plan does not fit this scenario: say which scenario the database holds and what to do
+            # (the bare message named a replica key and 'field replicas', which no input of the operator has).
+            stored = str(row["body"].get("name") or "").removesuffix(" (online window)")
+            if stored and stored != self.problem.name:
+                raise InputError(f"the database holds plans of scenario {stored!r} (newest: plan {row['id']}), and "
+                                 f"this service plans {self.problem.name!r}: {exc.message}; give a new database "
+                                 f"(--db) for this scenario, or start with --scenario naming the scenario that "
+                                 f"database was planned for", field="--scenario", value=self.problem.name) from None
+            raise InputError(f"stored plan {row['id']} does not fit this scenario: {exc.message}; give a new "
+                             "database (--db) for this scenario, or the scenario that database was planned for",
+                             field="--scenario", value=self.problem.name) from None
         last = row["last_observation_id"]
         for r in self.store.iter_observations(after=last):
             self._feed(staged, r)

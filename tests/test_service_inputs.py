@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import json
 import warnings
+from dataclasses import replace
 
 import pytest
 from service_support import AUTH, TOKEN, Clock, M, free_port
 
 from fleetplan.cli.main import main
+from fleetplan.errors import InputError
 from fleetplan.service.app import create_app
 from fleetplan.service.runtime import ReplanService, ServiceSettings
 from fleetplan.service.store import shown_url
@@ -380,3 +382,23 @@ def test_an_observation_may_name_a_model_as_the_scenario_does(shipped, tmp_path)
         assert row["model"] == "Mixtral-8x7B-v0.1"
         r = post(c, {"model": "Mixtral-9x9B", "interval_s": 60, "arrivals": 60})
         assert r.status_code == 422 and r.json()["detail"][0]["loc"][-1] == "model"
+
+
+def test_a_database_of_another_scenario_is_refused_naming_both_and_the_fix(shipped, tmp_path):
+    # A fresh user restarted `serve --scenario disagg_wins` on a default-scenario database: refused with "field
+    # 'replicas': replica key (...) is not an option of the problem (a plan of another scenario?)", which names no
+    # input the operator gave. Here the other scenario is the default without its first model.
+    problem, loads = shipped
+    db = f"sqlite:///{tmp_path / 'a.db'}"
+    s = ServiceSettings(db_url=db, token=TOKEN, interval_s=0, resolve_every_s=0)
+    ReplanService(s, problem, loads, clock=Clock()).close()
+    gone = problem.models[0].name
+    other = replace(problem, name="other", models=problem.models[1:],
+                    options=tuple(o for o in problem.options if o.model != gone),
+                    share_options=tuple(o for o in problem.share_options if o.model != gone))
+    with pytest.raises(InputError) as err:
+        ReplanService(s, other, loads, clock=Clock())
+    msg = err.value.message
+    assert err.value.field == "--scenario"
+    assert f"holds plans of scenario {problem.name!r} (newest: plan 1)" in msg and "this service plans 'other'" in msg
+    assert "give a new database (--db)" in msg
