@@ -79,12 +79,19 @@ JSON_COMMANDS = frozenset({"export-history", "schema"})
 
 
 def wants_json(command: click.Command, args: Sequence[str]) -> bool:
-    """True when ``command`` prints JSON (:data:`JSON_COMMANDS`) or ``args`` (its own arguments, as typed) ask for
-    JSON output: a value given to an option of ``command`` whose choices include 'json' (``-o json``,
-    ``--format=json``, ``-ojson``) is 'json' (any of them: ``-o json --format table`` is an error a ``| jq``
-    pipeline should see as JSON)."""
+    """True when ``command`` prints JSON to stdout (:data:`JSON_COMMANDS` without ``--out FILE``) or ``args`` (its
+    own arguments, as typed) ask for JSON output: a value given to an option of ``command`` whose choices include
+    'json' (``-o json``, ``--format=json``, ``-ojson``) is 'json' (any of them: ``-o json --format table`` is an
+    error a ``| jq`` pipeline should see as JSON)."""
     if command.name in JSON_COMMANDS:
-        return True
+        # ... unless that JSON goes to a file (--out FILE): then stdout carries nothing a pipeline reads, and the
+        # error is said once, on stderr (a fresh user saw export-history's errors twice).
+        out = None
+        for i, a in enumerate(args):
+            name, eq, val = a.partition("=")
+            if name == "--out":
+                out = val if eq else (args[i + 1] if i + 1 < len(args) else None)
+        return out in (None, "-")
     opts = {o for p in command.params if isinstance(p, click.Option) and isinstance(p.type, click.Choice)
             and "json" in p.type.choices for o in p.opts}
     chosen: set[str | None] = set()

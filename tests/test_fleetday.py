@@ -99,7 +99,12 @@ def test_cli_simulate_fleet_replays_a_changing_fleet(tmp_path):
     assert d["gpu_hours"] == pytest.approx(0.5)
     assert d["cost_usd"] == pytest.approx(2.0)
     assert d["migrations"] == 1
-    assert d["requests"] == 0
+    assert d["requests"] == 0 and d["first_step_at_s"] == 0
+    # A history that starts late (a service that ran from 00:10): the table says the fleet before it was empty.
+    late = {"steps": steps["steps"][1:]}
+    sf.write_text(json.dumps(late))
+    r = CliRunner().invoke(main, ["simulate", str(pf), "--fleet", str(sf)])
+    assert r.exit_code == 0 and "no fleet before 00:10 (the first step, at_s 600)" in r.output, r.output
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"steps": [{"at_s": 0, "replicas": [{"model": "nope", "pool": "x", "tp": 1, "pp": 1,
                                                                    "count": 1}]}]}))
@@ -141,6 +146,11 @@ def test_export_history_turns_stored_plans_into_fleet_steps(tmp_path):
     assert r.exit_code != 0 and "no stored plan" in r.output and "Traceback" not in r.output
     r = CliRunner().invoke(main, ["export-history", "--db", f"sqlite:///{db}", "--day", "yesterday"])
     assert r.exit_code != 0 and "YYYY-MM-DD" in r.output
+    assert json.loads(r.stdout)["error"]["field"] == "--day"  # its output is JSON on stdout: so is its error
+    # ... but with --out FILE stdout carries no JSON, and the error is said once, on stderr
+    r = CliRunner().invoke(main, ["export-history", "--db", f"sqlite:///{db}", "--day", "yesterday", "--out",
+                                  str(tmp_path / "s.json")])
+    assert r.exit_code == 2 and r.stdout == "" and r.stderr.count("YYYY-MM-DD") == 1, (r.stdout, r.stderr)
     # a database file that does not exist is named, and not created empty
     missing = tmp_path / "none.db"
     r = CliRunner().invoke(main, ["export-history", "--db", f"sqlite:///{missing}", "--day", "2025-12-01"])
