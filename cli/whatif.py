@@ -73,19 +73,38 @@ def run_whatif(options: SplitOptions, vary: tuple[str, ...], workers: int, fmt: 
         _print_rows(rows)
 
 
+#: A verdict longer than this is printed under the table (an infeasible cell's explanation filled a column 40
+#: lines high); the cell keeps its first words.
+VERDICT_CELL_CHARS = 24
+
+
 def _cell(v: object) -> str:
-    return f"{v:,.4g}" if isinstance(v, float) else "-" if v is None else str(v)
+    """A table cell: whole numbers with thousands separators, others to the cent from 1 up and to 4 significant
+    digits below (a fresh user read 5.663e+04 USD/day and prompt_tokens 3.277e+04), '-' for none."""
+    if isinstance(v, float):
+        if v.is_integer() and abs(v) < 1e15:
+            return f"{v:,.0f}"
+        return f"{v:,.2f}" if abs(v) >= 1 else f"{v:.4g}"
+    return "-" if v is None else str(v)
+
+
+def _short_verdict(v: object) -> str:
+    text = str(v)
+    return text if len(text) <= VERDICT_CELL_CHARS else text.split(":")[0][:VERDICT_CELL_CHARS] + " (below)"
 
 
 def _print_rows(rows: list[dict]) -> None:
-    """The what-if rows as a table, then each row's sizing (long text) on a line of its own."""
+    """The what-if rows as a table (headers with spaces for underscores, so they wrap instead of being cut), then
+    each row's sizing and any long verdict on lines of their own."""
     cols = [c for c in rows[0] if c != "sizing"]  # long text: printed under the table, one line per row
-    t = table("What-if scenarios (USD per day)", ["row", *cols], fold=False)
+    t = table("What-if scenarios (USD per day)", ["row", *(c.replace("_", " ") for c in cols)], fold=False)
     for i, r in enumerate(rows, start=1):
-        t.add_row(str(i), *(_cell(r[c]) for c in cols))
+        t.add_row(str(i), *(_short_verdict(r[c]) if c == "verdict" else _cell(r[c]) for c in cols))
     con = stdout_console(200)
     con.print(t)
     for i, r in enumerate(rows, start=1):
+        if len(str(r.get("verdict", ""))) > VERDICT_CELL_CHARS:
+            con.print(f"row {i} verdict: {r['verdict']}")
         if r.get("sizing"):
             con.print(f"row {i} sizing: {r['sizing']}")
 

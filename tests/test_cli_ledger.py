@@ -115,6 +115,13 @@ def test_whatif_infeasible_cell_names_the_binding_constraint():
     ok = CliRunner().invoke(main, WHATIF + ["--vary", "prompt_tokens=16384", "--ttft-slo-s", str(quoted * 1.05)])
     assert ok.exit_code == 0, ok.output
     assert not json.loads(ok.output)[0]["verdict"].startswith("infeasible"), ok.output
+    # The table: the long verdict under it (it filled a 14-character column 40 lines high), numbers without
+    # exponents (the prompt column read 1.638e+04), headers that wrap rather than end in '…'.
+    t = CliRunner().invoke(main, [a for a in WHATIF if a not in ("--format", "json")]
+                           + ["--vary", "prompt_tokens=16384,1024"])
+    assert t.exit_code == 0, t.output
+    assert "row 1 verdict: infeasible: field 'ttft_slo_s'" in t.output and "16,384" in t.output
+    assert "e+0" not in t.output and "usd_…" not in t.output and "prompt" in t.output
 
 
 def test_whatif_never_says_split_saves_when_the_split_misses_its_slo():
