@@ -148,6 +148,13 @@ LEASE_ERROR_LOG_S = 30.0
 RESOLVE_OUTCOMES = ("adopted", "kept", "infeasible", "failed")
 
 
+def _option_fields(rp: Replanner, key: tuple) -> dict:
+    """A live option key as the stored plan names it: model, pool, tp, pp, role and decode site (a prefill or
+    decode key has its role second, which the stored 'loading' read as the pool)."""
+    o = rp.opts[key]
+    return {"model": o.model, "pool": o.pool, "tp": o.tp, "pp": o.pp, "role": o.role, "decode_site": o.decode_site}
+
+
 def _first_line(exc: BaseException) -> str:
     return str(getattr(exc, "orig", None) or exc).strip().splitlines()[0][:300] if str(exc) else type(exc).__name__
 
@@ -404,8 +411,11 @@ class ReplanService:
         body["online"] = {
             "at_s": res.at_s, "window": res.window, "reason": res.reason, "message": res.message,
             "forecast_req_per_s": dict(res.forecast_req_per_s), "unmet_req_per_s": dict(res.unmet_req_per_s),
-            "loading": [{"model": k[0], "pool": k[1], "tp": k[2], "pp": k[3], "ready_at_s": list(v)}
-                        for k, v in sorted(res.loading.items())],
+            "loading": [{**_option_fields(staged, k), "ready_at_s": list(v)}
+                        for k, v in sorted(res.loading.items(), key=lambda kv: tuple(map(str, kv[0])))],
+            # replicas that serve until their replacements do (make-before-break): the stops still to come
+            "retiring": [{**_option_fields(staged, k), "stop_at_s": list(v)}
+                         for k, v in sorted(res.retiring.items(), key=lambda kv: tuple(map(str, kv[0])))],
             "cost_usd_per_hour": res.cost_usd_per_hour, "round_time_s": res.round_time_s,
             "migrations": res.migrations, "state": staged.snapshot()}
         actions = [action_dict(a) for a in res.actions]

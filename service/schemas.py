@@ -179,8 +179,10 @@ class PlanDiff(BaseModel):
 
 
 class OnlineBlock(BaseModel):
-    """The online re-planner's part of a plan: when and why it was made, the forecast, what is loading, and the
-    state needed to resume (``state.forecaster`` lists per-tenant rates only for token holders)."""
+    """The online re-planner's part of a plan: when and why it was made, the forecast, what is loading (and when
+    it serves), what is retiring (replicas that serve until their replacements do, and when they stop), and the
+    state needed to resume (``state.forecaster`` lists per-tenant rates only for token holders). Plans stored
+    before 2026-12-03 have no ``retiring``."""
 
     model_config = ConfigDict(extra="allow")
     at_s: float
@@ -190,6 +192,7 @@ class OnlineBlock(BaseModel):
     forecast_req_per_s: dict[str, float]
     unmet_req_per_s: dict[str, float]
     loading: list[dict[str, Any]]
+    retiring: list[dict[str, Any]] = []
     cost_usd_per_hour: float
     round_time_s: float
     migrations: int

@@ -11,7 +11,8 @@ import pytest
 
 from fleetplan.errors import InputError
 from fleetplan.placement.generators import random_instance
-from fleetplan.placement.problem import ModelSpec, Pool, Problem, ReplicaOption
+from fleetplan.placement.plan import Plan, SharedGPU
+from fleetplan.placement.problem import ModelSpec, Pool, Problem, ReplicaOption, ShareOption
 from fleetplan.placement.validate import validate
 from fleetplan.solvers.online.config import OnlineConfig
 from fleetplan.solvers.online.forecast import Forecaster, estimate_demand
@@ -412,3 +413,27 @@ def test_a_resolve_does_not_shrink_a_model_within_the_cooldown():
     assert r.resolve_demand(2600.0) == {"a": 5.0}
     ok, res, msg = r.consider(small, 2600.0)
     assert ok and validate(res.problem, res.plan).ok and r.counts() == {("a", "t:r1/X", 1, 1): 1}, msg
+
+
+def test_a_new_shared_gpu_is_ready_once_every_model_on_it_has_loaded():
+    # Models a and b (1 req/s each) on dedicated tp-1 replicas ($2/GPU-h each); a re-solve puts both on one shared
+    # GPU. Loads: a 100 s, b 250 s on one GPU's load bandwidth, one after the other: the shared GPU serves at
+    # t + 350 s (it said t + 0 in the diff; the live state took the longest, t + 250), and the dedicated replicas
+    # it replaces serve until then.
+    pool = Pool("t:r1", "X", nodes=1, gpus_per_node=8, usd_per_gpu_hour=2.0, memory_bytes_per_gpu=80e9)
+    models = tuple(ModelSpec(m, (1.0,) * 24, 1.0, 0.1, min_replicas=0) for m in ("a", "b"))
+    opts = tuple(ReplicaOption(m, pool.id, 1, 1, 10.0, 30e9, start_cost_usd=0.0) for m in ("a", "b"))
+    share = tuple(ShareOption(m, pool.id, 10.0, 30e9) for m in ("a", "b"))
+    p = Problem(H, 24, (pool,), models, opts, share_options=share, margin=0.1)
+    loads = {("a", pool.id, 1, 1): 100.0, ("b", pool.id, 1, 1): 250.0}
+    r = Replanner(p, OnlineConfig(resolve_min_saving_usd=0.0), load_time_s=loads)
+    r.initial(0.0)
+    assert r.counts() == {("a", pool.id, 1, 1): 1, ("b", pool.id, 1, 1): 1}
+    assert r.shared_load_s(pool.id, ("a", "b")) == 350.0
+    cand = Plan(replicas={}, shared=(SharedGPU(pool.id, ("a", "b"), {"a": (1.0,), "b": (1.0,)}),))
+    adopted, res, why = r.consider(cand, 1000.0)
+    assert adopted, why
+    (start,) = [a for a in res.actions if a.action == "start"]
+    assert start.models == ("a", "b") and start.ready_at_s == 1350.0
+    assert [s.ready_at_s for s in r.shared] == [1350.0]
+    assert sorted(i.stop_at_s for v in r.instances.values() for i in v) == [1350.0, 1350.0]

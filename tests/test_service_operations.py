@@ -11,7 +11,8 @@ from __future__ import annotations
 import threading
 import warnings
 
-from service_support import AUTH, TOKEN, Clock, M, wait_until
+import pytest
+from service_support import AUTH, T0, TOKEN, Clock, M, wait_until
 
 from fleetplan.service.app import create_app
 from fleetplan.service.runtime import ReplanService, ServiceSettings
@@ -117,3 +118,26 @@ def test_diffs_stored_by_an_earlier_version_are_read_with_models(shipped, tmp_pa
         diff = c.get("/v1/plan/diff").json()
         assert diff["actions"][0]["models"] == ["a", "b"] and "shared_models" not in diff["actions"][0]
         assert diff["actions"][1]["models"] == [] and diff["actions"][1]["ready_at_s"] is None
+
+
+def test_an_adopted_resolve_says_when_its_shared_gpu_serves_and_what_retires(shipped, tmp_path):
+    # A fresh default service adopts a re-solve that starts a shared GPU of Llama-3.1-8B and Mistral-7B. Its diff
+    # said the GPU was ready at the round's own time, and nothing said that the replicas it replaces stop later.
+    # 19:12 UTC, as the fresh user's run ($42.26/h -> $39.31/h; at 20:00 and 21:00 the re-solve keeps the plan).
+    client, svc = make(shipped, f"sqlite:///{tmp_path / 'a.db'}", clock=Clock(T0 - 3600 + 720))
+    with client as c:
+        r = c.post("/v1/replan", json={"full": True}, headers=AUTH)
+        assert r.status_code == 200 and r.json()["adopted"], r.text
+        online = c.get("/v1/plan").json()["online"]
+        starts = [a for a in c.get("/v1/plan/diff").json()["actions"] if a["action"] == "start" and a.get("models")]
+        assert starts, online
+        rp = svc.replanner
+        for a in starts:
+            # the sum of its models' tp-1 load times (from the scenario's load bandwidth), after the round's time
+            want = online["at_s"] + sum(svc.load_time_s[(m, a["pool"], 1, 1)] for m in a["models"])
+            assert a["ready_at_s"] == pytest.approx(want) and want > online["at_s"]
+        assert online["retiring"], online  # the replicas the shared GPU replaces serve until it does
+        last = max(a["ready_at_s"] for a in starts)
+        assert all(t <= last + 1e-6 for e in online["retiring"] for t in e["stop_at_s"])
+        assert {e["role"] for e in online["retiring"]} <= {"colocated", "prefill", "decode"}
+        assert rp.shared_load_s(starts[0]["pool"], starts[0]["models"]) > 0

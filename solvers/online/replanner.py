@@ -1062,20 +1062,27 @@ class Replanner:
             if g in old:
                 old.remove(g)
             else:
-                out.append(Action("start", "+".join(g[1]), g[0], 0, 1, 1, ready_at_s=at_s, models=g[1]))
+                out.append(Action("start", "+".join(g[1]), g[0], 0, 1, 1, ready_at_s=at_s + self.shared_load_s(*g),
+                                  models=g[1]))
         for g in sorted(set(old)):
             for why, n in stops(g, old.count(g)):
                 out.extend(Action("stop", "+".join(g[1]), g[0], 0, 1, 1, models=g[1], reason=why) for _ in range(n))
         return tuple(out)
 
     # ---- full re-solves --------------------------------------------------------------------------------------
+    def shared_load_s(self, pool: str, models: Iterable[str]) -> float:
+        """Seconds a new shared GPU of ``models`` in ``pool`` loads before it serves: the sum of its models' tp-1
+        load times (one GPU's load bandwidth carries every model's weights; the exported pod starts its servers one
+        after the other). It was the longest one, and a start's diff said the GPU was ready at once."""
+        return sum(self.load_time_s.get((m, pool, 1, 1), 0.0) for m in models)
+
     def migration_cost_usd(self, candidate: Plan) -> tuple[float, int]:
         """(USD, count) of the replica starts and stops ``candidate`` needs from the live placement (replicas being
         replaced are not counted: they go anyway): each start costs its option's start cost (load time × price); a
         new shared GPU costs the start cost of its models' tp-1 options in that pool; and every start or stop costs
         ``migration_cost_replica_hours`` × its replica's (or shared GPU's) price per hour (drain, warm-up, risk:
         see :class:`OnlineConfig`); a serving replica that is replaced also costs its price while it serves beside
-        its model's new replicas (make-before-break: the longest load time among them)."""
+        its model's new replicas and shared GPUs (make-before-break: the longest load time among them)."""
         now = {k: sum(1 for i in v if i.stop_at_s is None) for k, v in self.instances.items()}
         h = self.config.migration_cost_replica_hours
         usd, n = 0.0, 0
@@ -1087,6 +1094,13 @@ class Replanner:
                 usd += d * (self.opts[key].start_cost_usd + h * self.price_per_hour[key])
                 n += d
                 overlap_s[key[0]] = max(overlap_s[key[0]], self.load_time_s.get(key, 0.0))
+        running = [sh.signature for sh in self.shared if sh.stop_at_s is None]
+        for g in candidate.shared:  # a new shared GPU: its models' replaced replicas serve until it does
+            if (g.pool, tuple(g.models)) in running:
+                running.remove((g.pool, tuple(g.models)))
+                continue
+            for m in g.models:
+                overlap_s[m] = max(overlap_s[m], self.shared_load_s(g.pool, g.models))
         for key, c in now.items():
             d = max(0, c - want.get(key, (0,))[0])
             serving = sum(1 for i in self.instances[key] if i.stop_at_s is None and i.ready_at_s <= self._now)
@@ -1264,8 +1278,7 @@ class Replanner:
             nodes = self._place(pool, 1, 1)
             if nodes is None:
                 return False
-            ready = at_s + max((self.load_time_s.get((m, pool, 1, 1), 0.0) for m in models), default=0.0)
-            self.shared.append(LiveShared(pool, models, nodes[0], ready))
+            self.shared.append(LiveShared(pool, models, nodes[0], at_s + self.shared_load_s(pool, models)))
         self._schedule_stops(at_s)
         return True
 
