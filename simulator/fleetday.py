@@ -2,12 +2,12 @@
 
 A :class:`FleetStep` says which replicas (per option) and shared GPUs run from ``at_s`` on (seconds from the day's
 start). Between two steps the difference is a migration: a started replica is billed from its step and serves after
-its load time (``load_time_s``, e.g. :func:`fleetplan.solvers.online.state.load_times`; a shared GPU after the
-longest load time of its residents' tp-1 options); a stopped replica takes no new requests after its stop and
-finishes its queue (billed until its last request is done); loading replicas are stopped before ready ones, and the
-newest first (as :class:`fleetplan.solvers.online.replanner.Replanner` does). Make-before-break (the default): a
-serving replica a step removes while the same step starts replicas of its model serves until those are ready (the
-actuator and a Kubernetes rolling update do the same), and is billed until then.
+its load time (``load_time_s``, e.g. :func:`fleetplan.solvers.online.state.load_times`; a shared GPU after the sum
+of its residents' tp-1 load times, :func:`fleetplan.solvers.online.state.shared_load_s`); a stopped replica takes no
+new requests after its stop and finishes its queue (billed until its last request is done); loading replicas are
+stopped before ready ones, and the newest first (as :class:`fleetplan.solvers.online.replanner.Replanner` does).
+Make-before-break (the default): a serving replica a step removes while the same step starts replicas of its model
+serves until those are ready (the actuator and a Kubernetes rolling update do the same), and is billed until then.
 
 Requests are the scenario's (:func:`day_requests`: :func:`fleetplan.simulator.workload.scenario_workload` window
 by window, optionally scaled per model and window), Poisson or bursty (ServeGen clients). By default the day is one
@@ -50,6 +50,7 @@ from fleetplan.simulator.engine import FCFS, DeviceSpec, EngineSpec, Policy, run
 from fleetplan.simulator.fleet import FleetBuilder
 from fleetplan.simulator.metrics import meets_slo, model_slos, request_latencies
 from fleetplan.simulator.workload import Workload, scenario_workload
+from fleetplan.solvers.online.state import shared_load_s
 
 #: Resolution of the per-arrival-time tallies (:meth:`FleetDayReport.between`), seconds.
 TALLY_SLOT_S = 60.0
@@ -254,10 +255,6 @@ def count_migrations(steps: Sequence[FleetStep]) -> int:
     return n
 
 
-def _shared_load_s(pool: str, models: tuple[str, ...], load_time_s: Mapping[OptionKey, float]) -> float:
-    return max((load_time_s.get((m, pool, 1, 1), 0.0) for m in models), default=0.0)
-
-
 def lifetimes(steps: Sequence[FleetStep], load_time_s: Mapping[OptionKey, float], *,
               make_before_break: bool = True, outages: Sequence[Outage] = ()) -> list[_Life]:
     """Every replica and shared GPU the steps run, with start, ready and stop times (module docstring). The
@@ -288,7 +285,7 @@ def lifetimes(steps: Sequence[FleetStep], load_time_s: Mapping[OptionKey, float]
                 alive_sh.remove(life)
                 stopping.append(life)
         for pool, models in keep:
-            life = _Life(None, pool, models, t, t + (_shared_load_s(pool, models, load_time_s) if i else 0.0))
+            life = _Life(None, pool, models, t, t + (shared_load_s(pool, models, load_time_s) if i else 0.0))
             alive_sh.append(life)
             started.append(life)
         lives += started
@@ -317,7 +314,7 @@ def _apply_outages(lives: list[_Life], outages: Sequence[Outage], load_time_s: M
             if x.pool not in pools or not o.overlaps(x.start_s, x.stop_s):
                 out.append(x)
                 continue
-            load = load_time_s.get(x.key, 0.0) if x.key is not None else _shared_load_s(x.pool, x.models, load_time_s)
+            load = load_time_s.get(x.key, 0.0) if x.key is not None else shared_load_s(x.pool, x.models, load_time_s)
             if x.start_s < o.from_s:
                 out.append(_Life(x.key, x.pool, x.models, x.start_s, x.ready_s, o.from_s, killed=True))
             if x.stop_s > o.to_s:

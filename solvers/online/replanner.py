@@ -58,6 +58,7 @@ from fleetplan.solvers.online.state import (
     LiveShared,
     OnlineResult,
     online_problem,
+    shared_load_s,
     sunk_usd_per_hour,
     window_problem,
 )
@@ -1071,10 +1072,9 @@ class Replanner:
 
     # ---- full re-solves --------------------------------------------------------------------------------------
     def shared_load_s(self, pool: str, models: Iterable[str]) -> float:
-        """Seconds a new shared GPU of ``models`` in ``pool`` loads before it serves: the sum of its models' tp-1
-        load times (one GPU's load bandwidth carries every model's weights; the exported pod starts its servers one
-        after the other). It was the longest one, and a start's diff said the GPU was ready at once."""
-        return sum(self.load_time_s.get((m, pool, 1, 1), 0.0) for m in models)
+        """Seconds a new shared GPU of ``models`` in ``pool`` loads (:func:`~fleetplan.solvers.online.state.
+        shared_load_s` on this replanner's load times); a start's diff said the GPU was ready at once."""
+        return shared_load_s(pool, models, self.load_time_s)
 
     def migration_cost_usd(self, candidate: Plan) -> tuple[float, int]:
         """(USD, count) of the replica starts and stops ``candidate`` needs from the live placement (replicas being

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
 from fleetplan.errors import InputError
@@ -117,6 +117,13 @@ def load_times(problem: Problem, load_bandwidth_bytes_per_s: float,
             per_gpu = o.memory_bytes_per_gpu
         out[o.key if o.role == "colocated" else o.pd_key] = per_gpu / load_bandwidth_bytes_per_s
     return out
+
+
+def shared_load_s(pool: str, models: Iterable[str], load_time_s: Mapping) -> float:
+    """Seconds a new shared GPU of ``models`` in ``pool`` loads before it serves: the sum of its models' tp-1 load
+    times in ``load_time_s`` ({option key: s}, :func:`load_times`): one GPU's load bandwidth carries every model's
+    weights, and the exported pod starts its servers one after the other. (It was the longest one.)"""
+    return sum(load_time_s.get((m, pool, 1, 1), 0.0) for m in models)
 
 
 # ---- live placement ---------------------------------------------------------------------------------------------
