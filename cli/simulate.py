@@ -318,7 +318,8 @@ def _refuse_unused_options(*, fleet: bool, trace: bool, what_if: bool, rate_scal
 def simulate(plan_file, trace_ref, window, model, rate_scale, time_scale, bucket_s, seed, router, arrivals, slice_s,
              what_if, preempt_after, resume, report_path, plots_dir, fmt, fleet_file, pessimistic, check) -> None:
     """Replay PLAN_FILE (written by `fleetplan plan --out`): its own scenario over the whole day, or --trace against
-    one window's replicas; report TTFT/TPOT percentiles, SLO attainment, goodput, utilization, energy and cost.
+    one window's replicas; report TTFT/TPOT percentiles, SLO attainment, goodput, utilization, energy and cost
+    per million tokens (the plan's day cost is `fleetplan plan`'s; --fleet replays a changing fleet and bills it).
     With --check, exit 1 when any target is missed."""
 
     _refuse_unused_options(fleet=fleet_file is not None, trace=trace_ref is not None, what_if=what_if,

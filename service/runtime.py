@@ -31,7 +31,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import replace, asdict, dataclass
 
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -314,6 +314,16 @@ class ReplanService:
             if row is not None:
                 self._resume(row)
                 log.info("leader (lease epoch %s): resumed from stored plan %s", self.lease.epoch, row["id"])
+                restored = self.replanner.current
+                if restored is not None and restored.message.startswith("repaired on restore"):
+                    # Some stored replicas no longer fit the inventory (made smaller since): a round now, committed,
+                    # so the plan the API serves is one that can exist (it showed 12 replicas on 8 GPUs until the
+                    # first periodic round, while /metrics showed 8).
+                    staged = self.replanner.clone()
+                    res = staged.round(now, reason="restored")
+                    res = replace(res, message="; ".join(x for x in (restored.message, res.message) if x))
+                    self._commit(staged, res)
+                    log.warning("%s: committed as plan %s", restored.message, self.plan_row["id"])
             elif self.settings.plan_file:
                 staged = self.replanner.clone()
                 self._commit(staged, start_from_plan(staged, self.settings.plan_file, now))

@@ -26,6 +26,7 @@ from pydantic import ConfigDict, Field, SecretStr, ValidationError, field_valida
 from fleetplan.errors import InputError
 from fleetplan.fileio import InputModel, input_error, parse_yaml, read_yaml, yaml12_numbers
 from fleetplan.solvers.online.config import OnlineConfig
+from fleetplan.solvers.solve import MIN_TIME_LIMIT_S
 
 #: Shortest period of the re-plan loop, seconds. A fresh user's ``--interval 0.001`` ran 1,640 rounds in 15 s and
 #: stored 319 MB of plans (about 194 KB each on the default scenario); retention runs every 10 minutes.
@@ -75,7 +76,9 @@ class ServiceSettings(InputModel):
     interval_s: float = _F(300.0, ge=0, description="seconds between heuristic rounds, at least 1 (0: only on POST "
                            "/v1/replan)")
     resolve_every_s: float = _F(3600.0, ge=0, description="seconds between full MILP re-solves (0: none)")
-    resolve_time_limit_s: float = _F(30.0, gt=0, le=3600, description="time limit of one re-solve, seconds")
+    # At least the solvers' own least limit: a smaller one started the service, and every re-solve then failed.
+    resolve_time_limit_s: float = _F(30.0, ge=MIN_TIME_LIMIT_S, le=3600, description="time limit of one re-solve, "
+                                     "seconds")
 
     # ---- input limits
     max_body_bytes: int = _F(1_000_000, ge=1024, description="largest request body accepted, bytes (413 above)")

@@ -69,6 +69,9 @@ def test_mistakes_name_the_key_and_where_it_came_from(tmp_path):
     assert r.exit_code == 2 and "field '--interval'" in r.output and "0.5 s is below 1 s" in r.output, r.output
     assert ServiceSettings(insecure_no_auth=True, interval_s=0).interval_s == 0
     assert ServiceSettings(insecure_no_auth=True, interval_s=1).interval_s == 1
+    # A re-solve limit below the solvers' 0.5 s started the service, then failed every re-solve.
+    r = CliRunner().invoke(main, ["serve", "--insecure-no-auth", "--resolve-time-limit", "0.01"])
+    assert r.exit_code == 2 and "field '--resolve-time-limit'" in r.output and "0.5" in r.output, r.output
     r = CliRunner().invoke(main, ["serve", "--insecure-no-auth", "--cooldown", "-1"])
     assert r.exit_code == 2 and "field '--cooldown'" in r.output, r.output
 

@@ -84,6 +84,21 @@ def _is_pd(key: Key) -> bool:
     return len(key) == 5
 
 
+def _residencies(plan: Plan) -> dict[str, int]:
+    """{model: replicas + shared GPUs it resides on + decode replicas} of a one-window plan: what a replica floor
+    counts (``placement.validate``, constraint (7))."""
+    out: dict[str, int] = {}
+    for g in plan.shared:
+        for m in g.models:
+            out[m] = out.get(m, 0) + 1
+    for k, c in plan.replicas.items():
+        out[k[0]] = out.get(k[0], 0) + c[0]
+    for k, c in plan.pd_replicas.items():
+        if k[1] == "decode":
+            out[k[0]] = out.get(k[0], 0) + c[0]
+    return out
+
+
 def _plan_counts(plan: Plan) -> dict[Key, tuple[int, ...]]:
     """A plan's replica counts per window, colocated and prefill/decode alike, by key."""
     out: dict[Key, tuple[int, ...]] = {}
@@ -1006,11 +1021,24 @@ class Replanner:
         # The window's demand is the forecast; what the placement cannot cover is the plan's unserved demand, so the
         # plan record (served + unserved = demand, best_effort) says what `online.unmet_req_per_s` says.
         short = {m: u for m, u in sorted(unmet.items()) if u > 0}
-        plan = replace(plan, backend=f"online-{reason}", unserved_req_per_s={m: (u,) for m, u in short.items()},
-                       message="" if not short else "the placement cannot cover the forecast (pool capacity, the "
-                       "migration budget or a higher-priority model): unserved " + ", ".join(
-                           f"{m} {u:.2f} of {forecast[m]:.2f} req/s" for m, u in short.items()))
+        notes = [] if not short else ["the placement cannot cover the forecast (pool capacity, the migration budget "
+                                      "or a higher-priority model): unserved " + ", ".join(
+                                          f"{m} {u:.2f} of {forecast[m]:.2f} req/s" for m, u in short.items())]
         problem = window_problem(self.fleet, forecast)
+        # A floor (min_replicas) the live placement does not keep: the nodes left after an outage, or the migration
+        # budget, leave no room for it. The plan is checked against the floors it keeps and says which it does not;
+        # before, the service refused the plan (an inventory report answered 500 and was lost; after a restart on a
+        # smaller inventory every round failed, for good).
+        held = _residencies(plan)
+        floors = {m.name: (held.get(m.name, 0), m.min_replicas) for m in problem.models
+                  if held.get(m.name, 0) < m.min_replicas}
+        if floors:
+            notes.append("replica floors not kept (no room on the nodes left, or the migration budget): " + ", ".join(
+                f"{m} {n} of min_replicas {k}" for m, (n, k) in sorted(floors.items())))
+            problem = replace(problem, models=tuple(replace(m, min_replicas=floors[m.name][0]) if m.name in floors
+                                                    else m for m in problem.models))
+        plan = replace(plan, backend=f"online-{reason}", unserved_req_per_s={m: (u,) for m, u in short.items()},
+                       message="; ".join(notes))
         ev = evaluate(problem, plan)
         plan = replace(plan, objective_usd=ev.total_usd)
         report = validate(problem, plan)
