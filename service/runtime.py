@@ -31,7 +31,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import replace, asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from sqlalchemy.exc import SQLAlchemyError
 
