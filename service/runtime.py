@@ -322,8 +322,8 @@ class ReplanService:
                     staged = self.replanner.clone()
                     res = staged.round(now, reason="restored")
                     res = replace(res, message="; ".join(x for x in (restored.message, res.message) if x))
-                    self._commit(staged, res)
-                    log.warning("%s: committed as plan %s", restored.message, self.plan_row["id"])
+                    committed = self._commit(staged, res)
+                    log.warning("%s: committed as plan %s", restored.message, committed["id"])
             elif self.settings.plan_file:
                 staged = self.replanner.clone()
                 self._commit(staged, start_from_plan(staged, self.settings.plan_file, now))

@@ -91,11 +91,11 @@ def _residencies(plan: Plan) -> dict[str, int]:
     for g in plan.shared:
         for m in g.models:
             out[m] = out.get(m, 0) + 1
-    for k, c in plan.replicas.items():
-        out[k[0]] = out.get(k[0], 0) + c[0]
-    for k, c in plan.pd_replicas.items():
-        if k[1] == "decode":
-            out[k[0]] = out.get(k[0], 0) + c[0]
+    for key, c in plan.replicas.items():
+        out[key[0]] = out.get(key[0], 0) + c[0]
+    for pd, c in plan.pd_replicas.items():
+        if pd[1] == "decode":
+            out[pd[0]] = out.get(pd[0], 0) + c[0]
     return out
 
 
