@@ -29,12 +29,19 @@ __all__ = ["atomic_path", "error_object", "json_safe", "map_with_progress", "pro
            "rows_csv", "stdout_console", "table", "wants_json", "write_text_atomic"]
 
 
-def claim_outputs(paths: dict[str, Any]) -> None:
-    """Check each file destination of ``paths`` ({option: path or None}) and hold an exclusive lock on it until the
+#: The file type of an ``--out`` that writes the command's table as CSV (``sweep``, ``whatif``, ``ledger whatif``),
+#: for :func:`claim_outputs` and :func:`fleetplan.fileio.output_files`: JSON or anything else under that name would
+#: be a CSV file under a misleading name (``--format`` chooses what is printed, never what ``--out`` writes).
+CSV_OUT: dict[str, tuple[str, ...]] = {"--out": (".csv",)}
+
+
+def claim_outputs(paths: dict[str, Any], *, suffixes: dict[str, tuple[str, ...]] | None = None) -> None:
+    """Check each file destination of ``paths`` ({option: path or None}; with ``suffixes`` {option: allowed
+    suffixes} besides :data:`fleetplan.fileio.OUTPUT_SUFFIXES`) and hold an exclusive lock on it until the
     running command ends (click closes it with the command's context), so a second run writing the same file is
     refused at once instead of both exiting 0 and the last writer winning (:func:`fleetplan.fileio.claimed_outputs`;
     InputError naming the option). Call it before the command's work."""
-    click.get_current_context().with_resource(claimed_outputs(paths))
+    click.get_current_context().with_resource(claimed_outputs(paths, suffixes=suffixes))
 
 
 def json_safe(obj: Any) -> Any:

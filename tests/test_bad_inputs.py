@@ -182,6 +182,14 @@ CLI_CASES = [
      ["1,000,000 cells", "--max-cells"]),
     (["ledger", "whatif", "--model", "llama-3.1-70b", "--prefill-site", "aws:us-east-1", "--decode-site",
       "aws:us-west-2", "--vary", "rate_req_per_s=1:2:200", "--vary", "prompt_tokens=1:2:100"], ["20,000 cells"]),
+    # --out of sweep and whatif writes the table as CSV whatever --format prints: `--format json --out sw.json`
+    # wrote CSV into sw.json (issue 28); now refused before the sweep, as --xlsx/--plot with a wrong suffix are.
+    (["sweep", "--vary", "demand_factor=1", "--format", "json", "--out", "{tmp}/sw.json"],
+     ["field '--out'", "--out writes a .csv file but", "sw.json ends in '.json'", "name it sw.csv"]),
+    (["whatif", "--vary", "egress_usd_per_gb=0.01", "--out", "{tmp}/w.txt"], ["--out writes a .csv file"]),
+    (["sweep", "--vary", "demand_factor=1", "--plot", "{tmp}/p.jpg"], ["--plot writes a .png file"]),
+    (["ledger", "split", "--model", "llama-3.1-70b", "--prefill-site", "aws:us-east-1", "--decode-site",
+      "aws:us-west-2", "--csv-out", "{tmp}/items.json"], ["--csv-out writes a .csv file"]),
 ]
 
 
@@ -404,3 +412,22 @@ def test_a_fleetplan_error_as_json_names_field_and_value():
     err = json.loads(res.stdout)["error"]  # a plan file is no kubectl list
     assert res.exit_code == 2 and (err["source"], err["field"]) == (str(golden), "kind") and err["value"] == "dict"
     assert err["message"] in res.stderr
+
+
+def test_a_sweep_whose_cells_fail_the_check_prints_one_json_document(tmp_path, monkeypatch):
+    # With --format json the rows were printed and then the error object after them: two JSON documents on stdout,
+    # which `| jq` and json.loads read as garbage. Now the error object alone (the rows are still in --out's CSV).
+    import fleetplan.cli.sweep as cli_sweep
+
+    row = {"demand_factor": 1.0, "status": "optimal", "cost_usd_per_day": 1.0, "gpu_hours_per_day": 1.0,
+           "valid": False, "lower_bound_usd_per_day": 1.0, "gap": 0.0, "solve_s": 0.0, "message": ""}
+    monkeypatch.setattr(cli_sweep, "run_sweep", lambda *a, **k: [row])
+    sc = tmp_path / "small.yaml"
+    sc.write_text(README_SMALL)
+    out = tmp_path / "rows.csv"
+    res = CliRunner().invoke(main, ["sweep", str(sc), "--vary", "demand_factor=1", "--workers", "1",
+                                    "--format", "json", "--out", str(out)])
+    assert res.exit_code == 2, res.output
+    err = json.loads(res.stdout)["error"]  # the whole of stdout is one document
+    assert "1 cell(s) gave a plan that fails the independent check" in err["message"]
+    assert out.read_text().splitlines()[1].startswith("1.0,optimal")
