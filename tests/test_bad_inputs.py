@@ -269,6 +269,10 @@ SCENARIO_EDITS = [
                          "fallback: nope}"), [], ["unknown fallback pool 'nope'", "no on-demand or owned row"]),
     # tp: [1, 1] was reported under field 'options' with an internal option tuple (found by a fresh user)
     (lambda s: s.replace("tp: [1, 2]", "tp: [1, 1]"), [], ["field 'models[0].tp'", "tp 1 is listed twice"]),
+    # A zone the price catalog does not list was planned, priced from the region's row (issue 28); the catalog
+    # lists use1-az1 to use1-az6 for us-east-1 (datasets/data/pricing/skypilot_catalog, AWS extract).
+    (lambda s: s.replace("name: aws:us-east-1\n", "name: aws:us-east-1:use1-az99\n"), [],
+     ["field 'name'", "unknown aws us-east-1 zone 'use1-az99'", "did you mean 'use1-az"]),
 ]
 
 
