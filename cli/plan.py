@@ -172,15 +172,16 @@ def _price_line(pool: dict, wide: bool = True) -> str:
     rate = pool.get("committed_usd_per_gpu_hour", pool["usd_per_gpu_hour"])
     per = " per committed GPU-h" if "committed_usd_per_gpu_hour" in pool else ""
     price = f"{rate:.4g} USD/GPU-h"
+    warn = f" [bold]WARNING: {pool['price_warning']}[/bold]" if pool.get("price_warning") else ""
     if not wide:
         date = pool.get("price_as_of") or ""
         when = "catalog, undated" if date == "undated" else f"as of {date}" if date else "not from a catalog"
-        return f"[dim]price: {pool['id']} {price}{per} ({pool['pricing_model']}, {when})[/dim]"
+        return f"[dim]price: {pool['id']} {price}{per} ({pool['pricing_model']}, {when})[/dim]" + warn
     src = pool["price_source"]
     # a catalog source states the price itself: print it once
     shown = f"{pool['id']} ({pool['pricing_model']})" if price in src else f"{pool['id']} {price}{per} " \
         f"({pool['pricing_model']})"
-    return f"[dim]price: {shown} from {src}[/dim]"
+    return f"[dim]price: {shown} from {src}[/dim]" + warn
 
 
 def _snapshot_line(pools: list[dict]) -> str:
@@ -636,6 +637,9 @@ def _plan_locked(scenario: str | None, fmt: str, a: _PlanArgs) -> None:
     d["arrival_process"] = arrival_assumptions(sc, problem)
     for w in dropped_profile_warnings(d["options_not_used"]):  # a measured profile that removed an option
         click.echo(w, err=True)
+    for pool in d["pools"]:  # a price 100 × the catalog's (a monthly price typed per hour) is planned as given
+        if pool.get("price_warning"):
+            click.echo(f"warning: price of {pool['id']}: {pool['price_warning']}", err=True)
     with output_files(a.outputs) as tmp:  # all of them or none
         if a.out:
             tmp["--out"].write_text(json.dumps(d, indent=1))

@@ -5,8 +5,9 @@ Format (version 1): status, backend, cost_usd_per_day, gpu_hours_per_day, lower_
 solve_time_s, message, cost_breakdown_usd_per_day {gpu, starts, egress, of_which_commitments (the commitments' part
 of gpu, when any)}, utilization {mean, peak}, window_length_s, n_windows, pools [{id, site, gpu, nodes,
 gpus_per_node, usd_per_gpu_hour, pricing_model, price_source, and when set: price_as_of, name,
-committed_usd_per_gpu_hour, interruption_rate, fallback}] (the price each pool used and where it came from: the
-user's row, the scenario, or the catalog snapshot, whose date is price_as_of: YYYY-MM-DD or 'undated'),
+committed_usd_per_gpu_hour, interruption_rate, fallback, price_warning}] (the price each pool used and where it came
+from: the user's row, the scenario, or the catalog snapshot, whose date is price_as_of: YYYY-MM-DD or 'undated';
+price_warning: why a price given in the scenario looks like a mistake next to the catalog's),
 commitments [{pool, gpus, deployed_share, load_share, committed_usd_per_gpu_hour,
 committed_price_source, on_demand_usd_per_gpu_hour, on_demand_price_source, break_even_utilization}] (only for a
 problem with committed pools: the GPUs committed for the whole horizon, the share of their GPU-hours with a replica
@@ -263,6 +264,8 @@ def _pool_entry(p: Pool) -> dict[str, Any]:
                            "pricing_model": p.pricing_model, "price_source": p.price_source}
     if p.price_as_of:
         out["price_as_of"] = p.price_as_of
+    if p.price_warning:
+        out["price_warning"] = p.price_warning
     if p.name:
         out["name"] = p.name
     if p.committed:

@@ -82,6 +82,9 @@ class Pool:
         price_as_of: the date of the catalog price snapshot the price comes from (YYYY-MM-DD), 'undated' for a
             catalog snapshot without a date, '' when the price is not a catalog's (given in the scenario, your own
             price rows, an owned GPU's power cost).
+        price_warning: why the price looks like a mistake (a price given in the scenario more than 10 × above or
+            below the catalog's for the same GPU, site and pricing model), '' when it does not; the price is used
+            as given.
     """
 
     site: str
@@ -100,6 +103,7 @@ class Pool:
     interruption_rate: float = 0.0
     fallback_pool: str | None = None
     price_as_of: str = ""
+    price_warning: str = ""
 
     def __post_init__(self) -> None:
         owner = f"pool {self.id}"
