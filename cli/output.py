@@ -13,7 +13,7 @@ import math
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, NoReturn
 
 import click
 
@@ -27,6 +27,20 @@ if TYPE_CHECKING:
 
 __all__ = ["atomic_path", "error_object", "json_safe", "map_with_progress", "progress_bar", "progress_status",
            "rows_csv", "stdout_console", "table", "wants_json", "write_text_atomic"]
+
+
+#: Exit status of a command stopped by Ctrl-C (SIGINT): 128 + the signal's number, as a shell reports a process the
+#: signal killed. click's own handling gave 1 and "Aborted!", and an interrupt before click's handling began gave 130.
+EXIT_INTERRUPTED = 128 + 2
+
+
+def interrupted(*_signal: Any) -> NoReturn:
+    """Say on stderr that the command was interrupted and exit with :data:`EXIT_INTERRUPTED`: what every command
+    does on Ctrl-C (:class:`fleetplan.cli.main.FleetplanGroup`; ``serve`` after its graceful shutdown). Output files
+    are written whole or not at all (:mod:`fleetplan.fileio`), so those not finished are left as they were. Usable
+    as a signal handler (``_signal``: its arguments, unused)."""
+    click.echo("fleetplan: interrupted (Ctrl-C)", err=True)
+    sys.exit(EXIT_INTERRUPTED)
 
 
 #: The file type of an ``--out`` that writes the command's table as CSV (``sweep``, ``whatif``, ``ledger whatif``),
