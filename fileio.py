@@ -698,13 +698,15 @@ def _field_words(root: dict, parts: list, here: list[dict]) -> tuple[str, str]:
     near = here if any(s.get("x-fix") or s.get("description") for s in here) or not parts or not isinstance(
         parts[-1], int) else _schema_at(root, parts[:-1])
     fix = next((s["x-fix"] for s in near if s.get("x-fix")), "")
-    what = next((s["description"] for s in near if s.get("description")), "")
+    # a model's own schema carries its class docstring (reStructuredText for the API docs), no words for a user
+    what = next((s["description"] for s in near if s.get("description") and "properties" not in s), "")
     return fix, what
 
 
-def _message(err: Mapping, parts: list, root: dict) -> str:
+def _message(err: Mapping, parts: list, root: dict, *, whole: bool = True) -> str:
     """What is wrong with the value of one pydantic error ``err`` at data path ``parts`` of the schema ``root``,
-    ending with the field's fix (or its description)."""
+    ending with the field's fix (or its description); ``whole``: the data validated is a whole file (not the value
+    of one key of it)."""
     kind, ctx, value = err["type"], err.get("ctx") or {}, err.get("input")
     here = _schema_at(root, parts)
     fix, what = _field_words(root, parts, here)
@@ -733,6 +735,10 @@ def _message(err: Mapping, parts: list, root: dict) -> str:
         return (f"YAML read {value.isoformat()} as a date, not text: quote it ('{value.isoformat()}')"
                 + (f" ({what})" if what else ""))
     type_words = _TYPE_WORDS.get(kind)
+    if whole and not parts and kind in ("dict_type", "model_type", "model_attributes_type"):
+        shown = "a list" if isinstance(value, list) else "empty" if value is None else f"the value {_show(value)}"
+        return (f"the file's top level is {shown}, not a mapping: write its keys as 'key: value' lines at the top "
+                "level")
     if type_words:
         return f"{_show(value)} {type_words}{tail}"
     msg = str(err.get("msg", kind))
@@ -766,7 +772,7 @@ def input_error(exc: ValidationError, kind: Any, data: Any, *, source: str, labe
         described.append((err, parts, ctx))
     err, parts, ctx = described[0]
     words = [w for w in [context, *ctx] if w]
-    msg = _message(err, parts, root)
+    msg = _message(err, parts, root, whole=not prefix)
     more = len(described) - 1
     if more:
         msg += f" (and {more} more problem{'s' if more > 1 else ''} in this input)"

@@ -451,3 +451,18 @@ def test_ctrl_c_exits_130_from_every_command(tmp_path, monkeypatch, args):
     res = CliRunner().invoke(main, [a.format(tmp=tmp_path) for a in args])
     assert res.exit_code == 130, (res.exit_code, res.output)
     assert res.stderr == "fleetplan: interrupted (Ctrl-C)\n" and list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("text, words", [
+    # A deploy file that is a YAML list ended its message with the class docstring in reStructuredText:
+    # "(The deployment file of ``fleetplan export`` and ``fleetplan serve --actuate k8s``.)"
+    ("- a\n- b\n", "the file's top level is a list, not a mapping: write its keys as 'key: value' lines"),
+    ("models: {Llama-3.1-8B: [1]}\n", "field 'models.Llama-3.1-8B': [1] must be a mapping (key: value)"),
+])
+def test_a_deploy_file_of_the_wrong_shape_gets_a_plain_message(tmp_path, text, words):
+    deploy = tmp_path / "deploy.yaml"
+    deploy.write_text(text)
+    code, out = run("export", "k8s", str(GOLDEN_PLAN), "--out", str(tmp_path / "k"), "--window", "14:00",
+                    "--deploy", str(deploy))
+    assert code == 2 and words in out and "``" not in out and "fleetplan export" not in out, out
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["deploy.yaml"]
