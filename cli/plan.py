@@ -559,13 +559,22 @@ def _add_uncertainty(d: dict, sc: Scenario, problem: Problem, plan: Plan, unc: _
         d["suggested_benchmark"] = suggest_benchmark(problem, plan, unc.errors, mixes)
 
 
-def _margins_summary(margins: list[dict]) -> str:
-    """One line: which models have model-windows whose margin is below their capacity error (-o wide: each)."""
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
+def _margins_summary(margins: list[dict], n_models: int) -> str:
+    """One line: which models have model-windows whose margin is below their capacity error (-o wide: each);
+    ``margins`` has entries only for the model-windows with demand, of ``n_models`` models in all."""
     models = list(dict.fromkeys(m["model"] for m in margins))
     short = list(dict.fromkeys(m["model"] for m in margins if not m["holds_at_pessimistic_end"]))
+    idle = n_models - len(models)
+    if not models:  # it said "every model-window of the 0 models holds" of a scenario with 1 model and no demand
+        return (f"capacity margins: none to check: no window of the {_count(n_models, 'model')} has demand")
     if not short:
-        return (f"capacity margins: every model-window of the {len(models)} models holds at the pessimistic end of "
-                "its stated capacity error (-o wide: per model)")
+        return (f"capacity margins: every model-window with demand ({_count(len(models), 'model')}"
+                + (f"; {idle} more without demand" if idle else "")
+                + ") holds at the pessimistic end of its stated capacity error (-o wide: per model)")
     return (f"capacity margins: {len(short)} of {len(models)} models have windows whose margin is below the stated "
             f"capacity error, so they miss if capacity is that much lower: {', '.join(short)} (-o wide: per model; "
             "--robust plans for it)")
@@ -589,9 +598,11 @@ def _uncertainty_text(d: dict, wide: bool = True) -> str:
     the plain plan's, the suggested run."""
     if wide:
         lines = ["capacity margin against its stated error (capacity_error per replica row in -o json):"]
-        lines += ["  " + line for line in margin_lines(d.get("capacity_margins") or [])]
+        lines += ["  " + line for line in margin_lines(d.get("capacity_margins") or [])] or [
+            "  none to check: no window of any model has demand"]
     else:
-        lines = [_margins_summary(d.get("capacity_margins") or [])]
+        lines = [_margins_summary(d.get("capacity_margins") or [], len(d["windows"][0]["demand_req_per_s"])
+                                  if d.get("windows") else 0)]
     if rb := d.get("robust"):
         cost, plain = d["cost_usd_per_day"], rb["plain_cost_usd_per_day"]
         lines.append(f"robust plan (every option's steps 1 / (1 − its error) times longer): ${cost:,.2f}/day against "
