@@ -27,7 +27,7 @@ from fleetplan.outputs.plandiff import (
 )
 from fleetplan.outputs.planio import load_plan_file, plan_from_dict
 from fleetplan.placement.plan import Plan
-from fleetplan.placement.problem import Problem
+from fleetplan.placement.problem import Problem, time_of_day_s
 from fleetplan.service.actuate import cluster_lists, kube_clients
 from fleetplan.solvers.online.state import ONLINE_WINDOW_SUFFIX
 
@@ -156,6 +156,8 @@ def diff(plan_a: str, plan_b: str | None, db_url: str | None, db_file: str | Non
     if at_hhmm is not None and plan_b:
         raise InputError("--at picks the window compared with a stored plan or the cluster; two plans are compared "
                          "in every window: drop --at", field="--at", value=at_hhmm)
+    if at_hhmm is not None:
+        time_of_day_s(at_hhmm, field="--at")  # its form, before any file or database is read
     pa, a, _sa, _da = load_plan_file(plan_a)
     if plan_b:
         pb, b, _sb, _db = load_plan_file(plan_b)

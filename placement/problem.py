@@ -13,6 +13,7 @@ and plans repeat daily: the window before the first is the last (cyclic), which 
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 
@@ -496,6 +497,16 @@ def spread_where_possible(models: tuple[ModelSpec, ...], pools: tuple[Pool, ...]
         same = kept == {"site": m.max_share_per_site, "pool": m.max_share_per_pool}
         out.append(m if same else replace(m, max_share_per_site=kept["site"], max_share_per_pool=kept["pool"]))
     return tuple(out)
+
+
+def time_of_day_s(hhmm: str, *, field: str) -> int:
+    """Seconds since 00:00 of the time of day ``hhmm``, written 'HH:MM' (00:00 to 23:59, two digits each: what every
+    option that takes one says; '1:30' and '12:3' are refused, not guessed). Raises InputError naming ``field``."""
+    m = re.fullmatch(r"([01]\d|2[0-3]):([0-5]\d)", str(hhmm).strip())
+    if m is None:
+        raise InputError(f"{field} {hhmm!r} is not a time of day HH:MM (00:00 to 23:59, two digits each); give "
+                         "e.g. 14:00 or 01:30", field=field, value=hhmm)
+    return int(m.group(1)) * 3600 + int(m.group(2)) * 60
 
 
 @dataclass(frozen=True)

@@ -172,8 +172,17 @@ CLI_CASES = [
     # --rate-scale sets the trace's rate to the window's demand, so a --time-scale before it changed nothing.
     (["simulate", "{plan}", "--trace", "azure-conv", "--rate-scale", "--time-scale", "2"],
      ["--time-scale with --rate-scale", "drop one"]),
-    (["simulate", "{plan}", "--trace", "azure-conv", "--window", "12:60"], ["not HH:MM"]),
-    (["simulate", "{plan}", "--trace", "azure-conv", "--window", "25:00"], ["not HH:MM"]),
+    (["simulate", "{plan}", "--trace", "azure-conv", "--window", "12:60"], ["not a time of day HH:MM"]),
+    (["simulate", "{plan}", "--trace", "azure-conv", "--window", "25:00"], ["not a time of day HH:MM"]),
+    # '1:30' was taken as 01:30 (and '12:3' as 12:03) though the message says HH:MM: every --window and --at now
+    # takes exactly HH:MM, two digits each (placement.problem.time_of_day_s)
+    (["simulate", "{plan}", "--trace", "azure-conv", "--window", "1:30"],
+     ["field '--window'", "'1:30' is not a time of day HH:MM", "two digits each", "01:30"]),
+    (["simulate", "{plan}", "--trace", "azure-conv", "--window", "12:3"], ["'12:3' is not a time of day HH:MM"]),
+    (["simulate", "{plan}", "--trace", "azure-conv", "--window", "noon"], ["'noon' is not a time of day HH:MM or a "
+                                                                          "window index"]),
+    (["export", "k8s", "{plan}", "--out", "{tmp}/k", "--window", "1:30"], ["'1:30' is not a time of day HH:MM"]),
+    (["diff", "{plan}", "--db", "sqlite:///{tmp}/none.db", "--at", "9:00"], ["field '--at'", "'9:00' is not a time"]),
     # An output naming the file the command reads replaced it.
     (["simulate", "{plan}", "--report", "{plan}"], ["is the file this command reads"]),
     (["plan", "{plan}", "--out", "{plan}"], ["is the file this command reads"]),
