@@ -106,7 +106,9 @@ def _replicas_table(problem: Problem, d: dict, wide: bool = False) -> Table:
     for g in d["shared_gpus"]:
         src = g.get("capacity_source") or {}
         where = f"{g['gpu']} @ {g['site']}{named.get(g['pool'], '')}"
-        add_row(" + ".join(g["models"]), where, "shared", "1 GPU, all day", "24",
+        load = g.get("load_share") or []
+        busy = f"; load {min(load):.0%}-{max(load):.0%}" if load else ""
+        add_row(" + ".join(g["models"]), where, "shared", f"1 GPU, all day{busy}", "24",
                   "; ".join(f"{m}: {s}" for m, s in src.items()) if len(set(src.values())) > 1
                   else next(iter(src.values()), ""))
     return t
