@@ -69,14 +69,16 @@ def check_destination(path: str | Path, *, field: str | None = None) -> Path:
 
 #: The file type each output option writes, by option name: its path must end so (an xlsx under a .csv name
 #: would open as garbage).
-OUTPUT_SUFFIXES: dict[str, tuple[str, ...]] = {"--xlsx": (".xlsx",), "--plot": (".png",)}
+OUTPUT_SUFFIXES: dict[str, tuple[str, ...]] = {"--xlsx": (".xlsx",), "--plot": (".png",), "--csv-out": (".csv",)}
 
 
-def check_destinations(paths: Mapping[str, str | Path | None], *, inputs: Sequence[str | Path | None] = ()) -> None:
+def check_destinations(paths: Mapping[str, str | Path | None], *, inputs: Sequence[str | Path | None] = (),
+                       suffixes: Mapping[str, tuple[str, ...]] | None = None) -> None:
     """:func:`check_destination` for every given path of ``paths`` ({option name: path or None}), before any work
     starts, so a long run never ends in an unwritable output. Two options naming the same file are an error too, and
     so is an output that names one of the command's ``inputs`` (it would replace the file being read), and an
-    option of :data:`OUTPUT_SUFFIXES` whose path has another suffix."""
+    option of :data:`OUTPUT_SUFFIXES`, or of ``suffixes`` ({option name: allowed suffixes}, for an option whose
+    file type depends on the command, e.g. an ``--out`` that writes CSV), whose path has another suffix."""
     seen: dict[Path, str] = {}
     read = {Path(p).resolve() for p in inputs if p is not None and Path(p).exists()}
     for name, p in paths.items():
@@ -92,7 +94,7 @@ def check_destinations(paths: Mapping[str, str | Path | None], *, inputs: Sequen
                              source=str(target), field=name)
         seen[key] = name
     for name, p in paths.items():  # after the checks above, which say more (a folder, a device, one file twice)
-        want = OUTPUT_SUFFIXES.get(name)
+        want = {**OUTPUT_SUFFIXES, **(suffixes or {})}.get(name)
         if p is not None and want and Path(p).suffix.lower() not in want:
             raise InputError(f"{name} writes a {want[0]} file but {p} ends in {Path(p).suffix or 'no suffix'!r}; "
                              f"name it {Path(p).with_suffix(want[0]).name}", source=str(p), field=name, value=str(p))
@@ -122,16 +124,17 @@ def atomic_path(path: str | Path, *, field: str | None = None) -> Iterator[Path]
 
 
 @contextlib.contextmanager
-def output_files(paths: Mapping[str, str | Path | None]) -> Iterator[dict[str, Path]]:
+def output_files(paths: Mapping[str, str | Path | None], *,
+                 suffixes: Mapping[str, tuple[str, ...]] | None = None) -> Iterator[dict[str, Path]]:
     """Write several output files all or none.
 
-    Checks every given destination first (:func:`check_destinations`), yields {option name: temporary path beside
-    its destination} for the paths that are not None; when the block ends without error every temporary file
-    replaces its destination, keeping an existing destination's permissions (if one move fails, the destinations
-    already replaced get their old content back); on any error every temporary file is removed and no
+    Checks every given destination first (:func:`check_destinations`, with its ``suffixes``), yields {option name:
+    temporary path beside its destination} for the paths that are not None; when the block ends without error every
+    temporary file replaces its destination, keeping an existing destination's permissions (if one move fails, the
+    destinations already replaced get their old content back); on any error every temporary file is removed and no
     destination changes. Raises InputError naming the option.
     """
-    check_destinations(paths)
+    check_destinations(paths, suffixes=suffixes)
     targets = {name: Path(p) for name, p in paths.items() if p is not None}
     tmps: dict[str, Path] = {}
     backups: list[tuple[Path, Path | None]] = []  # (target, backup of its old content or None if it was new)
@@ -174,20 +177,22 @@ def output_files(paths: Mapping[str, str | Path | None]) -> Iterator[dict[str, P
 
 
 @contextlib.contextmanager
-def claimed_outputs(paths: Mapping[str, str | Path | None]) -> Iterator[None]:
+def claimed_outputs(paths: Mapping[str, str | Path | None], *,
+                    suffixes: Mapping[str, tuple[str, ...]] | None = None) -> Iterator[None]:
     """Hold an exclusive lock on every given destination of ``paths`` ({option name: path or None}) for the block,
     so two runs writing the same file cannot both succeed (the second is refused at once, not after its work).
 
     The lock is an advisory ``flock`` on a hidden file ``.<name>.lock`` beside the destination, removed at the end.
-    Raises InputError naming the option when another run holds the lock, or when a destination
-    :func:`check_destination` refuses.
+    Raises InputError naming the option when another run holds the lock, or when :func:`check_destinations` (with
+    its ``suffixes``) refuses the destinations.
     """
+    check_destinations(paths, suffixes=suffixes)  # all of them, suffixes included, before any lock or any work
     held: list[tuple[int, Path]] = []
     try:
         for name, p in paths.items():
             if p is None:
                 continue
-            target = check_destination(p, field=name)
+            target = Path(p)
             lock = target.parent / f".{target.name}.lock"
             while True:
                 fd = os.open(lock, os.O_CREAT | os.O_RDWR, 0o666 & ~_umask())
@@ -693,13 +698,15 @@ def _field_words(root: dict, parts: list, here: list[dict]) -> tuple[str, str]:
     near = here if any(s.get("x-fix") or s.get("description") for s in here) or not parts or not isinstance(
         parts[-1], int) else _schema_at(root, parts[:-1])
     fix = next((s["x-fix"] for s in near if s.get("x-fix")), "")
-    what = next((s["description"] for s in near if s.get("description")), "")
+    # a model's own schema carries its class docstring (reStructuredText for the API docs), no words for a user
+    what = next((s["description"] for s in near if s.get("description") and "properties" not in s), "")
     return fix, what
 
 
-def _message(err: Mapping, parts: list, root: dict) -> str:
+def _message(err: Mapping, parts: list, root: dict, *, whole: bool = True) -> str:
     """What is wrong with the value of one pydantic error ``err`` at data path ``parts`` of the schema ``root``,
-    ending with the field's fix (or its description)."""
+    ending with the field's fix (or its description); ``whole``: the data validated is a whole file (not the value
+    of one key of it)."""
     kind, ctx, value = err["type"], err.get("ctx") or {}, err.get("input")
     here = _schema_at(root, parts)
     fix, what = _field_words(root, parts, here)
@@ -728,6 +735,10 @@ def _message(err: Mapping, parts: list, root: dict) -> str:
         return (f"YAML read {value.isoformat()} as a date, not text: quote it ('{value.isoformat()}')"
                 + (f" ({what})" if what else ""))
     type_words = _TYPE_WORDS.get(kind)
+    if whole and not parts and kind in ("dict_type", "model_type", "model_attributes_type"):
+        shown = "a list" if isinstance(value, list) else "empty" if value is None else f"the value {_show(value)}"
+        return (f"the file's top level is {shown}, not a mapping: write its keys as 'key: value' lines at the top "
+                "level")
     if type_words:
         return f"{_show(value)} {type_words}{tail}"
     msg = str(err.get("msg", kind))
@@ -761,7 +772,7 @@ def input_error(exc: ValidationError, kind: Any, data: Any, *, source: str, labe
         described.append((err, parts, ctx))
     err, parts, ctx = described[0]
     words = [w for w in [context, *ctx] if w]
-    msg = _message(err, parts, root)
+    msg = _message(err, parts, root, whole=not prefix)
     more = len(described) - 1
     if more:
         msg += f" (and {more} more problem{'s' if more > 1 else ''} in this input)"

@@ -27,8 +27,9 @@ from fleetplan.outputs.plandiff import (
 )
 from fleetplan.outputs.planio import load_plan_file, plan_from_dict
 from fleetplan.placement.plan import Plan
-from fleetplan.placement.problem import Problem
+from fleetplan.placement.problem import Problem, time_of_day_s
 from fleetplan.service.actuate import cluster_lists, kube_clients
+from fleetplan.solvers.online.state import ONLINE_WINDOW_SUFFIX
 
 #: What a cluster's objects do not tell, said under every diff against the cluster.
 CLUSTER_UNKNOWN = ("not known from the cluster: what it is billed (commitments, spot, start costs, egress), the "
@@ -88,6 +89,20 @@ def _stored(db_url: str | None, db_file: str | None, plan_id: int | None) -> tup
         raise InputError(f"stored plan {row['id']} is not a one-window service plan", field="--plan-id",
                          value=row["id"])
     return row, plan
+
+
+def _same_scenario(plan_a: str, scenario: str, row: dict) -> None:
+    """Raise InputError (naming --db) when the stored plan ``row`` is not of the scenario ``scenario`` that PLAN_A
+    (``plan_a``) embeds: its name is not the scenario's online-window name
+    (:data:`~fleetplan.solvers.online.state.ONLINE_WINDOW_SUFFIX`). Such a diff compared unrelated fleets with exit 0
+    and no word."""
+    stored = str(row["body"].get("name", ""))
+    if stored != scenario + ONLINE_WINDOW_SUFFIX:
+        theirs = stored.removesuffix(ONLINE_WINDOW_SUFFIX)
+        raise InputError(f"stored plan {row['id']} is a plan of the scenario {theirs!r}, {plan_a} of {scenario!r}: "
+                         "a diff of two scenarios' fleets compares unrelated replicas; give the database of the "
+                         f"service that runs {scenario!r}, or a plan of {theirs!r}", field="--db",
+                         value=theirs)
 
 
 def _utc(at_s: float) -> str:
@@ -154,6 +169,8 @@ def diff(plan_a: str, plan_b: str | None, db_url: str | None, db_file: str | Non
     if at_hhmm is not None and plan_b:
         raise InputError("--at picks the window compared with a stored plan or the cluster; two plans are compared "
                          "in every window: drop --at", field="--at", value=at_hhmm)
+    if at_hhmm is not None:
+        time_of_day_s(at_hhmm, field="--at")  # its form, before any file or database is read
     pa, a, _sa, _da = load_plan_file(plan_a)
     if plan_b:
         pb, b, _sb, _db = load_plan_file(plan_b)
@@ -196,6 +213,7 @@ def diff(plan_a: str, plan_b: str | None, db_url: str | None, db_file: str | Non
                  "left_out": cl.left_out, "unknown": CLUSTER_UNKNOWN}
     else:
         row, running = _stored(db_url, db_file, plan_id)
+        _same_scenario(plan_a, pa.name, row)
         source = f"stored plan {row['id']}"
         w = (window_index(pa, at_hhmm, "--at") if at_hhmm
              else _window_of_time(pa, float(row["at_s"]), f"stored plan {row['id']}'s round time"))

@@ -9,7 +9,7 @@ import sys
 import click
 
 from fleetplan import __version__
-from fleetplan.cli.output import error_object, wants_json
+from fleetplan.cli.output import error_object, interrupted, wants_json
 from fleetplan.errors import FleetplanError
 
 #: Each subcommand by name: (module of this layer, attribute). Loaded on first use (click's documented lazy
@@ -28,8 +28,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 
 class FleetplanGroup(click.Group):
-    """A click group that turns any :class:`FleetplanError` into a one-line message and exit code 2, and imports
-    a subcommand's module (:data:`COMMANDS`) only when that subcommand is run or listed."""
+    """A click group that turns any :class:`FleetplanError` into a one-line message and exit code 2, Ctrl-C into
+    exit code 130 (:func:`fleetplan.cli.output.interrupted`), and imports a subcommand's module
+    (:data:`COMMANDS`) only when that subcommand is run or listed."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:  # noqa: D102
         return sorted({*super().list_commands(ctx), *COMMANDS})
@@ -57,6 +58,8 @@ class FleetplanGroup(click.Group):
         except click.UsageError as exc:  # click prints it on stderr and exits 2
             _json_error(ctx, exc)
             raise
+        except KeyboardInterrupt:  # click would print "Aborted!" and exit 1
+            interrupted()
 
 
 def _json_error(ctx: click.Context, exc: Exception) -> None:

@@ -13,7 +13,7 @@ import math
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, NoReturn
 
 import click
 
@@ -29,12 +29,33 @@ __all__ = ["atomic_path", "error_object", "json_safe", "map_with_progress", "pro
            "rows_csv", "stdout_console", "table", "wants_json", "write_text_atomic"]
 
 
-def claim_outputs(paths: dict[str, Any]) -> None:
-    """Check each file destination of ``paths`` ({option: path or None}) and hold an exclusive lock on it until the
+#: Exit status of a command stopped by Ctrl-C (SIGINT): 128 + the signal's number, as a shell reports a process the
+#: signal killed. click's own handling gave 1 and "Aborted!", and an interrupt before click's handling began gave 130.
+EXIT_INTERRUPTED = 128 + 2
+
+
+def interrupted(*_signal: Any) -> NoReturn:
+    """Say on stderr that the command was interrupted and exit with :data:`EXIT_INTERRUPTED`: what every command
+    does on Ctrl-C (:class:`fleetplan.cli.main.FleetplanGroup`; ``serve`` after its graceful shutdown). Output files
+    are written whole or not at all (:mod:`fleetplan.fileio`), so those not finished are left as they were. Usable
+    as a signal handler (``_signal``: its arguments, unused)."""
+    click.echo("fleetplan: interrupted (Ctrl-C)", err=True)
+    sys.exit(EXIT_INTERRUPTED)
+
+
+#: The file type of an ``--out`` that writes the command's table as CSV (``sweep``, ``whatif``, ``ledger whatif``),
+#: for :func:`claim_outputs` and :func:`fleetplan.fileio.output_files`: JSON or anything else under that name would
+#: be a CSV file under a misleading name (``--format`` chooses what is printed, never what ``--out`` writes).
+CSV_OUT: dict[str, tuple[str, ...]] = {"--out": (".csv",)}
+
+
+def claim_outputs(paths: dict[str, Any], *, suffixes: dict[str, tuple[str, ...]] | None = None) -> None:
+    """Check each file destination of ``paths`` ({option: path or None}; with ``suffixes`` {option: allowed
+    suffixes} besides :data:`fleetplan.fileio.OUTPUT_SUFFIXES`) and hold an exclusive lock on it until the
     running command ends (click closes it with the command's context), so a second run writing the same file is
     refused at once instead of both exiting 0 and the last writer winning (:func:`fleetplan.fileio.claimed_outputs`;
     InputError naming the option). Call it before the command's work."""
-    click.get_current_context().with_resource(claimed_outputs(paths))
+    click.get_current_context().with_resource(claimed_outputs(paths, suffixes=suffixes))
 
 
 def json_safe(obj: Any) -> Any:

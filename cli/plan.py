@@ -106,7 +106,9 @@ def _replicas_table(problem: Problem, d: dict, wide: bool = False) -> Table:
     for g in d["shared_gpus"]:
         src = g.get("capacity_source") or {}
         where = f"{g['gpu']} @ {g['site']}{named.get(g['pool'], '')}"
-        add_row(" + ".join(g["models"]), where, "shared", "1 GPU, all day", "24",
+        load = g.get("load_share") or []
+        busy = f"; load {min(load):.0%}-{max(load):.0%}" if load else ""
+        add_row(" + ".join(g["models"]), where, "shared", f"1 GPU, all day{busy}", "24",
                   "; ".join(f"{m}: {s}" for m, s in src.items()) if len(set(src.values())) > 1
                   else next(iter(src.values()), ""))
     return t
@@ -172,15 +174,16 @@ def _price_line(pool: dict, wide: bool = True) -> str:
     rate = pool.get("committed_usd_per_gpu_hour", pool["usd_per_gpu_hour"])
     per = " per committed GPU-h" if "committed_usd_per_gpu_hour" in pool else ""
     price = f"{rate:.4g} USD/GPU-h"
+    warn = f" [bold]WARNING: {pool['price_warning']}[/bold]" if pool.get("price_warning") else ""
     if not wide:
         date = pool.get("price_as_of") or ""
         when = "catalog, undated" if date == "undated" else f"as of {date}" if date else "not from a catalog"
-        return f"[dim]price: {pool['id']} {price}{per} ({pool['pricing_model']}, {when})[/dim]"
+        return f"[dim]price: {pool['id']} {price}{per} ({pool['pricing_model']}, {when})[/dim]" + warn
     src = pool["price_source"]
     # a catalog source states the price itself: print it once
     shown = f"{pool['id']} ({pool['pricing_model']})" if price in src else f"{pool['id']} {price}{per} " \
         f"({pool['pricing_model']})"
-    return f"[dim]price: {shown} from {src}[/dim]"
+    return f"[dim]price: {shown} from {src}[/dim]" + warn
 
 
 def _snapshot_line(pools: list[dict]) -> str:
@@ -558,13 +561,22 @@ def _add_uncertainty(d: dict, sc: Scenario, problem: Problem, plan: Plan, unc: _
         d["suggested_benchmark"] = suggest_benchmark(problem, plan, unc.errors, mixes)
 
 
-def _margins_summary(margins: list[dict]) -> str:
-    """One line: which models have model-windows whose margin is below their capacity error (-o wide: each)."""
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
+def _margins_summary(margins: list[dict], n_models: int) -> str:
+    """One line: which models have model-windows whose margin is below their capacity error (-o wide: each);
+    ``margins`` has entries only for the model-windows with demand, of ``n_models`` models in all."""
     models = list(dict.fromkeys(m["model"] for m in margins))
     short = list(dict.fromkeys(m["model"] for m in margins if not m["holds_at_pessimistic_end"]))
+    idle = n_models - len(models)
+    if not models:  # it said "every model-window of the 0 models holds" of a scenario with 1 model and no demand
+        return (f"capacity margins: none to check: no window of the {_count(n_models, 'model')} has demand")
     if not short:
-        return (f"capacity margins: every model-window of the {len(models)} models holds at the pessimistic end of "
-                "its stated capacity error (-o wide: per model)")
+        return (f"capacity margins: every model-window with demand ({_count(len(models), 'model')}"
+                + (f"; {idle} more without demand" if idle else "")
+                + ") holds at the pessimistic end of its stated capacity error (-o wide: per model)")
     return (f"capacity margins: {len(short)} of {len(models)} models have windows whose margin is below the stated "
             f"capacity error, so they may miss if capacity is that much lower: {', '.join(short)} (-o wide: per "
             "model; `fleetplan simulate PLAN --pessimistic` replays it; --robust plans for it)")
@@ -588,9 +600,11 @@ def _uncertainty_text(d: dict, wide: bool = True) -> str:
     the plain plan's, the suggested run."""
     if wide:
         lines = ["capacity margin against its stated error (capacity_error per replica row in -o json):"]
-        lines += ["  " + line for line in margin_lines(d.get("capacity_margins") or [])]
+        lines += ["  " + line for line in margin_lines(d.get("capacity_margins") or [])] or [
+            "  none to check: no window of any model has demand"]
     else:
-        lines = [_margins_summary(d.get("capacity_margins") or [])]
+        lines = [_margins_summary(d.get("capacity_margins") or [], len(d["windows"][0]["demand_req_per_s"])
+                                  if d.get("windows") else 0)]
     if rb := d.get("robust"):
         cost, plain = d["cost_usd_per_day"], rb["plain_cost_usd_per_day"]
         lines.append(f"robust plan (every option's steps 1 / (1 − its error) times longer): ${cost:,.2f}/day against "
@@ -636,6 +650,9 @@ def _plan_locked(scenario: str | None, fmt: str, a: _PlanArgs) -> None:
     d["arrival_process"] = arrival_assumptions(sc, problem)
     for w in dropped_profile_warnings(d["options_not_used"]):  # a measured profile that removed an option
         click.echo(w, err=True)
+    for pool in d["pools"]:  # a price 100 × the catalog's (a monthly price typed per hour) is planned as given
+        if pool.get("price_warning"):
+            click.echo(f"warning: price of {pool['id']}: {pool['price_warning']}", err=True)
     with output_files(a.outputs) as tmp:  # all of them or none
         if a.out:
             tmp["--out"].write_text(json.dumps(d, indent=1))

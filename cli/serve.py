@@ -14,7 +14,7 @@ import click
 
 from fleetplan.cli.database import db_options, open_store
 from fleetplan.cli.database import db_url as db_url_of
-from fleetplan.cli.output import claim_outputs, write_text_atomic
+from fleetplan.cli.output import claim_outputs, interrupted, write_text_atomic
 from fleetplan.errors import InputError
 from fleetplan.export.deployment import DeployFile, check_targets, read_deploy_file, site_target
 from fleetplan.service.actuate import K8sActuator, kube_clients, node_availability
@@ -215,18 +215,23 @@ def _stopped(signum, _frame) -> None:
 
 
 def run_until_stopped(app, **uvicorn_kw) -> None:
-    """Serve ``app`` with uvicorn until SIGTERM or SIGINT, then shut down gracefully and exit with status 0: a
-    requested stop (Kubernetes sends SIGTERM) is not a failure. uvicorn re-raises the signal it stopped for once it
-    has shut down (exit 143 for SIGTERM); the handler it restores then, this one, exits 0 instead."""
+    """Serve ``app`` with uvicorn until SIGTERM or SIGINT, then shut down gracefully: a requested stop (Kubernetes
+    sends SIGTERM) is not a failure, status 0. uvicorn re-raises the signal it stopped for once it has shut down
+    (exit 143 for SIGTERM); the handler it restores then, this one, exits 0 instead. SIGINT (Ctrl-C) ends as every
+    command's does, with status 130 (:func:`fleetplan.cli.main.interrupted`)."""
     import signal
 
     import uvicorn
 
     previous = signal.signal(signal.SIGTERM, _stopped)
+    # uvicorn.run swallows the KeyboardInterrupt of the SIGINT it re-raises (exit 0); with a handler of our own
+    # (which also keeps asyncio's from replacing Python's) that SIGINT ends as every command's Ctrl-C does
+    previous_int = signal.signal(signal.SIGINT, interrupted)
     try:
         uvicorn.run(app, **uvicorn_kw)
     finally:
         signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGINT, previous_int)
 
 
 @click.command("export-history")

@@ -27,7 +27,7 @@ from fleetplan.cli.options import (
     time_limit_option,
     vary_option,
 )
-from fleetplan.cli.output import claim_outputs, json_safe, progress_bar, rows_csv, stdout_console, table
+from fleetplan.cli.output import CSV_OUT, claim_outputs, json_safe, progress_bar, rows_csv, stdout_console, table
 from fleetplan.errors import FleetplanError
 from fleetplan.fileio import output_files
 from fleetplan.scenario.read import load_scenario
@@ -161,7 +161,7 @@ def sweep(scenario: str | None, vary: tuple[str, ...], backend: str, time_limit_
     time_limit_s, gap = checked_solve_options(time_limit_s, gap)  # naming the options, before any work
     refuse_unused_fanout(executor, ray_address)
     outputs = {"--out": out, "--plot": plot}
-    claim_outputs(outputs)  # checked and locked before the sweep
+    claim_outputs(outputs, suffixes=CSV_OUT)  # checked and locked before the sweep
     sc = load_scenario(scenario)
     variables = parse_grid(vary, max_cells, names=sweep_variables(sc))
     settings = SweepSettings(backend=backend, time_limit_s=time_limit_s, threads=threads, gap=gap)
@@ -171,18 +171,21 @@ def sweep(scenario: str | None, vary: tuple[str, ...], backend: str, time_limit_
         rows = run_sweep(sc, variables, ex, settings, progress=done)
     names = list(variables)
     title = f"{sc.name}: sweep of {', '.join(names)} ({len(rows)} cells, {backend}, ≤ {time_limit_s:g} s each)"
-    with output_files(outputs) as tmp:  # both or neither
+    with output_files(outputs, suffixes=CSV_OUT) as tmp:  # both or neither
         if out:
             tmp["--out"].write_text(rows_csv(rows))
         if plot:
             _plot(rows, names, tmp["--plot"], title)
+    bad = [r for r in rows if r["valid"] is False]
+    failed = FleetplanError(f"{len(bad)} cell(s) gave a plan that fails the independent check (please report this): "
+                            + "; ".join(cell_label({k: r[k] for k in names}) for r in bad[:5])) if bad else None
     if fmt == "json":
+        if failed:  # stdout holds one JSON document: the error object alone, not the rows and then the error
+            raise failed
         click.echo(json.dumps([json_safe(r) for r in rows], indent=2))
     elif fmt == "csv":
         click.echo(rows_csv(rows), nl=False)
     else:
         _table(rows, names, title)
-    bad = [r for r in rows if r["valid"] is False]
-    if bad:
-        raise FleetplanError(f"{len(bad)} cell(s) gave a plan that fails the independent check (please report "
-                             "this): " + "; ".join(cell_label({k: r[k] for k in names}) for r in bad[:5]))
+    if failed:
+        raise failed

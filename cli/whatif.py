@@ -23,7 +23,7 @@ from fleetplan.cli.options import (
     split_options,
     vary_option,
 )
-from fleetplan.cli.output import claim_outputs, json_safe, map_with_progress, rows_csv, stdout_console, table
+from fleetplan.cli.output import CSV_OUT, claim_outputs, json_safe, map_with_progress, rows_csv, stdout_console, table
 from fleetplan.costmodels.split import SWEEP_VARIABLES, SplitSpec, apply_variables, grid, scenario_row
 from fleetplan.datasets.shipped import shipped_scenario_text
 from fleetplan.errors import InputError
@@ -56,11 +56,11 @@ def run_whatif(options: SplitOptions, vary: tuple[str, ...], workers: int, fmt: 
                   why="without --energy-billed: the what-if rows have no energy column and their totals leave energy "
                       "out (cloud prices include power)", fix="add --energy-billed (own hardware), or drop it")
     outputs = {"--out": out, "--plot": plot}
-    claim_outputs(outputs)  # checked and locked before the sweep
+    claim_outputs(outputs, suffixes=CSV_OUT)  # checked and locked before the sweep
     spec = make_spec(options)
     with make_executor(executor, workers=workers, address=ray_address) as ex:
         rows = run_cells(spec, variables, ex, quiet=fmt != "table")
-    with output_files(outputs) as tmp:  # both or neither
+    with output_files(outputs, suffixes=CSV_OUT) as tmp:  # both or neither
         if out:
             tmp["--out"].write_text(rows_csv(rows))
         if plot:

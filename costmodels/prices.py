@@ -615,3 +615,27 @@ __all__ = [
     "check_tiers", "egress_cost_usd", "egress_rate_usd_per_gb", "find_price", "price_label", "price_problems",
     "select_egress_table", "usable_prices",
 ]
+
+
+#: How far (as a factor, either way) a price given in a scenario may lie from the catalog's price of the same GPU,
+#: site and pricing model before the plan warns: a monthly price (about 730 × the hourly one) or a node's price
+#: (8 × a GPU's on 8-GPU nodes is within it, so that one passes) typed as USD per GPU-hour. A plausibility bound
+#: of this project, not a number about the world.
+IMPLAUSIBLE_PRICE_FACTOR = 10.0
+
+
+def implausible_price(given_usd_per_gpu_hour: float, reference: GpuPrice) -> str:
+    """Why a price per GPU-hour given by the user looks like a mistake next to ``reference`` (the catalog's price
+    of the same GPU, site and pricing model), or '' when it lies within :data:`IMPLAUSIBLE_PRICE_FACTOR` of it
+    either way (a zero price, or a zero reference, is not judged)."""
+    ref = reference.usd_per_gpu_hour
+    if given_usd_per_gpu_hour <= 0 or ref <= 0:
+        return ""
+    ratio = given_usd_per_gpu_hour / ref
+    if 1 / IMPLAUSIBLE_PRICE_FACTOR <= ratio <= IMPLAUSIBLE_PRICE_FACTOR:
+        return ""
+    hint = "a monthly or node price?" if ratio > 1 else "a price per second or per minute?"
+    whose = "your price row" if reference.user else "the catalog"
+    return (f"{given_usd_per_gpu_hour:g} USD/GPU-h is {ratio:.3g} × the {ref:.4g} of {whose} ({reference.cloud} "
+            f"{reference.instance} {reference.region} {reference.pricing_model}, {_dated(reference)}): {hint} "
+            "usd_per_gpu_hour is USD per GPU per hour; planned as given")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
@@ -64,3 +65,31 @@ def vllm_defaults() -> VllmDefaults:
                             nixl_side_channel_port=int(values["nixl_side_channel_port"]))
     except (KeyError, ValueError) as exc:
         raise InputError(f"bad or missing entry {exc}", source="datasets/data/deploy/vllm.csv") from None
+
+
+#: A vLLM version as written in a scenario: a release line and optional patch parts ('0.11', '0.11.0', '0.5.4',
+#: '0.10.1.1', '0.6.3.post1').
+_VLLM_VERSION = re.compile(r"(\d+)\.(\d+)(?:\.\d+)*(?:\.?post\d+)?")
+
+
+@lru_cache(maxsize=1)
+def vllm_release_lines() -> tuple[str, ...]:
+    """The vLLM release lines ('0.1' ... '0.11') that exist (vllm_releases.csv, each with its first release's tag
+    on GitHub), oldest first."""
+    return tuple(r["release_line"] for r in _rows("vllm_releases.csv", ("release_line", "first_tag", "source")))
+
+
+def unknown_vllm_version(version: str) -> str | None:
+    """Why ``version`` (an engine version as a scenario gives it) names no vLLM release, with the fix, or None when
+    its release line is in :func:`vllm_release_lines` (a patch number is not checked: '0.11.7' passes with 0.11)."""
+    lines = vllm_release_lines()
+    m = _VLLM_VERSION.fullmatch(version)
+    if m is None:
+        return (f"{version!r} is not a vLLM version; give a release's number, e.g. version: \"0.11\" or "
+                "\"0.5.4\" (no 'v' and no engine name)")
+    line = f"{int(m[1])}.{int(m[2])}"
+    if line not in lines:
+        return (f"vLLM {version} does not exist: the known release lines are {', '.join(lines)} "
+                "(datasets/data/deploy/vllm_releases.csv); give one of them, e.g. version: \"0.11\" (a newer "
+                "release: add its line to that file)")
+    return None

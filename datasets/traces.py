@@ -226,6 +226,11 @@ def _read_csv_frame(path: Path, display: str) -> pd.DataFrame:
     if not path.is_file():
         raise InputError(f"file not found: {path}; check the path", source=display)
     try:
+        _check_csv_shape(path, display)
+    except csv.Error as exc:  # a NUL byte, an unterminated quote at the end
+        raise InputError(f"not a readable CSV file ({exc}); save it as comma-separated UTF-8 text",
+                         source=display) from None
+    try:
         df = pd.read_csv(path, dtype=str, keep_default_na=False, skipinitialspace=True)
     except pd.errors.EmptyDataError:
         raise InputError("the file is empty; give a header row and at least one request", source=display) from None
@@ -233,13 +238,35 @@ def _read_csv_frame(path: Path, display: str) -> pd.DataFrame:
         raise InputError(f"not a readable CSV file ({exc}); save it as comma-separated UTF-8 text",
                          source=display) from None
     df.columns = [str(c).strip() for c in df.columns]
-    # pandas renames a repeated header ('timestamp', 'timestamp.1') and reads the first: refuse it instead
-    with path.open(encoding="utf-8", errors="replace", newline="") as f:
-        header = [c.strip().lower() for c in next(csv.reader(f), [])]
-    twice = sorted({c for c in header if c and header.count(c) > 1})
-    if twice:
-        raise InputError(f"the header names column {twice[0]!r} twice; keep one", source=display, field=twice[0])
     return df
+
+
+def _check_csv_shape(path: Path, display: str) -> None:
+    """Raise InputError when the header names a column twice or a row's cells do not match the header's columns
+    (csv.Error when the file is no CSV)."""
+    with path.open(encoding="utf-8", errors="replace", newline="") as f:
+        rows = csv.reader(f)
+        header = [c.strip().lower() for c in next(rows, [])]
+        # pandas renames a repeated header ('timestamp', 'timestamp.1') and reads the first: refuse it instead
+        twice = sorted({c for c in header if c and header.count(c) > 1})
+        if twice:
+            raise InputError(f"the header names column {twice[0]!r} twice; keep one", source=display,
+                             field=twice[0])
+        # pandas reads rows with one cell more than the header by taking the first column as the index (every
+        # column shifted by one: '0,100,10,5' under 'timestamp,input_tokens,output_tokens' read 100 as the time)
+        # and fills missing cells with empty ones: a row must have the header's cells (blank lines are skipped,
+        # as pandas does, and not counted)
+        n = 0
+        for cells in rows:
+            if not cells:
+                continue
+            n += 1
+            if len(cells) != len(header):
+                more = len(cells) > len(header)
+                raise InputError(f"{len(cells)} cells but the header has {len(header)} columns "
+                                 f"({', '.join(header)}); "
+                                 + ("remove the extra cells" if more else "give a value in every column"),
+                                 source=display, row=n, value=",".join(cells))
 
 
 def _require_columns(df: pd.DataFrame, required: Sequence[str], display: str, fmt: str) -> dict[str, str]:

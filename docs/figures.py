@@ -227,7 +227,42 @@ def _prefix_cache() -> dict[str, str]:
     return out
 
 
+#: The README's small scenario (one H100 node, Llama-3.1-8B, three hourly rates), RATES and PRICE to fill in.
+SMALL = """name: small
+options: {window_length_s: 3600, margin: 0.1}
+sites:
+  - name: aws:us-east-1
+    inventory:
+      - {gpu: H100, nodes: 1, gpus_per_node: 8PRICE}
+models:
+  - name: Llama-3.1-8B
+    tp: [1, 2]
+    min_replicas: 1
+    slo: {ttft_p95_s: 1.5, tpot_p95_s: 0.1}
+    token_mix: {trace: azure-conv}
+    demand: {rates: RATES}
+"""
+
+
+def _small_plan(rates: str, price: str = "") -> dict:
+    path = Path(tempfile.mkdtemp(prefix="fleetplan-figures-")) / "small.yaml"
+    path.write_text(SMALL.replace("RATES", rates).replace("PRICE", price))
+    return plan_json(str(path), "--no-baselines")
+
+
+def _small() -> dict[str, str]:
+    # docs/planning.md: the small scenario with 16 req/s in its last hour keeps a one-model shared GPU all day; and
+    # usd_per_gpu_hour 700 on its H100 row against the catalog's price
+    (g,) = _small_plan("[1.0, 4.0, 16.0]")["shared_gpus"]
+    (pool,) = _small_plan("[1.0, 4.0, 12.0]")["pools"]
+    catalog = pool["usd_per_gpu_hour"]
+    return {"shared.load_low": f"{min(g['load_share']):.0%}", "shared.load_high": f"{max(g['load_share']):.0%}",
+            "h100_usd_per_gpu_hour": f"{catalog:.4g}", "price_700_ratio": f"{700 / catalog:.3g}"}
+
+
 SOURCES: dict[str, Source] = {
+    "small": Source("fleetplan plan SMALL --no-baselines --format json (the README's small scenario, rates "
+                    "[1, 4, 16], and as given)", _small, fast=True),
     "default": Source("fleetplan plan --suggest-benchmark --format json", _default),
     "robust": Source("fleetplan plan --robust --format json", _robust),
     "arrivals": Source("fleetplan plan DEFAULT+arrivals --format json (default.yaml with options.arrivals: "

@@ -71,7 +71,7 @@ from fleetplan.datasets.deploy import gpu_product_labels, vllm_defaults
 from fleetplan.errors import InputError
 from fleetplan.fileio import InputModel, input_field, read_yaml, validate_input
 from fleetplan.placement.plan import OptionKey, Plan
-from fleetplan.placement.problem import PdKey, Problem, ReplicaOption
+from fleetplan.placement.problem import PdKey, Problem, ReplicaOption, time_of_day_s
 from fleetplan.scenario.read import Scenario, scenario_catalog_file, scenario_model, scenario_spec
 
 #: KV-cache block size of vLLM's paged attention (tokens); --max-model-len is rounded down to whole blocks.
@@ -346,11 +346,7 @@ class Workload:
 def window_index(problem: Problem, hhmm: str, option: str = "--window") -> int:
     """Index of the window that holds time of day ``hhmm`` ('HH:MM', window 0 starting at 00:00). Raises
     InputError naming ``option`` for a malformed time or one past the plan's horizon."""
-    m = re.fullmatch(r"(\d{1,2}):(\d{2})", hhmm.strip())
-    if not m or int(m.group(1)) > 23 or int(m.group(2)) > 59:
-        raise InputError(f"{option} {hhmm!r} is not a time of day; give HH:MM, e.g. 14:00", field=option,
-                         value=hhmm)
-    t = int(m.group(1)) * 3600 + int(m.group(2)) * 60
+    t = time_of_day_s(hhmm, field=option)
     w = int(t // problem.window_length_s)
     if w >= problem.n_windows:
         raise InputError(f"{option} {hhmm} is past the plan's {problem.horizon_hours:g} h horizon "

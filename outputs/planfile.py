@@ -55,6 +55,12 @@ class PlanSharedEntry(InputModel):
     gpu: str = input_field(description="GPU type of the pool (recomputed and re-checked)")
     models: list[str] = input_field(min_length=1, description="models sharing the GPU")
     served_req_per_s: dict[str, list[_Rate]] = input_field(description="req/s each model is served per window")
+    capacity_req_per_s: dict[str, float] | None = input_field(
+        None, description="req/s the GPU serves of each model alone (recomputed and re-checked; absent in files "
+        "written before it was added)")
+    load_share: list[float] | None = input_field(
+        None, description="per window the share of the GPU's compute its load takes (recomputed and re-checked; "
+        "absent in files written before it was added)")
     capacity_source: dict[str, str] = input_field(description="where each capacity came from (re-checked)")
     capacity_error: dict[str, dict] | None = input_field(None, description="each model's capacity error {relative, "
                                                          "basis} (not re-checked)")

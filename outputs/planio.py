@@ -5,16 +5,21 @@ Format (version 1): status, backend, cost_usd_per_day, gpu_hours_per_day, lower_
 solve_time_s, message, cost_breakdown_usd_per_day {gpu, starts, egress, of_which_commitments (the commitments' part
 of gpu, when any)}, utilization {mean, peak}, window_length_s, n_windows, pools [{id, site, gpu, nodes,
 gpus_per_node, usd_per_gpu_hour, pricing_model, price_source, and when set: price_as_of, name,
-committed_usd_per_gpu_hour, interruption_rate, fallback}] (the price each pool used and where it came from: the
-user's row, the scenario, or the catalog snapshot, whose date is price_as_of: YYYY-MM-DD or 'undated'),
+committed_usd_per_gpu_hour, interruption_rate, fallback, price_warning}] (the price each pool used and where it came
+from: the user's row, the scenario, or the catalog snapshot, whose date is price_as_of: YYYY-MM-DD or 'undated';
+price_warning: why a price given in the scenario looks like a mistake next to the catalog's),
 commitments [{pool, gpus, deployed_share, load_share, committed_usd_per_gpu_hour,
 committed_price_source, on_demand_usd_per_gpu_hour, on_demand_price_source, break_even_utilization}] (only for a
 problem with committed pools: the GPUs committed for the whole horizon, the share of their GPU-hours with a replica
 deployed, the share busy with load, and committed rate / on-demand rate), replicas [{model, pool, site, gpu, tp, pp,
 capacity_req_per_s, capacity_source, counts[], class_capacity_req_per_s {class: req/s} (only for a model with
-request classes)}], shared_gpus [{pool, site, gpu, models[], served_req_per_s {model: []}, capacity_source
-{model}}], windows [{index, start_s, gpus, utilization, demand_req_per_s {model}, capacity_req_per_s {model},
-replicas {model: {"gpu@site tpN": n}}}] (a named pool's label is "gpu@site [name]"), baselines {name:
+request classes)}], shared_gpus [{pool, site, gpu, models[], served_req_per_s {model: []} (the load the plan
+allocates to the GPU), capacity_req_per_s {model} (what the GPU serves of that model alone within its SLO, before the
+margin), load_share [] (per window: the share of the GPU's compute its load takes, Σ served / capacity, at most
+1 − margin), capacity_source {model}}], windows [{index, start_s, gpus, utilization, demand_req_per_s {model},
+capacity_req_per_s {model} (the dedicated replicas' usable capacity, after the margin, plus the load allocated to
+the model's shared GPUs: for a shared GPU its load, not what it could serve), replicas {model: {"gpu@site tpN":
+n}}}] (a named pool's label is "gpu@site [name]"), baselines {name:
 {cost_usd_per_day, gpu_hours_per_day, valid, message}}, validation {ok, violations}, scenario {name, source, raw},
 best_effort (true when demand is left unserved), unserved_req_per_s {model: [req/s per window]} (best-effort plans;
 empty otherwise; each window's served_req_per_s = demand - unserved, under windows[].served_req_per_s), arrivals
@@ -206,12 +211,21 @@ def _kv_flow_entries(problem: Problem, plan: Plan, f: float) -> list[dict[str, A
 
 
 def _shared_entries(problem: Problem, plan: Plan) -> list[dict[str, Any]]:
-    """The shared GPUs: pool, site, GPU, the models on it, what it serves of each, and their capacity sources."""
+    """The shared GPUs: pool, site, GPU, the models on it, what it serves of each (its load, allocated by the plan),
+    what it could serve of each alone (its capacity), the share of its compute that load takes per window, and the
+    capacity sources."""
     pools, shares = problem.pool_by_id, problem.share_by_key
-    return [{"pool": g.pool, "site": pools[g.pool].site, "gpu": pools[g.pool].gpu, "models": list(g.models),
-             "served_req_per_s": {m: list(v) for m, v in g.served_req_per_s.items()},
-             "capacity_source": {m: shares[(m, g.pool)].capacity_source for m in g.models if (m, g.pool) in shares}}
-            for g in plan.shared]
+    out = []
+    for g in plan.shared:
+        cap = {m: shares[(m, g.pool)].capacity_req_per_s for m in g.models if (m, g.pool) in shares}
+        load = [sum(v[w] / cap[m] for m, v in g.served_req_per_s.items() if cap.get(m)) for w in
+                range(problem.n_windows)]
+        out.append({"pool": g.pool, "site": pools[g.pool].site, "gpu": pools[g.pool].gpu, "models": list(g.models),
+                    "served_req_per_s": {m: list(v) for m, v in g.served_req_per_s.items()},
+                    "capacity_req_per_s": cap, "load_share": load,
+                    "capacity_source": {m: shares[(m, g.pool)].capacity_source for m in g.models
+                                        if (m, g.pool) in shares}})
+    return out
 
 
 def _window_replicas(problem: Problem, plan: Plan, w: int) -> dict[str, dict[str, int]]:
@@ -263,6 +277,8 @@ def _pool_entry(p: Pool) -> dict[str, Any]:
                            "pricing_model": p.pricing_model, "price_source": p.price_source}
     if p.price_as_of:
         out["price_as_of"] = p.price_as_of
+    if p.price_warning:
+        out["price_warning"] = p.price_warning
     if p.name:
         out["name"] = p.name
     if p.committed:

@@ -13,6 +13,7 @@ and plans repeat daily: the window before the first is the last (cyclic), which 
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 
@@ -82,6 +83,9 @@ class Pool:
         price_as_of: the date of the catalog price snapshot the price comes from (YYYY-MM-DD), 'undated' for a
             catalog snapshot without a date, '' when the price is not a catalog's (given in the scenario, your own
             price rows, an owned GPU's power cost).
+        price_warning: why the price looks like a mistake (a price given in the scenario more than 10 × above or
+            below the catalog's for the same GPU, site and pricing model), '' when it does not; the price is used
+            as given.
     """
 
     site: str
@@ -100,6 +104,7 @@ class Pool:
     interruption_rate: float = 0.0
     fallback_pool: str | None = None
     price_as_of: str = ""
+    price_warning: str = ""
 
     def __post_init__(self) -> None:
         owner = f"pool {self.id}"
@@ -492,6 +497,16 @@ def spread_where_possible(models: tuple[ModelSpec, ...], pools: tuple[Pool, ...]
         same = kept == {"site": m.max_share_per_site, "pool": m.max_share_per_pool}
         out.append(m if same else replace(m, max_share_per_site=kept["site"], max_share_per_pool=kept["pool"]))
     return tuple(out)
+
+
+def time_of_day_s(hhmm: str, *, field: str) -> int:
+    """Seconds since 00:00 of the time of day ``hhmm``, written 'HH:MM' (00:00 to 23:59, two digits each: what every
+    option that takes one says; '1:30' and '12:3' are refused, not guessed). Raises InputError naming ``field``."""
+    m = re.fullmatch(r"([01]\d|2[0-3]):([0-5]\d)", str(hhmm).strip())
+    if m is None:
+        raise InputError(f"{field} {hhmm!r} is not a time of day HH:MM (00:00 to 23:59, two digits each); give "
+                         "e.g. 14:00 or 01:30", field=field, value=hhmm)
+    return int(m.group(1)) * 3600 + int(m.group(2)) * 60
 
 
 @dataclass(frozen=True)

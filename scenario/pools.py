@@ -15,6 +15,7 @@ from fleetplan.costmodels.prices import (
     OWNED_PRICING_MODEL,
     SPOT_PRICING_MODEL,
     GpuPrice,
+    implausible_price,
     price_label,
     select_egress_table,
     snapshot_date,
@@ -53,6 +54,19 @@ def _price(gpu: str, site_name: str, pricing_model: str, where: str, prices, *, 
     return p.usd_per_gpu_hour, label, snapshot_date(p)
 
 
+def _price_warning(price: float, gpu: str, site_name: str, pricing_model: str, prices, *, gpus_per_node: int,
+                   price_date: str | None) -> str:
+    """:func:`~fleetplan.costmodels.prices.implausible_price` of a price given in the scenario against the one the
+    price rows give for the same GPU, site and pricing model ('' when they give none)."""
+    site = Site.parse(site_name)
+    try:
+        ref = find_price(gpu, site.cloud, site.region, pricing_model, prices, zone=site.zone or None,
+                         gpus_per_node=gpus_per_node, price_date=price_date)
+    except FleetplanError:  # no price to compare with (a private site, a GPU the catalogs do not sell there)
+        return ""
+    return implausible_price(price, ref)
+
+
 def build_pool(row: InventoryRow, where: str, site: str, gpu: GPU, pricing_model: str, prices, opts: dict) -> Pool:
     """The :class:`Pool` of one inventory row, priced by its pricing model (see :class:`Pool`): per used GPU-hour
     (the row's price or the catalogs'), committed (that price per committed GPU-hour, nothing per use), owned (the
@@ -62,8 +76,12 @@ def build_pool(row: InventoryRow, where: str, site: str, gpu: GPU, pricing_model
     gpn = row.gpus_per_node
     price = row.usd_per_gpu_hour
     as_of = ""  # not a catalog snapshot's price unless looked up there
+    warning = ""
     if price is not None:
         src = f"usd_per_gpu_hour given in {where}"
+        if pricing_model != OWNED_PRICING_MODEL:  # an owned GPU's price is its marginal cost: no catalog twin
+            warning = _price_warning(price, gpu.name, site, pricing_model, prices, gpus_per_node=gpn,
+                                     price_date=opts.get("price_date"))
     elif pricing_model == OWNED_PRICING_MODEL:
         a = load_assumptions()
         if not gpu.tdp_w:
@@ -94,7 +112,8 @@ def build_pool(row: InventoryRow, where: str, site: str, gpu: GPU, pricing_model
                     on_demand_usd_per_gpu_hour=row.on_demand_usd_per_gpu_hour,
                     on_demand_price_source=(f"on_demand_usd_per_gpu_hour given in {where}"
                                             if row.on_demand_usd_per_gpu_hour is not None else ""),
-                    interruption_rate=row.interruption_rate or 0.0, fallback_pool=row.fallback, price_as_of=as_of)
+                    interruption_rate=row.interruption_rate or 0.0, fallback_pool=row.fallback, price_as_of=as_of,
+                    price_warning=warning)
     except InputError as exc:
         raise InputError(str(exc), source=where, field=exc.field, value=exc.value) from None
 

@@ -191,10 +191,16 @@ def within_entry(where: str, key: str | None = None) -> Iterator[None]:
 
 def check_region(site: Site, prices: list, where: str) -> None:
     """Raise UnknownNameError (naming ``where``) when ``site``'s cloud has price rows but none in its region (a
-    misspelt region, 'us-est-1', would otherwise surface as a missing price)."""
+    misspelt region, 'us-est-1', would otherwise surface as a missing price), or when ``site`` names a zone and its
+    region has price rows per zone (the SkyPilot AWS and GCP extracts) but none in that zone (``use1-az99`` was
+    planned, priced from the region's rows). A zone of a region priced only per region (Azure) cannot be checked
+    and passes."""
     regions = {p.region for p in prices if p.cloud == site.cloud and p.region}
     if regions and site.region not in regions:
         raise UnknownNameError(f"{site.cloud} region", site.region, regions, source=where, field="name")
+    zones = {p.zone for p in prices if p.cloud == site.cloud and p.region == site.region and p.zone}
+    if site.zone and zones and site.zone not in zones:
+        raise UnknownNameError(f"{site.cloud} {site.region} zone", site.zone, zones, source=where, field="name")
 
 
 def read_scenario(path: str | Path | None = None) -> tuple[dict, str, Path | None]:

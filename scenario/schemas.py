@@ -31,6 +31,8 @@ from fleetplan.costmodels.slo import (
     TPOT_P95_RANGE_S,
     TTFT_P95_RANGE_S,
 )
+from fleetplan.datasets.calibration import load_framework_table
+from fleetplan.datasets.deploy import unknown_vllm_version
 from fleetplan.datasets.servegen import GapMode
 from fleetplan.fileio import InputModel, input_field
 
@@ -247,6 +249,15 @@ class EngineSchema(InputModel):
     speculative: SpeculativeSchema | None = input_field(
         None, description="speculative decoding (off unless given): acceptance_rate, num_speculative_tokens, "
         "method, draft_model")
+
+    @field_validator("version")
+    @classmethod
+    def _a_release(cls, v: str) -> str:
+        # 'version: "0.99"' was planned with vLLM 0.11's constants "extrapolated" to a release that does not exist
+        why = unknown_vllm_version(v)
+        if why and f"vLLM {v}" not in {framework for framework, _ in load_framework_table()}:  # '0.5.x (Argonne)'
+            raise ValueError(why)
+        return v
 
     def to_engine(self, base: EngineConfig | None = None) -> EngineConfig:
         """The record, with the keys given here over ``base`` (the options' engine for a model's); a hit rate

@@ -43,7 +43,7 @@ import numpy as np
 
 from fleetplan import fileio
 from fleetplan.datasets.catalog.names import get_gpu
-from fleetplan.errors import InputError
+from fleetplan.errors import InputError, UnknownNameError
 from fleetplan.placement.problem import OptionKey, Problem
 from fleetplan.scenario.read import Scenario, scenario_models
 from fleetplan.simulator.engine import FCFS, DeviceSpec, EngineSpec, Policy, run
@@ -192,21 +192,41 @@ def _check_inventory(reps: dict[OptionKey, int], i: int, problem: Problem) -> No
                              field=f"steps[{i}].replicas", value=g)
 
 
+def _check_option(key: OptionKey, problem: Problem, field: str) -> None:
+    """Raise InputError naming ``field`` when ``key`` (model, pool, tp, pp) is not a replica option of ``problem``:
+    an unknown model or pool (with "did you mean"), or the shapes the model does have on that pool."""
+    if key in problem.option_by_key:
+        return
+    model, pool, tp, pp = key
+    if model not in problem.model_by_name:
+        raise UnknownNameError("model", model, problem.model_by_name, field=f"{field}.model")
+    if pool not in problem.pool_by_id:
+        raise UnknownNameError("pool", pool, problem.pool_by_id, field=f"{field}.pool")
+    shapes = sorted(f"tp {o.tp} pp {o.pp}" for o in problem.options if o.model == model and o.pool == pool)
+    raise InputError(f"{model} has no tp {tp} pp {pp} option on {pool} in the scenario; "
+                     + (f"its options there: {', '.join(shapes)}" if shapes else "it has no option on that pool"),
+                     field=field, value=list(key))
+
+
 def _step_from_dict(s: dict, i: int, problem: Problem) -> tuple[float, dict[OptionKey, int], tuple]:
-    opts = problem.option_by_key
     pools = problem.pool_by_id
     try:
         at = float(s["at_s"])
         reps: dict[OptionKey, int] = {}
-        for r in s.get("replicas", []):
+        first: dict[OptionKey, int] = {}
+        for k, r in enumerate(s.get("replicas", [])):
             key = (str(r["model"]), str(r["pool"]), int(r["tp"]), int(r["pp"]))
-            if key not in opts:
-                raise InputError(f"steps[{i}]: {key} is not an option of the scenario",
-                                 field=f"steps[{i}].replicas", value=list(key))
+            _check_option(key, problem, f"steps[{i}].replicas[{k}]")
+            if key in first:  # the two counts were added up without a word
+                raise InputError(f"steps[{i}].replicas[{k}] repeats the option of replicas[{first[key]}] ({key[0]} "
+                                 f"on {key[1]}, tp {key[2]}, pp {key[3]}); give each option once, with its whole "
+                                 "count", field=f"steps[{i}].replicas[{k}]", value=list(key))
+            first[key] = k
             n = int(r["count"])
             if n < 0:
-                raise InputError(f"steps[{i}]: a count must be >= 0", field=f"steps[{i}].replicas", value=n)
-            reps[key] = reps.get(key, 0) + n
+                raise InputError(f"steps[{i}]: a count must be >= 0", field=f"steps[{i}].replicas[{k}].count",
+                                 value=n)
+            reps[key] = n
         shared = tuple((str(g["pool"]), tuple(str(m) for m in g["models"])) for g in s.get("shared", []))
     except InputError:
         raise
@@ -214,7 +234,7 @@ def _step_from_dict(s: dict, i: int, problem: Problem) -> tuple[float, dict[Opti
         raise InputError(f"steps[{i}] is malformed: {type(exc).__name__} {exc}", field=f"steps[{i}]") from None
     for j, (pool, models) in enumerate(shared):
         if pool not in pools:
-            raise InputError(f"steps[{i}]: unknown pool {pool!r}", field=f"steps[{i}].shared", value=pool)
+            raise UnknownNameError("pool", pool, pools, field=f"steps[{i}].shared[{j}].pool")
         twice = sorted({m for m in models if models.count(m) > 1})
         if twice:
             raise InputError(f"steps[{i}].shared[{j}] lists {', '.join(twice)} twice; a shared GPU holds each model "

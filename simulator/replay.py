@@ -48,7 +48,7 @@ import numpy as np
 from fleetplan.datasets.traces import Trace
 from fleetplan.errors import InputError, UnknownNameError
 from fleetplan.placement.plan import Plan
-from fleetplan.placement.problem import DeratingKey, Problem
+from fleetplan.placement.problem import DeratingKey, Problem, time_of_day_s
 from fleetplan.scenario.read import Scenario
 from fleetplan.simulator.disagg import (
     choose_routes,
@@ -227,17 +227,13 @@ def parse_window(text: str | None, problem: Problem, models: list[str] | None = 
     if text is None:
         return peak_window(problem, models)
     s = str(text).strip()
-    try:
-        if ":" in s:
-            hh, mm = (int(x) for x in s.split(":", 1))
-            if not (0 <= hh <= 23 and 0 <= mm <= 59):  # '12:60' is not 13:00
-                raise ValueError
-            t = hh * 3600 + mm * 60
-            w = int(t // problem.window_length_s)
-        else:
-            w = int(s)
-    except ValueError:
-        raise InputError(f"window {text!r} is not HH:MM or a window index", field="window", value=text) from None
+    if ":" in s:
+        w = int(time_of_day_s(s, field="--window") // problem.window_length_s)
+    elif s.isdigit():
+        w = int(s)
+    else:
+        raise InputError(f"--window {text!r} is not a time of day HH:MM or a window index; give e.g. 14:00 or 14",
+                         field="--window", value=text)
     if not 0 <= w < problem.n_windows:
         raise InputError(f"window {text!r} is outside the plan's {problem.n_windows} windows", field="window",
                          value=text)

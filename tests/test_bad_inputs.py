@@ -12,6 +12,8 @@ import pytest
 from click.testing import CliRunner
 from scenario_support import SMALL as README_SMALL
 
+import fleetplan.cli.export as cli_export
+import fleetplan.cli.plan as cli_plan
 from fleetplan import fileio
 from fleetplan.cli.main import main
 from fleetplan.datasets.shipped import shipped_scenario_text
@@ -170,8 +172,17 @@ CLI_CASES = [
     # --rate-scale sets the trace's rate to the window's demand, so a --time-scale before it changed nothing.
     (["simulate", "{plan}", "--trace", "azure-conv", "--rate-scale", "--time-scale", "2"],
      ["--time-scale with --rate-scale", "drop one"]),
-    (["simulate", "{plan}", "--trace", "azure-conv", "--window", "12:60"], ["not HH:MM"]),
-    (["simulate", "{plan}", "--trace", "azure-conv", "--window", "25:00"], ["not HH:MM"]),
+    (["simulate", "{plan}", "--trace", "azure-conv", "--window", "12:60"], ["not a time of day HH:MM"]),
+    (["simulate", "{plan}", "--trace", "azure-conv", "--window", "25:00"], ["not a time of day HH:MM"]),
+    # '1:30' was taken as 01:30 (and '12:3' as 12:03) though the message says HH:MM: every --window and --at now
+    # takes exactly HH:MM, two digits each (placement.problem.time_of_day_s)
+    (["simulate", "{plan}", "--trace", "azure-conv", "--window", "1:30"],
+     ["field '--window'", "'1:30' is not a time of day HH:MM", "two digits each", "01:30"]),
+    (["simulate", "{plan}", "--trace", "azure-conv", "--window", "12:3"], ["'12:3' is not a time of day HH:MM"]),
+    (["simulate", "{plan}", "--trace", "azure-conv", "--window", "noon"], ["'noon' is not a time of day HH:MM or a "
+                                                                          "window index"]),
+    (["export", "k8s", "{plan}", "--out", "{tmp}/k", "--window", "1:30"], ["'1:30' is not a time of day HH:MM"]),
+    (["diff", "{plan}", "--db", "sqlite:///{tmp}/none.db", "--at", "9:00"], ["field '--at'", "'9:00' is not a time"]),
     # An output naming the file the command reads replaced it.
     (["simulate", "{plan}", "--report", "{plan}"], ["is the file this command reads"]),
     (["plan", "{plan}", "--out", "{plan}"], ["is the file this command reads"]),
@@ -182,6 +193,14 @@ CLI_CASES = [
      ["1,000,000 cells", "--max-cells"]),
     (["ledger", "whatif", "--model", "llama-3.1-70b", "--prefill-site", "aws:us-east-1", "--decode-site",
       "aws:us-west-2", "--vary", "rate_req_per_s=1:2:200", "--vary", "prompt_tokens=1:2:100"], ["20,000 cells"]),
+    # --out of sweep and whatif writes the table as CSV whatever --format prints: `--format json --out sw.json`
+    # wrote CSV into sw.json (issue 28); now refused before the sweep, as --xlsx/--plot with a wrong suffix are.
+    (["sweep", "--vary", "demand_factor=1", "--format", "json", "--out", "{tmp}/sw.json"],
+     ["field '--out'", "--out writes a .csv file but", "sw.json ends in '.json'", "name it sw.csv"]),
+    (["whatif", "--vary", "egress_usd_per_gb=0.01", "--out", "{tmp}/w.txt"], ["--out writes a .csv file"]),
+    (["sweep", "--vary", "demand_factor=1", "--plot", "{tmp}/p.jpg"], ["--plot writes a .png file"]),
+    (["ledger", "split", "--model", "llama-3.1-70b", "--prefill-site", "aws:us-east-1", "--decode-site",
+      "aws:us-west-2", "--csv-out", "{tmp}/items.json"], ["--csv-out writes a .csv file"]),
 ]
 
 
@@ -261,6 +280,10 @@ SCENARIO_EDITS = [
                          "fallback: nope}"), [], ["unknown fallback pool 'nope'", "no on-demand or owned row"]),
     # tp: [1, 1] was reported under field 'options' with an internal option tuple (found by a fresh user)
     (lambda s: s.replace("tp: [1, 2]", "tp: [1, 1]"), [], ["field 'models[0].tp'", "tp 1 is listed twice"]),
+    # A zone the price catalog does not list was planned, priced from the region's row (issue 28); the catalog
+    # lists use1-az1 to use1-az6 for us-east-1 (datasets/data/pricing/skypilot_catalog, AWS extract).
+    (lambda s: s.replace("name: aws:us-east-1\n", "name: aws:us-east-1:use1-az99\n"), [],
+     ["field 'name'", "unknown aws us-east-1 zone 'use1-az99'", "did you mean 'use1-az"]),
 ]
 
 
@@ -404,3 +427,51 @@ def test_a_fleetplan_error_as_json_names_field_and_value():
     err = json.loads(res.stdout)["error"]  # a plan file is no kubectl list
     assert res.exit_code == 2 and (err["source"], err["field"]) == (str(golden), "kind") and err["value"] == "dict"
     assert err["message"] in res.stderr
+
+
+def test_a_sweep_whose_cells_fail_the_check_prints_one_json_document(tmp_path, monkeypatch):
+    # With --format json the rows were printed and then the error object after them: two JSON documents on stdout,
+    # which `| jq` and json.loads read as garbage. Now the error object alone (the rows are still in --out's CSV).
+    import fleetplan.cli.sweep as cli_sweep
+
+    row = {"demand_factor": 1.0, "status": "optimal", "cost_usd_per_day": 1.0, "gpu_hours_per_day": 1.0,
+           "valid": False, "lower_bound_usd_per_day": 1.0, "gap": 0.0, "solve_s": 0.0, "message": ""}
+    monkeypatch.setattr(cli_sweep, "run_sweep", lambda *a, **k: [row])
+    sc = tmp_path / "small.yaml"
+    sc.write_text(README_SMALL)
+    out = tmp_path / "rows.csv"
+    res = CliRunner().invoke(main, ["sweep", str(sc), "--vary", "demand_factor=1", "--workers", "1",
+                                    "--format", "json", "--out", str(out)])
+    assert res.exit_code == 2, res.output
+    err = json.loads(res.stdout)["error"]  # the whole of stdout is one document
+    assert "1 cell(s) gave a plan that fails the independent check" in err["message"]
+    assert out.read_text().splitlines()[1].startswith("1.0,optimal")
+
+
+@pytest.mark.parametrize("args", [["plan", "--no-baselines"], ["export", "k8s", str(GOLDEN_PLAN), "--out", "{tmp}/k"]])
+def test_ctrl_c_exits_130_from_every_command(tmp_path, monkeypatch, args):
+    # Ctrl-C during `plan` exited 1 with click's "Aborted!", during `export k8s` 130 or 1 by timing (issue 28).
+    # The interrupt is raised where the command reads its input (tests/test_service_restart.py sends a real SIGINT).
+    def interrupt(*_a, **_k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli_plan, "load_scenario", interrupt)
+    monkeypatch.setattr(cli_export, "load_plan_file", interrupt)
+    res = CliRunner().invoke(main, [a.format(tmp=tmp_path) for a in args])
+    assert res.exit_code == 130, (res.exit_code, res.output)
+    assert res.stderr == "fleetplan: interrupted (Ctrl-C)\n" and list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("text, words", [
+    # A deploy file that is a YAML list ended its message with the class docstring in reStructuredText:
+    # "(The deployment file of ``fleetplan export`` and ``fleetplan serve --actuate k8s``.)"
+    ("- a\n- b\n", "the file's top level is a list, not a mapping: write its keys as 'key: value' lines"),
+    ("models: {Llama-3.1-8B: [1]}\n", "field 'models.Llama-3.1-8B': [1] must be a mapping (key: value)"),
+])
+def test_a_deploy_file_of_the_wrong_shape_gets_a_plain_message(tmp_path, text, words):
+    deploy = tmp_path / "deploy.yaml"
+    deploy.write_text(text)
+    code, out = run("export", "k8s", str(GOLDEN_PLAN), "--out", str(tmp_path / "k"), "--window", "14:00",
+                    "--deploy", str(deploy))
+    assert code == 2 and words in out and "``" not in out and "fleetplan export" not in out, out
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["deploy.yaml"]

@@ -16,6 +16,7 @@ from fleetplan.costmodels.latency import decode_step_time_s
 from fleetplan.datasets.calibration import calibration_for_engine, load_calibration, load_framework_table
 from fleetplan.datasets.catalog.names import get_gpu, get_model
 from fleetplan.datasets.measured import load_measurements, observations
+from fleetplan.errors import InputError
 from fleetplan.scenario.build import build_problem
 from fleetplan.scenario.read import load_scenario
 from fleetplan.scenario.uncertainty import option_errors
@@ -83,6 +84,35 @@ def test_plan_for_an_unmeasured_version_states_it(tmp_path):
     errs = option_errors(sc, problem)
     for e in errs.values():
         assert e.basis == "extrapolated" and "vLLM 0.10" in e.detail
+
+
+@pytest.mark.parametrize("version, needles", [
+    # vLLM 0.99 was planned with vLLM 0.11's constants "extrapolated" to it (issue 28): no such release exists.
+    ("0.99", ["field 'models[0].engine.version'", "vLLM 0.99 does not exist", "0.9, 0.10, 0.11",
+              "vllm_releases.csv", 'version: "0.11"']),
+    ("v0.11", ["'v0.11' is not a vLLM version", "no 'v'"]),
+])
+def test_a_version_that_names_no_vllm_release_is_refused(tmp_path, version, needles):
+    raw = yaml.safe_load((ROOT / "datasets" / "scenarios" / "default.yaml").read_text())
+    raw["models"] = [m for m in raw["models"] if m["name"] == "Llama-3.1-8B"]
+    raw["models"][0]["engine"] = {"version": version}
+    scen = tmp_path / "s.yaml"
+    scen.write_text(yaml.safe_dump(raw))
+    with pytest.raises(InputError) as exc:
+        load_scenario(scen)
+    for n in needles:
+        assert n in str(exc.value), (n, str(exc.value))
+
+
+@pytest.mark.parametrize("version", ["0.10", "0.11.0", "0.5.4", "0.6.3.post1", "0.5.x (Argonne)"])
+def test_a_released_or_fitted_version_is_accepted(tmp_path, version):
+    # release lines from vllm_releases.csv (patch numbers unchecked), and the fitted rows' own names
+    raw = yaml.safe_load((ROOT / "datasets" / "scenarios" / "default.yaml").read_text())
+    raw["models"] = [m for m in raw["models"] if m["name"] == "Llama-3.1-8B"]
+    raw["models"][0]["engine"] = {"version": version}
+    scen = tmp_path / "s.yaml"
+    scen.write_text(yaml.safe_dump(raw))
+    assert load_scenario(scen)
 
 
 def test_model_family_is_the_name_up_to_its_parameter_count():

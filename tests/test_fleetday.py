@@ -110,7 +110,7 @@ def test_cli_simulate_fleet_replays_a_changing_fleet(tmp_path):
                                                                    "count": 1}]}]}))
     r = CliRunner().invoke(main, ["simulate", str(pf), "--fleet", str(bad)])
     assert r.exit_code != 0 and "Traceback" not in r.output
-    assert "not an option of the scenario" in r.output
+    assert "field 'steps[0].replicas[0].model': unknown model 'nope'" in r.output
 
 
 def test_export_history_turns_stored_plans_into_fleet_steps(tmp_path):
@@ -253,4 +253,12 @@ def test_fleet_steps_at_one_time_or_a_model_twice_on_a_shared_gpu_are_refused():
     bad = {"steps": [{"at_s": 0, "replicas": [{**rep[0], "pool": "aws:us-east-1/H10O"}]}]}
     with pytest.raises(InputError) as e:
         steps_from_dict(bad, problem)
-    assert "is not an option of the scenario" in str(e.value) and "InputError(" not in str(e.value)
+    assert e.value.field == "steps[0].replicas[0].pool" and "InputError(" not in str(e.value)
+    assert "unknown pool 'aws:us-east-1/H10O'; did you mean 'aws:us-east-1/H100-SXM-80GB'" in str(e.value)
+    # the internal option tuple is no message: the shapes the model has on the pool are
+    with pytest.raises(InputError, match=r"no tp 4 pp 1 option on .*its options there: tp 1 pp 1") as e:
+        steps_from_dict({"steps": [{"at_s": 0, "replicas": [{**rep[0], "tp": 4}]}]}, problem)
+    # one option listed twice in a step: its two counts were added up without a word
+    with pytest.raises(InputError, match=r"replicas\[1\] repeats the option of replicas\[0\]") as e:
+        steps_from_dict({"steps": [{"at_s": 0, "replicas": [rep[0], {**rep[0], "count": 2}]}]}, problem)
+    assert e.value.field == "steps[0].replicas[1]"

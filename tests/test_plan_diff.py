@@ -173,6 +173,11 @@ def check_stored_plan_diff(db_url: str) -> None:
 
 def test_a_plan_against_the_plan_the_service_stored_in_sqlite(tmp_path):
     check_stored_plan_diff(f"sqlite:///{tmp_path / 's.db'}")
+    # A plan of another scenario against the default scenario's stored plan printed "+6 GPUs ..." with exit 0
+    # (issue 28): the stored plan's name says its scenario ('default (online window)').
+    r = CliRunner().invoke(main, ["diff", str(DISAGG), "--db", f"sqlite:///{tmp_path / 's.db'}"])
+    assert r.exit_code == 2 and "field '--db'" in r.output, r.output
+    assert "is a plan of the scenario 'default'" in r.output and "of 'disagg-wins'" in r.output, r.output
     r = CliRunner().invoke(main, ["diff", str(PLAN), "--db", f"sqlite:///{tmp_path / 'none.db'}"])
     assert r.exit_code == 2 and "no database file" in r.output and not (tmp_path / "none.db").exists()
 

@@ -13,6 +13,7 @@ from click.testing import CliRunner
 from scenario_support import SMALL
 
 from fleetplan.cli.main import main
+from fleetplan.errors import InputError
 from fleetplan.outputs.planio import load_plan_file
 from fleetplan.placement.validate import validate
 from fleetplan.scenario.build import build_problem
@@ -171,3 +172,37 @@ def test_plan_file_from_before_the_vllm_v1_default_keeps_its_engine(tmp_path):
     assert {o.engine.mode for o in v1.options if o.engine is not None} == {"vllm-v1"}
     before = {o.key: o.capacity_req_per_s for o in problem.options}
     assert any(abs(o.capacity_req_per_s - before[o.key]) > 1e-6 for o in v1.options)
+
+
+def test_a_shared_gpu_states_its_capacity_and_load_beside_the_load_it_is_given(tmp_path):
+    # The README's small scenario with 16 req/s in its last hour plans Llama-3.1-8B alone on a shared GPU all day
+    # beside one dedicated replica in the last hour; windows[].capacity_req_per_s counts the shared GPU's allocated
+    # load (1.0 in window 0: exactly the demand), not what it could serve (issue 28). Its shared_gpus entry now says
+    # both: capacity_req_per_s (the share option's capacity) and load_share = served / capacity per window.
+    sc = tmp_path / "s.yaml"
+    sc.write_text(SMALL.replace("rates: [1.0, 4.0, 12.0]", "rates: [1.0, 4.0, 16.0]"))
+    out = tmp_path / "plan.json"
+    res = CliRunner().invoke(main, ["plan", str(sc), "--no-baselines", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    problem, plan, _sc, d = load_plan_file(out)
+    assert validate(problem, plan).ok
+    (g,) = d["shared_gpus"]
+    assert g["models"] == ["Llama-3.1-8B"]
+    cap = g["capacity_req_per_s"]["Llama-3.1-8B"]
+    assert cap == problem.share_by_key[("Llama-3.1-8B", g["pool"])].capacity_req_per_s
+    served = g["served_req_per_s"]["Llama-3.1-8B"]
+    assert g["load_share"] == pytest.approx([s / cap for s in served])
+    assert served[0] == pytest.approx(1.0) and d["windows"][0]["capacity_req_per_s"]["Llama-3.1-8B"] == \
+        pytest.approx(1.0)  # window 0 has no dedicated replica: the figure is the shared GPU's load
+    assert all(x <= 1 - problem.margin + 1e-9 for x in g["load_share"])
+    assert "1 GPU, all day; load " in res.output
+    # A file written before the two keys existed still reads; an edited load is refused like any derived figure.
+    old = json.loads(out.read_text())
+    for k in ("capacity_req_per_s", "load_share"):
+        del old["shared_gpus"][0][k]
+    out.write_text(json.dumps(old))
+    load_plan_file(out)
+    old["shared_gpus"][0]["load_share"] = [0.0] * len(served)
+    out.write_text(json.dumps(old))
+    with pytest.raises(InputError, match="shared_gpus"):
+        load_plan_file(out)

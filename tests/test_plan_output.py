@@ -50,3 +50,17 @@ def test_short_wide_yaml_and_json_of_one_plan(tmp_path):
     for d in (as_yaml, as_json):
         d.pop("solve_time_s")
     assert as_yaml == as_json and as_json["pools"][0]["price_as_of"] == "2026-11-09"
+
+
+def test_margins_of_a_scenario_without_demand_say_there_are_none(tmp_path):
+    # The rates-all-zero scenario printed "every model-window of the 0 models holds ..." of its 1 model.
+    sc = tmp_path / "zero.yaml"
+    sc.write_text(SMALL.replace("rates: [1.0, 4.0, 12.0]", "rates: [0, 0, 0]").replace("min_replicas: 1",
+                                                                                       "min_replicas: 0"))
+    short = CliRunner().invoke(main, ["plan", str(sc), "--no-baselines"])
+    assert short.exit_code == 0, short.output
+    assert "capacity margins: none to check: no window of the 1 model has demand" in short.output
+    assert "0 models" not in short.output
+    wide = CliRunner().invoke(main, ["plan", str(sc), "--no-baselines", "-o", "wide"])
+    assert "capacity margin against its stated error" in wide.output
+    assert "  none to check: no window of any model has demand" in wide.output

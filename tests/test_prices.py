@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
-import pytest
+import json
 
+import pytest
+from click.testing import CliRunner
+from scenario_support import SMALL
+
+from fleetplan.cli.main import main
 from fleetplan.costmodels.prices import (
     GIB_PER_GB,
     EgressTier,
@@ -235,3 +240,22 @@ def test_gpu_price_record_checks():
         GpuPrice("aws", "us-east-1", "", "H100-SXM-80GB", "p5.48xlarge", 8, 98.32, usd_per_gpu_hour=98.32)
     with pytest.raises(InputError, match="gpus_per_node"):
         GpuPrice("aws", "us-east-1", "", "H100-SXM-80GB", "p5.48xlarge", 0, 98.32)
+
+
+@pytest.mark.parametrize("price, warned", [(700.0, True), (0.5, True), (68.0, False), (0.7, False), (5.0, False)])
+def test_a_price_far_from_the_catalogs_is_planned_with_a_warning(tmp_path, price, warned):
+    # issue 28: `usd_per_gpu_hour: 700` on an aws:us-east-1 H100 row (catalog: 6.88 USD/GPU-h, p5.48xlarge) planned
+    # without a word. 700 / 6.88 = 101.7 (> 10), 0.5 / 6.88 = 0.0727 (< 1/10): warned on stderr and recorded in the
+    # plan's pool; 68 / 6.88 = 9.88 and 0.7 / 6.88 = 0.102 lie within 10 × either way and pass, as does 5.0.
+    sc = tmp_path / "s.yaml"
+    sc.write_text(SMALL.replace("gpus_per_node: 8}", f"gpus_per_node: 8, usd_per_gpu_hour: {price}}}"))
+    res = CliRunner().invoke(main, ["plan", str(sc), "--no-baselines", "-o", "json"])
+    assert res.exit_code == 0, res.output
+    pool = json.loads(res.stdout)["pools"][0]
+    assert pool["usd_per_gpu_hour"] == price  # used as given
+    if warned:
+        ratio = f"{price / 6.88:.3g}"
+        assert f"is {ratio} × the 6.88 of the catalog (aws p5.48xlarge us-east-1 on-demand" in pool["price_warning"]
+        assert f"warning: price of aws:us-east-1/H100-SXM-80GB: {price:g} USD/GPU-h is {ratio} ×" in res.stderr
+    else:
+        assert "price_warning" not in pool and "warning: price" not in res.stderr

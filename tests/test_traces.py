@@ -274,3 +274,17 @@ def test_a_column_named_twice_is_refused(tmp_path):
     # 'timestamp.1' and used the first without a word.
     with pytest.raises(InputError, match="names column 'timestamp' twice"):
         read_generic_csv(write(tmp_path, "d.csv", "timestamp,input_tokens,output_tokens,timestamp\n0,5,5,9\n"))
+
+
+@pytest.mark.parametrize("body, row, words", [
+    # every row one cell longer than the header: pandas took the first column as the index and shifted the others
+    # (the timestamp read from the input_tokens cell) without a word
+    ("0,100,10,5\n1,100,10,6\n", 1, "4 cells but the header has 3 columns"),
+    # one longer row among good ones: pandas failed later with "row 2 ... is empty", blaming the wrong row
+    ("0,100,10\n1,100,10,5\n", 2, "remove the extra cells"),
+    ("0,100,10\n\n1,100\n", 2, "2 cells but the header has 3 columns"),  # the blank line is not counted
+])
+def test_a_row_whose_cells_do_not_match_the_header_is_refused(tmp_path, body, row, words):
+    with pytest.raises(InputError, match=words) as exc:
+        read_generic_csv(write(tmp_path, "x.csv", "timestamp,input_tokens,output_tokens\n" + body))
+    assert exc.value.row == row, str(exc.value)

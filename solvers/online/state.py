@@ -90,12 +90,16 @@ def sunk_usd_per_hour(problem: Problem, commitments: Mapping[str, int]) -> float
     return sum(n * pools[p].committed_usd_per_gpu_hour for p, n in commitments.items() if p in pools)
 
 
+#: What :func:`window_problem` appends to its problem's name: a stored online plan's name is its scenario's plus this.
+ONLINE_WINDOW_SUFFIX = " (online window)"
+
+
 def window_problem(problem: Problem, demand_req_per_s: Mapping[str, float], *, name: str | None = None) -> Problem:
     """A one-window copy of ``problem`` whose demand is ``demand_req_per_s`` ({model: req/s}; 0 for models not
     given): the online plan is checked against it by ``validate``. Pools, options, margin, floors and ceilings
     are the same; the window keeps the original length."""
     models = tuple(replace(m, demand_req_per_s=(float(demand_req_per_s.get(m.name, 0.0)),)) for m in problem.models)
-    return replace(problem, n_windows=1, models=models, name=name or f"{problem.name} (online window)")
+    return replace(problem, n_windows=1, models=models, name=name or problem.name + ONLINE_WINDOW_SUFFIX)
 
 
 def load_times(problem: Problem, load_bandwidth_bytes_per_s: float,
