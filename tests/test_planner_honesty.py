@@ -22,7 +22,14 @@ from fleetplan.placement.problem import ModelSpec, Pool, Problem, ReplicaOption,
 from fleetplan.placement.validate import plan_cost_usd, validate
 from fleetplan.solvers.baselines import _finish, greedy
 from fleetplan.solvers.common import BOUND_REL_TOL, SafetyStop, cover_cost_floor, finish_plan, gap_text
-from fleetplan.solvers.decompose import window_bound, window_bounds, window_plan, window_problem
+from fleetplan.solvers.decompose import (
+    bound_parts,
+    parts_bound,
+    window_bound,
+    window_bounds,
+    window_plan,
+    window_problem,
+)
 from fleetplan.solvers.milp import solve_aggregate_bound, solve_milp
 from fleetplan.solvers.solve import BACKENDS, solve
 
@@ -165,12 +172,16 @@ def test_per_window_bound_is_a_bound():
     assert b is not None and b <= optimum + 1e-6 and b == pytest.approx(optimum, rel=1e-3)
 
 
-def test_fleet_scale_bound_is_below_each_window_of_the_exact_optimum():
-    # The fleet-scale path's bound (each window's root node alone, HiGHS's heuristics off) against the full MILP's
-    # proven optimum (gap 0), an independent method: 4 models x 4 windows with one shared GPU in the optimum. The
-    # optimum restricted to window w is a plan of window w alone (window_plan), so each window's bound is at most
-    # that window's share of the optimum's cost, and those shares plus the start costs are the whole cost.
-    problem = random_instance(4, 4, seed=4)
+@pytest.mark.parametrize("seed", [4, 9])
+def test_fleet_scale_bound_is_below_each_window_of_the_exact_optimum(seed):
+    # The fleet-scale path's bound (each window's root node alone, HiGHS's heuristics off), whole and split into
+    # its parts (bound_parts), against the full MILP's proven optimum (gap 0), an independent method: 4 models x 4
+    # windows with one shared GPU in the optimum (seed 4: every model may share, one part; seed 9: two models
+    # without a shared-GPU option and two with, two parts). The optimum restricted to window w is a plan of window
+    # w alone (window_plan), so each window's bound is at most that window's share of the optimum's cost, and those
+    # shares plus the start costs are the whole cost.
+    problem = random_instance(4, 4, seed=seed)
+    assert len(bound_parts(problem)) == (1 if seed == 4 else 2)
     opt = solve_milp(problem, time_limit_s=600, threads=1, gap=0.0)
     assert opt.status == Status.OPTIMAL and validate(problem, opt).ok, opt.message
     assert opt.shared  # the case the per-window bound relaxes (a shared GPU all day, one window at a time)
@@ -182,11 +193,37 @@ def test_fleet_scale_bound_is_below_each_window_of_the_exact_optimum():
         shares.append(evaluate(sub, part).total_usd)
     assert sum(shares) + ev.start_usd == pytest.approx(ev.total_usd, rel=1e-9)
     stop = SafetyStop(deadline=time.perf_counter() + 600, time_limit_s=600)
-    each = window_bounds(problem, deadline=0.0, max_nodes=1, stop=stop, heuristics=False)
-    assert each is not None and not stop.cuts
-    for b, share in zip(each, shares, strict=True):
-        assert b is not None and b <= share + 1e-6
-    assert sum(b for b in each if b is not None) <= ev.total_usd + 1e-6
+    for split in (False, True):
+        each = window_bounds(problem, deadline=0.0, max_nodes=1, stop=stop, heuristics=False, split=split)
+        assert each is not None and not stop.cuts
+        for b, share in zip(each, shares, strict=True):
+            assert b is not None and b <= share + 1e-6
+        assert sum(b for b in each if b is not None) <= ev.total_usd + 1e-6
+
+
+def test_split_bound_gives_each_part_the_whole_inventory():
+    # bound_parts relaxes the inventory the parts share; a hand case where they compete for it. One window of 1 h,
+    # margin 0. Pool A: 1 GPU at $1/h; pool B: 8 GPUs at $3/h; both 80 GB (72 GB for shared residents). Model L
+    # (no shared-GPU option) needs 10 req/s, one replica of 10 req/s on A or B. Models S1, S2 need 5 req/s each:
+    # dedicated replicas of 10 req/s on A or B, or a shared GPU on A or B (10 req/s alone, 30 GB each: both fit
+    # one GPU, compute 5/10 + 5/10 = 1).
+    # Optimum $4 by hand: A's one GPU goes to L ($1) or to the shared GPU ($1), the other on B ($3); everything on
+    # B costs $6, and L on A with S1 and S2 dedicated on B $7.
+    # The parts, each with the whole inventory: L alone $1 (on A), S1 + S2 alone $1 (a shared GPU on A): $2.
+    a = Pool("t:r", "GA", nodes=1, gpus_per_node=1, usd_per_gpu_hour=1.0, memory_bytes_per_gpu=80e9)
+    b = Pool("t:r", "GB", nodes=1, gpus_per_node=8, usd_per_gpu_hour=3.0, memory_bytes_per_gpu=80e9)
+    models = (ModelSpec("L", (10.0,), 1.0, 0.05), ModelSpec("S1", (5.0,), 1.0, 0.05),
+              ModelSpec("S2", (5.0,), 1.0, 0.05))
+    options = tuple(ReplicaOption(m, p.id, 1, 1, 10.0, 20e9) for m in ("L", "S1", "S2") for p in (a, b))
+    shares = tuple(ShareOption(m, p.id, 10.0, 30e9) for m in ("S1", "S2") for p in (a, b))
+    problem = Problem(3600.0, 1, (a, b), models, options, shares, margin=0.0)
+    opt = solve_milp(problem, time_limit_s=60, threads=1, gap=0.0)
+    assert opt.status == Status.OPTIMAL and validate(problem, opt).ok
+    assert opt.objective_usd == pytest.approx(4.0)
+    assert [[m.name for m in part.models] for part in bound_parts(problem)] == [["L"], ["S1", "S2"]]
+    r = parts_bound(problem, deadline=time.perf_counter() + 60, threads=1, gap=0.0)
+    assert r.closed and not r.infeasible and r.bound_usd == pytest.approx(2.0)
+    assert solve_aggregate_bound(problem, time_limit_s=60, threads=1, gap=0.0).bound_usd == pytest.approx(4.0)
 
 
 def test_short_time_limits_are_kept():
