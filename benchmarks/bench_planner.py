@@ -79,7 +79,8 @@ def window_breakdown(problem, plan) -> None:
     fleet-scale path computes it, here uncut: no time limit, in this process), and the sums: where the gap is."""
     c0 = time.perf_counter(), _cpu_s()
     stop = SafetyStop(deadline=time.perf_counter() + 86400, time_limit_s=86400)
-    each = window_bounds(problem, deadline=0.0, max_nodes=1, stop=stop, heuristics=False, split=True)
+    each = window_bounds(problem, deadline=0.0, max_nodes=1, stop=stop, heuristics=False, split=True,
+                         starts=True)
     opts = problem.option_by_key
     starts = [0.0] * problem.n_windows
     for key, counts in plan.replicas.items():

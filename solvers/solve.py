@@ -245,7 +245,7 @@ def _solve_large(problem, backend: str, *, size: int, t0: float, stop: SafetySto
         bounds = {"per-window": window_bound(problem, deadline=stop.deadline, threads=threads,
                                              gap=BOUND_WINDOW_GAP, progress=say, executor=ex,
                                              max_nodes=effort.large_bound_window_nodes, stop=stop,
-                                             heuristics=False, split=True)}
+                                             heuristics=False, split=True, starts=True)}
     finally:
         if executor is None:
             ex.close()

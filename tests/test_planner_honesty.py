@@ -25,6 +25,7 @@ from fleetplan.solvers.common import BOUND_REL_TOL, SafetyStop, cover_cost_floor
 from fleetplan.solvers.decompose import (
     bound_parts,
     parts_bound,
+    start_prices,
     window_bound,
     window_bounds,
     window_plan,
@@ -179,7 +180,8 @@ def test_fleet_scale_bound_is_below_each_window_of_the_exact_optimum(seed):
     # windows with one shared GPU in the optimum (seed 4: every model may share, one part; seed 9: two models
     # without a shared-GPU option and two with, two parts). The optimum restricted to window w is a plan of window
     # w alone (window_plan), so each window's bound is at most that window's share of the optimum's cost, and those
-    # shares plus the start costs are the whole cost.
+    # shares plus the start costs are the whole cost. With the start prices (start_prices) a window's bound is at
+    # most its share plus the prices on the optimum's replicas in it, and the sum stays below the optimum's cost.
     problem = random_instance(4, 4, seed=seed)
     assert len(bound_parts(problem)) == (1 if seed == 4 else 2)
     opt = solve_milp(problem, time_limit_s=600, threads=1, gap=0.0)
@@ -193,12 +195,36 @@ def test_fleet_scale_bound_is_below_each_window_of_the_exact_optimum(seed):
         shares.append(evaluate(sub, part).total_usd)
     assert sum(shares) + ev.start_usd == pytest.approx(ev.total_usd, rel=1e-9)
     stop = SafetyStop(deadline=time.perf_counter() + 600, time_limit_s=600)
-    for split in (False, True):
-        each = window_bounds(problem, deadline=0.0, max_nodes=1, stop=stop, heuristics=False, split=split)
+    priced = [sum(c[w] * start_prices(problem, w).get(key, 0.0) for key, c in opt.replicas.items())
+              for w in range(problem.n_windows)]
+    assert sum(priced) <= ev.start_usd + 1e-9
+    assert any(priced) == (seed == 9)  # seed 4's optimum has no dedicated replica to price
+    for split, starts in ((False, False), (True, False), (True, True)):
+        each = window_bounds(problem, deadline=0.0, max_nodes=1, stop=stop, heuristics=False, split=split,
+                             starts=starts)
         assert each is not None and not stop.cuts
-        for b, share in zip(each, shares, strict=True):
-            assert b is not None and b <= share + 1e-6
+        for b, share, price in zip(each, shares, priced, strict=True):
+            assert b is not None and b <= share + (price if starts else 0.0) + 1e-6
         assert sum(b for b in each if b is not None) <= ev.total_usd + 1e-6
+
+
+def test_start_prices_charge_the_peak_and_credit_the_trough():
+    # Two windows of 1 h, one model, one option: 10 req/s per replica on a $2/h GPU, start cost $0.50, margin 0,
+    # demand 5 then 15 req/s. Optimum by hand: 1 replica ($2), then 2 ($4) with one start ($0.50): $6.50 (from
+    # window 1 back to window 0 the replicas fall: no start). The demand rises into window 1 only, so π = (0, 0.5)
+    # and the prices are π[0] - π[1] = -0.5 in window 0 and π[1] - π[0] = +0.5 in window 1. The windows' bounds
+    # with them: 1 x (2 - 0.5) = 1.5 and 2 x (2 + 0.5) = 5.0, summing to the optimum itself; without: 2 + 4 = 6.
+    pool = Pool("t:r", "GA", nodes=1, gpus_per_node=8, usd_per_gpu_hour=2.0, memory_bytes_per_gpu=80e9)
+    problem = Problem(3600.0, 2, (pool,), (ModelSpec("M", (5.0, 15.0), 1.0, 0.05),),
+                      (ReplicaOption("M", pool.id, 1, 1, 10.0, 20e9, start_cost_usd=0.5),), margin=0.0)
+    key = ("M", pool.id, 1, 1)
+    assert [start_prices(problem, w) for w in (0, 1)] == [{key: -0.5}, {key: 0.5}]
+    opt = solve_milp(problem, time_limit_s=60, threads=1, gap=0.0)
+    assert opt.status == Status.OPTIMAL and validate(problem, opt).ok
+    assert opt.objective_usd == pytest.approx(6.5)
+    for starts, want in ((False, [2.0, 4.0]), (True, [1.5, 5.0])):
+        each = window_bounds(problem, deadline=time.perf_counter() + 60, threads=1, gap=0.0, starts=starts)
+        assert each is not None and list(each) == pytest.approx(want)
 
 
 def test_split_bound_gives_each_part_the_whole_inventory():
