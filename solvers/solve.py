@@ -208,9 +208,10 @@ def _solve_large(problem, backend: str, *, size: int, t0: float, stop: SafetySto
     (:func:`~fleetplan.solvers.decompose.dissolve_shared`), improved (or first repaired) window by window, then,
     when that pass leaves shared GPUs that no longer pay, without them and improved window by window again; then
     the per-window bound; the window passes bounded by ``effort`` (nodes), ``stop`` only their safety stop; the
-    per-window bound (each window's root node only, LARGE_BOUND_WINDOW_NODES, HiGHS's primal heuristics off) in
-    equal shares of the time left (no node budget bounds a root; only the bound and gap depend on it, and the
-    message says when a share stopped a window). No monolithic
+    per-window bound (each window's root node only, LARGE_BOUND_WINDOW_NODES, HiGHS's primal heuristics off; each
+    window split into :func:`~fleetplan.solvers.decompose.bound_parts` and priced with its
+    :func:`~fleetplan.solvers.decompose.start_prices`) in equal shares of the time left (no node budget bounds a
+    root; only the bound and gap depend on it, and the message says when a share stopped a window). No monolithic
     model and no LP relaxation (building either alone overran 20 s at 200 models, and the per-window bound is
     stronger than the LP's). The windows' bounds run at once on ``executor`` (default: a local process pool of
     this machine's CPUs), each on one solver thread, so the bound does not depend on which executor ran it."""
