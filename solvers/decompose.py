@@ -617,6 +617,41 @@ def parts_bound(problem: Problem, *, deadline: float, threads: int | None = None
                        time_limit_reached=any(r.time_limit_reached for r in results))
 
 
+#: :func:`split_pays` splits unless the split proves more than this share less than the whole window at its probe:
+#: a split window's root takes a third of the whole window's time or less, so within a time limit more windows
+#: finish (the benchmark's 200 models, with the start prices: probe window 10, $2,336.59 whole in 7.2 CPU s against
+#: $2,331.87 split in 1.4 CPU s, -0.20%, while over the 24 windows the split proves $238 more without the prices).
+SPLIT_TOLERANCE = 0.005
+
+
+def split_pays(problem: Problem, *, stop: SafetyStop, max_nodes: int | None = None, heuristics: bool = True,
+               starts: bool = False) -> bool:
+    """Whether the per-window bound of ``problem`` should split its windows (:func:`window_bounds` ``split``):
+    True when :func:`bound_parts` cuts it in two and, at the window with the most demand (summed over the models,
+    req/s; the earliest of equals), where the parts compete most for the inventory each is given whole, the sum of
+    the parts' bounds is at least the whole window's aggregate bound less SPLIT_TOLERANCE of it (both within
+    ``max_nodes`` nodes on one solver thread, with ``heuristics`` and ``starts`` as there). The split proves more
+    where the parts hardly compete (the benchmark's 200 models, window 9: $2,337.74 split against $2,320.53 whole,
+    in a third of the time) and far less where they share a small pool (bench_audit's "mixed" instances with the
+    start prices, summed over the 26 feasible of 30: $162.99 split, $256.48 whole, $255.41 as this probe chooses;
+    their optima $264.99), which the probe detects for the cost of one window both ways (200 models: 8.6 CPU s).
+    A probe stopped by ``stop``'s
+    deadline is recorded there as a cut of the bound (the choice, and so the bound, may then differ on another
+    machine; the plan never depends on it)."""
+    if len(bound_parts(problem)) < 2:
+        return False
+    W = problem.n_windows
+    w = max(range(W), key=lambda v: (sum(m.demand_req_per_s[v] for m in problem.models), -v))
+    got = []
+    for split in (False, True):
+        r = _one_window_bound(problem, w, max(0.01, stop.deadline - time.perf_counter()), threads=1, gap=1e-4,
+                              max_nodes=max_nodes, heuristics=heuristics, split=split, starts=starts)
+        if r.time_limit_reached:
+            stop.cut("the per-window bound's probe of its split", bound_only=True)
+        got.append(-math.inf if r.bound_usd is None else r.bound_usd)
+    return got[1] >= got[0] - SPLIT_TOLERANCE * abs(got[0])
+
+
 #: Share of a fanned-out window's slot of the worker-seconds left that its task may use, model building
 #: included (the rest: starting the task, sending the problem, collecting the result).
 FANOUT_SOLVE_SHARE = 0.97

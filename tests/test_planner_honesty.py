@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import re
 import time
+from dataclasses import replace
 
 import pytest
 from click.testing import CliRunner
@@ -25,6 +26,7 @@ from fleetplan.solvers.common import BOUND_REL_TOL, SafetyStop, cover_cost_floor
 from fleetplan.solvers.decompose import (
     bound_parts,
     parts_bound,
+    split_pays,
     start_prices,
     window_bound,
     window_bounds,
@@ -250,6 +252,12 @@ def test_split_bound_gives_each_part_the_whole_inventory():
     r = parts_bound(problem, deadline=time.perf_counter() + 60, threads=1, gap=0.0)
     assert r.closed and not r.infeasible and r.bound_usd == pytest.approx(2.0)
     assert solve_aggregate_bound(problem, time_limit_s=60, threads=1, gap=0.0).bound_usd == pytest.approx(4.0)
+    # so the fleet-scale path does not split it; with a second GPU in A the parts no longer compete (L and the
+    # shared GPU both on A: $2, the optimum, whole or split) and it does
+    stop = SafetyStop(deadline=time.perf_counter() + 60, time_limit_s=60)
+    assert not split_pays(problem, stop=stop)
+    roomy = replace(problem, pools=(replace(a, gpus_per_node=2), b))
+    assert split_pays(roomy, stop=stop) and not stop.cuts
 
 
 def test_short_time_limits_are_kept():
