@@ -31,6 +31,13 @@ $50,043.66, gap 3.60% in 119.7 s for 93.4 CPU s (20 of 24 windows' bounds cut); 
 window's own bound is $52.70-80.69 in every window, of it $7.47-17.48 of starts; uncut the gap is 3.09%. Why
 neither side moves, and the honest goal (3.1% with about 120 CPU s): docs/optimizer.md, "Where the 200-model gap
 is".
+After the per-window bound was split (the models without a shared-GPU option, those with one) and priced with the
+start prices (2026-12-03, `nice -n 5 ... --no-default --sizes 200 --backends highs`): load 4.9-6.3 before, $51,914.72,
+bound $49,947.69, gap 3.79% in 118.3 s for 82.8 CPU s (21 of 24 windows' bounds cut); split only, load 4.9-6.1,
+bound $50,547.21, gap 2.63% in 117.8 s for 55.2 CPU s; split and priced, load 3.2-4.0, bound $50,668.50, gap 2.40%
+in 96.3 s for 67.0 CPU s (7 windows cut, 7 cents below the uncut $50,668.57); with the probe that decides the split
+(split_pays), load 3.3-4.9, bound $50,668.57, gap 2.40% in 107.0 s for 74.5 CPU s (2 windows cut). Goal met. What
+is left of the gap, part by part: docs/optimizer.md, "Where the 200-model gap is".
 """
 
 from __future__ import annotations
@@ -48,7 +55,7 @@ from fleetplan.scenario.build import build_problem
 from fleetplan.scenario.read import load_scenario
 from fleetplan.solvers.baselines import BASELINES
 from fleetplan.solvers.common import SafetyStop
-from fleetplan.solvers.decompose import window_bounds, window_plan, window_problem
+from fleetplan.solvers.decompose import split_pays, window_bounds, window_plan, window_problem
 from fleetplan.solvers.solve import solve
 
 #: Peak memory allowed, GiB.
@@ -75,11 +82,16 @@ def _load() -> str:
 
 def window_breakdown(problem, plan) -> None:
     """Print, per window, the plan's share of its cost (GPUs with the shared GPUs for one window, egress, and the
-    starts in that window) against that window's own bound (its root node alone, HiGHS's heuristics off, as the
-    fleet-scale path computes it, here uncut: no time limit, in this process), and the sums: where the gap is."""
+    starts in that window) against that window's own bound (its root node alone, or its two parts' where
+    split_pays, HiGHS's heuristics off, with the window's start prices, as the fleet-scale path computes it, here
+    uncut: no time limit, in this process), and the sums: where the gap is. With the start prices only the sum is
+    a bound of the plan's cost; a window's own bound may exceed its share (a peak window is charged its starts,
+    the window before a rise credited)."""
     c0 = time.perf_counter(), _cpu_s()
     stop = SafetyStop(deadline=time.perf_counter() + 86400, time_limit_s=86400)
-    each = window_bounds(problem, deadline=0.0, max_nodes=1, stop=stop, heuristics=False)
+    split = split_pays(problem, stop=stop, max_nodes=1, heuristics=False, starts=True)
+    each = window_bounds(problem, deadline=0.0, max_nodes=1, stop=stop, heuristics=False, split=split,
+                         starts=True)
     opts = problem.option_by_key
     starts = [0.0] * problem.n_windows
     for key, counts in plan.replicas.items():

@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass, replace
 
 from fleetplan.placement.plan import Plan, SharedGPU, Status, evaluate, starts_per_window
-from fleetplan.placement.problem import Problem, spread_where_possible
+from fleetplan.placement.problem import OptionKey, Problem, spread_where_possible
 from fleetplan.placement.validate import validate
 from fleetplan.solvers.common import SafetyStop, cheapest_cover, gpus_in_use
 from fleetplan.solvers.cpsat import solve_cpsat
@@ -530,6 +530,128 @@ def window_plan(plan: Plan, w: int) -> Plan:
     return Plan(replicas={k: (c[w],) for k, c in plan.replicas.items() if c[w]}, shared=shared)
 
 
+def start_prices(problem: Problem, w: int) -> dict[OptionKey, float]:
+    """The start costs charged to window ``w`` of ``problem`` in a per-window bound, USD per replica of each option
+    ({option key: price}; options without a price left out): π[o,w] - π[o,w+1], windows cyclic, where
+    π[o,v] = min(σ_o, c_o) when the demand of o's model rises into window v (d[m,v] > d[m,v-1]), else 0
+    (σ_o the option's start cost, c_o its replica's GPU cost for one window).
+
+    Why a bound may charge them (a Lagrangian relaxation of the starts (8) of :mod:`fleetplan.solvers.milp`): any
+    plan has starts st[o,v] >= 0 and >= n[o,v] - n[o,v-1], so for 0 <= π[o,v] <= σ_o its start cost
+    Σ σ_o·st[o,v] >= Σ π[o,v]·(n[o,v] - n[o,v-1]) = Σ_v Σ_o n[o,v]·(π[o,v] - π[o,v+1]) (the sum re-indexed over
+    the cyclic windows). So the plan costs at least the sum over windows of its window-v cost plus these prices on
+    its replicas in v, and a lower bound on each window's problem with the prices added (:func:`window_problem`
+    with ``option_usd``) sums to a lower bound on the optimum. With π <= c_o every replica's priced cost
+    c_o + π[o,v] - π[o,v+1] stays >= 0, so a window's cost stays >= 0 and a window left without a bound still
+    counts 0.
+    Why these π: a model's replicas follow its demand, so over a day with one peak the prices charge each replica
+    at the peak its start cost and credit the trough's replicas as much, about the starts a plan that follows the
+    demand pays. On the benchmark's 200 models the prices raised the sum of the windows' bounds of the models
+    without a shared-GPU option from $47,036.90 to $47,158.29 (their plan's starts: $280.20), for the same CPU
+    time (2026-12-03)."""
+    W = problem.n_windows
+    if W < 2:
+        return {}
+    h = problem.window_hours
+    pools, models = problem.pool_by_id, problem.model_by_name
+
+    def pi(o, v: int) -> float:
+        d = models[o.model].demand_req_per_s
+        return min(o.start_cost_usd, o.gpus * pools[o.pool].usd_per_gpu_hour * h) if d[v] > d[v - 1] else 0.0
+
+    prices = {o.key: pi(o, w) - pi(o, (w + 1) % W) for o in problem.options if o.start_cost_usd > 0}
+    return {k: v for k, v in prices.items() if v}
+
+
+def bound_parts(problem: Problem) -> tuple[Problem, ...]:
+    """``problem`` cut into parts whose optima sum to at most its own optimum, for a bound: the models that have no
+    shared-GPU option (the large ones: dedicated replicas only) and the models that have one (the small ones, with
+    the shared GPUs), each part with every pool's whole inventory. Returns ``(problem,)`` when one part would be
+    empty, or when the models are coupled beyond the inventory: committed pools (a commitment's cost covers the
+    GPUs of both parts, and each part would pay it) or prefill/decode pools (their KV egress is priced by monthly
+    volume bands over all models together, and bands are concave).
+
+    Why the sum of the parts' optima (or of their proven bounds) is at most the optimum: restrict any plan of
+    ``problem`` to a part's models. Its dedicated replicas and their starts, site splits and egress are per model,
+    and only the sharing part's models reside on shared GPUs, so the restriction meets every per-model, per-option
+    and per-shared-GPU constraint of the part, and the plan's cost is the sum of the restrictions' costs. The
+    constraints across models are the inventory (6) and a spot pool's fallback (16), rows of GPUs in use with
+    non-negative coefficients and a constant right-hand side: the restriction uses no more than the whole plan, so
+    it fits them too. Hence each restriction is a plan of its part, and the parts' optima sum to at most the
+    plan's cost. The parts lose the inventory the other part takes; in return each part's root node is far easier
+    (measured on the benchmark's 200 models, see :func:`window_bounds`)."""
+    if problem.has_disaggregation or any(p.committed for p in problem.pools):
+        return (problem,)
+    sharing = {s.model for s in problem.share_options}
+    groups = [{m.name for m in problem.models if m.name not in sharing},
+              {m.name for m in problem.models if m.name in sharing}]
+    if not all(groups):
+        return (problem,)
+    return tuple(replace(problem, models=tuple(m for m in problem.models if m.name in g),
+                         options=tuple(o for o in problem.options if o.model in g),
+                         share_options=tuple(s for s in problem.share_options if s.model in g),
+                         option_notes={k: v for k, v in problem.option_notes.items() if k in g})
+                 for g in groups)
+
+
+def parts_bound(problem: Problem, *, deadline: float, threads: int | None = None, gap: float = 1e-4,
+                max_nodes: int | None = None, heuristics: bool = True,
+                option_usd: dict | None = None) -> BoundResult:
+    """The sum of :func:`~fleetplan.solvers.milp.solve_aggregate_bound` over :func:`bound_parts` (``problem``),
+    one after the other until ``deadline`` (a time.perf_counter() value), a valid lower bound on ``problem``'s
+    optimum, USD (see bound_parts). A part left without a bound counts 0 (its cost is >= 0) and the sum is None only
+    when no part has one; infeasible when a part is (then so is ``problem``); closed when every part closed;
+    ``time_limit_reached`` when the deadline stopped a part. ``option_usd``: prices added per replica, as in
+    :func:`~fleetplan.solvers.milp.build_milp` (each part's prices stay its own: they are per option, so per
+    model)."""
+    results = []
+    for part in bound_parts(problem):
+        r = solve_aggregate_bound(part, time_limit_s=max(0.01, deadline - time.perf_counter()), threads=threads,
+                                  gap=gap, deadline=deadline, max_nodes=max_nodes, heuristics=heuristics,
+                                  option_usd=option_usd)
+        if r.infeasible:
+            return r
+        results.append(r)
+    found = [max(0.0, r.bound_usd) for r in results if r.bound_usd is not None]
+    return BoundResult(sum(found) if found else None, closed=all(r.closed for r in results),
+                       time_limit_reached=any(r.time_limit_reached for r in results))
+
+
+#: :func:`split_pays` splits unless the split proves more than this share less than the whole window at its probe:
+#: a split window's root takes a third of the whole window's time or less, so within a time limit more windows
+#: finish (the benchmark's 200 models, with the start prices: probe window 10, $2,336.59 whole in 7.2 CPU s against
+#: $2,331.87 split in 1.4 CPU s, -0.20%, while over the 24 windows the split proves $238 more without the prices).
+SPLIT_TOLERANCE = 0.005
+
+
+def split_pays(problem: Problem, *, stop: SafetyStop, max_nodes: int | None = None, heuristics: bool = True,
+               starts: bool = False) -> bool:
+    """Whether the per-window bound of ``problem`` should split its windows (:func:`window_bounds` ``split``):
+    True when :func:`bound_parts` cuts it in two and, at the window with the most demand (summed over the models,
+    req/s; the earliest of equals), where the parts compete most for the inventory each is given whole, the sum of
+    the parts' bounds is at least the whole window's aggregate bound less SPLIT_TOLERANCE of it (both within
+    ``max_nodes`` nodes on one solver thread, with ``heuristics`` and ``starts`` as there). The split proves more
+    where the parts hardly compete (the benchmark's 200 models, window 9: $2,337.74 split against $2,320.53 whole,
+    in a third of the time) and far less where they share a small pool (bench_audit's "mixed" instances with the
+    start prices, summed over the 26 feasible of 30: $162.99 split, $256.48 whole, $255.41 as this probe chooses;
+    their optima $264.99), which the probe detects for the cost of one window both ways (200 models: 8.6 CPU s).
+    A probe stopped by ``stop``'s
+    deadline is recorded there as a cut of the bound (the choice, and so the bound, may then differ on another
+    machine; the plan never depends on it)."""
+    if len(bound_parts(problem)) < 2:
+        return False
+    W = problem.n_windows
+    w = max(range(W), key=lambda v: (sum(m.demand_req_per_s[v] for m in problem.models), -v))
+    got = []
+    for split in (False, True):
+        r = _one_window_bound(problem, w, max(0.01, stop.deadline - time.perf_counter()), threads=1, gap=1e-4,
+                              max_nodes=max_nodes, heuristics=heuristics, split=split, starts=starts)
+        if r.time_limit_reached:
+            stop.cut("the per-window bound's probe of its split", bound_only=True)
+        got.append(-math.inf if r.bound_usd is None else r.bound_usd)
+    return got[1] >= got[0] - SPLIT_TOLERANCE * abs(got[0])
+
+
 #: Share of a fanned-out window's slot of the worker-seconds left that its task may use, model building
 #: included (the rest: starting the task, sending the problem, collecting the result).
 FANOUT_SOLVE_SHARE = 0.97
@@ -539,29 +661,47 @@ FANOUT_MIN_S = 20.0
 
 
 def _window_bound_task(problem: Problem,
-                       item: tuple[int, float, int | None, float, int | None, bool]) -> BoundResult:
+                       item: tuple[int, float, int | None, float, int | None, bool, bool, bool]) -> BoundResult:
     """Window ``w``'s aggregate bound within a budget fixed before the fan-out and counted from the task's own
-    start, model building included, ``max_nodes`` (None: none) and ``heuristics`` (see :func:`window_bound`)."""
-    w, budget_s, threads, gap, max_nodes, heuristics = item
+    start, model building included, ``max_nodes`` (None: none), ``heuristics``, ``split`` and ``starts`` (see
+    :func:`window_bounds`)."""
+    w, budget_s, threads, gap, max_nodes, heuristics, split, starts = item
+    return _one_window_bound(problem, w, budget_s, threads=threads, gap=gap, max_nodes=max_nodes,
+                             heuristics=heuristics, split=split, starts=starts)
+
+
+def _one_window_bound(problem: Problem, w: int, budget_s: float, *, threads: int | None, gap: float,
+                      max_nodes: int | None, heuristics: bool, split: bool, starts: bool) -> BoundResult:
+    """The bound of window ``w`` of ``problem`` alone within ``budget_s`` seconds from now, model building
+    included: :func:`parts_bound` with ``split``, else the aggregate MILP of the whole window; with ``starts``
+    the window's :func:`start_prices` on its replicas."""
     end = time.perf_counter() + budget_s
-    return solve_aggregate_bound(window_problem(problem, w), time_limit_s=budget_s, threads=threads, gap=gap,
-                                 deadline=end, max_nodes=max_nodes, heuristics=heuristics)
+    sub = window_problem(problem, w)
+    prices = start_prices(problem, w) if starts else None
+    if split:
+        return parts_bound(sub, deadline=end, threads=threads, gap=gap, max_nodes=max_nodes, heuristics=heuristics,
+                           option_usd=prices)
+    return solve_aggregate_bound(sub, time_limit_s=budget_s, threads=threads, gap=gap, deadline=end,
+                                 max_nodes=max_nodes, heuristics=heuristics, option_usd=prices)
 
 
 def window_bound(problem: Problem, *, deadline: float, threads: int | None = None, gap: float = 1e-3,
                  progress=None, executor: Executor | None = None, max_nodes: int | None = None,
-                 stop: SafetyStop | None = None, heuristics: bool = True) -> float | None:
+                 stop: SafetyStop | None = None, heuristics: bool = True, split: bool = False,
+                 starts: bool = False) -> float | None:
     """The per-window bound, USD: the sum of :func:`window_bounds` (same arguments), None when no window gave a
     bound or a window is infeasible."""
     each = window_bounds(problem, deadline=deadline, threads=threads, gap=gap, progress=progress,
-                         executor=executor, max_nodes=max_nodes, stop=stop, heuristics=heuristics)
+                         executor=executor, max_nodes=max_nodes, stop=stop, heuristics=heuristics, split=split,
+                         starts=starts)
     found = [b for b in each or () if b is not None]
     return sum(found) if found else None
 
 
 def window_bounds(problem: Problem, *, deadline: float, threads: int | None = None, gap: float = 1e-3,
                   progress=None, executor: Executor | None = None, max_nodes: int | None = None,
-                  stop: SafetyStop | None = None, heuristics: bool = True) -> tuple[float | None, ...] | None:
+                  stop: SafetyStop | None = None, heuristics: bool = True,
+                  split: bool = False, starts: bool = False) -> tuple[float | None, ...] | None:
     """Each window's proven bound, USD (None for a window left without one), or None when a window is infeasible
     (then so is the problem). Window w's bound is HiGHS's proven bound on the aggregate MILP of
     :func:`window_problem` (w), so their sum (:func:`window_bound`) is a valid lower bound on the optimum (see
@@ -581,7 +721,14 @@ def window_bounds(problem: Problem, *, deadline: float, threads: int | None = No
     node, which no node budget bounds, dominates at fleet scale (200 models: 20.7 CPU seconds for 50 nodes of one
     window), and the plan does not depend on this bound. ``heuristics=False``: HiGHS's primal heuristics off in
     every window (:func:`~fleetplan.solvers.milp.solve_aggregate_bound`), a third of the work per window at 200
-    models."""
+    models. ``split=True``: each window's bound is :func:`parts_bound`, the sum of its :func:`bound_parts`' bounds
+    (the models without a shared-GPU option, then those with one, each with the whole inventory), still a valid
+    bound. On the benchmark's 200 models (``random_instance(200, 24, seed=200, max_gpus=1000)``, each window's root
+    node alone, heuristics off, one thread; 2026-12-03) the 24 windows' bounds summed to $50,547.21 in about 28
+    CPU s split, against $50,309.09 in 88 CPU s whole: the whole window's root stops short of what HiGHS proves for
+    each part alone (window 9: $2,320.53 whole; $2,188.45 in 0.15 CPU s plus $149.29 in 1.2 CPU s split).
+    ``starts=True``: each window's replicas also carry its :func:`start_prices`, so the sum (not each window's
+    term alone) is a lower bound on the optimum with its start costs."""
     W = problem.n_windows
     each: list[float | None] = [None] * W
     if stop is not None:
@@ -594,7 +741,8 @@ def window_bounds(problem: Problem, *, deadline: float, threads: int | None = No
         if progress:
             progress(f"per-window bound: {W} windows on {executor.describe()} ({per:.0f} s each)")
         # one solver thread per task: the workers already use the CPUs
-        results = executor.map(_window_bound_task, [(w, per, 1, gap, max_nodes, heuristics) for w in range(W)],
+        results = executor.map(_window_bound_task,
+                               [(w, per, 1, gap, max_nodes, heuristics, split, starts) for w in range(W)],
                                common=problem, with_common=True)
         if any(r.infeasible for r in results):
             return None
@@ -612,9 +760,8 @@ def window_bounds(problem: Problem, *, deadline: float, threads: int | None = No
             break
         if progress:
             progress(f"window {w + 1}/{W} of the per-window bound")
-        r = solve_aggregate_bound(window_problem(problem, w), time_limit_s=left / (W - w), threads=threads, gap=gap,
-                                  deadline=time.perf_counter() + left / (W - w), max_nodes=max_nodes,
-                                  heuristics=heuristics)
+        r = _one_window_bound(problem, w, left / (W - w), threads=threads, gap=gap, max_nodes=max_nodes,
+                              heuristics=heuristics, split=split, starts=starts)
         if r.infeasible:
             return None
         cut += r.time_limit_reached

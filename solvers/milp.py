@@ -168,6 +168,7 @@ class _MilpBuild:
     aggregate: bool
     with_starts: bool
     with_unserved: bool
+    option_usd: dict = field(default_factory=dict)
     n: dict = field(default_factory=dict)
     st: dict = field(default_factory=dict)
     y: dict = field(default_factory=dict)
@@ -208,7 +209,8 @@ class _MilpBuild:
 
 def build_milp(problem: Problem, *, relax: bool = False, elastic: bool = False,
                aggregate: bool = False, with_starts: bool = True, cover_cuts: bool = False,
-               neighbours: tuple[dict, dict] | None = None, unserved: bool = False) -> PlacementMilpModel:
+               neighbours: tuple[dict, dict] | None = None, unserved: bool = False,
+               option_usd: dict | None = None) -> PlacementMilpModel:
     """Build the MILP (or, with ``relax=True``, its LP relaxation) of ``problem``; a pure function of it.
 
     ``elastic=True`` adds a shortfall variable short[m,w] >= 0 (req/s, penalty ELASTIC_PENALTY_USD each) to the
@@ -235,13 +237,17 @@ def build_milp(problem: Problem, *, relax: bool = False, elastic: bool = False,
     no cost: the objective stays the cost, and :func:`solve_best_effort` minimises the unserved demand by
     priority class first (best effort when demand exceeds the inventory). For a model with request classes,
     u[m,w] = Σ_c uc[m,c,w] with uc[m,c,w] ∈ [0, r[m,c]·d[m,w]] on the demand side of (12a).
+    ``option_usd`` ({option key: USD}): a price added to each replica of that option in every window, beside its
+    GPU cost (the start prices of :func:`fleetplan.solvers.decompose.start_prices`, for a bound; a negative
+    price is a credit). None: none.
     Raises ValueError for ``neighbours`` on a problem of several windows.
     """
     if neighbours is not None and problem.n_windows != 1:
         raise ValueError("neighbours is only valid for a one-window problem")
     lp = pulp.LpProblem("placement", pulp.LpMinimize)
     mb = _MilpBuild(problem, build_index(problem, aggregate=aggregate), lp, relax=relax, elastic=elastic,
-                    aggregate=aggregate, with_starts=with_starts, with_unserved=unserved)
+                    aggregate=aggregate, with_starts=with_starts, with_unserved=unserved,
+                    option_usd=dict(option_usd or {}))
     _variables(mb, neighbours)
     _constraints(mb, cover_cuts=cover_cuts, neighbours=neighbours)
     _objective(mb)
@@ -679,13 +685,14 @@ def _c18_spread(mb: _MilpBuild) -> None:
 def _objective(mb: _MilpBuild) -> None:
     """Minimize GPU-hours × price (replicas, shared GPUs all day, prefill/decode replicas) + starts × start cost
     (against the fixed neighbour windows too) + egress of the site split q + (14)'s KV egress bands + (15)'s
-    commitments × committed rate × horizon hours; elastic: + ELASTIC_PENALTY_USD per req/s or replica short."""
+    commitments × committed rate × horizon hours; elastic: + ELASTIC_PENALTY_USD per req/s or replica short;
+    + the build's ``option_usd`` per replica (see :func:`build_milp`)."""
     problem, idx, W = mb.problem, mb.idx, mb.idx.W
     pools, models, h = problem.pool_by_id, problem.model_by_name, problem.window_hours
     obj = [ELASTIC_PENALTY_USD * v for v in mb.short.values()]
     obj += [ELASTIC_PENALTY_USD * v for v in mb.floor_short.values()]
     for o in idx.options:
-        c = o.gpus * pools[o.pool].usd_per_gpu_hour * h
+        c = o.gpus * pools[o.pool].usd_per_gpu_hour * h + mb.option_usd.get(o.key, 0.0)
         obj += [c * mb.n[(o.key, w)] for w in W]
         obj += [o.start_cost_usd * mb.st[(o.key, w)] for w in W if (o.key, w) in mb.st]
     for (p, _b), var in mb.y.items():
@@ -815,7 +822,8 @@ NO_HEURISTICS = {"mip_heuristic_effort": 0.0, "mip_heuristic_run_rens": False, "
 
 def solve_aggregate_bound(problem: Problem, *, time_limit_s: float, threads: int | None = None,
                           gap: float = 1e-4, deadline: float | None = None,
-                          max_nodes: int | None = None, heuristics: bool = True) -> BoundResult:
+                          max_nodes: int | None = None, heuristics: bool = True,
+                          option_usd: dict | None = None) -> BoundResult:
     """HiGHS's proven bound on the aggregate MILP of ``problem`` (``build_milp(aggregate=True, cover_cuts=True)``:
     integer replicas, integer counts of shared GPUs per pool, the covering inequalities (11); a relaxation of the
     exact MILP, see build_milp), USD.
@@ -825,8 +833,9 @@ def solve_aggregate_bound(problem: Problem, *, time_limit_s: float, threads: int
     ``max_nodes``: a deterministic budget of branch-and-bound nodes (seed HIGHS_SEED; see :func:`solve_milp`), the
     time limit then only a safety stop (``time_limit_reached`` says whether it stopped the search).
     ``heuristics=False``: HiGHS's primal heuristics off (NO_HEURISTICS): the bound only, for less work per node;
-    without an incumbent the search rarely closes the gap, so it runs to its node budget."""
-    model = build_milp(problem, aggregate=True, cover_cuts=True)
+    without an incumbent the search rarely closes the gap, so it runs to its node budget.
+    ``option_usd``: prices added per replica (see :func:`build_milp`); the bound is then one of that objective."""
+    model = build_milp(problem, aggregate=True, cover_cuts=True, option_usd=option_usd)
     if deadline is not None:
         time_limit_s = min(time_limit_s, deadline - time.perf_counter())
     solver = HiGHS(msg=False, timeLimit=max(0.01, time_limit_s), threads=threads, gapRel=gap,

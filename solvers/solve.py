@@ -12,7 +12,13 @@ from fleetplan.placement.validate import validate
 from fleetplan.solvers.baselines import greedy
 from fleetplan.solvers.common import SafetyStop, build_index, finish_plan, relative_gap
 from fleetplan.solvers.cpsat import solve_cpsat
-from fleetplan.solvers.decompose import dissolve_shared, solve_by_windows, window_bound, window_bounds
+from fleetplan.solvers.decompose import (
+    dissolve_shared,
+    solve_by_windows,
+    split_pays,
+    window_bound,
+    window_bounds,
+)
 from fleetplan.solvers.executor import Executor, make_executor
 from fleetplan.solvers.explain import explain_infeasible, precheck
 from fleetplan.solvers.milp import solve_best_effort, solve_lp_bound, solve_milp
@@ -208,9 +214,11 @@ def _solve_large(problem, backend: str, *, size: int, t0: float, stop: SafetySto
     (:func:`~fleetplan.solvers.decompose.dissolve_shared`), improved (or first repaired) window by window, then,
     when that pass leaves shared GPUs that no longer pay, without them and improved window by window again; then
     the per-window bound; the window passes bounded by ``effort`` (nodes), ``stop`` only their safety stop; the
-    per-window bound (each window's root node only, LARGE_BOUND_WINDOW_NODES, HiGHS's primal heuristics off) in
-    equal shares of the time left (no node budget bounds a root; only the bound and gap depend on it, and the
-    message says when a share stopped a window). No monolithic
+    per-window bound (each window's root node only, LARGE_BOUND_WINDOW_NODES, HiGHS's primal heuristics off; each
+    window split into :func:`~fleetplan.solvers.decompose.bound_parts` when
+    :func:`~fleetplan.solvers.decompose.split_pays`, and priced with its
+    :func:`~fleetplan.solvers.decompose.start_prices`) in equal shares of the time left (no node budget bounds a
+    root; only the bound and gap depend on it, and the message says when a share stopped a window). No monolithic
     model and no LP relaxation (building either alone overran 20 s at 200 models, and the per-window bound is
     stronger than the LP's). The windows' bounds run at once on ``executor`` (default: a local process pool of
     this machine's CPUs), each on one solver thread, so the bound does not depend on which executor ran it."""
@@ -237,15 +245,17 @@ def _solve_large(problem, backend: str, *, size: int, t0: float, stop: SafetySto
             say("improving the plan window by window again, with fewer shared GPUs")
             start = solve_by_windows(problem, again, backend=backend, threads=threads, gap=LARGE_WINDOW_GAP,
                                      progress=say, **effort.windows(stop))
+    say("per-window bound: whether to split its windows")
+    # the bound only: HiGHS's primal heuristics off and the root node alone (200 models: 2.9 CPU s per window
+    # instead of 23-25)
+    split = split_pays(problem, stop=stop, max_nodes=effort.large_bound_window_nodes, heuristics=False, starts=True)
     say("per-window bound")
     ex = executor or make_executor("process")  # the windows' bounds at once on this machine's CPUs
     try:
-        # the bound only: HiGHS's primal heuristics off and the root node alone (200 models: 2.9 CPU s per window
-        # instead of 23-25)
         bounds = {"per-window": window_bound(problem, deadline=stop.deadline, threads=threads,
                                              gap=BOUND_WINDOW_GAP, progress=say, executor=ex,
                                              max_nodes=effort.large_bound_window_nodes, stop=stop,
-                                             heuristics=False)}
+                                             heuristics=False, split=split, starts=True)}
     finally:
         if executor is None:
             ex.close()

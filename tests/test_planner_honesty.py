@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import re
 import time
+from dataclasses import replace
 
 import pytest
 from click.testing import CliRunner
@@ -22,7 +23,16 @@ from fleetplan.placement.problem import ModelSpec, Pool, Problem, ReplicaOption,
 from fleetplan.placement.validate import plan_cost_usd, validate
 from fleetplan.solvers.baselines import _finish, greedy
 from fleetplan.solvers.common import BOUND_REL_TOL, SafetyStop, cover_cost_floor, finish_plan, gap_text
-from fleetplan.solvers.decompose import window_bound, window_bounds, window_plan, window_problem
+from fleetplan.solvers.decompose import (
+    bound_parts,
+    parts_bound,
+    split_pays,
+    start_prices,
+    window_bound,
+    window_bounds,
+    window_plan,
+    window_problem,
+)
 from fleetplan.solvers.milp import solve_aggregate_bound, solve_milp
 from fleetplan.solvers.solve import BACKENDS, solve
 
@@ -165,12 +175,17 @@ def test_per_window_bound_is_a_bound():
     assert b is not None and b <= optimum + 1e-6 and b == pytest.approx(optimum, rel=1e-3)
 
 
-def test_fleet_scale_bound_is_below_each_window_of_the_exact_optimum():
-    # The fleet-scale path's bound (each window's root node alone, HiGHS's heuristics off) against the full MILP's
-    # proven optimum (gap 0), an independent method: 4 models x 4 windows with one shared GPU in the optimum. The
-    # optimum restricted to window w is a plan of window w alone (window_plan), so each window's bound is at most
-    # that window's share of the optimum's cost, and those shares plus the start costs are the whole cost.
-    problem = random_instance(4, 4, seed=4)
+@pytest.mark.parametrize("seed", [4, 9])
+def test_fleet_scale_bound_is_below_each_window_of_the_exact_optimum(seed):
+    # The fleet-scale path's bound (each window's root node alone, HiGHS's heuristics off), whole and split into
+    # its parts (bound_parts), against the full MILP's proven optimum (gap 0), an independent method: 4 models x 4
+    # windows with one shared GPU in the optimum (seed 4: every model may share, one part; seed 9: two models
+    # without a shared-GPU option and two with, two parts). The optimum restricted to window w is a plan of window
+    # w alone (window_plan), so each window's bound is at most that window's share of the optimum's cost, and those
+    # shares plus the start costs are the whole cost. With the start prices (start_prices) a window's bound is at
+    # most its share plus the prices on the optimum's replicas in it, and the sum stays below the optimum's cost.
+    problem = random_instance(4, 4, seed=seed)
+    assert len(bound_parts(problem)) == (1 if seed == 4 else 2)
     opt = solve_milp(problem, time_limit_s=600, threads=1, gap=0.0)
     assert opt.status == Status.OPTIMAL and validate(problem, opt).ok, opt.message
     assert opt.shared  # the case the per-window bound relaxes (a shared GPU all day, one window at a time)
@@ -182,11 +197,67 @@ def test_fleet_scale_bound_is_below_each_window_of_the_exact_optimum():
         shares.append(evaluate(sub, part).total_usd)
     assert sum(shares) + ev.start_usd == pytest.approx(ev.total_usd, rel=1e-9)
     stop = SafetyStop(deadline=time.perf_counter() + 600, time_limit_s=600)
-    each = window_bounds(problem, deadline=0.0, max_nodes=1, stop=stop, heuristics=False)
-    assert each is not None and not stop.cuts
-    for b, share in zip(each, shares, strict=True):
-        assert b is not None and b <= share + 1e-6
-    assert sum(b for b in each if b is not None) <= ev.total_usd + 1e-6
+    priced = [sum(c[w] * start_prices(problem, w).get(key, 0.0) for key, c in opt.replicas.items())
+              for w in range(problem.n_windows)]
+    assert sum(priced) <= ev.start_usd + 1e-9
+    assert any(priced) == (seed == 9)  # seed 4's optimum has no dedicated replica to price
+    for split, starts in ((False, False), (True, False), (True, True)):
+        each = window_bounds(problem, deadline=0.0, max_nodes=1, stop=stop, heuristics=False, split=split,
+                             starts=starts)
+        assert each is not None and not stop.cuts
+        for b, share, price in zip(each, shares, priced, strict=True):
+            assert b is not None and b <= share + (price if starts else 0.0) + 1e-6
+        assert sum(b for b in each if b is not None) <= ev.total_usd + 1e-6
+
+
+def test_start_prices_charge_the_peak_and_credit_the_trough():
+    # Two windows of 1 h, one model, one option: 10 req/s per replica on a $2/h GPU, start cost $0.50, margin 0,
+    # demand 5 then 15 req/s. Optimum by hand: 1 replica ($2), then 2 ($4) with one start ($0.50): $6.50 (from
+    # window 1 back to window 0 the replicas fall: no start). The demand rises into window 1 only, so π = (0, 0.5)
+    # and the prices are π[0] - π[1] = -0.5 in window 0 and π[1] - π[0] = +0.5 in window 1. The windows' bounds
+    # with them: 1 x (2 - 0.5) = 1.5 and 2 x (2 + 0.5) = 5.0, summing to the optimum itself; without: 2 + 4 = 6.
+    pool = Pool("t:r", "GA", nodes=1, gpus_per_node=8, usd_per_gpu_hour=2.0, memory_bytes_per_gpu=80e9)
+    problem = Problem(3600.0, 2, (pool,), (ModelSpec("M", (5.0, 15.0), 1.0, 0.05),),
+                      (ReplicaOption("M", pool.id, 1, 1, 10.0, 20e9, start_cost_usd=0.5),), margin=0.0)
+    key = ("M", pool.id, 1, 1)
+    assert [start_prices(problem, w) for w in (0, 1)] == [{key: -0.5}, {key: 0.5}]
+    opt = solve_milp(problem, time_limit_s=60, threads=1, gap=0.0)
+    assert opt.status == Status.OPTIMAL and validate(problem, opt).ok
+    assert opt.objective_usd == pytest.approx(6.5)
+    for starts, want in ((False, [2.0, 4.0]), (True, [1.5, 5.0])):
+        each = window_bounds(problem, deadline=time.perf_counter() + 60, threads=1, gap=0.0, starts=starts)
+        assert each is not None and list(each) == pytest.approx(want)
+
+
+def test_split_bound_gives_each_part_the_whole_inventory():
+    # bound_parts relaxes the inventory the parts share; a hand case where they compete for it. One window of 1 h,
+    # margin 0. Pool A: 1 GPU at $1/h; pool B: 8 GPUs at $3/h; both 80 GB (72 GB for shared residents). Model L
+    # (no shared-GPU option) needs 10 req/s, one replica of 10 req/s on A or B. Models S1, S2 need 5 req/s each:
+    # dedicated replicas of 10 req/s on A or B, or a shared GPU on A or B (10 req/s alone, 30 GB each: both fit
+    # one GPU, compute 5/10 + 5/10 = 1).
+    # Optimum $4 by hand: A's one GPU goes to L ($1) or to the shared GPU ($1), the other on B ($3); everything on
+    # B costs $6, and L on A with S1 and S2 dedicated on B $7.
+    # The parts, each with the whole inventory: L alone $1 (on A), S1 + S2 alone $1 (a shared GPU on A): $2.
+    a = Pool("t:r", "GA", nodes=1, gpus_per_node=1, usd_per_gpu_hour=1.0, memory_bytes_per_gpu=80e9)
+    b = Pool("t:r", "GB", nodes=1, gpus_per_node=8, usd_per_gpu_hour=3.0, memory_bytes_per_gpu=80e9)
+    models = (ModelSpec("L", (10.0,), 1.0, 0.05), ModelSpec("S1", (5.0,), 1.0, 0.05),
+              ModelSpec("S2", (5.0,), 1.0, 0.05))
+    options = tuple(ReplicaOption(m, p.id, 1, 1, 10.0, 20e9) for m in ("L", "S1", "S2") for p in (a, b))
+    shares = tuple(ShareOption(m, p.id, 10.0, 30e9) for m in ("S1", "S2") for p in (a, b))
+    problem = Problem(3600.0, 1, (a, b), models, options, shares, margin=0.0)
+    opt = solve_milp(problem, time_limit_s=60, threads=1, gap=0.0)
+    assert opt.status == Status.OPTIMAL and validate(problem, opt).ok
+    assert opt.objective_usd == pytest.approx(4.0)
+    assert [[m.name for m in part.models] for part in bound_parts(problem)] == [["L"], ["S1", "S2"]]
+    r = parts_bound(problem, deadline=time.perf_counter() + 60, threads=1, gap=0.0)
+    assert r.closed and not r.infeasible and r.bound_usd == pytest.approx(2.0)
+    assert solve_aggregate_bound(problem, time_limit_s=60, threads=1, gap=0.0).bound_usd == pytest.approx(4.0)
+    # so the fleet-scale path does not split it; with a second GPU in A the parts no longer compete (L and the
+    # shared GPU both on A: $2, the optimum, whole or split) and it does
+    stop = SafetyStop(deadline=time.perf_counter() + 60, time_limit_s=60)
+    assert not split_pays(problem, stop=stop)
+    roomy = replace(problem, pools=(replace(a, gpus_per_node=2), b))
+    assert split_pays(roomy, stop=stop) and not stop.cuts
 
 
 def test_short_time_limits_are_kept():
