@@ -16,7 +16,7 @@ import sys
 
 import httpx
 import pytest
-from service_support import free_port, http_get, postgres_schema, postgres_server_url, wait_until
+from service_support import SERVE_SCENARIO, free_port, http_get, postgres_schema, postgres_server_url, wait_until
 from sqlalchemy import create_engine, select
 
 from fleetplan.service.store import Store, leases, normalize_url, plans
@@ -28,9 +28,10 @@ M = "Llama-3.1-8B"
 
 def start(db: str, port: int, log) -> subprocess.Popen:
     env = {**os.environ, "FLEETPLAN_TOKEN": TOKEN}
-    return subprocess.Popen([sys.executable, "-m", "fleetplan.cli.main", "serve", "--db", db, "--host", "127.0.0.1",
-                             "--port", str(port), "--interval", "0", "--resolve-every", "0", "--lease-ttl", "2",
-                             "--log-level", "warning"], env=env, stdout=log, stderr=subprocess.STDOUT)
+    return subprocess.Popen([sys.executable, "-m", "fleetplan.cli.main", "serve", "--scenario", SERVE_SCENARIO,
+                             "--db", db, "--host", "127.0.0.1", "--port", str(port), "--interval", "0",
+                             "--resolve-every", "0", "--lease-ttl", "2", "--log-level", "warning"],
+                            env=env, stdout=log, stderr=subprocess.STDOUT)
 
 
 def wait_for(what, cond, proc: subprocess.Popen | None = None):
