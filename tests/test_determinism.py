@@ -103,12 +103,12 @@ def test_the_plan_does_not_depend_on_the_clock_unless_the_safety_stop_fires(monk
 
 
 def test_best_effort_by_effort_gives_the_same_plan_on_a_slow_clock(monkeypatch):
-    # 6 models x 4 windows with 48 GPUs and alternating priorities: the exact model proves it infeasible, then
+    # 3 models x 4 windows with 24 GPUs and alternating priorities: the exact model proves it infeasible, then
     # best effort's stages (priority 1, priority 0, the cost) each run within the exact model's budget (effort
     # 0.01: 10 nodes), which ends the priority-0 stage unproven. The budget, not the clock, decides: a clock of
     # 0.2 s per read (a slow machine, within the 30-s limit) gives the same plan and unserved demand, and neither
     # message says the wall clock shared or cut anything.
-    problem = random_instance(6, 4, seed=3, max_gpus=48)
+    problem = random_instance(3, 4, seed=3, max_gpus=24)
     problem = replace(problem, models=tuple(replace(m, priority=i % 2) for i, m in enumerate(problem.models)))
     ref = _solve_on_clock(monkeypatch, problem, None, best_effort=True)
     slow = _solve_on_clock(monkeypatch, problem, 0.2, best_effort=True)
