@@ -24,7 +24,7 @@ from fleetplan.solvers.baselines import _finish, greedy
 from fleetplan.solvers.common import BOUND_REL_TOL, SafetyStop, cover_cost_floor, finish_plan, gap_text
 from fleetplan.solvers.decompose import window_bound, window_bounds, window_plan, window_problem
 from fleetplan.solvers.milp import solve_aggregate_bound, solve_milp
-from fleetplan.solvers.solve import BACKENDS, solve
+from fleetplan.solvers.solve import BACKENDS, Effort, solve
 
 
 def request_classes() -> tuple[Problem, float]:
@@ -171,7 +171,7 @@ def test_fleet_scale_bound_is_below_each_window_of_the_exact_optimum():
     # optimum restricted to window w is a plan of window w alone (window_plan), so each window's bound is at most
     # that window's share of the optimum's cost, and those shares plus the start costs are the whole cost.
     problem = random_instance(4, 4, seed=4)
-    opt = solve_milp(problem, time_limit_s=600, threads=1, gap=0.0)
+    opt = solve_milp(problem, time_limit_s=600, threads=1, gap=0.0, max_nodes=Effort().exact_nodes("highs"))
     assert opt.status == Status.OPTIMAL and validate(problem, opt).ok, opt.message
     assert opt.shared  # the case the per-window bound relaxes (a shared GPU all day, one window at a time)
     ev = evaluate(problem, opt)
@@ -326,6 +326,7 @@ def test_cbc_does_not_prove_a_dearer_plan_optimal():
     problem = Problem(3600.0, 2, (spot, od, h), (ModelSpec("x", (0.39, 11.88), 1.0, 0.05),),
                       (ReplicaOption("x", spot.id, 1, 1, 1.51, 40e9), ReplicaOption("x", od.id, 1, 1, 2.01, 40e9),
                        ReplicaOption("x", h.id, 1, 1, 3.62, 40e9)), margin=0.1)
-    plan = solve_milp(problem, backend="cbc", time_limit_s=30, threads=1, gap=1e-4)
+    plan = solve_milp(problem, backend="cbc", time_limit_s=30, threads=1, gap=1e-4,
+                      max_nodes=Effort().exact_nodes("cbc"))
     assert validate(problem, plan).ok
     assert plan.status is Status.OPTIMAL and plan.objective_usd == pytest.approx(7.47, abs=1e-6)
