@@ -161,7 +161,8 @@ def test_per_window_bound_is_a_bound():
     problem, optimum = planted_instance(2, models_per_gpu=2, n_windows=3, seed=5)
     import time
 
-    b = window_bound(problem, deadline=time.perf_counter() + 20, threads=1)
+    b = window_bound(problem, deadline=time.perf_counter() + 20, threads=1,
+                     max_nodes=Effort().bound_window_nodes)
     assert b is not None and b <= optimum + 1e-6 and b == pytest.approx(optimum, rel=1e-3)
 
 
@@ -248,10 +249,11 @@ def test_cover_cost_floor_is_the_least_whole_replica_covering():
 def test_aggregate_bound_with_cover_cuts_is_a_bound(name, problem, optimum):
     import time
 
-    r = solve_aggregate_bound(problem, time_limit_s=20, threads=1)
+    r = solve_aggregate_bound(problem, time_limit_s=20, threads=1, max_nodes=Effort().bound_window_nodes)
     assert r.bound_usd is not None and not r.infeasible
     assert r.bound_usd <= optimum + 1e-6
-    b = window_bound(problem, deadline=time.perf_counter() + 20, threads=1)
+    b = window_bound(problem, deadline=time.perf_counter() + 20, threads=1,
+                     max_nodes=Effort().bound_window_nodes)
     assert b is not None and b <= optimum + 1e-6
 
 
