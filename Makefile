@@ -20,8 +20,12 @@ demo: $(STAMP)
 # schemathesis, a local Ray instance, a private PostgreSQL) starts once. --dist loadgroup meant that for the files
 # marked xdist_group, but pytest-xdist 3.8 cannot tag the tests under pytest 9 (a test's nodeid is read-only), so the
 # groups were split across both workers and their module fixtures ran twice.
+#
+# Bytecode goes to build/pycache, never beside the sources, even where PYTHONDONTWRITEBYTECODE is set (it keeps
+# __pycache__ folders out of the tree): without it each xdist worker recompiles and assertion-rewrites every test
+# module (~4 CPU-s of its ~7-s collection) and every `fleetplan serve` the tests start recompiles fleetplan.
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -n 2 --dist loadfile
+	PYTHONDONTWRITEBYTECODE= PYTHONPYCACHEPREFIX="$(CURDIR)/build/pycache" $(BIN)/python -m pytest -q -n 2 --dist loadfile
 
 # mypy cannot follow setuptools package-dir through an editable install, so it checks the package through
 # build/mypy/fleetplan, a symlink to this folder (whatever the clone's folder is called).

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -16,6 +17,9 @@ TOKEN = "test-token-123"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 T0 = 1_700_000_000.0 - (1_700_000_000.0 % 86400) + 20 * 3600  # 20:00 UTC of some day
 M = "Llama-3.1-8B"
+#: The scenario a test gives a real `fleetplan serve` process (--scenario): two models (Llama-3.1-8B, Qwen2.5-7B) on
+#: two H100 nodes, which starts in about a quarter of the default scenario's CPU time (the file says why).
+SERVE_SCENARIO = str(Path(__file__).parent / "data" / "scenarios" / "service_small.yaml")
 
 
 class Clock:

@@ -17,7 +17,7 @@ from fleetplan.placement.validate import validate
 from fleetplan.service.app import create_app
 from fleetplan.service.runtime import ReplanService, ServiceSettings, load_problem
 from fleetplan.solvers.milp import solve_best_effort
-from fleetplan.solvers.solve import solve
+from fleetplan.solvers.solve import Effort, solve
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")  # starlette asks for httpx2, a package not needed here
@@ -59,7 +59,7 @@ def test_equal_priority_serves_the_most_demand():
     # One class: 4 GPUs serve at most 40 of the 55 req/s (2 + 2 GPUs: 20 + 20, or 1 + 3: 10 + 30), so the least
     # unserved is 15 req/s; 3 + 1 would leave 20.
     p = short_problem(0, 0)
-    plan = solve_best_effort(p, time_limit_s=20)
+    plan = solve_best_effort(p, time_limit_s=20, max_nodes=Effort().exact_nodes("highs"))
     assert validate(p, plan).ok
     assert sum(sum(r) for r in plan.unserved_req_per_s.values()) == pytest.approx(15.0)
     assert plan.status is Status.OPTIMAL  # every stage proved, then the cost at those levels

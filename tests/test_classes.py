@@ -34,7 +34,7 @@ from fleetplan.solvers.baselines import dedicated_peak, greedy
 from fleetplan.solvers.cpsat import solve_cpsat
 from fleetplan.solvers.explain import explain_infeasible
 from fleetplan.solvers.milp import solve_milp
-from fleetplan.solvers.solve import solve
+from fleetplan.solvers.solve import Effort, solve
 
 SHARES = (("in0-out0", 0.2), ("in0-out1", 0.1), ("in1-out0", 0.5), ("in1-out1", 0.2))
 A10G = (("in0-out0", 2.0), ("in0-out1", 1.0), ("in1-out0", 5.0), ("in1-out1", 2.0))
@@ -283,8 +283,8 @@ def corpus():
 
 def test_cpsat_equals_highs_on_the_class_corpus(corpus):
     for name, p in corpus.items():
-        ref = solve_milp(p, time_limit_s=30)
-        got = solve_cpsat(p, time_limit_s=30)
+        ref = solve_milp(p, time_limit_s=30, max_nodes=Effort().exact_nodes("highs"))
+        got = solve_cpsat(p, time_limit_s=30, deterministic_time=Effort().exact_cpsat_units)
         assert ref.status.value == got.status.value == "optimal", (name, got.message)
         assert validate(p, got).ok, (name, validate(p, got).violations)
         # the same optimum to the cent (CP-SAT's model is a relaxation whose answer validate re-checks exactly)
@@ -315,7 +315,7 @@ def test_greedy_routes_classes_when_no_option_serves_the_whole_mix():
 
 def test_warm_start_and_fleet_scale_path_plan_classes(corpus, monkeypatch):
     p = corpus["8B auto classes, 24 windows"]
-    ref = solve_milp(p, time_limit_s=30)
+    ref = solve_milp(p, time_limit_s=30, max_nodes=Effort().exact_nodes("highs"))
     g = greedy(p)
     assert not g.message and validate(p, g, check_objective=False).ok
     for backend in ("highs", "cpsat"):

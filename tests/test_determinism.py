@@ -8,6 +8,7 @@ from dataclasses import replace
 
 import pytest
 from click.testing import CliRunner
+from clock_support import StepClock
 
 import fleetplan.solvers.common as common
 import fleetplan.solvers.cpsat as cpsat
@@ -58,25 +59,13 @@ def test_highs_with_a_node_budget_gives_the_same_plan_twice():
     assert _fingerprint(runs[0]) == _fingerprint(runs[1])
 
 
-class _StepClock:
-    """A stand-in for the ``time`` module whose perf_counter advances ``step_s`` seconds at every read: a machine
-    as slow as we like, deterministically (the solvers' own clocks are not touched)."""
-
-    def __init__(self, step_s: float):
-        self.now, self.step_s = 1000.0, step_s
-
-    def perf_counter(self) -> float:
-        self.now += self.step_s
-        return self.now
-
-
 def _solve_on_clock(monkeypatch, problem, step_s: float | None, **kw):
-    """solve() with every solver module reading a _StepClock of ``step_s`` (None: the real clock); ``kw`` goes to
+    """solve() with every solver module reading a StepClock of ``step_s`` (None: the real clock); ``kw`` goes to
     solve()."""
 
     with monkeypatch.context() as mp:
         if step_s is not None:
-            clock = _StepClock(step_s)
+            clock = StepClock(step_s)
             for mod in (common, cpsat, decompose, milp, solve_mod):
                 mp.setattr(mod, "time", clock)
         return solve_mod.solve(problem, "highs", time_limit_s=30, gap=0.0, effort=0.01, **kw)
@@ -103,12 +92,12 @@ def test_the_plan_does_not_depend_on_the_clock_unless_the_safety_stop_fires(monk
 
 
 def test_best_effort_by_effort_gives_the_same_plan_on_a_slow_clock(monkeypatch):
-    # 6 models x 4 windows with 48 GPUs and alternating priorities: the exact model proves it infeasible, then
+    # 3 models x 4 windows with 24 GPUs and alternating priorities: the exact model proves it infeasible, then
     # best effort's stages (priority 1, priority 0, the cost) each run within the exact model's budget (effort
     # 0.01: 10 nodes), which ends the priority-0 stage unproven. The budget, not the clock, decides: a clock of
     # 0.2 s per read (a slow machine, within the 30-s limit) gives the same plan and unserved demand, and neither
     # message says the wall clock shared or cut anything.
-    problem = random_instance(6, 4, seed=3, max_gpus=48)
+    problem = random_instance(3, 4, seed=3, max_gpus=24)
     problem = replace(problem, models=tuple(replace(m, priority=i % 2) for i, m in enumerate(problem.models)))
     ref = _solve_on_clock(monkeypatch, problem, None, best_effort=True)
     slow = _solve_on_clock(monkeypatch, problem, 0.2, best_effort=True)
@@ -131,7 +120,7 @@ def test_pop_by_effort_gives_the_same_plan_on_a_slow_clock(monkeypatch):
     for step_s in (None, 0.05, 5.0):
         with monkeypatch.context() as mp:
             if step_s is not None:
-                clock = _StepClock(step_s)
+                clock = StepClock(step_s)
                 for mod in (common, cpsat, decompose, milp, pop, solve_mod):
                     mp.setattr(mod, "time", clock)
             runs.append(solve_mod.solve(problem, "highs", time_limit_s=30, gap=1e-4, effort=0.01, decompose=2,

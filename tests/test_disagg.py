@@ -22,6 +22,7 @@ from fleetplan.scenario.read import load_scenario, scenario_from_raw
 from fleetplan.scenario.split import SplitOptions, make_spec
 from fleetplan.solvers.disagg import kv_break_even, with_flat_kv_egress
 from fleetplan.solvers.milp import solve_milp
+from fleetplan.solvers.solve import Effort
 
 ONE_SITE = {
     "name": "pd-one-model",
@@ -34,7 +35,7 @@ ONE_SITE = {
 
 def _plan(raw):
     problem = build_problem(scenario_from_raw(raw))
-    plan = solve_milp(problem, time_limit_s=30)
+    plan = solve_milp(problem, time_limit_s=30, max_nodes=Effort().exact_nodes("highs"))
     assert plan.has_solution
     assert validate(problem, plan).ok, validate(problem, plan).violations
     return problem, plan
@@ -102,7 +103,7 @@ def test_kv_egress_bands_are_exact_and_the_break_even_flips_the_choice():
     raw["options"]["window_length_s"] = 86400
     raw["models"][0]["demand"] = {"rates": [10.0]}
     problem = build_problem(scenario_from_raw(raw))
-    plan = solve_milp(problem, time_limit_s=30)
+    plan = solve_milp(problem, time_limit_s=30, max_nodes=Effort().exact_nodes("highs"))
     assert validate(problem, plan).ok
     assert not any(k[1] != k[2] for k in plan.kv_flows_req_per_s)  # AWS inter-region 0.02 USD/GB: no split
     be = kv_break_even(problem, plan)
@@ -110,7 +111,7 @@ def test_kv_egress_bands_are_exact_and_the_break_even_flips_the_choice():
     # Just below the break-even the split wins, just above it does not (re-solved at flat prices).
     for factor, split in ((0.8, True), (1.25, False)):
         p = with_flat_kv_egress(problem, be.usd_per_gb * factor)
-        got = solve_milp(p, time_limit_s=30)
+        got = solve_milp(p, time_limit_s=30, max_nodes=Effort().exact_nodes("highs"))
         assert validate(p, got).ok
         assert any(k[1] != k[2] for k in got.kv_flows_req_per_s) is split
     # Tiered table: 100 GB/month free, then 0.09, then 0.05 above 1e6 GB/month. The MILP's band variables must price
@@ -120,7 +121,7 @@ def test_kv_egress_bands_are_exact_and_the_break_even_flips_the_choice():
     tiered = dataclasses.replace(problem, kv_routes=tuple(
         dataclasses.replace(r, kv_table=table, prompt_table=table) if r.cross_site else r for r in problem.kv_routes))
     cheap = with_flat_kv_egress(problem, 0.0)
-    split_plan = solve_milp(cheap, time_limit_s=30)
+    split_plan = solve_milp(cheap, time_limit_s=30, max_nodes=Effort().exact_nodes("highs"))
     moved = dataclasses.replace(split_plan, objective_usd=None)
     ev = evaluate(tiered, moved)
     gb = sum(sum(f) * 86400 * (r.kv_bytes_per_request + r.prompt_bytes_per_request) / 1e9
@@ -129,7 +130,7 @@ def test_kv_egress_bands_are_exact_and_the_break_even_flips_the_choice():
     month = gb * DAYS_PER_MONTH  # one-day horizon
     hand = ((min(month, 1e6) - 100) * 0.09 + max(0.0, month - 1e6) * 0.05) / DAYS_PER_MONTH
     assert gb > 0 and ev.kv_egress_usd == pytest.approx(hand, rel=1e-9)
-    solved = solve_milp(tiered, time_limit_s=30)
+    solved = solve_milp(tiered, time_limit_s=30, max_nodes=Effort().exact_nodes("highs"))
     assert validate(tiered, solved).ok  # objective (with the bands) recomputed independently
 
 
@@ -194,7 +195,8 @@ def test_open_top_egress_band_fills_last():
                                          prompt_bytes_per_request=0.0, kv_table=table, prompt_table=table),))
     assert 24 * DAYS_PER_MONTH == pytest.approx(730.0)
     for backend in ("highs", "cbc"):
-        plan = solve_milp(problem, backend=backend, time_limit_s=30)
+        plan = solve_milp(problem, backend=backend, time_limit_s=30,
+                          max_nodes=Effort().exact_nodes(backend))
         assert validate(problem, plan).ok
         assert plan.status is Status.OPTIMAL, plan.message
         assert plan.objective_usd == pytest.approx(1.5 + 202.40 / 730, abs=1e-6)

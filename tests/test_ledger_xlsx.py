@@ -25,6 +25,7 @@ from fleetplan.scenario.read import load_scenario, scenario_from_raw
 from fleetplan.scenario.split import SplitOptions, make_spec
 from fleetplan.solvers.disagg import with_flat_kv_egress
 from fleetplan.solvers.milp import solve_milp
+from fleetplan.solvers.solve import Effort
 
 formulas = pytest.importorskip("formulas")
 
@@ -215,7 +216,7 @@ def split_plan():
     raw["options"]["window_length_s"] = 86400
     raw["models"][0]["demand"] = {"rates": [10.0]}
     problem = build_problem(scenario_from_raw(raw))
-    plan = solve_milp(with_flat_kv_egress(problem, 0.0), time_limit_s=30)
+    plan = solve_milp(with_flat_kv_egress(problem, 0.0), time_limit_s=30, max_nodes=Effort().exact_nodes("highs"))
     tiers = (EgressTier(0.0, 100.0, 0.0), EgressTier(100.0, 1e6, 0.09), EgressTier(1e6, None, 0.05))
     table = EgressTable("aws", "inter_region", "test tiers", tiers)
     tiered = dataclasses.replace(problem, kv_routes=tuple(

@@ -18,7 +18,7 @@ from fleetplan.placement.validate import validate
 from fleetplan.solvers.baselines import BASELINES, greedy
 from fleetplan.solvers.decompose import solve_by_windows, window_bound
 from fleetplan.solvers.milp import solve_lp_bound
-from fleetplan.solvers.solve import BACKENDS, solve
+from fleetplan.solvers.solve import BACKENDS, Effort, solve
 
 
 @pytest.mark.parametrize("n_gpus, seed", [(1, 0), (2, 1), (3, 2)])
@@ -154,7 +154,8 @@ def test_a_peaking_model_may_put_its_remainder_on_a_shared_gpu(backend):
     assert plan.objective_usd == pytest.approx(5.0, abs=0.005)
     assert plan.bound_usd is None or plan.bound_usd <= 5.0 + 1e-6
     assert solve_lp_bound(problem) <= 5.0 + 1e-6
-    assert window_bound(problem, deadline=time.perf_counter() + 20, threads=1) <= 5.0 + 1e-6
+    assert window_bound(problem, deadline=time.perf_counter() + 20, threads=1,
+                        max_nodes=Effort().bound_window_nodes) <= 5.0 + 1e-6
 
 
 def test_backends_agree_when_both_prove_optimality():
@@ -221,7 +222,7 @@ def test_fix_and_optimize_by_windows_is_valid_and_no_worse_than_greedy():
     problem = random_instance(8, 6, seed=3, max_gpus=200)
     g = greedy(problem)
     assert not g.message and validate(problem, g).ok
-    better = solve_by_windows(problem, g, time_limit_s=20, threads=1)
+    better = solve_by_windows(problem, g, time_limit_s=20, threads=1, max_nodes=Effort().window_nodes)
     assert validate(problem, better).ok
     assert evaluate(problem, better).total_usd <= evaluate(problem, g).total_usd + 1e-9
     # The exact model is at least as good, and the LP bound is below both.

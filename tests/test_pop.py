@@ -25,7 +25,7 @@ from fleetplan.solvers.pop import (
     solve_pop,
     split_problem,
 )
-from fleetplan.solvers.solve import solve
+from fleetplan.solvers.solve import Effort, solve
 
 
 def _four_models() -> Problem:
@@ -89,7 +89,7 @@ def test_pop_bound_is_below_the_monolithic_proven_optimum():
     # hand check: every window needs ceil(demand / 10) GPUs per model: w0 4 + 2 + 0 + 1, w1 1 + 0 + 3 + 1 = 12
     # GPU-h at $1, and starts are free
     assert mono.status is Status.OPTIMAL and mono.objective_usd == pytest.approx(12.0)
-    plan = solve_pop(problem, 2, Executor(), time_limit_s=20, gap=1e-6)
+    plan = solve_pop(problem, 2, Executor(), time_limit_s=20, gap=1e-6, max_nodes=Effort().window_nodes)
     assert validate(problem, plan).ok and plan.bound_usd <= mono.objective_usd + 1e-6
     # no sharing and an inventory that does not bind: the parts are independent and each is solved exactly
     assert plan.objective_usd == pytest.approx(12.0) and plan.status is Status.OPTIMAL
@@ -108,7 +108,7 @@ def test_pop_repairs_a_part_whose_models_fit_only_where_another_part_sits():
     problem = Problem(3600.0, 1, (x, y), models, options, margin=0.0, max_shared_gpus_per_pool=0)
     subs = split_problem(problem, [["a"], ["b"]])
     assert [[p.nodes for p in s.pools] for s in subs] == [[1, 1], [1, 1]]
-    plan = solve_pop(problem, 2, Executor(), time_limit_s=10, gap=1e-6)
+    plan = solve_pop(problem, 2, Executor(), time_limit_s=10, gap=1e-6, max_nodes=Effort().window_nodes)
     assert validate(problem, plan).ok and plan.objective_usd == pytest.approx(8.0)
     assert "1 part(s) still without a valid plan" in plan.message
     assert "repaired window by window on the whole fleet" in plan.message
@@ -195,7 +195,7 @@ def test_by_windows_with_cover_is_valid_and_below_greedy_but_not_below_the_optim
     problem = fleet_instance(10, 2, n_gpus=200, seed=3)
     g = greedy(problem)
     assert validate(problem, g, check_objective=False).ok
-    plan = solve_by_windows(problem, g, time_limit_s=10, cover=True)
+    plan = solve_by_windows(problem, g, time_limit_s=10, cover=True, max_nodes=Effort().window_nodes)
     assert validate(problem, plan, check_objective=False).ok
     cost = evaluate(problem, plan).total_usd
     exact = solve(problem, time_limit_s=20, gap=1e-3, decompose=1)

@@ -27,7 +27,7 @@ from fleetplan.solvers.baselines import greedy
 from fleetplan.solvers.cpsat import solve_cpsat
 from fleetplan.solvers.milp import solve_milp
 from fleetplan.solvers.online.replanner import Replanner
-from fleetplan.solvers.solve import solve
+from fleetplan.solvers.solve import Effort, solve
 
 SITE = "gcp:us-central1"
 GPU = "H100-SXM-80GB"
@@ -69,8 +69,9 @@ HAND_COST_USD = 751.20
 
 def test_hand_arithmetic_commitment_and_cost_milp_and_cpsat():
     problem = four_pools()
-    for plan in (solve(problem, time_limit_s=20), solve_milp(problem, time_limit_s=20),
-                 solve_cpsat(problem, time_limit_s=20)):
+    for plan in (solve(problem, time_limit_s=20),
+                 solve_milp(problem, time_limit_s=20, max_nodes=Effort().exact_nodes("highs")),
+                 solve_cpsat(problem, time_limit_s=20, deterministic_time=Effort().exact_cpsat_units)):
         assert validate(problem, plan).ok, (plan.backend, validate(problem, plan).violations)
         assert plan.commitments == {"committed": HAND_COMMIT}, plan.backend
         assert plan.objective_usd == pytest.approx(HAND_COST_USD, abs=1e-6), plan.backend

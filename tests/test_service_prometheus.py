@@ -22,7 +22,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
 import pytest
-from service_support import WAIT_S, http_get, wait_until
+from service_support import SERVE_SCENARIO, WAIT_S, http_get, wait_until
 
 from fleetplan.service.store import Store
 
@@ -130,8 +130,9 @@ def test_serve_pulls_vllm_metrics_from_a_real_prometheus_on_replan(prometheus, t
         db = f"sqlite:///{tmp_path / 'p.db'}"
         port = free_port()
         env = {**os.environ, "FLEETPLAN_TOKEN": TOKEN}
-        proc = subprocess.Popen([sys.executable, "-m", "fleetplan.cli.main", "serve", "--db", db, "--host",
-                                 "127.0.0.1", "--port", str(port), "--interval", "0", "--resolve-every", "0",
+        proc = subprocess.Popen([sys.executable, "-m", "fleetplan.cli.main", "serve", "--scenario", SERVE_SCENARIO,
+                                 "--db", db, "--host", "127.0.0.1", "--port", str(port), "--interval", "0",
+                                 "--resolve-every", "0",
                                  "--prometheus", base_prom, "--prometheus-window", "5", "--log-level", "warning"],
                                 env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         # wait (bounded) until Prometheus holds 12 scrapes (5.5 s, more than the 5-s pull window) of the exporter

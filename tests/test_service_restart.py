@@ -10,7 +10,7 @@ import sys
 import threading
 
 import httpx
-from service_support import free_port, http_get, wait_until
+from service_support import SERVE_SCENARIO, free_port, http_get, wait_until
 
 from fleetplan.service.store import Store
 
@@ -26,8 +26,9 @@ def _default_sigint() -> None:
 
 def start(db: str, port: int, log) -> subprocess.Popen:
     env = {**os.environ, "FLEETPLAN_TOKEN": TOKEN}
-    return subprocess.Popen([sys.executable, "-m", "fleetplan.cli.main", "serve", "--db", db, "--host", "127.0.0.1",
-                             "--port", str(port), "--interval", "0", "--resolve-every", "0", "--log-level", "warning"],
+    return subprocess.Popen([sys.executable, "-m", "fleetplan.cli.main", "serve", "--scenario", SERVE_SCENARIO,
+                             "--db", db, "--host", "127.0.0.1", "--port", str(port), "--interval", "0",
+                             "--resolve-every", "0", "--log-level", "warning"],
                             env=env, stdout=log, stderr=subprocess.STDOUT, preexec_fn=_default_sigint)
 
 

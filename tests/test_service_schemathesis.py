@@ -15,7 +15,7 @@ import sys
 
 import httpx
 import pytest
-from service_support import free_port, http_get, wait_until
+from service_support import SERVE_SCENARIO, free_port, http_get, wait_until
 
 schemathesis = pytest.importorskip("schemathesis", reason="schemathesis is a dev extra: pip install -e '.[dev]'")
 from hypothesis import HealthCheck, given, settings  # noqa: E402
@@ -38,9 +38,9 @@ EXAMPLES = 15  # per operation and run: bounded, at most 450 requests in all
 def _serve(db: str, log) -> tuple[subprocess.Popen, str]:
     port = free_port()
     env = {**os.environ, "FLEETPLAN_TOKEN": TOKEN}
-    proc = subprocess.Popen([sys.executable, "-m", "fleetplan.cli.main", "serve", "--db", db,
-                             "--host", "127.0.0.1", "--port", str(port), "--interval", "0", "--resolve-every", "0",
-                             "--resolve-time-limit", "5", "--log-level", "warning"],
+    proc = subprocess.Popen([sys.executable, "-m", "fleetplan.cli.main", "serve", "--scenario", SERVE_SCENARIO,
+                             "--db", db, "--host", "127.0.0.1", "--port", str(port), "--interval", "0",
+                             "--resolve-every", "0", "--resolve-time-limit", "5", "--log-level", "warning"],
                             env=env, stdout=log, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
     wait_until("the service healthy", lambda: http_get(base + "/healthz", timeout=1).status_code == 200, proc=proc,

@@ -216,11 +216,16 @@ def test_replay_takes_k_plus_1_budget_tokens_and_spreads_the_chunk():
     assert r.done_s[0] == pytest.approx(0.077)
 
 
-def _scenario(tmp_path: Path, engine: dict) -> Path:
+def _scenario(tmp_path: Path, engine: dict, *, site: str | None = None) -> Path:
+    """The default scenario with Llama-3.1-70B alone at tp 4 under ``engine``, written to ``tmp_path``/s.yaml;
+    with ``site``, that site's inventory only (and the model's traffic from it)."""
     raw = yaml.safe_load((ROOT / "datasets" / "scenarios" / "default.yaml").read_text())
     raw["models"] = [m for m in raw["models"] if m["name"] == "Llama-3.1-70B"]
     raw["models"][0]["engine"] = engine
     raw["models"][0]["tp"] = [4]
+    if site is not None:
+        raw["sites"] = [s for s in raw["sites"] if s["name"] == site]
+        raw["models"][0]["origin_site"] = site
     scen = tmp_path / "s.yaml"
     scen.write_text(yaml.safe_dump(raw))
     return scen
@@ -298,10 +303,12 @@ def test_ledger_speculation_pays_and_break_even_agree_where_capacity_falls(tmp_p
     # 1.673 at 1.0: TPOT starts to bind), and the break-even search, which assumed capacity grows with alpha,
     # printed "none (not even at 1)" beside "pays: yes". With the capacity model revised the same day the curve
     # still dips, between about 0.57 and 0.60 (printed by the command): it pays on two ranges, the first holding
-    # 0.5, and the break-even is where the second starts (it pays at every higher rate from there).
+    # 0.5, and the break-even is where the second starts (it pays at every higher rate from there). The A100 site
+    # alone (gcp:us-central1): the H100's single range is checked by test_ledger_speculation_json, and it was half
+    # of this test's CPU time.
     from click.testing import CliRunner
 
-    scen = _scenario(tmp_path, {})
+    scen = _scenario(tmp_path, {}, site="gcp:us-central1")
     args = ["ledger", "speculation", str(scen), "--model", "Llama-3.1-70B", "--method", "ngram", "-k", "3",
             "--acceptance-rate", "0.5"]
     r = CliRunner().invoke(main, [*args, "--format", "json"])

@@ -196,7 +196,8 @@ def test_the_lp_relaxation_and_the_window_bound_carry_the_spread():
     p = two_sites(0.7)
     assert solve_lp_bound(p, time_limit_s=20) == pytest.approx(6.5)
     assert solve_lp_bound(two_sites(None), time_limit_s=20) == pytest.approx(5.0)
-    assert window_bound(two_sites(0.7, windows=2), deadline=time.perf_counter() + 20) == pytest.approx(14.0)
+    assert window_bound(two_sites(0.7, windows=2), deadline=time.perf_counter() + 20,
+                        max_nodes=Effort().bound_window_nodes) == pytest.approx(14.0)
 
 
 @pytest.mark.parametrize("backend", ["highs", "cpsat"])
