@@ -86,6 +86,8 @@ def _plot(path: Path, result: AllocationResult, policies: dict[str, Objectives])
 def _tenant_json(t: Tenant) -> dict:
     """A tenant's demand, and how it was derived when it came from models and request rates."""
     out: dict = {"demand_gpus": list(t.demand_gpus)}
+    if t.demand_note:
+        out["demand_note"] = t.demand_note
     if t.models:
         out["derived_from"] = [{"model": m.model, "gpu": m.gpu, "tp": m.tp,
                                 "replica_req_per_s": round(m.replica_req_per_s, 6),
@@ -284,6 +286,8 @@ def _print_tables(problem: TenantProblem, result: AllocationResult, splits: dict
             how = "; ".join(f"{m.model} tp {m.tp} ({m.replica_req_per_s:.2f} req/s per replica on {m.gpu})"
                             for m in tenant.models)
             con.print(f"{tenant.name}: demand from its models ({how}), rounded up to whole GPUs per window")
+        if tenant.demand_note:
+            con.print(f"{tenant.name}: {tenant.demand_note}")
     if split != "none":
         con.print(_split_table(problem, splits, split))
     con.print(_gpus_table(problem, result))

@@ -116,6 +116,9 @@ class Tenant:
         replica_tp: GPUs per replica of what a tenant that gives demand_gpus serves (its ``replay`` model's tp;
             1 when it names none): at tp ≥ 2 its demand runs on whole GPUs, never on a MIG or MPS slice
             (``fleetplan.solvers.tenants.slicing.whole_gpus``). A tenant with ``models`` has each model's tp there.
+        demand_note: how the demand was changed from what the file gave, for the output ('' when it was not):
+            ``fleetplan.scenario.tenants`` rounds a tp ≥ 2 replay tenant's demand_gpus up to whole replicas.
+            Informational (not compared).
     """
 
     name: str
@@ -128,6 +131,7 @@ class Tenant:
     gpu_types: tuple[str, ...] = ()
     models: tuple[ModelDemand, ...] = field(default=(), compare=False)
     replica_tp: int = 1
+    demand_note: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
         if not self.name:

@@ -148,6 +148,20 @@ def model_gpus(rate_req_per_s: float, replica_req_per_s: float, tp: int) -> floa
     return need * tp if tp == 1 else math.ceil(need - 1e-9) * tp
 
 
+def _whole_replicas(demand_gpus: tuple, tp: int, model: str) -> tuple[tuple, str]:
+    """(demand_gpus rounded up to whole replicas of ``tp`` GPUs, a note saying which windows changed, '' when none)
+    for a tenant that gives its demand in GPUs and replays ``model`` at tp ≥ 2: its replica needs its tp GPUs at any
+    rate, as :func:`model_gpus` counts a tenant's models. A fresh user's tp-4 tenant asking 3 GPUs was allocated 3
+    and shown 100% SLA attainment, and its replay dropped every request (no tp-4 replica fits on 3 GPUs)."""
+    out = tuple(math.ceil(float(g) / tp - 1e-9) * tp for g in demand_gpus)
+    changed = [f"window {w}: {g:g} -> {n}" for w, (g, n) in enumerate(zip(demand_gpus, out, strict=True))
+               if abs(float(g) - n) > 1e-9]
+    if not changed:
+        return out, ""
+    shown = ", ".join(changed[:6]) + (f" (and {len(changed) - 6} more windows)" if len(changed) > 6 else "")
+    return out, f"demand_gpus rounded up to whole tp-{tp} replicas of {model}: {shown}"
+
+
 def _known_models() -> list[str]:
 
     return list(load_models())
@@ -195,16 +209,20 @@ def problem_from_dict(data: Mapping, *, source: str = "scenario") -> TenantProbl
     for i, t in enumerate(spec.tenants, start=1):
         types = tuple(_canonical_gpu(g, source) for g in t.gpu_types)
         derived: tuple[ModelDemand, ...] = ()
+        note = ""
         if t.models is not None:
             d, derived = _derived_demand(t, types, nodes, source, i)
         else:
             d = tuple(t.demand_gpus or ())
+            if t.replay is not None and t.replay.tp >= 2:
+                d, note = _whole_replicas(d, t.replay.tp, t.replay.name)
         try:
             tenants.append(Tenant(
                 name=t.name, quota_gpus=t.quota_gpus,
                 burst_gpus=t.burst_gpus if t.burst_gpus is not None else t.quota_gpus, weight=t.weight,
                 demand_gpus=tuple(d), sla_target=t.sla_target, interference_class=t.interference_class,
-                gpu_types=types, models=derived, replica_tp=t.replay.tp if t.replay is not None else 1))
+                gpu_types=types, models=derived, replica_tp=t.replay.tp if t.replay is not None else 1,
+                demand_note=note))
         except InputError as exc:
             msg = exc.message.removeprefix(f"tenant {t.name}: ")  # the Tenant's own source already names it
             raise InputError(f"tenant {t.name}: {msg}", source=source,
@@ -302,7 +320,9 @@ def _replay_workload(problem: TenantProblem, t: TenantEntry, spec: TenantReplay,
         raise InputError(f"tenant {t.name}: replay model {model.name} tp {spec.tp} serves nothing on {gpu} under its "
                          f"SLO ({cap.reason or cap.limiting}); give a larger tp, a smaller model or a looser SLO",
                          source=source, field="replay.name", value=spec.name)
-    rates = tuple(d / spec.tp * cap.req_per_s for d in tenant.demand_gpus)
+    # The file's demand sets the load (3 GPUs of a tp-4 model: 0.75 of a replica's req/s); the problem's, rounded up
+    # to whole replicas (_whole_replicas), is what it is allocated.
+    rates = tuple(float(d) / spec.tp * cap.req_per_s for d in (t.demand_gpus or tenant.demand_gpus))
     return TenantWorkload(t.name, model.name, gpu, spec.tp, mix, slo, cap.req_per_s, rates)
 
 

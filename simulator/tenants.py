@@ -100,7 +100,8 @@ class TenantReplay:
         policy: the allocation's policy name; windows: windows replayed; slice_s, warmup_s: as replayed.
         tenants: {tenant: TenantLatency} for the tenants with a workload.
         busy_gpu_s: Σ over devices of busy seconds × GPUs; pool_gpu_s: pool GPUs × replayed seconds (warm-up
-            included), so busy_gpu_s / pool_gpu_s is the replay's busy time of the pool.
+            included, and the drain of the queues past the slice, whose busy seconds are counted too), so
+            busy_gpu_s / pool_gpu_s is the replay's busy time of the pool, at most 1.
         idle_gpus: GPUs allocated but left without a replica (fewer than tp left on a node), summed over windows.
         pooled_replicas: under the two-level policy, replicas that serve two or more tenants (a shared node where
             they send the same model at the same tp), summed over windows; 0 under one-level.
@@ -434,7 +435,12 @@ def replay_allocation(problem: TenantProblem, allocation: Allocation,
             out.busy_gpu_s += float(sum(b * d.gpus for b, d in zip(res.device_busy_s, devices, strict=True)))
             # A slice device counts 1 GPU; its busy time is charged at its fraction below.
             out.busy_gpu_s -= float(sum(b * (1 - f) for b, f in zip(res.device_busy_s, fractions, strict=True)))
-        out.pool_gpu_s += sum(nd.gpus for nd in problem.nodes) * (slice_s + warmup_s)
+        # The pool's seconds run until the last request is done: an overloaded window's queue drains past the
+        # slice, and its devices' busy seconds with it (counted over the slice alone, the busy time of the pool
+        # read 298% on a window three times over capacity).
+        done = res.done_s[np.isfinite(res.done_s)] if has.any() else np.zeros(0)
+        span_end = max(slice_s, float(done.max())) if len(done) else slice_s
+        out.pool_gpu_s += sum(nd.gpus for nd in problem.nodes) * (span_end + warmup_s)
         measured = a >= 0
         for tname, wls in workloads.items():
             for x in wls:

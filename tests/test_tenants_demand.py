@@ -16,7 +16,13 @@ from fleetplan.datasets.calibration import load_calibration
 from fleetplan.datasets.catalog.names import get_gpu, get_model
 from fleetplan.datasets.traces import load_trace, token_mix_from_trace
 from fleetplan.errors import InputError, UnknownNameError
-from fleetplan.scenario.tenants import demand_from_models, load_tenants, problem_from_dict, tenant_engine
+from fleetplan.scenario.tenants import (
+    demand_from_models,
+    load_tenants,
+    problem_from_dict,
+    tenant_engine,
+    tenant_workloads,
+)
 
 A100 = "A100-SXM4-80GB"
 H100 = "H100-SXM-80GB"
@@ -138,3 +144,23 @@ def test_bad_model_input_is_explained(models, extra, needles):
 def test_unknown_model_keeps_its_error_class():
     with pytest.raises(UnknownNameError):
         problem_from_dict(scenario([{"name": "Lama-3.1-8B", "rates_req_per_s": [1]}]))
+
+
+def test_a_replay_tenant_at_tp_2_is_allocated_whole_replicas_and_replayed_at_its_own_load():
+    # A tenant giving 3 and 5 GPUs of a tp-2 Qwen2.5-7B replay: no replica fits on the odd GPU, so it is allocated
+    # whole replicas (ceil(3 / 2) x 2 = 4, 5 -> 6) and the output says so; its requests stay those of 3 and 5 GPUs
+    # (1.5 and 2.5 replicas' req/s). A fresh user's tp-4 tenant asking 3 GPUs was allocated 3, shown 100% SLA
+    # attainment, and replayed with every request dropped.
+    data = {"name": "t", "window_s": 3600,
+            "pool": [{"name": "h", "gpu": "H100-SXM-80GB", "gpus_per_node": 8, "count": 1, "site": "s"}],
+            "tenants": [{"name": "b", "quota_gpus": 2, "burst_gpus": 8, "weight": 1, "sla_target": 0.9,
+                         "interference_class": "batch", "demand_gpus": [3, 5, 4],
+                         "replay": {"name": "Qwen2.5-7B", "tp": 2, "token_mix": {"trace": "azure-conv"},
+                                    "slo": {"ttft_p95_s": 2.0, "tpot_p95_s": 0.1}}}]}
+    problem = problem_from_dict(data)
+    b = problem.tenant("b")
+    assert b.demand_gpus == (4, 6, 4) and b.replica_tp == 2
+    assert b.demand_note == ("demand_gpus rounded up to whole tp-2 replicas of Qwen2.5-7B: window 0: 3 -> 4, "
+                             "window 1: 5 -> 6")
+    (wl,) = tenant_workloads(data, problem)["b"]
+    assert wl.rates_req_per_s == pytest.approx(tuple(g / 2 * wl.replica_req_per_s for g in (3, 5, 4)))

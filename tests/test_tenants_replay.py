@@ -211,3 +211,17 @@ def test_a_tp2_tenant_keeps_whole_gpus_on_a_split_node_and_its_replica_serves():
                           splits={(0, "n0"): sp}).tenants["c"]
     assert r.requests > 0 and r.dropped == 0 and r.attainment == 1.0
     assert r.replicas >= 2 and r.slowed == r.replicas - 1  # the slices count as slowed, the whole-GPU replica not
+
+
+def test_busy_time_of_an_overloaded_pool_stays_at_most_one():
+    # Tenant a holds all 4 GPUs and sends 20,000 req/s of 512-token prompts for 2 s: its queue drains long after
+    # the slice. The devices' busy seconds count the drain; so must the pool's seconds. Counted over the slice
+    # alone, a fresh user read "busy time of the pool 298.3%".
+    base = _problem(0.0)
+    problem = replace(base, tenants=(replace(base.tenant("a"), burst_gpus=4, demand_gpus=(4.0,)), base.tenant("b")))
+    alloc = Allocation("all", {("a", 0, "n0"): 2, ("a", 0, "n1"): 2}, margin=False)
+    validate_allocation(problem, alloc, check_guarantees=False)
+    r = replay_allocation(problem, alloc, {"a": (_workload(20000.0),)}, windows=[0], slice_s=2.0, warmup_s=0.0,
+                          seed=1)
+    assert r.busy_gpu_s > 4 * 2.0  # the drain: more busy GPU-seconds than the slice has
+    assert 0.9 < r.busy_gpu_s / r.pool_gpu_s <= 1.0 + 1e-9
