@@ -468,7 +468,8 @@ def _parse_windows(text: str | None, problem: TenantProblem) -> list[int] | None
                    "branch-and-bound nodes): the same input and effort give the same allocation on any machine.")
 @threads_option(1)
 @click.option("--points", type=click.IntRange(2, 50), default=5, show_default=True,
-              help="Pareto points (mode pareto).")
+              help="Pareto points (mode pareto): this many epsilon-constraint solves; the front also keeps the "
+                   "weighted answer when none of them dominates it, so it can hold one point more.")
 @fanout_options("the Pareto solves (mode pareto)", workers=1)
 @format_option(("table", "json"))
 @plot_option("utilization vs isolation (Pareto front and the policies)")

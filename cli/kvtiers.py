@@ -75,6 +75,11 @@ def kv_tiers(trace: str, limit: int, model: str, gpu: str, tp: int, ttft_s: floa
     cache, spill, nvme, dram_bw, nvme_bw = replica_tier_sizes(node, tp, dram_share=dram_share, nvme_share=nvme_share,
                                                               spill_share=spill_share)
     alone = replica_capacity(m, g, mix, slo, tp=tp, calib=calib)  # the default engine
+    if alone.limiting == "weights_do_not_fit":
+        # No replica at all: nothing below is defined (it printed tables of 0 req/s and nan, then advised --rate,
+        # which drew a plot of empty axes).
+        raise InputError(f"{m.name} at tp {tp} does not fit on {g.name}: {alone.reason}; give a larger --tp",
+                         field="--tp", value=tp)
     tiered = replica_capacity(m, g, mix, slo, tp=tp, calib=calib, host_tier=tier)
     eng = engine_or_default(alone.engine, g.memory_bytes / 2**30, g.name)
 
@@ -106,9 +111,13 @@ def kv_tiers(trace: str, limit: int, model: str, gpu: str, tp: int, ttft_s: floa
         con.print(f"the host tier changes capacity x{tiered.req_per_s / alone.req_per_s:.2f}")
     if rate is None:
         if alone.req_per_s <= 0:
-            raise InputError(f"the HBM-only replica has no capacity ({alone.reason or alone.limiting}); give --rate",
-                             field="rate")
+            raise InputError(f"the HBM-only replica has no capacity under the SLO ({alone.reason or alone.limiting}); "
+                             "give --rate (the curve's TTFT at that rate), or a looser --ttft-s/--tpot-s", field="--rate")
         rate = 0.9 * alone.req_per_s
+    elif alone.req_per_s > 0 and rate > tiered.req_per_s:
+        con.print(f"note: --rate {rate:g} req/s is above the replica's capacity under the SLO "
+                  f"({alone.req_per_s:.3f} req/s HBM only, {tiered.req_per_s:.3f} with the host tier): TTFT p99 "
+                  "grows without bound (inf) where the cache's hits do not lift it enough")
     p99 = SLO(ttft_s=ttft_s, tpot_s=tpot_s, ttft_percentile=99.0)
     bws = {"HBM": math.inf, "DRAM": dram_bw, "NVMe": nvme_bw}
     curve = miss_rate_ttft_curve(
@@ -122,6 +131,9 @@ def kv_tiers(trace: str, limit: int, model: str, gpu: str, tp: int, ttft_s: floa
     for p in curve:
         tab.add_row(f"{p.cache_bytes / 1e9:,g}", f"{100 * p.miss:.1f}%", *(f"{p.ttft_s[t]:.2f}" for t in bws))
     con.print(tab)
+    if plot_path is not None and not any(math.isfinite(v) for p in curve for v in p.ttft_s.values()):
+        raise InputError(f"every TTFT p99 of the curve is unbounded at {rate:g} req/s (the queue grows): no plot "
+                         f"written to {plot_path}; give a lower --rate", field="--rate", value=rate)
     if plot_path is not None:
         _plot(curve, Path(plot_path), f"{m.name}, {tp} x {g.name}, {trace} ({limit} requests), {rate:.3f} req/s\n"
                                       f"reads: HBM free, DRAM {dram_bw / 1e9:g} GB/s, NVMe {nvme_bw / 1e9:g} GB/s")

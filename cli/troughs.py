@@ -35,8 +35,12 @@ def troughs(scenario: Path | None, time_limit_s: float) -> None:
         tab.add_row(str(w), str(p.need_gpus[w]), str(r.borrowed_gpus[w]), str(r.rented_gpus[w]),
                     str(r.preempted_gpus[w]))
     con.print(tab)
-    led = table("Ledger (USD per day)", ("line", "GPU-hours", "USD"), right=lambda c: c != "line")
     h = p.window_h
+    span_h = p.n_windows * h
+    # The ledger covers the scenario's windows: a day only when they make one (a 3-window file's totals were
+    # titled "USD per day").
+    span = "USD per day" if abs(span_h - 24) < 1e-9 else f"USD over the scenario's {span_h:g} h, not scaled to a day"
+    led = table(f"Ledger ({span})", ("line", "GPU-hours", "USD"), right=lambda c: c != "line")
     led.add_row("baseline: rent every overflow GPU on demand", f"{sum(p.need_gpus) * h:g}", f"{r.baseline_usd:,.2f}")
     led.add_row("rent what is not borrowed", f"{sum(r.rented_gpus) * h:g}", f"{r.rent_usd:,.2f}")
     led.add_row(f"training work lost to preemption (× priority {p.priority:g})", f"{r.lost_gpu_hours:.2f}",

@@ -306,7 +306,8 @@ def calibrate(extra: Sequence[str] = (), *, shipped: bool = True, anchor: str = 
     ``extra`` (:func:`read_user_measurements`), and measure the held-out error (leave one (model, GPU) group out).
 
     Returns the rows of ``framework`` (default: ``anchor``) for every catalog GPU whose family was fitted, plus the
-    'default' row (geometric mean of the families). Raises InputError for bad files or no observations.
+    'default' row (geometric mean of the families). Raises InputError for bad files, no observations, or an
+    ``anchor`` no observation is of.
     """
     frames = ([load_measurements()] if shipped else []) + [read_user_measurements(p) for p in extra]
     if not frames:
@@ -314,6 +315,14 @@ def calibrate(extra: Sequence[str] = (), *, shipped: bool = True, anchor: str = 
     obs = observations(pd.concat(frames, ignore_index=True))
     if not obs:
         raise InputError("the measurement files hold no rows", field="measurements")
+    measured = sorted({o.framework for o in obs})
+    if anchor not in measured:
+        # Its rows would be the fit's starting values, not a fit: a mis-cased 'vllm 0.11' wrote round default
+        # overheads with exit 0.
+        close = [f for f in measured if f.lower() == anchor.lower()]
+        raise InputError(f"no measurement is of the anchor framework {anchor!r}, so its rows would not be fitted"
+                         + (f"; did you mean {close[0]!r}?" if close else "") + f" (measured: {', '.join(measured)})",
+                         field="--anchor", value=anchor)
     fit = fit_calibration(obs, anchor=anchor)
     fw = framework or anchor
     what = f"{len(obs)} measurements ({', '.join(sorted({o.framework for o in obs}))})"

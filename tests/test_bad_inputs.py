@@ -247,6 +247,14 @@ def test_calibrate_into_a_missing_folder_is_a_one_line_error(tmp_path):
     assert not (tmp_path / "nodir").exists()
 
 
+def test_calibrate_refuses_an_anchor_no_measurement_is_of(tmp_path):
+    # A mis-cased anchor wrote a file of the fit's round starting values (prefill overhead 0.005 s, ...) with exit 0.
+    for anchor, hint in (("vllm 0.11", "did you mean 'vLLM 0.11'?"), ("vLLM 9.9", "measured: ")):
+        code, out = run("calibrate", "--anchor", anchor, "--no-held-out", "--out", str(tmp_path / "c.csv"))
+        assert code == 2 and "field '--anchor'" in out and hint in out, out
+        assert not (tmp_path / "c.csv").exists()
+
+
 def test_a_second_writer_of_the_same_out_is_refused(tmp_path):
     # issue 28 item 2: two `plan --out same.json` at once both exited 0 and the last writer won. While one run
     # holds the destination, another is refused at once and the file stays untouched.

@@ -190,6 +190,17 @@ def test_kv_tiers_command_prints_the_tiers_and_writes_the_curve(tmp_path) -> Non
     assert bad.exit_code == 2 and "--cache-gb" in bad.output and "Traceback" not in bad.output
     l4 = CliRunner().invoke(main, ["kv-tiers", "--gpu", "L4"])
     assert l4.exit_code == 2 and "no host-tier row for L4" in l4.output
+    # Weights that do not fit (141 GB on one 80-GB H100): refused before any table (it printed tables of 0 req/s
+    # and nan, then advised --rate, which drew a plot of empty axes).
+    big = CliRunner().invoke(main, ["kv-tiers", "--model", "Llama-3.1-70B", "--tp", "1", "--requests", "50"])
+    assert big.exit_code == 2 and "field '--tp'" in big.output and "does not fit" in big.output
+    assert "KV tiers of the replica" not in big.output
+    # A rate far above capacity: said, and no plot of a curve that is unbounded everywhere
+    flood = tmp_path / "flood.png"
+    res = CliRunner().invoke(main, ["kv-tiers", "--requests", "300", "--cache-gb", "0,64", "--rate", "1000",
+                                    "--plot", str(flood)])
+    assert res.exit_code == 2 and "above the replica's capacity" in res.output and "no plot written" in res.output
+    assert not flood.exists()
 
 
 def test_verify_refuses_a_host_tier_it_cannot_replay() -> None:

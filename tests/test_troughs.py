@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+import yaml
+from click.testing import CliRunner
 
 from fleetplan.cli.main import main
 from fleetplan.errors import InputError
@@ -46,8 +48,16 @@ def test_bad_input_and_shipped():
 
 
 def test_cli_prints_the_ledger():
-    from click.testing import CliRunner
-
     r = CliRunner().invoke(main, ["troughs"])
     assert r.exit_code == 0, r.output
-    assert "saving" in r.output and "Ledger" in r.output
+    assert "saving" in r.output and "Ledger (USD per day)" in r.output  # the shipped file: 24 one-hour windows
+
+
+def test_cli_ledger_of_a_scenario_shorter_than_a_day_says_its_span(tmp_path):
+    # The hand case's 4 one-hour windows: its $10.50 saving is over 4 h (a 3-window file's totals were titled "USD
+    # per day").
+    f = tmp_path / "t.yaml"
+    f.write_text(yaml.safe_dump(_data()))
+    r = CliRunner().invoke(main, ["troughs", str(f)])
+    assert r.exit_code == 0, r.output
+    assert "Ledger (USD over the scenario's 4 h, not scaled to a day)" in r.output and "10.50" in r.output
