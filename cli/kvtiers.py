@@ -112,7 +112,8 @@ def kv_tiers(trace: str, limit: int, model: str, gpu: str, tp: int, ttft_s: floa
     if rate is None:
         if alone.req_per_s <= 0:
             raise InputError(f"the HBM-only replica has no capacity under the SLO ({alone.reason or alone.limiting}); "
-                             "give --rate (the curve's TTFT at that rate), or a looser --ttft-s/--tpot-s", field="--rate")
+                             "give --rate (the curve's TTFT at that rate), or a looser --ttft-s/--tpot-s",
+                             field="--rate")
         rate = 0.9 * alone.req_per_s
     elif alone.req_per_s > 0 and rate > tiered.req_per_s:
         con.print(f"note: --rate {rate:g} req/s is above the replica's capacity under the SLO "
