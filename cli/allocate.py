@@ -215,8 +215,10 @@ def _allocation_json(problem: TenantProblem, result: AllocationResult, splits: d
 
 
 def _policies_table(policies: dict[str, Objectives]) -> Table:
-    tab = table("Policies", ("policy", "served share", "isolation", "shared node-windows", "SLA shortfall (GPU-w)",
-                "unmet guarantee (GPU-w)", "adjusted capacity (GPU-w)", "SLA met"), right=True)
+    # The SLA shortfall is Σ tenant weight × GPU-windows short of the tenant's target (placement.tenants): weighted.
+    tab = table("Policies", ("policy", "served share", "isolation", "shared node-windows",
+                             "SLA shortfall (weight × GPU-w)", "unmet guarantee (GPU-w)", "adjusted capacity (GPU-w)",
+                             "SLA met"), right=True)
     for name, o in policies.items():
         tab.add_row(name, f"{100 * o.utilization:.1f}%", f"{o.isolation:.2f}", str(o.shared_node_windows),
                     f"{o.sla:.1f}", f"{o.unmet_guaranteed_gpu_windows:.1f}",
@@ -242,7 +244,7 @@ def _stages_table(result: AllocationResult) -> Table:
 
 
 def _pareto_table(result: AllocationResult) -> Table:
-    pt = table("Pareto front (non-dominated)", ("point", "served share", "isolation", "SLA shortfall",
+    pt = table("Pareto front (non-dominated)", ("point", "served share", "isolation", "SLA shortfall (weight × GPU-w)",
                "shared node-windows"), right=True)
     for i, (_, o) in enumerate(result.pareto):
         pt.add_row(str(i), f"{100 * o.utilization:.2f}%", f"{o.isolation:.2f}", f"{o.sla:.1f}",
@@ -335,7 +337,7 @@ def _verify(problem: TenantProblem, result: AllocationResult, splits: dict[tuple
                                    splits=spl)
             for pol, alloc, spl in (("optimizer", result.allocation, splits), ("static", static, {}))}
     con.print(_replay_table(f"Replay on the allocation: windows {', '.join(map(str, ws))}, {slice_s:g} s each after "
-                            f"{warm:g} s warm-up, seed {seed}; shared nodes "
+                            f"{warm:.3g} s warm-up, seed {seed}; shared nodes "
                             + ("slowed by their coefficient" if split == "none" else f"split (--split {split})"),
                             reps, workloads))
     not_replayed = [t.name for t in problem.tenants if t.name not in workloads]
@@ -525,6 +527,9 @@ def allocate(scenario: Path | None, mode: str, backend: str, time_limit_s: float
         raise InputError(f"--in-node {in_node} is a replay policy; add --verify", field="in-node", value=in_node)
     if verify and fmt == "json":
         raise InputError("--verify prints tables; drop --format json", field="format", value=fmt)
+    if verify and not workloads:  # before the solve (it was said after the whole allocation had been printed)
+        raise InputError("--verify: no tenant says what it serves; give a tenant models or replay: {name, "
+                         "token_mix, slo}", field="replay")
     warning = quota_warning(problem)
     if warning:
         click.echo(f"Warning: {warning}", err=True)

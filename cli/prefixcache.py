@@ -53,6 +53,19 @@ def prefix_cache(trace: str, limit: int, replicas: str, cache_gb: float, model: 
     if not counts or counts[0] < 1:
         raise InputError(f"--replicas {replicas!r}: give counts >= 1", field="replicas", value=replicas)
     m, g = get_model(model), get_gpu(gpu)
+    # A tp-1 replica (the prefill times below are one GPU's) holds the weights and the cache in the share of HBM
+    # vLLM uses (0.9, replica_capacity's default): Llama-3.1-70B on an A10G was priced with exit 0.
+    usable = 0.9 * g.memory_bytes
+    if m.weight_bytes("bf16") + cache_gb * 1e9 > usable:
+        raise InputError(f"{m.name}'s bf16 weights ({m.weight_bytes('bf16') / 1e9:,.0f} GB) and a {cache_gb:g}-GB "
+                         f"cache exceed 0.9 × {g.memory_bytes / 1e9:.0f} GB of one {g.name}, and this command prices "
+                         "a tp-1 replica: give a smaller model, a larger GPU (--gpu) or a smaller --cache-gb",
+                         field="--model", value=m.name)
+    # The site's price before any output: an unknown site was refused after the hit-rate table had been printed.
+    r = counts[-1]
+    costs = prefix_cache_costs(m, g, site=site, peer_site=peer_site, requests_per_day=rate * SECONDS_PER_DAY,
+                               blocks_per_request=1.0, cache_bytes_per_replica=cache_gb * 1e9, replicas=r,
+                               pricing_model=pricing_model)
     block_bytes = MOONCAKE_BLOCK_TOKENS * m.kv_bytes_per_token("bf16")
     cap_blocks = max(1, int(cache_gb * 1e9 // block_bytes))
     reqs = read_block_ids(trace, limit=limit)
@@ -79,7 +92,6 @@ def prefix_cache(trace: str, limit: int, replicas: str, cache_gb: float, model: 
               f"it on {g.name} = {block_bytes / t_block / 1e9:.1f} GB/s; a link faster than that makes a shared hit "
               "cheaper than recomputing (per block, a first-block prefill: later blocks attend to longer contexts, "
               "so their recompute costs more and the break-even is lower)")
-    r = counts[-1]
     costs = prefix_cache_costs(m, g, site=site, peer_site=peer_site, requests_per_day=rate * SECONDS_PER_DAY,
                                blocks_per_request=blocks / len(reqs), cache_bytes_per_replica=cache_gb * 1e9,
                                replicas=r, pricing_model=pricing_model)

@@ -59,6 +59,12 @@ def test_cli_prefix_cache():
     assert "shared hit rate" in r.output and "break-even link bandwidth" in r.output
     r = CliRunner().invoke(main, ["prefix-cache", "--replicas", "0"])
     assert r.exit_code != 0 and "replicas" in r.output
+    # A tp-1 replica that cannot hold the weights (141 GB on a 24-GB A10G) was priced with exit 0; an unknown site
+    # was refused only after the hit-rate table: both are refused before any output.
+    r = CliRunner().invoke(main, ["prefix-cache", "--gpu", "A10G", "--model", "Llama-3.1-70B", "--replicas", "2"])
+    assert r.exit_code == 2 and "field '--model'" in r.output and "exceed 0.9 × 24 GB" in r.output, r.output
+    r = CliRunner().invoke(main, ["prefix-cache", "--site", "aws:nowhere", "--replicas", "2", "--requests", "50"])
+    assert r.exit_code == 2 and "no on-demand price" in r.output and "hit rate" not in r.output, r.output
 
 
 def _costs(egress_usd_per_gb: float | None = None):

@@ -301,3 +301,15 @@ def test_a_split_that_runs_out_of_time_keeps_the_allocation(tmp_path, monkeypatc
     d = json.loads(r.stdout)
     assert d["allocation"] and not d["split"]["nodes"]
     assert any("without its in-node split" in w and "no split found" in w for w in d["warnings"])
+
+
+def test_weights_all_zero_and_verify_without_workloads_are_refused_before_the_solve(tmp_path):
+    # All-zero weights left only the tie-break terms and were reported "optimal"; --verify on a file whose tenants
+    # serve nothing was refused only after the whole allocation had been printed.
+    sc = tmp_path / "s.yaml"
+    sc.write_text(SMALL)
+    r = CliRunner().invoke(main, ["allocate", str(sc), "--verify"])
+    assert r.exit_code == 2 and "no tenant says what it serves" in r.output and "Policies" not in r.output, r.output
+    sc.write_text(SMALL + "weights: {utilization: 0, isolation: 0, sla: 0}\n")
+    r = CliRunner().invoke(main, ["allocate", str(sc)])
+    assert r.exit_code == 2 and "every objective weight is 0" in r.output, r.output

@@ -291,6 +291,10 @@ def _check_arguments(mode: str, weights: dict[str, float], order: tuple[str, ...
             raise InputError(f"unknown objective {k!r} in weights; use {', '.join(OBJECTIVE_SENSE)}", field="weights")
         if not isinstance(v, int | float) or v < 0 or not math.isfinite(v):
             raise InputError(f"weight of {k} must be a number ≥ 0, got {v!r}", field="weights", value=v)
+    if weights and mode == "weighted" and not any(v > 0 for v in weights.values()):
+        # Every objective weighted 0 left only the tie-break terms, reported "optimal" as if it were an answer.
+        raise InputError("every objective weight is 0, so the weighted objective is empty: give at least one weight "
+                         f"> 0 among {', '.join(OBJECTIVE_SENSE)}", field="weights", value=dict(weights))
     if sorted(order) != sorted(set(order)) or any(o not in OBJECTIVE_SENSE for o in order):
         raise InputError(f"order {list(order)} must list distinct objectives among {', '.join(OBJECTIVE_SENSE)}",
                          field="order")
