@@ -133,16 +133,16 @@ def test_serve_pulls_vllm_metrics_from_a_real_prometheus_on_replan(prometheus, t
         proc = subprocess.Popen([sys.executable, "-m", "fleetplan.cli.main", "serve", "--scenario", SERVE_SCENARIO,
                                  "--db", db, "--host", "127.0.0.1", "--port", str(port), "--interval", "0",
                                  "--resolve-every", "0",
-                                 "--prometheus", base_prom, "--prometheus-window", "5", "--log-level", "warning"],
+                                 "--prometheus", base_prom, "--prometheus-window", "2", "--log-level", "warning"],
                                 env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        # wait (bounded) until Prometheus holds 12 scrapes (5.5 s, more than the 5-s pull window) of the exporter
+        # wait (bounded) until Prometheus holds 6 scrapes (2.5 s, more than the 2-s pull window) of the exporter
         query = f'count_over_time(vllm:request_success_total{{model_name="{SERVED}"}}[10s])'
 
         def scrapes() -> float:
             res = http_get(base_prom + "/api/v1/query", params={"query": query}, timeout=2).json()["data"]["result"]
             return float(res[0]["value"][1]) if res else 0.0
 
-        wait_until("12 scrapes of the exporter in Prometheus", lambda: scrapes() >= 12,
+        wait_until("6 scrapes of the exporter in Prometheus", lambda: scrapes() >= 6,
                    ignore=(httpx.HTTPError, KeyError, ValueError), poll_s=0.25)
         base = f"http://127.0.0.1:{port}"
         wait_until("fleetplan serve healthy", lambda: http_get(base + "/healthz", timeout=1).status_code == 200,
@@ -153,7 +153,7 @@ def test_serve_pulls_vllm_metrics_from_a_real_prometheus_on_replan(prometheus, t
         (row,) = Store(db).observations_after(0)
         assert row["source"] == "prometheus" and row["model"] == "Llama-3.1-8B"
         # completions grow by 12/s and the queues are constant: demand ~ 12 req/s. Prometheus's increase()
-        # extrapolates the 0.5-s scrapes to the 5-s window, so allow +-30%.
+        # extrapolates the 0.5-s scrapes to the 2-s window, so allow +-30%.
         assert 0.7 * RATE_REQ_PER_S <= row["demand_req_per_s"] <= 1.3 * RATE_REQ_PER_S, row
         metrics = http_get(base + "/metrics", timeout=5).text
         assert "fleetplan_prometheus_errors_total 0.0" in metrics
