@@ -24,8 +24,13 @@ demo: $(STAMP)
 # Bytecode goes to build/pycache, never beside the sources, even where PYTHONDONTWRITEBYTECODE is set (it keeps
 # __pycache__ folders out of the tree): without it each xdist worker recompiles and assertion-rewrites every test
 # module (~4 CPU-s of its ~7-s collection) and every `fleetplan serve` the tests start recompiles fleetplan.
+#
+# -n 4 on 2 cores: a fifth of the suite's time is waiting (a real Prometheus scraping, a lease expiring, a locked
+# database timing out, `fleetplan serve` and Ray starting), which two more workers overlap with the others' work.
+# Measured on 2 idle cores (2026-12-03): -n 2 111 s wall, 160 CPU-s; -n 3 107 s; -n 4 99-106 s, 175 CPU-s (each worker
+# builds the shared fixtures once).
 test: $(STAMP)
-	PYTHONDONTWRITEBYTECODE= PYTHONPYCACHEPREFIX="$(CURDIR)/build/pycache" $(BIN)/python -m pytest -q -n 2 --dist loadfile
+	PYTHONDONTWRITEBYTECODE= PYTHONPYCACHEPREFIX="$(CURDIR)/build/pycache" $(BIN)/python -m pytest -q -n 4 --dist loadfile
 
 # mypy cannot follow setuptools package-dir through an editable install, so it checks the package through
 # build/mypy/fleetplan, a symlink to this folder (whatever the clone's folder is called).
