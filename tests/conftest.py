@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from service_support import postgres_schema, postgres_server_url
 
 from fleetplan.placement.plan import Plan
 from fleetplan.placement.problem import ModelSpec, Pool, Problem, ReplicaOption
@@ -13,6 +14,20 @@ from fleetplan.service.runtime import load_problem
 def shipped():
     """(problem, loads) of the shipped default scenario as the re-planner service loads it (once per worker)."""
     return load_problem(None)
+
+
+@pytest.fixture(scope="module")
+def pg_url():
+    """A PostgreSQL server's URL (.ci/run's, else a private one this module starts; the test is skipped with the
+    reason when neither can run): service_support.postgres_server_url."""
+    yield from postgres_server_url()
+
+
+@pytest.fixture()
+def pg_schema(pg_url):
+    """A database URL on a schema of its own in ``pg_url``'s server, dropped afterwards (runs never see each other's
+    rows): service_support.postgres_schema."""
+    yield from postgres_schema(pg_url)
 
 
 @pytest.fixture

@@ -5,17 +5,6 @@ from __future__ import annotations
 
 import pytest
 from leader_support import two_replicas_one_leader
-from service_support import postgres_schema, postgres_server_url
-
-
-@pytest.fixture(scope="module")
-def pg_url():
-    yield from postgres_server_url()
-
-
-@pytest.fixture()
-def pg_schema(pg_url):
-    yield from postgres_schema(pg_url)
 
 
 @pytest.mark.xdist_group("postgres")

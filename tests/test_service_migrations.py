@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 
 import pytest
-from service_support import T0, Clock, postgres_schema, postgres_server_url
+from service_support import T0, Clock
 from sqlalchemy import (
     Column,
     Float,
@@ -145,16 +145,6 @@ def _upgrade_keeps_every_row(shipped, url: str) -> None:
 
 def test_a_database_of_main_is_upgraded_in_place_on_sqlite(shipped, tmp_path):
     _upgrade_keeps_every_row(shipped, f"sqlite:///{tmp_path / 'main.db'}")
-
-
-@pytest.fixture(scope="module")
-def pg_url():
-    yield from postgres_server_url()
-
-
-@pytest.fixture()
-def pg_schema(pg_url):
-    yield from postgres_schema(pg_url)
 
 
 @pytest.mark.xdist_group("postgres")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import uuid
 
 import pytest
-from service_support import postgres_schema, postgres_server_url, private_postgres
+from service_support import private_postgres
 from test_plan_diff import check_stored_plan_diff
 
 from fleetplan.service.app import create_app
@@ -17,11 +17,6 @@ from fleetplan.service.runtime import ReplanService, ServiceSettings, load_probl
 from fleetplan.service.store import Store, normalize_url
 
 pytestmark = pytest.mark.xdist_group("postgres")
-
-
-@pytest.fixture(scope="module")
-def pg_url():
-    yield from postgres_server_url()
 
 
 @pytest.fixture()
@@ -107,11 +102,6 @@ def test_postgres_restart_the_loop_survives_and_readiness_tells_the_truth(restar
         assert c.get("/readyz").status_code == 200
 
 
-@pytest.fixture()
-def pg_schema_url(pg_url):
-    yield from postgres_schema(pg_url)
-
-
-def test_diff_against_the_plan_the_service_stored_in_postgres(pg_schema_url):
+def test_diff_against_the_plan_the_service_stored_in_postgres(pg_schema):
     # the same check as on SQLite (tests/test_plan_diff.py), on the database the service runs on in production
-    check_stored_plan_diff(pg_schema_url)
+    check_stored_plan_diff(pg_schema)
