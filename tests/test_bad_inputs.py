@@ -14,6 +14,7 @@ from scenario_support import SMALL as README_SMALL
 
 import fleetplan.cli.export as cli_export
 import fleetplan.cli.plan as cli_plan
+import fleetplan.cli.sweep as cli_sweep
 from fleetplan import fileio
 from fleetplan.cli.main import main
 from fleetplan.datasets.shipped import shipped_scenario_text
@@ -440,8 +441,6 @@ def test_a_fleetplan_error_as_json_names_field_and_value():
 def test_a_sweep_whose_cells_fail_the_check_prints_one_json_document(tmp_path, monkeypatch):
     # With --format json the rows were printed and then the error object after them: two JSON documents on stdout,
     # which `| jq` and json.loads read as garbage. Now the error object alone (the rows are still in --out's CSV).
-    import fleetplan.cli.sweep as cli_sweep
-
     row = {"demand_factor": 1.0, "status": "optimal", "cost_usd_per_day": 1.0, "gpu_hours_per_day": 1.0,
            "valid": False, "lower_bound_usd_per_day": 1.0, "gap": 0.0, "solve_s": 0.0, "message": ""}
     monkeypatch.setattr(cli_sweep, "run_sweep", lambda *a, **k: [row])
