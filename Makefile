@@ -27,8 +27,8 @@ demo: $(STAMP)
 #
 # -n 4 on 2 cores: a fifth of the suite's time is waiting (a real Prometheus scraping, a lease expiring, a locked
 # database timing out, `fleetplan serve` and Ray starting), which two more workers overlap with the others' work.
-# Measured on 2 idle cores (2026-12-03): -n 2 111 s wall, 160 CPU-s; -n 3 107 s; -n 4 99-106 s, 175 CPU-s (each worker
-# builds the shared fixtures once).
+# Measured on 2 idle cores (2026-12-03): -n 2 111 s wall, 160 CPU-s; -n 3 107 s; -n 4 99-106 s, 175 CPU-s (each
+# worker builds the shared fixtures once), and 96-99 s with the longest files collected first (tests/conftest.py).
 test: $(STAMP)
 	PYTHONDONTWRITEBYTECODE= PYTHONPYCACHEPREFIX="$(CURDIR)/build/pycache" $(BIN)/python -m pytest -q -n 4 --dist loadfile
 

@@ -43,3 +43,17 @@ def tiny_ledger_problem():
     plan = Plan({("m", "aws:us-east-1/H100-SXM-80GB", 1, 1): (1, 1),
                  ("m", "aws:us-west-2/H100-SXM-80GB", 1, 1): (0, 1)})
     return prob, plan
+
+
+#: Test files that wait on real processes or hold the longest tests (measured with --durations=0, 2026-12-03):
+#: collected first, so the 4 workers start them at once and the short files fill in behind them, instead of a long
+#: file starting last (test files are collected in name order, and most of the service's come late).
+FIRST = ("test_service_prometheus.py", "test_determinism.py", "test_service_faults.py", "test_executor.py",
+         "test_packaging.py", "test_tenants.py", "test_planner_honesty.py", "test_service_schemathesis.py",
+         "test_planner_properties.py", "test_service_leader_postgres.py", "test_service_restart.py",
+         "test_service_leader.py", "test_classes.py", "test_speculative.py", "test_actuate.py")
+
+
+def pytest_collection_modifyitems(items):
+    order = {name: i for i, name in enumerate(FIRST)}
+    items.sort(key=lambda item: order.get(item.path.name, len(FIRST)))
