@@ -323,7 +323,15 @@ def split_options(kw: Mapping[str, Any], *, base: Mapping[str, Any] | None = Non
     """The :class:`~fleetplan.scenario.split.SplitOptions` of the split options in ``kw`` (click's keyword
     arguments; None = not given), over ``base`` (a split file's mapping, read from ``source``). Raises InputError."""
     given = {k: v for k, v in kw.items() if k in SplitOptions.model_fields and v is not None}
-    options = SplitOptions.from_mapping({**(base or {}), **given}, source=source)
+    try:
+        options = SplitOptions.from_mapping({**(base or {}), **given}, source=source)
+    except InputError as exc:
+        # A bad value from the command line is blamed on its option, not on the file it overrides (`whatif
+        # --margin 0.95` was "split_default.yaml, field 'margin'").
+        key = (exc.field or "").split(".")[0].split("[")[0]
+        if key in given:
+            raise InputError(exc.message, field="--" + key.replace("_", "-"), value=exc.value) from None
+        raise
     # Options the design would not use (their values, from the command line or the file, take over).
     refuse_unused({"gpu": "--gpu"}, applies=not (options.prefill_gpu and options.decode_gpu),
                   why="with both --prefill-gpu and --decode-gpu (or prefill_gpu and decode_gpu in the file): each pool "

@@ -267,3 +267,10 @@ def test_one_site_break_even_egress_is_not_applicable():
     r = CliRunner().invoke(main, args)
     assert r.exit_code == 0, r.output
     assert "Break-even cross-site egress: n/a (one site" in r.output and "0.00000 USD/GB" not in r.output
+
+
+def test_a_bad_option_value_is_blamed_on_the_option_not_on_the_file_it_overrides():
+    # whatif reads split_default.yaml and the command line overrides it: --margin 0.95 was reported as
+    # "split_default.yaml, field 'margin'".
+    r = CliRunner().invoke(main, ["whatif", "--margin", "0.95", "--vary", "egress_usd_per_gb=0.01"])
+    assert r.exit_code == 2 and "field '--margin'" in r.output and "split_default.yaml" not in r.output, r.output
