@@ -336,6 +336,15 @@ def scenario_from_raw(raw: dict, *, source: str = "scenario", base: str | None =
     base_dir = Path(base) if base else None
     if not isinstance(raw, dict):
         raise InputError("a scenario must be a mapping with 'sites' and 'models'", source=where)
+    # Another command's file (the shipped names are listed together): said as such, instead of its keys one by one
+    # ("unknown key 'window_s' in the top level ... (and 7 more problems)").
+    for keys, kind, command in ((("pool", "tenants"), "a tenants file", "fleetplan allocate"),
+                                (("training", "inference"), "a troughs file", "fleetplan troughs"),
+                                (("prefill_site", "decode_site"), "a split design", "fleetplan ledger split or "
+                                 "fleetplan whatif")):
+        if "sites" not in raw and all(k in raw for k in keys):
+            raise InputError(f"this is {kind} (keys {', '.join(keys)}), not a planner scenario (keys sites, models): "
+                             f"give it to {command}", source=where)
     raw = _dates_as_text(raw)
     spec = validate_input(ScenarioFile, raw, source=where, labels=ENTRY_LABELS)
     if window_length_s is not None:

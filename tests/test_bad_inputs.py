@@ -482,3 +482,13 @@ def test_a_deploy_file_of_the_wrong_shape_gets_a_plain_message(tmp_path, text, w
                     "--deploy", str(deploy))
     assert code == 2 and words in out and "``" not in out and "fleetplan export" not in out, out
     assert sorted(p.name for p in tmp_path.iterdir()) == ["deploy.yaml"]
+
+
+@pytest.mark.parametrize(("name", "command"), [("tenants_default", "fleetplan allocate"),
+                                               ("troughs_default", "fleetplan troughs"),
+                                               ("split_default", "fleetplan ledger split")])
+def test_plan_names_another_commands_file_as_such(name, command):
+    # The shipped names are listed together: `fleetplan plan tenants_default` read "unknown key 'window_s' in the
+    # top level ... (and 7 more problems)".
+    res = CliRunner().invoke(main, ["plan", name, "--no-baselines"])
+    assert res.exit_code == 2 and "not a planner scenario" in res.output and command in res.output, res.output
