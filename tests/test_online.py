@@ -437,3 +437,21 @@ def test_a_new_shared_gpu_is_ready_once_every_model_on_it_has_loaded():
     assert start.models == ("a", "b") and start.ready_at_s == 1350.0
     assert [s.ready_at_s for s in r.shared] == [1350.0]
     assert sorted(i.stop_at_s for v in r.instances.values() for i in v) == [1350.0, 1350.0]
+
+
+def test_a_floor_is_excused_only_when_no_replica_fits_on_the_nodes_left():
+    # tiny(): 'a' keeps min_replicas 1 on a pool of 2 nodes. Both nodes down: no replica fits anywhere, so the plan
+    # keeps 0, says which floor it does not keep, and is valid against the floors it keeps. One node back: the floor
+    # is kept again and nothing is excused (a floor missed while a replica still fits would fail validation).
+    p = tiny()
+    r = Replanner(p, EXACT)
+    r.initial(0.0)
+    pool = p.pools[0].id
+    out = r.set_unavailable({pool: [0, 1]}, 10.0)
+    assert out.plan.replicas.get(("a", pool, 1, 1), (0,)) == (0,) and out.report.ok, out.report.violations
+    assert "replica floors not kept (no room for another replica on the nodes left): a 0 of min_replicas 1" \
+        in out.plan.message
+    back = r.set_unavailable({pool: [0]}, 20.0)
+    assert back.plan.replicas[("a", pool, 1, 1)] == (1,) and back.report.ok
+    assert "floors not kept" not in back.plan.message
+    assert r._room_for("a")  # 7 GPUs free on node 1

@@ -1025,15 +1025,16 @@ class Replanner:
                                       "or a higher-priority model): unserved " + ", ".join(
                                           f"{m} {u:.2f} of {forecast[m]:.2f} req/s" for m, u in short.items())]
         problem = window_problem(self.fleet, forecast)
-        # A floor (min_replicas) the live placement does not keep: the nodes left after an outage, or the migration
-        # budget, leave no room for it. The plan is checked against the floors it keeps and says which it does not;
-        # before, the service refused the plan (an inventory report answered 500 and was lost; after a restart on a
-        # smaller inventory every round failed, for good).
+        # A floor (min_replicas) the live placement does not keep because the nodes left have no room for another
+        # replica of the model (after an outage, or a restart on a smaller inventory): the plan is checked against
+        # the floors it keeps and says which it does not. Before, the service refused the plan (an inventory report
+        # answered 500 and was lost; after a restart on a smaller inventory every round failed, for good). A floor
+        # missed while a replica would still fit is not excused: validation refuses that plan, as before.
         held = _residencies(plan)
         floors = {m.name: (held.get(m.name, 0), m.min_replicas) for m in problem.models
-                  if held.get(m.name, 0) < m.min_replicas}
+                  if held.get(m.name, 0) < m.min_replicas and not self._room_for(m.name)}
         if floors:
-            notes.append("replica floors not kept (no room on the nodes left, or the migration budget): " + ", ".join(
+            notes.append("replica floors not kept (no room for another replica on the nodes left): " + ", ".join(
                 f"{m} {n} of min_replicas {k}" for m, (n, k) in sorted(floors.items())))
             problem = replace(problem, models=tuple(replace(m, min_replicas=floors[m.name][0]) if m.name in floors
                                                     else m for m in problem.models))
@@ -1057,6 +1058,14 @@ class Replanner:
                            lost=sum((lost or {}).values()))
         self.current = res
         return res
+
+    def _room_for(self, model: str) -> bool:
+        """Whether one more replica of ``model`` (a colocated or decode replica, or a shared GPU where it may share)
+        fits on the free GPUs of the nodes up now."""
+        if any(self.nodes.can_place(o.pool, o.tp, o.pp) for o in self.opts.values()
+               if o.model == model and o.role != "prefill"):
+            return True
+        return any(self.nodes.can_place(s.pool, 1, 1) for s in self.problem.share_options if s.model == model)
 
     def _actions(self, before: tuple, after: tuple, at_s: float, settled: Mapping, lost: Mapping
                  ) -> tuple[Action, ...]:
