@@ -227,26 +227,29 @@ def _prefix_cache() -> dict[str, str]:
     return out
 
 
-#: The README's small scenario (one H100 node, Llama-3.1-8B, three hourly rates), RATES and PRICE to fill in.
-SMALL = """name: small
-options: {window_length_s: 3600, margin: 0.1}
-sites:
-  - name: aws:us-east-1
-    inventory:
-      - {gpu: H100, nodes: 1, gpus_per_node: 8PRICE}
-models:
-  - name: Llama-3.1-8B
-    tp: [1, 2]
-    min_replicas: 1
-    slo: {ttft_p95_s: 1.5, tpot_p95_s: 0.1}
-    token_mix: {trace: azure-conv}
-    demand: {rates: RATES}
-"""
+#: What the README's small scenario says of its rates and its H100 row, which _small_plan replaces.
+README_RATES = "rates: [1.0, 4.0, 12.0]"
+README_H100 = "gpus_per_node: 8}"
+
+
+def readme_small() -> str:
+    """The README's small scenario: its one YAML block (one home for it; a copy here drifted apart in principle).
+    Raises RuntimeError when the README has not exactly one, or lost the rates or the H100 row this script fills
+    in."""
+    blocks = (ROOT / "README.md").read_text(encoding="utf-8").split("```yaml\n")[1:]
+    if len(blocks) != 1:
+        raise RuntimeError(f"README.md has {len(blocks)} YAML blocks; the small scenario is expected as the only one")
+    text = blocks[0].split("```")[0]
+    for part in (README_RATES, README_H100):
+        if part not in text:
+            raise RuntimeError(f"README.md's small scenario no longer says {part!r}; update docs/figures.py")
+    return text
 
 
 def _small_plan(rates: str, price: str = "") -> dict:
     path = Path(tempfile.mkdtemp(prefix="fleetplan-figures-")) / "small.yaml"
-    path.write_text(SMALL.replace("RATES", rates).replace("PRICE", price))
+    path.write_text(readme_small().replace(README_RATES, f"rates: {rates}")
+                    .replace(README_H100, README_H100[:-1] + price + "}"))
     return plan_json(str(path), "--no-baselines")
 
 
@@ -261,7 +264,7 @@ def _small() -> dict[str, str]:
 
 
 SOURCES: dict[str, Source] = {
-    "small": Source("fleetplan plan SMALL --no-baselines --format json (the README's small scenario, rates "
+    "small": Source("fleetplan plan SMALL --no-baselines --format json (README.md's small scenario, rates "
                     "[1, 4, 16], and as given)", _small, fast=True),
     "default": Source("fleetplan plan --suggest-benchmark --format json", _default),
     "robust": Source("fleetplan plan --robust --format json", _robust),
