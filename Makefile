@@ -28,9 +28,12 @@ demo: $(STAMP)
 # -n 4 on 2 cores: a fifth of the suite's time is waiting (a real Prometheus scraping, a lease expiring, a locked
 # database timing out, `fleetplan serve` and Ray starting), which two more workers overlap with the others' work.
 # Measured on 2 idle cores (2026-12-03): -n 2 111 s wall, 160 CPU-s; -n 3 107 s; -n 4 99-106 s, 175 CPU-s (each
-# worker builds the shared fixtures once), and 96-99 s with the longest files collected first (tests/conftest.py).
+# worker builds the shared fixtures once).
+# --no-loadscope-reorder: the files that wait on real processes or hold the longest tests start first
+# (tests/conftest.py's FIRST). xdist's default reorders the files by their number of tests, which undid that order
+# and left one worker running the service files alone for the last ~20 s (109-117 s; 98 s with the order kept).
 test: $(STAMP)
-	PYTHONDONTWRITEBYTECODE= PYTHONPYCACHEPREFIX="$(CURDIR)/build/pycache" $(BIN)/python -m pytest -q -n 4 --dist loadfile
+	PYTHONDONTWRITEBYTECODE= PYTHONPYCACHEPREFIX="$(CURDIR)/build/pycache" $(BIN)/python -m pytest -q -n 4 --dist loadfile --no-loadscope-reorder
 
 # mypy cannot follow setuptools package-dir through an editable install, so it checks the package through
 # build/mypy/fleetplan, a symlink to this folder (whatever the clone's folder is called).

@@ -45,13 +45,18 @@ def tiny_ledger_problem():
     return prob, plan
 
 
-#: Test files that wait on real processes or hold the longest tests (measured with --durations=0, 2026-12-03):
-#: collected first, so the 4 workers start them at once and the short files fill in behind them, instead of a long
-#: file starting last (test files are collected in name order, and most of the service's come late).
-FIRST = ("test_service_prometheus.py", "test_determinism.py", "test_service_faults.py", "test_executor.py",
-         "test_packaging.py", "test_tenants.py", "test_planner_honesty.py", "test_service_schemathesis.py",
-         "test_planner_properties.py", "test_service_leader_postgres.py", "test_service_restart.py",
-         "test_service_leader.py", "test_classes.py", "test_speculative.py", "test_actuate.py")
+#: Test files that wait on real processes or hold the longest tests, longest first (seconds each took on one of
+#: `make test`'s 4 workers, 2 idle cores, 2026-12-03: executor 48 with Ray starting, packaging 22, service_faults 17,
+#: determinism 15, planner_properties 12, schemathesis 12, tenants 12, actuate 11, ledger_xlsx 11, leader_postgres 10,
+#: service_restart 10, prometheus 9, speculative 9, classes 8, planner_honesty 8, service_leader 7): collected first,
+#: so the workers start them at once and the short files fill in behind them, instead of a long file starting last
+#: (test files are collected in name order, and most of the service's come late). The Makefile keeps this order
+#: (--no-loadscope-reorder).
+FIRST = ("test_executor.py", "test_packaging.py", "test_service_faults.py", "test_determinism.py",
+         "test_planner_properties.py", "test_service_schemathesis.py", "test_tenants.py", "test_actuate.py",
+         "test_ledger_xlsx.py", "test_service_leader_postgres.py", "test_service_restart.py",
+         "test_service_prometheus.py", "test_speculative.py", "test_classes.py", "test_planner_honesty.py",
+         "test_service_leader.py")
 
 
 def pytest_collection_modifyitems(items):
