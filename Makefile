@@ -57,4 +57,4 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_planner.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache
+	rm -rf $(VENV) .pytest_cache build

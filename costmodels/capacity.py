@@ -133,11 +133,12 @@ import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TypedDict
+from typing import Any, TypedDict
 
 import numpy as np
 
 from fleetplan.costmodels.calibration import Calibration
+from fleetplan.costmodels.capacity_cache import kept
 from fleetplan.costmodels.demand import TokenMix
 from fleetplan.costmodels.engine import DEFAULT_ENGINE, EngineConfig, Speculation
 from fleetplan.costmodels.hardware import GPU, Model
@@ -736,20 +737,27 @@ def replica_capacity(model: Model, gpu: GPU, mix: TokenMix, slo: SLO, *, tp: int
                      memory_utilization: float = 0.9, link: Link | None = None,
                      calib: Calibration, residents: int = 1, kv_block_tokens: int | None = 16,
                      engine: EngineConfig = DEFAULT_ENGINE, host_tier: HostTier | None = None) -> ReplicaCapacity:
-    """:func:`_replica_capacity`, remembered per process for the same inputs (a scenario's problem is often built
-    more than once: plan, verify rounds, the service, what-if sweeps)."""
+    """:func:`_replica_capacity` at the best of ``engine``'s budget candidates, remembered per process for the same
+    inputs (a scenario's problem is often built more than once: plan, verify rounds, the service, what-if sweeps)
+    and kept on disk between processes (:mod:`fleetplan.costmodels.capacity_cache`)."""
     key = (model, gpu, mix, mix.lengths_digest, slo, tp, pp, weight_dtype, kv_dtype, kv_budget_bytes,
            memory_utilization, link, calib, residents, kv_block_tokens, engine, host_tier)
     hit = _CAPACITY_CACHE.get(key)
     if hit is None:
-        hit = best_engine(lambda eng: _replica_capacity(
-            model, gpu, mix, slo, tp=tp, pp=pp, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
-            kv_budget_bytes=kv_budget_bytes, memory_utilization=memory_utilization, link=link, calib=calib,
-            residents=residents, kv_block_tokens=kv_block_tokens, engine=eng, host_tier=host_tier), engine, gpu)
+        hit = kept(_best_capacity, model, gpu, mix, slo, tp=tp, pp=pp, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
+                   kv_budget_bytes=kv_budget_bytes, memory_utilization=memory_utilization, link=link, calib=calib,
+                   residents=residents, kv_block_tokens=kv_block_tokens, engine=engine, host_tier=host_tier)
         if len(_CAPACITY_CACHE) >= _CAPACITY_CACHE_MAX:
             _CAPACITY_CACHE.clear()
         _CAPACITY_CACHE[key] = hit
     return hit
+
+
+def _best_capacity(model: Model, gpu: GPU, mix: TokenMix, slo: SLO, *, engine: EngineConfig,
+                   **kw: Any) -> ReplicaCapacity:
+    """:func:`_replica_capacity` at the best of ``engine``'s budget candidates (:func:`best_engine`); what
+    :func:`replica_capacity` keeps on disk (:func:`~fleetplan.costmodels.capacity_cache.kept`)."""
+    return best_engine(lambda eng: _replica_capacity(model, gpu, mix, slo, engine=eng, **kw), engine, gpu)
 
 
 def _replica_capacity(model: Model, gpu: GPU, mix: TokenMix, slo: SLO, *, tp: int = 1, pp: int = 1,

@@ -23,6 +23,7 @@ from typing import Any, Literal
 
 from pydantic import ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 
+from fleetplan.costmodels.capacity_cache import CACHE_DIR_ENV
 from fleetplan.errors import InputError
 from fleetplan.fileio import InputModel, input_error, parse_yaml, read_yaml, yaml12_numbers
 from fleetplan.solvers.online.config import OnlineConfig
@@ -37,6 +38,8 @@ ENV_PREFIX = "FLEETPLAN_"
 #: Prefixes of FLEETPLAN_* variables that are not service settings: the project's own test switches (read by its
 #: tests, e.g. FLEETPLAN_TEST_POSTGRES_URL, FLEETPLAN_PACKAGING_TEST), never taken for a misspelled setting.
 TEST_SWITCHES = ("FLEETPLAN_TEST_", "FLEETPLAN_PACKAGING_TEST")
+#: FLEETPLAN_* variables of every fleetplan command, not of the service alone: the capacity cache's folder.
+COMMON_VARIABLES = (CACHE_DIR_ENV,)
 #: keys that name a file holding a secret, and the key each one fills (the file's first line)
 SECRET_FILES = {"token_file": "token", "read_token_file": "read_token", "db_url_file": "db_url"}
 
@@ -245,7 +248,7 @@ def settings_from_env(environ: Mapping[str, str]) -> dict:
     known |= {f"{ENV_PREFIX}ONLINE__{f.name.upper()}" for f in dataclasses.fields(OnlineConfig)}
     known.add(ENV_PREFIX + "CONFIG")
     for name in sorted(n for n in environ if n.startswith(ENV_PREFIX) and n not in known
-                       and not n.startswith(TEST_SWITCHES)):
+                       and not n.startswith(TEST_SWITCHES) and n not in COMMON_VARIABLES):
         # A variable that is one typo away from a setting would be ignored silently; one far from every setting
         # may belong to something else.
         if close := difflib.get_close_matches(name, known, n=1, cutoff=0.85):

@@ -2,8 +2,17 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 from service_support import postgres_schema, postgres_server_url
+
+from fleetplan.costmodels.capacity_cache import CACHE_DIR_ENV
+
+# The tests keep sized replicas in build/cache (and the `fleetplan` processes they start inherit it), never in the
+# user's cache folder; a test of the cache itself points it elsewhere. FLEETPLAN_CACHE_DIR= (empty) runs them without.
+os.environ.setdefault(CACHE_DIR_ENV, str(Path(__file__).resolve().parents[1] / "build" / "cache"))
 
 from fleetplan.placement.plan import Plan
 from fleetplan.placement.problem import ModelSpec, Pool, Problem, ReplicaOption

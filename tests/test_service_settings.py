@@ -38,9 +38,10 @@ def test_a_misspelled_environment_variable_is_refused_not_ignored():
         load_settings({}, environ={"FLEETPLAN_ONLINE__COOLDWN_S": "600"})
     # a variable far from every setting may belong to something else: not the service's to refuse
     # and the project's own test switches are not settings (FLEETPLAN_TEST_PROMETHEUS_URL is close to
-    # FLEETPLAN_PROMETHEUS_URL, but CI sets it for the tests)
+    # FLEETPLAN_PROMETHEUS_URL, but CI sets it for the tests), nor is every command's FLEETPLAN_CACHE_DIR
     assert load_settings({}, environ={"FLEETPLAN_TEST_PROMETHEUS_URL": "http://x", "FLEETPLAN_PACKAGING_TEST": "1",
-                                      "FLEETPLAN_SOMETHING_ELSE_ENTIRELY": "1", "FLEETPLAN_INSECURE_NO_AUTH": "true"})
+                                      "FLEETPLAN_SOMETHING_ELSE_ENTIRELY": "1", "FLEETPLAN_INSECURE_NO_AUTH": "true",
+                                      "FLEETPLAN_CACHE_DIR": "/tmp/c"})
 
 
 def test_mistakes_name_the_key_and_where_it_came_from(tmp_path):
