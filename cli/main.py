@@ -12,18 +12,28 @@ from fleetplan import __version__
 from fleetplan.cli.output import error_object, interrupted, wants_json
 from fleetplan.errors import FleetplanError
 
-#: Each subcommand by name: (module of this layer, attribute). Loaded on first use (click's documented lazy
-#: subcommand pattern), so ``fleetplan plan`` does not import the service stack, openpyxl or the simulator.
-COMMANDS: dict[str, tuple[str, str]] = {
-    "data": ("fleetplan.cli.data", "data"), "plan": ("fleetplan.cli.plan", "plan"),
-    "simulate": ("fleetplan.cli.simulate", "simulate"), "ledger": ("fleetplan.cli.ledger", "ledger"),
-    "whatif": ("fleetplan.cli.whatif", "whatif"), "sweep": ("fleetplan.cli.sweep", "sweep"),
-    "allocate": ("fleetplan.cli.allocate", "allocate"), "serve": ("fleetplan.cli.serve", "serve"),
-    "export-history": ("fleetplan.cli.serve", "export_history"), "schema": ("fleetplan.cli.schema", "schema"),
-    "calibrate": ("fleetplan.cli.calibrate", "calibrate"), "export": ("fleetplan.cli.export", "export"),
-    "diff": ("fleetplan.cli.diff", "diff"),
-    "troughs": ("fleetplan.cli.troughs", "troughs"), "prefix-cache": ("fleetplan.cli.prefixcache", "prefix_cache"),
-    "kv-tiers": ("fleetplan.cli.kvtiers", "kv_tiers"),
+#: Each subcommand by name: (module of this layer, attribute, its line in ``fleetplan --help``). Loaded on first use
+#: (click's documented lazy subcommand pattern), so ``fleetplan plan`` does not import the service stack, openpyxl or
+#: the simulator, and ``fleetplan --help`` imports none of them (1.5 CPU-s when it loaded every command). The line is
+#: the command's short help once loaded too (:meth:`FleetplanGroup.get_command`), so the two cannot differ.
+COMMANDS: dict[str, tuple[str, str, str]] = {
+    "allocate": ("fleetplan.cli.allocate", "allocate", "Allocate a shared GPU pool to tenants per time window."),
+    "calibrate": ("fleetplan.cli.calibrate", "calibrate", "Fit the roofline's constants to measured latencies."),
+    "data": ("fleetplan.cli.data", "data", "List the shipped data catalogs."),
+    "diff": ("fleetplan.cli.diff", "diff", "What changes between two plans, or a plan and the fleet."),
+    "export": ("fleetplan.cli.export", "export", "Turn a plan file into what a cluster or a node runs."),
+    "export-history": ("fleetplan.cli.serve", "export_history",
+                       "A day of the service's plans as `simulate --fleet` steps."),
+    "kv-tiers": ("fleetplan.cli.kvtiers", "kv_tiers", "A replica's capacity with host DRAM and NVMe KV tiers."),
+    "ledger": ("fleetplan.cli.ledger", "ledger", "Cost ledgers: GPU-hours, egress and energy per day."),
+    "plan": ("fleetplan.cli.plan", "plan", "Plan replicas per model, GPU, site and window."),
+    "prefix-cache": ("fleetplan.cli.prefixcache", "prefix_cache", "Prefix-cache hit rates per replica and shared."),
+    "schema": ("fleetplan.cli.schema", "schema", "Print the JSON Schema of an input file."),
+    "serve": ("fleetplan.cli.serve", "serve", "Serve a live plan over HTTP and re-plan it as load moves."),
+    "simulate": ("fleetplan.cli.simulate", "simulate", "Replay a plan file: TTFT/TPOT, SLO attainment, goodput."),
+    "sweep": ("fleetplan.cli.sweep", "sweep", "Plan a scenario for every cell of a --vary grid."),
+    "troughs": ("fleetplan.cli.troughs", "troughs", "Lend a training job's GPUs to inference in its troughs."),
+    "whatif": ("fleetplan.cli.whatif", "whatif", "Sweep a prefill/decode split design's costs and SLO."),
 }
 
 
@@ -38,10 +48,19 @@ class FleetplanGroup(click.Group):
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:  # noqa: D102
         if cmd_name in self.commands or cmd_name not in COMMANDS:
             return super().get_command(ctx, cmd_name)
-        module, attr = COMMANDS[cmd_name]
+        module, attr, short = COMMANDS[cmd_name]
         command = getattr(importlib.import_module(module), attr)
+        command.short_help = short
         self.add_command(command, cmd_name)
         return command
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """The commands' lines of ``--help`` from :data:`COMMANDS`, importing none of them."""
+        rows = [(name, COMMANDS[name][2] if name in COMMANDS else self.commands[name].get_short_help_str())
+                for name in self.list_commands(ctx)]
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
 
     def resolve_command(self, ctx: click.Context, args: list[str]):  # noqa: D102
         name, cmd, rest = super().resolve_command(ctx, args)
