@@ -74,9 +74,9 @@ _VLLM_VERSION = re.compile(r"(\d+)\.(\d+)(?:\.\d+)*(?:\.?post\d+)?")
 
 @lru_cache(maxsize=1)
 def vllm_release_lines() -> tuple[str, ...]:
-    """The vLLM release lines ('0.1' ... '0.11') that exist (vllm_releases.csv, each with its first release's tag
-    on GitHub), oldest first."""
-    return tuple(r["release_line"] for r in _rows("vllm_releases.csv", ("release_line", "first_tag", "source")))
+    """The vLLM release lines ('0.1' ... '0.25') that exist (vllm_releases.csv: each with a release tag, its page on
+    GitHub and a public page naming that release), oldest first."""
+    return tuple(r["release_line"] for r in _rows("vllm_releases.csv", ("release_line", "tag", "source", "seen_in")))
 
 
 def unknown_vllm_version(version: str) -> str | None:

@@ -64,6 +64,8 @@ def test_the_shipped_engine_keeps_roofline_csv_and_an_unmeasured_version_says_so
     assert row == load_calibration(g) and note == "" and where.endswith("roofline.csv")
     row, where, note = calibration_for_engine(g, None, "vLLM 0.10")
     assert row == load_calibration(g) and "vLLM 0.10 is not in the calibration data" in note
+    row, where, note = calibration_for_engine(g, None, "vLLM 0.18")  # newer than the fit: the same honesty
+    assert row == load_calibration(g) and "vLLM 0.18 is not in the calibration data: vLLM 0.11's" in note
 
 
 def test_plan_for_an_unmeasured_version_states_it(tmp_path):
@@ -88,8 +90,8 @@ def test_plan_for_an_unmeasured_version_states_it(tmp_path):
 
 @pytest.mark.parametrize("version, needles", [
     # vLLM 0.99 was planned with vLLM 0.11's constants "extrapolated" to it (issue 28): no such release exists.
-    ("0.99", ["field 'models[0].engine.version'", "vLLM 0.99 does not exist", "0.9, 0.10, 0.11",
-              "vllm_releases.csv", 'version: "0.11"']),
+    ("0.99", ["field 'models[0].engine.version'", "vLLM 0.99 does not exist", "0.9, 0.10, 0.11, 0.12",
+              "0.24, 0.25", "vllm_releases.csv", 'version: "0.11"']),
     ("v0.11", ["'v0.11' is not a vLLM version", "no 'v'"]),
 ])
 def test_a_version_that_names_no_vllm_release_is_refused(tmp_path, version, needles):
@@ -104,9 +106,11 @@ def test_a_version_that_names_no_vllm_release_is_refused(tmp_path, version, need
         assert n in str(exc.value), (n, str(exc.value))
 
 
-@pytest.mark.parametrize("version", ["0.10", "0.11.0", "0.5.4", "0.6.3.post1", "0.5.x (Argonne)"])
+@pytest.mark.parametrize("version", ["0.10", "0.11.0", "0.5.4", "0.6.3.post1", "0.5.x (Argonne)", "0.18",
+                                     "0.25.0"])
 def test_a_released_or_fitted_version_is_accepted(tmp_path, version):
-    # release lines from vllm_releases.csv (patch numbers unchecked), and the fitted rows' own names
+    # release lines from vllm_releases.csv (patch numbers unchecked), and the fitted rows' own names; 0.18 and 0.25
+    # (2026) were refused as "does not exist" while the table stopped at 0.11
     raw = yaml.safe_load((ROOT / "datasets" / "scenarios" / "default.yaml").read_text())
     raw["models"] = [m for m in raw["models"] if m["name"] == "Llama-3.1-8B"]
     raw["models"][0]["engine"] = {"version": version}
