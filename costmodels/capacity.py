@@ -744,9 +744,10 @@ def replica_capacity(model: Model, gpu: GPU, mix: TokenMix, slo: SLO, *, tp: int
            memory_utilization, link, calib, residents, kv_block_tokens, engine, host_tier)
     hit = _CAPACITY_CACHE.get(key)
     if hit is None:
-        hit = kept(_best_capacity, model, gpu, mix, slo, tp=tp, pp=pp, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
-                   kv_budget_bytes=kv_budget_bytes, memory_utilization=memory_utilization, link=link, calib=calib,
-                   residents=residents, kv_block_tokens=kv_block_tokens, engine=engine, host_tier=host_tier)
+        hit = kept(ReplicaCapacity, _best_capacity, model, gpu, mix, slo, tp=tp, pp=pp, weight_dtype=weight_dtype,
+                   kv_dtype=kv_dtype, kv_budget_bytes=kv_budget_bytes, memory_utilization=memory_utilization,
+                   link=link, calib=calib, residents=residents, kv_block_tokens=kv_block_tokens, engine=engine,
+                   host_tier=host_tier)
         if len(_CAPACITY_CACHE) >= _CAPACITY_CACHE_MAX:
             _CAPACITY_CACHE.clear()
         _CAPACITY_CACHE[key] = hit

@@ -249,9 +249,9 @@ def settings_from_env(environ: Mapping[str, str]) -> dict:
     known.add(ENV_PREFIX + "CONFIG")
     for name in sorted(n for n in environ if n.startswith(ENV_PREFIX) and n not in known
                        and not n.startswith(TEST_SWITCHES) and n not in COMMON_VARIABLES):
-        # A variable that is one typo away from a setting would be ignored silently; one far from every setting
-        # may belong to something else.
-        if close := difflib.get_close_matches(name, known, n=1, cutoff=0.85):
+        # A variable that is one typo away from a setting (or from a variable of every command) would be ignored
+        # silently; one far from every setting may belong to something else.
+        if close := difflib.get_close_matches(name, [*known, *COMMON_VARIABLES], n=1, cutoff=0.85):
             raise InputError(f"environment variable {name} is not a setting of fleetplan serve; did you mean "
                              f"{close[0]}?", field=name, value=environ[name])
     return out

@@ -5,7 +5,9 @@ is never trusted."""
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import importlib.util
+import io
 import logging
 import os
 import pickle
@@ -14,6 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import fleetplan.costmodels.capacity as capacity
@@ -127,28 +130,102 @@ def test_an_input_the_digest_cannot_see_is_never_kept(store):
         calls.append(f)
         return f(3)
 
-    assert cc.kept(counted, _double) == 6 and cc.kept(counted, _double) == 6
+    assert cc.kept(int, counted, _double) == 6 and cc.kept(int, counted, _double) == 6
     assert len(calls) == 2
 
 
-def test_a_foreign_value_in_the_store_is_not_loaded(store, monkeypatch):
-    # An entry whose pickle names a class outside the cost models (os.system here) is never unpickled: it is sized
-    # again and replaced by the true value.
-    first = _size()
-    key = cc._digest(capacity._best_capacity, (L8B, H100, MIX, SLO_), dict(
+class _Exec:
+    """Unpickles to exec(CODE): what a foreign entry would hide."""
+
+    def __init__(self, code: str):
+        self.code = code
+
+    def __reduce__(self):
+        return (exec, (self.code,))
+
+
+class _System:
+    def __reduce__(self):
+        return (os.system, ("echo owned",))
+
+
+def _stored_key():
+    return cc._digest(capacity._best_capacity, (L8B, H100, MIX, SLO_), dict(
         tp=1, pp=1, weight_dtype="bf16", kv_dtype="bf16", kv_budget_bytes=None, memory_utilization=0.9, link=None,
         calib=CAL, residents=1, kv_block_tokens=16, engine=capacity.DEFAULT_ENGINE, host_tier=None))
+
+
+def _sealed(obj) -> bytes:
+    """An entry as kept() writes it (the payload's SHA-256, then the payload): only the checks after the checksum
+    stand between it and the plan."""
+    payload = pickle.dumps(obj, protocol=5)
+    return hashlib.sha256(payload).digest() + payload
+
+
+@pytest.mark.parametrize("foreign", ["exec", "system", "float", "torn", "pickle-mode"])
+def test_a_foreign_or_broken_entry_is_neither_run_nor_served(store, monkeypatch, tmp_path, foreign):
+    # An entry that would run code when loaded (exec, os.system: with a valid checksum, or as a row diskcache itself
+    # would unpickle), one of the wrong type (a float where a capacity belongs) or a torn one (a changed byte) is
+    # sized again and replaced by the true value; nothing runs.
+    first = _size()
+    key = _stored_key()
     s = cc._store(store)
     assert s is not None and key in s
-
-    class Evil:
-        def __reduce__(self):
-            return (os.system, ("echo owned",))
-
-    s.set(key, pickle.dumps(Evil()))
+    flag = tmp_path / "ran"
+    bad = {"exec": lambda: _sealed(_Exec(f"open({str(flag)!r}, 'w').close()")),
+           "system": lambda: _sealed(_System()),
+           "float": lambda: _sealed(5.0),
+           "torn": lambda: (lambda b: b[:-3] + bytes([b[-3] ^ 1]) + b[-2:])(s.get(key))}
+    if foreign == "pickle-mode":  # diskcache's own pickle rows: a value that is not bytes is stored pickled
+        s.set(key, _Exec(f"open({str(flag)!r}, 'w').close()"))
+    else:
+        s.set(key, bad[foreign]())
     monkeypatch.setattr(capacity, "_CAPACITY_CACHE", {})
     assert _size() == first
-    assert isinstance(s.get(key), bytes) and b"posix" not in s.get(key)
+    assert not flag.exists()
+    blob = s.get(key)
+    assert isinstance(blob, bytes) and cc._ValueUnpickler(io.BytesIO(blob[32:])).load() == first
+
+
+def test_the_value_unpickler_loads_the_cost_models_classes_only():
+    ok = pickle.dumps(_size(), protocol=5)
+    assert cc._ValueUnpickler(io.BytesIO(ok)).load() == _size()
+    for foreign in (pickle.dumps(_Exec("1")), pickle.dumps(_System()), pickle.dumps(getattr),
+                    pickle.dumps(Path("x")), pickle.dumps(np.load)):
+        with pytest.raises(cc._Outside):
+            cc._ValueUnpickler(io.BytesIO(foreign)).load()
+
+
+def test_an_unreadable_store_is_moved_aside_and_started_again(store, monkeypatch, caplog):
+    # A cache.db that is not a database (a torn copy, garbage) turned the cache off for good, with a warning on
+    # every command naming the wrong fix: it is moved aside once and an empty store started.
+    first = _size()
+    cc._store.cache_clear()
+    (store / "capacity" / "cache.db").write_bytes(b"not a database at all" * 2000)
+    for extra in ("cache.db-wal", "cache.db-shm"):
+        (store / "capacity" / extra).unlink(missing_ok=True)
+    monkeypatch.setattr(capacity, "_CAPACITY_CACHE", {})
+    with caplog.at_level(logging.WARNING, logger="fleetplan"):
+        assert _size() == first
+    warned = [r.getMessage() for r in caplog.records if "could not be read" in r.getMessage()]
+    assert len(warned) == 1 and "capacity.unreadable" in warned[0]
+    assert (store / "capacity.unreadable" / "cache.db").exists()
+    monkeypatch.setattr(capacity, "_CAPACITY_CACHE", {})
+    monkeypatch.setattr(capacity, "_replica_capacity", _no_sizing)
+    assert _size() == first  # the new store holds it
+
+
+def test_a_misspelled_cache_variable_is_named(store, monkeypatch, caplog):
+    monkeypatch.delenv(cc.CACHE_DIR_ENV)
+    monkeypatch.setenv("FLEETPLAN_CACHE_DIRR", str(store))
+    monkeypatch.setenv("HOME", str(store.parent / "home"))
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    cc._warn_misspelled.cache_clear()
+    with caplog.at_level(logging.WARNING, logger="fleetplan"):
+        _size()
+    warned = [r.getMessage() for r in caplog.records if "did you mean" in r.getMessage()]
+    assert len(warned) == 1 and "FLEETPLAN_CACHE_DIRR" in warned[0] and "FLEETPLAN_CACHE_DIR?" in warned[0]
+    cc._warn_misspelled.cache_clear()
 
 
 def test_an_empty_folder_name_turns_the_cache_off_and_an_unusable_folder_says_so(tmp_path, monkeypatch, caplog):

@@ -34,6 +34,8 @@ def test_a_misspelled_environment_variable_is_refused_not_ignored():
     # FLEETPLAN_INTERVL_S (found by a fresh user) started the service with the default interval, without a word.
     with pytest.raises(InputError, match="FLEETPLAN_INTERVL_S.*did you mean FLEETPLAN_INTERVAL_S"):
         load_settings({}, environ={"FLEETPLAN_INTERVL_S": "5"})
+    with pytest.raises(InputError, match="FLEETPLAN_CACHE_DIRR.*did you mean FLEETPLAN_CACHE_DIR"):
+        load_settings({}, environ={"FLEETPLAN_CACHE_DIRR": "/tmp/c"})  # every command's variable, misspelled
     with pytest.raises(InputError, match="did you mean FLEETPLAN_ONLINE__COOLDOWN_S"):
         load_settings({}, environ={"FLEETPLAN_ONLINE__COOLDWN_S": "600"})
     # a variable far from every setting may belong to something else: not the service's to refuse
