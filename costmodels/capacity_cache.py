@@ -25,9 +25,9 @@ Where: the folder ``FLEETPLAN_CACHE_DIR`` names, else the user's cache folder (`
 ``~/.cache/fleetplan`` on Linux). ``FLEETPLAN_CACHE_DIR=`` (empty) turns the cache off. The store is a
 :class:`diskcache.Cache` (SQLite: safe for concurrent processes, e.g. pytest-xdist's workers), at most
 :data:`SIZE_LIMIT_BYTES`, the oldest entries dropped first. A folder that cannot be opened leaves the cache off with
-one warning on the ``fleetplan`` logger (results are then computed, never wrong); a store that is not a readable
-database is moved aside and started again, with one warning. A variable one typo away from ``FLEETPLAN_CACHE_DIR``
-is named in a warning.
+one warning per process on the ``fleetplan`` logger (results are then computed, never wrong); a store that is not a
+readable database is moved aside and started again, with one warning. A variable one typo away from
+``FLEETPLAN_CACHE_DIR`` is named in a warning.
 """
 
 from __future__ import annotations
