@@ -44,8 +44,10 @@ def _run(scenario: str, cache: str, out: Path) -> tuple[float, float, object]:
     exe = Path(sys.executable).parent / "fleetplan"
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    subprocess.run([str(exe), "plan", scenario, "--out", str(out)], check=True, stdout=subprocess.DEVNULL,
-                   env={**os.environ, CACHE_DIR_ENV: cache})
+    res = subprocess.run([str(exe), "plan", scenario, "--out", str(out)], stdout=subprocess.DEVNULL,
+                         stderr=subprocess.PIPE, text=True, env={**os.environ, CACHE_DIR_ENV: cache})
+    if res.returncode != 0:
+        sys.exit(f"fleetplan plan {scenario} failed (exit {res.returncode}): {res.stderr.strip()[-500:]}")
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
@@ -55,8 +57,10 @@ def _run(scenario: str, cache: str, out: Path) -> tuple[float, float, object]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--scenario", default="default")
-    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--repeat", type=int, default=3, help="runs of each kind (>= 1)")
     args = ap.parse_args()
+    if args.repeat < 1:
+        ap.error(f"--repeat {args.repeat}: give at least 1 run of each kind")
     print(f"fleetplan plan {args.scenario}: CPU and wall seconds of a new process (median of {args.repeat}); load "
           f"average {os.getloadavg()[0]:.2f}")
     rows: dict[str, list[tuple[float, float]]] = {"off": [], "cold": [], "warm": []}

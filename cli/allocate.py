@@ -23,6 +23,7 @@ from fleetplan.cli.options import (
     time_limit_option,
 )
 from fleetplan.cli.output import claim_outputs, table
+from fleetplan.cli.params import FiniteRange
 from fleetplan.costmodels.engine import PREFILL_FIRST
 from fleetplan.costmodels.utilization import BUSY_TIME, SERVED_SHARE, legend
 from fleetplan.errors import InputError, SolverError
@@ -501,7 +502,7 @@ def _parse_windows(text: str | None, problem: TenantProblem) -> list[int] | None
                    "TTFT/TPOT P50/P95/P99, SLO attainment), a burst of one tenant, and the P99 isolation ratio.")
 @click.option("--verify-windows", default=None, metavar="W[,W...]",
               help="Windows to replay (default: the peak-demand window and the one sharing the most nodes).")
-@click.option("--slice", "slice_s", type=click.FloatRange(1.0, 3600.0), default=60.0, show_default=True,
+@click.option("--slice", "slice_s", type=FiniteRange(1.0, 3600.0), default=60.0, show_default=True,
               help="Seconds replayed per window (after a warm-up of min(20, slice/3) s).")
 @click.option("--burst", default=None, metavar="TENANT[:FACTOR]",
               help="Tenant whose rate is multiplied (default factor 2) in the last replayed window; default the "

@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from fleetplan.cli.output import table
+from fleetplan.cli.params import FiniteRange
 from fleetplan.costmodels.capacity import replica_capacity
 from fleetplan.costmodels.engine import engine_or_default
 from fleetplan.costmodels.kvtier_curve import CurvePoint, miss_rate_ttft_curve
@@ -33,19 +34,19 @@ from fleetplan.fileio import atomic_path, check_destination
 @click.option("--model", default="Llama-3.1-8B", show_default=True, help="Catalog model.")
 @click.option("--gpu", default="H100-SXM-80GB", show_default=True, help="GPU type (with a host-tier row).")
 @click.option("--tp", type=click.IntRange(1, 8), default=1, show_default=True, help="GPUs of the replica.")
-@click.option("--ttft-s", type=click.FloatRange(0.01, 120), default=5.0, show_default=True,
+@click.option("--ttft-s", type=FiniteRange(0.01, 120), default=5.0, show_default=True,
               help="TTFT p95 target of the capacity comparison, seconds.")
-@click.option("--tpot-s", type=click.FloatRange(0.001, 2), default=0.1, show_default=True,
+@click.option("--tpot-s", type=FiniteRange(0.001, 2), default=0.1, show_default=True,
               help="TPOT p95 target of the capacity comparison, seconds.")
-@click.option("--rate", type=click.FloatRange(0.0, 1e6, min_open=True), default=None,
+@click.option("--rate", type=FiniteRange(0.0, 1e6, min_open=True), default=None,
               help="Arrival rate of the curve, req/s [default: 0.9 x the HBM-only replica's capacity].")
 @click.option("--cache-gb", "cache_gb", default="0,4,16,64,256,1024,4096", show_default=True,
               help="Prefix-cache sizes of the curve, GB (1e9 bytes), comma-separated.")
-@click.option("--dram-share", type=click.FloatRange(0, 1), default=0.5, show_default=True,
+@click.option("--dram-share", type=FiniteRange(0, 1), default=0.5, show_default=True,
               help="Share of the node's host memory (per GPU) given to the KV tier.")
-@click.option("--spill-share", type=click.FloatRange(0, 1), default=0.5, show_default=True,
+@click.option("--spill-share", type=FiniteRange(0, 1), default=0.5, show_default=True,
               help="Share of the DRAM tier kept for swapped-out running sequences (the rest caches prefix blocks).")
-@click.option("--nvme-share", type=click.FloatRange(0, 1), default=0.5, show_default=True,
+@click.option("--nvme-share", type=FiniteRange(0, 1), default=0.5, show_default=True,
               help="Share of the node's NVMe (per GPU) caching prefix blocks.")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
               help="Write the miss-rate vs TTFT p99 curve as a PNG here.")

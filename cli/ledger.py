@@ -26,6 +26,7 @@ from fleetplan.cli.options import (
     xlsx_option,
 )
 from fleetplan.cli.output import claim_outputs, json_safe, rows_csv, stdout_console, table
+from fleetplan.cli.params import FiniteRange
 from fleetplan.cli.whatif import PLOT_HELP, run_whatif
 from fleetplan.costmodels.engine import SPECULATION_METHODS, Speculation
 from fleetplan.costmodels.speculative import ACCEPTANCE_GRID_STEP
@@ -206,7 +207,7 @@ def _speculation_table(model: str, spec: Speculation, rows: list[SpeculationRow]
 @ledger.command("speculation")
 @click.argument("scenario", required=False)
 @click.option("--model", required=True, help="The scenario's model to size (its SLO, token mix and engine).")
-@click.option("--acceptance-rate", type=click.FloatRange(0.0, 1.0), required=True,
+@click.option("--acceptance-rate", type=FiniteRange(0.0, 1.0), required=True,
               help="Share of drafted tokens the target accepts (measured for this draft, target and workload).")
 @click.option("--num-speculative-tokens", "-k", type=click.IntRange(1, 64), default=4, show_default=True,
               help="Tokens drafted per step.")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import json
 import sys
@@ -63,7 +64,13 @@ class FleetplanGroup(click.Group):
                 formatter.write_dl(rows)
 
     def resolve_command(self, ctx: click.Context, args: list[str]):  # noqa: D102
-        name, cmd, rest = super().resolve_command(ctx, args)
+        try:
+            name, cmd, rest = super().resolve_command(ctx, args)
+        except click.UsageError as exc:  # 'fleetplan plna': say which command was meant, as options do
+            close = difflib.get_close_matches(args[0], self.list_commands(ctx), n=1) if args else []
+            if close and "No such command" in exc.message:
+                raise click.UsageError(f"{exc.message} Did you mean '{close[0]}'?", exc.ctx) from None
+            raise
         ctx.meta["fleetplan.invoked"] = (cmd, list(rest))  # for the JSON error object (:func:`_json_error`)
         return name, cmd, rest
 

@@ -31,6 +31,7 @@ from fleetplan.cli.options import (
     xlsx_option,
 )
 from fleetplan.cli.output import progress_status, stdout_console, table
+from fleetplan.cli.params import FiniteRange
 from fleetplan.costmodels.uncertainty import CapacityError
 from fleetplan.costmodels.utilization import RATED_LOAD, legend
 from fleetplan.errors import FleetplanError, InputError
@@ -332,7 +333,7 @@ PLAN_GAP = 0.002
 @effort_option()
 @threads_option(DEFAULT_THREADS, " (a fixed number: the solvers' search, hence the plan, depends on it)")
 @gap_option(default=PLAN_GAP)
-@click.option("--window", "window_s", type=click.FloatRange(min=60, max=86400), default=None,
+@click.option("--window", "window_s", type=FiniteRange(min=60, max=86400), default=None,
               help="Window length in seconds (overrides the scenario's).")
 @out_option("the plan as JSON (the plan file `fleetplan simulate`, `export` and `serve --plan` read)")
 @output_options()
@@ -350,7 +351,7 @@ PLAN_GAP = 0.002
                    "E.g. Llama-3.1-8B@H100:tp1=bench/*.json. The plan file keeps it, so its replay uses it too.")
 @click.option("--verify-rounds", type=click.IntRange(min=0, max=20), default=6, show_default=True,
               help="Most re-plans of --verify.")
-@click.option("--verify-slice", "verify_slice_s", type=click.FloatRange(min=60, max=86400), default=None,
+@click.option("--verify-slice", "verify_slice_s", type=FiniteRange(min=60, max=86400), default=None,
               metavar="SECONDS",
               help="--verify replays this many seconds of each window, around its busiest slot (as `fleetplan "
                    "simulate --slice`), instead of whole windows: faster, and the stricter test for long windows.")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import click
 
 from fleetplan.cli.output import table
+from fleetplan.cli.params import FiniteRange
 from fleetplan.costmodels.latency import prefill_time_s
 from fleetplan.costmodels.ledger import SECONDS_PER_DAY
 from fleetplan.costmodels.prefixcache import (
@@ -27,14 +28,14 @@ from fleetplan.errors import InputError
 @click.option("--requests", "limit", type=click.IntRange(1, 10_000_000), default=3000, show_default=True,
               help="First requests of the trace to use.")
 @click.option("--replicas", default="1,2,4,8", show_default=True, help="Replica counts, comma-separated.")
-@click.option("--cache-gb", type=click.FloatRange(0.1, 1e5), default=20.0, show_default=True,
+@click.option("--cache-gb", type=FiniteRange(0.1, 1e5), default=20.0, show_default=True,
               help="Prefix-cache memory per replica, GB (1e9 bytes).")
 @click.option("--model", default="Llama-3.1-8B", show_default=True, help="Catalog model (KV bytes per token).")
 @click.option("--gpu", default="H100-SXM-80GB", show_default=True, help="GPU type (prefill time of a block).")
 @click.option("--site", default="aws:us-east-1", show_default=True, help="Site of the replicas (GPU price).")
 @click.option("--peer-site", default=None, help="Site the shared cache's remote blocks come from [default: the "
                                                 "same site: the inter-node link, no egress].")
-@click.option("--rate", type=click.FloatRange(0.0, 1e6, min_open=True), default=1.0, show_default=True,
+@click.option("--rate", type=FiniteRange(0.0, 1e6, min_open=True), default=1.0, show_default=True,
               help="Requests per second over all replicas (the ledger's volume).")
 @click.option("--pricing-model", default="on-demand", show_default=True, help="Pricing model of the GPU price.")
 def prefix_cache(trace: str, limit: int, replicas: str, cache_gb: float, model: str, gpu: str, site: str,

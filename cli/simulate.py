@@ -11,6 +11,7 @@ import click
 
 from fleetplan.cli.options import format_option, refuse_unused
 from fleetplan.cli.output import claim_outputs, progress_status, stdout_console
+from fleetplan.cli.params import FiniteRange
 from fleetplan.costmodels.utilization import BUSY_TIME, RATED_LOAD, legend
 from fleetplan.datasets.traces import load_trace
 from fleetplan.errors import InputError
@@ -281,9 +282,9 @@ def _refuse_unused_options(*, fleet: bool, trace: bool, what_if: bool, rate_scal
 @click.option("--window", default=None, help="Window of the trace replay: HH:MM or an index (default: peak).")
 @click.option("--model", default=None, help="Send every trace request to this model.")
 @click.option("--rate-scale", is_flag=True, help="Rescale the trace's arrival rate to the window's demand.")
-@click.option("--time-scale", type=click.FloatRange(min=1e-6, max=1e6, min_open=True), default=None,
+@click.option("--time-scale", type=FiniteRange(min=1e-6, max=1e6, min_open=True), default=None,
               help="Multiply the trace's request rate by this factor.")
-@click.option("--bucket", "bucket_s", type=click.FloatRange(min=1), default=None,
+@click.option("--bucket", "bucket_s", type=FiniteRange(min=1), default=None,
               help="Trace replay: report per BUCKET-second interval of the trace instead of per window.")
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Random seed (>= 0).")
 @click.option("--router", type=click.Choice(["least-work", "round-robin"]), default="least-work", show_default=True)
@@ -291,11 +292,11 @@ def _refuse_unused_options(*, fleet: bool, trace: bool, what_if: bool, rate_scal
               help="Day replay: Poisson arrivals at the day curve's 10-minute rates (what the plan was sized for), "
                    "or 'servegen': one renewal process per ServeGen client with its fitted CV, a stress test "
                    "(ServeGen's per-client CVs of 3-12 at rescaled rates give near-simultaneous bursts).")
-@click.option("--slice", "slice_s", type=click.FloatRange(min=60), default=None,
+@click.option("--slice", "slice_s", type=FiniteRange(min=60), default=None,
               help="Day replay: simulate this many seconds of each window (around its busiest 10 minutes).")
 @click.option("--what-if", "what_if", is_flag=True,
               help="Also run the what-if policies (preemption, two-tier KV) on the replayed (or peak) window.")
-@click.option("--preempt-after", type=click.FloatRange(min=0), default=1.0, show_default=True,
+@click.option("--preempt-after", type=FiniteRange(min=0), default=1.0, show_default=True,
               help="What-if: seconds a KV-blocked request waits before it preempts a decode.")
 @click.option("--resume", type=click.Choice(["recompute", "swap"]), default="recompute", show_default=True)
 @click.option("--report", "report_path", type=click.Path(dir_okay=False), default=None, help="Write a markdown report.")

@@ -11,7 +11,9 @@ import io
 import logging
 import os
 import pickle
+import py_compile
 import shutil
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -39,6 +41,7 @@ def store(tmp_path, monkeypatch):
     """A fresh cache folder, and no capacity remembered in this process (so a second call must go to disk)."""
     monkeypatch.setenv(cc.CACHE_DIR_ENV, str(tmp_path / "cache"))
     monkeypatch.setattr(capacity, "_CAPACITY_CACHE", {})
+    monkeypatch.setattr(cc, "_disabled", [])
     cc._store.cache_clear()
     yield tmp_path / "cache"
     cc._store.cache_clear()
@@ -162,11 +165,11 @@ def _sealed(obj) -> bytes:
     return hashlib.sha256(payload).digest() + payload
 
 
-@pytest.mark.parametrize("foreign", ["exec", "system", "float", "torn", "pickle-mode"])
+@pytest.mark.parametrize("foreign", ["exec", "system", "float", "torn"])
 def test_a_foreign_or_broken_entry_is_neither_run_nor_served(store, monkeypatch, tmp_path, foreign):
-    # An entry that would run code when loaded (exec, os.system: with a valid checksum, or as a row diskcache itself
-    # would unpickle), one of the wrong type (a float where a capacity belongs) or a torn one (a changed byte) is
-    # sized again and replaced by the true value; nothing runs.
+    # An entry that would run code when loaded (exec, os.system: with a valid checksum), one of the wrong type (a
+    # float where a capacity belongs) or a torn one (a changed byte) is sized again and replaced by the true value;
+    # nothing runs. (The store holds bytes only: diskcache, used first, unpickled rows marked as pickles itself.)
     first = _size()
     key = _stored_key()
     s = cc._store(store)
@@ -176,10 +179,7 @@ def test_a_foreign_or_broken_entry_is_neither_run_nor_served(store, monkeypatch,
            "system": lambda: _sealed(_System()),
            "float": lambda: _sealed(5.0),
            "torn": lambda: (lambda b: b[:-3] + bytes([b[-3] ^ 1]) + b[-2:])(s.get(key))}
-    if foreign == "pickle-mode":  # diskcache's own pickle rows: a value that is not bytes is stored pickled
-        s.set(key, _Exec(f"open({str(flag)!r}, 'w').close()"))
-    else:
-        s.set(key, bad[foreign]())
+    s.set(key, bad[foreign]())
     monkeypatch.setattr(capacity, "_CAPACITY_CACHE", {})
     assert _size() == first
     assert not flag.exists()
@@ -245,3 +245,62 @@ def test_an_empty_folder_name_turns_the_cache_off_and_an_unusable_folder_says_so
     cc._store.cache_clear()
     warned = [r.getMessage() for r in caplog.records if "capacity cache is off" in r.getMessage()]
     assert len(warned) == 1 and str(blocker) in warned[0] and cc.CACHE_DIR_ENV in warned[0]
+
+
+def test_no_home_folder_turns_the_cache_off_not_the_plan(store, monkeypatch, caplog):
+    # A process with no home folder (an arbitrary uid without a passwd entry, `env -i`) died with a traceback from
+    # the cache's folder lookup, though the plan does not need the cache: '~nosuchuser/...' fails the same way.
+    monkeypatch.setenv(cc.CACHE_DIR_ENV, "~nosuchuser_of_this_machine/c")
+    with caplog.at_level(logging.WARNING, logger="fleetplan"):
+        first = _size()
+        monkeypatch.setattr(capacity, "_CAPACITY_CACHE", {})
+        assert _size() == first
+    warned = [r.getMessage() for r in caplog.records if "capacity cache is off" in r.getMessage()]
+    assert len(warned) == 1 and "no cache folder" in warned[0] and cc.CACHE_DIR_ENV in warned[0]
+
+
+def test_a_store_locked_by_another_process_turns_the_cache_off_after_one_short_wait(store, monkeypatch, caplog):
+    # A process holding the store's write lock (a sqlite3 shell in a transaction) made every miss wait diskcache's
+    # 60 s: a 1.5-s plan took 182 s. Now one wait of LOCK_TIMEOUT_S (shortened here), then the cache is off
+    # for the process with one warning, and the capacity is computed as without a cache.
+    monkeypatch.setattr(cc, "LOCK_TIMEOUT_S", 0.05)
+    first = _size()
+    locker = sqlite3.connect(store / "capacity" / "cache.db", isolation_level=None)
+    locker.execute("BEGIN EXCLUSIVE")
+    try:
+        monkeypatch.setattr(capacity, "_CAPACITY_CACHE", {})
+        with caplog.at_level(logging.WARNING, logger="fleetplan"):
+            other = _size(tp=2)
+            third = _size(tp=4)
+    finally:
+        locker.execute("ROLLBACK")
+        locker.close()
+    warned = [r.getMessage() for r in caplog.records if "capacity cache is off" in r.getMessage()]
+    assert len(warned) == 1 and "locked by another process" in warned[0]
+    monkeypatch.setenv(cc.CACHE_DIR_ENV, "")
+    monkeypatch.setattr(capacity, "_CAPACITY_CACHE", {})
+    assert (other, third) == (_size(tp=2), _size(tp=4)) and first == _size()
+
+
+def test_an_install_without_the_cost_models_sources_keeps_no_cache(tmp_path):
+    # Bytecode alone (a frozen or slimmed install): the digest cannot cover a module whose source is absent, so the
+    # cache is off (it crashed every plan when errors.py was missing, and would have covered no code had the
+    # costmodels/*.py alone been missing).
+    src = Path(capacity.__file__).resolve().parent
+    shutil.copytree(src, tmp_path / "costmodels", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(src.parent / "errors.py", tmp_path / "errors.py")
+    assert _version_of(tmp_path)
+    py_compile.compile(str(tmp_path / "costmodels" / "latency.py"), cfile=str(tmp_path / "costmodels" / "latency.pyc"))
+    (tmp_path / "costmodels" / "latency.py").unlink()
+    with pytest.raises(Exception, match="sources are not installed beside their bytecode .latency."):
+        _version_of(tmp_path)
+
+
+def test_the_store_keeps_at_most_max_entries_dropping_the_oldest(tmp_path, monkeypatch):
+    monkeypatch.setattr(cc, "MAX_ENTRIES", 3)
+    s = cc._Store(tmp_path / "capacity")
+    for k in "abcde":
+        s.set(k, k.encode())
+    s.set("b", b"b again")  # replaced: now the newest
+    s._bound()
+    assert [k for k in "abcde" if k in s] == ["b", "d", "e"] and s.get("b") == b"b again"
