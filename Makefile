@@ -27,6 +27,7 @@ demo: $(STAMP)
 # (git ignores them), and site-packages' bytecode, compiled by pip at install, is read as it is. (Under
 # PYTHONPYCACHEPREFIX=build/pycache, tried before, Python reads no __pycache__ folder at all: each worker compiled
 # the site-packages it imports again on a fresh clone, 97.5 s for the suite against 71-76 s with bytecode present.)
+# A clone's first run also sizes every replica option the tests use (~28 CPU-s): 91-101 s, then 71-79 s.
 # Sized replicas go to build/cache (fleetplan.costmodels.capacity_cache; tests/conftest.py sets the same folder).
 #
 # -n 4 on 2 cores: a fifth of the suite's time is waiting (a real Prometheus scraping, a lease expiring, a locked
