@@ -220,11 +220,11 @@ def _store(folder: Path) -> _Store | None:
     path = folder / "capacity"
     try:
         return _Store(path)
-    except sqlite3.OperationalError as exc:  # unwritable, locked, not a file: compute without the cache, said once
+    except (sqlite3.OperationalError, OSError) as exc:  # unwritable, locked, a file in the way, /proc: said once
         _LOG.warning("the capacity cache is off: cannot open %s (%s); set %s to a writable folder, or to nothing to "
                      "turn the cache off", path, exc, CACHE_DIR_ENV)
         return None
-    except sqlite3.DatabaseError as exc:  # not a database, malformed
+    except sqlite3.DatabaseError as exc:  # not a database, malformed (OperationalError is caught above)
         aside = folder / "capacity.unreadable"
         try:
             shutil.rmtree(aside, ignore_errors=True)
@@ -238,10 +238,6 @@ def _store(folder: Path) -> _Store | None:
         _LOG.warning("the capacity cache in %s could not be read (%s): moved to %s, an empty one started", path,
                      exc, aside)
         return store
-    except OSError as exc:  # the folder cannot be made (a file in the way, no permission, /proc)
-        _LOG.warning("the capacity cache is off: cannot open %s (%s); set %s to a writable folder, or to nothing to "
-                     "turn the cache off", path, exc, CACHE_DIR_ENV)
-        return None
 
 
 def _misspelled_variable(environ: Mapping[str, str]) -> str | None:

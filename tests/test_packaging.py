@@ -12,8 +12,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
 import fleetplan
+from fleetplan.cli.main import COMMANDS, main
 from fleetplan.outputs.planio import per_day_factor
 from fleetplan.scenario.build import build_problem
 from fleetplan.scenario.read import load_scenario
@@ -198,10 +200,6 @@ def test_help_lists_every_command_without_importing_them():
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     loaded, _, out = res.partition("\n")
     assert loaded == "[]", loaded
-    from click.testing import CliRunner
-
-    from fleetplan.cli.main import COMMANDS, main
-
     for name, (_, _, line) in COMMANDS.items():
         assert f"  {name} " in out and line in " ".join(out.split()), name
         command = main.get_command(None, name)
